@@ -1,0 +1,16 @@
+"""cuvmap: JAX-style composable function transformations over NumPy and CuPy arrays.
+
+Re-exports only; see ``cuvmap.api`` for the transforms, ``cuvmap.numpy`` for the
+NumPy-like functions and ``cuvmap.lax`` for the primitives.
+"""
+from cuvmap import lax, tree  # noqa: F401
+from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
+from cuvmap.api import (  # noqa: F401
+    TransformError, grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap,
+)
+from cuvmap.backend import device_put, gpu_available  # noqa: F401
+from cuvmap.core import (  # noqa: F401
+    ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeError,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,691 @@
+"""The user-facing transforms: ``vmap``, ``grad``, ``value_and_grad``, ``vjp``, ``jvp``,
+``jacfwd``, ``jacrev``, ``hessian``.
+
+This module holds the pytree handling (flattening arguments, ``in_axes``/``out_axes``
+prefixes, ``argnums``) and the error text; the interpreters live in
+:mod:`cuvmap.transforms`. Every error raised while a transformed function runs starts
+with the transform and the function, e.g.
+``vmap(loss, in_axes=(None, 0, 0)): argument 2 (ys) has size 10 along axis 0, ...``.
+"""
+import functools
+import inspect
+
+import numpy as np
+
+from cuvmap import backend, core, tree
+from cuvmap.core import CuvmapError, Tracer, new_main
+from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
+from cuvmap.transforms.batching import BatchTrace, BatchTracer
+from cuvmap.transforms.jvp import JVPTrace, JVPTracer
+from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
+
+
+class TransformError(CuvmapError, ValueError):
+    """Bad arguments to a transform (axes, argnums, shapes of inputs or cotangents)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Naming: functions, arguments by pytree path, error prefixes
+# ---------------------------------------------------------------------------------------
+
+
+def _fun_name(f):
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__name__", None) or type(f).__name__
+
+
+def _param_names(f):
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    names = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            break
+    return names
+
+
+def _describe_arg(f, path):
+    """``argument 2 (ys)['w1']`` for the leaf at ``path`` of ``(args, kwargs)``."""
+    if not path:
+        return "the arguments"
+    if path[0] == 0 and len(path) > 1:
+        i = path[1]
+        names = _param_names(f)
+        name = f" ({names[i]})" if i < len(names) else ""
+        return f"argument {i}{name}{tree.keystr(path[2:])}"
+    if path[0] == 1 and len(path) > 1:
+        return f"keyword argument {path[1]}{tree.keystr(path[2:])}"
+    return tree.keystr(path)
+
+
+def _shape_str(x):
+    return str(tuple(core.shape_of(x)))
+
+
+def _with_context(where, f):
+    """Decorator: CuvmapErrors raised inside get ``where`` as their prefix (the innermost
+    transform names itself first)."""
+
+    def wrap(impl):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            try:
+                return impl(*args, **kwargs)
+            except CuvmapError as err:
+                if err.where is None:
+                    err.where = where
+                raise
+
+        wrapper.__name__ = where
+        wrapper.__qualname__ = where
+        return wrapper
+
+    return wrap
+
+
+def _is_axis(x):
+    return x is None or (isinstance(x, (int, np.integer)) and not isinstance(x, bool))
+
+
+def _check_axes_spec(spec, what):
+    for leaf in tree.leaves(spec, is_leaf=lambda x: x is None):
+        if not _is_axis(leaf):
+            raise TransformError(f"{what} must be ints or None (or a pytree of them), got {leaf!r}")
+
+
+def _to_array_result(x):
+    """Results at the top level are arrays, never Python or NumPy scalars."""
+    if isinstance(x, Tracer) or backend.is_cupy_array(x):
+        return x
+    if isinstance(x, np.ndarray):
+        return x if x.flags.writeable else x.copy()
+    return np.asarray(x)
+
+
+# ---------------------------------------------------------------------------------------
+# vmap
+# ---------------------------------------------------------------------------------------
+
+
+def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
+    """Vectorizing map: ``vmap(f)(xs)[b] == f(xs[b])``, computed with batched primitives.
+
+    Args:
+      f: the function to map; its arguments and results are pytrees of arrays.
+      in_axes: for each positional argument, the axis to map over (an int, negative ints
+        count from the end) or ``None`` to broadcast it; an int or ``None`` applies to all,
+        a tuple gives one entry per positional argument, and each entry may be a pytree
+        prefix of its argument. Keyword arguments are always mapped over axis 0 (as in JAX).
+      out_axes: where the mapped axis goes in each output (int, ``None`` for outputs that
+        do not depend on the mapped inputs, or a pytree prefix of the outputs).
+      axis_size: the size of the mapped axis; required only when nothing is mapped.
+      chunk_size: when set, maps ``chunk_size`` examples at a time and concatenates the
+        results (identical results, bounded memory).
+    Returns:
+      the vectorized function.
+
+    Example::
+
+        per_example = vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+    """
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    fname = _fun_name(f)
+    spec = f"in_axes={in_axes!r}" if in_axes != 0 else ""
+    if out_axes != 0:
+        spec += (", " if spec else "") + f"out_axes={out_axes!r}"
+    where = f"vmap({fname}{', ' + spec if spec else ''})"
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
+
+    @_with_context(where, f)
+    def vmapped(*args, **kwargs):
+        _check_axes_spec(in_axes, "in_axes")
+        _check_axes_spec(out_axes, "out_axes")
+        paths, leaves, treedef = tree.flatten_with_path((args, kwargs))
+        axes = _flat_in_axes(f, in_axes, args, kwargs)
+        axes, size = _check_mapped_sizes(f, paths, leaves, axes, axis_size)
+        if chunk_size is None or size <= chunk_size:
+            return _vmap_once(f, where, leaves, treedef, axes, size, out_axes)
+        return _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size)
+
+    return vmapped
+
+
+def _flat_in_axes(f, in_axes, args, kwargs):
+    if isinstance(in_axes, tuple):
+        if len(in_axes) != len(args):
+            raise TransformError(
+                f"in_axes has {len(in_axes)} entries but {_fun_name(f)} was called with "
+                f"{len(args)} positional arguments; give one entry per positional argument"
+            )
+        prefix = (in_axes, {k: 0 for k in kwargs})
+    elif _is_axis(in_axes):
+        prefix = (tuple(in_axes for _ in args), {k: 0 for k in kwargs})
+    else:
+        raise TransformError(
+            f"in_axes must be an int, None or a tuple with one entry per positional argument, got {in_axes!r}"
+        )
+    try:
+        return tree.broadcast_prefix(prefix, (args, kwargs), _is_axis)
+    except ValueError as err:
+        raise TransformError(f"in_axes {in_axes!r} is not a pytree prefix of the arguments: {err}") from None
+
+
+def _check_mapped_sizes(f, paths, leaves, axes, axis_size):
+    normalized = []
+    mapped = []
+    for path, leaf, axis in zip(paths, leaves, axes):
+        if axis is None:
+            normalized.append(None)
+            continue
+        if not (isinstance(leaf, Tracer) or hasattr(leaf, "shape")):
+            raise TransformError(
+                f"{_describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
+                "pass an array or give it in_axes None"
+            )
+        shape = tuple(leaf.shape)
+        if not -len(shape) <= axis < len(shape):
+            raise TransformError(
+                f"in_axes {axis} is out of range for {_describe_arg(f, path)} of shape {shape} "
+                f"(rank {len(shape)})"
+            )
+        axis = axis % len(shape)
+        normalized.append(axis)
+        mapped.append((path, shape, axis))
+    sizes = {shape[axis] for _, shape, axis in mapped}
+    if axis_size is not None:
+        sizes_ok = sizes <= {axis_size}
+    else:
+        sizes_ok = len(sizes) <= 1
+    if not sizes_ok:
+        head = f"axis_size is {axis_size}, but " if axis_size is not None else ""
+        described = "; ".join(
+            f"{_describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape})"
+            for path, shape, axis in mapped
+        )
+        raise TransformError(f"{head}mapped arguments must have one size along their mapped axes: {described}")
+    if not mapped:
+        if axis_size is None:
+            raise TransformError(
+                "nothing is mapped (every in_axes entry is None or the arguments have no leaves) "
+                "and no axis_size was given"
+            )
+        return normalized, int(axis_size)
+    return normalized, sizes.pop()
+
+
+def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
+    with new_main(BatchTrace, size, name=where) as main:
+        traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
+        args, kwargs = tree.unflatten(treedef, traced)
+        out = f(*args, **kwargs)
+    out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
+    try:
+        out_axes_flat = tree.broadcast_prefix(out_axes, out, _is_axis)
+    except ValueError as err:
+        raise TransformError(f"out_axes {out_axes!r} is not a pytree prefix of the outputs: {err}") from None
+    results = []
+    for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
+        batched = type(leaf) is BatchTracer and leaf._main is main
+        if batched:
+            if oa is None:
+                raise TransformError(
+                    f"out_axes is None for output {tree.keystr(path) or '(the result)'} of shape "
+                    f"{leaf.shape}, but it depends on the mapped inputs; give it an axis"
+                )
+            ndim = len(leaf.val.shape)
+            value = batching.move_bdim(leaf.val, leaf.bdim, _normalize_out_axis(oa, ndim, path, leaf.shape))
+        elif oa is None:
+            value = leaf
+        else:
+            from cuvmap.lax import shape as lax_shape
+
+            shape = core.shape_of(leaf)
+            axis = _normalize_out_axis(oa, len(shape) + 1, path, shape)
+            out_shape = shape[:axis] + (size,) + shape[axis:]
+            kept = tuple(i for i in range(len(out_shape)) if i != axis)
+            value = lax_shape.broadcast_in_dim(leaf, out_shape, kept)
+        results.append(_to_array_result(value))
+    return tree.unflatten(out_tree, results)
+
+
+def _normalize_out_axis(axis, ndim, path, logical_shape):
+    if not -ndim <= axis < ndim:
+        raise TransformError(
+            f"out_axes {axis} is out of range for output {tree.keystr(path) or '(the result)'} of "
+            f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis)"
+        )
+    return axis % ndim
+
+
+def _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size):
+    from cuvmap.lax import indexing, shape as lax_shape
+
+    chunks = []
+    for start in range(0, size, chunk_size):
+        stop = min(start + chunk_size, size)
+        sliced = [
+            x if a is None else indexing.slice_in_dim(x, start, stop, a) for x, a in zip(leaves, axes)
+        ]
+        chunks.append(_vmap_once(f, where, sliced, treedef, axes, stop - start, out_axes))
+    first = chunks[0]
+    out_axes_flat = tree.broadcast_prefix(out_axes, first, _is_axis)
+    per_chunk = [tree.leaves(c) for c in chunks]
+    joined = []
+    for j, oa in enumerate(out_axes_flat):
+        if oa is None:
+            joined.append(per_chunk[0][j])
+            continue
+        axis = oa % len(core.shape_of(per_chunk[0][j]))
+        joined.append(_to_array_result(lax_shape.concatenate([pc[j] for pc in per_chunk], axis)))
+    return tree.unflatten(tree.structure(first), joined)
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse mode: vjp, grad, value_and_grad
+# ---------------------------------------------------------------------------------------
+
+
+def _check_leaf(f, path, leaf, where_word):
+    if isinstance(leaf, Tracer) or hasattr(leaf, "shape") or type(leaf) in (int, float, bool):
+        return
+    raise TransformError(
+        f"{_describe_arg(f, path)} is a {type(leaf).__name__}; {where_word} inputs must be arrays, "
+        "scalars or pytrees of them"
+    )
+
+
+def _vjp(f, primals, has_aux, where, describe):
+    """Traces ``f(*primals)`` on a tape. Returns ``(out, vjp_fun, aux)``."""
+    paths, leaves, treedef = tree.flatten_with_path(primals)
+    tape = Tape()
+    with new_main(VJPTrace, tape, name=where) as main:
+        inputs = []
+        input_nodes = []
+        for path, x in zip(paths, leaves):
+            describe_check = describe(path)
+            if not (isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
+                raise TransformError(
+                    f"{describe_check} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
+                )
+            if core.is_float(x):
+                node = tape.num_inputs
+                tape.num_inputs += 1
+                inputs.append(VJPTracer(main, x, node))
+                input_nodes.append(node)
+            else:
+                inputs.append(x)
+                input_nodes.append(None)
+        out = f(*tree.unflatten(treedef, inputs))
+        aux = None
+        if has_aux:
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TransformError(
+                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {type(out).__name__}"
+                )
+            out, aux = out
+    out_leaves, out_tree = tree.flatten(out)
+    out_primals = []
+    out_nodes = []
+    for leaf in out_leaves:
+        if type(leaf) is VJPTracer and leaf._main is main:
+            out_primals.append(leaf.primal)
+            out_nodes.append(leaf.node)
+        else:
+            out_primals.append(leaf)
+            out_nodes.append(None)
+    if has_aux:
+        aux = tree.map(lambda a: a.primal if type(a) is VJPTracer and a._main is main else a, aux)
+    out_value = tree.unflatten(out_tree, out_primals)
+
+    def vjp_fun(ct):
+        ct_leaves, ct_tree = tree.flatten(ct)
+        if ct_tree != out_tree:
+            raise TransformError(
+                f"the cotangent has structure {ct_tree}, but the output has structure {out_tree}"
+            )
+        seeds = []
+        for i, (c, p, node) in enumerate(zip(ct_leaves, out_primals, out_nodes)):
+            if core.shape_of(c) != core.shape_of(p):
+                raise TransformError(
+                    f"cotangent leaf {i} has shape {_shape_str(c)}, but the output leaf has shape {_shape_str(p)}"
+                )
+            if node is not None:
+                seeds.append((node, c))
+        in_cts = vjp_mod.backward_pass(tape, seeds)
+        results = []
+        for x, node in zip(leaves, input_nodes):
+            ct_x = None if node is None else in_cts[node]
+            if ct_x is None:
+                ct_x = core.full_like_concrete(x, 0)
+            results.append(_to_array_result(ct_x))
+        return tree.unflatten(treedef, results)
+
+    return out_value, vjp_fun, aux
+
+
+def vjp(f, *primals, has_aux=False):
+    """Reverse mode: ``(f(*primals), vjp_fun)`` with ``vjp_fun(ct) = ctᵀ·∂f(*primals)``.
+
+    Args:
+      f: a function of pytrees of arrays.
+      *primals: the point of linearization.
+      has_aux: ``f`` returns ``(output, aux)``; aux is returned as a third value, not
+        differentiated.
+    Returns:
+      ``(out, vjp_fun)`` or ``(out, vjp_fun, aux)``; ``vjp_fun(ct)`` returns a tuple with
+      one cotangent per primal (zeros for integer inputs).
+
+    Example::
+
+        y, pullback = vjp(jnp_fn, x)
+        (x_bar,) = pullback(ones_like(y))
+    """
+    where = f"vjp({_fun_name(f)})"
+
+    @_with_context(where, f)
+    def run():
+        return _vjp(f, primals, has_aux, where, lambda path: f"primal {path[0]}{tree.keystr(path[1:])}")
+
+    out, vjp_fun, aux = run()
+    wrapped = _with_context(where, f)(vjp_fun)
+    return (out, wrapped, aux) if has_aux else (out, wrapped)
+
+
+def _normalize_argnums(f, argnums, nargs):
+    single = isinstance(argnums, (int, np.integer))
+    nums = (argnums,) if single else tuple(argnums)
+    if not nums:
+        raise TransformError("argnums is empty")
+    out = []
+    for a in nums:
+        if not isinstance(a, (int, np.integer)) or not -nargs <= a < nargs:
+            raise TransformError(
+                f"argnums {argnums!r} is out of range: {_fun_name(f)} was called with {nargs} positional argument"
+                + ("s" if nargs != 1 else "")
+            )
+        out.append(int(a) % nargs)
+    return single, tuple(out)
+
+
+def _dyn_function(f, args, kwargs, argnums):
+    def f_dyn(*dyn):
+        full = list(args)
+        for i, d in zip(argnums, dyn):
+            full[i] = d
+        return f(*full, **kwargs)
+
+    return f_dyn
+
+
+def _check_float_inputs(f, args, argnums, transform):
+    for i in argnums:
+        paths, leaves, _ = tree.flatten_with_path(args[i])
+        for path, x in zip(paths, leaves):
+            if not (isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
+                raise TransformError(
+                    f"{_describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
+                    f"{transform} differentiates arrays, scalars or pytrees of them"
+                )
+            if not core.is_float(x):
+                raise TransformError(
+                    f"{_describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
+                    "differentiates with respect to floating-point inputs only (cast it, or leave it out of argnums)"
+                )
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """``(f(*args), ∇f(*args))`` for a scalar-valued ``f``.
+
+    Args:
+      f: returns a float scalar (or ``(scalar, aux)`` with ``has_aux``).
+      argnums: an int or tuple of ints: the positional arguments to differentiate.
+      has_aux: see :func:`vjp`.
+    Returns:
+      a function returning ``(value, grad)`` or ``((value, aux), grad)``; ``grad`` has the
+      structure of the chosen argument (a tuple of them for tuple ``argnums``).
+    """
+    return _value_and_grad(f, argnums, has_aux, "value_and_grad")
+
+
+def grad(f, argnums=0, has_aux=False):
+    """The gradient of a scalar-valued ``f`` with respect to ``argnums``.
+
+    Example::
+
+        g = grad(lambda w, x: ((x @ w) ** 2).sum())(w, x)    # g.shape == w.shape
+    """
+    vg = _value_and_grad(f, argnums, has_aux, "grad")
+
+    @functools.wraps(vg)
+    def grad_f(*args, **kwargs):
+        value, g = vg(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    return grad_f
+
+
+def _value_and_grad(f, argnums, has_aux, transform):
+    where = f"{transform}({_fun_name(f)})"
+
+    @_with_context(where, f)
+    def vg(*args, **kwargs):
+        single, nums = _normalize_argnums(f, argnums, len(args))
+        _check_float_inputs(f, args, nums, transform)
+        dyn = tuple(args[i] for i in nums)
+        f_dyn = _dyn_function(f, args, kwargs, nums)
+        out, vjp_fun, aux = _vjp(
+            f_dyn, dyn, has_aux, where, lambda path: _describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
+        )
+        out_leaves = tree.leaves(out)
+        if len(out_leaves) != 1 or core.shape_of(out_leaves[0]) != ():
+            shapes = ", ".join(_shape_str(o) for o in out_leaves) or "no arrays"
+            raise TransformError(
+                f"{_fun_name(f)} must return a scalar (shape ()), got {shapes}; use vjp or jacrev for "
+                "non-scalar outputs"
+            )
+        if not core.is_float(out_leaves[0]):
+            raise TransformError(
+                f"{_fun_name(f)} returned a value of dtype {core.dtype_of(out_leaves[0])}; grad needs a "
+                "floating-point output"
+            )
+        ct = core.full_like_concrete(out_leaves[0], 1)
+        grads = vjp_fun(tree.unflatten(tree.structure(out), [ct]))
+        g = grads[0] if single else tuple(grads)
+        value = _to_array_result(out) if not isinstance(out, (tuple, list, dict)) else out
+        return ((value, aux) if has_aux else value), g
+
+    return vg
+
+
+# ---------------------------------------------------------------------------------------
+# Forward mode: jvp
+# ---------------------------------------------------------------------------------------
+
+
+def jvp(f, primals, tangents, has_aux=False):
+    """Forward mode: ``(f(*primals), ∂f(*primals)·tangents)``.
+
+    Args:
+      f: a function of pytrees of arrays.
+      primals: a tuple (or list) of arguments.
+      tangents: a tuple of the same structure, leaf shapes and (floating) dtypes.
+    Returns:
+      ``(primal_out, tangent_out)`` (and ``aux`` with ``has_aux``).
+
+    Example::
+
+        y, y_dot = jvp(cnp.sin, (x,), (ones_like(x),))     # y_dot == cos(x)
+    """
+    where = f"jvp({_fun_name(f)})"
+
+    @_with_context(where, f)
+    def run():
+        if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+            raise TransformError(
+                "primals and tangents must be tuples (or lists) of arguments, got "
+                f"{type(primals).__name__} and {type(tangents).__name__}"
+            )
+        p_paths, p_leaves, p_tree = tree.flatten_with_path(tuple(primals))
+        t_leaves, t_tree = tree.flatten(tuple(tangents))
+        if p_tree != t_tree:
+            raise TransformError(f"tangents have structure {t_tree}, but primals have structure {p_tree}")
+        for path, p, t in zip(p_paths, p_leaves, t_leaves):
+            if core.shape_of(p) != core.shape_of(t):
+                raise TransformError(
+                    f"tangent {path[0]}{tree.keystr(path[1:])} has shape {_shape_str(t)}, but its primal has "
+                    f"shape {_shape_str(p)}"
+                )
+        with new_main(JVPTrace, name=where) as main:
+            traced = [JVPTracer(main, p, t) if core.is_float(p) else p for p, t in zip(p_leaves, t_leaves)]
+            out = f(*tree.unflatten(p_tree, traced))
+            aux = None
+            if has_aux:
+                out, aux = out
+        out_leaves, out_tree = tree.flatten(out)
+        out_p, out_t = [], []
+        for leaf in out_leaves:
+            if type(leaf) is JVPTracer and leaf._main is main:
+                out_p.append(leaf.primal)
+                out_t.append(leaf.tangent if leaf.tangent is not None else core.full_like_concrete(leaf.primal, 0))
+            else:
+                out_p.append(leaf)
+                out_t.append(core.full_like_concrete(leaf, 0))
+        result = (
+            tree.unflatten(out_tree, [_to_array_result(v) for v in out_p]),
+            tree.unflatten(out_tree, [_to_array_result(v) for v in out_t]),
+        )
+        if has_aux:
+            aux = tree.map(lambda a: a.primal if type(a) is JVPTracer and a._main is main else a, aux)
+            return result + (aux,)
+        return result
+
+    return run()
+
+
+# ---------------------------------------------------------------------------------------
+# Jacobians
+# ---------------------------------------------------------------------------------------
+
+
+def _std_basis(leaves):
+    """The identity, split into one ``(N, *shape)`` block per leaf (N = total size)."""
+    sizes = [int(np.prod(core.shape_of(x), dtype=np.int64)) for x in leaves]
+    total = sum(sizes)
+    blocks = []
+    offset = 0
+    for x, n in zip(leaves, sizes):
+        xp = backend.xp_of(x)
+        block = xp.zeros((total, n), dtype=core.dtype_of(x) if core.is_float(x) else np.float64)
+        block[offset:offset + n, :] = xp.eye(n, dtype=block.dtype)
+        blocks.append(block.reshape((total,) + tuple(core.shape_of(x))))
+        offset += n
+    return blocks, sizes
+
+
+def jacfwd(f, argnums=0, has_aux=False):
+    """The Jacobian of ``f`` by forward mode (``vmap`` of ``jvp`` over the input basis).
+
+    Returns a function giving, for each output leaf, a pytree like the differentiated
+    argument(s) whose leaves have shape ``out.shape + in.shape``.
+    """
+    where = f"jacfwd({_fun_name(f)})"
+
+    @_with_context(where, f)
+    def jac(*args, **kwargs):
+        from cuvmap.lax import indexing, shape as lax_shape
+
+        single, nums = _normalize_argnums(f, argnums, len(args))
+        _check_float_inputs(f, args, nums, "jacfwd")
+        dyn = tuple(args[i] for i in nums)
+        f_dyn = _dyn_function(f, args, kwargs, nums)
+        in_leaves, in_tree = tree.flatten(dyn)
+        basis, sizes = _std_basis(in_leaves)
+
+        def pushfwd(*basis_leaves):
+            res = jvp(f_dyn, dyn, tree.unflatten(in_tree, list(basis_leaves)), has_aux=has_aux)
+            return res[1:] if has_aux else res[1]
+
+        pushed = vmap(pushfwd, out_axes=-1)(*basis)
+        aux = None
+        if has_aux:
+            pushed, aux = pushed
+            aux = tree.map(lambda a: lax_shape.squeeze(indexing.slice_in_dim(a, 0, 1, -1 % len(a.shape)), (len(a.shape) - 1,)), aux)
+        out_leaves, out_tree = tree.flatten(pushed)
+        jac_leaves = []
+        for o in out_leaves:
+            out_shape = core.shape_of(o)[:-1]
+            per_input = []
+            offset = 0
+            for x, n in zip(in_leaves, sizes):
+                piece = indexing.slice_in_dim(o, offset, offset + n, len(out_shape))
+                per_input.append(lax_shape.reshape(piece, out_shape + tuple(core.shape_of(x))))
+                offset += n
+            sub = tree.unflatten(in_tree, per_input)
+            jac_leaves.append(sub[0] if single else sub)
+        result = tree.unflatten(out_tree, jac_leaves)
+        return (result, aux) if has_aux else result
+
+    return jac
+
+
+def jacrev(f, argnums=0, has_aux=False):
+    """The Jacobian of ``f`` by reverse mode (``vmap`` of the VJP over the output basis).
+
+    Same output structure as :func:`jacfwd`: for each output leaf, a pytree like the
+    differentiated argument(s) with leaves of shape ``out.shape + in.shape``.
+    """
+    where = f"jacrev({_fun_name(f)})"
+
+    @_with_context(where, f)
+    def jac(*args, **kwargs):
+        from cuvmap.lax import indexing, shape as lax_shape
+
+        single, nums = _normalize_argnums(f, argnums, len(args))
+        _check_float_inputs(f, args, nums, "jacrev")
+        dyn = tuple(args[i] for i in nums)
+        f_dyn = _dyn_function(f, args, kwargs, nums)
+        out, vjp_fun, aux = _vjp(
+            f_dyn, dyn, has_aux, where, lambda path: _describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
+        )
+        out_leaves, out_tree = tree.flatten(out)
+        for o in out_leaves:
+            if not core.is_float(o):
+                raise TransformError(f"output of dtype {core.dtype_of(o)}: jacrev needs floating-point outputs")
+        basis, sizes = _std_basis(out_leaves)
+        cts = vmap(lambda *b: vjp_fun(tree.unflatten(out_tree, list(b))))(*basis)
+        ct_leaves, ct_tree = tree.flatten(cts)
+        jac_leaves = []
+        offset = 0
+        for o, n in zip(out_leaves, sizes):
+            out_shape = core.shape_of(o)
+            per_input = []
+            for c in ct_leaves:
+                piece = indexing.slice_in_dim(c, offset, offset + n, 0)
+                per_input.append(lax_shape.reshape(piece, out_shape + core.shape_of(c)[1:]))
+            sub = tree.unflatten(ct_tree, per_input)
+            jac_leaves.append(sub[0] if single else sub)
+            offset += n
+        result = tree.unflatten(out_tree, jac_leaves)
+        return (result, aux) if has_aux else result
+
+    return jac
+
+
+def hessian(f, argnums=0):
+    """``jacfwd(jacrev(f))``: the matrix of second derivatives of a scalar ``f``
+    (shape ``in.shape + in.shape`` for one array argument)."""
+    return jacfwd(jacrev(f, argnums), argnums)
+
+
+def stop_gradient(x):
+    """Treats every leaf of ``x`` as a constant for the derivative transforms."""
+    from cuvmap.lax import elementwise
+
+    return tree.map(elementwise.stop_gradient, x)

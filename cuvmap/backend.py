@@ -1,0 +1,92 @@
+"""Backend selection: NumPy on the CPU, CuPy on an NVIDIA GPU.
+
+The operands decide the device: :func:`xp_of` returns ``cupy`` when any operand is a CuPy
+array and ``numpy`` otherwise. CuPy is imported lazily, only when a CuPy array is seen or
+the GPU is asked for, so importing cuvmap never requires it.
+"""
+import numpy as np
+
+_cupy = None
+_cupy_probed = False
+
+
+def cupy_module():
+    """Returns the ``cupy`` module, or ``None`` when CuPy is not installed or sees no GPU."""
+    global _cupy, _cupy_probed
+    if not _cupy_probed:
+        _cupy_probed = True
+        try:
+            import cupy
+
+            if cupy.cuda.runtime.getDeviceCount() > 0:
+                _cupy = cupy
+        except Exception:  # not installed, no driver, no device
+            _cupy = None
+    return _cupy
+
+
+def gpu_available():
+    """True when CuPy is importable and sees at least one CUDA device."""
+    return cupy_module() is not None
+
+
+def is_cupy_array(x):
+    return type(x).__module__.startswith("cupy")
+
+
+def concrete(x):
+    """The concrete array underneath any stack of tracers (for backend and dtype queries)."""
+    while hasattr(x, "_concrete_value"):
+        x = x._concrete_value()
+    return x
+
+
+def xp_of(*operands):
+    """The array module (numpy or cupy) of the operands; tracers are looked through."""
+    for x in operands:
+        if is_cupy_array(concrete(x)):
+            return cupy_module() or _import_cupy()
+    return np
+
+
+def backend_name(x):
+    return "gpu" if is_cupy_array(concrete(x)) else "cpu"
+
+
+def xp_for(name):
+    """The array module for a backend name, ``'cpu'`` or ``'gpu'``."""
+    if name == "cpu":
+        return np
+    if name == "gpu":
+        cp = cupy_module()
+        if cp is None:
+            raise RuntimeError("device_put(..., 'gpu'): CuPy is not installed or sees no CUDA device")
+        return cp
+    raise ValueError(f"unknown device {name!r}; expected 'cpu' or 'gpu'")
+
+
+def _import_cupy():
+    import cupy
+
+    return cupy
+
+
+def device_put(x, device="cpu"):
+    """Moves every array leaf of the pytree ``x`` to ``device`` (``'cpu'`` or ``'gpu'``).
+
+    Example::
+
+        xs_gpu = cuvmap.device_put(xs, "gpu")
+    """
+    from cuvmap import tree
+
+    xp = xp_for(device)
+
+    def put(leaf):
+        if device == "cpu":
+            if is_cupy_array(leaf):
+                return leaf.get()
+            return np.asarray(leaf)
+        return xp.asarray(leaf)
+
+    return tree.map(put, x)

@@ -1,0 +1,323 @@
+"""The interpreter stack: primitives, tracers, traces and ``bind``.
+
+A *primitive* is a named operation with an impl (the bottom of the stack evaluates it on
+concrete arrays), a shape rule, and rules for each transform (kept by the transform
+modules). A *transform* (vmap, jvp, vjp) is an interpreter: while it runs it owns a
+``MainTrace`` at some ``level`` of the stack, and the values it traces are *tracers* that
+point to that main.
+
+``prim.bind(*args, **params)`` finds the innermost transform that owns any operand (the
+highest level among the tracers) and lets its trace process the primitive. The trace
+applies its rule; the rule's own binds act on the values one level down, so each transform
+sees only its own tracers and treats every other value as a constant. With no tracers the
+impl runs directly: that is the eval interpreter.
+
+Levels keep nested transforms apart: in ``grad(lambda x: grad(lambda y: x * y)(1.0))`` the
+inner ``grad`` sees ``x`` as a constant, so perturbations never get confused. A tracer
+whose main has been popped has *escaped* its transform; using it raises an error.
+"""
+from contextlib import contextmanager
+
+import numpy as np
+
+from cuvmap import backend
+
+
+# ---------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------
+
+
+class CuvmapError(Exception):
+    """Base class of cuvmap's errors. ``where`` is filled in by the innermost transform
+    wrapper (``"vmap(loss)"``) and printed first."""
+
+    def __init__(self, message, where=None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+
+    def __str__(self):
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class ShapeError(CuvmapError, ValueError):
+    """An operation was applied to operands of incompatible shapes, dtypes or parameters."""
+
+
+class MissingRuleError(CuvmapError, NotImplementedError):
+    """A primitive has no rule for the transform that reached it."""
+
+
+class EscapedTracerError(CuvmapError):
+    """A tracer was used after the transform that created it had returned."""
+
+
+class ConcretizationError(CuvmapError, TypeError):
+    """A traced value was converted to a concrete Python or NumPy value."""
+
+
+# ---------------------------------------------------------------------------------------
+# Avals: the abstract value of an operand (shape and dtype)
+# ---------------------------------------------------------------------------------------
+
+
+class ShapedArray:
+    """Shape and dtype of a value. ``weak_type`` marks Python scalars, which adopt the
+    dtype of the arrays they meet (NumPy 2's NEP 50 rule, as in JAX)."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type=False):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, ShapedArray)
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+        )
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self):
+        return f"{self.dtype.name}{list(self.shape)}"
+
+
+_PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
+
+
+def get_aval(x):
+    """The :class:`ShapedArray` of an array, tracer or Python scalar."""
+    if isinstance(x, Tracer):
+        return ShapedArray(x.shape, x.dtype)
+    t = type(x)
+    if t in _PY_SCALAR_DTYPES:
+        return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
+    return ShapedArray(x.shape, x.dtype)
+
+
+def shape_of(x):
+    """Shape of an array, tracer or Python scalar (``()``)."""
+    return getattr(x, "shape", ())
+
+
+def dtype_of(x):
+    t = type(x)
+    if t in _PY_SCALAR_DTYPES:
+        return np.dtype(_PY_SCALAR_DTYPES[t])
+    return np.dtype(x.dtype)
+
+
+def is_float(x):
+    """True for floating-point arrays/tracers and Python floats (the differentiable kinds)."""
+    t = type(x)
+    if t is float:
+        return True
+    if t is int or t is bool:
+        return False
+    return x.dtype.kind in "fc"
+
+
+# ---------------------------------------------------------------------------------------
+# The interpreter stack
+# ---------------------------------------------------------------------------------------
+
+
+class MainTrace:
+    """One active transform on the stack. ``global_data`` is the transform's state (the
+    axis size for vmap, the tape for reverse mode)."""
+
+    __slots__ = ("level", "trace", "global_data", "active", "name")
+
+    def __init__(self, level, trace_type, global_data, name):
+        self.level = level
+        self.global_data = global_data
+        self.active = True
+        self.name = name
+        self.trace = trace_type(self)
+
+    def __repr__(self):
+        return f"MainTrace({self.name}, level={self.level})"
+
+
+trace_stack = []
+
+
+@contextmanager
+def new_main(trace_type, global_data=None, name="transform"):
+    """Pushes a transform on the interpreter stack for the duration of the block."""
+    main = MainTrace(len(trace_stack) + 1, trace_type, global_data, name)
+    trace_stack.append(main)
+    try:
+        yield main
+    finally:
+        trace_stack.pop()
+        main.active = False
+
+
+class Trace:
+    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``."""
+
+    __slots__ = ("main",)
+
+    def __init__(self, main):
+        self.main = main
+
+    def process_primitive(self, primitive, args, params):
+        raise NotImplementedError
+
+
+class Tracer:
+    """A value being traced by a transform. Subclasses hold the transform's data and
+    define ``shape``, ``dtype`` and ``_concrete_value``. Operators and array methods are
+    attached by :mod:`cuvmap.numpy`."""
+
+    __slots__ = ("_main",)
+    __array_priority__ = 1000
+    __array_ufunc__ = None  # makes ``ndarray + tracer`` defer to ``Tracer.__radd__``
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def aval(self):
+        return ShapedArray(self.shape, self.dtype)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tracer")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tracer")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __array__(self, dtype=None, copy=None):
+        raise ConcretizationError(
+            f"a traced value of {self._main.name} with shape {self.shape} was converted to a "
+            "NumPy array (np.asarray, np.* function or float()); use cuvmap.numpy functions "
+            "on traced values instead"
+        )
+
+    def _concrete_value(self):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}<{self._main.name}>({self.aval})"
+
+
+# ---------------------------------------------------------------------------------------
+# Primitives
+# ---------------------------------------------------------------------------------------
+
+
+class Primitive:
+    """A named operation. ``impl(*arrays, **params)`` evaluates it on concrete arrays;
+    ``shape_rule(*avals, **params) -> ShapedArray`` states its output aval and raises
+    :class:`ShapeError` for bad operands. Transform rules live in the transform modules.
+
+    ``differentiable=False`` marks primitives whose outputs carry no derivative
+    (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
+    """
+
+    __slots__ = ("name", "impl", "shape_rule", "differentiable")
+
+    def __init__(self, name, differentiable=True):
+        self.name = name
+        self.impl = None
+        self.shape_rule = None
+        self.differentiable = differentiable
+
+    def __repr__(self):
+        return f"{self.name}_p"
+
+    def bind(self, *args, **params):
+        top = None
+        for x in args:
+            if isinstance(x, Tracer):
+                main = x._main
+                if not main.active:
+                    raise EscapedTracerError(_escaped_message(self, x))
+                if top is None or main.level > top.level:
+                    top = main
+        try:
+            if top is None:
+                return self.impl(*args, **params)
+            return top.trace.process_primitive(self, args, params)
+        except (MissingRuleError, EscapedTracerError, ConcretizationError):
+            raise
+        except Exception as err:  # re-raise with the op and the shapes at this level
+            raise _op_error(self, args, params, err, top) from err
+
+
+def _escaped_message(primitive, tracer):
+    return (
+        f"{primitive.name}: a tracer of {tracer._main.name} (shape {tracer.shape}) escaped its "
+        "transform: it was stored outside the function (a global, a closure cell, a list) and "
+        "used after the transform returned. Return values from the transformed function instead."
+    )
+
+
+def _op_error(primitive, args, params, err, top):
+    """Builds the error for a primitive that failed at some level: the shape rule's reason
+    when it rejects the operands' (logical) avals, the original error otherwise."""
+    try:
+        avals = [get_aval(x) for x in args]
+    except Exception:
+        avals = None
+    reason = None
+    if avals is not None and primitive.shape_rule is not None:
+        try:
+            primitive.shape_rule(*avals, **params)
+        except ShapeError as shape_err:
+            reason = shape_err.message
+        except Exception:
+            reason = None
+    if reason is None:
+        reason = err.message if isinstance(err, CuvmapError) else f"{type(err).__name__}: {err}"
+    operands = ", ".join(repr(a) for a in avals) if avals is not None else "?"
+    shown = {k: v for k, v in params.items()}
+    where = f" under {top.name}" if top is not None else ""
+    # strip an inner level's decoration so the message names the op once
+    prefix = f"{primitive.name}("
+    if reason.startswith(prefix) and "): " in reason:
+        reason = reason.split("): ", 1)[1]
+    return ShapeError(f"{primitive.name}({operands}{_fmt_params(shown)}){where}: {reason}")
+
+
+def _fmt_params(params):
+    if not params:
+        return ""
+    return ", " + ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def bind_impl_only(primitive, *args, **params):
+    return primitive.impl(*args, **params)
+
+
+def ensure_no_tracers_of(main, tree_leaves, what):
+    """Raises when a tracer of ``main`` is found among ``tree_leaves`` (used for aux data)."""
+    for leaf in tree_leaves:
+        if isinstance(leaf, Tracer) and leaf._main is main:
+            raise EscapedTracerError(f"{what} contains a traced value of {main.name}")
+
+
+def full_like_concrete(x, value, shape=None, dtype=None):
+    """A concrete array filled with ``value`` on ``x``'s backend, with ``x``'s logical shape
+    and dtype unless given. Not a primitive: the result is a constant to every transform."""
+    xp = backend.xp_of(x)
+    return xp.full(shape_of(x) if shape is None else shape, value, dtype=dtype_of(x) if dtype is None else dtype)

@@ -1,0 +1,1 @@
+"""GPU-only parts (cuDNN binding, device probing, kernels). Never imports the transforms."""

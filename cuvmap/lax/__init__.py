@@ -1,0 +1,26 @@
+"""Primitive families, one module each: every primitive's declaration, public wrapper,
+shape rule, impl, batching rule, JVP rule and VJP rule live together."""
+from cuvmap.lax.elementwise import (  # noqa: F401
+    abs, add, convert_element_type, cos, div, eq, exp, expm1, ge, gt, integer_pow, le, log,
+    log1p, logistic, lt, max, min, mul, ne, neg, pow, rsqrt, select, sign, sin, sqrt,
+    stop_gradient, sub, tanh,
+)
+from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
+from cuvmap.lax.linalg import dot_general  # noqa: F401
+from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
+from cuvmap.lax.shape import (  # noqa: F401
+    broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose,
+)
+
+
+def all_primitives():
+    """Every primitive defined by cuvmap's families (used by the registry test)."""
+    from cuvmap.core import Primitive
+    from cuvmap.lax import elementwise, indexing, linalg, reduction, shape
+
+    found = []
+    for module in (elementwise, indexing, linalg, reduction, shape):
+        for value in vars(module).values():
+            if isinstance(value, Primitive) and value not in found:
+                found.append(value)
+    return found

@@ -1,0 +1,388 @@
+"""Elementwise primitives: arithmetic, transcendental functions, comparisons, select,
+dtype conversion and stop_gradient.
+
+Binary and ternary primitives follow NumPy broadcasting, and Python scalars are weakly
+typed (NEP 50: ``float32_array * 2.0`` stays float32). The impls are NumPy ufuncs, which
+dispatch to CuPy's through ``__array_ufunc__``, so one impl serves both backends.
+
+Derivatives: the Jacobian of an elementwise primitive is diagonal, so one rule per
+operand, ``g * ∂out/∂x_i``, serves as both its JVP rule and its VJP rule
+(:func:`cuvmap.transforms.vjp.defderivative`). The transforms sum or broadcast the
+result back to each operand's shape.
+"""
+import numpy as np
+
+from cuvmap import core
+from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.transforms import batching, jvp, vjp
+
+
+# ---------------------------------------------------------------------------------------
+# Shared shape rules
+# ---------------------------------------------------------------------------------------
+
+
+def _dtype_operand(aval):
+    """What ``np.result_type`` needs to apply NEP 50: a Python scalar for weak avals."""
+    if aval.weak_type:
+        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[aval.dtype.kind]
+    return aval.dtype
+
+
+def broadcast_shapes(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(
+            "shapes " + ", ".join(str(tuple(s)) for s in shapes) + " do not broadcast"
+        ) from None
+
+
+def _naryop_shape_rule(*avals, **params):
+    shape = broadcast_shapes(*(a.shape for a in avals))
+    dtype = np.result_type(*(_dtype_operand(a) for a in avals))
+    return ShapedArray(shape, dtype, weak_type=all(a.weak_type for a in avals))
+
+
+def _float_unary_shape_rule(x, **params):
+    dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
+    return ShapedArray(x.shape, dtype, weak_type=x.weak_type)
+
+
+def _same_shape_rule(x, **params):
+    return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
+
+
+def _comparison_shape_rule(*avals, **params):
+    return ShapedArray(broadcast_shapes(*(a.shape for a in avals)), np.bool_)
+
+
+def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True):
+    p = Primitive(name, differentiable=differentiable)
+    p.impl = impl
+    p.shape_rule = shape_rule
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations and impls
+# ---------------------------------------------------------------------------------------
+
+neg_p = _nary("neg", np.negative, _same_shape_rule)
+add_p = _nary("add", np.add)
+sub_p = _nary("sub", np.subtract)
+mul_p = _nary("mul", np.multiply)
+div_p = _nary("div", np.true_divide)
+pow_p = _nary("pow", np.power)
+max_p = _nary("max", np.maximum)
+min_p = _nary("min", np.minimum)
+
+exp_p = _nary("exp", np.exp, _float_unary_shape_rule)
+log_p = _nary("log", np.log, _float_unary_shape_rule)
+log1p_p = _nary("log1p", np.log1p, _float_unary_shape_rule)
+expm1_p = _nary("expm1", np.expm1, _float_unary_shape_rule)
+sqrt_p = _nary("sqrt", np.sqrt, _float_unary_shape_rule)
+rsqrt_p = _nary("rsqrt", lambda x: np.reciprocal(np.sqrt(x)), _float_unary_shape_rule)
+tanh_p = _nary("tanh", np.tanh, _float_unary_shape_rule)
+# logistic(x) = 1 / (1 + exp(-x)) = exp(-softplus(-x)): no overflow for large |x|.
+logistic_p = _nary("logistic", lambda x: np.exp(-np.logaddexp(0, -x)), _float_unary_shape_rule)
+sin_p = _nary("sin", np.sin, _float_unary_shape_rule)
+cos_p = _nary("cos", np.cos, _float_unary_shape_rule)
+abs_p = _nary("abs", np.abs, _same_shape_rule)
+sign_p = _nary("sign", np.sign, _same_shape_rule, differentiable=False)
+
+eq_p = _nary("eq", np.equal, _comparison_shape_rule, differentiable=False)
+ne_p = _nary("ne", np.not_equal, _comparison_shape_rule, differentiable=False)
+lt_p = _nary("lt", np.less, _comparison_shape_rule, differentiable=False)
+le_p = _nary("le", np.less_equal, _comparison_shape_rule, differentiable=False)
+gt_p = _nary("gt", np.greater, _comparison_shape_rule, differentiable=False)
+ge_p = _nary("ge", np.greater_equal, _comparison_shape_rule, differentiable=False)
+
+
+def _integer_pow_impl(x, *, y):
+    return np.power(x, y)
+
+
+def _integer_pow_shape_rule(x, *, y):
+    if not isinstance(y, (int, np.integer)):
+        raise ShapeError(f"exponent must be a Python int, got {y!r}")
+    return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
+
+
+integer_pow_p = _nary("integer_pow", _integer_pow_impl, _integer_pow_shape_rule)
+
+
+def _select_impl(pred, on_true, on_false):
+    return np.where(pred, on_true, on_false)
+
+
+def _select_shape_rule(pred, on_true, on_false):
+    if pred.dtype != np.bool_:
+        raise ShapeError(f"predicate must be boolean, got {pred.dtype}")
+    out = _naryop_shape_rule(on_true, on_false)
+    return ShapedArray(broadcast_shapes(pred.shape, out.shape), out.dtype, out.weak_type)
+
+
+select_p = _nary("select", _select_impl, _select_shape_rule)
+
+
+def _convert_element_type_impl(x, *, new_dtype):
+    if isinstance(x, (bool, int, float, complex)):
+        return np.asarray(x, dtype=new_dtype)
+    return x.astype(new_dtype)
+
+
+def _convert_element_type_shape_rule(x, *, new_dtype):
+    return ShapedArray(x.shape, new_dtype)
+
+
+convert_element_type_p = _nary(
+    "convert_element_type", _convert_element_type_impl, _convert_element_type_shape_rule
+)
+
+stop_gradient_p = _nary("stop_gradient", lambda x: x, _same_shape_rule, differentiable=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Public wrappers
+# ---------------------------------------------------------------------------------------
+
+
+def neg(x):
+    """``-x``."""
+    return neg_p.bind(x)
+
+
+def add(x, y):
+    """``x + y`` with NumPy broadcasting."""
+    return add_p.bind(x, y)
+
+
+def sub(x, y):
+    """``x - y``."""
+    return sub_p.bind(x, y)
+
+
+def mul(x, y):
+    """``x * y``."""
+    return mul_p.bind(x, y)
+
+
+def div(x, y):
+    """``x / y`` (true division)."""
+    return div_p.bind(x, y)
+
+
+def pow(x, y):  # noqa: A001 - lax vocabulary
+    """``x ** y`` with a traced exponent; see :func:`integer_pow` for a fixed int."""
+    return pow_p.bind(x, y)
+
+
+def integer_pow(x, y):
+    """``x ** y`` for a static Python int ``y``."""
+    return integer_pow_p.bind(x, y=int(y))
+
+
+def max(x, y):  # noqa: A001
+    """Elementwise maximum; at ties the derivative is split evenly."""
+    return max_p.bind(x, y)
+
+
+def min(x, y):  # noqa: A001
+    """Elementwise minimum; at ties the derivative is split evenly."""
+    return min_p.bind(x, y)
+
+
+def exp(x):
+    return exp_p.bind(x)
+
+
+def log(x):
+    return log_p.bind(x)
+
+
+def log1p(x):
+    """``log(1 + x)``, accurate for small ``x``."""
+    return log1p_p.bind(x)
+
+
+def expm1(x):
+    """``exp(x) - 1``, accurate for small ``x``."""
+    return expm1_p.bind(x)
+
+
+def sqrt(x):
+    return sqrt_p.bind(x)
+
+
+def rsqrt(x):
+    """``1 / sqrt(x)``."""
+    return rsqrt_p.bind(x)
+
+
+def tanh(x):
+    return tanh_p.bind(x)
+
+
+def logistic(x):
+    """The sigmoid ``1 / (1 + exp(-x))``."""
+    return logistic_p.bind(x)
+
+
+def sin(x):
+    return sin_p.bind(x)
+
+
+def cos(x):
+    return cos_p.bind(x)
+
+
+def abs(x):  # noqa: A001
+    """``|x|``; its derivative at 0 is 0 (``sign(0)``)."""
+    return abs_p.bind(x)
+
+
+def sign(x):
+    """-1, 0 or 1; carries no derivative."""
+    return sign_p.bind(x)
+
+
+def eq(x, y):
+    return eq_p.bind(x, y)
+
+
+def ne(x, y):
+    return ne_p.bind(x, y)
+
+
+def lt(x, y):
+    return lt_p.bind(x, y)
+
+
+def le(x, y):
+    return le_p.bind(x, y)
+
+
+def gt(x, y):
+    return gt_p.bind(x, y)
+
+
+def ge(x, y):
+    return ge_p.bind(x, y)
+
+
+def select(pred, on_true, on_false):
+    """``on_true`` where ``pred`` holds, else ``on_false`` (``numpy.where``), broadcasting."""
+    return select_p.bind(pred, on_true, on_false)
+
+
+def convert_element_type(x, new_dtype):
+    """``x.astype(new_dtype)``; differentiable between floating dtypes."""
+    return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype))
+
+
+def stop_gradient(x):
+    """The identity, whose derivative is zero: transforms of derivatives see a constant."""
+    return stop_gradient_p.bind(x)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules
+# ---------------------------------------------------------------------------------------
+
+batching.defbroadcasting(
+    add_p, sub_p, mul_p, div_p, pow_p, max_p, min_p,
+    eq_p, ne_p, lt_p, le_p, gt_p, ge_p, select_p,
+)
+batching.defunary(
+    neg_p, exp_p, log_p, log1p_p, expm1_p, sqrt_p, rsqrt_p, tanh_p, logistic_p,
+    sin_p, cos_p, abs_p, sign_p, integer_pow_p, convert_element_type_p, stop_gradient_p,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Derivative rules (each serves as JVP and VJP: see the module docstring)
+# ---------------------------------------------------------------------------------------
+
+
+def _where_nonzero(pred, g):
+    """``g`` where ``pred`` holds, zero elsewhere, in ``g``'s dtype."""
+    return select(pred, g, 0)
+
+
+def _replace_zero(x):
+    return select(eq(x, 0), 1, x)
+
+
+vjp.defderivative(neg_p, lambda g, out, x: neg(g))
+vjp.defderivative(add_p, lambda g, out, x, y: g, lambda g, out, x, y: g)
+vjp.defderivative(sub_p, lambda g, out, x, y: g, lambda g, out, x, y: neg(g))
+vjp.defderivative(mul_p, lambda g, out, x, y: mul(g, y), lambda g, out, x, y: mul(g, x))
+vjp.defderivative(
+    div_p,
+    lambda g, out, x, y: div(g, y),
+    lambda g, out, x, y: neg(mul(g, div(out, y))),
+)
+vjp.defderivative(
+    pow_p,
+    lambda g, out, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
+    lambda g, out, x, y: mul(g, mul(log(_replace_zero(x)), out)),
+)
+
+
+def _integer_pow_derivative(g, out, x, *, y):
+    if y == 0:
+        return mul(g, 0)
+    if y == 1:
+        return g
+    return mul(g, mul(y, x if y == 2 else integer_pow(x, y - 1)))
+
+
+vjp.defderivative(integer_pow_p, _integer_pow_derivative)
+
+
+def _minmax_derivative(pick):
+    """∂max(x, y)/∂x is 1 where x wins, 1/2 at ties (as JAX does), 0 elsewhere."""
+
+    def wins(g, out, x, y):
+        return select(pick(x, y), g, _where_nonzero(eq(x, y), mul(g, 0.5)))
+
+    def loses(g, out, x, y):
+        return select(pick(y, x), g, _where_nonzero(eq(x, y), mul(g, 0.5)))
+
+    return wins, loses
+
+
+vjp.defderivative(max_p, *_minmax_derivative(gt))
+vjp.defderivative(min_p, *_minmax_derivative(lt))
+vjp.defderivative(exp_p, lambda g, out, x: mul(g, out))
+vjp.defderivative(log_p, lambda g, out, x: div(g, x))
+vjp.defderivative(log1p_p, lambda g, out, x: div(g, add(x, 1)))
+vjp.defderivative(expm1_p, lambda g, out, x: mul(g, add(out, 1)))
+vjp.defderivative(sqrt_p, lambda g, out, x: div(g, mul(out, 2)))
+vjp.defderivative(rsqrt_p, lambda g, out, x: mul(g, mul(div(out, x), -0.5)))
+vjp.defderivative(tanh_p, lambda g, out, x: mul(g, sub(1, mul(out, out))))
+vjp.defderivative(logistic_p, lambda g, out, x: mul(g, mul(out, sub(1, out))))
+vjp.defderivative(sin_p, lambda g, out, x: mul(g, cos(x)))
+vjp.defderivative(cos_p, lambda g, out, x: neg(mul(g, sin(x))))
+vjp.defderivative(abs_p, lambda g, out, x: mul(g, sign(x)))
+vjp.defderivative(
+    select_p,
+    None,
+    lambda g, out, pred, t, f: _where_nonzero(pred, g),
+    lambda g, out, pred, t, f: select(pred, 0, g),
+)
+
+
+def _convert_element_type_jvp(t, out, x, *, new_dtype):
+    return convert_element_type(t, new_dtype)
+
+
+def _convert_element_type_vjp(ct, out, x, *, new_dtype):
+    if not core.is_float(x):
+        return None
+    return convert_element_type(ct, core.dtype_of(x))
+
+
+jvp.defjvp(convert_element_type_p, _convert_element_type_jvp)
+vjp.defvjp(convert_element_type_p, _convert_element_type_vjp)

@@ -1,0 +1,363 @@
+"""Shape primitives: reshape, transpose, broadcast_in_dim, squeeze, expand_dims,
+concatenate and pad.
+
+All of them are linear, so each JVP rule applies the primitive to the tangent and each
+VJP rule is the transpose: reshape back, inverse permutation, sum over broadcast dims,
+slice the pieces of a concatenation, slice away padding.
+"""
+import numpy as np
+
+from cuvmap import backend, core
+from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
+
+
+def _as_array(x):
+    return x if hasattr(x, "shape") else np.asarray(x)
+
+
+def _prim(name, impl, shape_rule):
+    p = Primitive(name)
+    p.impl = impl
+    p.shape_rule = shape_rule
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# reshape
+# ---------------------------------------------------------------------------------------
+
+
+def _reshape_shape_rule(x, *, new_sizes):
+    if int(np.prod(x.shape, dtype=np.int64)) != int(np.prod(new_sizes, dtype=np.int64)):
+        raise ShapeError(f"cannot reshape {x.shape} ({int(np.prod(x.shape))} elements) to {new_sizes}")
+    return ShapedArray(new_sizes, x.dtype, x.weak_type)
+
+
+reshape_p = _prim("reshape", lambda x, *, new_sizes: _as_array(x).reshape(new_sizes), _reshape_shape_rule)
+
+
+def reshape(x, new_sizes):
+    """``x.reshape(new_sizes)``; ``new_sizes`` is a tuple of non-negative ints (no -1)."""
+    new_sizes = tuple(int(s) for s in new_sizes)
+    if core.shape_of(x) == new_sizes:
+        return x
+    return reshape_p.bind(x, new_sizes=new_sizes)
+
+
+def _reshape_batch(vals, dims, *, new_sizes):
+    (x,), (d,) = vals, dims
+    x = move_bdim(x, d, 0)
+    return reshape(x, (x.shape[0],) + new_sizes), 0
+
+
+batching.primitive_batchers[reshape_p] = _reshape_batch
+jvp.deflinear_unary(reshape_p)
+vjp.defvjp(reshape_p, lambda ct, out, x, *, new_sizes: reshape(ct, core.shape_of(x)))
+
+
+# ---------------------------------------------------------------------------------------
+# transpose
+# ---------------------------------------------------------------------------------------
+
+
+def _transpose_shape_rule(x, *, permutation):
+    if sorted(permutation) != list(range(x.ndim)):
+        raise ShapeError(f"permutation {permutation} is not a permutation of the {x.ndim} axes of {x.shape}")
+    return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
+
+
+transpose_p = _prim(
+    "transpose", lambda x, *, permutation: _as_array(x).transpose(permutation), _transpose_shape_rule
+)
+
+
+def transpose(x, permutation):
+    """Permutes the axes: output axis ``i`` is input axis ``permutation[i]``."""
+    permutation = tuple(int(p) for p in permutation)
+    if permutation == tuple(range(len(permutation))):
+        return x
+    return transpose_p.bind(x, permutation=permutation)
+
+
+def _transpose_batch(vals, dims, *, permutation):
+    (x,), (d,) = vals, dims
+    perm = (d,) + tuple(physical_axis(p, d) for p in permutation)
+    return transpose(x, perm), 0
+
+
+batching.primitive_batchers[transpose_p] = _transpose_batch
+jvp.deflinear_unary(transpose_p)
+vjp.defvjp(transpose_p, lambda ct, out, x, *, permutation: transpose(ct, tuple(np.argsort(permutation))))
+
+
+# ---------------------------------------------------------------------------------------
+# broadcast_in_dim
+# ---------------------------------------------------------------------------------------
+
+
+def _broadcast_in_dim_shape_rule(x, *, shape, broadcast_dimensions):
+    if len(broadcast_dimensions) != x.ndim:
+        raise ShapeError(f"broadcast_dimensions {broadcast_dimensions} must name one output dim per dim of {x.shape}")
+    for i, d in enumerate(broadcast_dimensions):
+        if not 0 <= d < len(shape) or x.shape[i] not in (1, shape[d]):
+            raise ShapeError(f"cannot broadcast {x.shape} to {shape} along dims {broadcast_dimensions}")
+    if list(broadcast_dimensions) != sorted(broadcast_dimensions):
+        raise ShapeError(f"broadcast_dimensions {broadcast_dimensions} must be increasing")
+    return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
+    x = _as_array(x)
+    expanded = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        expanded[d] = x.shape[i]
+    return backend.xp_of(x).broadcast_to(x.reshape(expanded), shape)
+
+
+broadcast_in_dim_p = _prim("broadcast_in_dim", _broadcast_in_dim_impl, _broadcast_in_dim_shape_rule)
+
+
+def broadcast_in_dim(x, shape, broadcast_dimensions):
+    """Broadcasts ``x`` to ``shape``; dim ``i`` of ``x`` becomes dim
+    ``broadcast_dimensions[i]`` of the output (size 1 or equal)."""
+    shape = tuple(int(s) for s in shape)
+    broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
+    if core.shape_of(x) == shape:
+        return x
+    return broadcast_in_dim_p.bind(x, shape=shape, broadcast_dimensions=broadcast_dimensions)
+
+
+def broadcast_to(x, shape):
+    """NumPy's ``broadcast_to``: trailing dims aligned."""
+    shape = tuple(shape)
+    s = core.shape_of(x)
+    if s == shape:
+        return x
+    if len(s) > len(shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast {s} to {shape}")
+    return broadcast_in_dim(x, shape, tuple(range(len(shape) - len(s), len(shape))))
+
+
+def _broadcast_in_dim_batch(vals, dims, *, shape, broadcast_dimensions):
+    (x,), (d,) = vals, dims
+    x = move_bdim(x, d, 0)
+    return (
+        broadcast_in_dim(x, (x.shape[0],) + shape, (0,) + tuple(b + 1 for b in broadcast_dimensions)),
+        0,
+    )
+
+
+def _broadcast_in_dim_vjp(ct, out, x, *, shape, broadcast_dimensions):
+    x_shape = core.shape_of(x)
+    summed = tuple(
+        d for d in range(len(shape))
+        if d not in broadcast_dimensions
+        or (x_shape[broadcast_dimensions.index(d)] == 1 and shape[d] != 1)
+    )
+    from cuvmap.lax.reduction import reduce_sum
+
+    return reshape(reduce_sum(ct, summed), x_shape)
+
+
+batching.primitive_batchers[broadcast_in_dim_p] = _broadcast_in_dim_batch
+jvp.deflinear_unary(broadcast_in_dim_p)
+vjp.defvjp(broadcast_in_dim_p, _broadcast_in_dim_vjp)
+
+
+def unbroadcast(ct, shape):
+    """Sums ``ct`` down to ``shape``, undoing NumPy broadcasting (the transpose of
+    :func:`broadcast_to`)."""
+    from cuvmap.lax.reduction import reduce_sum
+
+    ct_shape = core.shape_of(ct)
+    lead = len(ct_shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and ct_shape[lead + i] != 1
+    )
+    if axes:
+        ct = reduce_sum(ct, axes)
+    return reshape(ct, shape)
+
+
+# ---------------------------------------------------------------------------------------
+# squeeze and expand_dims
+# ---------------------------------------------------------------------------------------
+
+
+def _squeeze_shape_rule(x, *, dimensions):
+    for d in dimensions:
+        if not 0 <= d < x.ndim or x.shape[d] != 1:
+            raise ShapeError(f"cannot squeeze dim {d} of {x.shape}: it must exist and have size 1")
+    return ShapedArray(tuple(s for i, s in enumerate(x.shape) if i not in dimensions), x.dtype, x.weak_type)
+
+
+squeeze_p = _prim("squeeze", lambda x, *, dimensions: _as_array(x).squeeze(dimensions), _squeeze_shape_rule)
+
+
+def squeeze(x, dimensions):
+    """Removes the size-1 dims ``dimensions`` (non-negative, sorted)."""
+    dimensions = tuple(sorted(int(d) for d in dimensions))
+    if not dimensions:
+        return x
+    return squeeze_p.bind(x, dimensions=dimensions)
+
+
+def _squeeze_batch(vals, dims, *, dimensions):
+    (x,), (d,) = vals, dims
+    phys = tuple(physical_axis(a, d) for a in dimensions)
+    return squeeze(x, phys), d - sum(1 for a in phys if a < d)
+
+
+batching.primitive_batchers[squeeze_p] = _squeeze_batch
+jvp.deflinear_unary(squeeze_p)
+vjp.defvjp(squeeze_p, lambda ct, out, x, *, dimensions: reshape(ct, core.shape_of(x)))
+
+
+def _expand_dims_shape(shape, dimensions):
+    out = list(shape)
+    for d in dimensions:
+        out.insert(d, 1)
+    return tuple(out)
+
+
+def _expand_dims_shape_rule(x, *, dimensions):
+    n = x.ndim + len(dimensions)
+    if any(not 0 <= d < n for d in dimensions):
+        raise ShapeError(f"expand_dims dims {dimensions} out of range for an output of rank {n}")
+    return ShapedArray(_expand_dims_shape(x.shape, dimensions), x.dtype, x.weak_type)
+
+
+expand_dims_p = _prim(
+    "expand_dims",
+    lambda x, *, dimensions: _as_array(x).reshape(_expand_dims_shape(np.shape(x), dimensions)),
+    _expand_dims_shape_rule,
+)
+
+
+def expand_dims(x, dimensions):
+    """Inserts size-1 dims at the (sorted, non-negative) output positions ``dimensions``."""
+    dimensions = tuple(sorted(int(d) for d in dimensions))
+    if not dimensions:
+        return x
+    return expand_dims_p.bind(x, dimensions=dimensions)
+
+
+def _expand_dims_batch(vals, dims, *, dimensions):
+    (x,), (d,) = vals, dims
+    x = move_bdim(x, d, 0)
+    return expand_dims(x, tuple(a + 1 for a in dimensions)), 0
+
+
+batching.primitive_batchers[expand_dims_p] = _expand_dims_batch
+jvp.deflinear_unary(expand_dims_p)
+vjp.defvjp(expand_dims_p, lambda ct, out, x, *, dimensions: reshape(ct, core.shape_of(x)))
+
+
+# ---------------------------------------------------------------------------------------
+# concatenate
+# ---------------------------------------------------------------------------------------
+
+
+def _concatenate_shape_rule(*xs, dimension):
+    if not xs:
+        raise ShapeError("needs at least one operand")
+    ref = xs[0]
+    if not 0 <= dimension < ref.ndim:
+        raise ShapeError(f"dimension {dimension} out of range for rank {ref.ndim}")
+    for x in xs:
+        if x.ndim != ref.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, ref.shape)) if i != dimension
+        ):
+            raise ShapeError(
+                "operand shapes " + ", ".join(str(x.shape) for x in xs)
+                + f" differ outside dimension {dimension}"
+            )
+    shape = list(ref.shape)
+    shape[dimension] = sum(x.shape[dimension] for x in xs)
+    dtype = np.result_type(*(x.dtype for x in xs))
+    return ShapedArray(shape, dtype)
+
+
+def _concatenate_impl(*xs, dimension):
+    return backend.xp_of(*xs).concatenate(xs, axis=dimension)
+
+
+concatenate_p = _prim("concatenate", _concatenate_impl, _concatenate_shape_rule)
+
+
+def concatenate(xs, dimension):
+    """Joins arrays of equal shape except along ``dimension``."""
+    xs = tuple(xs)
+    if len(xs) == 1:
+        return xs[0]
+    return concatenate_p.bind(*xs, dimension=int(dimension))
+
+
+def _concatenate_batch(vals, dims, *, dimension):
+    size = batching.axis_size_of(vals, dims)
+    xs = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
+    return concatenate(xs, dimension + 1), 0
+
+
+def _concatenate_jvp(i, t, out, *xs, dimension):
+    pieces = [t if j == i else core.full_like_concrete(x, 0, dtype=core.dtype_of(t)) for j, x in enumerate(xs)]
+    return concatenate(pieces, dimension)
+
+
+def _concatenate_vjp(i, ct, out, *xs, dimension):
+    from cuvmap.lax.indexing import slice_in_dim
+
+    start = sum(core.shape_of(x)[dimension] for x in xs[:i])
+    return slice_in_dim(ct, start, start + core.shape_of(xs[i])[dimension], dimension)
+
+
+batching.primitive_batchers[concatenate_p] = _concatenate_batch
+jvp.primitive_jvps[concatenate_p] = _concatenate_jvp
+vjp.primitive_vjps[concatenate_p] = _concatenate_vjp
+
+
+# ---------------------------------------------------------------------------------------
+# pad
+# ---------------------------------------------------------------------------------------
+
+
+def _pad_shape_rule(x, *, pads, value):
+    if len(pads) != x.ndim:
+        raise ShapeError(f"needs one (low, high) pair per dim of {x.shape}, got {pads}")
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise ShapeError(f"negative padding {pads}")
+    return ShapedArray(tuple(s + lo + hi for s, (lo, hi) in zip(x.shape, pads)), x.dtype, x.weak_type)
+
+
+def _pad_impl(x, *, pads, value):
+    x = _as_array(x)
+    return backend.xp_of(x).pad(x, pads, mode="constant", constant_values=value)
+
+
+pad_p = _prim("pad", _pad_impl, _pad_shape_rule)
+
+
+def pad(x, pads, value=0):
+    """Pads each dim with ``(low, high)`` copies of the constant ``value``."""
+    pads = tuple((int(lo), int(hi)) for lo, hi in pads)
+    return pad_p.bind(x, pads=pads, value=value)
+
+
+def _pad_batch(vals, dims, *, pads, value):
+    (x,), (d,) = vals, dims
+    return pad(x, pads[:d] + ((0, 0),) + pads[d:], value), d
+
+
+def _pad_vjp(ct, out, x, *, pads, value):
+    from cuvmap.lax.indexing import slice_p
+
+    shape = core.shape_of(ct)
+    slices = tuple((lo, n - hi, 1) for (lo, hi), n in zip(pads, shape))
+    return slice_p.bind(ct, slices=slices)
+
+
+batching.primitive_batchers[pad_p] = _pad_batch
+jvp.defjvp(pad_p, lambda t, out, x, *, pads, value: pad(t, pads, 0))
+vjp.defvjp(pad_p, _pad_vjp)

@@ -1,0 +1,1 @@
+"""The transforms: each module owns its tracer, its trace and its rule registry."""

@@ -1,0 +1,225 @@
+"""Batching: the interpreter behind ``vmap``.
+
+``vmap(f)(xs)[b] == f(xs[b])`` for every ``b``. A batched value is a ``BatchTracer(val,
+bdim)``: ``val`` is the physical array, which holds every example, and ``bdim`` is the
+axis of ``val`` that indexes examples. The tracer's logical shape (what ``f`` sees) is
+``val.shape`` without ``bdim``. Values not owned by this transform are unbatched
+(``not_mapped``).
+
+A batching rule ``rule(vals, dims, **params) -> (out, out_dim)`` computes the batched
+output of a primitive from the physical operands and their batch dims with one call of
+primitives (never a loop over examples). The helpers below, in the spirit of functorch's
+``BatchRulesHelper.h``, move batch dims to the front, pad operands to a common logical
+rank, fold a batch dim into another dim and split it back out, and define the rules of
+whole families (elementwise with broadcasting, reductions) at once.
+"""
+from cuvmap import core
+from cuvmap.core import MissingRuleError, Trace, Tracer
+
+not_mapped = None
+
+primitive_batchers = {}
+
+
+class BatchTracer(Tracer):
+    __slots__ = ("val", "bdim")
+
+    def __init__(self, main, val, bdim):
+        self._main = main
+        self.val = val
+        self.bdim = bdim
+
+    @property
+    def shape(self):
+        s = self.val.shape
+        d = self.bdim
+        return s[:d] + s[d + 1:]
+
+    @property
+    def dtype(self):
+        return self.val.dtype
+
+    def _concrete_value(self):
+        return self.val
+
+    def __bool__(self):
+        raise core.ConcretizationError(
+            f"the truth value of a batched value (shape {self.shape}) depends on the example "
+            f"under {self._main.name}; use cuvmap.numpy.where instead of Python control flow"
+        )
+
+    __int__ = __float__ = __index__ = __bool__
+
+
+class BatchTrace(Trace):
+    __slots__ = ()
+
+    def process_primitive(self, primitive, args, params):
+        main = self.main
+        vals = []
+        dims = []
+        for x in args:
+            if type(x) is BatchTracer and x._main is main:
+                vals.append(x.val)
+                dims.append(x.bdim)
+            else:
+                vals.append(x)
+                dims.append(not_mapped)
+        rule = primitive_batchers.get(primitive)
+        if rule is None:
+            raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
+        out, out_dim = rule(vals, dims, **params)
+        if out_dim is not_mapped:
+            return out
+        return BatchTracer(main, out, out_dim)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers (cf. functorch's BatchRulesHelper.h)
+# ---------------------------------------------------------------------------------------
+
+
+def axis_size_of(vals, dims):
+    for v, d in zip(vals, dims):
+        if d is not not_mapped:
+            return v.shape[d]
+    raise ValueError("no batched operand")
+
+
+def move_bdim(x, bdim, dst=0):
+    """Moves the batch dim of ``x`` from ``bdim`` to ``dst`` (a physical axis)."""
+    from cuvmap.lax import shape as lax_shape
+
+    if bdim == dst:
+        return x
+    ndim = len(x.shape)
+    perm = [i for i in range(ndim) if i != bdim]
+    perm.insert(dst, bdim)
+    return lax_shape.transpose(x, tuple(perm))
+
+
+def bdim_at_front(x, bdim, size):
+    """``x`` with its batch dim at axis 0, broadcasting an unbatched ``x`` to ``size``."""
+    from cuvmap.lax import shape as lax_shape
+
+    if bdim is not_mapped:
+        s = core.shape_of(x)
+        return lax_shape.broadcast_in_dim(x, (size,) + s, tuple(range(1, len(s) + 1)))
+    return move_bdim(x, bdim, 0)
+
+
+def pad_to_logical_rank(x, logical_rank, rank):
+    """For ``x`` with its batch dim at 0 and logical rank ``logical_rank``: inserts size-1
+    dims after the batch dim so that NumPy broadcasting against rank-``rank`` operands
+    aligns the logical dims (functorch's ``maybe_pad_to_logical_rank``)."""
+    from cuvmap.lax import shape as lax_shape
+
+    if logical_rank >= rank:
+        return x
+    s = x.shape
+    return lax_shape.reshape(x, (s[0],) + (1,) * (rank - logical_rank) + tuple(s[1:]))
+
+
+def fold_bdim_into(x, bdim, dst):
+    """Merges the batch dim of ``x`` into physical axis ``dst`` (of ``x`` without the batch
+    dim), the batch index varying slowest: ``(..., B, n, ...) -> (..., B*n, ...)``."""
+    from cuvmap.lax import shape as lax_shape
+
+    x = move_bdim(x, bdim, dst)
+    s = tuple(x.shape)
+    return lax_shape.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
+
+
+def split_bdim_out_of(x, axis, size):
+    """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``B*n`` into
+    ``(B, n)``; the batch dim is then at ``axis``."""
+    from cuvmap.lax import shape as lax_shape
+
+    s = tuple(x.shape)
+    return lax_shape.reshape(x, s[:axis] + (size, s[axis] // size) + s[axis + 1:])
+
+
+def physical_axis(logical_axis, bdim):
+    """The physical axis of logical axis ``logical_axis`` of a value batched at ``bdim``."""
+    return logical_axis + 1 if logical_axis >= bdim else logical_axis
+
+
+# ---------------------------------------------------------------------------------------
+# Family rules
+# ---------------------------------------------------------------------------------------
+
+
+def broadcasting_batcher(primitive):
+    """The batching rule of an elementwise primitive with NumPy broadcasting.
+
+    Fast path: when every batched operand has the same bdim and full logical rank, and
+    every unbatched operand is short enough to broadcast against the dims right of it,
+    the operands go through as they are. Otherwise batch dims move to the front and
+    batched operands are padded to the common logical rank.
+    """
+
+    def rule(vals, dims, **params):
+        ranks = []
+        for v, d in zip(vals, dims):
+            r = len(core.shape_of(v))
+            ranks.append(r - 1 if d is not not_mapped else r)
+        rank = max(ranks)
+        first = next(d for d in dims if d is not not_mapped)
+        fast = True
+        for r, d in zip(ranks, dims):
+            if d is not_mapped:
+                if r > rank - first:
+                    fast = False
+                    break
+            elif d != first or r != rank:
+                fast = False
+                break
+        if fast:
+            return primitive.bind(*vals, **params), first
+        new_vals = []
+        for v, d, r in zip(vals, dims, ranks):
+            if d is not_mapped:
+                new_vals.append(v)
+            else:
+                new_vals.append(pad_to_logical_rank(move_bdim(v, d, 0), r, rank))
+        return primitive.bind(*new_vals, **params), 0
+
+    return rule
+
+
+def defbroadcasting(*primitives):
+    for p in primitives:
+        primitive_batchers[p] = broadcasting_batcher(p)
+
+
+def unary_batcher(primitive):
+    """Elementwise unary primitives: the batch dim stays where it is."""
+
+    def rule(vals, dims, **params):
+        (x,), (d,) = vals, dims
+        return primitive.bind(x, **params), d
+
+    return rule
+
+
+def defunary(*primitives):
+    for p in primitives:
+        primitive_batchers[p] = unary_batcher(p)
+
+
+def reduction_batcher(primitive):
+    """Reductions over ``axes`` (a tuple of logical axes): shift the axes past the batch
+    dim; the output's batch dim moves left by the number of reduced axes before it."""
+
+    def rule(vals, dims, *, axes, **params):
+        (x,), (d,) = vals, dims
+        phys = tuple(physical_axis(a, d) for a in axes)
+        out_dim = d - sum(1 for a in phys if a < d)
+        return primitive.bind(x, axes=phys, **params), out_dim
+
+    return rule
+
+
+def defreduction(*primitives):
+    for p in primitives:
+        primitive_batchers[p] = reduction_batcher(p)

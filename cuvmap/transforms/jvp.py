@@ -1,0 +1,115 @@
+"""Forward mode: the interpreter behind ``jvp``, ``jacfwd`` and ``hessian``.
+
+``jvp(f, (x,), (t,)) == (f(x), ∂f(x)·t)``. A ``JVPTracer(primal, tangent)`` carries a value
+and its directional derivative; ``tangent is None`` is a symbolic zero, which costs
+nothing and is never materialised unless an output needs it.
+
+A primitive ``y = p(x_0, ..., x_n)`` has a JVP rule per operand:
+``rule(i, t_i, y, *primals, **params) -> ∂y/∂x_i · t_i``; the tracer adds the
+contributions of the operands whose tangents are not zero. Rules call primitives, so they
+are differentiable and batchable in turn. A contribution whose shape differs from the
+output's (an operand that NumPy-broadcast) is broadcast to the output shape here.
+"""
+from cuvmap import core
+from cuvmap.core import MissingRuleError, Trace, Tracer
+
+primitive_jvps = {}
+
+
+class JVPTracer(Tracer):
+    __slots__ = ("primal", "tangent")
+
+    def __init__(self, main, primal, tangent):
+        self._main = main
+        self.primal = primal
+        self.tangent = tangent
+
+    @property
+    def shape(self):
+        return core.shape_of(self.primal)
+
+    @property
+    def dtype(self):
+        return core.dtype_of(self.primal)
+
+    def _concrete_value(self):
+        return self.primal
+
+    def __bool__(self):
+        return bool(self.primal)
+
+    def __float__(self):
+        return float(self.primal)
+
+    def __int__(self):
+        return int(self.primal)
+
+    def __index__(self):
+        return self.primal.__index__()
+
+
+class JVPTrace(Trace):
+    __slots__ = ()
+
+    def process_primitive(self, primitive, args, params):
+        main = self.main
+        primals = list(args)
+        tangents = None
+        for i, x in enumerate(args):
+            if type(x) is JVPTracer and x._main is main:
+                primals[i] = x.primal
+                if x.tangent is not None:
+                    if tangents is None:
+                        tangents = []
+                    tangents.append((i, x.tangent))
+        out = primitive.bind(*primals, **params)
+        if tangents is None or not primitive.differentiable or not core.is_float(out):
+            return out
+        rule = primitive_jvps.get(primitive)
+        if rule is None:
+            raise MissingRuleError(f"primitive {primitive.name} has no JVP rule (needed by jvp)")
+        t_out = None
+        for i, t in tangents:
+            contribution = rule(i, t, out, *primals, **params)
+            if contribution is None:
+                continue
+            t_out = contribution if t_out is None else _add(t_out, contribution)
+        if t_out is None:
+            return out
+        t_out = _match_aval(t_out, out)
+        return JVPTracer(main, out, t_out)
+
+
+def _add(a, b):
+    from cuvmap.lax import elementwise
+
+    return elementwise.add(a, b)
+
+
+def _match_aval(t, out):
+    """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
+    from cuvmap.lax import elementwise, shape as lax_shape
+
+    out_shape = core.shape_of(out)
+    t_shape = core.shape_of(t)
+    if t_shape != out_shape:
+        t = lax_shape.broadcast_to(t, out_shape)
+    if type(out) is not float and core.dtype_of(t) != core.dtype_of(out):
+        t = elementwise.convert_element_type(t, core.dtype_of(out))
+    return t
+
+
+def defjvp(primitive, *per_operand_rules):
+    """Registers one JVP rule per operand: ``rule(t, out, *primals, **params)``; ``None``
+    for operands that carry no derivative (indices, predicates)."""
+
+    def rule(i, t, out, *primals, **params):
+        r = per_operand_rules[i]
+        return None if r is None else r(t, out, *primals, **params)
+
+    primitive_jvps[primitive] = rule
+
+
+def deflinear_unary(primitive):
+    """JVP of a primitive that is linear in its single operand: apply it to the tangent."""
+    primitive_jvps[primitive] = lambda i, t, out, x, **params: primitive.bind(t, **params)
