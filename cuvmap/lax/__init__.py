@@ -5,6 +5,7 @@ from cuvmap.lax.elementwise import (  # noqa: F401
     log1p, logistic, lt, max, min, mul, ne, neg, pow, rsqrt, select, sign, sin, sqrt,
     stop_gradient, sub, tanh,
 )
+from cuvmap.lax.conv import conv, conv_backward_input, conv_backward_weight  # noqa: F401
 from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
 from cuvmap.lax.linalg import dot_general  # noqa: F401
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
@@ -15,11 +16,13 @@ from cuvmap.lax.shape import (  # noqa: F401
 
 def all_primitives():
     """Every primitive defined by cuvmap's families (used by the registry test)."""
+    import importlib
+
     from cuvmap.core import Primitive
-    from cuvmap.lax import elementwise, indexing, linalg, reduction, shape
 
     found = []
-    for module in (elementwise, indexing, linalg, reduction, shape):
+    for name in ("elementwise", "indexing", "linalg", "reduction", "shape", "conv"):
+        module = importlib.import_module(f"cuvmap.lax.{name}")
         for value in vars(module).values():
             if isinstance(value, Primitive) and value not in found:
                 found.append(value)

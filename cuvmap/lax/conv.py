@@ -1,0 +1,541 @@
+"""The convolution family: ``conv``, ``conv_backward_input``, ``conv_backward_weight``.
+
+Semantics are aten's ``convolution``: N-d (1, 2 or 3 spatial dims), layout ``N C S...``,
+weight ``O C/groups K...`` (transposed: ``C O/groups K...``), symmetric zero padding:
+
+    conv(x, w)[n, g·Og + o, y] = Σ_{c,k} x[n, g·Cg + c, y·s − p + k·d] · w[g·Og + o, c, k]
+
+and the transposed convolution is the adjoint of that map in ``x`` (with ``output_padding``
+extra rows at the high end of each output dim). The two backward primitives are the
+adjoints of ``conv`` in each operand, and take the shape of the operand they produce as
+a static parameter (aten passes a dummy tensor instead)::
+
+    ⟨conv(x, w), g⟩ = ⟨x, conv_backward_input(g, w, input_shape=x.shape)⟩
+                    = ⟨w, conv_backward_weight(g, x, weight_shape=w.shape)⟩
+
+The three are bilinear, so every JVP and VJP rule is another member of the family; that
+makes second derivatives (hessian-vector products of a CNN loss) work unchanged.
+
+Batching follows PyTorch functorch's ``BatchRulesConvolution.cpp`` case by case: the vmap
+dim is folded into the batch dim ``N``, into the output or input channels, or into the
+groups (``groups *= B``), so that every batched case is one grouped convolution. The
+comments name the layouts as the seed does: ``B`` the vmap dim, ``G`` groups, ``(B O)``
+a merged dim with ``B`` outermost.
+
+Impls: cuDNN on CuPy arrays when ``libcudnn`` loads (``cuvmap/cuda/cudnn.py``), otherwise
+im2col + batched GEMM (``cuvmap/lax/conv_gemm.py``) on NumPy or CuPy.
+"""
+import numpy as np
+
+from cuvmap import backend, core
+from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.lax import conv_gemm
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax.reduction import reduce_sum
+from cuvmap.lax.shape import broadcast_in_dim, reshape, transpose
+from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms.batching import move_bdim, not_mapped
+
+# ---------------------------------------------------------------------------------------
+# Declarations and public wrappers
+# ---------------------------------------------------------------------------------------
+
+conv_p = Primitive("conv")
+conv_backward_input_p = Primitive("conv_backward_input")
+conv_backward_weight_p = Primitive("conv_backward_weight")
+
+
+def _tuple(v, nd, name):
+    if isinstance(v, (int, np.integer)):
+        return (int(v),) * nd
+    v = tuple(int(i) for i in v)
+    if len(v) != nd:
+        raise ShapeError(f"conv: {name} {v} must have one entry per spatial dim ({nd})")
+    return v
+
+
+def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):
+    """Normalizes the static parameters of the conv family to hashable tuples."""
+    return dict(
+        stride=_tuple(stride, nd, "stride"),
+        padding=_tuple(padding, nd, "padding"),
+        dilation=_tuple(dilation, nd, "dilation"),
+        transposed=bool(transposed),
+        output_padding=_tuple(output_padding, nd, "output_padding"),
+        groups=int(groups),
+    )
+
+
+def conv(lhs, rhs, bias=None, *, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):
+    """aten's ``convolution``.
+
+    Args:
+      lhs: input ``(N, C, S...)`` with 1, 2 or 3 spatial dims.
+      rhs: weight ``(O, C/groups, K...)``, or ``(C, O/groups, K...)`` when ``transposed``.
+      bias: ``(O,)`` or None.
+      stride, padding, dilation, output_padding: ints or one int per spatial dim; padding
+        is symmetric zero padding (``output_padding`` only for transposed convs).
+      transposed: the transposed convolution (the adjoint of the regular one in its input).
+      groups: the channels split into ``groups`` independent convolutions.
+    Returns:
+      ``(N, O, out...)``.
+    """
+    nd = len(core.shape_of(lhs)) - 2
+    params = conv_params(nd, stride, padding, dilation, transposed, output_padding, groups)
+    operands = (lhs, rhs) if bias is None else (lhs, rhs, bias)
+    return conv_p.bind(*operands, **params)
+
+
+def conv_backward_input(grad_output, rhs, input_shape, *, stride, padding, dilation, transposed, output_padding, groups):
+    """``∂⟨conv(x, rhs), grad_output⟩/∂x`` for ``x`` of shape ``input_shape``."""
+    return conv_backward_input_p.bind(
+        grad_output, rhs, input_shape=tuple(int(s) for s in input_shape), stride=stride, padding=padding,
+        dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups,
+    )
+
+
+def conv_backward_weight(grad_output, lhs, weight_shape, *, stride, padding, dilation, transposed, output_padding, groups):
+    """``∂⟨conv(lhs, w), grad_output⟩/∂w`` for ``w`` of shape ``weight_shape``."""
+    return conv_backward_weight_p.bind(
+        grad_output, lhs, weight_shape=tuple(int(s) for s in weight_shape), stride=stride, padding=padding,
+        dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Shape rules
+# ---------------------------------------------------------------------------------------
+
+
+def _check_common(lhs_shape, rhs_shape, stride, padding, dilation, transposed, output_padding, groups):
+    nd = len(lhs_shape) - 2
+    if nd not in (1, 2, 3):
+        raise ShapeError(f"input of shape {tuple(lhs_shape)} must be (N, C, spatial...) with 1, 2 or 3 spatial dims")
+    if len(rhs_shape) != len(lhs_shape):
+        raise ShapeError(
+            f"weight of shape {tuple(rhs_shape)} must have the rank of the input {tuple(lhs_shape)} "
+            f"({'(C, O/groups, K...)' if transposed else '(O, C/groups, K...)'})"
+        )
+    if groups < 1:
+        raise ShapeError(f"groups must be positive, got {groups}")
+    if any(s < 1 for s in stride) or any(d < 1 for d in dilation):
+        raise ShapeError(f"stride {stride} and dilation {dilation} must be positive")
+    if any(p < 0 for p in padding):
+        raise ShapeError(f"negative padding {padding}")
+    if any(o < 0 for o in output_padding):
+        raise ShapeError(f"negative output_padding {output_padding}")
+    if not transposed and any(output_padding):
+        raise ShapeError(f"output_padding {output_padding} is only for transposed convolutions")
+    if transposed and any(o >= s and o >= d for o, s, d in zip(output_padding, stride, dilation)):
+        raise ShapeError(
+            f"output_padding {output_padding} must be smaller than either stride {stride} or dilation {dilation}"
+        )
+
+
+def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transposed, output_padding, groups):
+    """Shape of ``conv(lhs, rhs)``; raises :class:`ShapeError` naming the shapes."""
+    _check_common(lhs_shape, rhs_shape, stride, padding, dilation, transposed, output_padding, groups)
+    n, c = lhs_shape[:2]
+    spatial = tuple(lhs_shape[2:])
+    kernel = tuple(rhs_shape[2:])
+    where = f"input {tuple(lhs_shape)}, weight {tuple(rhs_shape)}, groups={groups}"
+    if c % groups:
+        raise ShapeError(f"input channels {c} are not divisible by groups {groups} ({where})")
+    if transposed:
+        if rhs_shape[0] != c:
+            raise ShapeError(f"transposed weight must be (C, O/groups, K...) with C = {c} input channels ({where})")
+        out_ch = rhs_shape[1] * groups
+        out_sp = tuple(
+            (s - 1) * st - 2 * p + d * (k - 1) + op + 1
+            for s, k, st, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
+        )
+    else:
+        if rhs_shape[0] % groups:
+            raise ShapeError(f"output channels {rhs_shape[0]} are not divisible by groups {groups} ({where})")
+        if rhs_shape[1] * groups != c:
+            raise ShapeError(
+                f"weight expects {rhs_shape[1] * groups} input channels ({rhs_shape[1]} per group), "
+                f"the input has {c} ({where})"
+            )
+        out_ch = rhs_shape[0]
+        for s, k, p, d in zip(spatial, kernel, padding, dilation):
+            if s + 2 * p < d * (k - 1) + 1:
+                raise ShapeError(
+                    f"kernel of extent {d * (k - 1) + 1} (size {k}, dilation {d}) is larger than the padded "
+                    f"input ({s} + 2·{p}) ({where})"
+                )
+        out_sp = conv_gemm.output_spatial(spatial, kernel, stride, padding, dilation)
+    if any(o < 1 for o in out_sp):
+        raise ShapeError(f"the output would be empty: spatial size {out_sp} ({where})")
+    return (n, out_ch) + out_sp
+
+
+def _check_dtypes(*avals):
+    dtypes = {a.dtype for a in avals}
+    if len(dtypes) != 1:
+        raise ShapeError("operands must share one dtype, got " + ", ".join(str(a.dtype) for a in avals))
+    dtype = dtypes.pop()
+    if dtype.kind != "f":
+        raise ShapeError(f"operands must be floating point, got {dtype}")
+    return dtype
+
+
+def _conv_shape_rule(lhs, rhs, *maybe_bias, **params):
+    shape = conv_output_shape(lhs.shape, rhs.shape, **params)
+    dtype = _check_dtypes(lhs, rhs, *maybe_bias)
+    if maybe_bias:
+        (bias,) = maybe_bias
+        if tuple(bias.shape) != (shape[1],):
+            raise ShapeError(f"bias of shape {tuple(bias.shape)} must be ({shape[1]},) for {shape[1]} output channels")
+    return ShapedArray(shape, dtype)
+
+
+def _conv_backward_input_shape_rule(grad_output, rhs, *, input_shape, **params):
+    expected = conv_output_shape(input_shape, rhs.shape, **params)
+    if tuple(grad_output.shape) != expected:
+        raise ShapeError(
+            f"grad_output of shape {tuple(grad_output.shape)} does not match the conv output {expected} "
+            f"of an input {tuple(input_shape)} and weight {tuple(rhs.shape)}"
+        )
+    return ShapedArray(input_shape, _check_dtypes(grad_output, rhs))
+
+
+def _conv_backward_weight_shape_rule(grad_output, lhs, *, weight_shape, **params):
+    expected = conv_output_shape(lhs.shape, weight_shape, **params)
+    if tuple(grad_output.shape) != expected:
+        raise ShapeError(
+            f"grad_output of shape {tuple(grad_output.shape)} does not match the conv output {expected} "
+            f"of an input {tuple(lhs.shape)} and weight {tuple(weight_shape)}"
+        )
+    return ShapedArray(weight_shape, _check_dtypes(grad_output, lhs))
+
+
+conv_p.shape_rule = _conv_shape_rule
+conv_backward_input_p.shape_rule = _conv_backward_input_shape_rule
+conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
+
+
+# ---------------------------------------------------------------------------------------
+# Impls
+# ---------------------------------------------------------------------------------------
+
+
+def _kernels(*arrays):
+    """The kernel module for the operands: cuDNN on CuPy arrays when it loads, else GEMM."""
+    if any(backend.is_cupy_array(a) for a in arrays):
+        from cuvmap.cuda import cudnn
+
+        if cudnn.available():
+            return cudnn
+    return conv_gemm
+
+
+def _validate(primitive, *operands, **params):
+    """Runs the shape rule on concrete operands, so bad input fails with our message
+    before any kernel runs."""
+    primitive.shape_rule(*(core.get_aval(x) for x in operands), **params)
+
+
+def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, output_padding, groups):
+    params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
+                  output_padding=output_padding, groups=groups)
+    _validate(conv_p, lhs, rhs, *maybe_bias, **params)
+    k = _kernels(lhs, rhs)
+    if transposed:
+        out_shape = conv_output_shape(lhs.shape, rhs.shape, **params)
+        # a transposed conv is the input-gradient of the regular conv from its output space
+        out = k.backward_input(lhs, rhs, out_shape, stride, padding, dilation, groups)
+    else:
+        out = k.forward(lhs, rhs, stride, padding, dilation, groups)
+    if maybe_bias:
+        (bias,) = maybe_bias
+        out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out
+
+
+def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding, dilation, transposed,
+                              output_padding, groups):
+    _validate(conv_backward_input_p, grad_output, rhs, input_shape=input_shape, stride=stride, padding=padding,
+              dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
+    k = _kernels(grad_output, rhs)
+    if transposed:
+        # adjoint of the transposed conv in its input: the regular conv
+        return k.forward(grad_output, rhs, stride, padding, dilation, groups)
+    return k.backward_input(grad_output, rhs, input_shape, stride, padding, dilation, groups)
+
+
+def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, padding, dilation, transposed,
+                               output_padding, groups):
+    _validate(conv_backward_weight_p, grad_output, lhs, weight_shape=weight_shape, stride=stride, padding=padding,
+              dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
+    k = _kernels(grad_output, lhs)
+    if transposed:
+        # transposed conv T(x; w) = regular conv's input-gradient: ⟨T(x; w), g⟩ = ⟨x, conv(g; w)⟩,
+        # so its weight-gradient is the regular one with the roles of x and g swapped.
+        return k.backward_weight(lhs, grad_output, weight_shape, stride, padding, dilation, groups)
+    return k.backward_weight(grad_output, lhs, weight_shape, stride, padding, dilation, groups)
+
+
+conv_p.impl = _conv_impl
+conv_backward_input_p.impl = _conv_backward_input_impl
+conv_backward_weight_p.impl = _conv_backward_weight_impl
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules (functorch's BatchRulesConvolution.cpp, case by case)
+# ---------------------------------------------------------------------------------------
+
+
+def reshape_dim_into(src, dst, x):
+    """Moves dim ``src`` next to dim ``dst`` (indexed without ``src``) and merges them,
+    ``src`` outermost: functorch's ``reshape_dim_into``."""
+    return batching.fold_bdim_into(x, src, dst)
+
+
+def reshape_dim_outof(dim, size, x):
+    """Splits dim ``dim`` into ``(size, rest)``: functorch's ``reshape_dim_outof``."""
+    return batching.split_bdim_out_of(x, dim, size)
+
+
+def _merge_dims(x, start, count):
+    s = tuple(x.shape)
+    merged = int(np.prod(s[start:start + count]))
+    return reshape(x, s[:start] + (merged,) + s[start + count:])
+
+
+def _regroup_channels(x, dim, groups, size):
+    """``(G B C)`` at ``dim`` -> ``B (G C)`` at ``dim``, ``dim + 1``: the layout grouped
+    convolutions produce when ``B`` was folded inside each group."""
+    x = reshape_dim_outof(dim, groups, x)        # G (B C)
+    x = reshape_dim_outof(dim + 1, size, x)      # G B C
+    perm = list(range(len(x.shape)))
+    perm[dim], perm[dim + 1] = perm[dim + 1], perm[dim]
+    x = transpose(x, tuple(perm))                # B G C
+    return _merge_dims(x, dim + 1, 2)            # B (G C)
+
+
+def _fold_inside_groups(x, bdim, dim, groups):
+    """``B (G C)`` with the batch dim at ``bdim`` and ``(G C)`` at logical ``dim`` ->
+    ``(G B C)`` at ``dim``: folds the vmap dim inside each group."""
+    x = move_bdim(x, bdim, 0)                     # B ... (G C) ...
+    size = x.shape[0]
+    x = reshape_dim_outof(dim + 1, groups, x)     # B ... G C ...
+    x = reshape_dim_into(0, dim + 1, x)           # ... G (B C) ...
+    return _merge_dims(x, dim, 2), size           # ... (G B C) ...
+
+
+def _conv_batch(vals, dims, *, stride, padding, dilation, transposed, output_padding, groups):
+    params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
+                  output_padding=output_padding, groups=groups)
+    lhs, rhs = vals[:2]
+    lhs_b, rhs_b = dims[:2]
+    has_bias = len(vals) == 3
+    bias, bias_b = (vals[2], dims[2]) if has_bias else (None, not_mapped)
+    # a batched bias, or a bias beside a batched weight, is added after the convolution
+    separate_bias = has_bias and (rhs_b is not not_mapped or bias_b is not not_mapped)
+    inline_bias = (bias,) if has_bias and not separate_bias else ()
+    out_ch_dim = 1 if transposed else 0  # dim of the weight holding output channels
+
+    if lhs_b is not not_mapped and rhs_b is not_mapped:
+        # BN... -> (BN)...
+        size = lhs.shape[lhs_b]
+        out = conv_p.bind(reshape_dim_into(lhs_b, 0, lhs), rhs, *inline_bias, **params)
+        out, out_b = reshape_dim_outof(0, size, out), 0
+    elif lhs_b is not_mapped and rhs_b is not not_mapped:
+        size = rhs.shape[rhs_b]
+        if groups == 1:
+            # regular: BOI -> (BO)I;  transposed: BIO -> I(BO);  then N(BO) -> NBO
+            out = conv_p.bind(lhs, reshape_dim_into(rhs_b, out_ch_dim, rhs), *inline_bias, **params)
+            out, out_b = reshape_dim_outof(1, size, out), 1
+        else:
+            if transposed:
+                # BIO -> I(BO): N(GI), (GI)(BO) -> N(GBO)
+                w = reshape_dim_into(rhs_b, 1, rhs)
+            else:
+                # B(GO)I -> (GBO)I: N(GI), (GBO)I -> N(GBO)
+                w, _ = _fold_inside_groups(rhs, rhs_b, 0, groups)
+            out = conv_p.bind(lhs, w, *inline_bias, **params)
+            out, out_b = _regroup_channels(out, 1, groups, size), 1   # N(GBO) -> NB(GO)
+    elif lhs_b is not not_mapped and rhs_b is not not_mapped:
+        # BNC, BOI -> N(BC), (BO)I with groups·B -> N(BO) -> NBO   (transposed: (BI)O)
+        size = lhs.shape[lhs_b]
+        x = reshape_dim_into(lhs_b, 1, lhs)
+        w = reshape_dim_into(rhs_b, 0, rhs)
+        out = conv_p.bind(x, w, *inline_bias, **dict(params, groups=groups * size))
+        out, out_b = reshape_dim_outof(1, size, out), 1
+    else:
+        out, out_b = conv_p.bind(lhs, rhs, *inline_bias, **params), not_mapped
+
+    if not separate_bias:
+        return out, out_b
+    # out + bias[:, None, ...] with either or both batched: batch dims to the front, the
+    # bias padded to the output's logical rank (functorch's maybePadToLogicalRank).
+    nd = len(stride)
+    if out_b is not not_mapped:
+        out = move_bdim(out, out_b, 0)
+    if bias_b is not_mapped:
+        b = reshape(bias, tuple(bias.shape) + (1,) * nd)                    # O 1...
+    else:
+        b = move_bdim(bias, bias_b, 0)
+        b = reshape(b, (b.shape[0], 1, b.shape[1]) + (1,) * nd)             # B 1 O 1...
+    return ew.add(out, b), 0
+
+
+def _conv_backward_input_batch(vals, dims, *, input_shape, stride, padding, dilation, transposed,
+                               output_padding, groups):
+    params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
+                  output_padding=output_padding, groups=groups)
+    g, w = vals
+    g_b, w_b = dims
+    n, c = input_shape[:2]
+    spatial = tuple(input_shape[2:])
+    if g_b is not not_mapped and w_b is not not_mapped:
+        # regular: BNO, BOI -> N(BO), (BO)I -> N(BI);  transposed: BNO, BIO -> N(BO), (BI)O -> N(BI)
+        size = w.shape[w_b]
+        out = conv_backward_input_p.bind(
+            reshape_dim_into(g_b, 1, g), reshape_dim_into(w_b, 0, w),
+            input_shape=(n, size * c) + spatial, **dict(params, groups=groups * size))
+        return reshape_dim_outof(1, size, out), 1
+    if g_b is not not_mapped:
+        # BNO, OI -> (BN)O, OI -> (BN)I  (transposed alike)
+        size = g.shape[g_b]
+        out = conv_backward_input_p.bind(
+            reshape_dim_into(g_b, 0, g), w, input_shape=(size * n, c) + spatial, **params)
+        return reshape_dim_outof(0, size, out), 0
+    size = w.shape[w_b]
+    if groups == 1:
+        # regular: NO, BOI -> NO, O(BI) -> N(BI);  transposed: NO, BIO -> NO, (BI)O -> N(BI)
+        in_ch_dim = 0 if transposed else 1
+        out = conv_backward_input_p.bind(
+            g, reshape_dim_into(w_b, in_ch_dim, w), input_shape=(n, size * c) + spatial, **params)
+        return reshape_dim_outof(1, size, out), 1
+    if transposed:
+        # N(GO), B(GI)O -> N(GO), (GBI)O -> N(GBI)
+        w2, _ = _fold_inside_groups(w, w_b, 0, groups)
+    else:
+        # N(GO), B(GO)I -> N(GO), (GO)(BI) -> N(GBI)
+        w2 = reshape_dim_into(w_b, 1, w)
+    out = conv_backward_input_p.bind(g, w2, input_shape=(n, size * c) + spatial, **params)
+    return _regroup_channels(out, 1, groups, size), 1   # N(GBI) -> NB(GI)
+
+
+def _conv_backward_weight_batch(vals, dims, *, weight_shape, stride, padding, dilation, transposed,
+                                output_padding, groups):
+    params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
+                  output_padding=output_padding, groups=groups)
+    g, x = vals
+    g_b, x_b = dims
+    w0, w1 = weight_shape[:2]
+    kernel = tuple(weight_shape[2:])
+    if g_b is not not_mapped and x_b is not not_mapped:
+        # the per-example-gradient case: BNO, BNI -> N(BO), N(BI) with groups·B
+        # -> (BO)I (regular) or (BI)O (transposed)
+        size = x.shape[x_b]
+        out = conv_backward_weight_p.bind(
+            reshape_dim_into(g_b, 1, g), reshape_dim_into(x_b, 1, x),
+            weight_shape=(size * w0, w1) + kernel, **dict(params, groups=groups * size))
+        return reshape_dim_outof(0, size, out), 0
+    if g_b is not not_mapped:
+        size = g.shape[g_b]
+        if groups == 1:
+            # regular: BNO, NI -> N(BO), NI -> (BO)I;  transposed: BNO, NI -> N(BO), NI -> I(BO)
+            out_ch_dim = 1 if transposed else 0
+            ws = list(weight_shape)
+            ws[out_ch_dim] *= size
+            out = conv_backward_weight_p.bind(reshape_dim_into(g_b, 1, g), x, weight_shape=tuple(ws), **params)
+            return reshape_dim_outof(out_ch_dim, size, out), out_ch_dim
+        g2, _ = _fold_inside_groups(g, g_b, 1, groups)    # BN(GO) -> N(GBO)
+        if transposed:
+            # N(GBO), N(GI) -> (GI)(BO)
+            out = conv_backward_weight_p.bind(g2, x, weight_shape=(w0, size * w1) + kernel, **params)
+            return reshape_dim_outof(1, size, out), 1
+        # N(GBO), N(GI) -> (GBO)I -> B(GO)I
+        out = conv_backward_weight_p.bind(g2, x, weight_shape=(size * w0, w1) + kernel, **params)
+        return _regroup_channels(out, 0, groups, size), 0
+    size = x.shape[x_b]
+    if groups == 1:
+        # regular: NO, BNI -> NO, N(BI) -> O(BI);  transposed: NO, BNI -> NO, N(BI) -> (BI)O
+        in_ch_dim = 0 if transposed else 1
+        ws = list(weight_shape)
+        ws[in_ch_dim] *= size
+        out = conv_backward_weight_p.bind(g, reshape_dim_into(x_b, 1, x), weight_shape=tuple(ws), **params)
+        return reshape_dim_outof(in_ch_dim, size, out), in_ch_dim
+    x2, _ = _fold_inside_groups(x, x_b, 1, groups)        # BN(GI) -> N(GBI)
+    if transposed:
+        # N(GO), N(GBI) -> (GBI)O -> B(GI)O
+        out = conv_backward_weight_p.bind(g, x2, weight_shape=(size * w0, w1) + kernel, **params)
+        return _regroup_channels(out, 0, groups, size), 0
+    # N(GO), N(GBI) -> (GO)(BI)
+    out = conv_backward_weight_p.bind(g, x2, weight_shape=(w0, size * w1) + kernel, **params)
+    return reshape_dim_outof(1, size, out), 1
+
+
+batching.primitive_batchers[conv_p] = _conv_batch
+batching.primitive_batchers[conv_backward_input_p] = _conv_backward_input_batch
+batching.primitive_batchers[conv_backward_weight_p] = _conv_backward_weight_batch
+
+
+# ---------------------------------------------------------------------------------------
+# JVP and VJP rules: each member of the family is bilinear, and its partial maps are the
+# other members (see the module docstring for the adjoint identities).
+# ---------------------------------------------------------------------------------------
+
+
+def _conv_params_of(params):
+    return {k: params[k] for k in ("stride", "padding", "dilation", "transposed", "output_padding", "groups")}
+
+
+def _bias_as_output(b, out):
+    """``b`` of shape (O,) broadcast to the shape of ``out`` (N, O, S...)."""
+    return broadcast_in_dim(b, core.shape_of(out), (1,))
+
+
+def _conv_jvp(i, t, out, lhs, rhs, *maybe_bias, **params):
+    if i == 0:
+        return conv_p.bind(t, rhs, **params)
+    if i == 1:
+        return conv_p.bind(lhs, t, **params)
+    return _bias_as_output(t, out)
+
+
+def _conv_vjp(i, ct, out, lhs, rhs, *maybe_bias, **params):
+    if i == 0:
+        return conv_backward_input(ct, rhs, core.shape_of(lhs), **params)
+    if i == 1:
+        return conv_backward_weight(ct, lhs, core.shape_of(rhs), **params)
+    nd = len(core.shape_of(ct))
+    return reduce_sum(ct, (0,) + tuple(range(2, nd)))
+
+
+def _conv_backward_input_jvp(i, t, out, g, rhs, *, input_shape, **params):
+    if i == 0:
+        return conv_backward_input(t, rhs, input_shape, **params)
+    return conv_backward_input(g, t, input_shape, **params)
+
+
+def _conv_backward_input_vjp(i, ct, out, g, rhs, *, input_shape, **params):
+    if i == 0:  # ⟨bwd_in(g, w), c⟩ = ⟨g, conv(c, w)⟩
+        return conv_p.bind(ct, rhs, **params)
+    # ⟨bwd_in(g, w), c⟩ = ⟨conv(c, w), g⟩ = ⟨w, bwd_w(g, c)⟩
+    return conv_backward_weight(g, ct, core.shape_of(rhs), **params)
+
+
+def _conv_backward_weight_jvp(i, t, out, g, lhs, *, weight_shape, **params):
+    if i == 0:
+        return conv_backward_weight(t, lhs, weight_shape, **params)
+    return conv_backward_weight(g, t, weight_shape, **params)
+
+
+def _conv_backward_weight_vjp(i, ct, out, g, lhs, *, weight_shape, **params):
+    if i == 0:  # ⟨bwd_w(g, x), c⟩ = ⟨g, conv(x, c)⟩
+        return conv_p.bind(lhs, ct, **params)
+    # ⟨bwd_w(g, x), c⟩ = ⟨conv(x, c), g⟩ = ⟨x, bwd_in(g, c)⟩
+    return conv_backward_input(g, ct, core.shape_of(lhs), **params)
+
+
+jvp.primitive_jvps[conv_p] = _conv_jvp
+jvp.primitive_jvps[conv_backward_input_p] = _conv_backward_input_jvp
+jvp.primitive_jvps[conv_backward_weight_p] = _conv_backward_weight_jvp
+vjp.primitive_vjps[conv_p] = _conv_vjp
+vjp.primitive_vjps[conv_backward_input_p] = _conv_backward_input_vjp
+vjp.primitive_vjps[conv_backward_weight_p] = _conv_backward_weight_vjp

@@ -1,0 +1,159 @@
+"""Checks for transformations against independent references, for cuvmap's own tests and
+for users' own functions and primitives.
+
+- :func:`check_grads` compares forward mode (``jvp``) and reverse mode (``vjp``) with
+  central finite differences, to any order (HIPS autograd's and JAX's ``check_grads``).
+- :func:`check_batching` compares ``vmap(f)`` with a Python loop over the examples.
+
+Example::
+
+    from cuvmap.test_util import check_grads, check_batching
+    check_grads(my_loss, (params, x), order=2)              # float64 inputs
+    check_batching(my_fn, (params, xs), in_axes=(None, 0))
+"""
+import numpy as np
+
+from cuvmap import api, backend, tree
+
+EPS = 1e-4
+
+
+def _to_numpy(x):
+    x = backend.concrete(x)
+    if backend.is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+def _inner(xs, ys):
+    """Σ over leaves of ⟨x, y⟩ in float64."""
+    total = 0.0
+    for x, y in zip(tree.leaves(xs), tree.leaves(ys)):
+        total += float(np.sum(_to_numpy(x).astype(np.float64) * _to_numpy(y).astype(np.float64)))
+    return total
+
+
+def _random_like(rng, xs):
+    def one(x):
+        arr = _to_numpy(x)
+        r = rng.standard_normal(arr.shape).astype(arr.dtype if arr.dtype.kind == "f" else np.float64)
+        if backend.is_cupy_array(backend.concrete(x)):
+            return backend.cupy_module().asarray(r)
+        return r
+
+    return tree.map(one, xs)
+
+
+def _axpy(a, xs, ys):
+    """``a * xs + ys`` leafwise (concrete arrays)."""
+    return tree.map(lambda x, y: y + a * x, xs, ys)
+
+
+def _assert_close(actual, expected, atol, rtol, what):
+    if not np.allclose(actual, expected, atol=atol, rtol=rtol):
+        raise AssertionError(f"{what}: got {actual!r}, expected {expected!r} (atol={atol}, rtol={rtol})")
+
+
+def numerical_jvp(f, args, tangents, eps=EPS):
+    """Central difference ``(f(x + eps t) - f(x - eps t)) / (2 eps)``, leafwise."""
+    plus = f(*_axpy(eps, tangents, args))
+    minus = f(*_axpy(-eps, tangents, args))
+    return tree.map(lambda p, m: (_to_numpy(p).astype(np.float64) - _to_numpy(m).astype(np.float64)) / (2 * eps), plus, minus)
+
+
+def check_jvp(f, args, atol=1e-6, rtol=1e-6, eps=EPS, rng=None):
+    """``jvp(f)`` against central differences along a random tangent."""
+    rng = rng or np.random.default_rng(0)
+    tangents = _random_like(rng, args)
+    _, t_out = api.jvp(f, args, tangents)
+    expected = numerical_jvp(f, args, tangents, eps)
+    for a, e in zip(tree.leaves(t_out), tree.leaves(expected)):
+        _assert_close(_to_numpy(a), e, atol, rtol, "jvp vs finite differences")
+
+
+def check_vjp(f, args, atol=1e-6, rtol=1e-6, eps=EPS, rng=None):
+    """``⟨vjp(f)(u), v⟩`` against ``⟨u, (f(x + eps v) - f(x - eps v)) / 2 eps⟩``."""
+    rng = rng or np.random.default_rng(1)
+    out, vjp_fun = api.vjp(f, *args)
+    u = _random_like(rng, out)
+    v = _random_like(rng, args)
+    lhs = _inner(vjp_fun(u), v)
+    rhs = _inner(u, numerical_jvp(f, args, v, eps))
+    _assert_close(lhs, rhs, atol, rtol, "vjp vs finite differences (inner products)")
+
+
+def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, eps=EPS, seed=0):
+    """Checks ``f``'s derivatives to ``order`` against finite differences.
+
+    Args:
+      f: a function of arrays (float64 recommended) returning a pytree of arrays.
+      args: a tuple of arguments.
+      order: 1 checks first derivatives; 2 also checks the derivatives of the JVP and VJP
+        functions themselves (second derivatives), and so on.
+      modes: ``"fwd"`` checks ``jvp``, ``"rev"`` checks ``vjp``.
+    Raises:
+      AssertionError naming the mode and order on a mismatch.
+    """
+    rng = np.random.default_rng(seed)
+    args = tuple(args)
+
+    def check(f, args, order_left, level):
+        if "fwd" in modes:
+            try:
+                check_jvp(f, args, atol, rtol, eps, rng)
+            except AssertionError as err:
+                raise AssertionError(f"order {level} forward mode: {err}") from None
+            if order_left > 1:
+                t = _random_like(rng, args)
+
+                def f_jvp(*primals):
+                    return api.jvp(f, primals, t)[1]
+
+                check(f_jvp, args, order_left - 1, level + 1)
+        if "rev" in modes:
+            try:
+                check_vjp(f, args, atol, rtol, eps, rng)
+            except AssertionError as err:
+                raise AssertionError(f"order {level} reverse mode: {err}") from None
+            if order_left > 1:
+                u = _random_like(rng, f(*args))
+
+                def f_vjp(*primals):
+                    return api.vjp(f, *primals)[1](u)
+
+                check(f_vjp, args, order_left - 1, level + 1)
+
+    check(f, args, order, 1)
+
+
+def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
+    """``vmap(f, in_axes, out_axes)(*args)`` against stacking ``f`` over a loop of examples.
+
+    ``in_axes`` is an int/None or a tuple with one entry per argument (int or None for the
+    whole argument).
+    """
+    in_axes_t = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    sizes = set()
+    for a, ax in zip(args, in_axes_t):
+        if ax is not None:
+            for leaf in tree.leaves(a):
+                sizes.add(np.shape(_to_numpy(leaf))[ax])
+    assert len(sizes) == 1, f"check_batching: mapped sizes {sizes}"
+    size = sizes.pop()
+    got = api.vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
+    examples = []
+    for b in range(size):
+        ex_args = [
+            a if ax is None else tree.map(lambda leaf: np.take(_to_numpy(leaf), b, axis=ax), a)
+            for a, ax in zip(args, in_axes_t)
+        ]
+        examples.append(f(*ex_args))
+    out_axes_flat = tree.leaves(out_axes) if not isinstance(out_axes, int) else None
+    got_leaves = tree.leaves(got)
+    for j, g in enumerate(got_leaves):
+        oa = out_axes if out_axes_flat is None else out_axes_flat[j]
+        want = np.stack([_to_numpy(tree.leaves(e)[j]) for e in examples], axis=oa)
+        g = _to_numpy(g)
+        if g.shape != want.shape:
+            raise AssertionError(f"vmap output {j}: shape {g.shape}, loop gives {want.shape}")
+        _assert_close(g, want, atol, rtol, f"vmap output {j} vs per-example loop")
