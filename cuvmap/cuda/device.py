@@ -1,0 +1,24 @@
+"""Device probing: is there a GPU CuPy can use, and what is it."""
+from cuvmap import backend
+
+
+def gpu_available():
+    """True when CuPy is importable and sees at least one CUDA device."""
+    return backend.gpu_available()
+
+
+def describe():
+    """A one-line description of the current GPU (name, memory, CUDA and cuDNN versions),
+    or ``"no GPU"``."""
+    cp = backend.cupy_module()
+    if cp is None:
+        return "no GPU"
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    mem = props["totalGlobalMem"] / 2**30
+    from cuvmap.cuda import cudnn
+
+    cudnn_version = cudnn.version() if cudnn.available() else f"unavailable ({cudnn.load_error()})"
+    return (f"{name}, {mem:.0f} GiB, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}, "
+            f"CuPy {cp.__version__}, cuDNN {cudnn_version}")

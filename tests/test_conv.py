@@ -1,0 +1,492 @@
+"""The conv family against independent references.
+
+- impls against a naive direct convolution written with explicit loops in float64;
+- every batching case of functorch's BatchRulesConvolution.cpp (see CASES below), with the
+  vmap dim at 0, 1, -1 or absent on each operand, batch sizes 1 and 3, against a loop;
+- per-example gradients of a two-conv network against a loop of ``grad``;
+- derivatives to second order against finite differences;
+- the bad-input errors; cuDNN and CuPy GEMM against the CPU on a GPU (skipped without).
+"""
+import importlib
+import itertools
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import backend, lax, nn
+from cuvmap.test_util import check_batching, check_grads
+
+# the module (``cuvmap.lax.conv`` the attribute is the function)
+conv_mod = importlib.import_module("cuvmap.lax.conv")
+
+# ---------------------------------------------------------------------------------------
+# Naive references: explicit loops over every output (or input) element, float64
+# ---------------------------------------------------------------------------------------
+
+
+def naive_conv(x, w, stride, padding, dilation, groups):
+    """out[n, o, y] = Σ_{c,k} x[n, g·Cg + c, y·s − p + k·d] · w[o, c, k] (zero outside)."""
+    n_, c_ = x.shape[:2]
+    o_ = w.shape[0]
+    kernel = w.shape[2:]
+    nd = len(kernel)
+    cg, og = c_ // groups, o_ // groups
+    out_sp = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
+                   for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    out = np.zeros((n_, o_) + out_sp)
+    for n in range(n_):
+        for o in range(o_):
+            g = o // og
+            for y in itertools.product(*map(range, out_sp)):
+                acc = 0.0
+                for c in range(cg):
+                    for k in itertools.product(*map(range, kernel)):
+                        idx = tuple(y[i] * stride[i] - padding[i] + k[i] * dilation[i] for i in range(nd))
+                        if all(0 <= j < s for j, s in zip(idx, x.shape[2:])):
+                            acc += x[(n, g * cg + c) + idx] * w[(o, c) + k]
+                out[(n, o) + y] = acc
+    return out
+
+
+def naive_conv_transpose(x, w, stride, padding, dilation, output_padding, groups):
+    """Scatter form: out[n, g·Og + o, i·s − p + k·d] += x[n, g·Cg + c, i] · w[g·Cg + c, o, k]."""
+    n_, c_ = x.shape[:2]
+    og = w.shape[1]
+    kernel = w.shape[2:]
+    nd = len(kernel)
+    cg = c_ // groups
+    out_sp = tuple((s - 1) * st - 2 * p + d * (k - 1) + op + 1
+                   for s, k, st, p, d, op in zip(x.shape[2:], kernel, stride, padding, dilation, output_padding))
+    out = np.zeros((n_, og * groups) + out_sp)
+    for n in range(n_):
+        for ci in range(c_):
+            g = ci // cg
+            for i in itertools.product(*map(range, x.shape[2:])):
+                for o in range(og):
+                    for k in itertools.product(*map(range, kernel)):
+                        idx = tuple(i[a] * stride[a] - padding[a] + k[a] * dilation[a] for a in range(nd))
+                        if all(0 <= j < s for j, s in zip(idx, out_sp)):
+                            out[(n, g * og + o) + idx] += x[(n, ci) + i] * w[(ci, o) + k]
+    return out
+
+
+def naive_backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
+    """∂⟨conv(x, w), g⟩/∂w[o, c, k] = Σ_{n,y} g[n, o, y] · x[n, g·Cg + c, y·s − p + k·d]."""
+    o_, cg = weight_shape[:2]
+    kernel = weight_shape[2:]
+    nd = len(kernel)
+    og = o_ // groups
+    gw = np.zeros(weight_shape)
+    for o in range(o_):
+        grp = o // og
+        for c in range(cg):
+            for k in itertools.product(*map(range, kernel)):
+                acc = 0.0
+                for n in range(g.shape[0]):
+                    for y in itertools.product(*map(range, g.shape[2:])):
+                        idx = tuple(y[i] * stride[i] - padding[i] + k[i] * dilation[i] for i in range(nd))
+                        if all(0 <= j < s for j, s in zip(idx, x.shape[2:])):
+                            acc += g[(n, o) + y] * x[(n, grp * cg + c) + idx]
+                gw[(o, c) + k] = acc
+    return gw
+
+
+# ---------------------------------------------------------------------------------------
+# Configurations: 1/2/3-d, stride, padding, dilation, groups 1 / 2 / depthwise, transposed
+# ---------------------------------------------------------------------------------------
+
+CONFIGS = [
+    # id, nd, N, C, O, spatial, kernel, stride, padding, dilation, groups, transposed, output_padding
+    ("1d", 1, 2, 3, 4, (9,), (3,), (1,), (0,), (1,), 1, False, (0,)),
+    ("1d-s2-p1-d2-g2", 1, 2, 4, 6, (11,), (3,), (2,), (1,), (2,), 2, False, (0,)),
+    ("2d", 2, 2, 3, 4, (6, 5), (3, 2), (1, 1), (0, 0), (1, 1), 1, False, (0, 0)),
+    ("2d-s2-p1", 2, 2, 2, 3, (7, 6), (3, 3), (2, 1), (1, 1), (1, 1), 1, False, (0, 0)),
+    ("2d-d2-g2", 2, 1, 4, 6, (7, 7), (2, 3), (1, 2), (0, 1), (2, 1), 2, False, (0, 0)),
+    ("2d-depthwise", 2, 2, 3, 6, (5, 5), (3, 3), (1, 1), (1, 1), (1, 1), 3, False, (0, 0)),
+    ("3d-s2-g2", 3, 1, 4, 2, (4, 5, 4), (2, 2, 3), (2, 1, 1), (1, 0, 1), (1, 1, 1), 2, False, (0, 0, 0)),
+    ("1d-transposed", 1, 2, 3, 4, (5,), (3,), (2,), (1,), (1,), 1, True, (1,)),
+    ("2d-transposed-g2", 2, 2, 4, 6, (4, 3), (3, 2), (2, 2), (1, 0), (1, 2), 2, True, (1, 1)),
+    ("3d-transposed", 3, 1, 2, 3, (3, 2, 3), (2, 2, 2), (2, 1, 2), (0, 0, 1), (1, 1, 1), 1, True, (1, 0, 0)),
+]
+CONFIG_IDS = [c[0] for c in CONFIGS]
+
+
+def make_operands(cfg, rng, dtype=np.float64):
+    _, nd, n, c, o, spatial, kernel, stride, padding, dilation, groups, transposed, output_padding = cfg
+    x = rng.standard_normal((n, c) + spatial).astype(dtype)
+    w_shape = (c, o // groups) + kernel if transposed else (o, c // groups) + kernel
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal((o,)).astype(dtype)
+    params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
+                  output_padding=output_padding, groups=groups)
+    return x, w, b, params
+
+
+def reference_conv(x, w, b, params):
+    p = params
+    if p["transposed"]:
+        out = naive_conv_transpose(x, w, p["stride"], p["padding"], p["dilation"], p["output_padding"], p["groups"])
+    else:
+        out = naive_conv(x, w, p["stride"], p["padding"], p["dilation"], p["groups"])
+    if b is not None:
+        out = out + b.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Impls against the naive loops
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
+def test_conv_impl_matches_naive_loops(cfg):
+    rng = np.random.default_rng(0)
+    x, w, b, params = make_operands(cfg, rng)
+    np.testing.assert_allclose(lax.conv(x, w, b, **params), reference_conv(x, w, b, params), atol=1e-10)
+    np.testing.assert_allclose(lax.conv(x, w, **params), reference_conv(x, w, None, params), atol=1e-10)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
+def test_backward_impls_match_naive_loops(cfg):
+    """Both backward primitives against loops: for a regular conv the weight gradient is
+    ``naive_backward_weight`` and the input gradient is the naive transposed conv; for a
+    transposed conv the input gradient is the naive regular conv and the weight gradient is
+    ``naive_backward_weight`` with the roles of input and grad_output swapped."""
+    rng = np.random.default_rng(1)
+    x, w, _, params = make_operands(cfg, rng)
+    out = reference_conv(x, w, None, params)
+    g = rng.standard_normal(out.shape)
+    p = params
+    gx = lax.conv_backward_input(g, w, x.shape, **params)
+    gw = lax.conv_backward_weight(g, x, w.shape, **params)
+    if p["transposed"]:
+        want_gx = naive_conv(g, w, p["stride"], p["padding"], p["dilation"], p["groups"])
+        want_gw = naive_backward_weight(x, g, w.shape, p["stride"], p["padding"], p["dilation"], p["groups"])
+    else:
+        op = tuple(s - ((s + 2 * pp - d * (k - 1) - 1) // st * st + d * (k - 1) + 1 - 2 * pp)
+                   for s, k, st, pp, d in zip(x.shape[2:], w.shape[2:], p["stride"], p["padding"], p["dilation"]))
+        want_gx = naive_conv_transpose(g, w, p["stride"], p["padding"], p["dilation"], op, p["groups"])
+        want_gw = naive_backward_weight(g, x, w.shape, p["stride"], p["padding"], p["dilation"], p["groups"])
+    np.testing.assert_allclose(gx, want_gx, atol=1e-10)
+    np.testing.assert_allclose(gw, want_gw, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dtypes_are_preserved(dtype):
+    rng = np.random.default_rng(2)
+    x, w, b, params = make_operands(CONFIGS[3], rng, dtype)
+    out = lax.conv(x, w, b, **params)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, reference_conv(x.astype(np.float64), w.astype(np.float64),
+                                                   b.astype(np.float64), params),
+                               rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4 if dtype == np.float32 else 1e-10)
+    g = cv.grad(lambda w: cnp.sum(lax.conv(x, w, b, **params) ** 2))(w)
+    assert g.dtype == dtype
+
+
+# ---------------------------------------------------------------------------------------
+# Batching: every case of the seed, the vmap dim anywhere or absent, against a loop
+# ---------------------------------------------------------------------------------------
+
+# The batching configurations: regular and transposed, groups 1 and 2.
+BATCH_CONFIGS = [CONFIGS[3], CONFIGS[4], CONFIGS[7], CONFIGS[8]]
+BATCH_IDS = ["regular-g1", "regular-g2", "transposed-g1", "transposed-g2"]
+AXES = [0, 1, -1, None]
+
+
+def _batched(a, axis, size, rng):
+    """``size`` perturbed copies of ``a`` stacked along ``axis`` (None: ``a`` itself)."""
+    if axis is None:
+        return a
+    stacked = np.stack([a + 0.1 * rng.standard_normal(a.shape) for _ in range(size)])
+    return np.moveaxis(stacked, 0, axis)
+
+
+# Seed case -> the in_axes combinations of the tests below that exercise it:
+#   conv: lhs only (x, None), rhs only groups==1 / groups>1 regular and transposed (None, w),
+#         both (x, w), bias batched or beside a batched weight (3rd axis not None / w batched)
+#   conv_backward_input: grad_output and weight, grad_output only, weight only (g==1, g>1,
+#         regular and transposed); input only (the input is not an operand: see
+#         test_backward_input_with_only_the_input_batched)
+#   conv_backward_weight: grad_output and input (per-example gradients), grad_output only,
+#         input only, each with groups 1 and 2, regular and transposed
+#   all three batched (model ensembling): test_model_ensembling_all_three_batched
+@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_conv_batching_all_cases(cfg, size):
+    rng = np.random.default_rng(3)
+    x, w, b, params = make_operands(cfg, rng)
+
+    def f(x, w, b):
+        return lax.conv(x, w, b, **params)
+
+    for ax_x, ax_w, ax_b in itertools.product(AXES, AXES, [0, None]):
+        if (ax_x, ax_w, ax_b) == (None, None, None):
+            continue
+        args = (_batched(x, ax_x, size, rng), _batched(w, ax_w, size, rng), _batched(b, ax_b, size, rng))
+        check_batching(f, args, in_axes=(ax_x, ax_w, ax_b), atol=1e-10, rtol=1e-10)
+    # without a bias operand
+    for ax_x, ax_w in itertools.product(AXES, AXES):
+        if (ax_x, ax_w) == (None, None):
+            continue
+        args = (_batched(x, ax_x, size, rng), _batched(w, ax_w, size, rng))
+        check_batching(lambda x, w: lax.conv(x, w, **params), args, in_axes=(ax_x, ax_w), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_conv_backward_input_batching_all_cases(cfg, size):
+    rng = np.random.default_rng(4)
+    x, w, _, params = make_operands(cfg, rng)
+    g = rng.standard_normal(lax.conv(x, w, **params).shape)
+
+    def f(g, w):
+        return lax.conv_backward_input(g, w, x.shape, **params)
+
+    for ax_g, ax_w in itertools.product(AXES, AXES):
+        if (ax_g, ax_w) == (None, None):
+            continue
+        args = (_batched(g, ax_g, size, rng), _batched(w, ax_w, size, rng))
+        check_batching(f, args, in_axes=(ax_g, ax_w), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_conv_backward_weight_batching_all_cases(cfg, size):
+    rng = np.random.default_rng(5)
+    x, w, _, params = make_operands(cfg, rng)
+    g = rng.standard_normal(lax.conv(x, w, **params).shape)
+
+    def f(g, x):
+        return lax.conv_backward_weight(g, x, w.shape, **params)
+
+    for ax_g, ax_x in itertools.product(AXES, AXES):
+        if (ax_g, ax_x) == (None, None):
+            continue
+        args = (_batched(g, ax_g, size, rng), _batched(x, ax_x, size, rng))
+        check_batching(f, args, in_axes=(ax_g, ax_x), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_backward_input_with_only_the_input_batched(cfg):
+    """The seed's 'input only' case: the input gradient does not depend on the input, so
+    ``vmap`` over the input alone gives an unbatched result, broadcast to the batch."""
+    rng = np.random.default_rng(6)
+    x, w, _, params = make_operands(cfg, rng)
+    xs = _batched(x, 0, 3, rng)
+
+    def input_grad(x):
+        return cv.grad(lambda x: cnp.sum(lax.conv(x, w, **params) * 0.5))(x)
+
+    check_batching(input_grad, (xs,), in_axes=0, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_model_ensembling_all_three_batched(cfg):
+    """Input, weight and grad_output all batched: one model per example (ensembling);
+    both gradients of each member against a loop."""
+    rng = np.random.default_rng(7)
+    x, w, b, params = make_operands(cfg, rng)
+    xs, ws, bs = (_batched(a, 0, 3, rng) for a in (x, w, b))
+
+    def member_grads(x, w, b):
+        return cv.grad(lambda x, w, b: cnp.sum(cnp.tanh(lax.conv(x, w, b, **params))), argnums=(0, 1, 2))(x, w, b)
+
+    check_batching(member_grads, (xs, ws, bs), in_axes=(0, 0, 0), atol=1e-10, rtol=1e-10)
+    check_batching(member_grads, (np.moveaxis(xs, 0, -1), ws, np.moveaxis(bs, 0, -1)), in_axes=(-1, 0, -1),
+                   atol=1e-10, rtol=1e-10)
+
+
+def test_vmap_of_vmap():
+    rng = np.random.default_rng(8)
+    x, w, b, params = make_operands(CONFIGS[4], rng)
+    xs = np.stack([_batched(x, 0, 3, rng) for _ in range(2)], axis=1)  # (3, 2, N, C, ...)
+    ws = _batched(w, 0, 2, rng)
+    f = cv.vmap(cv.vmap(lambda x, w: lax.conv(x, w, b, **params), in_axes=(0, None)), in_axes=(1, 0))
+    got = f(xs, ws)
+    want = np.stack([np.stack([reference_conv(xs[i, j], ws[j], b, params) for i in range(3)]) for j in range(2)])
+    np.testing.assert_allclose(got, want, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------
+# Per-example gradients of a two-conv network; derivatives to second order
+# ---------------------------------------------------------------------------------------
+
+
+def _two_conv_params(rng, dtype=np.float64):
+    return {
+        "w1": rng.standard_normal((4, 1, 3, 3)).astype(dtype) * 0.5, "b1": rng.standard_normal(4).astype(dtype) * 0.1,
+        "w2": rng.standard_normal((6, 2, 3, 3)).astype(dtype) * 0.3, "b2": rng.standard_normal(6).astype(dtype) * 0.1,
+        "w3": rng.standard_normal((6 * 3 * 3, 5)).astype(dtype) * 0.2,
+    }
+
+
+def _two_conv_loss(params, x, y):
+    """x: one example (1, 8, 8); y: its integer label."""
+    h = cnp.tanh(nn.conv(x[None], params["w1"], params["b1"], padding=1))
+    h = cnp.tanh(nn.conv(h, params["w2"], params["b2"], stride=2, groups=2))
+    logits = h.reshape(-1) @ params["w3"]
+    return nn.cross_entropy(logits[None], y[None])
+
+
+def test_per_example_gradients_of_a_two_conv_network():
+    rng = np.random.default_rng(9)
+    params = _two_conv_params(rng)
+    xs = rng.standard_normal((5, 1, 8, 8))
+    ys = rng.integers(0, 5, 5)
+    per_example = cv.vmap(cv.grad(_two_conv_loss), in_axes=(None, 0, 0))(params, xs, ys)
+    for i in range(5):
+        single = cv.grad(_two_conv_loss)(params, xs[i], ys[i])
+        for k in params:
+            np.testing.assert_allclose(per_example[k][i], single[k], atol=1e-12)
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS[1], CONFIGS[4], CONFIGS[7], CONFIGS[8]],
+                         ids=["1d-g2", "2d-d2-g2", "1d-transposed", "2d-transposed-g2"])
+def test_conv_derivatives_to_second_order(cfg):
+    rng = np.random.default_rng(10)
+    x, w, b, params = make_operands(cfg, rng)
+    check_grads(lambda x, w, b: lax.conv(x, w, b, **params), (x, w, b), order=2, atol=1e-6, rtol=1e-6)
+    g = rng.standard_normal(lax.conv(x, w, **params).shape)
+    check_grads(lambda g, w: lax.conv_backward_input(g, w, x.shape, **params), (g, w), order=2, atol=1e-6, rtol=1e-6)
+    check_grads(lambda g, x: lax.conv_backward_weight(g, x, w.shape, **params), (g, x), order=2, atol=1e-6, rtol=1e-6)
+
+
+def test_hessian_vector_product_of_a_cnn_loss():
+    """grad of ⟨grad(loss)(w), v⟩ (an HVP) against central differences of the gradient."""
+    rng = np.random.default_rng(11)
+    params = _two_conv_params(rng)
+    x = rng.standard_normal((1, 8, 8))
+    y = np.array(2)
+    v = {k: rng.standard_normal(a.shape) for k, a in params.items()}
+
+    def g(p):
+        return cv.grad(_two_conv_loss)(p, x, y)
+
+    hvp = cv.grad(lambda p: sum(cnp.sum(a * v[k]) for k, a in g(p).items()))(params)
+    eps = 1e-5
+    plus = g({k: a + eps * v[k] for k, a in params.items()})
+    minus = g({k: a - eps * v[k] for k, a in params.items()})
+    for k in params:
+        np.testing.assert_allclose(hvp[k], (plus[k] - minus[k]) / (2 * eps), atol=1e-6, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# nn wrappers (torch.nn.functional conventions)
+# ---------------------------------------------------------------------------------------
+
+
+def test_nn_conv_padding_modes_and_unbatched_input():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 3, 7, 6))
+    w = rng.standard_normal((4, 3, 4, 3))
+    same = nn.conv(x, w, padding="same")
+    assert same.shape == (2, 4, 7, 6)
+    # 'same' with an even kernel pads one more at the end, as torch does
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 2), (1, 1)))
+    np.testing.assert_allclose(same, naive_conv(xp, w, (1, 1), (0, 0), (1, 1), 1), atol=1e-10)
+    np.testing.assert_allclose(nn.conv(x, w, padding="valid"), naive_conv(x, w, (1, 1), (0, 0), (1, 1), 1), atol=1e-10)
+    np.testing.assert_allclose(nn.conv(x[0], w, stride=(2, 1))[None], nn.conv(x[:1], w, stride=(2, 1)), atol=1e-12)
+    wt = rng.standard_normal((3, 2, 3, 3))
+    out = nn.conv_transpose(x, wt, stride=2, padding=1, output_padding=1)
+    assert out.shape == (2, 2, 14, 12)
+    np.testing.assert_allclose(nn.conv_transpose(x[1], wt, stride=2)[None], nn.conv_transpose(x[1:], wt, stride=2), atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input: clear errors naming the op and the shapes
+# ---------------------------------------------------------------------------------------
+
+BAD_INPUTS = [
+    ("channels not divisible by groups", lambda: lax.conv(np.ones((1, 3, 5, 5)), np.ones((4, 1, 3, 3)), groups=2),
+     r"conv.*input channels 3 are not divisible by groups 2"),
+    ("weight/input rank mismatch", lambda: lax.conv(np.ones((1, 3, 5, 5)), np.ones((4, 3, 3))),
+     r"conv.*weight of shape \(4, 3, 3\) must have the rank of the input \(1, 3, 5, 5\)"),
+    ("kernel larger than the padded input", lambda: lax.conv(np.ones((1, 1, 3, 3)), np.ones((1, 1, 5, 5)), padding=0),
+     r"conv.*kernel of extent 5 .* larger than the padded input"),
+    ("negative padding", lambda: lax.conv(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), padding=-1),
+     r"conv.*negative padding \(-1, -1\)"),
+    ("output_padding too large", lambda: nn.conv_transpose(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), stride=2,
+                                                          output_padding=2),
+     r"conv.*output_padding \(2, 2\) must be smaller than either stride \(2, 2\) or dilation"),
+    ("dtype mismatch", lambda: lax.conv(np.ones((1, 1, 5, 5), np.float32), np.ones((1, 1, 3, 3))),
+     r"conv.*operands must share one dtype, got float32, float64"),
+    ("bias of the wrong size", lambda: lax.conv(np.ones((1, 1, 5, 5)), np.ones((2, 1, 3, 3)), np.ones(3)),
+     r"conv.*bias of shape \(3,\) must be \(2,\)"),
+    ("input channels mismatch", lambda: nn.conv(np.ones((2, 3, 5, 5)), np.ones((4, 2, 3, 3))),
+     r"conv.*weight expects 2 input channels"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_errors(name, call, message):
+    with pytest.raises(cv.ShapeError, match=message):
+        call()
+
+
+def test_bad_input_under_vmap_names_logical_shapes():
+    f = cv.vmap(lambda x, w: lax.conv(x, w, groups=2), in_axes=(0, None))
+    with pytest.raises(cv.ShapeError, match=r"^vmap\(<lambda>.*conv\(float64\[1, 3, 5, 5\], float64\[4, 1, 3, 3\]"):
+        f(np.ones((2, 1, 3, 5, 5)), np.ones((4, 1, 3, 3)))
+
+
+# ---------------------------------------------------------------------------------------
+# GPU: cuDNN and the CuPy GEMM path against the CPU (skipped without a device)
+# ---------------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no CUDA device visible to CuPy")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernels", ["cudnn", "gemm"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
+def test_gpu_kernels_match_cpu(cfg, dtype, kernels):
+    import cupy
+
+    from cuvmap.cuda import cudnn
+
+    if kernels == "cudnn" and not cudnn.available():
+        pytest.skip(f"cuDNN not loadable: {cudnn.load_error()}")
+    rng = np.random.default_rng(13)
+    x, w, b, params = make_operands(cfg, rng)
+    out = reference_conv(x, w, b, params)
+    g = rng.standard_normal(out.shape)
+    tol = {np.float16: 5e-2, np.float32: 1e-4, np.float64: 1e-10}[dtype]
+    dev = lambda a: cupy.asarray(a.astype(dtype))  # noqa: E731
+    cudnn.set_enabled(kernels == "cudnn")
+    try:
+        got = lax.conv(dev(x), dev(w), dev(b), **params)
+        gx = lax.conv_backward_input(dev(g), dev(w), x.shape, **params)
+        gw = lax.conv_backward_weight(dev(g), dev(x), w.shape, **params)
+    finally:
+        cudnn.set_enabled(True)
+    want_gx = lax.conv_backward_input(g, w, x.shape, **params)
+    want_gw = lax.conv_backward_weight(g, x, w.shape, **params)
+    for a, e in ((got, out), (gx, want_gx), (gw, want_gw)):
+        assert isinstance(a, cupy.ndarray) and a.dtype == dtype
+        np.testing.assert_allclose(cupy.asnumpy(a).astype(np.float64), e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_per_example_gradients_match_cpu():
+    rng = np.random.default_rng(14)
+    params = _two_conv_params(rng, np.float32)
+    xs = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
+    ys = rng.integers(0, 5, 4)
+    f = cv.vmap(cv.grad(_two_conv_loss), in_axes=(None, 0, 0))
+    cpu = f(params, xs, ys)
+    gpu_result = f(cv.device_put(params, "gpu"), cv.device_put(xs, "gpu"), cv.device_put(ys, "gpu"))
+    for k in params:
+        np.testing.assert_allclose(cv.device_put(gpu_result[k], "cpu"), cpu[k], rtol=1e-4, atol=1e-5)
+
+
+def test_conv_module_has_all_rules():
+    from cuvmap.transforms import batching, jvp, vjp
+
+    for p in (conv_mod.conv_p, conv_mod.conv_backward_input_p, conv_mod.conv_backward_weight_p):
+        assert p in batching.primitive_batchers and p in jvp.primitive_jvps and p in vjp.primitive_vjps
