@@ -441,7 +441,7 @@ gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no CUDA device vis
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernels", ["cudnn", "gemm"])
+@pytest.mark.parametrize("kernels", ["cudnn", "unfold"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
 def test_gpu_kernels_match_cpu(cfg, dtype, kernels):
@@ -457,13 +457,13 @@ def test_gpu_kernels_match_cpu(cfg, dtype, kernels):
     g = rng.standard_normal(out.shape)
     tol = {np.float16: 5e-2, np.float32: 1e-4, np.float64: 1e-10}[dtype]
     dev = lambda a: cupy.asarray(a.astype(dtype))  # noqa: E731
-    cudnn.set_enabled(kernels == "cudnn")
+    previous = conv_mod.set_strategy("cudnn" if kernels == "cudnn" else "unfold")
     try:
         got = lax.conv(dev(x), dev(w), dev(b), **params)
         gx = lax.conv_backward_input(dev(g), dev(w), x.shape, **params)
         gw = lax.conv_backward_weight(dev(g), dev(x), w.shape, **params)
     finally:
-        cudnn.set_enabled(True)
+        conv_mod.set_strategy(previous)
     want_gx = lax.conv_backward_input(g, w, x.shape, **params)
     want_gw = lax.conv_backward_weight(g, x, w.shape, **params)
     for a, e in ((got, out), (gx, want_gx), (gw, want_gw)):
@@ -483,6 +483,33 @@ def test_gpu_per_example_gradients_match_cpu():
     gpu_result = f(cv.device_put(params, "gpu"), cv.device_put(xs, "gpu"), cv.device_put(ys, "gpu"))
     for k in params:
         np.testing.assert_allclose(cv.device_put(gpu_result[k], "cpu"), cpu[k], rtol=1e-4, atol=1e-5)
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_auto_strategy_measures_and_caches():
+    import cupy
+
+    rng = np.random.default_rng(15)
+    x, w, b, params = make_operands(CONFIGS[4], rng, np.float32)
+    previous = conv_mod.set_strategy("auto")
+    try:
+        out = lax.conv(cupy.asarray(x), cupy.asarray(w), **params)
+    finally:
+        conv_mod.set_strategy(previous)
+    np.testing.assert_allclose(cupy.asnumpy(out), reference_conv(x, w, None, params), rtol=1e-4, atol=1e-4)
+    from cuvmap.cuda import cudnn
+
+    if cudnn.available():
+        assert any(k[0] == "forward" for k in conv_mod.measured_choices())
+
+
+def test_strategy_override_is_validated():
+    with pytest.raises(ValueError, match="conv strategy must be one of"):
+        conv_mod.set_strategy("fastest")
+    previous = conv_mod.set_strategy("unfold")
+    assert conv_mod.get_strategy() == "unfold"
+    conv_mod.set_strategy(previous)
 
 
 def test_conv_module_has_all_rules():

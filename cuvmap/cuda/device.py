@@ -22,3 +22,20 @@ def describe():
     cudnn_version = cudnn.version() if cudnn.available() else f"unavailable ({cudnn.load_error()})"
     return (f"{name}, {mem:.0f} GiB, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}, "
             f"CuPy {cp.__version__}, cuDNN {cudnn_version}")
+
+
+def time_gpu(fn, repeats=3):
+    """Median milliseconds of ``fn()`` on the current stream, timed with CUDA events after
+    one warm-up call."""
+    cp = backend.cupy_module()
+    fn()
+    times = []
+    for _ in range(repeats):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    times.sort()
+    return times[len(times) // 2]

@@ -25,6 +25,8 @@ a merged dim with ``B`` outermost.
 Impls: cuDNN on CuPy arrays when ``libcudnn`` loads (``cuvmap/cuda/cudnn.py``), otherwise
 im2col + batched GEMM (``cuvmap/lax/conv_gemm.py``) on NumPy or CuPy.
 """
+import os
+
 import numpy as np
 
 from cuvmap import backend, core
@@ -220,14 +222,65 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # ---------------------------------------------------------------------------------------
 
 
-def _kernels(*arrays):
-    """The kernel module for the operands: cuDNN on CuPy arrays when it loads, else GEMM."""
-    if any(backend.is_cupy_array(a) for a in arrays):
-        from cuvmap.cuda import cudnn
+# NOTE [conv strategy]
+# The seed leaves a TODO: "unfold + matmul is actually faster than group convolution in
+# many cases". The batched cases fold the vmap dim into the groups (groups·B), so it matters
+# here. Strategies:
+#   "unfold": im2col + one batched GEMM over the groups (cuvmap/lax/conv_gemm.py), on NumPy
+#             or CuPy. On the CPU this *is* the grouped convolution: each group is one GEMM of
+#             the batched matmul, so the two coincide (benchmarks/bench_conv.py measures the
+#             folded grouped call against an explicit unfold + matmul written by hand: equal
+#             within noise). A direct per-tap kernel (no unfolded copy) was measured too and
+#             lost on every shape of the README CNN (1.2x slower with 16 input channels, 30x
+#             with 1), so the CPU always unfolds.
+#   "cudnn":  cuDNN's grouped convolution (GPU only).
+#   "auto":   on the GPU, the first call of each (op, shapes, params) runs both "cudnn" and
+#             "unfold", timed with CUDA events, and caches the faster; on the CPU, "unfold".
+# Override with set_strategy(...) or the environment variable CUVMAP_CONV_STRATEGY.
+_STRATEGIES = ("auto", "unfold", "cudnn")
+_strategy = [os.environ.get("CUVMAP_CONV_STRATEGY", "auto")]
+_measured = {}
 
-        if cudnn.available():
-            return cudnn
-    return conv_gemm
+
+def set_strategy(strategy):
+    """Chooses the convolution kernels: ``"auto"`` (default), ``"unfold"`` or ``"cudnn"``
+    (see NOTE [conv strategy]). Returns the previous setting."""
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"conv strategy must be one of {_STRATEGIES}, got {strategy!r}")
+    previous = _strategy[0]
+    _strategy[0] = strategy
+    return previous
+
+
+def get_strategy():
+    return _strategy[0]
+
+
+def measured_choices():
+    """The per-shape choices ``"auto"`` has measured so far: ``{key: (choice, times_ms)}``."""
+    return dict(_measured)
+
+
+def _run_kernel(op, *args):
+    """Runs ``conv_gemm.<op>`` or ``cudnn.<op>`` (``op`` is ``forward``, ``backward_input``
+    or ``backward_weight``) on the operands' backend, following the strategy."""
+    if not any(backend.is_cupy_array(a) for a in args[:2]):
+        return getattr(conv_gemm, op)(*args)
+    from cuvmap.cuda import cudnn, device
+
+    strategy = _strategy[0]
+    if strategy == "unfold" or not cudnn.available():
+        return getattr(conv_gemm, op)(*args)
+    if strategy == "cudnn":
+        return getattr(cudnn, op)(*args)
+    key = (op, args[0].dtype.str) + tuple(tuple(a.shape) if hasattr(a, "shape") else a for a in args)
+    choice = _measured.get(key)
+    if choice is None:
+        times = {name: device.time_gpu(lambda m=module: getattr(m, op)(*args), repeats=2)
+                 for name, module in (("cudnn", cudnn), ("unfold", conv_gemm))}
+        choice = (min(times, key=times.get), times)
+        _measured[key] = choice
+    return getattr(cudnn if choice[0] == "cudnn" else conv_gemm, op)(*args)
 
 
 def _validate(primitive, *operands, **params):
@@ -240,13 +293,12 @@ def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, out
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
     _validate(conv_p, lhs, rhs, *maybe_bias, **params)
-    k = _kernels(lhs, rhs)
     if transposed:
         out_shape = conv_output_shape(lhs.shape, rhs.shape, **params)
         # a transposed conv is the input-gradient of the regular conv from its output space
-        out = k.backward_input(lhs, rhs, out_shape, stride, padding, dilation, groups)
+        out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
     else:
-        out = k.forward(lhs, rhs, stride, padding, dilation, groups)
+        out = _run_kernel("forward", lhs, rhs, stride, padding, dilation, groups)
     if maybe_bias:
         (bias,) = maybe_bias
         out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
@@ -257,23 +309,21 @@ def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding,
                               output_padding, groups):
     _validate(conv_backward_input_p, grad_output, rhs, input_shape=input_shape, stride=stride, padding=padding,
               dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
-    k = _kernels(grad_output, rhs)
     if transposed:
         # adjoint of the transposed conv in its input: the regular conv
-        return k.forward(grad_output, rhs, stride, padding, dilation, groups)
-    return k.backward_input(grad_output, rhs, input_shape, stride, padding, dilation, groups)
+        return _run_kernel("forward", grad_output, rhs, stride, padding, dilation, groups)
+    return _run_kernel("backward_input", grad_output, rhs, input_shape, stride, padding, dilation, groups)
 
 
 def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, padding, dilation, transposed,
                                output_padding, groups):
     _validate(conv_backward_weight_p, grad_output, lhs, weight_shape=weight_shape, stride=stride, padding=padding,
               dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
-    k = _kernels(grad_output, lhs)
     if transposed:
         # transposed conv T(x; w) = regular conv's input-gradient: ⟨T(x; w), g⟩ = ⟨x, conv(g; w)⟩,
         # so its weight-gradient is the regular one with the roles of x and g swapped.
-        return k.backward_weight(lhs, grad_output, weight_shape, stride, padding, dilation, groups)
-    return k.backward_weight(grad_output, lhs, weight_shape, stride, padding, dilation, groups)
+        return _run_kernel("backward_weight", lhs, grad_output, weight_shape, stride, padding, dilation, groups)
+    return _run_kernel("backward_weight", grad_output, lhs, weight_shape, stride, padding, dilation, groups)
 
 
 conv_p.impl = _conv_impl
