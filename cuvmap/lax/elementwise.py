@@ -44,6 +44,14 @@ def _naryop_shape_rule(*avals, **params):
     return ShapedArray(shape, dtype, weak_type=all(a.weak_type for a in avals))
 
 
+def _div_shape_rule(x, y):
+    """True division: integer and boolean operands give float64 (NumPy's ``true_divide``)."""
+    out = _naryop_shape_rule(x, y)
+    if out.dtype.kind not in "fc":
+        out.dtype = np.dtype(np.float64)
+    return out
+
+
 def _float_unary_shape_rule(x, **params):
     dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
     return ShapedArray(x.shape, dtype, weak_type=x.weak_type)
@@ -72,7 +80,7 @@ neg_p = _nary("neg", np.negative, _same_shape_rule)
 add_p = _nary("add", np.add)
 sub_p = _nary("sub", np.subtract)
 mul_p = _nary("mul", np.multiply)
-div_p = _nary("div", np.true_divide)
+div_p = _nary("div", np.true_divide, _div_shape_rule)
 pow_p = _nary("pow", np.power)
 max_p = _nary("max", np.maximum)
 min_p = _nary("min", np.minimum)

@@ -41,6 +41,11 @@ iota_p.impl = _iota_impl
 iota_p.shape_rule = lambda *, size, dtype, device: ShapedArray((size,), dtype)
 
 
+# iota has no operands, so no transform ever owns one of them: its output is a constant,
+# unbatched and without derivative. The rule completes the registry.
+batching.primitive_batchers[iota_p] = lambda vals, dims, **params: (iota_p.bind(**params), not_mapped)
+
+
 def iota(size, dtype=np.int64, like=None):
     """``arange(size)`` on the backend of ``like`` (a constant to every transform)."""
     device = backend.backend_name(like) if like is not None else "cpu"

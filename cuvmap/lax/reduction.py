@@ -44,8 +44,15 @@ def _kept_dims(ndim, axes):
 # reduce_sum
 # ---------------------------------------------------------------------------------------
 
+def _reduce_sum_impl(x, *, axes):
+    x = _as_array(x)
+    # NumPy would promote small ints (int32, uint8) to int64; keep the dtype the shape rule
+    # states: the operand's, int64 for booleans
+    return x.sum(axis=axes, dtype=np.int64 if x.dtype == np.bool_ else x.dtype)
+
+
 reduce_sum_p = Primitive("reduce_sum")
-reduce_sum_p.impl = lambda x, *, axes: _as_array(x).sum(axis=axes)
+reduce_sum_p.impl = _reduce_sum_impl
 reduce_sum_p.shape_rule = _reduce_sum_shape_rule
 
 

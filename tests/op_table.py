@@ -1,0 +1,746 @@
+"""The op table: the data that drives the generic tests in ``test_ops.py``.
+
+One :class:`Row` per case. ``PRIMITIVE_ROWS`` holds at least one row per primitive of
+:func:`cuvmap.lax.all_primitives` (a registry test fails when a primitive has none), the
+conv family included (its references are written from the definition, one einsum per
+kernel tap, independent of the im2col kernels);
+``COMPOSITE_ROWS`` holds functions of :mod:`cuvmap.numpy` built from several primitives
+(indexing, take_along_axis, einsum, matmul, logsumexp, var).
+
+A row holds:
+
+- ``fun``: the function under test, over the row's operands (static parameters bound);
+- ``ref``: an independent NumPy reference for it;
+- ``args``: one :class:`Arg` per operand (shape, domain, dtype);
+- for primitive rows, ``prim`` and the ``params`` that ``fun`` binds, for the shape rule test;
+- ``dtypes``: the dtypes the impl test runs in (float operands take the test dtype);
+- ``differentiable`` and the derivative tolerances.
+
+Adding a primitive means adding a row here; the generic tests then check its impl
+against NumPy, its shape rule, its batching rule for every ``in_axes`` combination, and
+its derivatives against finite differences.
+"""
+import importlib
+import itertools
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from cuvmap import core, lax
+from cuvmap import numpy as cnp
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import linalg as lax_linalg
+from cuvmap.lax import reduction as lax_reduction
+from cuvmap.lax import shape as lax_shape
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+I32 = np.dtype(np.int32)
+I64 = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+
+FLOATS = (F32, F64)
+NUMERIC = (F32, F64, I64)
+ANY = (F32, F64, I64, BOOL)
+
+
+# ---------------------------------------------------------------------------------------
+# Operands
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One operand of a row.
+
+    ``dtype=None`` means the test dtype (float32/float64/int/bool as the test runs);
+    a fixed ``dtype`` (index arrays, predicates) never changes and is never differentiated.
+    ``domain`` says where values come from (see :func:`_values`); ``bound`` is the size
+    of the indexed axis for ``domain="index"`` (values in ``[-bound, bound)``).
+    ``value`` makes the operand a fixed Python scalar (weakly typed, never batched).
+    """
+
+    shape: tuple = ()
+    domain: str = "real"
+    dtype: object = None
+    bound: int = 0
+    value: object = None
+
+    @property
+    def is_pyscalar(self):
+        return self.value is not None
+
+    @property
+    def follows_test_dtype(self):
+        return self.dtype is None and not self.is_pyscalar and self.domain != "index"
+
+    def make(self, rng, dtype, shape=None):
+        if self.is_pyscalar:
+            return self.value
+        shape = self.shape if shape is None else tuple(shape)
+        if self.domain == "index":
+            return np.asarray(rng.integers(-self.bound, self.bound, size=shape), dtype=self.dtype or I64)
+        dtype = np.dtype(self.dtype or dtype)
+        return _values(rng, self.domain, shape, dtype)
+
+
+def _values(rng, domain, shape, dtype):
+    """Values for a domain:
+
+    - ``real``: standard normal; ``positive``: in [0.5, 2]; ``nonzero``: ±[0.5, 2];
+    - ``grid0`` / ``grid_half``: near the integers / near the half-integers (two operands
+      drawn from these never tie: max/min stay away from their kink);
+    - ``distinct``: all values at least 0.2 apart (no ties in max/argmax reductions);
+    - ``ints``: small integers (ties, zeros: sign, comparisons, abs at its kink);
+    - ``pairmax`` / ``pairmin``: distinct values, except that the max (min) along the last
+      axis appears exactly twice (ties in reduce_max/reduce_min).
+    """
+    size = int(np.prod(shape, dtype=np.int64))
+    if dtype == BOOL:
+        return np.asarray(rng.random(shape) < 0.5)
+    if dtype.kind in "iu":
+        if domain == "positive":
+            v = rng.integers(1, 4, size=shape)
+        elif domain == "nonzero":
+            v = rng.integers(1, 4, size=shape) * rng.choice([-1, 1], size=shape)
+        elif domain in ("distinct", "pairmax", "pairmin"):
+            v = rng.permutation(size).reshape(shape) - size // 2
+        elif domain == "grid_half":
+            v = 2 * rng.integers(-3, 4, size=shape) + 1
+        elif domain == "grid0":
+            v = 2 * rng.integers(-3, 4, size=shape)
+        else:
+            v = rng.integers(-3, 4, size=shape)
+        return np.asarray(v).astype(dtype)
+    if domain == "real":
+        v = rng.standard_normal(shape)
+    elif domain == "positive":
+        v = rng.uniform(0.5, 2.0, size=shape)
+    elif domain == "nonzero":
+        v = rng.uniform(0.5, 2.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    elif domain == "grid0":
+        v = rng.integers(-3, 4, size=shape) + rng.uniform(-0.1, 0.1, size=shape)
+    elif domain == "grid_half":
+        v = rng.integers(-3, 4, size=shape) + 0.5 + rng.uniform(-0.1, 0.1, size=shape)
+    elif domain == "ints":
+        v = rng.integers(-2, 3, size=shape).astype(np.float64)
+    elif domain in ("distinct", "pairmax", "pairmin"):
+        v = (rng.permutation(size) - size / 2) * 0.25 + rng.uniform(0, 0.05, size=size)
+        v = v.reshape(shape)
+        if domain != "distinct" and shape and shape[-1] > 1:
+            v = _pair_extremum(v, np.argmax if domain == "pairmax" else np.argmin)
+    else:
+        raise ValueError(f"unknown domain {domain!r}")
+    return np.asarray(v).astype(dtype)
+
+
+def _pair_extremum(v, arg):
+    """Copies the extremum of each row (along the last axis) to one other position."""
+    v = v.copy()
+    flat = v.reshape(-1, v.shape[-1])
+    for row in flat:
+        k = arg(row)
+        row[(k + 1) % len(row)] = row[k]
+    return flat.reshape(v.shape)
+
+
+def I(shape, bound, dtype=I64):  # noqa: E743 - reads as "indices"
+    """Integer index operand for an axis of size ``bound`` (negative indices included)."""
+    return Arg(tuple(shape), domain="index", bound=bound, dtype=np.dtype(dtype))
+
+
+def A(*shape, domain="real", dtype=None):
+    return Arg(tuple(shape), domain=domain, dtype=dtype)
+
+
+def P(*shape):
+    """Boolean predicate operand."""
+    return Arg(tuple(shape), dtype=BOOL)
+
+
+def S(value):
+    """A Python scalar operand (weakly typed; never batched or differentiated)."""
+    return Arg((), value=value)
+
+
+# ---------------------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    fun: object
+    ref: object
+    args: tuple
+    prim: object = None
+    params: dict = None
+    dtypes: tuple = FLOATS
+    differentiable: bool = None
+    tol32: tuple = (1e-5, 1e-6)  # (rtol, atol) of the impl test in float32
+    tol64: tuple = (1e-12, 1e-12)
+    grad_tol: float = 1e-5  # atol = rtol of check_grads (float64)
+    grad_eps: float = 1e-4
+    grad_order: int = 2
+    diff_argnums: tuple = None
+
+    def __post_init__(self):
+        self.args = tuple(self.args)
+        if self.differentiable is None:
+            self.differentiable = True if self.prim is None else self.prim.differentiable
+        if self.diff_argnums is None:
+            self.diff_argnums = tuple(i for i, a in enumerate(self.args) if a.follows_test_dtype)
+
+    def __repr__(self):
+        return f"Row({self.name})"
+
+    def seed(self, *salt):
+        return zlib.crc32(repr((self.name,) + salt).encode())
+
+    def make_args(self, dtype, shapes=None, seed=0):
+        """The row's operands in ``dtype``; ``shapes`` overrides the operand shapes
+        (batched shapes for the vmap tests)."""
+        rng = np.random.default_rng(self.seed(str(dtype), seed))
+        shapes = shapes or [a.shape for a in self.args]
+        return tuple(a.make(rng, dtype, s) for a, s in zip(self.args, shapes))
+
+    @property
+    def vmap_dtype(self):
+        return F64 if F64 in self.dtypes else self.dtypes[0]
+
+    def tolerance(self, out_dtype):
+        """``(rtol, atol)`` for a result of ``out_dtype`` (exact for ints and bools)."""
+        if out_dtype == F32:
+            return self.tol32
+        if out_dtype == F64:
+            return self.tol64
+        return (0, 0)
+
+
+def prim_row(name, prim, params, fun, ref, args, **kw):
+    return Row(name, fun, ref, args, prim=prim, params=dict(params), **kw)
+
+
+def _rows_elementwise():
+    p = ew
+    rows = [
+        prim_row("neg", p.neg_p, {}, lax.neg, np.negative, [A(3, 4)], dtypes=NUMERIC + (I32,)),
+        prim_row("add", p.add_p, {}, lax.add, lambda x, y: x + y, [A(3, 4), A(3, 4)], dtypes=NUMERIC + (I32,)),
+        prim_row("add_bcast", p.add_p, {}, lax.add, lambda x, y: x + y, [A(2, 3, 4), A(3, 1)]),
+        prim_row("add_pyscalar", p.add_p, {}, lax.add, lambda x, s: x + s, [A(3, 4), S(2.5)], dtypes=NUMERIC),
+        prim_row("mul_pyint", p.mul_p, {}, lax.mul, lambda x, s: x * s, [A(3, 4), S(3)], dtypes=NUMERIC + (I32,)),
+        prim_row("sub", p.sub_p, {}, lax.sub, lambda x, y: x - y, [A(3, 4), A(4)], dtypes=NUMERIC),
+        prim_row("sub_pyscalar_left", p.sub_p, {}, lax.sub, lambda s, x: s - x, [S(1.5), A(3, 4)], dtypes=NUMERIC),
+        prim_row("div_pyscalar_left", p.div_p, {}, lax.div, lambda s, x: s / x,
+                 [S(1.0), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
+        prim_row("pow_pyscalar_base", p.pow_p, {}, lax.pow, lambda s, y: s ** y, [S(2.0), A(3, 4)]),
+        prim_row("max_pyscalar", p.max_p, {}, lax.max, np.maximum, [A(3, 4, domain="grid_half"), S(0.0)],
+                 dtypes=NUMERIC),
+        # float32 meets float64: the result is float64, the float32 operand's cotangent float32
+        prim_row("add_mixed_precision", p.add_p, {}, lax.add, lambda x, y: x + y, [A(3, 4), A(4, dtype=F32)],
+                 diff_argnums=(0, 1), grad_eps=1e-2, grad_tol=1e-4),
+        prim_row("mul_mixed_precision", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(4, dtype=F32), A(3, 4)],
+                 diff_argnums=(0, 1), grad_eps=1e-2, grad_tol=1e-4),
+        prim_row("mul", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(3, 4), A(3, 4)], dtypes=NUMERIC),
+        prim_row("mul_bcast", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(3, 1), A(1, 4)]),
+        prim_row("mul_scalar_operand", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(), A(3, 4)]),
+        prim_row("div", p.div_p, {}, lax.div, lambda x, y: x / y,
+                 [A(3, 4), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
+        prim_row("pow", p.pow_p, {}, lax.pow, lambda x, y: x ** y,
+                 [A(3, 4, domain="positive"), A(3, 4)], tol32=(1e-5, 1e-5)),
+        prim_row("pow_int", p.pow_p, {}, lax.pow, lambda x, y: x ** y,
+                 [A(3, 4, domain="positive"), A(4, domain="positive")], dtypes=(I64,)),
+        prim_row("pow_bcast_exponent", p.pow_p, {}, lax.pow, lambda x, y: x ** y,
+                 [A(3, 4, domain="positive"), A(domain="positive")]),
+        prim_row("max", p.max_p, {}, lax.max, np.maximum, [A(3, 4, domain="grid0"), A(4, domain="grid_half")],
+                 dtypes=NUMERIC),
+        prim_row("min", p.min_p, {}, lax.min, np.minimum, [A(3, 4, domain="grid_half"), A(3, 4, domain="grid0")],
+                 dtypes=NUMERIC),
+        # ties: the derivative is split evenly, which is what central differences see
+        # (first order only: the derivative jumps at a tie)
+        prim_row("max_ties", p.max_p, {}, lax.max, np.maximum, [A(3, 4, domain="ints"), A(3, 4, domain="ints")],
+                 grad_order=1),
+        prim_row("min_ties", p.min_p, {}, lax.min, np.minimum, [A(3, 4, domain="ints"), A(4, domain="ints")],
+                 grad_order=1),
+        prim_row("exp", p.exp_p, {}, lax.exp, np.exp, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("log", p.log_p, {}, lax.log, np.log, [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("log1p", p.log1p_p, {}, lax.log1p, lambda x: np.log(1 + x.astype(np.float64)).astype(
+            np.result_type(x.dtype, np.float32) if x.dtype.kind == "f" else np.float64),
+            [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("expm1", p.expm1_p, {}, lax.expm1, lambda x: (np.exp(x.astype(np.float64)) - 1).astype(
+            x.dtype if x.dtype.kind == "f" else np.float64), [A(3, 4)], dtypes=NUMERIC,
+            tol64=(1e-12, 1e-14)),
+        prim_row("sqrt", p.sqrt_p, {}, lax.sqrt, np.sqrt, [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("rsqrt", p.rsqrt_p, {}, lax.rsqrt, lambda x: 1 / np.sqrt(x), [A(3, 4, domain="positive")],
+                 dtypes=NUMERIC),
+        prim_row("tanh", p.tanh_p, {}, lax.tanh, lambda x: np.sinh(x) / np.cosh(x), [A(3, 4)], dtypes=NUMERIC),
+        prim_row("logistic", p.logistic_p, {}, lax.logistic, lambda x: 1 / (1 + np.exp(-x)), [A(3, 4)],
+                 dtypes=NUMERIC),
+        prim_row("sin", p.sin_p, {}, lax.sin, np.sin, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("cos", p.cos_p, {}, lax.cos, np.cos, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("abs", p.abs_p, {}, lax.abs, np.abs, [A(3, 4, domain="nonzero")], dtypes=NUMERIC + (I32,)),
+        # |x| at 0: the derivative sign(0) = 0 is what central differences see
+        prim_row("abs_at_zero", p.abs_p, {}, lax.abs, np.abs, [A(3, 4, domain="ints")], grad_order=1),
+        prim_row("sign", p.sign_p, {}, lax.sign, np.sign, [A(3, 4, domain="ints")], dtypes=NUMERIC),
+        prim_row("integer_pow_2", p.integer_pow_p, {"y": 2}, lambda x: lax.integer_pow(x, 2),
+                 lambda x: x * x, [A(3, 4)], dtypes=NUMERIC + (I32,)),
+        prim_row("integer_pow_3", p.integer_pow_p, {"y": 3}, lambda x: lax.integer_pow(x, 3),
+                 lambda x: x * x * x, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("integer_pow_neg2", p.integer_pow_p, {"y": -2}, lambda x: lax.integer_pow(x, -2),
+                 lambda x: 1 / (x * x), [A(3, 4, domain="nonzero")], tol32=(1e-5, 1e-6)),
+        prim_row("integer_pow_1", p.integer_pow_p, {"y": 1}, lambda x: lax.integer_pow(x, 1),
+                 lambda x: x.copy(), [A(3, 4)]),
+        prim_row("integer_pow_0", p.integer_pow_p, {"y": 0}, lambda x: lax.integer_pow(x, 0),
+                 lambda x: np.ones_like(x), [A(3, 4)], dtypes=NUMERIC),
+        prim_row("select", p.select_p, {}, lax.select, np.where, [P(3, 4), A(3, 4), A(3, 4)], dtypes=NUMERIC),
+        prim_row("select_bcast", p.select_p, {}, lax.select, np.where, [P(4), A(3, 1), A(3, 4)]),
+        prim_row("select_pyscalar", p.select_p, {}, lax.select, np.where, [P(3, 4), A(3, 4), S(0.0)],
+                 dtypes=NUMERIC),
+        prim_row("convert_to_f64", p.convert_element_type_p, {"new_dtype": F64},
+                 lambda x: lax.convert_element_type(x, np.float64), lambda x: x.astype(np.float64), [A(3, 4)],
+                 dtypes=NUMERIC + (BOOL,)),
+        prim_row("convert_to_f32", p.convert_element_type_p, {"new_dtype": F32},
+                 lambda x: lax.convert_element_type(x, np.float32), lambda x: x.astype(np.float32), [A(3, 4)],
+                 grad_tol=1e-3, grad_eps=1e-2),
+        prim_row("convert_to_i32", p.convert_element_type_p, {"new_dtype": I32},
+                 lambda x: lax.convert_element_type(x, np.int32), lambda x: x.astype(np.int32),
+                 [A(3, 4, domain="grid_half")], dtypes=NUMERIC, differentiable=False),
+        prim_row("convert_int_to_f64", p.convert_element_type_p, {"new_dtype": F64},
+                 lambda x: lax.convert_element_type(x, np.float64), lambda x: x.astype(np.float64),
+                 [A(3, 4, dtype=I64)], dtypes=(I64,), differentiable=False),
+        prim_row("stop_gradient", p.stop_gradient_p, {}, lax.stop_gradient, lambda x: x.copy(), [A(3, 4)],
+                 dtypes=ANY),
+    ]
+    for name, prim, wrapper, ref in [
+        ("eq", p.eq_p, lax.eq, np.equal), ("ne", p.ne_p, lax.ne, np.not_equal),
+        ("lt", p.lt_p, lax.lt, np.less), ("le", p.le_p, lax.le, np.less_equal),
+        ("gt", p.gt_p, lax.gt, np.greater), ("ge", p.ge_p, lax.ge, np.greater_equal),
+    ]:
+        rows.append(prim_row(name, prim, {}, wrapper, ref, [A(3, 4, domain="ints"), A(4, domain="ints")],
+                             dtypes=ANY))
+    rows.append(prim_row("lt_pyscalar", p.lt_p, {}, lax.lt, np.less, [A(3, 4, domain="ints"), S(0.5)],
+                         dtypes=NUMERIC))
+    return rows
+
+
+def _slice_ref(spec):
+    return lambda x: x[tuple(slice(*s) for s in spec)]
+
+
+def _slice_transpose_ref(spec, shape):
+    def ref(ct):
+        out = np.zeros(shape, dtype=ct.dtype)
+        out[tuple(slice(*s) for s in spec)] = ct
+        return out
+
+    return ref
+
+
+def _take_transpose_ref(axis, shape):
+    def ref(ct, idx):
+        out = np.zeros(shape, dtype=ct.dtype)
+        moved = np.moveaxis(out, axis, 0)  # a view: accumulate into out
+        ct_moved = np.moveaxis(ct, tuple(range(axis, axis + idx.ndim)), tuple(range(idx.ndim)))
+        for pos in np.ndindex(idx.shape):
+            moved[idx[pos]] += ct_moved[pos]
+        return out
+
+    return ref
+
+
+def _rows_indexing():
+    ip = lax_indexing
+    rows = [
+        prim_row("iota", ip.iota_p, {"size": 5, "dtype": I64, "device": "cpu"}, lambda: lax.iota(5),
+                 lambda: np.array([0, 1, 2, 3, 4]), [], dtypes=(I64,)),
+        prim_row("iota_f32", ip.iota_p, {"size": 4, "dtype": F32, "device": "cpu"},
+                 lambda: lax.iota(4, np.float32), lambda: np.array([0.0, 1.0, 2.0, 3.0], np.float32), [],
+                 dtypes=(F32,)),
+    ]
+    for name, spec, shape in [
+        ("slice", ((1, 3, 1), (0, 4, 2)), (3, 4)),
+        ("slice_neg_step", ((2, None, -1), (3, 0, -2)), (3, 4)),
+        ("slice_3d", ((0, 2, 1), (1, 3, 1), (3, None, -3)), (2, 3, 4)),
+        ("slice_empty_dim", ((0, 3, 1), (2, 2, 1)), (3, 4)),
+    ]:
+        rows.append(prim_row(name, ip.slice_p, {"slices": spec}, lambda x, spec=spec: lax.slice(x, spec),
+                             _slice_ref(spec), [A(*shape)], dtypes=ANY))
+    rows += [
+        prim_row("slice_in_dim_reversed", ip.slice_p, {"slices": ((2, None, -1), (0, 4, 1))},
+                 lambda x: lax.slice_in_dim(x, -1, None, 0, -1), lambda x: x[::-1], [A(3, 4)]),
+        prim_row("slice_in_dim_step", ip.slice_p, {"slices": ((0, 2, 1), (0, 3, 1), (1, 4, 2))},
+                 lambda x: lax.slice_in_dim(x, 1, None, 2, 2), lambda x: x[:, :, 1::2], [A(2, 3, 4)]),
+    ]
+    for name, spec, shape, ct_shape in [
+        ("slice_transpose", ((2, None, -2), (3, 0, -2)), (3, 4), (2, 2)),
+        ("slice_transpose_3d", ((0, 2, 1), (1, 3, 1), (0, 4, 3)), (2, 3, 4), (2, 2, 2)),
+    ]:
+        rows.append(prim_row(
+            name, ip.slice_transpose_p, {"slices": spec, "shape": shape},
+            lambda ct, spec=spec, shape=shape: ip.slice_transpose_p.bind(ct, slices=spec, shape=shape),
+            _slice_transpose_ref(spec, shape), [A(*ct_shape)], dtypes=NUMERIC))
+    rows += [
+        prim_row("take", ip.take_p, {"axis": 1}, lambda x, i: lax.take(x, i, 1),
+                 lambda x, i: x[:, i], [A(3, 4), I((2, 3), 4)], dtypes=ANY),
+        prim_row("take_axis0", ip.take_p, {"axis": 0}, lambda x, i: lax.take(x, i, 0),
+                 lambda x, i: x[i], [A(3, 4), I((5,), 3)], dtypes=NUMERIC),
+        prim_row("take_int32_indices", ip.take_p, {"axis": 0}, lambda x, i: lax.take(x, i, 0),
+                 lambda x, i: x[i], [A(3, 4), I((2, 2), 3, I32)]),
+        prim_row("take_scalar_index", ip.take_p, {"axis": 1}, lambda x, i: lax.take(x, i, 1),
+                 lambda x, i: x[:, i], [A(2, 3, 4), I((), 3)]),
+        prim_row("take_transpose", ip.take_transpose_p, {"axis": 1, "shape": (3, 4)},
+                 lambda ct, i: ip.take_transpose_p.bind(ct, i, axis=1, shape=(3, 4)),
+                 _take_transpose_ref(1, (3, 4)), [A(3, 5), I((5,), 4)], dtypes=NUMERIC),
+        prim_row("take_transpose_axis0", ip.take_transpose_p, {"axis": 0, "shape": (3, 4)},
+                 lambda ct, i: ip.take_transpose_p.bind(ct, i, axis=0, shape=(3, 4)),
+                 _take_transpose_ref(0, (3, 4)), [A(2, 3, 4), I((2, 3), 3)], dtypes=NUMERIC),
+        prim_row("take_transpose_int32_indices", ip.take_transpose_p, {"axis": 1, "shape": (2, 3)},
+                 lambda ct, i: ip.take_transpose_p.bind(ct, i, axis=1, shape=(2, 3)),
+                 _take_transpose_ref(1, (2, 3)), [A(2, 4), I((4,), 3, I32)]),
+    ]
+    return rows
+
+
+def _dot_row(name, dn, subscripts, x_shape, y_shape, **kw):
+    return prim_row(
+        name, lax_linalg.dot_general_p, {"dimension_numbers": dn},
+        lambda x, y: lax.dot_general(x, y, dn),
+        lambda x, y: np.einsum(subscripts, x, y),
+        [A(*x_shape), A(*y_shape)], **kw)
+
+
+def _rows_linalg():
+    return [
+        _dot_row("dot_general_matmul", (((1,), (0,)), ((), ())), "ik,kj->ij", (3, 4), (4, 5),
+                 dtypes=NUMERIC + (I32,)),
+        _dot_row("dot_general_vector", (((0,), (0,)), ((), ())), "i,i->", (4,), (4,)),
+        _dot_row("dot_general_outer", (((), ()), ((), ())), "i,j->ij", (3,), (4,)),
+        _dot_row("dot_general_batched", (((2,), (1,)), ((0,), (0,))), "bik,bkj->bij", (2, 3, 4), (2, 4, 5)),
+        _dot_row("dot_general_batch_not_leading", (((2,), (0,)), ((1,), (2,))), "ibk,kjb->bij",
+                 (3, 2, 4), (4, 5, 2)),
+        _dot_row("dot_general_two_contractions", (((1, 2), (1, 0)), ((), ())), "ikl,lk->i", (3, 4, 2), (2, 4)),
+        _dot_row("dot_general_matvec_transposed", (((0,), (0,)), ((), ())), "ki,k->i", (4, 3), (4,)),
+    ]
+
+
+def _rows_reduction():
+    rp = lax_reduction
+    rows = []
+    for name, prim, wrapper, ref in [
+        # reduce_sum keeps the operand's dtype (NumPy's sum would promote int32 to int64),
+        # except that booleans are counted in int64
+        ("reduce_sum", rp.reduce_sum_p, lax.reduce_sum,
+         lambda x, axis: np.sum(x, axis=axis, dtype=np.int64 if x.dtype == BOOL else x.dtype)),
+        ("reduce_max", rp.reduce_max_p, lax.reduce_max, np.max),
+        ("reduce_min", rp.reduce_min_p, lax.reduce_min, np.min),
+    ]:
+        domain = "real" if name == "reduce_sum" else "distinct"
+        dtypes = NUMERIC + (I32, BOOL) if name == "reduce_sum" else NUMERIC
+        for suffix, shape, axes in [("", (3, 4), (1,)), ("_02", (2, 3, 4), (0, 2)), ("_all", (3, 4), (0, 1))]:
+            rows.append(prim_row(
+                name + suffix, prim, {"axes": axes}, lambda x, w=wrapper, axes=axes: w(x, axes),
+                lambda x, r=ref, axes=axes: r(x, axis=axes), [A(*shape, domain=domain)], dtypes=dtypes))
+    rows += [
+        prim_row("reduce_sum_neg_axes", rp.reduce_sum_p, {"axes": (0, 2)}, lambda x: lax.reduce_sum(x, (-1, 0)),
+                 lambda x: x.sum(axis=(0, -1)), [A(2, 3, 4)]),
+        prim_row("reduce_max_ties", rp.reduce_max_p, {"axes": (1,)}, lambda x: lax.reduce_max(x, (1,)),
+                 lambda x: x.max(axis=1), [A(3, 4, domain="pairmax")], grad_order=1),
+        prim_row("reduce_min_ties", rp.reduce_min_p, {"axes": (2,)}, lambda x: lax.reduce_min(x, (2,)),
+                 lambda x: x.min(axis=2), [A(2, 3, 4, domain="pairmin")], grad_order=1),
+        prim_row("argmax", rp.argmax_p, {"axis": 1}, lambda x: lax.argmax(x, 1), lambda x: np.argmax(x, axis=1),
+                 [A(3, 4, domain="distinct")], dtypes=NUMERIC),
+        prim_row("argmax_ties", rp.argmax_p, {"axis": 1}, lambda x: lax.argmax(x, 1),
+                 lambda x: np.argmax(x, axis=1), [A(3, 4, domain="ints")], dtypes=NUMERIC + (BOOL,)),
+        prim_row("argmin", rp.argmin_p, {"axis": 0}, lambda x: lax.argmin(x, 0), lambda x: np.argmin(x, axis=0),
+                 [A(2, 3, 4, domain="distinct")], dtypes=NUMERIC),
+        prim_row("argmin_neg_axis", rp.argmin_p, {"axis": 2}, lambda x: lax.argmin(x, -1),
+                 lambda x: np.argmin(x, axis=-1), [A(2, 3, 4, domain="ints")], dtypes=NUMERIC),
+    ]
+    return rows
+
+
+def _rows_shape():
+    sp = lax_shape
+    return [
+        prim_row("reshape", sp.reshape_p, {"new_sizes": (2, 6)}, lambda x: lax.reshape(x, (2, 6)),
+                 lambda x: x.reshape(2, 6), [A(3, 4)], dtypes=ANY),
+        prim_row("reshape_3d", sp.reshape_p, {"new_sizes": (6, 4)}, lambda x: lax.reshape(x, (6, 4)),
+                 lambda x: x.reshape(6, 4), [A(2, 3, 4)]),
+        prim_row("reshape_flat", sp.reshape_p, {"new_sizes": (12,)}, lambda x: lax.reshape(x, (12,)),
+                 lambda x: x.ravel(), [A(3, 4)]),
+        prim_row("reshape_to_scalar", sp.reshape_p, {"new_sizes": ()}, lambda x: lax.reshape(x, ()),
+                 lambda x: x.reshape(()), [A(1, 1)]),
+        prim_row("reshape_from_scalar", sp.reshape_p, {"new_sizes": (1, 1)}, lambda x: lax.reshape(x, (1, 1)),
+                 lambda x: x.reshape(1, 1), [A()]),
+        prim_row("transpose", sp.transpose_p, {"permutation": (2, 0, 1)}, lambda x: lax.transpose(x, (2, 0, 1)),
+                 lambda x: np.moveaxis(x, 2, 0), [A(2, 3, 4)], dtypes=ANY),
+        prim_row("transpose_2d", sp.transpose_p, {"permutation": (1, 0)}, lambda x: lax.transpose(x, (1, 0)),
+                 lambda x: x.T, [A(3, 4)]),
+        prim_row("broadcast_in_dim", sp.broadcast_in_dim_p, {"shape": (2, 3, 4), "broadcast_dimensions": (1,)},
+                 lambda x: lax.broadcast_in_dim(x, (2, 3, 4), (1,)),
+                 lambda x: np.broadcast_to(x[None, :, None], (2, 3, 4)), [A(3)], dtypes=ANY),
+        prim_row("broadcast_in_dim_size1", sp.broadcast_in_dim_p,
+                 {"shape": (3, 4), "broadcast_dimensions": (0, 1)},
+                 lambda x: lax.broadcast_in_dim(x, (3, 4), (0, 1)),
+                 lambda x: np.broadcast_to(x, (3, 4)), [A(3, 1)]),
+        prim_row("broadcast_in_dim_scalar", sp.broadcast_in_dim_p, {"shape": (2, 3), "broadcast_dimensions": ()},
+                 lambda x: lax.broadcast_in_dim(x, (2, 3), ()),
+                 lambda x: np.full((2, 3), x), [A()]),
+        prim_row("broadcast_in_dim_mixed", sp.broadcast_in_dim_p,
+                 {"shape": (2, 3, 4), "broadcast_dimensions": (0, 2)},
+                 lambda x: lax.broadcast_in_dim(x, (2, 3, 4), (0, 2)),
+                 lambda x: np.broadcast_to(x[:, None, :], (2, 3, 4)), [A(1, 4)]),
+        prim_row("squeeze", sp.squeeze_p, {"dimensions": (1,)}, lambda x: lax.squeeze(x, (1,)),
+                 lambda x: x[:, 0, :], [A(3, 1, 4)], dtypes=ANY),
+        prim_row("squeeze_two", sp.squeeze_p, {"dimensions": (0, 2)}, lambda x: lax.squeeze(x, (0, 2)),
+                 lambda x: x[0, :, 0], [A(1, 3, 1)]),
+        prim_row("expand_dims", sp.expand_dims_p, {"dimensions": (0,)}, lambda x: lax.expand_dims(x, (0,)),
+                 lambda x: x[None], [A(3, 4)], dtypes=ANY),
+        prim_row("expand_dims_two", sp.expand_dims_p, {"dimensions": (1, 3)}, lambda x: lax.expand_dims(x, (1, 3)),
+                 lambda x: x[:, None, :, None], [A(3, 4)]),
+        prim_row("concatenate", sp.concatenate_p, {"dimension": 1},
+                 lambda x, y, z: lax.concatenate([x, y, z], 1),
+                 lambda x, y, z: np.concatenate([x, y, z], axis=1), [A(3, 2), A(3, 4), A(3, 1)], dtypes=ANY),
+        prim_row("concatenate_2", sp.concatenate_p, {"dimension": 0},
+                 lambda x, y: lax.concatenate([x, y], 0),
+                 lambda x, y: np.concatenate([x, y], axis=0), [A(2, 3), A(1, 3)]),
+        prim_row("pad", sp.pad_p, {"pads": ((1, 0), (2, 1)), "value": 0},
+                 lambda x: lax.pad(x, ((1, 0), (2, 1))),
+                 lambda x: np.pad(x, ((1, 0), (2, 1))), [A(3, 4)], dtypes=ANY),
+        prim_row("pad_value", sp.pad_p, {"pads": ((0, 0), (1, 1), (0, 2)), "value": 1.5},
+                 lambda x: lax.pad(x, ((0, 0), (1, 1), (0, 2)), 1.5),
+                 lambda x: np.pad(x, ((0, 0), (1, 1), (0, 2)), constant_values=1.5), [A(2, 3, 4)]),
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# The conv family: references from the definition, one einsum per kernel tap
+#   conv(x, w)[n, g·Og + o, y] = Σ_{c,k} x[n, g·Cg + c, y·s − p + k·d] · w[g·Og + o, c, k]
+# ---------------------------------------------------------------------------------------
+
+
+def _taps(kernel, stride, dilation, out_sp):
+    """For each kernel tap ``k``: the strided slices of the padded input it reads."""
+    for k in itertools.product(*(range(n) for n in kernel)):
+        yield k, (slice(None), slice(None)) + tuple(
+            slice(ki * d, ki * d + s * (o - 1) + 1, s) for ki, d, s, o in zip(k, dilation, stride, out_sp))
+
+
+def _grouped(x, groups):
+    """``(N, G·Cg, ...)`` -> ``(N, G, Cg, ...)``."""
+    return x.reshape(x.shape[:1] + (groups, x.shape[1] // groups) + x.shape[2:])
+
+
+def ref_conv(x, w, stride, padding, dilation, groups):
+    """The regular convolution, from its definition."""
+    nd = x.ndim - 2
+    kernel = w.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
+    out_sp = tuple((xp.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd))
+    wg = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])  # G Og Cg K...
+    out = np.zeros((x.shape[0], groups, w.shape[0] // groups) + out_sp, dtype=np.result_type(x, w))
+    for k, window in _taps(kernel, stride, dilation, out_sp):
+        out += np.einsum("ngc...,goc->ngo...", _grouped(xp[window], groups), wg[(Ellipsis,) + k])
+    return out.reshape((x.shape[0], w.shape[0]) + out_sp)
+
+
+def ref_conv_input_adjoint(g, w, in_sp, stride, padding, dilation, groups):
+    """``∂⟨ref_conv(x, w), g⟩/∂x`` for ``x`` with spatial size ``in_sp``: every output
+    position adds ``g · w`` back onto the input positions its taps read."""
+    kernel = w.shape[2:]
+    out_sp = g.shape[2:]
+    full = tuple(s + 2 * p for s, p in zip(in_sp, padding))
+    wg = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])  # G Og Cg K...
+    x_pad = np.zeros((g.shape[0], groups, w.shape[1]) + full, dtype=np.result_type(g, w))
+    for k, window in _taps(kernel, stride, dilation, out_sp):
+        x_pad[(slice(None),) + window] += np.einsum("ngo...,goc->ngc...", _grouped(g, groups), wg[(Ellipsis,) + k])
+    x_pad = x_pad.reshape((g.shape[0], groups * w.shape[1]) + full)
+    return x_pad[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, in_sp))]
+
+
+def ref_conv_weight_adjoint(g, x, kernel, stride, padding, dilation, groups):
+    """``∂⟨ref_conv(x, w), g⟩/∂w`` for ``w`` with spatial size ``kernel``."""
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
+    out_sp = g.shape[2:]
+    o, cg = g.shape[1], x.shape[1] // groups
+    dw = np.zeros((groups, o // groups, cg) + tuple(kernel), dtype=np.result_type(g, x))
+    for k, window in _taps(kernel, stride, dilation, out_sp):
+        gg, xw = _grouped(g, groups), _grouped(xp[window], groups)
+        dw[(Ellipsis,) + k] = np.einsum("ngos,ngcs->goc", gg.reshape(gg.shape[:3] + (-1,)),
+                                        xw.reshape(xw.shape[:3] + (-1,)))
+    return dw.reshape((o, cg) + tuple(kernel))
+
+
+def _conv_transposed_out_sp(in_sp, kernel, stride, padding, dilation, output_padding):
+    return tuple((s - 1) * st - 2 * p + d * (k - 1) + op + 1
+                 for s, k, st, p, d, op in zip(in_sp, kernel, stride, padding, dilation, output_padding))
+
+
+def _conv_rows():
+    lax_conv = importlib.import_module("cuvmap.lax.conv")  # cuvmap.lax.conv is also the function
+
+    rows = []
+    # (name, x shape, w shape, with bias, params): regular and transposed, 1-d and 2-d,
+    # groups 1 and 2, stride, padding, dilation and output_padding
+    cases = [
+        ("conv_1d_groups", (2, 4, 5), (6, 2, 3), False,
+         dict(stride=(2,), padding=(1,), dilation=(1,), transposed=False, output_padding=(0,), groups=2)),
+        ("conv_2d_bias", (2, 2, 4, 3), (3, 2, 2, 2), True,
+         dict(stride=(1, 1), padding=(1, 0), dilation=(1, 1), transposed=False, output_padding=(0, 0), groups=1)),
+        ("conv_2d_dilated_groups", (1, 4, 5, 5), (2, 2, 2, 2), False,
+         dict(stride=(1, 2), padding=(1, 1), dilation=(2, 1), transposed=False, output_padding=(0, 0), groups=2)),
+        ("conv_transposed_1d_groups", (2, 4, 3), (4, 3, 3), False,
+         dict(stride=(2,), padding=(1,), dilation=(1,), transposed=True, output_padding=(1,), groups=2)),
+        ("conv_transposed_2d_bias", (2, 2, 3, 2), (2, 3, 2, 2), True,
+         dict(stride=(2, 1), padding=(0, 1), dilation=(1, 1), transposed=True, output_padding=(1, 0), groups=1)),
+    ]
+    for name, xs, ws, with_bias, params in cases:
+        cp = {k: params[k] for k in ("stride", "padding", "dilation", "groups")}
+        if params["transposed"]:
+            out_sp = _conv_transposed_out_sp(xs[2:], ws[2:], params["stride"], params["padding"],
+                                             params["dilation"], params["output_padding"])
+            out_ch = ws[1] * params["groups"]
+            # the transposed conv is the regular conv's input-adjoint
+            fwd = lambda x, w, out_sp=out_sp, cp=cp: ref_conv_input_adjoint(x, w, out_sp, **cp)  # noqa: E731
+            bwd_in = lambda g, w, cp=cp: ref_conv(g, w, **cp)  # noqa: E731
+            bwd_w = lambda g, x, cp=cp, k=ws[2:]: ref_conv_weight_adjoint(x, g, k, **cp)  # noqa: E731
+        else:
+            out_sp = tuple(np.shape(ref_conv(np.zeros(xs), np.zeros(ws), **cp))[2:])
+            out_ch = ws[0]
+            fwd = lambda x, w, cp=cp: ref_conv(x, w, **cp)  # noqa: E731
+            bwd_in = lambda g, w, cp=cp, s=xs[2:]: ref_conv_input_adjoint(g, w, s, **cp)  # noqa: E731
+            bwd_w = lambda g, x, cp=cp, k=ws[2:]: ref_conv_weight_adjoint(g, x, k, **cp)  # noqa: E731
+        nd = len(xs) - 2
+        if with_bias:
+            ref = lambda x, w, b, fwd=fwd, nd=nd: fwd(x, w) + b.reshape((-1,) + (1,) * nd)  # noqa: E731
+            fun = lambda x, w, b, p=params: lax.conv(x, w, b, **p)  # noqa: E731
+            args = [A(*xs), A(*ws), A(out_ch)]
+        else:
+            ref = fwd
+            fun = lambda x, w, p=params: lax.conv(x, w, **p)  # noqa: E731
+            args = [A(*xs), A(*ws)]
+        tol = dict(tol32=(1e-5, 1e-5), grad_tol=1e-5)
+        rows.append(prim_row(name, lax_conv.conv_p, params, fun, ref, args, **tol))
+        gs = (xs[0], out_ch) + out_sp
+        rows.append(prim_row(
+            name.replace("conv", "conv_backward_input", 1), lax_conv.conv_backward_input_p,
+            dict(params, input_shape=xs),
+            lambda g, w, p=params, xs=xs: lax.conv_backward_input(g, w, xs, **p),
+            bwd_in, [A(*gs), A(*ws)], **tol))
+        rows.append(prim_row(
+            name.replace("conv", "conv_backward_weight", 1), lax_conv.conv_backward_weight_p,
+            dict(params, weight_shape=ws),
+            lambda g, x, p=params, ws=ws: lax.conv_backward_weight(g, x, ws, **p),
+            bwd_w, [A(*gs), A(*xs)], **tol))
+    return rows
+
+
+PRIMITIVE_ROWS = (
+    _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Composites (cuvmap.numpy): no shape rule of their own
+# ---------------------------------------------------------------------------------------
+
+
+def _getitem_row(name, index_fn, args, dtypes=FLOATS):
+    """``index_fn(*index_arrays)`` builds the index tuple; ``args[0]`` is the array."""
+    return Row(name, lambda x, *ix: cnp.getitem(x, index_fn(*ix)), lambda x, *ix: x[index_fn(*ix)], args,
+               dtypes=dtypes)
+
+
+def _tae_ref(axis):
+    return lambda x, i: np.take_along_axis(x, i, axis=axis)
+
+
+def _rows_composite():
+    rows = [
+        _getitem_row("getitem_int", lambda: 1, [A(3, 4)], dtypes=ANY),
+        _getitem_row("getitem_neg_int_slice", lambda: (-1, slice(1, 3)), [A(3, 4)]),
+        _getitem_row("getitem_neg_steps", lambda: (slice(None, None, -1), slice(3, 0, -2)), [A(3, 4)], dtypes=ANY),
+        _getitem_row("getitem_none", lambda: (None, slice(None), 1), [A(3, 4)]),
+        _getitem_row("getitem_ellipsis", lambda: (Ellipsis, 2), [A(2, 3, 4)]),
+        _getitem_row("getitem_ellipsis_none", lambda: (1, Ellipsis, None), [A(2, 3, 4)]),
+        _getitem_row("getitem_array", lambda i: i, [A(3, 4), I((2, 2), 3)], dtypes=ANY),
+        _getitem_row("getitem_array_axis1", lambda i: (slice(None), i), [A(3, 4), I((5,), 4)]),
+        _getitem_row("getitem_arrays_adjacent", lambda i, j: (slice(None), i, j),
+                     [A(2, 3, 4), I((5,), 3), I((5,), 4)]),
+        _getitem_row("getitem_arrays_nonadjacent", lambda i, j: (i, slice(None), j),
+                     [A(2, 3, 4), I((5,), 2), I((5,), 4)]),
+        _getitem_row("getitem_int32_arrays", lambda i, j: (i, slice(None), j),
+                     [A(2, 3, 4), I((3,), 2, I32), I((3,), 4, I32)]),
+        _getitem_row("getitem_arrays_broadcast", lambda i, j: (i, j), [A(3, 4), I((2, 1), 3), I((3,), 4)]),
+        _getitem_row("getitem_int_array_nonadjacent", lambda j: (1, slice(None), j), [A(2, 3, 4), I((5,), 4)]),
+        _getitem_row("getitem_list", lambda: [0, -1, 1], [A(3, 4)]),
+        _getitem_row("getitem_0d_array", lambda i: (slice(None), i), [A(3, 4), I((), 4)]),
+        _getitem_row("getitem_neg_int_array", lambda j: (-1, slice(None), j), [A(2, 3, 4), I((2, 2), 4)]),
+        _getitem_row("getitem_ellipsis_array", lambda j: (Ellipsis, j), [A(2, 3, 4), I((3,), 4)]),
+        _getitem_row("getitem_slice_array", lambda j: (slice(None, None, -1), j), [A(3, 4), I((2, 3), 4)]),
+        Row("take_along_axis", lambda x, i: cnp.take_along_axis(x, i, 1), _tae_ref(1), [A(3, 4), I((3, 5), 4)],
+            dtypes=NUMERIC),
+        Row("take_along_axis_0", lambda x, i: cnp.take_along_axis(x, i, 0), _tae_ref(0), [A(3, 4), I((2, 4), 3)]),
+        Row("take_along_axis_bcast", lambda x, i: cnp.take_along_axis(x, i, -1), _tae_ref(-1),
+            [A(3, 4), I((1, 5), 4)]),
+        Row("iota_like", lambda x: lax.add(x, lax.iota(4, core.dtype_of(x), like=x)),
+            lambda x: x + np.arange(4, dtype=x.dtype), [A(3, 4)]),
+    ]
+    for name, subscripts, shapes in [
+        ("einsum_transpose", "ijk->ki", [(2, 3, 4)]),
+        ("einsum_sum_all", "ij->", [(3, 4)]),
+        ("einsum_implicit", "ji", [(3, 4)]),
+        ("einsum_matmul", "ij,jk->ik", [(3, 4), (4, 5)]),
+        ("einsum_batched", "bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+        ("einsum_batch_in_middle", "ij,kj->ikj", [(3, 4), (2, 4)]),
+        ("einsum_outer", "i,j->ij", [(3,), (4,)]),
+        ("einsum_private_sum", "ijk,jl->il", [(2, 3, 4), (3, 5)]),
+    ]:
+        rows.append(Row(name, lambda *xs, s=subscripts: cnp.einsum(s, *xs),
+                        lambda *xs, s=subscripts: np.einsum(s, *xs), [A(*s) for s in shapes]))
+    for name, a, b in [
+        ("matmul_vv", (4,), (4,)), ("matmul_mv", (3, 4), (4,)), ("matmul_vm", (4,), (4, 5)),
+        ("matmul_mm", (3, 4), (4, 5)), ("matmul_bm", (2, 3, 4), (4, 5)), ("matmul_mb", (3, 4), (2, 4, 5)),
+        ("matmul_vb", (4,), (2, 4, 5)), ("matmul_broadcast_batch", (2, 1, 3, 4), (3, 4, 5)),
+    ]:
+        rows.append(Row(name, cnp.matmul, np.matmul, [A(*a), A(*b)], tol32=(1e-5, 1e-5)))
+    rows += [
+        Row("logsumexp", lambda x: cnp.logsumexp(x, axis=1),
+            lambda x: np.log(np.sum(np.exp(x.astype(np.float64)), axis=1)).astype(x.dtype), [A(3, 4)]),
+        Row("logsumexp_all_keepdims", lambda x: cnp.logsumexp(x, axis=None, keepdims=True),
+            lambda x: np.log(np.sum(np.exp(x.astype(np.float64)), keepdims=True)).astype(x.dtype), [A(2, 3, 4)]),
+        # exp(1000) overflows: logsumexp must shift by the maximum
+        Row("logsumexp_large", lambda x: cnp.logsumexp(lax.add(x, 1000.0), axis=-1),
+            lambda x: (np.log(np.sum(np.exp(x.astype(np.float64)), axis=-1)) + 1000).astype(x.dtype),
+            [A(3, 4)]),
+        Row("var", lambda x: cnp.var(x, axis=0), lambda x: np.var(x, axis=0), [A(3, 4)], tol32=(1e-5, 1e-5)),
+        Row("var_keepdims", lambda x: cnp.var(x, axis=(0, 2), keepdims=True),
+            lambda x: np.var(x, axis=(0, 2), keepdims=True), [A(2, 3, 4)], tol32=(1e-5, 1e-5)),
+        Row("var_ddof", lambda x: cnp.var(x, ddof=1), lambda x: np.var(x, ddof=1), [A(2, 3, 4)],
+            tol32=(1e-5, 1e-5)),
+    ]
+    return rows
+
+
+COMPOSITE_ROWS = _rows_composite()
+ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
+
+# rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap
+NESTED_SAMPLE = (
+    "add_bcast", "mul_scalar_operand", "div", "max", "select_bcast", "logistic", "integer_pow_3",
+    "convert_to_f64", "slice_neg_step", "slice_transpose", "take", "take_transpose",
+    "dot_general_batched", "dot_general_batch_not_leading", "reduce_sum_02", "reduce_max",
+    "argmax", "reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims_two",
+    "concatenate", "pad_value",
+    "getitem_arrays_nonadjacent", "take_along_axis", "einsum_batch_in_middle",
+    "matmul_broadcast_batch", "logsumexp", "var",
+    "conv_1d_groups", "conv_2d_bias", "conv_transposed_1d_groups",
+    "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
+)
+
+_names = [r.name for r in ALL_ROWS]
+assert len(set(_names)) == len(_names), "duplicate row names"
+assert set(NESTED_SAMPLE) <= set(_names), set(NESTED_SAMPLE) - set(_names)

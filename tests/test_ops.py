@@ -1,0 +1,360 @@
+"""Generic tests driven by the op table (``op_table.py``): every row gets
+
+- its impl checked against its NumPy reference, in each of the row's dtypes and backends;
+- (primitive rows) its shape rule checked against the impl's output shape and dtype;
+- ``vmap`` checked against a per-example loop, for every ``in_axes`` combination of its
+  operands (axes 0, 1, -1 and None; sampled for three operands) at batch sizes 3 and 1;
+- (differentiable rows) forward and reverse mode checked against central finite
+  differences in float64, to second order, and ``jacfwd`` against ``jacrev``;
+- (non-differentiable rows) zero tangents and cotangents;
+
+and a sample of rows gets ``vmap`` of ``vmap``, ``vmap`` of ``grad`` and ``grad`` of
+``vmap``. The registry test fails when a primitive lacks a rule or a row.
+"""
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+from cuvmap import backend as cv_backend
+from cuvmap import core, lax
+from cuvmap.test_util import check_batching, check_grads
+from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
+
+from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
+
+ROWS_BY_NAME = {r.name: r for r in ALL_ROWS}
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+
+def put(args, backend):
+    """Moves the array operands to ``backend``; Python scalars stay as they are (weak types)."""
+    if backend == "cpu":
+        return tuple(args)
+    return tuple(cv.device_put(a, "gpu") if isinstance(a, np.ndarray) else a for a in args)
+
+
+def to_numpy(x):
+    if cv_backend.is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+def assert_matches(got, want, rtol, atol, what=""):
+    got, want = to_numpy(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    if want.dtype.kind in "fc":
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def axis_choices(arg):
+    if arg.is_pyscalar:
+        return (None,)
+    if len(arg.shape) == 0:
+        return (0, -1, None)
+    return (0, 1, -1, None)
+
+
+def in_axes_combos(row, max_combos=20):
+    """Every combination of per-operand axes with at least one operand mapped; for rows
+    with more than two operands, a deterministic sample that keeps "all at 0" and each
+    operand mapped alone."""
+    choices = [axis_choices(a) for a in row.args]
+    combos = [c for c in itertools.product(*choices) if any(ax is not None for ax in c)]
+    if len(row.args) <= 2 or len(combos) <= max_combos:
+        return combos
+    must = [tuple(0 if ch != (None,) else None for ch in choices)]
+    for i, ch in enumerate(choices):
+        if ch != (None,):
+            must.append(tuple(-1 if j == i else None for j in range(len(choices))))
+    rest = [c for c in combos if c not in must]
+    rnd = random.Random(row.seed("in_axes"))
+    return must + rnd.sample(rest, max_combos - len(must))
+
+
+def batched_shape(shape, axis, size):
+    """``shape`` with a mapped axis of ``size`` inserted where ``in_axes`` entry ``axis``
+    says (``None``: unchanged)."""
+    if axis is None:
+        return tuple(shape)
+    pos = axis if axis >= 0 else len(shape) + 1 + axis
+    return tuple(shape[:pos]) + (size,) + tuple(shape[pos:])
+
+
+def axes_id(in_axes):
+    return "in_axes=(" + ",".join("N" if a is None else str(a) for a in in_axes) + ")"
+
+
+def closed_over_nondiff(row, args, fun=None):
+    """``(f, diff_args)``: ``row.fun`` (or ``fun``, over the same operands) as a function
+    of the row's differentiable operands only, the others (indices, predicates, Python
+    scalars) fixed at their values in ``args``."""
+    args = list(args)
+    fun = row.fun if fun is None else fun
+
+    def f(*diff):
+        full = list(args)
+        for i, d in zip(row.diff_argnums, diff):
+            full[i] = d
+        return fun(*full)
+
+    return f, tuple(args[i] for i in row.diff_argnums)
+
+
+def weighted_sum(fun, weights):
+    """``x ↦ Σ fun(x) · weights``: a scalar function whose gradient sees every output."""
+    return lambda *args: lax.reduce_sum(lax.mul(fun(*args), weights))
+
+
+def _random(seed, shape):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Parameter lists
+# ---------------------------------------------------------------------------------------
+
+IMPL_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in ALL_ROWS for d in r.dtypes]
+SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in PRIMITIVE_ROWS for d in r.dtypes]
+VMAP_CASES = [
+    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}") for r in ALL_ROWS if r.args for c in in_axes_combos(r)
+]
+GRAD_ROWS = [r for r in ALL_ROWS if r.differentiable and r.diff_argnums and F64 in r.dtypes]
+NONDIFF_ROWS = [r for r in ALL_ROWS if not r.differentiable and r.diff_argnums and F64 in r.dtypes]
+NESTED_ROWS = [ROWS_BY_NAME[n] for n in NESTED_SAMPLE]
+NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in GRAD_ROWS]
+
+
+def _sample(seq, k, seed):
+    """The first element and ``k - 1`` others, deterministically."""
+    seq = list(seq)
+    if len(seq) <= k:
+        return seq
+    return [seq[0]] + random.Random(seed).sample(seq[1:], k - 1)
+
+
+def _nested_cases():
+    cases = []
+    for row in NESTED_ROWS:
+        for inner in _sample(in_axes_combos(row), 2, row.seed("inner")):
+            ranks = [len(batched_shape(a.shape, ax, 2)) for a, ax in zip(row.args, inner)]
+            outer_choices = [
+                (None,) if a.is_pyscalar else ((0, 1, -1, None) if r >= 1 else (0, None))
+                for a, r in zip(row.args, ranks)
+            ]
+            outers = [c for c in itertools.product(*outer_choices) if any(ax is not None for ax in c)]
+            for outer in _sample(outers, 2, row.seed("outer", inner)):
+                name = f"{row.name}-inner{axes_id(inner)[7:]}-outer{axes_id(outer)[7:]}"
+                cases.append(pytest.param(row, inner, outer, id=name))
+    return cases
+
+
+NESTED_CASES = _nested_cases()
+VMAP_GRAD_CASES = [
+    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}")
+    for r in NESTED_GRAD_ROWS for c in _sample(in_axes_combos(r), 3, r.seed("vmap_grad"))
+]
+GRAD_VMAP_CASES = [
+    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}")
+    for r in NESTED_GRAD_ROWS for c in _sample(in_axes_combos(r), 2, r.seed("grad_vmap"))
+]
+
+
+# ---------------------------------------------------------------------------------------
+# The registry and the table's coverage
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prim", lax.all_primitives(), ids=lambda p: p.name)
+def test_registry_has_every_rule(prim):
+    assert callable(prim.impl), f"{prim.name} has no impl"
+    assert callable(prim.shape_rule), f"{prim.name} has no shape rule"
+    assert prim in batching.primitive_batchers, f"{prim.name} has no batching rule"
+    if prim.differentiable:
+        assert prim in jvp_mod.primitive_jvps, f"{prim.name} has no JVP rule"
+        assert prim in vjp_mod.primitive_vjps, f"{prim.name} has no VJP rule"
+
+
+def test_every_primitive_has_a_row():
+    covered = {r.prim for r in PRIMITIVE_ROWS}
+    missing = [p.name for p in lax.all_primitives() if p not in covered]
+    assert not missing, f"primitives without a row in tests/op_table.py: {missing}"
+
+
+def test_rows_bind_their_primitive_with_their_params():
+    """The ``params`` a row states are the ones its wrapper binds (checked on the output
+    shape of ``prim.impl``), so the shape rule test tests what the wrapper runs."""
+    for row in PRIMITIVE_ROWS:
+        args = row.make_args(row.dtypes[0])
+        direct = row.prim.impl(*args, **row.params)
+        assert np.shape(row.fun(*args)) == np.shape(direct), row.name
+
+
+# ---------------------------------------------------------------------------------------
+# Impl, shape rule
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row,dtype", IMPL_CASES)
+def test_impl_matches_numpy(row, dtype, backend):
+    args = row.make_args(dtype)
+    want = row.ref(*args)
+    got = row.fun(*put(args, backend))
+    if backend == "gpu" and row.args:
+        assert cv_backend.is_cupy_array(got), f"{row.name}: result left the GPU ({type(got).__name__})"
+    rtol, atol = row.tolerance(np.asarray(want).dtype)
+    assert_matches(got, want, rtol, atol, row.name)
+
+
+@pytest.mark.parametrize("row,dtype", SHAPE_CASES)
+def test_shape_rule_matches_impl(row, dtype):
+    args = row.make_args(dtype)
+    avals = [core.get_aval(a) for a in args]
+    out_aval = row.prim.shape_rule(*avals, **row.params)
+    out = row.prim.impl(*args, **row.params)
+    assert tuple(out_aval.shape) == np.shape(out), f"shape rule says {out_aval}, impl gives {np.shape(out)}"
+    out_dtype = np.asarray(out).dtype
+    assert out_aval.dtype == out_dtype, f"shape rule says {out_aval}, impl gives {out_dtype}"
+
+
+# ---------------------------------------------------------------------------------------
+# vmap
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row,in_axes", VMAP_CASES)
+def test_vmap_matches_loop(row, in_axes, backend):
+    for size in (3, 1):
+        shapes = [batched_shape(a.shape, ax, size) for a, ax in zip(row.args, in_axes)]
+        args = row.make_args(row.vmap_dtype, shapes, seed=size)
+        check_batching(row.fun, put(args, backend), in_axes=in_axes, atol=1e-10, rtol=1e-10)
+
+
+OTHER_DTYPE_VMAP_CASES = [
+    pytest.param(r, d, c, id=f"{r.name}-{d.name}-{axes_id(c)}")
+    for r in ALL_ROWS if r.args for d in r.dtypes if d != r.vmap_dtype
+    for c in _sample(in_axes_combos(r), 2, r.seed("dtype", d.name))
+]
+
+
+@pytest.mark.parametrize("row,dtype,in_axes", OTHER_DTYPE_VMAP_CASES)
+def test_vmap_matches_loop_other_dtypes(row, dtype, in_axes):
+    shapes = [batched_shape(a.shape, ax, 3) for a, ax in zip(row.args, in_axes)]
+    args = row.make_args(dtype, shapes, seed=11)
+    tol = 1e-5 if dtype == F32 else 0
+    check_batching(row.fun, args, in_axes=in_axes, atol=tol, rtol=tol)
+
+
+def _nested_loop(f, args, inner, outer):
+    """The reference for ``vmap(vmap(f, inner), outer)``: two Python loops."""
+    size_out = next(np.shape(a)[ax] for a, ax in zip(args, outer) if ax is not None)
+    results = []
+    for b in range(size_out):
+        ex = [a if ax is None else np.take(a, b, axis=ax) for a, ax in zip(args, outer)]
+        size_in = next(np.shape(a)[ax] for a, ax in zip(ex, inner) if ax is not None)
+        row = []
+        for c in range(size_in):
+            ex2 = [a if ax is None else np.take(a, c, axis=ax) for a, ax in zip(ex, inner)]
+            row.append(to_numpy(f(*ex2)))
+        results.append(np.stack(row))
+    return np.stack(results)
+
+
+@pytest.mark.parametrize("row,inner,outer", NESTED_CASES)
+def test_vmap_of_vmap_matches_loops(row, inner, outer):
+    shapes = [
+        batched_shape(batched_shape(a.shape, ai, 2), ao, 3) for a, ai, ao in zip(row.args, inner, outer)
+    ]
+    args = row.make_args(row.vmap_dtype, shapes, seed=7)
+    got = cv.vmap(cv.vmap(row.fun, in_axes=inner), in_axes=outer)(*args)
+    want = _nested_loop(row.fun, args, inner, outer)
+    assert_matches(got, want, 1e-10, 1e-10, f"{row.name} vmap of vmap")
+
+
+# ---------------------------------------------------------------------------------------
+# Derivatives
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)
+def test_grads_match_finite_differences(row):
+    f, diff = closed_over_nondiff(row, row.make_args(F64))
+    check_grads(f, diff, order=row.grad_order, modes=("fwd", "rev"), atol=row.grad_tol, rtol=row.grad_tol,
+                eps=row.grad_eps)
+
+
+@pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)
+def test_jacfwd_matches_jacrev(row):
+    f, diff = closed_over_nondiff(row, row.make_args(F64))
+    argnums = tuple(range(len(diff)))
+    out_shape = np.shape(f(*diff))
+    fwd = cv.jacfwd(f, argnums)(*diff)
+    rev = cv.jacrev(f, argnums)(*diff)
+    assert len(fwd) == len(rev) == len(diff)
+    for i, (a, b, x) in enumerate(zip(fwd, rev, diff)):
+        assert np.shape(a) == out_shape + np.shape(x), f"jacfwd block {i}: shape {np.shape(a)}"
+        # a float32 operand's reverse-mode block is float32 (its cotangent's dtype)
+        tol = 1e-6 if np.result_type(a, b) != F64 or x.dtype != F64 else 1e-10
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=tol, atol=tol,
+                                   err_msg=f"{row.name}: jacfwd vs jacrev, operand {i}")
+
+
+@pytest.mark.parametrize("row", [r for r in GRAD_ROWS if F32 in r.dtypes], ids=lambda r: r.name)
+def test_derivatives_keep_float32(row):
+    """Tangents have the output's dtype and cotangents the inputs' (no silent float64)."""
+    f, diff = closed_over_nondiff(row, row.make_args(F32))
+    tangents = tuple(_random(i, np.shape(x)).astype(np.float32) for i, x in enumerate(diff))
+    out, t_out = cv.jvp(f, diff, tangents)
+    t_dtype, out_dtype = to_numpy(t_out).dtype, to_numpy(out).dtype
+    assert t_dtype == out_dtype, f"tangent {t_dtype}, output {out_dtype}"
+    assert np.shape(t_out) == np.shape(out)
+    out, pullback = cv.vjp(f, *diff)
+    cts = pullback(_random(9, np.shape(out)).astype(to_numpy(out).dtype))
+    for c, x in zip(cts, diff):
+        c_aval = (np.shape(c), to_numpy(c).dtype)
+        assert c_aval == (np.shape(x), x.dtype), f"cotangent {c_aval}, operand {(np.shape(x), x.dtype)}"
+
+
+@pytest.mark.parametrize("row", NONDIFF_ROWS, ids=lambda r: r.name)
+def test_nondifferentiable_has_zero_derivatives(row):
+    f, diff = closed_over_nondiff(row, row.make_args(F64))
+    tangents = tuple(_random(i, np.shape(x)) for i, x in enumerate(diff))
+    out, t_out = cv.jvp(f, diff, tangents)
+    assert np.shape(t_out) == np.shape(out)
+    assert not np.any(to_numpy(t_out)), f"{row.name}: nonzero tangent {t_out}"
+    if core.is_float(out):
+        out, pullback = cv.vjp(f, *diff)
+        cts = pullback(_random(9, np.shape(out)))
+        for c, x in zip(cts, diff):
+            assert np.shape(c) == np.shape(x)
+            assert not np.any(to_numpy(c)), f"{row.name}: nonzero cotangent {c}"
+
+
+@pytest.mark.parametrize("row,in_axes", VMAP_GRAD_CASES)
+def test_vmap_of_grad_matches_loop(row, in_axes):
+    weights = _random(row.seed("w"), np.shape(row.fun(*row.make_args(F64))))
+    g = cv.grad(weighted_sum(row.fun, weights), argnums=row.diff_argnums)
+    shapes = [batched_shape(a.shape, ax, 3) for a, ax in zip(row.args, in_axes)]
+    args = row.make_args(F64, shapes, seed=3)
+    check_batching(g, args, in_axes=in_axes, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("row,in_axes", GRAD_VMAP_CASES)
+def test_grad_of_vmap_matches_finite_differences(row, in_axes):
+    shapes = [batched_shape(a.shape, ax, 3) for a, ax in zip(row.args, in_axes)]
+    args = row.make_args(F64, shapes, seed=5)
+    vf = cv.vmap(row.fun, in_axes=in_axes)
+    weights = _random(row.seed("W"), np.shape(vf(*args)))
+    # the operands that are not differentiated (indices, predicates) stay fixed, batched or not
+    f, diff = closed_over_nondiff(row, args, fun=weighted_sum(vf, weights))
+    check_grads(f, diff, order=row.grad_order, modes=("fwd", "rev"), atol=row.grad_tol, rtol=row.grad_tol,
+                eps=row.grad_eps)
