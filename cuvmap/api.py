@@ -53,6 +53,10 @@ def _describe_arg(f, path):
     """``argument 2 (ys)['w1']`` for the leaf at ``path`` of ``(args, kwargs)``."""
     if not path:
         return "the arguments"
+    if path == (0,):
+        return "the positional arguments"
+    if path == (1,):
+        return "the keyword arguments"
     if path[0] == 0 and len(path) > 1:
         i = path[1]
         names = _param_names(f)
@@ -67,9 +71,10 @@ def _shape_str(x):
     return str(tuple(core.shape_of(x)))
 
 
-def _with_context(where, f):
+def _with_context(where, f, name=None):
     """Decorator: CuvmapErrors raised inside get ``where`` as their prefix (the innermost
-    transform names itself first)."""
+    transform names itself first). The wrapper is named ``name`` (default ``where``), so
+    that ``vmap(grad(loss))`` reads as such in messages."""
 
     def wrap(impl):
         @functools.wraps(f)
@@ -81,8 +86,8 @@ def _with_context(where, f):
                     err.where = where
                 raise
 
-        wrapper.__name__ = where
-        wrapper.__qualname__ = where
+        wrapper.__name__ = name or where
+        wrapper.__qualname__ = name or where
         return wrapper
 
     return wrap
@@ -90,6 +95,28 @@ def _with_context(where, f):
 
 def _is_axis(x):
     return x is None or (isinstance(x, (int, np.integer)) and not isinstance(x, bool))
+
+
+def _check_callable(f, transform):
+    if not callable(f):
+        raise TypeError(f"{transform}({f!r}): the function to transform must be callable, got an object of type {type(f).__name__}")
+
+
+def _prefix_error(spec_name, spec, what, err, describe):
+    """The TransformError for an ``in_axes``/``out_axes`` that is not a prefix of ``what``."""
+    return TransformError(
+        f"{spec_name} {spec!r} is not a pytree prefix of the {what}: at {describe(err.path)}, "
+        f"{spec_name} has {err.reason}"
+    )
+
+
+def _describe_out(path):
+    return f"output {tree.keystr(path)}" if path else "the output"
+
+
+def _aux_result(x):
+    """Aux values come back as given, except that NumPy scalars become 0-d arrays."""
+    return _to_array_result(x) if isinstance(x, (np.generic, np.ndarray)) else x
 
 
 def _check_axes_spec(spec, what):
@@ -133,6 +160,7 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
 
         per_example = vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
     """
+    _check_callable(f, "vmap")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     fname = _fun_name(f)
@@ -142,8 +170,13 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     where = f"vmap({fname}{', ' + spec if spec else ''})"
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
+    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where)
 
-    @_with_context(where, f)
+
+def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None):
+    """:func:`vmap` named ``where`` (other transforms use it internally under their name)."""
+
+    @_with_context(where, f, name)
     def vmapped(*args, **kwargs):
         _check_axes_spec(in_axes, "in_axes")
         _check_axes_spec(out_axes, "out_axes")
@@ -173,8 +206,8 @@ def _flat_in_axes(f, in_axes, args, kwargs):
         )
     try:
         return tree.broadcast_prefix(prefix, (args, kwargs), _is_axis)
-    except ValueError as err:
-        raise TransformError(f"in_axes {in_axes!r} is not a pytree prefix of the arguments: {err}") from None
+    except tree.PrefixError as err:
+        raise _prefix_error("in_axes", in_axes, "arguments", err, lambda path: _describe_arg(f, path)) from None
 
 
 def _check_mapped_sizes(f, paths, leaves, axes, axis_size):
@@ -199,17 +232,22 @@ def _check_mapped_sizes(f, paths, leaves, axes, axis_size):
         normalized.append(axis)
         mapped.append((path, shape, axis))
     sizes = {shape[axis] for _, shape, axis in mapped}
-    if axis_size is not None:
-        sizes_ok = sizes <= {axis_size}
-    else:
-        sizes_ok = len(sizes) <= 1
-    if not sizes_ok:
-        head = f"axis_size is {axis_size}, but " if axis_size is not None else ""
-        described = "; ".join(
-            f"{_describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape})"
-            for path, shape, axis in mapped
-        )
-        raise TransformError(f"{head}mapped arguments must have one size along their mapped axes: {described}")
+    ref_size = axis_size if axis_size is not None else (mapped[0][1][mapped[0][2]] if mapped else None)
+    bad = next(((p, s, a) for p, s, a in mapped if s[a] != ref_size), None)
+    if bad is not None:
+        path, shape, axis = bad
+        head = f"{_describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape}), but "
+        if axis_size is not None:
+            head += f"axis_size is {axis_size}"
+        else:
+            r_path, r_shape, r_axis = mapped[0]
+            head += f"{_describe_arg(f, r_path)} has size {r_shape[r_axis]} along axis {r_axis} (shape {r_shape})"
+        tail = ""
+        if len(mapped) > 2:
+            tail = "; the mapped arguments are " + ", ".join(
+                f"{_describe_arg(f, p)} (shape {s}, axis {a})" for p, s, a in mapped
+            )
+        raise TransformError(f"{head}; mapped arguments must all have the same size along their mapped axes{tail}")
     if not mapped:
         if axis_size is None:
             raise TransformError(
@@ -228,16 +266,16 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
     out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
     try:
         out_axes_flat = tree.broadcast_prefix(out_axes, out, _is_axis)
-    except ValueError as err:
-        raise TransformError(f"out_axes {out_axes!r} is not a pytree prefix of the outputs: {err}") from None
+    except tree.PrefixError as err:
+        raise _prefix_error("out_axes", out_axes, "outputs", err, _describe_out) from None
     results = []
     for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
         batched = type(leaf) is BatchTracer and leaf._main is main
         if batched:
             if oa is None:
                 raise TransformError(
-                    f"out_axes is None for output {tree.keystr(path) or '(the result)'} of shape "
-                    f"{leaf.shape}, but it depends on the mapped inputs; give it an axis"
+                    f"out_axes is None for {_describe_out(path)} of shape {leaf.shape}, but it "
+                    "depends on the mapped inputs (it is batched); give it an axis"
                 )
             ndim = len(leaf.val.shape)
             value = batching.move_bdim(leaf.val, leaf.bdim, _normalize_out_axis(oa, ndim, path, leaf.shape))
@@ -258,7 +296,7 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
 def _normalize_out_axis(axis, ndim, path, logical_shape):
     if not -ndim <= axis < ndim:
         raise TransformError(
-            f"out_axes {axis} is out of range for output {tree.keystr(path) or '(the result)'} of "
+            f"out_axes {axis} is out of range for {_describe_out(path)} of "
             f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis)"
         )
     return axis % ndim
@@ -341,7 +379,7 @@ def _vjp(f, primals, has_aux, where, describe):
             out_primals.append(leaf)
             out_nodes.append(None)
     if has_aux:
-        aux = tree.map(lambda a: a.primal if type(a) is VJPTracer and a._main is main else a, aux)
+        aux = tree.map(lambda a: _aux_result(a.primal if type(a) is VJPTracer and a._main is main else a), aux)
     out_value = tree.unflatten(out_tree, out_primals)
 
     def vjp_fun(ct):
@@ -387,6 +425,7 @@ def vjp(f, *primals, has_aux=False):
         y, pullback = vjp(jnp_fn, x)
         (x_bar,) = pullback(ones_like(y))
     """
+    _check_callable(f, "vjp")
     where = f"vjp({_fun_name(f)})"
 
     @_with_context(where, f)
@@ -400,12 +439,14 @@ def vjp(f, *primals, has_aux=False):
 
 def _normalize_argnums(f, argnums, nargs):
     single = isinstance(argnums, (int, np.integer))
-    nums = (argnums,) if single else tuple(argnums)
+    nums = (argnums,) if single else tuple(argnums) if isinstance(argnums, (tuple, list)) else None
+    if nums is None or any(not isinstance(a, (int, np.integer)) or isinstance(a, bool) for a in nums):
+        raise TransformError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
     if not nums:
         raise TransformError("argnums is empty")
     out = []
     for a in nums:
-        if not isinstance(a, (int, np.integer)) or not -nargs <= a < nargs:
+        if not -nargs <= a < nargs:
             raise TransformError(
                 f"argnums {argnums!r} is out of range: {_fun_name(f)} was called with {nargs} positional argument"
                 + ("s" if nargs != 1 else "")
@@ -421,6 +462,7 @@ def _dyn_function(f, args, kwargs, argnums):
             full[i] = d
         return f(*full, **kwargs)
 
+    f_dyn.__name__ = f_dyn.__qualname__ = _fun_name(f)
     return f_dyn
 
 
@@ -472,6 +514,7 @@ def grad(f, argnums=0, has_aux=False):
 
 
 def _value_and_grad(f, argnums, has_aux, transform):
+    _check_callable(f, transform)
     where = f"{transform}({_fun_name(f)})"
 
     @_with_context(where, f)
@@ -483,12 +526,16 @@ def _value_and_grad(f, argnums, has_aux, transform):
         out, vjp_fun, aux = _vjp(
             f_dyn, dyn, has_aux, where, lambda path: _describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
         )
-        out_leaves = tree.leaves(out)
-        if len(out_leaves) != 1 or core.shape_of(out_leaves[0]) != ():
-            shapes = ", ".join(_shape_str(o) for o in out_leaves) or "no arrays"
+        out_leaves, out_tree = tree.flatten(out)
+        if out_tree.num_nodes != 1 or len(out_leaves) != 1 or core.shape_of(out_leaves[0]) != ():
+            if out_tree.num_nodes == 1 and len(out_leaves) == 1:
+                got = f"shape {_shape_str(out_leaves[0])}"
+            else:
+                shapes = ", ".join(_shape_str(o) for o in out_leaves)
+                got = f"a {type(out).__name__} of {len(out_leaves)} array(s)" + (f" of shapes {shapes}" if shapes else "")
             raise TransformError(
-                f"{_fun_name(f)} must return a scalar (shape ()), got {shapes}; use vjp or jacrev for "
-                "non-scalar outputs"
+                f"{_fun_name(f)} must return a scalar (shape ()), got {got}; use vjp or jacrev for "
+                "non-scalar outputs" + (", or has_aux=True to return auxiliary data" if not has_aux else "")
             )
         if not core.is_float(out_leaves[0]):
             raise TransformError(
@@ -496,9 +543,9 @@ def _value_and_grad(f, argnums, has_aux, transform):
                 "floating-point output"
             )
         ct = core.full_like_concrete(out_leaves[0], 1)
-        grads = vjp_fun(tree.unflatten(tree.structure(out), [ct]))
+        grads = vjp_fun(ct)
         g = grads[0] if single else tuple(grads)
-        value = _to_array_result(out) if not isinstance(out, (tuple, list, dict)) else out
+        value = _to_array_result(out)
         return ((value, aux) if has_aux else value), g
 
     return vg
@@ -523,50 +570,58 @@ def jvp(f, primals, tangents, has_aux=False):
 
         y, y_dot = jvp(cnp.sin, (x,), (ones_like(x),))     # y_dot == cos(x)
     """
+    _check_callable(f, "jvp")
     where = f"jvp({_fun_name(f)})"
+    return _with_context(where, f)(_jvp)(f, primals, tangents, has_aux, where)
 
-    @_with_context(where, f)
-    def run():
-        if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-            raise TransformError(
-                "primals and tangents must be tuples (or lists) of arguments, got "
-                f"{type(primals).__name__} and {type(tangents).__name__}"
-            )
-        p_paths, p_leaves, p_tree = tree.flatten_with_path(tuple(primals))
-        t_leaves, t_tree = tree.flatten(tuple(tangents))
-        if p_tree != t_tree:
-            raise TransformError(f"tangents have structure {t_tree}, but primals have structure {p_tree}")
-        for path, p, t in zip(p_paths, p_leaves, t_leaves):
-            if core.shape_of(p) != core.shape_of(t):
-                raise TransformError(
-                    f"tangent {path[0]}{tree.keystr(path[1:])} has shape {_shape_str(t)}, but its primal has "
-                    f"shape {_shape_str(p)}"
-                )
-        with new_main(JVPTrace, name=where) as main:
-            traced = [JVPTracer(main, p, t) if core.is_float(p) else p for p, t in zip(p_leaves, t_leaves)]
-            out = f(*tree.unflatten(p_tree, traced))
-            aux = None
-            if has_aux:
-                out, aux = out
-        out_leaves, out_tree = tree.flatten(out)
-        out_p, out_t = [], []
-        for leaf in out_leaves:
-            if type(leaf) is JVPTracer and leaf._main is main:
-                out_p.append(leaf.primal)
-                out_t.append(leaf.tangent if leaf.tangent is not None else core.full_like_concrete(leaf.primal, 0))
-            else:
-                out_p.append(leaf)
-                out_t.append(core.full_like_concrete(leaf, 0))
-        result = (
-            tree.unflatten(out_tree, [_to_array_result(v) for v in out_p]),
-            tree.unflatten(out_tree, [_to_array_result(v) for v in out_t]),
+
+def _jvp(f, primals, tangents, has_aux, where):
+    """:func:`jvp` with its trace named ``where`` (jacfwd uses it under its own name)."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TransformError(
+            "primals and tangents must be tuples (or lists) of arguments, got "
+            f"{type(primals).__name__} and {type(tangents).__name__}"
         )
+    p_paths, p_leaves, p_tree = tree.flatten_with_path(tuple(primals))
+    t_leaves, t_tree = tree.flatten(tuple(tangents))
+    if p_tree != t_tree:
+        raise TransformError(f"tangents have structure {t_tree}, but primals have structure {p_tree}")
+    for path, p, t in zip(p_paths, p_leaves, t_leaves):
+        what = f"tangent {path[0]}{tree.keystr(path[1:])}"
+        if core.shape_of(p) != core.shape_of(t):
+            raise TransformError(f"{what} has shape {_shape_str(t)}, but its primal has shape {_shape_str(p)}")
+        if core.is_float(p) and not core.is_float(t):
+            raise TransformError(
+                f"{what} has dtype {core.dtype_of(t)}, but its primal has dtype {core.dtype_of(p)}; "
+                "the tangent of a floating-point primal must be floating-point"
+            )
+    with new_main(JVPTrace, name=where) as main:
+        traced = [JVPTracer(main, p, t) if core.is_float(p) else p for p, t in zip(p_leaves, t_leaves)]
+        out = f(*tree.unflatten(p_tree, traced))
+        aux = None
         if has_aux:
-            aux = tree.map(lambda a: a.primal if type(a) is JVPTracer and a._main is main else a, aux)
-            return result + (aux,)
-        return result
-
-    return run()
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TransformError(
+                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {type(out).__name__}"
+                )
+            out, aux = out
+    out_leaves, out_tree = tree.flatten(out)
+    out_p, out_t = [], []
+    for leaf in out_leaves:
+        if type(leaf) is JVPTracer and leaf._main is main:
+            out_p.append(leaf.primal)
+            out_t.append(leaf.tangent if leaf.tangent is not None else core.full_like_concrete(leaf.primal, 0))
+        else:
+            out_p.append(leaf)
+            out_t.append(core.full_like_concrete(leaf, 0))
+    result = (
+        tree.unflatten(out_tree, [_to_array_result(v) for v in out_p]),
+        tree.unflatten(out_tree, [_to_array_result(v) for v in out_t]),
+    )
+    if has_aux:
+        aux = tree.map(lambda a: _aux_result(a.primal if type(a) is JVPTracer and a._main is main else a), aux)
+        return result + (aux,)
+    return result
 
 
 # ---------------------------------------------------------------------------------------
@@ -595,28 +650,33 @@ def jacfwd(f, argnums=0, has_aux=False):
     Returns a function giving, for each output leaf, a pytree like the differentiated
     argument(s) whose leaves have shape ``out.shape + in.shape``.
     """
-    where = f"jacfwd({_fun_name(f)})"
+    _check_callable(f, "jacfwd")
+    return _jacfwd(f, argnums, has_aux, f"jacfwd({_fun_name(f)})")
 
-    @_with_context(where, f)
+
+def _jacfwd(f, argnums, has_aux, where, name=None):
+    """:func:`jacfwd` whose errors and traces are named ``where``."""
+
+    @_with_context(where, f, name)
     def jac(*args, **kwargs):
         from cuvmap.lax import indexing, shape as lax_shape
 
         single, nums = _normalize_argnums(f, argnums, len(args))
-        _check_float_inputs(f, args, nums, "jacfwd")
+        _check_float_inputs(f, args, nums, where.split("(", 1)[0])
         dyn = tuple(args[i] for i in nums)
         f_dyn = _dyn_function(f, args, kwargs, nums)
         in_leaves, in_tree = tree.flatten(dyn)
         basis, sizes = _std_basis(in_leaves)
 
         def pushfwd(*basis_leaves):
-            res = jvp(f_dyn, dyn, tree.unflatten(in_tree, list(basis_leaves)), has_aux=has_aux)
+            res = _jvp(f_dyn, dyn, tree.unflatten(in_tree, list(basis_leaves)), has_aux, where)
             return res[1:] if has_aux else res[1]
 
-        pushed = vmap(pushfwd, out_axes=-1)(*basis)
+        # aux is computed from the primals only, so it is unbatched (out_axes None)
+        pushed = _vmap(pushfwd, 0, (-1, None) if has_aux else -1, None, None, where)(*basis)
         aux = None
         if has_aux:
             pushed, aux = pushed
-            aux = tree.map(lambda a: lax_shape.squeeze(indexing.slice_in_dim(a, 0, 1, -1 % len(a.shape)), (len(a.shape) - 1,)), aux)
         out_leaves, out_tree = tree.flatten(pushed)
         jac_leaves = []
         for o in out_leaves:
@@ -641,14 +701,19 @@ def jacrev(f, argnums=0, has_aux=False):
     Same output structure as :func:`jacfwd`: for each output leaf, a pytree like the
     differentiated argument(s) with leaves of shape ``out.shape + in.shape``.
     """
-    where = f"jacrev({_fun_name(f)})"
+    _check_callable(f, "jacrev")
+    return _jacrev(f, argnums, has_aux, f"jacrev({_fun_name(f)})")
 
-    @_with_context(where, f)
+
+def _jacrev(f, argnums, has_aux, where, name=None):
+    """:func:`jacrev` whose errors and traces are named ``where``."""
+
+    @_with_context(where, f, name)
     def jac(*args, **kwargs):
         from cuvmap.lax import indexing, shape as lax_shape
 
         single, nums = _normalize_argnums(f, argnums, len(args))
-        _check_float_inputs(f, args, nums, "jacrev")
+        _check_float_inputs(f, args, nums, where.split("(", 1)[0])
         dyn = tuple(args[i] for i in nums)
         f_dyn = _dyn_function(f, args, kwargs, nums)
         out, vjp_fun, aux = _vjp(
@@ -659,7 +724,7 @@ def jacrev(f, argnums=0, has_aux=False):
             if not core.is_float(o):
                 raise TransformError(f"output of dtype {core.dtype_of(o)}: jacrev needs floating-point outputs")
         basis, sizes = _std_basis(out_leaves)
-        cts = vmap(lambda *b: vjp_fun(tree.unflatten(out_tree, list(b))))(*basis)
+        cts = _vmap(lambda *b: vjp_fun(tree.unflatten(out_tree, list(b))), 0, 0, None, None, where)(*basis)
         ct_leaves, ct_tree = tree.flatten(cts)
         jac_leaves = []
         offset = 0
@@ -681,7 +746,9 @@ def jacrev(f, argnums=0, has_aux=False):
 def hessian(f, argnums=0):
     """``jacfwd(jacrev(f))``: the matrix of second derivatives of a scalar ``f``
     (shape ``in.shape + in.shape`` for one array argument)."""
-    return jacfwd(jacrev(f, argnums), argnums)
+    _check_callable(f, "hessian")
+    where = f"hessian({_fun_name(f)})"
+    return _jacfwd(_jacrev(f, argnums, False, where, name=_fun_name(f)), argnums, False, where)
 
 
 def stop_gradient(x):

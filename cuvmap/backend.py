@@ -83,6 +83,13 @@ def device_put(x, device="cpu"):
     xp = xp_for(device)
 
     def put(leaf):
+        if hasattr(leaf, "_concrete_value"):  # a tracer: it stays where its value lives
+            if backend_name(leaf) == device:
+                return leaf
+            raise ValueError(
+                f"device_put(..., {device!r}): a traced value on the {backend_name(leaf)} cannot change "
+                "device inside a transform; move the inputs before transforming"
+            )
         if device == "cpu":
             if is_cupy_array(leaf):
                 return leaf.get()

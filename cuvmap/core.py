@@ -181,8 +181,12 @@ class Tracer:
     attached by :mod:`cuvmap.numpy`."""
 
     __slots__ = ("_main",)
+    # NOTE [binary operators with arrays]: a high ``__array_priority__`` and no
+    # ``__array_ufunc__`` make ``ndarray + tracer`` (NumPy and CuPy alike) defer to
+    # ``Tracer.__radd__``, while ``np.sin(tracer)`` and other NumPy functions reach
+    # ``__array__`` and raise a ConcretizationError. (``__array_ufunc__ = None`` would
+    # defer the operators too, but turn ``np.sin(tracer)`` into NumPy's bare TypeError.)
     __array_priority__ = 1000
-    __array_ufunc__ = None  # makes ``ndarray + tracer`` defer to ``Tracer.__radd__``
 
     @property
     def ndim(self):
@@ -208,9 +212,10 @@ class Tracer:
 
     def __array__(self, dtype=None, copy=None):
         raise ConcretizationError(
-            f"a traced value of {self._main.name} with shape {self.shape} was converted to a "
-            "NumPy array (np.asarray, np.* function or float()); use cuvmap.numpy functions "
-            "on traced values instead"
+            f"a traced value with shape {self.shape} was converted to a NumPy array "
+            "(np.asarray, np.array or a NumPy function applied to it); use cuvmap.numpy "
+            "functions on traced values instead",
+            where=self._main.name,
         )
 
     def _concrete_value(self):
@@ -251,7 +256,7 @@ class Primitive:
             if isinstance(x, Tracer):
                 main = x._main
                 if not main.active:
-                    raise EscapedTracerError(_escaped_message(self, x))
+                    raise EscapedTracerError(_escaped_message(self, x), where=main.name)
                 if top is None or main.level > top.level:
                     top = main
         try:
@@ -265,10 +270,12 @@ class Primitive:
 
 
 def _escaped_message(primitive, tracer):
+    """The text of an escaped-tracer error; its ``where`` is the transform the tracer
+    belonged to, so the message starts with that transform and function."""
     return (
-        f"{primitive.name}: a tracer of {tracer._main.name} (shape {tracer.shape}) escaped its "
-        "transform: it was stored outside the function (a global, a closure cell, a list) and "
-        "used after the transform returned. Return values from the transformed function instead."
+        f"a traced value (shape {tracer.shape}) escaped this transform and was used by "
+        f"{primitive.name} after the transform returned: it was stored outside the function "
+        "(a global, a closure cell, a list). Return values from the transformed function instead."
     )
 
 

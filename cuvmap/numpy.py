@@ -622,14 +622,112 @@ def _swap(f):
     return lambda self, other: f(other, self)
 
 
-def _tracer_reshape(self, *shape_):
+def _tracer_reshape(self, *shape_, order="C", copy=None):
+    if order != "C":
+        raise NotImplementedError(f"reshape: only order='C' is supported on traced values, got {order!r}")
     return reshape(self, *shape_)
 
 
 def _tracer_transpose(self, *axes):
-    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-        axes = tuple(axes[0])
-    return transpose(self, axes or None)
+    if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+        axes = axes[0]
+    return transpose(self, tuple(axes) if axes else None)
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise TypeError(f"{name}: out= is not supported on traced values (they are immutable)")
+
+
+# NOTE [NumPy functions on tracers]: ``np.sum(tracer)``, ``np.mean``, ``np.max``, ``np.argmax``
+# ... call the method of the same name with NumPy's signature (``axis, dtype, out``), so the
+# methods take those arguments; NumPy's ufuncs (``np.sin(tracer)``) raise a
+# ConcretizationError instead (see NOTE [binary operators with arrays] in core.py).
+
+
+def _tracer_sum(self, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("sum", out)
+    return sum(self, axis, keepdims, dtype)
+
+
+def _tracer_mean(self, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("mean", out)
+    out_ = mean(self, axis, keepdims)
+    return out_ if dtype is None else astype(out_, dtype)
+
+
+def _tracer_var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    _no_out("var", out)
+    out_ = var(self, axis, keepdims, ddof)
+    return out_ if dtype is None else astype(out_, dtype)
+
+
+def _tracer_std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    _no_out("std", out)
+    out_ = std(self, axis, keepdims, ddof)
+    return out_ if dtype is None else astype(out_, dtype)
+
+
+def _tracer_extremum(fn):
+    def method(self, axis=None, out=None, keepdims=False):
+        _no_out(fn.__name__, out)
+        return fn(self, axis, keepdims)
+
+    return method
+
+
+def _tracer_arg(fn):
+    def method(self, axis=None, out=None):
+        _no_out(fn.__name__, out)
+        return fn(self, axis)
+
+    return method
+
+
+def _tracer_clip(self, min=None, max=None, out=None):  # noqa: A002 - NumPy's names
+    _no_out("clip", out)
+    return clip(self, min, max)
+
+
+def _is_bool(x):
+    return core.dtype_of(x) == np.bool_
+
+
+def logical_not(x):
+    """``~x`` for booleans; nonzero counts as True."""
+    return ew.eq(x, False) if _is_bool(x) else ew.eq(x, 0)
+
+
+def logical_and(x, y):
+    return ew.select(ew.ne(x, 0), ew.ne(y, 0), False)
+
+
+def logical_or(x, y):
+    return ew.select(ew.ne(x, 0), True, ew.ne(y, 0))
+
+
+def logical_xor(x, y):
+    return ew.ne(ew.ne(x, 0), ew.ne(y, 0))
+
+
+def _boolean_op(name, fn):
+    """``&``, ``|``, ``^`` on boolean tracers (there are no integer bitwise primitives)."""
+
+    def op(x, y):
+        if not (_is_bool(x) and _is_bool(y)):
+            raise TypeError(
+                f"operator {name} is supported on boolean traced values only, got {core.dtype_of(x)} "
+                f"and {core.dtype_of(y)}; use cuvmap.numpy.logical_* for truth values"
+            )
+        return fn(x, y)
+
+    return op
+
+
+def _invert(x):
+    if not _is_bool(x):
+        raise TypeError(f"operator ~ is supported on boolean traced values only, got {core.dtype_of(x)}")
+    return logical_not(x)
 
 
 def _setitem(self, index, value):
@@ -651,9 +749,14 @@ _TRACER_METHODS = {
     "__eq__": equal, "__ne__": not_equal,
     "__getitem__": getitem, "__setitem__": _setitem,
     "reshape": _tracer_reshape, "transpose": _tracer_transpose,
-    "sum": sum, "mean": mean, "max": max, "min": min, "var": var, "std": std,
-    "argmax": argmax, "argmin": argmin, "astype": astype, "ravel": ravel,
-    "squeeze": squeeze, "clip": clip, "dot": dot, "swapaxes": swapaxes,
+    "__and__": _boolean_op("&", logical_and), "__rand__": _swap(_boolean_op("&", logical_and)),
+    "__or__": _boolean_op("|", logical_or), "__ror__": _swap(_boolean_op("|", logical_or)),
+    "__xor__": _boolean_op("^", logical_xor), "__rxor__": _swap(_boolean_op("^", logical_xor)),
+    "__invert__": _invert,
+    "sum": _tracer_sum, "mean": _tracer_mean, "var": _tracer_var, "std": _tracer_std,
+    "max": _tracer_extremum(max), "min": _tracer_extremum(min),
+    "argmax": _tracer_arg(argmax), "argmin": _tracer_arg(argmin), "astype": astype, "ravel": ravel,
+    "squeeze": squeeze, "clip": _tracer_clip, "dot": dot, "swapaxes": swapaxes,
 }
 for _name, _fn in _TRACER_METHODS.items():
     setattr(Tracer, _name, _fn)

@@ -60,25 +60,37 @@ def keystr(path):
     return "".join(f"[{k!r}]" for k in path)
 
 
+class PrefixError(ValueError):
+    """Raised by :func:`broadcast_prefix`: ``path`` is where the trees disagree (a tuple of
+    keys, ``()`` for the top level) and ``reason`` says how."""
+
+    def __init__(self, path, reason):
+        super().__init__(f"at {keystr(path) or 'the top level'}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 def broadcast_prefix(prefix, tree, is_prefix_leaf):
     """Expands ``prefix`` (a tree whose leaves satisfy ``is_prefix_leaf``) to one value per
-    leaf of ``tree``. Raises ``ValueError`` with the offending path when ``prefix`` is not a
-    prefix of ``tree``."""
+    leaf of ``tree``. Raises :class:`PrefixError` (a ``ValueError``) with the offending
+    path when ``prefix`` is not a prefix of ``tree``."""
     out = []
 
     def walk(p, t, path):
         if is_prefix_leaf(p):
             out.extend([p] * len(leaves(t)))
             return
+        p_level = t_level = None
         try:
             p_level = optree.tree_flatten_one_level(p, namespace=NAMESPACE)
             t_level = optree.tree_flatten_one_level(t, namespace=NAMESPACE)
         except ValueError:
-            p_level = t_level = None
-        if p_level is None or type(p) is not type(t) or tuple(p_level.entries) != tuple(t_level.entries):
-            raise ValueError(
-                f"at {keystr(path) or 'the top level'}: {_describe(p)} is not a prefix of {_describe(t)}"
-            )
+            pass
+        if (
+            p_level is None or t_level is None or type(p) is not type(t)
+            or tuple(p_level.entries) != tuple(t_level.entries)
+        ):
+            raise PrefixError(path, f"{_describe(p)}, which is not a prefix of {_describe(t)}")
         for entry, p_child, t_child in zip(p_level.entries, p_level.children, t_level.children):
             walk(p_child, t_child, path + (entry,))
 
@@ -87,7 +99,12 @@ def broadcast_prefix(prefix, tree, is_prefix_leaf):
 
 
 def _describe(x):
-    if isinstance(x, (list, tuple, dict)):
-        n = len(x)
-        return f"a {type(x).__name__} of length {n}"
+    if x is None:
+        return "None"
+    if isinstance(x, dict):
+        return f"a {type(x).__name__} with keys {sorted(x, key=repr)}"
+    if isinstance(x, (list, tuple)):
+        return f"a {type(x).__name__} of length {len(x)}"
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"an array of shape {tuple(x.shape)}"
     return f"a {type(x).__name__}"

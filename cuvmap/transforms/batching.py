@@ -42,13 +42,27 @@ class BatchTracer(Tracer):
     def _concrete_value(self):
         return self.val
 
-    def __bool__(self):
-        raise core.ConcretizationError(
-            f"the truth value of a batched value (shape {self.shape}) depends on the example "
-            f"under {self._main.name}; use cuvmap.numpy.where instead of Python control flow"
+    def _concretization_error(self, what):
+        return core.ConcretizationError(
+            f"{what} of a batched value (shape {self.shape}) depends on the example; use "
+            "cuvmap.numpy.where instead of Python control flow, and cuvmap.numpy functions "
+            "instead of Python numbers",
+            where=self._main.name,
         )
 
-    __int__ = __float__ = __index__ = __bool__
+    def __bool__(self):
+        raise self._concretization_error("the truth value (Python if, while, and, or, not)")
+
+    def __float__(self):
+        raise self._concretization_error("float()")
+
+    def __int__(self):
+        raise self._concretization_error("int()")
+
+    def __index__(self):
+        raise self._concretization_error("the use as a Python index (range(), list[...])")
+
+    __complex__ = __float__
 
 
 class BatchTrace(Trace):

@@ -1,0 +1,437 @@
+"""Error messages: each names the transform and the function first, then the argument (by
+pytree path), the shapes and what to do. No error surfaces as a raw NumPy traceback: it is a
+``cuvmap.CuvmapError`` or a documented Python error (IndexError, TypeError) with a clear
+message.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import cuvmap
+import cuvmap.numpy as cnp
+from cuvmap import grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp, vmap
+from cuvmap.core import Primitive
+from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
+
+
+def loss(params, xs, ys):
+    return ((xs @ params - ys) ** 2).sum()
+
+
+def f(x):
+    return x
+
+
+def raises(exc, match):
+    """``pytest.raises`` whose pattern must match from the start of the message."""
+    return pytest.raises(exc, match="^" + match)
+
+
+X43 = np.ones((4, 3))
+
+
+# ---------------------------------------------------------------------------------------
+# vmap: sizes, in_axes, out_axes, axis_size
+# ---------------------------------------------------------------------------------------
+
+
+def test_mismatched_mapped_sizes_name_each_argument():
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(loss, in_axes=(None, 0, 0)): argument 2 (ys) has size 10 along axis 0 (shape (10,)), "
+        "but argument 1 (xs) has size 8 along axis 0 (shape (8, 3))"
+    )):
+        vmap(loss, in_axes=(None, 0, 0))(np.ones(3), np.ones((8, 3)), np.ones(10))
+
+
+def test_mismatched_sizes_inside_pytrees_and_keywords():
+    d = {"a": np.ones((4, 2)), "b": [np.ones((4, 2)), np.ones((2, 5))]}
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(f, in_axes=({'a': 0, 'b': [0, 1]},)): argument 0 (x)['b'][1] has size 5 along axis 1 "
+        "(shape (2, 5)), but argument 0 (x)['a'] has size 4 along axis 0 (shape (4, 2)); "
+        "mapped arguments must all have the same size along their mapped axes; the mapped arguments are "
+        "argument 0 (x)['a'] (shape (4, 2), axis 0), argument 0 (x)['b'][0] (shape (4, 2), axis 0), "
+        "argument 0 (x)['b'][1] (shape (2, 5), axis 1)"
+    )):
+        vmap(f, in_axes=({"a": 0, "b": [0, 1]},))(d)
+    with raises(cuvmap.TransformError, r"vmap\(<lambda>\): keyword argument y has size 5 along axis 0"):
+        vmap(lambda x, y: x)(X43, y=np.ones((5, 3)))
+    with raises(cuvmap.TransformError, r"vmap\(f\): argument 0 \(x\) has size 4 along axis 0 \(shape \(4, 3\)\), but axis_size is 5"):
+        vmap(f, axis_size=5)(X43)
+
+
+@pytest.mark.parametrize("axis", [2, -3])
+def test_in_axes_out_of_range(axis):
+    with raises(cuvmap.TransformError, re.escape(
+        f"vmap(loss, in_axes=(None, {axis}, 0)): in_axes {axis} is out of range for argument 1 (xs) of shape (4, 3) (rank 2)"
+    )):
+        vmap(loss, in_axes=(None, axis, 0))(np.ones(3), X43, np.ones(4))
+
+
+def test_in_axes_of_a_scalar_argument():
+    with raises(cuvmap.TransformError, re.escape("vmap(f): in_axes 0 is out of range for argument 0 (x) of shape () (rank 0)")):
+        vmap(f)(np.float64(1.0))
+    with raises(cuvmap.TransformError, re.escape("vmap(f): argument 0 (x) is a float, which has no axis 0 to map over")):
+        vmap(f)(1.0)
+
+
+def test_in_axes_not_a_prefix_of_the_arguments():
+    d = {"a": X43, "b": X43}
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(f, in_axes=({'a': 0, 'c': 1},)): in_axes ({'a': 0, 'c': 1},) is not a pytree prefix of the "
+        "arguments: at argument 0 (x), in_axes has a dict with keys ['a', 'c'], which is not a prefix of a "
+        "dict with keys ['a', 'b']"
+    )):
+        vmap(f, in_axes=({"a": 0, "c": 1},))(d)
+    with raises(cuvmap.TransformError, r"vmap\(f, in_axes=\(\(0, 0\),\)\): .*at argument 0 \(x\), in_axes has a tuple of length 2, which is not a prefix of an array of shape \(4, 3\)"):
+        vmap(f, in_axes=((0, 0),))(X43)
+    with raises(cuvmap.TransformError, r"vmap\(f, in_axes=\(\[0, 0\],\)\): .*at argument 0 \(x\), in_axes has a list of length 2, which is not a prefix of a tuple of length 2"):
+        vmap(f, in_axes=([0, 0],))((X43, X43))
+
+
+def test_in_axes_tuple_of_the_wrong_length():
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(loss, in_axes=(None, 0)): in_axes has 2 entries but loss was called with 3 positional arguments"
+    )):
+        vmap(loss, in_axes=(None, 0))(np.ones(3), X43, np.ones(4))
+
+
+@pytest.mark.parametrize("in_axes, bad", [(0.5, "0.5"), ("0", "'0'"), ((0, 1.0), "1.0"), ((0, {"a": True}), "True")])
+def test_in_axes_of_the_wrong_type(in_axes, bad):
+    with raises(cuvmap.TransformError, r"vmap\(<lambda>, in_axes=.*\): in_axes must be ints or None \(or a pytree of them\), got " + bad):
+        vmap(lambda x, y: x, in_axes=in_axes)(X43, {"a": X43})
+
+
+def test_nothing_mapped_and_no_axis_size():
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(f, in_axes=None): nothing is mapped (every in_axes entry is None or the arguments have no leaves) "
+        "and no axis_size was given"
+    )):
+        vmap(f, in_axes=None)(X43)
+    with raises(cuvmap.TransformError, r"vmap\(<lambda>\): nothing is mapped"):
+        vmap(lambda: 1.0)()
+
+
+def test_out_axes_none_for_a_batched_output():
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(<lambda>, out_axes=(0, None)): out_axes is None for output [1] of shape (3,), but it depends on the "
+        "mapped inputs (it is batched); give it an axis"
+    )):
+        vmap(lambda x: (x, x * 2), out_axes=(0, None))(X43)
+
+
+def test_out_axes_out_of_range_or_not_a_prefix():
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(f, out_axes=3): out_axes 3 is out of range for the output of shape (3,) (rank 1 plus the mapped axis)"
+    )):
+        vmap(f, out_axes=3)(X43)
+    with raises(cuvmap.TransformError, re.escape(
+        "vmap(<lambda>, out_axes={'b': 0}): out_axes {'b': 0} is not a pytree prefix of the outputs: at the output, "
+        "out_axes has a dict with keys ['b'], which is not a prefix of a dict with keys ['a']"
+    )):
+        vmap(lambda x: {"a": x}, out_axes={"b": 0})(X43)
+
+
+def test_bad_chunk_size_and_non_callable():
+    with raises(cuvmap.TransformError, re.escape("vmap(f): chunk_size must be a positive int, got 0")):
+        vmap(f, chunk_size=0)
+    for transform in (vmap, grad, value_and_grad, jacfwd, jacrev, hessian):
+        with raises(TypeError, re.escape(f"{transform.__name__}(3): the function to transform must be callable")):
+            transform(3)
+
+
+# ---------------------------------------------------------------------------------------
+# grad and friends: outputs, inputs, argnums, has_aux
+# ---------------------------------------------------------------------------------------
+
+
+def test_grad_of_a_non_scalar_output():
+    with raises(cuvmap.TransformError, re.escape(
+        "grad(f): f must return a scalar (shape ()), got shape (4, 3); use vjp or jacrev for non-scalar outputs"
+    )):
+        grad(f)(X43)
+    with raises(cuvmap.TransformError, re.escape("value_and_grad(<lambda>): <lambda> must return a scalar (shape ()), got a tuple")):
+        value_and_grad(lambda x: (x.sum(),))(X43)
+    with raises(cuvmap.TransformError, re.escape("grad(vmap(<lambda>)): vmap(<lambda>) must return a scalar")):
+        grad(vmap(lambda x: x.sum()))(X43)
+
+
+def test_grad_of_an_integer_valued_output():
+    with raises(cuvmap.TransformError, re.escape(
+        "grad(<lambda>): <lambda> returned a value of dtype int64; grad needs a floating-point output"
+    )):
+        grad(lambda x: cnp.argmax(x))(np.ones(3))
+    with raises(cuvmap.TransformError, r"jacrev\(<lambda>\): output of dtype bool"):
+        jacrev(lambda x: x > 0)(np.ones(3))
+
+
+@pytest.mark.parametrize("transform", [grad, value_and_grad, jacfwd, jacrev, hessian])
+def test_differentiating_with_respect_to_an_integer_input(transform):
+    name = transform.__name__
+    with raises(cuvmap.TransformError, re.escape(
+        f"{name}(loss): argument 1 (xs)['i'] has dtype int64; {name} differentiates with respect to "
+        "floating-point inputs only"
+    )):
+        transform(loss, argnums=1)(np.ones(3), {"f": X43, "i": np.arange(4)}, np.ones(4))
+
+
+def test_grad_with_respect_to_a_python_int():
+    with raises(cuvmap.TransformError, re.escape("grad(<lambda>): argument 0 (x) has dtype int64")):
+        grad(lambda x: x * 2.0)(3)
+
+
+def test_argnums_out_of_range_or_of_the_wrong_type():
+    with raises(cuvmap.TransformError, re.escape(
+        "grad(loss): argnums 3 is out of range: loss was called with 3 positional arguments"
+    )):
+        grad(loss, argnums=3)(np.ones(3), X43, np.ones(4))
+    with raises(cuvmap.TransformError, re.escape("jacrev(loss): argnums (0, -4) is out of range")):
+        jacrev(loss, argnums=(0, -4))(np.ones(3), X43, np.ones(4))
+    with raises(cuvmap.TransformError, re.escape("grad(loss): argnums must be an int or a tuple of ints, got 'xs'")):
+        grad(loss, argnums="xs")(np.ones(3), X43, np.ones(4))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda g: grad(g, has_aux=True)(np.ones(3)),
+        lambda g: vjp(g, np.ones(3), has_aux=True),
+        lambda g: jvp(g, (np.ones(3),), (np.ones(3),), has_aux=True),
+    ],
+    ids=["grad", "vjp", "jvp"],
+)
+def test_has_aux_needs_a_pair(call):
+    def g(x):
+        return x.sum()
+
+    with raises(cuvmap.TransformError, r"(grad|vjp|jvp)\(g\): with has_aux=True, g must return a pair \(output, aux\)"):
+        call(g)
+
+
+# ---------------------------------------------------------------------------------------
+# jvp and vjp: tangents and cotangents
+# ---------------------------------------------------------------------------------------
+
+
+def test_jvp_with_mismatched_tangents():
+    with raises(cuvmap.TransformError, re.escape("jvp(sin): tangent 0 has shape (3,), but its primal has shape (4, 3)")):
+        jvp(cnp.sin, (X43,), (np.ones(3),))
+    with raises(cuvmap.TransformError, re.escape("jvp(<lambda>): tangent 0['b'] has shape (2,), but its primal has shape (3,)")):
+        jvp(lambda d: d["b"], ({"b": np.ones(3)},), ({"b": np.ones(2)},))
+    with raises(cuvmap.TransformError, r"jvp\(loss\): tangents have structure .*, but primals have structure"):
+        jvp(loss, (np.ones(3), X43, np.ones(4)), (np.ones(3), X43))
+    with raises(cuvmap.TransformError, re.escape(
+        "jvp(sin): tangent 0 has dtype int64, but its primal has dtype float64; the tangent of a floating-point "
+        "primal must be floating-point"
+    )):
+        jvp(cnp.sin, (X43,), (np.ones((4, 3), np.int64),))
+    with raises(cuvmap.TransformError, r"jvp\(sin\): primals and tangents must be tuples"):
+        jvp(cnp.sin, X43, X43)
+
+
+def test_vjp_with_a_cotangent_of_the_wrong_shape():
+    _, pullback = vjp(cnp.sin, X43)
+    with raises(cuvmap.TransformError, re.escape(
+        "vjp(sin): cotangent leaf 0 has shape (3,), but the output leaf has shape (4, 3)"
+    )):
+        pullback(np.ones(3))
+    _, pullback = vjp(lambda x: (x, x.sum()), X43)
+    with raises(cuvmap.TransformError, r"vjp\(<lambda>\): the cotangent has structure .*, but the output has structure"):
+        pullback(np.ones((4, 3)))
+
+
+# ---------------------------------------------------------------------------------------
+# Primitives without a rule
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def impl_only_primitive():
+    """A primitive with an impl and nothing else, removed from every registry afterwards."""
+    p = Primitive("impl_only_op")
+    p.impl = lambda x: x * 2
+    yield p
+    for registry in (batching.primitive_batchers, jvp_mod.primitive_jvps, vjp_mod.primitive_vjps):
+        registry.pop(p, None)
+    assert p not in cuvmap.lax.all_primitives()
+
+
+def test_primitive_without_rules(impl_only_primitive):
+    p = impl_only_primitive
+    np.testing.assert_array_equal(p.bind(np.ones(2)), 2.0)  # the impl alone works outside transforms
+    with raises(cuvmap.MissingRuleError, re.escape(
+        "vmap(<lambda>): primitive impl_only_op has no batching rule (needed by vmap)"
+    )):
+        vmap(lambda x: p.bind(x))(X43)
+    with raises(cuvmap.MissingRuleError, re.escape(
+        "grad(<lambda>): primitive impl_only_op has no VJP rule (needed by grad/vjp)"
+    )):
+        grad(lambda x: p.bind(x).sum())(np.ones(3))
+    with raises(cuvmap.MissingRuleError, re.escape(
+        "jvp(<lambda>): primitive impl_only_op has no JVP rule (needed by jvp)"
+    )):
+        jvp(lambda x: p.bind(x), (np.ones(3),), (np.ones(3),))
+    with raises(cuvmap.MissingRuleError, r"jacfwd\(<lambda>\): primitive impl_only_op has no JVP rule"):
+        jacfwd(lambda x: p.bind(x))(np.ones(3))
+    assert issubclass(cuvmap.MissingRuleError, NotImplementedError)
+
+
+# ---------------------------------------------------------------------------------------
+# Tracers used where they cannot be
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "run, where",
+    [
+        (lambda keep: vmap(keep)(X43), "vmap(keep)"),
+        (lambda keep: grad(lambda x: keep(x).sum())(np.ones(3)), "grad(<lambda>)"),
+        (lambda keep: jvp(keep, (np.ones(3),), (np.ones(3),)), "jvp(keep)"),
+        (lambda keep: jacrev(keep)(np.ones(3)), "jacrev(keep)"),
+    ],
+    ids=["vmap", "grad", "jvp", "jacrev"],
+)
+def test_a_tracer_escaping_its_transform(run, where):
+    leaked = []
+
+    def keep(x):
+        leaked.append(x)
+        return x * 1.0
+
+    run(keep)
+    msg = re.escape(f"{where}: a traced value (shape (3,)) escaped this transform and was used by mul after the transform returned")
+    with raises(cuvmap.EscapedTracerError, msg):
+        leaked[0] * 2.0
+    # also when the escaped tracer meets another transform's values
+    with raises(cuvmap.EscapedTracerError, msg):
+        vmap(lambda y: y * leaked[0])(X43)
+    with raises(cuvmap.ConcretizationError, re.escape(f"{where}: a traced value with shape (3,) was converted to a NumPy array")):
+        np.asarray(leaked[0])
+
+
+def test_shape_error_in_an_op_names_the_op_and_logical_shapes():
+    with raises(cuvmap.ShapeError, re.escape(
+        "vmap(<lambda>): matmul: contracting dims do not match for shapes (3, 4) and (5, 6)"
+    )):
+        vmap(lambda x: x @ np.ones((5, 6)))(np.ones((2, 3, 4)))
+    with raises(cuvmap.ShapeError, re.escape(
+        "vmap(<lambda>): add(float64[3], float64[4]) under vmap(<lambda>): shapes (3,), (4,) do not broadcast"
+    )):
+        vmap(lambda x: x + np.ones(4))(X43)
+    with raises(cuvmap.ShapeError, re.escape(
+        "grad(<lambda>): dot_general(float64[3], float64[5, 6], dimension_numbers=(((0,), (0,)), ((), ()))) under "
+        "grad(<lambda>): dim 0 of (3,) (size 3) does not match dim 0 of (5, 6) (size 5)"
+    )):
+        grad(lambda x: cuvmap.lax.dot_general(x, np.ones((5, 6)), (((0,), (0,)), ((), ()))).sum())(np.ones(3))
+    with raises(cuvmap.ShapeError, re.escape(
+        "vmap(<lambda>): reshape(float64[3], new_sizes=(2, 2)) under vmap(<lambda>): cannot reshape (3,) (3 elements) to (2, 2)"
+    )):
+        vmap(lambda x: x.reshape(2, 2))(X43)
+    with raises(cuvmap.ShapeError, re.escape("jacfwd(<lambda>): matmul: contracting dims do not match for shapes (3,) and (4, 2)")):
+        jacfwd(lambda x: x @ np.ones((4, 2)))(np.ones(3))
+    with raises(cuvmap.ShapeError, re.escape("hessian(<lambda>): matmul: contracting dims do not match")):
+        hessian(lambda x: (x @ np.ones((4, 2))).sum())(np.ones(3))
+    assert issubclass(cuvmap.ShapeError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        (lambda x: x if x.sum() > 0 else -x, r"the truth value \(Python if, while, and, or, not\)"),
+        (lambda x: x * float(x[0]), r"float\(\)"),
+        (lambda x: x * int(x[0]), r"int\(\)"),
+        (lambda x: x[: x.shape[0]] * list(range(3))[x.astype(np.int64)[0]], r"the use as a Python index \(range\(\), list\[...\]\)"),
+    ],
+    ids=["if", "float", "int", "index"],
+)
+def test_python_control_flow_on_a_batched_value(body, what):
+    with raises(cuvmap.ConcretizationError, r"vmap\(<lambda>\): " + what + r" of a batched value \(shape \(\)\) depends on the example; use cuvmap.numpy.where"):
+        vmap(body)(X43)
+    assert issubclass(cuvmap.ConcretizationError, TypeError)
+
+
+def test_python_if_on_a_batched_value_inside_grad():
+    with raises(cuvmap.ConcretizationError, r"vmap\(grad\(<lambda>\)\): the truth value .* of a batched value"):
+        vmap(grad(lambda x: x if x > 0 else -x))(np.ones(3))
+
+
+@pytest.mark.parametrize(
+    "transform, where",
+    [
+        (lambda g: vmap(g)(X43), "vmap(<lambda>)"),
+        (lambda g: grad(lambda x: g(x).sum())(np.ones(3)), "grad(<lambda>)"),
+        (lambda g: jvp(g, (np.ones(3),), (np.ones(3),)), "jvp(<lambda>)"),
+        (lambda g: hessian(lambda x: g(x).sum())(np.ones(3)), "hessian(<lambda>)"),
+    ],
+    ids=["vmap", "grad", "jvp", "hessian"],
+)
+@pytest.mark.parametrize(
+    "numpy_call",
+    [lambda x: np.asarray(x), lambda x: np.array(x) * 2, lambda x: np.sin(x), lambda x: np.add(x, 1.0), lambda x: np.arange(3.0)[x]],
+    ids=["asarray", "array", "sin", "np.add", "ndarray-indexed-by-tracer"],
+)
+def test_numpy_on_a_tracer(transform, where, numpy_call):
+    with raises(cuvmap.ConcretizationError, re.escape(f"{where}: a traced value with shape (3,) was converted to a NumPy array")):
+        transform(lambda x: numpy_call(x))
+
+
+def test_numpy_array_indexed_by_a_batched_integer():
+    # integer values are traced by vmap (not by grad, where they carry no derivative)
+    with raises(cuvmap.ConcretizationError, re.escape("vmap(<lambda>): a traced value with shape (2,) was converted to a NumPy array")):
+        vmap(lambda i: np.arange(5.0)[i])(np.zeros((3, 2), np.int64))
+    np.testing.assert_array_equal(vmap(lambda i: cnp.take(np.arange(5.0), i))(np.arange(3)), [0.0, 1.0, 2.0])
+
+
+# ---------------------------------------------------------------------------------------
+# Documented Python errors with clear messages
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, exc, match, under_grad",
+    [
+        (lambda x: x[5], IndexError, r"index 5 is out of bounds for axis 0 with size 3", True),
+        (lambda x: x[0, 0], IndexError, r"too many indices \(2\) for an array of shape \(3,\)", True),
+        (lambda x: x[1.0], IndexError, r"unsupported index 1.0 of type float", True),
+        (lambda x: x[x > 0], IndexError, r"boolean mask indexing is not supported on traced values", True),
+        (lambda x: x[np.array([0.5])], IndexError, r"arrays used as indices must be integers", True),
+        (lambda x: x.__setitem__(0, 1.0), TypeError, r"traced values are immutable", True),
+        (lambda x: len(x.sum()), TypeError, r"len\(\) of a 0-d tracer", True),
+        (lambda x: x.astype(np.int64) & 1, TypeError, r"operator & is supported on boolean traced values only", False),
+        (lambda x: np.sum(x, out=np.zeros(())), TypeError, r"sum: out= is not supported on traced values", True),
+    ],
+    ids=["out-of-bounds", "too-many", "float-index", "bool-mask", "float-array-index", "setitem", "len-0d", "int-and", "out="],
+)
+def test_documented_python_errors(body, exc, match, under_grad):
+    with pytest.raises(exc, match=match):
+        vmap(body)(X43)
+    if under_grad:
+        with pytest.raises(exc, match=match):
+            grad(lambda x: body(x).sum())(np.ones(3))
+
+
+# ---------------------------------------------------------------------------------------
+# No raw NumPy errors: every failure is a cuvmap error whose message starts with a transform
+# ---------------------------------------------------------------------------------------
+
+BAD_PROGRAMS = [
+    ("vmap-broadcast", lambda: vmap(lambda x: x * np.ones((2, 2)))(X43)),
+    ("vmap-concat", lambda: vmap(lambda x: cnp.concatenate([x, np.ones((2, 2))]))(X43)),
+    ("vmap-take-float", lambda: vmap(lambda x: cnp.take(x, np.array([0.5])))(X43)),
+    ("vmap-transpose", lambda: vmap(lambda x: x.transpose(1, 0))(X43)),
+    ("vmap-sum-axis", lambda: vmap(lambda x: x.sum(axis=1))(X43)),
+    ("grad-matmul", lambda: grad(lambda x: (x @ np.ones((2, 2))).sum())(np.ones(3))),
+    ("jvp-where", lambda: jvp(lambda x: cnp.where(x > 0, x, np.ones(2)), (np.ones(3),), (np.ones(3),))),
+    ("vjp-reshape", lambda: vjp(lambda x: x.reshape(4), np.ones(3))),
+    ("jacrev-stack", lambda: jacrev(lambda x: cnp.stack([x, x[:2]]))(np.ones(3))),
+    ("vmap-grad-dot", lambda: vmap(grad(lambda w, x: cnp.dot(w, x).sum()), in_axes=(None, 0))(np.ones(3), np.ones((2, 4)))),
+    ("grad-vmap-sizes", lambda: grad(lambda w: vmap(lambda a, b: a * b)(w, np.ones(4)).sum())(np.ones(3))),
+]
+
+
+@pytest.mark.parametrize("program", [p[1] for p in BAD_PROGRAMS], ids=[p[0] for p in BAD_PROGRAMS])
+def test_failures_are_cuvmap_errors_that_start_with_the_transform(program):
+    with pytest.raises(cuvmap.CuvmapError) as info:
+        program()
+    assert re.match(r"^(vmap|grad|jvp|vjp|jacrev|jacfwd|hessian|value_and_grad)\(", str(info.value)), str(info.value)
+    assert "Traceback" not in str(info.value)
