@@ -190,7 +190,12 @@ def _take_transpose_impl(ct, idx, *, axis, shape):
     xp = backend.xp_of(ct, idx)
     out = xp.zeros(shape, dtype=ct.dtype)
     index = (_pyslice(None),) * axis + (idx,)
-    xp.add.at(out, index, ct)
+    if xp is np:
+        np.add.at(out, index, ct)
+    else:  # CuPy: cupyx.scatter_add is the long-standing spelling of add.at
+        import cupyx
+
+        cupyx.scatter_add(out, index, ct)
     return out
 
 

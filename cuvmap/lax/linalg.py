@@ -61,7 +61,11 @@ def _dot_general_impl(x, y, *, dimension_numbers):
     k = int(np.prod([x.shape[i] for i in xc], dtype=np.int64))
     xt = x.transpose(tuple(xb) + tuple(x_free) + tuple(xc))
     yt = y.transpose(tuple(yb) + tuple(yc) + tuple(y_free))
-    if xb:
+    if k == 1:
+        # an outer product (per-example gradients of a dense layer): a broadcast multiply
+        # writes the output once; a stack of rank-1 GEMMs is several times slower
+        out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
+    elif xb:
         out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
     else:
         out = xt.reshape(m, k) @ yt.reshape(k, n)
