@@ -644,6 +644,15 @@ def _std_basis(leaves):
     return blocks, sizes
 
 
+def _differentiated_args(f, args, kwargs, argnums, where):
+    """For the jacobians: ``(single, argnums, dyn, f_dyn)`` with ``dyn`` the arguments to
+    differentiate (checked to be floating point) and ``f_dyn(*dyn)`` calling ``f``."""
+    single, nums = _normalize_argnums(f, argnums, len(args))
+    _check_float_inputs(f, args, nums, where.split("(", 1)[0])
+    dyn = tuple(args[i] for i in nums)
+    return single, nums, dyn, _dyn_function(f, args, kwargs, nums)
+
+
 def jacfwd(f, argnums=0, has_aux=False):
     """The Jacobian of ``f`` by forward mode (``vmap`` of ``jvp`` over the input basis).
 
@@ -661,10 +670,7 @@ def _jacfwd(f, argnums, has_aux, where, name=None):
     def jac(*args, **kwargs):
         from cuvmap.lax import indexing, shape as lax_shape
 
-        single, nums = _normalize_argnums(f, argnums, len(args))
-        _check_float_inputs(f, args, nums, where.split("(", 1)[0])
-        dyn = tuple(args[i] for i in nums)
-        f_dyn = _dyn_function(f, args, kwargs, nums)
+        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
         in_leaves, in_tree = tree.flatten(dyn)
         basis, sizes = _std_basis(in_leaves)
 
@@ -712,10 +718,7 @@ def _jacrev(f, argnums, has_aux, where, name=None):
     def jac(*args, **kwargs):
         from cuvmap.lax import indexing, shape as lax_shape
 
-        single, nums = _normalize_argnums(f, argnums, len(args))
-        _check_float_inputs(f, args, nums, where.split("(", 1)[0])
-        dyn = tuple(args[i] for i in nums)
-        f_dyn = _dyn_function(f, args, kwargs, nums)
+        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
         out, vjp_fun, aux = _vjp(
             f_dyn, dyn, has_aux, where, lambda path: _describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
         )

@@ -225,6 +225,37 @@ class Tracer:
         return f"{type(self).__name__}<{self._main.name}>({self.aval})"
 
 
+class PrimalTracer(Tracer):
+    """A tracer of a derivative transform (jvp, vjp): it carries its primal value, so its
+    shape, dtype and truth value are the primal's — Python control flow on values works
+    under ``grad`` and ``jvp``, as in JAX's eager mode."""
+
+    __slots__ = ("primal",)
+
+    @property
+    def shape(self):
+        return shape_of(self.primal)
+
+    @property
+    def dtype(self):
+        return dtype_of(self.primal)
+
+    def _concrete_value(self):
+        return self.primal
+
+    def __bool__(self):
+        return bool(self.primal)
+
+    def __float__(self):
+        return float(self.primal)
+
+    def __int__(self):
+        return int(self.primal)
+
+    def __index__(self):
+        return self.primal.__index__()
+
+
 # ---------------------------------------------------------------------------------------
 # Primitives
 # ---------------------------------------------------------------------------------------

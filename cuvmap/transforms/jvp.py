@@ -11,41 +11,18 @@ are differentiable and batchable in turn. A contribution whose shape differs fro
 output's (an operand that NumPy-broadcast) is broadcast to the output shape here.
 """
 from cuvmap import core
-from cuvmap.core import MissingRuleError, Trace, Tracer
+from cuvmap.core import MissingRuleError, PrimalTracer, Trace
 
 primitive_jvps = {}
 
 
-class JVPTracer(Tracer):
-    __slots__ = ("primal", "tangent")
+class JVPTracer(PrimalTracer):
+    __slots__ = ("tangent",)
 
     def __init__(self, main, primal, tangent):
         self._main = main
         self.primal = primal
         self.tangent = tangent
-
-    @property
-    def shape(self):
-        return core.shape_of(self.primal)
-
-    @property
-    def dtype(self):
-        return core.dtype_of(self.primal)
-
-    def _concrete_value(self):
-        return self.primal
-
-    def __bool__(self):
-        return bool(self.primal)
-
-    def __float__(self):
-        return float(self.primal)
-
-    def __int__(self):
-        return int(self.primal)
-
-    def __index__(self):
-        return self.primal.__index__()
 
 
 class JVPTrace(Trace):

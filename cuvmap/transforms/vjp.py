@@ -17,41 +17,18 @@ tape. A cotangent whose shape differs from its operand's (an operand that NumPy-
 is summed back to the operand's shape here.
 """
 from cuvmap import core
-from cuvmap.core import MissingRuleError, Trace, Tracer
+from cuvmap.core import MissingRuleError, PrimalTracer, Trace
 
 primitive_vjps = {}
 
 
-class VJPTracer(Tracer):
-    __slots__ = ("primal", "node")
+class VJPTracer(PrimalTracer):
+    __slots__ = ("node",)
 
     def __init__(self, main, primal, node):
         self._main = main
         self.primal = primal
         self.node = node
-
-    @property
-    def shape(self):
-        return core.shape_of(self.primal)
-
-    @property
-    def dtype(self):
-        return core.dtype_of(self.primal)
-
-    def _concrete_value(self):
-        return self.primal
-
-    def __bool__(self):
-        return bool(self.primal)
-
-    def __float__(self):
-        return float(self.primal)
-
-    def __int__(self):
-        return int(self.primal)
-
-    def __index__(self):
-        return self.primal.__index__()
 
 
 class Tape:
