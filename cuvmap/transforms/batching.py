@@ -173,23 +173,27 @@ def broadcasting_batcher(primitive):
     """
 
     def rule(vals, dims, **params):
-        ranks = []
-        for v, d in zip(vals, dims):
-            r = len(core.shape_of(v))
-            ranks.append(r - 1 if d is not not_mapped else r)
-        rank = max(ranks)
-        first = next(d for d in dims if d is not not_mapped)
+        first = None
+        ndim = -1
         fast = True
-        for r, d in zip(ranks, dims):
-            if d is not_mapped:
-                if r > rank - first:
+        for v, d in zip(vals, dims):
+            if d is not not_mapped:
+                n = len(v.shape)
+                if first is None:
+                    first, ndim = d, n
+                elif d != first or n != ndim:
                     fast = False
                     break
-            elif d != first or r != rank:
-                fast = False
-                break
         if fast:
-            return primitive.bind(*vals, **params), first
+            room = ndim - 1 - first  # logical dims to the right of the batch dim
+            for v, d in zip(vals, dims):
+                if d is not_mapped and len(core.shape_of(v)) > room:
+                    fast = False
+                    break
+            if fast:
+                return primitive.bind(*vals, **params), first
+        ranks = [len(core.shape_of(v)) - (d is not not_mapped) for v, d in zip(vals, dims)]
+        rank = max(ranks)
         new_vals = []
         for v, d, r in zip(vals, dims, ranks):
             if d is not_mapped:

@@ -65,10 +65,12 @@ def _add(a, b):
 
 def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
-    from cuvmap.lax import elementwise, shape as lax_shape
-
     out_shape = core.shape_of(out)
     t_shape = core.shape_of(t)
+    if t_shape == out_shape and (type(out) is float or core.dtype_of(t) == core.dtype_of(out)):
+        return t
+    from cuvmap.lax import elementwise, shape as lax_shape
+
     if t_shape != out_shape:
         t = lax_shape.broadcast_to(t, out_shape)
     if type(out) is not float and core.dtype_of(t) != core.dtype_of(out):

@@ -101,10 +101,12 @@ def backward_pass(tape, output_cts):
 def match_operand(ct, primal):
     """Sums a cotangent over the dims its operand was broadcast along (NumPy broadcasting)
     and casts it to the operand's dtype."""
-    from cuvmap.lax import elementwise, shape as lax_shape
-
     ct_shape = core.shape_of(ct)
     shape = core.shape_of(primal)
+    if ct_shape == shape and (type(primal) is float or core.dtype_of(ct) == core.dtype_of(primal)):
+        return ct
+    from cuvmap.lax import elementwise, shape as lax_shape
+
     if ct_shape != shape:
         ct = lax_shape.unbroadcast(ct, shape)
     if type(primal) is not float and core.dtype_of(ct) != core.dtype_of(primal):
