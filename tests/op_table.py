@@ -638,8 +638,112 @@ def _conv_rows():
     return rows
 
 
+# ---------------------------------------------------------------------------------------
+# The pooling family: references from sliding windows (numpy's sliding_window_view over
+# the padded input; the selected position of a max window is numpy's argmax over the
+# window in row-major order, i.e. the first maximum) and, for the scatters, a loop over
+# output positions. Inputs of the max rows are "distinct": no ties, so finite differences
+# see the derivative the rules compute.
+# ---------------------------------------------------------------------------------------
+
+
+def _pool_windows(x, window, stride, padding, value):
+    """``(N, C, out..., prod(window))``: every window of the padded input, flattened."""
+    nd = len(window)
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding), constant_values=value)
+    win = np.lib.stride_tricks.sliding_window_view(xp, window, axis=tuple(range(2, 2 + nd)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]
+    return win.reshape(win.shape[:2 + nd] + (-1,))
+
+
+def ref_max_pool(x, window, stride, padding):
+    return _pool_windows(x, window, stride, padding, -np.inf).max(axis=-1)
+
+
+def _pool_divisor(shape, window, stride, padding, count_include_pad):
+    if count_include_pad:
+        return float(np.prod(window))
+    ones = np.ones((1, 1) + tuple(shape[2:]))
+    return _pool_windows(ones, window, stride, padding, 0.0).sum(axis=-1)[0, 0]
+
+
+def ref_avg_pool(x, window, stride, padding, count_include_pad):
+    total = _pool_windows(x, window, stride, padding, 0.0).sum(axis=-1)
+    return (total / _pool_divisor(x.shape, window, stride, padding, count_include_pad)).astype(x.dtype)
+
+
+def ref_max_pool_gather(t, x, window, stride, padding):
+    sel = _pool_windows(x, window, stride, padding, -np.inf).argmax(axis=-1)
+    return np.take_along_axis(_pool_windows(t, window, stride, padding, 0.0), sel[..., None], axis=-1)[..., 0]
+
+
+def _scatter_windows(g, shape, window, stride, padding, tap_weight):
+    """Adds ``g[n, c, y] * tap_weight(n, c, y, tap)`` onto every tap of window ``y``, one
+    output position at a time."""
+    padded = np.zeros(tuple(shape[:2]) + tuple(s + 2 * p for s, p in zip(shape[2:], padding)), dtype=g.dtype)
+    for pos in np.ndindex(g.shape):
+        n, c, y = pos[0], pos[1], pos[2:]
+        for t in np.ndindex(*window):
+            w = tap_weight(n, c, y, t)
+            if w:
+                padded[(n, c) + tuple(yi * s + ti for yi, s, ti in zip(y, stride, t))] += g[pos] * w
+    return padded[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, shape[2:]))]
+
+
+def ref_max_pool_scatter(g, x, window, stride, padding):
+    sel = _pool_windows(x, window, stride, padding, -np.inf).argmax(axis=-1)
+    return _scatter_windows(g, x.shape, window, stride, padding,
+                            lambda n, c, y, t: float(np.ravel_multi_index(t, window) == sel[(n, c) + y]))
+
+
+def ref_avg_pool_transpose(g, shape, window, stride, padding, count_include_pad):
+    d = np.broadcast_to(_pool_divisor(shape, window, stride, padding, count_include_pad), g.shape[2:])
+    return _scatter_windows(g, shape, window, stride, padding, lambda n, c, y, t: 1.0 / d[y])
+
+
+def _pooling_rows():
+    pl = importlib.import_module("cuvmap.lax.pooling")
+    rows = []
+    # (name, x shape, window, stride, padding): 1-, 2- and 3-d, overlapping and
+    # non-overlapping windows, with and without padding
+    geometries = [
+        ("1d", (2, 3, 7), (3,), (2,), (1,)),
+        ("2d", (2, 2, 5, 6), (3, 2), (2, 1), (1, 1)),
+        ("2d_disjoint", (1, 3, 4, 6), (2, 2), (2, 2), (0, 0)),
+        ("3d", (1, 2, 4, 3, 5), (2, 2, 3), (2, 1, 2), (1, 0, 1)),
+    ]
+    for geo, xs, window, stride, padding in geometries:
+        params = dict(window=window, stride=stride, padding=padding)
+        gs = ref_max_pool(np.zeros(xs), **params).shape
+        rows.append(prim_row(
+            f"max_pool_{geo}", pl.max_pool_p, params,
+            lambda x, p=params: lax.max_pool(x, p["window"], p["stride"], p["padding"]),
+            lambda x, p=params: ref_max_pool(x, **p), [A(*xs, domain="distinct")]))
+        rows.append(prim_row(
+            f"max_pool_gather_{geo}", pl.max_pool_gather_p, params,
+            lambda t, x, p=params: lax.max_pool_gather(t, x, **p),
+            lambda t, x, p=params: ref_max_pool_gather(t, x, **p), [A(*xs), A(*xs, domain="distinct")]))
+        rows.append(prim_row(
+            f"max_pool_scatter_{geo}", pl.max_pool_scatter_p, params,
+            lambda g, x, p=params: lax.max_pool_scatter(g, x, **p),
+            lambda g, x, p=params: ref_max_pool_scatter(g, x, **p), [A(*gs), A(*xs, domain="distinct")]))
+        for include in (True, False):
+            suffix = "" if include else "_exclude_pad"
+            ap = dict(params, count_include_pad=include)
+            rows.append(prim_row(
+                f"avg_pool_{geo}{suffix}", pl.avg_pool_p, ap,
+                lambda x, p=ap: lax.avg_pool(x, p["window"], p["stride"], p["padding"], p["count_include_pad"]),
+                lambda x, p=ap: ref_avg_pool(x, **p), [A(*xs)]))
+            rows.append(prim_row(
+                f"avg_pool_transpose_{geo}{suffix}", pl.avg_pool_transpose_p, dict(ap, input_shape=xs),
+                lambda g, p=ap, xs=xs: lax.avg_pool_transpose(g, xs, **p),
+                lambda g, p=ap, xs=xs: ref_avg_pool_transpose(g, xs, **p), [A(*gs)]))
+    return rows
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
+    + _pooling_rows()
 )
 
 
@@ -739,6 +843,8 @@ NESTED_SAMPLE = (
     "matmul_broadcast_batch", "logsumexp", "var",
     "conv_1d_groups", "conv_2d_bias", "conv_transposed_1d_groups",
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
+    "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
+    "avg_pool_transpose_1d",
 )
 
 _names = [r.name for r in ALL_ROWS]

@@ -8,6 +8,9 @@ from cuvmap.lax.elementwise import (  # noqa: F401
 from cuvmap.lax.conv import conv, conv_backward_input, conv_backward_weight  # noqa: F401
 from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
 from cuvmap.lax.linalg import dot_general  # noqa: F401
+from cuvmap.lax.pooling import (  # noqa: F401
+    avg_pool, avg_pool_transpose, max_pool, max_pool_gather, max_pool_scatter,
+)
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose,
@@ -21,7 +24,7 @@ def all_primitives():
     from cuvmap.core import Primitive
 
     found = []
-    for name in ("elementwise", "indexing", "linalg", "reduction", "shape", "conv"):
+    for name in ("elementwise", "indexing", "linalg", "reduction", "shape", "conv", "pooling"):
         module = importlib.import_module(f"cuvmap.lax.{name}")
         for value in vars(module).values():
             if isinstance(value, Primitive) and value not in found:

@@ -1,4 +1,16 @@
-"""Neural-network building blocks: functional layers (``torch.nn.functional`` conventions)."""
+"""Neural-network building blocks.
+
+- the functional ops (``torch.nn.functional`` conventions), re-exported here:
+  ``nn.conv``, ``nn.max_pool``, ``nn.layer_norm``, ``nn.cross_entropy``, ...
+  (:mod:`cuvmap.nn.functional`);
+- :mod:`cuvmap.nn.layers`: stax-style ``(init, apply)`` layers and ``Serial``;
+- :mod:`cuvmap.nn.optim`: ``sgd`` and ``adam`` as pure pytree updates.
+
+There is no batch norm, by design: see NOTE [no batch norm] in ``functional.py``.
+"""
+from cuvmap.nn import functional, layers, optim  # noqa: F401
 from cuvmap.nn.functional import (  # noqa: F401
-    conv, conv_transpose, cross_entropy, log_softmax, relu, softmax,
+    avg_pool, avg_pool1d, avg_pool2d, avg_pool3d, conv, conv_transpose, cross_entropy, flatten, gelu,
+    group_norm, layer_norm, log_softmax, max_pool, max_pool1d, max_pool2d, max_pool3d, mse, mse_loss, relu,
+    sigmoid, softmax, tanh,
 )

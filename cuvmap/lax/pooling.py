@@ -1,0 +1,467 @@
+"""The pooling family: ``max_pool``, ``avg_pool`` and their derivative primitives
+``max_pool_gather``, ``max_pool_scatter`` and ``avg_pool_transpose``.
+
+Layout ``N C S...`` with 1, 2 or 3 spatial dims; every channel of every example is pooled
+on its own (a ``reduce_window`` over the spatial dims). With window ``k``, stride ``s``
+and symmetric padding ``p`` per spatial dim, output position ``y`` reads the window
+
+    W(y) = { y·s − p + t : 0 ≤ t < k }        (one tap ``t`` per window element)
+
+of a padded input ``x̃`` (``x`` inside, the padding value outside), and
+
+    max_pool(x)[n, c, y] = max_{i ∈ W(y)} x̃[n, c, i]                    x̃ = −∞ outside
+    avg_pool(x)[n, c, y] = (1 / D(y)) · Σ_{i ∈ W(y)} x̃[n, c, i]         x̃ = 0 outside
+
+with ``D(y) = Π k`` when ``count_include_pad`` (torch's default) and ``D(y)`` = the number
+of taps of ``W(y)`` inside ``x`` otherwise. The output has ``⌊(S + 2p − k)/s⌋ + 1`` positions
+per dim; padding is at most ``k // 2`` (as torch requires), so every window holds an element
+of ``x``.
+
+Derivatives. Let ``a(x)[n, c, y]`` be the *selected* position of window ``W(y)``: the first
+tap, in row-major tap order, that attains the maximum (see NOTE [max pool ties]). Then
+
+    max_pool_gather(t, x)[n, c, y] = t[n, c, a(x)[n, c, y]]             (gather; JVP of max_pool)
+    max_pool_scatter(g, x)[n, c, i] = Σ_{y : a(x)[n, c, y] = i} g[n, c, y]  (scatter; VJP of max_pool)
+
+are linear in their first operand and adjoint to each other,
+``⟨max_pool_gather(t, x), g⟩ = ⟨t, max_pool_scatter(g, x)⟩``, and piecewise constant in ``x``
+(their derivative in ``x`` is zero wherever ``a`` is locally constant, i.e. away from ties).
+So ``max_pool(x) = max_pool_gather(x, x)``, its JVP is ``max_pool_gather(ẋ, x)`` and its VJP
+``max_pool_scatter(ḡ, x)``; the gather and the scatter are each other's transposes, which
+closes the family under every transform (``hessian``, ``vmap(grad)``, ``grad(grad)``).
+``avg_pool`` is linear; its transpose ``avg_pool_transpose`` spreads ``g[y] / D(y)`` back over
+``W(y)`` (accumulating where windows overlap), and the transpose of that is ``avg_pool``.
+
+Batching: pooling is per (example, channel), so every batching rule folds the vmap dim into
+``N`` (``B N -> (B N)``), runs one pooling call and splits it back out. An unbatched operand
+beside a batched one is broadcast first (see NOTE [pooling batching]).
+
+Impls (NumPy and CuPy alike, through ``xp``): one strided slice of the padded input per
+window tap — the taps of ``conv_gemm._windows``, but reduced on the fly instead of unfolded —
+so the loop runs over the ``Π k`` taps, never over examples, channels or pixels.
+"""
+import itertools
+
+import numpy as np
+
+from cuvmap import backend, core
+from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.lax.shape import reshape
+from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
+
+# ---------------------------------------------------------------------------------------
+# Declarations and public wrappers
+# ---------------------------------------------------------------------------------------
+
+max_pool_p = Primitive("max_pool")
+max_pool_gather_p = Primitive("max_pool_gather")
+max_pool_scatter_p = Primitive("max_pool_scatter")
+avg_pool_p = Primitive("avg_pool")
+avg_pool_transpose_p = Primitive("avg_pool_transpose")
+
+
+def _tuple(v, nd, name):
+    if isinstance(v, (int, np.integer)):
+        return (int(v),) * nd
+    v = tuple(int(i) for i in v)
+    if len(v) != nd:
+        raise ShapeError(f"pooling: {name} {v} must have one entry per spatial dim ({nd})")
+    return v
+
+
+def pool_params(nd, window, stride=None, padding=0):
+    """Normalizes the static parameters of the pooling family to tuples of ``nd`` ints;
+    ``stride=None`` means ``stride = window`` (non-overlapping windows, torch's default)."""
+    window = _tuple(window, nd, "window")
+    stride = window if stride is None else _tuple(stride, nd, "stride")
+    return dict(window=window, stride=stride, padding=_tuple(padding, nd, "padding"))
+
+
+def _nd_of(x):
+    return len(core.shape_of(x)) - 2
+
+
+def max_pool(x, window, stride=None, padding=0):
+    """Max pooling over the spatial dims of ``x`` ``(N, C, S...)``.
+
+    Args:
+      x: ``(N, C, S...)``, 1-3 spatial dims, floating point.
+      window: the window size, an int or one per spatial dim.
+      stride: an int or one per spatial dim; ``None`` means ``window``.
+      padding: symmetric padding per spatial dim (at most ``window // 2``); padded
+        positions count as ``−∞``.
+    Returns:
+      ``(N, C, out...)`` with ``out = ⌊(S + 2·padding − window) / stride⌋ + 1``.
+
+    Example::
+
+        y = max_pool(x, 2)          # (8, 16, 28, 28) -> (8, 16, 14, 14)
+    """
+    return max_pool_p.bind(x, **pool_params(_nd_of(x), window, stride, padding))
+
+
+def max_pool_gather(t, x, *, window, stride, padding):
+    """``t`` at the selected position (the first maximum) of each window of ``x``: the JVP
+    of :func:`max_pool` at ``x`` in the direction ``t`` (``t`` has ``x``'s shape)."""
+    return max_pool_gather_p.bind(t, x, window=window, stride=stride, padding=padding)
+
+
+def max_pool_scatter(g, x, *, window, stride, padding):
+    """Sends each ``g[n, c, y]`` to the selected position (the first maximum) of window ``y``
+    of ``x``, summing where windows overlap: the VJP of :func:`max_pool` at ``x``."""
+    return max_pool_scatter_p.bind(g, x, window=window, stride=stride, padding=padding)
+
+
+def avg_pool(x, window, stride=None, padding=0, count_include_pad=True):
+    """Average pooling over the spatial dims of ``x`` ``(N, C, S...)``.
+
+    Args:
+      x, window, stride, padding: as for :func:`max_pool` (padded positions are zeros).
+      count_include_pad: divide by the whole window size (torch's default) or, when False,
+        by the number of window positions inside ``x``.
+    Returns:
+      ``(N, C, out...)``.
+    """
+    return avg_pool_p.bind(x, count_include_pad=bool(count_include_pad),
+                           **pool_params(_nd_of(x), window, stride, padding))
+
+
+def avg_pool_transpose(g, input_shape, *, window, stride, padding, count_include_pad):
+    """The adjoint of :func:`avg_pool` for inputs of shape ``input_shape``: ``g[y] / D(y)``
+    added onto every position of window ``y``."""
+    return avg_pool_transpose_p.bind(
+        g, input_shape=tuple(int(s) for s in input_shape), window=window, stride=stride, padding=padding,
+        count_include_pad=count_include_pad)
+
+
+# ---------------------------------------------------------------------------------------
+# Shape rules
+# ---------------------------------------------------------------------------------------
+
+
+def pool_output_shape(input_shape, *, window, stride, padding):
+    """Shape of a pooling output; raises :class:`ShapeError` naming the shapes."""
+    input_shape = tuple(input_shape)
+    nd = len(input_shape) - 2
+    if nd not in (1, 2, 3):
+        raise ShapeError(f"input of shape {input_shape} must be (N, C, spatial...) with 1, 2 or 3 spatial dims")
+    if not len(window) == len(stride) == len(padding) == nd:
+        raise ShapeError(
+            f"window {window}, stride {stride} and padding {padding} need one entry per spatial dim ({nd}) "
+            f"of the input {input_shape}")
+    if any(k < 1 for k in window) or any(s < 1 for s in stride):
+        raise ShapeError(f"window {window} and stride {stride} must be positive")
+    if any(p < 0 or 2 * p > k for p, k in zip(padding, window)):
+        raise ShapeError(f"padding {padding} must be between 0 and half the window {window}")
+    out = tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(input_shape[2:], window, stride, padding))
+    if any(s + 2 * p < k for s, k, p in zip(input_shape[2:], window, padding)) or any(o < 1 for o in out):
+        raise ShapeError(f"window {window} is larger than the padded input {input_shape} (padding {padding})")
+    return input_shape[:2] + out
+
+
+def _float_dtype(*avals):
+    dtypes = {a.dtype for a in avals}
+    if len(dtypes) != 1:
+        raise ShapeError("operands must share one dtype, got " + ", ".join(str(a.dtype) for a in avals))
+    dtype = dtypes.pop()
+    if dtype.kind != "f":
+        raise ShapeError(f"operands must be floating point, got {dtype}")
+    return dtype
+
+
+def _pool_shape_rule(x, *, window, stride, padding, **_):
+    return ShapedArray(pool_output_shape(x.shape, window=window, stride=stride, padding=padding), _float_dtype(x))
+
+
+def _check_same_shape(a, b, what):
+    if tuple(a.shape) != tuple(b.shape):
+        raise ShapeError(f"{what} of shape {tuple(a.shape)} must have the shape of x {tuple(b.shape)}")
+
+
+def _check_pooled(g, x, params):
+    expected = pool_output_shape(x.shape, **params)
+    if tuple(g.shape) != expected:
+        raise ShapeError(f"cotangent of shape {tuple(g.shape)} must have the pooled shape {expected} of x "
+                         f"{tuple(x.shape)}")
+
+
+def _max_pool_gather_shape_rule(t, x, **params):
+    _check_same_shape(t, x, "tangent")
+    return ShapedArray(pool_output_shape(x.shape, **params), _float_dtype(t, x))
+
+
+def _max_pool_scatter_shape_rule(g, x, **params):
+    _check_pooled(g, x, params)
+    return ShapedArray(x.shape, _float_dtype(g, x))
+
+
+def _avg_pool_transpose_shape_rule(g, *, input_shape, window, stride, padding, count_include_pad):
+    expected = pool_output_shape(input_shape, window=window, stride=stride, padding=padding)
+    if tuple(g.shape) != expected:
+        raise ShapeError(f"cotangent of shape {tuple(g.shape)} must have the pooled shape {expected} of an input "
+                         f"{tuple(input_shape)}")
+    return ShapedArray(input_shape, _float_dtype(g))
+
+
+max_pool_p.shape_rule = _pool_shape_rule
+max_pool_gather_p.shape_rule = _max_pool_gather_shape_rule
+max_pool_scatter_p.shape_rule = _max_pool_scatter_shape_rule
+avg_pool_p.shape_rule = _pool_shape_rule
+avg_pool_transpose_p.shape_rule = _avg_pool_transpose_shape_rule
+
+
+# ---------------------------------------------------------------------------------------
+# Impls: one strided slice per window tap
+# ---------------------------------------------------------------------------------------
+
+
+def _validate(primitive, *operands, **params):
+    """Runs the shape rule on concrete operands, so bad input fails with our message."""
+    primitive.shape_rule(*(core.get_aval(x) for x in operands), **params)
+
+
+def _taps(window, stride, out_sp):
+    """For each window tap ``t`` (row-major order): the strided slice of the padded input
+    that tap ``t`` of every window reads, ``x̃[..., y·s + t]`` for all output positions ``y``."""
+    for tap in itertools.product(*(range(k) for k in window)):
+        yield (slice(None), slice(None)) + tuple(
+            slice(t, t + s * (o - 1) + 1, s) for t, s, o in zip(tap, stride, out_sp))
+
+
+def _pad(xp, x, padding, value):
+    if not any(padding):
+        return x
+    return xp.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding), mode="constant", constant_values=value)
+
+
+def _crop(x, padding, spatial):
+    if not any(padding):
+        return x
+    return x[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+
+
+def _max_pool_impl(x, *, window, stride, padding):
+    _validate(max_pool_p, x, window=window, stride=stride, padding=padding)
+    xp = backend.xp_of(x)
+    out_sp = pool_output_shape(x.shape, window=window, stride=stride, padding=padding)[2:]
+    x_pad = _pad(xp, x, padding, -np.inf)
+    out = None
+    for sl in _taps(window, stride, out_sp):
+        if out is None:
+            out = x_pad[sl].copy()
+        else:
+            xp.maximum(out, x_pad[sl], out=out)  # maximum propagates NaN
+    return out
+
+
+# NOTE [max pool ties]
+# Where several positions of a window attain its maximum, the derivative goes to one of
+# them: the first in row-major tap order, as torch's max_pool does (its CPU kernels keep
+# the first index with ``val > maxval``), so per-example gradients match torch's. JAX's
+# reduce_window max also sends it to a single position. (cuvmap's reduce_max splits it
+# evenly among ties instead; for pooling the single winner is what the frameworks do and
+# what the gather/scatter pair below can express.) A NaN is selected over numbers (the
+# first NaN wins; torch's kernels move on to the last one), matching the NaN that max_pool
+# outputs. Since the padding value is −∞ and every window holds an element of x, padding
+# is never selected — except in a window whose elements are all −∞ themselves, where the
+# first tap wins and the derivative of a padded tap is dropped.
+
+
+def _first_max_masks(xp, x_pad, window, stride, out_sp):
+    """Yields ``(sl, selected)`` for each tap in row-major order: ``sl`` the strided slice
+    the tap reads, ``selected`` a boolean ``(N, C, out...)`` mask of the windows whose
+    selected position is this tap — the first tap equal to the window's maximum, or the
+    first NaN (NOTE [max pool ties]). The mask is reused between taps: consume it at once."""
+    taps = list(_taps(window, stride, out_sp))
+    m = x_pad[taps[0]].copy()
+    for sl in taps[1:]:
+        xp.maximum(m, x_pad[sl], out=m)
+    # on the GPU the NaN test would cost a device synchronisation; always take it there
+    has_nan = xp is not np or bool(np.isnan(m).any())
+    unclaimed = xp.ones(m.shape, dtype=bool)
+    selected = xp.empty(m.shape, dtype=bool)
+    for sl in taps:
+        s = x_pad[sl]
+        xp.equal(s, m, out=selected)
+        if has_nan:  # NaN != NaN: a NaN window selects its first NaN
+            selected |= xp.isnan(s) & xp.isnan(m)
+        selected &= unclaimed
+        unclaimed ^= selected
+        yield sl, selected
+
+
+def _max_pool_gather_impl(t, x, *, window, stride, padding):
+    params = dict(window=window, stride=stride, padding=padding)
+    _validate(max_pool_gather_p, t, x, **params)
+    xp = backend.xp_of(t, x)
+    out_sp = pool_output_shape(x.shape, **params)[2:]
+    t_pad = _pad(xp, t, padding, 0)
+    out = xp.empty(tuple(x.shape[:2]) + out_sp, dtype=t.dtype)
+    for sl, selected in _first_max_masks(xp, _pad(xp, x, padding, -np.inf), window, stride, out_sp):
+        xp.copyto(out, t_pad[sl], where=selected)
+    return out
+
+
+def _max_pool_scatter_impl(g, x, *, window, stride, padding):
+    params = dict(window=window, stride=stride, padding=padding)
+    _validate(max_pool_scatter_p, g, x, **params)
+    xp = backend.xp_of(g, x)
+    x_pad = _pad(xp, x, padding, -np.inf)
+    out = xp.zeros(x_pad.shape, dtype=g.dtype)
+    zero = xp.zeros((), dtype=g.dtype)
+    for sl, selected in _first_max_masks(xp, x_pad, window, stride, tuple(g.shape[2:])):
+        out[sl] += xp.where(selected, g, zero)        # the taps of one slice never overlap
+    return xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
+
+
+def _divisor(xp, input_shape, window, stride, padding, count_include_pad, dtype):
+    """``D(y)``: the window size, or (``count_include_pad=False``) the number of taps of each
+    window inside the input, an outer product of per-dim counts (shape ``out...``)."""
+    if count_include_pad:
+        return np.dtype(dtype).type(np.prod(window))
+    out_sp = pool_output_shape(input_shape, window=window, stride=stride, padding=padding)[2:]
+    count = np.ones((), dtype=np.float64)
+    for s, k, st, p, o in zip(input_shape[2:], window, stride, padding, out_sp):
+        start = np.arange(o) * st - p
+        per_dim = np.minimum(start + k, s) - np.maximum(start, 0)
+        count = np.multiply.outer(count, per_dim)
+    return xp.asarray(count.astype(dtype))
+
+
+def _avg_pool_impl(x, *, window, stride, padding, count_include_pad):
+    params = dict(window=window, stride=stride, padding=padding)
+    _validate(avg_pool_p, x, count_include_pad=count_include_pad, **params)
+    xp = backend.xp_of(x)
+    out_sp = pool_output_shape(x.shape, **params)[2:]
+    x_pad = _pad(xp, x, padding, 0)
+    total = None
+    for sl in _taps(window, stride, out_sp):
+        total = x_pad[sl].copy() if total is None else xp.add(total, x_pad[sl], out=total)
+    return total / _divisor(xp, x.shape, window, stride, padding, count_include_pad, x.dtype)
+
+
+def _avg_pool_transpose_impl(g, *, input_shape, window, stride, padding, count_include_pad):
+    params = dict(window=window, stride=stride, padding=padding)
+    _validate(avg_pool_transpose_p, g, input_shape=input_shape, count_include_pad=count_include_pad, **params)
+    xp = backend.xp_of(g)
+    out_sp = tuple(g.shape[2:])
+    scaled = g / _divisor(xp, input_shape, window, stride, padding, count_include_pad, g.dtype)
+    padded = tuple(input_shape[:2]) + tuple(s + 2 * p for s, p in zip(input_shape[2:], padding))
+    out = xp.zeros(padded, dtype=g.dtype)
+    for sl in _taps(window, stride, out_sp):
+        out[sl] += scaled                              # the taps of one slice never overlap
+    return xp.ascontiguousarray(_crop(out, padding, input_shape[2:]))
+
+
+max_pool_p.impl = _max_pool_impl
+max_pool_gather_p.impl = _max_pool_gather_impl
+max_pool_scatter_p.impl = _max_pool_scatter_impl
+avg_pool_p.impl = _avg_pool_impl
+avg_pool_transpose_p.impl = _avg_pool_transpose_impl
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules: fold the vmap dim into N
+# ---------------------------------------------------------------------------------------
+
+# NOTE [pooling batching]
+# Pooling treats every (example, channel) pair on its own, so a vmap dim B can be merged
+# into N: ``B N C S... -> (B N) C S...``, one pooling call, then ``(B N) -> B N``. (Merging
+# into C would do as well; N keeps the channel count the kernels see unchanged.) For
+# max_pool_gather/scatter an unbatched operand beside a batched one — x unbatched under
+# ``jacrev``/``jacfwd``, which map over cotangents or tangents only — is broadcast to B
+# first: the selection is recomputed for every b, which costs one pooling pass per b, as
+# the loop would, but in one vectorised call.
+
+
+def _fold_into_n(x, bdim, size):
+    """``x`` with its vmap dim (or a broadcast one, when ``bdim`` is ``not_mapped``) merged
+    into ``N``: ``B N ... -> (B N) ...``."""
+    x = bdim_at_front(x, bdim, size)
+    s = tuple(x.shape)
+    return reshape(x, (s[0] * s[1],) + s[2:])
+
+
+def _unary_pool_batcher(primitive):
+    def rule(vals, dims, **params):
+        (x,), (d,) = vals, dims
+        size = x.shape[d]
+        out = primitive.bind(_fold_into_n(x, d, size), **params)
+        return split_bdim_out_of(out, 0, size), 0
+
+    return rule
+
+
+def _binary_pool_batcher(primitive):
+    def rule(vals, dims, **params):
+        size = batching.axis_size_of(vals, dims)
+        out = primitive.bind(*(_fold_into_n(v, d, size) for v, d in zip(vals, dims)), **params)
+        return split_bdim_out_of(out, 0, size), 0
+
+    return rule
+
+
+def _avg_pool_transpose_batch(vals, dims, *, input_shape, **params):
+    (g,), (d,) = vals, dims
+    size = g.shape[d]
+    out = avg_pool_transpose_p.bind(_fold_into_n(g, d, size), input_shape=(size * input_shape[0],) + input_shape[1:],
+                                    **params)
+    return split_bdim_out_of(out, 0, size), 0
+
+
+batching.primitive_batchers[max_pool_p] = _unary_pool_batcher(max_pool_p)
+batching.primitive_batchers[max_pool_gather_p] = _binary_pool_batcher(max_pool_gather_p)
+batching.primitive_batchers[max_pool_scatter_p] = _binary_pool_batcher(max_pool_scatter_p)
+batching.primitive_batchers[avg_pool_p] = _unary_pool_batcher(avg_pool_p)
+batching.primitive_batchers[avg_pool_transpose_p] = _avg_pool_transpose_batch
+
+
+# ---------------------------------------------------------------------------------------
+# JVP and VJP rules (see the module docstring): the gather and the scatter are linear in
+# their first operand and each other's transpose; their derivative in x is zero (None).
+# ---------------------------------------------------------------------------------------
+
+
+def _max_pool_jvp(t, out, x, **params):
+    return max_pool_gather(t, x, **params)
+
+
+def _max_pool_vjp(ct, out, x, **params):
+    return max_pool_scatter(ct, x, **params)
+
+
+def _max_pool_gather_jvp(t, out, t0, x, **params):
+    return max_pool_gather(t, x, **params)
+
+
+def _max_pool_gather_vjp(ct, out, t0, x, **params):
+    return max_pool_scatter(ct, x, **params)
+
+
+def _max_pool_scatter_jvp(t, out, g, x, **params):
+    return max_pool_scatter(t, x, **params)
+
+
+def _max_pool_scatter_vjp(ct, out, g, x, **params):
+    return max_pool_gather(ct, x, **params)
+
+
+def _avg_pool_vjp(ct, out, x, **params):
+    return avg_pool_transpose(ct, core.shape_of(x), **params)
+
+
+def _avg_pool_transpose_vjp(ct, out, g, *, input_shape, **params):
+    return avg_pool_p.bind(ct, **params)
+
+
+jvp.defjvp(max_pool_p, _max_pool_jvp)
+jvp.defjvp(max_pool_gather_p, _max_pool_gather_jvp, None)
+jvp.defjvp(max_pool_scatter_p, _max_pool_scatter_jvp, None)
+jvp.deflinear_unary(avg_pool_p)
+jvp.deflinear_unary(avg_pool_transpose_p)
+vjp.defvjp(max_pool_p, _max_pool_vjp)
+vjp.defvjp(max_pool_gather_p, _max_pool_gather_vjp, None)
+vjp.defvjp(max_pool_scatter_p, _max_pool_scatter_vjp, None)
+vjp.defvjp(avg_pool_p, _avg_pool_vjp)
+vjp.defvjp(avg_pool_transpose_p, _avg_pool_transpose_vjp)

@@ -1,0 +1,530 @@
+"""``cuvmap.nn``: functional ops, stax-style layers and optimizers against independent
+references.
+
+- activations, norms and losses against NumPy formulas written out here, derivatives
+  against finite differences (float64);
+- per-example validity of the norms: the output for one example does not depend on the
+  others, and ``vmap`` over examples equals the batched call;
+- layers: init shapes, dtypes and torch's init bounds; batched and single-example apply;
+  ``vmap(grad)`` of a small CNN built with ``Serial`` against a loop of ``grad``;
+- optimizers against hand-written update loops, and training a tiny problem;
+- GPU variants (CuPy arrays, a CuPy generator for init) skip without a device.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+from cuvmap import nn
+from cuvmap.core import ShapeError
+from cuvmap.nn import layers as L
+from cuvmap.nn import optim
+from cuvmap.test_util import check_batching, check_grads
+
+
+def _put(x, backend):
+    return cv.device_put(x, "gpu") if backend == "gpu" else x
+
+
+def _np(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def _rand(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------
+
+
+def test_activations_match_formulas(backend):
+    x = _rand(0, 3, 5) * 3
+    xg = _put(x, backend)
+    gelu_tanh = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(_np(nn.gelu(xg)), gelu_tanh, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_np(nn.tanh(xg)), np.tanh(x), rtol=1e-12)
+    np.testing.assert_allclose(_np(nn.sigmoid(xg)), 1 / (1 + np.exp(-x)), rtol=1e-12)
+    np.testing.assert_allclose(_np(nn.relu(xg)), np.maximum(x, 0))
+    p = np.exp(x) / np.exp(x).sum(-1, keepdims=True)
+    np.testing.assert_allclose(_np(nn.softmax(xg)), p, rtol=1e-12)
+    np.testing.assert_allclose(_np(nn.log_softmax(xg, axis=0)), x - np.log(np.exp(x).sum(0)), rtol=1e-12)
+
+
+def test_gelu_tanh_is_close_to_exact_and_exact_is_refused():
+    x = np.linspace(-6, 6, 241)
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    assert np.max(np.abs(nn.gelu(x) - exact)) < 1e-3
+    with pytest.raises(NotImplementedError, match="erf"):
+        nn.gelu(x, approximate="none")
+    with pytest.raises(ValueError):
+        nn.gelu(x, approximate="fast")
+
+
+def test_activation_grads():
+    x = _rand(1, 2, 4)
+    check_grads(lambda x: nn.gelu(x) * nn.tanh(x) + nn.sigmoid(x), (x,), order=2)
+
+
+# ---------------------------------------------------------------------------------------
+# Norms
+# ---------------------------------------------------------------------------------------
+
+
+def ref_layer_norm(x, k, weight, bias, eps):
+    axes = tuple(range(x.ndim - k, x.ndim))
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps)
+    return y * (1 if weight is None else weight) + (0 if bias is None else bias)
+
+
+def ref_group_norm(x, g, weight, bias, eps):
+    n, c = x.shape[:2]
+    out = np.empty_like(x)
+    for i in range(n):
+        for j in range(g):
+            chans = slice(j * c // g, (j + 1) * c // g)
+            block = x[i, chans]
+            out[i, chans] = (block - block.mean()) / np.sqrt(block.var() + eps)
+    shape = (c,) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_matches_formula(affine, backend):
+    x = _rand(2, 4, 3, 5)
+    w, b = (_rand(3, 3, 5), _rand(4, 3, 5)) if affine else (None, None)
+    got = nn.layer_norm(_put(x, backend), (3, 5), _put(w, backend), _put(b, backend), eps=1e-3)
+    np.testing.assert_allclose(_np(got), ref_layer_norm(x, 2, w, b, 1e-3), rtol=1e-10, atol=1e-12)
+    w1 = _rand(5, 5)
+    np.testing.assert_allclose(nn.layer_norm(x, 5, w1), ref_layer_norm(x, 1, w1, None, 1e-5), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ShapeError, match="normalized_shape"):
+        nn.layer_norm(x, (4, 5))
+
+
+@pytest.mark.parametrize("shape,groups", [((3, 6, 4, 5), 3), ((2, 4, 7), 1), ((2, 6), 6), ((2, 4, 2, 3, 2), 2)])
+def test_group_norm_matches_formula(shape, groups, backend):
+    x = _rand(5, *shape) * 2 + 1
+    c = shape[1]
+    w, b = _rand(6, c), _rand(7, c)
+    got = nn.group_norm(_put(x, backend), groups, _put(w, backend), _put(b, backend))
+    np.testing.assert_allclose(_np(got), ref_group_norm(x, groups, w, b, 1e-5), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(nn.group_norm(x, groups), ref_group_norm(x, groups, None, None, 1e-5),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_group_norm_errors():
+    with pytest.raises(ShapeError, match="divisible"):
+        nn.group_norm(np.zeros((2, 6, 3)), 4)
+
+
+def test_norms_are_per_example():
+    """The statistics never mix examples: changing the other examples leaves an example's
+    output unchanged, and vmap over examples equals the batched call (which is what makes
+    per-example gradients of a network with these norms the gradients of per-example losses)."""
+    x = _rand(8, 4, 6, 3, 3)
+    x2 = x.copy()
+    x2[1:] = _rand(9, 3, 6, 3, 3) * 10
+    w, b = _rand(10, 6), _rand(11, 6)
+    np.testing.assert_allclose(nn.group_norm(x, 3, w, b)[0], nn.group_norm(x2, 3, w, b)[0], rtol=1e-12)
+    np.testing.assert_allclose(nn.layer_norm(x, (6, 3, 3))[0], nn.layer_norm(x2, (6, 3, 3))[0], rtol=1e-12)
+
+    def gn_one(x, w, b):
+        return nn.group_norm(x[None], 3, w, b)[0]
+
+    check_batching(gn_one, (x, w, b), in_axes=(0, None, None), atol=1e-12, rtol=1e-12)
+    np.testing.assert_allclose(cv.vmap(gn_one, in_axes=(0, None, None))(x, w, b), nn.group_norm(x, 3, w, b),
+                               rtol=1e-12, atol=1e-12)
+    wl = _rand(12, 3, 3)
+    check_batching(lambda x, w: nn.layer_norm(x, (6, 3, 3), w), (x, wl), in_axes=(0, None), atol=1e-12, rtol=1e-12)
+    np.testing.assert_allclose(cv.vmap(lambda x: nn.layer_norm(x, (3, 3), wl))(x), nn.layer_norm(x, (3, 3), wl),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_norm_grads():
+    x = _rand(13, 2, 4, 3)
+    w, b = _rand(14, 4), _rand(15, 4)
+    check_grads(lambda x, w, b: nn.group_norm(x, 2, w, b), (x, w, b), order=2, atol=1e-5, rtol=1e-5)
+    wl, bl = _rand(16, 3), _rand(17, 3)
+    check_grads(lambda x, w, b: nn.layer_norm(x, 3, w, b), (x, wl, bl), order=2, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------------------
+
+
+def ref_log_softmax(z):
+    m = z.max(-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(-1, keepdims=True))
+
+
+def test_cross_entropy_int_and_one_hot_agree(backend):
+    logits = _rand(20, 6, 5)
+    labels = np.array([0, 4, 2, 2, 1, 3])
+    one_hot = np.eye(5)[labels]
+    want = -ref_log_softmax(logits)[np.arange(6), labels]
+    for reduction, ref in [("mean", want.mean()), ("sum", want.sum()), ("none", want)]:
+        a = nn.cross_entropy(_put(logits, backend), _put(labels, backend), reduction=reduction)
+        b = nn.cross_entropy(_put(logits, backend), _put(one_hot, backend), reduction=reduction)
+        np.testing.assert_allclose(_np(a), ref, rtol=1e-12)
+        np.testing.assert_allclose(_np(b), ref, rtol=1e-12)
+    ga = cv.grad(nn.cross_entropy)(logits, labels)
+    gb = cv.grad(nn.cross_entropy)(logits, one_hot)
+    np.testing.assert_allclose(ga, gb, rtol=1e-12, atol=1e-15)
+    # the closed form: (softmax − one_hot) / N
+    np.testing.assert_allclose(ga, (np.exp(ref_log_softmax(logits)) - one_hot) / 6, rtol=1e-10, atol=1e-14)
+
+
+def test_cross_entropy_probabilities_and_unbatched():
+    logits = _rand(21, 4, 3)
+    p = np.random.default_rng(22).dirichlet(np.ones(3), size=4)
+    want = -(p * ref_log_softmax(logits)).sum(-1).mean()
+    np.testing.assert_allclose(nn.cross_entropy(logits, p), want, rtol=1e-12)
+    np.testing.assert_allclose(nn.cross_entropy(logits[1], np.int64(2)), -ref_log_softmax(logits[1])[2], rtol=1e-12)
+    check_grads(lambda z, q: nn.cross_entropy(z, q), (logits, p), order=2)
+    with pytest.raises(ValueError, match="reduction"):
+        nn.cross_entropy(logits, p, reduction="avg")
+
+
+def test_mse():
+    a, b = _rand(23, 3, 4), _rand(24, 3, 4)
+    np.testing.assert_allclose(nn.mse(a, b), ((a - b) ** 2).mean(), rtol=1e-12)
+    np.testing.assert_allclose(nn.mse(a, b, "sum"), ((a - b) ** 2).sum(), rtol=1e-12)
+    np.testing.assert_allclose(nn.mse_loss(a, b, "none"), (a - b) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(cv.grad(nn.mse)(a, b), 2 * (a - b) / a.size, rtol=1e-12)
+
+
+def test_flatten():
+    x = _rand(25, 2, 3, 4, 5)
+    assert nn.flatten(x).shape == (120,)
+    assert nn.flatten(x, 1).shape == (2, 60)
+    assert nn.flatten(x, 1, 2).shape == (2, 12, 5)
+    assert nn.flatten(x, -2).shape == (2, 3, 20)
+    np.testing.assert_array_equal(nn.flatten(x, 1), x.reshape(2, -1))
+    assert cv.vmap(nn.flatten)(x).shape == (2, 60)
+    with pytest.raises(ShapeError, match="out of range"):
+        nn.flatten(x, 4)
+
+
+# ---------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------
+
+# (layer, input shape with a concrete batch size)
+LAYER_CASES = [
+    ("dense", lambda: L.Dense(7), (4, 5)),
+    ("dense_nobias", lambda: L.Dense(3, bias=False), (4, 2, 5)),
+    ("conv1d", lambda: L.Conv(4, 3, stride=2, padding=1), (3, 2, 9)),
+    ("conv2d_groups", lambda: L.Conv(4, (3, 2), dilation=(1, 2), groups=2, bias=False), (2, 4, 6, 7)),
+    ("conv2d_same", lambda: L.Conv(3, 3, padding="same"), (2, 2, 5, 6)),
+    ("conv3d", lambda: L.Conv(2, 2), (2, 1, 3, 4, 3)),
+    ("conv_transpose2d", lambda: L.ConvTranspose(3, 3, stride=2, padding=1, output_padding=1), (2, 4, 3, 4)),
+    ("maxpool2d", lambda: L.MaxPool(2), (2, 3, 6, 5)),
+    ("maxpool1d", lambda: L.MaxPool(3, 2, 1), (2, 3, 8)),
+    ("avgpool3d", lambda: L.AvgPool((2, 2, 1), count_include_pad=False, padding=(1, 0, 0)), (2, 2, 3, 4, 2)),
+    ("relu", lambda: L.Relu, (2, 3, 4)),
+    ("gelu", lambda: L.Gelu, (2, 3)),
+    ("tanh", lambda: L.Tanh, (2, 3)),
+    ("sigmoid", lambda: L.Sigmoid, (2, 3)),
+    ("log_softmax", lambda: L.LogSoftmax, (3, 4)),
+    ("flatten", lambda: L.Flatten, (2, 3, 4, 2)),
+    ("layer_norm", lambda: L.LayerNorm((4, 5)), (3, 2, 4, 5)),
+    ("group_norm", lambda: L.GroupNorm(2), (3, 4, 5, 2)),
+    ("group_norm_dense", lambda: L.GroupNorm(3, affine=False), (3, 6)),
+]
+
+
+@pytest.mark.parametrize("make,shape", [c[1:] for c in LAYER_CASES], ids=[c[0] for c in LAYER_CASES])
+def test_layer_shapes_and_single_examples(make, shape, backend):
+    init, apply = make()
+    rng = np.random.default_rng(30)
+    out_shape, params = init(rng, (-1,) + shape[1:], dtype=np.float64)
+    assert out_shape[0] == -1
+    concrete_shape, _ = init(rng, shape, dtype=np.float64)
+    assert concrete_shape[0] == shape[0]
+    params = _put(params, backend)
+    x = _put(_rand(31, *shape), backend)
+    y = apply(params, x)
+    assert tuple(y.shape) == tuple(concrete_shape), f"init says {concrete_shape}, apply gives {y.shape}"
+    # one example at a time (without the batch dim) equals the batched call
+    for i in range(shape[0]):
+        np.testing.assert_allclose(_np(apply(params, x[i])), _np(y[i]), rtol=1e-12, atol=1e-12)
+    # vmap over examples (per-example apply) equals the batched call
+    np.testing.assert_allclose(_np(cv.vmap(apply, in_axes=(None, 0))(params, x)), _np(y), rtol=1e-12, atol=1e-12)
+
+
+def test_layer_init_follows_torch_bounds_and_dtypes():
+    rng = np.random.default_rng(32)
+    _, p = L.Dense(300).init(rng, (-1, 50))
+    assert p["weight"].shape == (50, 300) and p["weight"].dtype == np.float32
+    bound = 1 / np.sqrt(50)
+    for leaf in (p["weight"], p["bias"]):
+        assert np.abs(leaf).max() <= bound and np.abs(leaf).max() > 0.95 * bound
+    # uniform on (−b, b): variance b²/3
+    assert abs(p["weight"].var() - bound ** 2 / 3) < 0.05 * bound ** 2
+    _, pc = L.Conv(64, (3, 2), groups=2).init(rng, (1, 8, 5, 5), dtype=np.float64)
+    assert pc["weight"].shape == (64, 4, 3, 2) and pc["weight"].dtype == np.float64
+    assert np.abs(pc["weight"]).max() <= 1 / np.sqrt(4 * 6)
+    _, pt = L.ConvTranspose(6, 3, groups=3).init(rng, (1, 9, 4, 4))
+    assert pt["weight"].shape == (9, 2, 3, 3)
+    assert np.abs(pt["weight"]).max() <= 1 / np.sqrt(2 * 9)  # torch's fan_in: weight.shape[1] · Π k
+    _, pn = L.LayerNorm(5).init(rng, (2, 5), dtype=np.float64)
+    np.testing.assert_array_equal(pn["weight"], np.ones(5))
+    np.testing.assert_array_equal(pn["bias"], np.zeros(5))
+    # an int seed works as the rng, and is deterministic
+    a = L.Dense(3).init(7, (1, 4))[1]["weight"]
+    np.testing.assert_array_equal(a, L.Dense(3).init(np.random.default_rng(7), (1, 4))[1]["weight"])
+    with pytest.raises(ValueError, match="floating"):
+        L.Dense(3).init(rng, (1, 4), dtype=np.int32)
+
+
+def test_layer_errors():
+    for layer in (L.MaxPool(2), L.Flatten, L.GroupNorm(1)):
+        _, params = layer.init(0, (-1, 1, 8, 8))
+        with pytest.raises(ShapeError, match="rank 3 .one example. or 4 .a batch."):
+            layer.apply(params, np.zeros((2, 2, 1, 8, 8), np.float32))
+    with pytest.raises(ShapeError, match="divisible"):
+        L.Conv(3, 3, groups=2).init(0, (1, 4, 5, 5))
+    with pytest.raises(ShapeError, match="kernel_size"):
+        L.Conv(3, (3, 3)).init(0, (1, 4, 5))
+    with pytest.raises(ValueError, match="params"):
+        L.Serial(L.Relu, L.Tanh).apply([()], np.zeros(3))
+
+
+def small_cnn():
+    return L.Serial(
+        L.Conv(4, 3, padding=1), L.Relu, L.MaxPool(2), L.Conv(6, 3, stride=1), L.GroupNorm(2), L.Gelu,
+        L.Flatten, L.Dense(5), L.LogSoftmax,
+    )
+
+
+def test_serial_cnn_per_example_grads_match_loop():
+    init, apply = small_cnn()
+    out_shape, params = init(np.random.default_rng(33), (-1, 2, 8, 8), dtype=np.float64)
+    assert out_shape == (-1, 5)
+    rng = np.random.default_rng(34)
+    xs, ys = rng.standard_normal((5, 2, 8, 8)), rng.integers(0, 5, size=5)
+
+    def loss(params, x, y):          # one example: x (2, 8, 8), y a label
+        return -apply(params, x)[y]
+
+    per_example = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+    for i in range(5):
+        want = cv.grad(loss)(params, xs[i], ys[i])
+        assert cv.tree.structure(want) == cv.tree.structure(per_example)
+        for got_leaf, want_leaf in zip(cv.tree.leaves(per_example), cv.tree.leaves(want)):
+            np.testing.assert_allclose(got_leaf[i], want_leaf, rtol=1e-10, atol=1e-12)
+    # the mean of the per-example gradients is the gradient of the batch loss (apply ends
+    # in LogSoftmax, and log_softmax of log-probabilities is the identity)
+    batch_grad = cv.grad(lambda p: nn.cross_entropy(apply(p, xs), ys))(params)
+    for a, b in zip(cv.tree.leaves(batch_grad), cv.tree.leaves(per_example)):
+        np.testing.assert_allclose(a, b.mean(0), rtol=1e-10, atol=1e-12)
+
+
+def test_serial_cnn_grads_match_finite_differences():
+    init, apply = L.Serial(L.Conv(2, 3), L.Tanh, L.AvgPool(2, 1, 1, count_include_pad=False), L.MaxPool(2),
+                           L.Flatten, L.Dense(3), L.LogSoftmax)
+    _, params = init(np.random.default_rng(35), (-1, 1, 6, 6), dtype=np.float64)
+    x = _rand(36, 2, 1, 6, 6)
+    check_grads(lambda p: apply(p, x)[:, 1], (params,), order=1, atol=1e-6, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Optimizers: against hand-written loops of the update rules
+# ---------------------------------------------------------------------------------------
+
+
+def _tree_params():
+    rng = np.random.default_rng(40)
+    return {"a": rng.standard_normal((3, 2)), "b": [rng.standard_normal(4), rng.standard_normal(())]}
+
+
+def _grads_at(step):
+    rng = np.random.default_rng(100 + step)
+    return {"a": rng.standard_normal((3, 2)), "b": [rng.standard_normal(4), rng.standard_normal(())]}
+
+
+def _assert_trees_close(a, b, rtol=1e-12):
+    assert cv.tree.structure(a) == cv.tree.structure(b)
+    for x, y in zip(cv.tree.leaves(a), cv.tree.leaves(b)):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-14)
+
+
+def _run(opt, params, steps=4):
+    state = opt.init(params)
+    for t in range(steps):
+        params, state = opt.update(_grads_at(t), state, params)
+    return params, state
+
+
+@pytest.mark.parametrize("momentum,nesterov,wd", [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.0),
+                                                  (0.5, False, 0.1), (0.0, False, 0.01)])
+def test_sgd_matches_hand_written(momentum, nesterov, wd):
+    lr = 0.1
+    params = _tree_params()
+    got, state = _run(optim.sgd(lr, momentum=momentum, nesterov=nesterov, weight_decay=wd), params)
+    assert state.step == 4
+    leaves, treedef = cv.tree.flatten(params)
+    want = []
+    for i, p in enumerate(leaves):
+        p, buf = p.copy(), np.zeros_like(p)
+        for t in range(4):
+            g = cv.tree.leaves(_grads_at(t))[i] + wd * p
+            if momentum:
+                buf = momentum * buf + g          # torch: buf = g at the first step, the same from 0
+                g = g + momentum * buf if nesterov else buf
+            p = p - lr * g
+        want.append(p)
+    _assert_trees_close(got, cv.tree.unflatten(treedef, want))
+
+
+def test_sgd_closed_form():
+    """Constant gradient g, momentum m: after T steps p = p0 − lr·g·Σ_t (1 − m^{t+1})/(1 − m)."""
+    p0, g, lr, m = np.array([1.0, -2.0]), np.array([0.5, 0.25]), 0.1, 0.5
+    opt = optim.sgd(lr, momentum=m)
+    p, s = p0, opt.init(p0)
+    for _ in range(3):
+        p, s = opt.update(g, s, p)
+    coeff = sum((1 - m ** (t + 1)) / (1 - m) for t in range(3))
+    np.testing.assert_allclose(p, p0 - lr * g * coeff, rtol=1e-14)
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.05])
+def test_adam_matches_hand_written(wd):
+    lr, b1, b2, eps = 0.01, 0.8, 0.99, 1e-6
+    params = _tree_params()
+    got, state = _run(optim.adam(lr, b1, b2, eps, weight_decay=wd), params, steps=5)
+    assert state.step == 5
+    leaves, treedef = cv.tree.flatten(params)
+    want = []
+    for i, p in enumerate(leaves):
+        p, m, v = p.copy(), np.zeros_like(p), np.zeros_like(p)
+        for t in range(1, 6):
+            g = cv.tree.leaves(_grads_at(t - 1))[i] + wd * p
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            # torch's form: step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps
+            p = p - (lr / (1 - b1 ** t)) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+        want.append(p)
+    _assert_trees_close(got, cv.tree.unflatten(treedef, want), rtol=1e-10)
+
+
+def test_adam_first_step_is_sign_descent():
+    """With m₀ = v₀ = 0 the bias-corrected first step is lr·g/(|g| + eps)."""
+    p0, g = np.array([1.0, 2.0, 3.0]), np.array([0.3, -4.0, 1e-3])
+    opt = optim.adam(0.1, eps=0.0)
+    p, _ = opt.update(g, opt.init(p0), p0)
+    np.testing.assert_allclose(p, p0 - 0.1 * np.sign(g), rtol=1e-12)
+
+
+def test_optimizers_are_pure_and_take_schedules():
+    params = _tree_params()
+    before = cv.tree.map(np.copy, params)
+    opt = optim.sgd(lambda step: 0.1 / (step + 1), momentum=0.9)
+    state = opt.init(params)
+    p1, s1 = opt.update(_grads_at(0), state, params)
+    p1_again, _ = opt.update(_grads_at(0), state, params)
+    _assert_trees_close(params, before)            # nothing was modified in place
+    _assert_trees_close(p1, p1_again)              # the old state is still valid
+    p2, _ = opt.update(_grads_at(1), s1, p1)
+    # step 2 used lr = 0.05 with the momentum buffer of step 1
+    buf = cv.tree.map(lambda g0, g1: 0.9 * g0 + g1, _grads_at(0), _grads_at(1))
+    _assert_trees_close(p2, cv.tree.map(lambda p, b: p - 0.05 * b, p1, buf))
+    with pytest.raises(ValueError, match="nesterov"):
+        optim.sgd(0.1, nesterov=True)
+
+
+def test_optimizers_carry_example_rank_nodes_and_float32():
+    init, apply = L.Serial(L.Dense(3), L.Relu, L.Flatten)
+    _, params = init(0, (-1, 4))
+    grads = cv.tree.map(lambda p: p * 0 + 1, params)
+    for opt in (optim.sgd(0.1, momentum=0.9), optim.adam(0.1)):
+        new, state = opt.update(grads, opt.init(params), params)
+        assert cv.tree.structure(new) == cv.tree.structure(params)
+        assert all(leaf.dtype == np.float32 for leaf in cv.tree.leaves(new))
+
+
+@pytest.mark.parametrize("make_opt,steps", [(lambda: optim.sgd(0.5, momentum=0.9), 60),
+                                            (lambda: optim.adam(0.3), 100)], ids=["sgd_momentum", "adam"])
+def test_optimizers_train_a_tiny_problem(make_opt, steps):
+    """Logistic regression on linearly separable data: the loss falls by 10x and every
+    training example ends up classified correctly."""
+    rng = np.random.default_rng(41)
+    xs = rng.standard_normal((64, 2))
+    ys = (xs @ np.array([2.0, -1.0]) + 0.5 > 0).astype(np.int64)
+    init, apply = L.Serial(L.Dense(2), L.LogSoftmax)
+    _, params = init(rng, (-1, 2), dtype=np.float64)
+
+    def loss(params):
+        return nn.cross_entropy(apply(params, xs), ys)
+
+    opt = make_opt()
+    state = opt.init(params)
+    first = loss(params)
+    for _ in range(steps):
+        params, state = opt.update(cv.grad(loss)(params), state, params)
+    assert loss(params) < first / 10
+    assert np.all(np.argmax(apply(params, xs), -1) == ys)
+
+
+def test_dp_sgd_style_step_on_a_cnn():
+    """Per-example gradients, clipped to norm 1 each and averaged, then an optimizer step:
+    the DP-SGD pattern (without noise) that the per-example norms make valid."""
+    init, apply = small_cnn()
+    _, params = init(np.random.default_rng(42), (-1, 2, 8, 8), dtype=np.float64)
+    rng = np.random.default_rng(43)
+    xs, ys = rng.standard_normal((6, 2, 8, 8)), rng.integers(0, 5, size=6)
+
+    def loss(params, x, y):
+        return -apply(params, x)[y]
+
+    grads = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+    norms = np.sqrt(sum(np.sum(g.reshape(6, -1) ** 2, axis=1) for g in cv.tree.leaves(grads)))
+    scale = np.minimum(1.0, 1.0 / norms)
+    clipped = cv.tree.map(lambda g: (g * scale.reshape((6,) + (1,) * (g.ndim - 1))).mean(0), grads)
+    clipped_norms_sq = sum(np.sum((g * scale.reshape((6,) + (1,) * (g.ndim - 1))).reshape(6, -1) ** 2, 1)
+                           for g in cv.tree.leaves(grads))
+    assert np.all(clipped_norms_sq <= 1 + 1e-9)
+    opt = optim.sgd(0.1)
+    new, _ = opt.update(clipped, opt.init(params), params)
+    assert cv.tree.structure(new) == cv.tree.structure(params)
+
+
+# ---------------------------------------------------------------------------------------
+# GPU (skipped without a device)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_init_and_training_step():
+    if not cv.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    import cupy
+
+    init, apply = small_cnn()
+    _, params = init(cupy.random.default_rng(0), (-1, 2, 8, 8))
+    assert all(type(leaf).__module__.startswith("cupy") for leaf in cv.tree.leaves(params))
+    assert all(leaf.dtype == np.float32 for leaf in cv.tree.leaves(params))
+    params_cpu = cv.device_put(params, "cpu")
+    rng = np.random.default_rng(44)
+    xs, ys = rng.standard_normal((4, 2, 8, 8)).astype(np.float32), rng.integers(0, 5, size=4)
+
+    def loss(params, x, y):
+        return -apply(params, x)[y]
+
+    f = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))
+    g_gpu = f(params, cv.device_put(xs, "gpu"), cv.device_put(ys, "gpu"))
+    g_cpu = f(params_cpu, xs, ys)
+    for a, b in zip(cv.tree.leaves(g_gpu), cv.tree.leaves(g_cpu)):
+        np.testing.assert_allclose(a.get(), b, rtol=1e-4, atol=1e-5)
+    opt = optim.adam(1e-3)
+    new, _ = opt.update(cv.tree.map(lambda g: g.mean(0), g_gpu), opt.init(params), params)
+    assert all(type(leaf).__module__.startswith("cupy") for leaf in cv.tree.leaves(new))
