@@ -2,6 +2,7 @@
 import importlib.util
 import pathlib
 
+import numpy as np
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
@@ -26,3 +27,21 @@ def test_per_example_grads():
 
 def test_jacobians():
     assert load("jacobians").main(["--device", "cpu", "--inputs", "4", "--hidden", "5", "--outputs", "2"]) < 1e-6
+
+
+def test_dp_sgd_digits_runs_and_accounts(capsys):
+    acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--limit", "256", "--epochs", "1", "--quiet"])
+    assert 0.0 <= acc <= 1.0 and np.isfinite(eps) and eps > 0
+    out = capsys.readouterr().out
+    assert "test accuracy" in out and "ε =" in out
+
+
+def test_dp_sgd_digits_without_dp():
+    acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256", "--quiet"])
+    assert eps is None and acc > 0.3  # two epochs of ordinary training already learn something
+
+
+def test_ensemble_vmapped_training_equals_one_by_one():
+    accs, ens_acc, worst = load("ensemble").main(["--device", "cpu", "--members", "3", "--steps", "3", "--batch", "8",
+                                                  "--quiet"])
+    assert len(accs) == 3 and worst < 1e-5
