@@ -84,15 +84,19 @@ def set_enabled(flag):
 
 
 def _library_candidates():
+    """``libcudnn.so.9`` from the pip wheels (``nvidia-cudnn-cu12`` puts it in
+    ``nvidia/cudnn/lib``; the CUDA 13 wheels may use ``nvidia/cu13/lib``), then the system."""
     found = []
-    for pkg in ("nvidia.cudnn",):
-        try:
-            spec = importlib.util.find_spec(pkg)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and spec.submodule_search_locations:
-            for loc in spec.submodule_search_locations:
-                found.append(os.path.join(loc, "lib", "libcudnn.so.9"))
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"):
+                path = os.path.join(root, sub, "libcudnn.so.9")
+                if os.path.exists(path):
+                    found.append(path)
     found.append("libcudnn.so.9")
     return found
 
