@@ -1,6 +1,7 @@
 """Convolution throughput, measured side by side in one run.
 
-    python -m benchmarks.bench_conv [--device cpu|gpu] [--batch 32 128] [--repeats 5] [--json out.json]
+    python -m benchmarks conv [--device cpu|gpu] [--batch 32 128] [--repeats 5] [--json out.json]
+    python -m benchmarks.bench_conv ...   (the same)
 
 Tables (all on the shapes of the README CNN: 1→16→32 channels, 5×5 kernels, 28×28 input):
 
@@ -15,20 +16,20 @@ Tables (all on the shapes of the README CNN: 1→16→32 channels, 5×5 kernels,
 
 On the CPU set ``OPENBLAS_CORETYPE`` as you wish before running (it changes NumPy's GEMM
 speed on some machines); the value in force is printed with the figures, and every ratio
-compares methods under the same setting.
+compares methods under the same setting. Timing, settings, JSON and the plot (table 1 as
+ms per example against the batch size) come from ``benchmarks/harness.py``.
 """
-import argparse
 import importlib
-import json
-import os
-import platform
-import statistics
-import time
 
 import numpy as np
 
 import cuvmap as cv
 from cuvmap import backend, lax
+
+from benchmarks import harness
+
+SUMMARY = "conv forward/backward GFLOP/s against matmul, vmap-folded cases against a loop, grouped conv against unfold"
+DEFAULTS = dict(repeats=5, warmup=1)
 
 LAYERS = [  # name, C, O, input spatial, kernel
     ("conv1 1→16", 1, 16, 28, 5),
@@ -36,81 +37,46 @@ LAYERS = [  # name, C, O, input spatial, kernel
 ]
 
 
-def _sync(xp):
-    if xp is not np:
-        xp.cuda.get_current_stream().synchronize()
-
-
-def timeit(fn, repeats, xp=np):
-    """Median and min seconds (CUDA events on the GPU)."""
-    fn()
-    if xp is not np:
-        from cuvmap.cuda import device
-
-        times = [device.time_gpu(fn, repeats=1) / 1e3 for _ in range(repeats)]
-    else:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times)
+def timeit(fn, repeats, xp=np, warmup=1):
+    """Median and min seconds of ``fn()`` (CUDA events on the GPU)."""
+    stats = harness.measure(fn, repeats=repeats, warmup=warmup, timer=harness.timer_for(xp))
+    return stats.median, stats.min
 
 
 def conv_flops(n, c, o, out_hw, k, groups=1):
     return 2.0 * n * o * (c // groups) * k * k * out_hw * out_hw
 
 
-def matmul_gflops(xp, dtype, m, k, n, repeats):
+def matmul_gflops(xp, dtype, m, k, n, repeats, warmup=1):
     a = xp.asarray(np.random.default_rng(0).standard_normal((m, k)).astype(dtype))
     b = xp.asarray(np.random.default_rng(1).standard_normal((k, n)).astype(dtype))
-    med, _ = timeit(lambda: a @ b, repeats, xp)
+    med, _ = timeit(lambda: a @ b, repeats, xp, warmup)
     return 2.0 * m * k * n / med / 1e9
 
 
-def settings_line(xp):
-    parts = [f"python {platform.python_version()}", f"numpy {np.__version__}",
-             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}",
-             f"cores {os.cpu_count()}"]
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, {i.get('num_threads')} threads)"
-                for i in threadpool_info() if i.get("user_api") == "blas"]
-        parts.append("BLAS " + ", ".join(blas))
-    except ImportError:
-        pass
-    if xp is not np:
-        from cuvmap.cuda import device
-
-        parts.append(device.describe())
-    return "; ".join(parts)
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="cuvmap convolution benchmark")
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+def add_arguments(parser):
     parser.add_argument("--batch", type=int, nargs="+", default=[32, 128])
-    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--loop-examples", type=int, default=16,
                         help="examples timed in the per-example loop (scaled to the batch)")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
-    args = parser.parse_args(argv)
 
+
+def run(args, settings):
+    """Runs the three tables; prints them as markdown and returns the figures."""
     xp = backend.xp_for(args.device)
     dtype = np.float32
     rng = np.random.default_rng(0)
-    results = {"settings": settings_line(xp), "device": args.device, "tables": {}}
+    results = {"tables": {}}
     put = (lambda a: a) if xp is np else xp.asarray
+    rep, warm = args.repeats, args.warmup
+    n_steps = len(args.batch) * len(LAYERS) * (3 + 4 + 1)
+    progress = harness.Progress(n_steps, args.progress)
 
-    print(f"# cuvmap conv benchmark on {args.device}, float32, median of {args.repeats}")
-    print(f"# {results['settings']}")
+    print(f"# cuvmap conv benchmark on {args.device}, float32, median of {rep}")
+    print()
+    print(harness.settings_table(settings))
 
     # -- 1. GFLOP/s against matmul -------------------------------------------------------
-    print("\n## 1. Convolution GFLOP/s against matmul GFLOP/s (same run)\n")
-    print("| layer | batch | op | ms | GFLOP/s | matmul GFLOP/s | ratio |")
-    print("|---|---:|---|---:|---:|---:|---:|")
-    rows = []
+    rows, table = [], []
     for batch in args.batch:
         for name, c, o, hw, k in LAYERS:
             out_hw = hw - k + 1
@@ -121,24 +87,27 @@ def main(argv=None):
                           output_padding=(0, 0), groups=1)
             flops = conv_flops(batch, c, o, out_hw, k)
             # the GEMM each op reduces to: (O × CK) @ (CK × N·out) and its transposes
-            mm = matmul_gflops(xp, dtype, o, c * k * k, batch * out_hw * out_hw, args.repeats)
+            mm = matmul_gflops(xp, dtype, o, c * k * k, batch * out_hw * out_hw, rep, warm)
             ops = [
                 ("forward", lambda: lax.conv(x, w, **params)),
                 ("backward_input", lambda: lax.conv_backward_input(g, w, x.shape, **params)),
                 ("backward_weight", lambda: lax.conv_backward_weight(g, x, w.shape, **params)),
             ]
             for op, fn in ops:
-                med, _ = timeit(fn, args.repeats, xp)
-                gf = flops / med / 1e9
-                rows.append(dict(layer=name, batch=batch, op=op, ms=med * 1e3, gflops=gf, matmul_gflops=mm))
-                print(f"| {name} | {batch} | {op} | {med * 1e3:.2f} | {gf:.1f} | {mm:.1f} | {gf / mm:.2f} |")
+                progress.set(f"1. {name} batch {batch} {op}")
+                st = harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp))
+                gf = flops / st.median / 1e9
+                rows.append(dict(layer=name, batch=batch, op=op, ms=st.median * 1e3, gflops=gf, matmul_gflops=mm,
+                                 **st.as_dict()))
+                table.append((name, batch, op, st.median * 1e3, st.min * 1e3, st.max * 1e3, gf, mm, gf / mm))
+                progress.step(f"1. {name} batch {batch} {op}")
     results["tables"]["gflops"] = rows
+    print("\n## 1. Convolution GFLOP/s against matmul GFLOP/s (same run)\n")
+    print(harness.markdown_table(["layer", "batch", "op", "median ms", "min ms", "max ms", "GFLOP/s",
+                                  "matmul GFLOP/s", "ratio"], table, "lrlrrrrrr"))
 
     # -- 2. vmap-folded cases against a per-example loop ----------------------------------
-    print("\n## 2. vmap-folded batching cases against a Python loop over examples\n")
-    print("| layer | batch | case | vmap ms | loop ms | loop / vmap |")
-    print("|---|---:|---|---:|---:|---:|")
-    rows = []
+    rows, table = [], []
     for batch in args.batch:
         for name, c, o, hw, k in LAYERS:
             out_hw = hw - k + 1
@@ -148,37 +117,38 @@ def main(argv=None):
             ws = put(rng.standard_normal((batch, o, c, k, k)).astype(dtype))
             w = ws[0]
             x_shared = xs[:, 0]
-            cases = [
+            n_shared = min(8, batch)
+            cases = [  # name, vmapped function, operands, one example of the loop
                 ("per-example weight grad (g, x batched)",
-                 cv.vmap(lambda g, x: lax.conv_backward_weight(g, x, (o, c, k, k), **p)), (gs, xs)),
+                 cv.vmap(lambda g, x: lax.conv_backward_weight(g, x, (o, c, k, k), **p)), (gs, xs),
+                 lambda i: lax.conv_backward_weight(gs[i], xs[i], (o, c, k, k), **p)),
                 ("ensembling forward (x, w batched)",
-                 cv.vmap(lambda x, w: lax.conv(x, w, **p)), (xs, ws)),
-                ("batched weights, shared input (w batched)",
-                 cv.vmap(lambda w: lax.conv(x_shared[:8], w, **p)), (ws,)),
+                 cv.vmap(lambda x, w: lax.conv(x, w, **p)), (xs, ws),
+                 lambda i: lax.conv(xs[i], ws[i], **p)),
+                (f"batched weights, shared input of {n_shared} (w batched)",
+                 cv.vmap(lambda w: lax.conv(x_shared[:n_shared], w, **p)), (ws,),
+                 lambda i: lax.conv(x_shared[:n_shared], ws[i], **p)),
                 ("per-example input grad (g batched, shared w)",
-                 cv.vmap(lambda g: lax.conv_backward_input(g, w, (1, c, hw, hw), **p)), (gs,)),
+                 cv.vmap(lambda g: lax.conv_backward_input(g, w, (1, c, hw, hw), **p)), (gs,),
+                 lambda i: lax.conv_backward_input(gs[i], w, (1, c, hw, hw), **p)),
             ]
-            for case, f, operands in cases:
-                med_v, _ = timeit(lambda: f(*operands), args.repeats, xp)
-                n_loop = min(batch, args.loop_examples)
-                inner = {
-                    "per-example weight grad (g, x batched)": lambda i: lax.conv_backward_weight(gs[i], xs[i], (o, c, k, k), **p),
-                    "ensembling forward (x, w batched)": lambda i: lax.conv(xs[i], ws[i], **p),
-                    "batched weights, shared input (w batched)": lambda i: lax.conv(x_shared[:8], ws[i], **p),
-                    "per-example input grad (g batched, shared w)": lambda i: lax.conv_backward_input(gs[i], w, (1, c, hw, hw), **p),
-                }[case]
-                med_l, _ = timeit(lambda: [inner(i) for i in range(n_loop)], max(1, args.repeats // 2), xp)
-                med_l *= batch / n_loop
-                rows.append(dict(layer=name, batch=batch, case=case, vmap_ms=med_v * 1e3, loop_ms=med_l * 1e3))
-                print(f"| {name} | {batch} | {case} | {med_v * 1e3:.2f} | {med_l * 1e3:.2f} | {med_l / med_v:.1f} |")
+            n_loop = max(1, min(batch, args.loop_examples))
+            for case, f, operands, inner in cases:
+                progress.set(f"2. {name} batch {batch} {case}")
+                sv = harness.measure(lambda: f(*operands), repeats=rep, warmup=warm, timer=harness.timer_for(xp))
+                sl = harness.measure(lambda: [inner(i) for i in range(n_loop)], repeats=max(1, rep // 2),
+                                     warmup=warm, timer=harness.timer_for(xp), scale=batch / n_loop)
+                rows.append(dict(layer=name, batch=batch, case=case, vmap_ms=sv.median * 1e3, loop_ms=sl.median * 1e3,
+                                 loop_examples=n_loop, vmap=sv.as_dict(), loop=sl.as_dict()))
+                table.append((name, batch, case, sv.median * 1e3, sl.median * 1e3, sl.median / sv.median))
+                progress.step(f"2. {name} batch {batch} {case}")
     results["tables"]["vmap_vs_loop"] = rows
-    print(f"\n(the loop runs {args.loop_examples} examples and is scaled to the batch)")
+    print("\n## 2. vmap-folded batching cases against a Python loop over examples\n")
+    print(harness.markdown_table(["layer", "batch", "case", "vmap ms", "loop ms", "loop / vmap"], table, "lrlrrr"))
+    print(f"\n(the loop runs {args.loop_examples} examples, or the batch if smaller, and is scaled to the batch)")
 
     # -- 3. grouped conv against unfold + matmul (the seed's TODO) ------------------------
-    print("\n## 3. Per-example weight gradient: folded grouped conv (groups·B) against unfold + batched matmul\n")
-    print("| layer | batch | method | ms | × fastest |")
-    print("|---|---:|---|---:|---:|")
-    rows = []
+    rows, table = [], []
     conv_module = importlib.import_module("cuvmap.lax.conv")  # (cuvmap.lax.conv the attribute is the function)
     from cuvmap.lax import conv_gemm
 
@@ -207,28 +177,45 @@ def main(argv=None):
 
                 if cudnn.available():
                     def with_strategy(s):
-                        def run():
+                        def run_with():
                             prev = conv_module.set_strategy(s)
                             try:
                                 return grouped()
                             finally:
                                 conv_module.set_strategy(prev)
-                        return run
+                        return run_with
                     methods = [("cuDNN grouped conv (groups·B)", with_strategy("cudnn")),
                                ("CuPy unfold + batched matmul", with_strategy("unfold")),
                                ("explicit unfold + matmul", unfold_matmul)]
-            timed = [(m, timeit(fn, args.repeats, xp)[0]) for m, fn in methods]
-            best = min(t for _, t in timed)
-            for m, t in timed:
-                rows.append(dict(layer=name, batch=batch, method=m, ms=t * 1e3))
-                print(f"| {name} | {batch} | {m} | {t * 1e3:.2f} | {t / best:.2f} |")
+            progress.set(f"3. {name} batch {batch}")
+            timed = [(m, harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp)))
+                     for m, fn in methods]
+            best = min(st.median for _, st in timed)
+            for m, st in timed:
+                rows.append(dict(layer=name, batch=batch, method=m, ms=st.median * 1e3, **st.as_dict()))
+                table.append((name, batch, m, st.median * 1e3, st.median / best))
+            progress.step(f"3. {name} batch {batch}")
+    progress.close()
     results["tables"]["grouped_vs_unfold"] = rows
+    print("\n## 3. Per-example weight gradient: folded grouped conv (groups·B) against unfold + batched matmul\n")
+    print(harness.markdown_table(["layer", "batch", "method", "ms", "× fastest"], table, "lrlrr"))
 
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
-        print(f"\nwrote {args.json}")
+    series = {}
+    for r in results["tables"]["gflops"]:
+        series.setdefault(f"{r['layer']} {r['op']}", []).append((r["batch"], r["ms"] / r["batch"]))
+    results["plot"] = dict(series=series, title=f"cuvmap conv ops, {args.device}: {settings['device']}\n"
+                                                 f"OPENBLAS_CORETYPE={settings['OPENBLAS_CORETYPE']}")
+    return results
+
+
+def main(argv=None):
+    """``python -m benchmarks.bench_conv ARGS`` is ``python -m benchmarks conv ARGS``."""
+    import sys
+
+    from benchmarks.__main__ import main as cli_main
+
+    return cli_main(["conv"] + list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,23 +1,25 @@
 """Python overhead of cuvmap's dispatch: a chain of small elementwise ops under each
 transform level, against the same chain in plain NumPy.
 
-    python -m benchmarks.bench_dispatch [--ops 100] [--size 16] [--repeats 30]
+    python -m benchmarks dispatch [--ops 100] [--size 16] [--batch 8] [--repeats 30] [--device cpu|gpu]
+    python -m benchmarks.bench_dispatch ...   (the same)
 
 Reported per op of the chain (the user's op; under a transform one user op is several
 binds: the transform's rule plus the primitives it binds below) in microseconds, with the
 ratio to plain NumPy on the same arrays, all measured in this run. The arrays are tiny
-(16 floats by default), so the figures are overhead, not arithmetic.
+(16 floats by default), so the figures are overhead, not arithmetic. On the GPU the
+reference is the same chain in plain CuPy, and each case is timed with CUDA events.
 """
-import argparse
-import os
-import platform
-import statistics
-import time
-
 import numpy as np
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
+from cuvmap import backend
+
+from benchmarks import harness
+
+SUMMARY = "Python overhead of cuvmap's dispatch: an elementwise chain under each transform, against NumPy"
+DEFAULTS = dict(repeats=30, warmup=1)
 
 
 def chain(x, ops, lib):
@@ -39,31 +41,28 @@ def chain(x, ops, lib):
     return lib.sum(y)
 
 
-def timeit(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times)
+def timeit(fn, repeats, warmup=1):
+    """Median and min seconds of ``fn()`` (perf_counter)."""
+    stats = harness.measure(fn, repeats=repeats, warmup=warmup)
+    return stats.median, stats.min
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="cuvmap dispatch overhead")
-    parser.add_argument("--ops", type=int, default=100)
-    parser.add_argument("--size", type=int, default=16)
+def add_arguments(parser):
+    parser.add_argument("--ops", type=int, default=100, help="length of the elementwise chain")
+    parser.add_argument("--size", type=int, default=16, help="floats per array")
     parser.add_argument("--batch", type=int, default=8, help="vmap batch size")
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args(argv)
 
+
+def run(args, settings):
+    xp = backend.xp_for(args.device)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(args.size)
-    xs = rng.standard_normal((args.batch, args.size))
+    x = xp.asarray(rng.standard_normal(args.size))
+    xs = xp.asarray(rng.standard_normal((args.batch, args.size)))
     n = args.ops
     f = lambda x: chain(x, n, cnp)  # noqa: E731
+    ref = "numpy" if xp is np else "cupy"
     cases = [
-        ("numpy (reference)", lambda: chain(x, n, np)),
+        (f"{ref} (reference)", lambda: chain(x, n, xp)),
         ("cuvmap eval", lambda: f(x)),
         ("vmap", lambda: cv.vmap(f)(xs)),
         ("grad", lambda: cv.grad(f)(x)),
@@ -71,21 +70,37 @@ def main(argv=None):
         ("jvp", lambda: cv.jvp(f, (x,), (x,))),
         ("grad(grad) (hvp)", lambda: cv.grad(lambda x: cnp.sum(cv.grad(f)(x) * x))(x)),
     ]
-    print(f"# dispatch overhead: {n}-op elementwise chain on float64[{args.size}] (vmap batch {args.batch}); "
-          f"median of {args.repeats}")
-    print(f"# python {platform.python_version()}, numpy {np.__version__}, "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    print(f"# dispatch overhead: {n}-op elementwise chain on float64[{args.size}] (vmap batch {args.batch}) "
+          f"on the {args.device}; median of {args.repeats}")
     print()
-    print("| case | µs per op (median) | µs per op (min) | × numpy |")
-    print("|---|---:|---:|---:|")
+    print(harness.settings_table(settings))
+    print()
+    rows, table = [], []
     base = None
-    for name, fn in cases:
-        med, best = timeit(fn, args.repeats)
-        per_op = med / n * 1e6
-        if base is None:
-            base = per_op
-        print(f"| {name} | {per_op:.2f} | {best / n * 1e6:.2f} | {per_op / base:.1f} |")
+    with harness.Progress(len(cases), args.progress) as progress:
+        for name, fn in cases:
+            progress.set(name)
+            st = harness.measure(fn, repeats=args.repeats, warmup=args.warmup, timer=harness.timer_for(xp))
+            per_op = st.median / n * 1e6
+            if base is None:
+                base = per_op
+            rows.append(dict(case=name, us_per_op=per_op, us_per_op_min=st.min / n * 1e6,
+                             us_per_op_max=st.max / n * 1e6, x_reference=per_op / base, **st.as_dict()))
+            table.append((name, per_op, st.min / n * 1e6, st.max / n * 1e6, per_op / base))
+            progress.step(name)
+    print(harness.markdown_table(["case", "µs per op (median)", "µs per op (min)", "µs per op (max)",
+                                  f"× {ref}"], table))
+    return dict(config=dict(ops=n, size=args.size, batch=args.batch), rows=rows)
+
+
+def main(argv=None):
+    """``python -m benchmarks.bench_dispatch ARGS`` is ``python -m benchmarks dispatch ARGS``."""
+    import sys
+
+    from benchmarks.__main__ import main as cli_main
+
+    return cli_main(["dispatch"] + list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

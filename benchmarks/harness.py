@@ -1,0 +1,482 @@
+"""The benchmark harness: timers, statistics, settings, markdown tables, JSON, plots and a
+progress bar. No dependency beyond NumPy; threadpoolctl, matplotlib and tqdm are used
+when installed and skipped with a note when not.
+
+Timing (:func:`measure`):
+
+- the first call is timed on its own and reported as ``first call`` (it includes tracing,
+  JAX's compilation, cuDNN's algorithm search, allocator growth);
+- ``warmup`` calls in all (the first included) are made before the timed ones;
+- then ``repeats`` timed calls give the median, min and max.
+
+On the CPU a call is timed with ``time.perf_counter``. On the GPU the device is
+synchronised first, then a CUDA event is recorded before and after the call on the current
+stream and the elapsed time between the two is read after the end event completes (CuPy's
+events for cuvmap, torch's for torch; JAX, which exposes no events, is timed by the wall
+clock around a call that ends with ``block_until_ready``).
+"""
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+# ---------------------------------------------------------------------------------------
+# Timers and statistics
+# ---------------------------------------------------------------------------------------
+
+
+class Stats:
+    """Seconds of the timed calls of one case, with the first call and the timer's name.
+    ``scale`` multiplies every figure (a loop timed on a subset of the examples and scaled
+    to the batch)."""
+
+    def __init__(self, times, first, timer, warmup, scale=1.0):
+        self.raw = list(times)
+        self.scale = scale
+        self.times = [t * scale for t in times]
+        self.first = first * scale
+        self.timer = timer
+        self.warmup = warmup
+
+    @property
+    def median(self):
+        return statistics.median(self.times)
+
+    @property
+    def min(self):
+        return min(self.times)
+
+    @property
+    def max(self):
+        return max(self.times)
+
+    @property
+    def mean(self):
+        return statistics.fmean(self.times)
+
+    def as_dict(self, per=1):
+        """Milliseconds (divided by ``per``, e.g. the batch size for per-example figures)."""
+        ms = 1e3 / per
+        return dict(median_ms=self.median * ms, min_ms=self.min * ms, max_ms=self.max * ms,
+                    mean_ms=self.mean * ms, first_call_ms=self.first * ms, repeats=len(self.times),
+                    warmup=self.warmup, timer=self.timer, scale=self.scale,
+                    times_ms=[t * ms for t in self.times])
+
+
+def cpu_timer():
+    """``(name, time_one)``: wall-clock seconds of ``fn()``."""
+
+    def time_one(fn):
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return "perf_counter", time_one
+
+
+def cupy_event_timer(cp):
+    """``(name, time_one)``: seconds between CUDA events on CuPy's current stream, recorded
+    around ``fn()`` after a device-wide synchronisation."""
+
+    def time_one(fn):
+        cp.cuda.Device().synchronize()
+        stream = cp.cuda.get_current_stream()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3
+
+    return "CUDA events (CuPy)", time_one
+
+
+def torch_event_timer(torch):
+    """Like :func:`cupy_event_timer`, with torch's events on torch's current stream."""
+
+    def time_one(fn):
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    return "CUDA events (torch)", time_one
+
+
+def timer_for(xp):
+    """The timer for arrays of module ``xp``: CUDA events for CuPy, perf_counter for NumPy."""
+    return cpu_timer() if xp is np else cupy_event_timer(xp)
+
+
+def measure(fn, *, repeats=5, warmup=1, timer=None, scale=1.0):
+    """Times ``fn()``: the first call alone, ``warmup - 1`` more untimed calls, then
+    ``repeats`` timed ones. Returns :class:`Stats` (seconds, times ``scale``)."""
+    name, time_one = timer or cpu_timer()
+    first = time_one(fn)
+    for _ in range(max(0, warmup - 1)):
+        fn()
+    times = [time_one(fn) for _ in range(max(1, repeats))]
+    return Stats(times, first, name, max(1, warmup), scale)
+
+
+def gemm_rate(xp, n=1024, repeats=5, warmup=1, dtype=np.float32, timer=None):
+    """The float32 GEMM rate of ``xp.matmul`` on ``n × n`` matrices, in FLOP/s (median),
+    with the :class:`Stats`."""
+    rng = np.random.default_rng(0)
+    a = xp.asarray(rng.standard_normal((n, n)).astype(dtype))
+    b = xp.asarray(rng.standard_normal((n, n)).astype(dtype))
+    stats = measure(lambda: xp.matmul(a, b), repeats=repeats, warmup=warmup, timer=timer or timer_for(xp))
+    return 2.0 * n ** 3 / stats.median, stats
+
+
+# ---------------------------------------------------------------------------------------
+# Settings printed with the figures
+# ---------------------------------------------------------------------------------------
+
+THREAD_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+              "MKL_NUM_THREADS", "CUVMAP_CONV_STRATEGY")
+
+
+def blas_info():
+    """NumPy's BLAS libraries through threadpoolctl: a list of dicts (``None`` when
+    threadpoolctl is not installed)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return [dict(api=i.get("internal_api"), version=i.get("version"), kernel=i.get("architecture"),
+                 threads=i.get("num_threads"), threading_layer=i.get("threading_layer"),
+                 path=i.get("filepath"))
+            for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
+def blas_threads():
+    """The threads NumPy's BLAS uses (threadpoolctl), or the core count when unknown."""
+    info = blas_info()
+    if info:
+        for lib in info:
+            if "openblas" in (lib.get("path") or "").lower() or lib["api"] in ("openblas", "mkl", "blis"):
+                if lib.get("threads"):
+                    return int(lib["threads"]), "threadpoolctl"
+    return os.cpu_count() or 1, "os.cpu_count() (threadpoolctl not installed)"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_revision():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (rev + ("+dirty" if dirty else "")) if rev else None
+
+
+def device_description(device):
+    if device == "gpu":
+        from cuvmap.cuda import device as cuda_device
+
+        return cuda_device.describe()
+    return f"CPU: {cpu_model()}, {os.cpu_count()} logical cores"
+
+
+def settings(device):
+    """An ordered dict of the settings in force: versions, the threading environment as
+    given by the user (never changed here), BLAS, device."""
+    import cuvmap
+
+    s = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cuvmap": cuvmap.__version__ + (f" (git {git_revision()})" if git_revision() else ""),
+        "platform": platform.platform(),
+    }
+    for var in THREAD_ENV:
+        s[var] = os.environ.get(var, "(unset)")
+    info = blas_info()
+    if info is None:
+        s["BLAS"] = "(threadpoolctl not installed: pip install threadpoolctl to report it)"
+    elif not info:
+        s["BLAS"] = "(threadpoolctl found no BLAS library)"
+    else:
+        s["BLAS"] = "; ".join(f"{i['api']} {i['version']}, kernel {i['kernel']}, {i['threads']} threads"
+                              + (f", {i['threading_layer']}" if i.get("threading_layer") else "")
+                              for i in info)
+    s["device"] = device_description(device)
+    return s
+
+
+def settings_line(settings_dict):
+    """The settings on one line (for headers of narrow outputs)."""
+    return "; ".join(f"{k} {v}" for k, v in settings_dict.items())
+
+
+class LoadMonitor:
+    """How busy the machine was with other work while a benchmark ran (Linux: from
+    ``/proc/stat`` and this process's CPU times; elsewhere only the load average).
+
+    ``others_cores`` is the CPU time that other processes used during the run over its
+    wall time, in cores: on a quiet machine it is near 0, and figures measured while it is
+    a sizeable part of the cores are slower and noisier than the machine can do.
+    """
+
+    def __init__(self):
+        self.start = self._snapshot()
+
+    @staticmethod
+    def _snapshot():
+        snap = dict(wall=time.perf_counter(), own=sum(os.times()[:2]))
+        try:
+            with open("/proc/stat") as fh:
+                fields = [int(v) for v in fh.readline().split()[1:]]
+            hz = os.sysconf("SC_CLK_TCK")
+            # user nice system idle iowait irq softirq steal ...
+            snap["busy"] = (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / hz
+            snap["steal"] = (fields[7] if len(fields) > 7 else 0) / hz
+        except (OSError, ValueError, IndexError, AttributeError):
+            pass
+        try:
+            snap["loadavg"] = os.getloadavg()[0]
+        except (OSError, AttributeError):
+            snap["loadavg"] = None
+        return snap
+
+    def stop(self):
+        """A dict: ``others_cores``, ``steal_cores`` (None where unknown), ``loadavg_start``,
+        ``loadavg_end``, ``cores``, ``wall_s``, and ``warning`` (a sentence, or None)."""
+        end = self._snapshot()
+        start = self.start
+        wall = max(1e-9, end["wall"] - start["wall"])
+        cores = os.cpu_count() or 1
+        out = dict(cores=cores, wall_s=wall, loadavg_start=start["loadavg"], loadavg_end=end["loadavg"],
+                   others_cores=None, steal_cores=None, warning=None)
+        if "busy" in start and "busy" in end:
+            others = (end["busy"] - start["busy"]) - (end["own"] - start["own"])
+            out["others_cores"] = max(0.0, others / wall)
+            out["steal_cores"] = max(0.0, (end["steal"] - start["steal"]) / wall)
+        busy = (out["others_cores"] or 0.0) + (out["steal_cores"] or 0.0)
+        if busy > 0.1 * cores:
+            out["warning"] = (f"other processes used {busy:.2f} of the {cores} cores on average during this run "
+                              "(steal time included): the figures are slower and noisier than this machine can "
+                              "do; rerun on a quiet machine")
+        elif out["others_cores"] is None and (start["loadavg"] or 0) > 0.5 * cores:
+            out["warning"] = f"the load average was {start['loadavg']:.2f} on {cores} cores when the run started"
+        return out
+
+    @staticmethod
+    def describe(load):
+        parts = []
+        if load["others_cores"] is not None:
+            parts.append(f"other processes {load['others_cores']:.2f} cores, steal {load['steal_cores']:.2f} cores "
+                         f"(of {load['cores']}) on average over {load['wall_s']:.0f} s")
+        if load["loadavg_start"] is not None:
+            parts.append(f"load average {load['loadavg_start']:.2f} at the start, {load['loadavg_end']:.2f} at the end")
+        return "; ".join(parts) or "unknown"
+
+
+# ---------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------
+
+
+def fmt(x, digits=3):
+    """A number for a table: ``digits`` significant figures, thousands kept whole."""
+    if x is None:
+        return "–"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return str(int(x))
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** (digits - 1) and abs(x) < 1e7:
+        return f"{x:.0f}"
+    if abs(x) < 1e-3 or abs(x) >= 1e7:
+        return f"{x:.{max(0, digits - 1)}e}"
+    return f"{x:.{digits}g}"
+
+
+def markdown_table(headers, rows, align=None):
+    """A markdown table; ``align`` is a string of ``l``/``r`` per column (numbers right)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def settings_table(settings_dict):
+    return markdown_table(["setting", "value"], [(k, str(v)) for k, v in settings_dict.items()], "ll")
+
+
+# ---------------------------------------------------------------------------------------
+# Output files
+# ---------------------------------------------------------------------------------------
+
+
+def default_json_path(suite, device):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join(RESULTS_DIR, f"{suite}-{device}-{stamp}.json")
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_json(path, results):
+    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(_jsonable(results), fh, indent=2)
+    return path
+
+
+def plot_lines(path, series, *, title, xlabel="batch size", ylabel="ms per example", hlines=None,
+               logy=True, dashed=()):
+    """A PNG of ``series`` (``{label: [(x, y), ...]}``), one line per label, log-2 x axis;
+    the labels in ``dashed`` are drawn dashed, and ``hlines`` (``{label: y}``) as grey
+    dashed horizontal lines. Returns ``(path, None)``, or ``(None, note)`` when matplotlib
+    is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None, "no plot: matplotlib is not installed (pip install matplotlib)"
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    for label, points in series.items():
+        points = sorted(p for p in points if p[1] is not None)
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label,
+                    linestyle="--" if label in dashed else "-")
+    for label, y in (hlines or {}).items():
+        ax.axhline(y, linestyle="--", color="grey", linewidth=1)
+        ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="grey",
+                    va="bottom")
+    ax.set_xscale("log", base=2)
+    xs = sorted({p[0] for points in series.values() for p in points})
+    if xs:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs])
+    if logy:
+        ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter
+
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path, None
+
+
+# ---------------------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A minimal progress bar on stderr: ``[#####.....] 5/10 0:12 label``.
+
+    ``mode``: ``"auto"`` draws on a terminal and stays silent otherwise; ``"on"`` draws on
+    a terminal and writes one line per step elsewhere (logs); ``"off"`` is silent. Uses
+    tqdm when it is installed and stderr is a terminal.
+    """
+
+    def __init__(self, total, mode="auto", width=24, stream=None):
+        self.total = max(1, total)
+        self.done = 0
+        self.width = width
+        self.stream = stream or sys.stderr
+        self.start = time.perf_counter()
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.mode = "off" if mode == "off" else ("tty" if tty else ("lines" if mode == "on" else "off"))
+        self._tqdm = None
+        if self.mode == "tty":
+            try:
+                from tqdm import tqdm
+
+                self._tqdm = tqdm(total=self.total, file=self.stream, leave=False, dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def _elapsed(self):
+        s = int(time.perf_counter() - self.start)
+        return f"{s // 60}:{s % 60:02d}"
+
+    def set(self, label):
+        """Shows ``label`` as the step now running."""
+        if self._tqdm is not None:
+            self._tqdm.set_description_str(label)
+        elif self.mode == "tty":
+            filled = int(self.width * self.done / self.total)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\r\033[K[{bar}] {self.done}/{self.total} {self._elapsed()} {label}")
+            self.stream.flush()
+
+    def step(self, label=""):
+        """Marks one step done (``label``: what finished)."""
+        self.done = min(self.total, self.done + 1)
+        if self._tqdm is not None:
+            self._tqdm.update(1)
+        elif self.mode == "lines":
+            self.stream.write(f"[{self.done}/{self.total} {self._elapsed()}] {label}\n")
+            self.stream.flush()
+        elif self.mode == "tty":
+            self.set(label)
+
+    def close(self):
+        if self._tqdm is not None:
+            self._tqdm.close()
+        elif self.mode == "tty":
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

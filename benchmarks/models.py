@@ -1,0 +1,189 @@
+"""The networks the benchmarks run, written once per framework with the same parameters.
+
+The README CNN (float32, one example is ``(1, 28, 28)``)::
+
+    conv 1→16, 5×5, no padding  + relu     (16, 24, 24)
+    conv 16→32, 5×5, no padding + relu     (32, 20, 20)
+    flatten                                 12800
+    dense 12800 → 10                        logits
+    cross entropy with an integer label
+
+Parameters are a dict of NumPy arrays (``w1 b1 w2 b2 w3 b3``) in torch's layouts: conv
+weights ``(O, I, kh, kw)``, the dense weight ``(12800, 10)`` used as ``h @ w3 + b3``. The
+cuvmap, torch.func and JAX versions below take the same dict (converted to their arrays),
+so their gradients can be compared leaf by leaf.
+
+Each framework gets two losses: ``per_example_loss(params, x, y)`` on one example (what
+``vmap(grad)`` maps), and ``batch_loss(params, xs, ys)``, the mean over a batch (its
+gradient is the ordinary batched backward pass, the floor ``vmap(grad)`` is measured
+against). Both go through the same ``forward`` on an ``(N, 1, 28, 28)`` input.
+"""
+import numpy as np
+
+# name, in channels, out channels, kernel (square, stride 1, no padding)
+CNN_CONVS = (("conv1", 1, 16, 5), ("conv2", 16, 32, 5))
+CNN_INPUT = (1, 28, 28)
+CNN_CLASSES = 10
+PARAM_NAMES = ("w1", "b1", "w2", "b2", "w3", "b3")
+
+
+def _cnn_shapes():
+    c, h, w = CNN_INPUT
+    layers = []
+    for name, cin, cout, k in CNN_CONVS:
+        assert cin == c
+        h, w = h - k + 1, w - k + 1
+        layers.append(dict(name=name, kind="conv", cin=cin, cout=cout, k=k, out_hw=(h, w)))
+        c = cout
+    flat = c * h * w
+    layers.append(dict(name="dense", kind="dense", fan_in=flat, fan_out=CNN_CLASSES))
+    return layers
+
+
+CNN_LAYERS = _cnn_shapes()
+CNN_FLAT = CNN_LAYERS[-1]["fan_in"]  # 12800
+
+
+def cnn_params(seed=0, dtype=np.float32):
+    """He-initialised parameters (NumPy, ``dtype``), the same for every framework."""
+    rng = np.random.default_rng(seed)
+    params = {}
+    i = 1
+    for layer in CNN_LAYERS:
+        if layer["kind"] == "conv":
+            shape = (layer["cout"], layer["cin"], layer["k"], layer["k"])
+            fan_in = layer["cin"] * layer["k"] ** 2
+            n_out = layer["cout"]
+        else:
+            shape = (layer["fan_in"], layer["fan_out"])
+            fan_in = layer["fan_in"]
+            n_out = layer["fan_out"]
+        params[f"w{i}"] = (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(dtype)
+        params[f"b{i}"] = (rng.standard_normal(n_out) * 0.1).astype(dtype)
+        i += 1
+    return params
+
+
+def cnn_data(batch, seed=1, dtype=np.float32):
+    """``xs`` ``(batch, 1, 28, 28)`` standard normal and integer labels ``ys`` ``(batch,)``."""
+    rng = np.random.default_rng(seed)
+    xs = rng.standard_normal((batch,) + CNN_INPUT).astype(dtype)
+    ys = rng.integers(0, CNN_CLASSES, batch).astype(np.int64)
+    return xs, ys
+
+
+def cnn_flops():
+    """FLOP counts per example. Returns a dict with
+
+    - ``macs``: multiply-adds of the forward pass, conv ``O·I·k²·out_h·out_w`` plus dense
+      ``fan_in·fan_out`` (biases, relu and the softmax are left out: they are < 0.5 %);
+    - ``forward``: ``2 · macs``;
+    - ``train``: ``3 · forward = 6 · macs``, the usual estimate for forward + backward
+      (the backward pass computes a weight gradient and an input gradient per layer, each
+      as costly as the forward);
+    - ``train_exact``: the same without the input gradient of the first layer, which a
+      parameter gradient does not need;
+    - ``per_layer``: the forward MACs of each layer.
+    """
+    per_layer = {}
+    for layer in CNN_LAYERS:
+        if layer["kind"] == "conv":
+            oh, ow = layer["out_hw"]
+            per_layer[layer["name"]] = layer["cout"] * layer["cin"] * layer["k"] ** 2 * oh * ow
+        else:
+            per_layer[layer["name"]] = layer["fan_in"] * layer["fan_out"]
+    macs = sum(per_layer.values())
+    first = per_layer[CNN_LAYERS[0]["name"]]
+    return dict(macs=macs, forward=2 * macs, train=6 * macs, train_exact=6 * macs - 2 * first,
+                per_layer=per_layer)
+
+
+# ---------------------------------------------------------------------------------------
+# cuvmap
+# ---------------------------------------------------------------------------------------
+
+
+def cuvmap_forward(params, x):
+    """Logits ``(N, 10)`` of ``x`` ``(N, 1, 28, 28)``."""
+    from cuvmap import nn
+
+    h = nn.relu(nn.conv(x, params["w1"], params["b1"]))
+    h = nn.relu(nn.conv(h, params["w2"], params["b2"]))
+    h = h.reshape(h.shape[0], -1)
+    return h @ params["w3"] + params["b3"]
+
+
+def cuvmap_per_example_loss(params, x, y):
+    """Cross entropy of one example: ``x`` ``(1, 28, 28)``, ``y`` a 0-d integer."""
+    from cuvmap import nn
+
+    return nn.cross_entropy(cuvmap_forward(params, x[None]), y[None])
+
+
+def cuvmap_batch_loss(params, xs, ys):
+    """Mean cross entropy over a batch: ``xs`` ``(N, 1, 28, 28)``, ``ys`` ``(N,)``."""
+    from cuvmap import nn
+
+    return nn.cross_entropy(cuvmap_forward(params, xs), ys)
+
+
+# ---------------------------------------------------------------------------------------
+# torch.func (a hand-written functional net on torch.nn.functional)
+# ---------------------------------------------------------------------------------------
+
+
+def torch_forward(params, x):
+    import torch.nn.functional as F
+
+    h = F.relu(F.conv2d(x, params["w1"], params["b1"]))
+    h = F.relu(F.conv2d(h, params["w2"], params["b2"]))
+    h = h.reshape(h.shape[0], -1)
+    return h @ params["w3"] + params["b3"]
+
+
+def torch_per_example_loss(params, x, y):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(torch_forward(params, x.unsqueeze(0)), y.unsqueeze(0))
+
+
+def torch_batch_loss(params, xs, ys):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(torch_forward(params, xs), ys)
+
+
+# ---------------------------------------------------------------------------------------
+# JAX (lax.conv_general_dilated)
+# ---------------------------------------------------------------------------------------
+
+
+def jax_forward(params, x):
+    import jax
+    from jax import lax
+
+    def conv(h, w, b):
+        out = lax.conv_general_dilated(h, w, window_strides=(1, 1), padding="VALID",
+                                       dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return out + b[None, :, None, None]
+
+    h = jax.nn.relu(conv(x, params["w1"], params["b1"]))
+    h = jax.nn.relu(conv(h, params["w2"], params["b2"]))
+    h = h.reshape(h.shape[0], -1)
+    return h @ params["w3"] + params["b3"]
+
+
+def _jax_xent(logits, ys):
+    import jax
+    import jax.numpy as jnp
+
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, ys[:, None], axis=-1))
+
+
+def jax_per_example_loss(params, x, y):
+    return _jax_xent(jax_forward(params, x[None]), y[None])
+
+
+def jax_batch_loss(params, xs, ys):
+    return _jax_xent(jax_forward(params, xs), ys)

@@ -1,0 +1,425 @@
+"""Per-example gradients of the README CNN, every method side by side in one run.
+
+    python -m benchmarks per_example [--batch 32 128] [--device cpu|gpu] [--chunk-size 32]
+        [--loop-examples 16] [--no-torch] [--no-jax] [--repeats 5] [--warmup 2] [--json PATH]
+
+The network (``benchmarks/models.py``), float32: input (1, 28, 28), conv 1→16 k5 + relu,
+conv 16→32 k5 + relu, flatten, dense 12800 → 10, cross entropy with integer labels. The
+same weights and data (NumPy, fixed seeds) go to every method:
+
+  (a) a Python loop of cuvmap ``grad`` over the examples — only ``--loop-examples`` of
+      them are timed and the time is scaled to the batch (the output says so);
+  (b) cuvmap ``vmap(grad(loss), in_axes=(None, 0, 0))``;
+  (c) the same with ``chunk_size`` (one chunk when the batch is not larger);
+  (d) cuvmap ``grad`` of the mean loss over the batch: the ordinary batched backward
+      pass, the floor that per-example gradients are measured against;
+  (e) torch.func ``vmap(grad)`` of a functional net on ``torch.nn.functional.conv2d``,
+      and torch's batched gradient for reference (when torch is installed);
+  (f) JAX ``jit(vmap(grad))`` with ``lax.conv_general_dilated``, and ``jit(grad)`` of the
+      mean loss for reference (when JAX is installed).
+
+Each row carries the largest absolute difference of its per-example gradients from
+cuvmap's ``vmap(grad)`` (for batched gradients: from the mean of cuvmap's per-example
+gradients), over all parameters.
+
+The compute floor is the network's FLOPs per example — 6 × multiply-adds (2 per
+multiply-add, 3 × the forward for forward + backward) — over the float32 GEMM rate of
+``matmul`` on square matrices measured in the same run (before and after the methods;
+the faster of the two is used).
+
+Ratios reported against the project's targets: vmap(grad) / batched gradient ≤ 1.5,
+loop / vmap(grad) ≥ 5, vmap(grad) / torch.func vmap(grad) ≤ 1.
+"""
+import gc
+import os
+
+import numpy as np
+
+from benchmarks import harness, models
+
+SUMMARY = "per-example gradients of the README CNN: loop, vmap(grad), chunked, batched, torch.func, JAX"
+DEFAULTS = dict(repeats=7, warmup=2)
+
+# per-example gradients differing from cuvmap vmap(grad)'s by more than this times the
+# largest |per-example gradient| count as "off" (float32 agreement is ~1e-6 of it)
+DIFF_TOL = 1e-4
+
+TARGETS = [  # key, numerator, denominator, comparison, target
+    ("vmap(grad) / batched gradient", "vmap", "batched", "≤", 1.5),
+    ("loop / vmap(grad)", "loop", "vmap", "≥", 5.0),
+    ("vmap(grad) / torch.func vmap(grad)", "vmap", "torch_vmap", "≤", 1.0),
+]
+
+
+def add_arguments(parser):
+    parser.add_argument("--batch", type=int, nargs="+", default=[32, 128], help="batch sizes")
+    parser.add_argument("--chunk-size", type=int, default=32, help="chunk_size of method (c)")
+    parser.add_argument("--loop-examples", type=int, default=16,
+                        help="examples timed in the Python loop (a), scaled to the batch")
+    parser.add_argument("--gemm-size", type=int, default=None,
+                        help="n of the n×n float32 GEMM that measures the machine's rate (1024 on cpu, 4096 on gpu)")
+    parser.add_argument("--no-torch", action="store_true", help="skip torch.func even when installed")
+    parser.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights (the data use seed + 1)")
+
+
+# ---------------------------------------------------------------------------------------
+# The methods
+# ---------------------------------------------------------------------------------------
+
+
+class Method:
+    """One row: ``fn()`` runs the method and returns its gradients; ``kind`` says how they
+    compare with cuvmap's per-example gradients (``per_example``, ``loop`` — the first
+    ``n`` examples — or ``batched``, the mean)."""
+
+    def __init__(self, key, label, framework, fn, timer, kind, to_numpy, scale=1.0, n=None, note=None):
+        self.key, self.label, self.framework = key, label, framework
+        self.fn, self.timer, self.kind, self.to_numpy = fn, timer, kind, to_numpy
+        self.scale, self.n, self.note = scale, n, note
+
+
+def _tree_numpy(tree, leaf_to_numpy):
+    if isinstance(tree, dict):
+        return {k: _tree_numpy(v, leaf_to_numpy) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_tree_numpy(v, leaf_to_numpy) for v in tree]
+    return leaf_to_numpy(tree)
+
+
+def _diff(method, grads, reference, tol):
+    """``(max_abs, n_off, n)``: the largest |difference| over all parameters between
+    ``grads`` (NumPy, as the method returned them) and cuvmap's per-example gradients
+    ``reference``, and for per-example methods how many of the ``n`` examples compared
+    differ by more than ``tol`` (``None`` for batched gradients)."""
+    worst = 0.0
+    per_example = None
+    for name in models.PARAM_NAMES:
+        ref = reference[name].astype(np.float64)
+        if method.kind == "per_example":
+            got = grads[name]
+        elif method.kind == "loop":
+            got = np.stack([g[name] for g in grads])
+            ref = ref[: len(grads)]
+        else:  # batched: the gradient of the mean loss is the mean of per-example gradients
+            got = grads[name]
+            ref = ref.mean(axis=0)
+        if got.shape != ref.shape:
+            raise AssertionError(f"{method.label}: gradient of {name} has shape {got.shape}, expected {ref.shape}")
+        d = np.abs(got.astype(np.float64) - ref)
+        worst = max(worst, float(d.max()))
+        if method.kind != "batched":
+            e = d.reshape(d.shape[0], -1).max(axis=1)
+            per_example = e if per_example is None else np.maximum(per_example, e)
+    if per_example is None:
+        return worst, None, None
+    return worst, int(np.sum(per_example > tol)), len(per_example)
+
+
+def _cuvmap_methods(args, params, xs, ys, batch):
+    import cuvmap as cv
+    from cuvmap import backend
+
+    xp = backend.xp_for(args.device)
+    timer = harness.timer_for(xp)
+    p = cv.device_put(params, args.device)
+    x = cv.device_put(xs, args.device)
+    y = cv.device_put(ys, args.device)
+
+    def to_numpy(a):
+        return a.get() if backend.is_cupy_array(a) else np.asarray(a)
+
+    grad_one = cv.grad(models.cuvmap_per_example_loss)
+    n_loop = max(1, min(batch, args.loop_examples))
+
+    def loop():
+        return [grad_one(p, x[i], y[i]) for i in range(n_loop)]
+
+    per_example = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0))
+    chunked = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0), chunk_size=args.chunk_size)
+    batched = cv.grad(models.cuvmap_batch_loss)
+    chunk_note = (f"chunk_size {args.chunk_size} ≥ batch: one chunk, the same call as vmap(grad)"
+                  if args.chunk_size >= batch else f"{-(-batch // args.chunk_size)} chunks")
+    loop_note = f"{n_loop} of {batch} examples timed, scaled ×{batch / n_loop:g}" if n_loop < batch else None
+    return [
+        Method("loop", "cuvmap: Python loop of grad", "cuvmap", loop, timer, "loop", to_numpy,
+               scale=batch / n_loop, n=n_loop, note=loop_note),
+        Method("vmap", "cuvmap: vmap(grad)", "cuvmap", lambda: per_example(p, x, y), timer, "per_example",
+               to_numpy),
+        Method("chunked", f"cuvmap: vmap(grad, chunk_size={args.chunk_size})", "cuvmap",
+               lambda: chunked(p, x, y), timer, "per_example", to_numpy, note=chunk_note),
+        Method("batched", "cuvmap: grad of the mean loss (batched)", "cuvmap", lambda: batched(p, x, y), timer,
+               "batched", to_numpy, note="the ordinary batched backward pass: no per-example gradients"),
+    ]
+
+
+def _setup_torch(args, notes, fw):
+    """Imports torch and sets it up like NumPy: the same thread count, no TF32. Returns the
+    module or None (with the reason in ``notes``)."""
+    if args.no_torch:
+        notes.append("torch.func: skipped (--no-torch)")
+        return None
+    try:
+        import torch
+        import torch.func  # noqa: F401
+    except ImportError:
+        notes.append("torch.func: skipped (torch is not installed)")
+        return None
+    if args.device == "gpu" and not torch.cuda.is_available():
+        notes.append(f"torch.func: skipped (torch {torch.__version__} sees no CUDA device)")
+        return None
+    threads, source = harness.blas_threads()
+    torch.set_num_threads(threads)
+    # cuvmap computes in strict float32; so must the comparison (TF32 is on by default for
+    # torch's cuDNN convolutions on Ampere and later)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fw["torch"] = (f"{torch.__version__}; torch.set_num_threads({threads}) = NumPy's BLAS threads "
+                   f"(from {source}); TF32 off")
+    return torch
+
+
+def _torch_methods(args, torch, params, xs, ys):
+    from torch.func import grad, vmap
+
+    dev = "cuda" if args.device == "gpu" else "cpu"
+    timer = harness.torch_event_timer(torch) if dev == "cuda" else harness.cpu_timer()
+    p = {k: torch.tensor(v, device=dev) for k, v in params.items()}
+    x = torch.tensor(xs, device=dev)
+    y = torch.tensor(ys, device=dev)
+    per_example = vmap(grad(models.torch_per_example_loss), in_dims=(None, 0, 0))
+    batched = grad(models.torch_batch_loss)
+
+    def to_numpy(t):
+        return t.detach().cpu().numpy()
+
+    return [
+        Method("torch_vmap", "torch.func: vmap(grad)", "torch", lambda: per_example(p, x, y), timer,
+               "per_example", to_numpy),
+        Method("torch_batched", "torch: grad of the mean loss (batched, reference)", "torch",
+               lambda: batched(p, x, y), timer, "batched", to_numpy),
+    ]
+
+
+def _setup_jax(args, notes, fw):
+    if args.no_jax:
+        notes.append("JAX: skipped (--no-jax)")
+        return None
+    if args.device == "gpu":
+        # do not let JAX take 75 % of the GPU memory that CuPy's and torch's pools share
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+    except ImportError:
+        notes.append("JAX: skipped (jax is not installed)")
+        return None
+    backend = jax.default_backend()
+    if (args.device == "gpu") != (backend in ("gpu", "cuda", "rocm")):
+        notes.append(f"JAX: skipped (its default backend is {backend}, the benchmark runs on {args.device})")
+        return None
+    jax.config.update("jax_default_matmul_precision", "highest")  # strict float32 (no TF32)
+    fw["jax"] = (f"{jax.__version__}, backend {backend} ({jax.devices()[0].device_kind}); XLA's own threading "
+                 f"(not set); matmul precision 'highest'; timed by the wall clock around block_until_ready")
+    return jax
+
+
+def _jax_methods(args, jax, params, xs, ys):
+    import jax.numpy as jnp
+
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+    x = jnp.asarray(xs)
+    y = jnp.asarray(ys.astype(np.int32))
+    per_example = jax.jit(jax.vmap(jax.grad(models.jax_per_example_loss), in_axes=(None, 0, 0)))
+    batched = jax.jit(jax.grad(models.jax_batch_loss))
+    timer = harness.cpu_timer()
+
+    return [
+        Method("jax_vmap", "JAX: jit(vmap(grad))", "jax", lambda: jax.block_until_ready(per_example(p, x, y)),
+               timer, "per_example", np.asarray, note="compiled: the first call includes XLA's compilation"),
+        Method("jax_batched", "JAX: jit(grad) of the mean loss (batched, reference)", "jax",
+               lambda: jax.block_until_ready(batched(p, x, y)), timer, "batched", np.asarray),
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------
+
+
+def run(args, settings):
+    from cuvmap import backend
+
+    xp = backend.xp_for(args.device)
+    params = models.cnn_params(seed=args.seed)
+    flops = models.cnn_flops()
+    notes = []
+    fw = {}
+    torch = _setup_torch(args, notes, fw)
+    jax = _setup_jax(args, notes, fw)
+    gemm_n = args.gemm_size or (4096 if args.device == "gpu" else 1024)
+
+    methods_per_batch = 4 + 2 * (torch is not None) + 2 * (jax is not None)
+    progress = harness.Progress(len(args.batch) * methods_per_batch + 2, args.progress)
+
+    header = (f"# per-example gradients of the README CNN on the {args.device}: float32, input 1×28×28, "
+              f"conv 1→16 k5 + relu, conv 16→32 k5 + relu, dense 12800→10, cross entropy")
+    print(header)
+    print()
+    run_settings = dict(settings)
+    for name, desc in fw.items():
+        run_settings[name] = desc
+    run_settings["timing"] = (f"{args.warmup} warm-up call(s) (the first timed alone: 'first call'), then median/min/max "
+                              f"of {args.repeats}; " + ("perf_counter" if args.device == "cpu" else
+                                                        "CUDA events after a device synchronisation"))
+    run_settings["loop (a)"] = (f"{args.loop_examples} examples (or the batch, if smaller) timed per call, "
+                                f"the time scaled to the batch")
+    print(harness.settings_table(run_settings))
+    for n in notes:
+        print(f"\n- {n}")
+
+    # -- the machine's GEMM rate, before the methods -------------------------------------
+    progress.set(f"float32 GEMM {gemm_n}³")
+    rate0, gemm0 = harness.gemm_rate(xp, gemm_n, repeats=args.repeats, warmup=args.warmup)
+    progress.step("GEMM (before)")
+
+    rows = []
+    by_batch = {}
+    ref_scale = {}
+    for batch in args.batch:
+        xs, ys = models.cnn_data(batch, seed=args.seed + 1)
+        methods = _cuvmap_methods(args, params, xs, ys, batch)
+        if torch is not None:
+            methods += _torch_methods(args, torch, params, xs, ys)
+        if jax is not None:
+            methods += _jax_methods(args, jax, params, xs, ys)
+        reference = None
+        results = {}
+        for m in methods:
+            progress.set(f"batch {batch}: {m.label}")
+            gc.collect()  # the previous method's garbage is not this one's cost
+            stats = harness.measure(m.fn, repeats=args.repeats, warmup=args.warmup, timer=m.timer, scale=m.scale)
+            grads = _tree_numpy(m.fn(), m.to_numpy)
+            if m.key == "vmap":
+                reference = grads
+                ref_scale[batch] = max(float(np.max(np.abs(g))) for g in grads.values())
+            results[m.key] = (m, stats, grads)
+            progress.step(f"batch {batch}: {m.label}: {stats.median * 1e3:.1f} ms")
+        tol = DIFF_TOL * ref_scale[batch]
+        for key, (m, stats, grads) in results.items():
+            diff, n_off, n_cmp = _diff(m, grads, reference, tol)
+            row = dict(batch=batch, key=key, method=m.label, framework=m.framework, kind=m.kind,
+                       diff_vs_cuvmap_vmap=diff, examples_off=n_off, examples_compared=n_cmp, diff_tol=tol,
+                       note=m.note, **stats.as_dict())
+            row["ms_per_example"] = row["median_ms"] / batch
+            rows.append(row)
+            by_batch.setdefault(batch, {})[key] = row
+
+    rate1, gemm1 = harness.gemm_rate(xp, gemm_n, repeats=args.repeats, warmup=args.warmup)
+    progress.step("GEMM (after)")
+    progress.close()
+    rate = max(rate0, rate1)
+    floor_ms = flops["train"] / rate * 1e3
+
+    # -- table: the methods ----------------------------------------------------------------
+    print("\n## Time per batch (ms) and per example, every method on the same weights and data\n")
+    table = []
+    for r in rows:
+        base = by_batch[r["batch"]]["batched"]["median_ms"]
+        table.append((r["batch"], r["method"], r["median_ms"], r["min_ms"], r["max_ms"], r["ms_per_example"],
+                      r["ms_per_example"] / floor_ms, r["median_ms"] / base, r["first_call_ms"],
+                      r["diff_vs_cuvmap_vmap"],
+                      "–" if r["examples_off"] is None else f"{r['examples_off']}/{r['examples_compared']}"))
+    print(harness.markdown_table(
+        ["batch", "method", "median ms", "min ms", "max ms", "ms / example", "× floor", "× cuvmap batched",
+         "first call ms", "max abs diff", "examples off"], table, "rlrrrrrrrrr"))
+    print()
+    loop_rows = [r for r in rows if r["key"] == "loop" and r["note"]]
+    for r in loop_rows:
+        print(f"- batch {r['batch']}, loop (a): {r['note']} (median/min/max are of the scaled figure)")
+    for r in rows:
+        if r["key"] == "chunked":
+            print(f"- batch {r['batch']}, chunked (c): {r['note']}")
+    print("- max abs diff: largest |difference| over all parameters from cuvmap vmap(grad)'s per-example "
+          "gradients (batched rows: from their mean; the loop: on its timed examples); the largest "
+          "|per-example gradient| is " + ", ".join(f"{v:.3g} (batch {b})" for b, v in ref_scale.items()))
+    print(f"- examples off: per-example gradients that differ from cuvmap vmap(grad)'s by more than "
+          f"{DIFF_TOL:g} × the largest |per-example gradient|, of those compared")
+    if any(r["examples_off"] for r in rows):
+        print("- **some examples are off**: when only a few examples are, it is usually relu's kink — a "
+              "pre-activation within float32 rounding of 0 whose sign differs between two computations "
+              "(different GEMM blocking or BLAS kernel), which flips that unit's gradient; when most are, "
+              "it is a bug")
+    if jax is not None:
+        print("- JAX is compiled (jit), cuvmap and torch.func run eagerly; JAX's first call includes compilation")
+
+    # -- the compute floor -----------------------------------------------------------------
+    print("\n## Compute floor\n")
+    per_layer = ", ".join(f"{k} {v:,}" for k, v in flops["per_layer"].items())
+    print(f"- multiply-adds per example (forward): {flops['macs']:,} ({per_layer})")
+    print(f"- FLOPs per example for a gradient: 6 × multiply-adds = 3 × forward (2 FLOPs per multiply-add; "
+          f"the backward pass ≈ 2 × the forward) = {flops['train'] / 1e6:.2f} MFLOP "
+          f"(without the first layer's unneeded input gradient: {flops['train_exact'] / 1e6:.2f} MFLOP; "
+          f"biases, relu and softmax left out)")
+    print(f"- float32 GEMM rate, {xp.__name__}.matmul {gemm_n}×{gemm_n}×{gemm_n}, median of {args.repeats}: "
+          f"{rate0 / 1e9:.1f} GFLOP/s before the methods, {rate1 / 1e9:.1f} GFLOP/s after; "
+          f"floor uses {rate / 1e9:.1f} GFLOP/s")
+    print(f"- floor: {flops['train'] / 1e6:.2f} MFLOP / {rate / 1e9:.1f} GFLOP/s = **{floor_ms:.4f} ms per example** "
+          f"({floor_ms * 1e3:.1f} µs)")
+
+    # -- ratios ----------------------------------------------------------------------------
+    print("\n## Ratios against the project's targets (medians, this run)\n")
+    ratio_rows = []
+    ratios = []
+    for batch, rs in by_batch.items():
+        for name, num, den, cmp, target in TARGETS:
+            if num not in rs or den not in rs:
+                ratio_rows.append((batch, name, "–", f"{cmp} {target:g}", "not measured (torch.func skipped: see above)"))
+                ratios.append(dict(batch=batch, ratio=name, value=None, target=f"{cmp} {target:g}", met=None))
+                continue
+            value = rs[num]["median_ms"] / rs[den]["median_ms"]
+            met = value <= target if cmp == "≤" else value >= target
+            ratio_rows.append((batch, name, value, f"{cmp} {target:g}", "yes" if met else "no"))
+            ratios.append(dict(batch=batch, ratio=name, value=value, target=f"{cmp} {target:g}", met=met))
+        extra = [("vmap(grad, chunk_size) / vmap(grad)", "chunked", "vmap"),
+                 ("cuvmap vmap(grad) / JAX jit(vmap(grad))", "vmap", "jax_vmap"),
+                 ("torch.func vmap(grad) / torch batched", "torch_vmap", "torch_batched"),
+                 ("JAX jit(vmap(grad)) / JAX batched", "jax_vmap", "jax_batched")]
+        for name, num, den in extra:
+            if num in rs and den in rs:
+                value = rs[num]["median_ms"] / rs[den]["median_ms"]
+                ratio_rows.append((batch, name, value, "(for information)", ""))
+                ratios.append(dict(batch=batch, ratio=name, value=value, target=None, met=None))
+        v = rs["vmap"]["ms_per_example"] / floor_ms
+        ratio_rows.append((batch, "cuvmap vmap(grad) / compute floor", v, "(for information)", ""))
+        ratios.append(dict(batch=batch, ratio="cuvmap vmap(grad) / compute floor", value=v, target=None, met=None))
+    print(harness.markdown_table(["batch", "ratio", "value", "target", "met"], ratio_rows, "rlrll"))
+
+    # -- plot data -------------------------------------------------------------------------
+    series = {}
+    for r in rows:
+        series.setdefault(r["method"], []).append((r["batch"], r["ms_per_example"]))
+    title = (f"README CNN per-example gradients, {args.device} — {settings['device']}\n"
+             f"OPENBLAS_CORETYPE={settings['OPENBLAS_CORETYPE']}; numpy {settings['numpy']}")
+    return dict(
+        config=dict(batch=args.batch, chunk_size=args.chunk_size, loop_examples=args.loop_examples,
+                    repeats=args.repeats, warmup=args.warmup, seed=args.seed, dtype="float32",
+                    model="README CNN: conv 1→16 k5, relu, conv 16→32 k5, relu, dense 12800→10, cross entropy"),
+        frameworks=fw, notes=notes,
+        flops=dict(flops, formula="train = 6 × multiply-adds (2 FLOPs per multiply-add, forward + backward = 3 × forward)"),
+        gemm=dict(n=gemm_n, gflops_before=rate0 / 1e9, gflops_after=rate1 / 1e9, gflops_used=rate / 1e9,
+                  before=gemm0.as_dict(), after=gemm1.as_dict()),
+        floor_ms_per_example=floor_ms,
+        rows=rows, ratios=ratios,
+        plot=dict(series=series, title=title, hlines={f"compute floor {floor_ms * 1e3:.1f} µs": floor_ms},
+                  dashed={r["method"] for r in rows if r["kind"] == "batched"}),
+    )
+
+
+def main(argv=None):
+    from benchmarks.__main__ import main as cli_main
+
+    return cli_main(["per_example"] + list(argv if argv is not None else __import__("sys").argv[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""Smoke tests of the benchmark harness: each suite at tiny sizes (a few seconds in all).
+
+torch and JAX are optional: their parts run when they are installed and skip otherwise;
+matplotlib and threadpoolctl are optional too. Nothing here checks a speed.
+"""
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
+    sys.path.insert(0, ROOT)
+
+from benchmarks import harness, models  # noqa: E402
+from benchmarks.__main__ import main as cli_main  # noqa: E402
+from cuvmap import backend as cv_backend  # noqa: E402
+
+TINY_PER_EXAMPLE = ["--batch", "2", "3", "--repeats", "1", "--warmup", "1", "--loop-examples", "2",
+                    "--chunk-size", "2", "--gemm-size", "64", "--progress", "off"]
+
+
+def _run(capsys, tmp_path, argv, name="out"):
+    path = tmp_path / f"{name}.json"
+    assert cli_main(argv + ["--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    with open(path) as fh:
+        return json.load(fh), out
+
+
+def _rows(results, framework=None):
+    return [r for r in results["rows"] if framework is None or r["framework"] == framework]
+
+
+# ---------------------------------------------------------------------------------------
+# per_example
+# ---------------------------------------------------------------------------------------
+
+
+def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")  # reported as given, never changed
+    res, out = _run(capsys, tmp_path, ["per_example"] + TINY_PER_EXAMPLE + ["--no-torch", "--no-jax"])
+    assert os.environ["OPENBLAS_CORETYPE"] == "Haswell"
+    assert res["argv"][:2] == ["per_example", "--batch"]
+    assert res["settings"]["OPENBLAS_CORETYPE"] == "Haswell"
+    assert "| OPENBLAS_CORETYPE | Haswell |" in out
+    for key in ("python", "numpy", "BLAS", "device"):
+        assert key in res["settings"]
+    keys = [(r["batch"], r["key"]) for r in res["rows"]]
+    assert keys == [(b, k) for b in (2, 3) for k in ("loop", "vmap", "chunked", "batched")]
+    for r in res["rows"]:
+        assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
+        assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
+        assert r["repeats"] == 1 and r["timer"] == "perf_counter"
+    loop3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "loop")
+    assert loop3["scale"] == pytest.approx(1.5) and "2 of 3 examples timed" in loop3["note"]
+    assert "2 chunks" in next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "chunked")["note"]
+    ratios = {(r["batch"], r["ratio"]): r for r in res["ratios"]}
+    assert ratios[(2, "vmap(grad) / batched gradient")]["value"] > 0
+    assert ratios[(2, "loop / vmap(grad)")]["value"] > 0
+    assert ratios[(2, "vmap(grad) / torch.func vmap(grad)")]["value"] is None  # --no-torch
+    assert res["flops"]["train"] == 6 * res["flops"]["macs"]
+    assert res["floor_ms_per_example"] > 0 and res["gemm"]["gflops_used"] > 0
+    assert "## Ratios against the project's targets" in out and "## Compute floor" in out
+    assert "| batch | method | median ms |" in out
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in out and "plot_path" not in res
+    else:
+        assert os.path.exists(res["plot_path"]) and res["plot_path"].endswith(".png")
+
+
+def test_per_example_torch(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch.func")
+    res, out = _run(capsys, tmp_path, ["per_example"] + TINY_PER_EXAMPLE + ["--no-jax", "--no-plot"])
+    rows = _rows(res, "torch")
+    assert {r["key"] for r in rows} == {"torch_vmap", "torch_batched"}
+    for r in rows:
+        assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
+    assert torch.get_num_threads() == harness.blas_threads()[0]
+    assert "torch.set_num_threads" in res["frameworks"]["torch"]
+    ratio = next(r for r in res["ratios"] if r["ratio"] == "vmap(grad) / torch.func vmap(grad)")
+    assert ratio["value"] > 0
+
+
+def test_per_example_jax(capsys, tmp_path):
+    pytest.importorskip("jax")
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--warmup", "1",
+                                       "--loop-examples", "1", "--gemm-size", "64", "--no-torch", "--no-plot"])
+    rows = _rows(res, "jax")
+    assert {r["key"] for r in rows} == {"jax_vmap", "jax_batched"}
+    for r in rows:
+        assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
+
+
+def test_per_example_absent_frameworks_are_skipped(capsys, tmp_path, monkeypatch):
+    # as if torch and jax were not installed
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "jax", None)
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--loop-examples", "1",
+                                       "--gemm-size", "32", "--no-plot"])
+    assert {r["framework"] for r in res["rows"]} == {"cuvmap"}
+    assert "torch.func: skipped (torch is not installed)" in out
+    assert "JAX: skipped (jax is not installed)" in out
+
+
+def test_models_agree_with_the_spec():
+    params = models.cnn_params()
+    assert {k: v.shape for k, v in params.items()} == {
+        "w1": (16, 1, 5, 5), "b1": (16,), "w2": (32, 16, 5, 5), "b2": (32,), "w3": (12800, 10), "b3": (10,)}
+    assert all(v.dtype == np.float32 for v in params.values())
+    f = models.cnn_flops()
+    assert f["per_layer"] == {"conv1": 16 * 25 * 24 * 24, "conv2": 32 * 16 * 25 * 20 * 20, "dense": 12800 * 10}
+    assert f["train"] == 3 * f["forward"] == 6 * f["macs"]
+
+
+# ---------------------------------------------------------------------------------------
+# conv and dispatch, and the standalone entry points
+# ---------------------------------------------------------------------------------------
+
+
+def test_conv_suite(capsys, tmp_path):
+    res, out = _run(capsys, tmp_path, ["conv", "--batch", "1", "2", "--repeats", "1", "--loop-examples", "1",
+                                       "--no-plot", "--progress", "off"])
+    assert set(res["tables"]) == {"gflops", "vmap_vs_loop", "grouped_vs_unfold"}
+    assert len(res["tables"]["gflops"]) == 2 * 2 * 3
+    assert "## 1. Convolution GFLOP/s" in out and "## 3." in out
+
+
+def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
+    from benchmarks import bench_dispatch
+
+    path = tmp_path / "d.json"
+    assert bench_dispatch.main(["--ops", "5", "--repeats", "2", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert [r["case"] for r in res["rows"]][:2] == ["numpy (reference)", "cuvmap eval"]
+    assert "× numpy" in out and "no plot" in out
+
+
+def test_python_dash_m_entry_points(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for argv in (["-m", "benchmarks", "dispatch"], ["-m", "benchmarks.bench_dispatch"]):
+        proc = subprocess.run([sys.executable] + argv + ["--ops", "3", "--repeats", "1", "--no-json"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "| cuvmap eval |" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# GPU: runs where CuPy sees a device, a clean message where not
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_per_example_gpu(capsys, tmp_path):
+    if not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    res, out = _run(capsys, tmp_path, ["per_example", "--device", "gpu", "--batch", "2", "--repeats", "2",
+                                       "--loop-examples", "1", "--gemm-size", "256", "--no-plot"])
+    for r in res["rows"]:
+        assert r["diff_vs_cuvmap_vmap"] < 1e-3, r
+    assert next(r for r in res["rows"] if r["key"] == "vmap")["timer"] == "CUDA events (CuPy)"
+
+
+def test_gpu_requested_without_one(capsys, tmp_path):
+    if cv_backend.gpu_available():
+        pytest.skip("a GPU is available")
+    assert cli_main(["dispatch", "--device", "gpu", "--json", str(tmp_path / "x.json")]) == 2
+    assert "sees no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# harness pieces
+# ---------------------------------------------------------------------------------------
+
+
+def test_measure_counts_calls_and_scales():
+    calls = []
+    ticks = iter(range(100))
+
+    def fake_timer(fn):
+        fn()
+        return float(next(ticks) + 1)
+
+    stats = harness.measure(lambda: calls.append(1), repeats=3, warmup=2, timer=("fake", fake_timer), scale=2.0)
+    assert len(calls) == 1 + 1 + 3  # first (timed alone), one more warm-up, three timed
+    assert stats.first == 2.0 and stats.times == [4.0, 6.0, 8.0]
+    assert (stats.median, stats.min, stats.max) == (6.0, 4.0, 8.0)
+    d = stats.as_dict(per=2)
+    assert d["median_ms"] == 3000.0 and d["repeats"] == 3 and d["timer"] == "fake"
+
+
+def test_markdown_table_and_fmt():
+    t = harness.markdown_table(["a", "b"], [("x", 1.23456), ("y", None)])
+    assert t.splitlines() == ["| a | b |", "|---|---:|", "| x | 1.23 |", "| y | – |"]
+    assert harness.fmt(12345.6) == "12346" and harness.fmt(0.000123) == "1.23e-04" and harness.fmt(3) == "3"
+
+
+def test_progress_lines_and_silence():
+    buf = io.StringIO()  # not a terminal
+    with harness.Progress(2, "on", stream=buf) as p:
+        p.set("a")
+        p.step("a done")
+        p.step("b done")
+    assert buf.getvalue().splitlines()[0].startswith("[1/2 ") and "b done" in buf.getvalue()
+    quiet = io.StringIO()
+    with harness.Progress(2, "auto", stream=quiet) as p:
+        p.step("x")
+    assert quiet.getvalue() == ""
+
+
+def test_plot_without_matplotlib(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path, note = harness.plot_lines(str(tmp_path / "p.png"), {"m": [(1, 1.0), (2, 0.5)]}, title="t")
+    assert path is None and "matplotlib is not installed" in note
+
+
+def test_settings_without_threadpoolctl(monkeypatch):
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    s = harness.settings("cpu")
+    assert "threadpoolctl not installed" in s["BLAS"]
+    assert harness.blas_threads()[0] == (os.cpu_count() or 1)
+
+
+def test_diff_counts_examples_off():
+    from benchmarks import suite_per_example as pe
+
+    ref = {k: np.zeros((4, 2), np.float32) for k in models.PARAM_NAMES}
+    got = {k: v.copy() for k, v in ref.items()}
+    got["w2"][3, 1] = 0.5
+    m = pe.Method("x", "x", "cuvmap", None, None, "per_example", np.asarray)
+    assert pe._diff(m, got, ref, tol=1e-3) == (0.5, 1, 4)
+    loop = pe.Method("l", "l", "cuvmap", None, None, "loop", np.asarray)
+    assert pe._diff(loop, [{k: v[i] for k, v in got.items()} for i in range(2)], ref, tol=1e-3) == (0.0, 0, 2)
+    batched = pe.Method("b", "b", "cuvmap", None, None, "batched", np.asarray)
+    assert pe._diff(batched, {k: v.mean(0) for k, v in got.items()}, ref, tol=1e-3) == (0.125, None, None)
+
+
+def test_load_monitor():
+    mon = harness.LoadMonitor()
+    sum(i * i for i in range(200000))  # our own CPU time is not "others"
+    load = mon.stop()
+    assert set(load) >= {"others_cores", "steal_cores", "loadavg_start", "loadavg_end", "cores", "wall_s", "warning"}
+    assert load["wall_s"] > 0 and isinstance(harness.LoadMonitor.describe(load), str)
