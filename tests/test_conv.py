@@ -284,6 +284,21 @@ def test_backward_input_with_only_the_input_batched(cfg):
 
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_backward_weight_with_only_the_weight_batched(cfg):
+    """The seed's 'weight only' case of the weight gradient: for a loss linear in the conv
+    output, grad_output and the input do not depend on the weight, so the weight gradient
+    is unbatched under ``vmap`` over the weight, and broadcast to the batch."""
+    rng = np.random.default_rng(16)
+    x, w, _, params = make_operands(cfg, rng)
+    ws = _batched(w, 0, 3, rng)
+
+    def weight_grad(w):
+        return cv.grad(lambda w: cnp.sum(lax.conv(x, w, **params) * 0.5))(w)
+
+    check_batching(weight_grad, (ws,), in_axes=0, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_model_ensembling_all_three_batched(cfg):
     """Input, weight and grad_output all batched: one model per example (ensembling);
     both gradients of each member against a loop."""
