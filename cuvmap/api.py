@@ -14,7 +14,7 @@ import numpy as np
 
 from cuvmap import backend, core, tree
 from cuvmap.core import CuvmapError, Tracer, new_main
-from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
+from cuvmap.transforms import batching, vjp as vjp_mod
 from cuvmap.transforms.batching import BatchTrace, BatchTracer
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer

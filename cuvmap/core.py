@@ -126,6 +126,17 @@ def is_float(x):
     return x.dtype.kind in "fc"
 
 
+def spatial_tuple(value, nd, name, op):
+    """An int or a sequence as one int per spatial dim (``stride=2`` -> ``(2, 2)``);
+    raises :class:`ShapeError` naming ``op`` and ``name`` when the length is wrong."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * nd
+    value = tuple(int(i) for i in value)
+    if len(value) != nd:
+        raise ShapeError(f"{op}: {name} {value} must have one entry per spatial dim ({nd})")
+    return value
+
+
 # ---------------------------------------------------------------------------------------
 # The interpreter stack
 # ---------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ or ``cupy.ndarray``. This module also gives tracers their operators and methods
 (``+ - * / ** @``, comparisons, indexing, ``.T``, ``.reshape``, ``.sum``, ...).
 """
 import builtins
-import string
 
 import numpy as np
 

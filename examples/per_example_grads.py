@@ -14,7 +14,6 @@ import time
 import numpy as np
 
 import cuvmap as cv
-import cuvmap.numpy as cnp
 from cuvmap import nn
 
 

@@ -47,23 +47,14 @@ conv_backward_input_p = Primitive("conv_backward_input")
 conv_backward_weight_p = Primitive("conv_backward_weight")
 
 
-def _tuple(v, nd, name):
-    if isinstance(v, (int, np.integer)):
-        return (int(v),) * nd
-    v = tuple(int(i) for i in v)
-    if len(v) != nd:
-        raise ShapeError(f"conv: {name} {v} must have one entry per spatial dim ({nd})")
-    return v
-
-
 def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):
     """Normalizes the static parameters of the conv family to hashable tuples."""
     return dict(
-        stride=_tuple(stride, nd, "stride"),
-        padding=_tuple(padding, nd, "padding"),
-        dilation=_tuple(dilation, nd, "dilation"),
+        stride=core.spatial_tuple(stride, nd, "stride", "conv"),
+        padding=core.spatial_tuple(padding, nd, "padding", "conv"),
+        dilation=core.spatial_tuple(dilation, nd, "dilation", "conv"),
         transposed=bool(transposed),
-        output_padding=_tuple(output_padding, nd, "output_padding"),
+        output_padding=core.spatial_tuple(output_padding, nd, "output_padding", "conv"),
         groups=int(groups),
     )
 

@@ -61,21 +61,12 @@ avg_pool_p = Primitive("avg_pool")
 avg_pool_transpose_p = Primitive("avg_pool_transpose")
 
 
-def _tuple(v, nd, name):
-    if isinstance(v, (int, np.integer)):
-        return (int(v),) * nd
-    v = tuple(int(i) for i in v)
-    if len(v) != nd:
-        raise ShapeError(f"pooling: {name} {v} must have one entry per spatial dim ({nd})")
-    return v
-
-
 def pool_params(nd, window, stride=None, padding=0):
     """Normalizes the static parameters of the pooling family to tuples of ``nd`` ints;
     ``stride=None`` means ``stride = window`` (non-overlapping windows, torch's default)."""
-    window = _tuple(window, nd, "window")
-    stride = window if stride is None else _tuple(stride, nd, "stride")
-    return dict(window=window, stride=stride, padding=_tuple(padding, nd, "padding"))
+    window = core.spatial_tuple(window, nd, "window", "pooling")
+    stride = window if stride is None else core.spatial_tuple(stride, nd, "stride", "pooling")
+    return dict(window=window, stride=stride, padding=core.spatial_tuple(padding, nd, "padding", "pooling"))
 
 
 def _nd_of(x):

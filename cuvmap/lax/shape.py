@@ -10,7 +10,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.transforms import batching, jvp, vjp
-from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
+from cuvmap.transforms.batching import move_bdim, physical_axis
 
 
 def _as_array(x):

@@ -39,15 +39,6 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.conv import conv as lax_conv_op
 
 
-def _ntuple(v, nd, name, what):
-    if isinstance(v, (int, np.integer)):
-        return (int(v),) * nd
-    v = tuple(int(i) for i in v)
-    if len(v) != nd:
-        raise ShapeError(f"{what}: {name} {v} must have one entry per spatial dim ({nd})")
-    return v
-
-
 # ---------------------------------------------------------------------------------------
 # Convolutions
 # ---------------------------------------------------------------------------------------
@@ -90,8 +81,8 @@ def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     nd, unbatched = _spatial_rank(x, w, "conv")
     if unbatched:
         x = lax_shape.expand_dims(x, (0,))
-    stride = _ntuple(stride, nd, "stride", "conv")
-    dilation = _ntuple(dilation, nd, "dilation", "conv")
+    stride = core.spatial_tuple(stride, nd, "stride", "conv")
+    dilation = core.spatial_tuple(dilation, nd, "dilation", "conv")
     if isinstance(padding, str):
         if padding == "valid":
             padding = (0,) * nd

@@ -127,15 +127,6 @@ def _kaiming_uniform(rng, weight_shape, fan_in, bias_shape, dtype):
     return params
 
 
-def _ntuple(v, nd, name, what):
-    if isinstance(v, (int, np.integer)):
-        return (int(v),) * nd
-    v = tuple(int(i) for i in v)
-    if len(v) != nd:
-        raise ShapeError(f"{what}: {name} {v} must have one entry per spatial dim ({nd}) of the input")
-    return v
-
-
 def _spatial_input(input_shape, what):
     input_shape = tuple(input_shape)
     nd = len(input_shape) - 2
@@ -178,15 +169,15 @@ def Conv(out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, b
         c = input_shape[1]
         if c % groups or out_channels % groups:
             raise ShapeError(f"Conv: channels in {c} and out {out_channels} must be divisible by groups {groups}")
-        kernel = _ntuple(kernel_size, nd, "kernel_size", "Conv")
+        kernel = core.spatial_tuple(kernel_size, nd, "kernel_size", "Conv")
         weight_shape = (out_channels, c // groups) + kernel
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ShapeError(f"Conv: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
             out_sp = (input_shape[2:] if padding == "same" else
                       tuple(s - d * (k - 1) for s, k, d in zip(input_shape[2:], kernel,
-                                                                _ntuple(dilation, nd, "dilation", "Conv"))))
-            if padding == "same" and any(s != 1 for s in _ntuple(stride, nd, "stride", "Conv")):
+                                                                core.spatial_tuple(dilation, nd, "dilation", "Conv"))))
+            if padding == "same" and any(s != 1 for s in core.spatial_tuple(stride, nd, "stride", "Conv")):
                 raise ShapeError(f"Conv: padding='same' needs stride 1, got {stride}")
             out_shape = input_shape[:1] + (out_channels,) + tuple(out_sp)
         else:
@@ -217,7 +208,7 @@ def ConvTranspose(out_channels, kernel_size, stride=1, padding=0, output_padding
         if c % groups or out_channels % groups:
             raise ShapeError(
                 f"ConvTranspose: channels in {c} and out {out_channels} must be divisible by groups {groups}")
-        kernel = _ntuple(kernel_size, nd, "kernel_size", "ConvTranspose")
+        kernel = core.spatial_tuple(kernel_size, nd, "kernel_size", "ConvTranspose")
         weight_shape = (c, out_channels // groups) + kernel
         out_shape = conv_output_shape(
             input_shape, weight_shape,
