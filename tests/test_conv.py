@@ -109,6 +109,9 @@ CONFIGS = [
     ("1d-transposed", 1, 2, 3, 4, (5,), (3,), (2,), (1,), (1,), 1, True, (1,)),
     ("2d-transposed-g2", 2, 2, 4, 6, (4, 3), (3, 2), (2, 2), (1, 0), (1, 2), 2, True, (1, 1)),
     ("3d-transposed", 3, 1, 2, 3, (3, 2, 3), (2, 2, 2), (2, 1, 2), (0, 0, 1), (1, 1, 1), 1, True, (1, 0, 0)),
+    # output_padding >= stride (allowed below the dilation), with and without padding
+    ("1d-transposed-op-ge-stride", 1, 2, 3, 2, (5,), (3,), (1,), (2,), (2,), 1, True, (1,)),
+    ("2d-transposed-op-ge-stride-g2", 2, 2, 2, 4, (4, 3), (3, 2), (1, 2), (1, 0), (2, 1), 2, True, (1, 0)),
 ]
 CONFIG_IDS = [c[0] for c in CONFIGS]
 
@@ -162,7 +165,9 @@ def test_backward_impls_match_naive_loops(cfg):
     gx = lax.conv_backward_input(g, w, x.shape, **params)
     gw = lax.conv_backward_weight(g, x, w.shape, **params)
     if p["transposed"]:
+        # the regular conv of g; with output_padding >= stride it has positions past the input
         want_gx = naive_conv(g, w, p["stride"], p["padding"], p["dilation"], p["groups"])
+        want_gx = want_gx[(slice(None), slice(None)) + tuple(slice(0, s) for s in x.shape[2:])]
         want_gw = naive_backward_weight(x, g, w.shape, p["stride"], p["padding"], p["dilation"], p["groups"])
     else:
         op = tuple(s - ((s + 2 * pp - d * (k - 1) - 1) // st * st + d * (k - 1) + 1 - 2 * pp)

@@ -296,13 +296,27 @@ def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, out
     return out
 
 
+# NOTE [output_padding in the transposed backward]
+# The transposed conv's output has S_out = (s − 1)·st − 2p + d(k − 1) + op + 1 positions.
+# Its backward passes run regular convs over grad_output, which yield
+# ⌊(S_out + 2p − d(k − 1) − 1)/st⌋ + 1 = s + ⌊op/st⌋ positions: more than the input's s
+# when output_padding ≥ stride (allowed when it is below the dilation). The extra positions
+# lie past the input: the input gradient keeps the first s, and the weight gradient pads
+# the input with zeros to the regular conv's extent (zero terms, so both are exact).
+
+
 def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding, dilation, transposed,
                               output_padding, groups):
     _validate(conv_backward_input_p, grad_output, rhs, input_shape=input_shape, stride=stride, padding=padding,
               dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
     if transposed:
-        # adjoint of the transposed conv in its input: the regular conv
-        return _run_kernel("forward", grad_output, rhs, stride, padding, dilation, groups)
+        # adjoint of the transposed conv in its input: the regular conv (NOTE [output_padding
+        # in the transposed backward]: keep its first input_shape positions)
+        out = _run_kernel("forward", grad_output, rhs, stride, padding, dilation, groups)
+        if tuple(out.shape[2:]) != tuple(input_shape[2:]):
+            crop = (slice(None), slice(None)) + tuple(slice(0, s) for s in input_shape[2:])
+            out = backend.xp_of(out).ascontiguousarray(out[crop])
+        return out
     return _run_kernel("backward_input", grad_output, rhs, input_shape, stride, padding, dilation, groups)
 
 
@@ -312,7 +326,13 @@ def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, paddin
               dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
     if transposed:
         # transposed conv T(x; w) = regular conv's input-gradient: ⟨T(x; w), g⟩ = ⟨x, conv(g; w)⟩,
-        # so its weight-gradient is the regular one with the roles of x and g swapped.
+        # so its weight-gradient is the regular one with the roles of x and g swapped; x
+        # plays the regular conv's output, zero-padded to its extent (NOTE [output_padding
+        # in the transposed backward]).
+        extent = conv_gemm.output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation)
+        if tuple(extent) != tuple(lhs.shape[2:]):
+            pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
+            lhs = backend.xp_of(lhs).pad(lhs, pads)
         return _run_kernel("backward_weight", lhs, grad_output, weight_shape, stride, padding, dilation, groups)
     return _run_kernel("backward_weight", grad_output, lhs, weight_shape, stride, padding, dilation, groups)
 
