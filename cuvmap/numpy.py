@@ -378,6 +378,7 @@ def take_along_axis(x, indices, axis):
     k = idx_target[axis]
     flat_x = reshape(x_last, (rows * n,))
     idx2 = reshape(idx_last, (rows, k))
+    lax_indexing.check_index_bounds(idx2, n, "take_along_axis", axis)
     idx2 = ew.select(ew.lt(idx2, 0), ew.add(idx2, n), idx2)
     offsets = reshape(ew.mul(lax_indexing.iota(rows, core.dtype_of(indices), like=indices), n), (rows, 1))
     flat = lax_indexing.take(flat_x, ew.add(idx2, offsets), 0)
@@ -487,10 +488,11 @@ def _advanced_index(x, advanced):
     x = lax_shape.reshape(x, x_shape[:p] + (merged,) + x_shape[p + len(dims):])
     linear = None
     stride = 1
-    for (_, idx), n_d in reversed(list(zip(advanced, sizes))):
+    for (dim, idx), n_d in reversed(list(zip(advanced, sizes))):
         if isinstance(idx, int):
             term = idx * stride
         else:
+            lax_indexing.check_index_bounds(idx, n_d, "indexing", dim)
             idx = ew.select(ew.lt(idx, 0), ew.add(idx, n_d), idx)
             term = ew.mul(idx, stride) if stride != 1 else idx
         linear = term if linear is None else ew.add(linear, term)

@@ -435,3 +435,23 @@ def test_failures_are_cuvmap_errors_that_start_with_the_transform(program):
         program()
     assert re.match(r"^(vmap|grad|jvp|vjp|jacrev|jacfwd|hessian|value_and_grad)\(", str(info.value)), str(info.value)
     assert "Traceback" not in str(info.value)
+
+
+# Out-of-range integer indices raise instead of reading a neighbouring row (gathers that
+# fold rows into one axis add row offsets; found in review).
+OUT_OF_RANGE_INDICES = [
+    ("cross_entropy label", lambda: cuvmap.nn.cross_entropy(np.array([[0.0, 1, 2], [10, -5, 3]]), np.array([3, 0])),
+     r"take_along_axis: index 3 is out of bounds for axis 1 with size 3"),
+    ("take_along_axis", lambda: cnp.take_along_axis(np.arange(6.0).reshape(2, 3), np.array([[3], [0]]), 1),
+     r"take_along_axis: index 3 is out of bounds for axis 1 with size 3"),
+    ("several index arrays", lambda: vmap(lambda x: x[np.array([0]), np.array([4])])(np.ones((2, 3, 4))),
+     r"indexing: index 4 is out of bounds for axis 1 with size 4"),
+    ("batched indices under vmap", lambda: vmap(lambda x, i: cnp.take(x, i, 0))(np.ones((2, 3)), np.array([[3], [0]])),
+     r"take: index 3 is out of bounds for the gathered axis with size 3"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", OUT_OF_RANGE_INDICES, ids=[r[0] for r in OUT_OF_RANGE_INDICES])
+def test_out_of_range_indices_raise(name, call, message):
+    with pytest.raises((IndexError, cuvmap.ShapeError), match=message):
+        call()

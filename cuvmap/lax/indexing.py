@@ -204,6 +204,23 @@ take_transpose_p.impl = _take_transpose_impl
 take_transpose_p.shape_rule = _take_transpose_shape_rule
 
 
+def check_index_bounds(idx, n, op, axis):
+    """Raises IndexError when an integer index lies outside ``[-n, n)``.
+
+    Gathers that fold several rows into one axis (batched indices, ``take_along_axis``,
+    several index arrays) add ``row · n`` offsets, so an index of ``n`` would silently read
+    the next row. The check reads the concrete indices under any transform (integer
+    indices are never differentiated, so they are always concrete underneath)."""
+    concrete = backend.concrete(idx)
+    if not hasattr(concrete, "shape") or concrete.size == 0:
+        return
+    lo, hi = int(concrete.min()), int(concrete.max())
+    if lo < -n or hi >= n:
+        bad = hi if hi >= n else lo
+        where = f"axis {axis}" if isinstance(axis, int) else axis
+        raise IndexError(f"{op}: index {bad} is out of bounds for {where} with size {n}")
+
+
 def _normalize_indices(idx, n):
     from cuvmap.lax import elementwise as ew
 
@@ -215,6 +232,7 @@ def _offset_indices(idx, size, n):
     from cuvmap.lax import elementwise as ew
     from cuvmap.lax.shape import reshape
 
+    check_index_bounds(idx, n, "take", "the gathered axis")
     idx = _normalize_indices(idx, n)
     offsets = ew.mul(iota(size, core.dtype_of(idx), like=idx), n)
     rank = len(core.shape_of(idx))
