@@ -528,3 +528,14 @@ def test_gpu_init_and_training_step():
     opt = optim.adam(1e-3)
     new, _ = opt.update(cv.tree.map(lambda g: g.mean(0), g_gpu), opt.init(params), params)
     assert all(type(leaf).__module__.startswith("cupy") for leaf in cv.tree.leaves(new))
+
+
+def test_conv_layer_valid_padding_with_stride_reports_the_applied_shape():
+    """init's output shape must be what apply produces (found in review: 'valid' ignored stride)."""
+    from cuvmap.nn import layers
+
+    for kw in (dict(stride=2, padding="valid"), dict(stride=(2, 1), padding="valid", dilation=2), dict(padding="same")):
+        init, apply = layers.Conv(4, 3, **kw)
+        shape, params = init(np.random.default_rng(0), (-1, 1, 9, 8))
+        out = apply(params, np.ones((2, 1, 9, 8), np.float32))
+        assert shape[1:] == out.shape[1:], kw

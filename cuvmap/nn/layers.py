@@ -171,19 +171,16 @@ def Conv(out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, b
             raise ShapeError(f"Conv: channels in {c} and out {out_channels} must be divisible by groups {groups}")
         kernel = core.spatial_tuple(kernel_size, nd, "kernel_size", "Conv")
         weight_shape = (out_channels, c // groups) + kernel
-        if isinstance(padding, str):
-            if padding not in ("same", "valid"):
-                raise ShapeError(f"Conv: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
-            out_sp = (input_shape[2:] if padding == "same" else
-                      tuple(s - d * (k - 1) for s, k, d in zip(input_shape[2:], kernel,
-                                                                core.spatial_tuple(dilation, nd, "dilation", "Conv"))))
-            if padding == "same" and any(s != 1 for s in core.spatial_tuple(stride, nd, "stride", "Conv")):
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise ShapeError(f"Conv: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+        if padding == "same":
+            if any(s != 1 for s in core.spatial_tuple(stride, nd, "stride", "Conv")):
                 raise ShapeError(f"Conv: padding='same' needs stride 1, got {stride}")
-            out_shape = input_shape[:1] + (out_channels,) + tuple(out_sp)
+            out_shape = input_shape[:1] + (out_channels,) + tuple(input_shape[2:])
         else:
             out_shape = conv_output_shape(
                 input_shape, weight_shape,
-                **conv_params(nd, stride, padding, dilation, False, 0, groups))
+                **conv_params(nd, stride, 0 if padding == "valid" else padding, dilation, False, 0, groups))
         fan_in = (c // groups) * int(np.prod(kernel))
         params = _kaiming_uniform(_rng(rng), weight_shape, fan_in, (out_channels,) if bias else None,
                                   _check_dtype(dtype))
