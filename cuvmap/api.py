@@ -125,10 +125,17 @@ def _check_axes_spec(spec, what):
             raise TransformError(f"{what} must be ints or None (or a pytree of them), got {leaf!r}")
 
 
+def _is_int(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def _to_array_result(x):
     """Results at the top level are arrays, never Python or NumPy scalars."""
-    if isinstance(x, Tracer) or backend.is_cupy_array(x):
+    if isinstance(x, Tracer):
         return x
+    if backend.is_cupy_array(x):
+        # a broadcast view (an unbatched output of vmap) would alias in-place writes
+        return x.copy() if 0 in x.strides and x.size > 1 else x
     if isinstance(x, np.ndarray):
         return x if x.flags.writeable else x.copy()
     return np.asarray(x)
@@ -168,7 +175,9 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     if out_axes != 0:
         spec += (", " if spec else "") + f"out_axes={out_axes!r}"
     where = f"vmap({fname}{', ' + spec if spec else ''})"
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+    if axis_size is not None and (not _is_int(axis_size) or axis_size < 1):
+        raise TransformError(f"{where}: axis_size must be a positive int, got {axis_size!r}")
+    if chunk_size is not None and (not _is_int(chunk_size) or chunk_size < 1):
         raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
     return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where)
 

@@ -87,24 +87,30 @@ def full_like(x, fill_value, dtype=None):
     return core.full_like_concrete(x, fill_value, dtype=dtype)
 
 
-def zeros(shape, dtype=np.float64):
-    return np.zeros(shape, dtype=dtype)
+def _creation_module(like):
+    """Creation functions have no array operand to decide the device: ``like`` (an array
+    or tracer) picks NumPy or CuPy, as NumPy's ``like=`` does; the default is the CPU."""
+    return np if like is None else backend.xp_of(like)
 
 
-def ones(shape, dtype=np.float64):
-    return np.ones(shape, dtype=dtype)
+def zeros(shape, dtype=np.float64, like=None):
+    return _creation_module(like).zeros(shape, dtype=dtype)
 
 
-def full(shape, fill_value, dtype=None):
-    return np.full(shape, fill_value, dtype=dtype)
+def ones(shape, dtype=np.float64, like=None):
+    return _creation_module(like).ones(shape, dtype=dtype)
 
 
-def arange(*args, dtype=None):
-    return np.arange(*args, dtype=dtype)
+def full(shape, fill_value, dtype=None, like=None):
+    return _creation_module(like).full(shape, fill_value, dtype=dtype)
 
 
-def eye(n, m=None, dtype=np.float64):
-    return np.eye(n, m, dtype=dtype)
+def arange(*args, dtype=None, like=None):
+    return _creation_module(like).arange(*args, dtype=dtype)
+
+
+def eye(n, m=None, dtype=np.float64, like=None):
+    return _creation_module(like).eye(n, m, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------

@@ -148,7 +148,7 @@ def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
             for a, ax in zip(args, in_axes_t)
         ]
         examples.append(f(*ex_args))
-    out_axes_flat = tree.leaves(out_axes) if not isinstance(out_axes, int) else None
+    out_axes_flat = tree.leaves(out_axes, is_leaf=lambda a: a is None) if not isinstance(out_axes, int) else None
     got_leaves = tree.leaves(got)
     for j, g in enumerate(got_leaves):
         oa = out_axes if out_axes_flat is None else out_axes_flat[j]

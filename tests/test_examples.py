@@ -37,7 +37,7 @@ def test_dp_sgd_digits_runs_and_accounts(capsys):
 
 def test_dp_sgd_digits_without_dp():
     acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256", "--quiet"])
-    assert eps is None and acc > 0.3  # two epochs of ordinary training already learn something
+    assert eps is None and acc > 0.3  # four epochs of ordinary training already learn something
 
 
 def test_ensemble_vmapped_training_equals_one_by_one():

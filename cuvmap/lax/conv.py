@@ -219,11 +219,15 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # here. Strategies:
 #   "unfold": im2col + one batched GEMM over the groups (cuvmap/lax/conv_gemm.py), on NumPy
 #             or CuPy. On the CPU this *is* the grouped convolution: each group is one GEMM of
-#             the batched matmul, so the two coincide (benchmarks/bench_conv.py measures the
-#             folded grouped call against an explicit unfold + matmul written by hand: equal
-#             within noise). A direct per-tap kernel (no unfolded copy) was measured too and
-#             lost on every shape of the README CNN (1.2x slower with 16 input channels, 30x
-#             with 1), so the CPU always unfolds.
+#             the batched matmul. `python -m benchmarks conv` (table 3) measures the folded
+#             grouped call of the per-example weight gradient against an explicit unfold +
+#             batched matmul of the same product: on the README CNN's second layer the
+#             folded call is 1.2-1.5x faster (its columns are cache-blocked, NOTE [cache
+#             blocking]); on the 1-channel first layer it is 1.2-1.4x slower, by 0.05-0.5 ms
+#             of Python around the same GEMM. A direct per-tap kernel (no unfolded copy)
+#             lost on every shape (1.2x slower with 16 input channels, 30x with 1). So the
+#             CPU always runs the folded grouped call through these kernels, whatever the
+#             strategy setting.
 #   "cudnn":  cuDNN's grouped convolution (GPU only).
 #   "auto":   on the GPU, the first call of each (op, shapes, params) runs both "cudnn" and
 #             "unfold", timed with CUDA events, and caches the faster; on the CPU, "unfold".
@@ -540,10 +544,6 @@ batching.primitive_batchers[conv_backward_weight_p] = _conv_backward_weight_batc
 # JVP and VJP rules: each member of the family is bilinear, and its partial maps are the
 # other members (see the module docstring for the adjoint identities).
 # ---------------------------------------------------------------------------------------
-
-
-def _conv_params_of(params):
-    return {k: params[k] for k in ("stride", "padding", "dilation", "transposed", "output_padding", "groups")}
 
 
 def _bias_as_output(b, out):

@@ -13,8 +13,8 @@ zero padding, in the layout ``N C spatial...`` with weight ``O C/groups kernel..
 ``im2col`` is a strided *view* of the padded input of shape ``(N, C, out..., kernel...)``
 (no copy until the GEMM needs its columns); ``col2im`` accumulates the kernel taps with
 strided slices, one vectorised add per tap (never a loop over examples or pixels).
-See NOTE [conv strategy] in ``cuvmap/lax/conv.py`` for the alternative ``taps`` kernels
-and how the choice is made.
+See NOTE [conv strategy] in ``cuvmap/lax/conv.py`` for how these kernels and cuDNN's are
+chosen, and NOTE [cache blocking] below for how the CPU keeps the columns in cache.
 """
 import itertools
 

@@ -137,7 +137,8 @@ def _select_impl(pred, on_true, on_false):
     if type(pred) is not np.ndarray or pred.dtype != np.bool_ or pred.ndim == 0:
         return np.where(pred, on_true, on_false)
     dtype = np.result_type(on_true, on_false)
-    if dtype.kind != "f" or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS:
+    if (dtype.kind != "f" or dtype.itemsize not in _SAME_SIZE_INT
+            or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS):
         return np.where(pred, on_true, on_false)
     int_type = _SAME_SIZE_INT[dtype.itemsize]
     mask = np.negative(pred.view(np.int8), dtype=int_type)  # 0 or -1 (all bits set)
