@@ -135,6 +135,7 @@ for _p in (reduce_max_p, reduce_min_p):
     batching.defreduction(_p)
     jvp.defjvp(_p, _extremum_jvp)
     vjp.defvjp(_p, _extremum_vjp)
+del _p
 
 
 # ---------------------------------------------------------------------------------------
