@@ -133,7 +133,8 @@ def _float_bits(value, dtype, int_type):
     return np.asarray(value, dtype=dtype).view(int_type)
 
 
-def _select_impl(pred, on_true, on_false):
+def select_impl(pred, on_true, on_false):
+    """``numpy.where`` on concrete arrays, branch-free for NumPy floats (used by pooling too)."""
     if type(pred) is not np.ndarray or pred.dtype != np.bool_ or pred.ndim == 0:
         return np.where(pred, on_true, on_false)
     dtype = np.result_type(on_true, on_false)
@@ -164,7 +165,7 @@ def _select_shape_rule(pred, on_true, on_false):
     return ShapedArray(broadcast_shapes(pred.shape, out.shape), out.dtype, out.weak_type)
 
 
-select_p = _nary("select", _select_impl, _select_shape_rule)
+select_p = _nary("select", select_impl, _select_shape_rule)
 
 
 def _convert_element_type_impl(x, *, new_dtype):

@@ -46,6 +46,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.lax.elementwise import select_impl
 from cuvmap.lax.shape import reshape
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
@@ -300,9 +301,9 @@ def _max_pool_scatter_impl(g, x, *, window, stride, padding):
     xp = backend.xp_of(g, x)
     x_pad = _pad(xp, x, padding, -np.inf)
     out = xp.zeros(x_pad.shape, dtype=g.dtype)
-    zero = xp.zeros((), dtype=g.dtype)
     for sl, selected in _first_max_masks(xp, x_pad, window, stride, tuple(g.shape[2:])):
-        out[sl] += xp.where(selected, g, zero)        # the taps of one slice never overlap
+        # the taps of one slice never overlap; NOTE [branch-free select] for the NumPy path
+        out[sl] += select_impl(selected, g, 0)
     return xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
 
 
