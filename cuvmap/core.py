@@ -354,17 +354,6 @@ def _fmt_params(params):
     return ", " + ", ".join(f"{k}={v!r}" for k, v in params.items())
 
 
-def bind_impl_only(primitive, *args, **params):
-    return primitive.impl(*args, **params)
-
-
-def ensure_no_tracers_of(main, tree_leaves, what):
-    """Raises when a tracer of ``main`` is found among ``tree_leaves`` (used for aux data)."""
-    for leaf in tree_leaves:
-        if isinstance(leaf, Tracer) and leaf._main is main:
-            raise EscapedTracerError(f"{what} contains a traced value of {main.name}")
-
-
 def full_like_concrete(x, value, shape=None, dtype=None):
     """A concrete array filled with ``value`` on ``x``'s backend, with ``x``'s logical shape
     and dtype unless given. Not a primitive: the result is a constant to every transform."""
