@@ -339,15 +339,6 @@ def _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size):
 # ---------------------------------------------------------------------------------------
 
 
-def _check_leaf(f, path, leaf, where_word):
-    if isinstance(leaf, Tracer) or hasattr(leaf, "shape") or type(leaf) in (int, float, bool):
-        return
-    raise TransformError(
-        f"{_describe_arg(f, path)} is a {type(leaf).__name__}; {where_word} inputs must be arrays, "
-        "scalars or pytrees of them"
-    )
-
-
 def _vjp(f, primals, has_aux, where, describe):
     """Traces ``f(*primals)`` on a tape. Returns ``(out, vjp_fun, aux)``."""
     paths, leaves, treedef = tree.flatten_with_path(primals)
