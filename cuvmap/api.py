@@ -347,10 +347,9 @@ def _vjp(f, primals, has_aux, where, describe):
         inputs = []
         input_nodes = []
         for path, x in zip(paths, leaves):
-            describe_check = describe(path)
             if not (isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
                 raise TransformError(
-                    f"{describe_check} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
+                    f"{describe(path)} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
                 )
             if core.is_float(x):
                 node = tape.num_inputs
