@@ -24,3 +24,10 @@ def test_readme_opens_with_the_two_commands():
 def test_ci_runs_exactly_the_readme_test_command():
     ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert readme_commands()[1] in ci_lines
+
+
+def test_readme_python_example_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "(32, 8, 1, 3, 3)"
