@@ -126,6 +126,18 @@ def is_float(x):
     return x.dtype.kind in "fc"
 
 
+def common_float_dtype(*avals):
+    """The one floating dtype that all ``avals`` share; :class:`ShapeError` otherwise (for
+    primitives without type promotion, such as the conv and pooling families)."""
+    dtypes = {a.dtype for a in avals}
+    if len(dtypes) != 1:
+        raise ShapeError("operands must share one dtype, got " + ", ".join(str(a.dtype) for a in avals))
+    dtype = dtypes.pop()
+    if dtype.kind != "f":
+        raise ShapeError(f"operands must be floating point, got {dtype}")
+    return dtype
+
+
 def spatial_tuple(value, nd, name, op):
     """An int or a sequence as one int per spatial dim (``stride=2`` -> ``(2, 2)``);
     raises :class:`ShapeError` naming ``op`` and ``name`` when the length is wrong."""

@@ -163,19 +163,9 @@ def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transp
     return (n, out_ch) + out_sp
 
 
-def _check_dtypes(*avals):
-    dtypes = {a.dtype for a in avals}
-    if len(dtypes) != 1:
-        raise ShapeError("operands must share one dtype, got " + ", ".join(str(a.dtype) for a in avals))
-    dtype = dtypes.pop()
-    if dtype.kind != "f":
-        raise ShapeError(f"operands must be floating point, got {dtype}")
-    return dtype
-
-
 def _conv_shape_rule(lhs, rhs, *maybe_bias, **params):
     shape = conv_output_shape(lhs.shape, rhs.shape, **params)
-    dtype = _check_dtypes(lhs, rhs, *maybe_bias)
+    dtype = core.common_float_dtype(lhs, rhs, *maybe_bias)
     if maybe_bias:
         (bias,) = maybe_bias
         if tuple(bias.shape) != (shape[1],):
@@ -190,7 +180,7 @@ def _conv_backward_input_shape_rule(grad_output, rhs, *, input_shape, **params):
             f"grad_output of shape {tuple(grad_output.shape)} does not match the conv output {expected} "
             f"of an input {tuple(input_shape)} and weight {tuple(rhs.shape)}"
         )
-    return ShapedArray(input_shape, _check_dtypes(grad_output, rhs))
+    return ShapedArray(input_shape, core.common_float_dtype(grad_output, rhs))
 
 
 def _conv_backward_weight_shape_rule(grad_output, lhs, *, weight_shape, **params):
@@ -200,7 +190,7 @@ def _conv_backward_weight_shape_rule(grad_output, lhs, *, weight_shape, **params
             f"grad_output of shape {tuple(grad_output.shape)} does not match the conv output {expected} "
             f"of an input {tuple(lhs.shape)} and weight {tuple(weight_shape)}"
         )
-    return ShapedArray(weight_shape, _check_dtypes(grad_output, lhs))
+    return ShapedArray(weight_shape, core.common_float_dtype(grad_output, lhs))
 
 
 conv_p.shape_rule = _conv_shape_rule

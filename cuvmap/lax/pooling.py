@@ -152,18 +152,8 @@ def pool_output_shape(input_shape, *, window, stride, padding):
     return input_shape[:2] + out
 
 
-def _float_dtype(*avals):
-    dtypes = {a.dtype for a in avals}
-    if len(dtypes) != 1:
-        raise ShapeError("operands must share one dtype, got " + ", ".join(str(a.dtype) for a in avals))
-    dtype = dtypes.pop()
-    if dtype.kind != "f":
-        raise ShapeError(f"operands must be floating point, got {dtype}")
-    return dtype
-
-
 def _pool_shape_rule(x, *, window, stride, padding, **_):
-    return ShapedArray(pool_output_shape(x.shape, window=window, stride=stride, padding=padding), _float_dtype(x))
+    return ShapedArray(pool_output_shape(x.shape, window=window, stride=stride, padding=padding), core.common_float_dtype(x))
 
 
 def _check_same_shape(a, b, what):
@@ -180,12 +170,12 @@ def _check_pooled(g, x, params):
 
 def _max_pool_gather_shape_rule(t, x, **params):
     _check_same_shape(t, x, "tangent")
-    return ShapedArray(pool_output_shape(x.shape, **params), _float_dtype(t, x))
+    return ShapedArray(pool_output_shape(x.shape, **params), core.common_float_dtype(t, x))
 
 
 def _max_pool_scatter_shape_rule(g, x, **params):
     _check_pooled(g, x, params)
-    return ShapedArray(x.shape, _float_dtype(g, x))
+    return ShapedArray(x.shape, core.common_float_dtype(g, x))
 
 
 def _avg_pool_transpose_shape_rule(g, *, input_shape, window, stride, padding, count_include_pad):
@@ -193,7 +183,7 @@ def _avg_pool_transpose_shape_rule(g, *, input_shape, window, stride, padding, c
     if tuple(g.shape) != expected:
         raise ShapeError(f"cotangent of shape {tuple(g.shape)} must have the pooled shape {expected} of an input "
                          f"{tuple(input_shape)}")
-    return ShapedArray(input_shape, _float_dtype(g))
+    return ShapedArray(input_shape, core.common_float_dtype(g))
 
 
 max_pool_p.shape_rule = _pool_shape_rule
