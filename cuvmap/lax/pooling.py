@@ -153,7 +153,8 @@ def pool_output_shape(input_shape, *, window, stride, padding):
 
 
 def _pool_shape_rule(x, *, window, stride, padding, **_):
-    return ShapedArray(pool_output_shape(x.shape, window=window, stride=stride, padding=padding), core.common_float_dtype(x))
+    shape = pool_output_shape(x.shape, window=window, stride=stride, padding=padding)
+    return ShapedArray(shape, core.common_float_dtype(x))
 
 
 def _check_same_shape(a, b, what):
