@@ -104,6 +104,12 @@ def get_aval(x):
     return ShapedArray(x.shape, x.dtype)
 
 
+def as_array(x):
+    """``x`` itself when it is an array (NumPy or CuPy), else ``numpy.asarray(x)`` (impls
+    that call array methods also accept Python scalars)."""
+    return x if hasattr(x, "shape") else np.asarray(x)
+
+
 def shape_of(x):
     """Shape of an array, tracer or Python scalar (``()``)."""
     return getattr(x, "shape", ())
@@ -303,6 +309,11 @@ class Primitive:
 
     def __repr__(self):
         return f"{self.name}_p"
+
+    def check(self, *operands, **params):
+        """Runs the shape rule on the operands' avals: impls whose kernels would fail deep
+        inside NumPy call it first, so bad input fails with the rule's message."""
+        return self.shape_rule(*(get_aval(x) for x in operands), **params)
 
     def bind(self, *args, **params):
         top = None

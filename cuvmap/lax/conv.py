@@ -268,18 +268,11 @@ def _run_kernel(op, *args):
     return getattr(cudnn if choice[0] == "cudnn" else conv_gemm, op)(*args)
 
 
-def _validate(primitive, *operands, **params):
-    """Runs the shape rule on concrete operands, so bad input fails with our message
-    before any kernel runs."""
-    primitive.shape_rule(*(core.get_aval(x) for x in operands), **params)
-
-
 def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
-    _validate(conv_p, lhs, rhs, *maybe_bias, **params)
+    out_shape = conv_p.check(lhs, rhs, *maybe_bias, **params).shape
     if transposed:
-        out_shape = conv_output_shape(lhs.shape, rhs.shape, **params)
         # a transposed conv is the input-gradient of the regular conv from its output space
         out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
     else:
@@ -301,8 +294,9 @@ def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, out
 
 def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding, dilation, transposed,
                               output_padding, groups):
-    _validate(conv_backward_input_p, grad_output, rhs, input_shape=input_shape, stride=stride, padding=padding,
-              dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
+    conv_backward_input_p.check(grad_output, rhs, input_shape=input_shape, stride=stride, padding=padding,
+                                dilation=dilation, transposed=transposed, output_padding=output_padding,
+                                groups=groups)
     if transposed:
         # adjoint of the transposed conv in its input: the regular conv (NOTE [output_padding
         # in the transposed backward]: keep its first input_shape positions)
@@ -316,8 +310,9 @@ def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding,
 
 def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, padding, dilation, transposed,
                                output_padding, groups):
-    _validate(conv_backward_weight_p, grad_output, lhs, weight_shape=weight_shape, stride=stride, padding=padding,
-              dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups)
+    conv_backward_weight_p.check(grad_output, lhs, weight_shape=weight_shape, stride=stride, padding=padding,
+                                 dilation=dilation, transposed=transposed, output_padding=output_padding,
+                                 groups=groups)
     if transposed:
         # transposed conv T(x; w) = regular conv's input-gradient: ⟨T(x; w), g⟩ = ⟨x, conv(g; w)⟩,
         # so its weight-gradient is the regular one with the roles of x and g swapped; x

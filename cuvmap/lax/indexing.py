@@ -23,10 +23,6 @@ from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 
 
-def _as_array(x):
-    return x if hasattr(x, "shape") else np.asarray(x)
-
-
 # ---------------------------------------------------------------------------------------
 # iota
 # ---------------------------------------------------------------------------------------
@@ -75,7 +71,7 @@ def _slice_shape_rule(x, *, slices):
 
 
 def _slice_impl(x, *, slices):
-    return _as_array(x)[tuple(_pyslice(*s) for s in slices)]
+    return core.as_array(x)[tuple(_pyslice(*s) for s in slices)]
 
 
 slice_p = Primitive("slice")
@@ -114,7 +110,7 @@ def _slice_transpose_shape_rule(ct, *, slices, shape):
 
 
 def _slice_transpose_impl(ct, *, slices, shape):
-    ct = _as_array(ct)
+    ct = core.as_array(ct)
     out = backend.xp_of(ct).zeros(shape, dtype=ct.dtype)
     out[tuple(_pyslice(*s) for s in slices)] = ct
     return out
@@ -161,7 +157,7 @@ def _take_shape_rule(x, idx, *, axis):
 
 
 def _take_impl(x, idx, *, axis):
-    return _as_array(x).take(idx, axis=axis)
+    return core.as_array(x).take(idx, axis=axis)
 
 
 take_p = Primitive("take")
@@ -186,7 +182,7 @@ def _take_transpose_shape_rule(ct, idx, *, axis, shape):
 
 
 def _take_transpose_impl(ct, idx, *, axis, shape):
-    ct = _as_array(ct)
+    ct = core.as_array(ct)
     xp = backend.xp_of(ct, idx)
     out = xp.zeros(shape, dtype=ct.dtype)
     index = (_pyslice(None),) * axis + (idx,)

@@ -47,7 +47,6 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.elementwise import select_impl
-from cuvmap.lax.shape import reshape
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
 
@@ -199,11 +198,6 @@ avg_pool_transpose_p.shape_rule = _avg_pool_transpose_shape_rule
 # ---------------------------------------------------------------------------------------
 
 
-def _validate(primitive, *operands, **params):
-    """Runs the shape rule on concrete operands, so bad input fails with our message."""
-    primitive.shape_rule(*(core.get_aval(x) for x in operands), **params)
-
-
 def _taps(window, stride, out_sp):
     """For each window tap ``t`` (row-major order): the strided slice of the padded input
     that tap ``t`` of every window reads, ``x̃[..., y·s + t]`` for all output positions ``y``."""
@@ -225,9 +219,8 @@ def _crop(x, padding, spatial):
 
 
 def _max_pool_impl(x, *, window, stride, padding):
-    _validate(max_pool_p, x, window=window, stride=stride, padding=padding)
+    out_sp = max_pool_p.check(x, window=window, stride=stride, padding=padding).shape[2:]
     xp = backend.xp_of(x)
-    out_sp = pool_output_shape(x.shape, window=window, stride=stride, padding=padding)[2:]
     x_pad = _pad(xp, x, padding, -np.inf)
     out = None
     for sl in _taps(window, stride, out_sp):
@@ -276,9 +269,8 @@ def _first_max_masks(xp, x_pad, window, stride, out_sp):
 
 def _max_pool_gather_impl(t, x, *, window, stride, padding):
     params = dict(window=window, stride=stride, padding=padding)
-    _validate(max_pool_gather_p, t, x, **params)
+    out_sp = max_pool_gather_p.check(t, x, **params).shape[2:]
     xp = backend.xp_of(t, x)
-    out_sp = pool_output_shape(x.shape, **params)[2:]
     t_pad = _pad(xp, t, padding, 0)
     out = xp.empty(tuple(x.shape[:2]) + out_sp, dtype=t.dtype)
     for sl, selected in _first_max_masks(xp, _pad(xp, x, padding, -np.inf), window, stride, out_sp):
@@ -288,7 +280,7 @@ def _max_pool_gather_impl(t, x, *, window, stride, padding):
 
 def _max_pool_scatter_impl(g, x, *, window, stride, padding):
     params = dict(window=window, stride=stride, padding=padding)
-    _validate(max_pool_scatter_p, g, x, **params)
+    max_pool_scatter_p.check(g, x, **params)
     xp = backend.xp_of(g, x)
     x_pad = _pad(xp, x, padding, -np.inf)
     out = xp.zeros(x_pad.shape, dtype=g.dtype)
@@ -314,9 +306,8 @@ def _divisor(xp, input_shape, window, stride, padding, count_include_pad, dtype)
 
 def _avg_pool_impl(x, *, window, stride, padding, count_include_pad):
     params = dict(window=window, stride=stride, padding=padding)
-    _validate(avg_pool_p, x, count_include_pad=count_include_pad, **params)
+    out_sp = avg_pool_p.check(x, count_include_pad=count_include_pad, **params).shape[2:]
     xp = backend.xp_of(x)
-    out_sp = pool_output_shape(x.shape, **params)[2:]
     x_pad = _pad(xp, x, padding, 0)
     total = None
     for sl in _taps(window, stride, out_sp):
@@ -326,7 +317,7 @@ def _avg_pool_impl(x, *, window, stride, padding, count_include_pad):
 
 def _avg_pool_transpose_impl(g, *, input_shape, window, stride, padding, count_include_pad):
     params = dict(window=window, stride=stride, padding=padding)
-    _validate(avg_pool_transpose_p, g, input_shape=input_shape, count_include_pad=count_include_pad, **params)
+    avg_pool_transpose_p.check(g, input_shape=input_shape, count_include_pad=count_include_pad, **params)
     xp = backend.xp_of(g)
     out_sp = tuple(g.shape[2:])
     scaled = g / _divisor(xp, input_shape, window, stride, padding, count_include_pad, g.dtype)
@@ -361,9 +352,7 @@ avg_pool_transpose_p.impl = _avg_pool_transpose_impl
 def _fold_into_n(x, bdim, size):
     """``x`` with its vmap dim (or a broadcast one, when ``bdim`` is ``not_mapped``) merged
     into ``N``: ``B N ... -> (B N) ...``."""
-    x = bdim_at_front(x, bdim, size)
-    s = tuple(x.shape)
-    return reshape(x, (s[0] * s[1],) + s[2:])
+    return batching.fold_bdim_into(bdim_at_front(x, bdim, size), 0, 0)
 
 
 def _unary_pool_batcher(primitive):

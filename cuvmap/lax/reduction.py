@@ -32,10 +32,6 @@ def _reduce_sum_shape_rule(x, *, axes):
     return out
 
 
-def _as_array(x):
-    return x if hasattr(x, "shape") else np.asarray(x)
-
-
 def _kept_dims(ndim, axes):
     return tuple(i for i in range(ndim) if i not in axes)
 
@@ -45,7 +41,7 @@ def _kept_dims(ndim, axes):
 # ---------------------------------------------------------------------------------------
 
 def _reduce_sum_impl(x, *, axes):
-    x = _as_array(x)
+    x = core.as_array(x)
     # NumPy would promote small ints (int32, uint8) to int64; keep the dtype the shape rule
     # states: the operand's, int64 for booleans
     return x.sum(axis=axes, dtype=np.int64 if x.dtype == np.bool_ else x.dtype)
@@ -88,11 +84,11 @@ vjp.defvjp(reduce_sum_p, _reduce_sum_vjp)
 # ---------------------------------------------------------------------------------------
 
 reduce_max_p = Primitive("reduce_max")
-reduce_max_p.impl = lambda x, *, axes: _as_array(x).max(axis=axes)
+reduce_max_p.impl = lambda x, *, axes: core.as_array(x).max(axis=axes)
 reduce_max_p.shape_rule = _reduce_shape_rule
 
 reduce_min_p = Primitive("reduce_min")
-reduce_min_p.impl = lambda x, *, axes: _as_array(x).min(axis=axes)
+reduce_min_p.impl = lambda x, *, axes: core.as_array(x).min(axis=axes)
 reduce_min_p.shape_rule = _reduce_shape_rule
 
 
@@ -149,11 +145,11 @@ def _arg_shape_rule(x, *, axis):
 
 
 argmax_p = Primitive("argmax", differentiable=False)
-argmax_p.impl = lambda x, *, axis: _as_array(x).argmax(axis=axis)
+argmax_p.impl = lambda x, *, axis: core.as_array(x).argmax(axis=axis)
 argmax_p.shape_rule = _arg_shape_rule
 
 argmin_p = Primitive("argmin", differentiable=False)
-argmin_p.impl = lambda x, *, axis: _as_array(x).argmin(axis=axis)
+argmin_p.impl = lambda x, *, axis: core.as_array(x).argmin(axis=axis)
 argmin_p.shape_rule = _arg_shape_rule
 
 

@@ -13,10 +13,6 @@ from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, physical_axis
 
 
-def _as_array(x):
-    return x if hasattr(x, "shape") else np.asarray(x)
-
-
 def _prim(name, impl, shape_rule):
     p = Primitive(name)
     p.impl = impl
@@ -35,7 +31,7 @@ def _reshape_shape_rule(x, *, new_sizes):
     return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
 
-reshape_p = _prim("reshape", lambda x, *, new_sizes: _as_array(x).reshape(new_sizes), _reshape_shape_rule)
+reshape_p = _prim("reshape", lambda x, *, new_sizes: core.as_array(x).reshape(new_sizes), _reshape_shape_rule)
 
 
 def reshape(x, new_sizes):
@@ -69,7 +65,7 @@ def _transpose_shape_rule(x, *, permutation):
 
 
 transpose_p = _prim(
-    "transpose", lambda x, *, permutation: _as_array(x).transpose(permutation), _transpose_shape_rule
+    "transpose", lambda x, *, permutation: core.as_array(x).transpose(permutation), _transpose_shape_rule
 )
 
 
@@ -109,7 +105,7 @@ def _broadcast_in_dim_shape_rule(x, *, shape, broadcast_dimensions):
 
 
 def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
-    x = _as_array(x)
+    x = core.as_array(x)
     expanded = [1] * len(shape)
     for i, d in enumerate(broadcast_dimensions):
         expanded[d] = x.shape[i]
@@ -193,7 +189,7 @@ def _squeeze_shape_rule(x, *, dimensions):
     return ShapedArray(tuple(s for i, s in enumerate(x.shape) if i not in dimensions), x.dtype, x.weak_type)
 
 
-squeeze_p = _prim("squeeze", lambda x, *, dimensions: _as_array(x).squeeze(dimensions), _squeeze_shape_rule)
+squeeze_p = _prim("squeeze", lambda x, *, dimensions: core.as_array(x).squeeze(dimensions), _squeeze_shape_rule)
 
 
 def squeeze(x, dimensions):
@@ -231,7 +227,7 @@ def _expand_dims_shape_rule(x, *, dimensions):
 
 expand_dims_p = _prim(
     "expand_dims",
-    lambda x, *, dimensions: _as_array(x).reshape(_expand_dims_shape(np.shape(x), dimensions)),
+    lambda x, *, dimensions: core.as_array(x).reshape(_expand_dims_shape(np.shape(x), dimensions)),
     _expand_dims_shape_rule,
 )
 
@@ -332,7 +328,7 @@ def _pad_shape_rule(x, *, pads, value):
 
 
 def _pad_impl(x, *, pads, value):
-    x = _as_array(x)
+    x = core.as_array(x)
     return backend.xp_of(x).pad(x, pads, mode="constant", constant_values=value)
 
 
