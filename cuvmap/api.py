@@ -94,7 +94,7 @@ def _with_context(where, f, name=None):
 
 
 def _is_axis(x):
-    return x is None or (isinstance(x, (int, np.integer)) and not isinstance(x, bool))
+    return x is None or _is_int(x)
 
 
 def _check_callable(f, transform):
