@@ -143,8 +143,26 @@ def reference_conv(x, w, b, params):
 # ---------------------------------------------------------------------------------------
 
 
+# Each kernel has two column layouts and runs in blocks when its columns are large
+# (NOTE [column layouts] and NOTE [cache blocking] in cuvmap/lax/conv_gemm.py). The impl
+# tests run every layout, in one piece and in the smallest blocks (one example, or one
+# group when there is a single example).
+KERNEL_SETTINGS = [("auto", None), ("channel", None), ("pixel", None), ("channel", 1), ("pixel", 1)]
+KERNEL_IDS = [f"{layout}-{'blocks' if block else 'one-piece'}" for layout, block in KERNEL_SETTINGS]
+
+
+@pytest.fixture(params=KERNEL_SETTINGS, ids=KERNEL_IDS)
+def cpu_kernels(request, monkeypatch):
+    layout, block_bytes = request.param
+    gemm = importlib.import_module("cuvmap.lax.conv_gemm")
+    monkeypatch.setattr(gemm, "COLUMN_LAYOUT", layout)
+    if block_bytes is not None:
+        monkeypatch.setattr(gemm, "BLOCK_BYTES", block_bytes)
+    return request.param
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
-def test_conv_impl_matches_naive_loops(cfg):
+def test_conv_impl_matches_naive_loops(cfg, cpu_kernels):
     rng = np.random.default_rng(0)
     x, w, b, params = make_operands(cfg, rng)
     np.testing.assert_allclose(lax.conv(x, w, b, **params), reference_conv(x, w, b, params), atol=1e-10)
@@ -152,7 +170,7 @@ def test_conv_impl_matches_naive_loops(cfg):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
-def test_backward_impls_match_naive_loops(cfg):
+def test_backward_impls_match_naive_loops(cfg, cpu_kernels):
     """Both backward primitives against loops: for a regular conv the weight gradient is
     ``naive_backward_weight`` and the input gradient is the naive transposed conv; for a
     transposed conv the input gradient is the naive regular conv and the weight gradient is

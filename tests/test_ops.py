@@ -20,6 +20,7 @@ import pytest
 import cuvmap as cv
 from cuvmap import backend as cv_backend
 from cuvmap import core, lax
+from cuvmap.lax.elementwise import select_impl
 from cuvmap.test_util import check_batching, check_grads
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
 
@@ -358,3 +359,36 @@ def test_grad_of_vmap_matches_finite_differences(row, in_axes):
     f, diff = closed_over_nondiff(row, args, fun=weighted_sum(vf, weights))
     check_grads(f, diff, order=row.grad_order, modes=("fwd", "rev"), atol=row.grad_tol, rtol=row.grad_tol,
                 eps=row.grad_eps)
+
+
+# The branch-free select (NOTE [branch-free select] in cuvmap/lax/elementwise.py) blends
+# bit patterns and reuses its mask's buffer when it can: its result must equal np.where
+# bit for bit, special values included, whichever operand broadcasts.
+SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -2.5, 3.0])
+SELECT_SHAPES = [
+    # pred, on_true, on_false (None: the Python scalar 0)
+    ((2, 8), (2, 8), (2, 8)),
+    ((2, 8), (2, 8), None),
+    ((8,), (2, 8), (2, 8)),
+    ((8,), (2, 8), None),
+    ((2, 8), (8,), (2, 1)),
+    ((2, 8), (1, 8), None),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shapes", SELECT_SHAPES, ids=str)
+def test_branch_free_select_matches_where_bit_for_bit(shapes, dtype):
+    rng = np.random.default_rng(0)
+    pred_shape, true_shape, false_shape = shapes
+    pred = rng.random(pred_shape) < 0.5
+
+    def operand(shape):
+        return rng.choice(SPECIAL_VALUES, size=shape).astype(dtype)
+
+    on_true = operand(true_shape)
+    on_false = 0 if false_shape is None else operand(false_shape)
+    got = select_impl(pred, on_true, on_false)
+    want = np.where(pred, on_true, on_false)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

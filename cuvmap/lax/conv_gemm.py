@@ -10,11 +10,14 @@ zero padding, in the layout ``N C spatial...`` with weight ``O C/groups kernel..
 - :func:`backward_input` computes ``∂⟨out, g⟩/∂x`` (the transposed convolution);
 - :func:`backward_weight` computes ``∂⟨out, g⟩/∂w``.
 
-``im2col`` is a strided *view* of the padded input of shape ``(N, C, out..., kernel...)``
-(no copy until the GEMM needs its columns); ``col2im`` accumulates the kernel taps with
-strided slices, one vectorised add per tap (never a loop over examples or pixels).
-See NOTE [conv strategy] in ``cuvmap/lax/conv.py`` for how these kernels and cuDNN's are
-chosen, and NOTE [cache blocking] below for how the CPU keeps the columns in cache.
+The unfolded columns come in two layouts (NOTE [column layouts]): *channel-major*
+``(G, Cg·K, N·out)``, built from the ``N C spatial...`` input as it is, and *pixel-major*
+``(G, N·out, K·Cg)``, built from a channels-last copy of it. Either way ``im2col`` starts
+from a strided *view* of the padded input (no copy until the GEMM needs its columns), and
+the input gradient accumulates the kernel taps with strided slices, one vectorised add per
+tap (never a loop over examples or pixels). See NOTE [conv strategy] in
+``cuvmap/lax/conv.py`` for how these kernels and cuDNN's are chosen, and NOTE [cache
+blocking] below for how the CPU keeps the columns in cache.
 """
 import itertools
 
@@ -35,12 +38,69 @@ def _as_strided(xp, x, shape, strides):
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _taps(kernel):
+    """Every kernel offset ``k`` (a tuple per spatial dim), in C order."""
+    return itertools.product(*(range(k) for k in kernel))
+
+
+def _tap_slices(tap, stride, dilation, out_sp):
+    """The input positions ``y·s + k·d`` (in padded coordinates) that tap ``k`` touches."""
+    return tuple(
+        slice(t * d, t * d + st * (os - 1) + 1, st)
+        for t, d, st, os in zip(tap, dilation, stride, out_sp)
+    )
+
+
 def output_spatial(spatial, kernel, stride, padding, dilation):
     """``⌊(S + 2p − d(k − 1) − 1) / s⌋ + 1`` per spatial dim."""
     return tuple(
         (s + 2 * p - d * (k - 1) - 1) // st + 1
         for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
     )
+
+
+# NOTE [column layouts]
+# im2col copies every kernel window of the input into a column of a GEMM operand, and on
+# the CPU that copy costs about as much as the GEMM itself: NumPy copies a strided view one
+# contiguous run at a time, so what matters is how long the runs are.
+#   channel-major (G, Cg·K, N·out): row (c, k), column (n, y). Built from x as it is
+#       (N C spatial...); a run is one row of output pixels, out[-1] values when the last
+#       stride is 1 (else single values).
+#   pixel-major (G, N·out, K·Cg): row (n, y), column (k, c). Built from a channels-last
+#       copy of x (G, N, spatial..., Cg), one copy of the input's size; a run is the last
+#       kernel dim's taps times the channels, k[-1]·Cg values when the last dilation is 1
+#       (else Cg values).
+# The kernels pick the layout with the longer runs. On the README CNN's second layer
+# (16→32 channels, 5×5 kernel, 20×20 output, batch 128) the runs are 80 against 20 values
+# and pixel-major takes the forward from 18 to 13 ms, the per-example weight gradient
+# from 22 to 16 ms; on its first layer (1 channel) they are 5 against 24 and channel-major
+# is 1.7x faster. The input gradient follows the same choice: channel-major multiplies
+# wᵀ·g into whole columns and accumulates the taps from them; pixel-major runs one small
+# GEMM per tap, g (N·out, Og) · w_k (Og, Cg), added straight into a channels-last input
+# gradient, so both sides of each add are contiguous runs of out[-1]·Cg values (31 against
+# 23 ms on the second layer). CuPy always uses channel-major (one piece, NOTE [cache
+# blocking]), and COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run both).
+COLUMN_LAYOUT = "auto"
+
+
+def _pixel_major(xp, cg, kernel, stride, dilation, out_sp):
+    """Whether to use the pixel-major layout of NOTE [column layouts]."""
+    if COLUMN_LAYOUT != "auto":
+        return COLUMN_LAYOUT == "pixel"
+    if xp is not np:
+        return False
+    pixel_run = cg * (kernel[-1] if dilation[-1] == 1 else 1)
+    channel_run = out_sp[-1] if stride[-1] == 1 else 1
+    return pixel_run > channel_run
+
+
+# ---------------------------------------------------------------------------------------
+# Channel-major columns
+# ---------------------------------------------------------------------------------------
 
 
 def _pad(xp, x, padding):
@@ -72,23 +132,21 @@ def _columns(xp, x, kernel, stride, padding, dilation, groups):
     win = win.reshape((n, groups, cg) + out_sp + tuple(kernel))
     # (N, G, Cg, out..., K...) -> (G, Cg, K..., N, out...)
     perm = (1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + (0,) + tuple(range(3, 3 + nd))
-    k_size = int(np.prod(kernel))
-    o_size = int(np.prod(out_sp))
-    return win.transpose(perm).reshape(groups, cg * k_size, n * o_size), out_sp
+    return win.transpose(perm).reshape(groups, cg * _size(kernel), n * _size(out_sp)), out_sp
 
 
 def _grad_as_gemm_operand(g, groups):
     """``(N, O, out...)`` -> ``(G, Og, N·out)``."""
     n, o = g.shape[:2]
-    out_sp = g.shape[2:]
-    o_size = int(np.prod(out_sp))
+    o_size = _size(g.shape[2:])
     gm = g.reshape(n, groups, o // groups, o_size)
     if n == 1:
         return gm.reshape(groups, o // groups, o_size)
     return gm.transpose(1, 2, 0, 3).reshape(groups, o // groups, n * o_size)
 
 
-def _forward_block(x, w, stride, padding, dilation, groups):
+def _forward_channel_major(x, w, stride, padding, dilation, groups):
+    """``(N, O, out...)``, possibly a transposed view."""
     xp = _xp(x)
     n = x.shape[0]
     o = w.shape[0]
@@ -97,22 +155,20 @@ def _forward_block(x, w, stride, padding, dilation, groups):
     wm = w.reshape(groups, o // groups, -1)
     out = xp.matmul(wm, cols)  # (G, Og, N·out)
     out = out.reshape((groups, o // groups, n) + out_sp)
-    if n == 1:
-        return out.reshape((1, o) + out_sp)
     perm = (2, 0, 1) + tuple(range(3, 3 + len(out_sp)))
-    return xp.ascontiguousarray(out.transpose(perm)).reshape((n, o) + out_sp)
+    return out.transpose(perm).reshape((n, o) + out_sp)
 
 
-def _backward_weight_block(g, x, weight_shape, stride, padding, dilation, groups):
+def _backward_weight_channel_major(g, x, weight_shape, stride, padding, dilation, groups):
+    """``(G, Og, Cg·K)``: the weight gradient as a matrix per group, in the weight's order."""
     xp = _xp(x)
     kernel = tuple(weight_shape[2:])
     cols, _ = _columns(xp, x, kernel, stride, padding, dilation, groups)
-    gm = _grad_as_gemm_operand(g, groups)
-    gw = xp.matmul(gm, cols.transpose(0, 2, 1))  # (G, Og, Cg·K)
-    return gw.reshape(weight_shape)
+    return xp.matmul(_grad_as_gemm_operand(g, groups), cols.transpose(0, 2, 1))
 
 
-def _backward_input_block(g, w, input_shape, stride, padding, dilation, groups):
+def _backward_input_channel_major(g, w, input_shape, stride, padding, dilation, groups):
+    """``(N, G, Cg, S...)``, possibly a view of a larger (padded) array."""
     xp = _xp(g)
     n, c = input_shape[:2]
     spatial = tuple(input_shape[2:])
@@ -129,18 +185,93 @@ def _backward_input_block(g, w, input_shape, stride, padding, dilation, groups):
     gx = xp.zeros((n, groups, cg) + padded, dtype=cols.dtype)
     # (G, Cg, N, out...) -> (N, G, Cg, out...) for each tap
     tap_perm = (2, 0, 1) + tuple(range(3, 3 + nd))
-    for tap in itertools.product(*(range(k) for k in kernel)):
+    for tap in _taps(kernel):
         src = cols[(slice(None), slice(None)) + tap].transpose(tap_perm)
-        dst = (slice(None),) * 3 + tuple(
-            slice(t * d, t * d + st * (os - 1) + 1, st)
-            for t, d, st, os in zip(tap, dilation, stride, out_sp)
-        )
-        gx[dst] += src
-    crop = (slice(None),) * 3 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))
-    gx = gx[crop]
-    if any(padding):
-        gx = xp.ascontiguousarray(gx)
-    return gx.reshape(input_shape)
+        gx[(slice(None),) * 3 + _tap_slices(tap, stride, dilation, out_sp)] += src
+    return gx[(slice(None),) * 3 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+
+
+# ---------------------------------------------------------------------------------------
+# Pixel-major columns (NumPy only)
+# ---------------------------------------------------------------------------------------
+
+
+def _channels_last(x, groups, padding):
+    """``(N, G·Cg, S...)`` -> zero-padded ``(G, N, S + 2p..., Cg)``, one copy."""
+    n, c = x.shape[:2]
+    spatial = tuple(x.shape[2:])
+    nd = len(spatial)
+    cg = c // groups
+    view = x.reshape((n, groups, cg) + spatial).transpose((1, 0) + tuple(range(3, 3 + nd)) + (2,))
+    if not any(padding):
+        return np.ascontiguousarray(view)
+    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    out = np.zeros((groups, n) + padded + (cg,), dtype=x.dtype)
+    out[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))] = view
+    return out
+
+
+def _pixel_columns(x, kernel, stride, padding, dilation, groups):
+    """im2col as ``(G, N·out, K·Cg)``: row ``(n, y)``, column ``(k, c)`` holds
+    ``x[n, g·Cg + c, y·s − p + k·d]``."""
+    x_cl = _channels_last(x, groups, padding)
+    n, cg = x.shape[0], x_cl.shape[-1]
+    nd = len(kernel)
+    out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
+    st = x_cl.strides
+    shape = (groups, n) + out_sp + tuple(kernel) + (cg,)
+    strides = (
+        st[:2]
+        + tuple(st[2 + i] * stride[i] for i in range(nd))
+        + tuple(st[2 + i] * dilation[i] for i in range(nd))
+        + (st[-1],)
+    )
+    win = _as_strided(np, x_cl, shape, strides)
+    return win.reshape(groups, n * _size(out_sp), _size(kernel) * cg), out_sp
+
+
+def _forward_pixel_major(x, w, stride, padding, dilation, groups):
+    """``(N, O, out...)``, a transposed view of the GEMM's ``(G, N·out, Og)``."""
+    n = x.shape[0]
+    o, cg = w.shape[:2]
+    og = o // groups
+    kernel = tuple(w.shape[2:])
+    cols, out_sp = _pixel_columns(x, kernel, stride, padding, dilation, groups)
+    # (G·Og, Cg, K...) -> (G, K·Cg, Og)
+    wm = w.reshape(groups, og, cg, _size(kernel)).transpose(0, 3, 2, 1).reshape(groups, -1, og)
+    out = np.matmul(cols, wm).reshape(groups, n, _size(out_sp), og)
+    return out.transpose(1, 0, 3, 2).reshape((n, o) + out_sp)
+
+
+def _backward_weight_pixel_major(g, x, weight_shape, stride, padding, dilation, groups):
+    """``(G, Og, K·Cg)``: the weight gradient as a matrix per group, taps before channels."""
+    kernel = tuple(weight_shape[2:])
+    cols, _ = _pixel_columns(x, kernel, stride, padding, dilation, groups)
+    return np.matmul(_grad_as_gemm_operand(g, groups), cols)
+
+
+def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, groups):
+    """``(N, G, Cg, S...)``, a transposed view of a channels-last ``(G, N, S..., Cg)``."""
+    n, c = input_shape[:2]
+    spatial = tuple(input_shape[2:])
+    nd = len(spatial)
+    o, cg = w.shape[:2]
+    og = o // groups
+    kernel = tuple(w.shape[2:])
+    out_sp = tuple(g.shape[2:])
+    o_size = _size(out_sp)
+    # g as (G, N·out, Og) and w as one (G, Og, Cg) matrix per tap
+    gt = np.ascontiguousarray(g.reshape(n, groups, og, o_size).transpose(1, 0, 3, 2)).reshape(groups, n * o_size, og)
+    w_taps = np.ascontiguousarray(w.reshape(groups, og, cg, _size(kernel)).transpose(3, 0, 1, 2))
+    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    dtype = np.result_type(g.dtype, w.dtype)
+    gx = np.zeros((groups, n) + padded + (cg,), dtype=dtype)
+    term = np.empty((groups, n * o_size, cg), dtype=dtype)
+    for w_tap, tap in zip(w_taps, _taps(kernel)):
+        np.matmul(gt, w_tap, out=term)
+        gx[(slice(None),) * 2 + _tap_slices(tap, stride, dilation, out_sp)] += term.reshape((groups, n) + out_sp + (cg,))
+    gx = gx[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+    return gx.transpose((1, 0, nd + 2) + tuple(range(2, nd + 2)))
 
 
 # NOTE [cache blocking]
@@ -156,97 +287,115 @@ def _backward_input_block(g, w, input_shape, stride, padding, dilation, groups):
 BLOCK_BYTES = 4 << 20
 
 
-def _blocks(x, n, groups, columns_bytes_per_example_group):
-    """``("n", size)`` or ``("g", size)``: how to split a problem whose columns take
-    ``columns_bytes_per_example_group`` per (example, group); ``None`` for one piece."""
+def _blocks(x, n, groups, bytes_per_example_group):
+    """``("n", size)`` or ``("g", size)``: how to split a problem whose working set takes
+    ``bytes_per_example_group`` per (example, group); ``None`` for one piece."""
     if _xp(x) is not np:
         return None
-    total = n * groups * columns_bytes_per_example_group
+    total = n * groups * bytes_per_example_group
     if total <= 2 * BLOCK_BYTES:
         return None
     if n > 1:
-        nb = max(1, BLOCK_BYTES // (groups * columns_bytes_per_example_group))
+        nb = max(1, BLOCK_BYTES // (groups * bytes_per_example_group))
         return ("n", nb) if nb < n else None
-    gb = max(1, BLOCK_BYTES // columns_bytes_per_example_group)
+    gb = max(1, BLOCK_BYTES // bytes_per_example_group)
     return ("g", gb) if gb < groups else None
 
 
-def _column_bytes(c, groups, kernel, out_sp, dtype):
-    return (c // groups) * int(np.prod(kernel)) * int(np.prod(out_sp)) * np.dtype(dtype).itemsize
+def _block_ranges(plan, n, groups):
+    """``(examples, groups)`` slice pairs covering the problem, following ``plan``."""
+    if plan is None:
+        return [(slice(0, n), slice(0, groups))]
+    axis, size = plan
+    if axis == "n":
+        return [(slice(s, min(n, s + size)), slice(0, groups)) for s in range(0, n, size)]
+    return [(slice(0, n), slice(s, min(groups, s + size))) for s in range(0, groups, size)]
+
+
+def _channels(gs, per_group):
+    """The channel slice of the group slice ``gs``."""
+    return slice(gs.start * per_group, gs.stop * per_group)
+
+
+def _column_bytes(cg, kernel, out_sp, dtype):
+    return cg * _size(kernel) * _size(out_sp) * np.dtype(dtype).itemsize
 
 
 def forward(x, w, stride, padding, dilation, groups):
     """Regular convolution ``(N, C, S...) ⊛ (O, C/G, K...) -> (N, O, out...)``."""
+    xp = _xp(x)
     n, c = x.shape[:2]
     o = w.shape[0]
+    cg, og = c // groups, o // groups
     kernel = tuple(w.shape[2:])
     out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
-    plan = _blocks(x, n, groups, _column_bytes(c, groups, kernel, out_sp, x.dtype))
+    block = (_forward_pixel_major if _pixel_major(xp, cg, kernel, stride, dilation, out_sp)
+             else _forward_channel_major)
+    plan = _blocks(x, n, groups, _column_bytes(cg, kernel, out_sp, x.dtype))
     if plan is None:
-        return _forward_block(x, w, stride, padding, dilation, groups)
+        return xp.ascontiguousarray(block(x, w, stride, padding, dilation, groups))
     out = np.empty((n, o) + out_sp, dtype=np.result_type(x.dtype, w.dtype))
-    axis, size = plan
-    if axis == "n":
-        for s in range(0, n, size):
-            out[s:s + size] = _forward_block(x[s:s + size], w, stride, padding, dilation, groups)
-    else:
-        cg, og = c // groups, o // groups
-        for s in range(0, groups, size):
-            e = min(groups, s + size)
-            out[:, s * og:e * og] = _forward_block(x[:, s * cg:e * cg], w[s * og:e * og], stride, padding,
-                                                   dilation, e - s)
+    for ns, gs in _block_ranges(plan, n, groups):
+        out[ns, _channels(gs, og)] = block(x[ns, _channels(gs, cg)], w[_channels(gs, og)], stride, padding,
+                                           dilation, gs.stop - gs.start)
     return out
 
 
 def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
     """``∂⟨conv(x, w), g⟩/∂w``: ``(N, O, out...), (N, C, S...) -> (O, C/G, K...)``."""
+    xp = _xp(x)
     n, c = x.shape[:2]
+    o, cg = weight_shape[:2]
+    og = o // groups
     kernel = tuple(weight_shape[2:])
+    k_size = _size(kernel)
     out_sp = tuple(g.shape[2:])
-    plan = _blocks(x, n, groups, _column_bytes(c, groups, kernel, out_sp, x.dtype))
-    if plan is None:
-        return _backward_weight_block(g, x, weight_shape, stride, padding, dilation, groups)
-    axis, size = plan
-    if axis == "n":
-        gw = None
-        for s in range(0, n, size):
-            part = _backward_weight_block(g[s:s + size], x[s:s + size], weight_shape, stride, padding, dilation, groups)
+    pixel = _pixel_major(xp, cg, kernel, stride, dilation, out_sp)
+    block = _backward_weight_pixel_major if pixel else _backward_weight_channel_major
+    plan = _blocks(x, n, groups, _column_bytes(cg, kernel, out_sp, x.dtype))
+    gw = None  # (G, Og, K·Cg) pixel-major, (G, Og, Cg·K) channel-major
+    for ns, gs in _block_ranges(plan, n, groups):
+        part = block(g[ns, _channels(gs, og)], x[ns, _channels(gs, cg)],
+                     (og * (gs.stop - gs.start),) + tuple(weight_shape[1:]), stride, padding, dilation,
+                     gs.stop - gs.start)
+        if gs.stop - gs.start < groups:  # a block of groups: its slice of the result
             if gw is None:
-                gw = part
-            else:
-                gw += part
-        return gw
-    o = weight_shape[0]
-    cg, og = c // groups, o // groups
-    gw = np.empty(tuple(weight_shape), dtype=np.result_type(g.dtype, x.dtype))
-    for s in range(0, groups, size):
-        e = min(groups, s + size)
-        gw[s * og:e * og] = _backward_weight_block(g[:, s * og:e * og], x[:, s * cg:e * cg],
-                                                   ((e - s) * og,) + tuple(weight_shape[1:]), stride, padding,
-                                                   dilation, e - s)
-    return gw
+                gw = np.empty((groups,) + part.shape[1:], dtype=part.dtype)
+            gw[gs] = part
+        elif gw is None:
+            gw = part
+        else:  # a block of examples: a term of the sum over examples
+            gw += part
+    if pixel:
+        gw = gw.reshape(groups, og, k_size, cg).transpose(0, 1, 3, 2)
+    return xp.ascontiguousarray(gw).reshape(tuple(weight_shape))
 
 
 def backward_input(g, w, input_shape, stride, padding, dilation, groups):
-    """``∂⟨conv(x, w), g⟩/∂x`` (the transposed convolution): col2im of ``wᵀ g``."""
+    """``∂⟨conv(x, w), g⟩/∂x`` (the transposed convolution): the taps of ``wᵀ g``,
+    accumulated into the input's positions."""
+    xp = _xp(g)
     n, c = input_shape[:2]
+    spatial = tuple(input_shape[2:])
+    o, cg = w.shape[:2]
+    og = o // groups
     kernel = tuple(w.shape[2:])
     out_sp = tuple(g.shape[2:])
-    plan = _blocks(g, n, groups, _column_bytes(c, groups, kernel, out_sp, g.dtype))
+    if _pixel_major(xp, cg, kernel, stride, dilation, out_sp):
+        # the working set of a tap: g (out·Og) and the tap's term (out·Cg)
+        block = _backward_input_pixel_major
+        per_example_group = _size(out_sp) * (og + cg) * np.dtype(g.dtype).itemsize
+    else:
+        block = _backward_input_channel_major
+        per_example_group = _column_bytes(cg, kernel, out_sp, g.dtype)
+    plan = _blocks(g, n, groups, per_example_group)
     if plan is None:
-        return _backward_input_block(g, w, input_shape, stride, padding, dilation, groups)
+        gx = block(g, w, input_shape, stride, padding, dilation, groups)
+        return xp.ascontiguousarray(gx).reshape(tuple(input_shape))
     gx = np.empty(tuple(input_shape), dtype=np.result_type(g.dtype, w.dtype))
-    axis, size = plan
-    rest = tuple(input_shape[2:])
-    if axis == "n":
-        for s in range(0, n, size):
-            e = min(n, s + size)
-            gx[s:e] = _backward_input_block(g[s:e], w, (e - s, c) + rest, stride, padding, dilation, groups)
-        return gx
-    o = w.shape[0]
-    cg, og = c // groups, o // groups
-    for s in range(0, groups, size):
-        e = min(groups, s + size)
-        gx[:, s * cg:e * cg] = _backward_input_block(g[:, s * og:e * og], w[s * og:e * og], (n, (e - s) * cg) + rest,
-                                                     stride, padding, dilation, e - s)
+    gx_groups = gx.reshape((n, groups, cg) + spatial)
+    for ns, gs in _block_ranges(plan, n, groups):
+        shape = (ns.stop - ns.start, cg * (gs.stop - gs.start)) + spatial
+        gx_groups[ns, gs] = block(g[ns, _channels(gs, og)], w[_channels(gs, og)], shape, stride, padding,
+                                  dilation, gs.stop - gs.start)
     return gx

@@ -63,8 +63,14 @@ def _dot_general_impl(x, y, *, dimension_numbers):
     yt = y.transpose(tuple(yb) + tuple(yc) + tuple(y_free))
     if k == 1:
         # an outer product (per-example gradients of a dense layer): a broadcast multiply
-        # writes the output once; a stack of rank-1 GEMMs is several times slower
-        out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
+        # writes the output once; a stack of rank-1 GEMMs is several times slower. NumPy's
+        # inner loop runs along the last axis, so the longer of m and n goes last: with
+        # n < m the product is written as (b, n, m) and returned as its transposed view
+        # (12800 × 10 per example: 11 ms against 27 ms at batch 128).
+        if n < m:
+            out = (yt.reshape(b, n, 1) * xt.reshape(b, 1, m)).transpose(0, 2, 1)
+        else:
+            out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
     elif xb:
         out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
     else:
