@@ -555,3 +555,16 @@ def test_conv_module_has_all_rules():
 
     for p in (conv_mod.conv_p, conv_mod.conv_backward_input_p, conv_mod.conv_backward_weight_p):
         assert p in batching.primitive_batchers and p in jvp.primitive_jvps and p in vjp.primitive_vjps
+
+
+@pytest.mark.parametrize("cg, out_sp, og, pixel", [
+    (16, (20, 20), 32, True),     # the README CNN's conv2: runs of 80 against 20 values
+    (1, (24, 24), 16, False),     # its conv1: runs of 5 against 24
+    (16, (20, 20), 1024, False),  # 32 weights folded into the output channels: Og ≥ K·Cg
+    (16, (20, 20), None, True),   # a weight gradient transposes no (N, O, out) operand
+])
+def test_auto_column_layout(cg, out_sp, og, pixel):
+    """NOTE [column layouts]: the longer contiguous runs win, unless pixel-major would
+    transpose an operand larger than the columns."""
+    gemm = importlib.import_module("cuvmap.lax.conv_gemm")
+    assert gemm._pixel_major(np, cg, (5, 5), (1, 1), (1, 1), out_sp, og) is pixel

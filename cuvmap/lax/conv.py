@@ -212,9 +212,10 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 #             the batched matmul. `python -m benchmarks conv` (table 3) measures the folded
 #             grouped call of the per-example weight gradient against an explicit unfold +
 #             batched matmul of the same product: on the README CNN's second layer the
-#             folded call is 1.1-1.55x faster (its columns are cache-blocked, NOTE [cache
-#             blocking]); on the 1-channel first layer it is 1.1-1.4x slower, by 0.05-0.5 ms
-#             of Python around the same GEMM. A direct per-tap kernel (no unfolded copy)
+#             folded call is 1.4-1.7x faster (its columns are cache-blocked and
+#             pixel-major, NOTEs [cache blocking] and [column layouts] in conv_gemm.py);
+#             on the 1-channel first layer it is 1.2-1.4x slower, by 0.07-0.5 ms of
+#             Python around the same GEMM. A direct per-tap kernel (no unfolded copy)
 #             lost on every shape (1.2x slower with 16 input channels, 30x with 1). So the
 #             CPU always runs the folded grouped call through these kernels, whatever the
 #             strategy setting.
