@@ -568,3 +568,10 @@ def test_auto_column_layout(cg, out_sp, og, pixel):
     transpose an operand larger than the columns."""
     gemm = importlib.import_module("cuvmap.lax.conv_gemm")
     assert gemm._pixel_major(np, cg, (5, 5), (1, 1), (1, 1), out_sp, og) is pixel
+
+
+def test_column_layout_setting_is_validated(monkeypatch):
+    gemm = importlib.import_module("cuvmap.lax.conv_gemm")
+    monkeypatch.setattr(gemm, "COLUMN_LAYOUT", "pixels")
+    with pytest.raises(ValueError, match="COLUMN_LAYOUT must be 'auto', 'channel' or 'pixel', got 'pixels'"):
+        gemm.forward(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)), (1, 1), (0, 0), (1, 1), 1)

@@ -366,13 +366,16 @@ def test_grad_of_vmap_matches_finite_differences(row, in_axes):
 # bit for bit, special values included, whichever operand broadcasts.
 SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -2.5, 3.0])
 SELECT_SHAPES = [
-    # pred, on_true, on_false (None: the Python scalar 0)
+    # pred, on_true, on_false: a shape, or a Python scalar
     ((2, 8), (2, 8), (2, 8)),
-    ((2, 8), (2, 8), None),
+    ((2, 8), (2, 8), 0),
+    ((2, 8), (2, 8), 0.0),
+    ((2, 8), (2, 8), -0.0),
+    ((2, 8), (2, 8), 2.5),
     ((8,), (2, 8), (2, 8)),
-    ((8,), (2, 8), None),
+    ((8,), (2, 8), 0),
     ((2, 8), (8,), (2, 1)),
-    ((2, 8), (1, 8), None),
+    ((2, 8), (1, 8), 0),
 ]
 
 
@@ -380,14 +383,14 @@ SELECT_SHAPES = [
 @pytest.mark.parametrize("shapes", SELECT_SHAPES, ids=str)
 def test_branch_free_select_matches_where_bit_for_bit(shapes, dtype):
     rng = np.random.default_rng(0)
-    pred_shape, true_shape, false_shape = shapes
+    pred_shape, true_shape, false_spec = shapes
     pred = rng.random(pred_shape) < 0.5
 
     def operand(shape):
         return rng.choice(SPECIAL_VALUES, size=shape).astype(dtype)
 
     on_true = operand(true_shape)
-    on_false = 0 if false_shape is None else operand(false_shape)
+    on_false = operand(false_spec) if isinstance(false_spec, tuple) else false_spec
     got = select_impl(pred, on_true, on_false)
     want = np.where(pred, on_true, on_false)
     assert got.dtype == want.dtype and got.shape == want.shape

@@ -88,8 +88,10 @@ def output_spatial(spatial, kernel, stride, padding, dilation):
 # The input gradient follows the same choice: channel-major multiplies
 # wᵀ·g into whole columns and accumulates the taps from them; pixel-major runs one small
 # GEMM per tap, g (N·out, Og) · w_k (Og, Cg), added straight into a channels-last input
-# gradient, so both sides of each add are contiguous runs of out[-1]·Cg values. CuPy always uses channel-major (one piece, NOTE [cache
-# blocking]), and COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run both).
+# gradient, so both sides of each add are contiguous runs of out[-1]·Cg values when the
+# last stride is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache
+# blocking]); on NumPy, COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run
+# both).
 COLUMN_LAYOUT = "auto"
 
 
@@ -97,10 +99,12 @@ def _pixel_major(xp, cg, kernel, stride, dilation, out_sp, og=None):
     """Whether to use the pixel-major layout of NOTE [column layouts]. ``og``: the
     channels per group of the (N, O, out...) operand the pixel-major kernel transposes
     element by element (the forward's output, the input gradient's grad_output)."""
-    if COLUMN_LAYOUT != "auto":
-        return COLUMN_LAYOUT == "pixel"
     if xp is not np:
         return False
+    if COLUMN_LAYOUT not in ("auto", "channel", "pixel"):
+        raise ValueError(f"conv_gemm.COLUMN_LAYOUT must be 'auto', 'channel' or 'pixel', got {COLUMN_LAYOUT!r}")
+    if COLUMN_LAYOUT != "auto":
+        return COLUMN_LAYOUT == "pixel"
     pixel_run = cg * (kernel[-1] if dilation[-1] == 1 else 1)
     channel_run = out_sp[-1] if stride[-1] == 1 else 1
     if og is not None and og >= cg * _size(kernel):
@@ -241,7 +245,8 @@ def _pixel_columns(x, kernel, stride, padding, dilation, groups):
 
 
 def _forward_pixel_major(x, w, stride, padding, dilation, groups):
-    """``(N, O, out...)``, a transposed view of the GEMM's ``(G, N·out, Og)``."""
+    """``(N, O, out...)``, from the GEMM's ``(G, N·out, Og)`` (a transposed view of it when
+    G == 1)."""
     n = x.shape[0]
     o, cg = w.shape[:2]
     og = o // groups

@@ -10,6 +10,8 @@ operand, ``g * ∂out/∂x_i``, serves as both its JVP rule and its VJP rule
 (:func:`cuvmap.transforms.vjp.defderivative`). The transforms sum or broadcast the
 result back to each operand's shape.
 """
+import math
+
 import numpy as np
 
 from cuvmap import core
@@ -133,6 +135,11 @@ def _float_bits(value, dtype, int_type):
     return np.asarray(value, dtype=dtype).view(int_type)
 
 
+def _is_positive_zero(value):
+    """A Python 0 or 0.0 (not -0.0, whose sign bit the blend must keep)."""
+    return type(value) in (int, float) and value == 0 and math.copysign(1.0, value) > 0
+
+
 def select_impl(pred, on_true, on_false):
     """``numpy.where`` on concrete arrays, branch-free for NumPy floats (used by pooling too)."""
     if type(pred) is not np.ndarray or pred.dtype != np.bool_ or pred.ndim == 0:
@@ -147,7 +154,7 @@ def select_impl(pred, on_true, on_false):
     # the mask's buffer is reused for the last result when it has the full shape: one
     # fresh array fewer to touch (fresh pages are slow here, NOTE [cache blocking])
     reuse = mask if mask.shape == shape else None
-    if type(on_false) in (int, float) and on_false == 0:
+    if _is_positive_zero(on_false):
         return np.bitwise_and(_float_bits(on_true, dtype, int_type), mask, out=reuse).view(dtype)
     out = np.bitwise_and(_float_bits(on_true, dtype, int_type), mask)
     np.invert(mask, out=mask)
