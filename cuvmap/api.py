@@ -364,7 +364,7 @@ def _vjp(f, primals, has_aux, where, describe):
         if has_aux:
             if not (isinstance(out, (tuple, list)) and len(out) == 2):
                 raise TransformError(
-                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {type(out).__name__}"
+                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
                 )
             out, aux = out
     out_leaves, out_tree = tree.flatten(out)
@@ -601,7 +601,7 @@ def _jvp(f, primals, tangents, has_aux, where):
         if has_aux:
             if not (isinstance(out, (tuple, list)) and len(out) == 2):
                 raise TransformError(
-                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {type(out).__name__}"
+                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
                 )
             out, aux = out
     out_leaves, out_tree = tree.flatten(out)

@@ -90,7 +90,7 @@ def broadcast_prefix(prefix, tree, is_prefix_leaf):
             p_level is None or t_level is None or type(p) is not type(t)
             or tuple(p_level.entries) != tuple(t_level.entries)
         ):
-            raise PrefixError(path, f"{_describe(p)}, which is not a prefix of {_describe(t)}")
+            raise PrefixError(path, f"{describe(p)}, which is not a prefix of {describe(t)}")
         for entry, p_child, t_child in zip(p_level.entries, p_level.children, t_level.children):
             walk(p_child, t_child, path + (entry,))
 
@@ -98,7 +98,9 @@ def broadcast_prefix(prefix, tree, is_prefix_leaf):
     return out
 
 
-def _describe(x):
+def describe(x):
+    """A few words on what ``x`` is, for error messages: its container type and length (or
+    keys), or an array's (or tracer's) shape."""
     if x is None:
         return "None"
     if isinstance(x, dict):

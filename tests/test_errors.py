@@ -197,14 +197,18 @@ def test_argnums_out_of_range_or_of_the_wrong_type():
         lambda g: grad(g, has_aux=True)(np.ones(3)),
         lambda g: vjp(g, np.ones(3), has_aux=True),
         lambda g: jvp(g, (np.ones(3),), (np.ones(3),), has_aux=True),
+        lambda g: jacrev(g, has_aux=True)(np.ones(3)),
+        lambda g: jacfwd(g, has_aux=True)(np.ones(3)),
     ],
-    ids=["grad", "vjp", "jvp"],
+    ids=["grad", "vjp", "jvp", "jacrev", "jacfwd"],
 )
 def test_has_aux_needs_a_pair(call):
+    """The message describes what came back (never an internal tracer type)."""
     def g(x):
-        return x.sum()
+        return x * 2
 
-    with raises(cuvmap.TransformError, r"(grad|vjp|jvp)\(g\): with has_aux=True, g must return a pair \(output, aux\)"):
+    with raises(cuvmap.TransformError, r"(grad|vjp|jvp|jacrev|jacfwd)\(g\): with has_aux=True, g must return a pair "
+                r"\(output, aux\), got an array of shape \(3,\)$"):
         call(g)
 
 
