@@ -80,16 +80,16 @@ def output_spatial(spatial, kernel, stride, padding, dilation):
 # against pixel-major): forward 21.7 / 19.2 ms, weight gradient 24.0 / 18.5 ms, per-example
 # weight gradient 26.5 / 22.3 ms, input gradient 32.5 / 26.8 ms, the ensembling forward of
 # 32 models 7.8 / 5.8 ms. On its first layer (1 channel) the runs are 5 against 24 and
-# channel-major is 1.7-2.4x faster. Pixel-major pays elsewhere: its GEMM yields the forward's output as
-# (N·out, Og), which it transposes back to N O out one element at a time, where
-# channel-major moves whole rows of out values; so with Og at least the K·Cg of a column
-# (a conv folding 32 batched weights into 1024 output channels: 21 against 15 ms) the
-# forward and the input gradient (whose grad_output it transposes) stay channel-major.
-# The input gradient follows the same choice: channel-major multiplies
-# wᵀ·g into whole columns and accumulates the taps from them; pixel-major runs one small
-# GEMM per tap, g (N·out, Og) · w_k (Og, Cg), added straight into a channels-last input
-# gradient, so both sides of each add are contiguous runs of out[-1]·Cg values when the
-# last stride is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache
+# channel-major is 1.7-2.4x faster. Pixel-major pays elsewhere: its GEMM yields the
+# forward's output as (N·out, Og), which it transposes back to N O out one element at a
+# time, where channel-major moves whole rows of out values; so with Og at least the K·Cg
+# of a column (a conv folding 32 batched weights into 1024 output channels: 21 against
+# 15 ms) the forward and the input gradient (whose grad_output it transposes) stay
+# channel-major. For the input gradient, channel-major multiplies wᵀ·g into whole columns
+# and accumulates the taps from them; pixel-major runs one small GEMM per tap,
+# g (N·out, Og) · w_k (Og, Cg), added straight into a channels-last input gradient, so
+# both sides of each add are contiguous runs of out[-1]·Cg values when the last stride
+# is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache
 # blocking]); on NumPy, COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run
 # both).
 COLUMN_LAYOUT = "auto"
@@ -282,9 +282,10 @@ def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, gr
     dtype = np.result_type(g.dtype, w.dtype)
     gx = np.zeros((groups, n) + padded + (cg,), dtype=dtype)
     term = np.empty((groups, n * o_size, cg), dtype=dtype)
+    term_as_input = term.reshape((groups, n) + out_sp + (cg,))
     for w_tap, tap in zip(w_taps, _taps(kernel)):
         np.matmul(gt, w_tap, out=term)
-        gx[(slice(None),) * 2 + _tap_slices(tap, stride, dilation, out_sp)] += term.reshape((groups, n) + out_sp + (cg,))
+        gx[(slice(None),) * 2 + _tap_slices(tap, stride, dilation, out_sp)] += term_as_input
     gx = gx[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
     return gx.transpose((1, 0, nd + 2) + tuple(range(2, nd + 2)))
 
