@@ -121,6 +121,8 @@ add = ew.add
 subtract = ew.sub
 multiply = ew.mul
 divide = true_divide = ew.div
+floor_divide = ew.floor_divide
+remainder = mod = ew.remainder
 negative = ew.neg
 exp = ew.exp
 log = ew.log
@@ -749,6 +751,10 @@ _TRACER_METHODS = {
     "__sub__": subtract, "__rsub__": _swap(subtract),
     "__mul__": multiply, "__rmul__": _swap(multiply),
     "__truediv__": divide, "__rtruediv__": _swap(divide),
+    "__floordiv__": floor_divide, "__rfloordiv__": _swap(floor_divide),
+    "__mod__": remainder, "__rmod__": _swap(remainder),
+    "__divmod__": lambda self, other: (floor_divide(self, other), remainder(self, other)),
+    "__rdivmod__": lambda self, other: (floor_divide(other, self), remainder(other, self)),
     "__pow__": power, "__rpow__": _swap(ew.pow),
     "__matmul__": matmul, "__rmatmul__": _swap(matmul),
     "__neg__": negative, "__pos__": lambda self: self, "__abs__": abs,

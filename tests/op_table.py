@@ -103,7 +103,7 @@ def _values(rng, domain, shape, dtype):
     if dtype.kind in "iu":
         if domain == "positive":
             v = rng.integers(1, 4, size=shape)
-        elif domain == "nonzero":
+        elif domain in ("nonzero", "divisor"):
             v = rng.integers(1, 4, size=shape) * rng.choice([-1, 1], size=shape)
         elif domain in ("distinct", "pairmax", "pairmin"):
             v = rng.permutation(size).reshape(shape) - size // 2
@@ -120,6 +120,10 @@ def _values(rng, domain, shape, dtype):
         v = rng.uniform(0.5, 2.0, size=shape)
     elif domain == "nonzero":
         v = rng.uniform(0.5, 2.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    elif domain == "divisor":
+        # for x // y and x % y with x from "grid_half" (|x| in [0.4, 3.6]): |x / y| stays
+        # below 1 and 0.1 away from the jumps at x / y = −1, 0 and 1
+        v = rng.uniform(3.7, 3.9, size=shape) * rng.choice([-1.0, 1.0], size=shape)
     elif domain == "grid0":
         v = rng.integers(-3, 4, size=shape) + rng.uniform(-0.1, 0.1, size=shape)
     elif domain == "grid_half":
@@ -249,6 +253,17 @@ def _rows_elementwise():
         prim_row("mul_scalar_operand", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(), A(3, 4)]),
         prim_row("div", p.div_p, {}, lax.div, lambda x, y: x / y,
                  [A(3, 4), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
+        prim_row("floor_divide", p.floor_divide_p, {}, lax.floor_divide, lambda x, y: x // y,
+                 [A(3, 4, domain="grid_half"), A(3, 4, domain="divisor")], dtypes=NUMERIC + (I32,)),
+        prim_row("floor_divide_pyint", p.floor_divide_p, {}, lax.floor_divide, lambda x, s: x // s,
+                 [A(3, 4, domain="grid_half"), S(2)], dtypes=NUMERIC),
+        prim_row("remainder", p.remainder_p, {}, lax.remainder, lambda x, y: x % y,
+                 [A(3, 4, domain="grid_half"), A(4, domain="divisor")], dtypes=NUMERIC + (I32,)),
+        # x in [-2.6, 3.6] keeps 0.4 away from the multiples of 4
+        prim_row("remainder_pyscalar", p.remainder_p, {}, lax.remainder, lambda x, s: x % s,
+                 [A(3, 4, domain="grid_half"), S(4.0)], dtypes=NUMERIC),
+        prim_row("remainder_pyscalar_left", p.remainder_p, {}, lax.remainder, lambda s, y: s % y,
+                 [S(3.0), A(3, 4, domain="divisor")], dtypes=NUMERIC),
         prim_row("pow", p.pow_p, {}, lax.pow, lambda x, y: x ** y,
                  [A(3, 4, domain="positive"), A(3, 4)], tol32=(1e-5, 1e-5)),
         prim_row("pow_int", p.pow_p, {}, lax.pow, lambda x, y: x ** y,
@@ -812,6 +827,14 @@ def _rows_composite():
     ]:
         rows.append(Row(name, cnp.matmul, np.matmul, [A(*a), A(*b)], tol32=(1e-5, 1e-5)))
     rows += [
+        # the tracer operators // % divmod (and their reflections)
+        Row("floordiv_mod_operators", lambda x, y: x // y + x % y, lambda x, y: x // y + x % y,
+            [A(3, 4, domain="grid_half"), A(4, domain="divisor")], dtypes=NUMERIC),
+        Row("rfloordiv_rmod_operators", lambda y: 7.0 // y - 3.0 % y, lambda y: 7.0 // y - 3.0 % y,
+            [A(3, 4, domain="divisor")]),
+        Row("divmod_operator", lambda x, y: divmod(x, y)[0] * 2 + divmod(x, y)[1],
+            lambda x, y: np.divmod(x, y)[0] * 2 + np.divmod(x, y)[1],
+            [A(3, 4, domain="grid_half"), A(4, domain="divisor")], dtypes=NUMERIC),
         Row("logsumexp", lambda x: cnp.logsumexp(x, axis=1),
             lambda x: np.log(np.sum(np.exp(x.astype(np.float64)), axis=1)).astype(x.dtype), [A(3, 4)]),
         Row("logsumexp_all_keepdims", lambda x: cnp.logsumexp(x, axis=None, keepdims=True),

@@ -1,9 +1,9 @@
 """Primitive families, one module each: every primitive's declaration, public wrapper,
 shape rule, impl, batching rule, JVP rule and VJP rule live together."""
 from cuvmap.lax.elementwise import (  # noqa: F401
-    abs, add, convert_element_type, cos, div, eq, exp, expm1, ge, gt, integer_pow, le, log,
-    log1p, logistic, lt, max, min, mul, ne, neg, pow, rsqrt, select, sign, sin, sqrt,
-    stop_gradient, sub, tanh,
+    abs, add, convert_element_type, cos, div, eq, exp, expm1, floor_divide, ge, gt, integer_pow,
+    le, log, log1p, logistic, lt, max, min, mul, ne, neg, pow, remainder, rsqrt, select, sign,
+    sin, sqrt, stop_gradient, sub, tanh,
 )
 from cuvmap.lax.conv import conv, conv_backward_input, conv_backward_weight  # noqa: F401
 from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401

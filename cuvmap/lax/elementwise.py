@@ -86,6 +86,10 @@ div_p = _nary("div", np.true_divide, _div_shape_rule)
 pow_p = _nary("pow", np.power)
 max_p = _nary("max", np.maximum)
 min_p = _nary("min", np.minimum)
+# Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
+# sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
+floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
+remainder_p = _nary("remainder", np.remainder)
 
 exp_p = _nary("exp", np.exp, _float_unary_shape_rule)
 log_p = _nary("log", np.log, _float_unary_shape_rule)
@@ -226,6 +230,18 @@ def div(x, y):
     return div_p.bind(x, y)
 
 
+def floor_divide(x, y):
+    """``x // y``: ``⌊x / y⌋``, in the operands' common dtype (integers stay integers).
+    Piecewise constant, so its derivative is zero."""
+    return floor_divide_p.bind(x, y)
+
+
+def remainder(x, y):
+    """``x % y = x − y·⌊x / y⌋``, with the sign of ``y``. Its derivatives are 1 for ``x``
+    and ``−⌊x / y⌋`` for ``y`` (away from the jumps where ``x / y`` is an integer)."""
+    return remainder_p.bind(x, y)
+
+
 def pow(x, y):  # noqa: A001 - lax vocabulary
     """``x ** y`` with a traced exponent; see :func:`integer_pow` for a fixed int."""
     return pow_p.bind(x, y)
@@ -344,7 +360,7 @@ def stop_gradient(x):
 # ---------------------------------------------------------------------------------------
 
 batching.defbroadcasting(
-    add_p, sub_p, mul_p, div_p, pow_p, max_p, min_p,
+    add_p, sub_p, mul_p, div_p, pow_p, max_p, min_p, floor_divide_p, remainder_p,
     eq_p, ne_p, lt_p, le_p, gt_p, ge_p, select_p,
 )
 batching.defunary(
@@ -406,6 +422,11 @@ def _minmax_derivative(pick):
     return wins, loses
 
 
+vjp.defderivative(
+    remainder_p,
+    lambda g, out, x, y: g,
+    lambda g, out, x, y: neg(mul(g, floor_divide(x, y))),
+)
 vjp.defderivative(max_p, *_minmax_derivative(gt))
 vjp.defderivative(min_p, *_minmax_derivative(lt))
 vjp.defderivative(exp_p, lambda g, out, x: mul(g, out))
