@@ -297,9 +297,11 @@ def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, gr
 # 31 ms against 20 ms when the columns are built in blocks of about 4 MiB, each block's
 # GEMM writing its slice of the output. So on the CPU the kernels split the work into
 # blocks of examples (or, for a single example with many groups — the folded per-example
-# cases — blocks of groups) when the columns would exceed BLOCK_BYTES. The loop runs over
-# memory-sized blocks, not over examples: small problems are one block. On the GPU
-# (CuPy) the kernels always run in one piece.
+# cases — blocks of groups) when the columns would exceed BLOCK_BYTES (the pixel-major
+# input gradient, which builds no columns, counts its per-tap working set instead: the
+# grad_output and one tap's term). The loop runs over memory-sized blocks, not over
+# examples: small problems are one block. On the GPU (CuPy) the kernels always run in one
+# piece.
 BLOCK_BYTES = 4 << 20
 
 
