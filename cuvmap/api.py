@@ -157,7 +157,8 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
         prefix of its argument. Keyword arguments are always mapped over axis 0 (as in JAX).
       out_axes: where the mapped axis goes in each output (int, ``None`` for outputs that
         do not depend on the mapped inputs, or a pytree prefix of the outputs).
-      axis_size: the size of the mapped axis; required only when nothing is mapped.
+      axis_size: the size of the mapped axis; required only when nothing is mapped. A
+        size of 0 is allowed: the results are empty arrays of the right shapes.
       chunk_size: when set, maps ``chunk_size`` examples at a time and concatenates the
         results (identical results, bounded memory).
     Returns:
@@ -175,8 +176,8 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     if out_axes != 0:
         spec += (", " if spec else "") + f"out_axes={out_axes!r}"
     where = f"vmap({fname}{', ' + spec if spec else ''})"
-    if axis_size is not None and (not _is_int(axis_size) or axis_size < 1):
-        raise TransformError(f"{where}: axis_size must be a positive int, got {axis_size!r}")
+    if axis_size is not None and (not _is_int(axis_size) or axis_size < 0):
+        raise TransformError(f"{where}: axis_size must be a non-negative int, got {axis_size!r}")
     if chunk_size is not None and (not _is_int(chunk_size) or chunk_size < 1):
         raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
     return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where)

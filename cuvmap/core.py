@@ -16,6 +16,7 @@ Levels keep nested transforms apart: in ``grad(lambda x: grad(lambda y: x * y)(1
 inner ``grad`` sees ``x`` as a constant, so perturbations never get confused. A tracer
 whose main has been popped has *escaped* its transform; using it raises an error.
 """
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -55,6 +56,10 @@ class EscapedTracerError(CuvmapError):
 
 class ConcretizationError(CuvmapError, TypeError):
     """A traced value was converted to a concrete Python or NumPy value."""
+
+
+class CrossThreadTracerError(CuvmapError, RuntimeError):
+    """A tracer was used in a thread other than the one whose transform created it."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,33 +167,55 @@ def spatial_tuple(value, nd, name, op):
 
 class MainTrace:
     """One active transform on the stack. ``global_data`` is the transform's state (the
-    axis size for vmap, the tape for reverse mode)."""
+    axis size for vmap, the tape for reverse mode); ``thread`` is the ident of the thread
+    whose stack it is on (NOTE [one stack per thread])."""
 
-    __slots__ = ("level", "trace", "global_data", "active", "name")
+    __slots__ = ("level", "trace", "global_data", "active", "name", "thread")
 
     def __init__(self, level, trace_type, global_data, name):
         self.level = level
         self.global_data = global_data
         self.active = True
         self.name = name
+        self.thread = threading.get_ident()
         self.trace = trace_type(self)
 
     def __repr__(self):
         return f"MainTrace({self.name}, level={self.level})"
 
 
-trace_stack = []
+# NOTE [one stack per thread]
+# Each thread has its own interpreter stack, as JAX's trace state is thread-local. A level
+# is a position on one thread's stack, so it only orders transforms of that thread: with
+# one process-global list, a transform returning in another thread would shrink the list
+# under this one, and its next nested transform would get its outer one's level — ``bind``
+# could then no longer tell them apart, and nested derivatives came out silently wrong.
+# A tracer belongs to the thread whose transform made it; ``bind`` raises
+# ``CrossThreadTracerError`` when another thread uses it.
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.trace_stack = []
+
+
+_state = _ThreadState()
+
+
+def trace_stack():
+    """The calling thread's interpreter stack (innermost transform last)."""
+    return _state.trace_stack
 
 
 @contextmanager
 def new_main(trace_type, global_data=None, name="transform"):
-    """Pushes a transform on the interpreter stack for the duration of the block."""
-    main = MainTrace(len(trace_stack) + 1, trace_type, global_data, name)
-    trace_stack.append(main)
+    """Pushes a transform on the calling thread's interpreter stack for the duration of the
+    block."""
+    stack = _state.trace_stack
+    main = MainTrace(len(stack) + 1, trace_type, global_data, name)
+    stack.append(main)
     try:
         yield main
     finally:
-        trace_stack.pop()
+        stack.pop()
         main.active = False
 
 
@@ -275,14 +302,30 @@ class PrimalTracer(Tracer):
     def __bool__(self):
         return bool(self.primal)
 
+    # NOTE [conversions that drop the derivative]
+    # ``float(x)``, ``int(x)``, ``complex(x)`` (and ``math.*``, which calls ``float``) return
+    # a Python number that no transform can see, so ``grad(lambda x: x * float(x))`` would
+    # silently lose a term. As in JAX they raise; the truth value stays allowed (Python
+    # ``if`` on a value under eager ``grad``), since branching drops no derivative.
+    def _lost_derivative(self, what):
+        return ConcretizationError(
+            f"{what} of a traced value (shape {self.shape}) would drop its derivative; use "
+            "cuvmap.numpy functions on it instead of Python numbers or math.*, or "
+            "cuvmap.stop_gradient(x) first when the detachment is intended",
+            where=self._main.name,
+        )
+
     def __float__(self):
-        return float(self.primal)
+        raise self._lost_derivative("float()")
 
     def __int__(self):
-        return int(self.primal)
+        raise self._lost_derivative("int()")
+
+    def __complex__(self):
+        raise self._lost_derivative("complex()")
 
     def __index__(self):
-        return self.primal.__index__()
+        raise self._lost_derivative("the use as a Python index")
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,14 +367,17 @@ class Primitive:
                     raise EscapedTracerError(_escaped_message(self, x), where=main.name)
                 if top is None or main.level > top.level:
                     top = main
+        if top is not None and top.thread != threading.get_ident():
+            raise CrossThreadTracerError(_cross_thread_message(self, top), where=top.name)
         try:
             if top is None:
                 return self.impl(*args, **params)
             return top.trace.process_primitive(self, args, params)
-        except (MissingRuleError, EscapedTracerError, ConcretizationError):
+        except _PASS_THROUGH:
             raise
-        except Exception as err:  # re-raise with the op and the shapes at this level
-            raise _op_error(self, args, params, err, top) from err
+        except Exception as err:
+            # NOTE [errors keep their kind]
+            raise _op_error(self, args, params, err, top)
 
 
 def _escaped_message(primitive, tracer):
@@ -344,9 +390,30 @@ def _escaped_message(primitive, tracer):
     )
 
 
+def _cross_thread_message(primitive, main):
+    return (
+        f"a traced value of this transform was used by {primitive.name} in another thread; a "
+        "transform's values belong to the thread that runs it. Run the whole transformed "
+        "function in one thread (each thread may run transforms of its own)"
+    )
+
+
+# NOTE [errors keep their kind]
+# When a primitive fails, ``bind`` adds what the user needs to find the call: the op, the
+# operands' (logical) avals, its params and the transform. Only a failure that the shape
+# rule explains (bad operands) becomes a ``ShapeError``; any other exception — a
+# ``MemoryError`` from an impl, an ``IndexError`` from a gather, a cuDNN failure — is
+# re-raised as itself, with that context as an exception note (PEP 678), so that
+# ``except MemoryError`` keeps working. Every level of the stack that the error passes
+# through refreshes the note; the outermost one (the user's coordinates) is what remains.
+_PASS_THROUGH = (MissingRuleError, EscapedTracerError, ConcretizationError, CrossThreadTracerError)
+_NOTE_PREFIX = "cuvmap: while evaluating "
+
+
 def _op_error(primitive, args, params, err, top):
-    """Builds the error for a primitive that failed at some level: the shape rule's reason
-    when it rejects the operands' (logical) avals, the original error otherwise."""
+    """The error for a primitive that failed at some level: a :class:`ShapeError` with the
+    shape rule's reason when the rule rejects the operands' (logical) avals or the failure
+    was a ShapeError, else ``err`` itself with a note naming the op and the shapes."""
     try:
         avals = [get_aval(x) for x in args]
     except Exception:
@@ -359,16 +426,38 @@ def _op_error(primitive, args, params, err, top):
             reason = shape_err.message
         except Exception:
             reason = None
-    if reason is None:
-        reason = err.message if isinstance(err, CuvmapError) else f"{type(err).__name__}: {err}"
     operands = ", ".join(repr(a) for a in avals) if avals is not None else "?"
-    shown = {k: v for k, v in params.items()}
     where = f" under {top.name}" if top is not None else ""
+    call = f"{primitive.name}({operands}{_fmt_params(params)}){where}"
+    if reason is None and not isinstance(err, ShapeError):
+        _set_note(err, _NOTE_PREFIX + call)
+        return err
+    if reason is None:
+        reason = err.message
     # strip an inner level's decoration so the message names the op once
     prefix = f"{primitive.name}("
     if reason.startswith(prefix) and "): " in reason:
         reason = reason.split("): ", 1)[1]
-    return ShapeError(f"{primitive.name}({operands}{_fmt_params(shown)}){where}: {reason}")
+    new = ShapeError(f"{call}: {reason}")
+    new.__cause__ = err if not isinstance(err, ShapeError) else err.__cause__
+    new.__suppress_context__ = True
+    return new
+
+
+def _set_note(err, note):
+    """Adds ``note`` to ``err``, replacing the note an inner level added."""
+    notes = getattr(err, "__notes__", None)
+    if notes is None:
+        notes = []
+        try:
+            err.__notes__ = notes
+        except Exception:
+            return
+    for i, n in enumerate(notes):
+        if isinstance(n, str) and n.startswith(_NOTE_PREFIX):
+            notes[i] = note
+            return
+    notes.append(note)
 
 
 def _fmt_params(params):

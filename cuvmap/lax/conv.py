@@ -19,7 +19,7 @@ makes second derivatives (hessian-vector products of a CNN loss) work unchanged.
 Batching follows PyTorch functorch's ``BatchRulesConvolution.cpp`` case by case: the vmap
 dim is folded into the batch dim ``N``, into the output or input channels, or into the
 groups (``groups *= B``), so that every batched case is one grouped convolution. The
-comments name the layouts as the seed does: ``B`` the vmap dim, ``G`` groups, ``(B O)``
+comments name the layouts as functorch's file does: ``B`` the vmap dim, ``G`` groups, ``(B O)``
 a merged dim with ``B`` outermost.
 
 Impls: cuDNN on CuPy arrays when ``libcudnn`` loads (``cuvmap/cuda/cudnn.py``), otherwise
@@ -337,15 +337,13 @@ conv_backward_weight_p.impl = _conv_backward_weight_impl
 # ---------------------------------------------------------------------------------------
 
 
-def reshape_dim_into(src, dst, x):
-    """Moves dim ``src`` next to dim ``dst`` (indexed without ``src``) and merges them,
-    ``src`` outermost: functorch's ``reshape_dim_into``."""
-    return batching.fold_bdim_into(x, src, dst)
-
-
-def reshape_dim_outof(dim, size, x):
-    """Splits dim ``dim`` into ``(size, rest)``: functorch's ``reshape_dim_outof``."""
-    return batching.split_bdim_out_of(x, dim, size)
+# The layouts are named as in functorch's file: ``B`` the vmap dim, ``G`` groups, ``(B O)``
+# a merged dim with ``B`` outermost. ``fold_bdim_into(x, src, dst)`` is functorch's
+# ``reshape_dim_into`` and ``split_bdim_out_of(x, dim, size, rest)`` its
+# ``reshape_dim_outof``; the rules pass ``rest`` (the logical size of the split dim), which
+# a batch of size 0 cannot reveal.
+fold = batching.fold_bdim_into
+split = batching.split_bdim_out_of
 
 
 def _merge_dims(x, start, count):
@@ -354,66 +352,68 @@ def _merge_dims(x, start, count):
     return reshape(x, s[:start] + (merged,) + s[start + count:])
 
 
-def _regroup_channels(x, dim, groups, size):
+def _regroup_channels(x, dim, groups, size, per_group):
     """``(G B C)`` at ``dim`` -> ``B (G C)`` at ``dim``, ``dim + 1``: the layout grouped
-    convolutions produce when ``B`` was folded inside each group."""
-    x = reshape_dim_outof(dim, groups, x)        # G (B C)
-    x = reshape_dim_outof(dim + 1, size, x)      # G B C
+    convolutions produce when ``B`` was folded inside each group (``C = per_group``)."""
+    x = split(x, dim, groups, x.shape[dim] // groups)   # G (B C)
+    x = split(x, dim + 1, size, per_group)             # G B C
     perm = list(range(len(x.shape)))
     perm[dim], perm[dim + 1] = perm[dim + 1], perm[dim]
-    x = transpose(x, tuple(perm))                # B G C
-    return _merge_dims(x, dim + 1, 2)            # B (G C)
+    x = transpose(x, tuple(perm))                       # B G C
+    return _merge_dims(x, dim + 1, 2)                   # B (G C)
 
 
 def _fold_inside_groups(x, bdim, dim, groups):
     """``B (G C)`` with the batch dim at ``bdim`` and ``(G C)`` at logical ``dim`` ->
     ``(G B C)`` at ``dim``: folds the vmap dim inside each group."""
-    x = move_bdim(x, bdim, 0)                     # B ... (G C) ...
-    size = x.shape[0]
-    x = reshape_dim_outof(dim + 1, groups, x)     # B ... G C ...
-    x = reshape_dim_into(0, dim + 1, x)           # ... G (B C) ...
-    return _merge_dims(x, dim, 2), size           # ... (G B C) ...
+    x = move_bdim(x, bdim, 0)                             # B ... (G C) ...
+    x = split(x, dim + 1, groups, x.shape[dim + 1] // groups)   # B ... G C ...
+    x = fold(x, 0, dim + 1)                               # ... G (B C) ...
+    return _merge_dims(x, dim, 2)                         # ... (G B C) ...
 
 
-def _conv_batch(vals, dims, *, stride, padding, dilation, transposed, output_padding, groups):
+def _logical_shape(x, bdim):
+    s = tuple(core.shape_of(x))
+    return s if bdim is not_mapped else s[:bdim] + s[bdim + 1:]
+
+
+def _conv_batch(axis_size, vals, dims, *, stride, padding, dilation, transposed, output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
     lhs, rhs = vals[:2]
     lhs_b, rhs_b = dims[:2]
+    size = axis_size
     has_bias = len(vals) == 3
     bias, bias_b = (vals[2], dims[2]) if has_bias else (None, not_mapped)
     # a batched bias, or a bias beside a batched weight, is added after the convolution
     separate_bias = has_bias and (rhs_b is not not_mapped or bias_b is not not_mapped)
     inline_bias = (bias,) if has_bias and not separate_bias else ()
     out_ch_dim = 1 if transposed else 0  # dim of the weight holding output channels
+    n, out_ch = conv_output_shape(_logical_shape(lhs, lhs_b), _logical_shape(rhs, rhs_b), **params)[:2]
 
     if lhs_b is not not_mapped and rhs_b is not_mapped:
         # BN... -> (BN)...
-        size = lhs.shape[lhs_b]
-        out = conv_p.bind(reshape_dim_into(lhs_b, 0, lhs), rhs, *inline_bias, **params)
-        out, out_b = reshape_dim_outof(0, size, out), 0
+        out = conv_p.bind(fold(lhs, lhs_b, 0), rhs, *inline_bias, **params)
+        out, out_b = split(out, 0, size, n), 0
     elif lhs_b is not_mapped and rhs_b is not not_mapped:
-        size = rhs.shape[rhs_b]
         if groups == 1:
             # regular: BOI -> (BO)I;  transposed: BIO -> I(BO);  then N(BO) -> NBO
-            out = conv_p.bind(lhs, reshape_dim_into(rhs_b, out_ch_dim, rhs), *inline_bias, **params)
-            out, out_b = reshape_dim_outof(1, size, out), 1
+            out = conv_p.bind(lhs, fold(rhs, rhs_b, out_ch_dim), *inline_bias, **params)
+            out, out_b = split(out, 1, size, out_ch), 1
         else:
             if transposed:
                 # BIO -> I(BO): N(GI), (GI)(BO) -> N(GBO)
-                w = reshape_dim_into(rhs_b, 1, rhs)
+                w = fold(rhs, rhs_b, 1)
             else:
                 # B(GO)I -> (GBO)I: N(GI), (GBO)I -> N(GBO)
-                w, _ = _fold_inside_groups(rhs, rhs_b, 0, groups)
+                w = _fold_inside_groups(rhs, rhs_b, 0, groups)
             out = conv_p.bind(lhs, w, *inline_bias, **params)
-            out, out_b = _regroup_channels(out, 1, groups, size), 1   # N(GBO) -> NB(GO)
+            out, out_b = _regroup_channels(out, 1, groups, size, out_ch // groups), 1   # N(GBO) -> NB(GO)
     elif lhs_b is not not_mapped and rhs_b is not not_mapped:
         # BNC, BOI -> N(BC), (BO)I with groups·B -> N(BO) -> NBO   (transposed: (BI)O)
-        size = lhs.shape[lhs_b]
-        x = reshape_dim_into(lhs_b, 1, lhs)
-        w = reshape_dim_into(rhs_b, 0, rhs)
-        out = conv_p.bind(x, w, *inline_bias, **dict(params, groups=groups * size))
-        out, out_b = reshape_dim_outof(1, size, out), 1
+        out = conv_p.bind(fold(lhs, lhs_b, 1), fold(rhs, rhs_b, 0), *inline_bias,
+                          **dict(params, groups=groups * size))
+        out, out_b = split(out, 1, size, out_ch), 1
     else:
         out, out_b = conv_p.bind(lhs, rhs, *inline_bias, **params), not_mapped
 
@@ -432,93 +432,88 @@ def _conv_batch(vals, dims, *, stride, padding, dilation, transposed, output_pad
     return ew.add(out, b), 0
 
 
-def _conv_backward_input_batch(vals, dims, *, input_shape, stride, padding, dilation, transposed,
+def _conv_backward_input_batch(axis_size, vals, dims, *, input_shape, stride, padding, dilation, transposed,
                                output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
     g, w = vals
     g_b, w_b = dims
+    size = axis_size
     n, c = input_shape[:2]
     spatial = tuple(input_shape[2:])
     if g_b is not not_mapped and w_b is not not_mapped:
         # regular: BNO, BOI -> N(BO), (BO)I -> N(BI);  transposed: BNO, BIO -> N(BO), (BI)O -> N(BI)
-        size = w.shape[w_b]
         out = conv_backward_input_p.bind(
-            reshape_dim_into(g_b, 1, g), reshape_dim_into(w_b, 0, w),
+            fold(g, g_b, 1), fold(w, w_b, 0),
             input_shape=(n, size * c) + spatial, **dict(params, groups=groups * size))
-        return reshape_dim_outof(1, size, out), 1
+        return split(out, 1, size, c), 1
     if g_b is not not_mapped:
         # BNO, OI -> (BN)O, OI -> (BN)I  (transposed alike)
-        size = g.shape[g_b]
-        out = conv_backward_input_p.bind(
-            reshape_dim_into(g_b, 0, g), w, input_shape=(size * n, c) + spatial, **params)
-        return reshape_dim_outof(0, size, out), 0
-    size = w.shape[w_b]
+        out = conv_backward_input_p.bind(fold(g, g_b, 0), w, input_shape=(size * n, c) + spatial, **params)
+        return split(out, 0, size, n), 0
     if groups == 1:
         # regular: NO, BOI -> NO, O(BI) -> N(BI);  transposed: NO, BIO -> NO, (BI)O -> N(BI)
         in_ch_dim = 0 if transposed else 1
         out = conv_backward_input_p.bind(
-            g, reshape_dim_into(w_b, in_ch_dim, w), input_shape=(n, size * c) + spatial, **params)
-        return reshape_dim_outof(1, size, out), 1
+            g, fold(w, w_b, in_ch_dim), input_shape=(n, size * c) + spatial, **params)
+        return split(out, 1, size, c), 1
     if transposed:
         # N(GO), B(GI)O -> N(GO), (GBI)O -> N(GBI)
-        w2, _ = _fold_inside_groups(w, w_b, 0, groups)
+        w2 = _fold_inside_groups(w, w_b, 0, groups)
     else:
         # N(GO), B(GO)I -> N(GO), (GO)(BI) -> N(GBI)
-        w2 = reshape_dim_into(w_b, 1, w)
+        w2 = fold(w, w_b, 1)
     out = conv_backward_input_p.bind(g, w2, input_shape=(n, size * c) + spatial, **params)
-    return _regroup_channels(out, 1, groups, size), 1   # N(GBI) -> NB(GI)
+    return _regroup_channels(out, 1, groups, size, c // groups), 1   # N(GBI) -> NB(GI)
 
 
-def _conv_backward_weight_batch(vals, dims, *, weight_shape, stride, padding, dilation, transposed,
+def _conv_backward_weight_batch(axis_size, vals, dims, *, weight_shape, stride, padding, dilation, transposed,
                                 output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
     g, x = vals
     g_b, x_b = dims
+    size = axis_size
     w0, w1 = weight_shape[:2]
     kernel = tuple(weight_shape[2:])
     if g_b is not not_mapped and x_b is not not_mapped:
         # the per-example-gradient case: BNO, BNI -> N(BO), N(BI) with groups·B
         # -> (BO)I (regular) or (BI)O (transposed)
-        size = x.shape[x_b]
         out = conv_backward_weight_p.bind(
-            reshape_dim_into(g_b, 1, g), reshape_dim_into(x_b, 1, x),
+            fold(g, g_b, 1), fold(x, x_b, 1),
             weight_shape=(size * w0, w1) + kernel, **dict(params, groups=groups * size))
-        return reshape_dim_outof(0, size, out), 0
+        return split(out, 0, size, w0), 0
     if g_b is not not_mapped:
-        size = g.shape[g_b]
         if groups == 1:
             # regular: BNO, NI -> N(BO), NI -> (BO)I;  transposed: BNO, NI -> N(BO), NI -> I(BO)
             out_ch_dim = 1 if transposed else 0
             ws = list(weight_shape)
             ws[out_ch_dim] *= size
-            out = conv_backward_weight_p.bind(reshape_dim_into(g_b, 1, g), x, weight_shape=tuple(ws), **params)
-            return reshape_dim_outof(out_ch_dim, size, out), out_ch_dim
-        g2, _ = _fold_inside_groups(g, g_b, 1, groups)    # BN(GO) -> N(GBO)
+            out = conv_backward_weight_p.bind(fold(g, g_b, 1), x, weight_shape=tuple(ws), **params)
+            return split(out, out_ch_dim, size, weight_shape[out_ch_dim]), out_ch_dim
+        g2 = _fold_inside_groups(g, g_b, 1, groups)    # BN(GO) -> N(GBO)
         if transposed:
             # N(GBO), N(GI) -> (GI)(BO)
             out = conv_backward_weight_p.bind(g2, x, weight_shape=(w0, size * w1) + kernel, **params)
-            return reshape_dim_outof(1, size, out), 1
+            return split(out, 1, size, w1), 1
         # N(GBO), N(GI) -> (GBO)I -> B(GO)I
         out = conv_backward_weight_p.bind(g2, x, weight_shape=(size * w0, w1) + kernel, **params)
-        return _regroup_channels(out, 0, groups, size), 0
-    size = x.shape[x_b]
+        return _regroup_channels(out, 0, groups, size, w0 // groups), 0
     if groups == 1:
         # regular: NO, BNI -> NO, N(BI) -> O(BI);  transposed: NO, BNI -> NO, N(BI) -> (BI)O
         in_ch_dim = 0 if transposed else 1
         ws = list(weight_shape)
         ws[in_ch_dim] *= size
-        out = conv_backward_weight_p.bind(g, reshape_dim_into(x_b, 1, x), weight_shape=tuple(ws), **params)
-        return reshape_dim_outof(in_ch_dim, size, out), in_ch_dim
-    x2, _ = _fold_inside_groups(x, x_b, 1, groups)        # BN(GI) -> N(GBI)
+        out = conv_backward_weight_p.bind(g, fold(x, x_b, 1), weight_shape=tuple(ws), **params)
+        return split(out, in_ch_dim, size, weight_shape[in_ch_dim]), in_ch_dim
+    x2 = _fold_inside_groups(x, x_b, 1, groups)        # BN(GI) -> N(GBI)
     if transposed:
         # N(GO), N(GBI) -> (GBI)O -> B(GI)O
         out = conv_backward_weight_p.bind(g, x2, weight_shape=(size * w0, w1) + kernel, **params)
-        return _regroup_channels(out, 0, groups, size), 0
+        return _regroup_channels(out, 0, groups, size, w0 // groups), 0
     # N(GO), N(GBI) -> (GO)(BI)
     out = conv_backward_weight_p.bind(g, x2, weight_shape=(w0, size * w1) + kernel, **params)
-    return reshape_dim_outof(1, size, out), 1
+    return split(out, 1, size, w1), 1
 
 
 batching.primitive_batchers[conv_p] = _conv_batch
@@ -537,52 +532,48 @@ def _bias_as_output(b, out):
     return broadcast_in_dim(b, core.shape_of(out), (1,))
 
 
-def _conv_jvp(i, t, out, lhs, rhs, *maybe_bias, **params):
-    if i == 0:
-        return conv_p.bind(t, rhs, **params)
-    if i == 1:
-        return conv_p.bind(lhs, t, **params)
-    return _bias_as_output(t, out)
+def _bias_ct(ct):
+    """The bias's cotangent: ``ct`` summed over every dim but the channels."""
+    return reduce_sum(ct, (0,) + tuple(range(2, len(core.shape_of(ct)))))
 
 
-def _conv_vjp(i, ct, out, lhs, rhs, *maybe_bias, **params):
-    if i == 0:
-        return conv_backward_input(ct, rhs, core.shape_of(lhs), **params)
-    if i == 1:
-        return conv_backward_weight(ct, lhs, core.shape_of(rhs), **params)
-    nd = len(core.shape_of(ct))
-    return reduce_sum(ct, (0,) + tuple(range(2, nd)))
+# conv(lhs, rhs, bias): linear in each operand
+jvp.defjvp(
+    conv_p,
+    lambda t, out, lhs, rhs, *b, **params: conv_p.bind(t, rhs, **params),
+    lambda t, out, lhs, rhs, *b, **params: conv_p.bind(lhs, t, **params),
+    lambda t, out, lhs, rhs, *b, **params: _bias_as_output(t, out),
+)
+vjp.defvjp(
+    conv_p,
+    lambda ct, out, lhs, rhs, *b, **params: conv_backward_input(ct, rhs, core.shape_of(lhs), **params),
+    lambda ct, out, lhs, rhs, *b, **params: conv_backward_weight(ct, lhs, core.shape_of(rhs), **params),
+    lambda ct, out, lhs, rhs, *b, **params: _bias_ct(ct),
+    reads=(0, 1),
+)
 
+# conv_backward_input(g, rhs):  ⟨bwd_in(g, w), c⟩ = ⟨g, conv(c, w)⟩ = ⟨w, bwd_w(g, c)⟩
+jvp.defjvp(
+    conv_backward_input_p,
+    lambda t, out, g, rhs, *, input_shape, **params: conv_backward_input(t, rhs, input_shape, **params),
+    lambda t, out, g, rhs, *, input_shape, **params: conv_backward_input(g, t, input_shape, **params),
+)
+vjp.defvjp(
+    conv_backward_input_p,
+    lambda ct, out, g, rhs, *, input_shape, **params: conv_p.bind(ct, rhs, **params),
+    lambda ct, out, g, rhs, *, input_shape, **params: conv_backward_weight(g, ct, core.shape_of(rhs), **params),
+    reads=(0, 1),
+)
 
-def _conv_backward_input_jvp(i, t, out, g, rhs, *, input_shape, **params):
-    if i == 0:
-        return conv_backward_input(t, rhs, input_shape, **params)
-    return conv_backward_input(g, t, input_shape, **params)
-
-
-def _conv_backward_input_vjp(i, ct, out, g, rhs, *, input_shape, **params):
-    if i == 0:  # ⟨bwd_in(g, w), c⟩ = ⟨g, conv(c, w)⟩
-        return conv_p.bind(ct, rhs, **params)
-    # ⟨bwd_in(g, w), c⟩ = ⟨conv(c, w), g⟩ = ⟨w, bwd_w(g, c)⟩
-    return conv_backward_weight(g, ct, core.shape_of(rhs), **params)
-
-
-def _conv_backward_weight_jvp(i, t, out, g, lhs, *, weight_shape, **params):
-    if i == 0:
-        return conv_backward_weight(t, lhs, weight_shape, **params)
-    return conv_backward_weight(g, t, weight_shape, **params)
-
-
-def _conv_backward_weight_vjp(i, ct, out, g, lhs, *, weight_shape, **params):
-    if i == 0:  # ⟨bwd_w(g, x), c⟩ = ⟨g, conv(x, c)⟩
-        return conv_p.bind(lhs, ct, **params)
-    # ⟨bwd_w(g, x), c⟩ = ⟨conv(x, c), g⟩ = ⟨x, bwd_in(g, c)⟩
-    return conv_backward_input(g, ct, core.shape_of(lhs), **params)
-
-
-jvp.primitive_jvps[conv_p] = _conv_jvp
-jvp.primitive_jvps[conv_backward_input_p] = _conv_backward_input_jvp
-jvp.primitive_jvps[conv_backward_weight_p] = _conv_backward_weight_jvp
-vjp.primitive_vjps[conv_p] = _conv_vjp
-vjp.primitive_vjps[conv_backward_input_p] = _conv_backward_input_vjp
-vjp.primitive_vjps[conv_backward_weight_p] = _conv_backward_weight_vjp
+# conv_backward_weight(g, lhs):  ⟨bwd_w(g, x), c⟩ = ⟨g, conv(x, c)⟩ = ⟨x, bwd_in(g, c)⟩
+jvp.defjvp(
+    conv_backward_weight_p,
+    lambda t, out, g, lhs, *, weight_shape, **params: conv_backward_weight(t, lhs, weight_shape, **params),
+    lambda t, out, g, lhs, *, weight_shape, **params: conv_backward_weight(g, t, weight_shape, **params),
+)
+vjp.defvjp(
+    conv_backward_weight_p,
+    lambda ct, out, g, lhs, *, weight_shape, **params: conv_p.bind(lhs, ct, **params),
+    lambda ct, out, g, lhs, *, weight_shape, **params: conv_backward_input(g, ct, core.shape_of(lhs), **params),
+    reads=(0, 1),
+)

@@ -385,19 +385,21 @@ def _replace_zero(x):
     return select(eq(x, 0), 1, x)
 
 
-vjp.defderivative(neg_p, lambda g, out, x: neg(g))
-vjp.defderivative(add_p, lambda g, out, x, y: g, lambda g, out, x, y: g)
-vjp.defderivative(sub_p, lambda g, out, x, y: g, lambda g, out, x, y: neg(g))
-vjp.defderivative(mul_p, lambda g, out, x, y: mul(g, y), lambda g, out, x, y: mul(g, x))
+vjp.defderivative(neg_p, lambda g, out, x: neg(g), reads=())
+vjp.defderivative(add_p, lambda g, out, x, y: g, lambda g, out, x, y: g, reads=())
+vjp.defderivative(sub_p, lambda g, out, x, y: g, lambda g, out, x, y: neg(g), reads=())
+vjp.defderivative(mul_p, lambda g, out, x, y: mul(g, y), lambda g, out, x, y: mul(g, x), reads=(0, 1))
 vjp.defderivative(
     div_p,
     lambda g, out, x, y: div(g, y),
     lambda g, out, x, y: neg(mul(g, div(out, y))),
+    reads=(1, "out"),
 )
 vjp.defderivative(
     pow_p,
     lambda g, out, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
     lambda g, out, x, y: mul(g, mul(log(_replace_zero(x)), out)),
+    reads=(0, 1, "out"),
 )
 
 
@@ -409,7 +411,7 @@ def _integer_pow_derivative(g, out, x, *, y):
     return mul(g, mul(y, x if y == 2 else integer_pow(x, y - 1)))
 
 
-vjp.defderivative(integer_pow_p, _integer_pow_derivative)
+vjp.defderivative(integer_pow_p, _integer_pow_derivative, reads=(0,))
 
 
 def _minmax_derivative(pick):
@@ -428,25 +430,27 @@ vjp.defderivative(
     remainder_p,
     lambda g, out, x, y: g,
     lambda g, out, x, y: neg(mul(g, floor_divide(x, y))),
+    reads=(0, 1),
 )
-vjp.defderivative(max_p, *_minmax_derivative(gt))
-vjp.defderivative(min_p, *_minmax_derivative(lt))
-vjp.defderivative(exp_p, lambda g, out, x: mul(g, out))
-vjp.defderivative(log_p, lambda g, out, x: div(g, x))
-vjp.defderivative(log1p_p, lambda g, out, x: div(g, add(x, 1)))
-vjp.defderivative(expm1_p, lambda g, out, x: mul(g, add(out, 1)))
-vjp.defderivative(sqrt_p, lambda g, out, x: div(g, mul(out, 2)))
-vjp.defderivative(rsqrt_p, lambda g, out, x: mul(g, mul(div(out, x), -0.5)))
-vjp.defderivative(tanh_p, lambda g, out, x: mul(g, sub(1, mul(out, out))))
-vjp.defderivative(logistic_p, lambda g, out, x: mul(g, mul(out, sub(1, out))))
-vjp.defderivative(sin_p, lambda g, out, x: mul(g, cos(x)))
-vjp.defderivative(cos_p, lambda g, out, x: neg(mul(g, sin(x))))
-vjp.defderivative(abs_p, lambda g, out, x: mul(g, sign(x)))
+vjp.defderivative(max_p, *_minmax_derivative(gt), reads=(0, 1))
+vjp.defderivative(min_p, *_minmax_derivative(lt), reads=(0, 1))
+vjp.defderivative(exp_p, lambda g, out, x: mul(g, out), reads=("out",))
+vjp.defderivative(log_p, lambda g, out, x: div(g, x), reads=(0,))
+vjp.defderivative(log1p_p, lambda g, out, x: div(g, add(x, 1)), reads=(0,))
+vjp.defderivative(expm1_p, lambda g, out, x: mul(g, add(out, 1)), reads=("out",))
+vjp.defderivative(sqrt_p, lambda g, out, x: div(g, mul(out, 2)), reads=("out",))
+vjp.defderivative(rsqrt_p, lambda g, out, x: mul(g, mul(div(out, x), -0.5)), reads=(0, "out"))
+vjp.defderivative(tanh_p, lambda g, out, x: mul(g, sub(1, mul(out, out))), reads=("out",))
+vjp.defderivative(logistic_p, lambda g, out, x: mul(g, mul(out, sub(1, out))), reads=("out",))
+vjp.defderivative(sin_p, lambda g, out, x: mul(g, cos(x)), reads=(0,))
+vjp.defderivative(cos_p, lambda g, out, x: neg(mul(g, sin(x))), reads=(0,))
+vjp.defderivative(abs_p, lambda g, out, x: mul(g, sign(x)), reads=(0,))
 vjp.defderivative(
     select_p,
     None,
     lambda g, out, pred, t, f: _where_nonzero(pred, g),
     lambda g, out, pred, t, f: select(pred, 0, g),
+    reads=(0,),
 )
 
 
@@ -461,4 +465,4 @@ def _convert_element_type_vjp(ct, out, x, *, new_dtype):
 
 
 jvp.defjvp(convert_element_type_p, _convert_element_type_jvp)
-vjp.defvjp(convert_element_type_p, _convert_element_type_vjp)
+vjp.defvjp(convert_element_type_p, _convert_element_type_vjp, reads=())

@@ -39,7 +39,7 @@ iota_p.shape_rule = lambda *, size, dtype, device: ShapedArray((size,), dtype)
 
 # iota has no operands, so no transform ever owns one of them: its output is a constant,
 # unbatched and without derivative. The rule completes the registry.
-batching.primitive_batchers[iota_p] = lambda vals, dims, **params: (iota_p.bind(**params), not_mapped)
+batching.primitive_batchers[iota_p] = lambda axis_size, vals, dims, **params: (iota_p.bind(**params), not_mapped)
 
 
 def iota(size, dtype=np.int64, like=None):
@@ -96,7 +96,7 @@ def slice_in_dim(x, start, stop, axis, step=1):
 _pyslice = builtins.slice
 
 
-def _slice_batch(vals, dims, *, slices):
+def _slice_batch(axis_size, vals, dims, *, slices):
     (x,), (d,) = vals, dims
     full = (0, x.shape[d], 1)
     return slice_p.bind(x, slices=slices[:d] + (full,) + slices[d:]), d
@@ -121,9 +121,9 @@ slice_transpose_p.impl = _slice_transpose_impl
 slice_transpose_p.shape_rule = _slice_transpose_shape_rule
 
 
-def _slice_transpose_batch(vals, dims, *, slices, shape):
+def _slice_transpose_batch(axis_size, vals, dims, *, slices, shape):
     (ct,), (d,) = vals, dims
-    size = ct.shape[d]
+    size = axis_size
     full = (0, size, 1)
     return (
         slice_transpose_p.bind(ct, slices=slices[:d] + (full,) + slices[d:], shape=shape[:d] + (size,) + shape[d:]),
@@ -133,10 +133,8 @@ def _slice_transpose_batch(vals, dims, *, slices, shape):
 
 batching.primitive_batchers[slice_p] = _slice_batch
 batching.primitive_batchers[slice_transpose_p] = _slice_transpose_batch
-jvp.deflinear_unary(slice_p)
-jvp.deflinear_unary(slice_transpose_p)
-vjp.defvjp(slice_p, lambda ct, out, x, *, slices: slice_transpose_p.bind(ct, slices=slices, shape=core.shape_of(x)))
-vjp.defvjp(slice_transpose_p, lambda ct, out, x, *, slices, shape: slice_p.bind(ct, slices=slices))
+vjp.deflinear(slice_p, lambda ct, x, *, slices: slice_transpose_p.bind(ct, slices=slices, shape=x.shape))
+vjp.deflinear(slice_transpose_p, lambda ct, x, *, slices, shape: slice_p.bind(ct, slices=slices))
 
 
 # ---------------------------------------------------------------------------------------
@@ -235,7 +233,7 @@ def _offset_indices(idx, size, n):
     return ew.add(idx, reshape(offsets, (size,) + (1,) * (rank - 1)))
 
 
-def _take_batch(vals, dims, *, axis):
+def _take_batch(axis_size, vals, dims, *, axis):
     x, idx = vals
     dx, di = dims
     if di is not_mapped:
@@ -245,21 +243,21 @@ def _take_batch(vals, dims, *, axis):
         return take_p.bind(x, idx, axis=a), out_dim
     if dx is not_mapped:
         return take_p.bind(x, idx, axis=axis), axis + di
-    size = x.shape[dx]
+    size = axis_size
     n = x.shape[batching.physical_axis(axis, dx)]
     x = batching.fold_bdim_into(x, dx, axis)
     idx = _offset_indices(move_bdim(idx, di, 0), size, n)
     return take_p.bind(x, idx, axis=axis), axis
 
 
-def _take_transpose_batch(vals, dims, *, axis, shape):
+def _take_transpose_batch(axis_size, vals, dims, *, axis, shape):
     ct, idx = vals
     dc, di = dims
     if di is not_mapped:
         ct = move_bdim(ct, dc, 0)
-        size = ct.shape[0]
+        size = axis_size
         return take_transpose_p.bind(ct, idx, axis=axis + 1, shape=(size,) + shape), 0
-    size = idx.shape[di]
+    size = axis_size
     n = shape[axis]
     idx = _offset_indices(move_bdim(idx, di, 0), size, n)
     if dc is not_mapped:
@@ -273,7 +271,7 @@ def _take_transpose_batch(vals, dims, *, axis, shape):
         ct = move_bdim(ct, dc, axis)
     folded_shape = shape[:axis] + (size * n,) + shape[axis + 1:]
     out = take_transpose_p.bind(ct, idx, axis=axis, shape=folded_shape)
-    return batching.split_bdim_out_of(out, axis, size), axis
+    return batching.split_bdim_out_of(out, axis, size, n), axis
 
 
 batching.primitive_batchers[take_p] = _take_batch
@@ -288,9 +286,11 @@ vjp.defvjp(
     take_p,
     lambda ct, out, x, idx, *, axis: take_transpose_p.bind(ct, idx, axis=axis, shape=core.shape_of(x)),
     None,
+    reads=(1,),
 )
 vjp.defvjp(
     take_transpose_p,
     lambda ct, out, c, idx, *, axis, shape: take_p.bind(ct, idx, axis=axis),
     None,
+    reads=(1,),
 )

@@ -104,7 +104,7 @@ def dot_general(x, y, dimension_numbers):
 # ---------------------------------------------------------------------------------------
 
 
-def _dot_general_batch(vals, dims, *, dimension_numbers):
+def _dot_general_batch(axis_size, vals, dims, *, dimension_numbers):
     x, y = vals
     dx, dy = dims
     (xc, yc), (xb, yb) = dimension_numbers
@@ -173,4 +173,4 @@ jvp.defjvp(
     lambda t, out, x, y, *, dimension_numbers: dot_general(t, y, dimension_numbers),
     lambda t, out, x, y, *, dimension_numbers: dot_general(x, t, dimension_numbers),
 )
-vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs)
+vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 1))

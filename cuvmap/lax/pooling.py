@@ -356,30 +356,30 @@ def _fold_into_n(x, bdim, size):
 
 
 def _unary_pool_batcher(primitive):
-    def rule(vals, dims, **params):
+    def rule(axis_size, vals, dims, **params):
         (x,), (d,) = vals, dims
-        size = x.shape[d]
-        out = primitive.bind(_fold_into_n(x, d, size), **params)
-        return split_bdim_out_of(out, 0, size), 0
+        n = x.shape[1 if d == 0 else 0]   # the logical N
+        out = primitive.bind(_fold_into_n(x, d, axis_size), **params)
+        return split_bdim_out_of(out, 0, axis_size, n), 0
 
     return rule
 
 
 def _binary_pool_batcher(primitive):
-    def rule(vals, dims, **params):
-        size = batching.axis_size_of(vals, dims)
-        out = primitive.bind(*(_fold_into_n(v, d, size) for v, d in zip(vals, dims)), **params)
-        return split_bdim_out_of(out, 0, size), 0
+    def rule(axis_size, vals, dims, **params):
+        x, x_b = vals[1], dims[1]
+        n = x.shape[1 if x_b == 0 else 0]   # the logical N of x (both operands share it)
+        out = primitive.bind(*(_fold_into_n(v, d, axis_size) for v, d in zip(vals, dims)), **params)
+        return split_bdim_out_of(out, 0, axis_size, n), 0
 
     return rule
 
 
-def _avg_pool_transpose_batch(vals, dims, *, input_shape, **params):
+def _avg_pool_transpose_batch(axis_size, vals, dims, *, input_shape, **params):
     (g,), (d,) = vals, dims
-    size = g.shape[d]
-    out = avg_pool_transpose_p.bind(_fold_into_n(g, d, size), input_shape=(size * input_shape[0],) + input_shape[1:],
-                                    **params)
-    return split_bdim_out_of(out, 0, size), 0
+    out = avg_pool_transpose_p.bind(_fold_into_n(g, d, axis_size),
+                                    input_shape=(axis_size * input_shape[0],) + input_shape[1:], **params)
+    return split_bdim_out_of(out, 0, axis_size, input_shape[0]), 0
 
 
 batching.primitive_batchers[max_pool_p] = _unary_pool_batcher(max_pool_p)
@@ -419,21 +419,19 @@ def _max_pool_scatter_vjp(ct, out, g, x, **params):
     return max_pool_gather(ct, x, **params)
 
 
-def _avg_pool_vjp(ct, out, x, **params):
-    return avg_pool_transpose(ct, core.shape_of(x), **params)
+def _avg_pool_transpose_rule(ct, x, **params):
+    return avg_pool_transpose(ct, x.shape, **params)
 
 
-def _avg_pool_transpose_vjp(ct, out, g, *, input_shape, **params):
+def _avg_pool_transpose_transpose(ct, g, *, input_shape, **params):
     return avg_pool_p.bind(ct, **params)
 
 
 jvp.defjvp(max_pool_p, _max_pool_jvp)
 jvp.defjvp(max_pool_gather_p, _max_pool_gather_jvp, None)
 jvp.defjvp(max_pool_scatter_p, _max_pool_scatter_jvp, None)
-jvp.deflinear_unary(avg_pool_p)
-jvp.deflinear_unary(avg_pool_transpose_p)
-vjp.defvjp(max_pool_p, _max_pool_vjp)
-vjp.defvjp(max_pool_gather_p, _max_pool_gather_vjp, None)
-vjp.defvjp(max_pool_scatter_p, _max_pool_scatter_vjp, None)
-vjp.defvjp(avg_pool_p, _avg_pool_vjp)
-vjp.defvjp(avg_pool_transpose_p, _avg_pool_transpose_vjp)
+vjp.defvjp(max_pool_p, _max_pool_vjp, reads=(0,))
+vjp.defvjp(max_pool_gather_p, _max_pool_gather_vjp, None, reads=(1,))
+vjp.defvjp(max_pool_scatter_p, _max_pool_scatter_vjp, None, reads=(1,))
+vjp.deflinear(avg_pool_p, _avg_pool_transpose_rule)
+vjp.deflinear(avg_pool_transpose_p, _avg_pool_transpose_transpose)

@@ -69,14 +69,13 @@ def reduce_sum(x, axes=None):
     return reduce_sum_p.bind(x, axes=axes)
 
 
-def _reduce_sum_vjp(ct, out, x, *, axes):
+def _reduce_sum_transpose(ct, x, *, axes):
     shape = core.shape_of(x)
     return broadcast_in_dim(ct, shape, _kept_dims(len(shape), axes))
 
 
 batching.defreduction(reduce_sum_p)
-jvp.deflinear_unary(reduce_sum_p)
-vjp.defvjp(reduce_sum_p, _reduce_sum_vjp)
+vjp.deflinear(reduce_sum_p, _reduce_sum_transpose)
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,7 +129,7 @@ def _extremum_jvp(t, out, x, *, axes):
 for _p in (reduce_max_p, reduce_min_p):
     batching.defreduction(_p)
     jvp.defjvp(_p, _extremum_jvp)
-    vjp.defvjp(_p, _extremum_vjp)
+    vjp.defvjp(_p, _extremum_vjp, reads=(0, "out"))
 del _p
 
 
@@ -164,7 +163,7 @@ def argmin(x, axis):
 
 
 def _arg_batcher(primitive):
-    def rule(vals, dims, *, axis):
+    def rule(axis_size, vals, dims, *, axis):
         (x,), (d,) = vals, dims
         a = batching.physical_axis(axis, d)
         return primitive.bind(x, axis=a), d if d < a else d - 1

@@ -42,15 +42,14 @@ def reshape(x, new_sizes):
     return reshape_p.bind(x, new_sizes=new_sizes)
 
 
-def _reshape_batch(vals, dims, *, new_sizes):
+def _reshape_batch(axis_size, vals, dims, *, new_sizes):
     (x,), (d,) = vals, dims
     x = move_bdim(x, d, 0)
     return reshape(x, (x.shape[0],) + new_sizes), 0
 
 
 batching.primitive_batchers[reshape_p] = _reshape_batch
-jvp.deflinear_unary(reshape_p)
-vjp.defvjp(reshape_p, lambda ct, out, x, *, new_sizes: reshape(ct, core.shape_of(x)))
+vjp.deflinear(reshape_p, lambda ct, x, *, new_sizes: reshape(ct, x.shape))
 
 
 # ---------------------------------------------------------------------------------------
@@ -77,15 +76,14 @@ def transpose(x, permutation):
     return transpose_p.bind(x, permutation=permutation)
 
 
-def _transpose_batch(vals, dims, *, permutation):
+def _transpose_batch(axis_size, vals, dims, *, permutation):
     (x,), (d,) = vals, dims
     perm = (d,) + tuple(physical_axis(p, d) for p in permutation)
     return transpose(x, perm), 0
 
 
 batching.primitive_batchers[transpose_p] = _transpose_batch
-jvp.deflinear_unary(transpose_p)
-vjp.defvjp(transpose_p, lambda ct, out, x, *, permutation: transpose(ct, tuple(np.argsort(permutation))))
+vjp.deflinear(transpose_p, lambda ct, x, *, permutation: transpose(ct, tuple(int(i) for i in np.argsort(permutation))))
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,7 +134,7 @@ def broadcast_to(x, shape):
     return broadcast_in_dim(x, shape, tuple(range(len(shape) - len(s), len(shape))))
 
 
-def _broadcast_in_dim_batch(vals, dims, *, shape, broadcast_dimensions):
+def _broadcast_in_dim_batch(axis_size, vals, dims, *, shape, broadcast_dimensions):
     (x,), (d,) = vals, dims
     x = move_bdim(x, d, 0)
     return (
@@ -145,7 +143,7 @@ def _broadcast_in_dim_batch(vals, dims, *, shape, broadcast_dimensions):
     )
 
 
-def _broadcast_in_dim_vjp(ct, out, x, *, shape, broadcast_dimensions):
+def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
     x_shape = core.shape_of(x)
     summed = tuple(
         d for d in range(len(shape))
@@ -158,8 +156,7 @@ def _broadcast_in_dim_vjp(ct, out, x, *, shape, broadcast_dimensions):
 
 
 batching.primitive_batchers[broadcast_in_dim_p] = _broadcast_in_dim_batch
-jvp.deflinear_unary(broadcast_in_dim_p)
-vjp.defvjp(broadcast_in_dim_p, _broadcast_in_dim_vjp)
+vjp.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
 def unbroadcast(ct, shape):
@@ -200,15 +197,14 @@ def squeeze(x, dimensions):
     return squeeze_p.bind(x, dimensions=dimensions)
 
 
-def _squeeze_batch(vals, dims, *, dimensions):
+def _squeeze_batch(axis_size, vals, dims, *, dimensions):
     (x,), (d,) = vals, dims
     phys = tuple(physical_axis(a, d) for a in dimensions)
     return squeeze(x, phys), d - sum(1 for a in phys if a < d)
 
 
 batching.primitive_batchers[squeeze_p] = _squeeze_batch
-jvp.deflinear_unary(squeeze_p)
-vjp.defvjp(squeeze_p, lambda ct, out, x, *, dimensions: reshape(ct, core.shape_of(x)))
+vjp.deflinear(squeeze_p, lambda ct, x, *, dimensions: reshape(ct, x.shape))
 
 
 def _expand_dims_shape(shape, dimensions):
@@ -240,15 +236,14 @@ def expand_dims(x, dimensions):
     return expand_dims_p.bind(x, dimensions=dimensions)
 
 
-def _expand_dims_batch(vals, dims, *, dimensions):
+def _expand_dims_batch(axis_size, vals, dims, *, dimensions):
     (x,), (d,) = vals, dims
     x = move_bdim(x, d, 0)
     return expand_dims(x, tuple(a + 1 for a in dimensions)), 0
 
 
 batching.primitive_batchers[expand_dims_p] = _expand_dims_batch
-jvp.deflinear_unary(expand_dims_p)
-vjp.defvjp(expand_dims_p, lambda ct, out, x, *, dimensions: reshape(ct, core.shape_of(x)))
+vjp.deflinear(expand_dims_p, lambda ct, x, *, dimensions: reshape(ct, x.shape))
 
 
 # ---------------------------------------------------------------------------------------
@@ -291,9 +286,8 @@ def concatenate(xs, dimension):
     return concatenate_p.bind(*xs, dimension=int(dimension))
 
 
-def _concatenate_batch(vals, dims, *, dimension):
-    size = batching.axis_size_of(vals, dims)
-    xs = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
+def _concatenate_batch(axis_size, vals, dims, *, dimension):
+    xs = [batching.bdim_at_front(v, d, axis_size) for v, d in zip(vals, dims)]
     return concatenate(xs, dimension + 1), 0
 
 
@@ -311,7 +305,8 @@ def _concatenate_vjp(i, ct, out, *xs, dimension):
 
 batching.primitive_batchers[concatenate_p] = _concatenate_batch
 jvp.primitive_jvps[concatenate_p] = _concatenate_jvp
-vjp.primitive_vjps[concatenate_p] = _concatenate_vjp
+vjp.primitive_vjps[concatenate_p] = _concatenate_vjp   # one rule for any number of operands
+vjp.primitive_vjp_reads[concatenate_p] = frozenset()    # it reads their shapes only
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,7 +336,7 @@ def pad(x, pads, value=0):
     return pad_p.bind(x, pads=pads, value=value)
 
 
-def _pad_batch(vals, dims, *, pads, value):
+def _pad_batch(axis_size, vals, dims, *, pads, value):
     (x,), (d,) = vals, dims
     return pad(x, pads[:d] + ((0, 0),) + pads[d:], value), d
 
@@ -356,4 +351,4 @@ def _pad_vjp(ct, out, x, *, pads, value):
 
 batching.primitive_batchers[pad_p] = _pad_batch
 jvp.defjvp(pad_p, lambda t, out, x, *, pads, value: pad(t, pads, 0))
-vjp.defvjp(pad_p, _pad_vjp)
+vjp.defvjp(pad_p, _pad_vjp, reads=())

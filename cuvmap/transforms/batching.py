@@ -6,9 +6,12 @@ axis of ``val`` that indexes examples. The tracer's logical shape (what ``f`` se
 ``val.shape`` without ``bdim``. Values not owned by this transform are unbatched
 (``not_mapped``).
 
-A batching rule ``rule(vals, dims, **params) -> (out, out_dim)`` computes the batched
-output of a primitive from the physical operands and their batch dims with one call of
-primitives (never a loop over examples). The helpers below, in the spirit of functorch's
+A batching rule ``rule(axis_size, vals, dims, **params) -> (out, out_dim)`` computes the
+batched output of a primitive from the size of the mapped axis, the physical operands and
+their batch dims with one call of primitives (never a loop over examples). The axis size
+comes from the transform, as in JAX, rather than from the operands' shapes: a batch of
+size 0 has no example to measure a folded dim by, and its results must still have the
+right logical shapes (``vmap(f)`` over a ``(0, ...)`` input returns empty arrays). The helpers below, in the spirit of functorch's
 ``BatchRulesHelper.h``, move batch dims to the front, pad operands to a common logical
 rank, fold a batch dim into another dim and split it back out, and define the rules of
 whole families (elementwise with broadcasting, reductions) at once.
@@ -82,7 +85,7 @@ class BatchTrace(Trace):
         rule = primitive_batchers.get(primitive)
         if rule is None:
             raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
-        out, out_dim = rule(vals, dims, **params)
+        out, out_dim = rule(main.global_data, vals, dims, **params)
         if out_dim is not_mapped:
             return out
         return BatchTracer(main, out, out_dim)
@@ -91,13 +94,6 @@ class BatchTrace(Trace):
 # ---------------------------------------------------------------------------------------
 # Helpers (cf. functorch's BatchRulesHelper.h)
 # ---------------------------------------------------------------------------------------
-
-
-def axis_size_of(vals, dims):
-    for v, d in zip(vals, dims):
-        if d is not not_mapped:
-            return v.shape[d]
-    raise ValueError("no batched operand")
 
 
 def move_bdim(x, bdim, dst=0):
@@ -144,13 +140,14 @@ def fold_bdim_into(x, bdim, dst):
     return lax_shape.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
 
 
-def split_bdim_out_of(x, axis, size):
-    """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``B*n`` into
-    ``(B, n)``; the batch dim is then at ``axis``."""
+def split_bdim_out_of(x, axis, size, rest):
+    """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``size*rest`` into
+    ``(size, rest)``; the batch dim is then at ``axis``. The caller gives ``rest`` (the
+    logical size of that dim): an empty batch could not reveal it."""
     from cuvmap.lax import shape as lax_shape
 
     s = tuple(x.shape)
-    return lax_shape.reshape(x, s[:axis] + (size, s[axis] // size) + s[axis + 1:])
+    return lax_shape.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
 
 
 def physical_axis(logical_axis, bdim):
@@ -172,7 +169,7 @@ def broadcasting_batcher(primitive):
     batched operands are padded to the common logical rank.
     """
 
-    def rule(vals, dims, **params):
+    def rule(axis_size, vals, dims, **params):
         first = None
         ndim = -1
         fast = True
@@ -213,7 +210,7 @@ def defbroadcasting(*primitives):
 def unary_batcher(primitive):
     """Elementwise unary primitives: the batch dim stays where it is."""
 
-    def rule(vals, dims, **params):
+    def rule(axis_size, vals, dims, **params):
         (x,), (d,) = vals, dims
         return primitive.bind(x, **params), d
 
@@ -229,7 +226,7 @@ def reduction_batcher(primitive):
     """Reductions over ``axes`` (a tuple of logical axes): shift the axes past the batch
     dim; the output's batch dim moves left by the number of reduced axes before it."""
 
-    def rule(vals, dims, *, axes, **params):
+    def rule(axis_size, vals, dims, *, axes, **params):
         (x,), (d,) = vals, dims
         phys = tuple(physical_axis(a, d) for a in axes)
         out_dim = d - sum(1 for a in phys if a < d)

@@ -87,8 +87,3 @@ def defjvp(primitive, *per_operand_rules):
         return None if r is None else r(t, out, *primals, **params)
 
     primitive_jvps[primitive] = rule
-
-
-def deflinear_unary(primitive):
-    """JVP of a primitive that is linear in its single operand: apply it to the tangent."""
-    primitive_jvps[primitive] = lambda i, t, out, x, **params: primitive.bind(t, **params)
