@@ -141,6 +141,38 @@ def _to_array_result(x):
     return np.asarray(x)
 
 
+# NOTE [results never alias inputs]
+# NumPy and CuPy arrays are mutable, so a result that shares memory with an argument (or
+# with another result) would let an in-place update of one silently change the other:
+# ``vmap(lambda x: x)(xs)`` would return ``xs`` itself, and the two gradients of
+# ``x + y`` the same array. JAX never has the problem (its arrays are immutable); here the
+# transforms copy any result whose memory is owned by an argument or an earlier result.
+# The check compares the arrays that own the memory (``.base``), so it costs a set lookup
+# per leaf, not a pairwise overlap test.
+
+
+def _memory_owner(x):
+    while getattr(x, "base", None) is not None:
+        x = x.base
+    return x
+
+
+def _unaliased(results, inputs):
+    """``results`` (a list of leaves) with copies of those that share memory with a leaf of
+    ``inputs`` or with an earlier result (NOTE [results never alias inputs])."""
+    owners = {id(_memory_owner(x)) for x in inputs if hasattr(x, "base")}
+    out = []
+    for r in results:
+        if hasattr(r, "base") and not isinstance(r, Tracer):
+            owner = id(_memory_owner(r))
+            if owner in owners:
+                r = r.copy()
+                owner = id(r)
+            owners.add(owner)
+        out.append(r)
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # vmap
 # ---------------------------------------------------------------------------------------
@@ -300,7 +332,7 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
             kept = tuple(i for i in range(len(out_shape)) if i != axis)
             value = lax_shape.broadcast_in_dim(leaf, out_shape, kept)
         results.append(_to_array_result(value))
-    return tree.unflatten(out_tree, results)
+    return tree.unflatten(out_tree, _unaliased(results, leaves))
 
 
 def _normalize_out_axis(axis, ndim, path, logical_shape):
@@ -380,7 +412,7 @@ def _vjp(f, primals, has_aux, where, describe):
             out_nodes.append(None)
     if has_aux:
         aux = tree.map(lambda a: _aux_result(a.primal if type(a) is VJPTracer and a._main is main else a), aux)
-    out_value = tree.unflatten(out_tree, out_primals)
+    out_value = tree.unflatten(out_tree, _unaliased([_to_array_result(v) for v in out_primals], leaves))
 
     def vjp_fun(ct):
         ct_leaves, ct_tree = tree.flatten(ct)
@@ -403,7 +435,7 @@ def _vjp(f, primals, has_aux, where, describe):
             if ct_x is None:
                 ct_x = core.full_like_concrete(x, 0)
             results.append(_to_array_result(ct_x))
-        return tree.unflatten(treedef, results)
+        return tree.unflatten(treedef, _unaliased(results, ct_leaves + leaves))
 
     return out_value, vjp_fun, aux
 
@@ -545,7 +577,7 @@ def _value_and_grad(f, argnums, has_aux, transform):
         ct = core.full_like_concrete(out_leaves[0], 1)
         grads = vjp_fun(ct)
         g = grads[0] if single else tuple(grads)
-        value = _to_array_result(out)
+        value = tree.unflatten(out_tree, _unaliased([_to_array_result(v) for v in out_leaves], tree.leaves(args)))
         return ((value, aux) if has_aux else value), g
 
     return vg
@@ -575,6 +607,16 @@ def jvp(f, primals, tangents, has_aux=False):
     return _with_context(where, f)(_jvp)(f, primals, tangents, has_aux, where)
 
 
+def _tangent_dtype_ok(p, t):
+    """A floating-point primal's tangent has the primal's dtype; a Python scalar on either
+    side is weakly typed and adopts the other's (floating) dtype."""
+    if not core.is_float(t):
+        return False
+    if type(p) is float or type(t) is float:
+        return True
+    return core.dtype_of(t) == core.dtype_of(p)
+
+
 def _jvp(f, primals, tangents, has_aux, where):
     """:func:`jvp` with its trace named ``where`` (jacfwd uses it under its own name)."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
@@ -590,10 +632,10 @@ def _jvp(f, primals, tangents, has_aux, where):
         what = f"tangent {path[0]}{tree.keystr(path[1:])}"
         if core.shape_of(p) != core.shape_of(t):
             raise TransformError(f"{what} has shape {_shape_str(t)}, but its primal has shape {_shape_str(p)}")
-        if core.is_float(p) and not core.is_float(t):
+        if core.is_float(p) and not _tangent_dtype_ok(p, t):
             raise TransformError(
                 f"{what} has dtype {core.dtype_of(t)}, but its primal has dtype {core.dtype_of(p)}; "
-                "the tangent of a floating-point primal must be floating-point"
+                "a tangent must have its primal's dtype (as in JAX): cast it with .astype"
             )
     with new_main(JVPTrace, name=where) as main:
         traced = [JVPTracer(main, p, t) if core.is_float(p) else p for p, t in zip(p_leaves, t_leaves)]
@@ -614,10 +656,8 @@ def _jvp(f, primals, tangents, has_aux, where):
         else:
             out_p.append(leaf)
             out_t.append(core.full_like_concrete(leaf, 0))
-    result = (
-        tree.unflatten(out_tree, [_to_array_result(v) for v in out_p]),
-        tree.unflatten(out_tree, [_to_array_result(v) for v in out_t]),
-    )
+    fresh = _unaliased([_to_array_result(v) for v in out_p + out_t], p_leaves + t_leaves)
+    result = (tree.unflatten(out_tree, fresh[:len(out_p)]), tree.unflatten(out_tree, fresh[len(out_p):]))
     if has_aux:
         aux = tree.map(lambda a: _aux_result(a.primal if type(a) is JVPTracer and a._main is main else a), aux)
         return result + (aux,)

@@ -371,7 +371,9 @@ class Primitive:
             raise CrossThreadTracerError(_cross_thread_message(self, top), where=top.name)
         try:
             if top is None:
-                return self.impl(*args, **params)
+                out = self.impl(*args, **params)
+                # NumPy ufuncs return scalars for 0-d operands; results are always arrays
+                return np.asarray(out) if isinstance(out, np.generic) else out
             return top.trace.process_primitive(self, args, params)
         except _PASS_THROUGH:
             raise

@@ -62,16 +62,35 @@ def _axis(x, axis):
 # ---------------------------------------------------------------------------------------
 
 
+def _holds_tracer(x):
+    if isinstance(x, Tracer):
+        return True
+    return isinstance(x, (list, tuple)) and builtins.any(_holds_tracer(e) for e in x)
+
+
 def asarray(x, dtype=None):
-    """Tracers pass through; anything else becomes a NumPy array (or stays a CuPy one)."""
+    """Tracers pass through; nested lists and tuples that hold tracers are stacked into one
+    (as ``jnp.asarray([t.sum(), t.mean()])``); anything else becomes a NumPy array (or
+    stays a CuPy one). No copy is made when none is needed."""
     if isinstance(x, Tracer):
         return x if dtype is None else astype(x, dtype)
+    if isinstance(x, (list, tuple)) and _holds_tracer(x):
+        if not x:
+            return np.asarray(x, dtype=dtype)
+        out = stack([asarray(e) for e in x])
+        return out if dtype is None else astype(out, dtype)
     if backend.is_cupy_array(x):
         return x if dtype is None else x.astype(dtype)
     return np.asarray(x, dtype=dtype)
 
 
-array = asarray
+def array(x, dtype=None):
+    """Like :func:`asarray`, but a concrete array is always copied (as ``numpy.array``)."""
+    if isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _holds_tracer(x)):
+        return asarray(x, dtype)
+    if backend.is_cupy_array(x):
+        return x.astype(x.dtype if dtype is None else dtype, copy=True)
+    return np.array(x, dtype=dtype)
 
 
 def zeros_like(x, dtype=None):
@@ -372,6 +391,12 @@ def take_along_axis(x, indices, axis):
     idx_shape = shape(indices)
     if len(idx_shape) != len(x_shape):
         raise ShapeError(f"take_along_axis: indices of shape {idx_shape} must have the rank of {x_shape}")
+    for i, (a, b) in enumerate(zip(x_shape, idx_shape)):
+        if i != axis and a != b and a != 1 and b != 1:
+            raise ShapeError(
+                f"take_along_axis: indices of shape {idx_shape} do not broadcast against the array of shape "
+                f"{x_shape} outside axis {axis} (dim {i}: {b} vs {a})"
+            )
     other = tuple(
         builtins.max(a, b) if i != axis else None for i, (a, b) in enumerate(zip(x_shape, idx_shape))
     )
@@ -515,13 +540,31 @@ def _advanced_index(x, advanced):
 # ---------------------------------------------------------------------------------------
 
 
+def _batched_input_hint(ka, kb):
+    """A hint for the commonest cause of a contracting-dim mismatch in per-example code: a
+    batch passed where one example was expected (``(32·6272,)`` against ``(6272, 10)``)."""
+    big, small = builtins.max(ka, kb), builtins.min(ka, kb)
+    if small > 0 and big % small == 0 and big > small:
+        which = "first" if ka > kb else "second"
+        return (
+            f"; the {which} operand's dim is {big // small}× the other's: if it holds a batch of {big // small} "
+            "examples where the function expects one (a flatten or reshape(-1) over the batch), map the "
+            "function over the batch with cuvmap.vmap instead"
+        )
+    return ""
+
+
 def matmul(a, b):
     """NumPy's ``matmul``: 1-d operands are vectors, leading dims broadcast as batches."""
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
         raise ShapeError(f"matmul: operands must have at least one dim, got {shape(a)} and {shape(b)}")
-    if shape(a)[-1] != shape(b)[-1 if nb == 1 else -2]:
-        raise ShapeError(f"matmul: contracting dims do not match for shapes {shape(a)} and {shape(b)}")
+    ka, kb = shape(a)[-1], shape(b)[-1 if nb == 1 else -2]
+    if ka != kb:
+        raise ShapeError(
+            f"matmul: contracting dims do not match for shapes {shape(a)} and {shape(b)} ({ka} vs {kb})"
+            + _batched_input_hint(ka, kb)
+        )
     if nb == 1:
         return lax.dot_general(a, b, (((na - 1,), (0,)), ((), ())))
     if na == 1:

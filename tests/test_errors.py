@@ -225,10 +225,15 @@ def test_jvp_with_mismatched_tangents():
     with raises(cuvmap.TransformError, r"jvp\(loss\): tangents have structure .*, but primals have structure"):
         jvp(loss, (np.ones(3), X43, np.ones(4)), (np.ones(3), X43))
     with raises(cuvmap.TransformError, re.escape(
-        "jvp(sin): tangent 0 has dtype int64, but its primal has dtype float64; the tangent of a floating-point "
-        "primal must be floating-point"
+        "jvp(sin): tangent 0 has dtype int64, but its primal has dtype float64; a tangent must have its "
+        "primal's dtype (as in JAX): cast it with .astype"
     )):
         jvp(cnp.sin, (X43,), (np.ones((4, 3), np.int64),))
+    with raises(cuvmap.TransformError, re.escape(
+        "jvp(sin): tangent 0 has dtype float64, but its primal has dtype float32; a tangent must have its "
+        "primal's dtype (as in JAX): cast it with .astype"
+    )):
+        jvp(cnp.sin, (X43.astype(np.float32),), (np.ones((4, 3)),))
     with raises(cuvmap.TransformError, r"jvp\(sin\): primals and tangents must be tuples"):
         jvp(cnp.sin, X43, X43)
 

@@ -155,7 +155,11 @@ def _take_shape_rule(x, idx, *, axis):
 
 
 def _take_impl(x, idx, *, axis):
-    return core.as_array(x).take(idx, axis=axis)
+    x = core.as_array(x)
+    # NumPy's own message would name the physical axis (under vmap, not the user's): the
+    # op and the logical shapes come in the note bind adds (NOTE [errors keep their kind])
+    check_index_bounds(idx, x.shape[axis], "take", "the gathered axis")
+    return x.take(idx, axis=axis)
 
 
 take_p = Primitive("take")
