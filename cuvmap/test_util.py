@@ -141,18 +141,37 @@ def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
     assert len(sizes) == 1, f"check_batching: mapped sizes {sizes}"
     size = sizes.pop()
     got = api.vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
-    examples = []
-    for b in range(size):
-        ex_args = [
-            a if ax is None else tree.map(lambda leaf: np.take(_to_numpy(leaf), b, axis=ax), a)
-            for a, ax in zip(args, in_axes_t)
-        ]
-        examples.append(f(*ex_args))
+    if size == 0:
+        # no example to loop over: f on one all-zeros example gives each output's logical
+        # shape and dtype, which the empty batched outputs must have (with 0 at out_axes)
+        def zero_example(leaf, ax):
+            leaf = _to_numpy(leaf)
+            return np.zeros(leaf.shape[:ax % leaf.ndim] + leaf.shape[ax % leaf.ndim + 1:], leaf.dtype)
+
+        ex_args = [a if ax is None else tree.map(lambda leaf, ax=ax: zero_example(leaf, ax), a)
+                   for a, ax in zip(args, in_axes_t)]
+        with np.errstate(all="ignore"):
+            template = f(*ex_args)
+        examples = []
+    else:
+        examples = []
+        for b in range(size):
+            ex_args = [
+                a if ax is None else tree.map(lambda leaf: np.take(_to_numpy(leaf), b, axis=ax), a)
+                for a, ax in zip(args, in_axes_t)
+            ]
+            examples.append(f(*ex_args))
     out_axes_flat = tree.leaves(out_axes, is_leaf=lambda a: a is None) if not isinstance(out_axes, int) else None
     got_leaves = tree.leaves(got)
     for j, g in enumerate(got_leaves):
         oa = out_axes if out_axes_flat is None else out_axes_flat[j]
-        want = np.stack([_to_numpy(tree.leaves(e)[j]) for e in examples], axis=oa)
+        if size == 0:
+            one = _to_numpy(tree.leaves(template)[j])
+            want = one if oa is None else np.moveaxis(np.empty((0,) + one.shape, one.dtype), 0, oa)
+            if _to_numpy(g).dtype != want.dtype:
+                raise AssertionError(f"vmap output {j}: dtype {_to_numpy(g).dtype}, one example gives {want.dtype}")
+        else:
+            want = np.stack([_to_numpy(tree.leaves(e)[j]) for e in examples], axis=oa)
         g = _to_numpy(g)
         if g.shape != want.shape:
             raise AssertionError(f"vmap output {j}: shape {g.shape}, loop gives {want.shape}")

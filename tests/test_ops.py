@@ -3,7 +3,7 @@
 - its impl checked against its NumPy reference, in each of the row's dtypes and backends;
 - (primitive rows) its shape rule checked against the impl's output shape and dtype;
 - ``vmap`` checked against a per-example loop, for every ``in_axes`` combination of its
-  operands (axes 0, 1, -1 and None; sampled for three operands) at batch sizes 3 and 1;
+  operands (axes 0, 1, -1 and None; sampled for three operands) at batch sizes 3, 1 and 0;
 - (differentiable rows) forward and reverse mode checked against central finite
   differences in float64, to second order, and ``jacfwd`` against ``jacrev``;
 - (non-differentiable rows) zero tangents and cotangents;
@@ -234,7 +234,7 @@ def test_shape_rule_matches_impl(row, dtype):
 
 @pytest.mark.parametrize("row,in_axes", VMAP_CASES)
 def test_vmap_matches_loop(row, in_axes, backend):
-    for size in (3, 1):
+    for size in (3, 1, 0):
         shapes = [batched_shape(a.shape, ax, size) for a, ax in zip(row.args, in_axes)]
         args = row.make_args(row.vmap_dtype, shapes, seed=size)
         check_batching(row.fun, put(args, backend), in_axes=in_axes, atol=1e-10, rtol=1e-10)

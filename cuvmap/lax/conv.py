@@ -380,6 +380,8 @@ def _logical_shape(x, bdim):
 def _conv_batch(axis_size, vals, dims, *, stride, padding, dilation, transposed, output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
+    if axis_size == 0:
+        return batching.empty_batch(conv_p, vals, dims, dict(params))
     lhs, rhs = vals[:2]
     lhs_b, rhs_b = dims[:2]
     size = axis_size
@@ -436,6 +438,8 @@ def _conv_backward_input_batch(axis_size, vals, dims, *, input_shape, stride, pa
                                output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
+    if axis_size == 0:
+        return batching.empty_batch(conv_backward_input_p, vals, dims, dict(params, input_shape=input_shape))
     g, w = vals
     g_b, w_b = dims
     size = axis_size
@@ -471,6 +475,8 @@ def _conv_backward_weight_batch(axis_size, vals, dims, *, weight_shape, stride, 
                                 output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
+    if axis_size == 0:
+        return batching.empty_batch(conv_backward_weight_p, vals, dims, dict(params, weight_shape=weight_shape))
     g, x = vals
     g_b, x_b = dims
     size = axis_size

@@ -150,6 +150,25 @@ def split_bdim_out_of(x, axis, size, rest):
     return lax_shape.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
 
 
+def empty_batch(primitive, vals, dims, params):
+    """The batched output of ``primitive`` over a batch of size 0: an empty array of the
+    logical output shape (from the shape rule) with the batch dim at 0. For rules whose
+    folding would multiply a count by the batch size (a grouped convolution with
+    ``groups * B`` groups), where ``B = 0`` is no valid operand; there is nothing to
+    compute. The result is a constant to the transforms below, as an empty array is."""
+    from cuvmap import backend
+
+    avals = [core.get_aval(v) if d is not_mapped else _logical_aval(v, d) for v, d in zip(vals, dims)]
+    aval = primitive.shape_rule(*avals, **params)
+    xp = backend.xp_of(*[v for v in vals if hasattr(v, "shape")])
+    return xp.zeros((0,) + tuple(aval.shape), dtype=aval.dtype), 0
+
+
+def _logical_aval(v, d):
+    s = tuple(v.shape)
+    return core.ShapedArray(s[:d] + s[d + 1:], v.dtype)
+
+
 def physical_axis(logical_axis, bdim):
     """The physical axis of logical axis ``logical_axis`` of a value batched at ``bdim``."""
     return logical_axis + 1 if logical_axis >= bdim else logical_axis
