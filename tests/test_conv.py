@@ -210,7 +210,7 @@ def test_dtypes_are_preserved(dtype):
 
 
 # ---------------------------------------------------------------------------------------
-# Batching: every case of the seed, the vmap dim anywhere or absent, against a loop
+# Batching: every case of functorch's BatchRulesConvolution.cpp, the vmap dim anywhere or absent, against a loop
 # ---------------------------------------------------------------------------------------
 
 # The batching configurations: regular and transposed, groups 1 and 2.
@@ -223,11 +223,11 @@ def _batched(a, axis, size, rng):
     """``size`` perturbed copies of ``a`` stacked along ``axis`` (None: ``a`` itself)."""
     if axis is None:
         return a
-    stacked = np.stack([a + 0.1 * rng.standard_normal(a.shape) for _ in range(size)])
+    stacked = a + 0.1 * rng.standard_normal((size,) + a.shape)
     return np.moveaxis(stacked, 0, axis)
 
 
-# Seed case -> the in_axes combinations of the tests below that exercise it:
+# Case of functorch's file -> the in_axes combinations of the tests below that exercise it:
 #   conv: lhs only (x, None), rhs only groups==1 / groups>1 regular and transposed (None, w),
 #         both (x, w), bias batched or beside a batched weight (3rd axis not None / w batched)
 #   conv_backward_input: grad_output and weight, grad_output only, weight only (g==1, g>1,
@@ -236,7 +236,7 @@ def _batched(a, axis, size, rng):
 #   conv_backward_weight: grad_output and input (per-example gradients), grad_output only,
 #         input only, each with groups 1 and 2, regular and transposed
 #   all three batched (model ensembling): test_model_ensembling_all_three_batched
-@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("size", [0, 1, 3])
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_conv_batching_all_cases(cfg, size):
     rng = np.random.default_rng(3)
@@ -258,7 +258,7 @@ def test_conv_batching_all_cases(cfg, size):
         check_batching(lambda x, w: lax.conv(x, w, **params), args, in_axes=(ax_x, ax_w), atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("size", [0, 1, 3])
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_conv_backward_input_batching_all_cases(cfg, size):
     rng = np.random.default_rng(4)
@@ -275,7 +275,7 @@ def test_conv_backward_input_batching_all_cases(cfg, size):
         check_batching(f, args, in_axes=(ax_g, ax_w), atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("size", [0, 1, 3])
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_conv_backward_weight_batching_all_cases(cfg, size):
     rng = np.random.default_rng(5)
