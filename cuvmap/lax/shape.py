@@ -306,7 +306,7 @@ def _concatenate_vjp(i, ct, out, *xs, dimension):
 batching.primitive_batchers[concatenate_p] = _concatenate_batch
 jvp.primitive_jvps[concatenate_p] = _concatenate_jvp
 vjp.primitive_vjps[concatenate_p] = _concatenate_vjp   # one rule for any number of operands
-vjp.primitive_vjp_reads[concatenate_p] = frozenset()    # it reads their shapes only
+vjp.declare_reads(concatenate_p, ())                     # it reads their shapes only
 
 
 # ---------------------------------------------------------------------------------------

@@ -27,11 +27,13 @@ primitive_vjps = {}
 # none (their transposes need shapes and dtypes alone), ``exp`` reads its output, ``mul``
 # its operands, ``take`` its indices but not the gathered array. Keeping everything would
 # hold every intermediate of a long chain alive (20 steps of ``y = y + 1.0`` on 8 MB
-# arrays: 160 MB), where JAX holds nothing. ``primitive_vjp_reads[p]`` is a frozenset of
-# operand indices and ``"out"``; for the others the tape stores the aval (a ShapedArray,
-# or the Python scalar itself, which costs nothing and keeps its weak type), so a rule's
-# view of an unread value has ``.shape`` and ``.dtype`` only. A primitive without a
-# declaration keeps everything.
+# arrays: 160 MB), where JAX holds nothing. ``primitive_vjp_reads[p]`` is a pair
+# ``(operands, out)``: the frozenset of operand indices the rules read (``None``: all of
+# them) and whether they read the output. For the others the tape stores the aval (a
+# ShapedArray, or the Python scalar itself, which costs nothing and keeps its weak type),
+# so a rule's view of an unread operand has ``.shape`` and ``.dtype`` only, and a rule that
+# does not read the output gets ``None`` for it (the cotangent has its shape). A primitive
+# without a declaration keeps everything. ``declare_reads`` fills the table.
 primitive_vjp_reads = {}
 
 
@@ -76,8 +78,12 @@ class VJPTrace(Trace):
         if reads is None:
             kept, kept_out = primals, out
         else:
-            kept = [x if i in reads else _aval_of(x) for i, x in enumerate(primals)]
-            kept_out = out if "out" in reads else _aval_of(out)
+            read_operands, read_out = reads
+            if read_operands is None:
+                kept = primals
+            else:
+                kept = [x if i in read_operands else _aval_of(x) for i, x in enumerate(primals)]
+            kept_out = out if read_out else None
         tape = main.global_data
         node = tape.num_inputs + len(tape.entries)
         tape.entries.append((primitive, params, rule, kept, kept_out, operand_nodes))
@@ -85,8 +91,16 @@ class VJPTrace(Trace):
 
 
 def _aval_of(x):
-    """What the tape keeps of a value its rule does not read (NOTE [what the tape keeps])."""
-    return x if type(x) in core._PY_SCALAR_DTYPES else core.get_aval(x)
+    """What the tape keeps of a value its rule does not read (NOTE [what the tape keeps]):
+    its shape and dtype (built without the conversions of ``ShapedArray.__init__``: this
+    runs for every recorded operand)."""
+    if type(x) in core._PY_SCALAR_DTYPES:
+        return x
+    aval = object.__new__(core.ShapedArray)
+    aval.shape = x.shape
+    aval.dtype = x.dtype
+    aval.weak_type = False
+    return aval
 
 
 def backward_pass(tape, output_cts):
@@ -138,15 +152,22 @@ def match_operand(ct, primal):
     return ct
 
 
-def _reads_set(primitive, reads, n_rules):
+def declare_reads(primitive, reads, num_operands=None):
+    """Records which forward values ``primitive``'s VJP rules read (NOTE [what the tape
+    keeps]): ``reads`` holds operand indices and ``"out"``, or is ``"all"``.
+    ``num_operands``: the primitive's operand count, when fixed (reading every operand is
+    then recorded as ``None``, which the tape handles without a per-operand test)."""
     if reads == "all":
         primitive_vjp_reads.pop(primitive, None)
         return
     reads = frozenset(reads)
-    bad = [r for r in reads if r != "out" and not (isinstance(r, int) and 0 <= r < n_rules)]
-    if bad:
-        raise ValueError(f"{primitive.name}: reads must hold operand indices and 'out', got {bad}")
-    primitive_vjp_reads[primitive] = reads
+    bad = [r for r in reads if r != "out" and not (isinstance(r, int) and r >= 0)]
+    if bad or (num_operands is not None and any(isinstance(r, int) and r >= num_operands for r in reads)):
+        raise ValueError(f"{primitive.name}: reads must hold operand indices and 'out', got {sorted(map(str, reads))}")
+    operands = frozenset(r for r in reads if r != "out")
+    if num_operands is not None and len(operands) == num_operands:
+        operands = None
+    primitive_vjp_reads[primitive] = (operands, "out" in reads)
 
 
 def defvjp(primitive, *per_operand_rules, reads="all"):
@@ -160,7 +181,7 @@ def defvjp(primitive, *per_operand_rules, reads="all"):
         return None if r is None else r(ct, out, *primals, **params)
 
     primitive_vjps[primitive] = rule
-    _reads_set(primitive, reads, len(per_operand_rules))
+    declare_reads(primitive, reads, len(per_operand_rules))
 
 
 def defderivative(primitive, *per_operand_rules, reads="all"):
