@@ -848,6 +848,14 @@ def _rows_composite():
             lambda x: np.var(x, axis=(0, 2), keepdims=True), [A(2, 3, 4)], tol32=(1e-5, 1e-5)),
         Row("var_ddof", lambda x: cnp.var(x, ddof=1), lambda x: np.var(x, ddof=1), [A(2, 3, 4)],
             tol32=(1e-5, 1e-5)),
+        Row("vdot", cnp.vdot, np.vdot, [A(3, 4), A(4, 3)], tol32=(1e-5, 1e-5)),
+        Row("broadcast_arrays", lambda x, y: cnp.stack(cnp.broadcast_arrays(x, y)),
+            lambda x, y: np.stack(np.broadcast_arrays(x, y)), [A(3, 1), A(4)]),
+        # full_like is a constant (no derivative in x): added to x to see the shape and dtype
+        Row("full_like", lambda x: lax.add(x, cnp.full_like(x, 2.5)), lambda x: x + np.full_like(x, 2.5), [A(3, 4)]),
+        # a list of traced values stacked into one array (jnp.asarray([...]))
+        Row("asarray_list", lambda x, y: cnp.asarray([cnp.sum(x), cnp.mean(y), x[0, 0]]),
+            lambda x, y: np.asarray([np.sum(x), np.mean(y), x[0, 0]]), [A(3, 4), A(2)], tol32=(1e-5, 1e-5)),
     ]
     return rows
 
