@@ -462,5 +462,40 @@ OUT_OF_RANGE_INDICES = [
 
 @pytest.mark.parametrize("name,call,message", OUT_OF_RANGE_INDICES, ids=[r[0] for r in OUT_OF_RANGE_INDICES])
 def test_out_of_range_indices_raise(name, call, message):
-    with pytest.raises((IndexError, cuvmap.ShapeError), match=message):
+    # an IndexError stays one under every transform (NOTE [errors keep their kind])
+    with pytest.raises(IndexError, match=message):
         call()
+
+
+# Messages in the user's coordinates and terms, never those of a primitive the user did not
+# write (a physical axis under vmap, the broadcast_in_dim inside take_along_axis).
+USER_TERMS = [
+    ("take under vmap names no physical axis",
+     lambda: vmap(lambda x: cnp.take(x, np.array([9]), axis=1))(np.ones((2, 3, 4))),
+     IndexError, r"^take: index 9 is out of bounds for the gathered axis with size 4$"),
+    ("take_along_axis indices that do not broadcast",
+     lambda: cnp.take_along_axis(np.ones((3, 4)), np.ones((5, 7), np.int64), axis=0),
+     cuvmap.ShapeError,
+     re.escape("take_along_axis: indices of shape (5, 7) do not broadcast against the array of shape (3, 4) "
+               "outside axis 0 (dim 1: 7 vs 4)")),
+    ("take_along_axis indices under vmap",
+     lambda: vmap(lambda a, i: cnp.take_along_axis(a, i, axis=0))(np.ones((2, 3, 4)), np.ones((2, 5, 7), np.int64)),
+     cuvmap.ShapeError, r"^vmap\(<lambda>\): take_along_axis: indices of shape \(5, 7\) do not broadcast"),
+    ("a batch given to a per-example loss",
+     lambda: grad(lambda x: (x.reshape(-1) @ np.ones((12, 2))).sum())(np.ones((4, 3, 4))),
+     cuvmap.ShapeError,
+     re.escape("matmul: contracting dims do not match for shapes (48,) and (12, 2) (48 vs 12); the first "
+               "operand's dim is 4× the other's: if it holds a batch of 4 examples where the function expects "
+               "one (a flatten or reshape(-1) over the batch), map the function over the batch with cuvmap.vmap")),
+    ("a plain mismatch gets no batch hint",
+     lambda: cnp.matmul(np.ones(5), np.ones((3, 2))),
+     cuvmap.ShapeError, r"for shapes \(5,\) and \(3, 2\) \(5 vs 3\)$"),
+]
+
+
+@pytest.mark.parametrize("name,call,exc,message", USER_TERMS, ids=[r[0] for r in USER_TERMS])
+def test_errors_in_the_users_terms(name, call, exc, message):
+    with pytest.raises(exc) as info:
+        call()
+    assert re.search(message, str(info.value)), str(info.value)
+    assert "broadcast_in_dim" not in str(info.value)
