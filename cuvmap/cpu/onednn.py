@@ -129,6 +129,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "dnnl_primitive_execute": (ctypes.c_int, [_P, _P, ctypes.c_int, ctypes.POINTER(ExecArg)]),
     "dnnl_primitive_destroy": (ctypes.c_int, [_P]),
     "dnnl_version": (ctypes.POINTER(Version), []),
+    "dnnl_set_primitive_cache_capacity": (ctypes.c_int, [ctypes.c_int]),
 }
 
 # ---------------------------------------------------------------------------------------
@@ -160,41 +161,62 @@ def _library_candidates():
 
 
 def _libgomp_loaded():
-    """Whether GNU OpenMP is already in this process (its settings are then fixed)."""
+    """Whether the system's GNU OpenMP (``libgomp.so.1``, the one libdnnl links) is already
+    in this process: its settings are then fixed. (Wheels such as torch's bring their own
+    copies under other names, ``libgomp-<hash>.so.1``, which libdnnl does not use.)"""
     try:
         with open("/proc/self/maps") as fh:
-            return any("libgomp" in line for line in fh)
+            return any(os.path.basename(line.split()[-1]).startswith("libgomp.so") for line in fh if "/" in line)
     except OSError:
         return False
 
 
 # NOTE [OpenMP threads beside OpenBLAS]
 # oneDNN runs its convolutions on GNU OpenMP's thread pool; NumPy's GEMMs and element-wise
-# work run on OpenBLAS's pthreads pool (and the calling thread). With both pools sized to
-# the cores, the question is what OpenMP's workers do between convolutions. libgomp's
-# default (OMP_WAIT_POLICY unset) lets an idle worker spin for a while (GOMP_SPINCOUNT,
-# 300k iterations, ~0.1-1 ms) before it sleeps, and a spinning worker holds a core that the
-# OpenBLAS GEMM right after a convolution wants. `python -m benchmarks.threads` measures
-# it (a oneDNN convolution followed by the README CNN's dense GEMMs, in a subprocess per
-# setting): with the default policy the GEMM that follows a convolution ran slower than on
-# a quiet pool, and OMP_WAIT_POLICY=PASSIVE removed that at no cost to the convolutions
-# (a passive worker wakes through a futex, microseconds against milliseconds of
-# convolution). So before the first dlopen of libdnnl (which loads libgomp and reads the
-# environment once) cuvmap sets OMP_WAIT_POLICY=PASSIVE, unless the user set
-# OMP_WAIT_POLICY or GOMP_SPINCOUNT, or libgomp is already loaded (then its settings are
-# fixed and left alone). OMP_NUM_THREADS is left to libgomp (one thread per core, as
-# OpenBLAS), or the user. describe() reports what was set.
+# work run on OpenBLAS's pthreads pool and the calling thread, on the same cores. What
+# matters is what OpenMP's workers do between convolutions: by default (OMP_WAIT_POLICY
+# unset) an idle worker spins for GOMP_SPINCOUNT iterations before it sleeps, and
+# OMP_WAIT_POLICY=ACTIVE spins for good. A spinning worker holds a core that the OpenBLAS
+# GEMM or the NumPy op right after a convolution wants. Measured on the README CNN's
+# vmap(grad) (`python -m benchmarks per_example`, each setting in its own process, 2 cores
+# and 2 threads in each pool): with spinning workers the medians were 1.5-3.5x slower than
+# with passive ones and the spread (max/min) went from ~1.2x to 2-8x. A lone small
+# convolution is slower with PASSIVE (a sleeping worker takes ~0.1-0.5 ms to wake: one
+# example of the README CNN's second layer took 0.95 ms against 0.17 ms spinning), but a
+# training step is many operations in a row, and there PASSIVE wins. Matching the thread
+# counts changes nothing here: both pools default to one thread per core.
+# So cuvmap loads libdnnl (whose libgomp reads its environment once, when it loads) with
+# OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
+# user's subprocesses nor other libraries see the change. It does nothing when the user set
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT (theirs wins), or when libgomp.so.1 is already loaded
+# (its settings are fixed then). describe() says which applied.
 
 
 def _prepare_openmp():
-    if _libgomp_loaded():
-        _thread_settings["OMP_WAIT_POLICY"] = "(libgomp was already loaded: its own settings)"
-        return
+    """The environment variables to set while libdnnl loads (NOTE [OpenMP threads beside
+    OpenBLAS])."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         _thread_settings["OMP_WAIT_POLICY"] = f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')} (the user's)"
-        return
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    _thread_settings["OMP_WAIT_POLICY"] = "PASSIVE (set by cuvmap)"
+        return {}
+    if _libgomp_loaded():
+        _thread_settings["OMP_WAIT_POLICY"] = "(libgomp.so.1 was already loaded: its own setting)"
+        return {}
+    _thread_settings["OMP_WAIT_POLICY"] = "PASSIVE (set by cuvmap while libdnnl loaded)"
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _dlopen(path, env):
+    """``ctypes.CDLL(path)`` with ``env`` set in the environment during the load only."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return ctypes.CDLL(path)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _load():
@@ -204,11 +226,11 @@ def _load():
     with _lock:
         if _lib is not None or _load_error is not None:
             return _lib
-        _prepare_openmp()
+        env = _prepare_openmp()
         errors = []
         for path in _library_candidates():
             try:
-                lib = ctypes.CDLL(path)
+                lib = _dlopen(path, env)
             except OSError as err:
                 errors.append(f"{path}: {err}")
                 continue
@@ -229,6 +251,9 @@ def _load():
             if status != DNNL_SUCCESS:
                 errors.append(f"{path}: dnnl_engine_create(cpu, 0) failed: {_STATUS.get(status, status)}")
                 continue
+            if "DNNL_PRIMITIVE_CACHE_CAPACITY" not in os.environ:
+                # NOTE [plan cache]: cuvmap's cache is the one that bounds the primitives
+                lib.dnnl_set_primitive_cache_capacity(0)
             _engine = engine
             _lib = lib
             return _lib
@@ -542,7 +567,15 @@ class _Plan:
 # The plan cache
 # ---------------------------------------------------------------------------------------
 
-CACHE_SIZE = 256   # plans (each a convolution primitive and up to four reorders)
+# NOTE [plan cache]
+# A plan (a convolution primitive and up to four reorders) is made once per key and kept
+# in an LRU of CACHE_SIZE plans; an evicted plan's primitives are destroyed when the last
+# call using it returns. oneDNN keeps a primitive cache of its own (1024 primitives by
+# default), which would hold every evicted primitive again: ~20 KiB of JIT code and
+# descriptors each, so the process grew without bound across many shapes. cuvmap sets its
+# capacity to 0 when libdnnl loads (unless DNNL_PRIMITIVE_CACHE_CAPACITY is set), so this
+# cache alone bounds them; tests/test_onednn.py checks the bound and the process's memory.
+CACHE_SIZE = 256
 _plans = collections.OrderedDict()
 _stats = {"created": 0, "hits": 0, "evicted": 0, "create_seconds": 0.0}
 
