@@ -13,6 +13,7 @@ fixtures. tests/test_onednn.py has the binding's own tests.
 """
 import importlib
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -577,31 +578,203 @@ def test_gpu_per_example_gradients_match_cpu():
         np.testing.assert_allclose(cv.device_put(gpu_result[k], "cpu"), cpu[k], rtol=1e-4, atol=1e-5)
 
 
+def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, get):
+    """Under "auto" a fresh key times both kernels once and returns the faster's result; a
+    later call of the key — and another batch size in its bucket — times nothing; the
+    vendor's and the unfold kernels' outputs agree with the naive loops."""
+    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_mod, "_measured", {})
+    monkeypatch.setattr(conv_mod, "_failed", {})
+    timed = []
+    real_time_kernel = conv_mod._time_kernel
+
+    def spy(module, op, *rest):
+        timed.append((module.__name__.rsplit(".", 1)[-1], op))
+        return real_time_kernel(module, op, *rest)
+
+    monkeypatch.setattr(conv_mod, "_time_kernel", spy)
+    rng = np.random.default_rng(15)
+    _, w, _, params = make_operands(CONFIGS[4], rng)
+    xs = {n: rng.standard_normal((n, 4, 7, 7)) for n in (3, 4, 5)}
+    w32 = put(w.astype(np.float32))
+
+    def conv(n):
+        out = get(lax.conv(put(xs[n].astype(np.float32)), w32, **params))
+        np.testing.assert_allclose(out, reference_conv(xs[n], w, None, params), rtol=1e-4, atol=1e-4)
+        return out
+
+    conv(3)
+    assert sorted(timed) == [("conv_gemm", "forward"), (vendor, "forward")]
+    ((key, (choice, times)),) = conv_mod.measured_choices().items()
+    assert key[:2] == ("forward", device) and key[3] == 4        # N = 3 in the bucket of 4
+    assert set(times) == {vendor, "unfold"} and all(t > 0 for t in times.values())
+    assert choice == min(times, key=times.get)
+    conv(3)
+    conv(4)                                                      # the same bucket: reused
+    assert len(timed) == 2 and len(conv_mod.measured_choices()) == 1
+    conv(5)                                                      # bucket 8: measured anew
+    assert len(timed) == 4 and len(conv_mod.measured_choices()) == 2
+    # both kernels, forced, against the loops and each other
+    monkeypatch.setattr(conv_mod, "_strategy", [vendor if vendor == "onednn" else "cudnn"])
+    by_vendor = conv(5)
+    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    np.testing.assert_allclose(by_vendor, conv(5), rtol=1e-5, atol=1e-5)
+    assert len(timed) == 4
+
+
 @gpu
 @pytest.mark.gpu
-def test_gpu_auto_strategy_measures_and_caches():
+def test_gpu_auto_strategy_measures_and_caches(monkeypatch):
     import cupy
 
-    rng = np.random.default_rng(15)
-    x, w, b, params = make_operands(CONFIGS[4], rng, np.float32)
-    previous = conv_mod.set_strategy("auto")
-    try:
-        out = lax.conv(cupy.asarray(x), cupy.asarray(w), **params)
-    finally:
-        conv_mod.set_strategy(previous)
-    np.testing.assert_allclose(cupy.asnumpy(out), reference_conv(x, w, None, params), rtol=1e-4, atol=1e-4)
     from cuvmap.cuda import cudnn
 
-    if cudnn.available():
-        assert any(k[0] == "forward" for k in conv_mod.measured_choices())
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not loadable: {cudnn.load_error()}")
+    _check_auto_strategy_measures_and_caches(monkeypatch, "gpu", "cudnn", cupy.asarray, cupy.asnumpy)
 
 
-def test_strategy_override_is_validated():
-    with pytest.raises(ValueError, match="conv strategy must be one of"):
+def test_cpu_auto_strategy_measures_and_caches(monkeypatch):
+    from cuvmap.cpu import onednn
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    _check_auto_strategy_measures_and_caches(monkeypatch, "cpu", "onednn", lambda a: a, np.asarray)
+
+
+def test_strategy_override_is_validated(monkeypatch):
+    with pytest.raises(ValueError, match="conv strategy must be one of auto, unfold, onednn, cudnn; "
+                                         "set_strategy's argument is 'fastest'"):
         conv_mod.set_strategy("fastest")
     previous = conv_mod.set_strategy("unfold")
     assert conv_mod.get_strategy() == "unfold"
     conv_mod.set_strategy(previous)
+    # the environment variable: read at the first convolution, rejected there
+    monkeypatch.setattr(conv_mod, "_strategy", [None])
+    monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "onednn")
+    assert conv_mod.get_strategy() == "onednn"
+    monkeypatch.setattr(conv_mod, "_strategy", [None])
+    monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "fast")
+    with pytest.raises(ValueError, match="one of auto, unfold, onednn, cudnn; CUVMAP_CONV_STRATEGY is 'fast'"):
+        lax.conv(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)))
+
+
+def _spy_kernels(monkeypatch, module, calls, name):
+    for op in ("forward", "backward_input", "backward_weight"):
+        real = getattr(module, op)
+
+        def spy(*args, _real=real, _op=op, **kwargs):
+            calls.append((name, _op))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, op, spy)
+
+
+@pytest.mark.parametrize("strategy, dtype, expected", [
+    ("unfold", np.float32, "conv_gemm"),
+    ("onednn", np.float32, "onednn"),
+    ("onednn", np.float64, "conv_gemm"),   # oneDNN has no float64 convolution
+    ("cudnn", np.float32, "conv_gemm"),    # a GPU strategy: NumPy arrays run the im2col kernels
+    ("auto", np.float64, "conv_gemm"),
+])
+def test_forced_strategies_are_honoured(monkeypatch, strategy, dtype, expected):
+    from cuvmap.cpu import onednn
+    from cuvmap.lax import conv_gemm
+
+    if expected == "onednn" and not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    calls = []
+    _spy_kernels(monkeypatch, onednn, calls, "onednn")
+    _spy_kernels(monkeypatch, conv_gemm, calls, "conv_gemm")
+    monkeypatch.setattr(conv_mod, "_strategy", [strategy])
+    rng = np.random.default_rng(17)
+    x, w, b, params = make_operands(CONFIGS[3], rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", conv_mod.VendorKernelWarning)
+        out = lax.conv(x.astype(dtype), w.astype(dtype), b.astype(dtype), **params)
+        gw = cv.grad(lambda w: cnp.sum(lax.conv(x.astype(dtype), w, **params) ** 2))(w.astype(dtype))
+    _assert_close_to_reference(out, reference_conv(x, w, b, params), dtype)
+    assert gw.dtype == dtype
+    assert calls and {name for name, _ in calls} == {expected}
+
+
+class _RaisingKernels:
+    """A vendor module whose every kernel fails."""
+
+    __name__ = "raising_stub"
+
+    def _fail(self, *args, **kwargs):
+        raise RuntimeError("stub vendor failure")
+
+    forward = backward_input = backward_weight = _fail
+
+
+@pytest.mark.parametrize("strategy", ["auto", "onednn"])
+def test_a_failing_vendor_kernel_falls_back_with_one_warning(monkeypatch, strategy):
+    monkeypatch.setattr(conv_mod, "_strategy", [strategy])
+    monkeypatch.setattr(conv_mod, "_measured", {})
+    monkeypatch.setattr(conv_mod, "_failed", {})
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
+    rng = np.random.default_rng(18)
+    x, w, b, params = make_operands(CONFIGS[4], rng)
+    x32, w32, b32 = (a.astype(np.float32) for a in (x, w, b))
+    with pytest.warns(conv_mod.VendorKernelWarning, match=r"conv forward .*onednn failed \(RuntimeError: stub "
+                                                          r"vendor failure\); the unfold kernels") as record:
+        out = lax.conv(x32, w32, b32, **params)
+    assert len(record) == 1
+    _assert_close_to_reference(out, reference_conv(x, w, b, params), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", conv_mod.VendorKernelWarning)   # once per key
+        _assert_close_to_reference(lax.conv(x32, w32, b32, **params), reference_conv(x, w, b, params), np.float32)
+    with pytest.warns(conv_mod.VendorKernelWarning) as record:         # the backward ops: a warning each
+        cv.grad(lambda x, w: cnp.sum(lax.conv(x, w, **params)), argnums=(0, 1))(x32, w32)
+    assert sorted(str(r.message).split()[1] for r in record) == ["backward_input", "backward_weight"]
+    if strategy == "auto":
+        assert {c[0] for c in conv_mod.measured_choices().values()} == {"unfold"}
+
+
+def test_zero_size_operands_reach_no_kernel(monkeypatch):
+    """An empty batch gives the empty result, and an empty weight gradient's zeros,
+    without calling any kernel."""
+    from cuvmap.lax import conv_gemm
+
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
+    for op in ("forward", "backward_input", "backward_weight"):
+        monkeypatch.setattr(conv_gemm, op, _RaisingKernels()._fail)
+    params = conv_mod.conv_params(2, stride=2, padding=1, groups=2)
+    for dtype in (np.float32, np.float64):
+        x = np.zeros((0, 4, 7, 7), dtype)
+        w = np.ones((6, 2, 3, 3), dtype)
+        out = lax.conv(x, w, np.ones(6, dtype), **params)
+        assert out.shape == (0, 6, 4, 4) and out.dtype == dtype
+        gx = lax.conv_backward_input(out, w, x.shape, **params)
+        gw = lax.conv_backward_weight(out, x, w.shape, **params)
+        assert gx.shape == x.shape and gw.shape == w.shape and gw.dtype == dtype and not gw.any()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[10:], ids=CONFIG_IDS[10:])
+def test_transposed_conv_hands_the_kernel_consistent_shapes(cfg, monkeypatch):
+    """output_padding ≥ stride: the transposed conv pads its input to the regular conv's
+    extent before the backward-data kernel (NOTE [output_padding in the transposed
+    backward]), whose grad_output must be what the regular conv of its input_shape gives —
+    cuDNN and oneDNN reject anything else."""
+    from cuvmap.lax import conv_gemm
+
+    real = conv_gemm.backward_input
+    seen = []
+
+    def strict_backward_input(g, w, input_shape, stride, padding, dilation, groups):
+        expected = conv_gemm.output_spatial(input_shape[2:], w.shape[2:], stride, padding, dilation)
+        assert tuple(g.shape[2:]) == expected, f"grad_output {g.shape} for input {input_shape}"
+        seen.append(tuple(g.shape))
+        return real(g, w, input_shape, stride, padding, dilation, groups)
+
+    monkeypatch.setattr(conv_gemm, "backward_input", strict_backward_input)
+    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    rng = np.random.default_rng(19)
+    x, w, b, params = make_operands(cfg, rng)
+    _assert_close_to_reference(lax.conv(x, w, b, **params), reference_conv(x, w, b, params), np.float64)
+    assert seen and seen[0][2:] != x.shape[2:]   # the input was padded
 
 
 def test_conv_module_has_all_rules():
