@@ -147,7 +147,8 @@ def gemm_rate(xp, n=1024, repeats=5, warmup=1, dtype=np.float32, timer=None):
 # ---------------------------------------------------------------------------------------
 
 THREAD_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-              "MKL_NUM_THREADS", "CUVMAP_CONV_STRATEGY")
+              "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "CUVMAP_CONV_STRATEGY",
+              "CUVMAP_ONEDNN_LIBRARY")
 
 
 def blas_info():
@@ -228,7 +229,17 @@ def settings(device):
                               + (f", {i['threading_layer']}" if i.get("threading_layer") else "")
                               for i in info)
     s["device"] = device_description(device)
+    if device == "cpu":
+        s["oneDNN"] = onednn_description()
     return s
+
+
+def onednn_description():
+    """cuvmap's CPU vendor kernels: the version and OpenMP wait policy, or why absent
+    (this loads libdnnl, as the first convolution would)."""
+    from cuvmap.cpu import onednn
+
+    return onednn.describe()
 
 
 def settings_line(settings_dict):
