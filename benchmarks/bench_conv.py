@@ -107,8 +107,9 @@ def run(args, settings):
     from cuvmap.cpu import onednn
 
     kernels = cpu_kernels() if xp is np else [("auto", "auto")]
-    if xp is np and not onednn.available():
-        print(f"\n- oneDNN: not measured ({onednn.describe()})")
+    if xp is np:
+        results["onednn"] = onednn.describe()
+        print(f"\n- oneDNN: {results['onednn']}" + ("" if onednn.available() else " (not measured)"))
 
     # -- 1. GFLOP/s against matmul -------------------------------------------------------
     rows, table = [], []

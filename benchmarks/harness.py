@@ -234,11 +234,24 @@ def settings(device):
     return s
 
 
+def libgomp_paths():
+    """The GNU OpenMP libraries in this process (Linux; torch's copy or the system's)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            return sorted({line.split()[-1] for line in fh if "libgomp" in line and "/" in line})
+    except OSError:
+        return []
+
+
 def onednn_description():
-    """cuvmap's CPU vendor kernels: the version and OpenMP wait policy, or why absent
-    (this loads libdnnl, as the first convolution would)."""
+    """cuvmap's CPU vendor kernels: the version and OpenMP wait policy, or why absent.
+    Never the first to load libdnnl: which libgomp.so.1 it gets, and with which wait
+    policy, depends on what loaded first (torch brings its own), so a suite describes it
+    again after its run."""
     from cuvmap.cpu import onednn
 
+    if not onednn.loaded():
+        return "(loads at the first convolution; described after the run)"
     return onednn.describe()
 
 

@@ -377,6 +377,13 @@ def run(args, settings):
     print(f"- floor: {flops['train'] / 1e6:.2f} MFLOP / {rate / 1e9:.1f} GFLOP/s = **{floor_ms:.4f} ms per example** "
           f"({floor_ms * 1e3:.1f} µs)")
 
+    if args.device == "cpu":
+        from cuvmap.cpu import onednn
+
+        fw["onednn"] = onednn.describe()
+        print(f"- cuvmap's CPU convolutions: {fw['onednn']}; "
+              f"libgomp: {', '.join(harness.libgomp_paths()) or 'not loaded'}")
+
     # -- ratios ----------------------------------------------------------------------------
     print("\n## Ratios against the project's targets (medians, this run)\n")
     ratio_rows = []

@@ -291,8 +291,13 @@ def supports(dtype):
     return np.dtype(dtype) in _DATA_TYPES
 
 
+def loaded():
+    """Whether libdnnl has been loaded (or its loading tried) in this process."""
+    return _lib is not None or _load_error is not None
+
+
 def describe():
-    """One line: the version and threading, or why oneDNN is unavailable."""
+    """One line: the version and threading, or why oneDNN is unavailable (loads libdnnl)."""
     if not available():
         return "oneDNN unavailable: " + (load_error() or "disabled")
     threads = ", ".join(f"{k}={v}" for k, v in _thread_settings.items())
@@ -669,10 +674,11 @@ def _weight_layout(w, groups):
 # Poisson-sampled DP-SGD changes the batch size nearly every step, and under vmap the batch
 # size B appears as N (the forward and the input gradient fold the examples into N) or in
 # the group count (the per-example weight gradient folds them into groups·B with N = 1).
-# A oneDNN primitive is made for fixed shapes, and making one costs far more than running
-# it on a small batch (`python -m benchmarks conv` prints the creation cost beside the
-# kernels; on the README CNN's second layer it is about as long as the convolution of a
-# whole batch of 32). So the kernels never make a primitive for the exact B: they split N
+# A oneDNN primitive is made for fixed shapes, and making one costs more than running it
+# on a small batch (`python -m benchmarks conv` prints the creation cost beside the
+# kernels: 0.6-1.3 ms a plan on the README CNN's layers, a quarter to a half of the second
+# layer's convolution of a whole batch of 32). So the kernels never make a primitive for
+# the exact B: they split N
 # into the powers of two of its binary digits (37 = 32 + 4 + 1, slices along N, which are
 # views of N C S... arrays) and, when N = 1 and the conv is grouped, the group count the
 # same way (a grouped convolution is exactly independent convolutions over contiguous
@@ -680,9 +686,12 @@ def _weight_layout(w, groups):
 # its own cached plan; the weight gradient over N pieces sums their partial results; a
 # weight reordered for one piece is reused by the next when its layout is the same. Any
 # batch size up to 2^k then needs at most k + 1 plans per layer and op, made once, and a
-# call runs at most popcount(B) pieces: 0.6-0.9 the throughput of one exact primitive on
-# the smallest pieces, which are also the cheapest. Padding to a bucket instead would copy
-# the operands into a padded buffer (fresh pages) and compute up to 2x what is needed.
+# call runs at most popcount(B) pieces. The price, measured on the second layer against
+# one exact primitive (interleaved medians): 1.1-1.2x the time at N = 37 (3 pieces) and
+# N = 127 (7 pieces) with spinning OpenMP workers, 1.25-1.55x with passive ones (each
+# piece wakes the pool; NOTE [OpenMP threads beside OpenBLAS]); a power of two is one
+# piece and costs nothing extra. Padding to a bucket instead would copy the operands into
+# a padded buffer (fresh pages) and compute up to 2x what is needed.
 
 
 def _binary_pieces(n):

@@ -226,9 +226,11 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 #             the CPU, CUDA events on the GPU), caches the faster and returns its result;
 #             later calls of the key reuse the choice (measured_choices() lists them).
 # Neither wins everywhere, which is why "auto" measures: on the README CNN's 16→32 layer
-# oneDNN is 2-4x faster than unfold on the CPU, and on its 1-channel first layer's folded
-# per-example weight gradient (groups·B of one channel each) unfold is 10x faster.
-# `python -m benchmarks conv` prints both kernels side by side.
+# oneDNN's forward and input gradient are 1.5-2x faster than unfold on the CPU and the
+# weight gradients are on par, while on its 1-channel first layer unfold's input and
+# weight gradients are 2-3x faster, and its folded per-example weight gradient (groups·B
+# of one channel each) 3-15x. `python -m benchmarks conv` prints both kernels side by side
+# and what "auto" picked.
 # The key is (op, device, dtype, the per-group channels, the spatial and kernel sizes, the
 # parameters, and the batch-like dims in power-of-two buckets): N, and the group count when
 # N = 1 (the per-example weight gradient's groups·B). A Poisson-sampled batch of a new
