@@ -5,18 +5,23 @@
 
 Tables (all on the shapes of the README CNN: 1→16→32 channels, 5×5 kernels, 28×28 input):
 
-1. conv forward / backward-input / backward-weight in GFLOP/s, against the machine's
-   matmul GFLOP/s (a float32 GEMM of the same inner size, measured in this run);
+1. conv forward / backward-input / backward-weight in GFLOP/s on each CPU kernel — the
+   im2col + GEMM kernels and oneDNN's (when ``libdnnl`` loads; on the GPU: the kernels
+   ``auto`` picks) — against the machine's matmul GFLOP/s (a float32 GEMM of the same
+   inner size, measured in this run), with the cost of making oneDNN's primitives for the
+   shape (paid once per shape and batch bucket: NOTE [batch buckets] in
+   cuvmap/cpu/onednn.py) and the kernel ``auto`` chose;
 2. the vmap-folded cases against a Python loop over the examples: per-example weight
    gradients (grad_output and input batched: groups·B), model ensembling (input and weight
    batched), batched weights on shared inputs;
-3. the seed's TODO: the folded grouped convolution (groups·B) against an explicit unfold +
-   batched matmul of the same per-example weight gradient (and, on the GPU, cuDNN against
-   the CuPy unfold path).
+3. functorch's TODO: the folded grouped convolution (groups·B) against an explicit unfold +
+   batched matmul of the same per-example weight gradient (oneDNN's grouped convolution
+   and the im2col one on the CPU; cuDNN's and the CuPy unfold path on the GPU).
 
 On the CPU set ``OPENBLAS_CORETYPE`` as you wish before running (it changes NumPy's GEMM
-speed on some machines); the value in force is printed with the figures, and every ratio
-compares methods under the same setting. Timing, settings, JSON and the plot (table 1 as
+speed on some machines; ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m
+benchmarks conv`` runs without it); the value in force is printed with the figures, and
+every ratio compares methods under the same setting. Timing, settings, JSON and the plot (table 1 as
 ms per example against the batch size) come from ``benchmarks/harness.py``.
 """
 import importlib
@@ -35,6 +40,30 @@ LAYERS = [  # name, C, O, input spatial, kernel
     ("conv1 1→16", 1, 16, 28, 5),
     ("conv2 16→32", 16, 32, 24, 5),
 ]
+
+
+def forced(strategy, fn):
+    """``fn`` run under conv strategy ``strategy`` (NOTE [conv strategy])."""
+    conv_module = importlib.import_module("cuvmap.lax.conv")
+
+    def run_with():
+        previous = conv_module.set_strategy(strategy)
+        try:
+            return fn()
+        finally:
+            conv_module.set_strategy(previous)
+
+    return run_with
+
+
+def cpu_kernels():
+    """The CPU kernels to compare: ``[(label, strategy)]``, oneDNN's when it loads."""
+    from cuvmap.cpu import onednn
+
+    kernels = [("im2col", "unfold")]
+    if onednn.available():
+        kernels.append(("oneDNN", "onednn"))
+    return kernels
 
 
 def timeit(fn, repeats, xp=np, warmup=1):
@@ -66,6 +95,7 @@ def run(args, settings):
     dtype = np.float32
     rng = np.random.default_rng(0)
     results = {"tables": {}}
+    conv_module = importlib.import_module("cuvmap.lax.conv")  # (cuvmap.lax.conv the attribute is the function)
     put = (lambda a: a) if xp is np else xp.asarray
     rep, warm = args.repeats, args.warmup
     n_steps = len(args.batch) * len(LAYERS) * (3 + 4 + 1)
@@ -74,6 +104,12 @@ def run(args, settings):
     print(f"# cuvmap conv benchmark on {args.device}, float32, median of {rep}")
     print()
     print(harness.settings_table(settings))
+    from cuvmap.cpu import onednn
+
+    kernels = cpu_kernels() if xp is np else [("auto", "auto")]
+    if xp is np:
+        results["onednn"] = onednn.describe()
+        print(f"\n- oneDNN: {results['onednn']}" + ("" if onednn.available() else " (not measured)"))
 
     # -- 1. GFLOP/s against matmul -------------------------------------------------------
     rows, table = [], []
@@ -95,16 +131,42 @@ def run(args, settings):
             ]
             for op, fn in ops:
                 progress.set(f"1. {name} batch {batch} {op}")
-                st = harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp))
-                gf = flops / st.median / 1e9
-                rows.append(dict(layer=name, batch=batch, op=op, ms=st.median * 1e3, gflops=gf, matmul_gflops=mm,
-                                 **st.as_dict()))
-                table.append((name, batch, op, st.median * 1e3, st.min * 1e3, st.max * 1e3, gf, mm, gf / mm))
+                row = dict(layer=name, batch=batch, op=op, matmul_gflops=mm)
+                cells = []
+                for label, strategy in kernels:
+                    created = onednn.cache_info() if label == "oneDNN" else None
+                    st = harness.measure(forced(strategy, fn), repeats=rep, warmup=warm,
+                                         timer=harness.timer_for(xp))
+                    gf = flops / st.median / 1e9
+                    row[label] = dict(ms=st.median * 1e3, gflops=gf, **st.as_dict())
+                    cells += [st.median * 1e3, gf]
+                    if created is not None:
+                        after = onednn.cache_info()
+                        made = after["created"] - created["created"]
+                        row["onednn_plans_made"] = made
+                        row["onednn_plan_ms"] = ((after["create_seconds"] - created["create_seconds"]) / made * 1e3
+                                                 if made else None)
+                known = set(conv_module.measured_choices())
+                forced("auto", fn)()
+                new = [c for k, c in conv_module.measured_choices().items() if k not in known]
+                row["auto"] = new[0][0] if new else ("(measured before)" if xp is np else "–")
+                rows.append(row)
+                extra = [cells[0] / cells[2], row.get("onednn_plan_ms")] if len(kernels) == 2 else []
+                table.append([name, batch, op] + cells + [mm, max(cells[1::2]) / mm] + extra + [row["auto"]])
                 progress.step(f"1. {name} batch {batch} {op}")
     results["tables"]["gflops"] = rows
-    print("\n## 1. Convolution GFLOP/s against matmul GFLOP/s (same run)\n")
-    print(harness.markdown_table(["layer", "batch", "op", "median ms", "min ms", "max ms", "GFLOP/s",
-                                  "matmul GFLOP/s", "ratio"], table, "lrlrrrrrr"))
+    print("\n## 1. Convolution GFLOP/s per kernel against matmul GFLOP/s (same run)\n")
+    headers = ["layer", "batch", "op"]
+    for label, _ in kernels:
+        headers += [f"{label} ms", f"{label} GFLOP/s"]
+    headers += ["matmul GFLOP/s", "best / matmul"]
+    if len(kernels) == 2:
+        headers += ["im2col / oneDNN", "oneDNN plan ms"]
+    headers += ["auto picks"]
+    print(harness.markdown_table(headers, table, "lrl" + "r" * (len(headers) - 4) + "l"))
+    if len(kernels) == 2:
+        print("\n- oneDNN plan ms: making one oneDNN plan (the convolution primitive and its reorders) for the "
+              "shape, once per shape and power-of-two batch bucket; best / matmul: the faster kernel's rate")
 
     # -- 2. vmap-folded cases against a per-example loop ----------------------------------
     rows, table = [], []
@@ -149,7 +211,6 @@ def run(args, settings):
 
     # -- 3. grouped conv against unfold + matmul (the seed's TODO) ------------------------
     rows, table = [], []
-    conv_module = importlib.import_module("cuvmap.lax.conv")  # (cuvmap.lax.conv the attribute is the function)
     from cuvmap.lax import conv_gemm
 
     for batch in args.batch:
@@ -171,21 +232,14 @@ def run(args, settings):
                 cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(batch, c * k * k, out_hw * out_hw)
                 return xp.matmul(g.reshape(batch, o, -1), cols.transpose(0, 2, 1))
 
-            methods = [("grouped conv (groups·B)", grouped), ("unfold + batched matmul", unfold_matmul)]
+            methods = [(f"{label} grouped conv (groups·B)", forced(strategy, grouped)) for label, strategy in kernels]
+            methods.append(("explicit unfold + batched matmul", unfold_matmul))
             if xp is not np:
                 from cuvmap.cuda import cudnn
 
                 if cudnn.available():
-                    def with_strategy(s):
-                        def run_with():
-                            prev = conv_module.set_strategy(s)
-                            try:
-                                return grouped()
-                            finally:
-                                conv_module.set_strategy(prev)
-                        return run_with
-                    methods = [("cuDNN grouped conv (groups·B)", with_strategy("cudnn")),
-                               ("CuPy unfold + batched matmul", with_strategy("unfold")),
+                    methods = [("cuDNN grouped conv (groups·B)", forced("cudnn", grouped)),
+                               ("CuPy unfold + batched matmul", forced("unfold", grouped)),
                                ("explicit unfold + matmul", unfold_matmul)]
             progress.set(f"3. {name} batch {batch}")
             timed = [(m, harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp)))
@@ -202,7 +256,8 @@ def run(args, settings):
 
     series = {}
     for r in results["tables"]["gflops"]:
-        series.setdefault(f"{r['layer']} {r['op']}", []).append((r["batch"], r["ms"] / r["batch"]))
+        for label, _ in kernels:
+            series.setdefault(f"{r['layer']} {r['op']} ({label})", []).append((r["batch"], r[label]["ms"] / r["batch"]))
     results["plot"] = dict(series=series, title=f"cuvmap conv ops, {args.device}: {settings['device']}\n"
                                                  f"OPENBLAS_CORETYPE={settings['OPENBLAS_CORETYPE']}")
     return results

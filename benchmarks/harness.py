@@ -147,7 +147,8 @@ def gemm_rate(xp, n=1024, repeats=5, warmup=1, dtype=np.float32, timer=None):
 # ---------------------------------------------------------------------------------------
 
 THREAD_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-              "MKL_NUM_THREADS", "CUVMAP_CONV_STRATEGY")
+              "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "CUVMAP_CONV_STRATEGY",
+              "CUVMAP_ONEDNN_LIBRARY")
 
 
 def blas_info():
@@ -228,7 +229,30 @@ def settings(device):
                               + (f", {i['threading_layer']}" if i.get("threading_layer") else "")
                               for i in info)
     s["device"] = device_description(device)
+    if device == "cpu":
+        s["oneDNN"] = onednn_description()
     return s
+
+
+def libgomp_paths():
+    """The GNU OpenMP libraries in this process (Linux; torch's copy or the system's)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            return sorted({line.split()[-1] for line in fh if "libgomp" in line and "/" in line})
+    except OSError:
+        return []
+
+
+def onednn_description():
+    """cuvmap's CPU vendor kernels: the version and OpenMP wait policy, or why absent.
+    Never the first to load libdnnl: which libgomp.so.1 it gets, and with which wait
+    policy, depends on what loaded first (torch brings its own), so a suite describes it
+    again after its run."""
+    from cuvmap.cpu import onednn
+
+    if not onednn.loaded():
+        return "(loads at the first convolution; described after the run)"
+    return onednn.describe()
 
 
 def settings_line(settings_dict):

@@ -28,7 +28,17 @@ multiply-add, 3 × the forward for forward + backward) — over the float32 GEMM
 the faster of the two is used).
 
 Ratios reported against the project's targets: vmap(grad) / batched gradient ≤ 1.5,
-loop / vmap(grad) ≥ 5, vmap(grad) / torch.func vmap(grad) ≤ 1.
+loop / vmap(grad) ≥ 5, vmap(grad) / torch.func vmap(grad) ≤ 1, and cuvmap's batched
+gradient / torch's ≤ 1.25.
+
+cuvmap's CPU convolutions run on oneDNN where ``auto`` measures it faster (the settings
+table's ``oneDNN`` row says which version and OpenMP wait policy). torch ships its own
+``libgomp.so.1`` and oneDNN shares it when torch is imported first, as here: both then
+run under the OpenMP policy of the command line (NOTE [OpenMP threads beside OpenBLAS] in
+cuvmap/cpu/onednn.py). The figures in the README come from
+``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example --batch 32 128``
+(``OPENBLAS_CORETYPE`` halves NumPy's GEMM rate on the project's machines), with and
+without ``OMP_WAIT_POLICY=PASSIVE``.
 """
 import gc
 import os
@@ -48,6 +58,7 @@ TARGETS = [  # key, numerator, denominator, comparison, target
     ("vmap(grad) / batched gradient", "vmap", "batched", "≤", 1.5),
     ("loop / vmap(grad)", "loop", "vmap", "≥", 5.0),
     ("vmap(grad) / torch.func vmap(grad)", "vmap", "torch_vmap", "≤", 1.0),
+    ("batched gradient / torch batched gradient", "batched", "torch_batched", "≤", 1.25),
 ]
 
 
@@ -365,6 +376,13 @@ def run(args, settings):
           f"floor uses {rate / 1e9:.1f} GFLOP/s")
     print(f"- floor: {flops['train'] / 1e6:.2f} MFLOP / {rate / 1e9:.1f} GFLOP/s = **{floor_ms:.4f} ms per example** "
           f"({floor_ms * 1e3:.1f} µs)")
+
+    if args.device == "cpu":
+        from cuvmap.cpu import onednn
+
+        fw["onednn"] = onednn.describe()
+        print(f"- cuvmap's CPU convolutions: {fw['onednn']}; "
+              f"libgomp: {', '.join(harness.libgomp_paths()) or 'not loaded'}")
 
     # -- ratios ----------------------------------------------------------------------------
     print("\n## Ratios against the project's targets (medians, this run)\n")

@@ -6,9 +6,14 @@
 - per-example gradients of a two-conv network against a loop of ``grad``;
 - derivatives to second order against finite differences;
 - the bad-input errors; cuDNN and CuPy GEMM against the CPU on a GPU (skipped without).
+
+The impl and batching tests run on the im2col kernels (float64 and float32) and on
+oneDNN's (float32; oneDNN has no float64): see the ``cpu_kernels`` and ``batch_kernels``
+fixtures. tests/test_onednn.py has the binding's own tests.
 """
 import importlib
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -143,17 +148,39 @@ def reference_conv(x, w, b, params):
 # ---------------------------------------------------------------------------------------
 
 
-# Each kernel has two column layouts and runs in blocks when its columns are large
+# Each im2col kernel has two column layouts and runs in blocks when its columns are large
 # (NOTE [column layouts] and NOTE [cache blocking] in cuvmap/lax/conv_gemm.py). The impl
 # tests run every layout, in one piece and in the smallest blocks (one example, or one
-# group when there is a single example).
-KERNEL_SETTINGS = [("auto", None), ("channel", None), ("pixel", None), ("channel", 1), ("pixel", 1)]
-KERNEL_IDS = [f"{layout}-{'blocks' if block else 'one-piece'}" for layout, block in KERNEL_SETTINGS]
+# group when there is a single example), in float64 and float32; and oneDNN's kernels in
+# float32, forced, with a vendor-error fallback turned into a failure.
+KERNEL_SETTINGS = [("auto", None), ("channel", None), ("pixel", None), ("channel", 1), ("pixel", 1), ("onednn", None)]
+KERNEL_IDS = [f"{layout}-{'blocks' if block else 'one-piece'}" if layout != "onednn" else "onednn"
+              for layout, block in KERNEL_SETTINGS]
+
+
+def _force_onednn(monkeypatch):
+    """Forces the oneDNN kernels (skips without the library); a fallback to the im2col
+    kernels becomes an error."""
+    from cuvmap.cpu import onednn
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    monkeypatch.setattr(conv_mod, "_strategy", ["onednn"])
+
+    def no_fallback(key, name, err, op, args):
+        raise AssertionError(f"oneDNN {op} failed on {[tuple(a.shape) for a in args[:2]]}: {err!r}")
+
+    monkeypatch.setattr(conv_mod, "_fall_back", no_fallback)
 
 
 @pytest.fixture(params=KERNEL_SETTINGS, ids=KERNEL_IDS)
 def cpu_kernels(request, monkeypatch):
+    """``(layout, block_bytes)``; the kernels run forced (``"unfold"`` or ``"onednn"``)."""
     layout, block_bytes = request.param
+    if layout == "onednn":
+        _force_onednn(monkeypatch)
+        return request.param
+    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
     gemm = importlib.import_module("cuvmap.lax.conv_gemm")
     monkeypatch.setattr(gemm, "COLUMN_LAYOUT", layout)
     if block_bytes is not None:
@@ -161,12 +188,27 @@ def cpu_kernels(request, monkeypatch):
     return request.param
 
 
+def _kernel_dtypes(cpu_kernels):
+    return [np.float32] if cpu_kernels[0] == "onednn" else [np.float64, np.float32]
+
+
+def _assert_close_to_reference(got, want, dtype):
+    """float64 to 1e-10; float32 to ~100 ulp of the largest value."""
+    assert got.dtype == dtype
+    if dtype == np.float64:
+        np.testing.assert_allclose(got, want, atol=1e-10)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
 def test_conv_impl_matches_naive_loops(cfg, cpu_kernels):
-    rng = np.random.default_rng(0)
-    x, w, b, params = make_operands(cfg, rng)
-    np.testing.assert_allclose(lax.conv(x, w, b, **params), reference_conv(x, w, b, params), atol=1e-10)
-    np.testing.assert_allclose(lax.conv(x, w, **params), reference_conv(x, w, None, params), atol=1e-10)
+    for dtype in _kernel_dtypes(cpu_kernels):
+        rng = np.random.default_rng(0)
+        x, w, b, params = make_operands(cfg, rng)
+        xd, wd, bd = (a.astype(dtype) for a in (x, w, b))
+        _assert_close_to_reference(lax.conv(xd, wd, bd, **params), reference_conv(x, w, b, params), dtype)
+        _assert_close_to_reference(lax.conv(xd, wd, **params), reference_conv(x, w, None, params), dtype)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
@@ -180,8 +222,6 @@ def test_backward_impls_match_naive_loops(cfg, cpu_kernels):
     out = reference_conv(x, w, None, params)
     g = rng.standard_normal(out.shape)
     p = params
-    gx = lax.conv_backward_input(g, w, x.shape, **params)
-    gw = lax.conv_backward_weight(g, x, w.shape, **params)
     if p["transposed"]:
         # the regular conv of g; with output_padding >= stride it has positions past the input
         want_gx = naive_conv(g, w, p["stride"], p["padding"], p["dilation"], p["groups"])
@@ -192,8 +232,10 @@ def test_backward_impls_match_naive_loops(cfg, cpu_kernels):
                    for s, k, st, pp, d in zip(x.shape[2:], w.shape[2:], p["stride"], p["padding"], p["dilation"]))
         want_gx = naive_conv_transpose(g, w, p["stride"], p["padding"], p["dilation"], op, p["groups"])
         want_gw = naive_backward_weight(g, x, w.shape, p["stride"], p["padding"], p["dilation"], p["groups"])
-    np.testing.assert_allclose(gx, want_gx, atol=1e-10)
-    np.testing.assert_allclose(gw, want_gw, atol=1e-10)
+    for dtype in _kernel_dtypes(cpu_kernels):
+        gd, wd, xd = (a.astype(dtype) for a in (g, w, x))
+        _assert_close_to_reference(lax.conv_backward_input(gd, wd, x.shape, **params), want_gx, dtype)
+        _assert_close_to_reference(lax.conv_backward_weight(gd, xd, w.shape, **params), want_gw, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -223,8 +265,19 @@ def _batched(a, axis, size, rng):
     """``size`` perturbed copies of ``a`` stacked along ``axis`` (None: ``a`` itself)."""
     if axis is None:
         return a
-    stacked = a + 0.1 * rng.standard_normal((size,) + a.shape)
+    stacked = (a + 0.1 * rng.standard_normal((size,) + a.shape)).astype(a.dtype)
     return np.moveaxis(stacked, 0, axis)
+
+
+@pytest.fixture(params=["unfold-float64", "onednn-float32"])
+def batch_kernels(request, monkeypatch):
+    """``(dtype, tolerances)`` of the batching tests: the im2col kernels in float64, or
+    oneDNN's in float32 (the vmapped call and the loop both on them)."""
+    if request.param.startswith("onednn"):
+        _force_onednn(monkeypatch)
+        return np.float32, dict(atol=1e-4, rtol=1e-5)
+    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    return np.float64, dict(atol=1e-10, rtol=1e-10)
 
 
 # Case of functorch's file -> the in_axes combinations of the tests below that exercise it:
@@ -238,9 +291,9 @@ def _batched(a, axis, size, rng):
 #   all three batched (model ensembling): test_model_ensembling_all_three_batched
 @pytest.mark.parametrize("size", [0, 1, 3])
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_conv_batching_all_cases(cfg, size):
+def test_conv_batching_all_cases(cfg, size, batch_kernels):
     rng = np.random.default_rng(3)
-    x, w, b, params = make_operands(cfg, rng)
+    x, w, b, params = make_operands(cfg, rng, batch_kernels[0])
 
     def f(x, w, b):
         return lax.conv(x, w, b, **params)
@@ -249,21 +302,21 @@ def test_conv_batching_all_cases(cfg, size):
         if (ax_x, ax_w, ax_b) == (None, None, None):
             continue
         args = (_batched(x, ax_x, size, rng), _batched(w, ax_w, size, rng), _batched(b, ax_b, size, rng))
-        check_batching(f, args, in_axes=(ax_x, ax_w, ax_b), atol=1e-10, rtol=1e-10)
+        check_batching(f, args, in_axes=(ax_x, ax_w, ax_b), **batch_kernels[1])
     # without a bias operand
     for ax_x, ax_w in itertools.product(AXES, AXES):
         if (ax_x, ax_w) == (None, None):
             continue
         args = (_batched(x, ax_x, size, rng), _batched(w, ax_w, size, rng))
-        check_batching(lambda x, w: lax.conv(x, w, **params), args, in_axes=(ax_x, ax_w), atol=1e-10, rtol=1e-10)
+        check_batching(lambda x, w: lax.conv(x, w, **params), args, in_axes=(ax_x, ax_w), **batch_kernels[1])
 
 
 @pytest.mark.parametrize("size", [0, 1, 3])
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_conv_backward_input_batching_all_cases(cfg, size):
+def test_conv_backward_input_batching_all_cases(cfg, size, batch_kernels):
     rng = np.random.default_rng(4)
-    x, w, _, params = make_operands(cfg, rng)
-    g = rng.standard_normal(lax.conv(x, w, **params).shape)
+    x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
+    g = rng.standard_normal(lax.conv(x, w, **params).shape).astype(x.dtype)
 
     def f(g, w):
         return lax.conv_backward_input(g, w, x.shape, **params)
@@ -272,15 +325,15 @@ def test_conv_backward_input_batching_all_cases(cfg, size):
         if (ax_g, ax_w) == (None, None):
             continue
         args = (_batched(g, ax_g, size, rng), _batched(w, ax_w, size, rng))
-        check_batching(f, args, in_axes=(ax_g, ax_w), atol=1e-10, rtol=1e-10)
+        check_batching(f, args, in_axes=(ax_g, ax_w), **batch_kernels[1])
 
 
 @pytest.mark.parametrize("size", [0, 1, 3])
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_conv_backward_weight_batching_all_cases(cfg, size):
+def test_conv_backward_weight_batching_all_cases(cfg, size, batch_kernels):
     rng = np.random.default_rng(5)
-    x, w, _, params = make_operands(cfg, rng)
-    g = rng.standard_normal(lax.conv(x, w, **params).shape)
+    x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
+    g = rng.standard_normal(lax.conv(x, w, **params).shape).astype(x.dtype)
 
     def f(g, x):
         return lax.conv_backward_weight(g, x, w.shape, **params)
@@ -289,63 +342,64 @@ def test_conv_backward_weight_batching_all_cases(cfg, size):
         if (ax_g, ax_x) == (None, None):
             continue
         args = (_batched(g, ax_g, size, rng), _batched(x, ax_x, size, rng))
-        check_batching(f, args, in_axes=(ax_g, ax_x), atol=1e-10, rtol=1e-10)
+        check_batching(f, args, in_axes=(ax_g, ax_x), **batch_kernels[1])
 
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_backward_input_with_only_the_input_batched(cfg):
+def test_backward_input_with_only_the_input_batched(cfg, batch_kernels):
     """The seed's 'input only' case: the input gradient does not depend on the input, so
     ``vmap`` over the input alone gives an unbatched result, broadcast to the batch."""
     rng = np.random.default_rng(6)
-    x, w, _, params = make_operands(cfg, rng)
+    x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
     xs = _batched(x, 0, 3, rng)
 
     def input_grad(x):
         return cv.grad(lambda x: cnp.sum(lax.conv(x, w, **params) * 0.5))(x)
 
-    check_batching(input_grad, (xs,), in_axes=0, atol=1e-10, rtol=1e-10)
+    check_batching(input_grad, (xs,), in_axes=0, **batch_kernels[1])
 
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_backward_weight_with_only_the_weight_batched(cfg):
+def test_backward_weight_with_only_the_weight_batched(cfg, batch_kernels):
     """The seed's 'weight only' case of the weight gradient: for a loss linear in the conv
     output, grad_output and the input do not depend on the weight, so the weight gradient
     is unbatched under ``vmap`` over the weight, and broadcast to the batch."""
     rng = np.random.default_rng(16)
-    x, w, _, params = make_operands(cfg, rng)
+    x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
     ws = _batched(w, 0, 3, rng)
 
     def weight_grad(w):
         return cv.grad(lambda w: cnp.sum(lax.conv(x, w, **params) * 0.5))(w)
 
-    check_batching(weight_grad, (ws,), in_axes=0, atol=1e-10, rtol=1e-10)
+    check_batching(weight_grad, (ws,), in_axes=0, **batch_kernels[1])
 
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_model_ensembling_all_three_batched(cfg):
+def test_model_ensembling_all_three_batched(cfg, batch_kernels):
     """Input, weight and grad_output all batched: one model per example (ensembling);
     both gradients of each member against a loop."""
     rng = np.random.default_rng(7)
-    x, w, b, params = make_operands(cfg, rng)
+    x, w, b, params = make_operands(cfg, rng, batch_kernels[0])
     xs, ws, bs = (_batched(a, 0, 3, rng) for a in (x, w, b))
 
     def member_grads(x, w, b):
         return cv.grad(lambda x, w, b: cnp.sum(cnp.tanh(lax.conv(x, w, b, **params))), argnums=(0, 1, 2))(x, w, b)
 
-    check_batching(member_grads, (xs, ws, bs), in_axes=(0, 0, 0), atol=1e-10, rtol=1e-10)
+    check_batching(member_grads, (xs, ws, bs), in_axes=(0, 0, 0), **batch_kernels[1])
     check_batching(member_grads, (np.moveaxis(xs, 0, -1), ws, np.moveaxis(bs, 0, -1)), in_axes=(-1, 0, -1),
-                   atol=1e-10, rtol=1e-10)
+                   **batch_kernels[1])
 
 
-def test_vmap_of_vmap():
+def test_vmap_of_vmap(batch_kernels):
     rng = np.random.default_rng(8)
-    x, w, b, params = make_operands(CONFIGS[4], rng)
+    x, w, b, params = make_operands(CONFIGS[4], rng, batch_kernels[0])
     xs = np.stack([_batched(x, 0, 3, rng) for _ in range(2)], axis=1)  # (3, 2, N, C, ...)
     ws = _batched(w, 0, 2, rng)
     f = cv.vmap(cv.vmap(lambda x, w: lax.conv(x, w, b, **params), in_axes=(0, None)), in_axes=(1, 0))
     got = f(xs, ws)
-    want = np.stack([np.stack([reference_conv(xs[i, j], ws[j], b, params) for i in range(3)]) for j in range(2)])
-    np.testing.assert_allclose(got, want, atol=1e-10)
+    want = np.stack([np.stack([reference_conv(xs[i, j].astype(np.float64), ws[j].astype(np.float64),
+                                              b.astype(np.float64), params) for i in range(3)]) for j in range(2)])
+    _assert_close_to_reference(got, want, batch_kernels[0])
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,16 +423,17 @@ def _two_conv_loss(params, x, y):
     return nn.cross_entropy(logits[None], y[None])
 
 
-def test_per_example_gradients_of_a_two_conv_network():
+def test_per_example_gradients_of_a_two_conv_network(batch_kernels):
+    dtype, tol = batch_kernels
     rng = np.random.default_rng(9)
-    params = _two_conv_params(rng)
-    xs = rng.standard_normal((5, 1, 8, 8))
+    params = _two_conv_params(rng, dtype)
+    xs = rng.standard_normal((5, 1, 8, 8)).astype(dtype)
     ys = rng.integers(0, 5, 5)
     per_example = cv.vmap(cv.grad(_two_conv_loss), in_axes=(None, 0, 0))(params, xs, ys)
     for i in range(5):
         single = cv.grad(_two_conv_loss)(params, xs[i], ys[i])
         for k in params:
-            np.testing.assert_allclose(per_example[k][i], single[k], atol=1e-12)
+            np.testing.assert_allclose(per_example[k][i], single[k], atol=1e-12 if dtype == np.float64 else tol["atol"])
 
 
 @pytest.mark.parametrize("cfg", [CONFIGS[1], CONFIGS[4], CONFIGS[7], CONFIGS[8]],
@@ -523,31 +578,203 @@ def test_gpu_per_example_gradients_match_cpu():
         np.testing.assert_allclose(cv.device_put(gpu_result[k], "cpu"), cpu[k], rtol=1e-4, atol=1e-5)
 
 
+def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, get):
+    """Under "auto" a fresh key times both kernels once and returns the faster's result; a
+    later call of the key — and another batch size in its bucket — times nothing; the
+    vendor's and the unfold kernels' outputs agree with the naive loops."""
+    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_mod, "_measured", {})
+    monkeypatch.setattr(conv_mod, "_failed", {})
+    timed = []
+    real_time_kernel = conv_mod._time_kernel
+
+    def spy(module, op, *rest):
+        timed.append((module.__name__.rsplit(".", 1)[-1], op))
+        return real_time_kernel(module, op, *rest)
+
+    monkeypatch.setattr(conv_mod, "_time_kernel", spy)
+    rng = np.random.default_rng(15)
+    _, w, _, params = make_operands(CONFIGS[4], rng)
+    xs = {n: rng.standard_normal((n, 4, 7, 7)) for n in (3, 4, 5)}
+    w32 = put(w.astype(np.float32))
+
+    def conv(n):
+        out = get(lax.conv(put(xs[n].astype(np.float32)), w32, **params))
+        np.testing.assert_allclose(out, reference_conv(xs[n], w, None, params), rtol=1e-4, atol=1e-4)
+        return out
+
+    conv(3)
+    assert sorted(timed) == [("conv_gemm", "forward"), (vendor, "forward")]
+    ((key, (choice, times)),) = conv_mod.measured_choices().items()
+    assert key[:2] == ("forward", device) and key[3] == 4        # N = 3 in the bucket of 4
+    assert set(times) == {vendor, "unfold"} and all(t > 0 for t in times.values())
+    assert choice == min(times, key=times.get)
+    conv(3)
+    conv(4)                                                      # the same bucket: reused
+    assert len(timed) == 2 and len(conv_mod.measured_choices()) == 1
+    conv(5)                                                      # bucket 8: measured anew
+    assert len(timed) == 4 and len(conv_mod.measured_choices()) == 2
+    # both kernels, forced, against the loops and each other
+    monkeypatch.setattr(conv_mod, "_strategy", [vendor if vendor == "onednn" else "cudnn"])
+    by_vendor = conv(5)
+    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    np.testing.assert_allclose(by_vendor, conv(5), rtol=1e-5, atol=1e-5)
+    assert len(timed) == 4
+
+
 @gpu
 @pytest.mark.gpu
-def test_gpu_auto_strategy_measures_and_caches():
+def test_gpu_auto_strategy_measures_and_caches(monkeypatch):
     import cupy
 
-    rng = np.random.default_rng(15)
-    x, w, b, params = make_operands(CONFIGS[4], rng, np.float32)
-    previous = conv_mod.set_strategy("auto")
-    try:
-        out = lax.conv(cupy.asarray(x), cupy.asarray(w), **params)
-    finally:
-        conv_mod.set_strategy(previous)
-    np.testing.assert_allclose(cupy.asnumpy(out), reference_conv(x, w, None, params), rtol=1e-4, atol=1e-4)
     from cuvmap.cuda import cudnn
 
-    if cudnn.available():
-        assert any(k[0] == "forward" for k in conv_mod.measured_choices())
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not loadable: {cudnn.load_error()}")
+    _check_auto_strategy_measures_and_caches(monkeypatch, "gpu", "cudnn", cupy.asarray, cupy.asnumpy)
 
 
-def test_strategy_override_is_validated():
-    with pytest.raises(ValueError, match="conv strategy must be one of"):
+def test_cpu_auto_strategy_measures_and_caches(monkeypatch):
+    from cuvmap.cpu import onednn
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    _check_auto_strategy_measures_and_caches(monkeypatch, "cpu", "onednn", lambda a: a, np.asarray)
+
+
+def test_strategy_override_is_validated(monkeypatch):
+    with pytest.raises(ValueError, match="conv strategy must be one of auto, unfold, onednn, cudnn; "
+                                         "set_strategy's argument is 'fastest'"):
         conv_mod.set_strategy("fastest")
     previous = conv_mod.set_strategy("unfold")
     assert conv_mod.get_strategy() == "unfold"
     conv_mod.set_strategy(previous)
+    # the environment variable: read at the first convolution, rejected there
+    monkeypatch.setattr(conv_mod, "_strategy", [None])
+    monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "onednn")
+    assert conv_mod.get_strategy() == "onednn"
+    monkeypatch.setattr(conv_mod, "_strategy", [None])
+    monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "fast")
+    with pytest.raises(ValueError, match="one of auto, unfold, onednn, cudnn; CUVMAP_CONV_STRATEGY is 'fast'"):
+        lax.conv(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)))
+
+
+def _spy_kernels(monkeypatch, module, calls, name):
+    for op in ("forward", "backward_input", "backward_weight"):
+        real = getattr(module, op)
+
+        def spy(*args, _real=real, _op=op, **kwargs):
+            calls.append((name, _op))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, op, spy)
+
+
+@pytest.mark.parametrize("strategy, dtype, expected", [
+    ("unfold", np.float32, "conv_gemm"),
+    ("onednn", np.float32, "onednn"),
+    ("onednn", np.float64, "conv_gemm"),   # oneDNN has no float64 convolution
+    ("cudnn", np.float32, "conv_gemm"),    # a GPU strategy: NumPy arrays run the im2col kernels
+    ("auto", np.float64, "conv_gemm"),
+])
+def test_forced_strategies_are_honoured(monkeypatch, strategy, dtype, expected):
+    from cuvmap.cpu import onednn
+    from cuvmap.lax import conv_gemm
+
+    if expected == "onednn" and not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    calls = []
+    _spy_kernels(monkeypatch, onednn, calls, "onednn")
+    _spy_kernels(monkeypatch, conv_gemm, calls, "conv_gemm")
+    monkeypatch.setattr(conv_mod, "_strategy", [strategy])
+    rng = np.random.default_rng(17)
+    x, w, b, params = make_operands(CONFIGS[3], rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", conv_mod.VendorKernelWarning)
+        out = lax.conv(x.astype(dtype), w.astype(dtype), b.astype(dtype), **params)
+        gw = cv.grad(lambda w: cnp.sum(lax.conv(x.astype(dtype), w, **params) ** 2))(w.astype(dtype))
+    _assert_close_to_reference(out, reference_conv(x, w, b, params), dtype)
+    assert gw.dtype == dtype
+    assert calls and {name for name, _ in calls} == {expected}
+
+
+class _RaisingKernels:
+    """A vendor module whose every kernel fails."""
+
+    __name__ = "raising_stub"
+
+    def _fail(self, *args, **kwargs):
+        raise RuntimeError("stub vendor failure")
+
+    forward = backward_input = backward_weight = _fail
+
+
+@pytest.mark.parametrize("strategy", ["auto", "onednn"])
+def test_a_failing_vendor_kernel_falls_back_with_one_warning(monkeypatch, strategy):
+    monkeypatch.setattr(conv_mod, "_strategy", [strategy])
+    monkeypatch.setattr(conv_mod, "_measured", {})
+    monkeypatch.setattr(conv_mod, "_failed", {})
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
+    rng = np.random.default_rng(18)
+    x, w, b, params = make_operands(CONFIGS[4], rng)
+    x32, w32, b32 = (a.astype(np.float32) for a in (x, w, b))
+    with pytest.warns(conv_mod.VendorKernelWarning, match=r"conv forward .*onednn failed \(RuntimeError: stub "
+                                                          r"vendor failure\); the unfold kernels") as record:
+        out = lax.conv(x32, w32, b32, **params)
+    assert len(record) == 1
+    _assert_close_to_reference(out, reference_conv(x, w, b, params), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", conv_mod.VendorKernelWarning)   # once per key
+        _assert_close_to_reference(lax.conv(x32, w32, b32, **params), reference_conv(x, w, b, params), np.float32)
+    with pytest.warns(conv_mod.VendorKernelWarning) as record:         # the backward ops: a warning each
+        cv.grad(lambda x, w: cnp.sum(lax.conv(x, w, **params)), argnums=(0, 1))(x32, w32)
+    assert sorted(str(r.message).split()[1] for r in record) == ["backward_input", "backward_weight"]
+    if strategy == "auto":
+        assert {c[0] for c in conv_mod.measured_choices().values()} == {"unfold"}
+
+
+def test_zero_size_operands_reach_no_kernel(monkeypatch):
+    """An empty batch gives the empty result, and an empty weight gradient's zeros,
+    without calling any kernel."""
+    from cuvmap.lax import conv_gemm
+
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
+    for op in ("forward", "backward_input", "backward_weight"):
+        monkeypatch.setattr(conv_gemm, op, _RaisingKernels()._fail)
+    params = conv_mod.conv_params(2, stride=2, padding=1, groups=2)
+    for dtype in (np.float32, np.float64):
+        x = np.zeros((0, 4, 7, 7), dtype)
+        w = np.ones((6, 2, 3, 3), dtype)
+        out = lax.conv(x, w, np.ones(6, dtype), **params)
+        assert out.shape == (0, 6, 4, 4) and out.dtype == dtype
+        gx = lax.conv_backward_input(out, w, x.shape, **params)
+        gw = lax.conv_backward_weight(out, x, w.shape, **params)
+        assert gx.shape == x.shape and gw.shape == w.shape and gw.dtype == dtype and not gw.any()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[10:], ids=CONFIG_IDS[10:])
+def test_transposed_conv_hands_the_kernel_consistent_shapes(cfg, monkeypatch):
+    """output_padding ≥ stride: the transposed conv pads its input to the regular conv's
+    extent before the backward-data kernel (NOTE [output_padding in the transposed
+    backward]), whose grad_output must be what the regular conv of its input_shape gives —
+    cuDNN and oneDNN reject anything else."""
+    from cuvmap.lax import conv_gemm
+
+    real = conv_gemm.backward_input
+    seen = []
+
+    def strict_backward_input(g, w, input_shape, stride, padding, dilation, groups):
+        expected = conv_gemm.output_spatial(input_shape[2:], w.shape[2:], stride, padding, dilation)
+        assert tuple(g.shape[2:]) == expected, f"grad_output {g.shape} for input {input_shape}"
+        seen.append(tuple(g.shape))
+        return real(g, w, input_shape, stride, padding, dilation, groups)
+
+    monkeypatch.setattr(conv_gemm, "backward_input", strict_backward_input)
+    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    rng = np.random.default_rng(19)
+    x, w, b, params = make_operands(cfg, rng)
+    _assert_close_to_reference(lax.conv(x, w, b, **params), reference_conv(x, w, b, params), np.float64)
+    assert seen and seen[0][2:] != x.shape[2:]   # the input was padded
 
 
 def test_conv_module_has_all_rules():

@@ -22,10 +22,17 @@ groups (``groups *= B``), so that every batched case is one grouped convolution.
 comments name the layouts as functorch's file does: ``B`` the vmap dim, ``G`` groups, ``(B O)``
 a merged dim with ``B`` outermost.
 
-Impls: cuDNN on CuPy arrays when ``libcudnn`` loads (``cuvmap/cuda/cudnn.py``), otherwise
-im2col + batched GEMM (``cuvmap/lax/conv_gemm.py``) on NumPy or CuPy.
+Impls: on NumPy arrays oneDNN's convolutions (``cuvmap/cpu/onednn.py``, float32, when
+``libdnnl`` loads), on CuPy arrays cuDNN's (``cuvmap/cuda/cudnn.py``, when ``libcudnn``
+loads), and im2col + batched GEMM (``cuvmap/lax/conv_gemm.py``) on either; by default the
+first call of each shape (its batch dims bucketed) times the vendor's kernels against
+im2col and keeps the faster, and float64 on the CPU always runs im2col (NOTE [conv
+strategy]).
 """
 import os
+import threading
+import time
+import warnings
 
 import numpy as np
 
@@ -204,93 +211,241 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 
 
 # NOTE [conv strategy]
-# The seed leaves a TODO: "unfold + matmul is actually faster than group convolution in
-# many cases". The batched cases fold the vmap dim into the groups (groups·B), so it matters
-# here. Strategies:
-#   "unfold": im2col + one batched GEMM over the groups (cuvmap/lax/conv_gemm.py), on NumPy
-#             or CuPy. On the CPU this *is* the grouped convolution: each group is one GEMM of
-#             the batched matmul. `python -m benchmarks conv` (table 3) measures the folded
-#             grouped call of the per-example weight gradient against an explicit unfold +
-#             batched matmul of the same product: on the README CNN's second layer the
-#             folded call is 1.4-1.7x faster (its columns are cache-blocked and
-#             pixel-major, NOTEs [cache blocking] and [column layouts] in conv_gemm.py);
-#             on the 1-channel first layer it is 1.2-1.4x slower, by 0.07-0.5 ms of
-#             Python around the same GEMM. A direct per-tap kernel (no unfolded copy)
-#             lost on every shape (1.2x slower with 16 input channels, 30x with 1). So the
-#             CPU always runs the folded grouped call through these kernels, whatever the
-#             strategy setting.
-#   "cudnn":  cuDNN's grouped convolution (GPU only).
-#   "auto":   on the GPU, the first call of each (op, shapes, params) runs both "cudnn" and
-#             "unfold", timed with CUDA events, and caches the faster; on the CPU, "unfold".
-# Override with set_strategy(...) or the environment variable CUVMAP_CONV_STRATEGY.
-_STRATEGIES = ("auto", "unfold", "cudnn")
-_strategy = [os.environ.get("CUVMAP_CONV_STRATEGY", "auto")]
+# functorch's BatchRulesConvolution.cpp leaves a TODO: "unfold + matmul is actually faster
+# than group convolution in many cases". The batched cases fold the vmap dim into N or into
+# the groups (groups·B), so which kernels run a given shape matters here. Strategies:
+#   "unfold": im2col + batched GEMM (cuvmap/lax/conv_gemm.py) on NumPy or CuPy; on the CPU
+#             it runs a grouped convolution as one GEMM per group of one batched matmul,
+#             with cache-blocked pixel-major columns (NOTEs [cache blocking] and [column
+#             layouts] there). The only kernels for float64 on the CPU.
+#   "onednn": oneDNN's direct convolutions on the CPU (cuvmap/cpu/onednn.py; float32), the
+#             kernels torch uses, in oneDNN's blocked layouts.
+#   "cudnn":  cuDNN's grouped convolutions on the GPU (cuvmap/cuda/cudnn.py).
+#   "auto":   the default. On each device the first call of each key runs the vendor's
+#             kernels (oneDNN or cuDNN) and the unfold ones, times both (perf_counter on
+#             the CPU, CUDA events on the GPU), caches the faster and returns its result;
+#             later calls of the key reuse the choice (measured_choices() lists them).
+# Neither wins everywhere, which is why "auto" measures: on the README CNN's 16→32 layer
+# oneDNN's forward and input gradient are 1.5-2x faster than unfold on the CPU and the
+# weight gradients are on par, while on its 1-channel first layer unfold's input and
+# weight gradients are 2-3x faster, and its folded per-example weight gradient (groups·B
+# of one channel each) 3-15x. `python -m benchmarks conv` prints both kernels side by side
+# and what "auto" picked.
+# The key is (op, device, dtype, the per-group channels, the spatial and kernel sizes, the
+# parameters, and the batch-like dims in power-of-two buckets): N, and the group count when
+# N = 1 (the per-example weight gradient's groups·B). A Poisson-sampled batch of a new
+# size therefore reuses its bucket's measurement, and on the CPU oneDNN's primitives are
+# made for power-of-two pieces of those dims, never for the exact size (NOTE [batch
+# buckets] in cuvmap/cpu/onednn.py).
+# Choosing: set_strategy(name) or CUVMAP_CONV_STRATEGY=auto|unfold|onednn|cudnn; anything
+# else is rejected with a ValueError naming the valid settings (from the environment at
+# the first convolution, so that importing cuvmap never fails). A vendor strategy applies
+# to its own device — "onednn" to NumPy arrays, "cudnn" to CuPy arrays — and the unfold
+# kernels run on the other device, and where the vendor cannot run the operands: float64
+# (or float16) under oneDNN, a library that did not load (load_error() says why), or a
+# vendor error. No setting makes a convolution fail that the unfold kernels can run: when
+# a vendor call raises (under "auto" or a forced vendor strategy), the unfold kernels give
+# the result and a VendorKernelWarning says so once per key, naming the error; that key
+# stays on unfold. Operands with a zero-size dim (an empty batch) reach no kernel: the
+# result is the zero (or empty) array of the right shape.
+_STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
+_VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
+_strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
 _measured = {}
+_failed = {}            # key -> the vendor error that put it on unfold (warned once)
+_lock = threading.Lock()
+
+
+class VendorKernelWarning(RuntimeWarning):
+    """A cuDNN or oneDNN convolution failed and the unfold kernels ran instead."""
+
+
+def _validate(strategy, source):
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"conv strategy must be one of {', '.join(_STRATEGIES)}; {source} is {strategy!r}")
+    return strategy
 
 
 def set_strategy(strategy):
-    """Chooses the convolution kernels: ``"auto"`` (default), ``"unfold"`` or ``"cudnn"``
-    (see NOTE [conv strategy]). Returns the previous setting."""
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"conv strategy must be one of {_STRATEGIES}, got {strategy!r}")
-    previous = _strategy[0]
+    """Chooses the convolution kernels: ``"auto"`` (default), ``"unfold"``, ``"onednn"``
+    or ``"cudnn"`` (see NOTE [conv strategy]). Returns the previous setting."""
+    _validate(strategy, "set_strategy's argument")
+    previous = get_strategy()
     _strategy[0] = strategy
     return previous
 
 
 def get_strategy():
+    """The strategy in force: :func:`set_strategy`'s, else ``CUVMAP_CONV_STRATEGY``'s, else
+    ``"auto"``."""
+    if _strategy[0] is None:
+        _strategy[0] = _validate(os.environ.get("CUVMAP_CONV_STRATEGY", "auto"), "CUVMAP_CONV_STRATEGY")
     return _strategy[0]
 
 
 def measured_choices():
-    """The per-shape choices ``"auto"`` has measured so far: ``{key: (choice, times_ms)}``."""
+    """The per-key choices ``"auto"`` has measured so far: ``{key: (choice, times_ms)}``."""
     return dict(_measured)
 
 
-def _run_kernel(op, *args):
-    """Runs ``conv_gemm.<op>`` or ``cudnn.<op>`` (``op`` is ``forward``, ``backward_input``
-    or ``backward_weight``) on the operands' backend, following the strategy."""
-    if not any(backend.is_cupy_array(a) for a in args[:2]):
-        return getattr(conv_gemm, op)(*args)
-    from cuvmap.cuda import cudnn, device
+def clear_measured_choices():
+    """Forgets the measured choices and the keys put on unfold by a vendor error."""
+    with _lock:
+        _measured.clear()
+        _failed.clear()
 
-    strategy = _strategy[0]
-    if strategy == "unfold" or not cudnn.available():
-        return getattr(conv_gemm, op)(*args)
-    if strategy == "cudnn":
-        return getattr(cudnn, op)(*args)
-    key = (op, args[0].dtype.str) + tuple(tuple(a.shape) if hasattr(a, "shape") else a for a in args)
-    choice = _measured.get(key)
-    if choice is None:
-        times = {name: device.time_gpu(lambda m=module: getattr(m, op)(*args), repeats=2)
-                 for name, module in (("cudnn", cudnn), ("unfold", conv_gemm))}
-        choice = (min(times, key=times.get), times)
-        _measured[key] = choice
-    return getattr(cudnn if choice[0] == "cudnn" else conv_gemm, op)(*args)
+
+def _vendor_for(device, dtype):
+    """``(name, module)``: the vendor kernels of ``device`` for ``dtype``, the module None
+    when they cannot run it (library missing, dtype unsupported)."""
+    if device == "gpu":
+        from cuvmap.cuda import cudnn
+
+        return "cudnn", (cudnn if cudnn.available() else None)
+    from cuvmap.cpu import onednn
+
+    return "onednn", (onednn if onednn.supports(dtype) and onednn.available() else None)
+
+
+def _strategy_key(op, device, args):
+    """The strategy key of NOTE [conv strategy]: N, and the groups when N = 1, bucketed."""
+    from cuvmap.cpu.onednn import bucket
+
+    groups = args[-1]
+    params = tuple(tuple(p) for p in args[-4:-1])
+    if op == "forward":
+        x, w = args[:2]
+        n, c, spatial, o = x.shape[0], x.shape[1], tuple(x.shape[2:]), w.shape[0]
+    elif op == "backward_input":
+        g, w, input_shape = args[:3]
+        n, c, spatial, o = g.shape[0], input_shape[1], tuple(input_shape[2:]), w.shape[0]
+    else:
+        g, x, weight_shape = args[:3]
+        n, c, spatial, o = x.shape[0], x.shape[1], tuple(x.shape[2:]), weight_shape[0]
+    kernel = tuple(args[1].shape[2:]) if op != "backward_weight" else tuple(args[2][2:])
+    g_key = bucket(groups) if n == 1 else groups
+    return (op, device, args[0].dtype.str, bucket(n), g_key, c // groups, o // groups, spatial, kernel) + params
+
+
+def _empty_result(op, args, xp):
+    """The result of ``op`` when an operand has a zero-size dim: zeros of its shape."""
+    if op == "forward":
+        x, w, stride, padding, dilation, _ = args
+        shape = (x.shape[0], w.shape[0]) + conv_gemm.output_spatial(x.shape[2:], w.shape[2:], stride, padding,
+                                                                     dilation)
+    else:
+        shape = tuple(args[2])
+    return xp.zeros(shape, dtype=args[0].dtype)
+
+
+def _call(module, op, args, bias):
+    """``module.<op>(*args)``, the bias added inside oneDNN's forward or after the others'."""
+    if bias is not None and getattr(module, "FORWARD_TAKES_BIAS", False):
+        return module.forward(*args, bias=bias)
+    out = getattr(module, op)(*args)
+    if bias is not None:
+        out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out
+
+
+def _time_kernel(module, op, args, bias, device):
+    """``(milliseconds, result)`` of ``module``'s ``op`` after a warm-up call (the first
+    call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
+    the median of two by CUDA events on the GPU."""
+    if device == "gpu":
+        from cuvmap.cuda import device as cuda_device
+
+        result = []
+        ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias)), repeats=2)
+        return ms, result[-1]
+    out = _call(module, op, args, bias)
+    best = None
+    for _ in range(2):
+        t0 = time.perf_counter()
+        out = _call(module, op, args, bias)
+        elapsed = (time.perf_counter() - t0) * 1e3
+        best = elapsed if best is None else min(best, elapsed)
+    return best, out
+
+
+def _fall_back(key, name, err, op, args):
+    """Records that ``name`` failed on ``key`` and warns once per key."""
+    with _lock:
+        first = key not in _failed
+        _failed[key] = f"{type(err).__name__}: {err}"
+    if first:
+        shapes = ", ".join(str(tuple(a.shape)) for a in args[:2])
+        warnings.warn(f"conv {op} on {shapes}: {name} failed ({type(err).__name__}: {err}); the unfold kernels "
+                      f"run this shape instead (NOTE [conv strategy])", VendorKernelWarning, stacklevel=4)
+
+
+def _run_kernel(op, *args, bias=None):
+    """Runs ``op`` (``forward``, ``backward_input`` or ``backward_weight``, the signatures
+    of ``conv_gemm``'s) on the operands' device, on the kernels the strategy picks (NOTE
+    [conv strategy]); ``bias`` (forward only) is added to the result."""
+    device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
+    if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
+        return _empty_result(op, args, backend.xp_of(args[0]))
+    strategy = get_strategy()
+    if strategy == "unfold" or (strategy != "auto" and strategy != _VENDOR_OF_DEVICE[device]):
+        return _call(conv_gemm, op, args, bias)
+    name, vendor = _vendor_for(device, args[0].dtype)
+    if vendor is None:
+        return _call(conv_gemm, op, args, bias)
+    key = _strategy_key(op, device, args)
+    if key in _failed:
+        return _call(conv_gemm, op, args, bias)
+    if strategy == "auto":
+        choice = _measured.get(key)
+        if choice is None:
+            try:
+                vendor_ms, out = _time_kernel(vendor, op, args, bias, device)
+            except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [conv strategy])
+                _fall_back(key, name, err, op, args)
+                _measured[key] = ("unfold", {name: None, "unfold": None})
+                return _call(conv_gemm, op, args, bias)
+            unfold_ms, unfold_out = _time_kernel(conv_gemm, op, args, bias, device)
+            times = {name: vendor_ms, "unfold": unfold_ms}
+            _measured[key] = (min(times, key=times.get), times)
+            return out if _measured[key][0] == name else unfold_out
+        if choice[0] == "unfold":
+            return _call(conv_gemm, op, args, bias)
+    try:
+        return _call(vendor, op, args, bias)
+    except Exception as err:  # noqa: BLE001
+        _fall_back(key, name, err, op, args)
+        return _call(conv_gemm, op, args, bias)
 
 
 def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
     out_shape = conv_p.check(lhs, rhs, *maybe_bias, **params).shape
-    if transposed:
-        # a transposed conv is the input-gradient of the regular conv from its output space
-        out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
-    else:
-        out = _run_kernel("forward", lhs, rhs, stride, padding, dilation, groups)
-    if maybe_bias:
-        (bias,) = maybe_bias
+    bias = maybe_bias[0] if maybe_bias else None
+    if not transposed:
+        return _run_kernel("forward", lhs, rhs, stride, padding, dilation, groups, bias=bias)
+    # a transposed conv is the input-gradient of the regular conv from its output space;
+    # its input plays that conv's grad_output, zero-padded to the regular conv's extent
+    # (NOTE [output_padding in the transposed backward])
+    extent = conv_gemm.output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation)
+    if tuple(extent) != tuple(lhs.shape[2:]):
+        pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
+        lhs = backend.xp_of(lhs).pad(lhs, pads)
+    out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
+    if bias is not None:
         out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
     return out
 
 
 # NOTE [output_padding in the transposed backward]
 # The transposed conv's output has S_out = (s − 1)·st − 2p + d(k − 1) + op + 1 positions.
-# Its backward passes run regular convs over grad_output, which yield
-# ⌊(S_out + 2p − d(k − 1) − 1)/st⌋ + 1 = s + ⌊op/st⌋ positions: more than the input's s
-# when output_padding ≥ stride (allowed when it is below the dilation). The extra positions
-# lie past the input: the input gradient keeps the first s, and the weight gradient pads
-# the input with zeros to the regular conv's extent (zero terms, so both are exact).
+# The regular conv over S_out positions yields ⌊(S_out + 2p − d(k − 1) − 1)/st⌋ + 1 =
+# s + ⌊op/st⌋ positions: more than the input's s when output_padding ≥ stride (allowed
+# when it is below the dilation). The extra positions lie past the input. So the
+# transposed conv itself (a backward-data call) gets its input zero-padded to that extent,
+# as cuDNN and oneDNN require consistent shapes; its input gradient (a regular conv) keeps
+# the first s positions; and its weight gradient pads the input with zeros to the regular
+# conv's extent (zero terms, so all three are exact).
 
 
 def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding, dilation, transposed,

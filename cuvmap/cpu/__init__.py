@@ -1,0 +1,1 @@
+"""CPU-only parts: the oneDNN binding (``onednn.py``). Never imports the transforms."""
