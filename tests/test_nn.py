@@ -137,6 +137,7 @@ def test_group_norm_errors():
         nn.group_norm(np.zeros((2, 6, 3)), 4, spatial_dims=1)
     with pytest.raises(ShapeError, match=r"weight of shape \(4,\) must be \(C,\) = \(6,\)"):
         nn.group_norm(np.zeros((2, 6, 3)), 3, np.ones(4), spatial_dims=1)
+    assert nn.group_norm(np.zeros((0, 6, 3)), 3, spatial_dims=1).shape == (0, 6, 3)   # an empty batch
     with pytest.raises(ShapeError, match="spatial_dims must be 0, 1, 2 or 3"):
         nn.group_norm(np.zeros((2, 6, 3)), 3, spatial_dims=4)
     with pytest.raises(ShapeError, match=r"for 2 spatial dims \(from spatial_dims=2\)"):
@@ -584,7 +585,8 @@ def test_conv_layer_valid_padding_with_stride_reports_the_applied_shape():
 # ---------------------------------------------------------------------------------------
 
 _W = np.random.default_rng(50)
-_CONV1, _CONV2, _CONV3 = _W.standard_normal((4, 3, 3)), _W.standard_normal((4, 3, 3, 2)), _W.standard_normal((2, 3, 2, 2, 2))
+_CONV1, _CONV2 = _W.standard_normal((4, 3, 3)), _W.standard_normal((4, 3, 3, 2))
+_CONV3 = _W.standard_normal((2, 3, 2, 2, 2))
 _CONVT2, _BIAS4 = _W.standard_normal((3, 4, 3, 3)), _W.standard_normal(4)
 _GN6, _LN = _W.standard_normal(6), _W.standard_normal((5, 4))
 
@@ -647,7 +649,8 @@ PER_EXAMPLE_CASES = [
      [_normal(3, 2), _normal(3, 2)]),
     ("flatten", nn.flatten, lambda x: nn.flatten(x, 1), [_normal(3, 2, 4)]),
 ]
-@pytest.mark.parametrize("one,batched,inputs", [c[1:] for c in PER_EXAMPLE_CASES], ids=[c[0] for c in PER_EXAMPLE_CASES])
+@pytest.mark.parametrize("one,batched,inputs", [c[1:] for c in PER_EXAMPLE_CASES],
+                         ids=[c[0] for c in PER_EXAMPLE_CASES])
 def test_one_example_equals_a_batch_of_one(one, batched, inputs):
     """The per-example call on one example equals the batched call on a batch of one, and
     ``vmap`` of the per-example call equals the batched call on a batch of three."""
@@ -770,7 +773,8 @@ def test_conv_transpose_same_without_an_int_equivalent_and_the_layer():
     with pytest.raises(ShapeError, match="not supported") as info:
         nn.conv_transpose(np.zeros((2, 5, 5)), w, padding="same")
     assert "output_padding=" not in str(info.value)
-    with pytest.raises(ShapeError, match=r"ConvTranspose: padding='same' is not supported.*padding=1, output_padding=1"):
+    with pytest.raises(ShapeError,
+                       match=r"ConvTranspose: padding='same' is not supported.*padding=1, output_padding=1"):
         L.ConvTranspose(4, 3, stride=2, padding="same").init(0, (-1, 2, 5, 5))
 
 

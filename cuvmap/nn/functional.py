@@ -493,13 +493,13 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, spatial_dims=
     full = tuple(core.shape_of(x))
     n, c = full[:2]
     if num_groups < 1 or c % num_groups:
-        raise ShapeError(f"group_norm: C = {c} channels (input of shape {shape} read as {_layout(nd, batched)}) are not "
-                         f"divisible by num_groups={num_groups}")
+        raise ShapeError(f"group_norm: C = {c} channels (input of shape {shape} read as {_layout(nd, batched)}) "
+                         f"are not divisible by num_groups={num_groups}")
     for name, param in (("weight", weight), ("bias", bias)):
         if param is not None and tuple(core.shape_of(param)) != (c,):
             raise ShapeError(f"group_norm: {name} of shape {tuple(core.shape_of(param))} must be (C,) = ({c},) for "
                              f"an input of shape {shape} read as {_layout(nd, batched)}")
-    grouped = cnp.reshape(x, (n, num_groups, -1))
+    grouped = cnp.reshape(x, (n, num_groups, int(np.prod(full[1:], dtype=np.int64)) // num_groups))  # n may be 0
     y = cnp.reshape(_normalize(grouped, (2,), eps), full)
     per_channel = (c,) + (1,) * nd
     if weight is not None:
