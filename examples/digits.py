@@ -1,9 +1,6 @@
 """scikit-learn's bundled digits images (1797 8×8 grey images, no download) as float32
-arrays ``(N, 1, 8, 8)`` scaled to [0, 1], split into train and test sets, and a tiny
-progress bar. Shared by the examples; needs ``pip install -e ".[examples]"``."""
-import sys
-import time
-
+arrays ``(N, 1, 8, 8)`` scaled to [0, 1], split into train and test sets. Shared by the
+examples; needs ``pip install -e ".[examples]"``."""
 import numpy as np
 
 import cuvmap as cv
@@ -22,29 +19,3 @@ def load_digits(device="cpu", test_fraction=0.2, seed=0):
     n_test = int(round(test_fraction * len(y)))
     test, train = order[:n_test], order[n_test:]
     return tuple(cv.device_put(a, device) for a in (x[train], y[train], x[test], y[test]))
-
-
-class Progress:
-    """``with Progress(total, "train") as bar: bar.update(info="loss 0.3")`` on stderr."""
-
-    def __init__(self, total, label, width=30, enabled=True):
-        self.total, self.label, self.width, self.done = total, label, width, 0
-        self.enabled = enabled
-        self.start = time.perf_counter()
-
-    def update(self, n=1, info=""):
-        self.done += n
-        if not self.enabled:
-            return
-        filled = int(self.width * self.done / max(1, self.total))
-        elapsed = time.perf_counter() - self.start
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                         f"{self.done}/{self.total} {elapsed:5.1f}s {info}  ")
-        sys.stderr.flush()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            sys.stderr.write("\n")

@@ -1,6 +1,6 @@
 """Differentially private training (DP-SGD) of a small CNN on scikit-learn's digits.
 
-    python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--no-dp]
+    python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--no-dp] [--help]
 
 Each step draws a Poisson-sampled batch (every training example independently with
 probability q = batch / N), computes per-example gradients with ``vmap(grad(loss))``,
@@ -9,7 +9,6 @@ Gaussian noise N(0, σ²C²) and divides by the expected batch size (Abadi et al
 The RDP accountant of the sampled Gaussian mechanism gives the (ε, δ) spent. ``--no-dp``
 trains the same network with ordinary mini-batch gradients, for comparison.
 """
-import argparse
 import os
 import sys
 import time
@@ -22,7 +21,9 @@ import cuvmap as cv  # noqa: E402
 import cuvmap.numpy as cnp  # noqa: E402
 from cuvmap import dp, nn  # noqa: E402
 from cuvmap.nn import layers  # noqa: E402
-from digits import Progress, load_digits  # noqa: E402
+from cli import (Progress, add_progress_option, example_parser, open_unit_interval,  # noqa: E402
+                 positive_float, positive_int)
+from digits import load_digits  # noqa: E402
 
 # conv 1→16 (3×3) → relu → 2×2 max pool → conv 16→32 → relu → 2×2 max pool → dense 10
 MODEL = layers.Serial(
@@ -45,17 +46,17 @@ def accuracy(params, x, y):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="gpu" if cv.gpu_available() else "cpu")
-    parser.add_argument("--epochs", type=float, default=15)
-    parser.add_argument("--batch", type=int, default=256, help="expected batch size (Poisson sampling)")
-    parser.add_argument("--lr", type=float, default=3e-2)
-    parser.add_argument("--max-norm", type=float, default=1.0, help="per-example clipping norm C")
-    parser.add_argument("--noise", type=float, default=2.0, help="noise multiplier σ")
-    parser.add_argument("--delta", type=float, default=1e-5)
+    parser = example_parser(__doc__)
+    parser.add_argument("--epochs", type=positive_float, default=15, help="passes over the training set")
+    parser.add_argument("--batch", type=positive_int, default=256, help="expected batch size (Poisson sampling)")
+    parser.add_argument("--lr", type=positive_float, default=3e-2, help="Adam's learning rate")
+    parser.add_argument("--max-norm", type=positive_float, default=1.0, help="per-example clipping norm C")
+    parser.add_argument("--noise", type=positive_float, default=2.0, help="noise multiplier σ")
+    parser.add_argument("--delta", type=open_unit_interval, default=1e-5, help="the δ of the (ε, δ) reported")
     parser.add_argument("--no-dp", action="store_true", help="ordinary mini-batch training instead")
-    parser.add_argument("--limit", type=int, default=None, help="use only this many training examples")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="use only the first LIMIT training examples (None: all of them)")
+    add_progress_option(parser)
     args = parser.parse_args(argv)
 
     x_train, y_train, x_test, y_test = load_digits(args.device)
@@ -77,7 +78,7 @@ def main(argv=None):
     print(f"digits CNN on {args.device}: {n} training and {len(y_test)} test images, {steps} steps of {mode}")
 
     t_start = time.perf_counter()
-    with Progress(steps, "train", enabled=not args.quiet) as bar:
+    with Progress(steps, "train", args.progress) as bar:
         for step in range(steps):
             if args.no_dp:
                 idx = rng.choice(n, size=min(args.batch, n), replace=False)

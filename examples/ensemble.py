@@ -1,6 +1,6 @@
 """Model ensembling: train K CNNs at once by vmapping over their stacked parameters.
 
-    python examples/ensemble.py [--device cpu|gpu] [--members 8] [--steps 150]
+    python examples/ensemble.py [--device cpu|gpu] [--members 8] [--steps 150] [--help]
 
 Each member has its own initialization and sees its own bootstrap batches of
 scikit-learn's digits. ``vmap(grad(loss), in_axes=(0, 0, 0))`` over (params, x, y) makes
@@ -11,7 +11,6 @@ array arithmetic on the stacked pytree. The script reports each member's test ac
 the ensemble's (averaged log-probabilities), and the time against training the members
 one after the other with the same number of steps.
 """
-import argparse
 import os
 import sys
 import time
@@ -24,7 +23,8 @@ import cuvmap as cv  # noqa: E402
 import cuvmap.numpy as cnp  # noqa: E402
 from cuvmap import nn  # noqa: E402
 from cuvmap.nn import layers  # noqa: E402
-from digits import Progress, load_digits  # noqa: E402
+from cli import Progress, add_progress_option, example_parser, positive_float, positive_int  # noqa: E402
+from digits import load_digits  # noqa: E402
 
 MODEL = layers.Serial(
     layers.Conv(8, 3, padding=1), layers.Relu, layers.MaxPool(2),
@@ -47,13 +47,12 @@ def unstack(stacked, k):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="gpu" if cv.gpu_available() else "cpu")
-    parser.add_argument("--members", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--quiet", action="store_true")
+    parser = example_parser(__doc__)
+    parser.add_argument("--members", type=positive_int, default=8, help="number of CNNs K in the ensemble")
+    parser.add_argument("--steps", type=positive_int, default=150, help="training steps of each member")
+    parser.add_argument("--batch", type=positive_int, default=32, help="bootstrap batch size of each member")
+    parser.add_argument("--lr", type=positive_float, default=1e-2, help="Adam's learning rate")
+    add_progress_option(parser)
     args = parser.parse_args(argv)
 
     k = args.members
@@ -72,7 +71,7 @@ def main(argv=None):
     state = opt.init(params)
     ensemble_grad = cv.vmap(cv.grad(loss), in_axes=(0, 0, 0))
     t0 = time.perf_counter()
-    with Progress(args.steps, "vmapped", enabled=not args.quiet) as bar:
+    with Progress(args.steps, "vmapped", args.progress) as bar:
         for t in range(args.steps):
             idx = batches[t]
             grads = ensemble_grad(params, x_train[idx], y_train[idx])   # x (K, B, 1, 8, 8)
@@ -84,7 +83,7 @@ def main(argv=None):
     single_grad = cv.grad(loss)
     looped = []
     t0 = time.perf_counter()
-    with Progress(args.steps * k, "one by one", enabled=not args.quiet) as bar:
+    with Progress(args.steps * k, "one by one", args.progress) as bar:
         for i, p in enumerate(members):
             s = opt.init(p)
             for t in range(args.steps):

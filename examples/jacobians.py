@@ -1,6 +1,6 @@
 """Jacobians and Hessians of a small network: ``jacrev``, ``jacfwd`` and ``hessian``.
 
-    python examples/jacobians.py [--device cpu|gpu]
+    python examples/jacobians.py [--device cpu|gpu] [--help]
 
 For a 2-layer tanh network ``f(x) = W2 tanh(W1 x + b1)`` it computes the input Jacobian
 both ways (reverse mode: one VJP per output; forward mode: one JVP per input, each a
@@ -8,20 +8,23 @@ single vmapped pass), checks them against each other and against the closed form
 ``W2 diag(1 - tanh²) W1``, then the Hessian of a scalar loss against central differences
 of its gradient, and per-example input Jacobians with ``vmap(jacrev(f))``.
 """
-import argparse
+import os
+import sys
 
 import numpy as np
 
-import cuvmap as cv
-import cuvmap.numpy as cnp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cuvmap as cv  # noqa: E402
+import cuvmap.numpy as cnp  # noqa: E402
+from cli import example_parser, positive_int  # noqa: E402
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="gpu" if cv.gpu_available() else "cpu")
-    parser.add_argument("--inputs", type=int, default=6)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--outputs", type=int, default=3)
+    parser = example_parser(__doc__)
+    parser.add_argument("--inputs", type=positive_int, default=6, help="input size of the network")
+    parser.add_argument("--hidden", type=positive_int, default=16, help="hidden width")
+    parser.add_argument("--outputs", type=positive_int, default=3, help="output size")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(0)

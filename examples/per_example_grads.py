@@ -1,6 +1,6 @@
 """The plain recipe: per-example gradients of a CNN with ``vmap(grad(loss))``.
 
-    python examples/per_example_grads.py [--device cpu|gpu] [--batch 64]
+    python examples/per_example_grads.py [--device cpu|gpu] [--batch 64] [--help]
 
 ``loss`` is written for ONE example; ``grad`` differentiates it with respect to the
 parameters; ``vmap`` maps that over the batch, sharing the parameters (``in_axes=None``).
@@ -8,13 +8,17 @@ Under ``vmap`` the convolutions' batching rules fold the batch into the groups o
 grouped convolution per layer, so the whole batch costs about one ordinary backward pass.
 The script prints the per-example gradient norms and checks them against a Python loop.
 """
-import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-import cuvmap as cv
-from cuvmap import nn
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cuvmap as cv  # noqa: E402
+from cli import example_parser, positive_int  # noqa: E402
+from cuvmap import nn  # noqa: E402
 
 
 def init_params(rng, dtype=np.float32):
@@ -37,9 +41,8 @@ def loss(params, x, y):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="gpu" if cv.gpu_available() else "cpu")
-    parser.add_argument("--batch", type=int, default=64)
+    parser = example_parser(__doc__)
+    parser.add_argument("--batch", type=positive_int, default=64, help="number of examples")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(0)

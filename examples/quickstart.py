@@ -5,15 +5,19 @@ It trains a 2-layer classifier on synthetic data with plain gradient descent, th
 per-example gradients with ``vmap(grad)``, checks them against a Python loop of ``grad``
 and reports both timings.
 
-    python examples/quickstart.py [--device cpu] [--steps 100] [--batch 128]
+    python examples/quickstart.py [--device cpu] [--steps 100] [--batch 128] [--help]
 """
-import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-import cuvmap as cv
-import cuvmap.numpy as cnp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cuvmap as cv  # noqa: E402
+import cuvmap.numpy as cnp  # noqa: E402
+from cli import example_parser, positive_int  # noqa: E402
 
 
 def init_params(rng, sizes, dtype):
@@ -47,12 +51,11 @@ def make_data(rng, n, dim, classes, dtype):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="gpu" if cv.gpu_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--dim", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
+    parser = example_parser(__doc__)
+    parser.add_argument("--steps", type=positive_int, default=100, help="gradient descent steps")
+    parser.add_argument("--batch", type=positive_int, default=128, help="number of examples")
+    parser.add_argument("--dim", type=positive_int, default=32, help="input features")
+    parser.add_argument("--hidden", type=positive_int, default=64, help="width of the two hidden layers")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(0)

@@ -1,10 +1,20 @@
-"""Every example runs at a tiny size and agrees with its own independent check."""
+"""Every example runs at a tiny size and agrees with its own independent check; as a
+command (a subprocess, stderr a pipe) each one shows its defaults in ``--help``, rejects
+non-positive sizes with an argparse error (exit status 2, no traceback), and writes no
+carriage returns to a non-terminal."""
 import importlib.util
+import io
+import os
 import pathlib
+import re
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 
 
 def load(name):
@@ -12,6 +22,13 @@ def load(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_example(name, *args, timeout=300):
+    """``python examples/<name>.py args...`` with stdout and stderr pipes."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    return subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=str(ROOT), timeout=timeout)
 
 
 def test_quickstart(capsys):
@@ -29,18 +46,112 @@ def test_jacobians():
 
 
 def test_dp_sgd_digits_runs_and_accounts(capsys):
-    acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--limit", "256", "--epochs", "1", "--quiet"])
+    acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--limit", "256", "--epochs", "1", "--progress", "off"])
     assert 0.0 <= acc <= 1.0 and np.isfinite(eps) and eps > 0
     out = capsys.readouterr().out
     assert "test accuracy" in out and "ε =" in out
 
 
 def test_dp_sgd_digits_without_dp():
-    acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256", "--quiet"])
+    acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256",
+                                           "--progress", "off"])
     assert eps is None and acc > 0.3  # four epochs of ordinary training already learn something
 
 
 def test_ensemble_vmapped_training_equals_one_by_one():
     accs, ens_acc, worst = load("ensemble").main(["--device", "cpu", "--members", "3", "--steps", "3", "--batch", "8",
-                                                  "--quiet"])
+                                                  "--progress", "off"])
     assert len(accs) == 3 and worst < 1e-5
+
+
+# ---------------------------------------------------------------------------------------
+# As commands
+# ---------------------------------------------------------------------------------------
+
+# (example, its size options, a default that --help must show)
+COMMAND_CASES = [
+    ("quickstart", ["--steps", "--batch", "--dim", "--hidden"], "(default: 128)"),
+    ("per_example_grads", ["--batch"], "(default: 64)"),
+    ("jacobians", ["--inputs", "--hidden", "--outputs"], "(default: 16)"),
+    ("dp_sgd_digits", ["--batch", "--epochs", "--limit", "--lr", "--max-norm", "--noise"], "(default: 256)"),
+    ("ensemble", ["--members", "--steps", "--batch", "--lr"], "(default: 150)"),
+]
+
+
+def option_help(help_text):
+    """``{option: its help text}`` from ``--help``'s options section."""
+    blocks, current = {}, None
+    for line in help_text.split("\n\n", 1)[1].splitlines():
+        match = re.match(r"  (-\S+|--\S+)", line)
+        if match:
+            current = match.group(1).split(",")[0]
+            blocks[current] = line
+        elif current and line.startswith("    "):
+            blocks[current] += " " + line.strip()
+        else:
+            current = None
+    return blocks
+
+
+@pytest.mark.parametrize("name,sizes,default", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
+def test_help_shows_defaults(name, sizes, default):
+    result = run_example(name, "--help")
+    assert result.returncode == 0, result.stderr
+    blocks = option_help(result.stdout)
+    assert default in result.stdout
+    for option in sizes + ["--device"]:
+        assert "(default: " in blocks[option], f"{option} shows no default in:\n{result.stdout}"
+
+
+# every size option at 0, and a few other bad values
+BAD_VALUES = [(c[0], option, "0") for c in COMMAND_CASES for option in c[1]] + [
+    ("dp_sgd_digits", "--batch", "-3"), ("dp_sgd_digits", "--delta", "1"), ("dp_sgd_digits", "--epochs", "inf"),
+    ("ensemble", "--members", "-1"), ("quickstart", "--batch", "x"), ("jacobians", "--hidden", "2.5"),
+]
+
+
+@pytest.mark.parametrize("name,option,value", BAD_VALUES)
+def test_bad_sizes_are_argparse_errors(name, option, value):
+    result = run_example(name, option, value)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert f"error: argument {option}:" in result.stderr and value in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("mode", ["auto", "on"])
+def test_progress_to_a_pipe_has_no_carriage_returns(mode):
+    result = run_example("dp_sgd_digits", "--device", "cpu", "--limit", "128", "--epochs", "1", "--batch", "16",
+                         "--progress", mode)
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr and "\r" not in result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.startswith("train ")]
+    if mode == "auto":
+        assert lines == [], result.stderr        # silent when stderr is not a terminal
+    else:
+        assert 2 <= len(lines) <= 21, result.stderr  # a few plain lines, the last one at the end
+        assert lines[-1].startswith("train 8/8 ")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_draws_in_place_only_on_a_terminal():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from cli import Progress
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    outputs = {}
+    for name, stream, mode in [("tty", _Terminal(), "auto"), ("pipe_auto", io.StringIO(), "auto"),
+                               ("pipe_on", io.StringIO(), "on"), ("off", _Terminal(), "off")]:
+        with Progress(100, "train", mode, stream=stream) as bar:
+            for _ in range(100):
+                bar.update(info="loss 0.1")
+        outputs[name] = stream.getvalue()
+    assert outputs["tty"].count("\r") == 100 and outputs["tty"].endswith("\n")
+    assert outputs["pipe_auto"] == "" and outputs["off"] == ""
+    lines = outputs["pipe_on"].splitlines()
+    assert "\r" not in outputs["pipe_on"] and len(lines) == Progress.LINES
+    assert lines[-1].startswith("train 100/100 ") and lines[-1].endswith("loss 0.1")

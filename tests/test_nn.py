@@ -7,10 +7,17 @@ references.
   others, and ``vmap`` over examples equals the batched call;
 - layers: init shapes, dtypes and torch's init bounds; batched and single-example apply;
   ``vmap(grad)`` of a small CNN built with ``Serial`` against a loop of ``grad``;
+- one example against a batch of one, for every nn function (a table whose completeness
+  is tested) and every layer; the calls whose rank has two readings (an int pooling
+  kernel on ``(C, H, W)``, group norm without ``spatial_dims``) raise and say what to
+  write; conv_transpose's string padding raises and names the equivalent ints;
+  cross_entropy's label errors speak of labels, under ``vmap`` too;
 - optimizers against hand-written update loops, and training a tiny problem;
 - GPU variants (CuPy arrays, a CuPy generator for init) skip without a device.
 """
+import ast
 import math
+import re
 
 import numpy as np
 import pytest
@@ -114,15 +121,27 @@ def test_group_norm_matches_formula(shape, groups, backend):
     x = _rand(5, *shape) * 2 + 1
     c = shape[1]
     w, b = _rand(6, c), _rand(7, c)
-    got = nn.group_norm(_put(x, backend), groups, _put(w, backend), _put(b, backend))
-    np.testing.assert_allclose(_np(got), ref_group_norm(x, groups, w, b, 1e-5), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(nn.group_norm(x, groups), ref_group_norm(x, groups, None, None, 1e-5),
+    nd = len(shape) - 2
+    want = ref_group_norm(x, groups, w, b, 1e-5)
+    got = nn.group_norm(_put(x, backend), groups, _put(w, backend), _put(b, backend), spatial_dims=nd)
+    np.testing.assert_allclose(_np(got), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(nn.group_norm(x, groups, spatial_dims=nd), ref_group_norm(x, groups, None, None, 1e-5),
                                rtol=1e-10, atol=1e-12)
+    # one example (C, S...) with the same spatial_dims
+    got_one = nn.group_norm(_put(x[1], backend), groups, _put(w, backend), _put(b, backend), spatial_dims=nd)
+    np.testing.assert_allclose(_np(got_one), want[1], rtol=1e-10, atol=1e-12)
 
 
 def test_group_norm_errors():
     with pytest.raises(ShapeError, match="divisible"):
-        nn.group_norm(np.zeros((2, 6, 3)), 4)
+        nn.group_norm(np.zeros((2, 6, 3)), 4, spatial_dims=1)
+    with pytest.raises(ShapeError, match=r"weight of shape \(4,\) must be \(C,\) = \(6,\)"):
+        nn.group_norm(np.zeros((2, 6, 3)), 3, np.ones(4), spatial_dims=1)
+    assert nn.group_norm(np.zeros((0, 6, 3)), 3, spatial_dims=1).shape == (0, 6, 3)   # an empty batch
+    with pytest.raises(ShapeError, match="spatial_dims must be 0, 1, 2 or 3"):
+        nn.group_norm(np.zeros((2, 6, 3)), 3, spatial_dims=4)
+    with pytest.raises(ShapeError, match=r"for 2 spatial dims \(from spatial_dims=2\)"):
+        nn.group_norm(np.zeros((2, 6)), 3, spatial_dims=2)
 
 
 def test_norms_are_per_example():
@@ -133,14 +152,16 @@ def test_norms_are_per_example():
     x2 = x.copy()
     x2[1:] = _rand(9, 3, 6, 3, 3) * 10
     w, b = _rand(10, 6), _rand(11, 6)
-    np.testing.assert_allclose(nn.group_norm(x, 3, w, b)[0], nn.group_norm(x2, 3, w, b)[0], rtol=1e-12)
+    np.testing.assert_allclose(nn.group_norm(x, 3, w, b, spatial_dims=2)[0],
+                               nn.group_norm(x2, 3, w, b, spatial_dims=2)[0], rtol=1e-12)
     np.testing.assert_allclose(nn.layer_norm(x, (6, 3, 3))[0], nn.layer_norm(x2, (6, 3, 3))[0], rtol=1e-12)
 
-    def gn_one(x, w, b):
-        return nn.group_norm(x[None], 3, w, b)[0]
+    def gn_one(x, w, b):             # one example (C, H, W)
+        return nn.group_norm(x, 3, w, b, spatial_dims=2)
 
     check_batching(gn_one, (x, w, b), in_axes=(0, None, None), atol=1e-12, rtol=1e-12)
-    np.testing.assert_allclose(cv.vmap(gn_one, in_axes=(0, None, None))(x, w, b), nn.group_norm(x, 3, w, b),
+    np.testing.assert_allclose(cv.vmap(gn_one, in_axes=(0, None, None))(x, w, b),
+                               nn.group_norm(x, 3, w, b, spatial_dims=2),
                                rtol=1e-12, atol=1e-12)
     wl = _rand(12, 3, 3)
     check_batching(lambda x, w: nn.layer_norm(x, (6, 3, 3), w), (x, wl), in_axes=(0, None), atol=1e-12, rtol=1e-12)
@@ -151,7 +172,7 @@ def test_norms_are_per_example():
 def test_norm_grads():
     x = _rand(13, 2, 4, 3)
     w, b = _rand(14, 4), _rand(15, 4)
-    check_grads(lambda x, w, b: nn.group_norm(x, 2, w, b), (x, w, b), order=2, atol=1e-5, rtol=1e-5)
+    check_grads(lambda x, w, b: nn.group_norm(x, 2, w, b, spatial_dims=1), (x, w, b), order=2, atol=1e-5, rtol=1e-5)
     wl, bl = _rand(16, 3), _rand(17, 3)
     check_grads(lambda x, w, b: nn.layer_norm(x, 3, w, b), (x, wl, bl), order=2, atol=1e-5, rtol=1e-5)
 
@@ -227,8 +248,13 @@ LAYER_CASES = [
     ("conv2d_same", lambda: L.Conv(3, 3, padding="same"), (2, 2, 5, 6)),
     ("conv3d", lambda: L.Conv(2, 2), (2, 1, 3, 4, 3)),
     ("conv_transpose2d", lambda: L.ConvTranspose(3, 3, stride=2, padding=1, output_padding=1), (2, 4, 3, 4)),
+    ("conv_transpose1d", lambda: L.ConvTranspose(2, 2, stride=3, groups=2), (2, 4, 5)),
+    ("conv_transpose3d", lambda: L.ConvTranspose(2, (2, 1, 2), dilation=2), (1, 2, 3, 2, 3)),
     ("maxpool2d", lambda: L.MaxPool(2), (2, 3, 6, 5)),
     ("maxpool1d", lambda: L.MaxPool(3, 2, 1), (2, 3, 8)),
+    ("maxpool3d", lambda: L.MaxPool(2), (2, 2, 4, 4, 2)),
+    ("avgpool2d", lambda: L.AvgPool(2, 1, 1), (2, 3, 5, 4)),
+    ("avgpool1d", lambda: L.AvgPool(2), (3, 2, 7)),
     ("avgpool3d", lambda: L.AvgPool((2, 2, 1), count_include_pad=False, padding=(1, 0, 0)), (2, 2, 3, 4, 2)),
     ("relu", lambda: L.Relu, (2, 3, 4)),
     ("gelu", lambda: L.Gelu, (2, 3)),
@@ -238,8 +264,20 @@ LAYER_CASES = [
     ("flatten", lambda: L.Flatten, (2, 3, 4, 2)),
     ("layer_norm", lambda: L.LayerNorm((4, 5)), (3, 2, 4, 5)),
     ("group_norm", lambda: L.GroupNorm(2), (3, 4, 5, 2)),
+    ("group_norm_1d", lambda: L.GroupNorm(4), (2, 4, 5)),
+    ("group_norm_3d", lambda: L.GroupNorm(1), (2, 2, 3, 2, 2)),
     ("group_norm_dense", lambda: L.GroupNorm(3, affine=False), (3, 6)),
+    ("serial", lambda: L.Serial(L.Conv(3, 2), L.GroupNorm(3), L.Relu, L.MaxPool(2), L.Flatten, L.Dense(2)),
+     (2, 2, 5, 5)),
 ]
+
+
+def test_every_layer_has_a_row():
+    public = {name for name, obj in vars(L).items()
+              if name[0].isupper() and (isinstance(obj, L.Layer) or (callable(obj) and not isinstance(obj, type)
+                                                                      and obj.__module__ == L.__name__))}
+    covered = {name for name in public if any(c[0].replace("_", "").startswith(name.lower()) for c in LAYER_CASES)}
+    assert public - covered == set(), f"layers without a row in LAYER_CASES: {sorted(public - covered)}"
 
 
 @pytest.mark.parametrize("make,shape", [c[1:] for c in LAYER_CASES], ids=[c[0] for c in LAYER_CASES])
@@ -254,9 +292,10 @@ def test_layer_shapes_and_single_examples(make, shape, backend):
     x = _put(_rand(31, *shape), backend)
     y = apply(params, x)
     assert tuple(y.shape) == tuple(concrete_shape), f"init says {concrete_shape}, apply gives {y.shape}"
-    # one example at a time (without the batch dim) equals the batched call
+    # one example at a time (without the batch dim) equals the batched call, and a batch of one
     for i in range(shape[0]):
         np.testing.assert_allclose(_np(apply(params, x[i])), _np(y[i]), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(_np(apply(params, x[i:i + 1])[0]), _np(y[i]), rtol=1e-12, atol=1e-12)
     # vmap over examples (per-example apply) equals the batched call
     np.testing.assert_allclose(_np(cv.vmap(apply, in_axes=(None, 0))(params, x)), _np(y), rtol=1e-12, atol=1e-12)
 
@@ -539,3 +578,249 @@ def test_conv_layer_valid_padding_with_stride_reports_the_applied_shape():
         shape, params = init(np.random.default_rng(0), (-1, 1, 9, 8))
         out = apply(params, np.ones((2, 1, 9, 8), np.float32))
         assert shape[1:] == out.shape[1:], kw
+
+
+# ---------------------------------------------------------------------------------------
+# One example against a batch of one: every nn function (NOTE [batch or one example])
+# ---------------------------------------------------------------------------------------
+
+_W = np.random.default_rng(50)
+_CONV1, _CONV2 = _W.standard_normal((4, 3, 3)), _W.standard_normal((4, 3, 3, 2))
+_CONV3 = _W.standard_normal((2, 3, 2, 2, 2))
+_CONVT2, _BIAS4 = _W.standard_normal((3, 4, 3, 3)), _W.standard_normal(4)
+_GN6, _LN = _W.standard_normal(6), _W.standard_normal((5, 4))
+
+
+def _ints(k):
+    return lambda rng: rng.integers(0, k, size=(), dtype=np.int64)
+
+
+def _probs(k):
+    return lambda rng: rng.dirichlet(np.ones(k))
+
+
+def _normal(*shape):
+    return lambda rng: rng.standard_normal(shape)
+
+
+# (name, per-example call, batched call, one example's inputs). The batched call takes the
+# same inputs with a leading batch dim and returns the per-example results stacked.
+PER_EXAMPLE_CASES = [
+    ("conv1d", lambda x: nn.conv(x, _CONV1, _BIAS4, padding=1), lambda x: nn.conv(x, _CONV1, _BIAS4, padding=1),
+     [_normal(3, 7)]),
+    ("conv2d", lambda x: nn.conv(x, _CONV2, stride=(2, 1), padding="valid"),
+     lambda x: nn.conv(x, _CONV2, stride=(2, 1), padding="valid"), [_normal(3, 6, 5)]),
+    ("conv3d_same", lambda x: nn.conv(x, _CONV3, padding="same"), lambda x: nn.conv(x, _CONV3, padding="same"),
+     [_normal(3, 3, 4, 3)]),
+    ("conv_transpose", lambda x: nn.conv_transpose(x, _CONVT2, _BIAS4, stride=2, padding=1, output_padding=1),
+     lambda x: nn.conv_transpose(x, _CONVT2, _BIAS4, stride=2, padding=1, output_padding=1), [_normal(3, 4, 3)]),
+    ("max_pool_tuple", lambda x: nn.max_pool(x, (2, 2)), lambda x: nn.max_pool(x, (2, 2)), [_normal(3, 6, 5)]),
+    ("max_pool_spatial_dims", lambda x: nn.max_pool(x, 3, 1, 1, spatial_dims=2),
+     lambda x: nn.max_pool(x, 3, 1, 1, spatial_dims=2), [_normal(2, 5, 4)]),
+    ("max_pool_1d_int", lambda x: nn.max_pool(x, 2), lambda x: nn.max_pool1d(x, 2), [_normal(3, 8)]),
+    ("max_pool_3d_int", lambda x: nn.max_pool3d(x, 2), lambda x: nn.max_pool(x, 2), [_normal(2, 4, 4, 4)]),
+    ("max_pool1d", lambda x: nn.max_pool1d(x, 3, 2, 1), lambda x: nn.max_pool1d(x, 3, 2, 1), [_normal(3, 8)]),
+    ("max_pool2d", lambda x: nn.max_pool2d(x, 2), lambda x: nn.max_pool2d(x, 2), [_normal(3, 6, 4)]),
+    ("max_pool3d", lambda x: nn.max_pool3d(x, (2, 1, 2)), lambda x: nn.max_pool3d(x, (2, 1, 2)),
+     [_normal(2, 4, 3, 4)]),
+    ("avg_pool", lambda x: nn.avg_pool(x, (3, 2), 1, 1, count_include_pad=False),
+     lambda x: nn.avg_pool(x, (3, 2), 1, 1, count_include_pad=False), [_normal(2, 5, 4)]),
+    ("avg_pool1d", lambda x: nn.avg_pool1d(x, 2), lambda x: nn.avg_pool1d(x, 2), [_normal(3, 8)]),
+    ("avg_pool2d", lambda x: nn.avg_pool2d(x, 2, 1, 1), lambda x: nn.avg_pool2d(x, 2, 1, 1), [_normal(3, 6, 4)]),
+    ("avg_pool3d", lambda x: nn.avg_pool3d(x, 2), lambda x: nn.avg_pool3d(x, 2), [_normal(2, 4, 4, 2)]),
+    ("relu", nn.relu, nn.relu, [_normal(3, 4)]),
+    ("gelu", nn.gelu, nn.gelu, [_normal(3, 4)]),
+    ("tanh", nn.tanh, nn.tanh, [_normal(5)]),
+    ("sigmoid", nn.sigmoid, nn.sigmoid, [_normal(5)]),
+    ("softmax", nn.softmax, nn.softmax, [_normal(2, 5)]),
+    ("log_softmax", nn.log_softmax, nn.log_softmax, [_normal(5)]),
+    ("layer_norm", lambda x: nn.layer_norm(x, (5, 4), _LN), lambda x: nn.layer_norm(x, (5, 4), _LN),
+     [_normal(3, 5, 4)]),
+    ("group_norm_2d", lambda x: nn.group_norm(x, 3, _GN6, -_GN6, spatial_dims=2),
+     lambda x: nn.group_norm(x, 3, _GN6, -_GN6, spatial_dims=2), [_normal(6, 4, 3)]),
+    ("group_norm_0d", lambda x: nn.group_norm(x, 2, spatial_dims=0), lambda x: nn.group_norm(x, 2, spatial_dims=0),
+     [_normal(6)]),
+    ("group_norm_3d", lambda x: nn.group_norm(x, 2, spatial_dims=3), lambda x: nn.group_norm(x, 2),
+     [_normal(6, 2, 3, 2)]),
+    ("cross_entropy", nn.cross_entropy, lambda z, y: nn.cross_entropy(z, y, reduction="none"), [_normal(5), _ints(5)]),
+    ("cross_entropy_probabilities", nn.cross_entropy, lambda z, p: nn.cross_entropy(z, p, reduction="none"),
+     [_normal(5), _probs(5)]),
+    ("mse", nn.mse, lambda a, b: nn.mse(a, b, reduction="none").reshape(a.shape[0], -1).mean(-1),
+     [_normal(3, 2), _normal(3, 2)]),
+    ("flatten", nn.flatten, lambda x: nn.flatten(x, 1), [_normal(3, 2, 4)]),
+]
+@pytest.mark.parametrize("one,batched,inputs", [c[1:] for c in PER_EXAMPLE_CASES],
+                         ids=[c[0] for c in PER_EXAMPLE_CASES])
+def test_one_example_equals_a_batch_of_one(one, batched, inputs):
+    """The per-example call on one example equals the batched call on a batch of one, and
+    ``vmap`` of the per-example call equals the batched call on a batch of three."""
+    rng = np.random.default_rng(51)
+    example = [make(rng) for make in inputs]
+    want = batched(*[np.asarray(a)[None] for a in example])
+    got = one(*example)
+    assert tuple(got.shape) == tuple(want.shape[1:])
+    np.testing.assert_allclose(got, want[0], rtol=1e-12, atol=1e-12)
+    batch = [np.stack([make(rng) for _ in range(3)]) for make in inputs]
+    np.testing.assert_allclose(cv.vmap(one)(*batch), batched(*batch), rtol=1e-12, atol=1e-12)
+
+
+def test_every_nn_function_has_a_per_example_row():
+    import inspect
+
+    from cuvmap.nn import functional
+
+    public = {name for name, obj in vars(functional).items()
+              if inspect.isfunction(obj) and obj.__module__ == functional.__name__ and not name.startswith("_")}
+    covered = {c[0] for c in PER_EXAMPLE_CASES} | {"mse_loss", "check_transpose_padding"}
+    for name in list(covered):  # a row name may add a suffix to the function's name
+        covered |= {n for n in public if name.startswith(n)}
+    assert public <= covered, f"nn functions without a row in PER_EXAMPLE_CASES: {sorted(public - covered)}"
+
+
+# The calls whose rank has two readings raise and say what to write instead.
+AMBIGUOUS_CASES = [
+    ("max_pool_chw", lambda: nn.max_pool(np.zeros((3, 8, 8)), 2),
+     ["ambiguous", r"one example \(C, H, W\)", r"max_pool2d\(x, 2\)", r"max_pool\(x, \(2, 2\)\)",
+      r"a batch \(N, C, L\)", r"max_pool1d\(x, 2\)", "spatial_dims"]),
+    ("avg_pool_chw", lambda: nn.avg_pool(np.zeros((3, 8, 8)), 2, 1),
+     ["ambiguous", r"avg_pool2d\(x, 2\)", r"avg_pool1d\(x, 2\)"]),
+    ("max_pool_nchw", lambda: nn.max_pool(np.zeros((2, 3, 8, 8)), 2),
+     [r"a batch \(N, C, H, W\)", r"max_pool2d\(x, 2\)", r"one example \(C, D, H, W\)", r"max_pool3d\(x, 2\)"]),
+    ("avg_pool_nchw", lambda: nn.avg_pool(np.zeros((2, 3, 8, 8)), 2),
+     [r"avg_pool2d\(x, 2\)", r"avg_pool3d\(x, 2\)"]),
+    ("max_pool_under_vmap", lambda: cv.vmap(lambda x: nn.max_pool(x, 2))(np.zeros((4, 3, 8, 8))),
+     ["vmap", r"shape \(3, 8, 8\) is ambiguous", r"max_pool2d\(x, 2\)"]),
+    ("group_norm_chw", lambda: nn.group_norm(np.zeros((6, 8, 8)), 3),
+     [r"shape \(6, 8, 8\) may be a batch \(N, C, L\) or one example \(C, H, W\)",
+      r"spatial_dims=2 for one example \(C, H, W\)", r"spatial_dims=1 for a batch \(N, C, L\)"]),
+    ("group_norm_nchw", lambda: nn.group_norm(np.zeros((2, 6, 8, 8)), 3, np.ones(6)),
+     [r"spatial_dims=2 for a batch \(N, C, H, W\)", r"spatial_dims=3 for one example \(C, D, H, W\)"]),
+    ("group_norm_nc", lambda: nn.group_norm(np.zeros((2, 6)), 3),
+     [r"spatial_dims=0 for a batch \(N, C\)", r"spatial_dims=1 for one example \(C, L\)"]),
+    ("group_norm_under_vmap", lambda: cv.vmap(lambda x: nn.group_norm(x, 3))(np.zeros((4, 6, 8, 8))),
+     ["vmap", r"spatial_dims=2 for one example \(C, H, W\)"]),
+]
+
+
+@pytest.mark.parametrize("call,fragments", [c[1:] for c in AMBIGUOUS_CASES], ids=[c[0] for c in AMBIGUOUS_CASES])
+def test_ambiguous_rank_raises_and_says_what_to_write(call, fragments):
+    with pytest.raises(ShapeError) as info:
+        call()
+    for fragment in fragments:
+        assert re.search(fragment, str(info.value)), f"{fragment!r} not in: {info.value}"
+
+
+POOL_ERROR_CASES = [
+    ("kernel_vs_spatial_dims", lambda: nn.max_pool(np.zeros((3, 8, 8)), (2, 2), spatial_dims=1),
+     r"max_pool: kernel_size \(2, 2\) has 2 entries, but spatial_dims=1"),
+    ("rank_vs_name", lambda: nn.max_pool2d(np.zeros((8, 8)), 2),
+     r"max_pool2d: .*one example \(C, H, W\) for 2 spatial dims \(from the name max_pool2d\)"),
+    ("rank_1", lambda: nn.avg_pool(np.zeros((8,)), 2), r"\(N, C, S...\) or \(C, S...\) with 1-3 spatial dims"),
+    ("kernel_of_4", lambda: nn.max_pool(np.zeros((3, 8)), (2, 2, 2, 2)), "1-3 entries"),
+    ("stride_length", lambda: nn.avg_pool2d(np.zeros((3, 8, 8)), 2, stride=(1, 1, 1)),
+     r"avg_pool2d: stride \(1, 1, 1\) must have one entry per spatial dim \(2\)"),
+    ("spatial_dims_4", lambda: nn.max_pool(np.zeros((3, 8, 8)), 2, spatial_dims=4), "spatial_dims must be 1, 2 or 3"),
+]
+
+
+@pytest.mark.parametrize("call,match", [c[1:] for c in POOL_ERROR_CASES], ids=[c[0] for c in POOL_ERROR_CASES])
+def test_pool_errors_name_the_function_and_argument(call, match):
+    with pytest.raises(ShapeError, match=match):
+        call()
+
+
+def test_group_norm_layer_on_one_example_under_vmap():
+    """GroupNorm's apply passes spatial_dims from init, so a per-example apply under vmap
+    normalizes each example's (C, H, W), as the batched call does."""
+    init, apply = L.GroupNorm(2)
+    _, params = init(0, (-1, 4, 3, 3), dtype=np.float64)
+    xs = _rand(52, 5, 4, 3, 3)
+    want = ref_group_norm(xs, 2, np.ones(4), np.zeros(4), 1e-5)
+    np.testing.assert_allclose(cv.vmap(apply, in_axes=(None, 0))(params, xs), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(apply(params, xs), want, rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# conv_transpose has no string padding (NOTE [no same padding for conv_transpose])
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel,stride,dilation", [(3, 2, 1), (4, 2, 1), (5, 3, 1), (1, 2, 1), (3, 1, 1),
+                                                    (3, 2, 2), ((3, 2), (2, 3), 1)])
+def test_conv_transpose_same_raises_with_the_padding_for_input_times_stride(kernel, stride, dilation):
+    """The error names padding / output_padding, and with them the output is input·stride."""
+    rng = np.random.default_rng(53)
+    k = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+    w = rng.standard_normal((2, 3) + k)
+    x = rng.standard_normal((1, 2, 5, 4))
+    for padding in ("same", "valid"):
+        with pytest.raises(ShapeError, match=f"conv_transpose: padding='{padding}' is not supported") as info:
+            nn.conv_transpose(x, w, stride=stride, dilation=dilation, padding=padding)
+    found = re.search(r"pass padding=(.+?), output_padding=(.+?) \(kernel", str(info.value))
+    assert found, str(info.value)
+    pad, out_pad = (ast.literal_eval(g) for g in found.groups())
+    out = nn.conv_transpose(x, w, stride=stride, dilation=dilation, padding=pad, output_padding=out_pad)
+    s = stride if isinstance(stride, tuple) else (stride, stride)
+    assert out.shape == (1, 3, 5 * s[0], 4 * s[1])
+    # the values: the transposed conv with the full output cropped by `padding` at the start
+    full = nn.conv_transpose(x, w, stride=stride, dilation=dilation, output_padding=out_pad)
+    p = pad if isinstance(pad, tuple) else (pad, pad)
+    np.testing.assert_allclose(out, full[:, :, p[0]:p[0] + 5 * s[0], p[1]:p[1] + 4 * s[1]], rtol=1e-12)
+
+
+def test_conv_transpose_same_without_an_int_equivalent_and_the_layer():
+    w = np.zeros((2, 3, 2, 2))   # stride 1, even kernel: input·stride needs an uneven crop
+    with pytest.raises(ShapeError, match="not supported") as info:
+        nn.conv_transpose(np.zeros((2, 5, 5)), w, padding="same")
+    assert "output_padding=" not in str(info.value)
+    with pytest.raises(ShapeError,
+                       match=r"ConvTranspose: padding='same' is not supported.*padding=1, output_padding=1"):
+        L.ConvTranspose(4, 3, stride=2, padding="same").init(0, (-1, 2, 5, 5))
+
+
+# ---------------------------------------------------------------------------------------
+# cross_entropy's labels
+# ---------------------------------------------------------------------------------------
+
+_ONE_HOT = np.eye(5, dtype=np.int64)[[0, 1, 2, 3]]
+_PER_EXAMPLE_CE = cv.vmap(nn.cross_entropy)   # logits (5,) and labels of one example: logical shapes
+
+# (name, call, fragments of the message)
+LABEL_ERROR_CASES = [
+    ("float_indices", lambda: nn.cross_entropy(np.zeros((4, 5)), np.zeros(4)),
+     ["integer class indices of shape logits.shape[:-1] = (4,)", "got float64 labels of shape (4,)",
+      "labels.astype(int)"]),
+    ("int_one_hot", lambda: nn.cross_entropy(np.zeros((4, 5)), _ONE_HOT),
+     ["got int64 labels of shape (4, 5)", "look one-hot", "labels.argmax(-1)"]),
+    ("bool_labels", lambda: nn.cross_entropy(np.zeros((4, 5)), np.zeros(4, bool)), ["got bool labels of shape (4,)"]),
+    ("wrong_width", lambda: nn.cross_entropy(np.zeros((4, 5)), np.full((4, 3), 1 / 3)),
+     ["float class probabilities of the logits' shape (4, 5)", "got float64 labels of shape (4, 3)"]),
+    ("wrong_batch", lambda: nn.cross_entropy(np.zeros((4, 5)), np.zeros(3, np.int64)),
+     ["integer class indices of shape logits.shape[:-1] = (4,)", "got int64 labels of shape (3,)"]),
+    ("scalar_logits", lambda: nn.cross_entropy(np.zeros(()), np.int64(0)), ["classes on their last axis"]),
+    ("vmap_float_indices", lambda: _PER_EXAMPLE_CE(np.zeros((4, 5)), np.zeros(4)),
+     ["vmap(cross_entropy)", "logits.shape[:-1] = ()", "got float64 labels of shape ()", "labels.astype(int)"]),
+    ("vmap_int_one_hot", lambda: _PER_EXAMPLE_CE(np.zeros((4, 5)), _ONE_HOT),
+     ["logits' shape (5,)", "got int64 labels of shape (5,)", "look one-hot"]),
+]
+
+
+@pytest.mark.parametrize("call,fragments", [c[1:] for c in LABEL_ERROR_CASES], ids=[c[0] for c in LABEL_ERROR_CASES])
+def test_cross_entropy_label_errors_speak_of_labels(call, fragments):
+    with pytest.raises(ShapeError) as info:
+        call()
+    message = str(info.value)
+    assert "take" not in message, message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_cross_entropy_per_example_under_vmap_matches_closed_form():
+    logits = _rand(54, 6, 4)
+    labels = np.array([0, 3, 1, 1, 2, 0])
+    p = np.random.default_rng(55).dirichlet(np.ones(4), size=6)
+    logp = ref_log_softmax(logits)
+    np.testing.assert_allclose(cv.vmap(nn.cross_entropy)(logits, labels), -logp[np.arange(6), labels], rtol=1e-12)
+    np.testing.assert_allclose(cv.vmap(nn.cross_entropy)(logits, p), -(p * logp).sum(-1), rtol=1e-12)
+    # the gradient of the probability form: softmax − p, per example
+    np.testing.assert_allclose(cv.vmap(cv.grad(nn.cross_entropy))(logits, p), np.exp(logp) - p, rtol=1e-10, atol=1e-14)

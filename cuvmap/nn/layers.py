@@ -16,13 +16,14 @@
 NOTE [single examples in apply]
 How does ``apply`` tell a batch from a single example? From ranks, as torch does for
 unbatched inputs: a layer knows the rank of one example's input and accepts that rank or
-one more. Convolutions read it from their weight (``C, S...`` for a weight of rank
-``2 + len(S)``); Dense, LayerNorm and the elementwise layers act on trailing dims and
-need no rank. Pooling with an int kernel, Flatten and GroupNorm have no such weight, so
-their ``init`` records the example rank in the params as an :class:`ExampleRank`: a pytree
-node *without leaves* (a static field), which ``vmap``, ``grad`` and the optimizers carry
+one more (the functional ops need the same information: NOTE [batch or one example] in
+``functional.py``). Convolutions read it from their weight (``C, S...`` for a weight of
+rank ``2 + len(S)``); Dense, LayerNorm and the elementwise layers act on trailing dims and
+need no rank. Pooling, Flatten and GroupNorm have no such weight, so their ``init``
+records the example rank in the params as an :class:`ExampleRank`: a pytree node
+*without leaves* (a static field), which ``vmap``, ``grad`` and the optimizers carry
 through untouched, and which gradients reproduce (``grads`` has the same structure as
-``params``).
+``params``); ``apply`` passes ``spatial_dims = rank − 1`` to the functional op.
 
 Initialization follows torch's defaults (Kaiming-uniform with ``a = √5``): a weight with
 ``fan_in`` inputs per output and its bias are drawn from ``U(−1/√fan_in, 1/√fan_in)``.
@@ -197,7 +198,9 @@ def ConvTranspose(out_channels, kernel_size, stride=1, padding=0, output_padding
                   bias=True):
     """Transposed convolution layer (:func:`cuvmap.nn.conv_transpose`, torch's
     ``nn.ConvTransposeNd``); weight ``(C, O/groups, K...)``. ``apply`` accepts
-    ``(N, C, S...)`` or one example ``(C, S...)``."""
+    ``(N, C, S...)`` or one example ``(C, S...)``. ``padding`` is an int or one per spatial
+    dim: a string raises in ``init`` (NOTE [no same padding for
+    conv_transpose] in ``functional.py``)."""
 
     def init(rng, input_shape, dtype=np.float32):
         input_shape, nd = _spatial_input(input_shape, "ConvTranspose")
@@ -206,6 +209,7 @@ def ConvTranspose(out_channels, kernel_size, stride=1, padding=0, output_padding
             raise ShapeError(
                 f"ConvTranspose: channels in {c} and out {out_channels} must be divisible by groups {groups}")
         kernel = core.spatial_tuple(kernel_size, nd, "kernel_size", "ConvTranspose")
+        F.check_transpose_padding(padding, kernel, stride, dilation, "ConvTranspose")
         weight_shape = (c, out_channels // groups) + kernel
         out_shape = conv_output_shape(
             input_shape, weight_shape,
@@ -254,9 +258,9 @@ def GroupNorm(num_groups, eps=1e-5, affine=True):
 
     def init(rng, input_shape, dtype=np.float32):
         input_shape = tuple(input_shape)
-        if len(input_shape) < 2 or input_shape[1] % num_groups:
-            raise ShapeError(f"GroupNorm: input_shape {input_shape} must be (N, C, ...) with C divisible by "
-                             f"num_groups={num_groups}")
+        if not 2 <= len(input_shape) <= 5 or input_shape[1] % num_groups:
+            raise ShapeError(f"GroupNorm: input_shape {input_shape} must be (N, C, S...) with 0-3 spatial dims and "
+                             f"C divisible by num_groups={num_groups}")
         params = {"example_rank": ExampleRank(len(input_shape) - 1)}
         if affine:
             xp, dtype = _xp_of_rng(_rng(rng)), _check_dtype(dtype)
@@ -265,9 +269,10 @@ def GroupNorm(num_groups, eps=1e-5, affine=True):
         return input_shape, params
 
     def apply(params, x):
-        batched = params["example_rank"].is_batched(x, "GroupNorm")
-        y = F.group_norm(x if batched else x[None], num_groups, params.get("weight"), params.get("bias"), eps)
-        return y if batched else y[0]
+        rank = params["example_rank"]
+        rank.is_batched(x, "GroupNorm")  # checks the rank: one example or a batch
+        return F.group_norm(x, num_groups, params.get("weight"), params.get("bias"), eps,
+                            spatial_dims=rank.rank - 1)
 
     return Layer(init, apply)
 
@@ -280,7 +285,10 @@ def GroupNorm(num_groups, eps=1e-5, affine=True):
 def _pool_layer(name, pool_fn, kernel_size, stride, padding, **extra):
     def init(rng, input_shape, dtype=np.float32):
         input_shape, nd = _spatial_input(input_shape, name)
-        params = lax_pooling.pool_params(nd, kernel_size, stride, padding)
+        params = lax_pooling.pool_params(
+            nd, core.spatial_tuple(kernel_size, nd, "kernel_size", name),
+            None if stride is None else core.spatial_tuple(stride, nd, "stride", name),
+            core.spatial_tuple(padding, nd, "padding", name))
         out_shape = lax_pooling.pool_output_shape(input_shape, **params)
         return out_shape, ExampleRank(len(input_shape) - 1)
 
@@ -293,12 +301,15 @@ def _pool_layer(name, pool_fn, kernel_size, stride, padding, **extra):
 
 def MaxPool(kernel_size, stride=None, padding=0):
     """Max pooling (:func:`cuvmap.nn.max_pool`, torch's ``nn.MaxPoolNd``); ``stride``
-    defaults to ``kernel_size``; 1-3 spatial dims from the input shape at init."""
+    defaults to ``kernel_size``; 1-3 spatial dims from the input shape at init (so an int
+    kernel is never ambiguous here). ``apply`` accepts ``(N, C, S...)`` or one example
+    ``(C, S...)``."""
     return _pool_layer("MaxPool", F.max_pool, kernel_size, stride, padding)
 
 
 def AvgPool(kernel_size, stride=None, padding=0, count_include_pad=True):
-    """Average pooling (:func:`cuvmap.nn.avg_pool`, torch's ``nn.AvgPoolNd``)."""
+    """Average pooling (:func:`cuvmap.nn.avg_pool`, torch's ``nn.AvgPoolNd``); as
+    :func:`MaxPool`."""
     return _pool_layer("AvgPool", F.avg_pool, kernel_size, stride, padding, count_include_pad=count_include_pad)
 
 
