@@ -7,7 +7,8 @@ from cuvmap import lax, tree  # noqa: F401
 from cuvmap import dp, nn  # noqa: F401
 from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
 from cuvmap.api import (  # noqa: F401
-    TransformError, grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap,
+    RetraceWarning, TransformError, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient,
+    value_and_grad, vjp, vmap,
 )
 from cuvmap.backend import device_put, gpu_available  # noqa: F401
 from cuvmap.core import (  # noqa: F401

@@ -799,3 +799,245 @@ def stop_gradient(x):
     from cuvmap.lax import elementwise
 
     return tree.map(elementwise.stop_gradient, x)
+
+
+# ---------------------------------------------------------------------------------------
+# Staging: jit, make_jaxpr
+# ---------------------------------------------------------------------------------------
+
+
+class RetraceWarning(UserWarning):
+    """A jitted function was traced again and again (new shapes, dtypes or static values
+    on most calls), so it pays tracing far more often than it runs a cached program."""
+
+
+# A jitted function warns (once) when it has been traced this many times; None: never.
+JIT_RETRACE_WARNING = 20
+
+
+def _normalize_static(f, static_argnums, static_argnames, donate_argnums, where):
+    def ints(value, what):
+        value = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+        if any(not _is_int(v) for v in value):
+            raise TransformError(f"{where}: {what} must be an int or a tuple of ints, got {value!r}")
+        return tuple(int(v) for v in value)
+
+    static_argnums = ints(static_argnums, "static_argnums")
+    donate_argnums = ints(donate_argnums, "donate_argnums")
+    static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    if any(not isinstance(n, str) for n in static_argnames):
+        raise TransformError(f"{where}: static_argnames must be a str or a tuple of str, got {static_argnames!r}")
+    # as in JAX, a name given in static_argnames is static positionally too, and vice versa
+    names = _param_names(f)
+    nums = set(static_argnums) | {names.index(n) for n in static_argnames if n in names}
+    argnames = set(static_argnames) | {names[i] for i in static_argnums if 0 <= i < len(names)}
+    return nums, argnames, set(donate_argnums)
+
+
+def _static_key(f, where, statics):
+    """The static values as a hashable key; a clear error for unhashable ones."""
+    for what, value in statics:
+        try:
+            hash(value)
+        except TypeError:
+            raise TransformError(
+                f"{where}: static {what} is a {type(value).__name__} ({value!r}), which is not "
+                "hashable: jit caches its programs by the static values; pass a tuple (or another "
+                "hashable value), or make it a traced argument"
+            ) from None
+    return tuple((what, type(value), value) for what, value in statics)
+
+
+def _leaf_aval(f, path, leaf, where):
+    if isinstance(leaf, Tracer):
+        return leaf.aval
+    if type(leaf) in core._PY_SCALAR_DTYPES:
+        return core.get_aval(leaf)
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+        raise TransformError(
+            f"{where}: {_describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
+            "pass arrays, Python numbers or pytrees of them, or mark it static with "
+            "static_argnums/static_argnames"
+        )
+    if isinstance(leaf, np.generic):
+        leaf = np.asarray(leaf)
+    return core.get_aval(leaf)
+
+
+class _Staged:
+    """A cache entry of a jitted function: the program, the output structure, and the
+    executor's plan (made on the first eager run, with the donated arguments)."""
+
+    __slots__ = ("program", "out_tree", "plan", "donated")
+
+    def __init__(self, program, out_tree, donated):
+        self.program = program
+        self.out_tree = out_tree
+        self.plan = None
+        self.donated = donated
+
+
+def _stage(f, where, args, kwargs, static_nums, static_names):
+    """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
+    treedef, avals, rebuild)`` where ``rebuild(traced_leaves)`` gives ``f``'s arguments."""
+    for i in static_nums:
+        if not -len(args) <= i < len(args) and i >= 0 and i >= len(args):
+            raise TransformError(f"{where}: static_argnums {i} is out of range for {len(args)} positional arguments")
+    nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
+    statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
+    statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
+    key_static = _static_key(f, where, statics)
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    paths, leaves, treedef = tree.flatten_with_path((dyn_args, dyn_kwargs))
+    # paths in the user's numbering of positional arguments
+    dyn_positions = [i for i in range(len(args)) if i not in nums]
+    user_paths = [(0, dyn_positions[p[1]]) + tuple(p[2:]) if p[0] == 0 else p for p in paths]
+    avals = [_leaf_aval(f, p, x, where) for p, x in zip(user_paths, leaves)]
+
+    def rebuild(traced):
+        d_args, d_kwargs = tree.unflatten(treedef, list(traced))
+        it = iter(d_args)
+        full = [args[i] if i in nums else next(it) for i in range(len(args))]
+        full_kwargs = dict(d_kwargs)
+        full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
+        return full, full_kwargs
+
+    key = (treedef, tuple(avals), key_static)
+    return key, leaves, user_paths, avals, rebuild
+
+
+def _trace_program(f, where, leaves, paths, avals, rebuild):
+    """Stages ``f`` on ``avals``. Returns ``(ClosedJaxpr, out_tree)``."""
+    from cuvmap.transforms import staging
+
+    out_tree_box = []
+
+    def flat_fun(*traced):
+        full, full_kwargs = rebuild(traced)
+        out = f(*full, **full_kwargs)
+        out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
+        for path, leaf in zip(out_paths, out_leaves):
+            if not (isinstance(leaf, Tracer) or hasattr(leaf, "shape") or type(leaf) in core._PY_SCALAR_DTYPES):
+                raise TransformError(
+                    f"{_describe_out(path)} of {_fun_name(f)} is a {type(leaf).__name__}; a jitted "
+                    "function returns arrays, Python numbers or pytrees of them"
+                )
+        out_tree_box.append(out_tree)
+        return out_leaves
+
+    origins = [_describe_arg(f, p) for p in paths]
+    closed = staging.trace_to_jaxpr(flat_fun, avals, name=where, origins=origins)
+    return closed, out_tree_box[0]
+
+
+def make_jaxpr(f, static_argnums=(), static_argnames=()):
+    """The program ``jit`` would stage for ``f``: ``make_jaxpr(f)(*args)`` returns a
+    :class:`~cuvmap.transforms.ir.ClosedJaxpr`, which prints in a text form close to
+    JAX's, e.g. for ``make_jaxpr(cv.grad(lambda x: cnp.sin(x) * 2.0))(1.0)``::
+
+        { lambda ; a:~f64[]. let
+            b:f64[] = sin a
+            c:f64[] = mul b 2.0
+            ...
+          in (e,) }
+
+    (``~`` marks a weakly typed value: a Python scalar argument.)
+    """
+    _check_callable(f, "make_jaxpr")
+    where = f"make_jaxpr({_fun_name(f)})"
+    static_nums, static_names, _ = _normalize_static(f, static_argnums, static_argnames, (), where)
+
+    @_with_context(where, f)
+    def make(*args, **kwargs):
+        _, leaves, paths, avals, rebuild = _stage(f, where, args, kwargs, static_nums, static_names)
+        closed, _ = _trace_program(f, where, leaves, paths, avals, rebuild)
+        return closed
+
+    return make
+
+
+def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
+    """Stages ``f`` into a program on its first call and runs that program afterwards.
+
+    The first call with given argument structure, shapes, dtypes, weak types (Python
+    scalars), devices and static values traces ``f`` on abstract values into a program
+    (see :func:`make_jaxpr`), which is optimized (common subexpressions, constant folding,
+    dead code) and planned (NOTE [buffer planning] in :mod:`cuvmap.transforms.executor`);
+    later calls that match run the plan without tracing. ``jit`` composes with every
+    transform in every order: ``vmap(jit(f))``, ``grad(jit(f))`` and ``jit(vmap(grad(f)))``
+    stage programs of their own.
+
+    Args:
+      f: the function; its arguments and results are pytrees of arrays and Python numbers.
+      static_argnums, static_argnames: arguments that are not traced but passed to ``f``
+        as they are (Python configuration values: sizes, flags, strings); they must be
+        hashable, and each new value traces again.
+      donate_argnums: positional arguments whose buffers the program may overwrite (the
+        caller must not use them afterwards).
+    Returns:
+      the jitted function; ``.trace_count`` says how many times it has traced.
+
+    As in JAX, Python side effects (``print``, appending to a list) run while tracing
+    only, not on the calls that reuse the program; Python control flow on traced values
+    raises :class:`~cuvmap.core.ConcretizationError` (make the value static, or use
+    ``cuvmap.numpy.where``). Arrays the function closes over are captured as constants of
+    the program when it is traced. Used as ``@jit`` or ``@jit(static_argnums=...)``.
+    """
+    if f is None:
+        return lambda g: jit(g, static_argnums, static_argnames, donate_argnums)
+    _check_callable(f, "jit")
+    where = f"jit({_fun_name(f)})"
+    static_nums, static_names, donated_nums = _normalize_static(
+        f, static_argnums, static_argnames, donate_argnums, where)
+    cache = {}
+
+    @_with_context(where, f)
+    def jitted(*args, **kwargs):
+        from cuvmap.transforms import executor, staging
+
+        key, leaves, paths, avals, rebuild = _stage(f, where, args, kwargs, static_nums, static_names)
+        entry = cache.get(key)
+        if entry is None:
+            closed, out_tree = _trace_program(f, where, leaves, paths, avals, rebuild)
+            program = ir_optimize(closed)
+            donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
+            entry = _Staged(program, out_tree, donated)
+            jitted.trace_count += 1
+            if not any(isinstance(c, Tracer) for c in program.consts):
+                cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
+            _warn_retraces(jitted, where)
+        program = entry.program
+        eager = core._state.staging_main is None and not any(isinstance(x, Tracer) for x in leaves) \
+            and not any(isinstance(c, Tracer) for c in program.consts)
+        if eager:
+            if entry.plan is None:
+                entry.plan = executor.plan(program, entry.donated)
+            outs = executor.execute(entry.plan, leaves)
+        else:
+            outs = staging.call(program, leaves)
+        results = _unaliased([_to_array_result(o) for o in outs], leaves)
+        return tree.unflatten(entry.out_tree, results)
+
+    jitted.trace_count = 0
+    jitted.clear_cache = cache.clear
+    return jitted
+
+
+def ir_optimize(closed):
+    from cuvmap.transforms import ir
+
+    return ir.optimize(closed)
+
+
+def _warn_retraces(jitted, where):
+    import warnings
+
+    limit = JIT_RETRACE_WARNING
+    if limit is not None and jitted.trace_count == limit:
+        warnings.warn(
+            f"{where} has been traced {limit} times: each new argument shape, dtype or static "
+            "value traces it again (a batch size that changes every call, a Python number that "
+            "should be an array); see its .trace_count",
+            RetraceWarning, stacklevel=3,
+        )

@@ -41,6 +41,15 @@ def concrete(x):
     return x
 
 
+def device_of(x):
+    """``"cpu"`` for a NumPy array, ``"gpu:<id>"`` for a CuPy array, ``None`` for a Python
+    scalar (which has no device); tracers are looked through."""
+    x = concrete(x)
+    if is_cupy_array(x):
+        return f"gpu:{x.device.id}"
+    return "cpu" if hasattr(x, "shape") else None
+
+
 def xp_of(*operands):
     """The array module (numpy or cupy) of the operands; tracers are looked through."""
     for x in operands:

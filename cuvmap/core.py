@@ -68,29 +68,39 @@ class CrossThreadTracerError(CuvmapError, RuntimeError):
 
 
 class ShapedArray:
-    """Shape and dtype of a value. ``weak_type`` marks Python scalars, which adopt the
-    dtype of the arrays they meet (NumPy 2's NEP 50 rule, as in JAX)."""
+    """Shape, dtype and device of a value. ``weak_type`` marks Python scalars, which adopt
+    the dtype of the arrays they meet (NumPy 2's NEP 50 rule, as in JAX). ``device`` is
+    ``"cpu"``, ``"gpu:<id>"``, or ``None`` where it is not known (the avals shape rules
+    return). All four take part in equality and hashing: a program staged for a weak
+    ``2.0`` must not be reused for a float64 array, nor one staged on the CPU for a GPU."""
 
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "device")
 
-    def __init__(self, shape, dtype, weak_type=False):
+    def __init__(self, shape, dtype, weak_type=False, device=None):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.weak_type = weak_type
+        self.device = device
 
     @property
     def ndim(self):
         return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
 
     def __eq__(self, other):
         return (
             isinstance(other, ShapedArray)
             and self.shape == other.shape
             and self.dtype == other.dtype
+            and self.weak_type == other.weak_type
+            and self.device == other.device
         )
 
     def __hash__(self):
-        return hash((self.shape, self.dtype))
+        return hash((self.shape, self.dtype, self.weak_type, self.device))
 
     def __repr__(self):
         return f"{self.dtype.name}{list(self.shape)}"
@@ -102,11 +112,11 @@ _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: 
 def get_aval(x):
     """The :class:`ShapedArray` of an array, tracer or Python scalar."""
     if isinstance(x, Tracer):
-        return ShapedArray(x.shape, x.dtype)
+        return x.aval
     t = type(x)
     if t in _PY_SCALAR_DTYPES:
         return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
-    return ShapedArray(x.shape, x.dtype)
+    return ShapedArray(x.shape, x.dtype, device=backend.device_of(x))
 
 
 def as_array(x):
@@ -195,6 +205,9 @@ class MainTrace:
 class _ThreadState(threading.local):
     def __init__(self):
         self.trace_stack = []
+        # the innermost staging transform (jit, make_jaxpr), or None (NOTE [staging owns
+        # the values made from nothing])
+        self.staging_main = None
 
 
 _state = _ThreadState()
@@ -254,7 +267,7 @@ class Tracer:
 
     @property
     def aval(self):
-        return ShapedArray(self.shape, self.dtype)
+        return ShapedArray(self.shape, self.dtype, device=backend.device_of(self))
 
     def __len__(self):
         if not self.shape:
@@ -359,16 +372,7 @@ class Primitive:
         return self.shape_rule(*(get_aval(x) for x in operands), **params)
 
     def bind(self, *args, **params):
-        top = None
-        for x in args:
-            if isinstance(x, Tracer):
-                main = x._main
-                if not main.active:
-                    raise EscapedTracerError(_escaped_message(self, x), where=main.name)
-                if top is None or main.level > top.level:
-                    top = main
-        if top is not None and top.thread != threading.get_ident():
-            raise CrossThreadTracerError(_cross_thread_message(self, top), where=top.name)
+        top = find_top_main(self, args)
         try:
             if top is None:
                 out = self.impl(*args, **params)
@@ -380,6 +384,41 @@ class Primitive:
         except Exception as err:
             # NOTE [errors keep their kind]
             raise _op_error(self, args, params, err, top)
+
+
+# NOTE [staging owns the values made from nothing]
+# An op whose operands are all constants (``iota``, ``cnp.zeros(3) + 1``) has no tracer to
+# say which transform should see it. Eagerly that is right: it is a constant to every
+# transform. Inside ``jit`` it must still be staged, or it would run once at trace time and
+# its result be frozen into the program (as JAX's dynamic trace, the innermost staging
+# transform owns such ops). So ``find_top_main`` takes the innermost of the operands'
+# transforms and the thread's innermost staging transform.
+def find_top_main(primitive, args):
+    """The transform that processes ``primitive`` on ``args``: the innermost that owns an
+    operand, or the innermost staging transform when that is further in; ``None`` for the
+    eval interpreter. Raises for tracers that escaped or crossed threads."""
+    top = _state.staging_main
+    for x in args:
+        if isinstance(x, Tracer):
+            main = x._main
+            if not main.active:
+                raise EscapedTracerError(_escaped_message(primitive, x), where=main.name)
+            if top is None or main.level > top.level:
+                top = main
+    if top is not None and top.thread != threading.get_ident():
+        raise CrossThreadTracerError(_cross_thread_message(primitive, top), where=top.name)
+    return top
+
+
+@contextmanager
+def staging(main):
+    """Makes ``main`` the thread's innermost staging transform for the block."""
+    previous = _state.staging_main
+    _state.staging_main = main
+    try:
+        yield main
+    finally:
+        _state.staging_main = previous
 
 
 def _escaped_message(primitive, tracer):

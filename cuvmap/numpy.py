@@ -411,7 +411,7 @@ def take_along_axis(x, indices, axis):
     k = idx_target[axis]
     flat_x = reshape(x_last, (rows * n,))
     idx2 = reshape(idx_last, (rows, k))
-    lax_indexing.check_index_bounds(idx2, n, "take_along_axis", axis)
+    idx2 = lax_indexing.check_index_bounds(idx2, n, "take_along_axis", axis)
     idx2 = ew.select(ew.lt(idx2, 0), ew.add(idx2, n), idx2)
     offsets = reshape(ew.mul(lax_indexing.iota(rows, core.dtype_of(indices), like=indices), n), (rows, 1))
     flat = lax_indexing.take(flat_x, ew.add(idx2, offsets), 0)
@@ -525,7 +525,7 @@ def _advanced_index(x, advanced):
         if isinstance(idx, int):
             term = idx * stride
         else:
-            lax_indexing.check_index_bounds(idx, n_d, "indexing", dim)
+            idx = lax_indexing.check_index_bounds(idx, n_d, "indexing", dim)
             idx = ew.select(ew.lt(idx, 0), ew.add(idx, n_d), idx)
             term = ew.mul(idx, stride) if stride != 1 else idx
         linear = term if linear is None else ew.add(linear, term)

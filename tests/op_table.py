@@ -400,6 +400,8 @@ def _rows_indexing():
     rows += [
         prim_row("take", ip.take_p, {"axis": 1}, lambda x, i: lax.take(x, i, 1),
                  lambda x, i: x[:, i], [A(3, 4), I((2, 3), 4)], dtypes=ANY),
+        prim_row("check_index_bounds", ip.check_index_bounds_p, {"n": 4, "op": "take", "where": "axis 1"},
+                 lambda i: ip.check_index_bounds(i, 4, "take", 1), lambda i: i, [I((2, 3), 4)], dtypes=NUMERIC),
         prim_row("take_axis0", ip.take_p, {"axis": 0}, lambda x, i: lax.take(x, i, 0),
                  lambda x, i: x[i], [A(3, 4), I((5,), 3)], dtypes=NUMERIC),
         prim_row("take_int32_indices", ip.take_p, {"axis": 0}, lambda x, i: lax.take(x, i, 0),

@@ -158,7 +158,7 @@ def _take_impl(x, idx, *, axis):
     x = core.as_array(x)
     # NumPy's own message would name the physical axis (under vmap, not the user's): the
     # op and the logical shapes come in the note bind adds (NOTE [errors keep their kind])
-    check_index_bounds(idx, x.shape[axis], "take", "the gathered axis")
+    _check_index_bounds_impl(idx, n=x.shape[axis], op="take", where="the gathered axis")
     return x.take(idx, axis=axis)
 
 
@@ -202,21 +202,36 @@ take_transpose_p.impl = _take_transpose_impl
 take_transpose_p.shape_rule = _take_transpose_shape_rule
 
 
+def _check_index_bounds_impl(idx, *, n, op, where):
+    idx = core.as_array(idx)
+    if idx.size == 0:
+        return idx
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < -n or hi >= n:
+        bad = hi if hi >= n else lo
+        raise IndexError(f"{op}: index {bad} is out of bounds for {where} with size {n}")
+    return idx
+
+
+# The bounds check is a primitive (an identity on the indices that raises IndexError), so
+# that it runs where the indices have values: eagerly at once, in a staged program when the
+# program runs, under vmap on the whole batch of indices.
+check_index_bounds_p = Primitive("check_index_bounds", differentiable=False)
+check_index_bounds_p.impl = _check_index_bounds_impl
+check_index_bounds_p.shape_rule = lambda idx, **params: ShapedArray(idx.shape, idx.dtype, idx.weak_type)
+batching.primitive_batchers[check_index_bounds_p] = (
+    lambda axis_size, vals, dims, **params: (check_index_bounds_p.bind(vals[0], **params), dims[0]))
+
+
 def check_index_bounds(idx, n, op, axis):
-    """Raises IndexError when an integer index lies outside ``[-n, n)``.
+    """``idx``, checked to lie in ``[-n, n)``: the check raises IndexError (when the indices
+    have values) naming ``op`` and ``axis``.
 
     Gathers that fold several rows into one axis (batched indices, ``take_along_axis``,
     several index arrays) add ``row · n`` offsets, so an index of ``n`` would silently read
-    the next row. The check reads the concrete indices under any transform (integer
-    indices are never differentiated, so they are always concrete underneath)."""
-    concrete = backend.concrete(idx)
-    if not hasattr(concrete, "shape") or concrete.size == 0:
-        return
-    lo, hi = int(concrete.min()), int(concrete.max())
-    if lo < -n or hi >= n:
-        bad = hi if hi >= n else lo
-        where = f"axis {axis}" if isinstance(axis, int) else axis
-        raise IndexError(f"{op}: index {bad} is out of bounds for {where} with size {n}")
+    the next row; the check runs on the indices before the offsets."""
+    where = f"axis {axis}" if isinstance(axis, int) else axis
+    return check_index_bounds_p.bind(idx, n=int(n), op=op, where=where)
 
 
 def _normalize_indices(idx, n):
@@ -230,8 +245,7 @@ def _offset_indices(idx, size, n):
     from cuvmap.lax import elementwise as ew
     from cuvmap.lax.shape import reshape
 
-    check_index_bounds(idx, n, "take", "the gathered axis")
-    idx = _normalize_indices(idx, n)
+    idx = _normalize_indices(check_index_bounds(idx, n, "take", "the gathered axis"), n)
     offsets = ew.mul(iota(size, core.dtype_of(idx), like=idx), n)
     rank = len(core.shape_of(idx))
     return ew.add(idx, reshape(offsets, (size,) + (1,) * (rank - 1)))

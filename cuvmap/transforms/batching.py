@@ -90,6 +90,24 @@ class BatchTrace(Trace):
             return out
         return BatchTracer(main, out, out_dim)
 
+    def process_call(self, primitive, args, params):
+        """A staged program under vmap: its batched program, staged once per batch layout
+        (:func:`cuvmap.transforms.staging.batch_jaxpr`), runs on the physical operands."""
+        from cuvmap.transforms import staging
+
+        main = self.main
+        vals, dims = [], []
+        for x in args:
+            if type(x) is BatchTracer and x._main is main:
+                vals.append(x.val)
+                dims.append(x.bdim)
+            else:
+                vals.append(x)
+                dims.append(not_mapped)
+        program, out_dims = staging.batch_jaxpr(params["program"], main.global_data, dims, staging.avals_of(vals))
+        outs = staging.call(program, vals)
+        return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
+
 
 # ---------------------------------------------------------------------------------------
 # Helpers (cf. functorch's BatchRulesHelper.h)

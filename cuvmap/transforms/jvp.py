@@ -56,6 +56,29 @@ class JVPTrace(Trace):
         t_out = _match_aval(t_out, out)
         return JVPTracer(main, out, t_out)
 
+    def process_call(self, primitive, args, params):
+        """A staged program under jvp: its JVP program (primals and the nonzero tangents
+        in, outputs and their nonzero tangents out), staged once per pattern of zeros."""
+        from cuvmap.transforms import staging
+
+        main = self.main
+        primals, tangents, nonzero = [], [], []
+        for x in args:
+            if type(x) is JVPTracer and x._main is main and x.tangent is not None:
+                primals.append(x.primal)
+                tangents.append(x.tangent)
+                nonzero.append(True)
+            else:
+                primals.append(x.primal if type(x) is JVPTracer and x._main is main else x)
+                nonzero.append(False)
+        if not tangents:
+            return primitive.bind(*primals, **params)
+        program, out_nonzero = staging.jvp_jaxpr(params["program"], nonzero, staging.avals_of(primals))
+        outs = staging.call(program, primals + tangents)
+        num_outs = len(out_nonzero)
+        out_tangents = iter(outs[num_outs:])
+        return [JVPTracer(main, p, next(out_tangents)) if nz else p for p, nz in zip(outs[:num_outs], out_nonzero)]
+
 
 def _add(a, b):
     from cuvmap.lax import elementwise

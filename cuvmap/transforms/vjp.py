@@ -50,11 +50,14 @@ class Tape:
     """The record of a reverse-mode trace. Nodes ``0 .. num_inputs-1`` are the inputs;
     node ``k >= num_inputs`` is ``entries[k - num_inputs]``."""
 
-    __slots__ = ("entries", "num_inputs")
+    __slots__ = ("entries", "num_inputs", "calls")
 
     def __init__(self):
         self.entries = []
         self.num_inputs = 0
+        # staged programs' entries: index -> number of outputs (the entries after the
+        # first output's are None; NOTE [a call on the tape])
+        self.calls = {}
 
 
 class VJPTrace(Trace):
@@ -89,6 +92,49 @@ class VJPTrace(Trace):
         tape.entries.append((primitive, params, rule, kept, kept_out, operand_nodes))
         return VJPTracer(main, out, node)
 
+    def process_call(self, primitive, args, params):
+        """A staged program under reverse mode: its forward program runs now and returns
+        the outputs and residuals; the tape records one entry for all of the call's
+        floating-point outputs, whose rule runs the backward program on the residuals and
+        the outputs' cotangents (:func:`cuvmap.transforms.staging.vjp_jaxprs`)."""
+        from cuvmap.transforms import staging
+
+        main = self.main
+        primals = list(args)
+        operand_nodes = []
+        for i, x in enumerate(args):
+            if type(x) is VJPTracer and x._main is main:
+                primals[i] = x.primal
+                operand_nodes.append((i, x.node))
+        if not operand_nodes:
+            return primitive.bind(*primals, **params)
+        closed = params["program"]
+        needs_ct = [False] * len(args)
+        for i, _ in operand_nodes:
+            needs_ct[i] = True
+        forward, backward, ct_outputs = staging.vjp_jaxprs(closed, needs_ct, staging.avals_of(primals))
+        outs = staging.call(forward, primals)
+        num_outs = len(ct_outputs)
+        out_primals, residuals = outs[:num_outs], outs[num_outs:]
+        with_ct = [j for j, takes in enumerate(ct_outputs) if takes]
+        if not with_ct:
+            return out_primals
+        ct_avals = [closed.jaxpr.outvars[j].aval for j in with_ct]
+
+        def rule(cts):
+            cts = [staging.zeros(a) if c is None else c for c, a in zip(cts, ct_avals)]
+            return staging.call(backward, residuals + cts)
+
+        tape = main.global_data
+        node = tape.num_inputs + len(tape.entries)
+        tape.calls[len(tape.entries)] = len(with_ct)
+        tape.entries.append((primitive, params, rule, staging.avals_of(primals), None, operand_nodes))
+        tape.entries.extend([None] * (len(with_ct) - 1))
+        results = list(out_primals)
+        for offset, j in enumerate(with_ct):
+            results[j] = VJPTracer(main, out_primals[j], node + offset)
+        return results
+
 
 def _aval_of(x):
     """What the tape keeps of a value its rule does not read (NOTE [what the tape keeps]):
@@ -119,13 +165,20 @@ def backward_pass(tape, output_cts):
     for node, ct in output_cts:
         cts[node] = ct if cts[node] is None else elementwise.add(cts[node], ct)
     entries = tape.entries
+    calls = tape.calls
     for k in range(len(entries) - 1, -1, -1):
         node = n_in + k
+        if calls and k in calls:
+            _backward_call(entries[k], cts, node, calls[k])
+            continue
         ct = cts[node]
         if ct is None:
             continue
+        entry = entries[k]
+        if entry is None:  # a later output of a staged call: its first entry takes it
+            continue
         cts[node] = None
-        primitive, params, rule, primals, out, operand_nodes = entries[k]
+        primitive, params, rule, primals, out, operand_nodes = entry
         for i, operand_node in operand_nodes:
             ct_i = rule(i, ct, out, *primals, **params)
             if ct_i is None:
@@ -134,6 +187,27 @@ def backward_pass(tape, output_cts):
             prev = cts[operand_node]
             cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
     return cts[:n_in]
+
+
+# NOTE [a call on the tape]
+# A staged program (``grad(jit(f))``) has several outputs and one backward program for all
+# of them, which needs every output's cotangent at once. Its outputs take consecutive
+# nodes; the entry at the first holds the call, the following entries are None (so a node
+# is still ``num_inputs`` + its entry's index), and ``tape.calls`` maps the first entry's
+# index to the number of outputs. Every output node is later than each input node, so
+# when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
+def _backward_call(entry, cts, node, num_outs):
+    from cuvmap.lax import elementwise
+
+    group = cts[node:node + num_outs]
+    if all(c is None for c in group):
+        return
+    cts[node:node + num_outs] = [None] * num_outs
+    _, _, rule, operand_avals, _, operand_nodes = entry
+    in_cts = rule(group)
+    for (i, operand_node), ct_i in zip(operand_nodes, in_cts):
+        prev = cts[operand_node]
+        cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
 
 
 def match_operand(ct, primal):

@@ -1,0 +1,290 @@
+"""The staged program: cuvmap's jaxpr.
+
+A :class:`Jaxpr` is a list of equations ``out = primitive(inputs, **params)`` over
+variables, in the order they were traced; its inputs are ``constvars`` (values captured
+while tracing: arrays a function closed over, or tracers of transforms outside ``jit``)
+then ``invars`` (the arguments), and its ``outvars`` are variables or literals. A
+:class:`ClosedJaxpr` pairs a jaxpr with the values of its constvars. The text form is
+close to JAX's::
+
+    { lambda a:f32[3]; b:f32[3]. let
+        c:f32[3] = mul b a
+        d:f32[3] = sin c
+      in (d,) }
+
+This module knows no transform: :func:`eval_jaxpr` binds each equation's primitive, so it
+runs under whatever transforms own its inputs (that is how ``vmap(jit(f))`` and
+``grad(jit(f))`` derive their programs), and the passes (:func:`dce`,
+:func:`fold_constants`, :func:`cse`) rewrite programs before they are planned.
+"""
+import itertools
+
+import numpy as np
+
+from cuvmap import core
+
+
+class Var:
+    """A variable of a jaxpr: its aval, and for the arguments the text that names them in
+    errors (``origin``: ``"argument 0 (x)"``)."""
+
+    __slots__ = ("aval", "count", "origin")
+    _counter = itertools.count()
+
+    def __init__(self, aval, origin=None):
+        self.aval = aval
+        self.count = next(Var._counter)
+        self.origin = origin
+
+    def __repr__(self):
+        return f"Var({self.count}, {self.aval})"
+
+
+class Literal:
+    """A Python scalar written into an equation (``mul b 2.0``)."""
+
+    __slots__ = ("val", "aval")
+
+    def __init__(self, val):
+        self.val = val
+        self.aval = core.get_aval(val)
+
+    def __repr__(self):
+        return repr(self.val)
+
+
+class JaxprEqn:
+    __slots__ = ("primitive", "inputs", "out", "params")
+
+    def __init__(self, primitive, inputs, out, params):
+        self.primitive = primitive
+        self.inputs = inputs
+        self.out = out
+        self.params = params
+
+
+class Jaxpr:
+    __slots__ = ("constvars", "invars", "eqns", "outvars")
+
+    def __init__(self, constvars, invars, eqns, outvars):
+        self.constvars = list(constvars)
+        self.invars = list(invars)
+        self.eqns = list(eqns)
+        self.outvars = list(outvars)
+
+    def __str__(self):
+        return pp_jaxpr(self)
+
+
+class ClosedJaxpr:
+    """A jaxpr with the values of its constvars. ``derived`` caches the programs the
+    transforms derive from it (batched, JVP, forward/backward), keyed by what they depend
+    on; ``plan`` is the executor's plan, made on the first run."""
+
+    __slots__ = ("jaxpr", "consts", "derived", "plan", "__weakref__")
+
+    def __init__(self, jaxpr, consts):
+        self.jaxpr = jaxpr
+        self.consts = list(consts)
+        self.derived = {}
+        self.plan = None
+
+    @property
+    def in_avals(self):
+        return [v.aval for v in self.jaxpr.invars]
+
+    @property
+    def out_avals(self):
+        return [v.aval for v in self.jaxpr.outvars]
+
+    def __str__(self):
+        return pp_jaxpr(self.jaxpr)
+
+    __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# Text form
+# ---------------------------------------------------------------------------------------
+
+_SHORT_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16": "bf16",
+                 "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+                 "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+                 "bool": "bool", "complex64": "c64", "complex128": "c128"}
+
+
+def pp_aval(aval):
+    dtype = _SHORT_DTYPES.get(aval.dtype.name, aval.dtype.name)
+    weak = "~" if aval.weak_type else ""
+    return f"{weak}{dtype}[{','.join(str(d) for d in aval.shape)}]"
+
+
+def _var_names():
+    for n in itertools.count(1):
+        for chars in itertools.product("abcdefghijklmnopqrstuvwxyz", repeat=n):
+            yield "".join(chars)
+
+
+def _pp_param(v):
+    if isinstance(v, np.dtype):
+        return v.name
+    if isinstance(v, ClosedJaxpr):
+        return "{ jaxpr }"
+    return repr(v)
+
+
+def pp_jaxpr(jaxpr):
+    names = {}
+    gen = _var_names()
+
+    def name(v):
+        if isinstance(v, Literal):
+            return repr(v.val)
+        if v not in names:
+            names[v] = next(gen)
+        return names[v]
+
+    def decl(v):
+        return f"{name(v)}:{pp_aval(v.aval)}"
+
+    consts = " ".join(decl(v) for v in jaxpr.constvars)
+    args = " ".join(decl(v) for v in jaxpr.invars)
+    lines = [f"{{ lambda {consts}; {args}. let"]
+    for eqn in jaxpr.eqns:
+        params = " ".join(f"{k}={_pp_param(v)}" for k, v in eqn.params.items())
+        ins = " ".join(name(x) for x in eqn.inputs)
+        head = eqn.primitive.name + (f"[{params}]" if params else "")
+        lines.append(f"    {decl(eqn.out)} = {head} {ins}".rstrip())
+    outs = ", ".join(name(v) for v in jaxpr.outvars)
+    lines.append(f"  in ({outs}{',' if len(jaxpr.outvars) == 1 else ''}) }}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation under the active transforms
+# ---------------------------------------------------------------------------------------
+
+
+def eval_jaxpr(jaxpr, consts, args):
+    """Runs ``jaxpr`` by binding each equation's primitive, so that the transforms owning
+    ``consts`` and ``args`` (tracers) process it as they would the traced function."""
+    env = {}
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = x
+
+    def read(v):
+        return v.val if type(v) is Literal else env[v]
+
+    for eqn in jaxpr.eqns:
+        env[eqn.out] = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
+    return [read(v) for v in jaxpr.outvars]
+
+
+# ---------------------------------------------------------------------------------------
+# Passes
+# ---------------------------------------------------------------------------------------
+
+
+def dce(jaxpr):
+    """Dead-code elimination: drops the equations whose output no output depends on.
+    (Every primitive is pure; a bounds check's failure only matters when its checked
+    index is used.)"""
+    live = {v for v in jaxpr.outvars if type(v) is Var}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if eqn.out in live:
+            kept.append(eqn)
+            live.update(x for x in eqn.inputs if type(x) is Var)
+    kept.reverse()
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, kept, jaxpr.outvars)
+
+
+def _is_concrete_const(x):
+    return not isinstance(x, core.Tracer)
+
+
+# A folded result is kept only when it is no larger than its inputs (or small): folding
+# ``broadcast_in_dim(0.0, (10000, 10000))`` would trade one equation for 800 MB of constant.
+_FOLD_MAX_GROWTH_ELEMENTS = 4096
+
+
+def fold_constants(closed):
+    """Constant folding: evaluates (once, now) each equation whose inputs are all concrete
+    constants or literals, and makes its result a constant of the program."""
+    jaxpr = closed.jaxpr
+    known = {v: c for v, c in zip(jaxpr.constvars, closed.consts) if _is_concrete_const(c)}
+    new_consts = dict(zip(jaxpr.constvars, closed.consts))
+    eqns = []
+    for eqn in jaxpr.eqns:
+        if all(type(x) is Literal or x in known for x in eqn.inputs):
+            vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
+            in_size = sum(int(np.size(v)) for v in vals)
+            out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))
+            if out_size <= max(in_size, _FOLD_MAX_GROWTH_ELEMENTS):
+                try:
+                    # the impl, not bind: an outer jit may be tracing, and would stage it
+                    value = eqn.primitive.impl(*vals, **eqn.params)
+                    if isinstance(value, np.generic):
+                        value = np.asarray(value)
+                except Exception:
+                    value = None  # it fails when run: leave it in the program, to fail there
+                if value is not None:
+                    known[eqn.out] = value
+                    new_consts[eqn.out] = value
+                    continue
+        eqns.append(eqn)
+    used = {x for e in eqns for x in e.inputs if type(x) is Var} | {v for v in jaxpr.outvars if type(v) is Var}
+    constvars = [v for v in new_consts if v in used]
+    folded = Jaxpr(constvars, jaxpr.invars, eqns, jaxpr.outvars)
+    return ClosedJaxpr(folded, [new_consts[v] for v in constvars])
+
+
+def _param_key(params):
+    try:
+        key = tuple(sorted(params.items()))
+        hash(key)
+        return key
+    except TypeError:
+        return None
+
+
+def cse(jaxpr):
+    """Common-subexpression elimination: an equation identical to an earlier one (same
+    primitive, params and inputs) reuses the earlier output."""
+    rename = {}
+    seen = {}
+    eqns = []
+
+    def sub(x):
+        return rename.get(x, x) if type(x) is Var else x
+
+    for eqn in jaxpr.eqns:
+        inputs = [sub(x) for x in eqn.inputs]
+        params = _param_key(eqn.params)
+        if params is not None:
+            key = (eqn.primitive, params, tuple(
+                x if type(x) is Var else (type(x.val), x.val) for x in inputs))
+            try:
+                prev = seen.get(key)
+            except TypeError:
+                key, prev = None, None
+            if prev is not None:
+                rename[eqn.out] = prev
+                continue
+            if key is not None:
+                seen[key] = eqn.out
+        eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.out, eqn.params))
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [sub(v) for v in jaxpr.outvars])
+
+
+def optimize(closed):
+    """The passes run before a program is planned: CSE, constant folding, DCE."""
+    closed = ClosedJaxpr(cse(closed.jaxpr), closed.consts)
+    closed = fold_constants(closed)
+    jaxpr = dce(closed.jaxpr)
+    used = {x for e in jaxpr.eqns for x in e.inputs if type(x) is Var} | {v for v in jaxpr.outvars if type(v) is Var}
+    keep = [(v, c) for v, c in zip(jaxpr.constvars, closed.consts) if v in used]
+    jaxpr = Jaxpr([v for v, _ in keep], jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
+    return ClosedJaxpr(jaxpr, [c for _, c in keep])
