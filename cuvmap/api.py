@@ -841,7 +841,7 @@ def _static_key(f, where, statics):
             hash(value)
         except TypeError:
             raise TransformError(
-                f"{where}: static {what} is a {type(value).__name__} ({value!r}), which is not "
+                f"static {what} is a {type(value).__name__} ({value!r}), which is not "
                 "hashable: jit caches its programs by the static values; pass a tuple (or another "
                 "hashable value), or make it a traced argument"
             ) from None
@@ -855,7 +855,7 @@ def _leaf_aval(f, path, leaf, where):
         return core.get_aval(leaf)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
         raise TransformError(
-            f"{where}: {_describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
+            f"{_describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
             "pass arrays, Python numbers or pytrees of them, or mark it static with "
             "static_argnums/static_argnames"
         )
@@ -880,9 +880,8 @@ class _Staged:
 def _stage(f, where, args, kwargs, static_nums, static_names):
     """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
     treedef, avals, rebuild)`` where ``rebuild(traced_leaves)`` gives ``f``'s arguments."""
-    for i in static_nums:
-        if not -len(args) <= i < len(args) and i >= 0 and i >= len(args):
-            raise TransformError(f"{where}: static_argnums {i} is out of range for {len(args)} positional arguments")
+    # as in JAX, a static position beyond the positional arguments given is ignored (the
+    # argument may come by keyword, with static_argnames, or take its default)
     nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
     statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
     statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
