@@ -1,5 +1,5 @@
 """Python overhead of cuvmap's dispatch: a chain of small elementwise ops under each
-transform level, against the same chain in plain NumPy.
+transform level, eagerly and under ``jit``, against the same chain in plain NumPy.
 
     python -m benchmarks dispatch [--ops 100] [--size 16] [--batch 8] [--repeats 30] [--device cpu|gpu]
     python -m benchmarks.bench_dispatch ...   (the same)
@@ -70,6 +70,15 @@ def run(args, settings):
         ("jvp", lambda: cv.jvp(f, (x,), (x,))),
         ("grad(grad) (hvp)", lambda: cv.grad(lambda x: cnp.sum(cv.grad(f)(x) * x))(x)),
     ]
+    # the same under jit: traced on the warm-up call, then the planned program runs
+    jitted = [
+        ("jit", cv.jit(f), (x,)),
+        ("jit(vmap)", cv.jit(cv.vmap(f)), (xs,)),
+        ("jit(grad)", cv.jit(cv.grad(f)), (x,)),
+        ("jit(vmap(grad))", cv.jit(cv.vmap(cv.grad(f))), (xs,)),
+        ("jit(grad(grad)) (hvp)", cv.jit(cv.grad(lambda x: cnp.sum(cv.grad(f)(x) * x))), (x,)),
+    ]
+    cases += [(name, (lambda g, a: lambda: g(*a))(g, a)) for name, g, a in jitted]
     print(f"# dispatch overhead: {n}-op elementwise chain on float64[{args.size}] (vmap batch {args.batch}) "
           f"on the {args.device}; median of {args.repeats}")
     print()
