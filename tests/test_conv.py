@@ -759,12 +759,13 @@ def test_transposed_conv_hands_the_kernel_consistent_shapes(cfg, monkeypatch):
     backward]), whose grad_output must be what the regular conv of its input_shape gives —
     cuDNN and oneDNN reject anything else."""
     from cuvmap.lax import conv_gemm
+    from cuvmap.window import output_spatial
 
     real = conv_gemm.backward_input
     seen = []
 
     def strict_backward_input(g, w, input_shape, stride, padding, dilation, groups):
-        expected = conv_gemm.output_spatial(input_shape[2:], w.shape[2:], stride, padding, dilation)
+        expected = output_spatial(input_shape[2:], w.shape[2:], stride, padding, dilation)
         assert tuple(g.shape[2:]) == expected, f"grad_output {g.shape} for input {input_shape}"
         seen.append(tuple(g.shape))
         return real(g, w, input_shape, stride, padding, dilation, groups)

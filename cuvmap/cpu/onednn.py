@@ -28,7 +28,7 @@ transposed ones are expressed through them by ``cuvmap/lax/conv.py``), plus an o
 
 Only float32 runs here: oneDNN has no float64 convolution, and this CPU's float16 and
 bfloat16 paths have no NumPy dtype worth adding (:func:`supports` says which dtypes).
-This module never imports the transforms or the primitives.
+This module never imports the transforms or the primitives (only ``cuvmap/window.py``).
 """
 import collections
 import ctypes
@@ -37,6 +37,8 @@ import sys
 import threading
 
 import numpy as np
+
+from cuvmap.window import output_spatial
 
 # ---------------------------------------------------------------------------------------
 # The C API's constants (oneDNN 3.2: dnnl_common_types.h, dnnl_types.h)
@@ -769,8 +771,7 @@ def forward(x, w, stride, padding, dilation, groups, bias=None):
     n, c = x.shape[:2]
     o = w.shape[0]
     kernel = tuple(w.shape[2:])
-    out_sp = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
-                   for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
     y = np.empty((n, o) + out_sp, dtype)
     arrays = {"x": x, "w": w, "y": y}
     if bias is not None:

@@ -44,6 +44,7 @@ from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_in_dim, reshape, transpose
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
+from cuvmap.window import output_spatial, transposed_output_spatial
 
 # ---------------------------------------------------------------------------------------
 # Declarations and public wrappers
@@ -145,10 +146,7 @@ def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transp
         if rhs_shape[0] != c:
             raise ShapeError(f"transposed weight must be (C, O/groups, K...) with C = {c} input channels ({where})")
         out_ch = rhs_shape[1] * groups
-        out_sp = tuple(
-            (s - 1) * st - 2 * p + d * (k - 1) + op + 1
-            for s, k, st, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
-        )
+        out_sp = transposed_output_spatial(spatial, kernel, stride, padding, dilation, output_padding)
     else:
         if rhs_shape[0] % groups:
             raise ShapeError(f"output channels {rhs_shape[0]} are not divisible by groups {groups} ({where})")
@@ -164,7 +162,7 @@ def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transp
                     f"kernel of extent {d * (k - 1) + 1} (size {k}, dilation {d}) is larger than the padded "
                     f"input ({s} + 2·{p}) ({where})"
                 )
-        out_sp = conv_gemm.output_spatial(spatial, kernel, stride, padding, dilation)
+        out_sp = output_spatial(spatial, kernel, stride, padding, dilation)
     if any(o < 1 for o in out_sp):
         raise ShapeError(f"the output would be empty: spatial size {out_sp} ({where})")
     return (n, out_ch) + out_sp
@@ -331,8 +329,7 @@ def _empty_result(op, args, xp):
     """The result of ``op`` when an operand has a zero-size dim: zeros of its shape."""
     if op == "forward":
         x, w, stride, padding, dilation, _ = args
-        shape = (x.shape[0], w.shape[0]) + conv_gemm.output_spatial(x.shape[2:], w.shape[2:], stride, padding,
-                                                                     dilation)
+        shape = (x.shape[0], w.shape[0]) + output_spatial(x.shape[2:], w.shape[2:], stride, padding, dilation)
     else:
         shape = tuple(args[2])
     return xp.zeros(shape, dtype=args[0].dtype)
@@ -343,8 +340,12 @@ def _call(module, op, args, bias):
     if bias is not None and getattr(module, "FORWARD_TAKES_BIAS", False):
         return module.forward(*args, bias=bias)
     out = getattr(module, op)(*args)
-    if bias is not None:
-        out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out if bias is None else _add_bias(out, bias)
+
+
+def _add_bias(out, bias):
+    """``out`` ``(N, O, S...)`` with ``bias`` ``(O,)`` added in place."""
+    out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
     return out
 
 
@@ -427,14 +428,18 @@ def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, out
     # a transposed conv is the input-gradient of the regular conv from its output space;
     # its input plays that conv's grad_output, zero-padded to the regular conv's extent
     # (NOTE [output_padding in the transposed backward])
-    extent = conv_gemm.output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation)
-    if tuple(extent) != tuple(lhs.shape[2:]):
-        pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
-        lhs = backend.xp_of(lhs).pad(lhs, pads)
+    lhs = _zero_pad_to(lhs, output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation))
     out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
-    if bias is not None:
-        out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
-    return out
+    return out if bias is None else _add_bias(out, bias)
+
+
+def _zero_pad_to(x, extent):
+    """``x`` ``(N, C, S...)`` zero-padded at the high end of each spatial dim to ``extent``
+    (NOTE [output_padding in the transposed backward]); ``x`` itself when it fits."""
+    if tuple(extent) == tuple(x.shape[2:]):
+        return x
+    pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, x.shape[2:]))
+    return backend.xp_of(x).pad(x, pads)
 
 
 # NOTE [output_padding in the transposed backward]
@@ -474,10 +479,7 @@ def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, paddin
         # so its weight-gradient is the regular one with the roles of x and g swapped; x
         # plays the regular conv's output, zero-padded to its extent (NOTE [output_padding
         # in the transposed backward]).
-        extent = conv_gemm.output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation)
-        if tuple(extent) != tuple(lhs.shape[2:]):
-            pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
-            lhs = backend.xp_of(lhs).pad(lhs, pads)
+        lhs = _zero_pad_to(lhs, output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation))
         return _run_kernel("backward_weight", lhs, grad_output, weight_shape, stride, padding, dilation, groups)
     return _run_kernel("backward_weight", grad_output, lhs, weight_shape, stride, padding, dilation, groups)
 

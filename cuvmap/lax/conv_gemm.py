@@ -19,9 +19,9 @@ tap (never a loop over examples or pixels). See NOTE [conv strategy] in
 ``cuvmap/lax/conv.py`` for how these kernels and cuDNN's are chosen, and NOTE [cache
 blocking] below for how the CPU keeps the columns in cache.
 """
-import itertools
-
 import numpy as np
+
+from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, tap_slices, taps
 
 
 def _xp(x):
@@ -40,27 +40,6 @@ def _as_strided(xp, x, shape, strides):
 
 def _size(shape):
     return int(np.prod(shape, dtype=np.int64))
-
-
-def _taps(kernel):
-    """Every kernel offset ``k`` (a tuple per spatial dim), in C order."""
-    return itertools.product(*(range(k) for k in kernel))
-
-
-def _tap_slices(tap, stride, dilation, out_sp):
-    """The input positions ``y·s + k·d`` (in padded coordinates) that tap ``k`` touches."""
-    return tuple(
-        slice(t * d, t * d + st * (os - 1) + 1, st)
-        for t, d, st, os in zip(tap, dilation, stride, out_sp)
-    )
-
-
-def output_spatial(spatial, kernel, stride, padding, dilation):
-    """``⌊(S + 2p − d(k − 1) − 1) / s⌋ + 1`` per spatial dim."""
-    return tuple(
-        (s + 2 * p - d * (k - 1) - 1) // st + 1
-        for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
-    )
 
 
 # NOTE [column layouts]
@@ -117,12 +96,6 @@ def _pixel_major(xp, cg, kernel, stride, dilation, out_sp, og=None):
 # ---------------------------------------------------------------------------------------
 
 
-def _pad(xp, x, padding):
-    if not any(padding):
-        return x
-    return xp.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
-
-
 def _windows(xp, x_pad, out_sp, kernel, stride, dilation):
     """The im2col view ``(N, C, out..., kernel...)`` of a padded input."""
     nd = len(kernel)
@@ -141,7 +114,7 @@ def _columns(xp, x, kernel, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     nd = len(kernel)
     out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
-    win = _windows(xp, _pad(xp, x, padding), out_sp, kernel, stride, dilation)
+    win = _windows(xp, pad_spatial(xp, x, padding), out_sp, kernel, stride, dilation)
     cg = c // groups
     win = win.reshape((n, groups, cg) + out_sp + tuple(kernel))
     # (N, G, Cg, out..., K...) -> (G, Cg, K..., N, out...)
@@ -195,14 +168,14 @@ def _backward_input_channel_major(g, w, input_shape, stride, padding, dilation, 
     wm = w.reshape(groups, o // groups, -1)
     cols = xp.matmul(wm.transpose(0, 2, 1), gm)  # (G, Cg·K, N·out)
     cols = cols.reshape((groups, cg) + kernel + (n,) + out_sp)
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    padded = padded_spatial(spatial, padding)
     gx = xp.zeros((n, groups, cg) + padded, dtype=cols.dtype)
     # (G, Cg, N, out...) -> (N, G, Cg, out...) for each tap
     tap_perm = (2, 0, 1) + tuple(range(3, 3 + nd))
-    for tap in _taps(kernel):
+    for tap in taps(kernel):
         src = cols[(slice(None), slice(None)) + tap].transpose(tap_perm)
-        gx[(slice(None),) * 3 + _tap_slices(tap, stride, dilation, out_sp)] += src
-    return gx[(slice(None),) * 3 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+        gx[(slice(None),) * 3 + tap_slices(tap, out_sp, stride, dilation)] += src
+    return gx[(slice(None),) * 3 + interior(padding, spatial)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,9 +192,9 @@ def _channels_last(x, groups, padding):
     view = x.reshape((n, groups, cg) + spatial).transpose((1, 0) + tuple(range(3, 3 + nd)) + (2,))
     if not any(padding):
         return np.ascontiguousarray(view)
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    padded = padded_spatial(spatial, padding)
     out = np.zeros((groups, n) + padded + (cg,), dtype=x.dtype)
-    out[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))] = view
+    out[(slice(None),) * 2 + interior(padding, spatial)] = view
     return out
 
 
@@ -278,15 +251,15 @@ def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, gr
     # g as (G, N·out, Og) and w as one (G, Og, Cg) matrix per tap
     gt = np.ascontiguousarray(g.reshape(n, groups, og, o_size).transpose(1, 0, 3, 2)).reshape(groups, n * o_size, og)
     w_taps = np.ascontiguousarray(w.reshape(groups, og, cg, _size(kernel)).transpose(3, 0, 1, 2))
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    padded = padded_spatial(spatial, padding)
     dtype = np.result_type(g.dtype, w.dtype)
     gx = np.zeros((groups, n) + padded + (cg,), dtype=dtype)
     term = np.empty((groups, n * o_size, cg), dtype=dtype)
     term_as_input = term.reshape((groups, n) + out_sp + (cg,))
-    for w_tap, tap in zip(w_taps, _taps(kernel)):
+    for w_tap, tap in zip(w_taps, taps(kernel)):
         np.matmul(gt, w_tap, out=term)
-        gx[(slice(None),) * 2 + _tap_slices(tap, stride, dilation, out_sp)] += term_as_input
-    gx = gx[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+        gx[(slice(None),) * 2 + tap_slices(tap, out_sp, stride, dilation)] += term_as_input
+    gx = gx[(slice(None),) * 2 + interior(padding, spatial)]
     return gx.transpose((1, 0, nd + 2) + tuple(range(2, nd + 2)))
 
 
