@@ -209,7 +209,7 @@ def run(args, settings):
     print(harness.markdown_table(["layer", "batch", "case", "vmap ms", "loop ms", "loop / vmap"], table, "lrlrrr"))
     print(f"\n(the loop runs {args.loop_examples} examples, or the batch if smaller, and is scaled to the batch)")
 
-    # -- 3. grouped conv against unfold + matmul (the seed's TODO) ------------------------
+    # -- 3. grouped conv against unfold + matmul (the TODO of BatchRulesConvolution.cpp) --
     rows, table = [], []
     from cuvmap.lax import conv_gemm
 
