@@ -212,29 +212,33 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # functorch's BatchRulesConvolution.cpp leaves a TODO: "unfold + matmul is actually faster
 # than group convolution in many cases". The batched cases fold the vmap dim into N or into
 # the groups (groups·B), so which kernels run a given shape matters here. Strategies:
-#   "unfold": im2col + batched GEMM (cuvmap/lax/conv_gemm.py) on NumPy or CuPy; on the CPU
-#             it runs a grouped convolution as one GEMM per group of one batched matmul,
-#             with cache-blocked pixel-major columns (NOTEs [cache blocking] and [column
-#             layouts] there). The only kernels for float64 on the CPU.
+#   "unfold": im2col + batched GEMM (cuvmap/lax/conv_gemm.py) on NumPy or CuPy, a grouped
+#             convolution as one batched matmul over the groups; on the CPU the columns
+#             take the layout with the longer contiguous runs and are built in blocks
+#             (NOTEs [column layouts] and [cache blocking] there). The only kernels for
+#             float64 on the CPU.
 #   "onednn": oneDNN's direct convolutions on the CPU (cuvmap/cpu/onednn.py; float32), the
 #             kernels torch uses, in oneDNN's blocked layouts.
 #   "cudnn":  cuDNN's grouped convolutions on the GPU (cuvmap/cuda/cudnn.py).
-#   "auto":   the default. On each device the first call of each key runs the vendor's
-#             kernels (oneDNN or cuDNN) and the unfold ones, times both (perf_counter on
-#             the CPU, CUDA events on the GPU), caches the faster and returns its result;
-#             later calls of the key reuse the choice (measured_choices() lists them).
-# Neither wins everywhere, which is why "auto" measures: on the README CNN's 16→32 layer
-# oneDNN's forward and input gradient are 1.5-2x faster than unfold on the CPU and the
-# weight gradients are on par, while on its 1-channel first layer unfold's input and
-# weight gradients are 2-3x faster, and its folded per-example weight gradient (groups·B
-# of one channel each) 3-15x. `python -m benchmarks conv` prints both kernels side by side
-# and what "auto" picked.
+#   "auto":   the default. The first call of each key (below) runs the device's vendor
+#             kernels and the unfold ones on its operands and times them — on the CPU
+#             oneDNN against im2col (perf_counter: the faster of two calls after a
+#             warm-up call), on the GPU cuDNN against the CuPy unfold kernels (CUDA
+#             events: cuda.device.time_gpu of two calls after a warm-up call) — records
+#             the faster for the key and returns its result; later calls of the key run
+#             that kernel alone (measured_choices() lists the choices with both times).
+#             Where the vendor cannot run the operands (below), unfold runs untimed.
+# Neither kernel wins everywhere, which is why "auto" measures: on the README CNN's layers
+# on the CPU, oneDNN is the faster for the 16→32 layer's forward and input gradient, im2col
+# for the 1-channel layer's gradients and for its folded per-example weight gradient
+# (groups·B of one channel each). `python -m benchmarks conv` prints both kernels side by
+# side and what "auto" picked.
 # The key is (op, device, dtype, the per-group channels, the spatial and kernel sizes, the
-# parameters, and the batch-like dims in power-of-two buckets): N, and the group count when
-# N = 1 (the per-example weight gradient's groups·B). A Poisson-sampled batch of a new
-# size therefore reuses its bucket's measurement, and on the CPU oneDNN's primitives are
-# made for power-of-two pieces of those dims, never for the exact size (NOTE [batch
-# buckets] in cuvmap/cpu/onednn.py).
+# parameters, and the batch-like dims): N in power-of-two buckets, and the group count,
+# bucketed too when N = 1 (the per-example weight gradient's groups·B; exact otherwise). A
+# Poisson-sampled batch of a new size therefore reuses its bucket's measurement, and on the
+# CPU oneDNN's primitives are made for power-of-two pieces of those dims, never for the
+# exact size (NOTE [batch buckets] in cuvmap/cpu/onednn.py).
 # Choosing: set_strategy(name) or CUVMAP_CONV_STRATEGY=auto|unfold|onednn|cudnn; anything
 # else is rejected with a ValueError naming the valid settings (from the environment at
 # the first convolution, so that importing cuvmap never fails). A vendor strategy applies
@@ -242,10 +246,10 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # kernels run on the other device, and where the vendor cannot run the operands: float64
 # (or float16) under oneDNN, a library that did not load (load_error() says why), or a
 # vendor error. No setting makes a convolution fail that the unfold kernels can run: when
-# a vendor call raises (under "auto" or a forced vendor strategy), the unfold kernels give
-# the result and a VendorKernelWarning says so once per key, naming the error; that key
-# stays on unfold. Operands with a zero-size dim (an empty batch) reach no kernel: the
-# result is the zero (or empty) array of the right shape.
+# a vendor call raises (under "auto", measuring or not, or a forced vendor strategy), the
+# unfold kernels give the result and a VendorKernelWarning says so once per key, naming
+# the error; that key stays on unfold. Operands with a zero-size dim (an empty batch)
+# reach no kernel: the result is the zero (or empty) array of the right shape.
 _STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
 _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
