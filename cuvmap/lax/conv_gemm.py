@@ -54,23 +54,23 @@ def _size(shape):
 #       kernel dim's taps times the channels, k[-1]·Cg values when the last dilation is 1
 #       (else Cg values).
 # The kernels pick the layout with the longer runs. On the README CNN's second layer
-# (16→32 channels, 5×5 kernel, 20×20 output, batch 128) the runs are 80 against 20 values
-# and pixel-major is faster on every op (medians of 9 interleaved runs, channel-major
-# against pixel-major): forward 21.7 / 19.2 ms, weight gradient 24.0 / 18.5 ms, per-example
-# weight gradient 26.5 / 22.3 ms, input gradient 32.5 / 26.8 ms, the ensembling forward of
-# 32 models 7.8 / 5.8 ms. On its first layer (1 channel) the runs are 5 against 24 and
-# channel-major is 1.7-2.4x faster. Pixel-major pays elsewhere: its GEMM yields the
-# forward's output as (N·out, Og), which it transposes back to N O out one element at a
-# time, where channel-major moves whole rows of out values; so with Og at least the K·Cg
-# of a column (a conv folding 32 batched weights into 1024 output channels: 21 against
-# 15 ms) the forward and the input gradient (whose grad_output it transposes) stay
+# (16→32 channels, 5×5 kernel, 20×20 output) the runs are 80 against 20 values and
+# pixel-major is the faster for every op (forward, input gradient, weight gradient, the
+# per-example weight gradient and the ensembling forward); on its first layer (1 channel)
+# they are 5 against 24 and channel-major is the faster. Pixel-major pays elsewhere: its
+# GEMM yields the forward's output as (N·out, Og), which it transposes back to N O out one
+# element at a time, where channel-major moves whole rows of out values; so with Og at
+# least the K·Cg of a column (a conv folding 32 batched weights into 1024 output
+# channels) the forward and the input gradient (whose grad_output it transposes) stay
 # channel-major. For the input gradient, channel-major multiplies wᵀ·g into whole columns
 # and accumulates the taps from them; pixel-major runs one small GEMM per tap,
 # g (N·out, Og) · w_k (Og, Cg), added straight into a channels-last input gradient, so
 # both sides of each add are contiguous runs of out[-1]·Cg values when the last stride
-# is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache
-# blocking]); on NumPy, COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run
-# both).
+# is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache blocking]); on
+# NumPy, COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run both).
+# `python -m benchmarks conv --im2col-variants` times the three ops (its table 1) and the
+# per-example weight gradient (table 3) with each layout forced, beside the kernels' own
+# choice.
 COLUMN_LAYOUT = "auto"
 
 
@@ -266,15 +266,16 @@ def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, gr
 # NOTE [cache blocking]
 # The unfolded columns are K times the size of the input (25x for a 5x5 kernel). Built in
 # one piece for a whole batch they are a large fresh allocation every call, and fresh pages
-# are slow to touch: on the README CNN's second layer (batch 128) the one-piece forward took
-# 31 ms against 20 ms when the columns are built in blocks of about 4 MiB, each block's
-# GEMM writing its slice of the output. So on the CPU the kernels split the work into
-# blocks of examples (or, for a single example with many groups — the folded per-example
-# cases — blocks of groups) when the columns would exceed BLOCK_BYTES (the pixel-major
-# input gradient, which builds no columns, counts its per-tap working set instead: the
-# grad_output and one tap's term). The loop runs over memory-sized blocks, not over
-# examples: small problems are one block. On the GPU (CuPy) the kernels always run in one
-# piece.
+# are slow to touch: on the README CNN's second layer at batch 128 the forward is faster
+# when the columns are built in blocks of about 4 MiB, each block's GEMM writing its slice
+# of the output. So on the CPU the kernels split the work into blocks of examples (or, for
+# a single example with many groups — the folded per-example cases — blocks of groups)
+# when the columns would exceed BLOCK_BYTES (the pixel-major input gradient, which builds
+# no columns, counts its per-tap working set instead: the grad_output and one tap's term).
+# The loop runs over memory-sized blocks, not over examples: small problems are one block.
+# On the GPU (CuPy) the kernels always run in one piece. `python -m benchmarks conv --batch
+# 128 --im2col-variants` times the kernels in one piece ("im2col one piece") beside the
+# blocked ones.
 BLOCK_BYTES = 4 << 20
 
 
