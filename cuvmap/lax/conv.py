@@ -499,8 +499,8 @@ conv_backward_weight_p.impl = _conv_backward_weight_impl
 
 
 # The layouts are named as in functorch's file: ``B`` the vmap dim, ``G`` groups, ``(B O)``
-# a merged dim with ``B`` outermost. ``fold_bdim_into(x, src, dst)`` is functorch's
-# ``reshape_dim_into`` and ``split_bdim_out_of(x, dim, size, rest)`` its
+# a merged dim with ``B`` outermost. ``fold_bdim_into(x, bdim, dst)`` is functorch's
+# ``reshape_dim_into`` and ``split_bdim_out_of(x, axis, size, rest)`` its
 # ``reshape_dim_outof``; the rules pass ``rest`` (the logical size of the split dim), which
 # a batch of size 0 cannot reveal.
 fold = batching.fold_bdim_into

@@ -1,5 +1,6 @@
 """Convolution kernels by im2col + batched GEMM, written once against the array module
-``xp`` (NumPy on the CPU, CuPy on the GPU when cuDNN is missing).
+``xp`` (NumPy on the CPU, CuPy on the GPU): the "unfold" kernels of NOTE [conv strategy]
+in ``cuvmap/lax/conv.py``.
 
 All three kernels are for the *regular* (non-transposed) convolution with symmetric
 zero padding, in the layout ``N C spatial...`` with weight ``O C/groups kernel...``:
@@ -14,10 +15,10 @@ The unfolded columns come in two layouts (NOTE [column layouts]): *channel-major
 ``(G, Cg·K, N·out)``, built from the ``N C spatial...`` input as it is, and *pixel-major*
 ``(G, N·out, K·Cg)``, built from a channels-last copy of it. Either way ``im2col`` starts
 from a strided *view* of the padded input (no copy until the GEMM needs its columns), and
-the input gradient accumulates the kernel taps with strided slices, one vectorised add per
-tap (never a loop over examples or pixels). See NOTE [conv strategy] in
-``cuvmap/lax/conv.py`` for how these kernels and cuDNN's are chosen, and NOTE [cache
-blocking] below for how the CPU keeps the columns in cache.
+the input gradient accumulates the kernel taps with strided slices (``cuvmap/window.py``),
+one vectorised add per tap (never a loop over examples or pixels). See NOTE [conv
+strategy] for how these kernels and the vendors' (oneDNN's, cuDNN's) are chosen, and NOTE
+[cache blocking] below for how the CPU keeps the columns in cache.
 """
 import numpy as np
 
