@@ -1,6 +1,6 @@
 """Convolution throughput, measured side by side in one run.
 
-    python -m benchmarks conv [--device cpu|gpu] [--batch 32 128] [--repeats 5] [--json out.json]
+    python -m benchmarks conv [--device cpu|gpu] [--batch 32 128] [--repeats 5] [--im2col-variants] [--json out.json]
     python -m benchmarks.bench_conv ...   (the same)
 
 Tables (all on the shapes of the README CNN: 1→16→32 channels, 5×5 kernels, 28×28 input):
@@ -10,7 +10,9 @@ Tables (all on the shapes of the README CNN: 1→16→32 channels, 5×5 kernels,
    ``auto`` picks) — against the machine's matmul GFLOP/s (a float32 GEMM of the same
    inner size, measured in this run), with the cost of making oneDNN's primitives for the
    shape (paid once per shape and batch bucket: NOTE [batch buckets] in
-   cuvmap/cpu/onednn.py) and the kernel ``auto`` chose;
+   cuvmap/cpu/onednn.py) and the kernel ``auto`` chose; with ``--im2col-variants`` also the
+   im2col kernels forced to each column layout and to one piece (NOTEs [column layouts]
+   and [cache blocking] in cuvmap/lax/conv_gemm.py);
 2. the vmap-folded cases against a Python loop over the examples: per-example weight
    gradients (grad_output and input batched: groups·B), model ensembling (input and weight
    batched), batched weights on shared inputs;
@@ -42,27 +44,49 @@ LAYERS = [  # name, C, O, input spatial, kernel
 ]
 
 
-def forced(strategy, fn):
-    """``fn`` run under conv strategy ``strategy`` (NOTE [conv strategy])."""
+def forced(strategy, fn, gemm_settings=None):
+    """``fn`` run under conv strategy ``strategy`` (NOTE [conv strategy]) and, for the im2col
+    kernels, the ``conv_gemm`` settings ``gemm_settings`` (``{"COLUMN_LAYOUT": ...,
+    "BLOCK_BYTES": ...}``)."""
     conv_module = importlib.import_module("cuvmap.lax.conv")
+    from cuvmap.lax import conv_gemm
+
+    settings = dict(gemm_settings or {})
 
     def run_with():
         previous = conv_module.set_strategy(strategy)
+        saved = {name: getattr(conv_gemm, name) for name in settings}
         try:
+            for name, value in settings.items():
+                setattr(conv_gemm, name, value)
             return fn()
         finally:
+            for name, value in saved.items():
+                setattr(conv_gemm, name, value)
             conv_module.set_strategy(previous)
 
     return run_with
 
 
-def cpu_kernels():
-    """The CPU kernels to compare: ``[(label, strategy)]``, oneDNN's when it loads."""
+# the im2col kernels with one choice of conv_gemm forced (NOTEs [column layouts] and
+# [cache blocking] in cuvmap/lax/conv_gemm.py): --im2col-variants
+IM2COL_VARIANTS = [
+    ("im2col channel-major", {"COLUMN_LAYOUT": "channel"}),
+    ("im2col pixel-major", {"COLUMN_LAYOUT": "pixel"}),
+    ("im2col one piece", {"BLOCK_BYTES": 1 << 62}),
+]
+
+
+def cpu_kernels(im2col_variants=False):
+    """The CPU kernels to compare: ``[(label, strategy, conv_gemm settings)]``: im2col as it
+    chooses, its forced variants (``im2col_variants``), and oneDNN's when it loads."""
     from cuvmap.cpu import onednn
 
-    kernels = [("im2col", "unfold")]
+    kernels = [("im2col", "unfold", None)]
+    if im2col_variants:
+        kernels += [(label, "unfold", settings) for label, settings in IM2COL_VARIANTS]
     if onednn.available():
-        kernels.append(("oneDNN", "onednn"))
+        kernels.append(("oneDNN", "onednn", None))
     return kernels
 
 
@@ -87,6 +111,9 @@ def add_arguments(parser):
     parser.add_argument("--batch", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--loop-examples", type=int, default=16,
                         help="examples timed in the per-example loop (scaled to the batch)")
+    parser.add_argument("--im2col-variants", action="store_true",
+                        help="cpu: also time the im2col kernels with each column layout and in one piece "
+                             "(NOTEs [column layouts] and [cache blocking] in cuvmap/lax/conv_gemm.py)")
 
 
 def run(args, settings):
@@ -106,7 +133,9 @@ def run(args, settings):
     print(harness.settings_table(settings))
     from cuvmap.cpu import onednn
 
-    kernels = cpu_kernels() if xp is np else [("auto", "auto")]
+    kernels = cpu_kernels(args.im2col_variants) if xp is np else [("auto", "auto", None)]
+    labels = [label for label, _, _ in kernels]
+    with_onednn = "oneDNN" in labels
     if xp is np:
         results["onednn"] = onednn.describe()
         print(f"\n- oneDNN: {results['onednn']}" + ("" if onednn.available() else " (not measured)"))
@@ -133,9 +162,9 @@ def run(args, settings):
                 progress.set(f"1. {name} batch {batch} {op}")
                 row = dict(layer=name, batch=batch, op=op, matmul_gflops=mm)
                 cells = []
-                for label, strategy in kernels:
+                for label, strategy, gemm_settings in kernels:
                     created = onednn.cache_info() if label == "oneDNN" else None
-                    st = harness.measure(forced(strategy, fn), repeats=rep, warmup=warm,
+                    st = harness.measure(forced(strategy, fn, gemm_settings), repeats=rep, warmup=warm,
                                          timer=harness.timer_for(xp))
                     gf = flops / st.median / 1e9
                     row[label] = dict(ms=st.median * 1e3, gflops=gf, **st.as_dict())
@@ -151,20 +180,21 @@ def run(args, settings):
                 new = [c for k, c in conv_module.measured_choices().items() if k not in known]
                 row["auto"] = new[0][0] if new else ("(measured before)" if xp is np else "–")
                 rows.append(row)
-                extra = [cells[0] / cells[2], row.get("onednn_plan_ms")] if len(kernels) == 2 else []
+                extra = ([row["im2col"]["ms"] / row["oneDNN"]["ms"], row.get("onednn_plan_ms")] if with_onednn
+                         else [])
                 table.append([name, batch, op] + cells + [mm, max(cells[1::2]) / mm] + extra + [row["auto"]])
                 progress.step(f"1. {name} batch {batch} {op}")
     results["tables"]["gflops"] = rows
     print("\n## 1. Convolution GFLOP/s per kernel against matmul GFLOP/s (same run)\n")
     headers = ["layer", "batch", "op"]
-    for label, _ in kernels:
+    for label in labels:
         headers += [f"{label} ms", f"{label} GFLOP/s"]
     headers += ["matmul GFLOP/s", "best / matmul"]
-    if len(kernels) == 2:
+    if with_onednn:
         headers += ["im2col / oneDNN", "oneDNN plan ms"]
     headers += ["auto picks"]
     print(harness.markdown_table(headers, table, "lrl" + "r" * (len(headers) - 4) + "l"))
-    if len(kernels) == 2:
+    if with_onednn:
         print("\n- oneDNN plan ms: making one oneDNN plan (the convolution primitive and its reorders) for the "
               "shape, once per shape and power-of-two batch bucket; best / matmul: the faster kernel's rate")
 
@@ -209,7 +239,7 @@ def run(args, settings):
     print(harness.markdown_table(["layer", "batch", "case", "vmap ms", "loop ms", "loop / vmap"], table, "lrlrrr"))
     print(f"\n(the loop runs {args.loop_examples} examples, or the batch if smaller, and is scaled to the batch)")
 
-    # -- 3. grouped conv against unfold + matmul (the seed's TODO) ------------------------
+    # -- 3. grouped conv against unfold + matmul (the TODO of BatchRulesConvolution.cpp) --
     rows, table = [], []
     from cuvmap.lax import conv_gemm
 
@@ -232,7 +262,8 @@ def run(args, settings):
                 cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(batch, c * k * k, out_hw * out_hw)
                 return xp.matmul(g.reshape(batch, o, -1), cols.transpose(0, 2, 1))
 
-            methods = [(f"{label} grouped conv (groups·B)", forced(strategy, grouped)) for label, strategy in kernels]
+            methods = [(f"{label} grouped conv (groups·B)", forced(strategy, grouped, gemm_settings))
+                       for label, strategy, gemm_settings in kernels]
             methods.append(("explicit unfold + batched matmul", unfold_matmul))
             if xp is not np:
                 from cuvmap.cuda import cudnn
@@ -256,7 +287,7 @@ def run(args, settings):
 
     series = {}
     for r in results["tables"]["gflops"]:
-        for label, _ in kernels:
+        for label in labels:
             series.setdefault(f"{r['layer']} {r['op']} ({label})", []).append((r["batch"], r[label]["ms"] / r["batch"]))
     results["plot"] = dict(series=series, title=f"cuvmap conv ops, {args.device}: {settings['device']}\n"
                                                  f"OPENBLAS_CORETYPE={settings['OPENBLAS_CORETYPE']}")

@@ -133,6 +133,22 @@ def test_conv_suite(capsys, tmp_path):
     assert "## 1. Convolution GFLOP/s" in out and "## 3." in out
 
 
+def test_conv_suite_im2col_variants(capsys, tmp_path):
+    """--im2col-variants times the im2col kernels forced to each column layout and to one
+    piece (the measurements behind NOTEs [column layouts] and [cache blocking]), and leaves
+    conv_gemm's settings as they were."""
+    from cuvmap.lax import conv_gemm
+
+    before = (conv_gemm.COLUMN_LAYOUT, conv_gemm.BLOCK_BYTES)
+    res, out = _run(capsys, tmp_path, ["conv", "--batch", "2", "--repeats", "1", "--loop-examples", "1",
+                                       "--im2col-variants", "--no-plot", "--progress", "off"])
+    assert (conv_gemm.COLUMN_LAYOUT, conv_gemm.BLOCK_BYTES) == before
+    for label in ("im2col", "im2col channel-major", "im2col pixel-major", "im2col one piece"):
+        assert all(row[label]["ms"] > 0 for row in res["tables"]["gflops"])
+        assert f" {label} ms |" in out
+        assert any(r["method"] == f"{label} grouped conv (groups·B)" for r in res["tables"]["grouped_vs_unfold"])
+
+
 def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     from benchmarks import bench_dispatch
 

@@ -347,8 +347,9 @@ def test_conv_backward_weight_batching_all_cases(cfg, size, batch_kernels):
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_backward_input_with_only_the_input_batched(cfg, batch_kernels):
-    """The seed's 'input only' case: the input gradient does not depend on the input, so
-    ``vmap`` over the input alone gives an unbatched result, broadcast to the batch."""
+    """The 'input only' case of functorch's BatchRulesConvolution.cpp: the input gradient
+    does not depend on the input, so ``vmap`` over the input alone gives an unbatched
+    result, broadcast to the batch."""
     rng = np.random.default_rng(6)
     x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
     xs = _batched(x, 0, 3, rng)
@@ -361,9 +362,10 @@ def test_backward_input_with_only_the_input_batched(cfg, batch_kernels):
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_backward_weight_with_only_the_weight_batched(cfg, batch_kernels):
-    """The seed's 'weight only' case of the weight gradient: for a loss linear in the conv
-    output, grad_output and the input do not depend on the weight, so the weight gradient
-    is unbatched under ``vmap`` over the weight, and broadcast to the batch."""
+    """The 'weight only' case of the weight gradient in functorch's BatchRulesConvolution.cpp:
+    for a loss linear in the conv output, grad_output and the input do not depend on the
+    weight, so the weight gradient is unbatched under ``vmap`` over the weight, and
+    broadcast to the batch."""
     rng = np.random.default_rng(16)
     x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
     ws = _batched(w, 0, 3, rng)
@@ -759,12 +761,13 @@ def test_transposed_conv_hands_the_kernel_consistent_shapes(cfg, monkeypatch):
     backward]), whose grad_output must be what the regular conv of its input_shape gives —
     cuDNN and oneDNN reject anything else."""
     from cuvmap.lax import conv_gemm
+    from cuvmap.window import output_spatial
 
     real = conv_gemm.backward_input
     seen = []
 
     def strict_backward_input(g, w, input_shape, stride, padding, dilation, groups):
-        expected = conv_gemm.output_spatial(input_shape[2:], w.shape[2:], stride, padding, dilation)
+        expected = output_spatial(input_shape[2:], w.shape[2:], stride, padding, dilation)
         assert tuple(g.shape[2:]) == expected, f"grad_output {g.shape} for input {input_shape}"
         seen.append(tuple(g.shape))
         return real(g, w, input_shape, stride, padding, dilation, groups)

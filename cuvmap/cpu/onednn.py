@@ -28,7 +28,7 @@ transposed ones are expressed through them by ``cuvmap/lax/conv.py``), plus an o
 
 Only float32 runs here: oneDNN has no float64 convolution, and this CPU's float16 and
 bfloat16 paths have no NumPy dtype worth adding (:func:`supports` says which dtypes).
-This module never imports the transforms or the primitives.
+This module never imports the transforms or the primitives (only ``cuvmap/window.py``).
 """
 import collections
 import ctypes
@@ -37,6 +37,8 @@ import sys
 import threading
 
 import numpy as np
+
+from cuvmap.window import output_spatial
 
 # ---------------------------------------------------------------------------------------
 # The C API's constants (oneDNN 3.2: dnnl_common_types.h, dnnl_types.h)
@@ -177,14 +179,14 @@ def _libgomp_loaded():
 # matters is what OpenMP's workers do between convolutions: by default (OMP_WAIT_POLICY
 # unset) an idle worker spins for GOMP_SPINCOUNT iterations before it sleeps, and
 # OMP_WAIT_POLICY=ACTIVE spins for good. A spinning worker holds a core that the OpenBLAS
-# GEMM or the NumPy op right after a convolution wants. Measured on the README CNN's
-# vmap(grad) (`python -m benchmarks per_example`, each setting in its own process, 2 cores
-# and 2 threads in each pool): with spinning workers the medians were 1.5-3.5x slower than
-# with passive ones and the spread (max/min) went from ~1.2x to 2-8x. A lone small
-# convolution is slower with PASSIVE (a sleeping worker takes ~0.1-0.5 ms to wake: one
-# example of the README CNN's second layer took 0.95 ms against 0.17 ms spinning), but a
-# training step is many operations in a row, and there PASSIVE wins. Matching the thread
-# counts changes nothing here: both pools default to one thread per core.
+# GEMM or the NumPy op right after a convolution wants. On the README CNN's vmap(grad),
+# spinning workers make the step several times slower than passive ones, and its times
+# far more spread out (`OMP_WAIT_POLICY=ACTIVE python -m benchmarks per_example` against
+# `OMP_WAIT_POLICY=PASSIVE python -m benchmarks per_example`, each setting in its own
+# process; the policy in force is printed with the figures). A lone small convolution is
+# slower with PASSIVE (a sleeping worker takes a fraction of a millisecond to wake), but
+# a training step is many operations in a row, and there PASSIVE wins. Matching the
+# thread counts changes nothing here: both pools default to one thread per core.
 # So cuvmap loads libdnnl (whose libgomp reads its environment once, when it loads) with
 # OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
 # user's subprocesses nor other libraries see the change. It does nothing when the user set
@@ -675,10 +677,8 @@ def _weight_layout(w, groups):
 # size B appears as N (the forward and the input gradient fold the examples into N) or in
 # the group count (the per-example weight gradient folds them into groups·B with N = 1).
 # A oneDNN primitive is made for fixed shapes, and making one costs more than running it
-# on a small batch (`python -m benchmarks conv` prints the creation cost beside the
-# kernels: 0.6-1.3 ms a plan on the README CNN's layers, a quarter to a half of the second
-# layer's convolution of a whole batch of 32). So the kernels never make a primitive for
-# the exact B: they split N
+# on a small batch (`python -m benchmarks conv` prints the creation cost, "oneDNN plan ms",
+# beside the kernels). So the kernels never make a primitive for the exact B: they split N
 # into the powers of two of its binary digits (37 = 32 + 4 + 1, slices along N, which are
 # views of N C S... arrays) and, when N = 1 and the conv is grouped, the group count the
 # same way (a grouped convolution is exactly independent convolutions over contiguous
@@ -686,12 +686,14 @@ def _weight_layout(w, groups):
 # its own cached plan; the weight gradient over N pieces sums their partial results; a
 # weight reordered for one piece is reused by the next when its layout is the same. Any
 # batch size up to 2^k then needs at most k + 1 plans per layer and op, made once, and a
-# call runs at most popcount(B) pieces. The price, measured on the second layer against
-# one exact primitive (interleaved medians): 1.1-1.2x the time at N = 37 (3 pieces) and
-# N = 127 (7 pieces) with spinning OpenMP workers, 1.25-1.55x with passive ones (each
-# piece wakes the pool; NOTE [OpenMP threads beside OpenBLAS]); a power of two is one
-# piece and costs nothing extra. Padding to a bucket instead would copy the operands into
-# a padded buffer (fresh pages) and compute up to 2x what is needed.
+# call runs at most popcount(B) pieces. The price against one exact primitive grows with
+# the number of pieces (tens of percent at 3 to 7 pieces) and is larger with passive
+# OpenMP workers (each piece wakes the pool; NOTE [OpenMP threads beside OpenBLAS]); a
+# power of two is one piece and costs nothing extra. `python -m benchmarks conv --batch
+# 32 37 127 128` shows it in its table 1, N = 37 (3 pieces) and 127 (7 pieces) beside the
+# powers of two around them (its plot draws the ms per example). Padding to a bucket
+# instead would copy the operands into a padded buffer (fresh pages) and compute up to 2x
+# what is needed.
 
 
 def _binary_pieces(n):
@@ -769,8 +771,7 @@ def forward(x, w, stride, padding, dilation, groups, bias=None):
     n, c = x.shape[:2]
     o = w.shape[0]
     kernel = tuple(w.shape[2:])
-    out_sp = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
-                   for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
     y = np.empty((n, o) + out_sp, dtype)
     arrays = {"x": x, "w": w, "y": y}
     if bias is not None:

@@ -44,6 +44,7 @@ from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_in_dim, reshape, transpose
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
+from cuvmap.window import output_spatial, transposed_output_spatial
 
 # ---------------------------------------------------------------------------------------
 # Declarations and public wrappers
@@ -145,10 +146,7 @@ def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transp
         if rhs_shape[0] != c:
             raise ShapeError(f"transposed weight must be (C, O/groups, K...) with C = {c} input channels ({where})")
         out_ch = rhs_shape[1] * groups
-        out_sp = tuple(
-            (s - 1) * st - 2 * p + d * (k - 1) + op + 1
-            for s, k, st, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
-        )
+        out_sp = transposed_output_spatial(spatial, kernel, stride, padding, dilation, output_padding)
     else:
         if rhs_shape[0] % groups:
             raise ShapeError(f"output channels {rhs_shape[0]} are not divisible by groups {groups} ({where})")
@@ -164,7 +162,7 @@ def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transp
                     f"kernel of extent {d * (k - 1) + 1} (size {k}, dilation {d}) is larger than the padded "
                     f"input ({s} + 2·{p}) ({where})"
                 )
-        out_sp = conv_gemm.output_spatial(spatial, kernel, stride, padding, dilation)
+        out_sp = output_spatial(spatial, kernel, stride, padding, dilation)
     if any(o < 1 for o in out_sp):
         raise ShapeError(f"the output would be empty: spatial size {out_sp} ({where})")
     return (n, out_ch) + out_sp
@@ -214,29 +212,33 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # functorch's BatchRulesConvolution.cpp leaves a TODO: "unfold + matmul is actually faster
 # than group convolution in many cases". The batched cases fold the vmap dim into N or into
 # the groups (groups·B), so which kernels run a given shape matters here. Strategies:
-#   "unfold": im2col + batched GEMM (cuvmap/lax/conv_gemm.py) on NumPy or CuPy; on the CPU
-#             it runs a grouped convolution as one GEMM per group of one batched matmul,
-#             with cache-blocked pixel-major columns (NOTEs [cache blocking] and [column
-#             layouts] there). The only kernels for float64 on the CPU.
+#   "unfold": im2col + batched GEMM (cuvmap/lax/conv_gemm.py) on NumPy or CuPy, a grouped
+#             convolution as one batched matmul over the groups; on the CPU the columns
+#             take the layout with the longer contiguous runs and are built in blocks
+#             (NOTEs [column layouts] and [cache blocking] there). The only kernels for
+#             float64 on the CPU.
 #   "onednn": oneDNN's direct convolutions on the CPU (cuvmap/cpu/onednn.py; float32), the
 #             kernels torch uses, in oneDNN's blocked layouts.
 #   "cudnn":  cuDNN's grouped convolutions on the GPU (cuvmap/cuda/cudnn.py).
-#   "auto":   the default. On each device the first call of each key runs the vendor's
-#             kernels (oneDNN or cuDNN) and the unfold ones, times both (perf_counter on
-#             the CPU, CUDA events on the GPU), caches the faster and returns its result;
-#             later calls of the key reuse the choice (measured_choices() lists them).
-# Neither wins everywhere, which is why "auto" measures: on the README CNN's 16→32 layer
-# oneDNN's forward and input gradient are 1.5-2x faster than unfold on the CPU and the
-# weight gradients are on par, while on its 1-channel first layer unfold's input and
-# weight gradients are 2-3x faster, and its folded per-example weight gradient (groups·B
-# of one channel each) 3-15x. `python -m benchmarks conv` prints both kernels side by side
-# and what "auto" picked.
+#   "auto":   the default. The first call of each key (below) runs the device's vendor
+#             kernels and the unfold ones on its operands and times them — on the CPU
+#             oneDNN against im2col (perf_counter: the faster of two calls after a
+#             warm-up call), on the GPU cuDNN against the CuPy unfold kernels (CUDA
+#             events: cuda.device.time_gpu of two calls after a warm-up call) — records
+#             the faster for the key and returns its result; later calls of the key run
+#             that kernel alone (measured_choices() lists the choices with both times).
+#             Where the vendor cannot run the operands (below), unfold runs untimed.
+# Neither kernel wins everywhere, which is why "auto" measures: on the README CNN's layers
+# on the CPU, oneDNN is the faster for the 16→32 layer's forward and input gradient, im2col
+# for the 1-channel layer's gradients and for its folded per-example weight gradient
+# (groups·B of one channel each). `python -m benchmarks conv` prints both kernels side by
+# side and what "auto" picked.
 # The key is (op, device, dtype, the per-group channels, the spatial and kernel sizes, the
-# parameters, and the batch-like dims in power-of-two buckets): N, and the group count when
-# N = 1 (the per-example weight gradient's groups·B). A Poisson-sampled batch of a new
-# size therefore reuses its bucket's measurement, and on the CPU oneDNN's primitives are
-# made for power-of-two pieces of those dims, never for the exact size (NOTE [batch
-# buckets] in cuvmap/cpu/onednn.py).
+# parameters, and the batch-like dims): N in power-of-two buckets, and the group count,
+# bucketed too when N = 1 (the per-example weight gradient's groups·B; exact otherwise). A
+# Poisson-sampled batch of a new size therefore reuses its bucket's measurement, and on the
+# CPU oneDNN's primitives are made for power-of-two pieces of those dims, never for the
+# exact size (NOTE [batch buckets] in cuvmap/cpu/onednn.py).
 # Choosing: set_strategy(name) or CUVMAP_CONV_STRATEGY=auto|unfold|onednn|cudnn; anything
 # else is rejected with a ValueError naming the valid settings (from the environment at
 # the first convolution, so that importing cuvmap never fails). A vendor strategy applies
@@ -244,10 +246,10 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # kernels run on the other device, and where the vendor cannot run the operands: float64
 # (or float16) under oneDNN, a library that did not load (load_error() says why), or a
 # vendor error. No setting makes a convolution fail that the unfold kernels can run: when
-# a vendor call raises (under "auto" or a forced vendor strategy), the unfold kernels give
-# the result and a VendorKernelWarning says so once per key, naming the error; that key
-# stays on unfold. Operands with a zero-size dim (an empty batch) reach no kernel: the
-# result is the zero (or empty) array of the right shape.
+# a vendor call raises (under "auto", measuring or not, or a forced vendor strategy), the
+# unfold kernels give the result and a VendorKernelWarning says so once per key, naming
+# the error; that key stays on unfold. Operands with a zero-size dim (an empty batch)
+# reach no kernel: the result is the zero (or empty) array of the right shape.
 _STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
 _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
@@ -331,8 +333,7 @@ def _empty_result(op, args, xp):
     """The result of ``op`` when an operand has a zero-size dim: zeros of its shape."""
     if op == "forward":
         x, w, stride, padding, dilation, _ = args
-        shape = (x.shape[0], w.shape[0]) + conv_gemm.output_spatial(x.shape[2:], w.shape[2:], stride, padding,
-                                                                     dilation)
+        shape = (x.shape[0], w.shape[0]) + output_spatial(x.shape[2:], w.shape[2:], stride, padding, dilation)
     else:
         shape = tuple(args[2])
     return xp.zeros(shape, dtype=args[0].dtype)
@@ -343,8 +344,12 @@ def _call(module, op, args, bias):
     if bias is not None and getattr(module, "FORWARD_TAKES_BIAS", False):
         return module.forward(*args, bias=bias)
     out = getattr(module, op)(*args)
-    if bias is not None:
-        out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out if bias is None else _add_bias(out, bias)
+
+
+def _add_bias(out, bias):
+    """``out`` ``(N, O, S...)`` with ``bias`` ``(O,)`` added in place."""
+    out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
     return out
 
 
@@ -427,14 +432,18 @@ def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, out
     # a transposed conv is the input-gradient of the regular conv from its output space;
     # its input plays that conv's grad_output, zero-padded to the regular conv's extent
     # (NOTE [output_padding in the transposed backward])
-    extent = conv_gemm.output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation)
-    if tuple(extent) != tuple(lhs.shape[2:]):
-        pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
-        lhs = backend.xp_of(lhs).pad(lhs, pads)
+    lhs = _zero_pad_to(lhs, output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation))
     out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
-    if bias is not None:
-        out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
-    return out
+    return out if bias is None else _add_bias(out, bias)
+
+
+def _zero_pad_to(x, extent):
+    """``x`` ``(N, C, S...)`` zero-padded at the high end of each spatial dim to ``extent``
+    (NOTE [output_padding in the transposed backward]); ``x`` itself when it fits."""
+    if tuple(extent) == tuple(x.shape[2:]):
+        return x
+    pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, x.shape[2:]))
+    return backend.xp_of(x).pad(x, pads)
 
 
 # NOTE [output_padding in the transposed backward]
@@ -474,10 +483,7 @@ def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, paddin
         # so its weight-gradient is the regular one with the roles of x and g swapped; x
         # plays the regular conv's output, zero-padded to its extent (NOTE [output_padding
         # in the transposed backward]).
-        extent = conv_gemm.output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation)
-        if tuple(extent) != tuple(lhs.shape[2:]):
-            pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
-            lhs = backend.xp_of(lhs).pad(lhs, pads)
+        lhs = _zero_pad_to(lhs, output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation))
         return _run_kernel("backward_weight", lhs, grad_output, weight_shape, stride, padding, dilation, groups)
     return _run_kernel("backward_weight", grad_output, lhs, weight_shape, stride, padding, dilation, groups)
 
@@ -493,8 +499,8 @@ conv_backward_weight_p.impl = _conv_backward_weight_impl
 
 
 # The layouts are named as in functorch's file: ``B`` the vmap dim, ``G`` groups, ``(B O)``
-# a merged dim with ``B`` outermost. ``fold_bdim_into(x, src, dst)`` is functorch's
-# ``reshape_dim_into`` and ``split_bdim_out_of(x, dim, size, rest)`` its
+# a merged dim with ``B`` outermost. ``fold_bdim_into(x, bdim, dst)`` is functorch's
+# ``reshape_dim_into`` and ``split_bdim_out_of(x, axis, size, rest)`` its
 # ``reshape_dim_outof``; the rules pass ``rest`` (the logical size of the split dim), which
 # a batch of size 0 cannot reveal.
 fold = batching.fold_bdim_into

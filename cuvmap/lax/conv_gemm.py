@@ -1,5 +1,6 @@
 """Convolution kernels by im2col + batched GEMM, written once against the array module
-``xp`` (NumPy on the CPU, CuPy on the GPU when cuDNN is missing).
+``xp`` (NumPy on the CPU, CuPy on the GPU): the "unfold" kernels of NOTE [conv strategy]
+in ``cuvmap/lax/conv.py``.
 
 All three kernels are for the *regular* (non-transposed) convolution with symmetric
 zero padding, in the layout ``N C spatial...`` with weight ``O C/groups kernel...``:
@@ -14,14 +15,14 @@ The unfolded columns come in two layouts (NOTE [column layouts]): *channel-major
 ``(G, Cg·K, N·out)``, built from the ``N C spatial...`` input as it is, and *pixel-major*
 ``(G, N·out, K·Cg)``, built from a channels-last copy of it. Either way ``im2col`` starts
 from a strided *view* of the padded input (no copy until the GEMM needs its columns), and
-the input gradient accumulates the kernel taps with strided slices, one vectorised add per
-tap (never a loop over examples or pixels). See NOTE [conv strategy] in
-``cuvmap/lax/conv.py`` for how these kernels and cuDNN's are chosen, and NOTE [cache
-blocking] below for how the CPU keeps the columns in cache.
+the input gradient accumulates the kernel taps with strided slices (``cuvmap/window.py``),
+one vectorised add per tap (never a loop over examples or pixels). See NOTE [conv
+strategy] for how these kernels and the vendors' (oneDNN's, cuDNN's) are chosen, and NOTE
+[cache blocking] below for how the CPU keeps the columns in cache.
 """
-import itertools
-
 import numpy as np
+
+from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, tap_slices, taps
 
 
 def _xp(x):
@@ -42,27 +43,6 @@ def _size(shape):
     return int(np.prod(shape, dtype=np.int64))
 
 
-def _taps(kernel):
-    """Every kernel offset ``k`` (a tuple per spatial dim), in C order."""
-    return itertools.product(*(range(k) for k in kernel))
-
-
-def _tap_slices(tap, stride, dilation, out_sp):
-    """The input positions ``y·s + k·d`` (in padded coordinates) that tap ``k`` touches."""
-    return tuple(
-        slice(t * d, t * d + st * (os - 1) + 1, st)
-        for t, d, st, os in zip(tap, dilation, stride, out_sp)
-    )
-
-
-def output_spatial(spatial, kernel, stride, padding, dilation):
-    """``⌊(S + 2p − d(k − 1) − 1) / s⌋ + 1`` per spatial dim."""
-    return tuple(
-        (s + 2 * p - d * (k - 1) - 1) // st + 1
-        for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
-    )
-
-
 # NOTE [column layouts]
 # im2col copies every kernel window of the input into a column of a GEMM operand, and on
 # the CPU that copy costs about as much as the GEMM itself: NumPy copies a strided view one
@@ -75,23 +55,23 @@ def output_spatial(spatial, kernel, stride, padding, dilation):
 #       kernel dim's taps times the channels, k[-1]·Cg values when the last dilation is 1
 #       (else Cg values).
 # The kernels pick the layout with the longer runs. On the README CNN's second layer
-# (16→32 channels, 5×5 kernel, 20×20 output, batch 128) the runs are 80 against 20 values
-# and pixel-major is faster on every op (medians of 9 interleaved runs, channel-major
-# against pixel-major): forward 21.7 / 19.2 ms, weight gradient 24.0 / 18.5 ms, per-example
-# weight gradient 26.5 / 22.3 ms, input gradient 32.5 / 26.8 ms, the ensembling forward of
-# 32 models 7.8 / 5.8 ms. On its first layer (1 channel) the runs are 5 against 24 and
-# channel-major is 1.7-2.4x faster. Pixel-major pays elsewhere: its GEMM yields the
-# forward's output as (N·out, Og), which it transposes back to N O out one element at a
-# time, where channel-major moves whole rows of out values; so with Og at least the K·Cg
-# of a column (a conv folding 32 batched weights into 1024 output channels: 21 against
-# 15 ms) the forward and the input gradient (whose grad_output it transposes) stay
+# (16→32 channels, 5×5 kernel, 20×20 output) the runs are 80 against 20 values and
+# pixel-major is the faster for every op (forward, input gradient, weight gradient, the
+# per-example weight gradient and the ensembling forward); on its first layer (1 channel)
+# they are 5 against 24 and channel-major is the faster. Pixel-major pays elsewhere: its
+# GEMM yields the forward's output as (N·out, Og), which it transposes back to N O out one
+# element at a time, where channel-major moves whole rows of out values; so with Og at
+# least the K·Cg of a column (a conv folding 32 batched weights into 1024 output
+# channels) the forward and the input gradient (whose grad_output it transposes) stay
 # channel-major. For the input gradient, channel-major multiplies wᵀ·g into whole columns
 # and accumulates the taps from them; pixel-major runs one small GEMM per tap,
 # g (N·out, Og) · w_k (Og, Cg), added straight into a channels-last input gradient, so
 # both sides of each add are contiguous runs of out[-1]·Cg values when the last stride
-# is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache
-# blocking]); on NumPy, COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run
-# both).
+# is 1 (else Cg). CuPy always uses channel-major (one piece, NOTE [cache blocking]); on
+# NumPy, COLUMN_LAYOUT = "channel" or "pixel" forces a layout (the tests run both).
+# `python -m benchmarks conv --im2col-variants` times the three ops (its table 1) and the
+# per-example weight gradient (table 3) with each layout forced, beside the kernels' own
+# choice.
 COLUMN_LAYOUT = "auto"
 
 
@@ -117,12 +97,6 @@ def _pixel_major(xp, cg, kernel, stride, dilation, out_sp, og=None):
 # ---------------------------------------------------------------------------------------
 
 
-def _pad(xp, x, padding):
-    if not any(padding):
-        return x
-    return xp.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
-
-
 def _windows(xp, x_pad, out_sp, kernel, stride, dilation):
     """The im2col view ``(N, C, out..., kernel...)`` of a padded input."""
     nd = len(kernel)
@@ -141,7 +115,7 @@ def _columns(xp, x, kernel, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     nd = len(kernel)
     out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
-    win = _windows(xp, _pad(xp, x, padding), out_sp, kernel, stride, dilation)
+    win = _windows(xp, pad_spatial(xp, x, padding), out_sp, kernel, stride, dilation)
     cg = c // groups
     win = win.reshape((n, groups, cg) + out_sp + tuple(kernel))
     # (N, G, Cg, out..., K...) -> (G, Cg, K..., N, out...)
@@ -195,14 +169,14 @@ def _backward_input_channel_major(g, w, input_shape, stride, padding, dilation, 
     wm = w.reshape(groups, o // groups, -1)
     cols = xp.matmul(wm.transpose(0, 2, 1), gm)  # (G, Cg·K, N·out)
     cols = cols.reshape((groups, cg) + kernel + (n,) + out_sp)
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    padded = padded_spatial(spatial, padding)
     gx = xp.zeros((n, groups, cg) + padded, dtype=cols.dtype)
     # (G, Cg, N, out...) -> (N, G, Cg, out...) for each tap
     tap_perm = (2, 0, 1) + tuple(range(3, 3 + nd))
-    for tap in _taps(kernel):
+    for tap in taps(kernel):
         src = cols[(slice(None), slice(None)) + tap].transpose(tap_perm)
-        gx[(slice(None),) * 3 + _tap_slices(tap, stride, dilation, out_sp)] += src
-    return gx[(slice(None),) * 3 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+        gx[(slice(None),) * 3 + tap_slices(tap, out_sp, stride, dilation)] += src
+    return gx[(slice(None),) * 3 + interior(padding, spatial)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,9 +193,9 @@ def _channels_last(x, groups, padding):
     view = x.reshape((n, groups, cg) + spatial).transpose((1, 0) + tuple(range(3, 3 + nd)) + (2,))
     if not any(padding):
         return np.ascontiguousarray(view)
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    padded = padded_spatial(spatial, padding)
     out = np.zeros((groups, n) + padded + (cg,), dtype=x.dtype)
-    out[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))] = view
+    out[(slice(None),) * 2 + interior(padding, spatial)] = view
     return out
 
 
@@ -278,30 +252,31 @@ def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, gr
     # g as (G, N·out, Og) and w as one (G, Og, Cg) matrix per tap
     gt = np.ascontiguousarray(g.reshape(n, groups, og, o_size).transpose(1, 0, 3, 2)).reshape(groups, n * o_size, og)
     w_taps = np.ascontiguousarray(w.reshape(groups, og, cg, _size(kernel)).transpose(3, 0, 1, 2))
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    padded = padded_spatial(spatial, padding)
     dtype = np.result_type(g.dtype, w.dtype)
     gx = np.zeros((groups, n) + padded + (cg,), dtype=dtype)
     term = np.empty((groups, n * o_size, cg), dtype=dtype)
     term_as_input = term.reshape((groups, n) + out_sp + (cg,))
-    for w_tap, tap in zip(w_taps, _taps(kernel)):
+    for w_tap, tap in zip(w_taps, taps(kernel)):
         np.matmul(gt, w_tap, out=term)
-        gx[(slice(None),) * 2 + _tap_slices(tap, stride, dilation, out_sp)] += term_as_input
-    gx = gx[(slice(None),) * 2 + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+        gx[(slice(None),) * 2 + tap_slices(tap, out_sp, stride, dilation)] += term_as_input
+    gx = gx[(slice(None),) * 2 + interior(padding, spatial)]
     return gx.transpose((1, 0, nd + 2) + tuple(range(2, nd + 2)))
 
 
 # NOTE [cache blocking]
 # The unfolded columns are K times the size of the input (25x for a 5x5 kernel). Built in
 # one piece for a whole batch they are a large fresh allocation every call, and fresh pages
-# are slow to touch: on the README CNN's second layer (batch 128) the one-piece forward took
-# 31 ms against 20 ms when the columns are built in blocks of about 4 MiB, each block's
-# GEMM writing its slice of the output. So on the CPU the kernels split the work into
-# blocks of examples (or, for a single example with many groups — the folded per-example
-# cases — blocks of groups) when the columns would exceed BLOCK_BYTES (the pixel-major
-# input gradient, which builds no columns, counts its per-tap working set instead: the
-# grad_output and one tap's term). The loop runs over memory-sized blocks, not over
-# examples: small problems are one block. On the GPU (CuPy) the kernels always run in one
-# piece.
+# are slow to touch: on the README CNN's second layer at batch 128 the forward is faster
+# when the columns are built in blocks of about 4 MiB, each block's GEMM writing its slice
+# of the output. So on the CPU the kernels split the work into blocks of examples (or, for
+# a single example with many groups — the folded per-example cases — blocks of groups)
+# when the columns would exceed BLOCK_BYTES (the pixel-major input gradient, which builds
+# no columns, counts its per-tap working set instead: the grad_output and one tap's term).
+# The loop runs over memory-sized blocks, not over examples: small problems are one block.
+# On the GPU (CuPy) the kernels always run in one piece. `python -m benchmarks conv --batch
+# 128 --im2col-variants` times the kernels in one piece ("im2col one piece") beside the
+# blocked ones.
 BLOCK_BYTES = 4 << 20
 
 

@@ -37,11 +37,9 @@ Batching: pooling is per (example, channel), so every batching rule folds the vm
 beside a batched one is broadcast first (see NOTE [pooling batching]).
 
 Impls (NumPy and CuPy alike, through ``xp``): one strided slice of the padded input per
-window tap — the taps of ``conv_gemm._windows``, but reduced on the fly instead of unfolded —
-so the loop runs over the ``Π k`` taps, never over examples, channels or pixels.
+window tap (``cuvmap/window.py``: the taps the im2col kernels unfold, reduced on the fly
+instead), so the loop runs over the ``Π k`` taps, never over examples, channels or pixels.
 """
-import itertools
-
 import numpy as np
 
 from cuvmap import backend, core
@@ -49,6 +47,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.elementwise import select_impl
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
+from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, tap_slices, taps
 
 # ---------------------------------------------------------------------------------------
 # Declarations and public wrappers
@@ -145,7 +144,7 @@ def pool_output_shape(input_shape, *, window, stride, padding):
         raise ShapeError(f"window {window} and stride {stride} must be positive")
     if any(p < 0 or 2 * p > k for p, k in zip(padding, window)):
         raise ShapeError(f"padding {padding} must be between 0 and half the window {window}")
-    out = tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(input_shape[2:], window, stride, padding))
+    out = output_spatial(input_shape[2:], window, stride, padding)
     if any(s + 2 * p < k for s, k, p in zip(input_shape[2:], window, padding)) or any(o < 1 for o in out):
         raise ShapeError(f"window {window} is larger than the padded input {input_shape} (padding {padding})")
     return input_shape[:2] + out
@@ -198,32 +197,28 @@ avg_pool_transpose_p.shape_rule = _avg_pool_transpose_shape_rule
 # ---------------------------------------------------------------------------------------
 
 
-def _taps(window, stride, out_sp):
-    """For each window tap ``t`` (row-major order): the strided slice of the padded input
-    that tap ``t`` of every window reads, ``x̃[..., y·s + t]`` for all output positions ``y``."""
-    for tap in itertools.product(*(range(k) for k in window)):
-        yield (slice(None), slice(None)) + tuple(
-            slice(t, t + s * (o - 1) + 1, s) for t, s, o in zip(tap, stride, out_sp))
+_NC = (slice(None), slice(None))
 
 
-def _pad(xp, x, padding, value):
-    if not any(padding):
-        return x
-    return xp.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding), mode="constant", constant_values=value)
+def _tap_indices(window, stride, out_sp):
+    """For each window tap ``t`` (row-major order): the index of the strided slice of the
+    padded input that tap ``t`` of every window reads, ``x̃[n, c, y·s + t]`` for all output
+    positions ``y``."""
+    for tap in taps(window):
+        yield _NC + tap_slices(tap, out_sp, stride)
 
 
 def _crop(x, padding, spatial):
-    if not any(padding):
-        return x
-    return x[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, spatial))]
+    """The input's positions of a padded ``(N, C, S + 2p...)`` array."""
+    return x[_NC + interior(padding, spatial)]
 
 
 def _max_pool_impl(x, *, window, stride, padding):
     out_sp = max_pool_p.check(x, window=window, stride=stride, padding=padding).shape[2:]
     xp = backend.xp_of(x)
-    x_pad = _pad(xp, x, padding, -np.inf)
+    x_pad = pad_spatial(xp, x, padding, -np.inf)
     out = None
-    for sl in _taps(window, stride, out_sp):
+    for sl in _tap_indices(window, stride, out_sp):
         if out is None:
             out = x_pad[sl].copy()
         else:
@@ -249,15 +244,15 @@ def _first_max_masks(xp, x_pad, window, stride, out_sp):
     the tap reads, ``selected`` a boolean ``(N, C, out...)`` mask of the windows whose
     selected position is this tap — the first tap equal to the window's maximum, or the
     first NaN (NOTE [max pool ties]). The mask is reused between taps: consume it at once."""
-    taps = list(_taps(window, stride, out_sp))
-    m = x_pad[taps[0]].copy()
-    for sl in taps[1:]:
+    indices = list(_tap_indices(window, stride, out_sp))
+    m = x_pad[indices[0]].copy()
+    for sl in indices[1:]:
         xp.maximum(m, x_pad[sl], out=m)
     # on the GPU the NaN test would cost a device synchronisation; always take it there
     has_nan = xp is not np or bool(np.isnan(m).any())
     unclaimed = xp.ones(m.shape, dtype=bool)
     selected = xp.empty(m.shape, dtype=bool)
-    for sl in taps:
+    for sl in indices:
         s = x_pad[sl]
         xp.equal(s, m, out=selected)
         if has_nan:  # NaN != NaN: a NaN window selects its first NaN
@@ -271,9 +266,9 @@ def _max_pool_gather_impl(t, x, *, window, stride, padding):
     params = dict(window=window, stride=stride, padding=padding)
     out_sp = max_pool_gather_p.check(t, x, **params).shape[2:]
     xp = backend.xp_of(t, x)
-    t_pad = _pad(xp, t, padding, 0)
+    t_pad = pad_spatial(xp, t, padding, 0)
     out = xp.empty(tuple(x.shape[:2]) + out_sp, dtype=t.dtype)
-    for sl, selected in _first_max_masks(xp, _pad(xp, x, padding, -np.inf), window, stride, out_sp):
+    for sl, selected in _first_max_masks(xp, pad_spatial(xp, x, padding, -np.inf), window, stride, out_sp):
         xp.copyto(out, t_pad[sl], where=selected)
     return out
 
@@ -282,7 +277,7 @@ def _max_pool_scatter_impl(g, x, *, window, stride, padding):
     params = dict(window=window, stride=stride, padding=padding)
     max_pool_scatter_p.check(g, x, **params)
     xp = backend.xp_of(g, x)
-    x_pad = _pad(xp, x, padding, -np.inf)
+    x_pad = pad_spatial(xp, x, padding, -np.inf)
     out = xp.zeros(x_pad.shape, dtype=g.dtype)
     for sl, selected in _first_max_masks(xp, x_pad, window, stride, tuple(g.shape[2:])):
         # the taps of one slice never overlap; NOTE [branch-free select] for the NumPy path
@@ -308,9 +303,9 @@ def _avg_pool_impl(x, *, window, stride, padding, count_include_pad):
     params = dict(window=window, stride=stride, padding=padding)
     out_sp = avg_pool_p.check(x, count_include_pad=count_include_pad, **params).shape[2:]
     xp = backend.xp_of(x)
-    x_pad = _pad(xp, x, padding, 0)
+    x_pad = pad_spatial(xp, x, padding, 0)
     total = None
-    for sl in _taps(window, stride, out_sp):
+    for sl in _tap_indices(window, stride, out_sp):
         total = x_pad[sl].copy() if total is None else xp.add(total, x_pad[sl], out=total)
     return total / _divisor(xp, x.shape, window, stride, padding, count_include_pad, x.dtype)
 
@@ -321,9 +316,9 @@ def _avg_pool_transpose_impl(g, *, input_shape, window, stride, padding, count_i
     xp = backend.xp_of(g)
     out_sp = tuple(g.shape[2:])
     scaled = g / _divisor(xp, input_shape, window, stride, padding, count_include_pad, g.dtype)
-    padded = tuple(input_shape[:2]) + tuple(s + 2 * p for s, p in zip(input_shape[2:], padding))
+    padded = tuple(input_shape[:2]) + padded_spatial(input_shape[2:], padding)
     out = xp.zeros(padded, dtype=g.dtype)
-    for sl in _taps(window, stride, out_sp):
+    for sl in _tap_indices(window, stride, out_sp):
         out[sl] += scaled                              # the taps of one slice never overlap
     return xp.ascontiguousarray(_crop(out, padding, input_shape[2:]))
 

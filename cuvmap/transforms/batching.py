@@ -11,10 +11,13 @@ batched output of a primitive from the size of the mapped axis, the physical ope
 their batch dims with one call of primitives (never a loop over examples). The axis size
 comes from the transform, as in JAX, rather than from the operands' shapes: a batch of
 size 0 has no example to measure a folded dim by, and its results must still have the
-right logical shapes (``vmap(f)`` over a ``(0, ...)`` input returns empty arrays). The helpers below, in the spirit of functorch's
-``BatchRulesHelper.h``, move batch dims to the front, pad operands to a common logical
-rank, fold a batch dim into another dim and split it back out, and define the rules of
-whole families (elementwise with broadcasting, reductions) at once.
+right logical shapes (``vmap(f)`` over a ``(0, ...)`` input returns empty arrays).
+
+The helpers below, in the spirit of functorch's ``BatchRulesHelper.h``, move batch dims
+to the front, pad operands to a common logical rank, fold a batch dim into another dim
+(:func:`fold_bdim_into`, functorch's ``reshape_dim_into``) and split it back out
+(:func:`split_bdim_out_of`, its ``reshape_dim_outof``), and define the rules of whole
+families (elementwise with broadcasting, reductions) at once.
 """
 from cuvmap import core
 from cuvmap.core import MissingRuleError, Trace, Tracer
