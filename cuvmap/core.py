@@ -160,6 +160,16 @@ def spatial_tuple(value, nd, name, op):
     return value
 
 
+def conv_output_spatial(spatial, kernel, stride, padding, dilation):
+    """The output size of a regular convolution, ``⌊(S + 2p − d(k − 1) − 1) / s⌋ + 1`` per
+    spatial dim: the one place this arithmetic lives (the shape rule, the im2col, oneDNN and
+    cuDNN kernels and the transposed conv's padding all use it)."""
+    return tuple(
+        (s + 2 * p - d * (k - 1) - 1) // st + 1
+        for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # The interpreter stack
 # ---------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ import threading
 
 import numpy as np
 
+from cuvmap.core import conv_output_spatial
+
 # ---------------------------------------------------------------------------------------
 # The C API's constants (oneDNN 3.2: dnnl_common_types.h, dnnl_types.h)
 # ---------------------------------------------------------------------------------------
@@ -769,8 +771,7 @@ def forward(x, w, stride, padding, dilation, groups, bias=None):
     n, c = x.shape[:2]
     o = w.shape[0]
     kernel = tuple(w.shape[2:])
-    out_sp = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
-                   for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    out_sp = conv_output_spatial(x.shape[2:], kernel, stride, padding, dilation)
     y = np.empty((n, o) + out_sp, dtype)
     arrays = {"x": x, "w": w, "y": y}
     if bias is not None:

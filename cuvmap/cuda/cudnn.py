@@ -25,6 +25,7 @@ import threading
 
 import numpy as np
 
+from cuvmap.core import conv_output_spatial
 from cuvmap.cuda import device
 
 CUDNN_STATUS_SUCCESS = 0
@@ -347,17 +348,13 @@ def _run(op, x_shape, w_shape, y_shape, dtype, stride, padding, dilation, groups
     return out
 
 
-def _output_spatial(spatial, kernel, stride, padding, dilation):
-    return tuple((s + 2 * p - d * (k - 1) - 1) // st + 1 for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation))
-
-
 def forward(x, w, stride, padding, dilation, groups):
     """Regular convolution ``(N, C, S...) ⊛ (O, C/G, K...) -> (N, O, out...)``."""
     import cupy
 
     x = cupy.ascontiguousarray(x)
     w = cupy.ascontiguousarray(w)
-    y_shape = (x.shape[0], w.shape[0]) + _output_spatial(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    y_shape = (x.shape[0], w.shape[0]) + conv_output_spatial(x.shape[2:], w.shape[2:], stride, padding, dilation)
     y = cupy.empty(y_shape, dtype=x.dtype)
     return _run("fwd", x.shape, w.shape, y_shape, x.dtype, stride, padding, dilation, groups, x, w, y)
 

@@ -164,7 +164,7 @@ def conv_output_shape(lhs_shape, rhs_shape, *, stride, padding, dilation, transp
                     f"kernel of extent {d * (k - 1) + 1} (size {k}, dilation {d}) is larger than the padded "
                     f"input ({s} + 2·{p}) ({where})"
                 )
-        out_sp = conv_gemm.output_spatial(spatial, kernel, stride, padding, dilation)
+        out_sp = core.conv_output_spatial(spatial, kernel, stride, padding, dilation)
     if any(o < 1 for o in out_sp):
         raise ShapeError(f"the output would be empty: spatial size {out_sp} ({where})")
     return (n, out_ch) + out_sp
@@ -331,7 +331,7 @@ def _empty_result(op, args, xp):
     """The result of ``op`` when an operand has a zero-size dim: zeros of its shape."""
     if op == "forward":
         x, w, stride, padding, dilation, _ = args
-        shape = (x.shape[0], w.shape[0]) + conv_gemm.output_spatial(x.shape[2:], w.shape[2:], stride, padding,
+        shape = (x.shape[0], w.shape[0]) + core.conv_output_spatial(x.shape[2:], w.shape[2:], stride, padding,
                                                                      dilation)
     else:
         shape = tuple(args[2])
@@ -427,7 +427,7 @@ def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, out
     # a transposed conv is the input-gradient of the regular conv from its output space;
     # its input plays that conv's grad_output, zero-padded to the regular conv's extent
     # (NOTE [output_padding in the transposed backward])
-    extent = conv_gemm.output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation)
+    extent = core.conv_output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation)
     if tuple(extent) != tuple(lhs.shape[2:]):
         pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
         lhs = backend.xp_of(lhs).pad(lhs, pads)
@@ -474,7 +474,7 @@ def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, paddin
         # so its weight-gradient is the regular one with the roles of x and g swapped; x
         # plays the regular conv's output, zero-padded to its extent (NOTE [output_padding
         # in the transposed backward]).
-        extent = conv_gemm.output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation)
+        extent = core.conv_output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation)
         if tuple(extent) != tuple(lhs.shape[2:]):
             pads = ((0, 0), (0, 0)) + tuple((0, e - s) for e, s in zip(extent, lhs.shape[2:]))
             lhs = backend.xp_of(lhs).pad(lhs, pads)

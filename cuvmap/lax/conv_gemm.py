@@ -23,6 +23,8 @@ import itertools
 
 import numpy as np
 
+from cuvmap.core import conv_output_spatial
+
 
 def _xp(x):
     if type(x).__module__.startswith("cupy"):
@@ -52,14 +54,6 @@ def _tap_slices(tap, stride, dilation, out_sp):
     return tuple(
         slice(t * d, t * d + st * (os - 1) + 1, st)
         for t, d, st, os in zip(tap, dilation, stride, out_sp)
-    )
-
-
-def output_spatial(spatial, kernel, stride, padding, dilation):
-    """``⌊(S + 2p − d(k − 1) − 1) / s⌋ + 1`` per spatial dim."""
-    return tuple(
-        (s + 2 * p - d * (k - 1) - 1) // st + 1
-        for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)
     )
 
 
@@ -140,7 +134,7 @@ def _columns(xp, x, kernel, stride, padding, dilation, groups):
     """im2col as a GEMM operand: ``(G, Cg·K, N·out)`` (one copy of the windows)."""
     n, c = x.shape[:2]
     nd = len(kernel)
-    out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
+    out_sp = conv_output_spatial(x.shape[2:], kernel, stride, padding, dilation)
     win = _windows(xp, _pad(xp, x, padding), out_sp, kernel, stride, dilation)
     cg = c // groups
     win = win.reshape((n, groups, cg) + out_sp + tuple(kernel))
@@ -231,7 +225,7 @@ def _pixel_columns(x, kernel, stride, padding, dilation, groups):
     x_cl = _channels_last(x, groups, padding)
     n, cg = x.shape[0], x_cl.shape[-1]
     nd = len(kernel)
-    out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
+    out_sp = conv_output_spatial(x.shape[2:], kernel, stride, padding, dilation)
     st = x_cl.strides
     shape = (groups, n) + out_sp + tuple(kernel) + (cg,)
     strides = (
@@ -346,7 +340,7 @@ def forward(x, w, stride, padding, dilation, groups):
     o = w.shape[0]
     cg, og = c // groups, o // groups
     kernel = tuple(w.shape[2:])
-    out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
+    out_sp = conv_output_spatial(x.shape[2:], kernel, stride, padding, dilation)
     block = (_forward_pixel_major if _pixel_major(xp, cg, kernel, stride, dilation, out_sp, og)
              else _forward_channel_major)
     plan = _blocks(x, n, groups, _column_bytes(cg, kernel, out_sp, x.dtype))
