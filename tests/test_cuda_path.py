@@ -215,6 +215,43 @@ def test_check_batching_with_an_unmapped_output():
 
 
 # ---------------------------------------------------------------------------------------
+# tools/gpu_checks.sh
+# ---------------------------------------------------------------------------------------
+
+_SCRIPT_TESTS = """
+import pytest
+
+@pytest.mark.gpu
+def test_passes():
+    pass
+
+@pytest.mark.gpu
+def test_skips():
+    pytest.skip("the reason this skips")
+{failing}
+"""
+
+
+@pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
+def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
+    tests = tmp_path / "test_probe.py"
+    tests.write_text(_SCRIPT_TESTS.format(failing="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
+                                          if failing else ""))
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_CHECKS_TESTS=str(tests), GPU_CHECKS_BENCH="0",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout
+    assert "SKIPPED [1] " in out and "the reason this skips" in out
+    assert ("FAILED " in out and "test_fails" in out) is failing
+    assert ("!! FAILED: GPU tests (pytest exit status 1;" in out) is failing
+    cudnn_missing = not cudnn.available()
+    assert ("!! cuDNN IS UNAVAILABLE: " in out) is cudnn_missing
+    assert ("!! FAILED: cuDNN unavailable" in out) is cudnn_missing
+    assert proc.returncode == (1 if failing or cudnn_missing else 0), out + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------
 
