@@ -213,12 +213,14 @@ def _load():
                 lib.cudnnGetErrorString.restype = ctypes.c_char_p
                 lib.cudnnGetVersion.argtypes = []
                 lib.cudnnGetVersion.restype = ctypes.c_size_t
-                # cuDNN 9's description of the latest error on this thread
-                lib.cudnnGetLastErrorString.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-                lib.cudnnGetLastErrorString.restype = None
             except AttributeError as err:
                 errors.append(f"{path}: {err}")
                 continue
+            try:    # cuDNN 9's description of the latest error on this thread (optional)
+                lib.cudnnGetLastErrorString.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+                lib.cudnnGetLastErrorString.restype = None
+            except AttributeError:
+                pass
             _lib = lib
             return _lib
         _load_error = "libcudnn.so.9 did not load: " + "; ".join(errors)
