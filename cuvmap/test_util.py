@@ -126,29 +126,44 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, ep
     check(f, args, order, 1)
 
 
+def _example(leaf, b, ax):
+    """Example ``b`` of ``leaf`` along ``ax``, an array of the leaf's own kind on its own
+    device (a 0-d NumPy array, not a NumPy scalar)."""
+    leaf = backend.concrete(leaf)
+    xp = backend.xp_of(leaf)
+    return xp.asarray(xp.take(leaf, b, axis=ax))
+
+
+def _zero_example(leaf, ax):
+    """An all-zeros example of ``leaf`` (mapped along ``ax``), on the leaf's device."""
+    leaf = backend.concrete(leaf)
+    shape = tuple(leaf.shape)
+    ax %= len(shape)
+    return backend.xp_of(leaf).zeros(shape[:ax] + shape[ax + 1:], leaf.dtype)
+
+
 def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
     """``vmap(f, in_axes, out_axes)(*args)`` against stacking ``f`` over a loop of examples.
 
     ``in_axes`` is an int/None or a tuple with one entry per argument (int or None for the
-    whole argument).
+    whole argument). Every leaf stays on its own device: the loop gives ``f`` each mapped
+    leaf's examples as arrays of that leaf's kind (NumPy or CuPy) and every unmapped leaf
+    as it is, so it computes where the vmapped call does; each vmapped output must be on
+    the device of the loop's. Only the comparison copies results to the host.
     """
     in_axes_t = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
     sizes = set()
     for a, ax in zip(args, in_axes_t):
         if ax is not None:
             for leaf in tree.leaves(a):
-                sizes.add(np.shape(_to_numpy(leaf))[ax])
+                sizes.add(np.shape(backend.concrete(leaf))[ax])
     assert len(sizes) == 1, f"check_batching: mapped sizes {sizes}"
     size = sizes.pop()
     got = api.vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
     if size == 0:
         # no example to loop over: f on one all-zeros example gives each output's logical
         # shape and dtype, which the empty batched outputs must have (with 0 at out_axes)
-        def zero_example(leaf, ax):
-            leaf = _to_numpy(leaf)
-            return np.zeros(leaf.shape[:ax % leaf.ndim] + leaf.shape[ax % leaf.ndim + 1:], leaf.dtype)
-
-        ex_args = [a if ax is None else tree.map(lambda leaf, ax=ax: zero_example(leaf, ax), a)
+        ex_args = [a if ax is None else tree.map(lambda leaf, ax=ax: _zero_example(leaf, ax), a)
                    for a, ax in zip(args, in_axes_t)]
         with np.errstate(all="ignore"):
             template = f(*ex_args)
@@ -156,20 +171,24 @@ def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
     else:
         examples = []
         for b in range(size):
-            ex_args = [
-                a if ax is None else tree.map(lambda leaf: np.take(_to_numpy(leaf), b, axis=ax), a)
-                for a, ax in zip(args, in_axes_t)
-            ]
+            ex_args = [a if ax is None else tree.map(lambda leaf, ax=ax: _example(leaf, b, ax), a)
+                       for a, ax in zip(args, in_axes_t)]
             examples.append(f(*ex_args))
     out_axes_flat = tree.leaves(out_axes, is_leaf=lambda a: a is None) if not isinstance(out_axes, int) else None
     got_leaves = tree.leaves(got)
     for j, g in enumerate(got_leaves):
         oa = out_axes if out_axes_flat is None else out_axes_flat[j]
+        loop_leaf = tree.leaves(template if size == 0 else examples[0])[j]
+        if backend.backend_name(g) != backend.backend_name(loop_leaf):
+            raise AssertionError(f"vmap output {j} is on the {backend.backend_name(g)}, the loop's on the "
+                                 f"{backend.backend_name(loop_leaf)}")
         if size == 0:
-            one = _to_numpy(tree.leaves(template)[j])
+            one = _to_numpy(loop_leaf)
             want = one if oa is None else np.moveaxis(np.empty((0,) + one.shape, one.dtype), 0, oa)
             if _to_numpy(g).dtype != want.dtype:
                 raise AssertionError(f"vmap output {j}: dtype {_to_numpy(g).dtype}, one example gives {want.dtype}")
+        elif oa is None:
+            want = _to_numpy(loop_leaf)     # unmapped: every example gives it
         else:
             want = np.stack([_to_numpy(tree.leaves(e)[j]) for e in examples], axis=oa)
         g = _to_numpy(g)

@@ -583,7 +583,9 @@ def test_gpu_per_example_gradients_match_cpu():
 def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, get):
     """Under "auto" a fresh key times both kernels once and returns the faster's result; a
     later call of the key — and another batch size in its bucket — times nothing; the
-    vendor's and the unfold kernels' outputs agree with the naive loops."""
+    vendor's and the unfold kernels' outputs agree with the naive loops and each other.
+    A vendor failure fails the test (no silent fallback to unfold), and every result stays
+    on the operands' device."""
     monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
     monkeypatch.setattr(conv_mod, "_measured", {})
     monkeypatch.setattr(conv_mod, "_failed", {})
@@ -595,32 +597,45 @@ def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, g
         return real_time_kernel(module, op, *rest)
 
     monkeypatch.setattr(conv_mod, "_time_kernel", spy)
+    vendor_module = conv_mod._vendor_for(device, np.dtype(np.float32))[1]
+    vendor_calls = []
+    _spy_kernels(monkeypatch, vendor_module, vendor_calls, vendor)
     rng = np.random.default_rng(15)
     _, w, _, params = make_operands(CONFIGS[4], rng)
     xs = {n: rng.standard_normal((n, 4, 7, 7)) for n in (3, 4, 5)}
     w32 = put(w.astype(np.float32))
 
     def conv(n):
-        out = get(lax.conv(put(xs[n].astype(np.float32)), w32, **params))
+        x = put(xs[n].astype(np.float32))
+        out = lax.conv(x, w32, **params)
+        assert type(out) is type(x), f"the result left the {device}: {type(out).__name__}"
+        out = get(out)
         np.testing.assert_allclose(out, reference_conv(xs[n], w, None, params), rtol=1e-4, atol=1e-4)
         return out
 
-    conv(3)
-    assert sorted(timed) == [("conv_gemm", "forward"), (vendor, "forward")]
-    ((key, (choice, times)),) = conv_mod.measured_choices().items()
-    assert key[:2] == ("forward", device) and key[3] == 4        # N = 3 in the bucket of 4
-    assert set(times) == {vendor, "unfold"} and all(t > 0 for t in times.values())
-    assert choice == min(times, key=times.get)
-    conv(3)
-    conv(4)                                                      # the same bucket: reused
-    assert len(timed) == 2 and len(conv_mod.measured_choices()) == 1
-    conv(5)                                                      # bucket 8: measured anew
-    assert len(timed) == 4 and len(conv_mod.measured_choices()) == 2
-    # both kernels, forced, against the loops and each other
-    monkeypatch.setattr(conv_mod, "_strategy", [vendor if vendor == "onednn" else "cudnn"])
-    by_vendor = conv(5)
-    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
-    np.testing.assert_allclose(by_vendor, conv(5), rtol=1e-5, atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", conv_mod.VendorKernelWarning)
+        conv(3)
+        assert sorted(timed) == [("conv_gemm", "forward"), (vendor, "forward")]
+        assert vendor_calls                                          # the vendor's kernel ran
+        ((key, (choice, times)),) = conv_mod.measured_choices().items()
+        assert key[:2] == ("forward", device) and key[3] == 4        # N = 3 in the bucket of 4
+        assert set(times) == {vendor, "unfold"} and all(t > 0 for t in times.values())
+        assert choice == min(times, key=times.get)
+        conv(3)
+        conv(4)                                                      # the same bucket: reused
+        assert len(timed) == 2 and len(conv_mod.measured_choices()) == 1
+        conv(5)                                                      # bucket 8: measured anew
+        assert len(timed) == 4 and len(conv_mod.measured_choices()) == 2
+        # both kernels, forced, against the loops and each other
+        monkeypatch.setattr(conv_mod, "_strategy", [vendor])
+        del vendor_calls[:]
+        by_vendor = conv(5)
+        assert vendor_calls == [(vendor, "forward")]
+        monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+        by_unfold = conv(5)
+        assert vendor_calls == [(vendor, "forward")]
+    np.testing.assert_allclose(by_vendor, by_unfold, rtol=1e-5, atol=1e-5)
     assert len(timed) == 4
 
 

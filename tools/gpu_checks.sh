@@ -3,6 +3,12 @@
 #   bash tools/gpu_checks.sh            (writes logs to $OUT, or to ./gpu-results)
 # Wheels missing there (e.g. optree) can be put in .whl/ beforehand; they are installed
 # into /tmp/site first. CuPy and the nvidia-cudnn wheel must already be importable.
+#
+# Every step runs, and the script exits non-zero when any failed: a cuDNN that did not
+# load (the banner names load_error()), failing or erroring GPU tests (pytest's own exit
+# status), or a benchmark that crashed. Every skipped test is listed with its reason.
+#   GPU_CHECKS_TESTS    what pytest runs (default: tests)
+#   GPU_CHECKS_BENCH=0  skips the benchmarks
 set -uo pipefail
 OUT="${OUT:-gpu-results}"
 mkdir -p "$OUT"
@@ -13,11 +19,34 @@ else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONUNBUFFERED=1
-{
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-    python3 -c "import cuvmap.cuda.device as d, cuvmap.cuda.cudnn as c; print(d.describe()); print('cudnn load error:', c.load_error())"
-} 2>&1 | tee "$OUT/device.txt"
-python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.txt" | tail -30
-python3 -m benchmarks.bench_conv --device gpu --json "$OUT/bench_conv_gpu.json" 2>&1 | tee "$OUT/bench_conv_gpu.md" | tail -60
-python3 -m benchmarks per_example --device gpu --batch 32 128 --json "$OUT/per_example_gpu.json" 2>&1 \
-    | tee "$OUT/per_example_gpu.md" | tail -40
+failed=()
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
+python3 -c "import sys, cuvmap.cuda.device as d; sys.exit(d.preflight())" 2>&1 | tee -a "$OUT/device.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("cuDNN unavailable (see the banner above and $OUT/device.txt)")
+
+python3 -m pytest -rfEs -m gpu -p no:cacheprovider ${GPU_CHECKS_TESTS:-tests} > "$OUT/gpu_tests.txt" 2>&1
+status=$?
+# the failures, then every skip with its reason, then pytest's summary line
+grep -E '^(FAILED|ERROR) ' "$OUT/gpu_tests.txt" | head -40
+grep -E '^SKIPPED ' "$OUT/gpu_tests.txt"
+tail -1 "$OUT/gpu_tests.txt"
+[ "$status" -eq 0 ] || failed+=("GPU tests (pytest exit status $status; $OUT/gpu_tests.txt)")
+
+if [ "${GPU_CHECKS_BENCH:-1}" != 0 ]; then
+    python3 -m benchmarks.bench_conv --device gpu --json "$OUT/bench_conv_gpu.json" 2>&1 | tee "$OUT/bench_conv_gpu.md" | tail -60
+    status=${PIPESTATUS[0]}
+    [ "$status" -eq 0 ] || failed+=("benchmarks.bench_conv (exit status $status)")
+    python3 -m benchmarks per_example --device gpu --batch 32 128 --json "$OUT/per_example_gpu.json" 2>&1 \
+        | tee "$OUT/per_example_gpu.md" | tail -40
+    status=${PIPESTATUS[0]}
+    [ "$status" -eq 0 ] || failed+=("benchmarks per_example (exit status $status)")
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    for f in "${failed[@]}"; do echo "!! FAILED: $f"; done
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    exit 1
+fi
+echo "gpu_checks: all steps passed"

@@ -19,9 +19,60 @@ def describe():
     mem = props["totalGlobalMem"] / 2**30
     from cuvmap.cuda import cudnn
 
-    cudnn_version = cudnn.version() if cudnn.available() else f"unavailable ({cudnn.load_error()})"
+    if cudnn.available():
+        cudnn_text = f"{cudnn.version()} (workspace cap {cudnn.max_workspace_bytes() / 2**20:g} MiB)"
+    else:
+        cudnn_text = f"unavailable ({cudnn.load_error()})"
     return (f"{name}, {mem:.0f} GiB, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}, "
-            f"CuPy {cp.__version__}, cuDNN {cudnn_version}")
+            f"CuPy {cp.__version__}, cuDNN {cudnn_text}")
+
+
+def device_mismatch(what, operands, current):
+    """The error text when an operand is not on the current GPU, else None.
+
+    Args:
+      what: the operation, e.g. ``"conv forward"``.
+      operands: ``(name, shape, device id)`` of each GPU operand.
+      current: the current device's id.
+    """
+    devices = sorted({dev for _, _, dev in operands})
+    if devices in ([], [current]):
+        return None
+    where = ", ".join(f"the {name} {list(shape)} on GPU {dev}" for name, shape, dev in operands)
+    if len(devices) > 1:
+        hint = ("move them to one GPU (cupy.asarray under `with cupy.cuda.Device(i):`) and call it under that "
+                "device")
+    else:
+        hint = f"call it under `with cupy.cuda.Device({devices[0]}):`, or move the operands to GPU {current}"
+    return f"{what}: operands on another GPU than the current one (GPU {current}): {where}; {hint}"
+
+
+def check_current_device(what, named):
+    """Raises ValueError (:func:`device_mismatch`'s text) when a CuPy array among the
+    ``(name, array)`` pairs ``named`` lives on another GPU than the current one."""
+    cp = backend.cupy_module()
+    operands = [(name, tuple(a.shape), a.device.id) for name, a in named if backend.is_cupy_array(a)]
+    if not operands:
+        return
+    message = device_mismatch(what, operands, cp.cuda.runtime.getDevice())
+    if message is not None:
+        raise ValueError(message)
+
+
+def preflight():
+    """Prints :func:`describe` and whether cuDNN loaded; returns 0 when it did and 1 with a
+    banner naming :func:`cuvmap.cuda.cudnn.load_error` otherwise (``tools/gpu_checks.sh``
+    fails on it)."""
+    from cuvmap.cuda import cudnn
+
+    print(describe())
+    if cudnn.available():
+        print(f"cuDNN {cudnn.version()} loaded; a handle was created on the current device")
+        return 0
+    bar = "!" * 78
+    print(f"{bar}\n!! cuDNN IS UNAVAILABLE: {cudnn.load_error()}\n!! The cuDNN GPU tests skip and the benchmarks "
+          f"run the unfold kernels only.\n{bar}")
+    return 1
 
 
 def time_gpu(fn, repeats=3):

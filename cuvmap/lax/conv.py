@@ -249,7 +249,9 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # a vendor call raises (under "auto", measuring or not, or a forced vendor strategy), the
 # unfold kernels give the result and a VendorKernelWarning says so once per key, naming
 # the error; that key stays on unfold. Operands with a zero-size dim (an empty batch)
-# reach no kernel: the result is the zero (or empty) array of the right shape.
+# reach no kernel: the result is the zero (or empty) array of the right shape. CuPy operands
+# on another GPU than the current one are a ValueError naming the op and the devices, before
+# any kernel runs (so that it is not mistaken for a vendor failure).
 _STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
 _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
@@ -384,11 +386,20 @@ def _fall_back(key, name, err, op, args):
                       f"run this shape instead (NOTE [conv strategy])", VendorKernelWarning, stacklevel=4)
 
 
+_OPERAND_NAMES = {"forward": ("input", "weight"), "backward_input": ("grad_output", "weight"),
+                  "backward_weight": ("grad_output", "input")}
+
+
 def _run_kernel(op, *args, bias=None):
     """Runs ``op`` (``forward``, ``backward_input`` or ``backward_weight``, the signatures
     of ``conv_gemm``'s) on the operands' device, on the kernels the strategy picks (NOTE
     [conv strategy]); ``bias`` (forward only) is added to the result."""
     device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
+    if device == "gpu":
+        from cuvmap.cuda import device as cuda_device
+
+        named = list(zip(_OPERAND_NAMES[op], args[:2])) + ([("bias", bias)] if bias is not None else [])
+        cuda_device.check_current_device(f"conv {op}", named)
     if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
         return _empty_result(op, args, backend.xp_of(args[0]))
     strategy = get_strategy()

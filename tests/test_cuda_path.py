@@ -1,0 +1,454 @@
+"""The GPU path's own logic: the cuDNN binding's checks and settings, the algorithm choice
+over cuDNN's perf records, operand alignment, device errors, ``check_batching``'s device
+consistency and ``tools/gpu_checks.sh``.
+
+What needs no device runs everywhere, on the real functions with NumPy arrays or with perf
+records filled in as cuDNN fills them; nothing stands in for a GPU. The tests marked
+``gpu`` need CuPy, a CUDA device and (most) a loadable cuDNN, and skip otherwise, with the
+reason, so that ``tools/gpu_checks.sh`` lists them. Convolution results are checked
+against the naive float64 loops of tests/test_conv.py.
+"""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from cuvmap import backend, core
+from cuvmap.cuda import cudnn
+from cuvmap.cuda import device as cuda_device
+from cuvmap.test_util import check_batching
+
+from test_conv import naive_backward_weight, naive_conv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+needs_gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no CUDA device visible to CuPy")
+
+
+def _needs_cudnn():
+    if not cudnn.available():
+        pytest.skip(f"cuDNN not loadable: {cudnn.load_error()}")
+
+
+def _perfs(*records):
+    """``AlgoPerf`` records as cuDNN fills them: ``(algo, status, memory, mathType)``."""
+    perfs = (cudnn.AlgoPerf * len(records))()
+    for p, (algo, status, memory, math) in zip(perfs, records):
+        p.algo, p.status, p.memory, p.mathType, p.time = algo, status, memory, math, 0.1 * algo
+    return perfs[:len(records)]
+
+
+MiB = 2**20
+FAILED = 3000   # CUDNN_STATUS_NOT_SUPPORTED in cuDNN 9's numbering: anything but success
+
+
+# ---------------------------------------------------------------------------------------
+# The algorithm choice (NOTE [cuDNN algorithm choice])
+# ---------------------------------------------------------------------------------------
+
+
+def test_algorithms_above_the_workspace_cap_are_skipped():
+    perfs = _perfs(
+        (1, cudnn.CUDNN_STATUS_SUCCESS, 64 * MiB, cudnn.CUDNN_FMA_MATH),      # fastest, too large
+        (2, cudnn.CUDNN_STATUS_SUCCESS, 1 * MiB, cudnn.CUDNN_TENSOR_OP_MATH),  # TF32
+        (3, FAILED, 0, cudnn.CUDNN_DEFAULT_MATH),
+        (4, cudnn.CUDNN_STATUS_SUCCESS, 4 * MiB, cudnn.CUDNN_DEFAULT_MATH),
+        (5, cudnn.CUDNN_STATUS_SUCCESS, 8 * MiB, cudnn.CUDNN_FMA_MATH),        # exactly the cap
+        (6, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION),
+    )
+    algos = lambda **kw: [p.algo for p in cudnn.usable_algorithms(perfs, **kw)]  # noqa: E731
+    assert algos(strict=True, max_workspace=8 * MiB) == [4, 5]
+    assert algos(strict=False, max_workspace=8 * MiB) == [2, 4, 5, 6]
+    assert algos(strict=False, max_workspace=2**40) == [1, 2, 4, 5, 6]
+    assert algos(strict=True, max_workspace=0) == []
+    assert algos(strict=False, max_workspace=0) == [6]
+
+
+def test_no_algorithm_within_the_cap_says_what_it_would_need():
+    perfs = _perfs((1, cudnn.CUDNN_STATUS_SUCCESS, 64 * MiB, cudnn.CUDNN_FMA_MATH),
+                   (2, cudnn.CUDNN_STATUS_SUCCESS, 12 * MiB, cudnn.CUDNN_DEFAULT_MATH),
+                   (3, cudnn.CUDNN_STATUS_SUCCESS, 1 * MiB, cudnn.CUDNN_TENSOR_OP_MATH),
+                   (4, FAILED, 0, cudnn.CUDNN_DEFAULT_MATH))
+    assert cudnn.usable_algorithms(perfs, strict=True, max_workspace=8 * MiB) == []
+    msg = cudnn.no_algorithm_message("Forward", perfs, strict=True, max_workspace=8 * MiB)
+    assert msg == ("cuDNN found no Forward algorithm within the workspace cap of 8388608 bytes: the smallest of 2 "
+                   "usable ones needs 12582912 bytes (cudnn.set_max_workspace_bytes or "
+                   "CUVMAP_CUDNN_MAX_WORKSPACE_BYTES raises the cap)")
+    none_ok = cudnn.no_algorithm_message("BackwardData", perfs[3:], strict=True, max_workspace=8 * MiB)
+    assert none_ok == ("cuDNN found no usable BackwardData algorithm for this convolution (1 candidates, none "
+                       "succeeded in strict FP32/FP64 math)")
+
+
+def test_the_workspace_cap_setting(monkeypatch):
+    monkeypatch.setitem(cudnn._settings, "max_workspace", None)
+    monkeypatch.delenv("CUVMAP_CUDNN_MAX_WORKSPACE_BYTES", raising=False)
+    assert cudnn.max_workspace_bytes() == 8 * MiB == cudnn.DEFAULT_MAX_WORKSPACE_BYTES
+    cudnn.set_max_workspace_bytes(0)
+    assert cudnn.max_workspace_bytes() == 0
+    cudnn.set_max_workspace_bytes(np.int64(3 * MiB))
+    assert cudnn.max_workspace_bytes() == 3 * MiB
+    for bad in (-1, 1.5, "8MiB", True, None):
+        with pytest.raises(ValueError, match=r"^the cuDNN workspace cap must be a non-negative whole number of "
+                                             r"bytes; set_max_workspace_bytes's argument is "):
+            cudnn.set_max_workspace_bytes(bad)
+    assert cudnn.max_workspace_bytes() == 3 * MiB
+    # the environment: read at the first use, a bad value rejected there
+    monkeypatch.setitem(cudnn._settings, "max_workspace", None)
+    monkeypatch.setenv("CUVMAP_CUDNN_MAX_WORKSPACE_BYTES", "1048576")
+    assert cudnn.max_workspace_bytes() == MiB
+    monkeypatch.setitem(cudnn._settings, "max_workspace", None)
+    monkeypatch.setenv("CUVMAP_CUDNN_MAX_WORKSPACE_BYTES", "lots")
+    with pytest.raises(ValueError, match="CUVMAP_CUDNN_MAX_WORKSPACE_BYTES is 'lots'"):
+        cudnn.max_workspace_bytes()
+
+
+# ---------------------------------------------------------------------------------------
+# Operands (NOTE [cuDNN operands]) and devices
+# ---------------------------------------------------------------------------------------
+
+
+def test_as_operand_copies_misaligned_and_strided_arrays_only():
+    base = np.arange(1 + 2 * 3 * 5 * 5, dtype=np.float32)
+    aligned = base[:-1].reshape(2, 3, 5, 5)
+    assert cudnn.data_pointer(aligned) % cudnn.ALIGNMENT == 0   # NumPy's allocations are
+    assert cudnn.as_operand(aligned) is aligned
+    misaligned = base[1:].reshape(2, 3, 5, 5)                   # contiguous, 4 bytes in
+    assert misaligned.flags.c_contiguous and cudnn.data_pointer(misaligned) % cudnn.ALIGNMENT == 4
+    strided = aligned[:, :, ::2]
+    for view in (misaligned, strided):
+        op = cudnn.as_operand(view)
+        assert op is not view and not np.shares_memory(op, base)
+        assert op.flags.c_contiguous and cudnn.data_pointer(op) % cudnn.ALIGNMENT == 0
+        np.testing.assert_array_equal(op, view)
+    # element-aligned but not 8-byte aligned float64
+    b64 = np.zeros(9)[1:]
+    assert cudnn.as_operand(b64, alignment=8) is b64 and cudnn.as_operand(b64) is not b64
+
+
+def test_device_mismatch_names_the_op_the_operands_and_the_devices():
+    what = "conv forward"
+    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 0)], 0) is None
+    assert cuda_device.device_mismatch(what, [], 1) is None
+    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 1), ("weight", (4, 3, 3, 3), 1)], 0) == (
+        "conv forward: operands on another GPU than the current one (GPU 0): the input [2, 3, 5, 5] on GPU 1, "
+        "the weight [4, 3, 3, 3] on GPU 1; call it under `with cupy.cuda.Device(1):`, or move the operands to "
+        "GPU 0")
+    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 1)], 0) == (
+        "conv forward: operands on another GPU than the current one (GPU 0): the input [2, 3, 5, 5] on GPU 0, "
+        "the weight [4, 3, 3, 3] on GPU 1; move them to one GPU (cupy.asarray under `with cupy.cuda.Device(i):`) "
+        "and call it under that device")
+
+
+def test_the_binding_takes_cupy_arrays_only():
+    x, w = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 2, 2), np.float32)
+    with pytest.raises(TypeError, match=r"^cuDNN convolution forward: the input is a numpy.ndarray; cuDNN takes "
+                                        r"CuPy arrays$"):
+        cudnn.forward(x, w, (1, 1), (0, 0), (1, 1), 1)
+    with pytest.raises(TypeError, match="cuDNN convolution backward_weight: the grad_output is a numpy.ndarray"):
+        cudnn.backward_weight(np.ones((1, 1, 3, 3), np.float32), x, w.shape, (1, 1), (0, 0), (1, 1), 1)
+
+
+def test_load_error_says_why_cudnn_is_unavailable(monkeypatch):
+    monkeypatch.setitem(cudnn._settings, "enabled", False)
+    assert not cudnn.available()
+    assert cudnn.load_error() == "cuDNN is disabled (set_enabled(False) or CUVMAP_DISABLE_CUDNN)"
+    monkeypatch.setitem(cudnn._settings, "enabled", True)
+    if not backend.gpu_available():
+        assert not cudnn.available()
+        assert cudnn.load_error() == "no CUDA device visible to CuPy (CuPy not installed, no driver or no device)"
+    elif cudnn.available():
+        assert cudnn.load_error() is None
+    else:   # a GPU, and cuDNN failed: the error says where (the library, or cudnnCreate)
+        assert cudnn.load_error().startswith(("libcudnn.so.9 did not load: ", "cuDNN ")), cudnn.load_error()
+
+
+def test_preflight_is_loud_when_cudnn_is_unavailable(monkeypatch, capsys):
+    monkeypatch.setitem(cudnn._settings, "enabled", False)
+    assert cuda_device.preflight() == 1
+    out = capsys.readouterr().out
+    assert "!! cuDNN IS UNAVAILABLE: cuDNN is disabled (set_enabled(False) or CUVMAP_DISABLE_CUDNN)" in out
+    assert out.splitlines()[0] == cuda_device.describe()
+
+
+# ---------------------------------------------------------------------------------------
+# check_batching keeps every leaf on its own device
+# ---------------------------------------------------------------------------------------
+
+
+def _recording(seen):
+    def f(x, p, w):
+        if not any(isinstance(a, core.Tracer) for a in (x, p["a"], p["b"], w)):   # the loop's calls
+            seen.append((x, p, w))
+        return x * p["a"] + (p["b"] * w).sum()
+
+    return f
+
+
+def test_check_batching_gives_the_loop_the_arrays_it_was_given():
+    """Mapped leaves reach the loop as arrays of their own kind — a 0-d example included,
+    not as a NumPy scalar — and unmapped leaves as the very objects given."""
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal(3)                   # each example is 0-d
+    p = {"a": rng.standard_normal((3, 2)), "b": rng.standard_normal((4,))}
+    w = rng.standard_normal(4)
+    seen = []
+    check_batching(_recording(seen), (xs, p, w), in_axes=(0, None, None))
+    assert len(seen) == 3
+    for b, (x, q, w_seen) in enumerate(seen):
+        assert type(x) is np.ndarray and x.shape == () and x == xs[b]
+        assert q is p and w_seen is w
+    seen.clear()
+    check_batching(_recording(seen), (xs[:0], {"a": p["a"][:0], "b": np.zeros((0, 4))}, w), in_axes=(0, 0, None))
+    ((x, q, w_seen),) = seen                      # size 0: one all-zeros example for the template
+    assert type(x) is type(q["a"]) is type(q["b"]) is np.ndarray and w_seen is w
+    assert x.shape == () and q["a"].shape == (2,) and q["b"].shape == (4,)
+
+
+def test_check_batching_with_an_unmapped_output():
+    xs, w = np.arange(6.0).reshape(3, 2), np.arange(4.0)
+    check_batching(lambda x, w: (x * 2, w + 1), (xs, w), in_axes=(0, None), out_axes=(0, None))
+
+
+# ---------------------------------------------------------------------------------------
+# tools/gpu_checks.sh
+# ---------------------------------------------------------------------------------------
+
+_SCRIPT_TESTS = """
+import pytest
+
+@pytest.mark.gpu
+def test_passes():
+    pass
+
+@pytest.mark.gpu
+def test_skips():
+    pytest.skip("the reason this skips")
+{failing}
+"""
+
+
+@pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
+def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
+    tests = tmp_path / "test_probe.py"
+    tests.write_text(_SCRIPT_TESTS.format(failing="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
+                                          if failing else ""))
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_CHECKS_TESTS=str(tests), GPU_CHECKS_BENCH="0",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout
+    assert "SKIPPED [1] " in out and "the reason this skips" in out
+    assert ("FAILED " in out and "test_fails" in out) is failing
+    assert ("!! FAILED: GPU tests (pytest exit status 1;" in out) is failing
+    cudnn_missing = not cudnn.available()
+    assert ("!! cuDNN IS UNAVAILABLE: " in out) is cudnn_missing
+    assert ("!! FAILED: cuDNN unavailable" in out) is cudnn_missing
+    assert proc.returncode == (1 if failing or cudnn_missing else 0), out + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# On a GPU
+# ---------------------------------------------------------------------------------------
+
+
+def _operands(rng, n=3):
+    x = rng.standard_normal((n, 4, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    return x, w, dict(stride=(2, 1), padding=(1, 1), dilation=(1, 1), groups=2)
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def _conv_args(p):
+    return p["stride"], p["padding"], p["dilation"], p["groups"]
+
+
+_PROBE = """
+import json
+import cupy
+from cuvmap.cuda import cudnn
+ok = cudnn.available()
+handles = dict(getattr(cudnn._local, "handles", {}))
+print(json.dumps(dict(available=ok, error=cudnn.load_error(), device=cupy.cuda.runtime.getDevice(),
+                      handles=sorted(handles), plans=len(cudnn._plans))))
+"""
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_available_creates_a_handle_on_the_current_device():
+    """In a fresh process, available() alone — before any convolution — creates the
+    thread's handle on the current device (cudnnCreate loads the sub-libraries)."""
+    import json
+
+    _needs_cudnn()
+    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["available"] is True and info["error"] is None, info
+    assert info["handles"] == [info["device"]] and info["plans"] == 0, info
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_one_cudnn_handle_per_thread_on_its_own_stream():
+    import cupy
+
+    _needs_cudnn()
+    rng = np.random.default_rng(1)
+    x, w, p = _operands(rng, n=5)
+    want = naive_conv(x.astype(np.float64), w.astype(np.float64), **p)
+    barrier = threading.Barrier(3)
+    results, handles, errors = {}, {}, []
+
+    def work(i):
+        try:
+            with cupy.cuda.Stream(non_blocking=True) as stream:
+                xd, wd = cupy.asarray(x), cupy.asarray(w)
+                barrier.wait()
+                outs = [cudnn.forward(xd, wd, *_conv_args(p)) for _ in range(20)]
+                stream.synchronize()
+                results[i] = [cupy.asnumpy(o) for o in outs]
+                handles[i] = cudnn._local.handles[cupy.cuda.runtime.getDevice()].ptr.value
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(set(handles.values())) == 3
+    for outs in results.values():
+        for o in outs:
+            _close(o, want)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_empty_operands_never_reach_cudnn():
+    """cuDNN rejects zero-size descriptors: the binding returns the empty results and the
+    zero weight gradient itself."""
+    import cupy
+
+    _needs_cudnn()
+    x = cupy.zeros((0, 4, 7, 6), cupy.float32)
+    w = cupy.ones((6, 2, 3, 3), cupy.float32)
+    args = _conv_args(_operands(np.random.default_rng(2))[2])
+    y = cudnn.forward(x, w, *args)
+    assert y.shape == (0, 6, 4, 6) and y.dtype == cupy.float32
+    assert cudnn.backward_input(y, w, x.shape, *args).shape == x.shape
+    dw = cudnn.backward_weight(y, x, w.shape, *args)
+    assert dw.shape == w.shape and not bool(dw.any())
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_misaligned_and_strided_views_are_copied():
+    import cupy
+
+    _needs_cudnn()
+    rng = np.random.default_rng(3)
+    x, w, p = _operands(rng)
+    flat = cupy.asarray(np.concatenate([[0.0], x.ravel()]).astype(np.float32))
+    xd = flat[1:].reshape(x.shape)                       # contiguous, 4 bytes past a pool block
+    assert xd.flags.c_contiguous and cudnn.data_pointer(xd) % cudnn.ALIGNMENT != 0
+    wide = cupy.zeros((6, 2, 3, 6), cupy.float32)
+    wide[..., ::2] = cupy.asarray(w)
+    wd = wide[..., ::2]                                  # strided
+    _close(cupy.asnumpy(cudnn.forward(xd, wd, *_conv_args(p))),
+           naive_conv(x.astype(np.float64), w.astype(np.float64), **p))
+    y = naive_conv(x.astype(np.float64), w.astype(np.float64), **p)
+    g = rng.standard_normal(y.shape)
+    gflat = cupy.asarray(np.concatenate([[0.0], g.ravel()]).astype(np.float32))
+    gd = gflat[1:].reshape(g.shape)
+    _close(cupy.asnumpy(cudnn.backward_weight(gd, xd, w.shape, *_conv_args(p))),
+           naive_backward_weight(g, x.astype(np.float64), w.shape, **p))
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_operands_on_another_gpu_give_a_clear_error():
+    import cupy
+
+    from cuvmap import lax
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    x, w, p = _operands(np.random.default_rng(4))
+    with cupy.cuda.Device(1):
+        xd, wd = cupy.asarray(x), cupy.asarray(w)
+    with cupy.cuda.Device(0):
+        with pytest.raises(ValueError, match=r"^conv forward: operands on another GPU than the current one "
+                                             r"\(GPU 0\): the input \[3, 4, 7, 6\] on GPU 1, the weight "
+                                             r"\[6, 2, 3, 3\] on GPU 1"):
+            lax.conv(xd, wd, **p)
+        if cudnn.available():
+            with pytest.raises(ValueError, match=r"^cuDNN convolution forward: operands on another GPU"):
+                cudnn.forward(xd, wd, *_conv_args(p))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("benchmark, cap", [(False, 0), (True, 1 << 20)])
+def test_plans_respect_the_workspace_cap(monkeypatch, benchmark, cap):
+    """A layer whose fastest algorithms (FFT, Winograd) want workspace: with the cap at 0
+    (heuristics) or 1 MiB (timed), every plan stays within it, and the results agree with
+    the im2col kernels in float64 (themselves checked against the loops in test_conv)."""
+    import cupy
+
+    from cuvmap.lax import conv_gemm
+
+    _needs_cudnn()
+    monkeypatch.setitem(cudnn._settings, "max_workspace", cap)
+    monkeypatch.setitem(cudnn._settings, "benchmark", benchmark)
+    monkeypatch.setattr(cudnn, "_plans", {})
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 16, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 5, 5)).astype(np.float32)
+    args = ((1, 1), (2, 2), (1, 1), 1)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    y = cudnn.forward(cupy.asarray(x), cupy.asarray(w), *args)
+    _close(cupy.asnumpy(y), conv_gemm.forward(x64, w64, *args))
+    g = rng.standard_normal(y.shape)
+    gd = cupy.asarray(g.astype(np.float32))
+    _close(cupy.asnumpy(cudnn.backward_input(gd, cupy.asarray(w), x.shape, *args)),
+           conv_gemm.backward_input(g, w64, x.shape, *args))
+    _close(cupy.asnumpy(cudnn.backward_weight(gd, cupy.asarray(x), w.shape, *args)),
+           conv_gemm.backward_weight(g, x64, w.shape, *args))
+    assert len(cudnn._plans) == 3
+    for key, plan in cudnn._plans.items():
+        assert key[-1] == cap and plan.workspace <= cap, (key, plan.workspace)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_check_batching_keeps_every_leaf_on_the_gpu():
+    """On the GPU the loop computes on the GPU: mapped examples are CuPy arrays, unmapped
+    leaves the CuPy arrays given (the old check_batching gave NumPy examples beside CuPy
+    unmapped leaves, and the ops failed on the mix)."""
+    import cupy
+
+    rng = np.random.default_rng(6)
+    xs = cupy.asarray(rng.standard_normal(3))
+    p = {"a": cupy.asarray(rng.standard_normal((3, 2))), "b": cupy.asarray(rng.standard_normal(4))}
+    w = cupy.asarray(rng.standard_normal(4))
+    seen = []
+    check_batching(_recording(seen), (xs, p, w), in_axes=(0, None, None))
+    assert len(seen) == 3
+    for x, q, w_seen in seen:
+        assert type(x) is cupy.ndarray and x.shape == () and q is p and w_seen is w
+    seen.clear()
+    pm = {"a": p["a"], "b": cupy.asarray(rng.standard_normal((3, 4)))}
+    check_batching(_recording(seen), (xs, pm, w), in_axes=(0, 0, None))
+    assert len(seen) == 3
+    for x, q, w_seen in seen:
+        assert all(type(a) is cupy.ndarray for a in (x, q["a"], q["b"])) and w_seen is w
