@@ -6,7 +6,7 @@ NumPy-like functions and ``cuvmap.lax`` for the primitives.
 from cuvmap import config, lax, tree  # noqa: F401
 from cuvmap import dp, nn  # noqa: F401
 from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
-from cuvmap import random  # noqa: F401
+from cuvmap import flatten_util, random  # noqa: F401
 from cuvmap.api import (  # noqa: F401
     TransformError, grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap,
 )
