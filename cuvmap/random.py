@@ -23,8 +23,10 @@ and CUDA's math libraries.
 
 JAX compatibility: ``key``, ``split``, ``fold_in``, ``bits``, ``uniform``, ``bernoulli``
 and ``randint`` follow JAX's algorithms with ``jax_threefry_partitionable=True`` (JAX's
-default since 0.5) and give JAX's numbers for the same key (JAX's 64-bit seeds, as with
-``jax_enable_x64``). ``normal`` uses the Box–Muller transform of two uniform draws (JAX
+default since 0.5), with JAX's 64-bit seeds (as under ``jax_enable_x64``), so they are
+meant to give JAX's numbers for the same key; the tests check the hash against the
+Random123 vectors and ``split`` against JAX's documented splits of key 0 (JAX itself is
+not a dependency). ``normal`` uses the Box–Muller transform of two uniform draws (JAX
 inverts ``erf``): the same distribution, not JAX's stream.
 
 Derivatives: draws take no float inputs except the bounds of ``uniform`` (differentiable,
