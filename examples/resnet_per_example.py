@@ -80,7 +80,7 @@ def main(argv=None):
     with Progress(args.steps, "train", args.progress) as bar:
         for t in range(args.steps):
             idx = order.integers(0, n, args.batch)
-            keys = random.split(random.fold_in(base, t), args.batch)   # one key per example
+            keys = cv.device_put(random.split(random.fold_in(base, t), args.batch), args.device)  # one per example
             xs, ys = x_train[idx], y_train[idx]
             grads = per_example_grads(params, xs, ys, keys)           # leaves (B, *param.shape)
             if worst is None:  # the independent check: a loop of grad with the same keys

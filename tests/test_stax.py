@@ -149,6 +149,14 @@ def test_dropout_train_and_eval():
         L.Dropout(0.5, mode="test")
 
 
+def test_init_takes_a_key_as_stax_does():
+    a = L.Dense(3).init(random.key(1), (-1, 4))[1]["weight"]
+    np.testing.assert_array_equal(a, L.Dense(3).init(random.key(1), (-1, 4))[1]["weight"])
+    assert not np.array_equal(a, L.Dense(3).init(random.key(2), (-1, 4))[1]["weight"])
+    _, params = L.Serial(L.Dense(3), L.Dropout(0.5)).init(random.key(1), (-1, 4))
+    np.testing.assert_array_equal(params[0]["weight"], a)
+
+
 def test_dropout_under_vmap_has_one_mask_per_example_and_matches_a_loop():
     xs = np.ones((6, 40))
     keys = random.split(random.key(5), 6)

@@ -37,7 +37,7 @@ computes it from the weight's second dim) ``out_channels/groups · Π kernel`` f
 ConvTranspose. Norm layers start at ``weight = 1``, ``bias = 0``.
 
 Devices: the arrays are created by ``rng``, so a ``numpy.random.Generator`` (or an int
-seed) gives NumPy arrays and a ``cupy.random.Generator`` (``cupy.random.default_rng(0)``)
+seed, or a :mod:`cuvmap.random` key as stax's ``init`` takes) gives NumPy arrays and a ``cupy.random.Generator`` (``cupy.random.default_rng(0)``)
 gives CuPy arrays on the current GPU. ``dtype`` is the parameters' dtype (``None``: the
 ``cuvmap.config.default_float`` setting, float32 unless changed); pass ``np.float64``, or
 ``cuvmap.config.update("default_float", "float64")`` once, for gradient checks. Data and
@@ -114,8 +114,17 @@ tree.register_pytree_node(ExampleRank, lambda e: ((), e.rank), lambda rank, _: E
 
 
 def _rng(rng):
+    """A generator from an int seed, a :mod:`cuvmap.random` key (as stax's ``init`` takes:
+    its two words seed a NumPy generator, or a CuPy one for a key on the GPU) or a
+    generator itself."""
     if isinstance(rng, (int, np.integer)):
         return np.random.default_rng(int(rng))
+    if getattr(rng, "shape", None) == (2,) and getattr(rng, "dtype", None) == np.uint32:
+        words = backend.device_put(rng, "cpu").tolist()
+        seed = (int(words[0]) << 32) | int(words[1])
+        if backend.is_cupy_array(rng):
+            return backend.xp_for("gpu").random.default_rng(seed)
+        return np.random.default_rng(seed)
     return rng
 
 
@@ -443,10 +452,15 @@ def _check_mode(mode):
 
 def _key_like(key, x):
     """``key`` on ``x``'s device when ``key`` is a concrete array elsewhere (keys are
-    usually made on the CPU by ``random.key``)."""
-    if isinstance(key, core.Tracer) or backend.backend_name(key) == backend.backend_name(x):
+    usually made on the CPU by ``random.key``); a traced key cannot move, so a key traced
+    on another device than ``x`` raises and says where to move it."""
+    key_device, x_device = backend.backend_name(key), backend.backend_name(x)
+    if key_device == x_device:
         return key
-    return backend.device_put(key, backend.backend_name(x))
+    if isinstance(key, core.Tracer):
+        raise ValueError(f"Dropout: the key is on the {key_device} and the input on the {x_device}; move the keys "
+                         f"before the transform (cuvmap.device_put(keys, {x_device!r}))")
+    return backend.device_put(key, x_device)
 
 
 def Embedding(num_embeddings, embedding_dim):
