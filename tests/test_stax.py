@@ -79,7 +79,7 @@ def test_fan_in_concat_along_channels_on_a_batch_and_one_example():
 
 
 def test_combinator_errors():
-    with pytest.raises(ShapeError, match=r"Residual: .* \(-1, 4\) to \(-1, 3\).*projection"):
+    with pytest.raises(ShapeError, match=r"Residual: .* \(-1, 4\) to \(-1, 3\).*project the skip branch"):
         L.Residual(L.Dense(3)).init(0, (-1, 4))
     with pytest.raises(ShapeError, match="FanInSum: the inputs' shapes differ"):
         L.Serial(L.FanOut(2), L.parallel(L.Dense(3), L.Identity), L.FanInSum).init(0, (-1, 4))

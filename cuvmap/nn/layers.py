@@ -37,8 +37,9 @@ computes it from the weight's second dim) ``out_channels/groups · Π kernel`` f
 ConvTranspose. Norm layers start at ``weight = 1``, ``bias = 0``.
 
 Devices: the arrays are created by ``rng``, so a ``numpy.random.Generator`` (or an int
-seed, or a :mod:`cuvmap.random` key as stax's ``init`` takes) gives NumPy arrays and a ``cupy.random.Generator`` (``cupy.random.default_rng(0)``)
-gives CuPy arrays on the current GPU. ``dtype`` is the parameters' dtype (``None``: the
+seed, or a :mod:`cuvmap.random` key as stax's ``init`` takes) gives NumPy arrays and a
+``cupy.random.Generator`` (``cupy.random.default_rng(0)``) gives CuPy arrays on the
+current GPU. ``dtype`` is the parameters' dtype (``None``: the
 ``cuvmap.config.default_float`` setting, float32 unless changed); pass ``np.float64``, or
 ``cuvmap.config.update("default_float", "float64")`` once, for gradient checks. Data and
 parameters must share the dtype: the layers with weights raise, naming both dtypes and
@@ -753,8 +754,9 @@ def Residual(*layers):
             if not str(err).startswith("FanInSum"):
                 raise
             out_shape, _ = branch.init(_rng(0), input_shape, dtype=dtype)
-            raise ShapeError(f"Residual: its layers map the shape {tuple(input_shape)} to {tuple(out_shape)}; a residual "
-                             "block adds its input to their output, so they must keep the shape (for a change of "
-                             "shape, add a projection: parallel(Serial(*layers), Conv(c, 1, stride=s)))") from None
+            raise ShapeError(
+                f"Residual: its layers map the shape {tuple(input_shape)} to {tuple(out_shape)}; a residual block "
+                "adds its input to their output, so they must keep the shape (for a change of shape, project the "
+                "skip branch: Serial(FanOut(2), parallel(Serial(*layers), Conv(c, 1, stride=s)), FanInSum))") from None
 
     return Layer(init, block.apply)
