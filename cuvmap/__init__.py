@@ -3,9 +3,10 @@
 Re-exports only; see ``cuvmap.api`` for the transforms, ``cuvmap.numpy`` for the
 NumPy-like functions and ``cuvmap.lax`` for the primitives.
 """
-from cuvmap import lax, tree  # noqa: F401
+from cuvmap import config, lax, tree  # noqa: F401
 from cuvmap import dp, nn  # noqa: F401
 from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
+from cuvmap import flatten_util, random  # noqa: F401
 from cuvmap.api import (  # noqa: F401
     RetraceWarning, TransformError, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient,
     value_and_grad, vjp, vmap,

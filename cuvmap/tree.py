@@ -3,7 +3,18 @@
 A pytree is a nested structure of tuples, lists, dicts, namedtuples, None and classes
 registered with :func:`register_pytree_node`; its leaves are arrays, tracers and scalars.
 ``None`` is an empty subtree (it has no leaves), as in JAX.
+
+The functions have ``jax.tree``'s names and semantics (``flatten``, ``unflatten``,
+``leaves``, ``structure``, ``map``, ``map_with_path``, ``leaves_with_path``, ``reduce``,
+``all``, ``transpose``), with one difference: a *path* is a tuple of the raw keys on the
+way to a leaf — dict keys, sequence (and namedtuple) indices — as optree gives them, where
+JAX wraps them in ``DictKey``/``SequenceKey``/``GetAttrKey`` objects; :func:`keystr`
+formats one (``['w1'][0]``). :func:`ravel_pytree` is
+:func:`cuvmap.flatten_util.ravel_pytree`.
 """
+import builtins
+import functools
+
 import optree
 
 NAMESPACE = "cuvmap"
@@ -25,6 +36,7 @@ def leaves(tree, is_leaf=None):
 
 
 def structure(tree, is_leaf=None):
+    """The tree's structure (a ``PyTreeSpec``, JAX's ``PyTreeDef``), leaves left out."""
     return optree.tree_structure(tree, is_leaf=is_leaf, namespace=NAMESPACE)
 
 
@@ -33,9 +45,76 @@ def map(f, tree, *rest, is_leaf=None):  # noqa: A001 - mirrors jax.tree.map
     return optree.tree_map(f, tree, *rest, is_leaf=is_leaf, namespace=NAMESPACE)
 
 
-def flatten_with_path(tree):
-    """Returns ``(paths, leaves, treedef)``; each path is a tuple of keys/indices."""
-    return optree.tree_flatten_with_path(tree, namespace=NAMESPACE)
+def flatten_with_path(tree, is_leaf=None):
+    """Returns ``(paths, leaves, treedef)``; each path is a tuple of keys/indices (optree's
+    order of results; :func:`leaves_with_path` gives ``(path, leaf)`` pairs)."""
+    return optree.tree_flatten_with_path(tree, is_leaf=is_leaf, namespace=NAMESPACE)
+
+
+def leaves_with_path(tree, is_leaf=None):
+    """The ``(path, leaf)`` pairs of ``tree`` in leaf order (``jax.tree.leaves_with_path``).
+
+    Example::
+
+        leaves_with_path({"b": [1, 2], "a": 3})   # [(('a',), 3), (('b', 0), 1), (('b', 1), 2)]
+    """
+    paths, leaves_, _ = flatten_with_path(tree, is_leaf=is_leaf)
+    return list(zip(paths, leaves_))
+
+
+def map_with_path(f, tree, *rest, is_leaf=None):
+    """``map`` whose function also gets each leaf's path: ``f(path, leaf, *rest_leaves)``
+    (``jax.tree.map_with_path``).
+
+    Example::
+
+        map_with_path(lambda p, x: x * 0 if p[0] == "bias" else x, params)
+    """
+    return optree.tree_map_with_path(f, tree, *rest, is_leaf=is_leaf, namespace=NAMESPACE)
+
+
+_NO_INITIALIZER = object()
+
+
+def reduce(function, tree, initializer=_NO_INITIALIZER, is_leaf=None):  # noqa: A001 - jax.tree.reduce
+    """``functools.reduce(function, leaves(tree)[, initializer])`` (``jax.tree.reduce``).
+
+    Example::
+
+        reduce(lambda a, b: a + b, {"w": 2, "b": [3, 4]}, 0)   # 9
+    """
+    if initializer is _NO_INITIALIZER:
+        return functools.reduce(function, leaves(tree, is_leaf=is_leaf))
+    return functools.reduce(function, leaves(tree, is_leaf=is_leaf), initializer)
+
+
+def all(tree, *, is_leaf=None):  # noqa: A001 - jax.tree.all
+    """True when every leaf is truthy (``jax.tree.all``); True for a tree without leaves."""
+    return builtins.all(leaves(tree, is_leaf=is_leaf))
+
+
+def transpose(outer_treedef, inner_treedef, pytree_to_transpose):
+    """Turns an outer tree of inner trees into an inner tree of outer trees
+    (``jax.tree.transpose``). ``inner_treedef=None`` takes the structure of the first
+    inner tree.
+
+    Example::
+
+        transpose(structure([0, 0]), structure((0, 0)), [(1, 2), (3, 4)])   # ([1, 3], [2, 4])
+    """
+    if inner_treedef is None:
+        inner = outer_treedef.flatten_up_to(pytree_to_transpose)
+        if not inner:
+            raise ValueError("transpose: inner_treedef=None needs an outer tree with at least one leaf")
+        inner_treedef = structure(inner[0])
+    return optree.tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose)
+
+
+def ravel_pytree(pytree):
+    """:func:`cuvmap.flatten_util.ravel_pytree`: ``(flat, unravel)``."""
+    from cuvmap.flatten_util import ravel_pytree as ravel
+
+    return ravel(pytree)
 
 
 def register_pytree_node(cls, flatten_fn, unflatten_fn):

@@ -31,7 +31,9 @@ from cuvmap import core, lax
 from cuvmap import numpy as cnp
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import bitwise as lax_bitwise
 from cuvmap.lax import linalg as lax_linalg
+from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 
@@ -95,12 +97,19 @@ def _values(rng, domain, shape, dtype):
     - ``distinct``: all values at least 0.2 apart (no ties in max/argmax reductions);
     - ``ints``: small integers (ties, zeros: sign, comparisons, abs at its kink);
     - ``pairmax`` / ``pairmin``: distinct values, except that the max (min) along the last
-      axis appears exactly twice (ties in reduce_max/reduce_min).
+      axis appears exactly twice (ties in reduce_max/reduce_min);
+    - ``bits`` (integer dtypes): every bit pattern; ``shift``: shift amounts from 0 to a
+      few past the bit width.
     """
     size = int(np.prod(shape, dtype=np.int64))
     if dtype == BOOL:
         return np.asarray(rng.random(shape) < 0.5)
     if dtype.kind in "iu":
+        if domain == "bits":  # every bit pattern of the dtype
+            info = np.iinfo(dtype)
+            return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+        if domain == "shift":  # shift amounts, some of them the bit width or more
+            return rng.integers(0, dtype.itemsize * 8 + 4, size=shape).astype(dtype)
         if domain == "positive":
             v = rng.integers(1, 4, size=shape)
         elif domain in ("nonzero", "divisor"):
@@ -758,9 +767,141 @@ def _pooling_rows():
     return rows
 
 
+# ---------------------------------------------------------------------------------------
+# Bitwise primitives and the Threefry hash: references on Python ints, element by element
+# ---------------------------------------------------------------------------------------
+
+
+def _elementwise_ref(fn, dtype=None):
+    """A reference applying ``fn`` to Python ints element by element (with broadcasting);
+    the result has ``dtype`` (the first operand's by default)."""
+
+    def ref(*xs):
+        xs = np.broadcast_arrays(*[np.asarray(x) for x in xs])
+        out_dtype = np.dtype(dtype or xs[0].dtype)
+        out = [fn(*(v.item() for v in vals)) for vals in zip(*(x.ravel() for x in xs))]
+        return np.array(out, dtype=out_dtype).reshape(xs[0].shape) if out else np.zeros(xs[0].shape, out_dtype)
+
+    return ref
+
+
+def _unsigned(v, bits):
+    return int(v) % 2 ** bits
+
+
+def _signed(v, bits):
+    v %= 2 ** bits
+    return v - 2 ** bits if v >= 2 ** (bits - 1) else v
+
+
+def _wrap(v, dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    return _unsigned(v, bits) if np.dtype(dtype).kind == "u" else _signed(v, bits)
+
+
+def _bitcast_ref(src, dst):
+    import struct
+
+    fmt = {"float32": "f", "float64": "d", "uint32": "I", "uint64": "Q", "int32": "i"}
+
+    def ref(x):
+        values = np.asarray(x).ravel().tolist()
+        packed = [struct.unpack("<" + fmt[dst], struct.pack("<" + fmt[src], v))[0] for v in values]
+        return np.array(packed, dtype=dst).reshape(np.shape(x))
+
+    return ref
+
+
+def threefry2x32_reference(key, count):
+    """Threefry-2x32 with 20 rounds on Python ints, from the Random123 paper's
+    description (one (key, counter) pair at a time), for the leading dims broadcast."""
+    key, count = np.asarray(key), np.asarray(count)
+    lead = np.broadcast_shapes(key.shape[:-1], count.shape[:-1])
+    key = np.broadcast_to(key, lead + (2,)).reshape(-1, 2)
+    count = np.broadcast_to(count, lead + (2,)).reshape(-1, 2)
+    mask = 0xFFFFFFFF
+    rotations = [13, 15, 26, 6, 17, 29, 16, 24]
+    out = []
+    for (k0, k1), (x0, x1) in zip(key.tolist(), count.tolist()):
+        ks = [k0, k1, k0 ^ k1 ^ 0x1BD11BDA]
+        x0, x1 = (x0 + ks[0]) & mask, (x1 + ks[1]) & mask
+        for r in range(20):
+            rot = rotations[r % 8]
+            x0 = (x0 + x1) & mask
+            x1 = ((x1 << rot) | (x1 >> (32 - rot))) & mask
+            x1 ^= x0
+            if r % 4 == 3:
+                s = r // 4 + 1
+                x0 = (x0 + ks[s % 3]) & mask
+                x1 = (x1 + ks[(s + 1) % 3] + s) & mask
+        out.append((x0, x1))
+    return np.array(out, dtype=np.uint32).reshape(lead + (2,))
+
+
+def _rows_bits():
+    bp = lax_bitwise
+    U32 = np.dtype(np.uint32)
+    U64 = np.dtype(np.uint64)
+    INTS = (I64, I32, BOOL)
+    bits32 = dict(domain="bits", dtype=U32)
+    rows = []
+    for name, prim, wrapper, fn in [
+        ("bitwise_and", bp.bitwise_and_p, lax.bitwise_and, lambda a, b: a & b),
+        ("bitwise_or", bp.bitwise_or_p, lax.bitwise_or, lambda a, b: a | b),
+        ("bitwise_xor", bp.bitwise_xor_p, lax.bitwise_xor, lambda a, b: a ^ b),
+    ]:
+        rows += [
+            prim_row(name, prim, {}, wrapper, _elementwise_ref(fn), [A(3, 4), A(4)], dtypes=INTS),
+            prim_row(name + "_uint32", prim, {}, wrapper, _elementwise_ref(fn),
+                     [A(3, 4, **bits32), A(3, 4, **bits32)], dtypes=(U32,)),
+        ]
+    rows += [
+        prim_row("bitwise_or_pyint", bp.bitwise_or_p, {}, lax.bitwise_or,
+                 _elementwise_ref(lambda a, b: a | b), [A(3, 4, **bits32), S(0x3F800000)], dtypes=(U32,)),
+        prim_row("bitwise_not", bp.bitwise_not_p, {}, lax.bitwise_not,
+                 _elementwise_ref(lambda a: not a if isinstance(a, bool) else ~a), [A(3, 4)], dtypes=INTS),
+        prim_row("bitwise_not_uint32", bp.bitwise_not_p, {}, lax.bitwise_not,
+                 _elementwise_ref(lambda a: a ^ 0xFFFFFFFF), [A(3, 4, **bits32)], dtypes=(U32,)),
+        prim_row("shift_left", bp.shift_left_p, {}, lax.shift_left,
+                 _elementwise_ref(lambda a, s: (a << s) & 0xFFFFFFFF if s < 32 else 0),
+                 [A(3, 4, **bits32), A(4, domain="shift", dtype=U32)], dtypes=(U32,)),
+        prim_row("shift_left_int64", bp.shift_left_p, {}, lax.shift_left,
+                 _elementwise_ref(lambda a, s: _signed(a << s, 64) if s < 64 else 0),
+                 [A(3, 4, domain="bits", dtype=I64), A(3, 4, domain="shift", dtype=I64)], dtypes=(I64,)),
+        prim_row("shift_left_pyint", bp.shift_left_p, {}, lax.shift_left,
+                 _elementwise_ref(lambda a, s: (a << s) % 2 ** 64), [A(3, domain="bits", dtype=U64), S(32)],
+                 dtypes=(U64,)),
+        prim_row("shift_right_logical", bp.shift_right_logical_p, {}, lax.shift_right_logical,
+                 _elementwise_ref(lambda a, s: a >> s if s < 32 else 0),
+                 [A(3, 4, **bits32), A(3, 1, domain="shift", dtype=U32)], dtypes=(U32,)),
+        prim_row("shift_right_logical_int32", bp.shift_right_logical_p, {}, lax.shift_right_logical,
+                 _elementwise_ref(lambda a, s: _signed(_unsigned(a, 32) >> s, 32) if s < 32 else 0),
+                 [A(3, 4, domain="bits", dtype=I32), A(4, domain="shift", dtype=I32)], dtypes=(I32,)),
+        prim_row("shift_right_logical_pyint", bp.shift_right_logical_p, {}, lax.shift_right_logical,
+                 _elementwise_ref(lambda a, s: a >> s), [A(2, 3, **bits32), S(9)], dtypes=(U32,)),
+        prim_row("bitcast_u32_to_f32", bp.bitcast_convert_type_p, {"new_dtype": F32},
+                 lambda x: lax.bitcast_convert_type(x, np.float32), _bitcast_ref("uint32", "float32"),
+                 [A(3, 4, **bits32)], dtypes=(U32,)),
+        prim_row("bitcast_f64_to_u64", bp.bitcast_convert_type_p, {"new_dtype": U64},
+                 lambda x: lax.bitcast_convert_type(x, np.uint64), _bitcast_ref("float64", "uint64"),
+                 [A(3, 4)], dtypes=(F64,)),
+        prim_row("bitcast_f32_to_i32_scalar", bp.bitcast_convert_type_p, {"new_dtype": I32},
+                 lambda x: lax.bitcast_convert_type(x, np.int32), _bitcast_ref("float32", "int32"),
+                 [A()], dtypes=(F32,)),
+        prim_row("threefry2x32", lax_prng.threefry2x32_p, {}, lax.threefry2x32, threefry2x32_reference,
+                 [A(2, **bits32), A(5, 2, **bits32)], dtypes=(U32,)),
+        prim_row("threefry2x32_keys", lax_prng.threefry2x32_p, {}, lax.threefry2x32, threefry2x32_reference,
+                 [A(3, 1, 2, **bits32), A(4, 2, **bits32)], dtypes=(U32,)),
+        prim_row("threefry2x32_pairs", lax_prng.threefry2x32_p, {}, lax.threefry2x32, threefry2x32_reference,
+                 [A(3, 2, **bits32), A(3, 2, **bits32)], dtypes=(U32,)),
+    ]
+    return rows
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows()
+    + _rows_bits()
 )
 
 

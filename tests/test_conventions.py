@@ -77,7 +77,11 @@ def test_notes_are_not_logs_of_timings():
 
 def test_functorchs_file_is_named_not_called_the_seed():
     found = []
+    # a random number generator's seed is another word (cuvmap.random, its hash)
+    rng_files = ("cuvmap/random.py", "cuvmap/lax/prng.py", "tests/test_random.py")
     for p, t in _sources().items():
+        if p.endswith(rng_files):
+            continue
         for n, line in enumerate(t.splitlines(), 1):
             if re.search(r"\bthe seed\b|\bseed's\b", line, re.IGNORECASE):
                 found.append(f"{p}:{n}: {line.strip()}")

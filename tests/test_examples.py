@@ -64,6 +64,13 @@ def test_ensemble_vmapped_training_equals_one_by_one():
     assert len(accs) == 3 and worst < 1e-5
 
 
+def test_resnet_per_example_dropout_grads_equal_a_loop(capsys):
+    acc, worst = load("resnet_per_example").main(["--device", "cpu", "--steps", "3", "--batch", "4", "--width", "4",
+                                                  "--progress", "off"])
+    assert 0.0 <= acc <= 1.0 and worst < 1e-4
+    assert "test accuracy" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------
 # As commands
 # ---------------------------------------------------------------------------------------
@@ -75,6 +82,7 @@ COMMAND_CASES = [
     ("jacobians", ["--inputs", "--hidden", "--outputs"], "(default: 16)"),
     ("dp_sgd_digits", ["--batch", "--epochs", "--limit", "--lr", "--max-norm", "--noise"], "(default: 256)"),
     ("ensemble", ["--members", "--steps", "--batch", "--lr"], "(default: 150)"),
+    ("resnet_per_example", ["--steps", "--batch", "--width", "--lr", "--max-norm"], "(default: 200)"),
 ]
 
 
@@ -107,6 +115,7 @@ def test_help_shows_defaults(name, sizes, default):
 BAD_VALUES = [(c[0], option, "0") for c in COMMAND_CASES for option in c[1]] + [
     ("dp_sgd_digits", "--batch", "-3"), ("dp_sgd_digits", "--delta", "1"), ("dp_sgd_digits", "--epochs", "inf"),
     ("ensemble", "--members", "-1"), ("quickstart", "--batch", "x"), ("jacobians", "--hidden", "2.5"),
+    ("resnet_per_example", "--dropout", "1"),
 ]
 
 

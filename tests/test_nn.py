@@ -269,6 +269,22 @@ LAYER_CASES = [
     ("group_norm_dense", lambda: L.GroupNorm(3, affine=False), (3, 6)),
     ("serial", lambda: L.Serial(L.Conv(3, 2), L.GroupNorm(3), L.Relu, L.MaxPool(2), L.Flatten, L.Dense(2)),
      (2, 2, 5, 5)),
+    ("dropout_eval", lambda: L.Dropout(0.5, mode="eval"), (3, 4)),
+    ("identity", lambda: L.Identity, (2, 3)),
+    ("fanout_parallel_concat", lambda: L.Serial(L.FanOut(2), L.parallel(L.Dense(4), L.Dense(3)), L.FanInConcat()),
+     (3, 5)),
+    ("fanin_sum", lambda: L.Serial(L.Dense(4), L.FanOut(3), L.parallel(L.Dense(4), L.Tanh, L.Identity), L.FanInSum),
+     (3, 5)),
+    ("fanin_concat_channels", lambda: L.Serial(L.Conv(2, 3, padding=1), L.FanOut(2),
+                                               L.parallel(L.Conv(3, 1), L.Identity), L.FanInConcat(1)), (2, 2, 5, 5)),
+    ("parallel_class_name", lambda: L.Serial(L.FanOut(2), L.Parallel(L.Dense(2), L.Relu), L.FanInConcat(-1)), (2, 4)),
+    ("residual_conv", lambda: L.Residual(L.Conv(2, 3, padding=1), L.GroupNorm(1), L.Relu, L.Conv(2, 3, padding=1)),
+     (2, 2, 5, 5)),
+    ("embedding", lambda: L.Serial(L.elementwise(lambda x: cv.numpy.astype(x > 0, np.int64)), L.Embedding(2, 3)),
+     (2, 4)),
+    ("multiheadattention", lambda: L.MultiHeadAttention(2), (2, 4, 6)),
+    ("multihead_attention_causal_qkv", lambda: L.MultiHeadAttention(3, qkv_features=6, out_features=5, is_causal=True),
+     (2, 3, 4)),
 ]
 
 

@@ -5,12 +5,16 @@ from cuvmap.lax.elementwise import (  # noqa: F401
     le, log, log1p, logistic, lt, max, min, mul, ne, neg, pow, remainder, rsqrt, select, sign,
     sin, sqrt, stop_gradient, sub, tanh,
 )
+from cuvmap.lax.bitwise import (  # noqa: F401
+    bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right_logical,
+)
 from cuvmap.lax.conv import conv, conv_backward_input, conv_backward_weight  # noqa: F401
 from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
 from cuvmap.lax.linalg import dot_general  # noqa: F401
 from cuvmap.lax.pooling import (  # noqa: F401
     avg_pool, avg_pool_transpose, max_pool, max_pool_gather, max_pool_scatter,
 )
+from cuvmap.lax.prng import threefry2x32  # noqa: F401
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose,
@@ -24,7 +28,9 @@ def all_primitives():
     from cuvmap.core import Primitive
 
     found = []
-    for name in ("elementwise", "indexing", "linalg", "reduction", "shape", "conv", "pooling"):
+    families = ("elementwise", "indexing", "linalg", "reduction", "shape", "conv", "pooling")
+    families += ("bitwise", "prng")
+    for name in families:
         module = importlib.import_module(f"cuvmap.lax.{name}")
         for value in vars(module).values():
             if isinstance(value, Primitive) and value not in found:

@@ -1,0 +1,170 @@
+"""Bitwise primitives on integers (and booleans): ``bitwise_and``, ``bitwise_or``,
+``bitwise_xor``, ``bitwise_not``, ``shift_left``, ``shift_right_logical`` and
+``bitcast_convert_type``, with ``jax.lax``'s names and semantics.
+
+They are what a counter-based random number generator is written with (NOTE [threefry
+with array ops] in ``prng.py``): turning random bits into floats takes a logical shift,
+an or with the bits of 1.0 and a bitcast. Binary ones follow NumPy broadcasting with
+weakly typed Python ints (NEP 50: ``uint32_array >> 9`` stays uint32); the impls are NumPy
+ufuncs, which dispatch to CuPy's through ``__array_ufunc__``.
+
+Shifts are defined for every amount, as XLA defines them: shifting by the bit width or
+more gives 0 (C, and CUDA's ``>>``, leave it undefined). ``shift_right_logical`` fills
+with zeros on signed integers too (it shifts the unsigned bit pattern).
+
+None of them carries a derivative (``differentiable=False``): their operands and results
+are integers, except ``bitcast_convert_type`` to a float, whose result is a new bit
+pattern, not a function of a real variable; transforms of derivatives pass them through
+as constants.
+"""
+import numpy as np
+
+from cuvmap import core
+from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.lax.elementwise import _naryop_shape_rule
+from cuvmap.transforms import batching
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _prim(name, impl, shape_rule):
+    p = Primitive(name, differentiable=False)
+    p.impl = impl
+    p.shape_rule = shape_rule
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# Shape rules
+# ---------------------------------------------------------------------------------------
+
+
+def _check_kinds(avals, kinds, what):
+    for a in avals:
+        if a.dtype.kind not in kinds:
+            raise ShapeError(f"operands must be {what}, got " + ", ".join(str(a.dtype) for a in avals))
+
+
+def _logical_shape_rule(*avals):
+    _check_kinds(avals, "biu", "integers or booleans")
+    return _naryop_shape_rule(*avals)
+
+
+def _shift_shape_rule(x, s):
+    _check_kinds((x, s), "iu", "integers")
+    out = _naryop_shape_rule(x, s)
+    if out.dtype != x.dtype and not x.weak_type:
+        raise ShapeError(f"the shift amount's dtype {s.dtype} would promote the shifted {x.dtype} to {out.dtype}; "
+                         f"cast the amount to {x.dtype}")
+    return out
+
+
+def _bitcast_shape_rule(x, *, new_dtype):
+    if x.dtype.itemsize != new_dtype.itemsize:
+        raise ShapeError(f"bitcast from {x.dtype} to {new_dtype} needs dtypes of one size "
+                         f"({x.dtype.itemsize} and {new_dtype.itemsize} bytes)")
+    if x.dtype.kind not in "biuf" or new_dtype.kind not in "biuf":
+        raise ShapeError(f"bitcast between {x.dtype} and {new_dtype}: only booleans, integers and floats")
+    return ShapedArray(x.shape, new_dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Impls
+# ---------------------------------------------------------------------------------------
+
+
+def _bits(x):
+    return core.dtype_of(x).itemsize * 8
+
+
+def _shift_impl(shift):
+    """A shift that gives 0 for amounts of the bit width or more (and for negative ones)."""
+
+    def impl(x, s):
+        x = core.as_array(x)
+        width = _bits(x)
+        if type(s) is int and 0 <= s < width:
+            return shift(x, x.dtype.type(s))
+        s = core.as_array(s)
+        in_range = (s >= 0) & (s < width)
+        safe = np.where(in_range, s, 0).astype(x.dtype, copy=False)
+        return np.where(in_range, shift(x, safe), x.dtype.type(0))
+
+    return impl
+
+
+def _shift_right_logical(x, s):
+    if x.dtype.kind == "u":
+        return np.right_shift(x, s)
+    u = _UINT[x.dtype.itemsize]
+    return np.right_shift(x.view(u), s.astype(u, copy=False)).view(x.dtype)
+
+
+def _bitcast_impl(x, *, new_dtype):
+    x = core.as_array(x)
+    if x.ndim == 0:
+        return x.reshape(1).view(new_dtype).reshape(())
+    return x.view(new_dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations
+# ---------------------------------------------------------------------------------------
+
+bitwise_and_p = _prim("bitwise_and", np.bitwise_and, _logical_shape_rule)
+bitwise_or_p = _prim("bitwise_or", np.bitwise_or, _logical_shape_rule)
+bitwise_xor_p = _prim("bitwise_xor", np.bitwise_xor, _logical_shape_rule)
+bitwise_not_p = _prim("bitwise_not", np.invert, _logical_shape_rule)
+shift_left_p = _prim("shift_left", _shift_impl(np.left_shift), _shift_shape_rule)
+shift_right_logical_p = _prim("shift_right_logical", _shift_impl(_shift_right_logical), _shift_shape_rule)
+bitcast_convert_type_p = _prim("bitcast_convert_type", _bitcast_impl, _bitcast_shape_rule)
+
+
+# ---------------------------------------------------------------------------------------
+# Public wrappers
+# ---------------------------------------------------------------------------------------
+
+
+def bitwise_and(x, y):
+    """``x & y``, elementwise with broadcasting."""
+    return bitwise_and_p.bind(x, y)
+
+
+def bitwise_or(x, y):
+    """``x | y``."""
+    return bitwise_or_p.bind(x, y)
+
+
+def bitwise_xor(x, y):
+    """``x ^ y``."""
+    return bitwise_xor_p.bind(x, y)
+
+
+def bitwise_not(x):
+    """``~x`` (logical not for booleans)."""
+    return bitwise_not_p.bind(x)
+
+
+def shift_left(x, s):
+    """``x << s`` in ``x``'s dtype; 0 where ``s`` is at least the bit width."""
+    return shift_left_p.bind(x, s)
+
+
+def shift_right_logical(x, s):
+    """``x >> s`` filling with zeros (also for signed ``x``); 0 where ``s`` is at least the
+    bit width."""
+    return shift_right_logical_p.bind(x, s)
+
+
+def bitcast_convert_type(x, new_dtype):
+    """The bits of ``x`` read as ``new_dtype``, a dtype of the same size
+    (``uint32 -> float32``, ``float64 -> uint64``, ...)."""
+    return bitcast_convert_type_p.bind(x, new_dtype=np.dtype(new_dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules (no derivative rules: NOTE in the module docstring)
+# ---------------------------------------------------------------------------------------
+
+batching.defbroadcasting(bitwise_and_p, bitwise_or_p, bitwise_xor_p, shift_left_p, shift_right_logical_p)
+batching.defunary(bitwise_not_p, bitcast_convert_type_p)
