@@ -22,6 +22,7 @@ its derivatives against finite differences.
 """
 import importlib
 import itertools
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -29,11 +30,13 @@ import numpy as np
 
 from cuvmap import core, lax
 from cuvmap import numpy as cnp
+from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -338,7 +341,74 @@ def _rows_elementwise():
                              dtypes=ANY))
     rows.append(prim_row("lt_pyscalar", p.lt_p, {}, lax.lt, np.less, [A(3, 4, domain="ints"), S(0.5)],
                          dtypes=NUMERIC))
+    rows += [
+        prim_row("log2", p.log2_p, {}, lax.log2, np.log2, [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("log10", p.log10_p, {}, lax.log10, np.log10, [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("atan", p.atan_p, {}, lax.atan, np.arctan, [A(3, 4)], dtypes=NUMERIC),
+        # y broadcasts against x; x stays away from the origin (the derivative's pole)
+        prim_row("atan2", p.atan2_p, {}, lax.atan2, np.arctan2, [A(4), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
+        prim_row("sinh", p.sinh_p, {}, lax.sinh, np.sinh, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("cosh", p.cosh_p, {}, lax.cosh, np.cosh, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("asinh", p.asinh_p, {}, lax.asinh, np.arcsinh, [A(3, 4)], dtypes=NUMERIC),
+        # the reference is Python's math.erf, one element at a time
+        prim_row("erf", p.erf_p, {}, lax.erf, ref_erf, [A(3, 4)], dtypes=NUMERIC, tol64=(1e-15, 1e-15)),
+        # near the half-integers (floor, ceil) and away from them (round): no jumps nearby
+        prim_row("floor", p.floor_p, {}, lax.floor, np.floor, [A(3, 4, domain="grid_half")]),
+        prim_row("ceil", p.ceil_p, {}, lax.ceil, np.ceil, [A(3, 4, domain="grid_half")]),
+        prim_row("round", p.round_p, {"decimals": 0}, lax.round, np.round, [A(3, 4, domain="grid0")]),
+        prim_row("round_decimals", p.round_p, {"decimals": 1}, lambda x: lax.round(x, 1),
+                 lambda x: np.round(x, 1), [A(3, 4)]),
+    ]
     return rows
+
+
+def ref_erf(x):
+    out = np.vectorize(math.erf, otypes=[np.float64])(x)
+    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _cumsum_ref(axis, reverse=False):
+    def ref(x):
+        dtype = np.int64 if x.dtype == BOOL else x.dtype
+        if reverse:
+            return np.flip(np.cumsum(np.flip(x, axis), axis, dtype=dtype), axis)
+        return np.cumsum(x, axis, dtype=dtype)
+
+    return ref
+
+
+def _cumprod_ref(axis, reverse=False):
+    def ref(x):
+        if reverse:
+            return np.flip(np.cumprod(np.flip(x, axis), axis, dtype=x.dtype), axis)
+        return np.cumprod(x, axis, dtype=x.dtype)
+
+    return ref
+
+
+def _rows_cumulative_sorting():
+    cp, sp = lax_cumulative, lax_sorting
+    return [
+        prim_row("cumsum", cp.cumsum_p, {"axis": 1, "reverse": False}, lambda x: lax.cumsum(x, 1),
+                 _cumsum_ref(1), [A(3, 4)], dtypes=NUMERIC + (I32, BOOL)),
+        prim_row("cumsum_reverse", cp.cumsum_p, {"axis": 0, "reverse": True},
+                 lambda x: lax.cumsum(x, -3, reverse=True), _cumsum_ref(0, True), [A(2, 3, 4)]),
+        prim_row("cumprod", cp.cumprod_p, {"axis": 1, "reverse": False}, lambda x: lax.cumprod(x, 1),
+                 _cumprod_ref(1), [A(3, 5)], dtypes=NUMERIC),
+        # zeros among small integers: cumprod is multilinear, so central differences are
+        # exact there, and a rule that divides by x would give NaN
+        prim_row("cumprod_zeros", cp.cumprod_p, {"axis": 2, "reverse": False}, lambda x: lax.cumprod(x, 2),
+                 _cumprod_ref(2), [A(2, 3, 6, domain="ints")]),
+        prim_row("cumprod_reverse_zeros", cp.cumprod_p, {"axis": 0, "reverse": True},
+                 lambda x: lax.cumprod(x, 0, reverse=True), _cumprod_ref(0, True), [A(5, 3, domain="ints")]),
+        prim_row("sort", sp.sort_p, {"axis": 1}, lambda x: lax.sort(x, 1), lambda x: np.sort(x, 1),
+                 [A(3, 5, domain="distinct")], dtypes=NUMERIC),
+        prim_row("sort_axis0", sp.sort_p, {"axis": 0}, lambda x: lax.sort(x, 0), lambda x: np.sort(x, 0),
+                 [A(4, 2, 3, domain="distinct")]),
+        # ties: stable
+        prim_row("argsort", sp.argsort_p, {"axis": 1}, lambda x: lax.argsort(x, 1),
+                 lambda x: np.argsort(x, 1, kind="stable"), [A(3, 6, domain="ints")], dtypes=NUMERIC + (BOOL,)),
+    ]
 
 
 def _slice_ref(spec):
@@ -758,7 +828,7 @@ def _pooling_rows():
 
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
-    + _pooling_rows()
+    + _pooling_rows() + _rows_cumulative_sorting()
 )
 
 
@@ -876,6 +946,7 @@ NESTED_SAMPLE = (
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",
+    "erf", "atan2", "cumsum_reverse", "cumprod_zeros", "sort",
 )
 
 _names = [r.name for r in ALL_ROWS]
