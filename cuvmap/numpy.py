@@ -1437,6 +1437,7 @@ _TRACER_METHODS = {
     "prod": _tracer_prod, "cumsum": _tracer_cumulative(cumsum), "cumprod": _tracer_cumulative(cumprod),
     "any": _tracer_any_all(any), "all": _tracer_any_all(all), "round": _tracer_round,
     "argsort": _tracer_argsort, "diagonal": diagonal, "trace": _tracer_trace,
+    "__round__": lambda self, ndigits=None: round(self, 0 if ndigits is None else ndigits),
 }
 for _name, _fn in _TRACER_METHODS.items():
     setattr(Tracer, _name, _fn)

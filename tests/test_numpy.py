@@ -303,6 +303,7 @@ def test_tracer_methods_and_numpy_functions_on_tracers():
     np.testing.assert_allclose(value, want)
     assert g.shape == x.shape and np.isfinite(g).all()
     np.testing.assert_array_equal(cv.vmap(lambda v: v.argsort())(x), np.argsort(x, axis=1))
+    np.testing.assert_array_equal(cv.vmap(lambda v: round(v, 1))(x), np.round(x, 1))
 
 
 def test_cumulative_and_sorting_dtypes():
