@@ -6,16 +6,20 @@ or ``cupy.ndarray``. This module also gives tracers their operators and methods
 (``+ - * / ** @``, comparisons, indexing, ``.T``, ``.reshape``, ``.sum``, ...).
 """
 import builtins
+import sys
+import types
 
 import numpy as np
 
 from cuvmap import backend, core
 from cuvmap import lax
 from cuvmap.core import ShapeError, Tracer
+from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 
 # dtypes and constants, re-exported for convenience
 float32 = np.float32
@@ -38,8 +42,9 @@ def size(x):
     return int(np.prod(core.shape_of(x), dtype=np.int64))
 
 
-def _axes(x, axis):
-    """Normalizes ``axis`` (None, int or tuple, negatives allowed) to a sorted tuple."""
+def _axes(x, axis, name=None):
+    """Normalizes ``axis`` (None, int or tuple, negatives allowed) to a sorted tuple;
+    errors name the function ``name``."""
     n = ndim(x)
     if axis is None:
         return tuple(range(n))
@@ -48,13 +53,14 @@ def _axes(x, axis):
     out = []
     for a in axis:
         if not -n <= a < n:
-            raise ShapeError(f"axis {a} is out of range for an array of shape {shape(x)}")
+            prefix = f"{name}: " if name else ""
+            raise ShapeError(f"{prefix}axis {a} is out of range for an array of shape {shape(x)}")
         out.append(int(a) % n)
     return tuple(sorted(out))
 
 
-def _axis(x, axis):
-    return _axes(x, axis)[0]
+def _axis(x, axis, name=None):
+    return _axes(x, axis, name)[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,6 +157,16 @@ sqrt = ew.sqrt
 tanh = ew.tanh
 sin = ew.sin
 cos = ew.cos
+sinh = ew.sinh
+cosh = ew.cosh
+arctan = ew.atan
+arctan2 = ew.atan2
+arcsinh = ew.asinh
+log2 = ew.log2
+log10 = ew.log10
+erf = ew.erf
+floor = ew.floor
+ceil = ew.ceil
 abs = absolute = ew.abs  # noqa: A001
 sign = ew.sign
 maximum = ew.max
@@ -188,7 +204,28 @@ def where(condition, x, y):
     return ew.select(condition, x, y)
 
 
-def clip(x, a_min=None, a_max=None):
+def round(x, decimals=0):  # noqa: A001
+    """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are.
+    Piecewise constant: its derivative is zero."""
+    return ew.round(x, decimals)
+
+
+around = round
+
+
+def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumPy's names
+    """``minimum(maximum(x, a_min), a_max)``, broadcasting all three; the bounds may be
+    arrays or traced values (NumPy 2's keywords ``min``/``max`` work too). As in JAX the
+    derivative flows to ``x`` inside the bounds and to the bound that clips outside,
+    shared evenly where ``x`` equals a bound; ``a_min > a_max`` gives ``a_max``."""
+    if min is not None:
+        if a_min is not None:
+            raise TypeError("clip: give min or a_min, not both")
+        a_min = min
+    if max is not None:
+        if a_max is not None:
+            raise TypeError("clip: give max or a_max, not both")
+        a_max = max
     if a_min is not None:
         x = ew.max(x, a_min)
     if a_max is not None:
@@ -215,7 +252,7 @@ def _keep(out, x, axes, keepdims):
 
 
 def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "sum")
     if core.dtype_of(x) == np.bool_:
         x = astype(x, np.int64)
     out = _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
@@ -223,7 +260,7 @@ def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
 
 
 def mean(x, axis=None, keepdims=False):
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "mean")
     count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
     if not core.is_float(x):
         x = astype(x, np.float64)
@@ -231,7 +268,7 @@ def mean(x, axis=None, keepdims=False):
 
 
 def var(x, axis=None, keepdims=False, ddof=0):
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "var")
     count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
     centered = ew.sub(x, mean(x, axes, keepdims=True))
     return ew.div(sum(square(centered), axes, keepdims), count - ddof)
@@ -242,12 +279,12 @@ def std(x, axis=None, keepdims=False, ddof=0):
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "max")
     return _keep(lax_reduction.reduce_max(x, axes), x, axes, keepdims)
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "min")
     return _keep(lax_reduction.reduce_min(x, axes), x, axes, keepdims)
 
 
@@ -257,22 +294,127 @@ amax, amin = max, min
 def argmax(x, axis=None):
     if axis is None:
         return lax_reduction.argmax(ravel(x), 0)
-    return lax_reduction.argmax(x, _axis(x, axis))
+    return lax_reduction.argmax(x, _axis(x, axis, "argmax"))
 
 
 def argmin(x, axis=None):
     if axis is None:
         return lax_reduction.argmin(ravel(x), 0)
-    return lax_reduction.argmin(x, _axis(x, axis))
+    return lax_reduction.argmin(x, _axis(x, axis, "argmin"))
 
 
 def logsumexp(x, axis=None, keepdims=False):
     """``log(sum(exp(x)))`` computed stably by shifting with the (constant) maximum."""
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "logsumexp")
     m = stop_gradient(max(x, axes, keepdims=True))
     m = where(ew.eq(ew.abs(m), np.inf), 0.0, m)
     out = ew.add(ew.log(sum(ew.exp(ew.sub(x, m)), axes, keepdims=True)), m)
     return out if keepdims else lax_shape.reshape(out, tuple(s for i, s in enumerate(shape(x)) if i not in axes))
+
+
+def _pairwise_product(y):
+    """The product along the last axis of ``y`` as a tree of pairwise products: ⌈log₂ n⌉
+    rounds of one multiplication each (an odd length is padded with a 1)."""
+    nd = ndim(y)
+    n = shape(y)[-1]
+    while n > 1:
+        if n % 2:
+            y = lax_shape.pad(y, ((0, 0),) * (nd - 1) + ((0, 1),), 1)
+            n += 1
+        y = ew.mul(lax_indexing.slice_in_dim(y, 0, n, nd - 1, 2), lax_indexing.slice_in_dim(y, 1, n, nd - 1, 2))
+        n //= 2
+    return y
+
+
+def prod(x, axis=None, keepdims=False, dtype=None):
+    """The product over ``axis``; booleans multiply as int64. Computed as a tree of pairwise
+    products (the tree JAX's ``reduce_prod`` differentiates), so its derivative — the
+    product of the other elements — is exact where ``x`` has zeros, with no division."""
+    axes = _axes(x, axis, "prod")
+    if dtype is not None:
+        x = astype(x, dtype)
+    elif core.dtype_of(x) == np.bool_:
+        x = astype(x, np.int64)
+    s = shape(x)
+    kept = tuple(i for i in range(len(s)) if i not in axes)
+    out_shape = tuple(s[i] for i in kept)
+    n = int(np.prod([s[a] for a in axes], dtype=np.int64))
+    if n == 0:
+        out = core.full_like_concrete(x, 1, shape=out_shape)
+    else:
+        y = lax_shape.reshape(lax_shape.transpose(x, kept + axes), out_shape + (n,))
+        out = lax_shape.reshape(_pairwise_product(y), out_shape)
+    return _keep(out, x, axes, keepdims)
+
+
+def any(x, axis=None, keepdims=False):  # noqa: A001
+    """Whether any element over ``axis`` is nonzero (a boolean; no derivative)."""
+    axes = _axes(x, axis, "any")
+    out = ew.gt(lax_reduction.reduce_sum(ew.ne(x, 0), axes), 0)
+    return _keep(out, x, axes, keepdims)
+
+
+def all(x, axis=None, keepdims=False):  # noqa: A001
+    """Whether every element over ``axis`` is nonzero (NaN counts as nonzero); a boolean."""
+    axes = _axes(x, axis, "all")
+    out = ew.eq(lax_reduction.reduce_sum(ew.eq(x, 0), axes), 0)
+    return _keep(out, x, axes, keepdims)
+
+
+def _flattened(x, axis, name):
+    """``(x, axis)``, flattened to one dim for ``axis=None`` as NumPy's cumulative functions do."""
+    if axis is None:
+        return ravel(x), 0
+    return x, _axis(x, axis, name)
+
+
+def cumsum(x, axis=None, dtype=None):
+    """Running sums along ``axis`` (``None``: of the flattened array); booleans count in
+    int64, other dtypes keep theirs unless ``dtype`` is given."""
+    x, axis = _flattened(x, axis, "cumsum")
+    if dtype is not None:
+        x = astype(x, dtype)
+    return lax_cumulative.cumsum(x, axis)
+
+
+def cumprod(x, axis=None, dtype=None):
+    """Running products along ``axis`` (``None``: of the flattened array); the derivative is
+    exact where ``x`` has zeros (NOTE [cumprod's derivatives without division])."""
+    x, axis = _flattened(x, axis, "cumprod")
+    if dtype is not None:
+        x = astype(x, dtype)
+    return lax_cumulative.cumprod(x, axis)
+
+
+def _check_sort_args(name, kind, order):
+    if order is not None:
+        raise NotImplementedError(f"{name}: order= (fields of structured arrays) is not supported")
+    if kind not in (None, "stable", "mergesort", "quicksort", "heapsort"):
+        raise ValueError(f"{name}: unknown kind {kind!r}")
+
+
+def sort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+    """``x`` sorted along ``axis`` (``None``: flattened), NaNs last. Always stable (``kind``
+    and ``stable`` are accepted for compatibility); ``descending`` reverses the order. The
+    derivative follows the sorting permutation (see ``cuvmap/lax/sorting.py``)."""
+    _check_sort_args("sort", kind, order)
+    x, axis = _flattened(x, axis, "sort")
+    out = lax_sorting.sort(x, axis)
+    return flip(out, axis) if descending else out
+
+
+def argsort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+    """The int64 indices that sort ``x`` along ``axis`` (``None``: flattened). Stable, also
+    with ``descending=True``: equal elements keep their order, as in JAX."""
+    _check_sort_args("argsort", kind, order)
+    x, axis = _flattened(x, axis, "argsort")
+    if not descending:
+        return lax_sorting.argsort(x, axis)
+    # sorting the reversed array ascending and reversing the result keeps ties in their
+    # original order; indices into the reversed array i are n − 1 − i in x
+    n = shape(x)[axis]
+    idx = lax_sorting.argsort(flip(x, axis), axis)
+    return flip(ew.sub(n - 1, idx), axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -335,7 +477,7 @@ def squeeze(x, axis=None):
     if axis is None:
         axes = tuple(i for i, s in enumerate(shape(x)) if s == 1)
     else:
-        axes = _axes(x, axis)
+        axes = _axes(x, axis, "squeeze")
     return lax_shape.squeeze(x, axes)
 
 
@@ -354,7 +496,7 @@ def atleast_1d(x):
 
 def concatenate(xs, axis=0):
     xs = [x for x in xs]
-    return lax_shape.concatenate(xs, _axis(xs[0], axis))
+    return lax_shape.concatenate(xs, _axis(xs[0], axis, "concatenate"))
 
 
 def stack(xs, axis=0):
@@ -364,11 +506,225 @@ def stack(xs, axis=0):
     return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in xs], axis)
 
 
-def pad(x, pad_width, constant_values=0):
-    """Constant padding (``numpy.pad`` with ``mode='constant'``)."""
+def _static_ints(value, name, what):
+    """``value`` as a NumPy int array; traced values and non-integers raise TypeError."""
+    if _holds_tracer(value):
+        raise TypeError(f"{name}: {what} must be static (ints), not a traced value")
+    arr = np.asarray(value)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name}: {what} must be integers, got {value!r}")
+    return arr.astype(np.int64)
+
+
+_PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
+
+
+def _pad_indices(n, lo, hi, mode):
+    """The source index of each position of an axis of size ``n`` padded by ``(lo, hi)``:
+    NumPy's ``edge``, ``wrap``, ``reflect`` (mirror without the edge) and ``symmetric``
+    (mirror with the edge), periodically for pads wider than the axis."""
+    i = np.arange(-lo, n + hi)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    if mode == "wrap":
+        return i % n
+    if mode == "reflect":
+        if n == 1:
+            return np.zeros_like(i)
+        m = i % (2 * n - 2)
+        return np.where(m < n, m, 2 * n - 2 - m)
+    m = i % (2 * n)  # symmetric
+    return np.where(m < n, m, 2 * n - 1 - m)
+
+
+def pad(x, pad_width, mode="constant", constant_values=0, reflect_type="even"):
+    """``numpy.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
+    ``mode`` is ``'constant'`` (with the scalar ``constant_values``), ``'edge'``,
+    ``'wrap'``, ``'reflect'`` or ``'symmetric'``. The non-constant modes gather each padded
+    axis once with a fixed index vector, so their derivative sums the cotangents of the
+    copies into the elements they copy."""
     n = ndim(x)
-    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (n, 2))
-    return lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pw), constant_values)
+    widths = _static_ints(pad_width, "pad", "pad_width")
+    try:
+        pw = np.broadcast_to(widths, (n, 2))
+    except ValueError:
+        raise ShapeError(f"pad: pad_width {pad_width!r} must be an int, a (low, high) pair or {n} pairs "
+                         f"for an array of shape {shape(x)}") from None
+    if (pw < 0).any():
+        raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported; use one of {', '.join(_PAD_MODES)}")
+    if mode == "constant":
+        if _holds_tracer(constant_values):
+            raise TypeError("pad: constant_values must be a static scalar, not a traced value")
+        if np.ndim(constant_values):
+            raise NotImplementedError("pad: constant_values must be one scalar (per-side values are not supported)")
+        return lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pw), constant_values)
+    if reflect_type != "even":
+        raise NotImplementedError(f"pad: reflect_type {reflect_type!r} is not supported, only 'even'")
+    xp = backend.xp_of(x)
+    for axis, (lo, hi) in enumerate(pw):
+        if lo == 0 and hi == 0:
+            continue
+        size = shape(x)[axis]
+        if size == 0:
+            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(x)} with mode {mode!r} "
+                             "(only 'constant' can pad an empty axis)")
+        idx = xp.asarray(_pad_indices(size, int(lo), int(hi), mode))
+        x = lax_indexing.take(x, idx, axis)
+    return x
+
+
+def flip(x, axis=None):
+    """``x`` reversed along ``axis`` (an int, a tuple, or ``None`` for every axis)."""
+    axes = _axes(x, axis, "flip")
+    if not axes:
+        return x
+    s = shape(x)
+    slices = [(0, n, 1) for n in s]
+    for a in axes:
+        slices[a] = lax_indexing.normalize_slice(builtins.slice(None, None, -1), s[a])
+    return lax_indexing.slice(x, slices)
+
+
+def fliplr(x):
+    if ndim(x) < 2:
+        raise ShapeError(f"fliplr: the array must have at least 2 dims, got shape {shape(x)}")
+    return flip(x, 1)
+
+
+def flipud(x):
+    if ndim(x) < 1:
+        raise ShapeError("flipud: the array must have at least 1 dim, got a 0-d array")
+    return flip(x, 0)
+
+
+def roll(x, shift, axis=None):
+    """Elements shifted by ``shift`` places along ``axis`` (wrapping around); ``None``
+    rolls the flattened array. ``shift`` and ``axis`` may be tuples (broadcast against
+    each other; shifts of one axis add up). Shifts are static ints."""
+    if axis is None:
+        return reshape(roll(ravel(x), shift, 0), shape(x))
+    shifts = _static_ints(shift, "roll", "shift")
+    axes_ = _static_ints(axis, "roll", "axis")
+    try:
+        shifts, axes_ = np.broadcast_arrays(np.atleast_1d(shifts), np.atleast_1d(axes_))
+    except ValueError:
+        raise ShapeError(f"roll: shift {shift!r} and axis {axis!r} must have the same length") from None
+    if shifts.ndim > 1:
+        raise ShapeError(f"roll: shift {shift!r} and axis {axis!r} must be ints or 1-d sequences")
+    total = {}
+    for sh, ax in zip(shifts.tolist(), axes_.tolist()):
+        a = _axis(x, ax, "roll")
+        total[a] = total.get(a, 0) + sh
+    for a, sh in sorted(total.items()):
+        n = shape(x)[a]
+        if n == 0 or sh % n == 0:
+            continue
+        k = sh % n
+        x = lax_shape.concatenate(
+            [lax_indexing.slice_in_dim(x, n - k, n, a), lax_indexing.slice_in_dim(x, 0, n - k, a)], a)
+    return x
+
+
+def _split(name, x, indices_or_sections, axis, equal):
+    axis = _axis(x, axis, name)
+    n = shape(x)[axis]
+    spec = _static_ints(indices_or_sections, name, "indices_or_sections")
+    if spec.ndim == 0:
+        k = int(spec)
+        if k <= 0:
+            raise ShapeError(f"{name}: the number of sections must be positive, got {k}")
+        if equal and n % k:
+            raise ShapeError(f"{name}: axis {axis} of size {n} (shape {shape(x)}) does not divide into {k} equal "
+                             "sections; array_split allows unequal ones")
+        q, r = divmod(n, k)
+        bounds = np.concatenate([[0], np.cumsum([q + 1] * r + [q] * (k - r))]).tolist()
+    else:
+        if spec.ndim != 1:
+            raise ShapeError(f"{name}: indices_or_sections must be an int or a 1-d sequence of ints")
+        bounds = [0] + spec.tolist() + [n]
+    return [lax_indexing.slice_in_dim(x, lo, hi, axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def split(x, indices_or_sections, axis=0):
+    """``numpy.split``: a list of pieces along ``axis``; an int ``k`` asks for ``k`` equal
+    pieces (an error when the size is not a multiple of ``k``), a sequence of indices
+    gives the split points (as slice bounds: negative ones count from the end)."""
+    return _split("split", x, indices_or_sections, axis, equal=True)
+
+
+def array_split(x, indices_or_sections, axis=0):
+    """``numpy.array_split``: as :func:`split`, but ``k`` pieces need not be equal (the first
+    ``n % k`` are one longer)."""
+    return _split("array_split", x, indices_or_sections, axis, equal=False)
+
+
+def _zero_of(x):
+    return False if core.dtype_of(x) == np.bool_ else 0
+
+
+def _tri_mask(x, k, name):
+    s = shape(x)
+    if len(s) < 2:
+        raise ShapeError(f"{name}: the array must have at least 2 dims, got shape {s}")
+    return backend.xp_of(x).tri(s[-2], s[-1], k, dtype=bool)
+
+
+def tril(m, k=0):
+    """``m`` with the elements above diagonal ``k`` of its last two dims zeroed."""
+    return ew.select(_tri_mask(m, int(k), "tril"), m, _zero_of(m))
+
+
+def triu(m, k=0):
+    """``m`` with the elements below diagonal ``k`` of its last two dims zeroed."""
+    return ew.select(_tri_mask(m, int(k) - 1, "triu"), _zero_of(m), m)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """The diagonal ``offset`` of the dims ``axis1`` (rows) and ``axis2`` (columns), as
+    the last dim of the result (``numpy.diagonal``); one strided slice of the flattened
+    pair, so its derivative is a strided scatter."""
+    s = shape(a)
+    if len(s) < 2:
+        raise ShapeError(f"diagonal: the array must have at least 2 dims, got shape {s}")
+    a1, a2 = _axis(a, axis1, "diagonal"), _axis(a, axis2, "diagonal")
+    if a1 == a2:
+        raise ShapeError(f"diagonal: axis1 and axis2 must be different dims, both are {a1} (shape {s})")
+    rest = tuple(i for i in range(len(s)) if i not in (a1, a2))
+    lead = tuple(s[i] for i in rest)
+    r, c = s[a1], s[a2]
+    k = int(offset)
+    if k >= 0:
+        length, start = builtins.max(0, builtins.min(r, c - k)), k
+    else:
+        length, start = builtins.max(0, builtins.min(r + k, c)), -k * c
+    flat = lax_shape.reshape(lax_shape.transpose(a, rest + (a1, a2)), lead + (r * c,))
+    if length == 0:
+        return lax_indexing.slice_in_dim(flat, 0, 0, len(lead))
+    return lax_indexing.slice_in_dim(flat, start, start + (length - 1) * (c + 1) + 1, len(lead), c + 1)
+
+
+def diag(v, k=0):
+    """``numpy.diag``: of a 1-d ``v``, the square matrix with ``v`` on diagonal ``k``; of a
+    2-d ``v``, its diagonal ``k``."""
+    s = shape(v)
+    k = int(k)
+    if len(s) == 2:
+        return diagonal(v, k)
+    if len(s) != 1:
+        raise ShapeError(f"diag: the input must be 1-d or 2-d, got shape {s}")
+    size = s[0] + builtins.abs(k)
+    padded = lax_shape.pad(v, ((0, builtins.abs(k)),), _zero_of(v))
+    # row i holds v[i] (k >= 0: at column i + k), or column j holds v[j] (k < 0: at row j - k)
+    spread = lax_shape.broadcast_in_dim(padded, (size, size), (0,) if k >= 0 else (1,))
+    mask = backend.xp_of(v).eye(size, size, k, dtype=bool)
+    return ew.select(mask, spread, _zero_of(v))
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
+    """The sum of :func:`diagonal` ``offset``."""
+    return sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,14 +735,14 @@ def pad(x, pad_width, constant_values=0):
 def take(x, indices, axis=None):
     if axis is None:
         return lax_indexing.take(ravel(x), indices, 0)
-    return lax_indexing.take(x, indices, _axis(x, axis))
+    return lax_indexing.take(x, indices, _axis(x, axis, "take"))
 
 
 def take_along_axis(x, indices, axis):
     """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
     semantics; ``indices`` broadcasts against ``x`` on the other dims). Implemented as one
     ``take`` on the flattened array with offset indices."""
-    axis = _axis(x, axis)
+    axis = _axis(x, axis, "take_along_axis")
     x_shape = shape(x)
     idx_shape = shape(indices)
     if len(idx_shape) != len(x_shape):
@@ -615,54 +971,284 @@ def tensordot(a, b, axes=2):
     return lax.dot_general(a, b, ((ca, cb), ((), ())))
 
 
-def einsum(subscripts, *operands):
-    """``numpy.einsum`` for one or two operands, explicit (``'ij,jk->ik'``) or implicit
-    output; letters shared by both operands and the output are batch dims, shared letters
-    missing from the output are contracted, others are summed away first. Repeated
-    letters within one operand (diagonals) and ``...`` are not supported."""
-    subscripts = subscripts.replace(" ", "")
-    if "..." in subscripts:
-        raise NotImplementedError("einsum: ellipsis ('...') is not supported")
-    if "->" in subscripts:
-        ins, out = subscripts.split("->")
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """``numpy.cross``: the cross product of 3-vectors along ``axisa``/``axisb`` (leading dims
+    broadcast), written to ``axisc`` of the result; a 2-vector counts as having z = 0, and
+    two 2-vectors give the z component alone (as NumPy and JAX do)."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a = moveaxis(a, _axis(a, axisa, "cross"), -1)
+    b = moveaxis(b, _axis(b, axisb, "cross"), -1)
+    na, nb = shape(a)[-1], shape(b)[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ShapeError(f"cross: the vectors must have 2 or 3 components, got {na} and {nb} "
+                         f"(shapes {shape(a)} and {shape(b)} with the vector axis last)")
+    ac = [getitem(a, (Ellipsis, i)) for i in range(na)]
+    bc = [getitem(b, (Ellipsis, i)) for i in range(nb)]
+
+    def minus(p, q):
+        """p − q where a missing (None) factor product is 0."""
+        if p is None:
+            return ew.neg(q)
+        return p if q is None else ew.sub(p, q)
+
+    def times(i, j):
+        return None if i >= na or j >= nb else ew.mul(ac[i], bc[j])
+
+    z = minus(times(0, 1), times(1, 0))
+    if na == 2 and nb == 2:
+        return z
+    out = stack(broadcast_arrays(minus(times(1, 2), times(2, 1)), minus(times(2, 0), times(0, 2)), z), axis=-1)
+    return moveaxis(out, -1, _axis(out, axisc, "cross"))
+
+
+# NOTE [einsum's contraction order]
+# ``einsum`` with n operands becomes n − 1 pairwise contractions, each one ``dot_general``
+# (plus ``reduce_sum`` for labels only one operand has, ``diagonal`` for a label repeated
+# within an operand, a final ``transpose``), so every transform handles it through those
+# primitives. The pairs are chosen greedily (opt_einsum's greedy strategy, simplified): at
+# each step the pair whose intermediate result is smallest, ties broken by the memory the
+# step frees, then by position. A chain ``ij,jk,kl->il`` with a thin last matrix thus
+# contracts ``jk,kl`` first. Labels are kept in an intermediate only while the output or
+# another remaining operand still needs them; a label whose size is 1 in some operands and
+# n in others broadcasts (NumPy's rule), the size-1 dims being squeezed away first.
+
+
+def _einsum_labels(spec, rank, ellipsis_rank, i, subscripts):
+    """Operand ``i``'s labels: its letters, with ``...`` replaced by the ellipsis labels
+    ``("...", k)`` aligned to the right, as broadcasting aligns dims."""
+    if "." in spec.replace("...", ""):
+        raise ShapeError(f"einsum: {subscripts!r}: '.' may only appear as '...'")
+    letters = spec.replace("...", "")
+    bad = [c for c in letters if not c.isalpha()]
+    if bad:
+        raise ShapeError(f"einsum: {subscripts!r}: subscripts must be letters, got {bad[0]!r}")
+    if "..." not in spec:
+        if len(spec) != rank:
+            raise ShapeError(f"einsum: subscripts {spec!r} name {len(spec)} dims, but operand {i} has shape of rank {rank}")
+        return list(spec)
+    n_ell = rank - len(letters)
+    if n_ell < 0 or spec.count("...") > 1:
+        raise ShapeError(f"einsum: subscripts {spec!r} do not fit operand {i} of rank {rank}")
+    head, tail = spec.split("...")
+    return list(head) + [("...", ellipsis_rank - n_ell + k) for k in range(n_ell)] + list(tail)
+
+
+def _einsum_parse(subscripts, operands):
+    spec = subscripts.replace(" ", "")
+    if spec.count("->") > 1:
+        raise ShapeError(f"einsum: {subscripts!r} has more than one '->'")
+    lhs, out_spec = spec.split("->") if "->" in spec else (spec, None)
+    in_specs = lhs.split(",")
+    if len(in_specs) != len(operands):
+        raise ShapeError(f"einsum: {subscripts!r} names {len(in_specs)} operands, but {len(operands)} were given")
+    ranks = [ndim(x) for x in operands]
+    ellipsis_rank = builtins.max(
+        [r - len(sp.replace("...", "")) for sp, r in zip(in_specs, ranks) if "..." in sp], default=0)
+    labels = [_einsum_labels(sp, r, ellipsis_rank, i, subscripts) for i, (sp, r) in enumerate(zip(in_specs, ranks))]
+    ellipsis = [("...", k) for k in range(ellipsis_rank)]
+    if out_spec is None:
+        counts = {}
+        for ls in labels:
+            for c in ls:
+                counts[c] = counts.get(c, 0) + 1
+        out = ellipsis + sorted(c for c, k in counts.items() if k == 1 and isinstance(c, str))
     else:
-        ins = subscripts
-        letters = ins.replace(",", "")
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    in_specs = ins.split(",")
-    if len(in_specs) != len(operands) or len(operands) not in (1, 2):
-        raise ShapeError(f"einsum: {subscripts!r} needs {len(in_specs)} operands; one or two are supported")
-    for spec, op in zip(in_specs, operands):
-        if len(spec) != ndim(op):
-            raise ShapeError(f"einsum: subscripts {spec!r} do not match an operand of shape {shape(op)}")
-        if len(set(spec)) != len(spec):
-            raise NotImplementedError(f"einsum: repeated subscripts within one operand ({spec!r}) are not supported")
-    if len(operands) == 1:
-        (spec,), (x,) = in_specs, operands
-        summed = tuple(i for i, c in enumerate(spec) if c not in out)
-        x = sum(x, summed) if summed else x
-        kept = [c for c in spec if c in out]
-        return transpose(x, tuple(kept.index(c) for c in out))
-    (sa, sb), (a, b) = in_specs, operands
+        if "." in out_spec.replace("...", "") or out_spec.count("...") > 1:
+            raise ShapeError(f"einsum: {subscripts!r}: bad output subscripts {out_spec!r}")
+        if ellipsis_rank and "..." not in out_spec:
+            raise ShapeError(f"einsum: {subscripts!r}: the operands have dims under '...', so the output "
+                             "subscripts need '...' too (as in NumPy)")
+        head, _, tail = out_spec.partition("...")
+        out = list(head) + (ellipsis if "..." in out_spec else []) + list(tail)
+        seen = {c for ls in labels for c in ls}
+        for c in out:
+            if out.count(c) > 1:
+                raise ShapeError(f"einsum: {subscripts!r}: output subscript {c!r} appears more than once")
+            if c not in seen:
+                raise ShapeError(f"einsum: {subscripts!r}: output subscript {c!r} names no dim of the operands")
+    return labels, out
 
-    def sum_private(x, spec, other):
-        private = tuple(i for i, c in enumerate(spec) if c not in other and c not in out)
-        if private:
-            x = sum(x, private)
-            spec = "".join(c for i, c in enumerate(spec) if i not in private)
-        return x, spec
 
-    a, sa = sum_private(a, sa, sb)
-    b, sb = sum_private(b, sb, sa)
-    batch = [c for c in sa if c in sb and c in out]
-    contract = [c for c in sa if c in sb and c not in out]
-    dn = (
-        (tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
-        (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)),
-    )
-    result = lax.dot_general(a, b, dn)
-    result_spec = batch + [c for c in sa if c not in sb] + [c for c in sb if c not in sa]
-    return transpose(result, tuple(result_spec.index(c) for c in out))
+def _einsum_sizes(operands, labels, subscripts):
+    """Each label's size, and the operands with their size-1 broadcast dims squeezed."""
+    sizes = {}
+    for i, (x, ls) in enumerate(zip(operands, labels)):
+        for c, n in zip(ls, shape(x)):
+            if n != 1:
+                prev = sizes.setdefault(c, (n, i))
+                if prev[0] != n:
+                    name = "..." if isinstance(c, tuple) else repr(c)
+                    raise ShapeError(
+                        f"einsum: {subscripts!r}: subscript {name} has size {prev[0]} in operand {prev[1]} "
+                        f"(shape {shape(operands[prev[1]])}) but size {n} in operand {i} (shape {shape(x)})")
+    sizes = {c: n for c, (n, _) in sizes.items()}
+    new_ops, new_labels = [], []
+    for x, ls in zip(operands, labels):
+        drop = tuple(d for d, (c, n) in enumerate(zip(ls, shape(x))) if n == 1 and sizes.get(c, 1) != 1)
+        if drop:
+            x = lax_shape.squeeze(x, drop)
+            ls = [c for d, c in enumerate(ls) if d not in drop]
+        for c in ls:
+            sizes.setdefault(c, 1)
+        new_ops.append(x)
+        new_labels.append(ls)
+    return sizes, new_ops, new_labels
+
+
+def _einsum_sum_unneeded(x, ls, needed):
+    axes = tuple(d for d, c in enumerate(ls) if c not in needed)
+    if axes:
+        x = lax_reduction.reduce_sum(x, axes)
+        ls = [c for c in ls if c in needed]
+    return x, ls
+
+
+def _einsum_contract(x, lx, y, ly, needed):
+    """One pairwise step: ``dot_general`` over the shared labels that nothing else needs,
+    with the shared labels still needed as batch dims."""
+    x, lx = _einsum_sum_unneeded(x, lx, set(ly) | needed)
+    y, ly = _einsum_sum_unneeded(y, ly, set(lx) | needed)
+    batch = [c for c in lx if c in ly and c in needed]
+    contract = [c for c in lx if c in ly and c not in needed]
+    dn = ((tuple(lx.index(c) for c in contract), tuple(ly.index(c) for c in contract)),
+          (tuple(lx.index(c) for c in batch), tuple(ly.index(c) for c in batch)))
+    out = lax.dot_general(x, y, dn)
+    return out, batch + [c for c in lx if c not in ly] + [c for c in ly if c not in lx]
+
+
+def einsum(subscripts, *operands, optimize=True):
+    """``numpy.einsum`` with any number of operands: explicit (``'ij,jk->ik'``) or implicit
+    output, ``...`` (broadcast as NumPy does), labels repeated within an operand
+    (diagonals: ``'ii->i'``, traces) and size-1 broadcasting. The operands are contracted
+    pairwise in a greedy order (NOTE [einsum's contraction order]); ``optimize`` is
+    accepted for compatibility and the order is always greedy.
+
+    Example: ``einsum('bi,ij,bj->b', x, A, y)`` is the batch of bilinear forms xᵀAy.
+    """
+    if not operands:
+        raise ShapeError("einsum: needs at least one operand")
+    labels, out = _einsum_parse(subscripts, operands)
+    sizes, ops, labels = _einsum_sizes(operands, labels, subscripts)
+    # diagonals of labels repeated within an operand
+    for i, (x, ls) in enumerate(zip(ops, labels)):
+        while len(set(ls)) != len(ls):
+            c = next(c for c in ls if ls.count(c) > 1)
+            p = ls.index(c)
+            q = ls.index(c, p + 1)
+            x = diagonal(x, 0, p, q)
+            ls = [l for d, l in enumerate(ls) if d not in (p, q)] + [c]
+        ops[i], labels[i] = x, ls
+    out_set = set(out)
+    # labels that only one operand has and the output lacks are summed first
+    for i in range(len(ops)):
+        others = out_set.union(*(labels[j] for j in range(len(ops)) if j != i))
+        ops[i], labels[i] = _einsum_sum_unneeded(ops[i], labels[i], others)
+
+    def size_of(ls):
+        return int(np.prod([sizes[c] for c in ls], dtype=np.int64))
+
+    while len(ops) > 1:
+        best = None
+        for i in range(len(ops)):
+            for j in range(i + 1, len(ops)):
+                needed = out_set.union(*(labels[m] for m in range(len(ops)) if m not in (i, j)))
+                result = [c for c in dict.fromkeys(labels[i] + labels[j]) if c in needed]
+                size = size_of(result)
+                key = (size, size - size_of(labels[i]) - size_of(labels[j]), i, j)
+                if best is None or key < best[0]:
+                    best = (key, i, j, needed)
+        _, i, j, needed = best
+        z, lz = _einsum_contract(ops[i], labels[i], ops[j], labels[j], needed)
+        ops = [o for m, o in enumerate(ops) if m not in (i, j)] + [z]
+        labels = [ls for m, ls in enumerate(labels) if m not in (i, j)] + [lz]
+    (x,), (ls,) = ops, labels
+    x, ls = _einsum_sum_unneeded(x, ls, out_set)
+    return lax_shape.transpose(x, tuple(ls.index(c) for c in out))
+
+
+# ---------------------------------------------------------------------------------------
+# cuvmap.numpy.linalg
+# ---------------------------------------------------------------------------------------
+
+
+def _svd_missing(ord):  # noqa: A002
+    return NotImplementedError(
+        f"norm: the matrix norm ord={ord!r} needs singular values (an SVD), which cuvmap has no primitive for; "
+        "ord=None/'fro', 1, -1, inf and -inf are available")
+
+
+def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
+    """``numpy.linalg.norm``.
+
+    Vector norms (``axis`` an int, or ``None`` for a 1-d array): ``ord`` ``None``/2 (the
+    Euclidean norm), 1, ``inf``, ``-inf``, 0 (the count of nonzeros) or any other number
+    ``p`` (``(Σ|x|ᵖ)^(1/p)``). Matrix norms (``axis`` a pair, or ``None`` for a 2-d array):
+    ``None``/``'fro'``, 1, -1, ``inf``, ``-inf``; the spectral and nuclear norms (2, -2,
+    ``'nuc'``) need an SVD and raise. ``axis=None`` with ``ord=None`` is the 2-norm of
+    all elements.
+
+    Derivatives follow JAX's: ord 1 and ``inf`` have the subgradient 0 at ``x = 0``; the
+    2-norm and the Frobenius norm, ``sqrt(Σ x²)``, have none there and give NaN, as in
+    JAX (write ``sqrt(sum(x * x) + eps)`` or the double-``where`` trick where zero inputs
+    occur).
+    """
+    if not core.is_float(x):
+        x = astype(x, np.float64)
+    nd = ndim(x)
+    if axis is None:
+        if ord is None:
+            axes = tuple(range(nd))
+            return ew.sqrt(sum(square(x), axes, keepdims))
+        if nd not in (1, 2):
+            raise ShapeError(f"norm: ord={ord!r} needs axis for an array of shape {shape(x)} (or a 1-d or 2-d array)")
+        axes = tuple(range(nd))
+    elif isinstance(axis, (int, np.integer)):
+        axes = (_axis(x, axis, "norm"),)
+    else:
+        axes = tuple(_axis(x, a, "norm") for a in axis)
+        if len(axes) not in (1, 2) or len(set(axes)) != len(axes):
+            raise ShapeError(f"norm: axis must be an int or a pair of different ints, got {axis!r}")
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes, keepdims)
+    return _matrix_norm(x, ord, axes, keepdims)
+
+
+def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
+    if ord is None or (isinstance(ord, (int, float, np.number)) and not isinstance(ord, bool) and ord == 2):
+        return ew.sqrt(sum(square(x), axes, keepdims))
+    if isinstance(ord, str) or isinstance(ord, bool) or not isinstance(ord, (int, float, np.number)):
+        raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
+    if ord == np.inf:
+        return max(ew.abs(x), axes, keepdims)
+    if ord == -np.inf:
+        return min(ew.abs(x), axes, keepdims)
+    if ord == 0:
+        return sum(astype(ew.ne(x, 0), core.dtype_of(x)), axes, keepdims)
+    if ord == 1:
+        return sum(ew.abs(x), axes, keepdims)
+    return ew.pow(sum(ew.pow(ew.abs(x), float(ord)), axes, keepdims), 1.0 / float(ord))
+
+
+def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
+    rows, cols = axes
+    if ord is None or ord == "fro":
+        return ew.sqrt(sum(square(x), axes, keepdims))
+    if ord in (2, -2, "nuc"):
+        raise _svd_missing(ord)
+    if isinstance(ord, bool) or ord not in (1, -1, np.inf, -np.inf):
+        raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 1, -1, inf or -inf)")
+    # 1: the largest column sum of |x|; inf: the largest row sum
+    summed, over = (rows, cols) if ord in (1, -1) else (cols, rows)
+    sums = sum(ew.abs(x), summed, keepdims=True)
+    out = max(sums, over, keepdims=True) if ord > 0 else min(sums, over, keepdims=True)
+    return out if keepdims else squeeze(out, axes)
+
+
+linalg = types.ModuleType("cuvmap.numpy.linalg", "``numpy.linalg``'s functions on arrays and tracers: ``norm``.")
+linalg.norm = norm
+sys.modules[linalg.__name__] = linalg
+del norm
 
 
 # ---------------------------------------------------------------------------------------
@@ -741,6 +1327,41 @@ def _tracer_clip(self, min=None, max=None, out=None):  # noqa: A002 - NumPy's na
     return clip(self, min, max)
 
 
+def _tracer_prod(self, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("prod", out)
+    return prod(self, axis, keepdims, dtype)
+
+
+def _tracer_cumulative(fn):
+    def method(self, axis=None, dtype=None, out=None):
+        _no_out(fn.__name__, out)
+        return fn(self, axis, dtype)
+
+    return method
+
+
+def _tracer_any_all(fn):
+    def method(self, axis=None, out=None, keepdims=False):
+        _no_out(fn.__name__, out)
+        return fn(self, axis, keepdims)
+
+    return method
+
+
+def _tracer_round(self, decimals=0, out=None):
+    _no_out("round", out)
+    return round(self, decimals)
+
+
+def _tracer_argsort(self, axis=-1, kind=None, order=None):
+    return argsort(self, axis, kind=kind, order=order)
+
+
+def _tracer_trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no_out("trace", out)
+    return trace(self, offset, axis1, axis2, dtype)
+
+
 def _is_bool(x):
     return core.dtype_of(x) == np.bool_
 
@@ -813,6 +1434,10 @@ _TRACER_METHODS = {
     "max": _tracer_extremum(max), "min": _tracer_extremum(min),
     "argmax": _tracer_arg(argmax), "argmin": _tracer_arg(argmin), "astype": astype, "ravel": ravel,
     "squeeze": squeeze, "clip": _tracer_clip, "dot": dot, "swapaxes": swapaxes,
+    "prod": _tracer_prod, "cumsum": _tracer_cumulative(cumsum), "cumprod": _tracer_cumulative(cumprod),
+    "any": _tracer_any_all(any), "all": _tracer_any_all(all), "round": _tracer_round,
+    "argsort": _tracer_argsort, "diagonal": diagonal, "trace": _tracer_trace,
+    "__round__": lambda self, ndigits=None: round(self, 0 if ndigits is None else ndigits),
 }
 for _name, _fn in _TRACER_METHODS.items():
     setattr(Tracer, _name, _fn)

@@ -22,6 +22,7 @@ its derivatives against finite differences.
 """
 import importlib
 import itertools
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from cuvmap import core, lax
 from cuvmap import numpy as cnp
+from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import bitwise as lax_bitwise
@@ -36,6 +38,7 @@ from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -347,7 +350,74 @@ def _rows_elementwise():
                              dtypes=ANY))
     rows.append(prim_row("lt_pyscalar", p.lt_p, {}, lax.lt, np.less, [A(3, 4, domain="ints"), S(0.5)],
                          dtypes=NUMERIC))
+    rows += [
+        prim_row("log2", p.log2_p, {}, lax.log2, np.log2, [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("log10", p.log10_p, {}, lax.log10, np.log10, [A(3, 4, domain="positive")], dtypes=NUMERIC),
+        prim_row("atan", p.atan_p, {}, lax.atan, np.arctan, [A(3, 4)], dtypes=NUMERIC),
+        # y broadcasts against x; x stays away from the origin (the derivative's pole)
+        prim_row("atan2", p.atan2_p, {}, lax.atan2, np.arctan2, [A(4), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
+        prim_row("sinh", p.sinh_p, {}, lax.sinh, np.sinh, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("cosh", p.cosh_p, {}, lax.cosh, np.cosh, [A(3, 4)], dtypes=NUMERIC),
+        prim_row("asinh", p.asinh_p, {}, lax.asinh, np.arcsinh, [A(3, 4)], dtypes=NUMERIC),
+        # the reference is Python's math.erf, one element at a time
+        prim_row("erf", p.erf_p, {}, lax.erf, ref_erf, [A(3, 4)], dtypes=NUMERIC, tol64=(1e-15, 1e-15)),
+        # near the half-integers (floor, ceil) and away from them (round): no jumps nearby
+        prim_row("floor", p.floor_p, {}, lax.floor, np.floor, [A(3, 4, domain="grid_half")]),
+        prim_row("ceil", p.ceil_p, {}, lax.ceil, np.ceil, [A(3, 4, domain="grid_half")]),
+        prim_row("round", p.round_p, {"decimals": 0}, lax.round, np.round, [A(3, 4, domain="grid0")]),
+        prim_row("round_decimals", p.round_p, {"decimals": 1}, lambda x: lax.round(x, 1),
+                 lambda x: np.round(x, 1), [A(3, 4)]),
+    ]
     return rows
+
+
+def ref_erf(x):
+    out = np.vectorize(math.erf, otypes=[np.float64])(x)
+    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _cumsum_ref(axis, reverse=False):
+    def ref(x):
+        dtype = np.int64 if x.dtype == BOOL else x.dtype
+        if reverse:
+            return np.flip(np.cumsum(np.flip(x, axis), axis, dtype=dtype), axis)
+        return np.cumsum(x, axis, dtype=dtype)
+
+    return ref
+
+
+def _cumprod_ref(axis, reverse=False):
+    def ref(x):
+        if reverse:
+            return np.flip(np.cumprod(np.flip(x, axis), axis, dtype=x.dtype), axis)
+        return np.cumprod(x, axis, dtype=x.dtype)
+
+    return ref
+
+
+def _rows_cumulative_sorting():
+    cp, sp = lax_cumulative, lax_sorting
+    return [
+        prim_row("cumsum", cp.cumsum_p, {"axis": 1, "reverse": False}, lambda x: lax.cumsum(x, 1),
+                 _cumsum_ref(1), [A(3, 4)], dtypes=NUMERIC + (I32, BOOL)),
+        prim_row("cumsum_reverse", cp.cumsum_p, {"axis": 0, "reverse": True},
+                 lambda x: lax.cumsum(x, -3, reverse=True), _cumsum_ref(0, True), [A(2, 3, 4)]),
+        prim_row("cumprod", cp.cumprod_p, {"axis": 1, "reverse": False}, lambda x: lax.cumprod(x, 1),
+                 _cumprod_ref(1), [A(3, 5)], dtypes=NUMERIC),
+        # zeros among small integers: cumprod is multilinear, so central differences are
+        # exact there, and a rule that divides by x would give NaN
+        prim_row("cumprod_zeros", cp.cumprod_p, {"axis": 2, "reverse": False}, lambda x: lax.cumprod(x, 2),
+                 _cumprod_ref(2), [A(2, 3, 6, domain="ints")]),
+        prim_row("cumprod_reverse_zeros", cp.cumprod_p, {"axis": 0, "reverse": True},
+                 lambda x: lax.cumprod(x, 0, reverse=True), _cumprod_ref(0, True), [A(5, 3, domain="ints")]),
+        prim_row("sort", sp.sort_p, {"axis": 1}, lambda x: lax.sort(x, 1), lambda x: np.sort(x, 1),
+                 [A(3, 5, domain="distinct")], dtypes=NUMERIC),
+        prim_row("sort_axis0", sp.sort_p, {"axis": 0}, lambda x: lax.sort(x, 0), lambda x: np.sort(x, 0),
+                 [A(4, 2, 3, domain="distinct")]),
+        # ties: stable
+        prim_row("argsort", sp.argsort_p, {"axis": 1}, lambda x: lax.argsort(x, 1),
+                 lambda x: np.argsort(x, 1, kind="stable"), [A(3, 6, domain="ints")], dtypes=NUMERIC + (BOOL,)),
+    ]
 
 
 def _slice_ref(spec):
@@ -900,7 +970,7 @@ def _rows_bits():
 
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
-    + _pooling_rows()
+    + _pooling_rows() + _rows_cumulative_sorting()
     + _rows_bits()
 )
 
@@ -1000,6 +1070,101 @@ def _rows_composite():
         Row("asarray_list", lambda x, y: cnp.asarray([cnp.sum(x), cnp.mean(y), x[0, 0]]),
             lambda x, y: np.asarray([np.sum(x), np.mean(y), x[0, 0]]), [A(3, 4), A(2)], tol32=(1e-5, 1e-5)),
     ]
+    return rows + _rows_numpy_functions()
+
+
+def _pieces(pieces):
+    """The pieces of a split joined again, each scaled by its position (a swapped or
+    misplaced piece changes the result)."""
+    return [p * (k + 1) for k, p in enumerate(pieces)]
+
+
+_PAD_WIDTHS = ((2, 5), (3, 1))  # wider than the axis: reflect and wrap go round more than once
+
+
+def _pad_modes(pad, x):
+    return (pad(x, _PAD_WIDTHS, mode="edge") + 2 * pad(x, _PAD_WIDTHS, mode="wrap")
+            + 3 * pad(x, _PAD_WIDTHS, mode="reflect") + 4 * pad(x, _PAD_WIDTHS, mode="symmetric"))
+
+
+def _ref_cross_2d_3d(a, b):
+    """a (…, 2) × b (3,) with a's z = 0, written out."""
+    return np.stack([a[:, 1] * b[2], -a[:, 0] * b[2], a[:, 0] * b[1] - a[:, 1] * b[0]], axis=-1)
+
+
+def _vector_norms(norm, x):
+    return [norm(x, o, 0) for o in (1, np.inf, -np.inf, 3, 0.5, 0)]
+
+
+def _matrix_norms(norm, x):
+    return [norm(x, o, (0, 1)) for o in (None, "fro", 1, -1, np.inf, -np.inf)] + [norm(x, 1, (1, 0))]
+
+
+def _rows_numpy_functions():
+    """The functions of issue 11's numpy list that are composites."""
+    la = cnp.linalg
+    rows = [
+        Row("prod", lambda x: cnp.prod(x, axis=1), lambda x: np.prod(x, axis=1), [A(3, 5)], dtypes=NUMERIC),
+        # zeros: the derivative is the product of the others, with no division
+        Row("prod_zeros_keepdims", lambda x: cnp.prod(x, axis=(0, 2), keepdims=True),
+            lambda x: np.prod(x, axis=(0, 2), keepdims=True), [A(2, 3, 3, domain="ints")]),
+        Row("prod_all_bool", lambda x: cnp.prod(x), lambda x: np.prod(x), [A(2, 3)], dtypes=(BOOL, F64)),
+        Row("any_all", lambda x: cnp.stack([cnp.any(x, 1), cnp.all(x, 1), cnp.any(x > 1, 1, keepdims=True)[:, 0]]),
+            lambda x: np.stack([np.any(x, 1), np.all(x, 1), np.any(x > 1, 1)]), [A(3, 4, domain="ints")],
+            dtypes=ANY, differentiable=False),
+        Row("cumsum_flat", lambda x: cnp.cumsum(x), lambda x: np.cumsum(x), [A(2, 3)]),
+        Row("cumprod_dtype", lambda x: cnp.cumprod(x, 0, dtype=np.float64), lambda x: np.cumprod(x, 0, dtype=np.float64),
+            [A(3, 2)]),
+        Row("sort_descending_flat", lambda x: cnp.sort(x, None, descending=True), lambda x: -np.sort(-x, None),
+            [A(2, 3, domain="distinct")], dtypes=NUMERIC),
+        # ties keep their order, as in JAX's stable descending argsort
+        Row("argsort_descending", lambda x: cnp.argsort(x, 0, descending=True),
+            lambda x: np.argsort(-x, 0, kind="stable"), [A(5, 3, domain="ints")], dtypes=NUMERIC,
+            differentiable=False),
+        Row("split", lambda x: cnp.concatenate(_pieces(cnp.split(x, [1, -1, 2], axis=1)), 1),
+            lambda x: np.concatenate(_pieces(np.split(x, [1, -1, 2], axis=1)), 1), [A(3, 4)]),
+        Row("array_split", lambda x: cnp.concatenate(_pieces(cnp.array_split(x, 3, axis=-1)), -1),
+            lambda x: np.concatenate(_pieces(np.array_split(x, 3, axis=-1)), -1), [A(2, 7)]),
+        Row("flip_roll", lambda x: cnp.flip(x, (0, 2)) + cnp.roll(x, (1, -7), (2, 0)) + cnp.roll(x, 5),
+            lambda x: np.flip(x, (0, 2)) + np.roll(x, (1, -7), (2, 0)) + np.roll(x, 5), [A(2, 3, 4)], dtypes=NUMERIC),
+        Row("tril_triu", lambda x: cnp.tril(x, -1) + 2 * cnp.triu(x, 1) + cnp.triu(x, -3),
+            lambda x: np.tril(x, -1) + 2 * np.triu(x, 1) + np.triu(x, -3), [A(2, 3, 4)], dtypes=NUMERIC),
+        # integers and booleans pass through floor, ceil and round unchanged
+        Row("floor_ceil_round_int", lambda x: cnp.floor(x) + cnp.ceil(x) + cnp.round(x),
+            lambda x: np.floor(x) + np.ceil(x) + np.round(x), [A(3, 4)], dtypes=(I64, I32)),
+        Row("clip_array_bounds", cnp.clip, np.clip,
+            [A(3, 4, domain="grid0"), A(4, domain="grid_half"), A(3, 1, domain="grid_half")], dtypes=NUMERIC),
+        Row("clip_keywords", lambda x: cnp.clip(x, min=-0.5) + cnp.clip(x, max=0.5),
+            lambda x: np.clip(x, -0.5, None) + np.clip(x, None, 0.5), [A(3, 4, domain="grid0")]),
+        Row("pad_modes", lambda x: _pad_modes(cnp.pad, x), lambda x: _pad_modes(np.pad, x), [A(3, 2)], dtypes=NUMERIC),
+        Row("diag_vector", lambda v: cnp.diag(v, 1) + cnp.diag(v, -1), lambda v: np.diag(v, 1) + np.diag(v, -1),
+            [A(3)], dtypes=NUMERIC),
+        Row("diagonal", lambda x: cnp.diagonal(x, -1, 2, 0), lambda x: np.diagonal(x, -1, 2, 0), [A(3, 4, 5)]),
+        Row("diag_trace_matrix", lambda x: cnp.diag(x, 1) * cnp.trace(x) + cnp.trace(x, -2),
+            lambda x: np.diag(x, 1) * np.trace(x) + np.trace(x, -2), [A(4, 5)], dtypes=NUMERIC),
+        Row("outer", cnp.outer, np.outer, [A(3), A(2, 2)]),
+        Row("cross", cnp.cross, np.cross, [A(4, 3), A(3)]),
+        Row("cross_axes", lambda a, b: cnp.cross(a, b, axisa=0, axisb=1, axisc=0),
+            lambda a, b: np.cross(a, b, axisa=0, axisb=1, axisc=0), [A(3, 4), A(4, 3)]),
+        Row("cross_2d_3d", cnp.cross, _ref_cross_2d_3d, [A(4, 2), A(3)]),
+        Row("norm", lambda x: la.norm(x, axis=1), lambda x: np.linalg.norm(x, axis=1), [A(3, 4)]),
+        Row("norm_vector_ords", lambda x: cnp.stack(_vector_norms(la.norm, x)),
+            lambda x: np.stack(_vector_norms(np.linalg.norm, x)), [A(3, 4, domain="nonzero")],
+            tol32=(1e-5, 1e-5)),
+        Row("norm_matrix_ords", lambda x: cnp.stack(_matrix_norms(la.norm, x)),
+            lambda x: np.stack(_matrix_norms(np.linalg.norm, x)), [A(3, 4, domain="distinct")]),
+        Row("norm_keepdims", lambda x: la.norm(x, np.inf, (2, 0), keepdims=True) + la.norm(x, keepdims=True),
+            lambda x: np.linalg.norm(x, np.inf, (2, 0), keepdims=True) + np.linalg.norm(x.ravel(), keepdims=True),
+            [A(2, 3, 4, domain="distinct")]),
+    ]
+    for name, subscripts, shapes in [
+        ("einsum_chain3", "ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+        ("einsum_ellipsis_broadcast", "...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+        ("einsum_diagonal", "iij,jk->ki", [(3, 3, 2), (2, 4)]),
+        ("einsum_four", "ijk,jkl,li,m->m", [(2, 3, 2), (3, 2, 3), (3, 2), (2,)]),
+    ]:
+        rows.append(Row(name, lambda *xs, s=subscripts: cnp.einsum(s, *xs),
+                        lambda *xs, s=subscripts: np.einsum(s, *xs), [A(*s) for s in shapes]))
     return rows
 
 
@@ -1019,6 +1184,8 @@ NESTED_SAMPLE = (
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",
+    "erf", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
+    "einsum_chain3", "norm_matrix_ords", "clip_array_bounds",
 )
 
 _names = [r.name for r in ALL_ROWS]

@@ -51,7 +51,9 @@ def test_activations_match_formulas(backend):
     x = _rand(0, 3, 5) * 3
     xg = _put(x, backend)
     gelu_tanh = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-    np.testing.assert_allclose(_np(nn.gelu(xg)), gelu_tanh, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_np(nn.gelu(xg, approximate="tanh")), gelu_tanh, rtol=1e-12, atol=1e-12)
+    gelu_exact = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    np.testing.assert_allclose(_np(nn.gelu(xg)), gelu_exact, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(_np(nn.tanh(xg)), np.tanh(x), rtol=1e-12)
     np.testing.assert_allclose(_np(nn.sigmoid(xg)), 1 / (1 + np.exp(-x)), rtol=1e-12)
     np.testing.assert_allclose(_np(nn.relu(xg)), np.maximum(x, 0))
@@ -60,19 +62,25 @@ def test_activations_match_formulas(backend):
     np.testing.assert_allclose(_np(nn.log_softmax(xg, axis=0)), x - np.log(np.exp(x).sum(0)), rtol=1e-12)
 
 
-def test_gelu_tanh_is_close_to_exact_and_exact_is_refused():
+def test_gelu_is_exact_by_default_and_tanh_is_close():
     x = np.linspace(-6, 6, 241)
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
-    assert np.max(np.abs(nn.gelu(x) - exact)) < 1e-3
-    with pytest.raises(NotImplementedError, match="erf"):
-        nn.gelu(x, approximate="none")
-    with pytest.raises(ValueError):
+    np.testing.assert_allclose(nn.gelu(x), exact, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(nn.gelu(x, approximate="none"), exact, rtol=1e-13, atol=1e-15)
+    assert 1e-5 < np.max(np.abs(nn.gelu(x, approximate="tanh") - exact)) < 1e-3
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
         nn.gelu(x, approximate="fast")
 
 
 def test_activation_grads():
     x = _rand(1, 2, 4)
     check_grads(lambda x: nn.gelu(x) * nn.tanh(x) + nn.sigmoid(x), (x,), order=2)
+    check_grads(lambda x: nn.gelu(x, approximate="tanh"), (x,), order=2)
+    # d/dx x·Φ(x) = Φ(x) + x·φ(x), a closed form independent of the erf rule
+    x = np.linspace(-4, 4, 17)
+    phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    np.testing.assert_allclose(cv.vmap(cv.grad(nn.gelu))(x), cdf + x * phi, rtol=1e-13, atol=1e-15)
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ NOTE [batch or one example] for how each one tells the two apart.
 - convolutions: :func:`conv`, :func:`conv_transpose`;
 - pooling: :func:`max_pool`, :func:`avg_pool` (1-3 spatial dims; ``max_pool2d`` and
   friends fix the number of spatial dims);
-- activations: :func:`relu`, :func:`gelu` (tanh approximation), :func:`tanh`,
+- activations: :func:`relu`, :func:`gelu` (exact, or the tanh approximation), :func:`tanh`,
   :func:`sigmoid`, :func:`softmax`, :func:`log_softmax`;
 - normalization: :func:`layer_norm`, :func:`group_norm`;
 - losses: :func:`cross_entropy` (integer class indices or class probabilities),
@@ -358,21 +358,18 @@ def relu(x):
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)
+_SQRT_HALF = math.sqrt(0.5)
 
 
-def gelu(x, approximate="tanh"):
-    """GELU, tanh approximation:
-    ``0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`` (torch's ``approximate='tanh'``).
-
-    The exact GELU ``x · Φ(x) = 0.5 · x · (1 + erf(x/√2))`` needs ``erf``, for which cuvmap
-    has no primitive yet, so ``approximate='none'`` raises. Note that torch's *default* is
-    the exact form; the two differ by less than 1e-3 everywhere.
+def gelu(x, approximate="none"):
+    """GELU, exact by default as torch's: ``x · Φ(x) = 0.5 · x · (1 + erf(x/√2))``; with
+    ``approximate='tanh'``, ``0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))``. The two
+    differ by less than 1e-3 everywhere.
     """
     if approximate == "none":
-        raise NotImplementedError(
-            "gelu(approximate='none') needs erf, which cuvmap has no primitive for; use approximate='tanh'")
+        return ew.mul(ew.mul(0.5, x), ew.add(1.0, ew.erf(ew.mul(x, _SQRT_HALF))))
     if approximate != "tanh":
-        raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     inner = ew.mul(_GELU_C, ew.add(x, ew.mul(0.044715, ew.integer_pow(x, 3))))
     return ew.mul(ew.mul(0.5, x), ew.add(1.0, ew.tanh(inner)))
 

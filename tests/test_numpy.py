@@ -1,0 +1,317 @@
+"""``cuvmap.numpy`` beyond the op table: accuracy of erf over its whole range, derivatives at
+the points where a shortcut would fail (zeros of cumprod and prod, the kinks of norm,
+ties of sort and clip), einsum's contraction order and parsing, pad's modes against
+NumPy for many widths, and errors in the user's terms.
+
+The op table (``op_table.py``) checks values, vmap, and derivatives against finite
+differences for every function; the references here are closed forms, loops and NumPy.
+"""
+import math
+import re
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import lax
+from cuvmap.core import ShapeError
+
+ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+# ---------------------------------------------------------------------------------------
+# erf
+# ---------------------------------------------------------------------------------------
+
+
+def test_erf_matches_math_erf_over_its_range():
+    x = np.concatenate([np.linspace(-7, 7, 20001), np.logspace(-310, 0.8, 2000), -np.logspace(-30, 0.8, 500),
+                        [5.9, 5.95, 5.97, 6.0, 6.01, 6.03125, 6.04, 1e300]])
+    got, want = lax.erf(x), ERF(x)
+    err = np.abs(got - want)
+    assert err.max() <= 4e-16
+    # relative accuracy near zero (erf(x) ≈ 1.128 x), down to the subnormals
+    small = (np.abs(x) < 0.1) & (x != 0)
+    assert np.max(err[small] / np.abs(want[small])) < 4e-16
+    x32 = x[np.abs(x) < 1e30].astype(np.float32)
+    got32 = lax.erf(x32)
+    assert got32.dtype == np.float32
+    assert np.max(np.abs(got32 - ERF(x32.astype(np.float64)))) < 1.5e-7
+
+
+def test_erf_special_values():
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-320, -40.0])
+    got = lax.erf(x)
+    np.testing.assert_array_equal(got[[0, 1, 3, 6]], [1.0, -1.0, 0.0, -1.0])
+    assert np.isnan(got[2]) and np.signbit(got[4]) and got[5] > 0
+    assert lax.erf(np.float16(0.5)).dtype == np.float16
+    assert lax.erf(np.arange(3)).dtype == np.float64
+    # the derivative 2/√π·exp(−x²), in closed form
+    xs = np.linspace(-3, 3, 13)
+    np.testing.assert_allclose(cv.vmap(cv.grad(cnp.erf))(xs), 2 / math.sqrt(math.pi) * np.exp(-xs * xs),
+                               rtol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------
+# Derivatives at zeros, kinks and ties
+# ---------------------------------------------------------------------------------------
+
+
+def _cumprod_jacobian(x):
+    """∂out_i/∂x_j = Π_{m ≤ i, m ≠ j} x_m, one product at a time."""
+    n = len(x)
+    jac = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            jac[i, j] = np.prod([x[m] for m in range(i + 1) if m != j])
+    return jac
+
+
+@pytest.mark.parametrize("x", [[2.0, 0.0, 3.0, 0.0, -1.5], [0.0, 0.0, 2.0], [1.5, -2.0, 0.0, 4.0, 0.5, 3.0, 2.0]])
+def test_cumprod_and_prod_derivatives_are_exact_at_zeros(x):
+    x = np.array(x)
+    want = _cumprod_jacobian(x)
+    np.testing.assert_allclose(cv.jacrev(cnp.cumprod)(x), want, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(cv.jacfwd(cnp.cumprod)(x), want, rtol=1e-15, atol=0)
+    rev = cv.jacrev(lambda v: cnp.cumprod(v[::-1])[::-1])(x)
+    np.testing.assert_allclose(cv.jacrev(lambda v: lax.cumprod(v, 0, reverse=True))(x), rev, rtol=1e-15, atol=0)
+    # prod's gradient is the last row: the product of the others
+    np.testing.assert_allclose(cv.grad(cnp.prod)(x), want[-1], rtol=1e-15, atol=0)
+    np.testing.assert_allclose(cv.jvp(cnp.prod, (x,), (np.ones_like(x),))[1], want[-1].sum(), rtol=1e-15)
+
+
+def test_prod_any_all_of_empty_axes():
+    np.testing.assert_array_equal(cnp.prod(np.zeros((2, 0)), axis=1), [1.0, 1.0])
+    np.testing.assert_array_equal(cnp.any(np.zeros((0, 3)), axis=0), [False] * 3)
+    np.testing.assert_array_equal(cnp.all(np.zeros((0, 3)), axis=0), [True] * 3)
+    assert cnp.all(np.array([np.nan, 1.0])) and not cnp.any(np.array([0.0, -0.0]))
+    assert cv.grad(lambda x: cnp.prod(x, axis=1).sum())(np.zeros((2, 0))).shape == (2, 0)
+
+
+def test_norm_derivatives_at_zero_follow_jax():
+    norm = cnp.linalg.norm
+    zeros = np.zeros((2, 3))
+    for fn in (lambda x: norm(x.ravel(), 1), lambda x: norm(x.ravel(), np.inf), lambda x: norm(x, 1),
+               lambda x: norm(x, -np.inf, (1, 0))):
+        np.testing.assert_array_equal(cv.grad(fn)(zeros), np.zeros((2, 3)))
+    # sqrt(Σx²) has no derivative at 0: NaN, as in JAX
+    with np.errstate(all="ignore"):
+        assert np.isnan(cv.grad(norm)(zeros)).all()
+    x = np.array([3.0, -4.0])
+    np.testing.assert_allclose(cv.grad(norm)(x), x / 5)
+    np.testing.assert_allclose(cv.grad(lambda v: norm(v, np.inf))(x), [0.0, -1.0])
+
+
+def test_sort_derivative_follows_the_stable_permutation():
+    x = np.array([2.0, 1.0, 2.0, 1.0])
+    # sort(x) = x[[1, 3, 0, 2]]: out[0] comes from x[1], out[2] from x[0]
+    np.testing.assert_array_equal(cv.grad(lambda v: cnp.sort(v)[0])(x), [0, 1, 0, 0])
+    np.testing.assert_array_equal(cv.grad(lambda v: cnp.sort(v)[2])(x), [1, 0, 0, 0])
+    np.testing.assert_array_equal(cv.grad(lambda v: cnp.sort(v, descending=True)[0])(x), [0, 0, 1, 0])
+    np.testing.assert_array_equal(cnp.argsort(x), [1, 3, 0, 2])
+    np.testing.assert_array_equal(cnp.argsort(x, descending=True), [0, 2, 1, 3])
+    nan = np.array([np.nan, 1.0, -np.inf])
+    np.testing.assert_array_equal(cnp.sort(nan), np.sort(nan))
+    np.testing.assert_array_equal(cnp.argsort(nan), [2, 1, 0])
+
+
+def test_clip_derivative_reaches_array_bounds_and_splits_ties():
+    x = np.array([-2.0, 0.0, 2.0, -1.0, 1.0])
+    lo = np.full(5, -1.0)
+    hi = np.array(1.0)
+    gx, glo, ghi = cv.grad(lambda *a: cnp.clip(*a).sum(), argnums=(0, 1, 2))(x, lo, hi)
+    np.testing.assert_array_equal(gx, [0, 1, 0, 0.5, 0.5])
+    np.testing.assert_array_equal(glo, [1, 0, 0, 0.5, 0])
+    assert ghi == 1.5
+    with pytest.raises(TypeError, match="min or a_min"):
+        cnp.clip(x, -1, min=-1)
+
+
+def test_rounding_has_zero_derivatives_and_rounds_halves_to_even():
+    np.testing.assert_array_equal(cnp.round(np.array([0.5, 1.5, 2.5, -0.5])), [0, 2, 2, -0])
+    np.testing.assert_array_equal(cnp.around(np.array([1.25, 1.35]), 1), np.round([1.25, 1.35], 1))
+    x = np.array([1.3, -2.7])
+    for fn in (cnp.floor, cnp.ceil, cnp.round, cnp.sign):
+        np.testing.assert_array_equal(cv.grad(lambda v: (fn(v) * v).sum())(x), fn(x))
+
+
+# ---------------------------------------------------------------------------------------
+# einsum
+# ---------------------------------------------------------------------------------------
+
+
+EINSUM_CASES = [
+    ("ij,jk,kl,lm->im", [(2, 3), (3, 4), (4, 5), (5, 2)]),
+    ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 6)]),
+    ("a...,...b", [(2, 3, 4), (3, 4, 5)]),
+    ("ii", [(3, 3)]),
+    ("i...i", [(3, 2, 3)]),
+    ("iij,jik->k", [(3, 3, 2), (2, 3, 4)]),
+    ("ij,ij->ij", [(2, 1), (2, 3)]),
+    ("ab,cd,ef->", [(1, 2), (2, 3), (3, 1)]),
+    ("bi,bj,ij,b->", [(3, 2), (3, 4), (2, 4), (3,)]),
+    ("ij->", [(0, 3)]),
+    ("ij,jk", [(2, 0), (0, 3)]),
+    ("i,j,k", [(2,), (3,), (1,)]),
+]
+
+
+@pytest.mark.parametrize("subscripts,shapes", EINSUM_CASES, ids=[c[0] for c in EINSUM_CASES])
+def test_einsum_matches_numpy(subscripts, shapes):
+    rng = np.random.default_rng(0)
+    ops = [rng.standard_normal(s) for s in shapes]
+    want = np.einsum(subscripts, *ops)
+    got = cnp.einsum(subscripts, *ops)
+    assert np.shape(got) == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_einsum_contracts_the_smallest_intermediate_first(monkeypatch):
+    calls = []
+    real = lax.dot_general
+
+    def recording(x, y, dimension_numbers):
+        out = real(x, y, dimension_numbers)
+        calls.append((np.shape(x), np.shape(y), np.shape(out)))
+        return out
+
+    monkeypatch.setattr(lax, "dot_general", recording)
+    a, b, c = np.ones((50, 40)), np.ones((40, 30)), np.ones((30, 2))
+    out = cnp.einsum("ij,jk,kl->il", a, b, c)
+    np.testing.assert_allclose(out, a @ b @ c)
+    # left to right would form a 50×30 intermediate; b·c is 40×2
+    assert calls == [((40, 30), (30, 2), (40, 2)), ((50, 40), (40, 2), (50, 2))]
+
+
+def test_einsum_errors_name_the_subscripts():
+    x = np.ones((2, 3))
+    with pytest.raises(ShapeError, match=re.escape("einsum: 'ij,jk' names 2 operands, but 1 were given")):
+        cnp.einsum("ij,jk", x)
+    with pytest.raises(ShapeError, match=re.escape(
+            "einsum: 'ij,jk->ik': subscript 'j' has size 3 in operand 0 (shape (2, 3)) but size 4 in operand 1")):
+        cnp.einsum("ij,jk->ik", x, np.ones((4, 2)))
+    with pytest.raises(ShapeError, match="subscripts 'ijk' name 3 dims, but operand 0"):
+        cnp.einsum("ijk", x)
+    with pytest.raises(ShapeError, match="output subscript 'q' names no dim"):
+        cnp.einsum("ij->q", x)
+    with pytest.raises(ShapeError, match="need '...' too"):
+        cnp.einsum("...j->j", np.ones((2, 3, 4)))
+    with pytest.raises(ShapeError, match="subscripts must be letters"):
+        cnp.einsum("i1", x)
+
+
+# ---------------------------------------------------------------------------------------
+# pad, split, roll, diag, cross, norm, sort: NumPy's semantics and errors
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "wrap", "reflect", "symmetric"])
+def test_pad_matches_numpy(mode):
+    x = np.arange(12.0).reshape(3, 4)
+    for width in [0, 2, (1, 3), ((0, 7), (9, 2)), ((5, 0), (0, 0))]:
+        np.testing.assert_array_equal(cnp.pad(x, width, mode), np.pad(x, width, mode), err_msg=f"{mode} {width}")
+    one = np.array([[5.0]])
+    np.testing.assert_array_equal(cnp.pad(one, 3, mode), np.pad(one, 3, mode))
+
+
+def test_pad_errors():
+    with pytest.raises(ShapeError, match="pad: cannot extend the empty axis 0"):
+        cnp.pad(np.ones((0, 2)), 1, "edge")
+    np.testing.assert_array_equal(cnp.pad(np.ones((0, 2)), 1), np.zeros((2, 4)))
+    with pytest.raises(NotImplementedError, match="mode 'maximum' is not supported"):
+        cnp.pad(np.ones(3), 1, "maximum")
+    with pytest.raises(ShapeError, match="negative entries"):
+        cnp.pad(np.ones(3), -1)
+    with pytest.raises(ShapeError, match=re.escape("pad: pad_width ((1, 2), (3, 4), (5, 6)) must be")):
+        cnp.pad(np.ones((2, 2)), ((1, 2), (3, 4), (5, 6)))
+
+
+def test_split_roll_and_their_errors():
+    x = np.arange(10.0)
+    for spec in ([3, 7], [-2], [8, 3], [0, 10, 12]):
+        for got, want in zip(cnp.split(x, spec), np.split(x, spec), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert [p.shape for p in cnp.array_split(x, 4)] == [(3,), (3,), (2,), (2,)]
+    with pytest.raises(ShapeError, match=re.escape("split: axis 0 of size 10 (shape (10,)) does not divide into "
+                                                   "3 equal sections; array_split allows unequal ones")):
+        cnp.split(x, 3)
+    with pytest.raises(ShapeError, match="array_split: the number of sections must be positive"):
+        cnp.array_split(x, 0)
+    with pytest.raises(TypeError, match="split: indices_or_sections must be static"):
+        cv.vmap(lambda v, i: cnp.split(v, i))(np.ones((2, 4)), np.ones((2,), dtype=np.int64))
+    m = np.arange(6).reshape(2, 3)
+    for shift, axis in [(4, None), (-1, 1), ((1, 1), (1, 1)), ((1, -1), (0, 1))]:
+        np.testing.assert_array_equal(cnp.roll(m, shift, axis), np.roll(m, shift, axis))
+    with pytest.raises(ShapeError, match="roll: shift"):
+        cnp.roll(m, (1, 2, 3), (0, 1))
+    with pytest.raises(ShapeError, match="roll: axis 2 is out of range for an array of shape"):
+        cnp.roll(m, 1, 2)
+
+
+def test_diag_diagonal_tril_cross_errors():
+    with pytest.raises(ShapeError, match=re.escape("diag: the input must be 1-d or 2-d, got shape (2, 2, 2)")):
+        cnp.diag(np.ones((2, 2, 2)))
+    with pytest.raises(ShapeError, match="diagonal: axis1 and axis2 must be different dims"):
+        cnp.diagonal(np.ones((2, 2)), 0, 1, -1)
+    with pytest.raises(ShapeError, match=re.escape("tril: the array must have at least 2 dims, got shape (3,)")):
+        cnp.tril(np.ones(3))
+    with pytest.raises(ShapeError, match="cross: the vectors must have 2 or 3 components, got 4 and 3"):
+        cnp.cross(np.ones(4), np.ones(3))
+    for k in (-4, -1, 0, 2, 5):
+        np.testing.assert_array_equal(cnp.diag(np.arange(3.0), k), np.diag(np.arange(3.0), k))
+        np.testing.assert_array_equal(cnp.diagonal(np.ones((3, 4)), k), np.diagonal(np.ones((3, 4)), k))
+    np.testing.assert_array_equal(cnp.cross(np.array([1.0, 2.0]), np.array([3.0, 4.0])), -2.0)
+
+
+def test_norm_errors_and_namespace():
+    import cuvmap.numpy.linalg as la
+    from cuvmap.numpy import linalg
+
+    assert la is linalg is cnp.linalg
+    with pytest.raises(NotImplementedError, match="ord=2 needs singular values"):
+        la.norm(np.ones((2, 2)), 2)
+    with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
+        la.norm(np.ones(3), "fro")
+    with pytest.raises(ShapeError, match="norm: ord=1 needs axis for an array of shape"):
+        la.norm(np.ones((2, 2, 2)), 1)
+    with pytest.raises(ShapeError, match="norm: axis 3 is out of range"):
+        la.norm(np.ones((2, 2)), axis=3)
+    assert la.norm(np.array([3, 4])).dtype == np.float64
+    np.testing.assert_allclose(la.norm(np.ones((2, 3, 4))), math.sqrt(24))
+
+
+def test_axis_errors_name_the_function():
+    x = np.ones((2, 3))
+    for fn, name in [(cnp.cumsum, "cumsum"), (cnp.cumprod, "cumprod"), (cnp.sort, "sort"), (cnp.argsort, "argsort"),
+                     (cnp.prod, "prod"), (cnp.any, "any"), (cnp.all, "all"), (cnp.flip, "flip")]:
+        with pytest.raises(ShapeError, match=f"^{name}: axis 2 is out of range for an array of shape"):
+            fn(x, 2)
+
+
+def test_tracer_methods_and_numpy_functions_on_tracers():
+    x = np.array([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]])
+
+    def f(v):
+        return (v.prod(axis=1).sum() + v.cumsum(axis=0)[-1].sum() + v.cumprod().sum() + np.prod(v)
+                + v.diagonal().sum() + v[:, :2].trace() + v.round(1).sum() * 0 + v.any() + v.all(axis=0).sum())
+
+    want = (x.prod(axis=1).sum() + x.cumsum(axis=0)[-1].sum() + x.cumprod().sum() + np.prod(x)
+            + x.diagonal().sum() + x[:, :2].trace() + 1 + 3)
+    np.testing.assert_allclose(f(x), want)
+    value, g = cv.value_and_grad(f)(x)
+    np.testing.assert_allclose(value, want)
+    assert g.shape == x.shape and np.isfinite(g).all()
+    np.testing.assert_array_equal(cv.vmap(lambda v: v.argsort())(x), np.argsort(x, axis=1))
+    np.testing.assert_array_equal(cv.vmap(lambda v: round(v, 1))(x), np.round(x, 1))
+
+
+def test_cumulative_and_sorting_dtypes():
+    i32 = np.arange(1, 5, dtype=np.int32)
+    assert cnp.cumsum(i32).dtype == np.int32 and cnp.cumprod(i32).dtype == np.int32
+    assert cnp.cumsum(i32 > 2).dtype == np.int64
+    assert cnp.cumsum(i32, dtype=np.float32).dtype == np.float32
+    assert cnp.argsort(i32).dtype == np.int64 and cnp.sort(i32).dtype == np.int32
+    np.testing.assert_array_equal(cnp.sort(np.ones((2, 0))), np.ones((2, 0)))
+    with pytest.raises(NotImplementedError, match="order="):
+        cnp.sort(i32, order="a")
