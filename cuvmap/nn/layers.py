@@ -394,7 +394,7 @@ def elementwise(fn, **fn_kwargs):
 
 
 Relu = elementwise(F.relu)
-Gelu = elementwise(F.gelu, approximate="tanh")  # the tanh approximation (see nn.gelu)
+Gelu = elementwise(F.gelu)  # exact (erf), as torch.nn.GELU; elementwise(F.gelu, approximate="tanh") for the tanh form
 Tanh = elementwise(F.tanh)
 Sigmoid = elementwise(F.sigmoid)
 LogSoftmax = elementwise(F.log_softmax, axis=-1)
