@@ -534,9 +534,10 @@ def test_planned_execution_equals_eager(spec):
         x = np.linspace(-1, 1, 12).reshape(3, 4)
         before = x.copy()
         jf = cv.jit(f)
-        want = f(x)
-        assert_same(jf(x), want)
-        assert_same(jf(x), want)
+        with np.errstate(all="ignore"):  # exp of exp overflows to inf: the same inf both ways
+            want = f(x)
+            assert_same(jf(x), want)
+            assert_same(jf(x), want)
         np.testing.assert_array_equal(x, before)
     finally:
         executor.MIN_REUSE_BYTES = saved
