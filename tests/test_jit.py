@@ -22,7 +22,7 @@ from cuvmap import dp, lax, nn
 from cuvmap.core import ConcretizationError, EscapedTracerError
 from cuvmap.transforms import executor, ir
 
-from op_table import ALL_ROWS, F64
+from op_table import ALL_ROWS, F64, NESTED_SAMPLE
 from test_ops import closed_over_nondiff, weighted_sum
 
 
@@ -64,6 +64,33 @@ def test_jit_equals_eager(row):
     assert_same(jf(*args), row.fun(*args))
     assert_same(jf(*args), row.fun(*args))  # the cached program, with its pooled buffers
     assert jf.trace_count == 1
+
+
+def _on(backend, args):
+    return tuple(cv.device_put(a, "gpu") if backend == "gpu" and isinstance(a, np.ndarray) else a for a in args)
+
+
+def _to_host(tree_):
+    return cv.device_put(tree_, "cpu")
+
+
+# On the GPU (tools/gpu_checks.sh runs the gpu variants): the planned executor on CuPy
+# arrays, its pool and in-place writes, and grad/vmap through jit, against eager CuPy.
+GPU_SAMPLE = [pytest.param(r, id=r.name) for r in ALL_ROWS if r.name in set(NESTED_SAMPLE) and r.args]
+
+
+@pytest.mark.parametrize("row", GPU_SAMPLE)
+def test_jit_on_each_backend(row, backend, monkeypatch):
+    monkeypatch.setattr(executor, "MIN_REUSE_BYTES", 0)
+    args = _on(backend, row.make_args(row.vmap_dtype))
+    jf = cv.jit(row.fun)
+    want = _to_host(row.fun(*args))
+    assert_same(_to_host(jf(*args)), want, 1e-6, 1e-6)
+    assert_same(_to_host(jf(*args)), want, 1e-6, 1e-6)
+    xs = _on(backend, _batched_args(row))
+    axes = _vmap_axes(row)
+    assert_same(_to_host(cv.vmap(cv.jit(row.fun), in_axes=axes)(*xs)),
+                _to_host(cv.vmap(row.fun, in_axes=axes)(*xs)), 1e-6, 1e-6)
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.name) for r in ALL_ROWS if r.args])
