@@ -227,6 +227,15 @@ def _pool_take(pool, key):
     return None
 
 
+def _call_into(ufunc, operands, out):
+    """``ufunc(*operands, out=out)``, or None when the array library refuses the ``out=``
+    (then the step allocates, as an unplanned one would; a real error recurs there)."""
+    try:
+        return ufunc(*operands, out=out)
+    except (TypeError, ValueError):
+        return None
+
+
 def run(closed, args):
     """Runs ``closed`` on concrete ``args`` (its constants first, as the call primitive's
     operands are); plans it on the first run."""
@@ -248,13 +257,16 @@ def execute(p, args):
             r = impl(*[regs[i] for i in ins], **params)
         elif kind == IN_PLACE:
             target = regs[aux]
+            r = None
             if type(target) in array_types and target.base is None:
-                r = impl(*[regs[i] for i in ins], out=target)
-            else:
+                r = _call_into(impl, [regs[i] for i in ins], target)
+            if r is None:
                 r = impl(*[regs[i] for i in ins])
         else:
             buf = _pool_take(pool, aux)
-            r = impl(*[regs[i] for i in ins]) if buf is None else impl(*[regs[i] for i in ins], out=buf)
+            r = None if buf is None else _call_into(impl, [regs[i] for i in ins], buf)
+            if r is None:
+                r = impl(*[regs[i] for i in ins])
         if type(r) is not np.ndarray and isinstance(r, np.generic):
             r = np.asarray(r)
         regs[out] = r
