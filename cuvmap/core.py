@@ -293,6 +293,28 @@ class Tracer:
     def __repr__(self):
         return f"{type(self).__name__}<{self._main.name}>({self.aval})"
 
+    # A value whose concrete number is not known to Python (a batch of them, or none yet
+    # under jit) has no truth value and no Python number: each transform's tracer says why
+    # in ``_concretization_error``. (Derivative tracers, which carry their primal, override
+    # these: PrimalTracer.)
+    def _concretization_error(self, what):
+        return ConcretizationError(f"{what} of a traced value (shape {self.shape})", where=self._main.name)
+
+    def __bool__(self):
+        raise self._concretization_error("the truth value (Python if, while, and, or, not)")
+
+    def __float__(self):
+        raise self._concretization_error("float()")
+
+    def __int__(self):
+        raise self._concretization_error("int()")
+
+    def __complex__(self):
+        raise self._concretization_error("complex()")
+
+    def __index__(self):
+        raise self._concretization_error("the use as a Python index (range(), list[...])")
+
 
 class PrimalTracer(Tracer):
     """A tracer of a derivative transform (jvp, vjp): it carries its primal value, so its

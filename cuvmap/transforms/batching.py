@@ -56,25 +56,13 @@ class BatchTracer(Tracer):
             where=self._main.name,
         )
 
-    def __bool__(self):
-        raise self._concretization_error("the truth value (Python if, while, and, or, not)")
-
-    def __float__(self):
-        raise self._concretization_error("float()")
-
-    def __int__(self):
-        raise self._concretization_error("int()")
-
-    def __index__(self):
-        raise self._concretization_error("the use as a Python index (range(), list[...])")
-
-    __complex__ = __float__
-
 
 class BatchTrace(Trace):
     __slots__ = ()
 
-    def process_primitive(self, primitive, args, params):
+    def unwrap(self, args):
+        """The physical operands and their batch dims (``not_mapped`` for values this
+        transform does not own)."""
         main = self.main
         vals = []
         dims = []
@@ -85,6 +73,11 @@ class BatchTrace(Trace):
             else:
                 vals.append(x)
                 dims.append(not_mapped)
+        return vals, dims
+
+    def process_primitive(self, primitive, args, params):
+        main = self.main
+        vals, dims = self.unwrap(args)
         rule = primitive_batchers.get(primitive)
         if rule is None:
             raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
@@ -99,14 +92,7 @@ class BatchTrace(Trace):
         from cuvmap.transforms import staging
 
         main = self.main
-        vals, dims = [], []
-        for x in args:
-            if type(x) is BatchTracer and x._main is main:
-                vals.append(x.val)
-                dims.append(x.bdim)
-            else:
-                vals.append(x)
-                dims.append(not_mapped)
+        vals, dims = self.unwrap(args)
         program, out_dims = staging.batch_jaxpr(params["program"], main.global_data, dims, staging.avals_of(vals))
         outs = staging.call(program, vals)
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]

@@ -77,21 +77,6 @@ class StagedTracer(Tracer):
             where=self._main.name,
         )
 
-    def __bool__(self):
-        raise self._concretization_error("the truth value (Python if, while, and, or, not)")
-
-    def __float__(self):
-        raise self._concretization_error("float()")
-
-    def __int__(self):
-        raise self._concretization_error("int()")
-
-    def __complex__(self):
-        raise self._concretization_error("complex()")
-
-    def __index__(self):
-        raise self._concretization_error("the use as a Python index")
-
 
 _witnesses = {}
 
