@@ -879,7 +879,9 @@ class _Staged:
 
 def _stage(f, where, args, kwargs, static_nums, static_names):
     """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
-    treedef, avals, rebuild)`` where ``rebuild(traced_leaves)`` gives ``f``'s arguments."""
+    avals, rebuild)``: the cache key, the traced leaves with their paths (in the user's
+    numbering of positional arguments) and avals, and ``rebuild(traced_leaves)``, which
+    gives ``f``'s arguments back."""
     # as in JAX, a static position beyond the positional arguments given is ignored (the
     # argument may come by keyword, with static_argnames, or take its default)
     nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
@@ -993,13 +995,13 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
 
     @_with_context(where, f)
     def jitted(*args, **kwargs):
-        from cuvmap.transforms import executor, staging
+        from cuvmap.transforms import executor, ir, staging
 
         key, leaves, paths, avals, rebuild = _stage(f, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
             closed, out_tree = _trace_program(f, where, leaves, paths, avals, rebuild)
-            program = ir_optimize(closed)
+            program = ir.optimize(closed)
             donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
             entry = _Staged(program, out_tree, donated)
             jitted.trace_count += 1
@@ -1021,12 +1023,6 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     jitted.trace_count = 0
     jitted.clear_cache = cache.clear
     return jitted
-
-
-def ir_optimize(closed):
-    from cuvmap.transforms import ir
-
-    return ir.optimize(closed)
 
 
 def _warn_retraces(jitted, where):

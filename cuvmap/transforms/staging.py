@@ -115,18 +115,11 @@ class JaxprBuilder:
         key = id(x)
         v = self.const_ids.get(key)
         if v is None:
-            v = Var(_aval_of_value(x))
+            v = Var(core.get_aval(x))
             self.const_ids[key] = v
             self.constvars.append(v)
             self.consts.append(x)
         return v
-
-
-def _aval_of_value(x):
-    aval = core.get_aval(x)
-    if aval.device is None and not (type(x) in core._PY_SCALAR_DTYPES):
-        aval.device = backend.device_of(x)
-    return aval
 
 
 def _out_device(avals):
@@ -238,7 +231,7 @@ def _as_program_inputs(closed):
 
 def avals_of(values):
     """The avals of operands (tracers' logical avals; arrays' with their device)."""
-    return [_aval_of_value(v) if not isinstance(v, Tracer) else v.aval for v in values]
+    return [core.get_aval(v) for v in values]
 
 
 def zeros(aval):
