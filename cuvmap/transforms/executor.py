@@ -70,9 +70,14 @@ def _primitive_tables():
 
 
 class Plan:
-    __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "num_reused_steps")
+    """A planned program: its steps (data), the initial slot values (constants and
+    literals), the argument and output slots, the buffer pool, and the generated function
+    that runs it (NOTE [a plan runs as generated Python])."""
 
-    def __init__(self, steps, init, in_slots, out_slots, array_types):
+    __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "num_reused_steps",
+                 "source", "program")
+
+    def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar):
         self.steps = steps
         self.init = init
         self.in_slots = in_slots
@@ -80,6 +85,9 @@ class Plan:
         self.pool = {}
         self.array_types = array_types
         self.num_reused_steps = sum(1 for s in steps if s[0] != PLAIN)
+        self.source, namespace = _compile(self, out_is_scalar)
+        exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
+        self.program = namespace["program"]
 
 
 def _nbytes(aval):
@@ -214,26 +222,93 @@ def plan(closed, donated=()):
         array_types = (backend.xp_for("gpu").ndarray,)
     else:
         array_types = (np.ndarray,)
-    return Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types)
+    out_is_scalar = [eqn.out.aval.shape == () for eqn in j.eqns]
+    return Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types, out_is_scalar)
 
 
-def _pool_take(pool, key):
-    buffers = pool.get(key)
-    if buffers:
-        try:
-            return buffers.pop()
-        except IndexError:  # another thread took the last one
-            return None
-    return None
+# NOTE [a plan runs as generated Python]
+# A call of a staged program should cost little more than the impls it calls. A loop over
+# step tuples pays, per step, for unpacking the tuple, building the operand list, a branch on
+# the step kind and the release/clear loops; so the plan is compiled once into the source
+# of one straight-line Python function (as ``dataclasses`` and ``torch.fx`` do), whose
+# locals are the slots: ``r7 = f7(r3, c2)``; a slot's last use is followed by ``del r7``;
+# a pooled step pops its buffer from a list bound to the (shape, dtype) key; a released
+# root is appended to that list. The steps stay as data on the plan (tests and tools read
+# them); :func:`source` shows the generated code.
+
+def _operand(s, constant_slots):
+    return f"c{s}" if s in constant_slots else f"r{s}"
 
 
-def _call_into(ufunc, operands, out):
-    """``ufunc(*operands, out=out)``, or None when the array library refuses the ``out=``
-    (then the step allocates, as an unplanned one would; a real error recurs there)."""
-    try:
-        return ufunc(*operands, out=out)
-    except (TypeError, ValueError):
-        return None
+def _call(k, ins, params, constant_slots, out=None):
+    args = [_operand(s, constant_slots) for s in ins]
+    if params:
+        args.append(f"**p{k}")
+    if out is not None:
+        args.append(f"out={out}")
+    return f"f{k}({', '.join(args)})"
+
+
+def _compile(p, out_is_scalar):
+    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+    computed = {step[3] for step in p.steps}
+    constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
+    namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
+                 "ARRAY_TYPES": p.array_types}
+    for s in constant_slots:
+        namespace[f"c{s}"] = p.init[s]
+    pool_names = {}
+
+    def pool_list(key):
+        if key not in pool_names:
+            name = f"P{len(pool_names)}"
+            pool_names[key] = name
+            namespace[name] = p.pool.setdefault(key, [])
+        return pool_names[key]
+
+    lines = ["def program(args):"]
+    if p.in_slots:
+        lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
+    for k, (kind, impl, ins, out, params, aux, release, clear) in enumerate(p.steps):
+        namespace[f"f{k}"] = impl
+        if params:
+            namespace[f"p{k}"] = params
+        plain = _call(k, ins, params, constant_slots)
+        r = f"r{out}"
+        if kind == PLAIN:
+            lines.append(f"    {r} = {plain}")
+        elif kind == IN_PLACE:
+            t = f"r{aux}"
+            lines += [f"    if type({t}) in ARRAY_TYPES and {t}.base is None:",
+                      "        try:",
+                      f"            {r} = {_call(k, ins, params, constant_slots, out=t)}",
+                      "        except (TypeError, ValueError):",
+                      f"            {r} = {plain}",
+                      "    else:",
+                      f"        {r} = {plain}"]
+        else:
+            pl = pool_list(aux)
+            lines += [f"    if {pl}:",
+                      "        try:",
+                      f"            {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
+                      "        except (TypeError, ValueError, IndexError):",
+                      f"            {r} = {plain}",
+                      "    else:",
+                      f"        {r} = {plain}"]
+        if out_is_scalar[k]:
+            lines.append(f"    if type({r}) is not ndarray and isinstance({r}, generic): {r} = asarray({r})")
+        for s, key in release:
+            lines.append(f"    if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
+        cleared = [f"r{s}" for s in clear if s not in constant_slots]
+        if cleared:
+            lines.append(f"    del {', '.join(cleared)}")
+    lines.append(f"    return [{', '.join(_operand(s, constant_slots) for s in p.out_slots)}]")
+    return "\n".join(lines) + "\n", namespace
+
+
+def source(p):
+    """The generated Python of plan ``p`` (NOTE [a plan runs as generated Python])."""
+    return p.source
 
 
 def run(closed, args):
@@ -247,33 +322,5 @@ def run(closed, args):
 
 
 def execute(p, args):
-    regs = list(p.init)
-    for s, x in zip(p.in_slots, args):
-        regs[s] = x
-    pool = p.pool
-    array_types = p.array_types
-    for kind, impl, ins, out, params, aux, release, clear in p.steps:
-        if kind == PLAIN:
-            r = impl(*[regs[i] for i in ins], **params)
-        elif kind == IN_PLACE:
-            target = regs[aux]
-            r = None
-            if type(target) in array_types and target.base is None:
-                r = _call_into(impl, [regs[i] for i in ins], target)
-            if r is None:
-                r = impl(*[regs[i] for i in ins])
-        else:
-            buf = _pool_take(pool, aux)
-            r = None if buf is None else _call_into(impl, [regs[i] for i in ins], buf)
-            if r is None:
-                r = impl(*[regs[i] for i in ins])
-        if type(r) is not np.ndarray and isinstance(r, np.generic):
-            r = np.asarray(r)
-        regs[out] = r
-        for s, key in release:
-            buf = regs[s]
-            if type(buf) in array_types and buf.base is None:
-                pool.setdefault(key, []).append(buf)
-        for s in clear:
-            regs[s] = None
-    return [regs[s] for s in p.out_slots]
+    """Runs plan ``p`` on the program's (non-constant) arguments; returns its outputs."""
+    return p.program(args)
