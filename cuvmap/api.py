@@ -866,14 +866,15 @@ def _leaf_aval(f, path, leaf, where):
 
 class _Staged:
     """A cache entry of a jitted function: the program, the output structure, and the
-    executor's plan (made on the first eager run, with the donated arguments)."""
+    executor's plans (made on the first eager run, with the donated arguments; one per
+    combination of the jit settings)."""
 
-    __slots__ = ("program", "out_tree", "plan", "donated")
+    __slots__ = ("program", "out_tree", "plans", "donated")
 
     def __init__(self, program, out_tree, donated):
         self.program = program
         self.out_tree = out_tree
-        self.plan = None
+        self.plans = {}
         self.donated = donated
 
 
@@ -1012,9 +1013,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         eager = core._state.staging_main is None and not any(isinstance(x, Tracer) for x in leaves) \
             and not any(isinstance(c, Tracer) for c in program.consts)
         if eager:
-            if entry.plan is None:
-                entry.plan = executor.plan(program, entry.donated)
-            outs = executor.execute(entry.plan, leaves)
+            outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
         else:
             outs = staging.call(program, leaves)
         results = _unaliased([_to_array_result(o) for o in outs], leaves)

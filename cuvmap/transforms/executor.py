@@ -10,7 +10,7 @@ import numpy as np
 from cuvmap import backend, core
 
 # step kinds
-PLAIN, IN_PLACE, POOLED = 0, 1, 2
+PLAIN, IN_PLACE, POOLED, FUSED = 0, 1, 2, 3
 
 # Buffers smaller than this are not reused: allocating them is cheaper than the pool.
 MIN_REUSE_BYTES = 4096
@@ -94,11 +94,49 @@ def _nbytes(aval):
     return int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
 
 
-def plan(closed, donated=()):
+def _is_gpu_program(closed):
+    avals = [v.aval for v in closed.jaxpr.constvars + closed.jaxpr.invars]
+    avals += [e.out.aval for e in closed.jaxpr.eqns]
+    return any(a.device and a.device.startswith("gpu") for a in avals)
+
+
+# Primitives whose impl reads values on the host (a GPU synchronisation): a program with
+# one of them is never captured as a CUDA graph (NOTE [graph replay] in cuvmap/cuda/graphs.py).
+def _host_sync_primitives():
+    from cuvmap.lax import indexing
+
+    return {indexing.check_index_bounds_p}
+
+
+def graph_capturable(closed):
+    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
+    its equations reads values on the host."""
+    syncs = _host_sync_primitives()
+    return _is_gpu_program(closed) and not any(e.primitive in syncs for e in closed.jaxpr.eqns)
+
+
+def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     """Plans ``closed`` (NOTE [buffer planning]); ``donated`` holds the indices of the
-    arguments whose buffers may be overwritten."""
+    arguments whose buffers may be overwritten.
+
+    ``fuse``: whether chains of elementwise equations run as fused kernels
+    (:mod:`cuvmap.transforms.fusion`); by default on the GPU when the ``jit_gpu_fusion``
+    setting is on. ``fused_callable(group)`` makes the callable of a group: by default a
+    CuPy kernel (``cuvmap/cuda/kernels.py``); the CPU tests pass the group's reference.
+    ``graphs``: whether the plan's program replays as a CUDA graph after its first call
+    (:func:`graph_capturable` programs only; by default the ``jit_cuda_graphs`` setting).
+    """
+    from cuvmap import config
+    from cuvmap.transforms import fusion
+
     ufuncs, own_memory = _primitive_tables()
     j = closed.jaxpr
+    gpu = _is_gpu_program(closed)
+    if fuse is None:
+        fuse = gpu and config.jit_gpu_fusion
+    units = fusion.fuse(j.eqns, j.outvars) if fuse else list(j.eqns)
+    if fused_callable is None:
+        fused_callable = _cuda_fused_callable
     slot_of = {}
     init = []
 
@@ -121,23 +159,28 @@ def plan(closed, donated=()):
             return s
         return slot_of[x]
 
-    eqn_ins = []
-    for eqn in j.eqns:
-        eqn_ins.append([slot(x) for x in eqn.inputs])
-        slot_of[eqn.out] = new_slot()
+    def unit_outputs(unit):
+        return unit.outputs if isinstance(unit, fusion.FusedGroup) else [unit.out]
+
+    unit_ins = []
+    for unit in units:
+        unit_ins.append([slot(x) for x in unit.inputs])
+        for v in unit_outputs(unit):
+            slot_of[v] = new_slot()
     out_slots = [slot(v) for v in j.outvars]
     returned = set(out_slots)
-    never = len(j.eqns)
+    never = len(units)
     last_use = {}
-    for k, ins in enumerate(eqn_ins):
+    for k, ins in enumerate(unit_ins):
         for s in ins:
             last_use[s] = k
     for s in returned:
         last_use[s] = never
 
     aval_of = {slot_of[v]: v.aval for v in list(j.constvars) + list(j.invars)}
-    for eqn in j.eqns:
-        aval_of[slot_of[eqn.out]] = eqn.out.aval
+    for unit in units:
+        for v in unit_outputs(unit):
+            aval_of[slot_of[v]] = v.aval
 
     # groups: id -> [members, roots, poolable]
     group_of = {}
@@ -156,9 +199,17 @@ def plan(closed, donated=()):
         return all(last_use.get(m, -1) <= k for m in groups[g][0])
 
     steps = []
-    releases = {k: [] for k in range(len(j.eqns))}
-    for k, eqn in enumerate(j.eqns):
-        ins = eqn_ins[k]
+    releases = {k: [] for k in range(len(units))}
+    for k, unit in enumerate(units):
+        ins = unit_ins[k]
+        if isinstance(unit, fusion.FusedGroup):
+            # a kernel writes fresh arrays of its own: each output is a group of its own
+            outs = tuple(slot_of[v] for v in unit.outputs)
+            for s in outs:
+                new_group(s, [s], False)
+            steps.append([FUSED, fused_callable(unit), tuple(ins), outs, {}, None, (), ()])
+            continue
+        eqn = unit
         out = slot_of[eqn.out]
         aval = eqn.out.aval
         array_ins = [s for s in ins if s not in literal_slots]
@@ -200,7 +251,7 @@ def plan(closed, donated=()):
 
     # when each group dies, its poolable roots go to the pool; every slot is cleared after
     # its last use (a group's roots after the group's, so the pool gets them)
-    clear_at = {k: [] for k in range(len(j.eqns))}
+    clear_at = {k: [] for k in range(len(units))}
     for g, (members, roots, poolable) in groups.items():
         death = max(last_use.get(m, -1) for m in members)
         for m in members:
@@ -217,13 +268,26 @@ def plan(closed, donated=()):
         released = {r for r, _ in releases[k]}
         step[6] = tuple(releases[k])
         step[7] = tuple(s for s in clear_at[k] if s not in released) + tuple(released)
-    devices = {a.device for a in aval_of.values() if a.device}
-    if any(d.startswith("gpu") for d in devices):
-        array_types = (backend.xp_for("gpu").ndarray,)
-    else:
-        array_types = (np.ndarray,)
-    out_is_scalar = [eqn.out.aval.shape == () for eqn in j.eqns]
-    return Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types, out_is_scalar)
+    array_types = (backend.xp_for("gpu").ndarray,) if gpu else (np.ndarray,)
+    out_is_scalar = [any(v.aval.shape == () for v in unit_outputs(u)) for u in units]
+    p = Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types, out_is_scalar)
+    if graphs is None:
+        graphs = config.jit_cuda_graphs
+    if graphs and graph_capturable(closed):
+        from cuvmap.cuda import graphs as cuda_graphs
+
+        def make_program():  # a plan of its own: its buffers belong to the graph
+            return plan(closed, donated, fuse, fused_callable, graphs=False).program
+
+        p.program = cuda_graphs.GraphRunner(p.program, make_program)
+    return p
+
+
+def _cuda_fused_callable(group):
+    from cuvmap.cuda import kernels
+
+    return kernels.fused_elementwise(group.cuda_kernel_source(), group.shape,
+                                     [v.aval.dtype for v in group.outputs], group.reference)
 
 
 # NOTE [a plan runs as generated Python]
@@ -251,7 +315,9 @@ def _call(k, ins, params, constant_slots, out=None):
 
 def _compile(p, out_is_scalar):
     """The source of ``p``'s straight-line function, and the namespace it runs in."""
-    computed = {step[3] for step in p.steps}
+    computed = set()
+    for step in p.steps:
+        computed.update(step[3] if step[0] == FUSED else (step[3],))
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
     namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
                  "ARRAY_TYPES": p.array_types}
@@ -274,8 +340,11 @@ def _compile(p, out_is_scalar):
         if params:
             namespace[f"p{k}"] = params
         plain = _call(k, ins, params, constant_slots)
-        r = f"r{out}"
-        if kind == PLAIN:
+        outs = out if kind == FUSED else (out,)
+        r = f"r{outs[0]}"
+        if kind == FUSED:
+            lines.append(f"    {', '.join(f'r{o}' for o in outs)}, = {plain}")
+        elif kind == PLAIN:
             lines.append(f"    {r} = {plain}")
         elif kind == IN_PLACE:
             t = f"r{aux}"
@@ -296,7 +365,8 @@ def _compile(p, out_is_scalar):
                       "    else:",
                       f"        {r} = {plain}"]
         if out_is_scalar[k]:
-            lines.append(f"    if type({r}) is not ndarray and isinstance({r}, generic): {r} = asarray({r})")
+            for o in outs:
+                lines.append(f"    if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
         for s, key in release:
             lines.append(f"    if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
         cleared = [f"r{s}" for s in clear if s not in constant_slots]
@@ -314,11 +384,21 @@ def source(p):
 def run(closed, args):
     """Runs ``closed`` on concrete ``args`` (its constants first, as the call primitive's
     operands are); plans it on the first run."""
-    p = closed.plan
-    if p is None:
-        p = closed.plan = plan(closed)
     num_consts = len(closed.consts)
-    return execute(p, args[num_consts:])
+    return execute(plan_for(closed.plans, closed), args[num_consts:])
+
+
+def plan_for(plans, closed, donated=()):
+    """The plan of ``closed`` for the current jit settings, made once and kept in the dict
+    ``plans`` (a program keeps one plan per combination of ``jit_gpu_fusion`` and
+    ``jit_cuda_graphs``)."""
+    from cuvmap import config
+
+    key = (config.jit_gpu_fusion, config.jit_cuda_graphs)
+    p = plans.get(key)
+    if p is None:
+        p = plans.setdefault(key, plan(closed, donated))
+    return p
 
 
 def execute(p, args):

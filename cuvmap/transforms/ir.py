@@ -79,15 +79,15 @@ class Jaxpr:
 class ClosedJaxpr:
     """A jaxpr with the values of its constvars. ``derived`` caches the programs the
     transforms derive from it (batched, JVP, forward/backward), keyed by what they depend
-    on; ``plan`` is the executor's plan, made on the first run."""
+    on; ``plans`` holds the executor's plans, made on the first run (one per jit setting)."""
 
-    __slots__ = ("jaxpr", "consts", "derived", "plan", "__weakref__")
+    __slots__ = ("jaxpr", "consts", "derived", "plans", "__weakref__")
 
     def __init__(self, jaxpr, consts):
         self.jaxpr = jaxpr
         self.consts = list(consts)
         self.derived = {}
-        self.plan = None
+        self.plans = {}
 
     @property
     def in_avals(self):
