@@ -41,7 +41,8 @@ class Var:
 
 
 class Literal:
-    """A Python scalar written into an equation (``mul b 2.0``)."""
+    """A scalar written into an equation: a Python number (``mul b 2.0``, weakly typed) or
+    a NumPy 0-d array, such as the cotangent seed of ``grad`` (``mul b 1.0:f32[]``)."""
 
     __slots__ = ("val", "aval")
 
@@ -50,7 +51,15 @@ class Literal:
         self.aval = core.get_aval(val)
 
     def __repr__(self):
+        if isinstance(self.val, np.ndarray):
+            return f"{self.val.item()!r}:{pp_aval(self.aval)}"
         return repr(self.val)
+
+    def key(self):
+        """What identifies the literal's value (CSE compares equations by it)."""
+        if isinstance(self.val, np.ndarray):
+            return (self.val.dtype, self.val.item())
+        return (type(self.val), self.val)
 
 
 class JaxprEqn:
@@ -139,7 +148,7 @@ def pp_jaxpr(jaxpr):
 
     def name(v):
         if isinstance(v, Literal):
-            return repr(v.val)
+            return repr(v)
         if v not in names:
             names[v] = next(gen)
         return names[v]
@@ -265,7 +274,7 @@ def cse(jaxpr):
         params = _param_key(eqn.params)
         if params is not None:
             key = (eqn.primitive, params, tuple(
-                x if type(x) is Var else (type(x.val), x.val) for x in inputs))
+                x if type(x) is Var else x.key() for x in inputs))
             try:
                 prev = seen.get(key)
             except TypeError:
