@@ -236,21 +236,26 @@ def _call_into(ufunc, operands, out):
         return None
 
 
-def run(closed, args):
+def run(closed, args, pool=None):
     """Runs ``closed`` on concrete ``args`` (its constants first, as the call primitive's
-    operands are); plans it on the first run."""
+    operands are); plans it on the first run. ``pool``: as in :func:`execute`."""
     p = closed.plan
     if p is None:
         p = closed.plan = plan(closed)
     num_consts = len(closed.consts)
-    return execute(p, args[num_consts:])
+    return execute(p, args[num_consts:]) if pool is None else execute(p, args[num_consts:], pool)
 
 
-def execute(p, args):
+def execute(p, args, pool=None):
+    """Runs the plan ``p`` on ``args``. Its intermediates' buffers come from and go back to
+    ``pool`` (a dict), by default the plan's own, which keeps them across calls; a fresh
+    ``{}`` frees them when the call returns (a checkpointed region: NOTE [a region's buffers
+    die with its run])."""
     regs = list(p.init)
     for s, x in zip(p.in_slots, args):
         regs[s] = x
-    pool = p.pool
+    if pool is None:
+        pool = p.pool
     array_types = p.array_types
     for kind, impl, ins, out, params, aux, release, clear in p.steps:
         if kind == PLAIN:
