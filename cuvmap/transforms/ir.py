@@ -156,6 +156,8 @@ def _pp_param(v):
         return v.name
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
+    if callable(v) and hasattr(v, "__name__"):
+        return v.__name__  # a checkpoint policy
     return repr(v)
 
 

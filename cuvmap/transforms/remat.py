@@ -466,11 +466,15 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
     Returns:
       the checkpointed function.
 
+    Like ``jit``, the checkpointed function caches its staged programs, so make it once
+    and call it many times.
+
     Example::
 
+        block = checkpoint(lambda w, x: cnp.tanh(x @ w))
         def loss(params, x):
-            for layer in params:                       # each block's activations are
-                x = checkpoint(block)(layer, x)        # recomputed in the backward pass
+            for w in params:         # the tape keeps each block's input; its activations
+                x = block(w, x)      # are recomputed in the backward pass
             return cnp.sum(x ** 2)
     """
     if fun is None:

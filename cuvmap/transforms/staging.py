@@ -73,7 +73,8 @@ class StagedTracer(Tracer):
                 "configuration value, or use cuvmap.numpy.where to choose per element")
         return ConcretizationError(
             f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: under "
-            f"jit the values of the arguments are not known while the function is traced; {hint}",
+            f"jit (and checkpoint, which stages its function too) the values of the arguments are not "
+            f"known while the function is traced; {hint}",
             where=self._main.name,
         )
 
