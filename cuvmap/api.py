@@ -866,14 +866,15 @@ def _leaf_aval(f, path, leaf, where):
 
 class _Staged:
     """A cache entry of a jitted function: the program, the output structure, and the
-    executor's plan (made on the first eager run, with the donated arguments)."""
+    executor's plans (made on the first eager run, with the donated arguments; one per
+    combination of the jit settings)."""
 
-    __slots__ = ("program", "out_tree", "plan", "donated")
+    __slots__ = ("program", "out_tree", "plans", "donated")
 
     def __init__(self, program, out_tree, donated):
         self.program = program
         self.out_tree = out_tree
-        self.plan = None
+        self.plans = {}
         self.donated = donated
 
 
@@ -992,11 +993,20 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     static_nums, static_names, donated_nums = _normalize_static(
         f, static_argnums, static_argnames, donate_argnums, where)
     cache = {}
+    fast = {}  # NOTE [jit's fast path]
+    no_statics = not static_nums and not static_names
 
     @_with_context(where, f)
     def jitted(*args, **kwargs):
         from cuvmap.transforms import executor, ir, staging
 
+        if no_statics:
+            leaves, treedef = tree.flatten((args, kwargs))
+            signature = _fast_signature(leaves)
+            entry = fast.get((treedef, signature)) if signature is not None else None
+            if entry is not None and core._state.staging_main is None:
+                outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
+                return tree.unflatten(entry.out_tree, _unaliased([_to_array_result(o) for o in outs], leaves))
         key, leaves, paths, avals, rebuild = _stage(f, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
@@ -1007,22 +1017,54 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
             jitted.trace_count += 1
             if not any(isinstance(c, Tracer) for c in program.consts):
                 cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
+                if no_statics:
+                    signature = _fast_signature(leaves)
+                    if signature is not None:
+                        fast[(key[0], signature)] = entry
             _warn_retraces(jitted, where)
         program = entry.program
         eager = core._state.staging_main is None and not any(isinstance(x, Tracer) for x in leaves) \
             and not any(isinstance(c, Tracer) for c in program.consts)
         if eager:
-            if entry.plan is None:
-                entry.plan = executor.plan(program, entry.donated)
-            outs = executor.execute(entry.plan, leaves)
+            outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
         else:
             outs = staging.call(program, leaves)
         results = _unaliased([_to_array_result(o) for o in outs], leaves)
         return tree.unflatten(entry.out_tree, results)
 
+    def clear_cache():
+        cache.clear()
+        fast.clear()
+
     jitted.trace_count = 0
-    jitted.clear_cache = cache.clear
+    jitted.clear_cache = clear_cache
     return jitted
+
+
+# NOTE [jit's fast path]
+# A call of a jitted function that finds its program should cost little more than the
+# program. The full lookup builds the arguments' avals and paths (for error messages) on
+# every call; when the function has no static arguments and every argument leaf is a NumPy
+# array or a Python number, the leaves' (shape, dtype) and scalar types determine the
+# avals (NumPy arrays live on the CPU; Python numbers are weakly typed), so a second
+# dictionary keyed by the pytree structure and that signature finds the entry directly.
+# Anything else (CuPy arrays, whose device counts; tracers; NumPy scalars) takes the full
+# lookup, which also fills the fast dictionary.
+
+
+def _fast_signature(leaves):
+    """The leaves' signature for NOTE [jit's fast path], or None when a leaf needs the full
+    lookup."""
+    signature = []
+    for x in leaves:
+        t = type(x)
+        if t is np.ndarray:
+            signature.append((x.shape, x.dtype))
+        elif t in core._PY_SCALAR_DTYPES:
+            signature.append(t)
+        else:
+            return None
+    return tuple(signature)
 
 
 def _warn_retraces(jitted, where):

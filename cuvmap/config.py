@@ -14,6 +14,16 @@ Settings:
   that you create keep their own dtype: cuvmap never converts data to this dtype, and a
   layer whose data and parameters differ in dtype raises and says which to change.
 
+- ``jit_gpu_fusion`` (``True``; ``CUVMAP_JIT_GPU_FUSION=0`` turns it off): on the GPU, a
+  jitted program runs its chains of elementwise primitives as generated kernels
+  (:mod:`cuvmap.transforms.fusion`).
+- ``jit_cuda_graphs`` (``True``; ``CUVMAP_JIT_CUDA_GRAPHS=0``): on the GPU, a jitted
+  program that needs no host synchronisation is captured as a CUDA graph on its second
+  call and replayed afterwards (``cuvmap/cuda/graphs.py``).
+
+A change of the jit settings applies to the programs planned after it: a jitted function
+keeps one plan per combination of them.
+
 The settings are process-wide (as JAX's), not per thread.
 """
 import contextlib
@@ -34,8 +44,24 @@ def _float_dtype(value, name):
     return dtype
 
 
-_CHECKS = {"default_float": _float_dtype}
-_values = {"default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT")}
+def _bool(value, name):
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+    elif isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    raise ValueError(f"cuvmap.config: {name} must be True or False (or 1/0), got {value!r}")
+
+
+_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool}
+_values = {
+    "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
+    "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
+    "jit_cuda_graphs": _bool(os.environ.get("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
+}
 
 
 def update(name, value):

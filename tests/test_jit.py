@@ -209,6 +209,26 @@ def test_jit_under_grad_runs_staged_programs_not_eager_ops(monkeypatch):
 # ---------------------------------------------------------------------------------------
 
 
+def test_the_fast_lookup_tells_arguments_apart():
+    """NOTE [jit's fast path]: a strong float64 array, a weak Python float, a NumPy scalar,
+    a float32 array and a pytree of them each find their own program."""
+    jf = cv.jit(lambda x, y=1.0: x * 2 + y)
+    cases = [((np.ones(3),), np.float64, (3,)), ((2.0,), np.float64, ()), ((np.float32(2.0),), np.float32, ()),
+             ((np.ones(3, np.float32),), np.float32, (3,)), ((np.ones(3, np.float32), 1.5), np.float32, (3,)),
+             ((np.ones(3, np.float32), np.ones(3)), np.float64, (3,)), ((3,), np.float64, ()),
+             ((3, 4), np.int64, ())]
+    for _ in range(2):  # the second round finds every program by the fast lookup
+        for args, dtype, shape in cases:
+            out = jf(*args)
+            want = np.asarray(args[0]) * 2 + (np.asarray(args[1]) if len(args) > 1 else 1.0)
+            assert out.dtype == dtype and out.shape == shape, (args, out.dtype)
+            np.testing.assert_array_equal(out, want)
+    assert jf.trace_count == len(cases)
+    jf.clear_cache()
+    jf(np.ones(3))
+    assert jf.trace_count == len(cases) + 1
+
+
 def test_trace_counts():
     traces = []
 

@@ -10,7 +10,7 @@ import numpy as np
 from cuvmap import backend, core
 
 # step kinds
-PLAIN, IN_PLACE, POOLED = 0, 1, 2
+PLAIN, IN_PLACE, POOLED, FUSED = 0, 1, 2, 3
 
 # Buffers smaller than this are not reused: allocating them is cheaper than the pool.
 MIN_REUSE_BYTES = 4096
@@ -70,9 +70,14 @@ def _primitive_tables():
 
 
 class Plan:
-    __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "num_reused_steps")
+    """A planned program: its steps (data), the initial slot values (constants and
+    literals), the argument and output slots, the buffer pool, and the generated function
+    that runs it (NOTE [a plan runs as generated Python])."""
 
-    def __init__(self, steps, init, in_slots, out_slots, array_types):
+    __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "num_reused_steps",
+                 "source", "program")
+
+    def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar):
         self.steps = steps
         self.init = init
         self.in_slots = in_slots
@@ -80,17 +85,58 @@ class Plan:
         self.pool = {}
         self.array_types = array_types
         self.num_reused_steps = sum(1 for s in steps if s[0] != PLAIN)
+        self.source, namespace = _compile(self, out_is_scalar)
+        exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
+        self.program = namespace["program"]
 
 
 def _nbytes(aval):
     return int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
 
 
-def plan(closed, donated=()):
+def _is_gpu_program(closed):
+    avals = [v.aval for v in closed.jaxpr.constvars + closed.jaxpr.invars]
+    avals += [e.out.aval for e in closed.jaxpr.eqns]
+    return any(a.device and a.device.startswith("gpu") for a in avals)
+
+
+# Primitives whose impl reads values on the host (a GPU synchronisation): a program with
+# one of them is never captured as a CUDA graph (NOTE [graph replay] in cuvmap/cuda/graphs.py).
+def _host_sync_primitives():
+    from cuvmap.lax import indexing
+
+    return {indexing.check_index_bounds_p}
+
+
+def graph_capturable(closed):
+    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
+    its equations reads values on the host."""
+    syncs = _host_sync_primitives()
+    return _is_gpu_program(closed) and not any(e.primitive in syncs for e in closed.jaxpr.eqns)
+
+
+def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     """Plans ``closed`` (NOTE [buffer planning]); ``donated`` holds the indices of the
-    arguments whose buffers may be overwritten."""
+    arguments whose buffers may be overwritten.
+
+    ``fuse``: whether chains of elementwise equations run as fused kernels
+    (:mod:`cuvmap.transforms.fusion`); by default on the GPU when the ``jit_gpu_fusion``
+    setting is on. ``fused_callable(group)`` makes the callable of a group: by default a
+    CuPy kernel (``cuvmap/cuda/kernels.py``); the CPU tests pass the group's reference.
+    ``graphs``: whether the plan's program replays as a CUDA graph after its first call
+    (:func:`graph_capturable` programs only; by default the ``jit_cuda_graphs`` setting).
+    """
+    from cuvmap import config
+    from cuvmap.transforms import fusion
+
     ufuncs, own_memory = _primitive_tables()
     j = closed.jaxpr
+    gpu = _is_gpu_program(closed)
+    if fuse is None:
+        fuse = gpu and config.jit_gpu_fusion
+    units = fusion.fuse(j.eqns, j.outvars) if fuse else list(j.eqns)
+    if fused_callable is None:
+        fused_callable = _cuda_fused_callable
     slot_of = {}
     init = []
 
@@ -113,23 +159,28 @@ def plan(closed, donated=()):
             return s
         return slot_of[x]
 
-    eqn_ins = []
-    for eqn in j.eqns:
-        eqn_ins.append([slot(x) for x in eqn.inputs])
-        slot_of[eqn.out] = new_slot()
+    def unit_outputs(unit):
+        return unit.outputs if isinstance(unit, fusion.FusedGroup) else [unit.out]
+
+    unit_ins = []
+    for unit in units:
+        unit_ins.append([slot(x) for x in unit.inputs])
+        for v in unit_outputs(unit):
+            slot_of[v] = new_slot()
     out_slots = [slot(v) for v in j.outvars]
     returned = set(out_slots)
-    never = len(j.eqns)
+    never = len(units)
     last_use = {}
-    for k, ins in enumerate(eqn_ins):
+    for k, ins in enumerate(unit_ins):
         for s in ins:
             last_use[s] = k
     for s in returned:
         last_use[s] = never
 
     aval_of = {slot_of[v]: v.aval for v in list(j.constvars) + list(j.invars)}
-    for eqn in j.eqns:
-        aval_of[slot_of[eqn.out]] = eqn.out.aval
+    for unit in units:
+        for v in unit_outputs(unit):
+            aval_of[slot_of[v]] = v.aval
 
     # groups: id -> [members, roots, poolable]
     group_of = {}
@@ -148,9 +199,17 @@ def plan(closed, donated=()):
         return all(last_use.get(m, -1) <= k for m in groups[g][0])
 
     steps = []
-    releases = {k: [] for k in range(len(j.eqns))}
-    for k, eqn in enumerate(j.eqns):
-        ins = eqn_ins[k]
+    releases = {k: [] for k in range(len(units))}
+    for k, unit in enumerate(units):
+        ins = unit_ins[k]
+        if isinstance(unit, fusion.FusedGroup):
+            # a kernel writes fresh arrays of its own: each output is a group of its own
+            outs = tuple(slot_of[v] for v in unit.outputs)
+            for s in outs:
+                new_group(s, [s], False)
+            steps.append([FUSED, fused_callable(unit), tuple(ins), outs, {}, None, (), ()])
+            continue
+        eqn = unit
         out = slot_of[eqn.out]
         aval = eqn.out.aval
         array_ins = [s for s in ins if s not in literal_slots]
@@ -192,7 +251,7 @@ def plan(closed, donated=()):
 
     # when each group dies, its poolable roots go to the pool; every slot is cleared after
     # its last use (a group's roots after the group's, so the pool gets them)
-    clear_at = {k: [] for k in range(len(j.eqns))}
+    clear_at = {k: [] for k in range(len(units))}
     for g, (members, roots, poolable) in groups.items():
         death = max(last_use.get(m, -1) for m in members)
         for m in members:
@@ -209,76 +268,139 @@ def plan(closed, donated=()):
         released = {r for r, _ in releases[k]}
         step[6] = tuple(releases[k])
         step[7] = tuple(s for s in clear_at[k] if s not in released) + tuple(released)
-    devices = {a.device for a in aval_of.values() if a.device}
-    if any(d.startswith("gpu") for d in devices):
-        array_types = (backend.xp_for("gpu").ndarray,)
-    else:
-        array_types = (np.ndarray,)
-    return Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types)
+    array_types = (backend.xp_for("gpu").ndarray,) if gpu else (np.ndarray,)
+    out_is_scalar = [any(v.aval.shape == () for v in unit_outputs(u)) for u in units]
+    p = Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types, out_is_scalar)
+    if graphs is None:
+        graphs = config.jit_cuda_graphs
+    if graphs and graph_capturable(closed):
+        from cuvmap.cuda import graphs as cuda_graphs
+
+        def make_program():  # a plan of its own: its buffers belong to the graph
+            return plan(closed, donated, fuse, fused_callable, graphs=False).program
+
+        p.program = cuda_graphs.GraphRunner(p.program, make_program)
+    return p
 
 
-def _pool_take(pool, key):
-    buffers = pool.get(key)
-    if buffers:
-        try:
-            return buffers.pop()
-        except IndexError:  # another thread took the last one
-            return None
-    return None
+def _cuda_fused_callable(group):
+    from cuvmap.cuda import kernels
+
+    return kernels.fused_elementwise(group.cuda_kernel_source(), group.shape,
+                                     [v.aval.dtype for v in group.outputs], group.reference)
 
 
-def _call_into(ufunc, operands, out):
-    """``ufunc(*operands, out=out)``, or None when the array library refuses the ``out=``
-    (then the step allocates, as an unplanned one would; a real error recurs there)."""
-    try:
-        return ufunc(*operands, out=out)
-    except (TypeError, ValueError):
-        return None
+# NOTE [a plan runs as generated Python]
+# A call of a staged program should cost little more than the impls it calls. A loop over
+# step tuples pays, per step, for unpacking the tuple, building the operand list, a branch on
+# the step kind and the release/clear loops; so the plan is compiled once into the source
+# of one straight-line Python function (as ``dataclasses`` and ``torch.fx`` do), whose
+# locals are the slots: ``r7 = f7(r3, c2)``; a slot's last use is followed by ``del r7``;
+# a pooled step pops its buffer from a list bound to the (shape, dtype) key; a released
+# root is appended to that list. The steps stay as data on the plan (tests and tools read
+# them); :func:`source` shows the generated code.
+
+def _operand(s, constant_slots):
+    return f"c{s}" if s in constant_slots else f"r{s}"
 
 
-def run(closed, args, pool=None):
-    """Runs ``closed`` on concrete ``args`` (its constants first, as the call primitive's
-    operands are); plans it on the first run. ``pool``: as in :func:`execute`."""
-    p = closed.plan
-    if p is None:
-        p = closed.plan = plan(closed)
-    num_consts = len(closed.consts)
-    return execute(p, args[num_consts:]) if pool is None else execute(p, args[num_consts:], pool)
+def _call(k, ins, params, constant_slots, out=None):
+    args = [_operand(s, constant_slots) for s in ins]
+    if params:
+        args.append(f"**p{k}")
+    if out is not None:
+        args.append(f"out={out}")
+    return f"f{k}({', '.join(args)})"
 
 
-def execute(p, args, pool=None):
-    """Runs the plan ``p`` on ``args``. Its intermediates' buffers come from and go back to
-    ``pool`` (a dict), by default the plan's own, which keeps them across calls; a fresh
-    ``{}`` frees them when the call returns (a checkpointed region: NOTE [a region's buffers
-    die with its run])."""
-    regs = list(p.init)
-    for s, x in zip(p.in_slots, args):
-        regs[s] = x
-    if pool is None:
-        pool = p.pool
-    array_types = p.array_types
-    for kind, impl, ins, out, params, aux, release, clear in p.steps:
-        if kind == PLAIN:
-            r = impl(*[regs[i] for i in ins], **params)
+def _compile(p, out_is_scalar):
+    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+    computed = set()
+    for step in p.steps:
+        computed.update(step[3] if step[0] == FUSED else (step[3],))
+    constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
+    namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
+                 "ARRAY_TYPES": p.array_types}
+    for s in constant_slots:
+        namespace[f"c{s}"] = p.init[s]
+    pool_names = {}
+
+    def pool_list(key):
+        if key not in pool_names:
+            name = f"P{len(pool_names)}"
+            pool_names[key] = name
+            namespace[name] = p.pool.setdefault(key, [])
+        return pool_names[key]
+
+    lines = ["def program(args):"]
+    if p.in_slots:
+        lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
+    for k, (kind, impl, ins, out, params, aux, release, clear) in enumerate(p.steps):
+        namespace[f"f{k}"] = impl
+        if params:
+            namespace[f"p{k}"] = params
+        plain = _call(k, ins, params, constant_slots)
+        outs = out if kind == FUSED else (out,)
+        r = f"r{outs[0]}"
+        if kind == FUSED:
+            lines.append(f"    {', '.join(f'r{o}' for o in outs)}, = {plain}")
+        elif kind == PLAIN:
+            lines.append(f"    {r} = {plain}")
         elif kind == IN_PLACE:
-            target = regs[aux]
-            r = None
-            if type(target) in array_types and target.base is None:
-                r = _call_into(impl, [regs[i] for i in ins], target)
-            if r is None:
-                r = impl(*[regs[i] for i in ins])
+            t = f"r{aux}"
+            lines += [f"    if type({t}) in ARRAY_TYPES and {t}.base is None:",
+                      "        try:",
+                      f"            {r} = {_call(k, ins, params, constant_slots, out=t)}",
+                      "        except (TypeError, ValueError):",
+                      f"            {r} = {plain}",
+                      "    else:",
+                      f"        {r} = {plain}"]
         else:
-            buf = _pool_take(pool, aux)
-            r = None if buf is None else _call_into(impl, [regs[i] for i in ins], buf)
-            if r is None:
-                r = impl(*[regs[i] for i in ins])
-        if type(r) is not np.ndarray and isinstance(r, np.generic):
-            r = np.asarray(r)
-        regs[out] = r
+            pl = pool_list(aux)
+            lines += [f"    if {pl}:",
+                      "        try:",
+                      f"            {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
+                      "        except (TypeError, ValueError, IndexError):",
+                      f"            {r} = {plain}",
+                      "    else:",
+                      f"        {r} = {plain}"]
+        if out_is_scalar[k]:
+            for o in outs:
+                lines.append(f"    if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
         for s, key in release:
-            buf = regs[s]
-            if type(buf) in array_types and buf.base is None:
-                pool.setdefault(key, []).append(buf)
-        for s in clear:
-            regs[s] = None
-    return [regs[s] for s in p.out_slots]
+            lines.append(f"    if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
+        cleared = [f"r{s}" for s in clear if s not in constant_slots]
+        if cleared:
+            lines.append(f"    del {', '.join(cleared)}")
+    lines.append(f"    return [{', '.join(_operand(s, constant_slots) for s in p.out_slots)}]")
+    return "\n".join(lines) + "\n", namespace
+
+
+def source(p):
+    """The generated Python of plan ``p`` (NOTE [a plan runs as generated Python])."""
+    return p.source
+
+
+def run(closed, args):
+    """Runs ``closed`` on concrete ``args`` (its constants first, as the call primitive's
+    operands are); plans it on the first run."""
+    num_consts = len(closed.consts)
+    return execute(plan_for(closed.plans, closed), args[num_consts:])
+
+
+def plan_for(plans, closed, donated=()):
+    """The plan of ``closed`` for the current jit settings, made once and kept in the dict
+    ``plans`` (a program keeps one plan per combination of ``jit_gpu_fusion`` and
+    ``jit_cuda_graphs``)."""
+    from cuvmap import config
+
+    key = (config.jit_gpu_fusion, config.jit_cuda_graphs)
+    p = plans.get(key)
+    if p is None:
+        p = plans.setdefault(key, plan(closed, donated))
+    return p
+
+
+def execute(p, args):
+    """Runs plan ``p`` on the program's (non-constant) arguments; returns its outputs."""
+    return p.program(args)

@@ -65,7 +65,8 @@ class TupleAval:
 
 
 class Literal:
-    """A Python scalar written into an equation (``mul b 2.0``)."""
+    """A scalar written into an equation: a Python number (``mul b 2.0``, weakly typed) or
+    a NumPy 0-d array, such as the cotangent seed of ``grad`` (``mul b 1.0:f32[]``)."""
 
     __slots__ = ("val", "aval")
 
@@ -74,7 +75,15 @@ class Literal:
         self.aval = core.get_aval(val)
 
     def __repr__(self):
+        if isinstance(self.val, np.ndarray):
+            return f"{self.val.item()!r}:{pp_aval(self.aval)}"
         return repr(self.val)
+
+    def key(self):
+        """What identifies the literal's value (CSE compares equations by it)."""
+        if isinstance(self.val, np.ndarray):
+            return (self.val.dtype, self.val.item())
+        return (type(self.val), self.val)
 
 
 class JaxprEqn:
@@ -103,15 +112,15 @@ class Jaxpr:
 class ClosedJaxpr:
     """A jaxpr with the values of its constvars. ``derived`` caches the programs the
     transforms derive from it (batched, JVP, forward/backward), keyed by what they depend
-    on; ``plan`` is the executor's plan, made on the first run."""
+    on; ``plans`` holds the executor's plans, made on the first run (one per jit setting)."""
 
-    __slots__ = ("jaxpr", "consts", "derived", "plan", "__weakref__")
+    __slots__ = ("jaxpr", "consts", "derived", "plans", "__weakref__")
 
     def __init__(self, jaxpr, consts):
         self.jaxpr = jaxpr
         self.consts = list(consts)
         self.derived = {}
-        self.plan = None
+        self.plans = {}
 
     @property
     def in_avals(self):
@@ -167,7 +176,7 @@ def pp_jaxpr(jaxpr):
 
     def name(v):
         if isinstance(v, Literal):
-            return repr(v.val)
+            return repr(v)
         if v not in names:
             names[v] = next(gen)
         return names[v]
@@ -294,7 +303,7 @@ def cse(jaxpr):
         params = _param_key(eqn.params)
         if params is not None:
             key = (eqn.primitive, params, tuple(
-                x if type(x) is Var else (type(x.val), x.val) for x in inputs))
+                x if type(x) is Var else x.key() for x in inputs))
             try:
                 prev = seen.get(key)
             except TypeError:

@@ -147,17 +147,31 @@ class _Projection(core.Primitive):
 
 
 # NOTE [a region's buffers die with its run]
-# The planned executor keeps a program's freed intermediates in a pool that lives with the
-# program, so that the next call writes into memory it already has (NOTE [buffer
-# planning]). A checkpointed region must not: the tape holds its programs (the forward
-# part's and the backward part's) until the backward pass, and with one pool each, the
-# regions of a long chain would together hold as many buffers as the intermediates that
-# checkpointing is there not to keep. So a region runs with a pool of its own for the
-# run: its buffers are still reused within it, and freed when it returns.
+# The planned executor keeps a program's freed intermediates in a pool that lives with its
+# plan, so that the next call writes into memory it already has (NOTE [buffer planning]),
+# and on the GPU it may replay a program as a CUDA graph, which owns its buffers for good.
+# A checkpointed region must do neither: the tape holds its programs (the forward part's
+# and the backward part's) until the backward pass, and with buffers kept by each, the
+# regions of a long chain would together hold as many arrays as the intermediates that
+# checkpointing is there not to keep. So a region has a plan of its own, never replayed
+# as a graph, whose pool is emptied when the run returns: its buffers are still reused
+# within the run, and freed after it.
+_REGION_PLAN = "checkpoint"
+
+
 def _run_region(*args, program, policy, prevent_cse):
+    from cuvmap import config
     from cuvmap.transforms import executor
 
-    return executor.run(program, args, pool={})
+    key = (_REGION_PLAN, config.jit_gpu_fusion)
+    p = program.plans.get(key)
+    if p is None:
+        p = program.plans.setdefault(key, executor.plan(program, graphs=False))
+    try:
+        return executor.execute(p, args[len(program.consts):])
+    finally:
+        for buffers in p.pool.values():
+            buffers.clear()  # the lists themselves stay: the plan's generated code holds them
 
 
 checkpoint_p = RematCallPrimitive("checkpoint")

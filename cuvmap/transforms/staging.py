@@ -136,7 +136,7 @@ class StagingTrace(Trace):
     def to_input(self, builder, x):
         if type(x) is StagedTracer and x._main is self.main:
             return x.var
-        if type(x) in core._PY_SCALAR_DTYPES:
+        if type(x) in core._PY_SCALAR_DTYPES or (type(x) is np.ndarray and x.shape == () and x.dtype.kind in "biuf"):
             return Literal(x)
         return builder.const_var(x)
 

@@ -1,0 +1,114 @@
+"""CUDA-graph replay of a jitted program.
+
+A planned program launches its kernels from Python one by one; on a small problem the
+launches, not the kernels, take the time. CUDA stream capture records every kernel a call
+launches into a graph, which one ``cudaGraphLaunch`` replays. :class:`GraphRunner` wraps a
+program function ``program(args) -> outputs`` (see :mod:`cuvmap.transforms.executor`) and
+follows NOTE [graph replay]. It knows no transform and no primitive: what may be captured
+is the executor's decision.
+"""
+import threading
+import warnings
+
+from cuvmap import backend
+
+# NOTE [graph replay]
+# A graph replays the kernels on the device addresses they had when captured, so:
+#
+# - the first call runs the program eagerly (it compiles the kernels, builds the cuDNN
+#   plans, measures the conv strategies); the second call captures: on a private stream,
+#   with a private CuPy memory pool, it copies the arguments into input buffers of its
+#   own, runs the program once more outside the capture (so that the capture finds every
+#   buffer it needs cached in the private pool) and then once under capture, keeping the
+#   outputs as the graph's output buffers;
+# - each replay copies the arguments into the input buffers, launches the graph and
+#   copies the outputs out into fresh arrays (the caller owns them; the next replay
+#   overwrites the graph's buffers), all on the caller's current stream, after waiting for
+#   the previous replay's copies (an event), under a lock;
+# - the private pool lives as long as the runner and is never used for anything else, so
+#   no memory the graph writes is ever handed to another array; the program captured is
+#   a fresh plan with its own buffer pool (the eager plan's pool could hand a buffer to a
+#   caller);
+# - a call whose arguments are not all CuPy arrays (a Python scalar would be baked into
+#   the graph as a constant) runs eagerly; any failure while capturing (a host
+#   synchronisation, an allocation the capture refuses, a library that cannot be captured)
+#   makes the runner eager for good, with one GraphCaptureWarning.
+#
+# The capture uses the thread-local capture mode: an unsafe CUDA call from this thread (a
+# synchronous copy, a cudaMalloc) fails the capture instead of silently reading values
+# that have not been computed.
+
+
+class GraphCaptureWarning(RuntimeWarning):
+    """A jitted program could not be captured as a CUDA graph; it runs op by op."""
+
+
+class GraphRunner:
+    """Runs ``eager(args)`` on the first call and a captured graph of ``make_program()``
+    afterwards (NOTE [graph replay]). ``cp`` is the CuPy module (tests pass a stand-in)."""
+
+    def __init__(self, eager, make_program, name="jit", cp=None):
+        self.eager = eager
+        self.make_program = make_program
+        self.name = name
+        self.cp = cp
+        self.calls = 0
+        self.graph = None
+        self.failure = None
+        self.lock = threading.Lock()
+        self._pool = self._stream = self._inputs = self._outputs = self._program = None
+        self._done = None
+
+    @property
+    def captured(self):
+        return self.graph is not None
+
+    def __call__(self, args):
+        cp = self.cp if self.cp is not None else backend.cupy_module()
+        if self.failure is not None or not all(type(a) is cp.ndarray for a in args):
+            return self.eager(args)
+        with self.lock:
+            if self.graph is None:
+                self.calls += 1
+                if self.calls == 1:
+                    return self.eager(args)
+                try:
+                    self._capture(cp, args)
+                except Exception as err:  # noqa: BLE001 - any failure means: do not capture
+                    self.failure = err
+                    self._pool = self._stream = self._inputs = self._outputs = self._program = None
+                    warnings.warn(f"{self.name}: the program could not be captured as a CUDA graph "
+                                  f"({type(err).__name__}: {err}); it runs op by op", GraphCaptureWarning,
+                                  stacklevel=3)
+                    return self.eager(args)
+            return self._replay(cp, args)
+
+    def _capture(self, cp, args):
+        pool = cp.cuda.MemoryPool()
+        stream = cp.cuda.Stream(non_blocking=True)
+        program = self.make_program()
+        caller = cp.cuda.get_current_stream()
+        stream.wait_event(caller.record())
+        with cp.cuda.using_allocator(pool.malloc), stream:
+            inputs = [cp.array(a, copy=True) for a in args]
+            program(inputs)  # outside the capture: fills the private pool and the plan's buffers
+            stream.begin_capture(cp.cuda.runtime.streamCaptureModeThreadLocal)
+            try:
+                outputs = program(inputs)
+            finally:
+                graph = stream.end_capture()
+        stream.synchronize()
+        self._pool, self._stream, self._program = pool, stream, program
+        self._inputs, self._outputs = inputs, list(outputs)
+        self.graph = graph
+
+    def _replay(self, cp, args):
+        caller = cp.cuda.get_current_stream()
+        if self._done is not None:
+            caller.wait_event(self._done)
+        for buffer, a in zip(self._inputs, args):
+            cp.copyto(buffer, a)
+        self.graph.launch(stream=caller)
+        outs = [o.copy() if type(o) is cp.ndarray else o for o in self._outputs]
+        self._done = caller.record()
+        return outs

@@ -1,0 +1,59 @@
+"""Generated CuPy kernels: the fused elementwise groups of ``jit`` (the groups and their
+source come from :mod:`cuvmap.transforms.fusion`; this module only compiles and calls).
+"""
+import functools
+import threading
+import warnings
+
+from cuvmap import backend
+
+# NOTE [fused kernels round as the unfused ones]
+# NVRTC contracts a * b + c into one fused multiply-add by default, which rounds once
+# instead of twice; separate CuPy ufunc kernels cannot contract across kernels. Fused
+# kernels are compiled with --fmad=false so that a fused program gives the same bits as
+# the same program run op by op (the GPU tests compare them for equality); the math
+# functions (sin, exp, ...) are the same CUDA functions CuPy's ufuncs call.
+COMPILE_OPTIONS = ("--fmad=false",)
+
+
+class FusedKernelWarning(RuntimeWarning):
+    """A fused kernel could not be built or run; its equations run one by one instead."""
+
+
+@functools.lru_cache(maxsize=1024)
+def elementwise_kernel(in_params, out_params, operation, name):
+    """The CuPy ``ElementwiseKernel`` of these pieces (compiled on its first call, and
+    cached by CuPy on disk)."""
+    cp = backend.cupy_module()
+    return cp.ElementwiseKernel(in_params, out_params, operation, name,
+                                options=COMPILE_OPTIONS, return_tuple=True)
+
+
+def fused_elementwise(source, out_shape, out_dtypes, fallback):
+    """A callable ``(*inputs) -> tuple of outputs`` that runs the kernel of ``source``
+    (``(in_params, out_params, operation, name)``) into fresh arrays of ``out_shape`` and
+    ``out_dtypes``; if the kernel cannot be compiled or launched, it warns once
+    (:class:`FusedKernelWarning`) and calls ``fallback(*inputs)`` from then on."""
+    state = {"failed": False}
+    lock = threading.Lock()
+
+    def run(*inputs):
+        if not state["failed"]:
+            cp = backend.cupy_module()
+            try:
+                kernel = elementwise_kernel(*source)
+                outs = [cp.empty(out_shape, dtype) for dtype in out_dtypes]
+                return kernel(*inputs, *outs)
+            except MemoryError:  # CuPy's OutOfMemoryError: the fallback would need memory too
+                raise
+            except Exception as err:  # compilation (CompileException) or launch failure
+                with lock:
+                    first = not state["failed"]
+                    state["failed"] = True
+                if first:
+                    warnings.warn(f"jit: the fused kernel {source[3]} failed ({type(err).__name__}: {err}); "
+                                  "its equations run one by one", FusedKernelWarning, stacklevel=2)
+        return fallback(*inputs)
+
+    run.source = source
+    return run

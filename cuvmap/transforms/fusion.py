@@ -1,0 +1,285 @@
+"""Elementwise fusion of a staged program, for the GPU.
+
+On the GPU every primitive is a kernel launch, and a chain of elementwise primitives
+reads and writes each intermediate from device memory. A *fused group* is a set of
+elementwise equations with one output shape ``S`` that runs as one generated kernel: for
+each index ``i`` of ``S``,
+
+    v_1[i] = e_1(inputs[i]),  v_2[i] = e_2(inputs[i], v_1[i]),  ...
+
+in registers, and only the values used outside the group (or returned) are written out.
+The external inputs broadcast to ``S`` (an input of shape ``(16,)`` into a group of shape
+``(8, 16)``), literals are written into the kernel's source.
+
+:func:`fuse` partitions a program's equations into such groups and the equations left
+alone (NOTE [fusion groups]); it knows no array library and is tested on the CPU, where
+:meth:`FusedGroup.reference` runs a group through the primitives' own impls.
+:meth:`FusedGroup.cuda_kernel_source` writes the group as the pieces of a CuPy
+``ElementwiseKernel`` (``cuvmap/cuda/kernels.py`` compiles them).
+"""
+import math
+
+import numpy as np
+
+# NOTE [fusion groups]
+# A group runs at the position of the event that closes it, so every member's inputs are
+# computed before it runs; the partition walks the program in order and keeps at most one
+# open group per output shape:
+#
+# - a fusible equation (an elementwise primitive of the table below, operands of supported
+#   dtypes) joins the open group of its shape, or opens one; an operand produced by the
+#   open group of *another* shape closes that group first (the operand becomes an input);
+# - any other equation that reads a value of an open group closes that group first, so
+#   the group has run when the equation needs the value;
+# - a group that would exceed MAX_GROUP_EQNS equations or MAX_KERNEL_ARGS inputs and
+#   outputs is closed first (a kernel's parameters are limited, and long bodies spill);
+# - at the end the open groups close, in any order: two open groups never depend on each
+#   other (a read across them would have closed one).
+#
+# A closed group of one equation is not worth a kernel: it stays the equation. A group's
+# outputs are the members' values read by any equation outside it or returned.
+
+MAX_GROUP_EQNS = 64
+MAX_KERNEL_ARGS = 24
+
+C_TYPES = {
+    np.dtype(np.bool_): "bool",
+    np.dtype(np.int8): "signed char", np.dtype(np.uint8): "unsigned char",
+    np.dtype(np.int16): "short", np.dtype(np.uint16): "unsigned short",
+    np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned int",
+    np.dtype(np.int64): "long long", np.dtype(np.uint64): "unsigned long long",
+    np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+}
+
+# C expressions of the fusible primitives over operands already converted to the
+# computation type T ({0}, {1}, {2}: operand variables; {T}: T's C name). Each is the
+# formula the primitive's impl computes through CuPy's ufuncs (so a fused program gives
+# the unfused bits, NOTE [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py):
+# rsqrt is a reciprocal of sqrt as the impl, integer_pow is a square or pow(x, y) as the
+# impl, and max/min propagate NaN as NumPy's maximum/minimum (CUDA's fmax would drop it).
+# logistic is left out: its impl goes through logaddexp.
+_ARITHMETIC = {
+    "neg": "(-{0})", "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+    "max": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+    "min": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
+    "select": "({0} ? {1} : {2})",
+    "stop_gradient": "{0}",
+}
+_FLOAT_ONLY = {
+    "div": "({0} / {1})", "pow": "pow({0}, {1})", "atan2": "atan2({0}, {1})",
+    "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
+    "sqrt": "sqrt({0})", "rsqrt": "(({T})1 / sqrt({0}))", "tanh": "tanh({0})",
+    "sin": "sin({0})", "cos": "cos({0})", "log2": "log2({0})", "log10": "log10({0})",
+    "atan": "atan({0})", "sinh": "sinh({0})", "cosh": "cosh({0})", "asinh": "asinh({0})",
+    "abs": "fabs({0})", "floor": "floor({0})", "ceil": "ceil({0})", "erf": "erf({0})",
+}
+_COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _operand_aval(x):
+    return x.aval
+
+
+def _computation_dtype(eqn):
+    """The dtype in which the equation's arithmetic happens: the output's, except for
+    comparisons (their operands' common dtype, weak literals taking the array's) and
+    ``select`` (its branches' dtype, which is the output's)."""
+    name = eqn.primitive.name
+    if name in _COMPARISONS:
+        from cuvmap.lax import elementwise
+
+        return elementwise._naryop_shape_rule(*[_operand_aval(x) for x in eqn.inputs]).dtype
+    return eqn.out.aval.dtype
+
+
+def fusible(eqn):
+    """Whether ``eqn`` can be a member of a fused group."""
+    name = eqn.primitive.name
+    aval = eqn.out.aval
+    if not aval.shape or aval.dtype not in C_TYPES:
+        return False
+    if any(_operand_aval(x).dtype not in C_TYPES for x in eqn.inputs):
+        return False
+    if name == "integer_pow":
+        return isinstance(eqn.params.get("y"), int) and aval.dtype.kind == "f"
+    if name == "convert_element_type":
+        return np.dtype(eqn.params["new_dtype"]) in C_TYPES
+    if eqn.params:
+        return False
+    if name in _FLOAT_ONLY:
+        return _computation_dtype(eqn).kind == "f"
+    return name in _ARITHMETIC or name in _COMPARISONS
+
+
+class FusedGroup:
+    """Member equations (in program order) of one kernel, its external inputs (variables
+    and literals, without repeats) and its outputs (member variables read outside)."""
+
+    __slots__ = ("eqns", "inputs", "outputs", "shape")
+
+    def __init__(self, eqns, inputs, outputs, shape):
+        self.eqns = eqns
+        self.inputs = inputs
+        self.outputs = outputs
+        self.shape = shape
+
+    def __repr__(self):
+        names = " ".join(e.primitive.name for e in self.eqns)
+        return f"FusedGroup({len(self.eqns)} eqns [{names}], {len(self.inputs)} in, {len(self.outputs)} out)"
+
+    # -- a reference that runs anywhere ----------------------------------------------------
+
+    def reference(self, *values):
+        """The group's outputs computed by its members' impls, one by one: what the kernel
+        must equal (and what runs when the kernel cannot be built)."""
+        env = {id(x): v for x, v in zip(self.inputs, values)}
+        for eqn in self.eqns:
+            ins = [env[id(x)] if id(x) in env else x.val for x in eqn.inputs]
+            env[id(eqn.out)] = eqn.primitive.impl(*ins, **eqn.params)
+        return tuple(env[id(v)] for v in self.outputs)
+
+    # -- CUDA source -------------------------------------------------------------------------
+
+    def cuda_kernel_source(self):
+        """``(in_params, out_params, operation, name)`` of a CuPy ``ElementwiseKernel``
+        computing the group; array inputs are ``in0, in1, ...`` and outputs ``out0, ...``."""
+        names = {}
+        in_params = []
+        for i, x in enumerate(self.inputs):
+            names[id(x)] = f"in{i}"
+            in_params.append(f"{x.aval.dtype.name} in{i}")
+        lines = []
+        for n, eqn in enumerate(self.eqns):
+            t = C_TYPES[eqn.out.aval.dtype]
+            lines.append(f"{t} v{n} = {_c_expression(eqn, names)};")
+            names[id(eqn.out)] = f"v{n}"
+        out_params = []
+        for j, v in enumerate(self.outputs):
+            out_params.append(f"{v.aval.dtype.name} out{j}")
+            lines.append(f"out{j} = {names[id(v)]};")
+        operation = "\n".join(lines)
+        name = f"cuvmap_fused_{len(self.eqns)}_" + "_".join(e.primitive.name for e in self.eqns[:4])
+        return ", ".join(in_params), ", ".join(out_params), operation, name
+
+
+def _c_literal(value, dtype):
+    """``value`` as a C constant of ``dtype`` (finite values only; see _literal_is_inlined)."""
+    t = C_TYPES[dtype]
+    if dtype.kind == "b":
+        return "true" if value else "false"
+    if dtype.kind == "f":
+        v = float(value)
+        text = repr(v) if dtype == np.float64 else repr(float(np.float32(v)))
+        return f"(({t}){text})"
+    return f"(({t}){int(value)}LL)" if dtype.kind == "i" else f"(({t}){int(value)}ULL)"
+
+
+def literal_is_inlined(x):
+    """A literal becomes a constant in the kernel's source when it is a finite number; any
+    other (inf, NaN) is passed as a kernel input."""
+    v = x.val
+    return not isinstance(v, float) or math.isfinite(v)
+
+
+def _c_expression(eqn, names):
+    name = eqn.primitive.name
+    comp = _computation_dtype(eqn)
+    t = C_TYPES[comp]
+
+    def operand(x, as_type):
+        if id(x) in names:
+            return f"(({C_TYPES[as_type]}){names[id(x)]})"
+        return _c_literal(x.val, as_type)
+
+    if name == "select":
+        pred, on_true, on_false = eqn.inputs
+        return _ARITHMETIC["select"].format(operand(pred, np.dtype(np.bool_)),
+                                            operand(on_true, comp), operand(on_false, comp))
+    if name == "convert_element_type":
+        return operand(eqn.inputs[0], np.dtype(eqn.params["new_dtype"]))
+    if name == "integer_pow":
+        y = eqn.params["y"]
+        x = operand(eqn.inputs[0], comp)
+        return f"({x} * {x})" if y == 2 else f"pow({x}, (({t}){y}))"
+    ops = [operand(x, comp) for x in eqn.inputs]
+    if name in _COMPARISONS:
+        return f"({ops[0]} {_COMPARISONS[name]} {ops[1]})"
+    if name == "abs" and comp.kind != "f":
+        return f"({ops[0]} < 0 ? -{ops[0]} : {ops[0]})"
+    template = _ARITHMETIC.get(name) or _FLOAT_ONLY[name]
+    return template.format(*ops, T=t)
+
+
+# ---------------------------------------------------------------------------------------
+# The partition (NOTE [fusion groups])
+# ---------------------------------------------------------------------------------------
+
+
+def fuse(eqns, outvars):
+    """Partitions ``eqns`` into a list of units, each a :class:`JaxprEqn` or a
+    :class:`FusedGroup` of two or more equations, in an order in which every unit's
+    inputs are computed before it runs."""
+    readers = {}
+    for k, eqn in enumerate(eqns):
+        for x in eqn.inputs:
+            readers.setdefault(id(x), set()).add(k)
+    returned = {id(v) for v in outvars}
+    units = []
+    open_groups = {}  # shape -> [member indices]
+    owner = {}  # id(var) -> the shape of the open group that computes it
+
+    def close(shape):
+        members = open_groups.pop(shape)
+        for k in members:
+            owner.pop(id(eqns[k].out), None)
+        if len(members) == 1:
+            units.append(eqns[members[0]])
+            return
+        member_set = set(members)
+        inside = {id(eqns[k].out) for k in members}
+        inputs, seen = [], set()
+        for k in members:
+            for x in eqns[k].inputs:
+                if id(x) in inside or id(x) in seen:
+                    continue
+                if type(x).__name__ == "Literal" and literal_is_inlined(x):
+                    continue
+                seen.add(id(x))
+                inputs.append(x)
+        outputs = [eqns[k].out for k in members
+                   if id(eqns[k].out) in returned or readers.get(id(eqns[k].out), set()) - member_set]
+        units.append(FusedGroup([eqns[k] for k in members], inputs, outputs, shape))
+
+    def argument_count(members):
+        """Inputs plus outputs of a group of ``members`` (outputs as known so far: a later
+        member can only turn an output into an internal value)."""
+        inside = {id(eqns[k].out) for k in members}
+        ins = {id(x) for k in members for x in eqns[k].inputs
+               if id(x) not in inside and not (type(x).__name__ == "Literal" and literal_is_inlined(x))}
+        member_set = set(members)
+        outs = sum(1 for k in members
+                   if id(eqns[k].out) in returned or readers.get(id(eqns[k].out), set()) - member_set)
+        return len(ins) + outs
+
+    for k, eqn in enumerate(eqns):
+        produced_by = {owner[id(x)] for x in eqn.inputs if id(x) in owner}
+        if fusible(eqn):
+            shape = eqn.out.aval.shape
+            for s in produced_by - {shape}:
+                close(s)
+            members = open_groups.get(shape)
+            if members is not None and (len(members) >= MAX_GROUP_EQNS
+                                        or argument_count(members + [k]) > MAX_KERNEL_ARGS):
+                close(shape)
+                members = None
+            if members is None:
+                members = open_groups[shape] = []
+            members.append(k)
+            owner[id(eqn.out)] = shape
+        else:
+            for s in produced_by:
+                close(s)
+            units.append(eqn)
+    for shape in list(open_groups):
+        close(shape)
+    return units
