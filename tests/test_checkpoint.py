@@ -389,3 +389,18 @@ def test_checkpoint_on_each_backend(backend):
                        np.stack([cv.grad(f)(w, x) for x in xs]))
     _assert_tree_close(back(cv.jit(cv.grad(fc))(wd, xd[0])), cv.grad(f)(w, xs[0]))
     _assert_tree_close(back(cv.grad(cv.jit(fc))(wd, xd[0])), cv.grad(f)(w, xs[0]))
+
+
+def test_a_program_with_regions_plans_with_elementwise_fusion():
+    """The GPU's fusion pass (run on the CPU with each group's reference as its kernel)
+    fuses the elementwise chains around the regions and leaves the regions' equations be."""
+    from cuvmap.transforms import executor, ir
+
+    f = lambda x: cnp.sum(cnp.sin(cnp.exp(x) * 2.0 + 1.0))
+    loss = lambda f: (lambda x: cnp.sum(cnp.tanh(f(x) * x) * 3.0))
+    x = np.linspace(0, 1, 8)
+    program = ir.optimize(cv.make_jaxpr(cv.value_and_grad(loss(checkpoint(f))))(x))
+    assert "checkpoint" in _names(program)
+    p = executor.plan(program, fuse=True, fused_callable=lambda g: g.reference, graphs=False)
+    assert any(s[0] == executor.FUSED for s in p.steps)
+    _assert_tree_close(tuple(executor.execute(p, [x])), cv.value_and_grad(loss(f))(x))
