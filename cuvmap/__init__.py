@@ -11,6 +11,8 @@ from cuvmap.api import (  # noqa: F401
     RetraceWarning, TransformError, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient,
     value_and_grad, vjp, vmap,
 )
+from cuvmap.transforms.linearize import linearize  # noqa: F401
+from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
 from cuvmap.backend import device_put, gpu_available  # noqa: F401
 from cuvmap.core import (  # noqa: F401
     ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeError,

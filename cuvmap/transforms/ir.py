@@ -40,6 +40,30 @@ class Var:
         return f"Var({self.count}, {self.aval})"
 
 
+class TupleAval:
+    """The aval of a value that is a tuple of arrays: the result of a call equation (a
+    checkpointed region, :mod:`cuvmap.transforms.remat`), whose arrays projection equations
+    take out one by one (NOTE [a call with several outputs in a program])."""
+
+    __slots__ = ("avals",)
+    shape = ()
+    device = None
+    weak_type = False
+    dtype = np.dtype(object)
+
+    def __init__(self, avals):
+        self.avals = tuple(avals)
+
+    def __eq__(self, other):
+        return isinstance(other, TupleAval) and self.avals == other.avals
+
+    def __hash__(self):
+        return hash(self.avals)
+
+    def __repr__(self):
+        return "(" + ", ".join(map(repr, self.avals)) + ")"
+
+
 class Literal:
     """A scalar written into an equation: a Python number (``mul b 2.0``, weakly typed) or
     a NumPy 0-d array, such as the cotangent seed of ``grad`` (``mul b 1.0:f32[]``)."""
@@ -123,6 +147,8 @@ _SHORT_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16
 
 
 def pp_aval(aval):
+    if isinstance(aval, TupleAval):
+        return "(" + ",".join(pp_aval(a) for a in aval.avals) + ("," if len(aval.avals) == 1 else "") + ")"
     dtype = _SHORT_DTYPES.get(aval.dtype.name, aval.dtype.name)
     weak = "~" if aval.weak_type else ""
     return f"{weak}{dtype}[{','.join(str(d) for d in aval.shape)}]"
@@ -139,6 +165,8 @@ def _pp_param(v):
         return v.name
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
+    if callable(v) and hasattr(v, "__name__"):
+        return v.__name__  # a checkpoint policy
     return repr(v)
 
 
@@ -227,7 +255,8 @@ def fold_constants(closed):
     new_consts = dict(zip(jaxpr.constvars, closed.consts))
     eqns = []
     for eqn in jaxpr.eqns:
-        if all(type(x) is Literal or x in known for x in eqn.inputs):
+        # only arrays are folded: a call's tuple (TupleAval) stays an equation
+        if not isinstance(eqn.out.aval, TupleAval) and all(type(x) is Literal or x in known for x in eqn.inputs):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
             out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))

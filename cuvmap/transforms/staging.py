@@ -73,7 +73,8 @@ class StagedTracer(Tracer):
                 "configuration value, or use cuvmap.numpy.where to choose per element")
         return ConcretizationError(
             f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: under "
-            f"jit the values of the arguments are not known while the function is traced; {hint}",
+            f"jit (and checkpoint, which stages its function too) the values of the arguments are not "
+            f"known while the function is traced; {hint}",
             where=self._main.name,
         )
 
@@ -325,23 +326,35 @@ def vjp_jaxprs(closed, needs_ct, in_avals):
     """The forward and backward programs of reverse mode through ``closed``, for the
     operands marked ``needs_ct``.
 
-    The joint program ``(primals, output cotangents) -> (outputs, input cotangents)`` is
-    staged by running ``vjp`` of ``eval_jaxpr`` on staged values; its equations that do
-    not depend on a cotangent form the forward program, which returns the outputs and the
-    residuals (its values that the other equations read); the rest form the backward
-    program ``(residuals, output cotangents) -> input cotangents``. Returns ``(forward,
-    backward, ct_outputs)``: ``ct_outputs`` marks the outputs that take a cotangent (the
-    floating-point ones)."""
-    from cuvmap.transforms import vjp as vjp_mod
-
+    The joint program ``(primals, output cotangents) -> (outputs, input cotangents)``
+    (:func:`joint_vjp_jaxpr`) is split: its equations that do not depend on a cotangent
+    form the forward program, which returns the outputs and the residuals (its values that
+    the other equations read); the rest form the backward program ``(residuals, output
+    cotangents) -> input cotangents``. Returns ``(forward, backward, ct_outputs)``:
+    ``ct_outputs`` marks the outputs that take a cotangent (the floating-point ones)."""
     key = ("vjp", tuple(needs_ct), tuple(in_avals))
     hit = closed.derived.get(key)
     if hit is not None:
         return hit
+    whole, ct_outputs = joint_vjp_jaxpr(closed, needs_ct, in_avals)
+    forward, backward = _split_known(whole, len(in_avals), len(ct_outputs))
+    closed.derived[key] = (forward, backward, ct_outputs)
+    return closed.derived[key]
+
+
+def joint_vjp_jaxpr(closed, needs_ct, in_avals):
+    """The joint program of reverse mode through ``closed``: arguments are the primals
+    (``closed``'s constants and arguments, with ``in_avals``) then the cotangents of the
+    floating-point outputs; outputs are ``closed``'s outputs then the cotangents of the
+    operands marked ``needs_ct``. It is staged by running ``vjp`` of ``eval_jaxpr`` on
+    staged values, and not optimized. Returns ``(ClosedJaxpr, ct_outputs)``, with
+    ``ct_outputs`` marking the outputs that take a cotangent."""
+    from cuvmap.transforms import vjp as vjp_mod
+
     flat = _as_program_inputs(closed)
     n = len(in_avals)
     out_avals = [v.aval for v in closed.jaxpr.outvars]
-    ct_outputs = [a.dtype.kind in "fc" for a in out_avals]
+    ct_outputs = tuple(a.dtype.kind in "fc" for a in out_avals)
 
     def joint(*vals):
         primals, cts = vals[:n], iter(vals[n:])
@@ -370,9 +383,7 @@ def vjp_jaxprs(closed, needs_ct, in_avals):
 
     ct_avals = [a for a, takes in zip(out_avals, ct_outputs) if takes]
     whole = trace_to_jaxpr(joint, list(in_avals) + [_tangent_aval(a) for a in ct_avals], name="vjp(jit)")
-    forward, backward = _split_known(whole, n, len(out_avals))
-    closed.derived[key] = (forward, backward, tuple(ct_outputs))
-    return closed.derived[key]
+    return whole, ct_outputs
 
 
 def _split_known(whole, num_primals, num_outs):

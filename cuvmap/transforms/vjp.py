@@ -125,15 +125,24 @@ class VJPTrace(Trace):
             cts = [staging.zeros(a) if c is None else c for c, a in zip(cts, ct_avals)]
             return staging.call(backward, residuals + cts)
 
-        tape = main.global_data
-        node = tape.num_inputs + len(tape.entries)
-        tape.calls[len(tape.entries)] = len(with_ct)
-        tape.entries.append((primitive, params, rule, staging.avals_of(primals), None, operand_nodes))
-        tape.entries.extend([None] * (len(with_ct) - 1))
-        results = list(out_primals)
-        for offset, j in enumerate(with_ct):
-            results[j] = VJPTracer(main, out_primals[j], node + offset)
-        return results
+        return record_call(main, primitive, params, rule, staging.avals_of(primals), operand_nodes,
+                           out_primals, with_ct)
+
+
+def record_call(main, primitive, params, rule, operand_avals, operand_nodes, out_primals, with_ct):
+    """Records a call with several outputs on ``main``'s tape (NOTE [a call on the tape]):
+    ``rule(cts)`` maps the cotangents of the outputs ``with_ct`` (``None`` where none
+    reached one) to those of the operands in ``operand_nodes``, in their order. Returns
+    the outputs, those in ``with_ct`` as tracers of ``main``."""
+    tape = main.global_data
+    node = tape.num_inputs + len(tape.entries)
+    tape.calls[len(tape.entries)] = len(with_ct)
+    tape.entries.append((primitive, params, rule, operand_avals, None, operand_nodes))
+    tape.entries.extend([None] * (len(with_ct) - 1))
+    results = list(out_primals)
+    for offset, j in enumerate(with_ct):
+        results[j] = VJPTracer(main, out_primals[j], node + offset)
+    return results
 
 
 def _aval_of(x):
