@@ -12,6 +12,7 @@ from cuvmap.api import (  # noqa: F401
     value_and_grad, vjp, vmap,
 )
 from cuvmap.backend import device_put, gpu_available  # noqa: F401
+from cuvmap.transforms.custom_derivatives import CustomDerivativeError, custom_jvp, custom_vjp  # noqa: F401
 from cuvmap.core import (  # noqa: F401
     ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeError,
 )

@@ -9,8 +9,8 @@ import numpy as np
 
 from cuvmap import backend, core
 
-# step kinds
-PLAIN, IN_PLACE, POOLED = 0, 1, 2
+# step kinds (MULTI: a primitive with several results, whose output is a tuple of slots)
+PLAIN, IN_PLACE, POOLED, MULTI = 0, 1, 2, 3
 
 # Buffers smaller than this are not reused: allocating them is cheaper than the pool.
 MIN_REUSE_BYTES = 4096
@@ -116,7 +116,8 @@ def plan(closed, donated=()):
     eqn_ins = []
     for eqn in j.eqns:
         eqn_ins.append([slot(x) for x in eqn.inputs])
-        slot_of[eqn.out] = new_slot()
+        for v in eqn.outs:
+            slot_of[v] = new_slot()
     out_slots = [slot(v) for v in j.outvars]
     returned = set(out_slots)
     never = len(j.eqns)
@@ -129,7 +130,8 @@ def plan(closed, donated=()):
 
     aval_of = {slot_of[v]: v.aval for v in list(j.constvars) + list(j.invars)}
     for eqn in j.eqns:
-        aval_of[slot_of[eqn.out]] = eqn.out.aval
+        for v in eqn.outs:
+            aval_of[slot_of[v]] = v.aval
 
     # groups: id -> [members, roots, poolable]
     group_of = {}
@@ -144,6 +146,23 @@ def plan(closed, donated=()):
     for v in j.constvars:
         new_group(slot_of[v], [], False)
 
+    def join(array_ins, outs):
+        """Merges the groups of ``array_ins`` into one, which ``outs`` join."""
+        merged = {group_of[s] for s in array_ins}
+        first = merged.pop()
+        members, roots, poolable = groups[first]
+        for g in merged:
+            m2, r2, p2 = groups.pop(g)
+            members |= m2
+            roots.extend(r2)
+            poolable = poolable and p2
+            for t in m2:
+                group_of[t] = first
+        groups[first][2] = poolable
+        for o in outs:
+            members.add(o)
+            group_of[o] = first
+
     def dead_after(g, k):
         return all(last_use.get(m, -1) <= k for m in groups[g][0])
 
@@ -151,9 +170,20 @@ def plan(closed, donated=()):
     releases = {k: [] for k in range(len(j.eqns))}
     for k, eqn in enumerate(j.eqns):
         ins = eqn_ins[k]
+        array_ins = [s for s in ins if s not in literal_slots]
+        if type(eqn.out) is tuple:
+            # a function of its own (a custom-derivative call): its results may be views of
+            # its operands (an identity), so they join the operands' groups
+            outs = tuple(slot_of[v] for v in eqn.out)
+            if array_ins:
+                join(array_ins, outs)
+            else:
+                for o in outs:
+                    new_group(o, [], False)
+            steps.append([MULTI, eqn.primitive.impl, tuple(ins), outs, eqn.params, None, (), ()])
+            continue
         out = slot_of[eqn.out]
         aval = eqn.out.aval
-        array_ins = [s for s in ins if s not in literal_slots]
         reusable = (eqn.primitive in ufuncs and not eqn.params and aval.shape
                     and _nbytes(aval) >= MIN_REUSE_BYTES)
         kind, aux = PLAIN, None
@@ -175,19 +205,7 @@ def plan(closed, donated=()):
         elif eqn.primitive in ufuncs or eqn.primitive in own_memory or not array_ins:
             new_group(out, [out] if eqn.primitive in ufuncs else [], eqn.primitive in ufuncs)
         else:
-            merged = {group_of[s] for s in array_ins}
-            first = merged.pop()
-            members, roots, poolable = groups[first]
-            for g in merged:
-                m2, r2, p2 = groups.pop(g)
-                members |= m2
-                roots.extend(r2)
-                poolable = poolable and p2
-                for t in m2:
-                    group_of[t] = first
-            groups[first][2] = poolable
-            members.add(out)
-            group_of[out] = first
+            join(array_ins, (out,))
         steps.append([kind, eqn.primitive.impl, tuple(ins), out, eqn.params, aux, (), ()])
 
     # when each group dies, its poolable roots go to the pool; every slot is cleared after
@@ -262,11 +280,16 @@ def execute(p, args):
                 r = _call_into(impl, [regs[i] for i in ins], target)
             if r is None:
                 r = impl(*[regs[i] for i in ins])
-        else:
+        elif kind == POOLED:
             buf = _pool_take(pool, aux)
             r = None if buf is None else _call_into(impl, [regs[i] for i in ins], buf)
             if r is None:
                 r = impl(*[regs[i] for i in ins])
+        else:  # MULTI (at least one result): the first goes through the common tail
+            results = impl(*[regs[i] for i in ins], **params)
+            for s, r in zip(out[1:], results[1:]):
+                regs[s] = r
+            out, r = out[0], results[0]
         if type(r) is not np.ndarray and isinstance(r, np.generic):
             r = np.asarray(r)
         regs[out] = r
