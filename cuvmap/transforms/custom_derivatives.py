@@ -225,9 +225,14 @@ def _fun_name(f):
 def _resolve_args(obj, args, kwargs):
     """The arguments as positional ones, defaults filled in (JAX's ``resolve_kwargs``):
     the rules take positional tuples."""
-    try:
-        sig = inspect.signature(obj.fun)
-    except (TypeError, ValueError):
+    sig = obj.__dict__.get("_signature", False)
+    if sig is False:
+        try:
+            sig = inspect.signature(obj.fun)
+        except (TypeError, ValueError):
+            sig = None
+        obj._signature = sig
+    if sig is None:
         if kwargs:
             raise TypeError(f"{obj.kind} function {obj.__name__}: keyword arguments need a function "
                             "with a signature; pass them positionally") from None
@@ -242,6 +247,10 @@ def _resolve_args(obj, args, kwargs):
                         f"({', '.join(bound.kwargs)}) cannot be resolved to positions; the rules take "
                         "positional arguments")
     return bound.args
+
+
+def _describe_out(path):
+    return f"output {tree.keystr(path)}" if path else "the output"
 
 
 def _is_value(x):
@@ -313,7 +322,7 @@ class _CallSite:
         paths, leaves, out_tree = tree.flatten_with_path(out)
         for path, leaf in zip(paths, leaves):
             if not _is_value(leaf):
-                raise self.error(f"{by} returned a {type(leaf).__name__} at output {tree.keystr(path)}; "
+                raise self.error(f"{by} returned a {type(leaf).__name__} as {_describe_out(path)}; "
                                  "outputs are arrays, Python numbers or pytrees of them")
         shapes = [core.shape_of(x) for x in leaves]
         if self.out_tree is None:
@@ -323,7 +332,7 @@ class _CallSite:
                              f"returned {self.out_tree}; they must agree")
         elif shapes != self.out_shapes:
             j = next(k for k, (a, b) in enumerate(zip(shapes, self.out_shapes)) if a != b)
-            raise self.error(f"{by} returned output {tree.keystr(paths[j]) or ''} of shape {shapes[j]}, "
+            raise self.error(f"{by} returned {_describe_out(paths[j])} of shape {shapes[j]}, "
                              f"but {self.out_by} returned shape {self.out_shapes[j]}; they must agree")
         return leaves, paths
 
@@ -362,9 +371,8 @@ class _CallSite:
             for path, p, t in zip(paths, p_leaves, t_leaves):
                 if not _is_value(t) or core.shape_of(t) != core.shape_of(p):
                     got = f"shape {core.shape_of(t)}" if _is_value(t) else f"a {type(t).__name__}"
-                    raise self.error(f"the JVP rule returned a tangent of {got} for output "
-                                     f"{tree.keystr(path) or ''} of shape {core.shape_of(p)}; a tangent has its "
-                                     "primal's shape")
+                    raise self.error(f"the JVP rule returned a tangent of {got} for {_describe_out(path)} "
+                                     f"of shape {core.shape_of(p)}; a tangent has its primal's shape")
             return p_leaves, t_leaves
 
         jvp.__name__ = f"{self.name}_jvp"

@@ -55,9 +55,8 @@ class Literal:
 
 class JaxprEqn:
     """``out = primitive(inputs, **params)``. ``out`` is one :class:`Var`, or a tuple of
-    them for a primitive with several results (``primitive.multiple_results``: the
-    custom-derivative calls of :mod:`cuvmap.transforms.custom_derivatives`); ``outs`` is
-    always the tuple."""
+    them for a primitive with several results (the custom-derivative calls of
+    :mod:`cuvmap.transforms.custom_derivatives`); ``outs`` is always the tuple."""
 
     __slots__ = ("primitive", "inputs", "out", "params")
 
