@@ -155,7 +155,8 @@ class custom_jvp:  # noqa: N801 - JAX's name
 
     def __call__(self, *args, **kwargs):
         site = _CallSite(self, "custom_jvp", _resolve_args(self, args, kwargs))
-        outs = custom_jvp_call_p.bind(*site.leaves, fun=site.flat_fun(), jvp=site.flat_jvp())
+        leaves, site.leaves = site.leaves, None
+        outs = custom_jvp_call_p.bind(*leaves, fun=site.flat_fun(), jvp=site.flat_jvp())
         return tree.unflatten(site.out_tree, outs)
 
 
@@ -180,7 +181,9 @@ class custom_vjp:  # noqa: N801 - JAX's name
     ``nondiff_argnums`` included) and returns ``f``'s output and any pytree of residuals;
     ``bwd(residuals, ct) -> tuple`` returns one cotangent per differentiable argument, of
     its structure and shapes, ``None`` for a zero one (for a whole argument or a subtree).
-    With ``nondiff_argnums``, ``bwd(*nondiff_args, residuals, ct)``. Reverse mode
+    ``ct`` has the output's structure, with zeros for outputs that get no cotangent
+    (integer outputs get zeros of their dtype). With ``nondiff_argnums``,
+    ``bwd(*nondiff_args, residuals, ct)``. Reverse mode
     (``grad``, ``vjp``, ``jacrev``) uses the pair; ``vmap`` maps ``f``, ``fwd`` and
     ``bwd``; ``jit`` keeps them; forward mode (``jvp``, ``jacfwd``) raises, as in JAX.
     """
@@ -200,7 +203,8 @@ class custom_vjp:  # noqa: N801 - JAX's name
 
     def __call__(self, *args, **kwargs):
         site = _CallSite(self, "custom_vjp", _resolve_args(self, args, kwargs))
-        outs = custom_vjp_call_p.bind(*site.leaves, fun=site.flat_fun(), fwd=site.flat_fwd(), bwd=site.flat_bwd())
+        leaves, site.leaves = site.leaves, None
+        outs = custom_vjp_call_p.bind(*leaves, fun=site.flat_fun(), fwd=site.flat_fwd(), bwd=site.flat_bwd())
         return tree.unflatten(site.out_tree, outs)
 
 
@@ -249,6 +253,9 @@ def _resolve_args(obj, args, kwargs):
     return bound.args
 
 
+_LEAF = object()  # a placeholder leaf: the structure of the arguments without their values
+
+
 def _describe_out(path):
     return f"output {tree.keystr(path)}" if path else "the output"
 
@@ -267,7 +274,6 @@ class _CallSite:
         self.cfun = cfun
         self.kind = kind
         self.name = _fun_name(cfun.fun)
-        self.args = tuple(args)
         n = len(args)
         nums = []
         for i in cfun.nondiff_argnums:
@@ -296,6 +302,10 @@ class _CallSite:
                     "arguments are arrays, Python numbers or pytrees of them; give a "
                     "Python value (a callable, a flag) a position in nondiff_argnums")
         self.in_shapes = [core.shape_of(x) for x in self.leaves]
+        # the site lives as long as a tape entry or a staged program that holds its rules:
+        # it keeps the nondiff arguments and the structure, not the values (NOTE [what the
+        # tape keeps]); the caller takes the leaves
+        self.args = tuple(a if i in nums else None for i, a in enumerate(args))
         self.out_tree = None
         self.out_shapes = None
         self.out_by = None
@@ -405,10 +415,10 @@ class _CallSite:
                                  f"{len(self.positions)} differentiable argument(s) ({names}); return one per "
                                  "argument not in nondiff_argnums (None for a zero one)")
             flat = []
-            dyn = tree.unflatten(self.in_tree, list(self.leaves))
+            dyn = tree.unflatten(self.in_tree, [_LEAF] * len(self.in_shapes))
             for k, (c, arg) in enumerate(zip(cts, dyn)):
                 try:
-                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: x is None or _is_value(x)))
+                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: x is None or _is_value(x) or x is _LEAF))
                 except tree.PrefixError as err:
                     raise self.error(f"bwd returned a cotangent for {self.describe((self.positions[k],) + err.path)} "
                                      f"that does not match the argument's structure: {err.reason}") from None

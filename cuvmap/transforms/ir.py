@@ -139,7 +139,7 @@ def _pp_param(v):
         return v.name
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
-    if callable(v):
+    if callable(v) and not isinstance(v, type):  # a custom-derivative call's function and rules
         return getattr(v, "__name__", None) or type(v).__name__
     return repr(v)
 
