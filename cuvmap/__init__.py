@@ -14,6 +14,7 @@ from cuvmap.api import (  # noqa: F401
 from cuvmap.transforms.linearize import linearize  # noqa: F401
 from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
 from cuvmap.backend import device_put, gpu_available  # noqa: F401
+from cuvmap.transforms.custom_derivatives import CustomDerivativeError, custom_jvp, custom_vjp  # noqa: F401
 from cuvmap.core import (  # noqa: F401
     ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeError,
 )

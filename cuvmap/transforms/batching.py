@@ -98,6 +98,31 @@ class BatchTrace(Trace):
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
 
 
+    def process_custom_jvp_call(self, primitive, args, params):
+        """A ``custom_jvp`` function under vmap: the call goes to the level below with
+        ``vmap`` of the function and of its rule (NOTE [batching a custom rule])."""
+        from cuvmap.transforms import custom_derivatives as cd
+
+        return self._custom_call(primitive, args, params, {"fun": cd.batch_fun, "jvp": cd.batch_jvp})
+
+    def process_custom_vjp_call(self, primitive, args, params):
+        """A ``custom_vjp`` function under vmap: ``vmap`` of the function, of ``fwd`` and of
+        ``bwd`` (NOTE [batching a custom rule])."""
+        from cuvmap.transforms import custom_derivatives as cd
+
+        return self._custom_call(primitive, args, params,
+                                 {"fun": cd.batch_fun, "fwd": cd.batch_fwd, "bwd": cd.batch_bwd})
+
+    def _custom_call(self, primitive, args, params, batchers):
+        main = self.main
+        vals, dims = self.unwrap(args)
+        new_params = dict(params)
+        for key, batcher in batchers.items():
+            new_params[key] = batcher(params[key], main.global_data, dims, main.name)
+        outs = primitive.bind(*vals, **new_params)
+        return [BatchTracer(main, o, 0) for o in outs]
+
+
 # ---------------------------------------------------------------------------------------
 # Helpers (cf. functorch's BatchRulesHelper.h)
 # ---------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ import numpy as np
 
 from cuvmap import backend, core
 
-# step kinds
-PLAIN, IN_PLACE, POOLED, FUSED = 0, 1, 2, 3
+# step kinds (FUSED: a fused elementwise kernel; MULTI: a primitive with several results;
+# the output of both is a tuple of slots)
+PLAIN, IN_PLACE, POOLED, FUSED, MULTI = 0, 1, 2, 3, 4
 
 # Buffers smaller than this are not reused: allocating them is cheaper than the pool.
 MIN_REUSE_BYTES = 4096
@@ -96,7 +97,7 @@ def _nbytes(aval):
 
 def _is_gpu_program(closed):
     avals = [v.aval for v in closed.jaxpr.constvars + closed.jaxpr.invars]
-    avals += [e.out.aval for e in closed.jaxpr.eqns]
+    avals += [v.aval for e in closed.jaxpr.eqns for v in e.outs]
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
@@ -160,7 +161,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
         return slot_of[x]
 
     def unit_outputs(unit):
-        return unit.outputs if isinstance(unit, fusion.FusedGroup) else [unit.out]
+        return unit.outputs if isinstance(unit, fusion.FusedGroup) else unit.outs
 
     unit_ins = []
     for unit in units:
@@ -195,6 +196,23 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     for v in j.constvars:
         new_group(slot_of[v], [], False)
 
+    def join(array_ins, outs):
+        """Merges the groups of ``array_ins`` into one, which ``outs`` join."""
+        merged = {group_of[s] for s in array_ins}
+        first = merged.pop()
+        members, roots, poolable = groups[first]
+        for g in merged:
+            m2, r2, p2 = groups.pop(g)
+            members |= m2
+            roots.extend(r2)
+            poolable = poolable and p2
+            for t in m2:
+                group_of[t] = first
+        groups[first][2] = poolable
+        for o in outs:
+            members.add(o)
+            group_of[o] = first
+
     def dead_after(g, k):
         return all(last_use.get(m, -1) <= k for m in groups[g][0])
 
@@ -210,9 +228,20 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
             steps.append([FUSED, fused_callable(unit), tuple(ins), outs, {}, None, (), ()])
             continue
         eqn = unit
+        array_ins = [s for s in ins if s not in literal_slots]
+        if type(eqn.out) is tuple:
+            # a function of its own (a custom-derivative call): its results may be views of
+            # its operands (an identity), so they join the operands' groups
+            outs = tuple(slot_of[v] for v in eqn.out)
+            if array_ins:
+                join(array_ins, outs)
+            else:
+                for o in outs:
+                    new_group(o, [], False)
+            steps.append([MULTI, eqn.primitive.impl, tuple(ins), outs, eqn.params, None, (), ()])
+            continue
         out = slot_of[eqn.out]
         aval = eqn.out.aval
-        array_ins = [s for s in ins if s not in literal_slots]
         reusable = (eqn.primitive in ufuncs and not eqn.params and aval.shape
                     and _nbytes(aval) >= MIN_REUSE_BYTES)
         kind, aux = PLAIN, None
@@ -234,19 +263,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
         elif eqn.primitive in ufuncs or eqn.primitive in own_memory or not array_ins:
             new_group(out, [out] if eqn.primitive in ufuncs else [], eqn.primitive in ufuncs)
         else:
-            merged = {group_of[s] for s in array_ins}
-            first = merged.pop()
-            members, roots, poolable = groups[first]
-            for g in merged:
-                m2, r2, p2 = groups.pop(g)
-                members |= m2
-                roots.extend(r2)
-                poolable = poolable and p2
-                for t in m2:
-                    group_of[t] = first
-            groups[first][2] = poolable
-            members.add(out)
-            group_of[out] = first
+            join(array_ins, (out,))
         steps.append([kind, eqn.primitive.impl, tuple(ins), out, eqn.params, aux, (), ()])
 
     # when each group dies, its poolable roots go to the pool; every slot is cleared after
@@ -317,7 +334,7 @@ def _compile(p, out_is_scalar):
     """The source of ``p``'s straight-line function, and the namespace it runs in."""
     computed = set()
     for step in p.steps:
-        computed.update(step[3] if step[0] == FUSED else (step[3],))
+        computed.update(step[3] if step[0] in (FUSED, MULTI) else (step[3],))
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
     namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
                  "ARRAY_TYPES": p.array_types}
@@ -340,9 +357,9 @@ def _compile(p, out_is_scalar):
         if params:
             namespace[f"p{k}"] = params
         plain = _call(k, ins, params, constant_slots)
-        outs = out if kind == FUSED else (out,)
+        outs = out if kind in (FUSED, MULTI) else (out,)
         r = f"r{outs[0]}"
-        if kind == FUSED:
+        if kind in (FUSED, MULTI):
             lines.append(f"    {', '.join(f'r{o}' for o in outs)}, = {plain}")
         elif kind == PLAIN:
             lines.append(f"    {r} = {plain}")

@@ -87,6 +87,10 @@ class Literal:
 
 
 class JaxprEqn:
+    """``out = primitive(inputs, **params)``. ``out`` is one :class:`Var`, or a tuple of
+    them for a primitive with several results (the custom-derivative calls of
+    :mod:`cuvmap.transforms.custom_derivatives`); ``outs`` is always the tuple."""
+
     __slots__ = ("primitive", "inputs", "out", "params")
 
     def __init__(self, primitive, inputs, out, params):
@@ -94,6 +98,11 @@ class JaxprEqn:
         self.inputs = inputs
         self.out = out
         self.params = params
+
+    @property
+    def outs(self):
+        out = self.out
+        return out if type(out) is tuple else (out,)
 
 
 class Jaxpr:
@@ -165,8 +174,8 @@ def _pp_param(v):
         return v.name
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
-    if callable(v) and hasattr(v, "__name__"):
-        return v.__name__  # a checkpoint policy
+    if callable(v) and not isinstance(v, type):  # a checkpoint policy; a custom call's function and rules
+        return getattr(v, "__name__", None) or type(v).__name__
     return repr(v)
 
 
@@ -191,7 +200,8 @@ def pp_jaxpr(jaxpr):
         params = " ".join(f"{k}={_pp_param(v)}" for k, v in eqn.params.items())
         ins = " ".join(name(x) for x in eqn.inputs)
         head = eqn.primitive.name + (f"[{params}]" if params else "")
-        lines.append(f"    {decl(eqn.out)} = {head} {ins}".rstrip())
+        outs = " ".join(decl(v) for v in eqn.outs)
+        lines.append(f"    {outs} = {head} {ins}".rstrip())
     outs = ", ".join(name(v) for v in jaxpr.outvars)
     lines.append(f"  in ({outs}{',' if len(jaxpr.outvars) == 1 else ''}) }}")
     return "\n".join(lines)
@@ -215,7 +225,11 @@ def eval_jaxpr(jaxpr, consts, args):
         return v.val if type(v) is Literal else env[v]
 
     for eqn in jaxpr.eqns:
-        env[eqn.out] = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
+        out = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
+        if type(eqn.out) is tuple:
+            env.update(zip(eqn.out, out))
+        else:
+            env[eqn.out] = out
     return [read(v) for v in jaxpr.outvars]
 
 
@@ -231,7 +245,7 @@ def dce(jaxpr):
     live = {v for v in jaxpr.outvars if type(v) is Var}
     kept = []
     for eqn in reversed(jaxpr.eqns):
-        if eqn.out in live:
+        if any(v in live for v in eqn.outs):
             kept.append(eqn)
             live.update(x for x in eqn.inputs if type(x) is Var)
     kept.reverse()
@@ -255,8 +269,10 @@ def fold_constants(closed):
     new_consts = dict(zip(jaxpr.constvars, closed.consts))
     eqns = []
     for eqn in jaxpr.eqns:
-        # only arrays are folded: a call's tuple (TupleAval) stays an equation
-        if not isinstance(eqn.out.aval, TupleAval) and all(type(x) is Literal or x in known for x in eqn.inputs):
+        # only arrays are folded: a call's results (a tuple of variables, or one variable
+        # of a TupleAval) stay an equation
+        if (type(eqn.out) is not tuple and not isinstance(eqn.out.aval, TupleAval)
+                and all(type(x) is Literal or x in known for x in eqn.inputs)):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
             out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))
@@ -309,7 +325,10 @@ def cse(jaxpr):
             except TypeError:
                 key, prev = None, None
             if prev is not None:
-                rename[eqn.out] = prev
+                if type(eqn.out) is tuple:
+                    rename.update(zip(eqn.out, prev))
+                else:
+                    rename[eqn.out] = prev
                 continue
             if key is not None:
                 seen[key] = eqn.out

@@ -80,6 +80,47 @@ class JVPTrace(Trace):
         return [JVPTracer(main, p, next(out_tangents)) if nz else p for p, nz in zip(outs[:num_outs], out_nonzero)]
 
 
+    def process_custom_jvp_call(self, primitive, args, params):
+        """A ``custom_jvp`` function under jvp: its rule, not its body, gives the outputs
+        and their tangents (zero tangents are instantiated, as JAX does for the rule)."""
+        main = self.main
+        primals, tangents = self._unwrap(args)
+        if all(t is None for t in tangents):
+            return primitive.bind(*primals, **params)
+        tangents = [core.full_like_concrete(p, 0) if t is None else t for p, t in zip(primals, tangents)]
+        out_primals, out_tangents = params["jvp"](primals, tangents)
+        return [JVPTracer(main, p, _match_aval(t, p)) if core.is_float(p) else p
+                for p, t in zip(out_primals, out_tangents)]
+
+    def process_custom_vjp_call(self, primitive, args, params):
+        """A ``custom_vjp`` function under jvp: it defines no forward-mode rule, so a
+        nonzero tangent is an error (as in JAX); without one the call goes to the level
+        below."""
+        primals, tangents = self._unwrap(args)
+        if any(t is not None for t in tangents):
+            from cuvmap.transforms.custom_derivatives import CustomDerivativeError
+
+            raise CustomDerivativeError(
+                f"can't apply forward-mode autodiff (jvp) to a custom_vjp function: "
+                f"{params['fun'].__name__} defines reverse mode only (fwd and bwd); differentiate it "
+                "with grad/vjp/jacrev, or make it a custom_jvp function"
+            )
+        return primitive.bind(*primals, **params)
+
+    def _unwrap(self, args):
+        """The primals and the tangents (``None``: a symbolic zero) of ``args``."""
+        main = self.main
+        primals, tangents = [], []
+        for x in args:
+            if type(x) is JVPTracer and x._main is main:
+                primals.append(x.primal)
+                tangents.append(x.tangent)
+            else:
+                primals.append(x)
+                tangents.append(None)
+        return primals, tangents
+
+
 def _add(a, b):
     from cuvmap.lax import elementwise
 

@@ -39,7 +39,7 @@ rules carry the region through every transform:
 from cuvmap import core, tree
 from cuvmap.core import MissingRuleError
 from cuvmap.transforms import ir, staging
-from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, TupleAval, Var
+from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, TupleAval, Var
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ staged one instead of falling back to eager evaluation:
   partial evaluation, with the output cotangents as the unknown inputs;
 - a staging transform (``jit`` of a function calling a jitted one) inlines the program.
 
+A ``custom_jvp``/``custom_vjp`` function is staged as one equation that keeps its rules
+(NOTE [staging a custom derivative]).
+
 Derived programs are cached on the program they come from, so ``vmap(jit(f))`` stages
 its batched program once per batch layout.
 """
@@ -155,6 +158,56 @@ class StagingTrace(Trace):
         # jit inside jit: the inner program becomes part of the outer one
         closed = params["program"]
         return ir.eval_jaxpr(closed.jaxpr, args[:len(closed.consts)], args[len(closed.consts):])
+
+    # NOTE [staging a custom derivative]
+    # A custom_jvp or custom_vjp function under jit is staged as one equation with several
+    # results, ``custom_jvp_call[fun jvp]`` or ``custom_vjp_call[fun fwd bwd]``, not as its
+    # body: a program staged before anyone differentiates it (``grad(jit(f))`` stages ``f``
+    # first, then derives the VJP program from it) must still know the rule. ``fun`` becomes
+    # the staged program of the body (run by the executor when the program runs as it is);
+    # the rules stay Python functions, which the transforms that derive programs call when
+    # they meet the equation (``eval_jaxpr`` binds it again), as they would eagerly. A body
+    # that closes over a traced value cannot be staged this way (the rules, called later,
+    # would meet that value after its transform returned), so it is an error.
+    def process_custom_jvp_call(self, primitive, args, params):
+        """A custom-derivative call under staging (NOTE [staging a custom derivative])."""
+        builder = self.main.global_data
+        inputs = [self.to_input(builder, x) for x in args]
+        fun = params["fun"]
+        closed = trace_to_jaxpr(fun, [v.aval for v in inputs], name=self.main.name)
+        for c in closed.consts:
+            if isinstance(c, Tracer):
+                from cuvmap.transforms.custom_derivatives import CustomDerivativeError
+
+                raise CustomDerivativeError(
+                    f"{primitive.name}: the body of {fun.__name__} closes over a traced value (shape "
+                    f"{c.shape}) of {c._main.name}; a custom-derivative function under jit must get "
+                    "its traced values as arguments (pass it as one)"
+                )
+        program = ir.optimize(closed)
+        if not program.jaxpr.outvars:
+            return []
+        outs = tuple(Var(v.aval) for v in program.jaxpr.outvars)
+        builder.eqns.append(JaxprEqn(primitive, inputs, outs, dict(params, fun=StagedFun(program, fun.__name__))))
+        return [StagedTracer(self.main, v.aval, v) for v in outs]
+
+    process_custom_vjp_call = process_custom_jvp_call
+
+
+class StagedFun:
+    """A staged program as a function of its arguments (the ``fun`` of a staged
+    custom-derivative call): ``StagedFun(program, name)(*args)`` runs it through
+    :data:`jit_call_p`, so every transform processes it as a jitted call."""
+
+    def __init__(self, program, name):
+        self.program = program
+        self.__name__ = name
+
+    def __call__(self, *args):
+        return call(self.program, args)
+
+    def __repr__(self):
+        return self.__name__
 
 
 def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
@@ -394,7 +447,7 @@ def _split_known(whole, num_primals, num_outs):
     known_eqns, unknown_eqns = [], []
     for eqn in j.eqns:
         if any(type(x) is Var and x in unknown for x in eqn.inputs):
-            unknown.add(eqn.out)
+            unknown.update(eqn.outs)
             unknown_eqns.append(eqn)
         else:
             known_eqns.append(eqn)
@@ -402,7 +455,7 @@ def _split_known(whole, num_primals, num_outs):
     for o in outs:
         if type(o) is Var and o in unknown:
             raise AssertionError("an output of a staged program depends on a cotangent")
-    defined_known = set(j.constvars) | set(j.invars[:num_primals]) | {e.out for e in known_eqns}
+    defined_known = set(j.constvars) | set(j.invars[:num_primals]) | {v for e in known_eqns for v in e.outs}
     residuals = []
     seen = set()
     for x in [x for e in unknown_eqns for x in e.inputs] + list(in_cts):

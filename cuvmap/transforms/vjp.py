@@ -99,13 +99,7 @@ class VJPTrace(Trace):
         the outputs' cotangents (:func:`cuvmap.transforms.staging.vjp_jaxprs`)."""
         from cuvmap.transforms import staging
 
-        main = self.main
-        primals = list(args)
-        operand_nodes = []
-        for i, x in enumerate(args):
-            if type(x) is VJPTracer and x._main is main:
-                primals[i] = x.primal
-                operand_nodes.append((i, x.node))
+        primals, operand_nodes = self._unwrap(args)
         if not operand_nodes:
             return primitive.bind(*primals, **params)
         closed = params["program"]
@@ -125,9 +119,94 @@ class VJPTrace(Trace):
             cts = [staging.zeros(a) if c is None else c for c, a in zip(cts, ct_avals)]
             return staging.call(backward, residuals + cts)
 
-        return record_call(main, primitive, params, rule, staging.avals_of(primals), operand_nodes,
+        return record_call(self.main, primitive, params, rule, staging.avals_of(primals), operand_nodes,
                            out_primals, with_ct)
 
+
+    # NOTE [reverse mode of a custom_jvp function]
+    # A custom_jvp function's derivative is its JVP rule, ``(primals, tangents) ->
+    # (primal_out, tangent_out)``, whose tangent_out is linear in the tangents; reverse mode
+    # needs that linear map's transpose. JAX gets it by linearizing the rule (partial
+    # evaluation) and transposing the linear part. Here the rule runs once with the primals
+    # at the level below and, for the tangents of the operands being differentiated, tracers
+    # of a fresh reverse-mode trace whose primal values are zeros: its own tape then records
+    # the rule's tangent computation (the primitives applied to the tangents, with the
+    # primal-dependent factors as the values they read), and walking that tape backwards
+    # from the output cotangents is the transpose (a linear map's VJP at any point — zero
+    # here — is its transpose). The outer tape holds one call entry (NOTE [a call on the
+    # tape]) whose rule is that backward walk. So the rule, never ``f``'s body, defines the
+    # gradient; the rule's primal-dependent values are values of the level below, so
+    # ``grad(grad(f))`` differentiates the rule's tangent expression, as JAX does. The price
+    # is one evaluation of the rule's tangent part on zeros, whose values nothing reads (under
+    # ``jit`` dead-code elimination drops them). A rule whose tangent_out is not linear in
+    # the tangents is not a JVP rule; its reverse mode is then the transpose of its part
+    # that is.
+    def process_custom_jvp_call(self, primitive, args, params):
+        """A ``custom_jvp`` function under reverse mode (NOTE [reverse mode of a custom_jvp
+        function])."""
+        primals, operand_nodes = self._unwrap(args)
+        if not operand_nodes:
+            return primitive.bind(*primals, **params)
+        main = self.main
+        inner_tape = Tape()
+        with core.new_main(VJPTrace, inner_tape, name=main.name) as inner:
+            tangents = [core.full_like_concrete(p, 0) for p in primals]
+            for i, _ in operand_nodes:
+                tangents[i] = VJPTracer(inner, tangents[i], inner_tape.num_inputs)
+                inner_tape.num_inputs += 1
+            out_primals, out_tangents = params["jvp"](primals, tangents)
+        with_ct = [j for j, (p, t) in enumerate(zip(out_primals, out_tangents))
+                   if core.is_float(p) and type(t) is VJPTracer and t._main is inner]
+        if not with_ct:
+            return list(out_primals)
+        seed_nodes = [out_tangents[j].node for j in with_ct]
+        avals = [_aval_of(p) for p in primals]
+
+        def rule(cts):
+            in_cts = backward_pass(inner_tape, [(n, c) for n, c in zip(seed_nodes, cts) if c is not None])
+            return [None if c is None else match_operand(c, avals[i]) for c, (i, _) in zip(in_cts, operand_nodes)]
+
+        return record_call(self.main, primitive, params, rule, avals, operand_nodes, out_primals, with_ct)
+
+    def process_custom_vjp_call(self, primitive, args, params):
+        """A ``custom_vjp`` function under reverse mode: ``fwd`` runs now, at the level below
+        (its outputs and residuals are values there), and the tape records one call entry
+        whose rule is ``bwd`` on the residuals and the outputs' cotangents (zeros for those
+        that get none)."""
+        from cuvmap.transforms import staging
+
+        primals, operand_nodes = self._unwrap(args)
+        if not operand_nodes:
+            return primitive.bind(*primals, **params)
+        out_primals, residuals = params["fwd"](*primals)
+        with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
+        if not with_ct:
+            return list(out_primals)
+        out_avals = staging.avals_of(out_primals)
+        avals = [_aval_of(p) for p in primals]
+        bwd = params["bwd"]
+
+        def rule(cts):
+            full = [None] * len(out_avals)
+            for j, c in zip(with_ct, cts):
+                full[j] = c
+            full = [staging.zeros(a) if c is None else c for c, a in zip(full, out_avals)]
+            in_cts = bwd(residuals, full)
+            return [None if in_cts[i] is None else match_operand(in_cts[i], avals[i]) for i, _ in operand_nodes]
+
+        return record_call(self.main, primitive, params, rule, avals, operand_nodes, out_primals, with_ct)
+
+    def _unwrap(self, args):
+        """The primal values of ``args`` and the ``(operand index, node)`` of the operands
+        that are nodes of this tape."""
+        main = self.main
+        primals = list(args)
+        operand_nodes = []
+        for i, x in enumerate(args):
+            if type(x) is VJPTracer and x._main is main:
+                primals[i] = x.primal
+                operand_nodes.append((i, x.node))
+        return primals, operand_nodes
 
 def record_call(main, primitive, params, rule, operand_avals, operand_nodes, out_primals, with_ct):
     """Records a call with several outputs on ``main``'s tape (NOTE [a call on the tape]):
@@ -215,6 +294,8 @@ def _backward_call(entry, cts, node, num_outs):
     _, _, rule, operand_avals, _, operand_nodes = entry
     in_cts = rule(group)
     for (i, operand_node), ct_i in zip(operand_nodes, in_cts):
+        if ct_i is None:  # (a custom rule's zero cotangent)
+            continue
         prev = cts[operand_node]
         cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
 

@@ -1,0 +1,555 @@
+"""Custom derivative rules: ``custom_jvp`` and ``custom_vjp`` (JAX's names and semantics).
+
+A function ``f`` whose derivative the user states instead of the one its body implies:
+
+- ``custom_jvp``: a rule ``(x, ẋ) ↦ (f(x), ∂f(x)·ẋ)``, linear in ``ẋ``. Forward mode
+  (``jvp``, ``jacfwd``) evaluates it; reverse mode (``grad``, ``vjp``, ``jacrev``) needs
+  ``ct ↦ ctᵀ·∂f(x)``, the transpose of the rule's linear part, which the reverse-mode trace
+  gets from a tape of the rule's tangent computation (NOTE [reverse mode of a custom_jvp
+  function] in :mod:`cuvmap.transforms.vjp`).
+- ``custom_vjp``: a pair ``fwd: x ↦ (f(x), r)`` and ``bwd: (r, ct) ↦ ctᵀ·∂f(x)``, the
+  residuals ``r`` being whatever ``bwd`` needs from the forward pass. Reverse mode runs
+  ``fwd`` forward and ``bwd`` backward; forward mode has no rule to use and raises, as in
+  JAX.
+
+``vmap`` of either maps the function and its rules (``vmap(f)``, ``vmap(rule)``, ...), so
+``vmap(grad(f))`` and ``grad(vmap(f))`` both use the rule per example. The rules are
+ordinary cuvmap functions, traced like any other, so higher derivatives
+(``grad(grad(f))``, ``hessian``) differentiate the rules.
+
+The machinery mirrors JAX's: a call of ``f`` binds a primitive with several results,
+:data:`custom_jvp_call_p` or :data:`custom_vjp_call_p`, whose params are the flattened
+function and rules. ``bind`` finds the innermost transform that owns an operand and calls
+its ``process_custom_jvp_call``/``process_custom_vjp_call``:
+
+- the eval interpreter (no transform) runs ``f``;
+- ``JVPTrace`` runs the JVP rule (``custom_vjp``: an error if a tangent is nonzero);
+- ``VJPTrace`` records the rule on its tape (``fwd``'s residuals and ``bwd``; for
+  ``custom_jvp`` the transposed rule);
+- ``BatchTrace`` binds again, one level down, with batched versions of ``f`` and the rules
+  (NOTE [batching a custom rule]);
+- ``StagingTrace`` stages one equation that keeps the rules (NOTE [staging a custom
+  derivative] in :mod:`cuvmap.transforms.staging`), so ``grad(jit(f))`` still uses them.
+
+A transform that has no such method runs ``f``'s body under itself.
+"""
+import functools
+import inspect
+
+from cuvmap import core, tree
+from cuvmap.core import CuvmapError, Tracer
+
+
+class CustomDerivativeError(CuvmapError, TypeError):
+    """A custom-derivative function was misused: no rule defined, a rule that returned the
+    wrong structure or shapes, forward mode of a ``custom_vjp`` function, a traced value
+    among its ``nondiff_argnums``."""
+
+
+# ---------------------------------------------------------------------------------------
+# The call primitives
+# ---------------------------------------------------------------------------------------
+
+
+class CustomCallPrimitive(core.Primitive):
+    """A call of a custom-derivative function: operands are the leaves of its
+    differentiable arguments, params the flat function (``fun(*leaves) -> out leaves``)
+    and its rules; ``bind`` returns a list (one entry per output leaf) and the transforms
+    process it with their ``process_name`` method."""
+
+    __slots__ = ("process_name",)
+    multiple_results = True
+
+    def __init__(self, name, process_name):
+        super().__init__(name)
+        self.process_name = process_name
+
+    def bind(self, *args, **params):
+        top = core.find_top_main(self, args)
+        if top is None:
+            return self.impl(*args, **params)
+        process = getattr(top.trace, self.process_name, None)
+        if process is None:
+            return params["fun"](*args)
+        return process(self, args, params)
+
+
+def _custom_call_impl(*args, fun, **rules):
+    return list(fun(*args))
+
+
+custom_jvp_call_p = CustomCallPrimitive("custom_jvp_call", "process_custom_jvp_call")
+custom_jvp_call_p.impl = _custom_call_impl
+custom_vjp_call_p = CustomCallPrimitive("custom_vjp_call", "process_custom_vjp_call")
+custom_vjp_call_p.impl = _custom_call_impl
+
+
+# ---------------------------------------------------------------------------------------
+# The user's view: custom_jvp, custom_vjp
+# ---------------------------------------------------------------------------------------
+
+
+class custom_jvp:  # noqa: N801 - JAX's name
+    """A function with a custom JVP rule (``jax.custom_jvp``).
+
+    Example::
+
+        @cv.custom_jvp
+        def log1pexp(x):
+            return cnp.log(1.0 + cnp.exp(x))
+
+        @log1pexp.defjvp
+        def log1pexp_jvp(primals, tangents):
+            (x,), (x_dot,) = primals, tangents
+            return log1pexp(x), x_dot * (1.0 - 1.0 / (1.0 + cnp.exp(x)))
+
+        cv.grad(log1pexp)(100.0)     # 1.0 (the body's own derivative is nan there)
+
+    The rule ``jvp(primals, tangents) -> (primal_out, tangent_out)`` gets tuples with one
+    entry per argument (pytrees as the arguments are; integer arguments get zero tangents
+    of their own dtype), and returns pytrees of ``f``'s output structure; ``tangent_out``
+    must be linear in the tangents. Every transform uses it: ``jvp``/``jacfwd`` evaluate
+    it, ``grad``/``vjp``/``jacrev`` transpose it, ``vmap`` maps it, ``jit`` keeps it.
+
+    ``nondiff_argnums``: positions of arguments that are not differentiated (Python
+    callables, ints, flags; not traced values); the rule gets them first:
+    ``jvp(*nondiff_args, primals, tangents)``, with ``primals`` the other arguments.
+    As a decorator with them: ``@functools.partial(custom_jvp, nondiff_argnums=(0,))``.
+    """
+
+    def __init__(self, fun, nondiff_argnums=()):
+        _init_custom(self, fun, nondiff_argnums, "custom_jvp")
+        self.jvp = None
+
+    def defjvp(self, jvp):
+        """Sets the JVP rule; returns it (usable as a decorator)."""
+        if not callable(jvp):
+            raise TypeError(f"custom_jvp {self.__name__}.defjvp: the rule must be callable, got {jvp!r}")
+        self.jvp = jvp
+        return jvp
+
+    def defjvps(self, *jvps):
+        """Sets the JVP rule from one function per argument, ``jvp_i(t_i, primal_out,
+        *primals) -> its contribution to tangent_out`` (``None`` for an argument without
+        one); the contributions are summed (``jax.custom_jvp.defjvps``)."""
+        if self.nondiff_argnums:
+            raise TypeError(f"custom_jvp {self.__name__}: defjvps cannot be used with nondiff_argnums; use defjvp")
+
+        def jvp(primals, tangents):
+            if len(jvps) != len(primals):
+                raise CustomDerivativeError(
+                    f"custom_jvp function {self.__name__}: defjvps got {len(jvps)} rule(s) but the "
+                    f"function was called with {len(primals)} argument(s)")
+            primal_out = self(*primals)
+            total = None
+            for rule, t in zip(jvps, tangents):
+                if rule is None:
+                    continue
+                term = rule(t, primal_out, *primals)
+                total = term if total is None else tree.map(lambda a, b: a + b, total, term)
+            if total is None:
+                total = tree.map(lambda o: core.full_like_concrete(o, 0), primal_out)
+            return primal_out, total
+
+        self.jvp = jvp
+
+    def __call__(self, *args, **kwargs):
+        site = _CallSite(self, "custom_jvp", _resolve_args(self, args, kwargs))
+        leaves, site.leaves = site.leaves, None
+        outs = custom_jvp_call_p.bind(*leaves, fun=site.flat_fun(), jvp=site.flat_jvp())
+        return tree.unflatten(site.out_tree, outs)
+
+
+class custom_vjp:  # noqa: N801 - JAX's name
+    """A function with a custom VJP rule (``jax.custom_vjp``).
+
+    Example::
+
+        @cv.custom_vjp
+        def clip_gradient(x):
+            return x
+
+        def fwd(x):
+            return x, None                      # (output, residuals)
+
+        def bwd(residuals, ct):
+            return (cnp.clip(ct, -1.0, 1.0),)   # one cotangent per argument
+
+        clip_gradient.defvjp(fwd, bwd)
+
+    ``fwd(*args) -> (out, residuals)`` takes the arguments ``f`` takes (all of them,
+    ``nondiff_argnums`` included) and returns ``f``'s output and any pytree of residuals;
+    ``bwd(residuals, ct) -> tuple`` returns one cotangent per differentiable argument, of
+    its structure and shapes, ``None`` for a zero one (for a whole argument or a subtree).
+    ``ct`` has the output's structure, with zeros for outputs that get no cotangent
+    (integer outputs get zeros of their dtype). With ``nondiff_argnums``,
+    ``bwd(*nondiff_args, residuals, ct)``. Reverse mode
+    (``grad``, ``vjp``, ``jacrev``) uses the pair; ``vmap`` maps ``f``, ``fwd`` and
+    ``bwd``; ``jit`` keeps them; forward mode (``jvp``, ``jacfwd``) raises, as in JAX.
+    """
+
+    def __init__(self, fun, nondiff_argnums=()):
+        _init_custom(self, fun, nondiff_argnums, "custom_vjp")
+        self.fwd = None
+        self.bwd = None
+
+    def defvjp(self, fwd, bwd):
+        """Sets the forward and backward rules."""
+        for what, g in (("fwd", fwd), ("bwd", bwd)):
+            if not callable(g):
+                raise TypeError(f"custom_vjp {self.__name__}.defvjp: {what} must be callable, got {g!r}")
+        self.fwd = fwd
+        self.bwd = bwd
+
+    def __call__(self, *args, **kwargs):
+        site = _CallSite(self, "custom_vjp", _resolve_args(self, args, kwargs))
+        leaves, site.leaves = site.leaves, None
+        outs = custom_vjp_call_p.bind(*leaves, fun=site.flat_fun(), fwd=site.flat_fwd(), bwd=site.flat_bwd())
+        return tree.unflatten(site.out_tree, outs)
+
+
+def _init_custom(obj, fun, nondiff_argnums, kind):
+    if not callable(fun):
+        raise TypeError(f"{kind}: the function must be callable, got {fun!r}")
+    nums = (nondiff_argnums,) if isinstance(nondiff_argnums, int) else tuple(nondiff_argnums)
+    if any(not isinstance(i, int) or isinstance(i, bool) for i in nums) or len(set(nums)) != len(nums):
+        raise TypeError(f"{kind}: nondiff_argnums must be distinct ints, got {nondiff_argnums!r}")
+    functools.update_wrapper(obj, fun)
+    obj.fun = fun
+    obj.nondiff_argnums = nums
+    obj.kind = kind
+
+
+def _fun_name(f):
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__name__", None) or type(f).__name__
+
+
+def _resolve_args(obj, args, kwargs):
+    """The arguments as positional ones, defaults filled in (JAX's ``resolve_kwargs``):
+    the rules take positional tuples."""
+    sig = obj.__dict__.get("_signature", False)
+    if sig is False:
+        try:
+            sig = inspect.signature(obj.fun)
+        except (TypeError, ValueError):
+            sig = None
+        obj._signature = sig
+    if sig is None:
+        if kwargs:
+            raise TypeError(f"{obj.kind} function {obj.__name__}: keyword arguments need a function "
+                            "with a signature; pass them positionally") from None
+        return args
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as err:
+        raise TypeError(f"{obj.kind} function {obj.__name__}: {err}") from None
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(f"{obj.kind} function {obj.__name__}: keyword-only arguments "
+                        f"({', '.join(bound.kwargs)}) cannot be resolved to positions; the rules take "
+                        "positional arguments")
+    return bound.args
+
+
+_LEAF = object()  # a placeholder leaf: the structure of the arguments without their values
+
+
+def _describe_out(path):
+    return f"output {tree.keystr(path)}" if path else "the output"
+
+
+def _is_value(x):
+    return isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in core._PY_SCALAR_DTYPES
+
+
+class _CallSite:
+    """One call of a custom-derivative function: its arguments split into the nondiff
+    ones and the leaves of the others, and the flat function and rules over those leaves.
+    The output structure is set by whichever of ``f`` and the rules runs first; the others
+    are checked against it."""
+
+    def __init__(self, cfun, kind, args):
+        self.cfun = cfun
+        self.kind = kind
+        self.name = _fun_name(cfun.fun)
+        n = len(args)
+        nums = []
+        for i in cfun.nondiff_argnums:
+            if not -n <= i < n:
+                raise CustomDerivativeError(
+                    f"{kind} function {self.name}: nondiff_argnums {cfun.nondiff_argnums} is out of range for "
+                    f"a call with {n} argument(s)")
+            nums.append(i % n)
+        self.nondiff = [args[i] for i in nums]
+        for i in nums:
+            for leaf in tree.leaves(args[i]):
+                if isinstance(leaf, Tracer):
+                    raise CustomDerivativeError(
+                        f"{kind} function {self.name}: {self.describe((i,))} is in nondiff_argnums but "
+                        f"is a traced value (shape {leaf.shape}) of {leaf._main.name}; nondiff arguments "
+                        "are Python values (callables, ints, flags); pass arrays as ordinary arguments "
+                        "(with a zero cotangent if they take no derivative)")
+        self.positions = [i for i in range(n) if i not in nums]
+        dyn = tuple(args[i] for i in self.positions)
+        paths, self.leaves, self.in_tree = tree.flatten_with_path(dyn)
+        self.in_paths = [(self.positions[p[0]],) + tuple(p[1:]) for p in paths]
+        for path, leaf in zip(self.in_paths, self.leaves):
+            if not _is_value(leaf):
+                raise CustomDerivativeError(
+                    f"{kind} function {self.name}: {self.describe(path)} is a {type(leaf).__name__}; "
+                    "arguments are arrays, Python numbers or pytrees of them; give a "
+                    "Python value (a callable, a flag) a position in nondiff_argnums")
+        self.in_shapes = [core.shape_of(x) for x in self.leaves]
+        # the site lives as long as a tape entry or a staged program that holds its rules:
+        # it keeps the nondiff arguments and the structure, not the values (NOTE [what the
+        # tape keeps]); the caller takes the leaves
+        self.args = tuple(a if i in nums else None for i, a in enumerate(args))
+        self.out_tree = None
+        self.out_shapes = None
+        self.out_by = None
+
+    def describe(self, path):
+        """``argument 1 (y)['w']`` for the leaf at ``(position, *subpath)``."""
+        from cuvmap.api import _describe_arg
+
+        return _describe_arg(self.cfun.fun, (0,) + tuple(path))
+
+    def error(self, message):
+        return CustomDerivativeError(f"{self.kind} function {self.name}: {message}")
+
+    def full_args(self, leaves):
+        dyn = tree.unflatten(self.in_tree, list(leaves))
+        full = list(self.args)
+        for i, x in zip(self.positions, dyn):
+            full[i] = x
+        return full
+
+    def set_out(self, out, by):
+        """Flattens an output of ``f`` or of a rule (``by`` names which) and checks it
+        against the others'."""
+        paths, leaves, out_tree = tree.flatten_with_path(out)
+        for path, leaf in zip(paths, leaves):
+            if not _is_value(leaf):
+                raise self.error(f"{by} returned a {type(leaf).__name__} as {_describe_out(path)}; "
+                                 "outputs are arrays, Python numbers or pytrees of them")
+        shapes = [core.shape_of(x) for x in leaves]
+        if self.out_tree is None:
+            self.out_tree, self.out_shapes, self.out_by = out_tree, shapes, by
+        elif out_tree != self.out_tree:
+            raise self.error(f"{by} returned an output of structure {out_tree}, but {self.out_by} "
+                             f"returned {self.out_tree}; they must agree")
+        elif shapes != self.out_shapes:
+            j = next(k for k, (a, b) in enumerate(zip(shapes, self.out_shapes)) if a != b)
+            raise self.error(f"{by} returned {_describe_out(paths[j])} of shape {shapes[j]}, "
+                             f"but {self.out_by} returned shape {self.out_shapes[j]}; they must agree")
+        return leaves, paths
+
+    # -- the flat function and rules (the params of the call primitives) ----------------
+
+    def flat_fun(self):
+        def fun(*leaves):
+            out_leaves, _ = self.set_out(self.cfun.fun(*self.full_args(leaves)), f"{self.name}")
+            return out_leaves
+
+        fun.__name__ = self.name
+        return fun
+
+    def _rule(self, attr, define):
+        rule = getattr(self.cfun, attr)
+        if rule is None:
+            raise self.error(f"it is differentiated, but it has no {attr} rule: define one with "
+                             f"{self.name}.{define} before differentiating it")
+        return rule
+
+    def flat_jvp(self):
+        def jvp(primals, tangents):
+            rule = self._rule("jvp", "defjvp(rule)")
+            p_args = tuple(tree.unflatten(self.in_tree, list(primals)))
+            t_args = tuple(tree.unflatten(self.in_tree, list(tangents)))
+            result = rule(*self.nondiff, p_args, t_args)
+            if not (isinstance(result, (tuple, list)) and len(result) == 2):
+                raise self.error(f"the JVP rule must return a pair (primal_out, tangent_out), got "
+                                 f"{tree.describe(result)}")
+            primal_out, tangent_out = result
+            p_leaves, paths = self.set_out(primal_out, "the JVP rule's primal_out")
+            t_leaves, t_tree = tree.flatten(tangent_out)
+            if t_tree != self.out_tree:
+                raise self.error(f"the JVP rule returned tangent_out of structure {t_tree}, but primal_out "
+                                 f"has structure {self.out_tree}; they must agree")
+            for path, p, t in zip(paths, p_leaves, t_leaves):
+                if not _is_value(t) or core.shape_of(t) != core.shape_of(p):
+                    got = f"shape {core.shape_of(t)}" if _is_value(t) else f"a {type(t).__name__}"
+                    raise self.error(f"the JVP rule returned a tangent of {got} for {_describe_out(path)} "
+                                     f"of shape {core.shape_of(p)}; a tangent has its primal's shape")
+            return p_leaves, t_leaves
+
+        jvp.__name__ = f"{self.name}_jvp"
+        return jvp
+
+    def flat_fwd(self):
+        def fwd(*leaves):
+            rule = self._rule("fwd", "defvjp(fwd, bwd)")
+            result = rule(*self.full_args(leaves))
+            if not (isinstance(result, (tuple, list)) and len(result) == 2):
+                raise self.error(f"fwd must return a pair (output, residuals), got {tree.describe(result)}")
+            out, residuals = result
+            out_leaves, _ = self.set_out(out, "fwd")
+            return out_leaves, residuals
+
+        fwd.__name__ = f"{self.name}_fwd"
+        return fwd
+
+    def flat_bwd(self):
+        def bwd(residuals, ct_leaves):
+            rule = self._rule("bwd", "defvjp(fwd, bwd)")
+            ct = tree.unflatten(self.out_tree, list(ct_leaves))
+            cts = rule(*self.nondiff, residuals, ct)
+            names = ", ".join(self.describe((i,)) for i in self.positions)
+            if not isinstance(cts, (tuple, list)):
+                raise self.error(f"bwd must return a tuple with one cotangent per differentiable argument "
+                                 f"({names}), got {tree.describe(cts)}")
+            if len(cts) != len(self.positions):
+                raise self.error(f"bwd returned {len(cts)} cotangent(s), but the function has "
+                                 f"{len(self.positions)} differentiable argument(s) ({names}); return one per "
+                                 "argument not in nondiff_argnums (None for a zero one)")
+            flat = []
+            dyn = tree.unflatten(self.in_tree, [_LEAF] * len(self.in_shapes))
+            for k, (c, arg) in enumerate(zip(cts, dyn)):
+                try:
+                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: x is None or _is_value(x) or x is _LEAF))
+                except tree.PrefixError as err:
+                    raise self.error(f"bwd returned a cotangent for {self.describe((self.positions[k],) + err.path)} "
+                                     f"that does not match the argument's structure: {err.reason}") from None
+            for path, c, shape in zip(self.in_paths, flat, self.in_shapes):
+                if c is not None and core.shape_of(c) != shape:
+                    raise self.error(f"bwd returned a cotangent of shape {core.shape_of(c)} for "
+                                     f"{self.describe(path)}, which has shape {shape}")
+            return flat
+
+        bwd.__name__ = f"{self.name}_bwd"
+        return bwd
+
+
+# ---------------------------------------------------------------------------------------
+# Batching the function and its rules
+# ---------------------------------------------------------------------------------------
+
+
+# NOTE [batching a custom rule]
+# Under vmap a custom call goes one level down with ``vmap`` of the function and of each
+# rule, so the level below, whatever it is, picks the one it needs (the eval interpreter
+# ``vmap(f)``, reverse mode ``vmap(fwd)`` and ``vmap(bwd)``, staging all of them in one
+# equation). Each batched version pushes a batch trace of its own when it runs, rather
+# than reusing the caller's: a staged program may call it long after that trace returned
+# (``grad`` of a program derived from ``vmap(jit(f))``). Whichever runs, the outputs
+# (and the output tangents) come back with their batch dim at 0 — unbatched ones are
+# broadcast — so the caller knows the layout without knowing which one ran. Tangents have
+# their primals' layout; residuals travel with their batch dims, as data that only
+# ``vmap(bwd)`` reads; ``vmap(bwd)`` returns each cotangent in its operand's layout, summed
+# over the batch for an unbatched operand (every example used it).
+def _wrap(main, vals, dims):
+    from cuvmap.transforms.batching import BatchTracer
+
+    return [v if d is None else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
+
+
+def _out_at_front(x, main, size):
+    """The physical value of an output of a batched function, batch dim at 0."""
+    from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim
+
+    if type(x) is BatchTracer and x._main is main:
+        return move_bdim(x.val, x.bdim, 0)
+    return bdim_at_front(x, None, size)
+
+
+def _ct_in_layout(ct, main, size, dim):
+    """A cotangent from ``vmap(bwd)`` in its operand's physical layout (batch dim ``dim``,
+    or summed over the batch for an unbatched operand)."""
+    from cuvmap.lax.reduction import reduce_sum
+    from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim
+
+    if ct is None:
+        return None
+    if type(ct) is BatchTracer and ct._main is main:
+        if dim is None:
+            return reduce_sum(ct.val, (ct.bdim,))
+        return move_bdim(ct.val, ct.bdim, dim)
+    if dim is None:
+        return ct
+    return move_bdim(bdim_at_front(ct, None, size), 0, dim)
+
+
+def batch_fun(fun, size, dims, name):
+    """``vmap(fun)`` over operands with batch dims ``dims``; outputs batched at 0."""
+    from cuvmap.transforms.batching import BatchTrace
+
+    def batched(*vals):
+        with core.new_main(BatchTrace, size, name=name) as main:
+            outs = fun(*_wrap(main, vals, dims))
+        return [_out_at_front(o, main, size) for o in outs]
+
+    batched.__name__ = f"vmap({fun.__name__})"
+    return batched
+
+
+def batch_jvp(jvp, size, dims, name):
+    """``vmap`` of a flat JVP rule; tangents have their primals' batch dims."""
+    from cuvmap.transforms.batching import BatchTrace
+
+    def batched(primals, tangents):
+        with core.new_main(BatchTrace, size, name=name) as main:
+            out_p, out_t = jvp(_wrap(main, primals, dims), _wrap(main, tangents, dims))
+        return [_out_at_front(o, main, size) for o in out_p], [_out_at_front(t, main, size) for t in out_t]
+
+    batched.__name__ = f"vmap({jvp.__name__})"
+    return batched
+
+
+class _BatchedResiduals:
+    """The residuals of ``vmap(fwd)``: their physical leaves with the batch dims."""
+
+    __slots__ = ("vals", "dims", "treedef")
+
+    def __init__(self, vals, dims, treedef):
+        self.vals = vals
+        self.dims = dims
+        self.treedef = treedef
+
+
+def batch_fwd(fwd, size, dims, name):
+    """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
+    from cuvmap.transforms.batching import BatchTrace, BatchTracer
+
+    def batched(*vals):
+        with core.new_main(BatchTrace, size, name=name) as main:
+            outs, residuals = fwd(*_wrap(main, vals, dims))
+        leaves, treedef = tree.flatten(residuals)
+        res_vals, res_dims = [], []
+        for r in leaves:
+            if type(r) is BatchTracer and r._main is main:
+                res_vals.append(r.val)
+                res_dims.append(r.bdim)
+            else:
+                res_vals.append(r)
+                res_dims.append(None)
+        return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
+
+    batched.__name__ = f"vmap({fwd.__name__})"
+    return batched
+
+
+def batch_bwd(bwd, size, dims, name):
+    """``vmap`` of a flat ``bwd``: the output cotangents are batched at 0 (as the outputs
+    are), the input cotangents come back in their operands' layouts."""
+    from cuvmap.transforms.batching import BatchTrace
+
+    def batched(residuals, cts):
+        with core.new_main(BatchTrace, size, name=name) as main:
+            res = tree.unflatten(residuals.treedef, _wrap(main, residuals.vals, residuals.dims))
+            in_cts = bwd(res, _wrap(main, cts, [0] * len(cts)))
+        return [_ct_in_layout(c, main, size, d) for c, d in zip(in_cts, dims)]
+
+    batched.__name__ = f"vmap({bwd.__name__})"
+    return batched
