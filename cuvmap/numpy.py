@@ -1252,6 +1252,141 @@ del norm
 
 
 # ---------------------------------------------------------------------------------------
+# Bitwise and logical functions
+# ---------------------------------------------------------------------------------------
+
+# NOTE [bitwise operators on traced values]
+# ``& | ^ ~ << >>`` on traced values, and the functions below, run the primitives of
+# ``cuvmap/lax/bitwise.py`` with NumPy's semantics: integers and booleans only (a float
+# operand raises TypeError, as in NumPy and JAX), NumPy's promotion with weakly typed
+# Python ints (``uint8_tracer & 0xF0`` stays uint8), ``>>`` arithmetic on signed integers
+# and logical on unsigned ones, and shifts by the bit width or more give 0 (or -1 for a
+# negative signed ``x >> k``), as NumPy's do. Their results are integers or booleans and
+# carry no derivative (the primitives are ``differentiable=False``): a float function
+# that computes an integer mask or index with them on the side differentiates as usual.
+
+
+def _dtype_operand(x):
+    """A Python int or bool as itself (weakly typed, NEP 50), else the dtype."""
+    return x if type(x) in (int, bool) else core.dtype_of(x)
+
+
+def _check_integer_operands(name, xs, kinds="biu", what="integers or booleans"):
+    dtypes = [core.dtype_of(x) for x in xs]
+    if builtins.any(d.kind not in kinds for d in dtypes):
+        raise TypeError(f"{name}: operands must be {what}, got " + " and ".join(str(d) for d in dtypes))
+
+
+def _bitwise_binary(name, fn):
+    def op(x, y):
+        _check_integer_operands(name, (x, y))
+        return fn(x, y)
+
+    op.__name__ = name
+    op.__doc__ = f"``numpy.{name}`` on integers and booleans (NOTE [bitwise operators on traced values])."
+    return op
+
+
+bitwise_and = _bitwise_binary("bitwise_and", lax.bitwise_and)
+bitwise_or = _bitwise_binary("bitwise_or", lax.bitwise_or)
+bitwise_xor = _bitwise_binary("bitwise_xor", lax.bitwise_xor)
+
+
+def bitwise_not(x):
+    """``~x``: the bits of an integer flipped, the negation of a boolean."""
+    _check_integer_operands("bitwise_not", (x,))
+    return lax.bitwise_not(x)
+
+
+invert = bitwise_invert = bitwise_not
+
+
+def _shift_operands(name, x, y):
+    """``(x, y)`` in their common integer dtype (NumPy's promotion; two booleans shift as
+    int8, as NumPy's loop does); TypeError for floats or for dtypes with no common integer
+    dtype (int64 and uint64)."""
+    _check_integer_operands(name, (x, y))
+    dtype = np.result_type(_dtype_operand(x), _dtype_operand(y))
+    if dtype == np.bool_:
+        dtype = np.dtype(np.int8)
+    if dtype.kind not in "iu":
+        raise TypeError(f"{name}: {core.dtype_of(x)} and {core.dtype_of(y)} have no common integer dtype "
+                        f"(NumPy promotes them to {dtype}); cast one of them")
+
+    def cast(v, shifted):
+        if type(v) in (int, bool):
+            # a Python amount stays weakly typed; a Python int to shift takes the dtype
+            # (as a NumPy scalar, which CuPy accepts beside its arrays)
+            return dtype.type(v) if shifted else int(v)
+        return v if core.dtype_of(v) == dtype else ew.convert_element_type(v, dtype)
+
+    return cast(x, True), cast(y, False), dtype
+
+
+def left_shift(x, y):
+    """``x << y`` (``numpy.left_shift``): 0 where ``y`` is the bit width or more."""
+    x, y, _ = _shift_operands("left_shift", x, y)
+    return lax.shift_left(x, y)
+
+
+def right_shift(x, y):
+    """``x >> y`` (``numpy.right_shift``): arithmetic (the sign bit fills in) for signed
+    integers, logical (zeros fill in) for unsigned ones."""
+    x, y, dtype = _shift_operands("right_shift", x, y)
+    if dtype.kind == "i":
+        return lax.shift_right_arithmetic(x, y)
+    return lax.shift_right_logical(x, y)
+
+
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+
+
+def _is_bool(x):
+    return core.dtype_of(x) == np.bool_
+
+
+def logical_not(x):
+    """``not x`` elementwise (a boolean); nonzero counts as True."""
+    return ew.eq(x, False) if _is_bool(x) else ew.eq(x, 0)
+
+
+def logical_and(x, y):
+    """``x and y`` elementwise (a boolean); nonzero counts as True."""
+    return ew.select(ew.ne(x, 0), ew.ne(y, 0), False)
+
+
+def logical_or(x, y):
+    """``x or y`` elementwise (a boolean); nonzero counts as True."""
+    return ew.select(ew.ne(x, 0), True, ew.ne(y, 0))
+
+
+def logical_xor(x, y):
+    """Exactly one of ``x`` and ``y`` nonzero, elementwise (a boolean)."""
+    return ew.ne(ew.ne(x, 0), ew.ne(y, 0))
+
+
+def _operator(symbol, fn, reflected=False):
+    """The tracer method of operator ``symbol``: ``fn`` with errors that name the operator."""
+    name = fn.__name__
+
+    def method(self, other):
+        x, y = (other, self) if reflected else (self, other)
+        try:
+            return fn(x, y)
+        except TypeError as err:
+            raise TypeError(str(err).replace(f"{name}:", f"{name} (operator {symbol}):", 1)) from None
+
+    return method
+
+
+def _invert_operator(self):
+    try:
+        return bitwise_not(self)
+    except TypeError as err:
+        raise TypeError(str(err).replace("bitwise_not:", "bitwise_not (operator ~):", 1)) from None
+
+
+# ---------------------------------------------------------------------------------------
 # Tracer operators and methods
 # ---------------------------------------------------------------------------------------
 
@@ -1366,43 +1501,6 @@ def _is_bool(x):
     return core.dtype_of(x) == np.bool_
 
 
-def logical_not(x):
-    """``~x`` for booleans; nonzero counts as True."""
-    return ew.eq(x, False) if _is_bool(x) else ew.eq(x, 0)
-
-
-def logical_and(x, y):
-    return ew.select(ew.ne(x, 0), ew.ne(y, 0), False)
-
-
-def logical_or(x, y):
-    return ew.select(ew.ne(x, 0), True, ew.ne(y, 0))
-
-
-def logical_xor(x, y):
-    return ew.ne(ew.ne(x, 0), ew.ne(y, 0))
-
-
-def _boolean_op(name, fn):
-    """``&``, ``|``, ``^`` on boolean tracers (there are no integer bitwise primitives)."""
-
-    def op(x, y):
-        if not (_is_bool(x) and _is_bool(y)):
-            raise TypeError(
-                f"operator {name} is supported on boolean traced values only, got {core.dtype_of(x)} "
-                f"and {core.dtype_of(y)}; use cuvmap.numpy.logical_* for truth values"
-            )
-        return fn(x, y)
-
-    return op
-
-
-def _invert(x):
-    if not _is_bool(x):
-        raise TypeError(f"operator ~ is supported on boolean traced values only, got {core.dtype_of(x)}")
-    return logical_not(x)
-
-
 def _setitem(self, index, value):
     raise TypeError(
         "traced values are immutable: item assignment is not supported; build the result with "
@@ -1426,10 +1524,12 @@ _TRACER_METHODS = {
     "__eq__": equal, "__ne__": not_equal,
     "__getitem__": getitem, "__setitem__": _setitem,
     "reshape": _tracer_reshape, "transpose": _tracer_transpose,
-    "__and__": _boolean_op("&", logical_and), "__rand__": _swap(_boolean_op("&", logical_and)),
-    "__or__": _boolean_op("|", logical_or), "__ror__": _swap(_boolean_op("|", logical_or)),
-    "__xor__": _boolean_op("^", logical_xor), "__rxor__": _swap(_boolean_op("^", logical_xor)),
-    "__invert__": _invert,
+    "__and__": _operator("&", bitwise_and), "__rand__": _operator("&", bitwise_and, True),
+    "__or__": _operator("|", bitwise_or), "__ror__": _operator("|", bitwise_or, True),
+    "__xor__": _operator("^", bitwise_xor), "__rxor__": _operator("^", bitwise_xor, True),
+    "__lshift__": _operator("<<", left_shift), "__rlshift__": _operator("<<", left_shift, True),
+    "__rshift__": _operator(">>", right_shift), "__rrshift__": _operator(">>", right_shift, True),
+    "__invert__": _invert_operator,
     "sum": _tracer_sum, "mean": _tracer_mean, "var": _tracer_var, "std": _tracer_std,
     "max": _tracer_extremum(max), "min": _tracer_extremum(min),
     "argmax": _tracer_arg(argmax), "argmin": _tracer_arg(argmin), "astype": astype, "ravel": ravel,

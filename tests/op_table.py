@@ -949,6 +949,19 @@ def _rows_bits():
                  [A(3, 4, domain="bits", dtype=I32), A(4, domain="shift", dtype=I32)], dtypes=(I32,)),
         prim_row("shift_right_logical_pyint", bp.shift_right_logical_p, {}, lax.shift_right_logical,
                  _elementwise_ref(lambda a, s: a >> s), [A(2, 3, **bits32), S(9)], dtypes=(U32,)),
+        # the sign bit fills in, also past the bit width (-1 or 0), and on unsigned
+        # integers (the top bit)
+        prim_row("shift_right_arithmetic_int32", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: a >> min(s, 31)),
+                 [A(3, 4, domain="bits", dtype=I32), A(4, domain="shift", dtype=I32)], dtypes=(I32,)),
+        prim_row("shift_right_arithmetic_int64", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: a >> min(s, 63)),
+                 [A(3, 4, domain="bits", dtype=I64), A(3, 1, domain="shift", dtype=I64)], dtypes=(I64,)),
+        prim_row("shift_right_arithmetic_uint32", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: _unsigned(_signed(a, 32) >> min(s, 31), 32)),
+                 [A(3, 4, **bits32), A(4, domain="shift", dtype=U32)], dtypes=(U32,)),
+        prim_row("shift_right_arithmetic_pyint", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: a >> s), [A(2, 3, domain="bits", dtype=I64), S(7)], dtypes=(I64,)),
         prim_row("bitcast_u32_to_f32", bp.bitcast_convert_type_p, {"new_dtype": F32},
                  lambda x: lax.bitcast_convert_type(x, np.float32), _bitcast_ref("uint32", "float32"),
                  [A(3, 4, **bits32)], dtypes=(U32,)),
@@ -1168,7 +1181,44 @@ def _rows_numpy_functions():
     return rows
 
 
-COMPOSITE_ROWS = _rows_composite()
+def _bitwise_functions(m, x, y):
+    """Every bitwise function of ``m`` (``cuvmap.numpy`` or ``numpy``) on ``x`` and ``y``,
+    with Python ints and shifts past the bit width."""
+    k = m.remainder(y, 70) if m is cnp else y % 70  # amounts 0..69: some past 32 and 64
+    k = k if x.dtype.kind != "b" else y
+    return [m.bitwise_and(x, y), m.bitwise_or(x, 6), m.bitwise_xor(5, y), m.invert(x), m.bitwise_not(y),
+            m.left_shift(x, k), m.right_shift(x, k), m.right_shift(x, 3), m.left_shift(1, m.bitwise_and(y, 7))]
+
+
+def _bitwise_operators(x, y):
+    """The same through the operators (on tracers: cuvmap's; on arrays: NumPy's)."""
+    k = y % 70 if x.dtype.kind != "b" else y
+    return [x & y, x | 6, 5 ^ y, ~x, ~y, x << k, x >> k, x >> 3, 1 << (y & 7)]
+
+
+def _rows_bitwise():
+    INTS = (I64, I32, np.dtype(np.uint8), np.dtype(np.int8))
+    stack = lambda xs: np.stack(np.broadcast_arrays(*xs))  # noqa: E731
+    cstack = lambda xs: cnp.stack(cnp.broadcast_arrays(*xs))  # noqa: E731
+    return [
+        # the cuvmap.numpy functions against NumPy's operators on every bit pattern
+        Row("bitwise_functions", lambda x, y: cstack(_bitwise_functions(cnp, x, y)),
+            lambda x, y: stack(_bitwise_operators(x, y)), [A(3, 4, domain="bits"), A(4, domain="bits")],
+            dtypes=INTS + (BOOL,), differentiable=False),
+        # the operators of traced values (the vmap tests), against NumPy's functions
+        Row("bitwise_operators", lambda x, y: cstack(_bitwise_operators(x, y)),
+            lambda x, y: stack(_bitwise_functions(np, x, y)), [A(3, 4, domain="bits"), A(3, 1, domain="bits")],
+            dtypes=INTS, differentiable=False),
+        Row("logical_functions",
+            lambda x, y: cnp.stack([cnp.logical_and(x, y), cnp.logical_or(x, y), cnp.logical_xor(x, y),
+                                    cnp.broadcast_to(cnp.logical_not(y), (3, 4))]),
+            lambda x, y: np.stack([np.logical_and(x, y), np.logical_or(x, y), np.logical_xor(x, y),
+                                   np.broadcast_to(np.logical_not(y), (3, 4))]),
+            [A(3, 4, domain="ints"), A(4, domain="ints")], dtypes=ANY, differentiable=False),
+    ]
+
+
+COMPOSITE_ROWS = _rows_composite() + _rows_bitwise()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

@@ -315,3 +315,110 @@ def test_cumulative_and_sorting_dtypes():
     np.testing.assert_array_equal(cnp.sort(np.ones((2, 0))), np.ones((2, 0)))
     with pytest.raises(NotImplementedError, match="order="):
         cnp.sort(i32, order="a")
+
+
+# ---------------------------------------------------------------------------------------
+# Bitwise operators on traced values (NOTE [bitwise operators on traced values])
+# ---------------------------------------------------------------------------------------
+
+BITWISE_OPERATORS = {
+    "&": lambda x, y: x & y, "|": lambda x, y: x | y, "^": lambda x, y: x ^ y,
+    "<<": lambda x, y: x << y, ">>": lambda x, y: x >> y,
+}
+
+
+def _bits(dtype, shape, seed):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64])
+@pytest.mark.parametrize("op", list(BITWISE_OPERATORS), ids=list(BITWISE_OPERATORS))
+def test_bitwise_operators_match_numpy_under_vmap_and_jit(op, dtype):
+    fn = BITWISE_OPERATORS[op]
+    bits = np.dtype(dtype).itemsize * 8
+    x = _bits(dtype, (5, 6), 0)
+    # shift amounts from 0 to past the bit width; other operands: every bit pattern
+    y = np.random.default_rng(1).integers(0, bits + 3, size=(6,)).astype(dtype) if op in ("<<", ">>") \
+        else _bits(dtype, (6,), 1)
+    want = fn(x, y)
+    for got in (cv.vmap(fn, in_axes=(0, None))(x, y), cv.vmap(fn, in_axes=(1, None))(x.T, y),
+                cv.jit(fn)(x, y), cv.vmap(cv.jit(fn), in_axes=(0, None))(x, y)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    # with a Python int on either side (weakly typed: the array's dtype stays)
+    for left, right in ((x, 3), (5, x % bits) if op in ("<<", ">>") else (5, x)):
+        want = fn(left, right)
+        got = cv.vmap(fn, in_axes=(0 if left is x else None, None if left is x else 0))(left, right)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_invert_and_booleans_match_numpy():
+    x = _bits(np.int16, (4, 5), 2)
+    b = x > 0
+    c = x % 3 == 0
+    fn = lambda x, b, c: (~x, ~b, b & c, b | True, b ^ c, c & x, b << 2, b >> c)  # noqa: E731
+    for got, want in zip(cv.vmap(fn)(x, b, c), fn(x, b, c), strict=True):
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(cv.jit(fn)(x, b, c), fn(x, b, c), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # the function names, NumPy 2's aliases included
+    y = _bits(np.int16, (5,), 3) % 16
+    for name, ref in [("bitwise_invert", np.invert), ("invert", np.invert), ("bitwise_not", np.invert)]:
+        np.testing.assert_array_equal(getattr(cnp, name)(x), ref(x))
+    for name, ref in [("bitwise_left_shift", np.left_shift), ("bitwise_right_shift", np.right_shift),
+                      ("bitwise_and", np.bitwise_and), ("bitwise_xor", np.bitwise_xor)]:
+        np.testing.assert_array_equal(getattr(cnp, name)(x, y), ref(x, y))
+
+
+def test_right_shift_is_arithmetic_for_signed_and_logical_for_unsigned():
+    x = np.array([-128, -7, -1, 0, 5, 127], np.int8)
+    for k in (0, 1, 3, 7, 8, 9, 100):
+        np.testing.assert_array_equal(cv.vmap(lambda v: v >> k)(x), x >> k)
+        np.testing.assert_array_equal(cv.vmap(lambda v: v >> k)(x.view(np.uint8)), x.view(np.uint8) >> k)
+        np.testing.assert_array_equal(cv.vmap(lambda v: v << k)(x), x << k)
+    # a negative signed integer shifted by the bit width or more is -1
+    np.testing.assert_array_equal(cv.vmap(lambda v: v >> 8)(x), [-1, -1, -1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("op", list(BITWISE_OPERATORS) + ["~"])
+def test_bitwise_operators_reject_floats(op):
+    fn = (lambda x: ~x) if op == "~" else (lambda x: BITWISE_OPERATORS[op](x, 1))
+    name = {"&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "<<": "left_shift", ">>": "right_shift",
+            "~": "bitwise_not"}[op]
+    match = re.escape(f"{name} (operator {op}): operands must be integers or booleans, got float64")
+    for transform in (cv.vmap, cv.jit, cv.grad):
+        with pytest.raises(TypeError, match=match):
+            transform(lambda x: cnp.sum(fn(x)))(np.ones(3))
+    with pytest.raises(TypeError, match="float32"):
+        cnp.bitwise_or(np.ones(3, np.float32), np.ones(3, np.int32))
+    with pytest.raises(TypeError, match="no common integer dtype"):
+        cv.vmap(lambda v: v >> np.uint64(1))(np.ones((2, 3), np.int64))
+
+
+def test_grad_through_an_integer_side_computation():
+    """Bitwise ops on integers computed from the input carry no derivative; the float path
+    through them differentiates as usual (closed forms)."""
+    x = np.array([0.3, -1.2, 2.5, 0.7, -0.4])
+
+    def f(v):
+        rank = cnp.argsort(cnp.argsort(v))             # int64 ranks
+        odd = (rank & 1).astype(bool)                   # odd ranks
+        hi = (rank >> 1) ^ 1                            # an integer weight
+        return cnp.sum(cnp.where(odd, v * v, 3 * v) * hi.astype(v.dtype))
+
+    rank = np.argsort(np.argsort(x))
+    odd, hi = (rank & 1).astype(bool), ((rank >> 1) ^ 1).astype(float)
+    want = np.where(odd, 2 * x, 3.0) * hi
+    np.testing.assert_allclose(cv.grad(f)(x), want, rtol=1e-15)
+    np.testing.assert_allclose(cv.jit(cv.grad(f))(x), want, rtol=1e-15)
+    np.testing.assert_allclose(cv.jvp(f, (x,), (np.ones(5),))[1], want.sum(), rtol=1e-14)
+    xs = np.stack([x, -x, 2 * x])
+    np.testing.assert_allclose(cv.vmap(cv.grad(f))(xs), np.stack([cv.grad(f)(v) for v in xs]), rtol=1e-15)
+    np.testing.assert_allclose(cv.hessian(f)(x), np.diag(np.where(odd, 2.0, 0.0) * hi), atol=1e-15)
+    # an integer output has a zero (integer) tangent, as in JAX
+    out, tangent = cv.jvp(lambda v: cnp.argsort(v) << 2, (x,), (np.ones(5),))
+    np.testing.assert_array_equal(out, np.argsort(x) << 2)
+    assert tangent.dtype == out.dtype and not tangent.any()

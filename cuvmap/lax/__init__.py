@@ -7,7 +7,8 @@ from cuvmap.lax.elementwise import (  # noqa: F401
     tanh,
 )
 from cuvmap.lax.bitwise import (  # noqa: F401
-    bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right_logical,
+    bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right_arithmetic,
+    shift_right_logical,
 )
 from cuvmap.lax.cumulative import cumprod, cumsum  # noqa: F401
 from cuvmap.lax.sorting import argsort, sort  # noqa: F401
