@@ -95,6 +95,7 @@ def _values(rng, domain, shape, dtype):
     """Values for a domain:
 
     - ``real``: standard normal; ``positive``: in [0.5, 2]; ``nonzero``: ±[0.5, 2];
+      ``unit``: in [-0.9, 0.9] (inside erf_inv's domain);
     - ``grid0`` / ``grid_half``: near the integers / near the half-integers (two operands
       drawn from these never tie: max/min stay away from their kink);
     - ``distinct``: all values at least 0.2 apart (no ties in max/argmax reductions);
@@ -136,6 +137,8 @@ def _values(rng, domain, shape, dtype):
         # for x // y and x % y with x from "grid_half" (|x| in [0.4, 3.6]): |x / y| stays
         # below 1 and 0.1 away from the jumps at x / y = −1, 0 and 1
         v = rng.uniform(3.7, 3.9, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    elif domain == "unit":
+        v = rng.uniform(-0.9, 0.9, size=shape)
     elif domain == "grid0":
         v = rng.integers(-3, 4, size=shape) + rng.uniform(-0.1, 0.1, size=shape)
     elif domain == "grid_half":
@@ -361,6 +364,9 @@ def _rows_elementwise():
         prim_row("asinh", p.asinh_p, {}, lax.asinh, np.arcsinh, [A(3, 4)], dtypes=NUMERIC),
         # the reference is Python's math.erf, one element at a time
         prim_row("erf", p.erf_p, {}, lax.erf, ref_erf, [A(3, 4)], dtypes=NUMERIC, tol64=(1e-15, 1e-15)),
+        # the reference inverts math.erf by bisection, one element at a time
+        prim_row("erf_inv", p.erf_inv_p, {}, lax.erf_inv, ref_erf_inv, [A(3, 4, domain="unit")],
+                 tol64=(2e-15, 0), grad_eps=2e-5),
         # near the half-integers (floor, ceil) and away from them (round): no jumps nearby
         prim_row("floor", p.floor_p, {}, lax.floor, np.floor, [A(3, 4, domain="grid_half")]),
         prim_row("ceil", p.ceil_p, {}, lax.ceil, np.ceil, [A(3, 4, domain="grid_half")]),
@@ -374,6 +380,28 @@ def _rows_elementwise():
 def ref_erf(x):
     out = np.vectorize(math.erf, otypes=[np.float64])(x)
     return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _erf_inv_one(y):
+    """The x with math.erf(x) = y, by bisection on [0.88 |y|, |y|] (erf_inv(y) / y grows
+    from √π/2 ≈ 0.886 at 0 to 0.95 at |y| = 0.5) or, for |y| ≥ 0.5, on math.erfc(x) = 1 − |y|
+    (exact there), which keeps the tails accurate."""
+    if y == 0:
+        return y
+    a = abs(y)
+    lo, hi = (0.88 * a, a) if a < 0.5 else (0.4, 30.0)
+    while True:
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            return math.copysign(mid, y)
+        if (math.erf(mid) < a) if a < 0.5 else (math.erfc(mid) > 1 - a):
+            lo = mid
+        else:
+            hi = mid
+
+
+def ref_erf_inv(x):
+    return np.vectorize(_erf_inv_one, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype)
 
 
 def _cumsum_ref(axis, reverse=False):
@@ -1234,7 +1262,7 @@ NESTED_SAMPLE = (
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",
-    "erf", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
+    "erf", "erf_inv", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
     "einsum_chain3", "norm_matrix_ords", "clip_array_bounds",
 )
 

@@ -422,3 +422,40 @@ def test_grad_through_an_integer_side_computation():
     out, tangent = cv.jvp(lambda v: cnp.argsort(v) << 2, (x,), (np.ones(5),))
     np.testing.assert_array_equal(out, np.argsort(x) << 2)
     assert tangent.dtype == out.dtype and not tangent.any()
+
+
+# ---------------------------------------------------------------------------------------
+# erf_inv (NOTE [erf_inv from Giles' polynomials])
+# ---------------------------------------------------------------------------------------
+
+
+def test_erf_inv_matches_a_bisection_of_math_erf_over_its_range():
+    from op_table import ref_erf_inv
+
+    tails = 1 - np.logspace(-16, -1, 400)
+    y = np.concatenate([np.linspace(-0.999, 0.999, 4001), tails, -tails, np.logspace(-300, -1, 300),
+                        1 - np.arange(1, 40) * 2.0 ** -53, [0.999, 0.99903, 0.9991]])
+    got, want = lax.erf_inv(y), ref_erf_inv(y)
+    nonzero = want != 0
+    assert (got[~nonzero] == 0).all()
+    assert np.max(np.abs(got - want)[nonzero] / np.abs(want[nonzero])) < 4 * 2.0 ** -52
+    y32 = y.astype(np.float32)
+    y32 = y32[np.abs(y32) < 1]
+    got32 = lax.erf_inv(y32)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, ref_erf_inv(y32.astype(np.float64)).astype(np.float32), rtol=2 ** -23, atol=0)
+    # erf undoes it
+    np.testing.assert_allclose(lax.erf(lax.erf_inv(y[np.abs(y) < 0.99])), y[np.abs(y) < 0.99], rtol=4e-16, atol=4e-16)
+
+
+def test_erf_inv_special_values_and_derivative():
+    got = lax.erf_inv(np.array([1.0, -1.0, 0.0, -0.0, 1.5, -2.0, np.nan]))
+    np.testing.assert_array_equal(got[:4], [np.inf, -np.inf, 0.0, -0.0])
+    assert np.signbit(got[3]) and np.isnan(got[4:]).all()
+    assert lax.erf_inv(np.float16(0.5)).dtype == np.float16 and lax.erf_inv(np.arange(1)).dtype == np.float64
+    # the derivative (√π/2)·exp(erf_inv(y)²), in closed form, and to second order
+    ys = np.linspace(-0.95, 0.95, 17)
+    x = lax.erf_inv(ys)
+    np.testing.assert_allclose(cv.vmap(cv.grad(lax.erf_inv))(ys), math.sqrt(math.pi) / 2 * np.exp(x * x), rtol=1e-14)
+    second = cv.vmap(cv.grad(cv.grad(lax.erf_inv)))(ys)
+    np.testing.assert_allclose(second, 2 * x * (math.sqrt(math.pi) / 2 * np.exp(x * x)) ** 2, rtol=1e-13)

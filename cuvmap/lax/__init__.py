@@ -1,7 +1,7 @@
 """Primitive families, one module each: every primitive's declaration, public wrapper,
 shape rule, impl, batching rule, JVP rule and VJP rule live together."""
 from cuvmap.lax.elementwise import (  # noqa: F401
-    abs, add, asinh, atan, atan2, ceil, convert_element_type, cos, cosh, div, eq, erf, exp, expm1,
+    abs, add, asinh, atan, atan2, ceil, convert_element_type, cos, cosh, div, eq, erf, erf_inv, exp, expm1,
     floor, floor_divide, ge, gt, integer_pow, le, log, log1p, log2, log10, logistic, lt, max, min,
     mul, ne, neg, pow, remainder, round, rsqrt, select, sign, sin, sinh, sqrt, stop_gradient, sub,
     tanh,
