@@ -6,6 +6,7 @@ or ``cupy.ndarray``. This module also gives tracers their operators and methods
 (``+ - * / ** @``, comparisons, indexing, ``.T``, ``.reshape``, ``.sum``, ...).
 """
 import builtins
+import collections
 import sys
 import types
 
@@ -17,6 +18,7 @@ from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import sorting as lax_sorting
@@ -1172,10 +1174,39 @@ def einsum(subscripts, *operands, optimize=True):
 # ---------------------------------------------------------------------------------------
 
 
-def _svd_missing(ord):  # noqa: A002
-    return NotImplementedError(
-        f"norm: the matrix norm ord={ord!r} needs singular values (an SVD), which cuvmap has no primitive for; "
-        "ord=None/'fro', 1, -1, inf and -inf are available")
+SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
+
+
+def _as_inexact(x):
+    """Integers and booleans as float64 (NumPy's linalg and JAX promote them)."""
+    return x if core.is_float(x) else astype(x, np.float64)
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """``numpy.linalg.svd``: ``a = U @ diag(S) @ Vh`` for each matrix of a stack ``(..., m, n)``.
+
+    Returns ``SVDResult(U, S, Vh)`` (a named tuple, as NumPy 2's) or, with
+    ``compute_uv=False``, ``S`` alone (descending). ``hermitian=True`` is accepted and
+    computes the general SVD (also a valid SVD of a Hermitian matrix). Derivatives:
+    NOTE [svd's derivatives] in ``cuvmap/lax/linalg.py``: those of the singular values are
+    defined where they are distinct; those of ``U`` and ``Vh`` are undefined for repeated
+    singular values (they come out inf or NaN) and raise for ``full_matrices=True`` of a
+    non-square matrix (use ``full_matrices=False``).
+    """
+    a = _as_inexact(a)
+    if ndim(a) < 2:
+        raise ShapeError(f"svd: the array must have at least 2 dims (a stack of matrices), got shape {shape(a)}")
+    if not compute_uv:
+        return lax_linalg.svd(a, compute_uv=False)
+    return SVDResult(*lax_linalg.svd(a, full_matrices=full_matrices))
+
+
+_svd = svd  # for the functions below: ``svd`` itself leaves the top-level namespace
+
+
+def svdvals(x):
+    """``numpy.linalg.svdvals``: the singular values of each matrix of a stack, descending."""
+    return _svd(x, compute_uv=False)
 
 
 def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
@@ -1183,18 +1214,20 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
 
     Vector norms (``axis`` an int, or ``None`` for a 1-d array): ``ord`` ``None``/2 (the
     Euclidean norm), 1, ``inf``, ``-inf``, 0 (the count of nonzeros) or any other number
-    ``p`` (``(Σ|x|ᵖ)^(1/p)``). Matrix norms (``axis`` a pair, or ``None`` for a 2-d array):
-    ``None``/``'fro'``, 1, -1, ``inf``, ``-inf``; the spectral and nuclear norms (2, -2,
-    ``'nuc'``) need an SVD and raise. ``axis=None`` with ``ord=None`` is the 2-norm of
-    all elements.
+    ``p``, negative ones included (``(Σ|x|ᵖ)^(1/p)``). Matrix norms (``axis`` a pair, or
+    ``None`` for a 2-d array): ``None``/``'fro'`` (Frobenius), 1 / -1 (the largest /
+    smallest column sum of ``|x|``), ``inf`` / ``-inf`` (the same of the rows), 2 / -2 (the
+    largest / smallest singular value) and ``'nuc'`` (their sum). ``axis=None`` with
+    ``ord=None`` is the 2-norm of all elements.
 
     Derivatives follow JAX's: ord 1 and ``inf`` have the subgradient 0 at ``x = 0``; the
     2-norm and the Frobenius norm, ``sqrt(Σ x²)``, have none there and give NaN, as in
     JAX (write ``sqrt(sum(x * x) + eps)`` or the double-``where`` trick where zero inputs
-    occur).
+    occur); the singular-value norms differentiate through the SVD (NOTE [svd's
+    derivatives]): 2 and -2 where their singular value is simple, ``'nuc'`` where no
+    singular value is zero.
     """
-    if not core.is_float(x):
-        x = astype(x, np.float64)
+    x = _as_inexact(x)
     nd = ndim(x)
     if axis is None:
         if ord is None:
@@ -1214,10 +1247,17 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
     return _matrix_norm(x, ord, axes, keepdims)
 
 
+_norm = norm
+
+
+def _is_number(ord):  # noqa: A002
+    return isinstance(ord, (int, float, np.number)) and not isinstance(ord, (bool, np.bool_))
+
+
 def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
-    if ord is None or (isinstance(ord, (int, float, np.number)) and not isinstance(ord, bool) and ord == 2):
+    if ord is None or (_is_number(ord) and ord == 2):
         return ew.sqrt(sum(square(x), axes, keepdims))
-    if isinstance(ord, str) or isinstance(ord, bool) or not isinstance(ord, (int, float, np.number)):
+    if not _is_number(ord):
         raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
     if ord == np.inf:
         return max(ew.abs(x), axes, keepdims)
@@ -1232,12 +1272,19 @@ def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
 
 def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
     rows, cols = axes
-    if ord is None or ord == "fro":
+    if ord is None or (isinstance(ord, str) and ord == "fro"):
         return ew.sqrt(sum(square(x), axes, keepdims))
-    if ord in (2, -2, "nuc"):
-        raise _svd_missing(ord)
-    if isinstance(ord, bool) or ord not in (1, -1, np.inf, -np.inf):
-        raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 1, -1, inf or -inf)")
+    if (isinstance(ord, str) and ord == "nuc") or (_is_number(ord) and ord in (2, -2)):
+        # the singular values of the matrices in the (rows, cols) dims
+        rest = tuple(i for i in range(ndim(x)) if i not in axes)
+        s = lax_linalg.svd(lax_shape.transpose(x, rest + (rows, cols)), compute_uv=False)
+        if isinstance(ord, str):
+            out = sum(s, -1)
+        else:
+            out = max(s, -1) if ord == 2 else min(s, -1)
+        return lax_shape.expand_dims(out, tuple(sorted(axes))) if keepdims else out
+    if not _is_number(ord) or ord not in (1, -1, np.inf, -np.inf):
+        raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf)")
     # 1: the largest column sum of |x|; inf: the largest row sum
     summed, over = (rows, cols) if ord in (1, -1) else (cols, rows)
     sums = sum(ew.abs(x), summed, keepdims=True)
@@ -1245,10 +1292,35 @@ def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
     return out if keepdims else squeeze(out, axes)
 
 
-linalg = types.ModuleType("cuvmap.numpy.linalg", "``numpy.linalg``'s functions on arrays and tracers: ``norm``.")
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - NumPy's name
+    """``numpy.linalg.matrix_norm``: :func:`norm` of the matrices in the last two dims."""
+    return _norm(x, ord, (-2, -1), keepdims)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - NumPy's name
+    """``numpy.linalg.vector_norm``: the vector norm ``ord`` (as in :func:`norm`) over
+    ``axis``: an int, a tuple (those dims taken as one vector) or ``None`` (all of them)."""
+    x = _as_inexact(x)
+    axes = _axes(x, axis, "vector_norm")
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes, keepdims)
+    rest = tuple(i for i in range(ndim(x)) if i not in axes)
+    n = int(np.prod([shape(x)[i] for i in axes], dtype=np.int64))
+    flat = lax_shape.reshape(lax_shape.transpose(x, rest + axes), tuple(shape(x)[i] for i in rest) + (n,))
+    out = _vector_norm(flat, ord, (len(rest),), False)
+    return _keep(out, x, axes, keepdims)
+
+
+linalg = types.ModuleType("cuvmap.numpy.linalg", "``numpy.linalg``'s functions on arrays and tracers: ``norm``, "
+                          "``vector_norm``, ``matrix_norm``, ``svd`` and ``svdvals``.")
 linalg.norm = norm
+linalg.vector_norm = vector_norm
+linalg.matrix_norm = matrix_norm
+linalg.svd = svd
+linalg.svdvals = svdvals
+linalg.SVDResult = SVDResult
 sys.modules[linalg.__name__] = linalg
-del norm
+del norm, vector_norm, matrix_norm, svd, svdvals
 
 
 # ---------------------------------------------------------------------------------------

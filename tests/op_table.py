@@ -536,8 +536,81 @@ def _dot_row(name, dn, subscripts, x_shape, y_shape, **kw):
         [A(*x_shape), A(*y_shape)], **kw)
 
 
+def svd_shift(x):
+    """A fixed matrix with well-separated singular values (2k + 1, ..., 5, 3), to add to a
+    standard normal ``x`` scaled by 0.3 (whose spectral norm stays well below 1): the
+    singular values of the sum keep apart from each other and from 0 (Weyl), as the
+    derivatives of the SVD need (NOTE [svd's derivatives])."""
+    m, n = np.shape(x)[-2:]
+    k = min(m, n)
+    d = np.zeros((m, n), dtype=x.dtype)
+    d[np.arange(k), np.arange(k)] = 2.0 * np.arange(k, 0, -1) + 1
+    return d
+
+
+def separated(x):
+    return 0.3 * x + svd_shift(x)
+
+
+def signed_svd(m, u, s, vh):
+    """The singular pairs with a fixed sign (the sign of the largest-magnitude entry of
+    each column of ``u`` made positive, the row of ``vh`` flipped with it), so that
+    decompositions from different LAPACK calls or devices compare; ``m`` is
+    ``cuvmap.numpy`` or ``numpy``."""
+    k = np.shape(s)[-1]
+    uk = u[..., :k]
+    idx = m.argmax(m.abs(uk), axis=-2)
+    sign = m.sign(m.take_along_axis(uk, idx[..., None, :], -2))  # (..., 1, k)
+    return uk * sign, s, vh[..., :k, :] * m.swapaxes(sign, -1, -2)
+
+
+def svd_parts(m, u, s, vh):
+    """The signed reduced parts of an SVD raveled into one vector, plus (for full
+    matrices of a non-square matrix) as many columns of the projector onto the completion
+    columns of U (rows of the one onto the completion rows of Vh) as the completion has
+    entries: any orthonormal completion shares them, and the vector has the size of the
+    packed output (NOTE [svd's one output])."""
+    lead = np.shape(s)[:-1]
+    k = np.shape(s)[-1]
+    us, s, vs = signed_svd(m, u, s, vh)
+    parts = [m.reshape(us, lead + (-1,)), s, m.reshape(vs, lead + (-1,))]
+    if np.shape(u)[-1] > k:
+        ue = u[..., k:]
+        projector = m.matmul(ue, m.swapaxes(ue, -1, -2))
+        parts.append(m.reshape(projector[..., :np.shape(ue)[-1]], lead + (-1,)))
+    if np.shape(vh)[-2] > k:
+        ve = vh[..., k:, :]
+        projector = m.matmul(m.swapaxes(ve, -1, -2), ve)
+        parts.append(m.reshape(projector[..., :np.shape(ve)[-2], :], lead + (-1,)))
+    return m.concatenate(parts, axis=-1)
+
+
+def _svd_row(name, shape, full_matrices, **kw):
+    return prim_row(
+        name, lax_linalg.svd_p, {"full_matrices": full_matrices, "compute_uv": True},
+        lambda x: svd_parts(cnp, *lax.svd(separated(x), full_matrices)),
+        lambda x: svd_parts(np, *np.linalg.svd(separated(x), full_matrices)),
+        [A(*shape)], tol32=(2e-5, 2e-6), **kw)
+
+
 def _rows_linalg():
     return [
+        prim_row("svd_values", lax_linalg.svd_p, {"full_matrices": False, "compute_uv": False},
+                 lambda x: lax.svd(separated(x), compute_uv=False),
+                 lambda x: np.linalg.svd(separated(x), compute_uv=False), [A(3, 4)], tol32=(2e-6, 0)),
+        # a stack: the batch dim of vmap lands among the leading dims or the matrix dims
+        prim_row("svd_values_stacked", lax_linalg.svd_p, {"full_matrices": False, "compute_uv": False},
+                 lambda x: lax.svd(separated(x), compute_uv=False),
+                 lambda x: np.linalg.svd(separated(x), compute_uv=False), [A(2, 4, 3)], tol32=(2e-6, 0)),
+        # U's projection term (m > n), V's (m < n), neither (square, full == reduced)
+        _svd_row("svd_tall", (4, 3), False),
+        _svd_row("svd_wide", (2, 4), False),
+        _svd_row("svd_square_full", (3, 3), True),
+        _svd_row("svd_stacked", (2, 3, 2), False),
+        # full matrices of a non-square matrix: values and vmap only (no derivative: the
+        # completion is arbitrary)
+        _svd_row("svd_full_tall", (4, 2), True, diff_argnums=()),
+        _svd_row("svd_full_wide", (2, 3), True, diff_argnums=()),
         _dot_row("dot_general_matmul", (((1,), (0,)), ((), ())), "ik,kj->ij", (3, 4), (4, 5),
                  dtypes=NUMERIC + (I32,)),
         _dot_row("dot_general_vector", (((0,), (0,)), ((), ())), "i,i->", (4,), (4,)),
@@ -1134,7 +1207,12 @@ def _ref_cross_2d_3d(a, b):
 
 
 def _vector_norms(norm, x):
-    return [norm(x, o, 0) for o in (1, np.inf, -np.inf, 3, 0.5, 0)]
+    return [norm(x, o, 0) for o in (1, 2, np.inf, -np.inf, 3, 0.5, 0, -1, -2, -1.5)]
+
+
+def _singular_value_norms(norm, x):
+    x = separated(x)
+    return [norm(x, o, (1, 2)) for o in (2, -2, "nuc")] + [norm(x, "nuc", (2, 1)), norm(x, 2, (-1, -2))]
 
 
 def _matrix_norms(norm, x):
@@ -1194,6 +1272,19 @@ def _rows_numpy_functions():
             tol32=(1e-5, 1e-5)),
         Row("norm_matrix_ords", lambda x: cnp.stack(_matrix_norms(la.norm, x)),
             lambda x: np.stack(_matrix_norms(np.linalg.norm, x)), [A(3, 4, domain="distinct")]),
+        # the spectral norm, its negative (the smallest singular value) and the nuclear norm
+        Row("norm_singular_value_ords", lambda x: cnp.stack(_singular_value_norms(la.norm, x)),
+            lambda x: np.stack(_singular_value_norms(np.linalg.norm, x)), [A(2, 3, 4)], tol32=(2e-6, 0)),
+        Row("norm_singular_value_keepdims",
+            lambda x: la.norm(separated(x), 2, (0, 1), keepdims=True) * la.norm(separated(x), "nuc", keepdims=True),
+            lambda x: (np.linalg.norm(separated(x), 2, (0, 1), keepdims=True)
+                       * np.linalg.norm(separated(x), "nuc", keepdims=True)), [A(4, 3)], tol32=(2e-6, 0)),
+        Row("linalg_svd_stacked", lambda x: svd_parts(cnp, *la.svd(separated(x), full_matrices=False)),
+            lambda x: svd_parts(np, *np.linalg.svd(separated(x), full_matrices=False)), [A(2, 2, 3)],
+            tol32=(2e-5, 2e-6)),
+        Row("matrix_vector_norm", lambda x: la.matrix_norm(separated(x), ord="nuc") + la.vector_norm(x, axis=(2, 1), ord=3),
+            lambda x: np.linalg.matrix_norm(separated(x), ord="nuc") + np.linalg.vector_norm(x, axis=(2, 1), ord=3),
+            [A(2, 3, 4, domain="nonzero")], tol32=(2e-6, 0)),
         Row("norm_keepdims", lambda x: la.norm(x, np.inf, (2, 0), keepdims=True) + la.norm(x, keepdims=True),
             lambda x: np.linalg.norm(x, np.inf, (2, 0), keepdims=True) + np.linalg.norm(x.ravel(), keepdims=True),
             [A(2, 3, 4, domain="distinct")]),
@@ -1263,7 +1354,8 @@ NESTED_SAMPLE = (
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",
     "erf", "erf_inv", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
-    "einsum_chain3", "norm_matrix_ords", "clip_array_bounds",
+    "einsum_chain3", "norm_matrix_ords", "clip_array_bounds", "svd_values", "svd_tall", "svd_wide",
+    "norm_singular_value_ords", "bitwise_operators",
 )
 
 _names = [r.name for r in ALL_ROWS]

@@ -269,8 +269,11 @@ def test_norm_errors_and_namespace():
     from cuvmap.numpy import linalg
 
     assert la is linalg is cnp.linalg
-    with pytest.raises(NotImplementedError, match="ord=2 needs singular values"):
-        la.norm(np.ones((2, 2)), 2)
+    assert not hasattr(cnp, "norm") and not hasattr(cnp, "svd")
+    with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
+        la.norm(np.ones(3), "fro")
+    with pytest.raises(ShapeError, match="invalid ord 3 for a matrix norm"):
+        la.norm(np.ones((2, 2)), 3)
     with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
         la.norm(np.ones(3), "fro")
     with pytest.raises(ShapeError, match="norm: ord=1 needs axis for an array of shape"):
@@ -459,3 +462,94 @@ def test_erf_inv_special_values_and_derivative():
     np.testing.assert_allclose(cv.vmap(cv.grad(lax.erf_inv))(ys), math.sqrt(math.pi) / 2 * np.exp(x * x), rtol=1e-14)
     second = cv.vmap(cv.grad(cv.grad(lax.erf_inv)))(ys)
     np.testing.assert_allclose(second, 2 * x * (math.sqrt(math.pi) / 2 * np.exp(x * x)) ** 2, rtol=1e-13)
+
+
+
+# ---------------------------------------------------------------------------------------
+# svd and the singular-value norms (NOTE [svd's derivatives])
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 5), (3, 3), (2, 4, 3), (0, 3, 2), (3, 0)])
+@pytest.mark.parametrize("full_matrices", [True, False])
+def test_svd_matches_numpy(shape, full_matrices):
+    a = np.random.default_rng(0).standard_normal(shape)
+    got = cnp.linalg.svd(a, full_matrices=full_matrices)
+    want = np.linalg.svd(a, full_matrices=full_matrices)
+    assert type(got).__name__ == "SVDResult" and got._fields == ("U", "S", "Vh")
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+    np.testing.assert_allclose(got.S, want.S, rtol=1e-13, atol=1e-13)
+    k = got.S.shape[-1]
+    # a decomposition: orthonormal columns and rows, and U S Vh = a
+    np.testing.assert_allclose(np.swapaxes(got.U, -1, -2) @ got.U, np.broadcast_to(np.eye(got.U.shape[-1]),
+                               got.U.shape[:-2] + (got.U.shape[-1],) * 2), atol=1e-13)
+    np.testing.assert_allclose(got.Vh @ np.swapaxes(got.Vh, -1, -2), np.broadcast_to(np.eye(got.Vh.shape[-2]),
+                               got.Vh.shape[:-2] + (got.Vh.shape[-2],) * 2), atol=1e-13)
+    np.testing.assert_allclose((got.U[..., :k] * got.S[..., None, :]) @ got.Vh[..., :k, :], a, atol=1e-13)
+    np.testing.assert_array_equal(cnp.linalg.svd(a, compute_uv=False), np.linalg.svd(a, compute_uv=False))
+    np.testing.assert_array_equal(cnp.linalg.svdvals(a), np.linalg.svd(a, compute_uv=False))
+
+
+def test_svd_dtypes_and_errors():
+    assert cnp.linalg.svd(np.eye(3, dtype=np.int64), compute_uv=False).dtype == np.float64
+    assert cnp.linalg.svd(np.eye(3, dtype=np.float32)).U.dtype == np.float32
+    np.testing.assert_allclose(cnp.linalg.svd(np.diag([3.0, 1.0]), hermitian=True).S, [3.0, 1.0])
+    with pytest.raises(ShapeError, match=re.escape("svd: the array must have at least 2 dims")):
+        cnp.linalg.svd(np.ones(3))
+    with pytest.raises(ShapeError, match="must be float32 or float64, got float16"):
+        cnp.linalg.svd(np.ones((2, 2), np.float16))
+    # the full decomposition of a non-square matrix has no derivative
+    a = np.random.default_rng(1).standard_normal((4, 2))
+    for transform in (lambda f: cv.grad(f), lambda f: (lambda x: cv.jvp(f, (x,), (x,))[1])):
+        for full_tall in (a, a.T):
+            with pytest.raises(ShapeError, match=r"full_matrices=True decomposition of a (4×2|2×4) matrix is not defined"):
+                transform(lambda x: cnp.sum(cnp.linalg.svd(x).U))(full_tall)
+    # the reduced one does, and so do the singular values alone
+    assert np.isfinite(cv.grad(lambda x: cnp.sum(cnp.linalg.svd(x, full_matrices=False).U ** 3))(a)).all()
+
+
+def test_svd_derivatives_in_closed_form():
+    """∂s_i/∂A = u_i v_iᵀ: the spectral norm's gradient is u_1 v_1ᵀ, the smallest singular
+    value's u_k v_kᵀ, the nuclear norm's U Vᵀ."""
+    from op_table import separated
+
+    a = separated(np.random.default_rng(2).standard_normal((5, 3)))
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    la = cnp.linalg
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, 2))(a), np.outer(u[:, 0], vh[0]), atol=1e-13)
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, -2))(a), np.outer(u[:, -1], vh[-1]), atol=1e-13)
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, "nuc"))(a), u @ vh, atol=1e-13)
+    np.testing.assert_allclose(cv.jacrev(la.svdvals)(a), np.einsum("mi,in->imn", u, vh), atol=1e-13)
+    np.testing.assert_allclose(cv.jacfwd(la.svdvals)(a), np.einsum("mi,in->imn", u, vh), atol=1e-13)
+    # the nuclear norm of a matrix with a repeated singular value still has its gradient U Vᵀ
+    q = np.linalg.qr(np.random.default_rng(3).standard_normal((3, 3)))[0]
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, "nuc"))(2 * q), q, atol=1e-13)
+    # but the singular vectors' derivatives are undefined there (F has 1 / 0)
+    with np.errstate(all="ignore"):
+        assert not np.isfinite(cv.jacfwd(lambda x: la.svd(x).U)(2 * q)).all()
+
+
+def test_svd_under_jit_and_vmap_is_one_decomposition(monkeypatch):
+    from cuvmap.lax import linalg as lax_linalg
+
+    a = np.random.default_rng(4).standard_normal((6, 4, 3))
+    calls = []
+    impl = lax_linalg.svd_p.impl
+
+    def counting(x, **params):
+        calls.append((np.shape(x), params["compute_uv"]))
+        return impl(x, **params)
+
+    monkeypatch.setattr(lax_linalg.svd_p, "impl", counting)
+    f = lambda x: cnp.sum(cnp.linalg.svd(x, full_matrices=False).U[:, 0] ** 2 * cnp.linalg.norm(x, 2))  # noqa: E731
+    want = np.stack([f(x) for x in a])
+    calls.clear()
+    np.testing.assert_allclose(cv.vmap(f)(a), want, rtol=1e-13)
+    assert calls == [((6, 4, 3), True), ((6, 4, 3), False)]  # one stacked call each, not one per example
+    np.testing.assert_allclose(cv.jit(cv.vmap(f))(a), want, rtol=1e-13)
+    g = cv.vmap(cv.grad(f))(a)
+    np.testing.assert_allclose(g, np.stack([cv.grad(f)(x) for x in a]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(cv.jit(cv.vmap(cv.grad(f)))(a), g, rtol=1e-12, atol=1e-14)
+    jaxpr = str(cv.make_jaxpr(lambda x: cnp.linalg.svd(x))(a[0]))
+    assert jaxpr.count("svd") == 1, jaxpr
