@@ -3,7 +3,9 @@
 Every function here is a composite of :mod:`cuvmap.lax` primitives and adds no primitive
 of its own, so it is transformable by construction. Arrays stay plain ``numpy.ndarray``
 or ``cupy.ndarray``. This module also gives tracers their operators and methods
-(``+ - * / ** @``, comparisons, indexing, ``.T``, ``.reshape``, ``.sum``, ...).
+(``+ - * / ** @``, comparisons, ``& | ^ ~ << >>``, indexing, ``.T``, ``.reshape``,
+``.sum``, ...), and holds ``cuvmap.numpy.linalg`` (``norm``, ``vector_norm``,
+``matrix_norm``, ``svd``, ``svdvals``).
 """
 import builtins
 import collections

@@ -1,7 +1,9 @@
-"""``cuvmap.numpy`` beyond the op table: accuracy of erf over its whole range, derivatives at
-the points where a shortcut would fail (zeros of cumprod and prod, the kinks of norm,
-ties of sort and clip), einsum's contraction order and parsing, pad's modes against
-NumPy for many widths, and errors in the user's terms.
+"""``cuvmap.numpy`` beyond the op table: accuracy of erf and erf_inv over their whole
+ranges, derivatives at the points where a shortcut would fail (zeros of cumprod and prod,
+the kinks of norm, ties of sort and clip, repeated singular values), einsum's contraction
+order and parsing, pad's modes against NumPy for many widths, the SVD against NumPy's and
+its derivatives in closed form, the bitwise operators of traced integers against NumPy's,
+and errors in the user's terms.
 
 The op table (``op_table.py``) checks values, vmap, and derivatives against finite
 differences for every function; the references here are closed forms, loops and NumPy.
@@ -503,7 +505,8 @@ def test_svd_dtypes_and_errors():
     a = np.random.default_rng(1).standard_normal((4, 2))
     for transform in (lambda f: cv.grad(f), lambda f: (lambda x: cv.jvp(f, (x,), (x,))[1])):
         for full_tall in (a, a.T):
-            with pytest.raises(ShapeError, match=r"full_matrices=True decomposition of a (4×2|2×4) matrix is not defined"):
+            match = r"full_matrices=True decomposition of a (4×2|2×4) matrix is not defined"
+            with pytest.raises(ShapeError, match=match):
                 transform(lambda x: cnp.sum(cnp.linalg.svd(x).U))(full_tall)
     # the reduced one does, and so do the singular values alone
     assert np.isfinite(cv.grad(lambda x: cnp.sum(cnp.linalg.svd(x, full_matrices=False).U ** 3))(a)).all()

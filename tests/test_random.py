@@ -8,7 +8,11 @@ References:
   words for ``bits`` and ``uniform``;
 - per-key Python loops for ``vmap`` (bit for bit);
 - statistical bounds with fixed keys: means and variances within 5 standard errors, the
-  Kolmogorov–Smirnov distance below its 0.1% critical value, bit and value frequencies.
+  Kolmogorov–Smirnov distance below its 0.1% critical value, bit and value frequencies,
+  chi-square statistics below their 0.1% critical values (permutations of four elements,
+  categorical frequencies against softmax(logits), choice and randint frequencies);
+- closed forms for the derivatives of truncated_normal in its bounds and of the gathers
+  of permutation and choice, and ``op_table.ref_erf_inv`` for normal's inversion.
 """
 import math
 

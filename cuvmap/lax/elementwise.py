@@ -1,5 +1,6 @@
 """Elementwise primitives: arithmetic, transcendental functions (erf and erf_inv included:
-NOTE [erf without SciPy], NOTE [erf_inv from Giles' polynomials]), rounding, comparisons, select, dtype conversion and stop_gradient.
+NOTE [erf without SciPy], NOTE [erf_inv from Giles' polynomials]), rounding, comparisons,
+select, dtype conversion and stop_gradient.
 
 Binary and ternary primitives follow NumPy broadcasting, and Python scalars are weakly
 typed (NEP 50: ``float32_array * 2.0`` stays float32). The impls are NumPy ufuncs, which
