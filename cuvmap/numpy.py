@@ -3,9 +3,12 @@
 Every function here is a composite of :mod:`cuvmap.lax` primitives and adds no primitive
 of its own, so it is transformable by construction. Arrays stay plain ``numpy.ndarray``
 or ``cupy.ndarray``. This module also gives tracers their operators and methods
-(``+ - * / ** @``, comparisons, indexing, ``.T``, ``.reshape``, ``.sum``, ...).
+(``+ - * / ** @``, comparisons, ``& | ^ ~ << >>``, indexing, ``.T``, ``.reshape``,
+``.sum``, ...), and holds ``cuvmap.numpy.linalg`` (``norm``, ``vector_norm``,
+``matrix_norm``, ``svd``, ``svdvals``).
 """
 import builtins
+import collections
 import sys
 import types
 
@@ -17,6 +20,7 @@ from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import sorting as lax_sorting
@@ -1172,10 +1176,39 @@ def einsum(subscripts, *operands, optimize=True):
 # ---------------------------------------------------------------------------------------
 
 
-def _svd_missing(ord):  # noqa: A002
-    return NotImplementedError(
-        f"norm: the matrix norm ord={ord!r} needs singular values (an SVD), which cuvmap has no primitive for; "
-        "ord=None/'fro', 1, -1, inf and -inf are available")
+SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
+
+
+def _as_inexact(x):
+    """Integers and booleans as float64 (NumPy's linalg and JAX promote them)."""
+    return x if core.is_float(x) else astype(x, np.float64)
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """``numpy.linalg.svd``: ``a = U @ diag(S) @ Vh`` for each matrix of a stack ``(..., m, n)``.
+
+    Returns ``SVDResult(U, S, Vh)`` (a named tuple, as NumPy 2's) or, with
+    ``compute_uv=False``, ``S`` alone (descending). ``hermitian=True`` is accepted and
+    computes the general SVD (also a valid SVD of a Hermitian matrix). Derivatives:
+    NOTE [svd's derivatives] in ``cuvmap/lax/linalg.py``: those of the singular values are
+    defined where they are distinct; those of ``U`` and ``Vh`` are undefined for repeated
+    singular values (they come out inf or NaN) and raise for ``full_matrices=True`` of a
+    non-square matrix (use ``full_matrices=False``).
+    """
+    a = _as_inexact(a)
+    if ndim(a) < 2:
+        raise ShapeError(f"svd: the array must have at least 2 dims (a stack of matrices), got shape {shape(a)}")
+    if not compute_uv:
+        return lax_linalg.svd(a, compute_uv=False)
+    return SVDResult(*lax_linalg.svd(a, full_matrices=full_matrices))
+
+
+_svd = svd  # for the functions below: ``svd`` itself leaves the top-level namespace
+
+
+def svdvals(x):
+    """``numpy.linalg.svdvals``: the singular values of each matrix of a stack, descending."""
+    return _svd(x, compute_uv=False)
 
 
 def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
@@ -1183,18 +1216,20 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
 
     Vector norms (``axis`` an int, or ``None`` for a 1-d array): ``ord`` ``None``/2 (the
     Euclidean norm), 1, ``inf``, ``-inf``, 0 (the count of nonzeros) or any other number
-    ``p`` (``(Σ|x|ᵖ)^(1/p)``). Matrix norms (``axis`` a pair, or ``None`` for a 2-d array):
-    ``None``/``'fro'``, 1, -1, ``inf``, ``-inf``; the spectral and nuclear norms (2, -2,
-    ``'nuc'``) need an SVD and raise. ``axis=None`` with ``ord=None`` is the 2-norm of
-    all elements.
+    ``p``, negative ones included (``(Σ|x|ᵖ)^(1/p)``). Matrix norms (``axis`` a pair, or
+    ``None`` for a 2-d array): ``None``/``'fro'`` (Frobenius), 1 / -1 (the largest /
+    smallest column sum of ``|x|``), ``inf`` / ``-inf`` (the same of the rows), 2 / -2 (the
+    largest / smallest singular value) and ``'nuc'`` (their sum). ``axis=None`` with
+    ``ord=None`` is the 2-norm of all elements.
 
     Derivatives follow JAX's: ord 1 and ``inf`` have the subgradient 0 at ``x = 0``; the
     2-norm and the Frobenius norm, ``sqrt(Σ x²)``, have none there and give NaN, as in
     JAX (write ``sqrt(sum(x * x) + eps)`` or the double-``where`` trick where zero inputs
-    occur).
+    occur); the singular-value norms differentiate through the SVD (NOTE [svd's
+    derivatives]): 2 and -2 where their singular value is simple, ``'nuc'`` where no
+    singular value is zero.
     """
-    if not core.is_float(x):
-        x = astype(x, np.float64)
+    x = _as_inexact(x)
     nd = ndim(x)
     if axis is None:
         if ord is None:
@@ -1214,10 +1249,17 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
     return _matrix_norm(x, ord, axes, keepdims)
 
 
+_norm = norm
+
+
+def _is_number(ord):  # noqa: A002
+    return isinstance(ord, (int, float, np.number)) and not isinstance(ord, (bool, np.bool_))
+
+
 def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
-    if ord is None or (isinstance(ord, (int, float, np.number)) and not isinstance(ord, bool) and ord == 2):
+    if ord is None or (_is_number(ord) and ord == 2):
         return ew.sqrt(sum(square(x), axes, keepdims))
-    if isinstance(ord, str) or isinstance(ord, bool) or not isinstance(ord, (int, float, np.number)):
+    if not _is_number(ord):
         raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
     if ord == np.inf:
         return max(ew.abs(x), axes, keepdims)
@@ -1232,12 +1274,19 @@ def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
 
 def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
     rows, cols = axes
-    if ord is None or ord == "fro":
+    if ord is None or (isinstance(ord, str) and ord == "fro"):
         return ew.sqrt(sum(square(x), axes, keepdims))
-    if ord in (2, -2, "nuc"):
-        raise _svd_missing(ord)
-    if isinstance(ord, bool) or ord not in (1, -1, np.inf, -np.inf):
-        raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 1, -1, inf or -inf)")
+    if (isinstance(ord, str) and ord == "nuc") or (_is_number(ord) and ord in (2, -2)):
+        # the singular values of the matrices in the (rows, cols) dims
+        rest = tuple(i for i in range(ndim(x)) if i not in axes)
+        s = lax_linalg.svd(lax_shape.transpose(x, rest + (rows, cols)), compute_uv=False)
+        if isinstance(ord, str):
+            out = sum(s, -1)
+        else:
+            out = max(s, -1) if ord == 2 else min(s, -1)
+        return lax_shape.expand_dims(out, tuple(sorted(axes))) if keepdims else out
+    if not _is_number(ord) or ord not in (1, -1, np.inf, -np.inf):
+        raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf)")
     # 1: the largest column sum of |x|; inf: the largest row sum
     summed, over = (rows, cols) if ord in (1, -1) else (cols, rows)
     sums = sum(ew.abs(x), summed, keepdims=True)
@@ -1245,10 +1294,170 @@ def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
     return out if keepdims else squeeze(out, axes)
 
 
-linalg = types.ModuleType("cuvmap.numpy.linalg", "``numpy.linalg``'s functions on arrays and tracers: ``norm``.")
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - NumPy's name
+    """``numpy.linalg.matrix_norm``: :func:`norm` of the matrices in the last two dims."""
+    return _norm(x, ord, (-2, -1), keepdims)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - NumPy's name
+    """``numpy.linalg.vector_norm``: the vector norm ``ord`` (as in :func:`norm`) over
+    ``axis``: an int, a tuple (those dims taken as one vector) or ``None`` (all of them)."""
+    x = _as_inexact(x)
+    axes = _axes(x, axis, "vector_norm")
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes, keepdims)
+    rest = tuple(i for i in range(ndim(x)) if i not in axes)
+    n = int(np.prod([shape(x)[i] for i in axes], dtype=np.int64))
+    flat = lax_shape.reshape(lax_shape.transpose(x, rest + axes), tuple(shape(x)[i] for i in rest) + (n,))
+    out = _vector_norm(flat, ord, (len(rest),), False)
+    return _keep(out, x, axes, keepdims)
+
+
+linalg = types.ModuleType("cuvmap.numpy.linalg", "``numpy.linalg``'s functions on arrays and tracers: ``norm``, "
+                          "``vector_norm``, ``matrix_norm``, ``svd`` and ``svdvals``.")
 linalg.norm = norm
+linalg.vector_norm = vector_norm
+linalg.matrix_norm = matrix_norm
+linalg.svd = svd
+linalg.svdvals = svdvals
+linalg.SVDResult = SVDResult
 sys.modules[linalg.__name__] = linalg
-del norm
+del norm, vector_norm, matrix_norm, svd, svdvals
+
+
+# ---------------------------------------------------------------------------------------
+# Bitwise and logical functions
+# ---------------------------------------------------------------------------------------
+
+# NOTE [bitwise operators on traced values]
+# ``& | ^ ~ << >>`` on traced values, and the functions below, run the primitives of
+# ``cuvmap/lax/bitwise.py`` with NumPy's semantics: integers and booleans only (a float
+# operand raises TypeError, as in NumPy and JAX), NumPy's promotion with weakly typed
+# Python ints (``uint8_tracer & 0xF0`` stays uint8), ``>>`` arithmetic on signed integers
+# and logical on unsigned ones, and shifts by the bit width or more give 0 (or -1 for a
+# negative signed ``x >> k``), as NumPy's do. Their results are integers or booleans and
+# carry no derivative (the primitives are ``differentiable=False``): a float function
+# that computes an integer mask or index with them on the side differentiates as usual.
+
+
+def _dtype_operand(x):
+    """A Python int or bool as itself (weakly typed, NEP 50), else the dtype."""
+    return x if type(x) in (int, bool) else core.dtype_of(x)
+
+
+def _check_integer_operands(name, xs, kinds="biu", what="integers or booleans"):
+    dtypes = [core.dtype_of(x) for x in xs]
+    if builtins.any(d.kind not in kinds for d in dtypes):
+        raise TypeError(f"{name}: operands must be {what}, got " + " and ".join(str(d) for d in dtypes))
+
+
+def _bitwise_binary(name, fn):
+    def op(x, y):
+        _check_integer_operands(name, (x, y))
+        return fn(x, y)
+
+    op.__name__ = name
+    op.__doc__ = f"``numpy.{name}`` on integers and booleans (NOTE [bitwise operators on traced values])."
+    return op
+
+
+bitwise_and = _bitwise_binary("bitwise_and", lax.bitwise_and)
+bitwise_or = _bitwise_binary("bitwise_or", lax.bitwise_or)
+bitwise_xor = _bitwise_binary("bitwise_xor", lax.bitwise_xor)
+
+
+def bitwise_not(x):
+    """``~x``: the bits of an integer flipped, the negation of a boolean."""
+    _check_integer_operands("bitwise_not", (x,))
+    return lax.bitwise_not(x)
+
+
+invert = bitwise_invert = bitwise_not
+
+
+def _shift_operands(name, x, y):
+    """``(x, y)`` in their common integer dtype (NumPy's promotion; two booleans shift as
+    int8, as NumPy's loop does); TypeError for floats or for dtypes with no common integer
+    dtype (int64 and uint64)."""
+    _check_integer_operands(name, (x, y))
+    dtype = np.result_type(_dtype_operand(x), _dtype_operand(y))
+    if dtype == np.bool_:
+        dtype = np.dtype(np.int8)
+    if dtype.kind not in "iu":
+        raise TypeError(f"{name}: {core.dtype_of(x)} and {core.dtype_of(y)} have no common integer dtype "
+                        f"(NumPy promotes them to {dtype}); cast one of them")
+
+    def cast(v, shifted):
+        if type(v) in (int, bool):
+            # a Python amount stays weakly typed; a Python int to shift takes the dtype
+            # (as a NumPy scalar, which CuPy accepts beside its arrays)
+            return dtype.type(v) if shifted else int(v)
+        return v if core.dtype_of(v) == dtype else ew.convert_element_type(v, dtype)
+
+    return cast(x, True), cast(y, False), dtype
+
+
+def left_shift(x, y):
+    """``x << y`` (``numpy.left_shift``): 0 where ``y`` is the bit width or more."""
+    x, y, _ = _shift_operands("left_shift", x, y)
+    return lax.shift_left(x, y)
+
+
+def right_shift(x, y):
+    """``x >> y`` (``numpy.right_shift``): arithmetic (the sign bit fills in) for signed
+    integers, logical (zeros fill in) for unsigned ones."""
+    x, y, dtype = _shift_operands("right_shift", x, y)
+    if dtype.kind == "i":
+        return lax.shift_right_arithmetic(x, y)
+    return lax.shift_right_logical(x, y)
+
+
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+
+
+def _is_bool(x):
+    return core.dtype_of(x) == np.bool_
+
+
+def logical_not(x):
+    """``not x`` elementwise (a boolean); nonzero counts as True."""
+    return ew.eq(x, False) if _is_bool(x) else ew.eq(x, 0)
+
+
+def logical_and(x, y):
+    """``x and y`` elementwise (a boolean); nonzero counts as True."""
+    return ew.select(ew.ne(x, 0), ew.ne(y, 0), False)
+
+
+def logical_or(x, y):
+    """``x or y`` elementwise (a boolean); nonzero counts as True."""
+    return ew.select(ew.ne(x, 0), True, ew.ne(y, 0))
+
+
+def logical_xor(x, y):
+    """Exactly one of ``x`` and ``y`` nonzero, elementwise (a boolean)."""
+    return ew.ne(ew.ne(x, 0), ew.ne(y, 0))
+
+
+def _operator(symbol, fn, reflected=False):
+    """The tracer method of operator ``symbol``: ``fn`` with errors that name the operator."""
+    name = fn.__name__
+
+    def method(self, other):
+        x, y = (other, self) if reflected else (self, other)
+        try:
+            return fn(x, y)
+        except TypeError as err:
+            raise TypeError(str(err).replace(f"{name}:", f"{name} (operator {symbol}):", 1)) from None
+
+    return method
+
+
+def _invert_operator(self):
+    try:
+        return bitwise_not(self)
+    except TypeError as err:
+        raise TypeError(str(err).replace("bitwise_not:", "bitwise_not (operator ~):", 1)) from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -1366,43 +1575,6 @@ def _is_bool(x):
     return core.dtype_of(x) == np.bool_
 
 
-def logical_not(x):
-    """``~x`` for booleans; nonzero counts as True."""
-    return ew.eq(x, False) if _is_bool(x) else ew.eq(x, 0)
-
-
-def logical_and(x, y):
-    return ew.select(ew.ne(x, 0), ew.ne(y, 0), False)
-
-
-def logical_or(x, y):
-    return ew.select(ew.ne(x, 0), True, ew.ne(y, 0))
-
-
-def logical_xor(x, y):
-    return ew.ne(ew.ne(x, 0), ew.ne(y, 0))
-
-
-def _boolean_op(name, fn):
-    """``&``, ``|``, ``^`` on boolean tracers (there are no integer bitwise primitives)."""
-
-    def op(x, y):
-        if not (_is_bool(x) and _is_bool(y)):
-            raise TypeError(
-                f"operator {name} is supported on boolean traced values only, got {core.dtype_of(x)} "
-                f"and {core.dtype_of(y)}; use cuvmap.numpy.logical_* for truth values"
-            )
-        return fn(x, y)
-
-    return op
-
-
-def _invert(x):
-    if not _is_bool(x):
-        raise TypeError(f"operator ~ is supported on boolean traced values only, got {core.dtype_of(x)}")
-    return logical_not(x)
-
-
 def _setitem(self, index, value):
     raise TypeError(
         "traced values are immutable: item assignment is not supported; build the result with "
@@ -1426,10 +1598,12 @@ _TRACER_METHODS = {
     "__eq__": equal, "__ne__": not_equal,
     "__getitem__": getitem, "__setitem__": _setitem,
     "reshape": _tracer_reshape, "transpose": _tracer_transpose,
-    "__and__": _boolean_op("&", logical_and), "__rand__": _swap(_boolean_op("&", logical_and)),
-    "__or__": _boolean_op("|", logical_or), "__ror__": _swap(_boolean_op("|", logical_or)),
-    "__xor__": _boolean_op("^", logical_xor), "__rxor__": _swap(_boolean_op("^", logical_xor)),
-    "__invert__": _invert,
+    "__and__": _operator("&", bitwise_and), "__rand__": _operator("&", bitwise_and, True),
+    "__or__": _operator("|", bitwise_or), "__ror__": _operator("|", bitwise_or, True),
+    "__xor__": _operator("^", bitwise_xor), "__rxor__": _operator("^", bitwise_xor, True),
+    "__lshift__": _operator("<<", left_shift), "__rlshift__": _operator("<<", left_shift, True),
+    "__rshift__": _operator(">>", right_shift), "__rrshift__": _operator(">>", right_shift, True),
+    "__invert__": _invert_operator,
     "sum": _tracer_sum, "mean": _tracer_mean, "var": _tracer_var, "std": _tracer_std,
     "max": _tracer_extremum(max), "min": _tracer_extremum(min),
     "argmax": _tracer_arg(argmax), "argmin": _tracer_arg(argmin), "astype": astype, "ravel": ravel,

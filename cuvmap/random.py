@@ -17,21 +17,30 @@ Every draw hashes counters ``0 .. n-1`` under its key with Threefry-2x32
 Under ``vmap`` over keys the hash runs once for the whole batch, never in a loop, and
 gives example ``b`` exactly the numbers that a call with ``keys[b]`` gives. The bits are
 identical on the CPU (NumPy) and the GPU (CuPy): they are integer arithmetic. So are the
-draws of ``uniform``, ``bernoulli`` and ``randint`` (exact float operations on those
-bits); ``normal`` applies ``log`` and ``cos``, whose last bit may differ between NumPy's
-and CUDA's math libraries.
+draws of ``uniform``, ``bernoulli``, ``randint``, ``permutation`` and ``choice`` without
+``p`` (exact float operations and sorts of those bits); ``normal``, ``truncated_normal``,
+``gumbel``, ``categorical`` and ``choice`` with ``p`` apply ``erf_inv``, ``erf`` or
+``log``, whose last bit may differ between cuvmap's CPU kernels and CUDA's.
 
-JAX compatibility: ``key``, ``split``, ``fold_in``, ``bits``, ``uniform``, ``bernoulli``
-and ``randint`` follow JAX's algorithms with ``jax_threefry_partitionable=True`` (JAX's
-default since 0.5), with JAX's 64-bit seeds (as under ``jax_enable_x64``), so they are
-meant to give JAX's numbers for the same key; the tests check the hash against the
+Draws: ``bits``, ``uniform``, ``normal``, ``truncated_normal``, ``bernoulli``, ``randint``,
+``gumbel``, ``categorical``, ``permutation`` and ``choice``, each a composite of
+primitives, so every one is vectorised over keys under ``vmap`` and staged by ``jit``.
+
+JAX compatibility: every draw follows JAX's algorithm with
+``jax_threefry_partitionable=True`` (JAX's default since 0.5) and JAX's 64-bit seeds (as
+under ``jax_enable_x64``): ``key``, ``split``, ``fold_in``, ``bits``, ``uniform``,
+``bernoulli``, ``randint`` and the sort-based ``permutation`` (and ``choice`` built on
+them) are meant to give JAX's numbers for the same key; ``normal`` (``√2 · erf_inv`` of a
+uniform draw), ``truncated_normal``, ``gumbel`` and ``categorical`` JAX's numbers up to the
+last bits of ``erf_inv``, ``erf`` and ``log``. The tests check the hash against the
 Random123 vectors and ``split`` against JAX's documented splits of key 0 (JAX itself is
-not a dependency). ``normal`` uses the Box–Muller transform of two uniform draws (JAX
-inverts ``erf``): the same distribution, not JAX's stream.
+not a dependency). ``shuffle``, deprecated in JAX, is left out: use ``permutation``.
 
-Derivatives: draws take no float inputs except the bounds of ``uniform`` (differentiable,
-as in JAX) and the probability of ``bernoulli`` (a comparison: zero derivative); keys and
-bits are integers. Nothing here needs a rule of its own.
+Derivatives: the float inputs of draws are differentiable as in JAX — the bounds of
+``uniform`` and ``truncated_normal``, the array that ``permutation`` and ``choice`` gather
+from — while the probability of ``bernoulli`` (a comparison) and the logits of
+``categorical`` (an argmax) give integer or boolean results with zero derivative; keys
+and bits are integers. Nothing here needs a rule of its own.
 """
 import math
 
@@ -39,7 +48,11 @@ import numpy as np
 
 from cuvmap import backend, config, core
 from cuvmap.lax import bitwise, elementwise as ew
+from cuvmap.lax import cumulative as lax_cumulative
+from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 from cuvmap.lax.prng import threefry2x32  # noqa: F401  (re-exported)
 
 U32 = np.dtype(np.uint32)
@@ -186,9 +199,16 @@ def _float_dtype(dtype, what):
     return dtype
 
 
+def _is_scalar(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
 def _bound(value, dtype, shape, what, name):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+    """A bound as a Python float rounded to ``dtype`` (weakly typed: it keeps the draw's
+    dtype, and it is a constant on every device), or an array of ``dtype`` that
+    broadcasts to ``shape``."""
+    if _is_scalar(value):
+        return float(np.asarray(value).astype(dtype))
     s = core.shape_of(value)
     try:
         ok = np.broadcast_shapes(s, shape) == shape
@@ -228,12 +248,18 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
         return floats
     lo = _bound(minval, dtype, shape, "uniform", "minval")
     hi = _bound(maxval, dtype, shape, "uniform", "maxval")
-    return ew.max(lo, ew.add(ew.mul(floats, ew.sub(hi, lo)), lo))
+    if type(lo) is float and type(hi) is float:
+        with np.errstate(over="ignore", invalid="ignore"):
+            span = float(np.asarray(hi, dtype) - np.asarray(lo, dtype))  # in the draw's dtype, as JAX
+    else:
+        span = ew.sub(hi, lo)
+    return ew.max(lo, ew.add(ew.mul(floats, span), lo))
 
 
 def normal(key, shape=(), dtype=None):
-    """Standard normal floats, by the Box–Muller transform of two uniform draws from the
-    two keys of ``split(key)``: ``sqrt(-2 log(1 - u1)) · cos(2π u2)``.
+    """Standard normal floats by inversion, as JAX draws them: ``√2 · erf_inv(u)`` for ``u``
+    uniform in ``(−1, 1)`` (``uniform`` on ``[nextafter(−1, 0), 1)``), so that ``−1``, whose
+    ``erf_inv`` is ``−inf``, is never drawn.
 
     Args:
       key: a key.
@@ -243,11 +269,70 @@ def normal(key, shape=(), dtype=None):
     k = _check_key(key, "normal")
     dtype = _float_dtype(dtype, "normal")
     shape = _shape(shape, "normal")
-    keys = split(k)
-    u1 = uniform(keys[0], shape, dtype)
-    u2 = uniform(keys[1], shape, dtype)
-    radius = ew.sqrt(ew.mul(ew.log1p(ew.neg(u1)), -2.0))
-    return ew.mul(radius, ew.cos(ew.mul(u2, 2 * math.pi)))
+    lo = float(np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype)))
+    u = uniform(k, shape, dtype, lo, 1.0)
+    return ew.mul(ew.erf_inv(u), math.sqrt(2))
+
+
+def truncated_normal(key, lower, upper, shape=None, dtype=None):
+    """Standard normal floats conditioned on ``lower < x < upper``, by inversion (JAX's
+    algorithm): ``√2 · erf_inv(u)`` for ``u`` uniform between ``erf(lower / √2)`` and
+    ``erf(upper / √2)``, clipped to the open interval (the next floats inside the bounds) so
+    that rounding never reaches a bound. The bounds may be ``±inf``.
+
+    Args:
+      key: a key.
+      lower, upper: the bounds: scalars or arrays (traced ones too) that broadcast to ``shape``.
+      shape: the shape of the draw (the bounds' broadcast shape when ``None``).
+      dtype: a float dtype (``cuvmap.config.default_float`` when ``None``).
+    Returns:
+      an array of ``shape``, differentiable with respect to the bounds (as in JAX: the
+      draw moves with them for fixed random bits).
+    """
+    k = _check_key(key, "truncated_normal")
+    dtype = _float_dtype(dtype, "truncated_normal")
+    if shape is None:
+        shape = tuple(np.broadcast_shapes(core.shape_of(lower), core.shape_of(upper)))
+    shape = _shape(shape, "truncated_normal")
+    lower = _bound_array(_as_float(lower, "truncated_normal", "lower"), dtype, k)
+    upper = _bound_array(_as_float(upper, "truncated_normal", "upper"), dtype, k)
+    sqrt2 = math.sqrt(2)
+    a = ew.erf(ew.div(lower, sqrt2))
+    b = ew.erf(ew.div(upper, sqrt2))
+    u = uniform(k, shape, dtype, a, b)
+    out = ew.mul(ew.erf_inv(u), sqrt2)
+    low = _next_float(ew.stop_gradient(lower), up=True)
+    high = _next_float(ew.stop_gradient(upper), up=False)
+    return ew.min(ew.max(out, low), high)
+
+
+def _bound_array(value, dtype, k):
+    """``value`` as an array of ``dtype``; a Python scalar on ``k``'s device."""
+    if _is_scalar(value):
+        return backend.xp_of(k).asarray(value, dtype=dtype)
+    return ew.convert_element_type(value, dtype)
+
+
+def _as_float(value, what, name):
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value, dtype=config.default_float)
+    if not isinstance(value, (int, float)) and core.dtype_of(value).kind not in "biuf":
+        raise TypeError(f"random.{what}: {name} must be real numbers, got {core.dtype_of(value)}")
+    return value
+
+
+def _next_float(x, up):
+    """``numpy.nextafter(x, ±inf)`` of a float array, from its bits: a step of one in the
+    sign-magnitude bit pattern, away from zero going outward (``x > 0`` going up), toward
+    it going inward; ``±0`` steps to the smallest subnormal of the direction's sign;
+    ``−inf`` goes up to the most negative finite float and ``inf`` down to the largest."""
+    dtype = core.dtype_of(x)
+    ints = np.dtype(f"int{dtype.itemsize * 8}")
+    bits_ = bitwise.bitcast_convert_type(x, ints)
+    step = ew.select(ew.gt(x, 0), 1, -1) if up else ew.select(ew.gt(x, 0), -1, 1)
+    moved = bitwise.bitcast_convert_type(ew.add(bits_, ew.convert_element_type(step, ints)), dtype)
+    tiny = np.array(1, ints).view(dtype).item()  # the smallest subnormal
+    return ew.select(ew.eq(x, 0), tiny if up else -tiny, moved)
 
 
 def bernoulli(key, p=0.5, shape=None):
@@ -324,3 +409,218 @@ def _int_bound(value, dtype, shape, name):
         raise ValueError(f"random.randint: {name} must be an integer or an integer array, got {core.dtype_of(value)}")
     _bound(value, dtype, shape, "randint", name)
     return ew.convert_element_type(value, dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Categorical draws and permutations
+# ---------------------------------------------------------------------------------------
+
+
+def gumbel(key, shape=(), dtype=None):
+    """Standard Gumbel floats: ``−log(−log(u))`` for ``u`` uniform in ``[tiny, 1)`` (the
+    smallest normal float up to 1; JAX's ``mode='low'``).
+
+    Args:
+      key: a key.
+      shape: the shape of the draw.
+      dtype: a float dtype (``cuvmap.config.default_float`` when ``None``).
+    """
+    k = _check_key(key, "gumbel")
+    dtype = _float_dtype(dtype, "gumbel")
+    u = uniform(k, _shape(shape, "gumbel"), dtype, float(np.finfo(dtype).tiny), 1.0)
+    return ew.neg(ew.log(ew.neg(ew.log(u))))
+
+
+def _float_operand(x, what, name):
+    """``x`` as a float array: Python sequences and non-float arrays in
+    ``cuvmap.config.default_float``, float arrays (and tracers) as they are."""
+    if isinstance(x, (list, tuple, int, float)) and not isinstance(x, bool):
+        return np.asarray(x, dtype=config.default_float)
+    dtype = core.dtype_of(x)
+    if dtype.kind == "f":
+        return x
+    if dtype.kind not in "biu":
+        raise TypeError(f"random.{what}: {name} must be real numbers, got {dtype}")
+    return ew.convert_element_type(x, config.default_float)
+
+
+def categorical(key, logits, axis=-1, shape=None):
+    """Indices drawn with probabilities ``softmax(logits)`` along ``axis``, by the Gumbel-max
+    trick (JAX's algorithm): ``argmax(logits + gumbel noise, axis)``.
+
+    Args:
+      key: a key.
+      logits: unnormalized log-probabilities (``-inf`` for impossible categories); the
+        other dims are a batch of distributions.
+      axis: the axis of the categories.
+      shape: the shape of the draw: the batch shape (``logits.shape`` without ``axis``,
+        the default) or any shape that ends with it (leading dims are more independent
+        draws from the same distributions).
+    Returns:
+      int64 indices of ``shape``; no derivative.
+    """
+    k = _check_key(key, "categorical")
+    logits = _float_operand(logits, "categorical", "logits")
+    lshape = core.shape_of(logits)
+    nd = len(lshape)
+    if nd == 0:
+        raise ValueError("random.categorical: logits must have at least one dim (the categories)")
+    if not -nd <= int(axis) < nd:
+        raise ValueError(f"random.categorical: axis {axis} is out of range for logits of shape {lshape}")
+    axis = int(axis) % nd
+    batch = lshape[:axis] + lshape[axis + 1:]
+    shape = batch if shape is None else _shape(shape, "categorical")
+    if len(shape) < len(batch) or shape[len(shape) - len(batch):] != batch:
+        raise ValueError(f"random.categorical: shape {shape} must end with the batch shape {batch} of logits "
+                         f"{lshape} without axis {axis}")
+    prefix = shape[:len(shape) - len(batch)]
+    noise_shape = prefix + lshape
+    noise = gumbel(k, noise_shape, core.dtype_of(logits))
+    return lax_reduction.argmax(ew.add(noise, logits), len(prefix) + axis)
+
+
+def _shuffle(k, x, axis):
+    """``x`` shuffled along ``axis``, each slice along the other dims independently: JAX's
+    sort-based shuffle. Each round sorts by fresh 32-bit random keys (a stable sort, so a
+    tie keeps the previous round's order); ``⌈3 ln(size) / ln(2³² − 1)⌉`` rounds (one for
+    up to 1625 elements) make the chance of any tie in the last round's keys negligible,
+    and the permutation uniform up to it."""
+    size = math.prod(core.shape_of(x))
+    rounds = int(np.ceil(3 * np.log(max(1, size)) / np.log(np.iinfo(np.uint32).max)))
+    for _ in range(rounds):  # a static number of sorts of the whole array
+        keys = split(k)
+        k, sub = keys[0], keys[1]
+        perm = lax_sorting.argsort(bits(sub, core.shape_of(x), U32), axis)
+        x = lax_sorting.permute_along(x, perm, axis)
+    return x
+
+
+def _static_size(x, what):
+    """``x`` as a Python int when it is a (0-d) integer, else ``None``."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"random.{what}: expected an integer or an array, got a bool")
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if core.shape_of(x) != ():
+        return None
+    if isinstance(x, core.Tracer):
+        raise TypeError(f"random.{what}: a 0-d traced value cannot give the size of the population: its value "
+                        "is not known to Python; pass a Python int (the size is static)")
+    if core.dtype_of(x).kind not in "iu":
+        raise TypeError(f"random.{what}: a 0-d argument must be an integer (a size), got {core.dtype_of(x)}")
+    return int(x)
+
+
+def _axis_of(x, axis, what):
+    nd = len(core.shape_of(x))
+    if not -nd <= int(axis) < nd:
+        raise ValueError(f"random.{what}: axis {axis} is out of range for an array of shape {core.shape_of(x)}")
+    return int(axis) % nd
+
+
+def permutation(key, x, axis=0, independent=False):
+    """A random permutation (JAX's algorithm, :func:`_shuffle`).
+
+    Args:
+      key: a key.
+      x: an int ``n`` (a permutation of ``arange(n)``) or an array, shuffled along ``axis``.
+      axis: the axis to shuffle.
+      independent: with ``False`` (the default) every slice along ``axis`` moves together
+        (the rows of a matrix keep their contents); with ``True`` each 1-d slice along
+        ``axis`` is shuffled on its own.
+    Returns:
+      the shuffled array (int64 for an int ``x``); differentiable in ``x`` (a gather).
+
+    Example: ``random.permutation(key, 5)`` is a reordering of ``[0, 1, 2, 3, 4]``.
+    """
+    k = _check_key(key, "permutation")
+    n = _static_size(x, "permutation")
+    if n is not None:
+        if n < 0:
+            raise ValueError(f"random.permutation: the size must be nonnegative, got {n}")
+        return _shuffle(k, backend.xp_of(k).arange(n, dtype=np.int64), 0)
+    axis = _axis_of(x, axis, "permutation")
+    if independent or len(core.shape_of(x)) == 1:
+        return _shuffle(k, x, axis)
+    n = core.shape_of(x)[axis]
+    order = _shuffle(k, backend.xp_of(k).arange(n, dtype=np.int64), 0)
+    return lax_indexing.take(x, order, axis)
+
+
+def _searchsorted_left(sorted_values, v):
+    """For each element of ``v``: the count of ``sorted_values`` (1-d, ascending) below it,
+    i.e. ``numpy.searchsorted(sorted_values, v, side='left')``, by a binary search of
+    ``⌈log₂(n + 1)⌉`` vectorized steps (gathers and compares of all of ``v`` at once)."""
+    n = core.shape_of(sorted_values)[0]
+    lo = core.full_like_concrete(v, 0, dtype=np.int64)
+    hi = core.full_like_concrete(v, n, dtype=np.int64)
+    for _ in range(max(1, math.ceil(math.log2(n + 1)))):
+        mid = ew.floor_divide(ew.add(lo, hi), 2)
+        probe = lax_indexing.take(sorted_values, ew.min(mid, n - 1), 0)
+        right = ew.lt(probe, v)
+        lo = ew.select(right, ew.add(mid, 1), lo)
+        hi = ew.select(right, hi, mid)
+    return lo
+
+
+def choice(key, a, shape=(), replace=True, p=None, axis=0):
+    """Random elements of ``a`` (JAX's algorithms).
+
+    Args:
+      key: a key.
+      a: an int ``n`` (draw from ``arange(n)``) or an array (draw slices along ``axis``).
+      shape: the shape of the draw.
+      replace: draw with replacement (independent draws) or without (distinct elements).
+      p: the probabilities of the elements (a 1-d array of the population's size, summing
+        to 1 up to rounding: it is normalized by its sum), or ``None`` for uniform.
+      axis: the axis of ``a`` to draw along.
+    Returns:
+      ``shape`` indices for an int ``a``, else ``a.shape[:axis] + shape + a.shape[axis+1:]``.
+
+    Uniform with replacement is ``randint``; uniform without replacement the first
+    elements of a ``permutation``; weighted with replacement inverts the cumulative sums of
+    ``p`` (a vectorized binary search); weighted without replacement takes the top
+    ``size`` of ``log p`` plus Gumbel noise (the Gumbel-top-k trick, which draws without
+    replacement with probabilities proportional to ``p``).
+    """
+    k = _check_key(key, "choice")
+    shape = _shape(shape, "choice")
+    n = _static_size(a, "choice")
+    if n is None:
+        axis = _axis_of(a, axis, "choice")
+        n = core.shape_of(a)[axis]
+        out_shape = core.shape_of(a)[:axis] + shape + core.shape_of(a)[axis + 1:]
+    else:
+        out_shape = shape
+    draws = math.prod(shape)
+    if draws == 0:
+        dtype = np.int64 if isinstance(a, (int, np.integer)) or core.shape_of(a) == () else core.dtype_of(a)
+        return backend.xp_of(k).zeros(out_shape, dtype=dtype)
+    if n <= 0:
+        raise ValueError("random.choice: the population a must not be empty unless no samples are taken")
+    if not replace and draws > n:
+        raise ValueError(f"random.choice: cannot take a larger sample ({draws}) than the population ({n}) "
+                         "with replace=False")
+    scalar = isinstance(a, (int, np.integer)) or core.shape_of(a) == ()
+    if p is None:
+        if replace:
+            ind = randint(k, shape, 0, n)
+        else:
+            ind = lax_shape.reshape(lax_indexing.slice_in_dim(permutation(k, n), 0, draws, 0), shape)
+    else:
+        p = _float_operand(p, "choice", "p")
+        if core.shape_of(p) != (n,):
+            raise ValueError(f"random.choice: p must have the shape ({n},) of the population, got {core.shape_of(p)}")
+        dtype = core.dtype_of(p)
+        if replace:
+            p_cuml = lax_cumulative.cumsum(p, 0)
+            total = lax_shape.reshape(lax_indexing.slice_in_dim(p_cuml, n - 1, n, 0), ())
+            r = ew.mul(total, ew.sub(1.0, uniform(k, shape, dtype)))
+            ind = _searchsorted_left(p_cuml, r)
+        else:
+            g = ew.add(gumbel(k, (n,), dtype), ew.log(p))
+            top = lax_indexing.slice_in_dim(lax_sorting.argsort(ew.neg(g), 0), 0, draws, 0)
+            ind = lax_shape.reshape(top, shape)
+    if scalar:
+        return ind
+    return lax_shape.reshape(lax_indexing.take(a, ind, axis), out_shape)

@@ -95,6 +95,7 @@ def _values(rng, domain, shape, dtype):
     """Values for a domain:
 
     - ``real``: standard normal; ``positive``: in [0.5, 2]; ``nonzero``: ±[0.5, 2];
+      ``unit``: in [-0.9, 0.9] (inside erf_inv's domain);
     - ``grid0`` / ``grid_half``: near the integers / near the half-integers (two operands
       drawn from these never tie: max/min stay away from their kink);
     - ``distinct``: all values at least 0.2 apart (no ties in max/argmax reductions);
@@ -136,6 +137,8 @@ def _values(rng, domain, shape, dtype):
         # for x // y and x % y with x from "grid_half" (|x| in [0.4, 3.6]): |x / y| stays
         # below 1 and 0.1 away from the jumps at x / y = −1, 0 and 1
         v = rng.uniform(3.7, 3.9, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    elif domain == "unit":
+        v = rng.uniform(-0.9, 0.9, size=shape)
     elif domain == "grid0":
         v = rng.integers(-3, 4, size=shape) + rng.uniform(-0.1, 0.1, size=shape)
     elif domain == "grid_half":
@@ -361,6 +364,9 @@ def _rows_elementwise():
         prim_row("asinh", p.asinh_p, {}, lax.asinh, np.arcsinh, [A(3, 4)], dtypes=NUMERIC),
         # the reference is Python's math.erf, one element at a time
         prim_row("erf", p.erf_p, {}, lax.erf, ref_erf, [A(3, 4)], dtypes=NUMERIC, tol64=(1e-15, 1e-15)),
+        # the reference inverts math.erf by bisection, one element at a time
+        prim_row("erf_inv", p.erf_inv_p, {}, lax.erf_inv, ref_erf_inv, [A(3, 4, domain="unit")],
+                 tol64=(2e-15, 0), grad_eps=2e-5),
         # near the half-integers (floor, ceil) and away from them (round): no jumps nearby
         prim_row("floor", p.floor_p, {}, lax.floor, np.floor, [A(3, 4, domain="grid_half")]),
         prim_row("ceil", p.ceil_p, {}, lax.ceil, np.ceil, [A(3, 4, domain="grid_half")]),
@@ -374,6 +380,28 @@ def _rows_elementwise():
 def ref_erf(x):
     out = np.vectorize(math.erf, otypes=[np.float64])(x)
     return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _erf_inv_one(y):
+    """The x with math.erf(x) = y, by bisection on [0.88 |y|, |y|] (erf_inv(y) / y grows
+    from √π/2 ≈ 0.886 at 0 to 0.95 at |y| = 0.5) or, for |y| ≥ 0.5, on math.erfc(x) = 1 − |y|
+    (exact there), which keeps the tails accurate."""
+    if y == 0:
+        return y
+    a = abs(y)
+    lo, hi = (0.88 * a, a) if a < 0.5 else (0.4, 30.0)
+    while True:
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            return math.copysign(mid, y)
+        if (math.erf(mid) < a) if a < 0.5 else (math.erfc(mid) > 1 - a):
+            lo = mid
+        else:
+            hi = mid
+
+
+def ref_erf_inv(x):
+    return np.vectorize(_erf_inv_one, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype)
 
 
 def _cumsum_ref(axis, reverse=False):
@@ -508,8 +536,81 @@ def _dot_row(name, dn, subscripts, x_shape, y_shape, **kw):
         [A(*x_shape), A(*y_shape)], **kw)
 
 
+def svd_shift(x):
+    """A fixed matrix with well-separated singular values (2k + 1, ..., 5, 3), to add to a
+    standard normal ``x`` scaled by 0.3 (whose spectral norm stays well below 1): the
+    singular values of the sum keep apart from each other and from 0 (Weyl), as the
+    derivatives of the SVD need (NOTE [svd's derivatives])."""
+    m, n = np.shape(x)[-2:]
+    k = min(m, n)
+    d = np.zeros((m, n), dtype=x.dtype)
+    d[np.arange(k), np.arange(k)] = 2.0 * np.arange(k, 0, -1) + 1
+    return d
+
+
+def separated(x):
+    return 0.3 * x + svd_shift(x)
+
+
+def signed_svd(m, u, s, vh):
+    """The singular pairs with a fixed sign (the sign of the largest-magnitude entry of
+    each column of ``u`` made positive, the row of ``vh`` flipped with it), so that
+    decompositions from different LAPACK calls or devices compare; ``m`` is
+    ``cuvmap.numpy`` or ``numpy``."""
+    k = np.shape(s)[-1]
+    uk = u[..., :k]
+    idx = m.argmax(m.abs(uk), axis=-2)
+    sign = m.sign(m.take_along_axis(uk, idx[..., None, :], -2))  # (..., 1, k)
+    return uk * sign, s, vh[..., :k, :] * m.swapaxes(sign, -1, -2)
+
+
+def svd_parts(m, u, s, vh):
+    """The signed reduced parts of an SVD raveled into one vector, plus (for full
+    matrices of a non-square matrix) as many columns of the projector onto the completion
+    columns of U (rows of the one onto the completion rows of Vh) as the completion has
+    entries: any orthonormal completion shares them, and the vector has the size of the
+    packed output (NOTE [svd's one output])."""
+    lead = np.shape(s)[:-1]
+    k = np.shape(s)[-1]
+    us, s, vs = signed_svd(m, u, s, vh)
+    parts = [m.reshape(us, lead + (-1,)), s, m.reshape(vs, lead + (-1,))]
+    if np.shape(u)[-1] > k:
+        ue = u[..., k:]
+        projector = m.matmul(ue, m.swapaxes(ue, -1, -2))
+        parts.append(m.reshape(projector[..., :np.shape(ue)[-1]], lead + (-1,)))
+    if np.shape(vh)[-2] > k:
+        ve = vh[..., k:, :]
+        projector = m.matmul(m.swapaxes(ve, -1, -2), ve)
+        parts.append(m.reshape(projector[..., :np.shape(ve)[-2], :], lead + (-1,)))
+    return m.concatenate(parts, axis=-1)
+
+
+def _svd_row(name, shape, full_matrices, **kw):
+    return prim_row(
+        name, lax_linalg.svd_p, {"full_matrices": full_matrices, "compute_uv": True},
+        lambda x: svd_parts(cnp, *lax.svd(separated(x), full_matrices)),
+        lambda x: svd_parts(np, *np.linalg.svd(separated(x), full_matrices)),
+        [A(*shape)], tol32=(2e-5, 2e-6), **kw)
+
+
 def _rows_linalg():
     return [
+        prim_row("svd_values", lax_linalg.svd_p, {"full_matrices": False, "compute_uv": False},
+                 lambda x: lax.svd(separated(x), compute_uv=False),
+                 lambda x: np.linalg.svd(separated(x), compute_uv=False), [A(3, 4)], tol32=(2e-6, 0)),
+        # a stack: the batch dim of vmap lands among the leading dims or the matrix dims
+        prim_row("svd_values_stacked", lax_linalg.svd_p, {"full_matrices": False, "compute_uv": False},
+                 lambda x: lax.svd(separated(x), compute_uv=False),
+                 lambda x: np.linalg.svd(separated(x), compute_uv=False), [A(2, 4, 3)], tol32=(2e-6, 0)),
+        # U's projection term (m > n), V's (m < n), neither (square, full == reduced)
+        _svd_row("svd_tall", (4, 3), False),
+        _svd_row("svd_wide", (2, 4), False),
+        _svd_row("svd_square_full", (3, 3), True),
+        _svd_row("svd_stacked", (2, 3, 2), False),
+        # full matrices of a non-square matrix: values and vmap only (no derivative: the
+        # completion is arbitrary)
+        _svd_row("svd_full_tall", (4, 2), True, diff_argnums=()),
+        _svd_row("svd_full_wide", (2, 3), True, diff_argnums=()),
         _dot_row("dot_general_matmul", (((1,), (0,)), ((), ())), "ik,kj->ij", (3, 4), (4, 5),
                  dtypes=NUMERIC + (I32,)),
         _dot_row("dot_general_vector", (((0,), (0,)), ((), ())), "i,i->", (4,), (4,)),
@@ -949,6 +1050,19 @@ def _rows_bits():
                  [A(3, 4, domain="bits", dtype=I32), A(4, domain="shift", dtype=I32)], dtypes=(I32,)),
         prim_row("shift_right_logical_pyint", bp.shift_right_logical_p, {}, lax.shift_right_logical,
                  _elementwise_ref(lambda a, s: a >> s), [A(2, 3, **bits32), S(9)], dtypes=(U32,)),
+        # the sign bit fills in, also past the bit width (-1 or 0), and on unsigned
+        # integers (the top bit)
+        prim_row("shift_right_arithmetic_int32", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: a >> min(s, 31)),
+                 [A(3, 4, domain="bits", dtype=I32), A(4, domain="shift", dtype=I32)], dtypes=(I32,)),
+        prim_row("shift_right_arithmetic_int64", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: a >> min(s, 63)),
+                 [A(3, 4, domain="bits", dtype=I64), A(3, 1, domain="shift", dtype=I64)], dtypes=(I64,)),
+        prim_row("shift_right_arithmetic_uint32", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: _unsigned(_signed(a, 32) >> min(s, 31), 32)),
+                 [A(3, 4, **bits32), A(4, domain="shift", dtype=U32)], dtypes=(U32,)),
+        prim_row("shift_right_arithmetic_pyint", bp.shift_right_arithmetic_p, {}, lax.shift_right_arithmetic,
+                 _elementwise_ref(lambda a, s: a >> s), [A(2, 3, domain="bits", dtype=I64), S(7)], dtypes=(I64,)),
         prim_row("bitcast_u32_to_f32", bp.bitcast_convert_type_p, {"new_dtype": F32},
                  lambda x: lax.bitcast_convert_type(x, np.float32), _bitcast_ref("uint32", "float32"),
                  [A(3, 4, **bits32)], dtypes=(U32,)),
@@ -1093,7 +1207,12 @@ def _ref_cross_2d_3d(a, b):
 
 
 def _vector_norms(norm, x):
-    return [norm(x, o, 0) for o in (1, np.inf, -np.inf, 3, 0.5, 0)]
+    return [norm(x, o, 0) for o in (1, 2, np.inf, -np.inf, 3, 0.5, 0, -1, -2, -1.5)]
+
+
+def _singular_value_norms(norm, x):
+    x = separated(x)
+    return [norm(x, o, (1, 2)) for o in (2, -2, "nuc")] + [norm(x, "nuc", (2, 1)), norm(x, 2, (-1, -2))]
 
 
 def _matrix_norms(norm, x):
@@ -1153,6 +1272,20 @@ def _rows_numpy_functions():
             tol32=(1e-5, 1e-5)),
         Row("norm_matrix_ords", lambda x: cnp.stack(_matrix_norms(la.norm, x)),
             lambda x: np.stack(_matrix_norms(np.linalg.norm, x)), [A(3, 4, domain="distinct")]),
+        # the spectral norm, its negative (the smallest singular value) and the nuclear norm
+        Row("norm_singular_value_ords", lambda x: cnp.stack(_singular_value_norms(la.norm, x)),
+            lambda x: np.stack(_singular_value_norms(np.linalg.norm, x)), [A(2, 3, 4)], tol32=(2e-6, 0)),
+        Row("norm_singular_value_keepdims",
+            lambda x: la.norm(separated(x), 2, (0, 1), keepdims=True) * la.norm(separated(x), "nuc", keepdims=True),
+            lambda x: (np.linalg.norm(separated(x), 2, (0, 1), keepdims=True)
+                       * np.linalg.norm(separated(x), "nuc", keepdims=True)), [A(4, 3)], tol32=(2e-6, 0)),
+        Row("linalg_svd_stacked", lambda x: svd_parts(cnp, *la.svd(separated(x), full_matrices=False)),
+            lambda x: svd_parts(np, *np.linalg.svd(separated(x), full_matrices=False)), [A(2, 2, 3)],
+            tol32=(2e-5, 2e-6)),
+        Row("matrix_vector_norm",
+            lambda x: la.matrix_norm(separated(x), ord="nuc") + la.vector_norm(x, axis=(2, 1), ord=3),
+            lambda x: np.linalg.matrix_norm(separated(x), ord="nuc") + np.linalg.vector_norm(x, axis=(2, 1), ord=3),
+            [A(2, 3, 4, domain="nonzero")], tol32=(2e-6, 0)),
         Row("norm_keepdims", lambda x: la.norm(x, np.inf, (2, 0), keepdims=True) + la.norm(x, keepdims=True),
             lambda x: np.linalg.norm(x, np.inf, (2, 0), keepdims=True) + np.linalg.norm(x.ravel(), keepdims=True),
             [A(2, 3, 4, domain="distinct")]),
@@ -1168,7 +1301,44 @@ def _rows_numpy_functions():
     return rows
 
 
-COMPOSITE_ROWS = _rows_composite()
+def _bitwise_functions(m, x, y):
+    """Every bitwise function of ``m`` (``cuvmap.numpy`` or ``numpy``) on ``x`` and ``y``,
+    with Python ints and shifts past the bit width."""
+    k = m.remainder(y, 70) if m is cnp else y % 70  # amounts 0..69: some past 32 and 64
+    k = k if x.dtype.kind != "b" else y
+    return [m.bitwise_and(x, y), m.bitwise_or(x, 6), m.bitwise_xor(5, y), m.invert(x), m.bitwise_not(y),
+            m.left_shift(x, k), m.right_shift(x, k), m.right_shift(x, 3), m.left_shift(1, m.bitwise_and(y, 7))]
+
+
+def _bitwise_operators(x, y):
+    """The same through the operators (on tracers: cuvmap's; on arrays: NumPy's)."""
+    k = y % 70 if x.dtype.kind != "b" else y
+    return [x & y, x | 6, 5 ^ y, ~x, ~y, x << k, x >> k, x >> 3, 1 << (y & 7)]
+
+
+def _rows_bitwise():
+    INTS = (I64, I32, np.dtype(np.uint8), np.dtype(np.int8))
+    stack = lambda xs: np.stack(np.broadcast_arrays(*xs))  # noqa: E731
+    cstack = lambda xs: cnp.stack(cnp.broadcast_arrays(*xs))  # noqa: E731
+    return [
+        # the cuvmap.numpy functions against NumPy's operators on every bit pattern
+        Row("bitwise_functions", lambda x, y: cstack(_bitwise_functions(cnp, x, y)),
+            lambda x, y: stack(_bitwise_operators(x, y)), [A(3, 4, domain="bits"), A(4, domain="bits")],
+            dtypes=INTS + (BOOL,), differentiable=False),
+        # the operators of traced values (the vmap tests), against NumPy's functions
+        Row("bitwise_operators", lambda x, y: cstack(_bitwise_operators(x, y)),
+            lambda x, y: stack(_bitwise_functions(np, x, y)), [A(3, 4, domain="bits"), A(3, 1, domain="bits")],
+            dtypes=INTS, differentiable=False),
+        Row("logical_functions",
+            lambda x, y: cnp.stack([cnp.logical_and(x, y), cnp.logical_or(x, y), cnp.logical_xor(x, y),
+                                    cnp.broadcast_to(cnp.logical_not(y), (3, 4))]),
+            lambda x, y: np.stack([np.logical_and(x, y), np.logical_or(x, y), np.logical_xor(x, y),
+                                   np.broadcast_to(np.logical_not(y), (3, 4))]),
+            [A(3, 4, domain="ints"), A(4, domain="ints")], dtypes=ANY, differentiable=False),
+    ]
+
+
+COMPOSITE_ROWS = _rows_composite() + _rows_bitwise()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap
@@ -1184,8 +1354,9 @@ NESTED_SAMPLE = (
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",
-    "erf", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
-    "einsum_chain3", "norm_matrix_ords", "clip_array_bounds",
+    "erf", "erf_inv", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
+    "einsum_chain3", "norm_matrix_ords", "clip_array_bounds", "svd_values", "svd_tall", "svd_wide",
+    "norm_singular_value_ords", "bitwise_operators",
 )
 
 _names = [r.name for r in ALL_ROWS]

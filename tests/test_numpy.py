@@ -1,7 +1,9 @@
-"""``cuvmap.numpy`` beyond the op table: accuracy of erf over its whole range, derivatives at
-the points where a shortcut would fail (zeros of cumprod and prod, the kinks of norm,
-ties of sort and clip), einsum's contraction order and parsing, pad's modes against
-NumPy for many widths, and errors in the user's terms.
+"""``cuvmap.numpy`` beyond the op table: accuracy of erf and erf_inv over their whole
+ranges, derivatives at the points where a shortcut would fail (zeros of cumprod and prod,
+the kinks of norm, ties of sort and clip, repeated singular values), einsum's contraction
+order and parsing, pad's modes against NumPy for many widths, the SVD against NumPy's and
+its derivatives in closed form, the bitwise operators of traced integers against NumPy's,
+and errors in the user's terms.
 
 The op table (``op_table.py``) checks values, vmap, and derivatives against finite
 differences for every function; the references here are closed forms, loops and NumPy.
@@ -269,8 +271,11 @@ def test_norm_errors_and_namespace():
     from cuvmap.numpy import linalg
 
     assert la is linalg is cnp.linalg
-    with pytest.raises(NotImplementedError, match="ord=2 needs singular values"):
-        la.norm(np.ones((2, 2)), 2)
+    assert not hasattr(cnp, "norm") and not hasattr(cnp, "svd")
+    with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
+        la.norm(np.ones(3), "fro")
+    with pytest.raises(ShapeError, match="invalid ord 3 for a matrix norm"):
+        la.norm(np.ones((2, 2)), 3)
     with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
         la.norm(np.ones(3), "fro")
     with pytest.raises(ShapeError, match="norm: ord=1 needs axis for an array of shape"):
@@ -315,3 +320,239 @@ def test_cumulative_and_sorting_dtypes():
     np.testing.assert_array_equal(cnp.sort(np.ones((2, 0))), np.ones((2, 0)))
     with pytest.raises(NotImplementedError, match="order="):
         cnp.sort(i32, order="a")
+
+
+# ---------------------------------------------------------------------------------------
+# Bitwise operators on traced values (NOTE [bitwise operators on traced values])
+# ---------------------------------------------------------------------------------------
+
+BITWISE_OPERATORS = {
+    "&": lambda x, y: x & y, "|": lambda x, y: x | y, "^": lambda x, y: x ^ y,
+    "<<": lambda x, y: x << y, ">>": lambda x, y: x >> y,
+}
+
+
+def _bits(dtype, shape, seed):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64])
+@pytest.mark.parametrize("op", list(BITWISE_OPERATORS), ids=list(BITWISE_OPERATORS))
+def test_bitwise_operators_match_numpy_under_vmap_and_jit(op, dtype):
+    fn = BITWISE_OPERATORS[op]
+    bits = np.dtype(dtype).itemsize * 8
+    x = _bits(dtype, (5, 6), 0)
+    # shift amounts from 0 to past the bit width; other operands: every bit pattern
+    y = np.random.default_rng(1).integers(0, bits + 3, size=(6,)).astype(dtype) if op in ("<<", ">>") \
+        else _bits(dtype, (6,), 1)
+    want = fn(x, y)
+    for got in (cv.vmap(fn, in_axes=(0, None))(x, y), cv.vmap(fn, in_axes=(1, None))(x.T, y),
+                cv.jit(fn)(x, y), cv.vmap(cv.jit(fn), in_axes=(0, None))(x, y)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    # with a Python int on either side (weakly typed: the array's dtype stays)
+    for left, right in ((x, 3), (5, x % bits) if op in ("<<", ">>") else (5, x)):
+        want = fn(left, right)
+        got = cv.vmap(fn, in_axes=(0 if left is x else None, None if left is x else 0))(left, right)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_invert_and_booleans_match_numpy():
+    x = _bits(np.int16, (4, 5), 2)
+    b = x > 0
+    c = x % 3 == 0
+    fn = lambda x, b, c: (~x, ~b, b & c, b | True, b ^ c, c & x, b << 2, b >> c)  # noqa: E731
+    for got, want in zip(cv.vmap(fn)(x, b, c), fn(x, b, c), strict=True):
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(cv.jit(fn)(x, b, c), fn(x, b, c), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # the function names, NumPy 2's aliases included
+    y = _bits(np.int16, (5,), 3) % 16
+    for name, ref in [("bitwise_invert", np.invert), ("invert", np.invert), ("bitwise_not", np.invert)]:
+        np.testing.assert_array_equal(getattr(cnp, name)(x), ref(x))
+    for name, ref in [("bitwise_left_shift", np.left_shift), ("bitwise_right_shift", np.right_shift),
+                      ("bitwise_and", np.bitwise_and), ("bitwise_xor", np.bitwise_xor)]:
+        np.testing.assert_array_equal(getattr(cnp, name)(x, y), ref(x, y))
+
+
+def test_right_shift_is_arithmetic_for_signed_and_logical_for_unsigned():
+    x = np.array([-128, -7, -1, 0, 5, 127], np.int8)
+    for k in (0, 1, 3, 7, 8, 9, 100):
+        np.testing.assert_array_equal(cv.vmap(lambda v: v >> k)(x), x >> k)
+        np.testing.assert_array_equal(cv.vmap(lambda v: v >> k)(x.view(np.uint8)), x.view(np.uint8) >> k)
+        np.testing.assert_array_equal(cv.vmap(lambda v: v << k)(x), x << k)
+    # a negative signed integer shifted by the bit width or more is -1
+    np.testing.assert_array_equal(cv.vmap(lambda v: v >> 8)(x), [-1, -1, -1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("op", list(BITWISE_OPERATORS) + ["~"])
+def test_bitwise_operators_reject_floats(op):
+    fn = (lambda x: ~x) if op == "~" else (lambda x: BITWISE_OPERATORS[op](x, 1))
+    name = {"&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "<<": "left_shift", ">>": "right_shift",
+            "~": "bitwise_not"}[op]
+    match = re.escape(f"{name} (operator {op}): operands must be integers or booleans, got float64")
+    for transform in (cv.vmap, cv.jit, cv.grad):
+        with pytest.raises(TypeError, match=match):
+            transform(lambda x: cnp.sum(fn(x)))(np.ones(3))
+    with pytest.raises(TypeError, match="float32"):
+        cnp.bitwise_or(np.ones(3, np.float32), np.ones(3, np.int32))
+    with pytest.raises(TypeError, match="no common integer dtype"):
+        cv.vmap(lambda v: v >> np.uint64(1))(np.ones((2, 3), np.int64))
+
+
+def test_grad_through_an_integer_side_computation():
+    """Bitwise ops on integers computed from the input carry no derivative; the float path
+    through them differentiates as usual (closed forms)."""
+    x = np.array([0.3, -1.2, 2.5, 0.7, -0.4])
+
+    def f(v):
+        rank = cnp.argsort(cnp.argsort(v))             # int64 ranks
+        odd = (rank & 1).astype(bool)                   # odd ranks
+        hi = (rank >> 1) ^ 1                            # an integer weight
+        return cnp.sum(cnp.where(odd, v * v, 3 * v) * hi.astype(v.dtype))
+
+    rank = np.argsort(np.argsort(x))
+    odd, hi = (rank & 1).astype(bool), ((rank >> 1) ^ 1).astype(float)
+    want = np.where(odd, 2 * x, 3.0) * hi
+    np.testing.assert_allclose(cv.grad(f)(x), want, rtol=1e-15)
+    np.testing.assert_allclose(cv.jit(cv.grad(f))(x), want, rtol=1e-15)
+    np.testing.assert_allclose(cv.jvp(f, (x,), (np.ones(5),))[1], want.sum(), rtol=1e-14)
+    xs = np.stack([x, -x, 2 * x])
+    np.testing.assert_allclose(cv.vmap(cv.grad(f))(xs), np.stack([cv.grad(f)(v) for v in xs]), rtol=1e-15)
+    np.testing.assert_allclose(cv.hessian(f)(x), np.diag(np.where(odd, 2.0, 0.0) * hi), atol=1e-15)
+    # an integer output has a zero (integer) tangent, as in JAX
+    out, tangent = cv.jvp(lambda v: cnp.argsort(v) << 2, (x,), (np.ones(5),))
+    np.testing.assert_array_equal(out, np.argsort(x) << 2)
+    assert tangent.dtype == out.dtype and not tangent.any()
+
+
+# ---------------------------------------------------------------------------------------
+# erf_inv (NOTE [erf_inv from Giles' polynomials])
+# ---------------------------------------------------------------------------------------
+
+
+def test_erf_inv_matches_a_bisection_of_math_erf_over_its_range():
+    from op_table import ref_erf_inv
+
+    tails = 1 - np.logspace(-16, -1, 400)
+    y = np.concatenate([np.linspace(-0.999, 0.999, 4001), tails, -tails, np.logspace(-300, -1, 300),
+                        1 - np.arange(1, 40) * 2.0 ** -53, [0.999, 0.99903, 0.9991]])
+    got, want = lax.erf_inv(y), ref_erf_inv(y)
+    nonzero = want != 0
+    assert (got[~nonzero] == 0).all()
+    assert np.max(np.abs(got - want)[nonzero] / np.abs(want[nonzero])) < 4 * 2.0 ** -52
+    y32 = y.astype(np.float32)
+    y32 = y32[np.abs(y32) < 1]
+    got32 = lax.erf_inv(y32)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, ref_erf_inv(y32.astype(np.float64)).astype(np.float32), rtol=2 ** -23, atol=0)
+    # erf undoes it
+    np.testing.assert_allclose(lax.erf(lax.erf_inv(y[np.abs(y) < 0.99])), y[np.abs(y) < 0.99], rtol=4e-16, atol=4e-16)
+
+
+def test_erf_inv_special_values_and_derivative():
+    got = lax.erf_inv(np.array([1.0, -1.0, 0.0, -0.0, 1.5, -2.0, np.nan]))
+    np.testing.assert_array_equal(got[:4], [np.inf, -np.inf, 0.0, -0.0])
+    assert np.signbit(got[3]) and np.isnan(got[4:]).all()
+    assert lax.erf_inv(np.float16(0.5)).dtype == np.float16 and lax.erf_inv(np.arange(1)).dtype == np.float64
+    # the derivative (√π/2)·exp(erf_inv(y)²), in closed form, and to second order
+    ys = np.linspace(-0.95, 0.95, 17)
+    x = lax.erf_inv(ys)
+    np.testing.assert_allclose(cv.vmap(cv.grad(lax.erf_inv))(ys), math.sqrt(math.pi) / 2 * np.exp(x * x), rtol=1e-14)
+    second = cv.vmap(cv.grad(cv.grad(lax.erf_inv)))(ys)
+    np.testing.assert_allclose(second, 2 * x * (math.sqrt(math.pi) / 2 * np.exp(x * x)) ** 2, rtol=1e-13)
+
+
+
+# ---------------------------------------------------------------------------------------
+# svd and the singular-value norms (NOTE [svd's derivatives])
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 5), (3, 3), (2, 4, 3), (0, 3, 2), (3, 0)])
+@pytest.mark.parametrize("full_matrices", [True, False])
+def test_svd_matches_numpy(shape, full_matrices):
+    a = np.random.default_rng(0).standard_normal(shape)
+    got = cnp.linalg.svd(a, full_matrices=full_matrices)
+    want = np.linalg.svd(a, full_matrices=full_matrices)
+    assert type(got).__name__ == "SVDResult" and got._fields == ("U", "S", "Vh")
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+    np.testing.assert_allclose(got.S, want.S, rtol=1e-13, atol=1e-13)
+    k = got.S.shape[-1]
+    # a decomposition: orthonormal columns and rows, and U S Vh = a
+    np.testing.assert_allclose(np.swapaxes(got.U, -1, -2) @ got.U, np.broadcast_to(np.eye(got.U.shape[-1]),
+                               got.U.shape[:-2] + (got.U.shape[-1],) * 2), atol=1e-13)
+    np.testing.assert_allclose(got.Vh @ np.swapaxes(got.Vh, -1, -2), np.broadcast_to(np.eye(got.Vh.shape[-2]),
+                               got.Vh.shape[:-2] + (got.Vh.shape[-2],) * 2), atol=1e-13)
+    np.testing.assert_allclose((got.U[..., :k] * got.S[..., None, :]) @ got.Vh[..., :k, :], a, atol=1e-13)
+    np.testing.assert_array_equal(cnp.linalg.svd(a, compute_uv=False), np.linalg.svd(a, compute_uv=False))
+    np.testing.assert_array_equal(cnp.linalg.svdvals(a), np.linalg.svd(a, compute_uv=False))
+
+
+def test_svd_dtypes_and_errors():
+    assert cnp.linalg.svd(np.eye(3, dtype=np.int64), compute_uv=False).dtype == np.float64
+    assert cnp.linalg.svd(np.eye(3, dtype=np.float32)).U.dtype == np.float32
+    np.testing.assert_allclose(cnp.linalg.svd(np.diag([3.0, 1.0]), hermitian=True).S, [3.0, 1.0])
+    with pytest.raises(ShapeError, match=re.escape("svd: the array must have at least 2 dims")):
+        cnp.linalg.svd(np.ones(3))
+    with pytest.raises(ShapeError, match="must be float32 or float64, got float16"):
+        cnp.linalg.svd(np.ones((2, 2), np.float16))
+    # the full decomposition of a non-square matrix has no derivative
+    a = np.random.default_rng(1).standard_normal((4, 2))
+    for transform in (lambda f: cv.grad(f), lambda f: (lambda x: cv.jvp(f, (x,), (x,))[1])):
+        for full_tall in (a, a.T):
+            match = r"full_matrices=True decomposition of a (4×2|2×4) matrix is not defined"
+            with pytest.raises(ShapeError, match=match):
+                transform(lambda x: cnp.sum(cnp.linalg.svd(x).U))(full_tall)
+    # the reduced one does, and so do the singular values alone
+    assert np.isfinite(cv.grad(lambda x: cnp.sum(cnp.linalg.svd(x, full_matrices=False).U ** 3))(a)).all()
+
+
+def test_svd_derivatives_in_closed_form():
+    """∂s_i/∂A = u_i v_iᵀ: the spectral norm's gradient is u_1 v_1ᵀ, the smallest singular
+    value's u_k v_kᵀ, the nuclear norm's U Vᵀ."""
+    from op_table import separated
+
+    a = separated(np.random.default_rng(2).standard_normal((5, 3)))
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    la = cnp.linalg
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, 2))(a), np.outer(u[:, 0], vh[0]), atol=1e-13)
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, -2))(a), np.outer(u[:, -1], vh[-1]), atol=1e-13)
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, "nuc"))(a), u @ vh, atol=1e-13)
+    np.testing.assert_allclose(cv.jacrev(la.svdvals)(a), np.einsum("mi,in->imn", u, vh), atol=1e-13)
+    np.testing.assert_allclose(cv.jacfwd(la.svdvals)(a), np.einsum("mi,in->imn", u, vh), atol=1e-13)
+    # the nuclear norm of a matrix with a repeated singular value still has its gradient U Vᵀ
+    q = np.linalg.qr(np.random.default_rng(3).standard_normal((3, 3)))[0]
+    np.testing.assert_allclose(cv.grad(lambda x: la.norm(x, "nuc"))(2 * q), q, atol=1e-13)
+    # but the singular vectors' derivatives are undefined there (F has 1 / 0)
+    with np.errstate(all="ignore"):
+        assert not np.isfinite(cv.jacfwd(lambda x: la.svd(x).U)(2 * q)).all()
+
+
+def test_svd_under_jit_and_vmap_is_one_decomposition(monkeypatch):
+    from cuvmap.lax import linalg as lax_linalg
+
+    a = np.random.default_rng(4).standard_normal((6, 4, 3))
+    calls = []
+    impl = lax_linalg.svd_p.impl
+
+    def counting(x, **params):
+        calls.append((np.shape(x), params["compute_uv"]))
+        return impl(x, **params)
+
+    monkeypatch.setattr(lax_linalg.svd_p, "impl", counting)
+    f = lambda x: cnp.sum(cnp.linalg.svd(x, full_matrices=False).U[:, 0] ** 2 * cnp.linalg.norm(x, 2))  # noqa: E731
+    want = np.stack([f(x) for x in a])
+    calls.clear()
+    np.testing.assert_allclose(cv.vmap(f)(a), want, rtol=1e-13)
+    assert calls == [((6, 4, 3), True), ((6, 4, 3), False)]  # one stacked call each, not one per example
+    np.testing.assert_allclose(cv.jit(cv.vmap(f))(a), want, rtol=1e-13)
+    g = cv.vmap(cv.grad(f))(a)
+    np.testing.assert_allclose(g, np.stack([cv.grad(f)(x) for x in a]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(cv.jit(cv.vmap(cv.grad(f)))(a), g, rtol=1e-12, atol=1e-14)
+    jaxpr = str(cv.make_jaxpr(lambda x: cnp.linalg.svd(x))(a[0]))
+    assert jaxpr.count("svd") == 1, jaxpr

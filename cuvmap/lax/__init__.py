@@ -1,19 +1,20 @@
 """Primitive families, one module each: every primitive's declaration, public wrapper,
 shape rule, impl, batching rule, JVP rule and VJP rule live together."""
 from cuvmap.lax.elementwise import (  # noqa: F401
-    abs, add, asinh, atan, atan2, ceil, convert_element_type, cos, cosh, div, eq, erf, exp, expm1,
+    abs, add, asinh, atan, atan2, ceil, convert_element_type, cos, cosh, div, eq, erf, erf_inv, exp, expm1,
     floor, floor_divide, ge, gt, integer_pow, le, log, log1p, log2, log10, logistic, lt, max, min,
     mul, ne, neg, pow, remainder, round, rsqrt, select, sign, sin, sinh, sqrt, stop_gradient, sub,
     tanh,
 )
 from cuvmap.lax.bitwise import (  # noqa: F401
-    bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right_logical,
+    bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left, shift_right_arithmetic,
+    shift_right_logical,
 )
 from cuvmap.lax.cumulative import cumprod, cumsum  # noqa: F401
 from cuvmap.lax.sorting import argsort, sort  # noqa: F401
 from cuvmap.lax.conv import conv, conv_backward_input, conv_backward_weight  # noqa: F401
 from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
-from cuvmap.lax.linalg import dot_general  # noqa: F401
+from cuvmap.lax.linalg import dot_general, svd  # noqa: F401
 from cuvmap.lax.pooling import (  # noqa: F401
     avg_pool, avg_pool_transpose, max_pool, max_pool_gather, max_pool_scatter,
 )

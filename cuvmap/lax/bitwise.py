@@ -1,6 +1,8 @@
 """Bitwise primitives on integers (and booleans): ``bitwise_and``, ``bitwise_or``,
-``bitwise_xor``, ``bitwise_not``, ``shift_left``, ``shift_right_logical`` and
-``bitcast_convert_type``, with ``jax.lax``'s names and semantics.
+``bitwise_xor``, ``bitwise_not``, ``shift_left``, ``shift_right_logical``,
+``shift_right_arithmetic`` and ``bitcast_convert_type``, with ``jax.lax``'s names and
+semantics. ``cuvmap.numpy``'s ``bitwise_and`` ... ``right_shift`` and the operators
+``& | ^ ~ << >>`` of traced values are built on them.
 
 They are what a counter-based random number generator is written with (NOTE [threefry
 with array ops] in ``prng.py``): turning random bits into floats takes a logical shift,
@@ -10,7 +12,11 @@ ufuncs, which dispatch to CuPy's through ``__array_ufunc__``.
 
 Shifts are defined for every amount, as XLA defines them: shifting by the bit width or
 more gives 0 (C, and CUDA's ``>>``, leave it undefined). ``shift_right_logical`` fills
-with zeros on signed integers too (it shifts the unsigned bit pattern).
+with zeros on signed integers too (it shifts the unsigned bit pattern);
+``shift_right_arithmetic`` fills with copies of the top (sign) bit, on unsigned integers
+too (it shifts the signed bit pattern), and an amount of the bit width or more (or a
+negative one) fills every bit with it: −1 or 0, as XLA and NumPy's ``>>`` on signed
+integers give.
 
 None of them carries a derivative (``differentiable=False``): their operands and results
 are integers, except ``bitcast_convert_type`` to a float, whose result is a new bit
@@ -25,6 +31,7 @@ from cuvmap.lax.elementwise import _naryop_shape_rule
 from cuvmap.transforms import batching
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
 
 def _prim(name, impl, shape_rule):
@@ -100,6 +107,22 @@ def _shift_right_logical(x, s):
     return np.right_shift(x.view(u), s.astype(u, copy=False)).view(x.dtype)
 
 
+def _shift_right_arithmetic_impl(x, s):
+    """``x >> s`` filling with the sign bit; amounts out of ``[0, width)`` shift by
+    ``width - 1`` (every bit becomes the sign bit)."""
+    x = core.as_array(x)
+    width = _bits(x)
+    if type(s) is int and 0 <= s < width:
+        s = x.dtype.type(s)
+    else:
+        s = core.as_array(s)
+        s = np.where((s >= 0) & (s < width), s, width - 1).astype(x.dtype, copy=False)
+    if x.dtype.kind == "i":
+        return np.right_shift(x, s)
+    signed = _INT[x.dtype.itemsize]
+    return np.right_shift(x.view(signed), s.astype(signed, copy=False)).view(x.dtype)
+
+
 def _bitcast_impl(x, *, new_dtype):
     x = core.as_array(x)
     if x.ndim == 0:
@@ -117,6 +140,7 @@ bitwise_xor_p = _prim("bitwise_xor", np.bitwise_xor, _logical_shape_rule)
 bitwise_not_p = _prim("bitwise_not", np.invert, _logical_shape_rule)
 shift_left_p = _prim("shift_left", _shift_impl(np.left_shift), _shift_shape_rule)
 shift_right_logical_p = _prim("shift_right_logical", _shift_impl(_shift_right_logical), _shift_shape_rule)
+shift_right_arithmetic_p = _prim("shift_right_arithmetic", _shift_right_arithmetic_impl, _shift_shape_rule)
 bitcast_convert_type_p = _prim("bitcast_convert_type", _bitcast_impl, _bitcast_shape_rule)
 
 
@@ -156,6 +180,12 @@ def shift_right_logical(x, s):
     return shift_right_logical_p.bind(x, s)
 
 
+def shift_right_arithmetic(x, s):
+    """``x >> s`` filling with copies of the sign (top) bit, as NumPy's ``>>`` on signed
+    integers; every bit is the sign bit where ``s`` is at least the bit width."""
+    return shift_right_arithmetic_p.bind(x, s)
+
+
 def bitcast_convert_type(x, new_dtype):
     """The bits of ``x`` read as ``new_dtype``, a dtype of the same size
     (``uint32 -> float32``, ``float64 -> uint64``, ...)."""
@@ -166,5 +196,6 @@ def bitcast_convert_type(x, new_dtype):
 # Batching rules (no derivative rules: NOTE in the module docstring)
 # ---------------------------------------------------------------------------------------
 
-batching.defbroadcasting(bitwise_and_p, bitwise_or_p, bitwise_xor_p, shift_left_p, shift_right_logical_p)
+batching.defbroadcasting(bitwise_and_p, bitwise_or_p, bitwise_xor_p, shift_left_p, shift_right_logical_p,
+                         shift_right_arithmetic_p)
 batching.defunary(bitwise_not_p, bitcast_convert_type_p)

@@ -1,5 +1,6 @@
-"""Elementwise primitives: arithmetic, transcendental functions (erf included: NOTE [erf
-without SciPy]), rounding, comparisons, select, dtype conversion and stop_gradient.
+"""Elementwise primitives: arithmetic, transcendental functions (erf and erf_inv included:
+NOTE [erf without SciPy], NOTE [erf_inv from Giles' polynomials]), rounding, comparisons,
+select, dtype conversion and stop_gradient.
 
 Binary and ternary primitives follow NumPy broadcasting, and Python scalars are weakly
 typed (NEP 50: ``float32_array * 2.0`` stays float32). The impls are NumPy ufuncs, which
@@ -229,6 +230,83 @@ def _erf_impl(x):
 erf_p = _nary("erf", _erf_impl, _float_unary_shape_rule)
 
 
+# NOTE [erf_inv from Giles' polynomials]
+# erf_inv(y), the x with erf(x) = y on (−1, 1), is evaluated on the CPU as in M. Giles,
+# "Approximating the erfinv function" (GPU Computing Gems, 2011), the algorithm XLA uses:
+# with w = −log((1 − y)(1 + y)) (the product, not 1 − y², keeps the tails accurate),
+# erf_inv(y) = y · p(w) for a polynomial p in w − 3.125 (w < 6.25: |y| below about 0.999),
+# in √w − 3.25 (w < 16) or in √w − 5 (further out), with the paper's double-precision
+# coefficients. It is computed in float64 for every float dtype (and rounded to it), so
+# float32 results are correctly rounded or within one ulp; the central polynomial runs
+# on the whole array and the tail ones on the few elements beyond |y| ≈ 0.999 only.
+# erf_inv(±1) = ±inf, NaN outside [−1, 1]. On the GPU, CuPy's erfinv kernel runs instead.
+# Its derivative is 1 / erf'(x) = (√π / 2) exp(x²) at x = erf_inv(y).
+_ERF_INV_CENTRAL = (  # in w - 3.125, w < 6.25; highest degree first
+    -3.6444120640178196996e-21, -1.685059138182016589e-19, 1.2858480715256400167e-18,
+    1.115787767802518096e-17, -1.333171662854620906e-16, 2.0972767875968561637e-17,
+    6.6376381343583238325e-15, -4.0545662729752068639e-14, -8.1519341976054721522e-14,
+    2.6335093153082322977e-12, -1.2975133253453532498e-11, -5.4154120542946279317e-11,
+    1.051212273321532285e-09, -4.1126339803469836976e-09, -2.9070369957882005086e-08,
+    4.2347877827932403518e-07, -1.3654692000834678645e-06, -1.3882523362786468719e-05,
+    0.0001867342080340571352, -0.00074070253416626697512, -0.0060336708714301490533,
+    0.24015818242558961693, 1.6536545626831027356)
+_ERF_INV_TAIL = (  # in sqrt(w) - 3.25, 6.25 <= w < 16
+    2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
+    1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
+    2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
+    6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
+    0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
+    -0.0037512085075692412107, 0.005370914553590063617, 1.0052589676941592334,
+    3.0838856104922207635)
+_ERF_INV_FAR = (  # in sqrt(w) - 5, w >= 16
+    -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
+    -3.7894654401267369937e-09, 7.6157012080783393804e-09, -1.4960026627149240478e-08,
+    2.9147953450901080826e-08, -6.7711997758452339498e-08, 2.2900482228026654717e-07,
+    -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
+    7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
+    1.0103004648645343977, 4.8499064014085844221)
+
+
+def _horner(coefficients, t):
+    acc = np.full_like(t, coefficients[0])
+    for c in coefficients[1:]:
+        acc *= t
+        acc += c
+    return acc
+
+
+def _erf_inv_giles(y):
+    """erf_inv on a float64 NumPy array (NOTE [erf_inv from Giles' polynomials])."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = -np.log((1.0 - y) * (1.0 + y))
+        p = _horner(_ERF_INV_CENTRAL, w - 3.125)
+        tail = np.nonzero(w >= 6.25)
+        if tail[0].size:
+            wt = w[tail]
+            root = np.sqrt(wt)
+            p[tail] = np.where(wt < 16.0, _horner(_ERF_INV_TAIL, root - 3.25), _horner(_ERF_INV_FAR, root - 5.0))
+        out = p * y
+    ones = np.abs(y) == 1
+    if ones.any():
+        out[ones] = np.copysign(np.inf, y[ones])
+    return out
+
+
+def _erf_inv_impl(x):
+    x = core.as_array(x)
+    xp = backend.xp_of(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    if xp is not np:
+        from cupyx.scipy.special import erfinv as cupy_erfinv
+
+        return cupy_erfinv(x)
+    return _erf_inv_giles(x.astype(np.float64).reshape(-1)).astype(x.dtype, copy=False).reshape(x.shape)
+
+
+erf_inv_p = _nary("erf_inv", _erf_inv_impl, _float_unary_shape_rule)
+
+
 # NOTE [branch-free select]
 # np.where branches per element, and on a random mask (relu's, max pool's) it mispredicts
 # about half the time: it measured an order of magnitude slower than np.maximum on the
@@ -447,6 +525,12 @@ def erf(x):
     return erf_p.bind(x)
 
 
+def erf_inv(x):
+    """The inverse error function: the ``y`` in ``(−∞, ∞)`` with ``erf(y) = x`` for ``x`` in
+    ``[−1, 1]`` (``±inf`` at ``±1``, NaN outside); NOTE [erf_inv from Giles' polynomials]."""
+    return erf_inv_p.bind(x)
+
+
 def _is_integer_or_bool(x):
     return core.dtype_of(x).kind in "biu"
 
@@ -529,7 +613,7 @@ batching.defbroadcasting(
 batching.defunary(
     neg_p, exp_p, log_p, log1p_p, expm1_p, sqrt_p, rsqrt_p, tanh_p, logistic_p,
     sin_p, cos_p, abs_p, sign_p, integer_pow_p, convert_element_type_p, stop_gradient_p,
-    log2_p, log10_p, atan_p, sinh_p, cosh_p, asinh_p, erf_p, floor_p, ceil_p, round_p,
+    log2_p, log10_p, atan_p, sinh_p, cosh_p, asinh_p, erf_p, erf_inv_p, floor_p, ceil_p, round_p,
 )
 
 
@@ -615,6 +699,8 @@ vjp.defderivative(cosh_p, lambda g, out, x: mul(g, sinh(x)), reads=(0,))
 # 1/√(x² + 1); for |x| > 1e154 x² overflows and the derivative rounds to its limit 0
 vjp.defderivative(asinh_p, lambda g, out, x: mul(g, rsqrt(add(mul(x, x), 1))), reads=(0,))
 vjp.defderivative(erf_p, lambda g, out, x: mul(g, mul(2 / math.sqrt(math.pi), exp(neg(mul(x, x))))), reads=(0,))
+vjp.defderivative(erf_inv_p, lambda g, out, x: mul(g, mul(math.sqrt(math.pi) / 2, exp(mul(out, out)))),
+                  reads=("out",))
 
 
 def _atan2_derivatives():

@@ -1,4 +1,6 @@
-"""``dot_general``: the contraction behind matmul, batched matmul, tensordot and einsum.
+"""Linear algebra: ``dot_general``, the contraction behind matmul, batched matmul,
+tensordot and einsum; and ``svd``, the singular value decomposition of a stack of matrices
+(NOTE [svd's one output], NOTE [svd's derivatives], below).
 
 ``dot_general(x, y, ((x_contract, y_contract), (x_batch, y_batch)))`` contracts the
 paired ``contract`` dims and pairs the ``batch`` dims; the output's dims are the batch
@@ -13,11 +15,16 @@ JVP is the sum of ``dot_general(t_x, y)`` and ``dot_general(x, t_y)``, and each 
 ``dot_general`` of the cotangent with the other operand followed by a transpose (the
 derivation follows JAX's ``_dot_general_transpose_lhs``).
 """
+import math
+
 import numpy as np
 
-from cuvmap import core
+from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
-from cuvmap.lax.shape import transpose
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax.indexing import slice_in_dim
+from cuvmap.lax.reduction import reduce_sum
+from cuvmap.lax.shape import concatenate, expand_dims, reshape, transpose
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
 
@@ -174,3 +181,239 @@ jvp.defjvp(
     lambda t, out, x, y, *, dimension_numbers: dot_general(x, t, dimension_numbers),
 )
 vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 1))
+
+
+# =======================================================================================
+# svd: the singular value decomposition of a stack of matrices
+# =======================================================================================
+
+# NOTE [svd's one output]
+# A cuvmap primitive has one output (a staged equation binds one variable) and the SVD
+# has three. ``svd_p(x, full_matrices, compute_uv)`` returns the singular values alone with
+# ``compute_uv=False``; with ``compute_uv=True`` it returns U, s and Vh packed along one last
+# axis, ``(..., m·p + k + q·n)`` for ``x`` of shape ``(..., m, n)``, ``k = min(m, n)`` and
+# ``p = m, q = n`` (``full_matrices``) or ``p = q = k``. The wrapper :func:`svd` slices them
+# apart with slices and reshapes, themselves transformable: one decomposition serves all
+# three, and the derivative rules read U, s and V from the packed output instead of
+# decomposing again. The singular-values-only JVP and VJP need U and V too: they bind the
+# packed reduced SVD of their operand (as JAX's rule does), so second derivatives of the
+# singular values go through the packed rules.
+
+# NOTE [svd's derivatives]
+# With A = U S Vᵀ (the reduced SVD, U: m×k, V: n×k, s descending) and dS = Uᵀ dA V:
+#   ds = diag(dS)                                         ds_i = u_iᵀ dA v_i
+#   dU = U (F ∘ (dS S + S dSᵀ)) + (I − U Uᵀ) dA V S⁻¹      (the second term for m > k)
+#   dV = V (F ∘ (S dS + dSᵀ S)) + (I − V Vᵀ) dAᵀ U S⁻¹     (the second term for n > k)
+# with F_ij = 1 / (s_j² − s_i²) off the diagonal and 0 on it (JAX's svd_jvp_rule, real
+# case). The VJP is its transpose: for cotangents Ū, s̄ and V̄ (= V̄hᵀ),
+#   Ā = U [diag(s̄) + (F ∘ (UᵀŪ − ŪᵀU)) S + S (F ∘ (VᵀV̄ − V̄ᵀV))] Vᵀ
+#       + (I − U Uᵀ) Ū S⁻¹ Vᵀ + U S⁻¹ V̄ᵀ (I − V Vᵀ).
+# The singular vectors are defined up to a common sign flip of u_i and v_i, and for a
+# repeated singular value only up to a rotation within its subspace: there F is infinite
+# and the derivatives of U and V are undefined (they come out inf or NaN), as they are for
+# a zero singular value of a non-square matrix (S⁻¹). Derivatives of functions invariant
+# under those choices (the singular values of distinct ones, U S Vᵀ, projectors u_i u_iᵀ)
+# are what finite differences see. With ``full_matrices=True`` and m ≠ n the extra columns
+# of U (or rows of Vh) are any orthonormal completion, with no derivative at all: the
+# rules raise, and ask for ``full_matrices=False``.
+
+svd_p = Primitive("svd")
+
+
+def svd(x, full_matrices=True, compute_uv=True):
+    """The singular value decomposition ``x = u @ diag(s) @ vh`` of each matrix of a stack.
+
+    Args:
+      x: a float32 or float64 array ``(..., m, n)``.
+      full_matrices: square ``u`` ``(..., m, m)`` and ``vh`` ``(..., n, n)``, or, with
+        ``False``, the reduced ``(..., m, k)`` and ``(..., k, n)``, ``k = min(m, n)``.
+      compute_uv: return ``(u, s, vh)``, or the singular values alone.
+    Returns:
+      ``(u, s, vh)`` (``s``: ``(..., k)``, descending, nonnegative), or ``s``.
+
+    Derivatives: NOTE [svd's derivatives]; those of ``u`` and ``vh`` are undefined for
+    repeated singular values, and for ``full_matrices=True`` of a non-square matrix.
+
+    Example: ``s = svd(a, compute_uv=False)``; ``s[..., 0]`` is the spectral norm.
+    """
+    if not compute_uv:
+        return svd_p.bind(x, full_matrices=False, compute_uv=False)
+    packed = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=True)
+    return _svd_unpack(packed, core.shape_of(x), bool(full_matrices))
+
+
+def _svd_sizes(shape, full_matrices):
+    m, n = shape[-2:]
+    k = min(m, n)
+    return m, n, k, (m if full_matrices else k), (n if full_matrices else k)
+
+
+def _svd_unpack(packed, shape, full_matrices):
+    """``(u, s, vh)`` from the packed output (NOTE [svd's one output])."""
+    lead = tuple(shape[:-2])
+    m, n, k, p, q = _svd_sizes(shape, full_matrices)
+    axis = len(lead)
+    u = reshape(slice_in_dim(packed, 0, m * p, axis), lead + (m, p))
+    s = slice_in_dim(packed, m * p, m * p + k, axis)
+    vh = reshape(slice_in_dim(packed, m * p + k, m * p + k + q * n, axis), lead + (q, n))
+    return u, s, vh
+
+
+def _svd_pack(u, s, vh):
+    lead = tuple(core.shape_of(s)[:-1])
+    flat = [reshape(a, lead + (math.prod(core.shape_of(a)[-2:]),)) for a in (u, vh)]
+    return concatenate([flat[0], s, flat[1]], len(lead))
+
+
+# ---------------------------------------------------------------------------------------
+# Shape rule and impl
+# ---------------------------------------------------------------------------------------
+
+
+def _svd_shape_rule(x, *, full_matrices, compute_uv):
+    if x.ndim < 2:
+        raise ShapeError(f"the operand must be a matrix or a stack of them (at least 2 dims), got shape {x.shape}")
+    if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ShapeError(f"the operand must be float32 or float64, got {x.dtype}")
+    m, n, k, p, q = _svd_sizes(x.shape, full_matrices)
+    lead = tuple(x.shape[:-2])
+    return ShapedArray(lead + ((m * p + k + q * n) if compute_uv else k,), x.dtype)
+
+
+def _svd_impl(x, *, full_matrices, compute_uv):
+    x = core.as_array(x)
+    xp = backend.xp_of(x)
+    if not compute_uv:
+        return xp.linalg.svd(x, compute_uv=False)
+    u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
+    lead = x.shape[:-2]
+    m, n, k, p, q = _svd_sizes(x.shape, full_matrices)
+    return xp.concatenate([u.reshape(lead + (m * p,)), s, vh.reshape(lead + (q * n,))], axis=-1)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching: the decomposition is stacked over leading dims
+# ---------------------------------------------------------------------------------------
+
+
+def _svd_batch(axis_size, vals, dims, *, full_matrices, compute_uv):
+    (x,), (d,) = vals, dims
+    if d >= len(x.shape) - 2:  # the batch dim among the matrix dims: make it a leading one
+        x, d = move_bdim(x, d, 0), 0
+    return svd_p.bind(x, full_matrices=full_matrices, compute_uv=compute_uv), d
+
+
+# ---------------------------------------------------------------------------------------
+# JVP and VJP (NOTE [svd's derivatives])
+# ---------------------------------------------------------------------------------------
+
+
+def _mm(a, b):
+    """``a @ b`` for stacks of matrices with the same leading dims."""
+    nd = len(core.shape_of(a))
+    batch = tuple(range(nd - 2))
+    return dot_general(a, b, (((nd - 1,), (nd - 2,)), (batch, batch)))
+
+
+def _mT(a):
+    nd = len(core.shape_of(a))
+    return transpose(a, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+def _row(s):
+    """``s`` ``(..., k)`` as ``(..., 1, k)``: scales the columns of what it multiplies."""
+    return expand_dims(s, (len(core.shape_of(s)) - 1,))
+
+
+def _col(s):
+    """``s`` ``(..., k)`` as ``(..., k, 1)``: scales the rows."""
+    return expand_dims(s, (len(core.shape_of(s)),))
+
+
+def _svd_f(s):
+    """``F_ij = 1 / (s_j² − s_i²)`` off the diagonal, 0 on it."""
+    k = core.shape_of(s)[-1]
+    eye = backend.xp_of(s).eye(k, dtype=bool)
+    s2 = ew.mul(s, s)
+    diff = ew.sub(_row(s2), _col(s2))
+    return ew.select(eye, 0, ew.div(1, ew.select(eye, 1, diff)))
+
+
+def _check_full(x_shape, full_matrices, what):
+    m, n = x_shape[-2:]
+    if full_matrices and m != n:
+        extra = "columns of u" if m > n else "rows of vh"
+        raise ShapeError(
+            f"the {what} of the full_matrices=True decomposition of a {m}×{n} matrix is not defined: its last "
+            f"{abs(m - n)} {extra} are any orthonormal completion; use full_matrices=False "
+            "(NOTE [svd's derivatives])")
+
+
+def _svd_tangents(u, s, vh, t):
+    """``(du, ds, dvh)`` of the reduced SVD along the tangent ``t`` of ``x``."""
+    m, k = core.shape_of(u)[-2:]
+    n = core.shape_of(vh)[-1]
+    v = _mT(vh)
+    tv = _mm(t, v)
+    ds_mat = _mm(_mT(u), tv)  # Uᵀ dA V
+    ds = reduce_sum(ew.mul(u, tv), (len(core.shape_of(u)) - 2,))
+    f = _svd_f(s)
+    dss = ew.mul(ds_mat, _row(s))
+    sds = ew.mul(_col(s), ds_mat)
+    du = _mm(u, ew.mul(f, ew.add(dss, _mT(dss))))
+    dv = _mm(v, ew.mul(f, ew.add(sds, _mT(sds))))
+    if m > k:
+        du = ew.add(du, ew.div(ew.sub(tv, _mm(u, ds_mat)), _row(s)))
+    if n > k:
+        tu = _mm(_mT(t), u)
+        dv = ew.add(dv, ew.div(ew.sub(tu, _mm(v, _mT(ds_mat))), _row(s)))
+    return du, ds, _mT(dv)
+
+
+def _svd_jvp(t, out, x, *, full_matrices, compute_uv):
+    shape = core.shape_of(x)
+    if not compute_uv:
+        u, _, vh = svd(x, full_matrices=False, compute_uv=True)
+        return reduce_sum(ew.mul(u, _mm(t, _mT(vh))), (len(shape) - 2,))
+    _check_full(shape, full_matrices, "derivative")
+    u, s, vh = _svd_unpack(out, shape, full_matrices)
+    du, ds, dvh = _svd_tangents(u, s, vh, t)
+    return _svd_pack(du, ds, dvh)
+
+
+def _svd_vjp(ct, out, x, *, full_matrices, compute_uv):
+    shape = core.shape_of(x)
+    if not compute_uv:
+        u, _, vh = svd(x, full_matrices=False, compute_uv=True)
+        return _mm(ew.mul(u, _row(ct)), vh)
+    _check_full(shape, full_matrices, "gradient")
+    u, s, vh = _svd_unpack(out, shape, full_matrices)
+    ct_u, ct_s, ct_vh = _svd_unpack(ct, shape, full_matrices)
+    m, n = shape[-2:]
+    k = min(m, n)
+    v, ct_v = _mT(vh), _mT(ct_vh)
+    f = _svd_f(s)
+    eye = backend.xp_of(s).eye(k, dtype=core.dtype_of(s))
+    ut_ctu = _mm(_mT(u), ct_u)
+    vt_ctv = _mm(_mT(v), ct_v)
+    middle = ew.add(ew.mul(_row(ct_s), eye),
+                    ew.add(ew.mul(ew.mul(f, ew.sub(ut_ctu, _mT(ut_ctu))), _row(s)),
+                           ew.mul(_col(s), ew.mul(f, ew.sub(vt_ctv, _mT(vt_ctv))))))
+    ct_x = _mm(_mm(u, middle), vh)
+    if m > k:
+        ct_x = ew.add(ct_x, _mm(ew.div(ew.sub(ct_u, _mm(u, ut_ctu)), _row(s)), vh))
+    if n > k:
+        ct_vt = _mT(ct_v)
+        ct_x = ew.add(ct_x, _mm(ew.div(u, _row(s)), ew.sub(ct_vt, _mm(_mT(vt_ctv), vh))))
+    return ct_x
+
+
+# ---------------------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------------------
+
+svd_p.impl = _svd_impl
+svd_p.shape_rule = _svd_shape_rule
+batching.primitive_batchers[svd_p] = _svd_batch
+jvp.defjvp(svd_p, _svd_jvp)
+vjp.defvjp(svd_p, _svd_vjp, reads=(0, "out"))
