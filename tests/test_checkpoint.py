@@ -404,3 +404,87 @@ def test_a_program_with_regions_plans_with_elementwise_fusion():
     p = executor.plan(program, fuse=True, fused_callable=lambda g: g.reference, graphs=False)
     assert any(s[0] == executor.FUSED for s in p.steps)
     _assert_tree_close(tuple(executor.execute(p, [x])), cv.value_and_grad(loss(f))(x))
+
+
+# A sine whose custom gradient is twice the true one: a result that uses the rule differs
+# from one that differentiates the body.
+@cv.custom_vjp
+def _doubled_grad_sin(x):
+    return cnp.sin(x)
+
+
+_doubled_grad_sin.defvjp(lambda x: (cnp.sin(x), cnp.cos(x)), lambda r, g: (2.0 * r * g,))
+
+
+# A square whose custom JVP is 1.5 times the true one.
+@cv.custom_jvp
+def _steep_square(x):
+    return x * x
+
+
+@_steep_square.defjvp
+def _steep_square_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _steep_square(x), 3.0 * x * t
+
+
+def test_a_program_with_a_region_and_a_custom_vjp_call_prints_and_runs():
+    """Both kinds of equation with several results (NOTE [an equation with several results]
+    in cuvmap/transforms/ir.py) in one program: it prints each as one equation, plans
+    each as a MULTI step, and runs eagerly, jitted and under grad (closed forms, with the
+    custom rule's doubled derivative of sin)."""
+    import re
+
+    from cuvmap.transforms import executor, ir
+
+    region = checkpoint(lambda y: (cnp.tanh(y), cnp.sum(y * y)))
+
+    def f(x):
+        a, s = region(x)
+        return cnp.sum(_doubled_grad_sin(a)) * s
+
+    text = str(cv.make_jaxpr(f)(np.linspace(0.1, 1, 3, dtype=np.float32)))
+    assert re.search(r"\n    \w+:f32\[3\] \w+:f32\[\] = checkpoint\[program=\{ jaxpr \} policy=None "
+                     r"prevent_cse=True\] \w+\n", text), text
+    assert re.search(r"\n    \w+:f32\[3\] = custom_vjp_call\[fun=", text), text
+    x = np.linspace(0.1, 1, 3)
+    t, s = np.tanh(x), np.sum(x * x)
+    want = np.sum(np.sin(t)) * s
+    want_grad = 2.0 * np.cos(t) * (1 - t * t) * s + np.sum(np.sin(t)) * 2 * x
+    for run in (f, cv.jit(f)):
+        np.testing.assert_allclose(run(x), want, rtol=1e-12)
+    for g in (cv.grad(f), cv.jit(cv.grad(f)), cv.grad(cv.jit(f))):
+        np.testing.assert_allclose(g(x), want_grad, rtol=1e-12)
+    program = ir.optimize(cv.make_jaxpr(f)(x))
+    p = executor.plan(program, graphs=False)
+    multi = [s for s in p.steps if s[0] == executor.MULTI]
+    assert [len(s[3]) for s in multi] == [2, 1], p.steps
+    np.testing.assert_allclose(executor.execute(p, [x])[0], want, rtol=1e-12)
+    # DCE keeps the region while one of its results is used; the program still runs
+    second = ir.optimize(cv.make_jaxpr(lambda x: region(x)[1])(x))
+    assert [len(e.outs) for e in second.jaxpr.eqns] == [2]
+    np.testing.assert_allclose(cv.jit(lambda x: region(x)[1])(x), s, rtol=1e-12)
+
+
+def test_custom_calls_inside_a_region():
+    """A region whose program holds a custom-derivative call: partial evaluation of the
+    region (grad, linearize, with each policy) splits the call's equation as a whole and
+    the custom rule is used (closed forms)."""
+    x, t = np.linspace(0.1, 1, 4), np.linspace(1, 2, 4)
+    u = np.sin(x) ** 2
+    # d/dx tanh(steep(sin x)) * x with the rule's 3 sin(x) cos(x) for d steep(sin x)/dx
+    dfdx = (1 - np.tanh(u) ** 2) * 3 * np.sin(x) * np.cos(x) * x + np.tanh(u)
+    g = lambda x: cnp.tanh(_steep_square(cnp.sin(x))) * x
+    h = lambda x: cnp.sum(cnp.tanh(_doubled_grad_sin(x)) * x)
+    dhdx = (1 - np.tanh(np.sin(x)) ** 2) * 2 * np.cos(x) * x + np.tanh(np.sin(x))
+    for variant in ("default", "everything_saveable", "dots_saveable"):
+        gc = checkpoint(g, **VARIANTS[variant])
+        y, g_jvp = cv.linearize(gc, x)
+        np.testing.assert_allclose(y, np.tanh(u) * x, rtol=1e-12)
+        np.testing.assert_allclose(g_jvp(t), dfdx * t, rtol=1e-12)
+        np.testing.assert_allclose(cv.jvp(gc, (x,), (t,))[1], dfdx * t, rtol=1e-12)
+        for grad in (cv.grad(lambda x: cnp.sum(gc(x))), cv.jit(cv.grad(lambda x: cnp.sum(gc(x))))):
+            np.testing.assert_allclose(grad(x), dfdx, rtol=1e-12)
+        hc = checkpoint(h, **VARIANTS[variant])
+        for grad in (cv.grad(hc), cv.jit(cv.grad(hc)), cv.grad(cv.jit(hc))):
+            np.testing.assert_allclose(grad(x), dhdx, rtol=1e-12)

@@ -9,8 +9,8 @@ import numpy as np
 
 from cuvmap import backend, core
 
-# step kinds (FUSED: a fused elementwise kernel; MULTI: a primitive with several results;
-# the output of both is a tuple of slots)
+# step kinds (FUSED: a fused elementwise kernel; MULTI: an equation with several results,
+# NOTE [an equation with several results] in ir.py; the output of both is a tuple of slots)
 PLAIN, IN_PLACE, POOLED, FUSED, MULTI = 0, 1, 2, 3, 4
 
 # Buffers smaller than this are not reused: allocating them is cheaper than the pool.
@@ -230,8 +230,9 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
         eqn = unit
         array_ins = [s for s in ins if s not in literal_slots]
         if type(eqn.out) is tuple:
-            # a function of its own (a custom-derivative call): its results may be views of
-            # its operands (an identity), so they join the operands' groups
+            # a function of its own (a checkpointed region, a custom-derivative call): its
+            # results may be views of its operands (an identity), so they join the
+            # operands' groups
             outs = tuple(slot_of[v] for v in eqn.out)
             if array_ins:
                 join(array_ins, outs)

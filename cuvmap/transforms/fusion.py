@@ -95,8 +95,8 @@ def _computation_dtype(eqn):
 def fusible(eqn):
     """Whether ``eqn`` can be a member of a fused group."""
     name = eqn.primitive.name
-    if type(eqn.out) is tuple:  # a primitive with several results (a custom-derivative call)
-        return False
+    if type(eqn.out) is tuple:  # NOTE [an equation with several results] in ir.py: a
+        return False            # checkpointed region or a custom-derivative call
     aval = eqn.out.aval
     if not aval.shape or aval.dtype not in C_TYPES:
         return False

@@ -40,30 +40,6 @@ class Var:
         return f"Var({self.count}, {self.aval})"
 
 
-class TupleAval:
-    """The aval of a value that is a tuple of arrays: the result of a call equation (a
-    checkpointed region, :mod:`cuvmap.transforms.remat`), whose arrays projection equations
-    take out one by one (NOTE [a call with several outputs in a program])."""
-
-    __slots__ = ("avals",)
-    shape = ()
-    device = None
-    weak_type = False
-    dtype = np.dtype(object)
-
-    def __init__(self, avals):
-        self.avals = tuple(avals)
-
-    def __eq__(self, other):
-        return isinstance(other, TupleAval) and self.avals == other.avals
-
-    def __hash__(self):
-        return hash(self.avals)
-
-    def __repr__(self):
-        return "(" + ", ".join(map(repr, self.avals)) + ")"
-
-
 class Literal:
     """A scalar written into an equation: a Python number (``mul b 2.0``, weakly typed) or
     a NumPy 0-d array, such as the cotangent seed of ``grad`` (``mul b 1.0:f32[]``)."""
@@ -86,10 +62,27 @@ class Literal:
         return (type(self.val), self.val)
 
 
+# NOTE [an equation with several results]
+# Some equations compute several arrays at once and must stay one equation of the program:
+# a checkpointed region (:mod:`cuvmap.transforms.remat`; inlined, its equations would be
+# indistinguishable from the others, so partial evaluation would keep its residuals and
+# CSE would merge the backward pass's recomputation with the forward computation) and a
+# custom-derivative call (:mod:`cuvmap.transforms.custom_derivatives`; it keeps rules
+# that its body does not imply). Such an equation's ``out`` is a tuple of variables, one
+# per result (``outs`` is the tuple for every equation; an ordinary equation's ``out`` is
+# one variable), and its primitive's ``bind`` and impl return a list of that length. It
+# prints as ``b:f32[3] c:f32[] = checkpoint[...] a``. The passes take the results
+# together: ``eval_jaxpr`` binds it once and reads the list; DCE keeps it while any of
+# its results is used; CSE merges two identical ones result by result; constant folding
+# leaves it alone; partial evaluation (the ``_split_known`` of staging's VJP programs,
+# ``partial_eval_remat``) makes all its results unknown when an input is, and recomputes
+# or keeps them together; fusion never makes it a member of a kernel; the executor runs
+# it as a ``MULTI`` step, ``r5, r6, = f3(r2)``, whose results join the buffer groups of
+# its operands (they may be views of them: a function returning its argument).
 class JaxprEqn:
     """``out = primitive(inputs, **params)``. ``out`` is one :class:`Var`, or a tuple of
-    them for a primitive with several results (the custom-derivative calls of
-    :mod:`cuvmap.transforms.custom_derivatives`); ``outs`` is always the tuple."""
+    them for a primitive with several results (NOTE [an equation with several results]);
+    ``outs`` is always the tuple."""
 
     __slots__ = ("primitive", "inputs", "out", "params")
 
@@ -156,8 +149,6 @@ _SHORT_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16
 
 
 def pp_aval(aval):
-    if isinstance(aval, TupleAval):
-        return "(" + ",".join(pp_aval(a) for a in aval.avals) + ("," if len(aval.avals) == 1 else "") + ")"
     dtype = _SHORT_DTYPES.get(aval.dtype.name, aval.dtype.name)
     weak = "~" if aval.weak_type else ""
     return f"{weak}{dtype}[{','.join(str(d) for d in aval.shape)}]"
@@ -269,10 +260,9 @@ def fold_constants(closed):
     new_consts = dict(zip(jaxpr.constvars, closed.consts))
     eqns = []
     for eqn in jaxpr.eqns:
-        # only arrays are folded: a call's results (a tuple of variables, or one variable
-        # of a TupleAval) stay an equation
-        if (type(eqn.out) is not tuple and not isinstance(eqn.out.aval, TupleAval)
-                and all(type(x) is Literal or x in known for x in eqn.inputs)):
+        # only single arrays are folded: an equation with several results (NOTE [an
+        # equation with several results]) stays an equation
+        if type(eqn.out) is not tuple and all(type(x) is Literal or x in known for x in eqn.inputs):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
             out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))

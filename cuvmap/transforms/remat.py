@@ -28,8 +28,9 @@ rules carry the region through every transform:
   rematerializes too;
 - ``vmap`` and ``jvp``: the batched and JVP programs, again as checkpointed regions (so
   ``vmap(grad(checkpoint(f)))`` recomputes per example, batched);
-- ``jit`` and other staging: the region stays one equation of the staged program (NOTE [a
-  call with several outputs in a program]), so ``grad(jit(checkpoint(f)))`` and
+- ``jit`` and other staging: the region stays one equation of the staged program, with
+  one result per output (NOTE [an equation with several results] in
+  :mod:`cuvmap.transforms.ir`), so ``grad(jit(checkpoint(f)))`` and
   ``jit(grad(checkpoint(f)))`` rematerialize and the program optimizer cannot merge the
   recomputation with the forward computation (``prevent_cse``);
 - ``linearize``: the primal outputs are computed now, and the linear map recomputes the
@@ -39,7 +40,7 @@ rules carry the region through every transform:
 from cuvmap import core, tree
 from cuvmap.core import MissingRuleError
 from cuvmap.transforms import ir, staging
-from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, TupleAval, Var
+from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Var
 
 
 # ---------------------------------------------------------------------------------------
@@ -96,26 +97,16 @@ checkpoint_policies = _Policies()
 
 
 # ---------------------------------------------------------------------------------------
-# The call primitive and its projections
+# The call primitive
 # ---------------------------------------------------------------------------------------
 
 
-# NOTE [a call with several outputs in a program]
-# An equation of a staged program has one output, but a checkpointed region has several
-# and must stay one equation (inlined, its equations would be indistinguishable from the
-# others: partial evaluation would keep its residuals and CSE would merge the backward
-# pass's recomputation with the forward computation). So the region's equation outputs one
-# value whose aval is a ``TupleAval`` (the list of its results), and one projection
-# equation per result (``checkpoint_out[index=k]``) takes each array out. Every pass stays
-# as it is: DCE keeps the region while any projection is used, CSE merges two identical
-# regions only (the same program on the same inputs), constant folding skips tuples, and
-# the planner treats the region's results as sharing memory with its operands (as for any
-# primitive not known to allocate), which only forgoes some buffer reuse. The projection's
-# ``bind`` indexes the list at every level: the list is no tracer, its elements are.
 class RematCallPrimitive(core.Primitive):
     """The call primitive of a checkpointed region: ``program=ClosedJaxpr`` (operands: its
     constants then its arguments), ``policy`` and ``prevent_cse`` as given to
-    :func:`checkpoint`. ``bind`` returns a list; the transforms' rules are in
+    :func:`checkpoint`. ``bind`` returns a list, one array per result of the program (in a
+    staged program, the region is one equation with as many results: NOTE [an equation
+    with several results] in :mod:`cuvmap.transforms.ir`); the transforms' rules are in
     :data:`remat_rules`, by trace type."""
 
     __slots__ = ()
@@ -134,16 +125,6 @@ class RematCallPrimitive(core.Primitive):
         except Exception as err:
             core._set_note(err, core._NOTE_PREFIX + f"a checkpointed function under {top.name if top else 'eval'}")
             raise
-
-
-class _Projection(core.Primitive):
-    """``checkpoint_out[index=k](results)``: the ``k``-th result of a region (NOTE [a call
-    with several outputs in a program])."""
-
-    __slots__ = ()
-
-    def bind(self, results, *, index):
-        return results[index]
 
 
 # NOTE [a region's buffers die with its run]
@@ -176,8 +157,6 @@ def _run_region(*args, program, policy, prevent_cse):
 
 checkpoint_p = RematCallPrimitive("checkpoint")
 checkpoint_p.impl = _run_region
-checkpoint_out_p = _Projection("checkpoint_out")
-checkpoint_out_p.impl = lambda results, index: results[index]
 
 remat_rules = {}
 
@@ -231,13 +210,16 @@ def partial_eval_remat(closed, unknown_ins, policy, instantiate=None):
     unknown_invars = [v for v, u in zip(j.invars, unknown_ins) if u]
     known_eqns, unknown_eqns = [], []
     for eqn in j.eqns:
+        # an equation with several results (a nested region, a custom-derivative call) is
+        # split as a whole: all its results are unknown when one input is, and they are
+        # kept or recomputed together (NOTE [an equation with several results] in ir.py)
         if any(type(x) is Var and x in unknown for x in eqn.inputs):
-            unknown.add(eqn.out)
+            unknown.update(eqn.outs)
             unknown_eqns.append(eqn)
         else:
             known_eqns.append(eqn)
     out_unknown = [inst or (type(v) is Var and v in unknown) for v, inst in zip(j.outvars, instantiate)]
-    defined_by = {e.out: e for e in known_eqns}
+    defined_by = {v: e for e in known_eqns for v in e.outs}
 
     # what the unknown part reads of the known values: walk back from those reads through
     # the equations that are not saved
@@ -254,12 +236,12 @@ def partial_eval_remat(closed, unknown_ins, policy, instantiate=None):
         eqn = defined_by.get(v)
         if eqn is None:  # a known input or a constant
             continue
-        if type(v.aval) is not TupleAval and saveable(eqn.primitive, *(x.aval for x in eqn.inputs), **eqn.params):
-            saved.append(v)
+        if saveable(eqn.primitive, *(x.aval for x in eqn.inputs), **eqn.params):
+            saved.append(v)  # only the results the unknown part reads
             continue
-        recompute.add(v)
+        recompute.add(eqn)
         stack.extend(reversed(eqn.inputs))
-    recompute_eqns = [e for e in known_eqns if e.out in recompute]
+    recompute_eqns = [e for e in known_eqns if e in recompute]
 
     known = ir.optimize(ClosedJaxpr(
         Jaxpr(j.constvars, known_invars, known_eqns,
@@ -373,23 +355,21 @@ def _remat_batch(trace, args, params):
 
 
 def _stage_region(trace, args, params):
-    """Staging (jit, make_jaxpr, the programs the transforms derive): one equation for the
-    region and one projection per result (NOTE [a call with several outputs in a program])."""
+    """Staging (jit, make_jaxpr, the programs the transforms derive): the region is one
+    equation with one result per output of its program (NOTE [an equation with several
+    results] in :mod:`cuvmap.transforms.ir`)."""
     from cuvmap.transforms.staging import StagedTracer
 
     closed = params["program"]
+    if not closed.jaxpr.outvars:
+        return []  # a region without results computes nothing anyone can read
     builder = trace.main.global_data
     inputs = [trace.to_input(builder, x) for x in args]
     device = staging._out_device([v.aval for v in inputs])
-    out_avals = [core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device) for a in closed.out_avals]
-    results = Var(TupleAval(out_avals))
-    builder.eqns.append(JaxprEqn(checkpoint_p, inputs, results, params))
-    outs = []
-    for k, aval in enumerate(out_avals):
-        var = Var(aval)
-        builder.eqns.append(JaxprEqn(checkpoint_out_p, [results], var, {"index": k}))
-        outs.append(StagedTracer(trace.main, aval, var))
-    return outs
+    outs = tuple(Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device))
+                 for a in closed.out_avals)
+    builder.eqns.append(JaxprEqn(checkpoint_p, inputs, outs, params))
+    return [StagedTracer(trace.main, v.aval, v) for v in outs]
 
 
 def _remat_staging(trace, args, params):

@@ -161,7 +161,8 @@ class StagingTrace(Trace):
 
     # NOTE [staging a custom derivative]
     # A custom_jvp or custom_vjp function under jit is staged as one equation with several
-    # results, ``custom_jvp_call[fun jvp]`` or ``custom_vjp_call[fun fwd bwd]``, not as its
+    # results (NOTE [an equation with several results] in ir.py),
+    # ``custom_jvp_call[fun jvp]`` or ``custom_vjp_call[fun fwd bwd]``, not as its
     # body: a program staged before anyone differentiates it (``grad(jit(f))`` stages ``f``
     # first, then derives the VJP program from it) must still know the rule. ``fun`` becomes
     # the staged program of the body (run by the executor when the program runs as it is);
