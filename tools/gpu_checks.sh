@@ -41,6 +41,16 @@ if [ "${GPU_CHECKS_BENCH:-1}" != 0 ]; then
         | tee "$OUT/per_example_gpu.md" | tail -40
     status=${PIPESTATUS[0]}
     [ "$status" -eq 0 ] || failed+=("benchmarks per_example (exit status $status)")
+    # jit on the GPU: fused kernels and graph replay, then each switched off (the jit rows
+    # of the three tables, side by side, say what fusion and graphs gain)
+    for setting in "" "CUVMAP_JIT_CUDA_GRAPHS=0" "CUVMAP_JIT_GPU_FUSION=0 CUVMAP_JIT_CUDA_GRAPHS=0"; do
+        tag=$(echo "${setting:-default}" | tr ' =' '__')
+        echo "## dispatch on the GPU, ${setting:-fusion and graphs on}"
+        env $setting python3 -m benchmarks dispatch --device gpu --json "$OUT/dispatch_gpu_$tag.json" 2>&1 \
+            | tee "$OUT/dispatch_gpu_$tag.md" | grep -E '^\| (cupy|jit)'
+        status=${PIPESTATUS[0]}
+        [ "$status" -eq 0 ] || failed+=("benchmarks dispatch --device gpu with ${setting:-defaults} (exit status $status)")
+    done
 fi
 
 if [ "${#failed[@]}" -gt 0 ]; then
