@@ -377,13 +377,14 @@ class Primitive:
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
     """
 
-    __slots__ = ("name", "impl", "shape_rule", "differentiable")
+    __slots__ = ("name", "impl", "shape_rule", "differentiable", "impl_into")
 
     def __init__(self, name, differentiable=True):
         self.name = name
         self.impl = None
         self.shape_rule = None
         self.differentiable = differentiable
+        self.impl_into = None  # optional impl(*operands, out=buffer), for the jit executor
 
     def __repr__(self):
         return f"{self.name}_p"

@@ -539,6 +539,7 @@ def test_jitted_function_in_several_threads():
 # that keep the rank, reshapes and transposes that are views), and the outputs are a few
 # of the values. Planned execution (twice, so pooled buffers are reused) must equal eager.
 UNARY = [cnp.sin, cnp.exp, cnp.tanh, lambda a: -a, lambda a: a * 2.0, cnp.abs,
+         lambda a: cnp.where(a > 0.1, a, 0.0), lambda a: cnp.where(a < 0, a * 2.0, a),  # select_into
          lambda a: cnp.sum(a, axis=0, keepdims=True) + a, lambda a: a.T.T, lambda a: a.reshape(-1).reshape(a.shape)]
 BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, cnp.maximum]
 

@@ -20,7 +20,7 @@ import pytest
 import cuvmap as cv
 from cuvmap import backend as cv_backend
 from cuvmap import core, lax
-from cuvmap.lax.elementwise import select_impl
+from cuvmap.lax.elementwise import select_impl, select_into
 from cuvmap.test_util import check_batching, check_grads
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
 
@@ -395,3 +395,41 @@ def test_branch_free_select_matches_where_bit_for_bit(shapes, dtype):
     want = np.where(pred, on_true, on_false)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def _select_into_cases():
+    """(shapes, buffer): a fresh buffer, and each operand that has the result's shape (the
+    planner writes into no other)."""
+    for shapes in SELECT_SHAPES:
+        full = np.broadcast_shapes(*(s if isinstance(s, tuple) else () for s in shapes))
+        yield pytest.param(shapes, "fresh", id=f"{shapes}-fresh")
+        for name, s in (("on_true", shapes[1]), ("on_false", shapes[2])):
+            if isinstance(s, tuple) and s == full:
+                yield pytest.param(shapes, name, id=f"{shapes}-{name}")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shapes,into", list(_select_into_cases()))
+def test_select_into_a_buffer_matches_where_bit_for_bit(shapes, dtype, into):
+    """The jit executor's select (select_into) writes the same bits as np.where into its
+    buffer, also when the buffer is one of the operands (an in-place step)."""
+    rng = np.random.default_rng(1)
+    pred_shape, true_shape, false_spec = shapes
+    pred = rng.random(pred_shape) < 0.5
+    on_true = rng.choice(SPECIAL_VALUES, size=true_shape).astype(dtype)
+    on_false = rng.choice(SPECIAL_VALUES, size=false_spec).astype(dtype) if isinstance(false_spec, tuple) \
+        else false_spec
+    want = np.where(pred, on_true, on_false)
+    if into == "fresh":
+        out = np.full(want.shape, 7.0, dtype)
+    else:
+        out = on_true if into == "on_true" else on_false
+    got = select_into(pred, on_true, on_false, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_select_into_declines_what_it_cannot_blend():
+    with pytest.raises(TypeError):
+        select_into(np.array([True, False]), np.array([1, 2]), 0, out=np.empty(2, np.int64))
+

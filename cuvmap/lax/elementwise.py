@@ -363,7 +363,32 @@ def _select_shape_rule(pred, on_true, on_false):
     return ShapedArray(broadcast_shapes(pred.shape, out.shape), out.dtype, out.weak_type)
 
 
+def select_into(pred, on_true, on_false, *, out):
+    """``select`` written into ``out``, a buffer of the result's shape and dtype that the
+    jit executor owns (NOTE [buffer planning] in cuvmap/transforms/executor.py): the
+    branch-free blend of NOTE [branch-free select] with a one-byte mask, so that nothing
+    of the result's size is allocated. ``out`` may be ``on_true``'s or ``on_false``'s
+    buffer (each element is read before it is written). Raises TypeError where the blend
+    does not apply (not NumPy floats), and the executor then calls :func:`select_impl`."""
+    dtype = out.dtype
+    if (type(out) is not np.ndarray or type(pred) is not np.ndarray or pred.dtype != np.bool_
+            or dtype.kind != "f" or dtype.itemsize not in _SAME_SIZE_INT
+            or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS):
+        raise TypeError("select_into: the blend needs NumPy float operands")
+    int_type = _SAME_SIZE_INT[dtype.itemsize]
+    bits = out.view(int_type)
+    mask = np.negative(pred.view(np.int8))  # 0 or -1; widened to the int type elementwise
+    if _is_positive_zero(on_false):
+        np.bitwise_and(_float_bits(on_true, dtype, int_type), mask, out=bits)
+        return out
+    other = np.bitwise_and(_float_bits(on_false, dtype, int_type), np.invert(mask))  # on_false read first
+    np.bitwise_and(_float_bits(on_true, dtype, int_type), mask, out=bits)
+    np.bitwise_or(bits, other, out=bits)
+    return out
+
+
 select_p = _nary("select", select_impl, _select_shape_rule)
+select_p.impl_into = select_into
 
 
 def _convert_element_type_impl(x, *, new_dtype):

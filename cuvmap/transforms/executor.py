@@ -1,9 +1,11 @@
 """The planned executor: runs a staged program without tracers.
 
-A program is planned once (:func:`plan`): every value gets a slot in a flat list, and each
-equation becomes a step ``(kind, impl, input slots, output slot, params, aux, release,
-clear)``, so a call is one loop over steps with no tracer objects, no rule lookups and no
-dictionaries. The plan also decides where each result is written (NOTE [buffer planning]).
+A program is planned once (:func:`plan`): every value gets a slot, and each equation (or
+fused group of them) becomes a step ``(kind, impl, input slots, output slot(s), params,
+aux, release, clear, writer)``; the plan decides where each result is written (NOTE
+[buffer planning]) and compiles the steps into one straight-line Python function with no
+tracer objects, no rule lookups and no dictionaries (NOTE [a plan runs as generated
+Python]).
 """
 import numpy as np
 
@@ -22,7 +24,8 @@ MIN_REUSE_BYTES = 4096
 # program should write into memory it already has. The plan follows each buffer through the
 # program as a *group*: the slots that may share its memory (a reshape or a slice of it,
 # anything a primitive might return as a view). Only an elementwise primitive whose impl is
-# a ufunc is known to return a new array that owns its memory (a *root*); any other
+# a ufunc, or that has an ``impl_into`` writing into a given buffer (select), is known to
+# return a new array that owns its memory (a *root*); any other
 # primitive's output joins the groups of its inputs, except those declared below to return
 # memory of their own. Then, for an elementwise step:
 #
@@ -41,10 +44,14 @@ MIN_REUSE_BYTES = 4096
 
 
 def _ufunc_primitives():
+    """The elementwise primitives whose results can be written into a buffer of the plan:
+    those whose impl is a ufunc (``out=``), and those with an ``impl_into(*operands,
+    out=buffer)`` (select), which may raise TypeError to decline (the step then calls the
+    impl)."""
     from cuvmap.lax import elementwise
 
     return {p for p in vars(elementwise).values()
-            if isinstance(p, core.Primitive) and isinstance(p.impl, np.ufunc)}
+            if isinstance(p, core.Primitive) and (isinstance(p.impl, np.ufunc) or p.impl_into is not None)}
 
 
 def _own_memory_primitives():
@@ -225,7 +232,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
             outs = tuple(slot_of[v] for v in unit.outputs)
             for s in outs:
                 new_group(s, [s], False)
-            steps.append([FUSED, fused_callable(unit), tuple(ins), outs, {}, None, (), ()])
+            steps.append([FUSED, fused_callable(unit), tuple(ins), outs, {}, None, (), (), None])
             continue
         eqn = unit
         array_ins = [s for s in ins if s not in literal_slots]
@@ -239,7 +246,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
             else:
                 for o in outs:
                     new_group(o, [], False)
-            steps.append([MULTI, eqn.primitive.impl, tuple(ins), outs, eqn.params, None, (), ()])
+            steps.append([MULTI, eqn.primitive.impl, tuple(ins), outs, eqn.params, None, (), (), None])
             continue
         out = slot_of[eqn.out]
         aval = eqn.out.aval
@@ -265,7 +272,8 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
             new_group(out, [out] if eqn.primitive in ufuncs else [], eqn.primitive in ufuncs)
         else:
             join(array_ins, (out,))
-        steps.append([kind, eqn.primitive.impl, tuple(ins), out, eqn.params, aux, (), ()])
+        writer = (eqn.primitive.impl_into or eqn.primitive.impl) if kind != PLAIN else None
+        steps.append([kind, eqn.primitive.impl, tuple(ins), out, eqn.params, aux, (), (), writer])
 
     # when each group dies, its poolable roots go to the pool; every slot is cleared after
     # its last use (a group's roots after the group's, so the pool gets them)
@@ -326,8 +334,9 @@ def _call(k, ins, params, constant_slots, out=None):
     args = [_operand(s, constant_slots) for s in ins]
     if params:
         args.append(f"**p{k}")
-    if out is not None:
+    if out is not None:  # the step's writer: the ufunc, or the primitive's impl_into
         args.append(f"out={out}")
+        return f"w{k}({', '.join(args)})"
     return f"f{k}({', '.join(args)})"
 
 
@@ -353,8 +362,10 @@ def _compile(p, out_is_scalar):
     lines = ["def program(args):"]
     if p.in_slots:
         lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
-    for k, (kind, impl, ins, out, params, aux, release, clear) in enumerate(p.steps):
+    for k, (kind, impl, ins, out, params, aux, release, clear, writer) in enumerate(p.steps):
         namespace[f"f{k}"] = impl
+        if writer is not None:
+            namespace[f"w{k}"] = writer
         if params:
             namespace[f"p{k}"] = params
         plain = _call(k, ins, params, constant_slots)
