@@ -13,6 +13,8 @@ same weights and data (NumPy, fixed seeds) go to every method:
   (c) the same with ``chunk_size`` (one chunk when the batch is not larger);
   (d) cuvmap ``grad`` of the mean loss over the batch: the ordinary batched backward
       pass, the floor that per-example gradients are measured against;
+  (d') cuvmap ``jit(vmap(grad))``: (b) staged once and run by the planned executor (its
+      first call includes the tracing);
   (e) torch.func ``vmap(grad)`` of a functional net on ``torch.nn.functional.conv2d``,
       and torch's batched gradient for reference (when torch is installed);
   (f) JAX ``jit(vmap(grad))`` with ``lax.conv_general_dilated``, and ``jit(grad)`` of the
@@ -20,7 +22,16 @@ same weights and data (NumPy, fixed seeds) go to every method:
 
 Each row carries the largest absolute difference of its per-example gradients from
 cuvmap's ``vmap(grad)`` (for batched gradients: from the mean of cuvmap's per-example
-gradients), over all parameters.
+gradients), over all parameters, and the minor page faults per timed call (``getrusage``'s
+``ru_minflt`` before and after each call: pages the call touched for the first time).
+
+Before the methods run, the suite applies what cuvmap's ``jit`` applies when it first
+plans a CPU program — glibc's malloc keeps freed memory mapped (NOTE [keeping freed host
+memory] in cuvmap/transforms/executor.py) — so that every row runs under the same
+allocator (the settings table says which applied). The gain that this setting brings is
+measured by running the suite again with glibc's default thresholds fixed:
+``MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=131072 python -m benchmarks per_example``
+(the user's setting wins; then every call faults its fresh pages in, eager or jitted).
 
 The compute floor is the network's FLOPs per example — 6 × multiply-adds (2 per
 multiply-add, 3 × the forward for forward + backward) — over the float32 GEMM rate of
@@ -47,7 +58,7 @@ import numpy as np
 
 from benchmarks import harness, models
 
-SUMMARY = "per-example gradients of the README CNN: loop, vmap(grad), chunked, batched, torch.func, JAX"
+SUMMARY = "per-example gradients of the README CNN: loop, vmap(grad), chunked, batched, jit(vmap(grad)), torch.func, JAX"
 DEFAULTS = dict(repeats=7, warmup=2)
 
 # per-example gradients differing from cuvmap vmap(grad)'s by more than this times the
@@ -149,6 +160,7 @@ def _cuvmap_methods(args, params, xs, ys, batch):
     per_example = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0))
     chunked = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0), chunk_size=args.chunk_size)
     batched = cv.grad(models.cuvmap_batch_loss)
+    jitted = cv.jit(per_example)
     chunk_note = (f"chunk_size {args.chunk_size} ≥ batch: one chunk, the same call as vmap(grad)"
                   if args.chunk_size >= batch else f"{-(-batch // args.chunk_size)} chunks")
     loop_note = f"{n_loop} of {batch} examples timed, scaled ×{batch / n_loop:g}" if n_loop < batch else None
@@ -161,6 +173,8 @@ def _cuvmap_methods(args, params, xs, ys, batch):
                lambda: chunked(p, x, y), timer, "per_example", to_numpy, note=chunk_note),
         Method("batched", "cuvmap: grad of the mean loss (batched)", "cuvmap", lambda: batched(p, x, y), timer,
                "batched", to_numpy, note="the ordinary batched backward pass: no per-example gradients"),
+        Method("jit_vmap", "cuvmap: jit(vmap(grad))", "cuvmap", lambda: jitted(p, x, y), timer, "per_example",
+               to_numpy, note="staged: the first call includes the tracing and planning"),
     ]
 
 
@@ -252,6 +266,34 @@ def _jax_methods(args, jax, params, xs, ys):
     ]
 
 
+class _FaultCounter:
+    """``fn`` that also records the minor page faults (``ru_minflt``) of each call."""
+
+    def __init__(self, fn):
+        self.fn, self.faults = fn, []
+
+    def __call__(self):
+        before = _minor_faults()
+        out = self.fn()
+        after = _minor_faults()
+        if before is not None:
+            self.faults.append(after - before)
+        return out
+
+    def per_call(self, skip):
+        """The mean over the calls after the first ``skip`` (None where not counted)."""
+        timed = self.faults[skip:]
+        return float(np.mean(timed)) if timed else None
+
+
+def _minor_faults():
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 # ---------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------
@@ -269,7 +311,7 @@ def run(args, settings):
     jax = _setup_jax(args, notes, fw)
     gemm_n = args.gemm_size or (4096 if args.device == "gpu" else 1024)
 
-    methods_per_batch = 4 + 2 * (torch is not None) + 2 * (jax is not None)
+    methods_per_batch = 5 + 2 * (torch is not None) + 2 * (jax is not None)
     progress = harness.Progress(len(args.batch) * methods_per_batch + 2, args.progress)
 
     header = (f"# per-example gradients of the README CNN on the {args.device}: float32, input 1×28×28, "
@@ -284,6 +326,10 @@ def run(args, settings):
                                                         "CUDA events after a device synchronisation"))
     run_settings["loop (a)"] = (f"{args.loop_examples} examples (or the batch, if smaller) timed per call, "
                                 f"the time scaled to the batch")
+    if args.device == "cpu":
+        from cuvmap.transforms import executor
+
+        run_settings["host memory"] = executor.keep_host_memory()
     print(harness.settings_table(run_settings))
     for n in notes:
         print(f"\n- {n}")
@@ -308,19 +354,21 @@ def run(args, settings):
         for m in methods:
             progress.set(f"batch {batch}: {m.label}")
             gc.collect()  # the previous method's garbage is not this one's cost
-            stats = harness.measure(m.fn, repeats=args.repeats, warmup=args.warmup, timer=m.timer, scale=m.scale)
+            counted = _FaultCounter(m.fn)
+            stats = harness.measure(counted, repeats=args.repeats, warmup=args.warmup, timer=m.timer, scale=m.scale)
+            faults = counted.per_call(skip=max(1, args.warmup))  # the timed calls
             grads = _tree_numpy(m.fn(), m.to_numpy)
             if m.key == "vmap":
                 reference = grads
                 ref_scale[batch] = max(float(np.max(np.abs(g))) for g in grads.values())
-            results[m.key] = (m, stats, grads)
+            results[m.key] = (m, stats, grads, faults)
             progress.step(f"batch {batch}: {m.label}: {stats.median * 1e3:.1f} ms")
         tol = DIFF_TOL * ref_scale[batch]
-        for key, (m, stats, grads) in results.items():
+        for key, (m, stats, grads, faults) in results.items():
             diff, n_off, n_cmp = _diff(m, grads, reference, tol)
             row = dict(batch=batch, key=key, method=m.label, framework=m.framework, kind=m.kind,
                        diff_vs_cuvmap_vmap=diff, examples_off=n_off, examples_compared=n_cmp, diff_tol=tol,
-                       note=m.note, **stats.as_dict())
+                       note=m.note, minor_faults_per_call=faults, **stats.as_dict())
             row["ms_per_example"] = row["median_ms"] / batch
             rows.append(row)
             by_batch.setdefault(batch, {})[key] = row
@@ -339,10 +387,11 @@ def run(args, settings):
         table.append((r["batch"], r["method"], r["median_ms"], r["min_ms"], r["max_ms"], r["ms_per_example"],
                       r["ms_per_example"] / floor_ms, r["median_ms"] / base, r["first_call_ms"],
                       r["diff_vs_cuvmap_vmap"],
-                      "–" if r["examples_off"] is None else f"{r['examples_off']}/{r['examples_compared']}"))
+                      "–" if r["examples_off"] is None else f"{r['examples_off']}/{r['examples_compared']}",
+                      "–" if r["minor_faults_per_call"] is None else f"{r['minor_faults_per_call']:.0f}"))
     print(harness.markdown_table(
         ["batch", "method", "median ms", "min ms", "max ms", "ms / example", "× floor", "× cuvmap batched",
-         "first call ms", "max abs diff", "examples off"], table, "rlrrrrrrrrr"))
+         "first call ms", "max abs diff", "examples off", "page faults / call"], table, "rlrrrrrrrrrr"))
     print()
     loop_rows = [r for r in rows if r["key"] == "loop" and r["note"]]
     for r in loop_rows:
@@ -360,8 +409,18 @@ def run(args, settings):
               "pre-activation within float32 rounding of 0 whose sign differs between two computations "
               "(different GEMM blocking or BLAS kernel), which flips that unit's gradient; when most are, "
               "it is a bug")
+    print("- page faults / call: minor page faults (getrusage ru_minflt) per timed call, the pages it wrote for "
+          "the first time (the loop: per call of its timed examples, unscaled)"
+          + (f"; host memory: {run_settings['host memory']}" if "host memory" in run_settings else ""))
+    for batch, rs in by_batch.items():
+        if "jit_vmap" in rs and rs["vmap"]["minor_faults_per_call"] is not None:
+            e, j = rs["vmap"], rs["jit_vmap"]
+            print(f"- batch {batch}: cuvmap vmap(grad) {e['minor_faults_per_call']:.0f} page faults per call, "
+                  f"jit(vmap(grad)) {j['minor_faults_per_call']:.0f}; medians {e['median_ms']:.1f} ms eager, "
+                  f"{j['median_ms']:.1f} ms jitted ({e['median_ms'] / j['median_ms']:.2f}× faster under jit)")
     if jax is not None:
-        print("- JAX is compiled (jit), cuvmap and torch.func run eagerly; JAX's first call includes compilation")
+        print("- JAX is compiled (jit); cuvmap's vmap(grad), chunked, batched and torch.func run eagerly; the first "
+              "calls of JAX and of cuvmap's jit include compilation (tracing)")
 
     # -- the compute floor -----------------------------------------------------------------
     print("\n## Compute floor\n")
@@ -399,6 +458,9 @@ def run(args, settings):
             ratio_rows.append((batch, name, value, f"{cmp} {target:g}", "yes" if met else "no"))
             ratios.append(dict(batch=batch, ratio=name, value=value, target=f"{cmp} {target:g}", met=met))
         extra = [("vmap(grad, chunk_size) / vmap(grad)", "chunked", "vmap"),
+                 ("cuvmap jit(vmap(grad)) / cuvmap vmap(grad)", "jit_vmap", "vmap"),
+                 ("cuvmap jit(vmap(grad)) / JAX jit(vmap(grad))", "jit_vmap", "jax_vmap"),
+                 ("cuvmap jit(vmap(grad)) / torch.func vmap(grad)", "jit_vmap", "torch_vmap"),
                  ("cuvmap vmap(grad) / JAX jit(vmap(grad))", "vmap", "jax_vmap"),
                  ("torch.func vmap(grad) / torch batched", "torch_vmap", "torch_batched"),
                  ("JAX jit(vmap(grad)) / JAX batched", "jax_vmap", "jax_batched")]

@@ -57,19 +57,24 @@ import warnings
 
 import numpy as np
 
-from cuvmap import backend, core, tree
+from cuvmap import backend, core, lax, tree
 from cuvmap import numpy as cnp
 
 __all__ = [
     "DEFAULT_ORDERS",
     "RDPAccountant",
     "add_noise",
+    "batch_buckets",
+    "bucket_for",
     "clip_per_example",
+    "clipped_sum",
     "epsilon",
+    "pad_batch",
     "per_example_global_norms",
     "private_gradient",
     "rdp_sampled_gaussian",
     "rdp_to_epsilon",
+    "standard_normal_like",
 ]
 
 #: Opacus' default RDP orders: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.
@@ -105,11 +110,13 @@ def _batched_leaves(grads, what):
 
 
 def _squared_norms(leaves, size):
+    """``Σ_leaves Σ_i leaf[b, i]²`` for each example ``b``: per leaf one batched dot product
+    of the flattened example with itself (a ``(B,)`` result, no ``(B, ...)`` array of squares)."""
     total = None
     for leaf in leaves:
         per_example = int(np.prod(core.shape_of(leaf)[1:], dtype=np.int64))  # explicit: B may be 0
         flat = cnp.reshape(leaf, (size, per_example))
-        sq = cnp.sum(cnp.square(flat), axis=1)
+        sq = lax.dot_general(flat, flat, (((1,), (1,)), ((0,), (0,))))
         total = sq if total is None else cnp.add(total, sq)
     return total
 
@@ -174,6 +181,180 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     return (clipped, norms) if return_norms else clipped
 
 
+def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False):
+    """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
+    each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding).
+
+    Each example's scale ``s_b = m_b · min(1, C / (‖g_b‖₂ + tiny))`` (as in
+    :func:`clip_per_example`) is applied in the sum itself: one contraction
+    ``Σ_b s_b g_b`` per leaf (a matrix-vector product over the batch dim), never the
+    clipped ``(B, ...)`` arrays. Padding rows get the weight exactly 0, so they add exact
+    zeros: the result does not depend on their values as long as their gradients are
+    finite (``0 · inf`` is NaN; :func:`pad_batch` repeats a real example so that they are).
+    See NOTE [padding Poisson batches].
+
+    Args:
+      per_example_grads: a pytree of arrays with a common leading batch dim ``B`` (``B``
+        may be 0: the sum is then zeros).
+      max_norm: the clipping bound ``C > 0``.
+      mask: ``(B,)`` bool or numeric weights, or ``None`` for all ones.
+      tiny: added to the norm in the denominator.
+      return_norms: also return the ``(B,)`` norms before clipping (padding rows included).
+
+    Returns:
+      A pytree shaped like one example's gradient (leaves without the batch dim, in their
+      dtypes), or ``(summed, norms)``.
+
+    Example::
+
+        (x, y), mask = pad_batch((xs, ys), bucket_for(len(ys), buckets))
+        summed = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
+    """
+    if not max_norm > 0:
+        raise ValueError(f"clipped_sum: max_norm must be positive, got {max_norm!r}")
+    leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
+    norms = cnp.sqrt(_squared_norms(leaves, size))
+    scale = cnp.minimum(1.0, cnp.divide(max_norm, cnp.add(norms, tiny)))
+    if mask is not None:
+        if tuple(core.shape_of(mask)) != (size,):
+            raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
+                             f"gradients have batch size {size} (the mask needs shape ({size},))")
+        scale = cnp.multiply(scale, cnp.astype(mask, core.dtype_of(scale)))
+    out = []
+    for leaf in leaves:
+        s = cnp.astype(scale, core.dtype_of(leaf))
+        out.append(cnp.tensordot(s, leaf, axes=1))
+    summed = tree.unflatten(treedef, out)
+    return (summed, norms) if return_norms else summed
+
+
+# ---------------------------------------------------------------------------------------
+# Padding Poisson batches to a few sizes (for jit)
+# ---------------------------------------------------------------------------------------
+
+# NOTE [padding Poisson batches]
+# Under Poisson sampling the batch size B ~ Binomial(N, q) changes every step, and a jitted
+# step traces once per argument shape. So the batch is padded up to the smallest size of a
+# short fixed ladder (batch_buckets: geometric above the expected size q·N, capped at N)
+# and a mask m marks the real examples (m_b = 1) and the padding (m_b = 0); the clipped sum
+# weights each example by m_b (clipped_sum), which is how JAX DP-SGD code usually handles
+# variable batches. Padding changes neither the gradient nor the privacy accounting:
+#
+# - the gradient: a padding row enters the sum as m_b · s_b · g_b = 0 · s_b · g_b, an exact
+#   zero whenever g_b is finite, so the padded sum equals the sum over the real examples
+#   (up to the order of the additions) and does not depend on what the padding holds;
+# - the privacy: the released value (Σ_b m_b clip(g_b) + σCz) / (qN) is then the same
+#   function of the sampled set S as without padding, hence the same mechanism: adding or
+#   removing one example still changes the sum by at most C, and the noise and the
+#   normalisation q·N do not depend on the padded size. The padded size is a function of
+#   |S| only; it is not released (the gradient's value and distribution do not depend on
+#   it), and the accountant's ε is a function of (q, σ, steps, δ) alone.
+#
+# The ladder trades traces for wasted work: B is concentrated within a few sqrt(qN(1−q))
+# of q·N, so a growth of 1/8 per rung keeps the padding under about 1/8 of the batch while a
+# run meets two or three sizes (one trace each).
+
+
+def _round_up(x, multiple):
+    return int(math.ceil(x / multiple - 1e-12)) * multiple
+
+
+def batch_buckets(expected_batch_size, max_batch_size, *, growth=1.125, multiple=8):
+    """The padded batch sizes for Poisson-sampled batches: a geometric ladder from the
+    expected batch size up to the largest possible one.
+
+    ``r₀ = ⌈expected⌉`` rounded up to a multiple of ``multiple``, then
+    ``r_{k+1} = max(r_k + multiple, ⌈growth · r_k⌉ rounded up likewise)``, every rung
+    capped at ``max_batch_size`` (the dataset size ``N``, which a Poisson batch never
+    exceeds), which is always the last rung. ``growth=2`` with ``multiple=1`` and a
+    power-of-two expected size gives powers of two. See NOTE [padding Poisson batches].
+
+    Args:
+      expected_batch_size: ``q·N`` (> 0).
+      max_batch_size: ``N`` (≥ 1).
+      growth: the ratio between rungs (> 1).
+      multiple: every rung but the cap is a multiple of it (≥ 1).
+
+    Returns:
+      An increasing tuple of ints ending with ``max_batch_size``.
+
+    Example::
+
+        batch_buckets(256, 1438)   # (256, 288, 328, 376, ..., 1432, 1438)
+    """
+    if not expected_batch_size > 0:
+        raise ValueError(f"batch_buckets: expected_batch_size must be positive, got {expected_batch_size!r}")
+    if not (isinstance(max_batch_size, (int, np.integer)) and max_batch_size >= 1):
+        raise ValueError(f"batch_buckets: max_batch_size must be a positive integer, got {max_batch_size!r}")
+    if not growth > 1:
+        raise ValueError(f"batch_buckets: growth must be > 1, got {growth!r}")
+    if not (isinstance(multiple, (int, np.integer)) and multiple >= 1):
+        raise ValueError(f"batch_buckets: multiple must be a positive integer, got {multiple!r}")
+    cap = int(max_batch_size)
+    rung = min(cap, _round_up(expected_batch_size, multiple))
+    rungs = [rung]
+    while rung < cap:
+        rung = min(cap, max(rung + multiple, _round_up(rung * growth, multiple)))
+        rungs.append(rung)
+    return tuple(rungs)
+
+
+def bucket_for(batch_size, buckets):
+    """The smallest of ``buckets`` (an increasing sequence, see :func:`batch_buckets`)
+    that holds ``batch_size`` examples."""
+    i = int(np.searchsorted(np.asarray(buckets), batch_size, side="left"))
+    if i == len(buckets):
+        raise ValueError(f"bucket_for: a batch of {batch_size} examples is larger than the largest bucket "
+                         f"{buckets[-1]} (the last bucket must be the dataset size)")
+    return int(buckets[i])
+
+
+def pad_batch(batch, size):
+    """Pads every leaf of ``batch`` along axis 0 to ``size`` rows, and the mask of the real ones.
+
+    The padding rows repeat the batch's first example (so their gradients are finite
+    whenever the real ones are; they get weight 0 in :func:`clipped_sum` and
+    :func:`private_gradient`); an empty batch is padded with zeros. The arrays stay on
+    their device (NumPy or CuPy). See NOTE [padding Poisson batches].
+
+    Args:
+      batch: a pytree of arrays with a common leading dim ``B ≤ size`` (e.g. ``(x, y)``).
+      size: the padded size, e.g. ``bucket_for(B, buckets)``.
+
+    Returns:
+      ``(padded, mask)``: the pytree with leading dim ``size`` (the first ``B`` rows are
+      ``batch``'s; with ``size == B`` its leaves themselves), and a ``(size,)`` bool array,
+      True on the first ``B`` rows, on the leaves' device.
+
+    Example::
+
+        idx = np.flatnonzero(rng.random(n) < q)                 # a Poisson batch
+        (x, y), mask = pad_batch((x_train[idx], y_train[idx]), bucket_for(len(idx), buckets))
+    """
+    leaves, treedef = tree.flatten(batch)
+    if not leaves:
+        raise ValueError("pad_batch: the batch has no array leaves")
+    sizes = [core.shape_of(leaf)[0] if len(core.shape_of(leaf)) else None for leaf in leaves]
+    b = sizes[0]
+    if b is None or any(s != b for s in sizes):
+        raise ValueError(f"pad_batch: every leaf needs the same leading batch dim; got leading dims {sizes}")
+    if not (isinstance(size, (int, np.integer)) and size >= b):
+        raise ValueError(f"pad_batch: size must be an integer >= the batch size {b}, got {size!r}")
+    size = int(size)
+    rows = cnp.arange(size, like=leaves[0])
+    mask = rows < b
+    out = []
+    for leaf in leaves:
+        shape = tuple(core.shape_of(leaf))
+        if size == b:
+            out.append(leaf)
+        elif b == 0:
+            out.append(cnp.zeros((size,) + shape[1:], core.dtype_of(leaf), like=leaf))
+        else:
+            out.append(cnp.take(leaf, cnp.where(mask, rows, 0), axis=0))
+    return tree.unflatten(treedef, out), mask
+
+
 def _rng_is_cupy(rng):
     return type(rng).__module__.startswith("cupy")
 
@@ -187,6 +368,62 @@ def _standard_normal(rng, shape, dtype):
         except TypeError:  # a generator without the dtype argument (e.g. RandomState)
             pass
     return rng.standard_normal(size=shape).astype(dtype)
+
+
+def _generator_for(leaf, rng, fresh, what):
+    """The generator that draws for ``leaf``: ``rng`` (checked to be on the leaf's device),
+    or with ``rng=None`` a fresh OS-seeded one per backend, kept in ``fresh``."""
+    name = backend.backend_name(leaf)
+    if rng is None:
+        if name not in fresh:
+            fresh[name] = backend.xp_of(leaf).random.default_rng()
+        return fresh[name]
+    gen_name = "gpu" if _rng_is_cupy(rng) else "cpu"
+    if gen_name != name:
+        raise ValueError(
+            f"{what}: a {'CuPy' if gen_name == 'gpu' else 'NumPy'} generator cannot draw noise "
+            f"for a leaf on the {name}; pass "
+            f"{'cupy.random.default_rng()' if name == 'gpu' else 'numpy.random.default_rng()'}"
+        )
+    return rng
+
+
+def _normal_like(tree_, rng, what):
+    fresh = {}
+
+    def draw(leaf):
+        dtype = core.dtype_of(leaf)
+        if dtype.kind not in "fc":
+            raise ValueError(f"{what}: a leaf has dtype {dtype}; noise needs floating-point leaves")
+        return _standard_normal(_generator_for(leaf, rng, fresh, what), tuple(core.shape_of(leaf)), dtype)
+
+    return tree.map(draw, tree_)
+
+
+def standard_normal_like(like, rng=None):
+    """Standard normal draws ``z ~ N(0, I)`` shaped like each leaf of ``like`` (its shapes,
+    dtypes and devices), leaf by leaf in the pytree's order, as :func:`add_noise` draws them.
+
+    Noise for a jitted DP-SGD step: a generator cannot be called inside ``jit`` (its draws
+    would be traced once and become constants of the program, the same noise at every
+    step), so the step takes ``z`` as an argument, drawn outside it by this function, and
+    :func:`private_gradient` scales it (``noise=z``). The draws are the ones
+    ``add_noise(tree, σ, C, rng)`` would make from the same generator state.
+
+    Args:
+      like: a pytree of floating-point arrays (e.g. the parameters: one example's gradient
+        has their shapes).
+      rng: a NumPy/CuPy ``Generator`` on the leaves' device, or ``None`` (a fresh OS-seeded
+        one per backend).
+
+    Returns:
+      A pytree of the same structure, shapes and dtypes.
+
+    Example::
+
+        z = standard_normal_like(params, np.random.default_rng(1))
+    """
+    return _normal_like(like, rng, "standard_normal_like")
 
 
 def add_noise(summed_grads, noise_multiplier, max_norm, rng=None):
@@ -219,54 +456,63 @@ def add_noise(summed_grads, noise_multiplier, max_norm, rng=None):
         raise ValueError(f"add_noise: noise_multiplier must be >= 0, got {noise_multiplier!r}")
     if not max_norm > 0:
         raise ValueError(f"add_noise: max_norm must be positive, got {max_norm!r}")
-    std = float(noise_multiplier) * float(max_norm)
-    fresh = {}
+    z = _normal_like(summed_grads, rng, "add_noise")
+    return _scaled_add(summed_grads, z, float(noise_multiplier) * float(max_norm))
 
-    def noisy(leaf):
-        name = backend.backend_name(leaf)
-        if rng is None:
-            if name not in fresh:
-                fresh[name] = backend.xp_of(leaf).random.default_rng()
-            gen = fresh[name]
-        else:
-            gen = rng
-            gen_name = "gpu" if _rng_is_cupy(gen) else "cpu"
-            if gen_name != name:
-                raise ValueError(
-                    f"add_noise: a {'CuPy' if gen_name == 'gpu' else 'NumPy'} generator cannot draw noise "
-                    f"for a leaf on the {name}; pass "
-                    f"{'cupy.random.default_rng()' if name == 'gpu' else 'numpy.random.default_rng()'}"
-                )
-        dtype = core.dtype_of(leaf)
-        if dtype.kind not in "fc":
-            raise ValueError(f"add_noise: a leaf has dtype {dtype}; noise needs floating-point leaves")
-        z = _standard_normal(gen, tuple(core.shape_of(leaf)), dtype)
-        # A NumPy scalar (not a 0-d array: CuPy rejects NumPy arrays as operands).
-        return cnp.add(leaf, cnp.multiply(z, dtype.type(std)))
 
-    return tree.map(noisy, summed_grads)
+def _scaled_add(summed, z, std):
+    # A NumPy scalar (not a 0-d array: CuPy rejects NumPy arrays as operands).
+    return tree.map(lambda leaf, zl: cnp.add(leaf, cnp.multiply(zl, core.dtype_of(leaf).type(std))), summed, z)
+
+
+def _check_noise(noise, summed):
+    """``noise`` must have the structure and shapes of one example's gradient."""
+    if tree.structure(noise) != tree.structure(summed):
+        raise ValueError(
+            f"private_gradient: noise has the pytree structure {tree.structure(noise)}, but one example's "
+            f"gradient has {tree.structure(summed)} (draw it with standard_normal_like(params, rng))"
+        )
+    for path, z, g in zip(tree.flatten_with_path(noise)[0], tree.leaves(noise), tree.leaves(summed)):
+        if tuple(core.shape_of(z)) != tuple(core.shape_of(g)):
+            raise ValueError(
+                f"private_gradient: noise leaf {tree.keystr(path) or '(root)'} has shape "
+                f"{tuple(core.shape_of(z))}, but the gradient leaf has {tuple(core.shape_of(g))}"
+            )
 
 
 def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
-                     expected_batch_size=None, tiny=1e-6, return_norms=False):
+                     expected_batch_size=None, mask=None, noise=None, tiny=1e-6, return_norms=False):
     """The DP-SGD gradient: clip each example, sum over the batch, add noise, normalise.
 
-    ``g̃ = (Σ_b clip(g_b, C) + N(0, σ² C² I)) / n`` with ``n`` the normalisation:
+    ``g̃ = (Σ_b m_b · clip(g_b, C) + σ C z) / n`` with ``z ~ N(0, I)``, the mask ``m``
+    (all ones without one) and ``n`` the normalisation:
 
-    * ``expected_batch_size=None``: ``n`` is the actual batch size ``B`` (the leading dim).
-      Right for fixed-size batches (shuffled, or sampled without replacement).
+    * ``expected_batch_size=None``: ``n`` is the actual batch size: ``B`` (the leading dim),
+      or with a ``mask`` the number of real examples ``Σ_b m_b``. Right for fixed-size
+      batches (shuffled, or sampled without replacement).
     * ``expected_batch_size=q·N``: under Poisson sampling (each of the ``N`` examples is in
       the batch independently with probability ``q``, which is what the RDP accountant
       assumes) the batch size itself depends on the data, so dividing by it would leak;
       divide by its expectation instead (Opacus' ``expected_batch_size``). An empty batch
-      (``B = 0``) is then valid and yields pure noise.
+      (``B = 0``, or a mask of zeros) is then valid and yields pure noise.
+
+    A batch padded by :func:`pad_batch` (with its ``mask``) gives the gradient of the
+    unpadded batch (NOTE [padding Poisson batches]).
+
+    The whole computation is made of cuvmap primitives once ``z`` is given, so it runs
+    under ``jit``: pass ``noise=standard_normal_like(params, rng)`` drawn outside the
+    jitted step instead of ``rng``.
 
     Args:
       per_example_grads: pytree of arrays with a common leading batch dim ``B``.
       max_norm: clipping norm ``C``.
       noise_multiplier: ``σ``; the noise std is ``σ·C``.
-      rng: generator for the noise, as in :func:`add_noise`.
+      rng: generator for the noise, as in :func:`add_noise` (not with ``noise``).
       expected_batch_size: the normalisation ``n`` (see above); keyword-only.
+      mask: ``(B,)`` weights, 1 for a real example and 0 for padding (bool or float), as
+        :func:`pad_batch` returns; ``None`` for all ones.
+      noise: standard normal draws shaped like one example's gradient (see
+        :func:`standard_normal_like`), scaled here by ``σ·C``; ``None`` draws them from ``rng``.
       tiny: as in :func:`clip_per_example`.
       return_norms: also return the per-example norms before clipping.
 
@@ -274,19 +520,33 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
       A pytree shaped like one example's gradient (leaves without the batch dim), or
       ``(gradient, norms)``.
     """
-    clipped, norms = clip_per_example(per_example_grads, max_norm, tiny=tiny, return_norms=True)
-    leaves, treedef = tree.flatten(clipped)
-    size = core.shape_of(leaves[0])[0]
-    n = size if expected_batch_size is None else expected_batch_size
-    if not n > 0:
-        raise ValueError(
-            "private_gradient: the normalisation must be positive; got "
-            + (f"a batch of size {size} (pass expected_batch_size under Poisson sampling)"
-               if expected_batch_size is None else f"expected_batch_size={expected_batch_size!r}")
-        )
-    summed = tree.unflatten(treedef, [cnp.sum(leaf, axis=0) for leaf in leaves])
-    noisy = add_noise(summed, noise_multiplier, max_norm, rng)
-    out = tree.map(lambda leaf: cnp.divide(leaf, core.dtype_of(leaf).type(n)), noisy)
+    if not noise_multiplier >= 0:
+        raise ValueError(f"private_gradient: noise_multiplier must be >= 0, got {noise_multiplier!r}")
+    if noise is not None and rng is not None:
+        raise ValueError("private_gradient: pass either rng (to draw the noise) or noise (drawn already), not both")
+    summed, norms = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny, return_norms=True)
+    size = core.shape_of(norms)[0]
+    if expected_batch_size is not None:
+        if not expected_batch_size > 0:
+            raise ValueError(f"private_gradient: the normalisation must be positive; got "
+                             f"expected_batch_size={expected_batch_size!r}")
+        n = expected_batch_size
+    elif mask is None:
+        if not size > 0:
+            raise ValueError(f"private_gradient: the normalisation must be positive; got a batch of size {size} "
+                             "(pass expected_batch_size under Poisson sampling)")
+        n = size
+    else:
+        n = cnp.sum(cnp.astype(mask, core.dtype_of(norms)))  # the real examples (traced under jit)
+    if noise is None:
+        noisy = add_noise(summed, noise_multiplier, max_norm, rng)
+    else:
+        _check_noise(noise, summed)
+        noisy = _scaled_add(summed, noise, float(noise_multiplier) * float(max_norm))
+    if isinstance(n, (int, float)):
+        out = tree.map(lambda leaf: cnp.divide(leaf, core.dtype_of(leaf).type(n)), noisy)
+    else:
+        out = tree.map(lambda leaf: cnp.divide(leaf, cnp.astype(n, core.dtype_of(leaf))), noisy)
     return (out, norms) if return_norms else out
 
 

@@ -1,13 +1,22 @@
 """Differentially private training (DP-SGD) of a small CNN on scikit-learn's digits.
 
-    python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--no-dp] [--help]
+    python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--eager] [--no-dp] [--help]
 
 Each step draws a Poisson-sampled batch (every training example independently with
 probability q = batch / N), computes per-example gradients with ``vmap(grad(loss))``,
 clips each example's gradient to L2 norm C over the whole parameter pytree, sums, adds
-Gaussian noise N(0, σ²C²) and divides by the expected batch size (Abadi et al. 2016).
-The RDP accountant of the sampled Gaussian mechanism gives the (ε, δ) spent. ``--no-dp``
-trains the same network with ordinary mini-batch gradients, for comparison.
+Gaussian noise N(0, σ²C²) and divides by the expected batch size (Abadi et al. 2016),
+then takes an Adam step. The RDP accountant of the sampled Gaussian mechanism gives the
+(ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
+comparison.
+
+The whole step — per-example gradients, clipping, the masked sum, the noise and the Adam
+update — runs under ``cuvmap.jit``; the noise is drawn outside it and passed in. A Poisson
+batch changes size every step, so it is padded to the smallest size of a short ladder
+(``dp.batch_buckets``) with a mask that gives the padding zero weight in the clipped sum
+(``dp.pad_batch``, NOTE [padding Poisson batches] in cuvmap/dp.py): the step traces once
+per size met, and neither the gradient nor ε changes. ``--eager`` runs the same step op by
+op on the unpadded batches.
 """
 import os
 import sys
@@ -54,6 +63,8 @@ def main(argv=None):
     parser.add_argument("--noise", type=positive_float, default=2.0, help="noise multiplier σ")
     parser.add_argument("--delta", type=open_unit_interval, default=1e-5, help="the δ of the (ε, δ) reported")
     parser.add_argument("--no-dp", action="store_true", help="ordinary mini-batch training instead")
+    parser.add_argument("--eager", action="store_true",
+                        help="run the training step op by op on unpadded batches instead of under cuvmap.jit")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first LIMIT training examples (None: all of them)")
     add_progress_option(parser)
@@ -74,32 +85,62 @@ def main(argv=None):
     accountant = dp.RDPAccountant()
     per_example_grad = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))
     batch_grad = cv.grad(loss)
-    mode = "ordinary SGD (no privacy)" if args.no_dp else f"DP-SGD (C={args.max_norm}, σ={args.noise}, q={q:.4f})"
-    print(f"digits CNN on {args.device}: {n} training and {len(y_test)} test images, {steps} steps of {mode}")
+    expected = q * n
 
+    def dp_step(params, state, x, y, mask, noise):
+        """One DP-SGD step: ``mask`` marks the real examples of the (padded) batch, ``noise``
+        holds standard normal draws shaped like the parameters."""
+        grads = dp.private_gradient(per_example_grad(params, x, y), args.max_norm, args.noise,
+                                    mask=mask, noise=noise, expected_batch_size=expected)
+        return opt.update(grads, state, params)
+
+    def sgd_step(params, state, x, y):
+        return opt.update(batch_grad(params, x, y), state, params)
+
+    step_fn = sgd_step if args.no_dp else dp_step
+    if not args.eager:
+        step_fn = cv.jit(step_fn)
+    buckets = dp.batch_buckets(expected, n)
+    mode = "ordinary SGD (no privacy)" if args.no_dp else f"DP-SGD (C={args.max_norm}, σ={args.noise}, q={q:.4f})"
+    how = "eager" if args.eager else ("jit" if args.no_dp else "jit, batches padded to " +
+                                      ", ".join(map(str, buckets[:3])) + (", ..." if len(buckets) > 3 else ""))
+    print(f"digits CNN on {args.device}: {n} training and {len(y_test)} test images, {steps} steps of {mode} "
+          f"[{how}]")
+
+    step_times, batch_sizes, padded_sizes = [], [], set()
     t_start = time.perf_counter()
     with Progress(steps, "train", args.progress) as bar:
         for step in range(steps):
+            t0 = time.perf_counter()
             if args.no_dp:
                 idx = rng.choice(n, size=min(args.batch, n), replace=False)
-                grads = batch_grad(params, x_train[idx], y_train[idx])
+                params, state = step_fn(params, state, x_train[idx], y_train[idx])
             else:
                 idx = np.flatnonzero(rng.random(n) < q)  # Poisson sampling
-                if len(idx):
-                    pe = per_example_grad(params, x_train[idx], y_train[idx])
-                else:  # an empty batch: the gradient is pure noise
-                    pe = cv.tree.map(lambda p: cnp.zeros_like(p)[None][:0], params)
-                grads = dp.private_gradient(pe, args.max_norm, args.noise, noise_rng, expected_batch_size=q * n)
+                size = len(idx) if args.eager else dp.bucket_for(len(idx), buckets)
+                batch_sizes.append(len(idx))
+                padded_sizes.add(size)
+                (xb, yb), mask = dp.pad_batch((x_train[idx], y_train[idx]), size)
+                noise = dp.standard_normal_like(params, noise_rng)
+                params, state = step_fn(params, state, xb, yb, mask, noise)
                 accountant.step(args.noise, q)
-            params, state = opt.update(grads, state, params)
+            step_times.append(time.perf_counter() - t0)
             if step % 20 == 0 or step == steps - 1:
                 info = f"test accuracy {accuracy(params, x_test, y_test):.3f}"
             bar.update(info=info)
     elapsed = time.perf_counter() - t_start
 
     acc = accuracy(params, x_test, y_test)
-    print(f"test accuracy {acc:.3f} after {args.epochs:g} epochs ({steps} steps, {elapsed / steps * 1e3:.1f} ms per step, "
-          f"{elapsed:.1f} s in all)")
+    mean_ms, median_ms = np.mean(step_times) * 1e3, np.median(step_times) * 1e3
+    print(f"test accuracy {acc:.3f} after {args.epochs:g} epochs ({steps} steps, {mean_ms:.1f} ms per step, "
+          f"median {median_ms:.1f}; {elapsed:.1f} s in all)")
+    if not args.eager:
+        traces = f"jit: {step_fn.trace_count} trace{'s' * (step_fn.trace_count != 1)}"
+        if args.no_dp:
+            print(traces)
+        else:
+            print(f"{traces}, batches of {min(batch_sizes)}-{max(batch_sizes)} examples padded to "
+                  f"{', '.join(map(str, sorted(padded_sizes)))}")
     eps = None
     if not args.no_dp:
         eps = accountant.get_epsilon(args.delta)

@@ -51,11 +51,17 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     for key in ("python", "numpy", "BLAS", "device"):
         assert key in res["settings"]
     keys = [(r["batch"], r["key"]) for r in res["rows"]]
-    assert keys == [(b, k) for b in (2, 3) for k in ("loop", "vmap", "chunked", "batched")]
+    assert keys == [(b, k) for b in (2, 3) for k in ("loop", "vmap", "chunked", "batched", "jit_vmap")]
     for r in res["rows"]:
         assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
         assert r["repeats"] == 1 and r["timer"] == "perf_counter"
+        assert r["minor_faults_per_call"] is not None and r["minor_faults_per_call"] >= 0
+    jit3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "jit_vmap")
+    assert jit3["method"] == "cuvmap: jit(vmap(grad))" and jit3["examples_off"] == 0 and jit3["examples_compared"] == 3
+    assert "first call includes the tracing" in jit3["note"]
+    assert "| host memory | " in out
+    assert "jit(vmap(grad)) " in out and "page faults per call" in out and "| page faults / call |" in out
     loop3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "loop")
     assert loop3["scale"] == pytest.approx(1.5) and "2 of 3 examples timed" in loop3["note"]
     assert "2 chunks" in next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "chunked")["note"]
@@ -63,6 +69,10 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     assert ratios[(2, "vmap(grad) / batched gradient")]["value"] > 0
     assert ratios[(2, "loop / vmap(grad)")]["value"] > 0
     assert ratios[(2, "vmap(grad) / torch.func vmap(grad)")]["value"] is None  # --no-torch
+    jit_ratio = ratios[(3, "cuvmap jit(vmap(grad)) / cuvmap vmap(grad)")]
+    assert jit_ratio["value"] == pytest.approx(jit3["median_ms"] / next(
+        r for r in res["rows"] if r["batch"] == 3 and r["key"] == "vmap")["median_ms"])
+    assert (3, "cuvmap jit(vmap(grad)) / JAX jit(vmap(grad))") not in ratios  # --no-jax: not measured
     assert res["flops"]["train"] == 6 * res["flops"]["macs"]
     assert res["floor_ms_per_example"] > 0 and res["gemm"]["gflops_used"] > 0
     assert "## Ratios against the project's targets" in out and "## Compute floor" in out
@@ -87,6 +97,8 @@ def test_per_example_torch(capsys, tmp_path):
     assert "torch.set_num_threads" in res["frameworks"]["torch"]
     ratio = next(r for r in res["ratios"] if r["ratio"] == "vmap(grad) / torch.func vmap(grad)")
     assert ratio["value"] > 0
+    jit_ratio = next(r for r in res["ratios"] if r["ratio"] == "cuvmap jit(vmap(grad)) / torch.func vmap(grad)")
+    assert jit_ratio["value"] > 0
 
 
 def test_per_example_jax(capsys, tmp_path):
@@ -97,6 +109,8 @@ def test_per_example_jax(capsys, tmp_path):
     assert {r["key"] for r in rows} == {"jax_vmap", "jax_batched"}
     for r in rows:
         assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
+    jit_ratio = next(r for r in res["ratios"] if r["ratio"] == "cuvmap jit(vmap(grad)) / JAX jit(vmap(grad))")
+    assert jit_ratio["value"] > 0
 
 
 def test_per_example_absent_frameworks_are_skipped(capsys, tmp_path, monkeypatch):

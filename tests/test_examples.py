@@ -52,6 +52,32 @@ def test_dp_sgd_digits_runs_and_accounts(capsys):
     assert "test accuracy" in out and "ε =" in out
 
 
+def test_dp_sgd_digits_jit_and_eager_agree(capsys):
+    """The main job's step under jit (the default: Poisson batches padded to a few sizes,
+    masked) and with --eager (unpadded batches, op by op) reaches the same test accuracy and
+    ε (seeded); ε is TF Privacy's compute_dp_sgd_privacy of (N, batch, epochs, σ, δ) alone,
+    whatever the padding; the jitted step traced once per padded size."""
+    from cuvmap import dp
+
+    args = ["--device", "cpu", "--limit", "256", "--batch", "48", "--epochs", "5", "--noise", "1.0",
+            "--progress", "off"]
+    example = load("dp_sgd_digits")
+    acc_jit, eps_jit = example.main(args)
+    out = capsys.readouterr().out
+    acc_eager, eps_eager = example.main(args + ["--eager"])
+    eager_out = capsys.readouterr().out
+    assert acc_jit == acc_eager and acc_jit > 0.2  # 27 steps already learn something
+    assert eps_jit == eps_eager == pytest.approx(dp.epsilon(256, 48, 5, 1.0, 1e-5), rel=1e-12)
+    match = re.search(r"jit: (\d+) traces?, batches of (\d+)-(\d+) examples padded to ([\d, ]+)\n", out)
+    assert match, out
+    traces, low, high = (int(g) for g in match.groups()[:3])
+    padded = [int(v) for v in match.group(4).split(", ")]
+    assert traces == len(padded) and low < high  # the batch size changed; the traces did not follow it
+    assert padded == [dp.bucket_for(b, dp.batch_buckets(48, 256)) for b in padded]  # sizes of the ladder
+    assert padded[0] <= high <= padded[-1]
+    assert "[eager]" in eager_out and "jit:" not in eager_out
+
+
 def test_dp_sgd_digits_without_dp():
     acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256",
                                            "--progress", "off"])

@@ -515,6 +515,30 @@ def test_optimizers_carry_example_rank_nodes_and_float32():
         assert all(leaf.dtype == np.float32 for leaf in cv.tree.leaves(new))
 
 
+@pytest.mark.parametrize("opt", [optim.sgd(0.1, momentum=0.9, nesterov=True), optim.sgd(lambda t: 0.1 / (1 + t)),
+                                 optim.adam(0.01, weight_decay=0.1), optim.adam(lambda t: 0.01 * 0.9 ** t)],
+                         ids=["sgd_nesterov", "sgd_schedule", "adam", "adam_schedule"])
+def test_jitted_optimizer_update_traces_once_and_keeps_float32(opt):
+    """NOTE [step count as an array]: the step count is a 0-d int64 array, so jit(update)
+    traces once for a whole training loop, and float32 parameters stay float32 (the bias
+    corrections and a schedule's rate are cast to them), with the eager update's values."""
+    rng = np.random.default_rng(7)
+    params = {"w": rng.standard_normal((3, 4)).astype(np.float32), "b": np.zeros(4, np.float32)}
+    jitted = cv.jit(opt.update)
+    p_jit, s_jit = params, opt.init(params)
+    p_eager, s_eager = params, opt.init(params)
+    assert s_jit.step.shape == () and s_jit.step.dtype == np.int64
+    for t in range(5):
+        grads = {"w": rng.standard_normal((3, 4)).astype(np.float32), "b": np.full(4, 0.5, np.float32)}
+        p_jit, s_jit = jitted(grads, s_jit, p_jit)
+        p_eager, s_eager = opt.update(grads, s_eager, p_eager)
+    assert jitted.trace_count == 1 and int(s_jit.step) == int(s_eager.step) == 5
+    for a, b in zip(cv.tree.leaves((p_jit, s_jit)), cv.tree.leaves((p_eager, s_eager))):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert all(leaf.dtype == np.float32 for leaf in cv.tree.leaves(p_jit))
+
+
 @pytest.mark.parametrize("make_opt,steps", [(lambda: optim.sgd(0.5, momentum=0.9), 60),
                                             (lambda: optim.adam(0.3), 100)], ids=["sgd_momentum", "adam"])
 def test_optimizers_train_a_tiny_problem(make_opt, steps):

@@ -26,17 +26,21 @@ The update rules are torch's (``torch.optim.SGD`` with ``dampening=0`` and
 """
 import collections
 
+import numpy as np
+
+from cuvmap import core, tree
 from cuvmap import numpy as cnp
-from cuvmap import tree
 
 Optimizer = collections.namedtuple("Optimizer", ["init", "update"])
 Optimizer.__doc__ = """``init(params) -> state``, ``update(grads, state, params) -> (new_params, new_state)``."""
 
 SGDState = collections.namedtuple("SGDState", ["step", "momentum"])
-SGDState.__doc__ = "``step``: updates done so far (an int); ``momentum``: the buffers (a pytree like params, or None)."
+SGDState.__doc__ = ("``step``: updates done so far (a 0-d int64 array on the parameters' device); ``momentum``: "
+                    "the buffers (a pytree like params, or None).")
 
 AdamState = collections.namedtuple("AdamState", ["step", "m", "v"])
-AdamState.__doc__ = "``step``: updates done so far (an int); ``m``, ``v``: the first and second moment estimates."
+AdamState.__doc__ = ("``step``: updates done so far (a 0-d int64 array on the parameters' device); ``m``, ``v``: "
+                     "the first and second moment estimates.")
 
 
 def _lr_at(lr, step):
@@ -45,6 +49,31 @@ def _lr_at(lr, step):
 
 def _zeros_like(params):
     return tree.map(cnp.zeros_like, params)
+
+
+# NOTE [step count as an array]
+# The step count is a 0-d int64 array (optax's ``count``), not a Python int: an update
+# under ``jit`` takes it as an argument of one fixed aval and returns it as an array, so a
+# jitted training loop traces once. Scalars computed from it (Adam's bias corrections
+# 1 − b1ᵗ, a schedule's learning rate) are then arrays, which NEP 50 does not let adopt
+# the parameters' dtype as Python floats do (float32 / float64 array → float64), so they
+# are cast to each parameter's dtype before they meet it: float32 parameters stay float32,
+# with the values the Python floats would give (the bias corrections are computed in
+# float64 and rounded once, as a Python float is when it meets a float32 array).
+
+
+def _count(params):
+    """A 0-d int64 zero on the parameters' device (NOTE [step count as an array])."""
+    leaves = tree.leaves(params)
+    return cnp.zeros((), np.int64, like=leaves[0] if leaves else None)
+
+
+def _like(scalar, p):
+    """``scalar`` ready to meet parameter ``p``: Python numbers as they are, arrays and
+    tracers cast to ``p``'s dtype (NOTE [step count as an array])."""
+    if type(scalar) in (int, float):  # not np.float64, a float subclass that NEP 50 does not weaken
+        return scalar
+    return cnp.astype(scalar, core.dtype_of(p))
 
 
 def sgd(lr, momentum=0.0, nesterov=False, weight_decay=0.0):
@@ -69,21 +98,21 @@ def sgd(lr, momentum=0.0, nesterov=False, weight_decay=0.0):
         raise ValueError(f"sgd: momentum {momentum} and weight_decay {weight_decay} must be non-negative")
 
     def init(params):
-        return SGDState(0, _zeros_like(params) if momentum else None)
+        return SGDState(_count(params), _zeros_like(params) if momentum else None)
 
     def update(grads, state, params):
         rate = _lr_at(lr, state.step)
         if weight_decay:
             grads = tree.map(lambda g, p: g + weight_decay * p, grads, params)
         if not momentum:
-            new_params = tree.map(lambda p, g: p - rate * g, params, grads)
+            new_params = tree.map(lambda p, g: p - _like(rate, p) * g, params, grads)
             return new_params, SGDState(state.step + 1, None)
         buf = tree.map(lambda b, g: momentum * b + g, state.momentum, grads)
         if nesterov:
             direction = tree.map(lambda g, b: g + momentum * b, grads, buf)
         else:
             direction = buf
-        new_params = tree.map(lambda p, d: p - rate * d, params, direction)
+        new_params = tree.map(lambda p, d: p - _like(rate, p) * d, params, direction)
         return new_params, SGDState(state.step + 1, buf)
 
     return Optimizer(init, update)
@@ -110,7 +139,7 @@ def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
         raise ValueError(f"adam: b1 {b1} and b2 {b2} must be in [0, 1)")
 
     def init(params):
-        return AdamState(0, _zeros_like(params), _zeros_like(params))
+        return AdamState(_count(params), _zeros_like(params), _zeros_like(params))
 
     def update(grads, state, params):
         rate = _lr_at(lr, state.step)
@@ -120,7 +149,11 @@ def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
         m = tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.m, grads)
         v = tree.map(lambda v, g: b2 * v + (1 - b2) * (g * g), state.v, grads)
         c1, c2 = 1 - b1 ** t, 1 - b2 ** t
-        new_params = tree.map(lambda p, m, v: p - rate * (m / c1) / (cnp.sqrt(v / c2) + eps), params, m, v)
+
+        def step(p, m, v):
+            return p - _like(rate, p) * (m / _like(c1, p)) / (cnp.sqrt(v / _like(c2, p)) + eps)
+
+        new_params = tree.map(step, params, m, v)
         return new_params, AdamState(t, m, v)
 
     return Optimizer(init, update)

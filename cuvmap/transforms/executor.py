@@ -5,8 +5,14 @@ fused group of them) becomes a step ``(kind, impl, input slots, output slot(s), 
 aux, release, clear, writer)``; the plan decides where each result is written (NOTE
 [buffer planning]) and compiles the steps into one straight-line Python function with no
 tracer objects, no rule lookups and no dictionaries (NOTE [a plan runs as generated
-Python]).
+Python]). The first CPU plan asks the C allocator to keep the memory programs free (NOTE
+[keeping freed host memory]).
 """
+import ctypes
+import os
+import sys
+import threading
+
 import numpy as np
 
 from cuvmap import backend, core
@@ -41,6 +47,70 @@ MIN_REUSE_BYTES = 4096
 # written, except the donated ones (``jit(donate_argnums=...)``), which may be written in
 # place but are never pooled. At run time a root is reused only if it still is a base
 # array of the plan's array type (a guard against an impl that returned a view or a scalar).
+
+
+# NOTE [keeping freed host memory]
+# The pool covers the buffers that the plan itself writes (out=). Everything else a step
+# allocates — the outputs of non-elementwise primitives, the temporaries inside an impl
+# (a convolution's columns) — comes from the C allocator and goes back to it, and glibc's
+# malloc hands the top of its heap back to the system whenever more than its trim
+# threshold is free there. A program that allocates more than that in one call and frees
+# it by the end is trimmed after every call, so the next call faults all those pages in
+# again (on the project's CPU machines a fault costs more than writing the page; the
+# DP-SGD step of examples/dp_sgd_digits.py took about 2000 faults per call). glibc raises
+# its thresholds by itself as large arrays come and go, but only to the size of the largest
+# mmapped block freed so far (it ends at 32 MiB for mmap, twice that for trimming). When it
+# first plans a CPU program the executor sets both to those ceilings (mallopt
+# M_MMAP_THRESHOLD = 32 MiB, M_TRIM_THRESHOLD = 64 MiB), so that up to 64 MiB freed at the
+# top of the heap stay mapped and a steady state reuses its pages. It is process-wide, as
+# glibc's own adjustment is, and eager code later in the process keeps its pages too. It
+# does nothing where the user chose (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
+# MALLOC_TOP_PAD_, MALLOC_MMAP_MAX_ or a glibc.malloc tunable in GLIBC_TUNABLES set: theirs
+# wins), off Linux, or on a C library without mallopt (musl); host_memory_setting() says
+# which applied.
+
+MMAP_THRESHOLD_BYTES = 32 << 20
+TRIM_THRESHOLD_BYTES = 64 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+_host_memory = None
+_host_memory_lock = threading.Lock()
+
+
+def _set_host_memory():
+    user = [k for k in _MALLOC_ENV if k in os.environ]
+    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        user.append("GLIBC_TUNABLES")
+    if user:
+        return f"the user's ({', '.join(user)} set)"
+    if not sys.platform.startswith("linux"):
+        return f"unchanged ({sys.platform}: no glibc)"
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt, version = libc.mallopt, libc.gnu_get_libc_version
+    except (OSError, AttributeError):
+        return "unchanged (a C library without glibc's mallopt)"
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    version.restype = ctypes.c_char_p
+    if not (mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)):
+        return "unchanged (mallopt refused)"
+    return (f"glibc {version().decode()}: mmap threshold {MMAP_THRESHOLD_BYTES >> 20} MiB, trim threshold "
+            f"{TRIM_THRESHOLD_BYTES >> 20} MiB (set by cuvmap's jit)")
+
+
+def keep_host_memory():
+    """Sets glibc's malloc to keep freed memory mapped (NOTE [keeping freed host memory]),
+    once per process; the first CPU plan calls it. Returns :func:`host_memory_setting`."""
+    global _host_memory
+    with _host_memory_lock:
+        if _host_memory is None:
+            _host_memory = _set_host_memory()
+    return _host_memory
+
+
+def host_memory_setting():
+    """What :func:`keep_host_memory` did (a sentence), or None before any CPU plan."""
+    return _host_memory
 
 
 def _ufunc_primitives():
@@ -295,6 +365,8 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
         step[6] = tuple(releases[k])
         step[7] = tuple(s for s in clear_at[k] if s not in released) + tuple(released)
     array_types = (backend.xp_for("gpu").ndarray,) if gpu else (np.ndarray,)
+    if not gpu and _host_memory is None:
+        keep_host_memory()
     out_is_scalar = [any(v.aval.shape == () for v in unit_outputs(u)) for u in units]
     p = Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types, out_is_scalar)
     if graphs is None:
