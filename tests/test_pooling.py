@@ -98,6 +98,9 @@ GEOMETRIES = [
     ("2d", (2, 3, 7, 6), (3, 2), (2, 2), (1, 1)),
     ("2d_overlap", (1, 2, 5, 5), (3, 3), (1, 1), (1, 0)),
     ("2d_disjoint", (2, 2, 6, 4), (2, 2), (2, 2), (0, 0)),
+    # disjoint windows that leave positions out (stride > window; a remainder), and padded
+    ("2d_gaps", (2, 2, 7, 5), (2, 2), (3, 2), (0, 0)),
+    ("2d_disjoint_padded", (1, 2, 6, 6), (2, 2), (2, 2), (1, 1)),
     ("3d", (1, 2, 5, 4, 6), (3, 2, 2), (2, 1, 2), (1, 1, 0)),
 ]
 GEO_IDS = [g[0] for g in GEOMETRIES]

@@ -44,7 +44,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
-from cuvmap.lax.elementwise import select_impl
+from cuvmap.lax.elementwise import select_impl, select_into
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
 from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, tap_slices, taps
@@ -278,11 +278,26 @@ def _max_pool_scatter_impl(g, x, *, window, stride, padding):
     max_pool_scatter_p.check(g, x, **params)
     xp = backend.xp_of(g, x)
     x_pad = pad_spatial(xp, x, padding, -np.inf)
-    out = xp.zeros(x_pad.shape, dtype=g.dtype)
-    for sl, selected in _first_max_masks(xp, x_pad, window, stride, tuple(g.shape[2:])):
-        # the taps of one slice never overlap; NOTE [branch-free select] for the NumPy path
-        out[sl] += select_impl(selected, g, 0)
-    return xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
+    out_sp = tuple(g.shape[2:])
+    disjoint = all(s >= k for s, k in zip(stride, window))
+    if not disjoint:  # overlapping windows: a position may receive from several windows
+        out = xp.zeros(x_pad.shape, dtype=g.dtype)
+        for sl, selected in _first_max_masks(xp, x_pad, window, stride, out_sp):
+            # the taps of one slice never overlap; NOTE [branch-free select] for the NumPy path
+            out[sl] += select_impl(selected, g, 0)
+        return xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
+    # disjoint windows: each position belongs to at most one tap of one window, so each tap
+    # writes its positions (g where selected, +0 elsewhere) instead of adding into zeros;
+    # positions no window covers (stride > window, or a remainder) are zeroed first
+    covered = all(s == k and o * s == n for s, k, o, n in zip(stride, window, out_sp, x_pad.shape[2:]))
+    out = (xp.empty if covered else xp.zeros)(x_pad.shape, dtype=g.dtype)
+    for sl, selected in _first_max_masks(xp, x_pad, window, stride, out_sp):
+        target = out[sl]
+        try:
+            select_into(selected, g, 0, out=target)
+        except TypeError:  # not NumPy floats: the plain select
+            target[...] = select_impl(selected, g, 0)
+    return out if not any(padding) else xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
 
 
 def _divisor(xp, input_shape, window, stride, padding, count_include_pad, dtype):
