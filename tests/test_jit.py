@@ -516,6 +516,29 @@ def test_steady_state_calls_reuse_pooled_buffers():
     assert peak < 2.5 * x.nbytes, f"peak {peak / 1e6:.1f} MB for 1 MB arrays"
 
 
+def test_select_results_come_from_the_pool():
+    """select has no ufunc, but its impl_into writes into the plan's buffers: after a first
+    call, its results (relu's) come from the pool, and equal np.where's bits."""
+    def f(x):
+        h = nn.relu(x)  # x is the caller's: the result goes to a pooled buffer
+        return cnp.where(h > 0.5, h, -x) + h  # written over -x's buffer
+
+    from cuvmap.lax.elementwise import select_into
+
+    x = np.linspace(-1, 1, 1 << 12)
+    p = _plan(f, x)
+    writers = [k for k, s in enumerate(p.steps) if s[8] is select_into]
+    assert len(writers) == 2
+    written = []
+    for k in writers:  # count the buffers select_into gets
+        p.program.__globals__[f"w{k}"] = lambda *a, out: written.append(out) or select_into(*a, out=out)
+    h = np.where(x > 0, x, 0)
+    want = np.where(h > 0.5, h, -x) + h
+    for _ in range(3):
+        np.testing.assert_array_equal(p.program([x])[0], want)
+    assert len(written) == 6
+
+
 def test_jitted_function_in_several_threads():
     jf = cv.jit(lambda x: cnp.sum(cnp.tanh(x) * 2.0 + cnp.sin(x)))
     xs = [np.linspace(0, i, 1 << 12) for i in range(8)]

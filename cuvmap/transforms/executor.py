@@ -39,7 +39,8 @@ MIN_REUSE_BYTES = 4096
 #   returned, with the output's shape and dtype, the ufunc writes into it (``out=``); the
 #   output carries on the group. Cotangent sums ``add(ct, ct_i)`` accumulate this way;
 # - pooled: otherwise the output goes into a buffer from the program's pool (keyed by
-#   shape and dtype) when one is free;
+#   shape and dtype) when one is free, else into a fresh one (so that a writer whose plain
+#   impl returns a view, select's, still leaves a buffer for the pool);
 #
 # and when a group dies (its last slot's last use), its roots go back to the pool. The pool
 # belongs to the plan and survives across calls, so a steady state allocates almost only
@@ -152,7 +153,7 @@ class Plan:
     literals), the argument and output slots, the buffer pool, and the generated function
     that runs it (NOTE [a plan runs as generated Python])."""
 
-    __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "num_reused_steps",
+    __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "empty", "num_reused_steps",
                  "source", "program")
 
     def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar):
@@ -162,6 +163,7 @@ class Plan:
         self.out_slots = out_slots
         self.pool = {}
         self.array_types = array_types
+        self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
         self.num_reused_steps = sum(1 for s in steps if s[0] != PLAIN)
         self.source, namespace = _compile(self, out_is_scalar)
         exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
@@ -419,7 +421,7 @@ def _compile(p, out_is_scalar):
         computed.update(step[3] if step[0] in (FUSED, MULTI) else (step[3],))
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
     namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
-                 "ARRAY_TYPES": p.array_types}
+                 "ARRAY_TYPES": p.array_types, "EMPTY": p.empty}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]
     pool_names = {}
@@ -457,13 +459,14 @@ def _compile(p, out_is_scalar):
                       "    else:",
                       f"        {r} = {plain}"]
         else:
+            # a pooled buffer, or a fresh one when the pool is empty: a writer that is not a
+            # ufunc (select's impl_into) would otherwise never produce a buffer to pool
             pl = pool_list(aux)
-            lines += [f"    if {pl}:",
-                      "        try:",
-                      f"            {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
-                      "        except (TypeError, ValueError, IndexError):",
-                      f"            {r} = {plain}",
-                      "    else:",
+            key = f"K{pl[1:]}"
+            namespace[key] = aux
+            lines += ["    try:",
+                      f"        {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
+                      "    except (TypeError, ValueError, IndexError):",
                       f"        {r} = {plain}"]
         if out_is_scalar[k]:
             for o in outs:
