@@ -356,6 +356,9 @@ class FakeCuPy:
             def begin_capture(self, mode=None):
                 fake.capturing = True
 
+            def is_capturing(self):
+                return fake.capturing
+
             def end_capture(self):
                 fake.capturing = False
                 if fake.recorded is None:
@@ -431,6 +434,15 @@ def test_graph_runner_falls_back_once_when_the_capture_fails():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(runner([x + 1])[0], f(x + 1))
     assert len(eager_calls) == 3 and not runner.captured and runner.failure is not None
+
+
+def test_a_runner_called_during_a_capture_runs_eagerly():
+    inner, fake, inner_eager = _fake_runner(lambda x: x + 1.0)
+    x = np.ones(3)
+    fake.capturing = True  # as if an outer program were being captured on this stream
+    for _ in range(3):
+        np.testing.assert_array_equal(inner([x])[0], x + 1.0)
+    assert len(inner_eager) == 3 and not inner.captured and inner.calls == 0
 
 
 def test_graph_runner_in_threads():

@@ -34,9 +34,21 @@ from cuvmap import backend
 #   synchronisation, an allocation the capture refuses, a library that cannot be captured)
 #   makes the runner eager for good, with one GraphCaptureWarning.
 #
+# A runner called while its thread's current stream is being captured (a program run by an
+# outer captured program: a checkpointed region's, a custom rule's) runs eagerly, inside
+# the outer graph, and neither counts the call nor captures a graph of its own.
+#
 # The capture uses the thread-local capture mode: an unsafe CUDA call from this thread (a
 # synchronous copy, a cudaMalloc) fails the capture instead of silently reading values
 # that have not been computed.
+
+
+def _capturing(cp):
+    """Whether the current stream is being captured (by an enclosing runner)."""
+    try:
+        return bool(cp.cuda.get_current_stream().is_capturing())
+    except Exception:  # noqa: BLE001 - a stream that cannot say is treated as not capturing
+        return False
 
 
 class GraphCaptureWarning(RuntimeWarning):
@@ -66,6 +78,8 @@ class GraphRunner:
     def __call__(self, args):
         cp = self.cp if self.cp is not None else backend.cupy_module()
         if self.failure is not None or not all(type(a) is cp.ndarray for a in args):
+            return self.eager(args)
+        if _capturing(cp):  # called while an outer program is being captured: part of its graph
             return self.eager(args)
         with self.lock:
             if self.graph is None:
