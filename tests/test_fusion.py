@@ -16,13 +16,15 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend, config, nn
 from cuvmap.cuda import graphs, kernels
 from cuvmap.transforms import executor, fusion, ir
+
+from random_programs import program_fun, programs
 
 
 def _program(f, *args):
@@ -162,39 +164,10 @@ BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, cnp.maximu
           lambda a, b: a / (1.0 + b * b)]
 
 
-@st.composite
-def programs(draw):
-    n = draw(st.integers(1, 14))
-    steps = []
-    for k in range(n):
-        if draw(st.booleans()):
-            steps.append(("u", draw(st.integers(0, len(UNARY) - 1)), draw(st.integers(0, k + 1))))
-        else:
-            steps.append(("b", draw(st.integers(0, len(BINARY) - 1)), draw(st.integers(0, k + 1)),
-                          draw(st.integers(0, k + 1))))
-    outs = draw(st.lists(st.integers(0, n + 1), min_size=1, max_size=3))
-    return steps, outs
-
-
-def _program_fun(spec):
-    steps, outs = spec
-
-    def f(x, row):
-        values = [x, row]
-        for s in steps:
-            if s[0] == "u":
-                values.append(UNARY[s[1]](values[s[2]]))
-            else:
-                values.append(BINARY[s[1]](values[s[2]], values[s[3]]))
-        return tuple(values[i] for i in outs)
-
-    return f
-
-
 @settings(max_examples=80, deadline=None)
-@given(spec=programs())
+@given(spec=programs(len(UNARY), len(BINARY), num_inputs=2, max_steps=14))
 def test_fused_execution_equals_eager(spec):
-    f = _program_fun(spec)
+    f = program_fun(spec, UNARY, BINARY)
     x, row = np.linspace(-1, 1, 12).reshape(3, 4), np.linspace(0.5, -0.5, 4)
     closed = _program(f, x, row)
     units = fusion.fuse(closed.jaxpr.eqns, closed.jaxpr.outvars)

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
@@ -23,6 +23,7 @@ from cuvmap.core import ConcretizationError, EscapedTracerError
 from cuvmap.transforms import executor, ir
 
 from op_table import ALL_ROWS, F64, NESTED_SAMPLE
+from random_programs import program_fun, programs
 from test_ops import closed_over_nondiff, weighted_sum
 
 
@@ -567,40 +568,12 @@ UNARY = [cnp.sin, cnp.exp, cnp.tanh, lambda a: -a, lambda a: a * 2.0, cnp.abs,
 BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, cnp.maximum]
 
 
-@st.composite
-def programs(draw):
-    n = draw(st.integers(1, 12))
-    steps = []
-    for k in range(n):
-        if draw(st.booleans()):
-            steps.append(("u", draw(st.integers(0, len(UNARY) - 1)), draw(st.integers(0, k))))
-        else:
-            steps.append(("b", draw(st.integers(0, len(BINARY) - 1)), draw(st.integers(0, k)), draw(st.integers(0, k))))
-    outs = draw(st.lists(st.integers(0, n), min_size=1, max_size=3))
-    return steps, outs
-
-
-def _program_fun(spec):
-    steps, outs = spec
-
-    def f(x):
-        values = [x]
-        for s in steps:
-            if s[0] == "u":
-                values.append(UNARY[s[1]](values[s[2]]))
-            else:
-                values.append(BINARY[s[1]](values[s[2]], values[s[3]]))
-        return tuple(values[i] for i in outs)
-
-    return f
-
-
 @settings(max_examples=60, deadline=None)
-@given(spec=programs())
+@given(spec=programs(len(UNARY), len(BINARY), num_inputs=1, max_steps=12))
 def test_planned_execution_equals_eager(spec):
     executor.MIN_REUSE_BYTES, saved = 0, executor.MIN_REUSE_BYTES
     try:
-        f = _program_fun(spec)
+        f = program_fun(spec, UNARY, BINARY)
         x = np.linspace(-1, 1, 12).reshape(3, 4)
         before = x.copy()
         jf = cv.jit(f)

@@ -205,19 +205,11 @@ def partial_eval_remat(closed, unknown_ins, policy, instantiate=None):
     saveable = _saveable(policy)
     j = closed.jaxpr
     instantiate = instantiate or [False] * len(j.outvars)
-    unknown = {v for v, u in zip(j.invars, unknown_ins) if u}
     known_invars = [v for v, u in zip(j.invars, unknown_ins) if not u]
     unknown_invars = [v for v, u in zip(j.invars, unknown_ins) if u]
-    known_eqns, unknown_eqns = [], []
-    for eqn in j.eqns:
-        # an equation with several results (a nested region, a custom-derivative call) is
-        # split as a whole: all its results are unknown when one input is, and they are
-        # kept or recomputed together (NOTE [an equation with several results] in ir.py)
-        if any(type(x) is Var and x in unknown for x in eqn.inputs):
-            unknown.update(eqn.outs)
-            unknown_eqns.append(eqn)
-        else:
-            known_eqns.append(eqn)
+    # an equation with several results (a nested region, a custom-derivative call) is split
+    # as a whole: its results are kept or recomputed together
+    known_eqns, unknown_eqns, unknown = staging.split_by_unknown(j.eqns, unknown_invars)
     out_unknown = [inst or (type(v) is Var and v in unknown) for v, inst in zip(j.outvars, instantiate)]
     defined_by = {v: e for e in known_eqns for v in e.outs}
 

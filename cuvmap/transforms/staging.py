@@ -440,18 +440,27 @@ def joint_vjp_jaxpr(closed, needs_ct, in_avals):
     return whole, ct_outputs
 
 
-def _split_known(whole, num_primals, num_outs):
-    """Partial evaluation with the cotangent arguments unknown: see :func:`vjp_jaxprs`."""
-    whole = ir.optimize(whole)
-    j = whole.jaxpr
-    unknown = set(j.invars[num_primals:])
+def split_by_unknown(eqns, unknown_vars):
+    """Partial evaluation's split: the equations that read (transitively) a variable of
+    ``unknown_vars`` are unknown, the others known. An equation with several results is
+    split as a whole (NOTE [an equation with several results] in ir.py). Returns
+    ``(known_eqns, unknown_eqns, unknown)``, ``unknown`` the set of unknown variables."""
+    unknown = set(unknown_vars)
     known_eqns, unknown_eqns = [], []
-    for eqn in j.eqns:
+    for eqn in eqns:
         if any(type(x) is Var and x in unknown for x in eqn.inputs):
             unknown.update(eqn.outs)
             unknown_eqns.append(eqn)
         else:
             known_eqns.append(eqn)
+    return known_eqns, unknown_eqns, unknown
+
+
+def _split_known(whole, num_primals, num_outs):
+    """Partial evaluation with the cotangent arguments unknown: see :func:`vjp_jaxprs`."""
+    whole = ir.optimize(whole)
+    j = whole.jaxpr
+    known_eqns, unknown_eqns, unknown = split_by_unknown(j.eqns, j.invars[num_primals:])
     outs, in_cts = j.outvars[:num_outs], j.outvars[num_outs:]
     for o in outs:
         if type(o) is Var and o in unknown:

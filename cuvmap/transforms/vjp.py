@@ -65,12 +65,7 @@ class VJPTrace(Trace):
 
     def process_primitive(self, primitive, args, params):
         main = self.main
-        primals = list(args)
-        operand_nodes = []
-        for i, x in enumerate(args):
-            if type(x) is VJPTracer and x._main is main:
-                primals[i] = x.primal
-                operand_nodes.append((i, x.node))
+        primals, operand_nodes = self._unwrap(args)
         out = primitive.bind(*primals, **params)
         if not primitive.differentiable or not core.is_float(out):
             return out
