@@ -67,6 +67,18 @@ def _describe_arg(f, path):
     return tree.keystr(path)
 
 
+def split_aux(f, out, has_aux):
+    """``(output, aux)`` of ``f``'s result ``out``: the pair ``f`` returns with
+    ``has_aux=True`` (checked), else ``(out, None)``."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TransformError(
+            f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
+        )
+    return out[0], out[1]
+
+
 def _shape_str(x):
     return str(tuple(core.shape_of(x)))
 
@@ -393,13 +405,7 @@ def _vjp(f, primals, has_aux, where, describe):
                 inputs.append(x)
                 input_nodes.append(None)
         out = f(*tree.unflatten(treedef, inputs))
-        aux = None
-        if has_aux:
-            if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TransformError(
-                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
-                )
-            out, aux = out
+        out, aux = split_aux(f, out, has_aux)
     out_leaves, out_tree = tree.flatten(out)
     out_primals = []
     out_nodes = []
@@ -640,13 +646,7 @@ def _jvp(f, primals, tangents, has_aux, where):
     with new_main(JVPTrace, name=where) as main:
         traced = [JVPTracer(main, p, t) if core.is_float(p) else p for p, t in zip(p_leaves, t_leaves)]
         out = f(*tree.unflatten(p_tree, traced))
-        aux = None
-        if has_aux:
-            if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TransformError(
-                    f"with has_aux=True, {_fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
-                )
-            out, aux = out
+        out, aux = split_aux(f, out, has_aux)
     out_leaves, out_tree = tree.flatten(out)
     out_p, out_t = [], []
     for leaf in out_leaves:

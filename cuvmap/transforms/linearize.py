@@ -145,13 +145,7 @@ def _linearize(f, primals, has_aux, where):
 
     def flat_fun(*leaves):
         out = f(*tree.unflatten(p_tree, list(leaves)))
-        aux = None
-        if has_aux:
-            if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TransformError(
-                    f"with has_aux=True, {api._fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
-                )
-            out, aux = out
+        out, aux = api.split_aux(f, out, has_aux)
         out_leaves, out_tree = tree.flatten(out)
         out_tree_box.append(out_tree)
         return out_leaves, aux
