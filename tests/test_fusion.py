@@ -141,16 +141,33 @@ def test_non_fusible_equations_and_dtypes_are_left_alone():
     assert got[1].dtype == np.int32
 
 
-def test_non_finite_literals_are_kernel_inputs():
+def test_non_finite_literals_are_written_by_their_bits():
     def f(x):
         return cnp.minimum(x * 2.0, float("inf")) + cnp.maximum(x, float("-inf"))
 
     x = np.linspace(-1, 1, 5)
     closed = _program(f, x)
     (group,) = _groups(fusion.fuse(closed.jaxpr.eqns, closed.jaxpr.outvars))
-    assert sum(type(v).__name__ == "Literal" for v in group.inputs) == 2
+    assert len(group.inputs) == 1
+    operation = group.cuda_kernel_source()[2]
+    assert "__longlong_as_double(0x7ff0000000000000LL)" in operation
+    assert "__longlong_as_double(0xfff0000000000000LL)" in operation
     got, _ = _run_fused_on_cpu(closed, [x])
     np.testing.assert_array_equal(got[0], f(x))
+    # a float literal that overflows float32 is float32's inf, as NumPy rounds it
+    (g32,) = _groups(_units(lambda x: x * 1e39 + x, np.ones(4, np.float32)))
+    assert "__int_as_float(0x7f800000)" in g32.cuda_kernel_source()[2]
+
+
+def test_integer_comparisons_with_out_of_range_literals_compare_values():
+    """uint8 < 300 holds everywhere (NumPy compares by value); a cast of 300 to uint8 would
+    make it x < 44."""
+    x = np.arange(250, 256, dtype=np.uint8)
+    f = lambda x: cnp.where(x < 300, x, x + x)  # noqa: E731
+    (group,) = _groups(_units(f, x))
+    operation = group.cuda_kernel_source()[2]
+    assert "(((long long)in0) < ((long long)300LL))" in operation
+    np.testing.assert_array_equal(f(x), x)
 
 
 # Random programs over two shapes that broadcast, with reductions, selects, comparisons,
@@ -256,7 +273,7 @@ FUSIBLE_SAMPLES = [
     ("powers", lambda x, y: x ** 3 + x ** -2 + cnp.power(cnp.abs(x) + 1.0, y) + lax_rsqrt(y * y + 1.0)),
     ("select", lambda x, y: cnp.where((x > y) | (x == 0.5), x, y) + (x <= y) * 1.0 + (x != y) * 2.0),
     ("casts", lambda x, y: (x * 100).astype(np.int32).astype(x.dtype) + nn.sigmoid(y) + nn.gelu(x)),
-    ("non-finite", lambda x, y: cnp.minimum(x * 2.0, float("inf")) + y * 3.0),
+    ("non-finite", lambda x, y: cnp.minimum(x * 2.0, float("inf")) + y * 3.0 + x * 1e39),
 ]
 
 

@@ -540,6 +540,39 @@ def test_select_results_come_from_the_pool():
     assert len(written) == 6
 
 
+@pytest.mark.parametrize("n", [511, 512, 4096])
+def test_a_ufunc_result_keeps_numpys_dtype_whatever_its_size(n):
+    """NumPy's sqrt of uint8 is float16: a buffer of the aval's float64 must not decide."""
+    x = np.arange(n, dtype=np.uint8)
+    jf = cv.jit(lambda x: cnp.sqrt(x) + 0.0)
+    for _ in range(2):
+        got = jf(x)
+        assert got.dtype == (cnp.sqrt(x) + 0.0).dtype == np.float16
+        np.testing.assert_array_equal(got, np.sqrt(x))
+
+
+def test_returned_constants_are_the_callers_to_write():
+    g = cv.jit(cv.grad(lambda x, y: cnp.sum(x * 2.0), argnums=(0, 1)))
+    w = np.arange(3.0)
+    h = cv.jit(lambda x: (x + 1, cnp.zeros_like(x), w))
+    a, _ = g(np.ones(3), np.ones(3))
+    a += 7
+    z, z2, w_out = h(np.ones(3))[1], h(np.ones(3))[1], h(np.ones(3))[2]
+    z += 1
+    w_out += 1
+    np.testing.assert_array_equal(g(np.ones(3), np.ones(3))[0], np.full(3, 2.0))
+    np.testing.assert_array_equal(z2, np.zeros(3))
+    np.testing.assert_array_equal(h(np.ones(3))[1], np.zeros(3))
+    np.testing.assert_array_equal(w, np.arange(3.0))
+
+
+def test_cse_keeps_the_sign_of_zero_literals():
+    x = np.ones(3)
+    pos, neg = cv.jit(lambda x: (x * 0.0, x * -0.0))(x)
+    np.testing.assert_array_equal(np.signbit(pos), [False] * 3)
+    np.testing.assert_array_equal(np.signbit(neg), [True] * 3)
+
+
 def test_jitted_function_in_several_threads():
     jf = cv.jit(lambda x: cnp.sum(cnp.tanh(x) * 2.0 + cnp.sin(x)))
     xs = [np.linspace(0, i, 1 << 12) for i in range(8)]

@@ -34,13 +34,25 @@ from cuvmap import backend
 #   synchronisation, an allocation the capture refuses, a library that cannot be captured)
 #   makes the runner eager for good, with one GraphCaptureWarning.
 #
-# A runner called while its thread's current stream is being captured (a program run by an
-# outer captured program: a checkpointed region's, a custom rule's) runs eagerly, inside
-# the outer graph, and neither counts the call nor captures a graph of its own.
+# A program run from inside the captured one (a custom rule's body, a batched program a
+# transform runs) is planned afresh for the capture (cuvmap.transforms.executor.run asks
+# capturing_here()), so its buffers too come from the private pool: a plan of its own,
+# kept across calls, would write the graph's intermediates into buffers it later hands
+# out. Such programs never capture graphs of their own; a runner called while its
+# stream is being captured runs eagerly, inside the outer graph.
 #
 # The capture uses the thread-local capture mode: an unsafe CUDA call from this thread (a
 # synchronous copy, a cudaMalloc) fails the capture instead of silently reading values
 # that have not been computed.
+
+
+_capture_state = threading.local()
+
+
+def capturing_here():
+    """Whether a :class:`GraphRunner` of this thread is capturing right now (programs run
+    meanwhile, from inside the captured one, must take their buffers from its pool)."""
+    return getattr(_capture_state, "active", False)
 
 
 def _capturing(cp):
@@ -107,9 +119,11 @@ class GraphRunner:
             inputs = [cp.array(a, copy=True) for a in args]
             program(inputs)  # outside the capture: fills the private pool and the plan's buffers
             stream.begin_capture(cp.cuda.runtime.streamCaptureModeThreadLocal)
+            _capture_state.active = True
             try:
                 outputs = program(inputs)
             finally:
+                _capture_state.active = False
                 graph = stream.end_capture()
         stream.synchronize()
         self._pool, self._stream, self._program = pool, stream, program

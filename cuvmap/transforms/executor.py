@@ -338,8 +338,14 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
                     groups[g][1] = [out]
                     break
             else:
-                kind, aux = POOLED, (aval.shape, aval.dtype)
-                new_group(out, [out], True)
+                if gpu:
+                    # on the GPU only in place: a buffer pooled across calls could still be
+                    # read by a kernel of the previous call on another stream (CuPy's own
+                    # pool, which a fresh result comes from, orders its blocks by stream)
+                    new_group(out, [out], False)
+                else:
+                    kind, aux = POOLED, (aval.shape, aval.dtype)
+                    new_group(out, [out], True)
         elif eqn.primitive in ufuncs or eqn.primitive in own_memory or not array_ins:
             new_group(out, [out] if eqn.primitive in ufuncs else [], eqn.primitive in ufuncs)
         else:
@@ -358,7 +364,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
                 lu = death
             if 0 <= lu < never and m not in in_slots and m not in literal_slots:
                 clear_at[lu].append(m)
-        if 0 <= death < never and poolable:
+        if 0 <= death < never and poolable and not gpu:  # (the GPU pools nothing across calls)
             for r in roots:
                 if _nbytes(aval_of[r]) >= MIN_REUSE_BYTES:
                     releases[death].append((r, (aval_of[r].shape, aval_of[r].dtype)))
@@ -414,6 +420,11 @@ def _call(k, ins, params, constant_slots, out=None):
     return f"f{k}({', '.join(args)})"
 
 
+def _fresh(value):
+    """A copy of a constant that a program returns (arrays are mutable; numbers are not)."""
+    return value.copy() if hasattr(value, "copy") and hasattr(value, "shape") else value
+
+
 def _compile(p, out_is_scalar):
     """The source of ``p``'s straight-line function, and the namespace it runs in."""
     computed = set()
@@ -421,7 +432,7 @@ def _compile(p, out_is_scalar):
         computed.update(step[3] if step[0] in (FUSED, MULTI) else (step[3],))
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
     namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
-                 "ARRAY_TYPES": p.array_types, "EMPTY": p.empty}
+                 "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]
     pool_names = {}
@@ -459,15 +470,26 @@ def _compile(p, out_is_scalar):
                       "    else:",
                       f"        {r} = {plain}"]
         else:
-            # a pooled buffer, or a fresh one when the pool is empty: a writer that is not a
-            # ufunc (select's impl_into) would otherwise never produce a buffer to pool
             pl = pool_list(aux)
-            key = f"K{pl[1:]}"
-            namespace[key] = aux
-            lines += ["    try:",
-                      f"        {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
-                      "    except (TypeError, ValueError, IndexError):",
-                      f"        {r} = {plain}"]
+            if writer is not impl and aux[1].kind == "f" and p.array_types[0] is np.ndarray:
+                # a writer that is not a ufunc (select's impl_into, for floats) gets a fresh
+                # buffer when the pool is empty: its plain impl returns a view, which would
+                # never give the pool a buffer. (A ufunc keeps its own result dtype: NumPy's
+                # sqrt of uint8 is float16, where the aval says float64.)
+                key = f"K{pl[1:]}"
+                namespace[key] = aux
+                lines += ["    try:",
+                          f"        {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
+                          "    except (TypeError, ValueError, IndexError):",
+                          f"        {r} = {plain}"]
+            else:
+                lines += [f"    if {pl}:",
+                          "        try:",
+                          f"            {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
+                          "        except (TypeError, ValueError, IndexError):",
+                          f"            {r} = {plain}",
+                          "    else:",
+                          f"        {r} = {plain}"]
         if out_is_scalar[k]:
             for o in outs:
                 lines.append(f"    if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
@@ -476,7 +498,8 @@ def _compile(p, out_is_scalar):
         cleared = [f"r{s}" for s in clear if s not in constant_slots]
         if cleared:
             lines.append(f"    del {', '.join(cleared)}")
-    lines.append(f"    return [{', '.join(_operand(s, constant_slots) for s in p.out_slots)}]")
+    # a constant returned is copied: the caller owns its results, and may write into them
+    lines.append(f"    return [{', '.join(f'FRESH(c{s})' if s in constant_slots else f'r{s}' for s in p.out_slots)}]")
     return "\n".join(lines) + "\n", namespace
 
 
@@ -487,21 +510,29 @@ def source(p):
 
 def run(closed, args):
     """Runs ``closed`` on concrete ``args`` (its constants first, as the call primitive's
-    operands are); plans it on the first run."""
+    operands are): a program called from another one (a custom rule's body, a batched or
+    differentiated program that a transform runs), planned on its first run. Such a plan is
+    never a CUDA graph of its own; while a graph is being captured on this thread, a fresh
+    plan runs, so that every buffer it writes comes from the capture's private pool (NOTE
+    [graph replay] in cuvmap/cuda/graphs.py)."""
+    from cuvmap.cuda import graphs as cuda_graphs
+
     num_consts = len(closed.consts)
-    return execute(plan_for(closed.plans, closed), args[num_consts:])
+    if cuda_graphs.capturing_here():
+        return execute(plan(closed, graphs=False), args[num_consts:])
+    return execute(plan_for(closed.plans, closed, graphs=False), args[num_consts:])
 
 
-def plan_for(plans, closed, donated=()):
+def plan_for(plans, closed, donated=(), graphs=None):
     """The plan of ``closed`` for the current jit settings, made once and kept in the dict
     ``plans`` (a program keeps one plan per combination of ``jit_gpu_fusion`` and
-    ``jit_cuda_graphs``)."""
+    ``jit_cuda_graphs``); ``graphs=False`` plans without CUDA graphs whatever the setting."""
     from cuvmap import config
 
-    key = (config.jit_gpu_fusion, config.jit_cuda_graphs)
+    key = (config.jit_gpu_fusion, config.jit_cuda_graphs if graphs is None else graphs)
     p = plans.get(key)
     if p is None:
-        p = plans.setdefault(key, plan(closed, donated))
+        p = plans.setdefault(key, plan(closed, donated, graphs=key[1]))
     return p
 
 

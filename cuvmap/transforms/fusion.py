@@ -17,7 +17,6 @@ alone (NOTE [fusion groups]); it knows no array library and is tested on the CPU
 :meth:`FusedGroup.cuda_kernel_source` writes the group as the pieces of a CuPy
 ``ElementwiseKernel`` (``cuvmap/cuda/kernels.py`` compiles them).
 """
-import math
 
 import numpy as np
 
@@ -165,22 +164,30 @@ class FusedGroup:
 
 
 def _c_literal(value, dtype):
-    """``value`` as a C constant of ``dtype`` (finite values only; see _literal_is_inlined)."""
+    """``value`` as a C constant of ``dtype``, rounded to it as NumPy rounds a weak scalar
+    into the array's dtype; a value that is not finite there (inf, NaN, a float32
+    overflow) is written by its bits."""
     t = C_TYPES[dtype]
     if dtype.kind == "b":
         return "true" if value else "false"
     if dtype.kind == "f":
-        v = float(value)
-        text = repr(v) if dtype == np.float64 else repr(float(np.float32(v)))
-        return f"(({t}){text})"
+        with np.errstate(over="ignore"):
+            v = np.asarray(value, dtype=dtype)
+        if np.isfinite(v):
+            return f"(({t}){float(v)!r})"
+        if dtype == np.float32:
+            return f"__int_as_float(0x{int(v.view(np.uint32)):08x})"
+        return f"__longlong_as_double(0x{int(v.view(np.uint64)):016x}LL)"
     return f"(({t}){int(value)}LL)" if dtype.kind == "i" else f"(({t}){int(value)}ULL)"
 
 
-def literal_is_inlined(x):
-    """A literal becomes a constant in the kernel's source when it is a finite number; any
-    other (inf, NaN) is passed as a kernel input."""
-    v = x.val
-    return not isinstance(v, float) or math.isfinite(v)
+def _is_literal(x):
+    return type(x).__name__ == "Literal"
+
+
+def _fits(value, dtype):
+    info = np.iinfo(dtype)
+    return isinstance(value, (bool, np.bool_)) or info.min <= int(value) <= info.max
 
 
 def _c_expression(eqn, names):
@@ -203,9 +210,14 @@ def _c_expression(eqn, names):
         y = eqn.params["y"]
         x = operand(eqn.inputs[0], comp)
         return f"({x} * {x})" if y == 2 else f"pow({x}, (({t}){y}))"
-    ops = [operand(x, comp) for x in eqn.inputs]
     if name in _COMPARISONS:
+        if comp.kind in "iu" and any(_is_literal(x) and not _fits(x.val, comp) for x in eqn.inputs):
+            # NumPy compares an integer array with an out-of-range Python int by value
+            # (uint8 < 300 holds everywhere); a cast of 300 to uint8 would wrap it
+            comp = np.dtype(np.int64)
+        ops = [operand(x, comp) for x in eqn.inputs]
         return f"({ops[0]} {_COMPARISONS[name]} {ops[1]})"
+    ops = [operand(x, comp) for x in eqn.inputs]
     if name == "abs" and comp.kind != "f":
         return f"({ops[0]} < 0 ? -{ops[0]} : {ops[0]})"
     template = _ARITHMETIC.get(name) or _FLOAT_ONLY[name]
@@ -244,7 +256,7 @@ def fuse(eqns, outvars):
             for x in eqns[k].inputs:
                 if id(x) in inside or id(x) in seen:
                     continue
-                if type(x).__name__ == "Literal" and literal_is_inlined(x):
+                if _is_literal(x):  # written into the source
                     continue
                 seen.add(id(x))
                 inputs.append(x)
@@ -257,7 +269,7 @@ def fuse(eqns, outvars):
         member can only turn an output into an internal value)."""
         inside = {id(eqns[k].out) for k in members}
         ins = {id(x) for k in members for x in eqns[k].inputs
-               if id(x) not in inside and not (type(x).__name__ == "Literal" and literal_is_inlined(x))}
+               if id(x) not in inside and not _is_literal(x)}
         member_set = set(members)
         outs = sum(1 for k in members
                    if id(eqns[k].out) in returned or readers.get(id(eqns[k].out), set()) - member_set)

@@ -18,6 +18,7 @@ runs under whatever transforms own its inputs (that is how ``vmap(jit(f))`` and
 :func:`fold_constants`, :func:`cse`) rewrite programs before they are planned.
 """
 import itertools
+import math
 
 import numpy as np
 
@@ -56,10 +57,15 @@ class Literal:
         return repr(self.val)
 
     def key(self):
-        """What identifies the literal's value (CSE compares equations by it)."""
+        """What identifies the literal's value (CSE compares equations by it): its type and
+        value, and for floats the sign too (0.0 == -0.0, but ``x * -0.0`` is not ``x * 0.0``)."""
         if isinstance(self.val, np.ndarray):
-            return (self.val.dtype, self.val.item())
-        return (type(self.val), self.val)
+            kind, value = self.val.dtype, self.val.item()
+        else:
+            kind, value = type(self.val), self.val
+        if isinstance(value, float):
+            return (kind, value, math.copysign(1.0, value))
+        return (kind, value)
 
 
 # NOTE [an equation with several results]
