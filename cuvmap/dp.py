@@ -537,7 +537,9 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
                              "(pass expected_batch_size under Poisson sampling)")
         n = size
     else:
-        n = cnp.sum(cnp.astype(mask, core.dtype_of(norms)))  # the real examples (traced under jit)
+        # the real examples (traced under jit); a batch without any (possible under Poisson
+        # sampling) is normalised by 1, not 0: its sum is the noise alone
+        n = cnp.maximum(cnp.sum(cnp.astype(mask, core.dtype_of(norms))), 1)
     if noise is None:
         noisy = add_noise(summed, noise_multiplier, max_norm, rng)
     else:

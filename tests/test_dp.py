@@ -789,3 +789,12 @@ def test_accountant_history_merging_and_epsilon_helper():
     with pytest.raises(ValueError):
         dp.epsilon(100, 200, 1, 1.0, 1e-5)
     assert len(dp.DEFAULT_ORDERS) == 99 + 52 and dp.DEFAULT_ORDERS[0] == 1.1 and dp.DEFAULT_ORDERS[-1] == 63
+
+
+def test_a_padded_batch_without_real_examples_is_noise_over_one():
+    """Poisson sampling can draw no example: with every row padding, the private gradient
+    is the noise normalised by 1 (not 0/0)."""
+    grads = {"w": np.random.default_rng(0).standard_normal((4, 3))}
+    noise = {"w": np.full(3, 0.5)}
+    g = dp.private_gradient(grads, 1.0, 2.0, mask=np.zeros(4, bool), noise=noise)
+    np.testing.assert_allclose(g["w"], np.full(3, 0.5 * 2.0 * 1.0))

@@ -872,3 +872,15 @@ def test_cross_entropy_per_example_under_vmap_matches_closed_form():
     np.testing.assert_allclose(cv.vmap(nn.cross_entropy)(logits, p), -(p * logp).sum(-1), rtol=1e-12)
     # the gradient of the probability form: softmax − p, per example
     np.testing.assert_allclose(cv.vmap(cv.grad(nn.cross_entropy))(logits, p), np.exp(logp) - p, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [lambda: nn.optim.sgd(0.1, momentum=0.9), lambda: nn.optim.adam(0.1)],
+                         ids=["sgd", "adam"])
+def test_an_eager_update_keeps_the_step_a_0d_array(make):
+    opt = make()
+    params = {"w": np.ones(3, np.float32)}
+    state = opt.init(params)
+    for _ in range(2):
+        params, state = opt.update({"w": np.ones(3, np.float32)}, state, params)
+        assert type(state.step) is np.ndarray and state.step.shape == () and state.step.dtype == np.int64
+    assert int(state.step) == 2

@@ -1,6 +1,7 @@
 """Generated CuPy kernels: the fused elementwise groups of ``jit`` (the groups and their
 source come from :mod:`cuvmap.transforms.fusion`; this module only compiles and calls).
 """
+import contextlib
 import functools
 import threading
 import warnings
@@ -12,8 +13,13 @@ from cuvmap import backend
 # instead of twice; separate CuPy ufunc kernels cannot contract across kernels. Fused
 # kernels are compiled with --fmad=false so that a fused program gives the same bits as
 # the same program run op by op (the GPU tests compare them for equality); the math
-# functions (sin, exp, ...) are the same CUDA functions CuPy's ufuncs call.
+# functions (sin, exp, ...) are the same CUDA functions CuPy's ufuncs call. (NaN payloads
+# aside: CuPy's maximum/minimum may return a canonical NaN where the fused kernel returns
+# the operand's NaN; both are NaN.)
 COMPILE_OPTIONS = ("--fmad=false",)
+
+
+_no_device = contextlib.nullcontext
 
 
 class FusedKernelWarning(RuntimeWarning):
@@ -42,8 +48,10 @@ def fused_elementwise(source, out_shape, out_dtypes, fallback):
             cp = backend.cupy_module()
             try:
                 kernel = elementwise_kernel(*source)
-                outs = [cp.empty(out_shape, dtype) for dtype in out_dtypes]
-                return kernel(*inputs, *outs)
+                device = next((x.device for x in inputs if type(x) is cp.ndarray), None)
+                with device if device is not None else _no_device():  # the operands' GPU
+                    outs = [cp.empty(out_shape, dtype) for dtype in out_dtypes]
+                    return kernel(*inputs, *outs)
             except MemoryError:  # CuPy's OutOfMemoryError: the fallback would need memory too
                 raise
             except Exception as err:  # compilation (CompileException) or launch failure

@@ -68,6 +68,12 @@ def _count(params):
     return cnp.zeros((), np.int64, like=leaves[0] if leaves else None)
 
 
+def _next_step(step):
+    """``step + 1`` as a 0-d array (``+`` on a NumPy 0-d array gives a NumPy scalar, which
+    a jitted update would see as another argument type)."""
+    return cnp.add(step, 1)
+
+
 def _like(scalar, p):
     """``scalar`` ready to meet parameter ``p``: Python numbers as they are, arrays and
     tracers cast to ``p``'s dtype (NOTE [step count as an array])."""
@@ -106,14 +112,14 @@ def sgd(lr, momentum=0.0, nesterov=False, weight_decay=0.0):
             grads = tree.map(lambda g, p: g + weight_decay * p, grads, params)
         if not momentum:
             new_params = tree.map(lambda p, g: p - _like(rate, p) * g, params, grads)
-            return new_params, SGDState(state.step + 1, None)
+            return new_params, SGDState(_next_step(state.step), None)
         buf = tree.map(lambda b, g: momentum * b + g, state.momentum, grads)
         if nesterov:
             direction = tree.map(lambda g, b: g + momentum * b, grads, buf)
         else:
             direction = buf
         new_params = tree.map(lambda p, d: p - _like(rate, p) * d, params, direction)
-        return new_params, SGDState(state.step + 1, buf)
+        return new_params, SGDState(_next_step(state.step), buf)
 
     return Optimizer(init, update)
 
@@ -143,7 +149,7 @@ def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
 
     def update(grads, state, params):
         rate = _lr_at(lr, state.step)
-        t = state.step + 1
+        t = _next_step(state.step)
         if weight_decay:
             grads = tree.map(lambda g, p: g + weight_decay * p, grads, params)
         m = tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.m, grads)

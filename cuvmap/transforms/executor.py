@@ -191,8 +191,19 @@ def _host_sync_primitives():
 def graph_capturable(closed):
     """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
     its equations reads values on the host."""
+    from cuvmap.transforms import ir
+
     syncs = _host_sync_primitives()
-    return _is_gpu_program(closed) and not any(e.primitive in syncs for e in closed.jaxpr.eqns)
+
+    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, ...) included
+        for e in jaxpr.eqns:
+            if e.primitive in syncs:
+                return True
+            if any(isinstance(v, ir.ClosedJaxpr) and syncs_in(v.jaxpr) for v in e.params.values()):
+                return True
+        return False
+
+    return _is_gpu_program(closed) and not syncs_in(closed.jaxpr)
 
 
 def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
@@ -324,6 +335,8 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
         aval = eqn.out.aval
         reusable = (eqn.primitive in ufuncs and not eqn.params and aval.shape
                     and _nbytes(aval) >= MIN_REUSE_BYTES)
+        if reusable and eqn.primitive.impl_into is not None and (gpu or aval.dtype.kind != "f"):
+            reusable = False  # select_into blends NumPy floats only: elsewhere it would decline
         kind, aux = PLAIN, None
         if reusable:
             for s in array_ins:
