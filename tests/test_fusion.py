@@ -589,3 +589,33 @@ def test_per_example_gradients_jitted_on_the_gpu_equal_eager():
         got = cv.device_put(jpe(params, xs, ys), "cpu")
         for g, w in zip(cv.tree.leaves(got), cv.tree.leaves(want)):
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_a_host_synchronisation_inside_a_region_prevents_the_capture():
+    def f(x, i):
+        return cv.checkpoint(lambda x, i: cnp.take_along_axis(x, i, axis=0))(x, i) * 2.0
+
+    closed = _program(f, np.ones((4, 3)), np.zeros((2, 3), int))
+    assert not any(e.primitive.name == "check_index_bounds" for e in closed.jaxpr.eqns)
+    for v in closed.jaxpr.invars:
+        v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
+    assert executor._is_gpu_program(closed) and not executor.graph_capturable(closed)
+
+
+def test_programs_run_during_a_capture_are_planned_afresh(monkeypatch):
+    """NOTE [graph replay]: a nested program's cached plan (and its pool) is not used while
+    a graph is captured on this thread; it is used again afterwards."""
+    closed = _program(lambda x: cnp.exp(x) * 2.0, np.ones(1024))
+    args = [np.linspace(0, 1, 1024)]
+    executor.run(closed, args)
+    cached = dict(closed.plans)
+    plans_made = []
+    original = executor.plan
+    monkeypatch.setattr(executor, "plan", lambda *a, **k: plans_made.append(1) or original(*a, **k))
+    monkeypatch.setattr(graphs._capture_state, "active", True, raising=False)
+    for _ in range(2):
+        np.testing.assert_array_equal(executor.run(closed, args)[0], np.exp(args[0]) * 2.0)
+    assert len(plans_made) == 2 and closed.plans == cached
+    monkeypatch.setattr(graphs._capture_state, "active", False)
+    executor.run(closed, args)
+    assert len(plans_made) == 2
