@@ -683,3 +683,20 @@ def test_jacobians_jitted():
     assert_same(cv.jit(cv.hessian(lambda x: cnp.sum(f(x) ** 2)))(x), cv.hessian(lambda x: cnp.sum(f(x) ** 2))(x))
     xs = rng.standard_normal((5, 4))
     assert_same(cv.vmap(cv.jit(cv.jacrev(f)))(xs), cv.vmap(cv.jacrev(f))(xs))
+
+
+FLOAT_FUNCTIONS = [("sqrt", cnp.sqrt, np.sqrt), ("exp", cnp.exp, np.exp), ("log1p", cnp.log1p, np.log1p),
+                   ("tanh", cnp.tanh, np.tanh), ("sin", cnp.sin, np.sin), ("arctan", cnp.arctan, np.arctan),
+                   ("erf", cnp.erf, np.sqrt)]  # (erf: NumPy has none; its dtype follows sqrt's rule)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64])
+@pytest.mark.parametrize("name,f,ref", FLOAT_FUNCTIONS, ids=[n for n, _, _ in FLOAT_FUNCTIONS])
+def test_the_staged_dtype_of_a_float_function_of_integers_is_numpys(name, f, ref, dtype):
+    """The aval, the eager result and the jitted result all have NumPy's dtype (sqrt of
+    uint8 is float16): a program's avals must not claim float64 where the impl gives less."""
+    x = (np.arange(8) % 2).astype(dtype)
+    want = ref(x).dtype
+    assert cv.make_jaxpr(f)(x).out_avals[0].dtype == want
+    assert f(x).dtype == want
+    assert cv.jit(f)(x).dtype == want

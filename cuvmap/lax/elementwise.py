@@ -56,9 +56,16 @@ def _div_shape_rule(x, y):
     return out
 
 
+def _float_dtype(dtype):
+    """The float dtype of a transcendental function of ``dtype``: NumPy's ufunc rule, the
+    smallest float that holds the integers exactly (bool, (u)int8 -> float16, (u)int16 ->
+    float32, wider -> float64; a weak Python int -> float64)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind in "fc" else np.promote_types(dtype, np.float16)
+
+
 def _float_unary_shape_rule(x, **params):
-    dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
-    return ShapedArray(x.shape, dtype, weak_type=x.weak_type)
+    return ShapedArray(x.shape, _float_dtype(x.dtype), weak_type=x.weak_type)
 
 
 def _same_shape_rule(x, **params):
@@ -213,7 +220,7 @@ def _erf_impl(x):
     x = core.as_array(x)
     xp = backend.xp_of(x)
     if x.dtype.kind != "f":
-        x = x.astype(np.float64)
+        x = x.astype(_float_dtype(x.dtype))
     if xp is not np:
         try:
             from cupyx.scipy.special import erf as cupy_erf
@@ -296,7 +303,7 @@ def _erf_inv_impl(x):
     x = core.as_array(x)
     xp = backend.xp_of(x)
     if x.dtype.kind != "f":
-        x = x.astype(np.float64)
+        x = x.astype(_float_dtype(x.dtype))
     if xp is not np:
         from cupyx.scipy.special import erfinv as cupy_erfinv
 
