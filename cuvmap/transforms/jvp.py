@@ -62,23 +62,11 @@ class JVPTrace(Trace):
         from cuvmap.transforms import staging
 
         main = self.main
-        primals, tangents, nonzero = [], [], []
-        for x in args:
-            if type(x) is JVPTracer and x._main is main and x.tangent is not None:
-                primals.append(x.primal)
-                tangents.append(x.tangent)
-                nonzero.append(True)
-            else:
-                primals.append(x.primal if type(x) is JVPTracer and x._main is main else x)
-                nonzero.append(False)
+        primals, tangents, nonzero = split_nonzero(main, args)
         if not tangents:
             return primitive.bind(*primals, **params)
         program, out_nonzero = staging.jvp_jaxpr(params["program"], nonzero, staging.avals_of(primals))
-        outs = staging.call(program, primals + tangents)
-        num_outs = len(out_nonzero)
-        out_tangents = iter(outs[num_outs:])
-        return [JVPTracer(main, p, next(out_tangents)) if nz else p for p, nz in zip(outs[:num_outs], out_nonzero)]
-
+        return join_nonzero(main, staging.call(program, primals + tangents), out_nonzero)
 
     def process_custom_jvp_call(self, primitive, args, params):
         """A ``custom_jvp`` function under jvp: its rule, not its body, gives the outputs
@@ -119,6 +107,28 @@ class JVPTrace(Trace):
                 primals.append(x)
                 tangents.append(None)
         return primals, tangents
+
+
+def split_nonzero(main, values):
+    """``(primals, tangents, nonzero)`` of ``values`` at level ``main``: the primal of each
+    (a value of another level is its own primal), the tangents that are not symbolic zeros,
+    and which values have one. The operands of a JVP program (staging.jvp_jaxpr)."""
+    primals, tangents, nonzero = [], [], []
+    for x in values:
+        ours = type(x) is JVPTracer and x._main is main
+        primals.append(x.primal if ours else x)
+        nonzero.append(ours and x.tangent is not None)
+        if nonzero[-1]:
+            tangents.append(x.tangent)
+    return primals, tangents, nonzero
+
+
+def join_nonzero(main, outs, out_nonzero):
+    """Tracers of ``main`` for the outputs of a JVP program: ``outs`` holds the primal
+    outputs, then the tangents of those marked in ``out_nonzero``."""
+    num_outs = len(out_nonzero)
+    out_tangents = iter(outs[num_outs:])
+    return [JVPTracer(main, p, next(out_tangents)) if nz else p for p, nz in zip(outs[:num_outs], out_nonzero)]
 
 
 def _add(a, b):

@@ -316,23 +316,13 @@ def _remat_vjp(trace, args, params):
 
 def _remat_jvp(trace, args, params):
     """Forward mode: the region's JVP program, as a checkpointed region."""
-    from cuvmap.transforms.jvp import JVPTracer
+    from cuvmap.transforms.jvp import join_nonzero, split_nonzero
 
-    main = trace.main
-    primals, tangents, nonzero = [], [], []
-    for x in args:
-        ours = type(x) is JVPTracer and x._main is main
-        primals.append(x.primal if ours else x)
-        nonzero.append(ours and x.tangent is not None)
-        if nonzero[-1]:
-            tangents.append(x.tangent)
+    primals, tangents, nonzero = split_nonzero(trace.main, args)
     if not tangents:
         return checkpoint_p.bind(*primals, **params)
     program, out_nonzero = staging.jvp_jaxpr(params["program"], nonzero, staging.avals_of(primals))
-    outs = _bind(program, primals + tangents, params)
-    num_outs = len(out_nonzero)
-    out_tangents = iter(outs[num_outs:])
-    return [JVPTracer(main, p, next(out_tangents)) if nz else p for p, nz in zip(outs[:num_outs], out_nonzero)]
+    return join_nonzero(trace.main, _bind(program, primals + tangents, params), out_nonzero)
 
 
 def _remat_batch(trace, args, params):

@@ -340,7 +340,7 @@ def jvp_jaxpr(closed, nonzero, in_avals):
     of the operands marked ``nonzero``; outputs are the primal outputs then the tangents
     of the outputs marked in the returned ``out_nonzero``. Returns
     ``(ClosedJaxpr, out_nonzero)``."""
-    from cuvmap.transforms.jvp import JVPTrace, JVPTracer
+    from cuvmap.transforms.jvp import JVPTrace, JVPTracer, split_nonzero
 
     key = ("jvp", tuple(nonzero), tuple(in_avals))
     hit = closed.derived.get(key)
@@ -355,15 +355,8 @@ def jvp_jaxpr(closed, nonzero, in_avals):
         with core.new_main(JVPTrace, name="jvp") as main:
             ins = [JVPTracer(main, p, next(tangents)) if nz else p for p, nz in zip(primals, nonzero)]
             outs = ir.eval_jaxpr(flat, [], ins)
-        out_p, out_t = [], []
-        for o in outs:
-            if type(o) is JVPTracer and o._main is main and o.tangent is not None:
-                out_p.append(o.primal)
-                out_t.append(o.tangent)
-                out_nonzero.append(True)
-            else:
-                out_p.append(o.primal if type(o) is JVPTracer and o._main is main else o)
-                out_nonzero.append(False)
+        out_p, out_t, nz = split_nonzero(main, outs)
+        out_nonzero.extend(nz)
         return out_p + out_t
 
     tangent_avals = [_tangent_aval(a) for a, nz in zip(in_avals, nonzero) if nz]
