@@ -1,16 +1,15 @@
 """cuvmap: JAX-style composable function transformations over NumPy and CuPy arrays.
 
-Re-exports only; see ``cuvmap.api`` for the transforms, ``cuvmap.numpy`` for the
+Re-exports only; see ``cuvmap.api`` and ``cuvmap.jit_api`` for the transforms, ``cuvmap.numpy`` for the
 NumPy-like functions and ``cuvmap.lax`` for the primitives.
 """
 from cuvmap import config, lax, tree  # noqa: F401
 from cuvmap import dp, nn  # noqa: F401
 from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
 from cuvmap import flatten_util, random  # noqa: F401
-from cuvmap.api import (  # noqa: F401
-    RetraceWarning, TransformError, grad, hessian, jacfwd, jacrev, jit, jvp, make_jaxpr, stop_gradient,
-    value_and_grad, vjp, vmap,
-)
+from cuvmap.api import grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap  # noqa: F401
+from cuvmap.api_util import TransformError  # noqa: F401
+from cuvmap.jit_api import RetraceWarning, jit, make_jaxpr  # noqa: F401
 from cuvmap.transforms.linearize import linearize  # noqa: F401
 from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
 from cuvmap.backend import device_put, gpu_available  # noqa: F401

@@ -36,7 +36,7 @@ A transform that has no such method runs ``f``'s body under itself.
 import functools
 import inspect
 
-from cuvmap import core, tree
+from cuvmap import api_util, core, tree
 from cuvmap.core import CuvmapError, Tracer
 
 
@@ -220,12 +220,6 @@ def _init_custom(obj, fun, nondiff_argnums, kind):
     obj.kind = kind
 
 
-def _fun_name(f):
-    while isinstance(f, functools.partial):
-        f = f.func
-    return getattr(f, "__name__", None) or type(f).__name__
-
-
 def _resolve_args(obj, args, kwargs):
     """The arguments as positional ones, defaults filled in (JAX's ``resolve_kwargs``):
     the rules take positional tuples."""
@@ -256,10 +250,6 @@ def _resolve_args(obj, args, kwargs):
 _LEAF = object()  # a placeholder leaf: the structure of the arguments without their values
 
 
-def _describe_out(path):
-    return f"output {tree.keystr(path)}" if path else "the output"
-
-
 def _is_value(x):
     return isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in core._PY_SCALAR_DTYPES
 
@@ -273,7 +263,7 @@ class _CallSite:
     def __init__(self, cfun, kind, args):
         self.cfun = cfun
         self.kind = kind
-        self.name = _fun_name(cfun.fun)
+        self.name = api_util.fun_name(cfun.fun)
         n = len(args)
         nums = []
         for i in cfun.nondiff_argnums:
@@ -312,9 +302,7 @@ class _CallSite:
 
     def describe(self, path):
         """``argument 1 (y)['w']`` for the leaf at ``(position, *subpath)``."""
-        from cuvmap.api import _describe_arg
-
-        return _describe_arg(self.cfun.fun, (0,) + tuple(path))
+        return api_util.describe_arg(self.cfun.fun, (0,) + tuple(path))
 
     def error(self, message):
         return CustomDerivativeError(f"{self.kind} function {self.name}: {message}")
@@ -332,7 +320,7 @@ class _CallSite:
         paths, leaves, out_tree = tree.flatten_with_path(out)
         for path, leaf in zip(paths, leaves):
             if not _is_value(leaf):
-                raise self.error(f"{by} returned a {type(leaf).__name__} as {_describe_out(path)}; "
+                raise self.error(f"{by} returned a {type(leaf).__name__} as {api_util.describe_out(path)}; "
                                  "outputs are arrays, Python numbers or pytrees of them")
         shapes = [core.shape_of(x) for x in leaves]
         if self.out_tree is None:
@@ -342,7 +330,7 @@ class _CallSite:
                              f"returned {self.out_tree}; they must agree")
         elif shapes != self.out_shapes:
             j = next(k for k, (a, b) in enumerate(zip(shapes, self.out_shapes)) if a != b)
-            raise self.error(f"{by} returned {_describe_out(paths[j])} of shape {shapes[j]}, "
+            raise self.error(f"{by} returned {api_util.describe_out(paths[j])} of shape {shapes[j]}, "
                              f"but {self.out_by} returned shape {self.out_shapes[j]}; they must agree")
         return leaves, paths
 
@@ -381,7 +369,7 @@ class _CallSite:
             for path, p, t in zip(paths, p_leaves, t_leaves):
                 if not _is_value(t) or core.shape_of(t) != core.shape_of(p):
                     got = f"shape {core.shape_of(t)}" if _is_value(t) else f"a {type(t).__name__}"
-                    raise self.error(f"the JVP rule returned a tangent of {got} for {_describe_out(path)} "
+                    raise self.error(f"the JVP rule returned a tangent of {got} for {api_util.describe_out(path)} "
                                      f"of shape {core.shape_of(p)}; a tangent has its primal's shape")
             return p_leaves, t_leaves
 

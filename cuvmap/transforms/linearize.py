@@ -117,26 +117,26 @@ def linearize(f, *primals, has_aux=False):
         f_jvp(t)                 # == cnp.cos(x) * t, without computing sin or cos again
         vmap(f_jvp)(ts)          # many tangents at once
     """
-    from cuvmap import api
+    from cuvmap import api_util
 
-    api._check_callable(f, "linearize")
-    where = f"linearize({api._fun_name(f)})"
+    api_util.check_callable(f, "linearize")
+    where = f"linearize({api_util.fun_name(f)})"
 
-    @api._with_context(where, f)
+    @api_util.with_context(where, f)
     def run():
         return _linearize(f, primals, has_aux, where)
 
     out, f_jvp, aux = run()
-    f_jvp = api._with_context(where, f, name=f"{api._fun_name(f)}_jvp")(f_jvp)
+    f_jvp = api_util.with_context(where, f, name=f"{api_util.fun_name(f)}_jvp")(f_jvp)
     return (out, f_jvp, aux) if has_aux else (out, f_jvp)
 
 
 def _linearize(f, primals, has_aux, where):
-    from cuvmap import api
-    from cuvmap.api import TransformError
+    from cuvmap import api_util
+    from cuvmap.api_util import TransformError
 
     p_paths, p_leaves, p_tree = tree.flatten_with_path(tuple(primals))
-    describe = [api._describe_arg(f, (0,) + tuple(path)) for path in p_paths]
+    describe = [api_util.describe_arg(f, (0,) + tuple(path)) for path in p_paths]
     for what, x in zip(describe, p_leaves):
         if not (isinstance(x, core.Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
             raise TransformError(f"{what} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them")
@@ -145,7 +145,7 @@ def _linearize(f, primals, has_aux, where):
 
     def flat_fun(*leaves):
         out = f(*tree.unflatten(p_tree, list(leaves)))
-        out, aux = api.split_aux(f, out, has_aux)
+        out, aux = api_util.split_aux(f, out, has_aux)
         out_leaves, out_tree = tree.flatten(out)
         out_tree_box.append(out_tree)
         return out_leaves, aux
@@ -154,8 +154,8 @@ def _linearize(f, primals, has_aux, where):
         flat_fun, p_leaves, where, [f"the tangent of {what}" for what in describe])
     out_tree = out_tree_box[0]
     if has_aux:
-        aux = tree.map(api._aux_result, aux)
-    out_value = tree.unflatten(out_tree, api._unaliased([api._to_array_result(v) for v in out_primals], p_leaves))
+        aux = tree.map(api_util.aux_result, aux)
+    out_value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_primals], p_leaves))
     tangent_avals = iter(program.in_avals)
     in_avals = [next(tangent_avals) if core.is_float(p) else None for p in p_leaves]
     p_shapes = [core.shape_of(p) for p in p_leaves]
@@ -169,7 +169,7 @@ def _linearize(f, primals, has_aux, where):
         if len(tangents) != num_primals:
             raise TransformError(
                 f"the linearized function takes {num_primals} tangent(s), one per primal of "
-                f"{api._fun_name(f)}, but was called with {len(tangents)}"
+                f"{api_util.fun_name(f)}, but was called with {len(tangents)}"
             )
         t_leaves, t_tree = tree.flatten(tuple(tangents))
         if t_tree != p_tree:
@@ -195,7 +195,7 @@ def _linearize(f, primals, has_aux, where):
             args.append(t)
         outs = iter(staging.call(program, args) if program.jaxpr.outvars else ())
         results = [core.full_like_concrete(z, 0) if z is not None else next(outs) for z in zero_like]
-        results = api._unaliased([api._to_array_result(r) for r in results], t_leaves)
+        results = api_util.unaliased([api_util.to_array_result(r) for r in results], t_leaves)
         return tree.unflatten(out_tree, results)
 
     return out_value, f_jvp, aux

@@ -455,32 +455,32 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
     """
     if fun is None:
         return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
-    from cuvmap import api
-    from cuvmap.api import TransformError
+    from cuvmap import api_util
+    from cuvmap.api_util import TransformError
 
-    api._check_callable(fun, "checkpoint")
-    where = f"checkpoint({api._fun_name(fun)})"
+    api_util.check_callable(fun, "checkpoint")
+    where = f"checkpoint({api_util.fun_name(fun)})"
     if not isinstance(prevent_cse, bool):
         raise TransformError(f"{where}: prevent_cse must be True or False, got {prevent_cse!r}")
     if policy is not None and not callable(policy):
         raise TransformError(
             f"{where}: policy must be None or a function policy(prim, *avals, **params) -> bool "
             f"(see checkpoint_policies), got {policy!r}")
-    static_nums, static_names, _ = api._normalize_static(fun, static_argnums, (), (), where)
+    static_nums, static_names, _ = api_util.normalize_static(fun, static_argnums, (), (), where)
     cache = {}
 
-    @api._with_context(where, fun)
+    @api_util.with_context(where, fun)
     def checkpointed(*args, **kwargs):
-        key, leaves, paths, avals, rebuild = api._stage(fun, where, args, kwargs, static_nums, static_names)
+        key, leaves, paths, avals, rebuild = api_util.stage_arguments(fun, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
-            closed, out_tree = api._trace_program(fun, where, leaves, paths, avals, rebuild)
+            closed, out_tree = api_util.trace_program(fun, where, leaves, paths, avals, rebuild)
             entry = (ir.optimize(closed), out_tree)
             if not any(isinstance(c, core.Tracer) for c in entry[0].consts):
                 cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
         program, out_tree = entry
         outs = checkpoint_p.bind(*program.consts, *leaves, program=program, policy=policy, prevent_cse=prevent_cse)
-        results = api._unaliased([api._to_array_result(o) for o in outs], leaves)
+        results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(out_tree, results)
 
     return checkpointed

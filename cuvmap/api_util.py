@@ -1,0 +1,419 @@
+"""What the public transforms share: flattening arguments, ``in_axes``/``out_axes`` and
+``argnums`` checks, static arguments and avals for staging, results that never alias their
+inputs, and the error text.
+
+Every error raised while a transformed function runs starts with the transform and the
+function, e.g. ``vmap(loss, in_axes=(None, 0, 0)): argument 2 (ys) has size 10 along axis
+0, ...``: :func:`with_context` adds the prefix, :func:`describe_arg` names an argument by its
+pytree path. The transforms (:mod:`cuvmap.api`, :mod:`cuvmap.jit_api`,
+:mod:`cuvmap.transforms`) import these; none of them is part of the public API.
+"""
+import functools
+import inspect
+
+import numpy as np
+
+from cuvmap import backend, core, tree
+from cuvmap.core import CuvmapError, Tracer
+# ---------------------------------------------------------------------------------------
+# Errors and names: functions, arguments by pytree path, error prefixes
+# ---------------------------------------------------------------------------------------
+
+
+class TransformError(CuvmapError, ValueError):
+    """Bad arguments to a transform (axes, argnums, shapes of inputs or cotangents)."""
+
+
+
+def fun_name(f):
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__name__", None) or type(f).__name__
+
+
+def param_names(f):
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    names = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            break
+    return names
+
+
+def describe_arg(f, path):
+    """``argument 2 (ys)['w1']`` for the leaf at ``path`` of ``(args, kwargs)``."""
+    if not path:
+        return "the arguments"
+    if path == (0,):
+        return "the positional arguments"
+    if path == (1,):
+        return "the keyword arguments"
+    if path[0] == 0 and len(path) > 1:
+        i = path[1]
+        names = param_names(f)
+        name = f" ({names[i]})" if i < len(names) else ""
+        return f"argument {i}{name}{tree.keystr(path[2:])}"
+    if path[0] == 1 and len(path) > 1:
+        return f"keyword argument {path[1]}{tree.keystr(path[2:])}"
+    return tree.keystr(path)
+
+
+def split_aux(f, out, has_aux):
+    """``(output, aux)`` of ``f``'s result ``out``: the pair ``f`` returns with
+    ``has_aux=True`` (checked), else ``(out, None)``."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TransformError(
+            f"with has_aux=True, {fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
+        )
+    return out[0], out[1]
+
+
+def shape_str(x):
+    return str(tuple(core.shape_of(x)))
+
+
+def with_context(where, f, name=None):
+    """Decorator: CuvmapErrors raised inside get ``where`` as their prefix (the innermost
+    transform names itself first). The wrapper is named ``name`` (default ``where``), so
+    that ``vmap(grad(loss))`` reads as such in messages."""
+
+    def wrap(impl):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            try:
+                return impl(*args, **kwargs)
+            except CuvmapError as err:
+                if err.where is None:
+                    err.where = where
+                raise
+
+        wrapper.__name__ = name or where
+        wrapper.__qualname__ = name or where
+        return wrapper
+
+    return wrap
+
+
+def is_axis(x):
+    return x is None or is_int(x)
+
+
+def check_callable(f, transform):
+    if not callable(f):
+        raise TypeError(f"{transform}({f!r}): the function to transform must be callable, got an object of type {type(f).__name__}")
+
+
+def prefix_error(spec_name, spec, what, err, describe):
+    """The TransformError for an ``in_axes``/``out_axes`` that is not a prefix of ``what``."""
+    return TransformError(
+        f"{spec_name} {spec!r} is not a pytree prefix of the {what}: at {describe(err.path)}, "
+        f"{spec_name} has {err.reason}"
+    )
+
+
+def describe_out(path):
+    return f"output {tree.keystr(path)}" if path else "the output"
+
+# ---------------------------------------------------------------------------------------
+# Results: arrays, never aliases of the inputs
+# ---------------------------------------------------------------------------------------
+
+
+def aux_result(x):
+    """Aux values come back as given, except that NumPy scalars become 0-d arrays."""
+    return to_array_result(x) if isinstance(x, (np.generic, np.ndarray)) else x
+
+
+def check_axes_spec(spec, what):
+    for leaf in tree.leaves(spec, is_leaf=lambda x: x is None):
+        if not is_axis(leaf):
+            raise TransformError(f"{what} must be ints or None (or a pytree of them), got {leaf!r}")
+
+
+def is_int(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def to_array_result(x):
+    """Results at the top level are arrays, never Python or NumPy scalars."""
+    if isinstance(x, Tracer):
+        return x
+    if backend.is_cupy_array(x):
+        # a broadcast view (an unbatched output of vmap) would alias in-place writes
+        return x.copy() if 0 in x.strides and x.size > 1 else x
+    if isinstance(x, np.ndarray):
+        return x if x.flags.writeable else x.copy()
+    return np.asarray(x)
+
+
+# NOTE [results never alias inputs]
+# NumPy and CuPy arrays are mutable, so a result that shares memory with an argument (or
+# with another result) would let an in-place update of one silently change the other:
+# ``vmap(lambda x: x)(xs)`` would return ``xs`` itself, and the two gradients of
+# ``x + y`` the same array. JAX never has the problem (its arrays are immutable); here the
+# transforms copy any result whose memory is owned by an argument or an earlier result.
+# The check compares the arrays that own the memory (``.base``), so it costs a set lookup
+# per leaf, not a pairwise overlap test.
+
+
+def memory_owner(x):
+    while getattr(x, "base", None) is not None:
+        x = x.base
+    return x
+
+
+def unaliased(results, inputs):
+    """``results`` (a list of leaves) with copies of those that share memory with a leaf of
+    ``inputs`` or with an earlier result (NOTE [results never alias inputs])."""
+    owners = {id(memory_owner(x)) for x in inputs if hasattr(x, "base")}
+    out = []
+    for r in results:
+        if hasattr(r, "base") and not isinstance(r, Tracer):
+            owner = id(memory_owner(r))
+            if owner in owners:
+                r = r.copy()
+                owner = id(r)
+            owners.add(owner)
+        out.append(r)
+    return out
+
+# ---------------------------------------------------------------------------------------
+# Arguments: in_axes and out_axes, argnums
+# ---------------------------------------------------------------------------------------
+
+
+def flat_in_axes(f, in_axes, args, kwargs):
+    if isinstance(in_axes, tuple):
+        if len(in_axes) != len(args):
+            raise TransformError(
+                f"in_axes has {len(in_axes)} entries but {fun_name(f)} was called with "
+                f"{len(args)} positional arguments; give one entry per positional argument"
+            )
+        prefix = (in_axes, {k: 0 for k in kwargs})
+    elif is_axis(in_axes):
+        prefix = (tuple(in_axes for _ in args), {k: 0 for k in kwargs})
+    else:
+        raise TransformError(
+            f"in_axes must be an int, None or a tuple with one entry per positional argument, got {in_axes!r}"
+        )
+    try:
+        return tree.broadcast_prefix(prefix, (args, kwargs), is_axis)
+    except tree.PrefixError as err:
+        raise prefix_error("in_axes", in_axes, "arguments", err, lambda path: describe_arg(f, path)) from None
+
+
+def check_mapped_sizes(f, paths, leaves, axes, axis_size):
+    normalized = []
+    mapped = []
+    for path, leaf, axis in zip(paths, leaves, axes):
+        if axis is None:
+            normalized.append(None)
+            continue
+        if not (isinstance(leaf, Tracer) or hasattr(leaf, "shape")):
+            raise TransformError(
+                f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
+                "pass an array or give it in_axes None"
+            )
+        shape = tuple(leaf.shape)
+        if not -len(shape) <= axis < len(shape):
+            raise TransformError(
+                f"in_axes {axis} is out of range for {describe_arg(f, path)} of shape {shape} "
+                f"(rank {len(shape)})"
+            )
+        axis = axis % len(shape)
+        normalized.append(axis)
+        mapped.append((path, shape, axis))
+    sizes = {shape[axis] for _, shape, axis in mapped}
+    ref_size = axis_size if axis_size is not None else (mapped[0][1][mapped[0][2]] if mapped else None)
+    bad = next(((p, s, a) for p, s, a in mapped if s[a] != ref_size), None)
+    if bad is not None:
+        path, shape, axis = bad
+        head = f"{describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape}), but "
+        if axis_size is not None:
+            head += f"axis_size is {axis_size}"
+        else:
+            r_path, r_shape, r_axis = mapped[0]
+            head += f"{describe_arg(f, r_path)} has size {r_shape[r_axis]} along axis {r_axis} (shape {r_shape})"
+        tail = ""
+        if len(mapped) > 2:
+            tail = "; the mapped arguments are " + ", ".join(
+                f"{describe_arg(f, p)} (shape {s}, axis {a})" for p, s, a in mapped
+            )
+        raise TransformError(f"{head}; mapped arguments must all have the same size along their mapped axes{tail}")
+    if not mapped:
+        if axis_size is None:
+            raise TransformError(
+                "nothing is mapped (every in_axes entry is None or the arguments have no leaves) "
+                "and no axis_size was given"
+            )
+        return normalized, int(axis_size)
+    return normalized, sizes.pop()
+
+
+def normalize_out_axis(axis, ndim, path, logical_shape):
+    if not -ndim <= axis < ndim:
+        raise TransformError(
+            f"out_axes {axis} is out of range for {describe_out(path)} of "
+            f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis)"
+        )
+    return axis % ndim
+
+
+def normalize_argnums(f, argnums, nargs):
+    single = isinstance(argnums, (int, np.integer))
+    nums = (argnums,) if single else tuple(argnums) if isinstance(argnums, (tuple, list)) else None
+    if nums is None or any(not isinstance(a, (int, np.integer)) or isinstance(a, bool) for a in nums):
+        raise TransformError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
+    if not nums:
+        raise TransformError("argnums is empty")
+    out = []
+    for a in nums:
+        if not -nargs <= a < nargs:
+            raise TransformError(
+                f"argnums {argnums!r} is out of range: {fun_name(f)} was called with {nargs} positional argument"
+                + ("s" if nargs != 1 else "")
+            )
+        out.append(int(a) % nargs)
+    return single, tuple(out)
+
+
+def dyn_function(f, args, kwargs, argnums):
+    def f_dyn(*dyn):
+        full = list(args)
+        for i, d in zip(argnums, dyn):
+            full[i] = d
+        return f(*full, **kwargs)
+
+    f_dyn.__name__ = f_dyn.__qualname__ = fun_name(f)
+    return f_dyn
+
+
+def check_float_inputs(f, args, argnums, transform):
+    for i in argnums:
+        paths, leaves, _ = tree.flatten_with_path(args[i])
+        for path, x in zip(paths, leaves):
+            if not (isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
+                raise TransformError(
+                    f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
+                    f"{transform} differentiates arrays, scalars or pytrees of them"
+                )
+            if not core.is_float(x):
+                raise TransformError(
+                    f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
+                    "differentiates with respect to floating-point inputs only (cast it, or leave it out of argnums)"
+                )
+
+# ---------------------------------------------------------------------------------------
+# Staging: static arguments, avals, tracing a function into a program
+# ---------------------------------------------------------------------------------------
+
+
+def normalize_static(f, static_argnums, static_argnames, donate_argnums, where):
+    def ints(value, what):
+        value = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+        if any(not is_int(v) for v in value):
+            raise TransformError(f"{where}: {what} must be an int or a tuple of ints, got {value!r}")
+        return tuple(int(v) for v in value)
+
+    static_argnums = ints(static_argnums, "static_argnums")
+    donate_argnums = ints(donate_argnums, "donate_argnums")
+    static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    if any(not isinstance(n, str) for n in static_argnames):
+        raise TransformError(f"{where}: static_argnames must be a str or a tuple of str, got {static_argnames!r}")
+    # as in JAX, a name given in static_argnames is static positionally too, and vice versa
+    names = param_names(f)
+    nums = set(static_argnums) | {names.index(n) for n in static_argnames if n in names}
+    argnames = set(static_argnames) | {names[i] for i in static_argnums if 0 <= i < len(names)}
+    return nums, argnames, set(donate_argnums)
+
+
+def static_key(f, where, statics):
+    """The static values as a hashable key; a clear error for unhashable ones."""
+    for what, value in statics:
+        try:
+            hash(value)
+        except TypeError:
+            raise TransformError(
+                f"static {what} is a {type(value).__name__} ({value!r}), which is not "
+                "hashable: jit caches its programs by the static values; pass a tuple (or another "
+                "hashable value), or make it a traced argument"
+            ) from None
+    return tuple((what, type(value), value) for what, value in statics)
+
+
+def leaf_aval(f, path, leaf, where):
+    if isinstance(leaf, Tracer):
+        return leaf.aval
+    if type(leaf) in core._PY_SCALAR_DTYPES:
+        return core.get_aval(leaf)
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+        raise TransformError(
+            f"{describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
+            "pass arrays, Python numbers or pytrees of them, or mark it static with "
+            "static_argnums/static_argnames"
+        )
+    if isinstance(leaf, np.generic):
+        leaf = np.asarray(leaf)
+    return core.get_aval(leaf)
+
+
+def stage_arguments(f, where, args, kwargs, static_nums, static_names):
+    """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
+    avals, rebuild)``: the cache key, the traced leaves with their paths (in the user's
+    numbering of positional arguments) and avals, and ``rebuild(traced_leaves)``, which
+    gives ``f``'s arguments back."""
+    # as in JAX, a static position beyond the positional arguments given is ignored (the
+    # argument may come by keyword, with static_argnames, or take its default)
+    nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
+    statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
+    statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
+    key_static = static_key(f, where, statics)
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    paths, leaves, treedef = tree.flatten_with_path((dyn_args, dyn_kwargs))
+    # paths in the user's numbering of positional arguments
+    dyn_positions = [i for i in range(len(args)) if i not in nums]
+    user_paths = [(0, dyn_positions[p[1]]) + tuple(p[2:]) if p[0] == 0 else p for p in paths]
+    avals = [leaf_aval(f, p, x, where) for p, x in zip(user_paths, leaves)]
+
+    def rebuild(traced):
+        d_args, d_kwargs = tree.unflatten(treedef, list(traced))
+        it = iter(d_args)
+        full = [args[i] if i in nums else next(it) for i in range(len(args))]
+        full_kwargs = dict(d_kwargs)
+        full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
+        return full, full_kwargs
+
+    key = (treedef, tuple(avals), key_static)
+    return key, leaves, user_paths, avals, rebuild
+
+
+def trace_program(f, where, leaves, paths, avals, rebuild):
+    """Stages ``f`` on ``avals``. Returns ``(ClosedJaxpr, out_tree)``."""
+    from cuvmap.transforms import staging
+
+    out_tree_box = []
+
+    def flat_fun(*traced):
+        full, full_kwargs = rebuild(traced)
+        out = f(*full, **full_kwargs)
+        out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
+        for path, leaf in zip(out_paths, out_leaves):
+            if not (isinstance(leaf, Tracer) or hasattr(leaf, "shape") or type(leaf) in core._PY_SCALAR_DTYPES):
+                raise TransformError(
+                    f"{describe_out(path)} of {fun_name(f)} is a {type(leaf).__name__}; a jitted "
+                    "function returns arrays, Python numbers or pytrees of them"
+                )
+        out_tree_box.append(out_tree)
+        return out_leaves
+
+    origins = [describe_arg(f, p) for p in paths]
+    closed = staging.trace_to_jaxpr(flat_fun, avals, name=where, origins=origins)
+    return closed, out_tree_box[0]
