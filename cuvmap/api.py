@@ -16,7 +16,7 @@ from cuvmap import api_util, backend, core, tree
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.transforms import batching, vjp as vjp_mod
-from cuvmap.transforms.batching import BatchTrace, BatchTracer
+from cuvmap.transforms.batching import BatchTracer
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
 # ---------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None):
 
 
 def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
-    with new_main(BatchTrace, size, name=where) as main:
+    with batching.new_batch_main(batching.AxisData(size), where) as main:
         traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
         args, kwargs = tree.unflatten(treedef, traced)
         out = f(*args, **kwargs)

@@ -208,6 +208,8 @@ class _ThreadState(threading.local):
         # the innermost staging transform (jit, make_jaxpr), or None (NOTE [staging owns
         # the values made from nothing])
         self.staging_main = None
+        # the named axes in scope, innermost last (NOTE [named axes])
+        self.axis_env = []
 
 
 _state = _ThreadState()
@@ -230,6 +232,65 @@ def new_main(trace_type, global_data=None, name="transform"):
     finally:
         stack.pop()
         main.active = False
+
+
+# NOTE [named axes]
+# ``vmap(f, axis_name="i")`` and ``cuvmap.distributed``'s data parallelism bind a name to a
+# mapped axis for as long as ``f`` runs: an :class:`AxisFrame` on the thread's axis
+# environment, holding the axis size and either the batching transform that maps it
+# (``main``) or the communicator of the processes that share it. Collectives (``psum``,
+# ``all_gather``, ...) name the axis they act along. Under ``vmap`` the transform of that
+# name must process them even when their operand is not one of its values (``psum`` of an
+# unbatched value is ``size * x``): a primitive whose ``axis_mains(params)`` returns the
+# frames' transforms makes ``bind`` consider them beside its operands' transforms (JAX's
+# ``AxisPrimitive``). An unbound name is an error naming it.
+class AxisFrame:
+    """A named axis in scope: its ``name``, ``size``, and the batching transform that maps
+    it (``main``, a :class:`MainTrace`) or the ``communicator`` of the processes along it."""
+
+    __slots__ = ("name", "size", "main", "communicator")
+
+    def __init__(self, name, size, main=None, communicator=None):
+        self.name = name
+        self.size = size
+        self.main = main
+        self.communicator = communicator
+
+    def __repr__(self):
+        return f"AxisFrame({self.name!r}, size={self.size})"
+
+
+class UnboundAxisError(CuvmapError, NameError):
+    """A collective named an axis that no enclosing ``vmap(axis_name=...)`` or process
+    group binds."""
+
+
+def axis_env():
+    """The calling thread's named axes in scope, innermost last (NOTE [named axes])."""
+    return _state.axis_env
+
+
+@contextmanager
+def extend_axis_env(frame):
+    """Binds ``frame``'s name for the duration of the block (NOTE [named axes])."""
+    env = _state.axis_env
+    env.append(frame)
+    try:
+        yield frame
+    finally:
+        env.pop()
+
+
+def axis_frame(name, what="a collective"):
+    """The innermost :class:`AxisFrame` named ``name``; :class:`UnboundAxisError` when none
+    is in scope (``what`` names the operation in the message)."""
+    for frame in reversed(_state.axis_env):
+        if frame.name == name:
+            return frame
+    bound = ", ".join(repr(f.name) for f in _state.axis_env) or "none"
+    raise UnboundAxisError(
+        f"{what} uses the axis name {name!r}, which is not bound here (axis names in scope: {bound}); "
+        "bind it with vmap(..., axis_name=...) or cuvmap.distributed.data_parallel(..., axis_name=...)")
 
 
 class Trace:
@@ -378,6 +439,9 @@ class Primitive:
     """
 
     __slots__ = ("name", "impl", "shape_rule", "differentiable", "impl_into")
+    # a primitive that names axes (a collective) returns the transforms mapping them from
+    # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
+    axis_mains = None
 
     def __init__(self, name, differentiable=True):
         self.name = name
@@ -395,7 +459,7 @@ class Primitive:
         return self.shape_rule(*(get_aval(x) for x in operands), **params)
 
     def bind(self, *args, **params):
-        top = find_top_main(self, args)
+        top = find_top_main(self, args, params)
         try:
             if top is None:
                 out = self.impl(*args, **params)
@@ -416,11 +480,16 @@ class Primitive:
 # its result be frozen into the program (as JAX's dynamic trace, the innermost staging
 # transform owns such ops). So ``find_top_main`` takes the innermost of the operands'
 # transforms and the thread's innermost staging transform.
-def find_top_main(primitive, args):
+def find_top_main(primitive, args, params=None):
     """The transform that processes ``primitive`` on ``args``: the innermost that owns an
-    operand, or the innermost staging transform when that is further in; ``None`` for the
-    eval interpreter. Raises for tracers that escaped or crossed threads."""
+    operand, or the innermost staging transform when that is further in, or for a
+    primitive naming axes the innermost transform mapping one of them (NOTE [named axes]);
+    ``None`` for the eval interpreter. Raises for tracers that escaped or crossed threads."""
     top = _state.staging_main
+    if primitive.axis_mains is not None:
+        for main in primitive.axis_mains(params):
+            if main is not None and (top is None or main.level > top.level):
+                top = main
     for x in args:
         if isinstance(x, Tracer):
             main = x._main

@@ -19,12 +19,41 @@ to the front, pad operands to a common logical rank, fold a batch dim into anoth
 (:func:`split_bdim_out_of`, its ``reshape_dim_outof``), and define the rules of whole
 families (elementwise with broadcasting, reductions) at once.
 """
+from contextlib import contextmanager
+
 from cuvmap import core
 from cuvmap.core import MissingRuleError, Trace, Tracer
 
 not_mapped = None
 
 primitive_batchers = {}
+
+
+class AxisData:
+    """What a ``vmap`` maps over: the axis ``size`` and its ``name`` (``None`` unless given
+    as ``vmap(..., axis_name=...)``: NOTE [named axes] in :mod:`cuvmap.core`). The
+    ``global_data`` of a batching transform's main."""
+
+    __slots__ = ("size", "name")
+
+    def __init__(self, size, name=None):
+        self.size = size
+        self.name = name
+
+    def __repr__(self):
+        return f"AxisData(size={self.size}, name={self.name!r})"
+
+
+@contextmanager
+def new_batch_main(axis, name):
+    """Pushes a batching transform mapping ``axis`` (an :class:`AxisData`) for the block,
+    with its name bound to it when it has one (NOTE [named axes] in :mod:`cuvmap.core`)."""
+    with core.new_main(BatchTrace, axis, name=name) as main:
+        if axis.name is None:
+            yield main
+        else:
+            with core.extend_axis_env(core.AxisFrame(axis.name, axis.size, main)):
+                yield main
 
 
 class BatchTracer(Tracer):
@@ -81,7 +110,7 @@ class BatchTrace(Trace):
         rule = primitive_batchers.get(primitive)
         if rule is None:
             raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
-        out, out_dim = rule(main.global_data, vals, dims, **params)
+        out, out_dim = rule(main.global_data.size, vals, dims, **params)
         if out_dim is not_mapped:
             return out
         return BatchTracer(main, out, out_dim)

@@ -469,12 +469,14 @@ def _ct_in_layout(ct, main, size, dim):
     return move_bdim(bdim_at_front(ct, None, size), 0, dim)
 
 
-def batch_fun(fun, size, dims, name):
+def batch_fun(fun, axis, dims, name):
     """``vmap(fun)`` over operands with batch dims ``dims``; outputs batched at 0."""
-    from cuvmap.transforms.batching import BatchTrace
+    from cuvmap.transforms.batching import new_batch_main
+
+    size = axis.size
 
     def batched(*vals):
-        with core.new_main(BatchTrace, size, name=name) as main:
+        with new_batch_main(axis, name) as main:
             outs = fun(*_wrap(main, vals, dims))
         return [_out_at_front(o, main, size) for o in outs]
 
@@ -482,12 +484,14 @@ def batch_fun(fun, size, dims, name):
     return batched
 
 
-def batch_jvp(jvp, size, dims, name):
+def batch_jvp(jvp, axis, dims, name):
     """``vmap`` of a flat JVP rule; tangents have their primals' batch dims."""
-    from cuvmap.transforms.batching import BatchTrace
+    from cuvmap.transforms.batching import new_batch_main
+
+    size = axis.size
 
     def batched(primals, tangents):
-        with core.new_main(BatchTrace, size, name=name) as main:
+        with new_batch_main(axis, name) as main:
             out_p, out_t = jvp(_wrap(main, primals, dims), _wrap(main, tangents, dims))
         return [_out_at_front(o, main, size) for o in out_p], [_out_at_front(t, main, size) for t in out_t]
 
@@ -506,12 +510,14 @@ class _BatchedResiduals:
         self.treedef = treedef
 
 
-def batch_fwd(fwd, size, dims, name):
+def batch_fwd(fwd, axis, dims, name):
     """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
-    from cuvmap.transforms.batching import BatchTrace, BatchTracer
+    from cuvmap.transforms.batching import BatchTracer, new_batch_main
+
+    size = axis.size
 
     def batched(*vals):
-        with core.new_main(BatchTrace, size, name=name) as main:
+        with new_batch_main(axis, name) as main:
             outs, residuals = fwd(*_wrap(main, vals, dims))
         leaves, treedef = tree.flatten(residuals)
         res_vals, res_dims = [], []
@@ -528,13 +534,15 @@ def batch_fwd(fwd, size, dims, name):
     return batched
 
 
-def batch_bwd(bwd, size, dims, name):
+def batch_bwd(bwd, axis, dims, name):
     """``vmap`` of a flat ``bwd``: the output cotangents are batched at 0 (as the outputs
     are), the input cotangents come back in their operands' layouts."""
-    from cuvmap.transforms.batching import BatchTrace
+    from cuvmap.transforms.batching import new_batch_main
+
+    size = axis.size
 
     def batched(residuals, cts):
-        with core.new_main(BatchTrace, size, name=name) as main:
+        with new_batch_main(axis, name) as main:
             res = tree.unflatten(residuals.treedef, _wrap(main, residuals.vals, residuals.dims))
             in_cts = bwd(res, _wrap(main, cts, [0] * len(cts)))
         return [_ct_in_layout(c, main, size, d) for c, d in zip(in_cts, dims)]

@@ -304,12 +304,13 @@ def zeros(aval):
 # ---------------------------------------------------------------------------------------
 
 
-def batch_jaxpr(closed, axis_size, dims, in_avals):
+def batch_jaxpr(closed, axis, dims, in_avals):
     """The program of ``vmap`` of ``closed`` (over constants and arguments) for batch dims
-    ``dims`` of physical operands with ``in_avals``. Returns ``(ClosedJaxpr, out_dims)``."""
-    from cuvmap.transforms.batching import BatchTrace, BatchTracer
+    ``dims`` of physical operands with ``in_avals``, mapping ``axis`` (a
+    :class:`~cuvmap.transforms.batching.AxisData`). Returns ``(ClosedJaxpr, out_dims)``."""
+    from cuvmap.transforms.batching import BatchTracer, new_batch_main
 
-    key = ("batch", axis_size, tuple(dims), tuple(in_avals))
+    key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals))
     hit = closed.derived.get(key)
     if hit is not None:
         return hit
@@ -317,7 +318,7 @@ def batch_jaxpr(closed, axis_size, dims, in_avals):
     out_dims = []
 
     def batched(*vals):
-        with core.new_main(BatchTrace, axis_size, name="vmap") as main:
+        with new_batch_main(axis, "vmap") as main:
             ins = [v if d is None else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
             outs = ir.eval_jaxpr(flat, [], ins)
         res = []
