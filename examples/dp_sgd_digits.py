@@ -14,7 +14,7 @@ The whole step — per-example gradients, clipping, the masked sum, the noise an
 update — runs under ``cuvmap.jit``; the noise is drawn outside it and passed in. A Poisson
 batch changes size every step, so it is padded to the smallest size of a short ladder
 (``dp.batch_buckets``) with a mask that gives the padding zero weight in the clipped sum
-(``dp.pad_batch``, NOTE [padding Poisson batches] in cuvmap/dp.py): the step traces once
+(``dp.pad_batch``, NOTE [padding Poisson batches] in cuvmap/dp/padding.py): the step traces once
 per size met, and neither the gradient nor ε changes. ``--eager`` runs the same step op by
 op on the unpadded batches.
 """
