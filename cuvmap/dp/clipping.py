@@ -15,10 +15,22 @@ under add/remove-one adjacency). A padded batch weights each example by its mask
 itself, without materialising every per-example gradient (ghost clipping and book-keeping,
 :mod:`cuvmap.transforms.ghost`).
 """
+from typing import Any, NamedTuple
+
 import numpy as np
 
 from cuvmap import core, lax, tree
 from cuvmap import numpy as cnp
+
+
+class ClippedGradient(NamedTuple):
+    """What :func:`cuvmap.dp.clipped_grad` returns: ``summed``, the sum over the batch of the
+    clipped per-example gradients (a pytree like the parameters), and ``norms``, the ``(B,)``
+    per-example gradient norms before clipping. :func:`cuvmap.dp.private_gradient` accepts
+    it in place of per-example gradients."""
+
+    summed: Any
+    norms: Any
 
 
 def _batched_leaves(grads, what):
@@ -44,7 +56,7 @@ def _batched_leaves(grads, what):
     return leaves, treedef, size
 
 
-def _squared_norms(leaves, size):
+def squared_norms(leaves, size):
     """``Σ_leaves Σ_i leaf[b, i]²`` for each example ``b``: per leaf one batched dot product
     of the flattened example with itself (a ``(B,)`` result, no ``(B, ...)`` array of squares)."""
     total = None
@@ -54,6 +66,15 @@ def _squared_norms(leaves, size):
         sq = lax.dot_general(flat, flat, (((1,), (1,)), ((0,), (0,))))
         total = sq if total is None else cnp.add(total, sq)
     return total
+
+
+def clip_scale(norms, max_norm, tiny, mask=None):
+    """Each example's weight in the clipped sum: ``s_b = m_b · min(1, C / (norms_b + tiny))``
+    (``m_b = 1`` without a mask), in the dtype of ``norms``."""
+    scale = cnp.minimum(1.0, cnp.divide(max_norm, cnp.add(norms, tiny)))
+    if mask is not None:
+        scale = cnp.multiply(scale, cnp.astype(mask, core.dtype_of(scale)))
+    return scale
 
 
 def per_example_global_norms(grads):
@@ -76,7 +97,7 @@ def per_example_global_norms(grads):
         norms = per_example_global_norms({"w": g_w, "b": g_b})   # g_w: (B, 3, 4), g_b: (B, 4)
     """
     leaves, _, size = _batched_leaves(grads, "per_example_global_norms")
-    return cnp.sqrt(_squared_norms(leaves, size))
+    return cnp.sqrt(squared_norms(leaves, size))
 
 
 def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
@@ -105,8 +126,8 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     if not max_norm > 0:
         raise ValueError(f"clip_per_example: max_norm must be positive, got {max_norm!r}")
     leaves, treedef, size = _batched_leaves(grads, "clip_per_example")
-    norms = cnp.sqrt(_squared_norms(leaves, size))
-    scale = cnp.minimum(1.0, cnp.divide(max_norm, cnp.add(norms, tiny)))
+    norms = cnp.sqrt(squared_norms(leaves, size))
+    scale = clip_scale(norms, max_norm, tiny)
     out = []
     for leaf in leaves:
         ndim = len(core.shape_of(leaf))
@@ -148,13 +169,11 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
     if not max_norm > 0:
         raise ValueError(f"clipped_sum: max_norm must be positive, got {max_norm!r}")
     leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
-    norms = cnp.sqrt(_squared_norms(leaves, size))
-    scale = cnp.minimum(1.0, cnp.divide(max_norm, cnp.add(norms, tiny)))
-    if mask is not None:
-        if tuple(core.shape_of(mask)) != (size,):
-            raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
-                             f"gradients have batch size {size} (the mask needs shape ({size},))")
-        scale = cnp.multiply(scale, cnp.astype(mask, core.dtype_of(scale)))
+    norms = cnp.sqrt(squared_norms(leaves, size))
+    if mask is not None and tuple(core.shape_of(mask)) != (size,):
+        raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
+                         f"gradients have batch size {size} (the mask needs shape ({size},))")
+    scale = clip_scale(norms, max_norm, tiny, mask)
     out = []
     for leaf in leaves:
         s = cnp.astype(scale, core.dtype_of(leaf))

@@ -10,7 +10,7 @@ import numpy as np
 
 from cuvmap import backend, core, tree
 from cuvmap import numpy as cnp
-from cuvmap.dp.clipping import clipped_sum
+from cuvmap.dp.clipping import ClippedGradient, clipped_sum
 
 
 def _rng_is_cupy(rng):
@@ -157,12 +157,18 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
     A batch padded by :func:`pad_batch` (with its ``mask``) gives the gradient of the
     unpadded batch (NOTE [padding Poisson batches]).
 
+    In place of per-example gradients it takes what :func:`cuvmap.dp.clipped_grad` returns
+    (a :class:`ClippedGradient`: the clipped sum and the norms, computed for the same
+    ``max_norm`` and mask); the clipping is then done already, and ``mask`` only sets the
+    normalisation.
+
     The whole computation is made of cuvmap primitives once ``z`` is given, so it runs
     under ``jit``: pass ``noise=standard_normal_like(params, rng)`` drawn outside the
     jitted step instead of ``rng``.
 
     Args:
-      per_example_grads: pytree of arrays with a common leading batch dim ``B``.
+      per_example_grads: pytree of arrays with a common leading batch dim ``B``, or a
+        :class:`ClippedGradient` from :func:`cuvmap.dp.clipped_grad`.
       max_norm: clipping norm ``C``.
       noise_multiplier: ``σ``; the noise std is ``σ·C``.
       rng: generator for the noise, as in :func:`add_noise` (not with ``noise``).
@@ -182,8 +188,17 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
         raise ValueError(f"private_gradient: noise_multiplier must be >= 0, got {noise_multiplier!r}")
     if noise is not None and rng is not None:
         raise ValueError("private_gradient: pass either rng (to draw the noise) or noise (drawn already), not both")
-    summed, norms = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny, return_norms=True)
-    size = core.shape_of(norms)[0]
+    if isinstance(per_example_grads, ClippedGradient):
+        if not max_norm > 0:
+            raise ValueError(f"private_gradient: max_norm must be positive, got {max_norm!r}")
+        summed, norms = per_example_grads
+        size = core.shape_of(norms)[0]
+        if mask is not None and tuple(core.shape_of(mask)) != (size,):
+            raise ValueError(f"private_gradient: mask has shape {tuple(core.shape_of(mask))}, but the clipped "
+                             f"gradient has {size} per-example norms (the mask needs shape ({size},))")
+    else:
+        summed, norms = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny, return_norms=True)
+        size = core.shape_of(norms)[0]
     if expected_batch_size is not None:
         if not expected_batch_size > 0:
             raise ValueError(f"private_gradient: the normalisation must be positive; got "
