@@ -170,12 +170,17 @@ def _batched_inner(x, y):
 
 class _Layer:
     """A recognised use: ``operand`` of equation ``eqn_index`` is (a view of) a parameter,
-    ``needs`` are the operands whose batched values the norms and sums read. Subclasses give
-    the per-example squared norms (``ghost_sq_norms``, None when there is no ghost form), the
-    explicit per-example gradients (B, *W.shape) and the book-keeping sum over the batch."""
+    and ``needs`` are the operands whose batched values the norms and sums read. Subclasses
+    give, from those values and the output cotangents ``g`` (each with a leading batch dim):
+    ``ghost_sq_norms`` (B,) (where ``has_ghost``), ``per_example_grads`` (B, *W.shape) and
+    ``weighted_sum``, the book-keeping sum over the batch of re-weighted cotangents. ``dims``
+    is ``(H, T, d, p)`` of the cost model, ``unfolded`` the elements of an unfolded input,
+    ``static`` the equation's params (for the keys of measured choices)."""
 
     has_ghost = True
     needs = ()
+    unfolded = 0
+    static = {}
 
     def __init__(self, eqn_index, eqn, operand):
         self.eqn_index = eqn_index
@@ -190,13 +195,9 @@ class _Layer:
         explicit = h * t * d * p + _ELEMENT_COST * 3 * h * d * p
         return ghost, explicit
 
-    unfolded = 0
-
     def key(self):
         return (type(self).__name__, self.w_aval.shape, self.w_aval.dtype.str, self.out_aval.shape, self.dims,
                 tuple(sorted(self.static.items())))
-
-    static = {}
 
 
 class _Dot(_Layer):
@@ -286,19 +287,19 @@ class _Conv(_Layer):
         o = self.out_aval.shape[1]
         groups = p["groups"]
         kernel = self.w_aval.shape[2:]
+        # ∇W = U(source)ᵀ · target per group, at the positions of target: a regular conv
+        # unfolds its input against g; a transposed conv is the regular conv from its output
+        # to its input, so it unfolds g against x
         if p["transposed"]:
-            # the regular conv whose weight gradient this is: input g, output x
-            unfolded, other, other_ch, at = g, x, c, self.x_aval.shape[2:]
-            in_ch = o
+            source, source_ch, target, target_ch, positions = g, o, x, c, self.x_aval.shape[2:]
         else:
-            unfolded, other, other_ch, at = x, g, o, self.out_aval.shape[2:]
-            in_ch = c
-        u = _unfold(_fold_batch(unfolded), kernel, p["stride"], p["padding"], p["dilation"], at)
-        positions = _prod(at)
-        u = lax.reshape(u, (size, n, groups, in_ch // groups, _prod(kernel), positions))
-        gram_u = lax.dot_general(u, u, (((3, 4), (3, 4)), ((0, 2), (0, 2))))
-        v = lax.reshape(other, (size, n, groups, other_ch // groups, positions))
-        gram_v = lax.dot_general(v, v, (((3,), (3,)), ((0, 2), (0, 2))))
+            source, source_ch, target, target_ch, positions = x, c, g, o, self.out_aval.shape[2:]
+        t = _prod(positions)
+        u = _unfold(_fold_batch(source), kernel, p["stride"], p["padding"], p["dilation"], positions)
+        u = lax.reshape(u, (size, n, groups, source_ch // groups, _prod(kernel), t))
+        gram_u = lax.dot_general(u, u, (((3, 4), (3, 4)), ((0, 2), (0, 2))))      # (B, G, N, T, N, T)
+        v = lax.reshape(target, (size, n, groups, target_ch // groups, t))
+        gram_v = lax.dot_general(v, v, (((3,), (3,)), ((0, 2), (0, 2))))         # (B, G, N, T, N, T)
         return _batched_inner(gram_u, gram_v)
 
     def per_example_grads(self, acts, g):
