@@ -281,16 +281,21 @@ def _relative_diff(got, want):
 
 
 def _time_interleaved(methods, args, progress, where):
-    """First calls and warm-up per method, then ``repeats`` rounds of one timed call each."""
-    stats = {}
+    """First calls and warm-up per method, then ``repeats`` rounds of one timed call each
+    (two for a slow method, which gets no warm-up beyond its first call). Returns the
+    timings and each method's output of its first call."""
+    stats, outputs = {}, {}
     for m in methods:
         progress.set(f"{where}: {m.label} (first call)")
         gc.collect()
         name, time_one = m.timer
-        first = time_one(m.fn)
-        for _ in range(max(0, args.warmup - 1)):
+        held = []
+        first = time_one(lambda: held.append(m.fn()))
+        outputs[m.key] = held[0]
+        slow = first > args.slow_seconds
+        for _ in range(0 if slow else max(0, args.warmup - 1)):
             m.fn()
-        stats[m.key] = dict(first=first, times=[], slow=first > args.slow_seconds, timer=name)
+        stats[m.key] = dict(first=first, times=[], slow=slow, timer=name)
         progress.step(f"{where}: {m.label} first call {first * 1e3:.1f} ms")
     for r in range(max(1, args.repeats)):
         progress.set(f"{where}: round {r + 1}/{args.repeats}")
@@ -300,7 +305,7 @@ def _time_interleaved(methods, args, progress, where):
                 continue
             s["times"].append(m.timer[1](m.fn))
         progress.step(f"{where}: round {r + 1}")
-    return stats
+    return stats, outputs
 
 
 def run(args, settings):
@@ -331,11 +336,12 @@ def run(args, settings):
             methods += torch_rows
             methods += _opacus_methods(args, torch, make_module, params, setup, notes, fw)
         where = f"{name} batch {batch}"
-        stats = _time_interleaved(methods, args, progress, where)
+        stats, outputs = _time_interleaved(methods, args, progress, where)
         results = {}
         for m in methods:
+            progress.set(f"{where}: {m.label} (peak memory)")
             peak = _peak_mib(m.fn) if m.memory else None
-            results[m.key] = m.result(m.fn()) if m.result else None
+            results[m.key] = m.result(outputs.pop(m.key)) if m.result else None
             s = stats[m.key]
             row = dict(network=name, batch=batch, key=m.key, method=m.label, framework=m.framework,
                        median_ms=float(np.median(s["times"])) * 1e3, min_ms=min(s["times"]) * 1e3,

@@ -403,6 +403,20 @@ def test_on_backend(backend):
         _assert_matches(cv.device_put(tuple(got), "cpu"), want, rtol=2e-5, atol_scale=1e-6)
 
 
+def test_no_parameter_reaches_the_loss():
+    rng = np.random.default_rng(14)
+    xs = rng.standard_normal((3, 2))
+
+    def loss(p, x):
+        return cnp.sum(cnp.sin(x))
+
+    got = dp.clipped_grad(loss, 1.0)({"a": np.ones((2, 2))}, xs)
+    np.testing.assert_array_equal(got.norms, np.zeros(3))
+    np.testing.assert_array_equal(got.summed["a"], np.zeros((2, 2)))
+    got = dp.clipped_grad(loss, 1.0)({}, xs)
+    assert got.summed == {} and got.norms.shape == (3,)
+
+
 def test_errors():
     rng = np.random.default_rng(13)
     params, loss, make_batch = NETWORKS["mlp"](rng)

@@ -537,14 +537,13 @@ def _choose(layer, method, size, device):
         return "ghost" if ghost <= explicit else "per_example"
     if explicit * _CLOSE <= ghost:
         return "per_example"
-    from cuvmap.cpu.onednn import bucket
-
-    key = layer.key() + (device or "cpu", bucket(size))
+    bucket = 1 << (size - 1).bit_length()   # the power of two at or above the batch size
+    key = layer.key() + (device or "cpu", bucket)
     with _measure_lock:
         hit = _measured.get(key)
     if hit is not None:
         return hit[0]
-    times = _time_both(layer, bucket(size), device or "cpu")
+    times = _time_both(layer, bucket, device or "cpu")
     choice = min(times, key=times.get)
     with _measure_lock:
         _measured[key] = (choice, times)
@@ -814,7 +813,7 @@ def _clipped(loss, where, args, mask, max_norm, method, argnums, has_aux, tiny):
                              f"(the mask needs shape ({size},))")
     outs, kept, cts, fallback_grads = _forward_backward(
         staged.program, staged.param_leaves, staged.batch_leaves, size, staged.taps, staged.fallback)
-    summed, norms = _clip_and_sum(staged, kept, cts, fallback_grads, mask, max_norm, tiny)
+    summed, norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, max_norm, tiny)
     summed = tree.unflatten(staged.param_tree, [api_util.to_array_result(s) for s in summed])
     result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms))
     if not has_aux:
@@ -822,7 +821,7 @@ def _clipped(loss, where, args, mask, max_norm, method, argnums, has_aux, tiny):
     return result, tree.unflatten(staged.out_tree, outs)[1]
 
 
-def _clip_and_sum(staged, kept, cts, fallback_grads, mask, max_norm, tiny):
+def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tiny):
     """The per-example norms over every parameter, then each parameter's clipped sum."""
     taps, size, param_leaves = staged.taps, staged.size, staged.param_leaves
     tap_order = list(taps)
@@ -859,8 +858,8 @@ def _clip_and_sum(staged, kept, cts, fallback_grads, mask, max_norm, tiny):
         for s in squares[1:]:
             total = cnp.add(total, s)
         norms = cnp.sqrt(cnp.maximum(total, 0))
-    else:
-        norms = cnp.zeros((size,), core.dtype_of(param_leaves[0]), like=param_leaves[0])
+    else:  # no parameter reaches the loss
+        norms = cnp.zeros_like(losses)
     scale = clipping.clip_scale(norms, max_norm, tiny, mask)
     summed = [None] * len(param_leaves)
     for i, layer, acts, g, chain in ghost:
