@@ -185,8 +185,8 @@ def test_dp_suite(capsys, tmp_path):
         if r["framework"] == "cuvmap":
             assert r["peak_mib"] > 0
     assert has_torch == any(r["framework"] == "torch" for r in res["rows"])
-    assert res["layer_methods"]["mlp"] == {"w1": "ghost", "b1": "vmap", "w2": "ghost", "b2": "vmap", "w3": "ghost",
-                                           "b3": "vmap"}
+    assert res["layer_methods"]["mlp"] == {"w1": "ghost", "b1": "per_example", "w2": "ghost", "b2": "per_example",
+                                           "w3": "ghost", "b3": "per_example"}
     ratios = {r["ratio"]: r for r in res["ratios"]}
     assert ratios["ghost / batched (mlp, batch 128)"]["value"] is None
     assert ratios["ghost peak memory / batched peak memory (cnn, batch 3)"]["value"] > 0

@@ -160,7 +160,7 @@ NETWORKS = {
 # how each parameter is differentiated with method="ghost" (NOTE [ghost clipping]); with
 # method="per_example" every "ghost" becomes "per_example"
 GHOST_METHODS = {
-    "mlp": {"w1": "ghost", "b1": "vmap", "w2": "ghost"},               # b1: a bias added with +
+    "mlp": {"w1": "ghost", "b1": "per_example", "w2": "ghost"},        # b1: a bias added with +
     "sequence_dense": {"w": "ghost", "heads": "ghost", "left": "ghost"},
     "embedding": {"table": "ghost", "cols": "ghost", "head": "ghost"},
     "tied_weights": {"emb": "per_example, 2 uses", "mix": "ghost"},

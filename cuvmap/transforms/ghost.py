@@ -144,7 +144,7 @@ def _primitives():
             dot_general=linalg.dot_general_p, conv=conv_module.conv_p, take=indexing.take_p,
             take_transpose=indexing.take_transpose_p, transpose=shape.transpose_p,
             reshapes=(shape.reshape_p, shape.squeeze_p, shape.expand_dims_p),
-            convert=elementwise.convert_element_type_p,
+            convert=elementwise.convert_element_type_p, add=elementwise.add_p,
         ))
     return _prims[0]
 
@@ -329,6 +329,28 @@ class _ConvBias(_Layer):
         return lax.reduce_sum(g, (1,) + tuple(range(3, rank)))
 
 
+class _Bias(_Layer):
+    """A parameter added to an activation of the output's shape, broadcast along the other
+    dims (a dense layer's ``y + b``): its per-example gradient sums g over those dims
+    (explicit only: it has the parameter's size)."""
+
+    has_ghost = False
+    dims = (1, 1, 1, 1)
+
+    def __init__(self, eqn_index, eqn, operand):
+        super().__init__(eqn_index, eqn, operand)
+        out, w = self.out_aval.shape, self.w_aval.shape
+        lead = len(out) - len(w)
+        self.flow = 1 - operand   # the operand the cotangent flows through unchanged
+        self.axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(w) if s == 1 and out[lead + i] != 1)
+
+    def per_example_grads(self, acts, g):
+        size = core.shape_of(g)[0]
+        if self.axes:
+            g = lax.reduce_sum(g, _shift(self.axes))
+        return lax.reshape(g, (size,) + self.w_aval.shape)
+
+
 class _Take(_Layer):
     """The table of ``take(W, idx, axis)`` (an embedding lookup)."""
 
@@ -458,6 +480,8 @@ def _is_view(eqn, prims):
 
 def _layer_for(eqn_index, eqn, operand, prims):
     p = eqn.primitive
+    if p is prims.add and eqn.inputs[1 - operand].aval.shape == eqn.out.aval.shape:
+        return _Bias(eqn_index, eqn, operand)
     if p is prims.dot_general:
         return _Dot(eqn_index, eqn, operand)
     if p is prims.conv and operand == 1:
@@ -485,7 +509,8 @@ def _collect_uses(var, chain, consumers, jaxpr, outvars, prims):
 
 
 def _analyse(jaxpr, num_params):
-    """A :class:`_Param` for each of the program's first ``num_params`` inputs."""
+    """A :class:`_Param` for each of the program's first ``num_params`` inputs, and the
+    consumers of each variable (``{var: [(equation index, operand index)]}``)."""
     prims = _primitives()
     consumers = {}
     for k, eqn in enumerate(jaxpr.eqns):
@@ -501,7 +526,7 @@ def _analyse(jaxpr, num_params):
         except _Other:
             plan.fallback = True
         plans.append(plan)
-    return plans
+    return plans, consumers
 
 
 def _pull_back(chain, ct, batched):
@@ -599,19 +624,62 @@ def _per_row(weights, like):
 
 
 class _Tap:
-    """An equation with recognised uses: its index among the z's and the operands kept."""
+    """An equation with recognised uses (``layers``). ``operands``: the operands its layers
+    read; ``from_batch``: those that are a batch argument or a reshape of one, ``{operand:
+    (batch leaf, per-example shape)}``, read from the batch itself instead of being kept;
+    ``z``: the index of the zero added to its output, or None where its output's cotangent
+    is another tap's (``ct_from``, the equation whose z gives it)."""
 
-    __slots__ = ("index", "operands")
+    __slots__ = ("layers", "operands", "from_batch", "z", "ct_from")
 
-    def __init__(self, index):
-        self.index = index
+    def __init__(self):
+        self.layers = []
         self.operands = []
+        self.from_batch = {}
+        self.z = None
+        self.ct_from = None
+
+
+def _link_taps(jaxpr, taps, consumers, num_params):
+    """Fills in the taps' ``from_batch``, ``ct_from`` and ``z``; returns the number of z's.
+
+    A layer whose output feeds nothing but a bias added to it (``y = a ⋆ W``, then ``y + b``)
+    has the cotangent of the sum, so it reads the bias tap's: one z and one cotangent for
+    both (NOTE [ghost clipping])."""
+    prims = _primitives()
+    batch_view = {v: j for j, v in enumerate(jaxpr.invars[num_params:])}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive in prims.reshapes and eqn.inputs[0] in batch_view:
+            batch_view[eqn.out] = batch_view[eqn.inputs[0]]
+    outvars = {v for v in jaxpr.outvars if type(v) is ir.Var}
+    flows = {k: tap.layers[0].flow for k, tap in taps.items()
+             if len(tap.layers) == 1 and isinstance(tap.layers[0], _Bias)}
+    num_zs = 0
+    for k, tap in taps.items():
+        eqn = jaxpr.eqns[k]
+        for i in tap.operands:
+            x = eqn.inputs[i]
+            if type(x) is ir.Var and x in batch_view:
+                tap.from_batch[i] = (batch_view[x], x.aval.shape)
+        target = k
+        while True:
+            out = jaxpr.eqns[target].out
+            users = consumers.get(out, [])
+            if out in outvars or len(users) != 1 or flows.get(users[0][0]) != users[0][1]:
+                break
+            target = users[0][0]
+        tap.ct_from = target
+    for k, tap in taps.items():
+        if tap.ct_from == k:
+            tap.z = num_zs
+            num_zs += 1
+    return num_zs
 
 
 def _eval_tapped(jaxpr, consts, args, taps, zs):
     """Evaluates ``jaxpr`` (binding each equation, as :func:`ir.eval_jaxpr`), adding
-    ``zs[tap.index]`` to the output of each tapped equation. Returns ``(outputs, kept)``:
-    ``kept`` holds the tapped equations' operands, in the order of ``taps``."""
+    ``zs[tap.z]`` to the output of each tap that has a z. Returns ``(outputs, kept)``:
+    ``kept`` holds the taps' operands (but those read from the batch), in the order of ``taps``."""
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     kept = {}
@@ -624,8 +692,9 @@ def _eval_tapped(jaxpr, consts, args, taps, zs):
         out = eqn.primitive.bind(*ins, **eqn.params)
         tap = taps.get(k)
         if tap is not None:
-            kept[k] = [ins[i] for i in tap.operands]
-            out = cnp.add(out, zs[tap.index])
+            kept[k] = [ins[i] for i in tap.operands if i not in tap.from_batch]
+            if tap.z is not None:
+                out = cnp.add(out, zs[tap.z])
         if type(eqn.out) is tuple:
             env.update(zip(eqn.out, out))
         else:
@@ -633,13 +702,14 @@ def _eval_tapped(jaxpr, consts, args, taps, zs):
     return [read(v) for v in jaxpr.outvars], [kept[k] for k in taps]
 
 
-def _forward_backward(program, param_leaves, batch_leaves, size, taps, fallback):
+def _forward_backward(staged):
     """One batched forward pass and one backward pass. Returns ``(outputs, kept, cts,
-    fallback_grads)``: the per-example outputs (losses, aux leaves), each tap's operands and
-    output cotangents (a leading batch dim each) and the per-example gradients of the
-    ``fallback`` parameters."""
-    jaxpr, consts = program.jaxpr, program.consts
-    tap_avals = [jaxpr.eqns[k].out.aval for k in taps]
+    fallback_grads)``: the per-example outputs (losses, aux leaves), the taps' kept operands
+    and the cotangents of the z's (a leading batch dim each), and the per-example gradients
+    of the fallback parameters."""
+    jaxpr, consts = staged.program.jaxpr, staged.program.consts
+    param_leaves, batch_leaves, size, taps = staged.param_leaves, staged.batch_leaves, staged.size, staged.taps
+    fallback = staged.fallback
 
     def per_example(fallback_vals, zs, batch):
         params = list(param_leaves)
@@ -651,9 +721,10 @@ def _forward_backward(program, param_leaves, batch_leaves, size, taps, fallback)
     batched = api.vmap(per_example)
     if not taps and not fallback:
         losses, (aux, kept) = batched([], [], batch_leaves)
-        return [losses] + aux, kept, [], []
+        return [losses] + list(aux), kept, [], []
     # zeros on the batch's device, broadcast (no memory): the points the cotangents are taken at
-    zs = [cnp.broadcast_to(cnp.zeros((), a.dtype, like=batch_leaves[0]), (size,) + a.shape) for a in tap_avals]
+    z_avals = [jaxpr.eqns[k].out.aval for k, tap in taps.items() if tap.z is not None]
+    zs = [cnp.broadcast_to(cnp.zeros((), a.dtype, like=batch_leaves[0]), (size,) + a.shape) for a in z_avals]
     copies = [cnp.broadcast_to(param_leaves[i], (size,) + tuple(core.shape_of(param_leaves[i]))) for i in fallback]
 
     def pass_(fallback_vals, zs_):
@@ -662,7 +733,7 @@ def _forward_backward(program, param_leaves, batch_leaves, size, taps, fallback)
 
     losses, pullback, (aux, kept) = api.vjp(pass_, copies, zs, has_aux=True)
     fallback_grads, cts = pullback(core.full_like_concrete(losses, 1))
-    return [losses] + list(aux), kept, list(cts), list(fallback_grads)
+    return [losses] + list(aux), list(kept), list(cts), list(fallback_grads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -773,7 +844,7 @@ class _Staged:
         closed, self.out_tree = api_util.trace_program(per_example, where, self.param_leaves + self.batch_leaves,
                                                        param_paths + batch_paths, avals, rebuild)
         self.program = ir.optimize(closed)
-        self.params = _analyse(self.program.jaxpr, num_params)
+        self.params, consumers = _analyse(self.program.jaxpr, num_params)
         device = avals[0].device if avals else None
         taps = {}
         for plan in self.params:
@@ -782,11 +853,11 @@ class _Staged:
             if len(plan.uses) == 1:
                 plan.method = _choose(plan.uses[0][0], method, self.size, device)
             for layer, _ in plan.uses:
-                tap = taps.setdefault(layer.eqn_index, _Tap(0))
+                tap = taps.setdefault(layer.eqn_index, _Tap())
+                tap.layers.append(layer)
                 tap.operands.extend(i for i in layer.needs if i not in tap.operands)
         self.taps = dict(sorted(taps.items()))
-        for i, tap in enumerate(self.taps.values()):
-            tap.index = i
+        self.num_zs = _link_taps(self.program.jaxpr, self.taps, consumers, num_params)
         self.fallback = [i for i, plan in enumerate(self.params) if plan.fallback]
 
     def methods(self):
@@ -811,9 +882,9 @@ def _clipped(loss, where, args, mask, max_norm, method, argnums, has_aux, tiny):
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise TransformError(f"mask has shape {tuple(core.shape_of(mask))}, but the batch has {size} examples "
                              f"(the mask needs shape ({size},))")
-    outs, kept, cts, fallback_grads = _forward_backward(
-        staged.program, staged.param_leaves, staged.batch_leaves, size, staged.taps, staged.fallback)
+    outs, kept, cts, fallback_grads = _forward_backward(staged)
     summed, norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, max_norm, tiny)
+    del kept, cts, fallback_grads
     summed = tree.unflatten(staged.param_tree, [api_util.to_array_result(s) for s in summed])
     result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms))
     if not has_aux:
@@ -821,36 +892,66 @@ def _clipped(loss, where, args, mask, max_norm, method, argnums, has_aux, tiny):
     return result, tree.unflatten(staged.out_tree, outs)[1]
 
 
+class _TapValues:
+    """The batched operands and output cotangent of each tap, released (set free for the
+    allocator) as soon as the last layer that reads them is done."""
+
+    def __init__(self, staged, kept, cts):
+        self.values, self.cts, self.readers = {}, {}, {}
+        for t, (k, tap) in enumerate(staged.taps.items()):
+            own = iter(kept[t])
+            self.values[k] = {}
+            for i in tap.operands:
+                if i in tap.from_batch:
+                    j, shape = tap.from_batch[i]
+                    self.values[k][i] = lax.reshape(staged.batch_leaves[j], (staged.size,) + shape)
+                else:
+                    self.values[k][i] = next(own)
+            kept[t] = None
+            self.cts[k] = cts[staged.taps[tap.ct_from].z]
+            self.readers[k] = len(tap.layers)
+        cts[:] = [None] * len(cts)
+
+    def inputs(self, layer):
+        k = layer.eqn_index
+        return [self.values[k][i] for i in layer.needs], self.cts[k]
+
+    def done(self, layer):
+        k = layer.eqn_index
+        self.readers[k] -= 1
+        if not self.readers[k]:
+            del self.values[k], self.cts[k]
+
+
 def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tiny):
-    """The per-example norms over every parameter, then each parameter's clipped sum."""
-    taps, size, param_leaves = staged.taps, staged.size, staged.param_leaves
-    tap_order = list(taps)
-
-    def layer_inputs(layer):
-        t = tap_order.index(layer.eqn_index)
-        tap = taps[layer.eqn_index]
-        return [kept[t][tap.operands.index(i)] for i in layer.needs], cts[t]
-
+    """The per-example norms over every parameter, then each parameter's clipped sum. The
+    lists ``kept``, ``cts`` and ``fallback_grads`` are emptied, so that each array is freed
+    when its last use is done."""
+    taps = _TapValues(staged, kept, cts)
+    size, param_leaves = staged.size, staged.param_leaves
     squares = []
-    ghost, explicit = [], []   # (param, layer, acts, g, chain) and (param, per-example grads, chain)
+    ghost, explicit = [], []   # (param, layer, chain) and [param, per-example grads, chain]
     for i, plan in enumerate(staged.params):
         if plan.fallback:
-            explicit.append((i, fallback_grads[staged.fallback.index(i)], ()))
+            j = staged.fallback.index(i)
+            explicit.append([i, fallback_grads[j], ()])
+            fallback_grads[j] = None
         elif len(plan.uses) == 1 and plan.method == "ghost":
             layer, chain = plan.uses[0]
-            acts, g = layer_inputs(layer)
-            squares.append(layer.ghost_sq_norms(acts, g))
-            ghost.append((i, layer, acts, g, chain))
+            squares.append(layer.ghost_sq_norms(*taps.inputs(layer)))
+            ghost.append((i, layer, chain))
         elif len(plan.uses) == 1:
             layer, chain = plan.uses[0]
-            explicit.append((i, layer.per_example_grads(*layer_inputs(layer)), chain))
+            explicit.append([i, layer.per_example_grads(*taps.inputs(layer)), chain])
+            taps.done(layer)
         elif plan.uses:
             # several uses: the sum of the uses' gradients (cross terms included), in W's layout
             total = None
             for layer, chain in plan.uses:
-                g_use = _pull_back(chain, layer.per_example_grads(*layer_inputs(layer)), batched=True)
+                g_use = _pull_back(chain, layer.per_example_grads(*taps.inputs(layer)), batched=True)
+                taps.done(layer)
                 total = g_use if total is None else cnp.add(total, g_use)
-            explicit.append((i, total, ()))
+            explicit.append([i, total, ()])
     for _, grads, _ in explicit:
         squares.append(clipping.squared_norms([grads], size))
     if squares:
@@ -862,11 +963,20 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
         norms = cnp.zeros_like(losses)
     scale = clipping.clip_scale(norms, max_norm, tiny, mask)
     summed = [None] * len(param_leaves)
-    for i, layer, acts, g, chain in ghost:
-        summed[i] = _pull_back(chain, layer.weighted_sum(acts, cnp.multiply(g, _per_row(scale, g))), batched=False)
-    for i, grads, chain in explicit:
+    # the explicit sums first: a bias's per-example gradients may be its tap's cotangents,
+    # which the ghost layer's sum then releases
+    for entry in explicit:
+        i, grads, chain = entry
+        entry[1] = None
         summed[i] = _pull_back(chain, cnp.tensordot(cnp.astype(scale, core.dtype_of(grads)), grads, axes=1),
                                batched=False)
+        del grads
+    for i, layer, chain in ghost:
+        acts, g = taps.inputs(layer)
+        weighted = layer.weighted_sum(acts, cnp.multiply(g, _per_row(scale, g)))
+        del acts, g
+        taps.done(layer)
+        summed[i] = _pull_back(chain, weighted, batched=False)
     for i, leaf in enumerate(param_leaves):
         if summed[i] is None:
             summed[i] = cnp.zeros_like(leaf)
