@@ -119,6 +119,21 @@ def _used_twice_and_scaled(rng):
     return params, loss, lambda rng, b: (_normal(rng, b, 4),)
 
 
+def _biases(rng):
+    """Biases: two stacked on one layer (the layer and both share one cotangent), one on a
+    layer whose output is also used elsewhere, one broadcast along positions, a (1, p) one."""
+    params = {"w": _normal(rng, 4, 5), "b1": _normal(rng, 5), "b2": _normal(rng, 5),
+              "v": _normal(rng, 5, 3), "c": _normal(rng, 3), "u": _normal(rng, 4, 2), "d": _normal(rng, 1, 2)}
+
+    def loss(p, x):
+        h = cnp.tanh(x @ p["w"] + p["b1"] + p["b2"])             # x: (T=3, 4)
+        y = h @ p["v"]
+        z = cnp.tanh(y + p["c"]) * y                              # y also used beside its bias
+        return cnp.sum(z) + cnp.sum(cnp.sin(x @ p["u"] + p["d"]))
+
+    return params, loss, lambda rng, b: (_normal(rng, b, 3, 4),)
+
+
 def _cnn(rng):
     """The main job's network: conv, relu, pool, conv, relu, pool, dense."""
     from cuvmap.nn import layers
@@ -153,6 +168,7 @@ NETWORKS = {
     "embedding": _embedding,
     "tied_weights": _tied,
     "used_twice_and_scaled": _used_twice_and_scaled,
+    "biases": _biases,
     "cnn": _cnn,
 }
 
@@ -165,6 +181,8 @@ GHOST_METHODS = {
     "embedding": {"table": "ghost", "cols": "ghost", "head": "ghost"},
     "tied_weights": {"emb": "per_example, 2 uses", "mix": "ghost"},
     "used_twice_and_scaled": {"w": "per_example, 2 uses", "scale": "vmap", "flat": "ghost", "unused": "unused"},
+    "biases": {"w": "ghost", "b1": "per_example", "b2": "per_example", "v": "ghost", "c": "per_example",
+               "u": "ghost", "d": "per_example"},
 }
 GHOST_METHODS.update({name: {"w": "ghost", "b": "per_example"} for name in NETWORKS if name.startswith("conv")})
 

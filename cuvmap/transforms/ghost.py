@@ -13,7 +13,8 @@ A weight ``W`` that enters the loss once, through ``y = a ⋆ W`` with ``⋆`` l
 ``W`` (a dense layer's ``dot_general``, a convolution, an embedding's gather), has the
 per-example gradient ``∇_W L_b = a_bᵀ g_b`` (with the unfolded input for a convolution),
 where ``a_b`` is the layer's input and ``g_b = ∂L_b/∂y_b`` its output cotangent for
-example ``b``. Both come out of one ordinary forward and backward pass of the batch. Then
+example ``b`` (a bias added to ``y`` has the per-example gradient ``g_b`` summed over its
+broadcast dims). Both come out of one ordinary forward and backward pass of the batch. Then
 
 * **ghost norm** (Goodfellow 2015; Li et al. 2021, ghost clipping):
   ``‖a_bᵀ g_b‖² = ⟨a_b a_bᵀ, g_b g_bᵀ⟩``, two ``T × T`` Gram matrices (``T`` positions:
@@ -72,13 +73,18 @@ from cuvmap.transforms import ir
 #   take(W, idx, axis) (an embedding): ∇_W L_b scatter-adds the rows g_{b,t} at idx_{b,t};
 #     ghost ‖∇_W L_b‖² = Σ_{t,t'} [idx_t = idx_t'] ⟨g_t, g_t'⟩ (a T×T Gram masked by equal
 #     ids); book-keeping: one take_transpose of the re-weighted rows of the whole batch.
+#   add(y, b) with b broadcast against y (a dense layer's bias): ∇_b L_b sums g_b over the
+#     broadcast dims, always explicit (b's size).
 #
 # Each such use gets a zero z_k added to its output, and one vjp of the batched loss with
 # respect to the z's (and the fallback parameters below) gives every g_k = ∂(Σ_b L_b)/∂y_k
-# at once; its rows are the per-example cotangents because y_{k,b} only reaches L_b. The
-# layer inputs a_k come out of the same forward pass. The weights of these layers are not
-# differentiated: the backward pass computes the activations' cotangents only, and the
-# weight gradients are the book-keeping sums after the norms.
+# at once; its rows are the per-example cotangents because y_{k,b} only reaches L_b. A
+# layer whose output feeds nothing but a recognised bias add (y = a ⋆ W, then y + b) has
+# that sum's cotangent, so the two share one z. The layer inputs a_k come out of the same
+# forward pass (those that are views of a batch argument are read from the batch). The
+# weights of these layers are not differentiated: the backward pass computes the
+# activations' cotangents only, and the weight gradients are the book-keeping sums after
+# the norms; each a_k and g_k is released after the last sum that reads it.
 #
 # Cost model, per example, in multiply-adds, with an element written or read counted as
 # _ELEMENT_COST multiply-adds (memory traffic, not arithmetic, bounds the explicit path):
@@ -99,8 +105,8 @@ from cuvmap.transforms import ir
 # Fallback: a parameter that is used more than once (tied weights, a weight used twice:
 # the norm then has cross terms between the uses) gets its explicit per-example gradient
 # as the sum of its uses' a_bᵀ g_b, from the same a and g. A parameter used in any other
-# way (a scale, a bias added with `+`, a layer norm's weight, an operand of a custom
-# derivative or a checkpointed region, an output of the loss) enters the batched pass as B
+# way (a scale, a layer norm's weight, an operand of a custom derivative or a checkpointed
+# region, an output of the loss, the lhs of a convolution) enters the batched pass as B
 # broadcast copies, and the vjp gives its per-example gradient directly: the vmap(grad)
 # path for that parameter only. Unused parameters get zeros.
 
