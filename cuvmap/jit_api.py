@@ -105,7 +105,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
-            entry = fast.get((treedef, signature)) if signature is not None else None
+            entry = fast.get((treedef, signature, api_util.axis_env_key())) if signature is not None else None
             if entry is not None and core._state.staging_main is None:
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
                 return tree.unflatten(entry.out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
@@ -122,7 +122,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                 if no_statics:
                     signature = _fast_signature(leaves)
                     if signature is not None:
-                        fast[(key[0], signature)] = entry
+                        fast[(key[0], signature, key[3])] = entry
             _warn_retraces(jitted, where)
         program = entry.program
         eager = core._state.staging_main is None and not any(isinstance(x, Tracer) for x in leaves) \

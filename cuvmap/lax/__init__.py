@@ -18,6 +18,9 @@ from cuvmap.lax.linalg import dot_general, svd  # noqa: F401
 from cuvmap.lax.pooling import (  # noqa: F401
     avg_pool, avg_pool_transpose, max_pool, max_pool_gather, max_pool_scatter,
 )
+from cuvmap.lax.parallel import (  # noqa: F401
+    all_gather, all_to_all, axis_index, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+)
 from cuvmap.lax.prng import threefry2x32  # noqa: F401
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
 from cuvmap.lax.shape import (  # noqa: F401
@@ -26,7 +29,9 @@ from cuvmap.lax.shape import (  # noqa: F401
 
 
 def all_primitives():
-    """Every primitive defined by cuvmap's families (used by the registry test)."""
+    """Every primitive defined by cuvmap's families (used by the registry test), but the
+    collectives of ``cuvmap.lax.parallel``, which act along named axes (their impls need a
+    bound axis: ``parallel.collective_primitives()``, tested in tests/test_collectives.py)."""
     import importlib
 
     from cuvmap.core import Primitive
