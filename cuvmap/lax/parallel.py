@@ -81,7 +81,7 @@ class ProcessAxis:
         return hash((self.name, id(self.communicator)))
 
     def __repr__(self):
-        return f"{self.name!r}@{self.communicator.size}procs"
+        return f"{self.name!r}(processes={self.communicator.size})"
 
 
 def _names(axis_name, op, single=False):
