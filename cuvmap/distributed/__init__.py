@@ -36,7 +36,7 @@ equations that all-reduce each time the program runs, and ``grad`` transposes th
 - :func:`initialize`, :class:`ProcessGroup`: the job (rank, size, engines, watchdog);
 - :func:`data_parallel`: the named axis of processes;
 - :func:`launch`, :func:`find_mpiexec`, :func:`detect`: starting a job and reading the
-  launcher's environment (:mod:`cuvmap.distributed.launch`);
+  launcher's environment (:mod:`cuvmap.distributed.launcher`);
 - faults end the job with a non-zero status instead of hanging (NOTE [a job ends when
   one process fails] in :mod:`cuvmap.distributed.watchdog`).
 
@@ -45,4 +45,4 @@ x86-64 the ``mpich`` wheel, whose ``mpiexec`` lands next to the environment's
 ``python``); on GPUs NCCL comes with CuPy (``nvidia-nccl-cu12``).
 """
 from cuvmap.distributed.group import DistributedError, ProcessGroup, data_parallel, initialize  # noqa: F401
-from cuvmap.distributed.launch import LaunchInfo, detect, find_mpiexec, launch  # noqa: F401
+from cuvmap.distributed.launcher import LaunchInfo, detect, find_mpiexec, launch  # noqa: F401

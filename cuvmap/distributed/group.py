@@ -3,7 +3,7 @@ import os
 import sys
 
 from cuvmap import api_util, backend, core
-from cuvmap.distributed import launch as launch_mod
+from cuvmap.distributed import launcher as launch_mod
 from cuvmap.distributed import watchdog as watchdog_mod
 from cuvmap.distributed.mpi import LocalEngine, MPIEngine
 
@@ -108,7 +108,7 @@ def initialize(*, timeout=None):
     """Joins this process to its job and returns the job's :class:`ProcessGroup` (made on
     the first call; later calls return it).
 
-    Reads the launcher's environment (:func:`cuvmap.distributed.launch.detect`: MPICH's
+    Reads the launcher's environment (:func:`cuvmap.distributed.launcher.detect`: MPICH's
     and Intel MPI's ``PMI_*``, Open MPI's ``OMPI_COMM_WORLD_*``). Without a launcher the
     job is this one process and needs no MPI; under one it joins ``mpi4py``'s
     ``COMM_WORLD`` and checks that it has the launcher's size. In a job of several it
