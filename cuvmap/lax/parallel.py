@@ -88,6 +88,9 @@ def _names(axis_name, op, single=False):
     """``axis_name`` (a name or a tuple of names) as a tuple of names, each resolved in the
     axis environment: a name bound to processes becomes its :class:`ProcessAxis`. Raises
     :class:`~cuvmap.core.UnboundAxisError` naming an unbound name."""
+    if type(axis_name) is str:  # the common case: one name
+        frame = core.axis_frame(axis_name, op)
+        return (axis_name if frame.communicator is None else ProcessAxis(axis_name, frame.communicator),)
     names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
     if not names:
         raise ShapeError(f"{op}: axis_name must name at least one axis, got {axis_name!r}")
@@ -164,6 +167,9 @@ pmin_p = CollectivePrimitive("pmin", "axes")
 
 
 def _tree_map(fn, x):
+    """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf)."""
+    if isinstance(x, core.Tracer) or hasattr(x, "shape") or type(x) in core._PY_SCALAR_DTYPES:
+        return fn(x)
     from cuvmap import tree
 
     return tree.map(fn, x)
