@@ -90,6 +90,8 @@ def main(argv=None):
     if args.processes and args.processes > 1 and distributed.detect().launcher is None:
         return _relaunch(args.processes, sys.argv[1:] if argv is None else argv)
     group = distributed.initialize() if args.processes or distributed.detect().launcher else distributed.ProcessGroup()
+    if args.processes and args.processes != group.size:
+        parser.error(f"--processes {args.processes}, but the launcher started {group.size} processes")
     quiet = group.rank != 0
 
     x_train, y_train, x_test, y_test = load_digits(args.device)

@@ -180,12 +180,14 @@ def _is_gpu_program(closed):
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
-# Primitives whose impl reads values on the host (a GPU synchronisation): a program with
-# one of them is never captured as a CUDA graph (NOTE [graph replay] in cuvmap/cuda/graphs.py).
+# Primitives whose impl reads values on the host (a GPU synchronisation), or talks to the
+# other processes of a job (the collectives: their order across processes is the program's
+# order of calls): a program with one of them is never captured as a CUDA graph (NOTE
+# [graph replay] in cuvmap/cuda/graphs.py).
 def _host_sync_primitives():
-    from cuvmap.lax import indexing
+    from cuvmap.lax import indexing, parallel
 
-    return {indexing.check_index_bounds_p}
+    return {indexing.check_index_bounds_p, *parallel.collective_primitives()}
 
 
 def graph_capturable(closed):
