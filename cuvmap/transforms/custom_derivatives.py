@@ -655,14 +655,7 @@ def batch_fwd(fwd, axis, dims, name):
         with new_batch_main(axis, name) as main:
             outs, residuals = fwd(*_wrap(main, vals, dims))
         leaves, treedef = tree.flatten(residuals)
-        res_vals, res_dims = [], []
-        for r in leaves:
-            if main.owns(r):
-                res_vals.append(r.val)
-                res_dims.append(r.bdim)
-            else:
-                res_vals.append(r)
-                res_dims.append(None)
+        res_vals, res_dims = main.trace.unwrap(leaves)
         return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
 
     batched.__name__ = f"vmap({fwd.__name__})"

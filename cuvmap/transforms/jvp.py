@@ -122,19 +122,28 @@ def _add(a, b):
     return elementwise.add(a, b)
 
 
+def match_aval(x, like, fit_shape):
+    """``x`` with the shape and dtype of ``like``: ``fit_shape(x, shape)`` makes the shape
+    (broadcasting a tangent to its output, summing a cotangent back to its operand), and a
+    cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype."""
+    shape = core.shape_of(like)
+    x_shape = core.shape_of(x)
+    if x_shape == shape and (type(like) is float or core.dtype_of(x) == core.dtype_of(like)):
+        return x
+    from cuvmap.lax import elementwise
+
+    if x_shape != shape:
+        x = fit_shape(x, shape)
+    if type(like) is not float and core.dtype_of(x) != core.dtype_of(like):
+        x = elementwise.convert_element_type(x, core.dtype_of(like))
+    return x
+
+
 def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
-    out_shape = core.shape_of(out)
-    t_shape = core.shape_of(t)
-    if t_shape == out_shape and (type(out) is float or core.dtype_of(t) == core.dtype_of(out)):
-        return t
-    from cuvmap.lax import elementwise, shape as lax_shape
+    from cuvmap.lax import shape as lax_shape
 
-    if t_shape != out_shape:
-        t = lax_shape.broadcast_to(t, out_shape)
-    if type(out) is not float and core.dtype_of(t) != core.dtype_of(out):
-        t = elementwise.convert_element_type(t, core.dtype_of(out))
-    return t
+    return match_aval(t, out, lax_shape.broadcast_to)
 
 
 def defjvp(primitive, *per_operand_rules):

@@ -25,6 +25,8 @@ The one partial evaluator serves:
   the linear map keeps;
 - control flow's bodies (a scan's known iterations save their residuals as outputs).
 """
+import dataclasses
+
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 
@@ -39,6 +41,7 @@ def nothing_saveable(prim, *avals, **params):
     return False
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class PartialEval:
     """The result of :func:`partial_eval_jaxpr`.
 
@@ -47,14 +50,11 @@ class PartialEval:
     inputs), the residuals, then the unknown inputs -> the outputs marked in
     ``out_unknown``."""
 
-    __slots__ = ("known", "staged", "out_unknown", "known_read", "num_res")
-
-    def __init__(self, known, staged, out_unknown, known_read, num_res):
-        self.known = known
-        self.staged = staged
-        self.out_unknown = out_unknown
-        self.known_read = known_read
-        self.num_res = num_res
+    known: ClosedJaxpr
+    staged: ClosedJaxpr
+    out_unknown: list
+    known_read: list
+    num_res: int
 
 
 def split_by_unknown(eqns, unknown_vars):

@@ -17,6 +17,8 @@ rules of the backward primitives, ``grad(grad(f))`` records the backward pass on
 tape. A cotangent whose shape differs from its operand's (an operand that NumPy-broadcast)
 is summed back to the operand's shape here.
 """
+import dataclasses
+
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
 
@@ -212,17 +214,10 @@ def _backward_call(entry, cts, node, num_outs):
 def match_operand(ct, primal):
     """Sums a cotangent over the dims its operand was broadcast along (NumPy broadcasting)
     and casts it to the operand's dtype."""
-    ct_shape = core.shape_of(ct)
-    shape = core.shape_of(primal)
-    if ct_shape == shape and (type(primal) is float or core.dtype_of(ct) == core.dtype_of(primal)):
-        return ct
-    from cuvmap.lax import elementwise, shape as lax_shape
+    from cuvmap.lax import shape as lax_shape
+    from cuvmap.transforms.jvp import match_aval
 
-    if ct_shape != shape:
-        ct = lax_shape.unbroadcast(ct, shape)
-    if type(primal) is not float and core.dtype_of(ct) != core.dtype_of(primal):
-        ct = elementwise.convert_element_type(ct, core.dtype_of(primal))
-    return ct
+    return match_aval(ct, primal, lax_shape.unbroadcast)
 
 
 def declare_reads(primitive, reads, num_operands=None):
@@ -327,20 +322,18 @@ def joint_vjp_jaxpr(closed, needs_ct, in_avals):
     return whole, ct_outputs
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class VJPPrograms:
     """Reverse mode through a staged program (:func:`vjp_programs`): ``forward(primals) ->
     outputs + saved``; ``backward(primals_read, saved, output cotangents) -> cotangents of
     the operands that need one``. ``primals_read`` indexes the primals the backward
     program reads directly; ``ct_outputs`` marks the outputs that take a cotangent."""
 
-    __slots__ = ("forward", "backward", "ct_outputs", "primals_read", "num_saved")
-
-    def __init__(self, forward, backward, ct_outputs, primals_read, num_saved):
-        self.forward = forward
-        self.backward = backward
-        self.ct_outputs = ct_outputs
-        self.primals_read = primals_read
-        self.num_saved = num_saved
+    forward: object
+    backward: object
+    ct_outputs: tuple
+    primals_read: list
+    num_saved: int
 
 
 def vjp_programs(closed, needs_ct, in_avals, saveable):
