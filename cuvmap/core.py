@@ -193,6 +193,11 @@ class MainTrace:
     def __repr__(self):
         return f"MainTrace({self.name}, level={self.level})"
 
+    def owns(self, x):
+        """Whether ``x`` is a tracer of this transform (a value of any other level, or an
+        array, is a constant to it)."""
+        return isinstance(x, Tracer) and x._main is self
+
 
 # NOTE [one stack per thread]
 # Each thread has its own interpreter stack, as JAX's trace state is thread-local. A level
@@ -294,7 +299,11 @@ def axis_frame(name, what="a collective"):
 
 
 class Trace:
-    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``."""
+    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``
+    (an ordinary primitive: the transform's rule for it) and ``process_call`` (a call
+    primitive, whose params hold a program: the trace turns its tracers into what the
+    primitive's method for this transform takes, NOTE [call primitives] in
+    :mod:`cuvmap.transforms.call`)."""
 
     __slots__ = ("main",)
 
@@ -303,6 +312,9 @@ class Trace:
 
     def process_primitive(self, primitive, args, params):
         raise NotImplementedError
+
+    def process_call(self, primitive, args, params):
+        raise MissingRuleError(f"{self.main.name} cannot process {primitive.name}, a call primitive")
 
 
 class Tracer:
@@ -436,9 +448,15 @@ class Primitive:
 
     ``differentiable=False`` marks primitives whose outputs carry no derivative
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
+
+    ``bind`` is the one entry point of every primitive: it finds the transform that
+    processes it and hands it over with ``bind_with_trace`` (JAX's name), which asks the
+    trace to ``process_primitive``; call primitives (:mod:`cuvmap.transforms.call`) ask it
+    to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
     __slots__ = ("name", "impl", "shape_rule", "differentiable", "impl_into")
+    multiple_results = False
     # a primitive that names axes (a collective) returns the transforms mapping them from
     # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
     axis_mains = None
@@ -465,12 +483,21 @@ class Primitive:
                 out = self.impl(*args, **params)
                 # NumPy ufuncs return scalars for 0-d operands; results are always arrays
                 return np.asarray(out) if isinstance(out, np.generic) else out
-            return top.trace.process_primitive(self, args, params)
+            return self.bind_with_trace(top.trace, args, params)
         except _PASS_THROUGH:
             raise
         except Exception as err:
             # NOTE [errors keep their kind]
-            raise _op_error(self, args, params, err, top)
+            raise self.bind_error(args, params, err, top)
+
+    def bind_with_trace(self, trace, args, params):
+        """Hands the primitive to ``trace`` (the transform ``bind`` chose)."""
+        return trace.process_primitive(self, args, params)
+
+    def bind_error(self, args, params, err, top):
+        """The error ``bind`` raises when applying the primitive failed (NOTE [errors keep
+        their kind])."""
+        return _op_error(self, args, params, err, top)
 
 
 # NOTE [staging owns the values made from nothing]
@@ -577,6 +604,12 @@ def _op_error(primitive, args, params, err, top):
     return new
 
 
+def set_error_note(err, what):
+    """Notes on ``err`` that it was raised while evaluating ``what`` (NOTE [errors keep
+    their kind]); for the primitives that do not describe themselves by their operands."""
+    _set_note(err, _NOTE_PREFIX + what)
+
+
 def _set_note(err, note):
     """Adds ``note`` to ``err``, replacing the note an inner level added."""
     notes = getattr(err, "__notes__", None)
@@ -597,6 +630,16 @@ def _fmt_params(params):
     if not params:
         return ""
     return ", " + ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def zeros_like_aval(aval):
+    """A concrete array of zeros with ``aval``'s shape, dtype and device."""
+    device = aval.device or "cpu"
+    if device == "cpu":
+        return np.zeros(aval.shape, aval.dtype)
+    cp = backend.xp_for("gpu")
+    with cp.cuda.Device(int(device.split(":")[1])):
+        return cp.zeros(aval.shape, aval.dtype)
 
 
 def full_like_concrete(x, value, shape=None, dtype=None):

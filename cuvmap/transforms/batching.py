@@ -99,7 +99,7 @@ class BatchTrace(Trace):
         vals = []
         dims = []
         for x in args:
-            if type(x) is BatchTracer and x._main is main:
+            if main.owns(x):
                 vals.append(x.val)
                 dims.append(x.bdim)
             else:
@@ -123,40 +123,39 @@ class BatchTrace(Trace):
         return BatchTracer(main, out, out_dim)
 
     def process_call(self, primitive, args, params):
-        """A staged program under vmap: its batched program, staged once per batch layout
-        (:func:`cuvmap.transforms.staging.batch_jaxpr`), runs on the physical operands."""
-        from cuvmap.transforms import staging
-
+        """A call primitive under vmap: its ``batch`` method (NOTE [call primitives] in
+        :mod:`cuvmap.transforms.call`)."""
         main = self.main
         vals, dims = self.unwrap(args)
-        program, out_dims = staging.batch_jaxpr(params["program"], main.global_data, dims, staging.avals_of(vals))
-        outs = staging.call(program, vals)
+        outs, out_dims = primitive.batch(main.global_data, vals, dims, params)
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
 
 
-    def process_custom_jvp_call(self, primitive, args, params):
-        """A ``custom_jvp`` function under vmap: the call goes to the level below with
-        ``vmap`` of the function and of its rule (NOTE [batching a custom rule])."""
-        from cuvmap.transforms import custom_derivatives as cd
+def batch_jaxpr(closed, axis, dims, in_avals):
+    """The program of ``vmap`` of ``closed`` (over its constants and arguments) for batch
+    dims ``dims`` of physical operands with ``in_avals``, mapping ``axis`` (an
+    :class:`AxisData`): ``vmap(eval_jaxpr)`` staged. Returns ``(ClosedJaxpr, out_dims)``,
+    cached on ``closed``."""
+    from cuvmap.transforms import ir, staging
 
-        return self._custom_call(primitive, args, params, {"fun": cd.batch_fun, "jvp": cd.batch_jvp})
+    key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals))
+    hit = closed.derived.get(key)
+    if hit is not None:
+        return hit
+    flat = ir.consts_as_inputs(closed)
+    out_dims = []
 
-    def process_custom_vjp_call(self, primitive, args, params):
-        """A ``custom_vjp`` function under vmap: ``vmap`` of the function, of ``fwd`` and of
-        ``bwd`` (NOTE [batching a custom rule])."""
-        from cuvmap.transforms import custom_derivatives as cd
+    def batched(*vals):
+        with new_batch_main(axis, "vmap") as main:
+            ins = [v if d is not_mapped else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
+            outs = ir.eval_jaxpr(flat, [], ins)
+        for o in outs:
+            out_dims.append(o.bdim if main.owns(o) else not_mapped)
+        return [o.val if main.owns(o) else o for o in outs]
 
-        return self._custom_call(primitive, args, params,
-                                 {"fun": cd.batch_fun, "fwd": cd.batch_fwd, "bwd": cd.batch_bwd})
-
-    def _custom_call(self, primitive, args, params, batchers):
-        main = self.main
-        vals, dims = self.unwrap(args)
-        new_params = dict(params)
-        for key, batcher in batchers.items():
-            new_params[key] = batcher(params[key], main.global_data, dims, main.name)
-        outs = primitive.bind(*vals, **new_params)
-        return [BatchTracer(main, o, 0) for o in outs]
+    program = ir.optimize(staging.trace_to_jaxpr(batched, in_avals, name="vmap(jit)"))
+    closed.derived[key] = (program, tuple(out_dims))
+    return closed.derived[key]
 
 
 # ---------------------------------------------------------------------------------------
