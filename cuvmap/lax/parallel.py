@@ -145,6 +145,16 @@ class CollectivePrimitive(Primitive):
         return [core.axis_frame(n, self.name).main for n in names if type(n) is not ProcessAxis]
 
 
+def _register(primitive, impl, shape_rule, batch, transpose=None):
+    """A collective's registration: its impl, shape rule, batching rule and, for a linear
+    one, the transpose that is its VJP (its JVP applies it to the tangent)."""
+    primitive.impl = impl
+    primitive.shape_rule = shape_rule
+    batching.axis_primitive_batchers[primitive] = batch
+    if transpose is not None:
+        vjp.deflinear(primitive, transpose)
+
+
 def _moveaxis(x, src, dst):
     """``numpy.moveaxis`` on concrete arrays of either backend."""
     return backend.xp_of(x).moveaxis(x, src, dst)
@@ -209,7 +219,8 @@ def pmean(x, axis_name):
         grads = pmean(grad(loss)(params, x_shard, y_shard), "batch")   # data parallel
     """
     names = _names(axis_name, "pmean")
-    n = int(np.prod([axis_size(a) for a in names], dtype=np.int64))
+    # (an axis of no members has no mean to observe: its results are empty)
+    n = max(1, int(np.prod([axis_size(a) for a in names], dtype=np.int64)))
 
     def one(leaf):
         if core.dtype_of(leaf) == np.bool_:
@@ -237,11 +248,14 @@ def _same_shape_rule(x, *, axes):
     return ShapedArray(x.shape, x.dtype, x.weak_type)
 
 
-def _reducer_impl(op):
+def _reducer_impl(name, op):
+    """The eval impl of psum/pmax/pmin: an all-reduce (``op``) over each process axis."""
+
     def impl(x, *, axes):
         x = core.as_array(x)
-        for a in axes:
-            x = _group(a, op).allreduce(x, op[1:] if op != "psum" else "sum")
+        for k, a in enumerate(axes):
+            # after the first, the operand is this impl's own result: reduce it in place
+            x = _group(a, name).allreduce(x, op, in_place=k > 0)
         return x
 
     return impl
@@ -283,8 +297,8 @@ def _extremum_vjp(ct, out, x, *, axes):
     return ew.mul(_extremum_weights(out, x, axes), psum_p.bind(ct, axes=axes))
 
 
-for _p, _op in ((psum_p, "psum"), (pmax_p, "pmax"), (pmin_p, "pmin")):
-    _p.impl = _reducer_impl(_op)
+for _p, _op in ((psum_p, "sum"), (pmax_p, "max"), (pmin_p, "min")):
+    _p.impl = _reducer_impl(_p.name, _op)
     _p.shape_rule = _same_shape_rule
 del _p, _op
 batching.axis_primitive_batchers[psum_p] = _reducer_batcher(
@@ -386,10 +400,7 @@ def _all_gather_transpose(ct, x, *, axis_name, axis, axis_size, tiled):
     return psum_scatter_p.bind(ct, axis_name=axis_name, scatter_dimension=axis, axis_size=axis_size, tiled=tiled)
 
 
-all_gather_p.impl = _all_gather_impl
-all_gather_p.shape_rule = _all_gather_shape_rule
-batching.axis_primitive_batchers[all_gather_p] = _all_gather_batch
-vjp.deflinear(all_gather_p, _all_gather_transpose)
+_register(all_gather_p, _all_gather_impl, _all_gather_shape_rule, _all_gather_batch, _all_gather_transpose)
 
 
 # ---------------------------------------------------------------------------------------
@@ -480,10 +491,7 @@ def _psum_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, t
     return all_gather_p.bind(ct, axis_name=axis_name, axis=scatter_dimension, axis_size=axis_size, tiled=tiled)
 
 
-psum_scatter_p.impl = _psum_scatter_impl
-psum_scatter_p.shape_rule = _psum_scatter_shape_rule
-batching.axis_primitive_batchers[psum_scatter_p] = _psum_scatter_batch
-vjp.deflinear(psum_scatter_p, _psum_scatter_transpose)
+_register(psum_scatter_p, _psum_scatter_impl, _psum_scatter_shape_rule, _psum_scatter_batch, _psum_scatter_transpose)
 
 
 # ---------------------------------------------------------------------------------------
@@ -551,10 +559,7 @@ def _ppermute_transpose(ct, x, *, axis_name, perm):
     return ppermute_p.bind(ct, axis_name=axis_name, perm=tuple((t, s) for s, t in perm))
 
 
-ppermute_p.impl = _ppermute_impl
-ppermute_p.shape_rule = _ppermute_shape_rule
-batching.axis_primitive_batchers[ppermute_p] = _ppermute_batch
-vjp.deflinear(ppermute_p, _ppermute_transpose)
+_register(ppermute_p, _ppermute_impl, _ppermute_shape_rule, _ppermute_batch, _ppermute_transpose)
 
 
 # ---------------------------------------------------------------------------------------
@@ -657,10 +662,7 @@ def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_siz
                              axis_size=axis_size, tiled=tiled)
 
 
-all_to_all_p.impl = _all_to_all_impl
-all_to_all_p.shape_rule = _all_to_all_shape_rule
-batching.axis_primitive_batchers[all_to_all_p] = _all_to_all_batch
-vjp.deflinear(all_to_all_p, _all_to_all_transpose)
+_register(all_to_all_p, _all_to_all_impl, _all_to_all_shape_rule, _all_to_all_batch, _all_to_all_transpose)
 
 
 # ---------------------------------------------------------------------------------------
@@ -701,9 +703,7 @@ def _axis_index_batch(mapped, vals, dims, *, axis_name, device):
     return indexing.iota_p.bind(size=mapped.size, dtype=np.dtype(np.int32), device=device), 0
 
 
-axis_index_p.impl = _axis_index_impl
-axis_index_p.shape_rule = _axis_index_shape_rule
-batching.axis_primitive_batchers[axis_index_p] = _axis_index_batch
+_register(axis_index_p, _axis_index_impl, _axis_index_shape_rule, _axis_index_batch)
 
 
 def collective_primitives():
