@@ -56,7 +56,7 @@ class ProcessGroup:
                 from cuvmap.distributed.nccl import NCCLEngine
 
                 self._gpu = NCCLEngine(self.rank, self.size, self.comm, self.watchdog)
-            except ImportError as err:
+            except (ImportError, OSError) as err:  # CuPy without NCCL, or NCCL's library missing
                 if self.size > 1:
                     raise DistributedError(f"{self.describe()}: a collective on a CuPy array needs NCCL "
                                            f"(cupy.cuda.nccl: {err}); install CuPy with NCCL (nvidia-nccl-cu12)") from err

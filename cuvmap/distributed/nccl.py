@@ -77,7 +77,8 @@ class NCCLEngine:
 
     def _enqueued(self, what, stream):
         watchdog = self.watchdog
-        if watchdog is not None and not stream.is_capturing():
+        capturing = getattr(stream, "is_capturing", None)  # (an event cannot be recorded into a graph's capture)
+        if watchdog is not None and not (capturing is not None and capturing()):
             event = self.cp.cuda.Event(disable_timing=True)
             event.record(stream)
             watchdog.enqueued(what, event)
