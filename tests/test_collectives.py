@@ -9,9 +9,12 @@ and ``cuvmap.distributed``'s pieces that need no second process: a job of one, t
 collectives' process path on a stand-in communicator (threads), the launcher's
 environment and the watchdog.
 """
+import ctypes
 import re
+import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -518,3 +521,118 @@ def test_the_timeout_setting(monkeypatch):
     monkeypatch.setenv("CUVMAP_COLLECTIVE_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="CUVMAP_COLLECTIVE_TIMEOUT='soon' is not a number"):
         watchdog_mod.default_timeout()
+
+
+# ---------------------------------------------------------------------------------------
+# The NCCL engine's bookkeeping on a stand-in (no GPU here): flat buffers, dtype codes,
+# views back, the per-peer pieces of all-to-all, empty operands
+# ---------------------------------------------------------------------------------------
+
+
+class _HostArray(np.ndarray):
+    """A NumPy array that answers like a CuPy one (``.data.ptr``, ``.device.id``)."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    @property
+    def device(self):
+        return types.SimpleNamespace(id=0)
+
+
+def _fake_cupy_and_nccl(log):
+    """Stand-ins for ``cupy`` and ``cupy.cuda.nccl``: a 1-rank communicator over host
+    memory (a collective of one process copies its operand), logging each call's NCCL
+    dtype code and count."""
+    itemsize = {}
+    nccl = types.ModuleType("cupy.cuda.nccl")
+    for code, (name, size) in enumerate([("INT8", 1), ("UINT8", 1), ("INT32", 4), ("UINT32", 4), ("INT64", 8),
+                                         ("UINT64", 8), ("FLOAT16", 2), ("FLOAT32", 4), ("FLOAT64", 8)]):
+        setattr(nccl, f"NCCL_{name}", code)
+        itemsize[code] = size
+    nccl.NCCL_SUM, nccl.NCCL_PROD, nccl.NCCL_MAX, nccl.NCCL_MIN = range(4)
+    nccl.get_unique_id = lambda: (0,) * 128
+    group = []
+    nccl.groupStart = lambda: group.clear()
+
+    def group_end():
+        sends = [g for g in group if g[0] == "send"]
+        recvs = [g for g in group if g[0] == "recv"]
+        for (_, src, n), (_, dst, m) in zip(sends, recvs):  # one process: each send is to itself
+            assert n == m
+            ctypes.memmove(dst, src, n)
+
+    nccl.groupEnd = group_end
+
+    class Communicator:
+        def __init__(self, size, uid, rank):
+            assert (size, rank) == (1, 0) and len(uid) == 128
+
+        def _copy(self, what, send, recv, count, dtype):
+            log.append((what, dtype, count))
+            ctypes.memmove(recv, send, count * itemsize[dtype])
+
+        def allReduce(self, send, recv, count, dtype, op, stream):
+            self._copy("allReduce", send, recv, count, dtype)
+
+        def allGather(self, send, recv, count, dtype, stream):
+            self._copy("allGather", send, recv, count, dtype)
+
+        def reduceScatter(self, send, recv, count, dtype, op, stream):
+            self._copy("reduceScatter", send, recv, count, dtype)
+
+        def send(self, ptr, count, dtype, peer, stream):
+            group.append(("send", ptr, count * itemsize[dtype]))
+
+        def recv(self, ptr, count, dtype, peer, stream):
+            group.append(("recv", ptr, count * itemsize[dtype]))
+
+    nccl.NcclCommunicator = Communicator
+    host = lambda a: np.asarray(a).view(_HostArray)  # noqa: E731
+    stream = types.SimpleNamespace(ptr=0, is_capturing=lambda: False)
+    cuda = types.SimpleNamespace(nccl=nccl, Device=lambda: types.SimpleNamespace(id=0),
+                                 get_current_stream=lambda: stream,
+                                 Event=lambda disable_timing: types.SimpleNamespace(record=lambda s: None, done=True))
+    cupy = types.SimpleNamespace(cuda=cuda, ascontiguousarray=lambda a: host(np.ascontiguousarray(a)),
+                                 empty_like=lambda a: host(np.empty_like(a)), empty=lambda s, d: host(np.empty(s, d)),
+                                 zeros_like=lambda a: host(np.zeros_like(a)))
+    return cupy, nccl
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8, np.bool_, np.complex64, np.complex128])
+@pytest.mark.parametrize("shape", [(), (0,), (2, 3)])
+def test_the_nccl_engine_on_a_stand_in(monkeypatch, dtype, shape):
+    from cuvmap.distributed import nccl as nccl_mod
+
+    log = []
+    cupy, nccl = _fake_cupy_and_nccl(log)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cupy.cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", nccl)
+    fired = []
+    engine = nccl_mod.NCCLEngine(0, 1, watchdog=watchdog_mod.Watchdog(60, fired.append))
+    values = np.asarray(np.arange(int(np.prod(shape))).reshape(shape) % 3)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * (values + 1)
+    x = np.asarray(values.astype(dtype)).view(_HostArray)
+    checks = [(engine.allreduce(x, "sum"), x), (engine.allgather(x), x[None]), (engine.reduce_scatter(x[None]), x),
+              (engine.alltoall(x[None]), x[None]), (engine.permute(x, [(0, 0)]), x),
+              (engine.permute(x, []), np.zeros_like(x))]
+    if np.dtype(dtype).kind != "c":
+        checks.append((engine.allreduce(x, "max"), x))
+    else:
+        with pytest.raises(TypeError, match="complex values have no maximum"):
+            engine.allreduce(x, "max")
+    for got, want in checks:
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # what NCCL was asked: complex as pairs of floats, booleans as bytes, nothing for no element
+    code = {np.dtype(np.bool_): nccl.NCCL_UINT8, np.dtype(np.uint8): nccl.NCCL_UINT8,
+            np.dtype(np.complex64): nccl.NCCL_FLOAT32, np.dtype(np.complex128): nccl.NCCL_FLOAT64,
+            np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.float32): nccl.NCCL_FLOAT32,
+            np.dtype(np.int64): nccl.NCCL_INT64}[np.dtype(dtype)]
+    count = x.size * (2 if np.dtype(dtype).kind == "c" else 1)
+    assert all(entry[1:] == (code, count) for entry in log), log
+    assert len(log) == (0 if x.size == 0 else 3 + (np.dtype(dtype).kind != "c"))
+    assert not fired
