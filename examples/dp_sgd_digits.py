@@ -19,10 +19,10 @@ batch changes size every step, so it is padded to the smallest size of a short l
 per size met, and neither the gradient nor ε changes. ``--eager`` runs the same step op by
 op on the unpadded batches.
 
-Data parallel (``--processes N``, which starts the job under ``mpiexec``, or any launcher
-line such as ``mpiexec -n N python examples/dp_sgd_digits.py``): process ``r`` of ``N``
-holds the training examples ``r, r + N, ...``. Every process draws the same Poisson mask
-over all ``N`` examples (the same generator and seed everywhere) and keeps its own
+Data parallel (``--processes P``, which starts the job under ``mpiexec``, or any launcher
+line such as ``mpiexec -n P python examples/dp_sgd_digits.py``): process ``r`` of ``P``
+holds the training examples ``r, r + P, ...``. Every process draws the same Poisson mask
+over all ``N`` training examples (the same generator and seed everywhere) and keeps its own
 examples of it, so the processes' batches together are the one-process batch. Each
 computes its share of the private gradient ``(Σ_b clip(g_b) + σCz) / (qN)`` over its
 examples, with the noise ``z`` on process 0 only (zeros elsewhere), and a ``psum`` over the
@@ -171,14 +171,14 @@ def main(argv=None):
     acc = accuracy(params, x_test, y_test)
     mean_ms, median_ms = np.mean(step_times) * 1e3, np.median(step_times) * 1e3
     say(f"test accuracy {acc:.3f} after {args.epochs:g} epochs ({steps} steps, {mean_ms:.1f} ms per step, "
-          f"median {median_ms:.1f}; {elapsed:.1f} s in all)")
+        f"median {median_ms:.1f}; {elapsed:.1f} s in all)")
     if not args.eager:
         traces = f"jit: {jitted.trace_count} trace{'s' * (jitted.trace_count != 1)}"
         if args.no_dp:
             say(traces)
         else:
             say(f"{traces}, batches of {min(batch_sizes)}-{max(batch_sizes)} examples padded to "
-                  f"{', '.join(map(str, sorted(padded_sizes)))}")
+                f"{', '.join(map(str, sorted(padded_sizes)))}")
     eps = None
     if not args.no_dp:
         eps = accountant.get_epsilon(args.delta)
@@ -199,7 +199,7 @@ def _relaunch(processes, argv):
 
 def _own(idx, group):
     """The examples of ``idx`` (indices into the whole training set) that this process
-    holds (``r, r + N, ...``), as indices into its own examples."""
+    holds (``r, r + P, ...``), as indices into its own examples."""
     mine = idx[idx % group.size == group.rank]
     return mine // group.size
 
