@@ -340,7 +340,7 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
         # one name at a time, the last (minor) first: (n_1, ..., n_k) at a, then merged
         out = leaf
         for name in reversed(names):
-            out = all_gather_p.bind(out, axis_name=name, axis=a, axis_size=axis_size(name), tiled=False)
+            out = all_gather_p.bind(out, axis_name=name, axis=a, axis_size=axis_size(name))
         if len(names) > 1 or tiled:
             shape = tuple(core.shape_of(out))
             k = len(names) + (1 if tiled else 0)
@@ -350,45 +350,26 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
     return _tree_map(one, x)
 
 
-def _all_gather_shape_rule(x, *, axis_name, axis, axis_size, tiled):
-    if tiled:
-        if not 0 <= axis < x.ndim:
-            raise ShapeError(f"axis {axis} out of range for shape {x.shape}")
-        shape = x.shape[:axis] + (axis_size * x.shape[axis],) + x.shape[axis + 1:]
-    else:
-        if not 0 <= axis <= x.ndim:
-            raise ShapeError(f"axis {axis} out of range for a new axis of shape {x.shape}")
-        shape = x.shape[:axis] + (axis_size,) + x.shape[axis:]
-    return ShapedArray(shape, x.dtype, x.weak_type)
+# (the primitive stacks along a new axis of one name; the wrapper reshapes for tiled=True
+# and for a tuple of names)
+def _all_gather_shape_rule(x, *, axis_name, axis, axis_size):
+    if not 0 <= axis <= x.ndim:
+        raise ShapeError(f"axis {axis} out of range for a new axis of shape {x.shape}")
+    return ShapedArray(x.shape[:axis] + (axis_size,) + x.shape[axis:], x.dtype, x.weak_type)
 
 
-def _all_gather_impl(x, *, axis_name, axis, axis_size, tiled):
-    x = core.as_array(x)
-    out = _moveaxis(_group(axis_name, "all_gather").allgather(x), 0, axis)
-    if tiled:
-        s = out.shape
-        out = out.reshape(s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2:])
-    return out
+def _all_gather_impl(x, *, axis_name, axis, axis_size):
+    return _moveaxis(_group(axis_name, "all_gather").allgather(core.as_array(x)), 0, axis)
 
 
-def _gathered(x, axis, tiled):
-    """``x`` with its leading (member) dim moved to ``axis`` (``tiled``: merged into it)."""
-    x = move_bdim(x, 0, axis)
-    if tiled:
-        s = tuple(x.shape)
-        x = lax_shape.reshape(x, s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2:])
-    return x
-
-
-def _all_gather_batch(mapped, vals, dims, *, axis_name, axis, axis_size, tiled):
+def _all_gather_batch(mapped, vals, dims, *, axis_name, axis, axis_size):
     (x,), (d,) = vals, dims
-    a = axis
     if mapped.name != axis_name:
         x = move_bdim(x, d, 0)
-        return all_gather_p.bind(x, axis_name=axis_name, axis=a + 1, axis_size=axis_size, tiled=tiled), 0
+        return all_gather_p.bind(x, axis_name=axis_name, axis=axis + 1, axis_size=axis_size), 0
     _check_size("all_gather", axis_name, axis_size, mapped.size)
     # every member gets the whole batch: the batch dim becomes the gathered axis (unbatched)
-    return _gathered(batching.bdim_at_front(x, d, mapped.size), a, tiled), not_mapped
+    return move_bdim(batching.bdim_at_front(x, d, mapped.size), 0, axis), not_mapped
 
 
 def _check_size(op, name, staged, size):
@@ -396,8 +377,8 @@ def _check_size(op, name, staged, size):
         raise ShapeError(f"{op} was staged for {staged} members of the axis {name!r}, which has {size} here")
 
 
-def _all_gather_transpose(ct, x, *, axis_name, axis, axis_size, tiled):
-    return psum_scatter_p.bind(ct, axis_name=axis_name, scatter_dimension=axis, axis_size=axis_size, tiled=tiled)
+def _all_gather_transpose(ct, x, *, axis_name, axis, axis_size):
+    return psum_scatter_p.bind(ct, axis_name=axis_name, scatter_dimension=axis, axis_size=axis_size)
 
 
 _register(all_gather_p, _all_gather_impl, _all_gather_shape_rule, _all_gather_batch, _all_gather_transpose)
@@ -437,58 +418,42 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False):
             block = (shape[d] // total,) if tiled else ()
             out = lax_shape.reshape(out, shape[:d] + tuple(sizes) + block + shape[d + 1:])
         for name, n in zip(names, sizes):
-            out = psum_scatter_p.bind(out, axis_name=name, scatter_dimension=d, axis_size=n, tiled=False)
+            out = psum_scatter_p.bind(out, axis_name=name, scatter_dimension=d, axis_size=n)
         return out
 
     return _tree_map(one, x)
 
 
-def _psum_scatter_shape_rule(x, *, axis_name, scatter_dimension, axis_size, tiled):
+# (the primitive scatters one slice per member of one name; the wrapper reshapes for
+# tiled=True and for a tuple of names)
+def _psum_scatter_shape_rule(x, *, axis_name, scatter_dimension, axis_size):
     d = scatter_dimension
     if not 0 <= d < x.ndim:
         raise ShapeError(f"scatter_dimension {d} out of range for shape {x.shape}")
-    n = x.shape[d]
-    if (n % axis_size if tiled else n != axis_size):
-        raise ShapeError(f"the scatter dimension of shape {x.shape} must {'divide by' if tiled else 'equal'} "
-                         f"the axis size {axis_size}")
-    shape = x.shape[:d] + ((n // axis_size,) if tiled else ()) + x.shape[d + 1:]
-    return ShapedArray(shape, x.dtype, x.weak_type)
+    if x.shape[d] != axis_size:
+        raise ShapeError(f"the scatter dimension of shape {x.shape} must equal the axis size {axis_size}")
+    return ShapedArray(x.shape[:d] + x.shape[d + 1:], x.dtype, x.weak_type)
 
 
-def _blocks_first(x, d, n, tiled):
-    """``x`` with its scatter dim ``d`` as a leading ``(n, ...)`` member dim (``tiled``:
-    split into ``n`` blocks)."""
-    s = tuple(x.shape)
-    if tiled:
-        x = x.reshape(s[:d] + (n, s[d] // n) + s[d + 1:])
-    return _moveaxis(x, d, 0)
+def _psum_scatter_impl(x, *, axis_name, scatter_dimension, axis_size):
+    x = _moveaxis(core.as_array(x), scatter_dimension, 0)
+    return _group(axis_name, "psum_scatter").reduce_scatter(x)
 
 
-def _psum_scatter_impl(x, *, axis_name, scatter_dimension, axis_size, tiled):
-    x = core.as_array(x)
-    d = scatter_dimension
-    out = _group(axis_name, "psum_scatter").reduce_scatter(_blocks_first(x, d, axis_size, tiled))
-    return _moveaxis(out, 0, d) if tiled else out
-
-
-def _psum_scatter_batch(mapped, vals, dims, *, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_batch(mapped, vals, dims, *, axis_name, scatter_dimension, axis_size):
     (x,), (d,) = vals, dims
     sd = scatter_dimension
     if mapped.name != axis_name:
         x = move_bdim(x, d, 0)
-        return psum_scatter_p.bind(x, axis_name=axis_name, scatter_dimension=sd + 1, axis_size=axis_size,
-                                   tiled=tiled), 0
+        return psum_scatter_p.bind(x, axis_name=axis_name, scatter_dimension=sd + 1, axis_size=axis_size), 0
     _check_size("psum_scatter", axis_name, axis_size, mapped.size)
     total = ew.mul(x, mapped.size) if d is not_mapped else reduction.reduce_sum(x, (d,))
     # member m's slice of the sum is its row: the scatter dim becomes the batch dim
-    if tiled:
-        s = tuple(core.shape_of(total))
-        total = lax_shape.reshape(total, s[:sd] + (mapped.size, s[sd] // mapped.size) + s[sd + 1:])
     return total, sd
 
 
-def _psum_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled):
-    return all_gather_p.bind(ct, axis_name=axis_name, axis=scatter_dimension, axis_size=axis_size, tiled=tiled)
+def _psum_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size):
+    return all_gather_p.bind(ct, axis_name=axis_name, axis=scatter_dimension, axis_size=axis_size)
 
 
 _register(psum_scatter_p, _psum_scatter_impl, _psum_scatter_shape_rule, _psum_scatter_batch, _psum_scatter_transpose)
@@ -625,6 +590,15 @@ def _from_members(y, concat_axis, tiled):
         s = y.shape
         y = y.reshape(s[:concat_axis] + (s[concat_axis] * s[concat_axis + 1],) + s[concat_axis + 2:])
     return y
+
+
+def _blocks_first(x, d, n, tiled):
+    """A concrete ``x`` with its dim ``d`` as a leading ``(n, ...)`` dim indexed by the
+    receiving member (``tiled``: ``d`` cut into ``n`` blocks first)."""
+    s = x.shape
+    if tiled:
+        x = x.reshape(s[:d] + (n, s[d] // n) + s[d + 1:])
+    return _moveaxis(x, d, 0)
 
 
 def _all_to_all_impl(x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
