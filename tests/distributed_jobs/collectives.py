@@ -99,6 +99,9 @@ grad_step = distributed.data_parallel(lambda w, x, y: lax.pmean(cv.grad(loss)(w,
 check(grad_step(w, *mine), want, "pmean of the processes' gradients")
 check(distributed.data_parallel(cv.jit(lambda w, x, y: lax.pmean(cv.grad(loss)(w, x, y), "batch")))(w, *mine), want,
       "the same under jit")
+jit_outside = cv.jit(distributed.data_parallel(lambda w, x, y: lax.pmean(cv.grad(loss)(w, x, y), "batch")))
+for _ in range(2):  # traced inside data_parallel, then run from the cache: the staged psum holds the group
+    check(jit_outside(w, *mine), want, "jit of data_parallel")
 # grad outside data_parallel: the psum's transpose all-reduces the cotangents, so the
 # cotangent of each process's loss is psum(1 / N) = 1 (reverse mode differentiates the sum
 # of every process's output)
