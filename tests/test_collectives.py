@@ -495,12 +495,12 @@ class _Event:
 def test_the_watchdog_fires_on_a_collective_that_waits_too_long():
     fired = []
     dog = watchdog_mod.Watchdog(0.2, fired.append, describe="process 1 of 2: ")
-    dog.begin("all-reduce (sum) of float32[3]")
+    dog.begin(("all-reduce (sum)", np.dtype(np.float32), (3,)))
     dog.end()
-    dog.enqueued("NCCL all-gather", _Event(True))
+    dog.enqueued(("NCCL all-gather", None, None), _Event(True))
     time.sleep(0.6)
     assert not fired  # a finished call and a completed event are not overdue
-    dog.begin("all-reduce (sum) of float32[3]")
+    dog.begin(("all-reduce (sum)", np.dtype(np.float32), (3,)))
     deadline = time.monotonic() + 5
     while not fired and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -508,7 +508,7 @@ def test_the_watchdog_fires_on_a_collective_that_waits_too_long():
                               r"\d+ s for the other processes \(the timeout is 0\.2 s", fired[0])
     fired_gpu = []
     gpu = watchdog_mod.Watchdog(0.2, fired_gpu.append)
-    gpu.enqueued("NCCL all-reduce (sum) of float32[8]", _Event(False))
+    gpu.enqueued(("NCCL all-reduce (sum)", np.dtype(np.float32), (8,)), _Event(False))
     deadline = time.monotonic() + 5
     while not fired_gpu and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -13,6 +13,8 @@ have no maximum.
 """
 import numpy as np
 
+from cuvmap.distributed.watchdog import describe
+
 _PERMUTE_TAG = 7711
 
 
@@ -38,10 +40,10 @@ class MPIEngine:
     def _op(self, op, dtype, what):
         if dtype == np.bool_:
             if op == "sum":
-                raise TypeError(f"{what}: MPI cannot sum booleans (psum converts them to int64 first)")
+                raise TypeError(f"{describe(what)}: MPI cannot sum booleans (psum converts them to int64 first)")
             return self.MPI.LOR if op == "max" else self.MPI.LAND
         if dtype.kind == "c" and op != "sum":
-            raise TypeError(f"{what}: complex values have no {op}imum")
+            raise TypeError(f"{describe(what)}: complex values have no {op}imum")
         return self._ops[op]
 
     def _call(self, what, fn, *args, **kwargs):
@@ -55,7 +57,7 @@ class MPIEngine:
             watchdog.end()
 
     def allreduce(self, x, op="sum", in_place=False):
-        what = f"all-reduce ({op}) of {x.dtype}{list(x.shape)}"
+        what = (f"all-reduce ({op})", x.dtype, x.shape)
         mpi_op = self._op(op, x.dtype, what)
         if in_place and x.flags.c_contiguous and x.flags.writeable:
             self._call(what, self.comm.Allreduce, self.MPI.IN_PLACE, x, op=mpi_op)
@@ -68,12 +70,12 @@ class MPIEngine:
     def allgather(self, x):
         x = _contiguous(x)
         out = np.empty((self.size,) + x.shape, x.dtype)
-        self._call(f"all-gather of {x.dtype}{list(x.shape)}", self.comm.Allgather, x, out)
+        self._call(("all-gather", x.dtype, x.shape), self.comm.Allgather, x, out)
         return out
 
     def reduce_scatter(self, x):
         x = _contiguous(x)
-        what = f"reduce-scatter of {x.dtype}{list(x.shape)}"
+        what = ("reduce-scatter", x.dtype, x.shape)
         out = np.empty(x.shape[1:], x.dtype)
         self._call(what, self.comm.Reduce_scatter_block, x, out, op=self._op("sum", x.dtype, what))
         return out
@@ -81,7 +83,7 @@ class MPIEngine:
     def alltoall(self, x):
         x = _contiguous(x)
         out = np.empty_like(x)
-        self._call(f"all-to-all of {x.dtype}{list(x.shape)}", self.comm.Alltoall, x, out)
+        self._call(("all-to-all", x.dtype, x.shape), self.comm.Alltoall, x, out)
         return out
 
     def permute(self, x, perm):
@@ -92,11 +94,11 @@ class MPIEngine:
         requests = [self.comm.Isend(x, dest=t, tag=_PERMUTE_TAG) for t in sends]
         requests += [self.comm.Irecv(out, source=s, tag=_PERMUTE_TAG) for s in recvs]
         if requests:
-            self._call(f"ppermute of {x.dtype}{list(x.shape)}", self.MPI.Request.Waitall, requests)
+            self._call(("ppermute", x.dtype, x.shape), self.MPI.Request.Waitall, requests)
         return out
 
     def barrier(self):
-        self._call("barrier", self.comm.Barrier)
+        self._call(("barrier", None, None), self.comm.Barrier)
 
     def abort(self, code=1):
         self.comm.Abort(code)

@@ -15,6 +15,8 @@ Booleans reduce as uint8 (max/min are or/and on 0/1), complex sums as pairs of f
 """
 import numpy as np
 
+from cuvmap.distributed.watchdog import describe
+
 
 def _nccl():
     from cupy.cuda import nccl
@@ -51,7 +53,7 @@ class NCCLEngine:
         """``x`` as a contiguous 1-d buffer NCCL can reduce, and its NCCL dtype."""
         cp = self.cp
         if x.device.id != self.device:
-            raise ValueError(f"{what}: the operand is on GPU {x.device.id}, but this process's NCCL "
+            raise ValueError(f"{describe(what)}: the operand is on GPU {x.device.id}, but this process's NCCL "
                              f"communicator is on GPU {self.device} (one process per GPU: move it there)")
         flat = cp.ascontiguousarray(x).reshape(-1)
         dtype = x.dtype
@@ -59,12 +61,12 @@ class NCCLEngine:
             return flat.view(np.uint8), self.nccl.NCCL_UINT8
         if dtype.kind == "c":
             if op not in (None, "sum"):
-                raise TypeError(f"{what}: complex values have no {op}imum")
+                raise TypeError(f"{describe(what)}: complex values have no {op}imum")
             real = np.dtype(f"float{dtype.itemsize * 4}")
             return flat.view(real), getattr(self.nccl, _DTYPES[real.name])
         name = _DTYPES.get(dtype.name)
         if name is None:
-            raise TypeError(f"{what}: NCCL has no dtype {dtype}")
+            raise TypeError(f"{describe(what)}: NCCL has no dtype {dtype}")
         return flat, getattr(self.nccl, name)
 
     @staticmethod
@@ -84,7 +86,7 @@ class NCCLEngine:
             watchdog.enqueued(what, event)
 
     def allreduce(self, x, op="sum", in_place=False):
-        what = f"NCCL all-reduce ({op}) of {x.dtype}{list(x.shape)}"
+        what = (f"NCCL all-reduce ({op})", x.dtype, x.shape)
         buf, dtype = self._flat(x, op, what)
         out = buf if in_place and buf.data.ptr == x.data.ptr else self.cp.empty_like(buf)
         if buf.size:
@@ -94,7 +96,7 @@ class NCCLEngine:
         return self._shaped(out, x.dtype, x.shape)
 
     def allgather(self, x):
-        what = f"NCCL all-gather of {x.dtype}{list(x.shape)}"
+        what = ("NCCL all-gather", x.dtype, x.shape)
         buf, dtype = self._flat(x, None, what)
         out = self.cp.empty(self.size * buf.size, buf.dtype)
         if buf.size:
@@ -104,7 +106,7 @@ class NCCLEngine:
         return self._shaped(out, x.dtype, (self.size,) + tuple(x.shape))
 
     def reduce_scatter(self, x):
-        what = f"NCCL reduce-scatter of {x.dtype}{list(x.shape)}"
+        what = ("NCCL reduce-scatter", x.dtype, x.shape)
         buf, dtype = self._flat(x, "sum", what)
         out = self.cp.empty(buf.size // self.size, buf.dtype)
         if out.size:
@@ -132,7 +134,7 @@ class NCCLEngine:
         self._enqueued(what, stream)
 
     def alltoall(self, x):
-        what = f"NCCL all-to-all of {x.dtype}{list(x.shape)}"
+        what = ("NCCL all-to-all", x.dtype, x.shape)
         buf, dtype = self._flat(x, None, what)
         out = self.cp.empty_like(buf)
         chunk = buf.size // self.size
@@ -142,7 +144,7 @@ class NCCLEngine:
         return self._shaped(out, x.dtype, x.shape)
 
     def permute(self, x, perm):
-        what = f"NCCL ppermute of {x.dtype}{list(x.shape)}"
+        what = ("NCCL ppermute", x.dtype, x.shape)
         buf, dtype = self._flat(x, None, what)
         recvs = [s for s, t in perm if t == self.rank]
         out = self.cp.empty_like(buf) if recvs else self.cp.zeros_like(buf)

@@ -49,9 +49,12 @@ class Watchdog:
     """Times the collectives of one process (NOTE [a job ends when one process fails]).
 
     ``begin(what)``/``end()`` bracket a blocking call; ``enqueued(what, event)`` registers
-    a GPU collective whose completion ``event`` (``.done``) tells. When one has waited more
-    than ``timeout`` seconds, ``on_timeout(message)`` runs in the watchdog's thread (it
-    aborts the job). The thread wakes a few times per timeout, at most once a second."""
+    a GPU collective whose completion ``event`` (``.done``) tells. ``what`` is
+    ``(label, dtype, shape)`` (``dtype`` None for a call without an operand), made into text
+    only when it is reported: formatting a dtype costs more than the bookkeeping. When one
+    has waited more than ``timeout`` seconds, ``on_timeout(message)`` runs in the
+    watchdog's thread (it aborts the job). The thread wakes a few times per timeout, at
+    most once a second."""
 
     def __init__(self, timeout, on_timeout, describe=""):
         if not timeout > 0:
@@ -96,10 +99,16 @@ class Watchdog:
                 self._fired = True
                 start, what = overdue
                 self.on_timeout(
-                    f"cuvmap.distributed: {self.describe}{what} has waited {time.monotonic() - start:.0f} s for the "
+                    f"cuvmap.distributed: {self.describe}{describe(what)} has waited {time.monotonic() - start:.0f} s for the "
                     f"other processes (the timeout is {self.timeout:g} s: CUVMAP_COLLECTIVE_TIMEOUT or "
                     "cuvmap.distributed.initialize(timeout=...)); another process has died, raised, or taken "
                     "another path; aborting the job")
+
+
+def describe(what):
+    """The text of a collective ``(label, dtype, shape)``: ``"all-reduce (sum) of float32[3]"``."""
+    label, dtype, shape = what
+    return label if dtype is None else f"{label} of {dtype}{list(shape)}"
 
 
 def install_excepthook(describe, abort):
