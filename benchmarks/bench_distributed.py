@@ -6,7 +6,7 @@
 
 All-reduce: a job of ``--processes`` processes under ``mpiexec`` (``cuvmap.distributed.launch``)
 sums a float32 vector of each size, round after round, each round timing every method
-once (``k`` calls between two barriers, ``k`` chosen so that a call of mpi4py takes about
+once, in an order that rotates from round to round (``k`` calls between two barriers, ``k`` chosen so that a call of mpi4py takes about
 10 ms of the round): mpi4py's ``comm.Allreduce(x, out)`` into a preallocated ``out`` (the
 ceiling), the same with a fresh ``out`` each call (what a function that returns a new
 array pays), and cuvmap's ``psum`` over the axis of processes (``data_parallel``), eagerly
@@ -97,8 +97,11 @@ def worker(out_path, sizes, rounds, warmup):
         calls[0]()
         k = comm.bcast(max(1, min(200, int(0.01 / max(time.perf_counter() - t0, 1e-6)))), root=0)
         times = [[] for _ in calls]
-        for _ in range(rounds):
-            for m, call in enumerate(calls):
+        for r in range(rounds):
+            # each round starts with another method, so that none always runs first after
+            # the round's first barrier
+            for m in [(r + j) % len(calls) for j in range(len(calls))]:
+                call = calls[m]
                 comm.Barrier()
                 t0 = time.perf_counter()
                 for _ in range(k):
