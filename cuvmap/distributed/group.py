@@ -1,11 +1,15 @@
 """Process groups, ``initialize`` and ``data_parallel``: see :mod:`cuvmap.distributed`."""
 import os
 import sys
+import time
 
 from cuvmap import api_util, backend, core
 from cuvmap.distributed import launcher as launch_mod
 from cuvmap.distributed import watchdog as watchdog_mod
 from cuvmap.distributed.mpi import LocalEngine, MPIEngine
+
+
+_ABORT_GRACE_SECONDS = 0.5
 
 
 class DistributedError(core.CuvmapError, RuntimeError):
@@ -86,7 +90,11 @@ class ProcessGroup:
     def abort(self, code=1):
         """Ends every process of the job now (``MPI_Abort``), with exit status ``code``."""
         try:
+            sys.stdout.flush()
             sys.stderr.flush()
+            # the launcher forwards a process's output asynchronously: a moment for it to
+            # pass on the report before the abort ends the job
+            time.sleep(_ABORT_GRACE_SECONDS)
             if self._gpu is not None and hasattr(self._gpu, "abort"):
                 self._gpu.abort()
         finally:
