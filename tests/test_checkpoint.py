@@ -179,6 +179,23 @@ def test_a_policy_is_asked_about_each_equation():
     assert ("sin", ((3,),)) in seen
 
 
+def test_the_dot_policies_ask_the_primitive_what_kind_it_is():
+    """``dots_saveable`` keeps what a primitive of kind ``"dot"`` computes, whoever defines
+    it; ``dots_with_no_batch_dims_saveable`` only such products without batch dims."""
+    from cuvmap.core import Primitive, ShapedArray
+
+    matmul_p = Primitive("probe_matmul", kind="dot")
+    other_p = Primitive("probe_other")
+    a = ShapedArray((2, 3), np.float64)
+    plain, batched = (((1,), (0,)), ((), ())), (((2,), (1,)), ((0,), (0,)))
+    assert checkpoint_policies.dots_saveable(matmul_p, a, a, dimension_numbers=plain)
+    assert not checkpoint_policies.dots_saveable(other_p, a)
+    assert checkpoint_policies.dots_saveable(linalg.dot_general_p, a, a, dimension_numbers=plain)
+    assert checkpoint_policies.dots_with_no_batch_dims_saveable(matmul_p, a, a, dimension_numbers=plain)
+    assert not checkpoint_policies.dots_with_no_batch_dims_saveable(matmul_p, a, a, dimension_numbers=batched)
+    assert not checkpoint_policies.dots_with_no_batch_dims_saveable(other_p, a)
+
+
 # ---------------------------------------------------------------------------------------
 # Memory: what the tape holds (NOTE [what the tape keeps])
 # ---------------------------------------------------------------------------------------

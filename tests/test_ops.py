@@ -21,7 +21,7 @@ import cuvmap as cv
 from cuvmap import backend as cv_backend
 from cuvmap import core, lax
 from cuvmap.lax.elementwise import select_impl, select_into
-from cuvmap.test_util import check_batching, check_grads
+from cuvmap.test_util import check_batching, check_grads, missing_rules
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
 
 from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
@@ -177,12 +177,59 @@ GRAD_VMAP_CASES = [
 
 @pytest.mark.parametrize("prim", lax.all_primitives(), ids=lambda p: p.name)
 def test_registry_has_every_rule(prim):
-    assert callable(prim.impl), f"{prim.name} has no impl"
-    assert callable(prim.shape_rule), f"{prim.name} has no shape rule"
-    assert prim in batching.primitive_batchers, f"{prim.name} has no batching rule"
-    if prim.differentiable:
-        assert prim in jvp_mod.primitive_jvps, f"{prim.name} has no JVP rule"
-        assert prim in vjp_mod.primitive_vjps, f"{prim.name} has no VJP rule"
+    assert not missing_rules(prim), missing_rules(prim)
+
+
+_PROBE_FAMILY = """
+import numpy as np
+from cuvmap.core import Primitive, ShapedArray
+
+probe_p = Primitive("registry_probe")
+probe_p.impl = np.negative
+probe_p.shape_rule = lambda x: ShapedArray(x.shape, x.dtype)
+"""
+
+
+def test_the_registry_sees_a_family_that_no_list_names(tmp_path, monkeypatch):
+    """A new module of cuvmap.lax that defines a primitive without rules is found (its
+    primitive registered itself) and fails the registry test's check."""
+    import gc
+    import sys
+
+    (tmp_path / "registry_probe_family.py").write_text(_PROBE_FAMILY)
+    monkeypatch.setattr(lax, "__path__", [*lax.__path__, str(tmp_path)])
+    try:
+        found = {p.name: p for p in lax.all_primitives()}
+        assert "registry_probe" in found
+        assert missing_rules(found["registry_probe"]) == [
+            "registry_probe has no batching rule", "registry_probe has no JVP rule", "registry_probe has no VJP rule"]
+    finally:
+        sys.modules.pop("cuvmap.lax.registry_probe_family", None)
+        if hasattr(lax, "registry_probe_family"):
+            delattr(lax, "registry_probe_family")
+        found = None
+        gc.collect()
+    assert "registry_probe" not in [p.name for p in core.registered_primitives()]
+
+
+def test_a_call_like_primitive_declares_where_its_rules_are():
+    """A primitive whose rules are methods of its class (a call-like primitive) names them
+    in ``rule_methods``; the registry check then asks for those methods, not for entries
+    of the rule tables."""
+    class ProbeCall(core.Primitive):
+        __slots__ = ()
+        rule_methods = ("batch", "jvp")
+
+        def batch(self, trace, args, params):
+            return args
+
+    p = ProbeCall("probe_call")
+    p.impl = lambda *args: list(args)
+    assert p.module == __name__  # the module that made it, past the subclass's __init__
+    assert missing_rules(p) == ["probe_call has no method jvp (named in rule_methods)"]
+    ProbeCall.jvp = lambda self, trace, args, params: args
+    assert missing_rules(p) == []
+    assert p not in lax.all_primitives()  # cuvmap's families only
 
 
 def test_every_primitive_has_a_row():

@@ -114,40 +114,6 @@ def host_memory_setting():
     return _host_memory
 
 
-def _ufunc_primitives():
-    """The elementwise primitives whose results can be written into a buffer of the plan:
-    those whose impl is a ufunc (``out=``), and those with an ``impl_into(*operands,
-    out=buffer)`` (select), which may raise TypeError to decline (the step then calls the
-    impl)."""
-    from cuvmap.lax import elementwise
-
-    return {p for p in vars(elementwise).values()
-            if isinstance(p, core.Primitive) and (isinstance(p.impl, np.ufunc) or p.impl_into is not None)}
-
-
-def _own_memory_primitives():
-    """Primitives whose output never shares memory with an operand (without being known
-    to own it: ``dot_general`` may return a transposed view of its product)."""
-    import importlib
-
-    from cuvmap.lax import linalg, reduction
-
-    conv = importlib.import_module("cuvmap.lax.conv")  # cuvmap.lax.conv is also a function's name
-
-    return {reduction.reduce_sum_p, linalg.dot_general_p, conv.conv_p,
-            conv.conv_backward_input_p, conv.conv_backward_weight_p}
-
-
-_tables = None
-
-
-def _primitive_tables():
-    global _tables
-    if _tables is None:
-        _tables = (_ufunc_primitives(), _own_memory_primitives())
-    return _tables
-
-
 class Plan:
     """A planned program: its steps (data), the initial slot values (constants and
     literals), the argument and output slots, the buffer pool, and the generated function
@@ -180,24 +146,14 @@ def _is_gpu_program(closed):
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
-# Primitives whose impl reads values on the host (a GPU synchronisation): a program with
-# one of them is never captured as a CUDA graph (NOTE [graph replay] in cuvmap/cuda/graphs.py).
-def _host_sync_primitives():
-    from cuvmap.lax import indexing
-
-    return {indexing.check_index_bounds_p}
-
-
 def graph_capturable(closed):
     """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
-    its equations reads values on the host."""
+    its equations reads values on the host (``Primitive.host_sync``)."""
     from cuvmap.transforms import ir
-
-    syncs = _host_sync_primitives()
 
     def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, ...) included
         for e in jaxpr.eqns:
-            if e.primitive in syncs:
+            if e.primitive.host_sync:  # NOTE [graph replay] in cuvmap/cuda/graphs.py
                 return True
             if any(isinstance(v, ir.ClosedJaxpr) and syncs_in(v.jaxpr) for v in e.params.values()):
                 return True
@@ -220,7 +176,6 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     from cuvmap import config
     from cuvmap.transforms import fusion
 
-    ufuncs, own_memory = _primitive_tables()
     j = closed.jaxpr
     gpu = _is_gpu_program(closed)
     if fuse is None:
@@ -333,10 +288,10 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
             continue
         out = slot_of[eqn.out]
         aval = eqn.out.aval
-        reusable = (eqn.primitive in ufuncs and not eqn.params and aval.shape
-                    and _nbytes(aval) >= MIN_REUSE_BYTES)
-        if reusable and eqn.primitive.impl_into is not None and (gpu or aval.dtype.kind != "f"):
-            reusable = False  # select_into blends NumPy floats only: elsewhere it would decline
+        prim = eqn.primitive
+        writes = prim.impl_into is not None
+        reusable = (writes and not eqn.params and aval.shape and _nbytes(aval) >= MIN_REUSE_BYTES
+                    and (prim.impl_into_when is None or prim.impl_into_when(aval, gpu)))
         kind, aux = PLAIN, None
         if reusable:
             for s in array_ins:
@@ -359,11 +314,11 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
                 else:
                     kind, aux = POOLED, (aval.shape, aval.dtype)
                     new_group(out, [out], True)
-        elif eqn.primitive in ufuncs or eqn.primitive in own_memory or not array_ins:
-            new_group(out, [out] if eqn.primitive in ufuncs else [], eqn.primitive in ufuncs)
+        elif writes or prim.owns_output or not array_ins:
+            new_group(out, [out] if writes else [], writes)
         else:
             join(array_ins, (out,))
-        writer = (eqn.primitive.impl_into or eqn.primitive.impl) if kind != PLAIN else None
+        writer = prim.impl_into if kind != PLAIN else None
         steps.append([kind, eqn.primitive.impl, tuple(ins), out, eqn.params, aux, (), (), writer])
 
     # when each group dies, its poolable roots go to the pool; every slot is cleared after
