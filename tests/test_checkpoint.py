@@ -419,7 +419,7 @@ def test_a_program_with_regions_plans_with_elementwise_fusion():
     program = ir.optimize(cv.make_jaxpr(cv.value_and_grad(loss(checkpoint(f))))(x))
     assert "checkpoint" in _names(program)
     p = executor.plan(program, fuse=True, fused_callable=lambda g: g.reference, graphs=False)
-    assert any(s[0] == executor.FUSED for s in p.steps)
+    assert any(s.kind == executor.FUSED for s in p.steps)
     _assert_tree_close(tuple(executor.execute(p, [x])), cv.value_and_grad(loss(f))(x))
 
 
@@ -474,8 +474,8 @@ def test_a_program_with_a_region_and_a_custom_vjp_call_prints_and_runs():
         np.testing.assert_allclose(g(x), want_grad, rtol=1e-12)
     program = ir.optimize(cv.make_jaxpr(f)(x))
     p = executor.plan(program, graphs=False)
-    multi = [s for s in p.steps if s[0] == executor.MULTI]
-    assert [len(s[3]) for s in multi] == [2, 1], p.steps
+    multi = [s for s in p.steps if s.kind == executor.MULTI]
+    assert [len(s.out) for s in multi] == [2, 1], p.steps
     np.testing.assert_allclose(executor.execute(p, [x])[0], want, rtol=1e-12)
     # DCE keeps the region while one of its results is used; the program still runs
     second = ir.optimize(cv.make_jaxpr(lambda x: region(x)[1])(x))

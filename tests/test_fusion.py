@@ -500,7 +500,7 @@ def test_settings_switch_and_validate():
 def test_cpu_plans_neither_fuse_nor_capture():
     x = np.linspace(0, 1, 16)
     p = executor.plan(_program(lambda x: cnp.sin(x) * 2.0 + x, x))
-    assert all(s[0] != executor.FUSED for s in p.steps)
+    assert all(s.kind != executor.FUSED for s in p.steps)
     assert not isinstance(p.program, graphs.GraphRunner)
     assert not executor.graph_capturable(_program(lambda x: cnp.sin(x), x))
 
