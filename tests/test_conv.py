@@ -21,10 +21,8 @@ import pytest
 import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend, lax, nn
+from cuvmap.lax import convolution as conv_mod
 from cuvmap.test_util import check_batching, check_grads
-
-# the module (``cuvmap.lax.conv`` the attribute is the function)
-conv_mod = importlib.import_module("cuvmap.lax.conv")
 
 # ---------------------------------------------------------------------------------------
 # Naive references: explicit loops over every output (or input) element, float64
