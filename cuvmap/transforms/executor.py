@@ -52,6 +52,39 @@ MIN_REUSE_BYTES = 4096
 # and when a group dies (its last slot's last use), its roots go back to the pool. On the
 # CPU the pool belongs to the plan and survives across calls, so a steady state allocates
 # almost only the program's outputs, which are never pooled (they belong to the caller:
+# NOTE [large results are mapped afresh]); a checkpointed region's plan empties its pool
+# after each run (NOTE [a region's buffers die with its run] in remat.py). On the GPU a
+# plan writes in place only and pools nothing across calls: a buffer kept from the
+# previous call could still be read by one of its kernels on another stream, while CuPy's
+# own pool, which a fresh result comes from, orders its blocks by stream (and a captured
+# graph's buffers belong to the graph: NOTE [graph replay] in cuvmap/cuda/graphs.py).
+# Arguments are never written, except the donated ones (``jit(donate_argnums=...)``),
+# which may be written in place but are never pooled. At run time a root is reused only
+# if it still is a base array of the plan's array type (a guard against an impl that
+# returned a view or a scalar), and a writer may decline (TypeError, ValueError): the step
+# then calls the impl.
+
+
+# NOTE [keeping freed host memory]
+# The pool covers the buffers that the plan itself writes (out=). Everything else a step
+# allocates — the outputs of non-elementwise primitives, the temporaries inside an impl
+# (a convolution's columns) — comes from the C allocator and goes back to it, and glibc's
+# malloc hands the top of its heap back to the system whenever more than its trim
+# threshold is free there. A program that allocates more than that in one call and frees
+# it by the end is trimmed after every call, so the next call faults all those pages in
+# again (on the project's CPU machines a fault costs more than writing the page; the
+# DP-SGD step of examples/dp_sgd_digits.py took about 2000 faults per call). glibc raises
+# its thresholds by itself as large arrays come and go, but only to the size of the largest
+# mmapped block freed so far (it ends at 32 MiB for mmap, twice that for trimming). When it
+# first plans a CPU program the executor sets both to those ceilings (mallopt
+# M_MMAP_THRESHOLD = 32 MiB, M_TRIM_THRESHOLD = 64 MiB), so that up to 64 MiB freed at the
+# top of the heap stay mapped and a steady state reuses its pages. It is process-wide, as
+# glibc's own adjustment is, and eager code later in the process keeps its pages too. It
+# does nothing where the user chose (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
+# MALLOC_TOP_PAD_, MALLOC_MMAP_MAX_ or a glibc.malloc tunable in GLIBC_TUNABLES set: theirs
+# wins), off Linux, or on a C library without mallopt (musl); host_memory_setting() says
+# which applied.
+
 # NOTE [large results are mapped afresh]
 # glibc serves a block above its mmap threshold from the heap only when a free chunk there
 # is large enough (at most the trim threshold, 64 MiB, stays free at the heap's top), else
