@@ -16,7 +16,7 @@ from cuvmap import api_util, backend, core, tree
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.transforms import batching, vjp as vjp_mod
-from cuvmap.transforms.batching import BatchTrace, BatchTracer
+from cuvmap.transforms.batching import BatchTracer
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
 # ---------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None):
 
 
 def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
-    with new_main(BatchTrace, size, name=where) as main:
+    with batching.new_batch_main(batching.AxisData(size), where) as main:
         traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
         args, kwargs = tree.unflatten(treedef, traced)
         out = f(*args, **kwargs)
@@ -90,7 +90,7 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
         raise api_util.prefix_error("out_axes", out_axes, "outputs", err, api_util.describe_out) from None
     results = []
     for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
-        batched = type(leaf) is BatchTracer and leaf._main is main
+        batched = main.owns(leaf)
         if batched:
             if oa is None:
                 raise TransformError(
@@ -166,14 +166,14 @@ def _vjp(f, primals, has_aux, where, describe):
     out_primals = []
     out_nodes = []
     for leaf in out_leaves:
-        if type(leaf) is VJPTracer and leaf._main is main:
+        if main.owns(leaf):
             out_primals.append(leaf.primal)
             out_nodes.append(leaf.node)
         else:
             out_primals.append(leaf)
             out_nodes.append(None)
     if has_aux:
-        aux = tree.map(lambda a: api_util.aux_result(a.primal if type(a) is VJPTracer and a._main is main else a), aux)
+        aux = tree.map(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
     out_value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_primals], leaves))
 
     def vjp_fun(ct):
@@ -360,7 +360,7 @@ def _jvp(f, primals, tangents, has_aux, where):
     out_leaves, out_tree = tree.flatten(out)
     out_p, out_t = [], []
     for leaf in out_leaves:
-        if type(leaf) is JVPTracer and leaf._main is main:
+        if main.owns(leaf):
             out_p.append(leaf.primal)
             out_t.append(leaf.tangent if leaf.tangent is not None else core.full_like_concrete(leaf.primal, 0))
         else:
@@ -369,7 +369,7 @@ def _jvp(f, primals, tangents, has_aux, where):
     fresh = api_util.unaliased([api_util.to_array_result(v) for v in out_p + out_t], p_leaves + t_leaves)
     result = (tree.unflatten(out_tree, fresh[:len(out_p)]), tree.unflatten(out_tree, fresh[len(out_p):]))
     if has_aux:
-        aux = tree.map(lambda a: api_util.aux_result(a.primal if type(a) is JVPTracer and a._main is main else a), aux)
+        aux = tree.map(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
         return result + (aux,)
     return result
 

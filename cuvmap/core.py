@@ -196,6 +196,11 @@ class MainTrace:
     def __repr__(self):
         return f"MainTrace({self.name}, level={self.level})"
 
+    def owns(self, x):
+        """Whether ``x`` is a tracer of this transform (a value of any other level, or an
+        array, is a constant to it)."""
+        return isinstance(x, Tracer) and x._main is self
+
 
 # NOTE [one stack per thread]
 # Each thread has its own interpreter stack, as JAX's trace state is thread-local. A level
@@ -211,6 +216,8 @@ class _ThreadState(threading.local):
         # the innermost staging transform (jit, make_jaxpr), or None (NOTE [staging owns
         # the values made from nothing])
         self.staging_main = None
+        # the named axes in scope, innermost last (NOTE [named axes])
+        self.axis_env = []
 
 
 _state = _ThreadState()
@@ -235,8 +242,71 @@ def new_main(trace_type, global_data=None, name="transform"):
         main.active = False
 
 
+# NOTE [named axes]
+# ``vmap(f, axis_name="i")`` and ``cuvmap.distributed``'s data parallelism bind a name to a
+# mapped axis for as long as ``f`` runs: an :class:`AxisFrame` on the thread's axis
+# environment, holding the axis size and either the batching transform that maps it
+# (``main``) or the communicator of the processes that share it. Collectives (``psum``,
+# ``all_gather``, ...) name the axis they act along. Under ``vmap`` the transform of that
+# name must process them even when their operand is not one of its values (``psum`` of an
+# unbatched value is ``size * x``): a primitive whose ``axis_mains(params)`` returns the
+# frames' transforms makes ``bind`` consider them beside its operands' transforms (JAX's
+# ``AxisPrimitive``). An unbound name is an error naming it.
+class AxisFrame:
+    """A named axis in scope: its ``name``, ``size``, and the batching transform that maps
+    it (``main``, a :class:`MainTrace`) or the ``communicator`` of the processes along it."""
+
+    __slots__ = ("name", "size", "main", "communicator")
+
+    def __init__(self, name, size, main=None, communicator=None):
+        self.name = name
+        self.size = size
+        self.main = main
+        self.communicator = communicator
+
+    def __repr__(self):
+        return f"AxisFrame({self.name!r}, size={self.size})"
+
+
+class UnboundAxisError(CuvmapError, NameError):
+    """A collective named an axis that no enclosing ``vmap(axis_name=...)`` or process
+    group binds."""
+
+
+def axis_env():
+    """The calling thread's named axes in scope, innermost last (NOTE [named axes])."""
+    return _state.axis_env
+
+
+@contextmanager
+def extend_axis_env(frame):
+    """Binds ``frame``'s name for the duration of the block (NOTE [named axes])."""
+    env = _state.axis_env
+    env.append(frame)
+    try:
+        yield frame
+    finally:
+        env.pop()
+
+
+def axis_frame(name, what="a collective"):
+    """The innermost :class:`AxisFrame` named ``name``; :class:`UnboundAxisError` when none
+    is in scope (``what`` names the operation in the message)."""
+    for frame in reversed(_state.axis_env):
+        if frame.name == name:
+            return frame
+    bound = ", ".join(repr(f.name) for f in _state.axis_env) or "none"
+    raise UnboundAxisError(
+        f"{what} uses the axis name {name!r}, which is not bound here (axis names in scope: {bound}); "
+        "bind it with vmap(..., axis_name=...) or cuvmap.distributed.data_parallel(..., axis_name=...)")
+
+
 class Trace:
-    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``."""
+    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``
+    (an ordinary primitive: the transform's rule for it) and ``process_call`` (a call
+    primitive, whose params hold a program: the trace turns its tracers into what the
+    primitive's method for this transform takes, NOTE [call primitives] in
+    :mod:`cuvmap.transforms.call`)."""
 
     __slots__ = ("main",)
 
@@ -245,6 +315,9 @@ class Trace:
 
     def process_primitive(self, primitive, args, params):
         raise NotImplementedError
+
+    def process_call(self, primitive, args, params):
+        raise MissingRuleError(f"{self.main.name} cannot process {primitive.name}, a call primitive")
 
 
 class Tracer:
@@ -430,10 +503,19 @@ class Primitive:
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.
+
+    ``bind`` is the one entry point of every primitive: it finds the transform that
+    processes it and hands it over with ``bind_with_trace`` (JAX's name), which asks the
+    trace to ``process_primitive``; call primitives (:mod:`cuvmap.transforms.call`) ask it
+    to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
     __slots__ = ("name", "impl", "shape_rule", "differentiable", "owns_output", "impl_into", "impl_into_when",
                  "host_sync", "fused", "kind", "module", "__weakref__")
+    multiple_results = False
+    # a primitive that names axes (a collective) returns the transforms mapping them from
+    # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
+    axis_mains = None
 
     # Where the rules of the transforms are: None for entries of the transforms' rule
     # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
@@ -465,18 +547,27 @@ class Primitive:
         return self.shape_rule(*(get_aval(x) for x in operands), **params)
 
     def bind(self, *args, **params):
-        top = find_top_main(self, args)
+        top = find_top_main(self, args, params)
         try:
             if top is None:
                 out = self.impl(*args, **params)
                 # NumPy ufuncs return scalars for 0-d operands; results are always arrays
                 return np.asarray(out) if isinstance(out, np.generic) else out
-            return top.trace.process_primitive(self, args, params)
+            return self.bind_with_trace(top.trace, args, params)
         except _PASS_THROUGH:
             raise
         except Exception as err:
             # NOTE [errors keep their kind]
-            raise _op_error(self, args, params, err, top)
+            raise self.bind_error(args, params, err, top)
+
+    def bind_with_trace(self, trace, args, params):
+        """Hands the primitive to ``trace`` (the transform ``bind`` chose)."""
+        return trace.process_primitive(self, args, params)
+
+    def bind_error(self, args, params, err, top):
+        """The error ``bind`` raises when applying the primitive failed (NOTE [errors keep
+        their kind])."""
+        return _op_error(self, args, params, err, top)
 
 
 # NOTE [staging owns the values made from nothing]
@@ -486,11 +577,16 @@ class Primitive:
 # its result be frozen into the program (as JAX's dynamic trace, the innermost staging
 # transform owns such ops). So ``find_top_main`` takes the innermost of the operands'
 # transforms and the thread's innermost staging transform.
-def find_top_main(primitive, args):
+def find_top_main(primitive, args, params=None):
     """The transform that processes ``primitive`` on ``args``: the innermost that owns an
-    operand, or the innermost staging transform when that is further in; ``None`` for the
-    eval interpreter. Raises for tracers that escaped or crossed threads."""
+    operand, or the innermost staging transform when that is further in, or for a
+    primitive naming axes the innermost transform mapping one of them (NOTE [named axes]);
+    ``None`` for the eval interpreter. Raises for tracers that escaped or crossed threads."""
     top = _state.staging_main
+    if primitive.axis_mains is not None:
+        for main in primitive.axis_mains(params):
+            if main is not None and (top is None or main.level > top.level):
+                top = main
     for x in args:
         if isinstance(x, Tracer):
             main = x._main
@@ -578,6 +674,12 @@ def _op_error(primitive, args, params, err, top):
     return new
 
 
+def set_error_note(err, what):
+    """Notes on ``err`` that it was raised while evaluating ``what`` (NOTE [errors keep
+    their kind]); for the primitives that do not describe themselves by their operands."""
+    _set_note(err, _NOTE_PREFIX + what)
+
+
 def _set_note(err, note):
     """Adds ``note`` to ``err``, replacing the note an inner level added."""
     notes = getattr(err, "__notes__", None)
@@ -598,6 +700,16 @@ def _fmt_params(params):
     if not params:
         return ""
     return ", " + ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def zeros_like_aval(aval):
+    """A concrete array of zeros with ``aval``'s shape, dtype and device."""
+    device = aval.device or "cpu"
+    if device == "cpu":
+        return np.zeros(aval.shape, aval.dtype)
+    cp = backend.xp_for("gpu")
+    with cp.cuda.Device(int(device.split(":")[1])):
+        return cp.zeros(aval.shape, aval.dtype)
 
 
 def full_like_concrete(x, value, shape=None, dtype=None):

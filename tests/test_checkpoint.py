@@ -477,10 +477,15 @@ def test_a_program_with_a_region_and_a_custom_vjp_call_prints_and_runs():
     multi = [s for s in p.steps if s.kind == executor.MULTI]
     assert [len(s.out) for s in multi] == [2, 1], p.steps
     np.testing.assert_allclose(executor.execute(p, [x])[0], want, rtol=1e-12)
-    # DCE keeps the region while one of its results is used; the program still runs
+    # DCE drops the region's dead result and the equations only it needed (the tanh); the
+    # program still runs
     second = ir.optimize(cv.make_jaxpr(lambda x: region(x)[1])(x))
-    assert [len(e.outs) for e in second.jaxpr.eqns] == [2]
+    assert [len(e.outs) for e in second.jaxpr.eqns] == [1]
+    assert "tanh" not in str(second.jaxpr.eqns[0].params["program"])
     np.testing.assert_allclose(cv.jit(lambda x: region(x)[1])(x), s, rtol=1e-12)
+    # a dead custom call stays whole (its rules compute every output)
+    custom = ir.optimize(cv.make_jaxpr(lambda x: _doubled_grad_sin(x) * 0.0)(x))
+    assert [e.primitive.name for e in custom.jaxpr.eqns] == ["custom_vjp_call", "mul"]
 
 
 def test_custom_calls_inside_a_region():

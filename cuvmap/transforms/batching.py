@@ -19,12 +19,41 @@ to the front, pad operands to a common logical rank, fold a batch dim into anoth
 (:func:`split_bdim_out_of`, its ``reshape_dim_outof``), and define the rules of whole
 families (elementwise with broadcasting, reductions) at once.
 """
+from contextlib import contextmanager
+
 from cuvmap import core
 from cuvmap.core import MissingRuleError, Trace, Tracer
 
 not_mapped = None
 
 primitive_batchers = {}
+
+
+class AxisData:
+    """What a ``vmap`` maps over: the axis ``size`` and its ``name`` (``None`` unless given
+    as ``vmap(..., axis_name=...)``: NOTE [named axes] in :mod:`cuvmap.core`). The
+    ``global_data`` of a batching transform's main."""
+
+    __slots__ = ("size", "name")
+
+    def __init__(self, size, name=None):
+        self.size = size
+        self.name = name
+
+    def __repr__(self):
+        return f"AxisData(size={self.size}, name={self.name!r})"
+
+
+@contextmanager
+def new_batch_main(axis, name):
+    """Pushes a batching transform mapping ``axis`` (an :class:`AxisData`) for the block,
+    with its name bound to it when it has one (NOTE [named axes] in :mod:`cuvmap.core`)."""
+    with core.new_main(BatchTrace, axis, name=name) as main:
+        if axis.name is None:
+            yield main
+        else:
+            with core.extend_axis_env(core.AxisFrame(axis.name, axis.size, main)):
+                yield main
 
 
 class BatchTracer(Tracer):
@@ -67,7 +96,7 @@ class BatchTrace(Trace):
         vals = []
         dims = []
         for x in args:
-            if type(x) is BatchTracer and x._main is main:
+            if main.owns(x):
                 vals.append(x.val)
                 dims.append(x.bdim)
             else:
@@ -81,46 +110,45 @@ class BatchTrace(Trace):
         rule = primitive_batchers.get(primitive)
         if rule is None:
             raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
-        out, out_dim = rule(main.global_data, vals, dims, **params)
+        out, out_dim = rule(main.global_data.size, vals, dims, **params)
         if out_dim is not_mapped:
             return out
         return BatchTracer(main, out, out_dim)
 
     def process_call(self, primitive, args, params):
-        """A staged program under vmap: its batched program, staged once per batch layout
-        (:func:`cuvmap.transforms.staging.batch_jaxpr`), runs on the physical operands."""
-        from cuvmap.transforms import staging
-
+        """A call primitive under vmap: its ``batch`` method (NOTE [call primitives] in
+        :mod:`cuvmap.transforms.call`)."""
         main = self.main
         vals, dims = self.unwrap(args)
-        program, out_dims = staging.batch_jaxpr(params["program"], main.global_data, dims, staging.avals_of(vals))
-        outs = staging.call(program, vals)
+        outs, out_dims = primitive.batch(main.global_data, vals, dims, params)
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
 
 
-    def process_custom_jvp_call(self, primitive, args, params):
-        """A ``custom_jvp`` function under vmap: the call goes to the level below with
-        ``vmap`` of the function and of its rule (NOTE [batching a custom rule])."""
-        from cuvmap.transforms import custom_derivatives as cd
+def batch_jaxpr(closed, axis, dims, in_avals):
+    """The program of ``vmap`` of ``closed`` (over its constants and arguments) for batch
+    dims ``dims`` of physical operands with ``in_avals``, mapping ``axis`` (an
+    :class:`AxisData`): ``vmap(eval_jaxpr)`` staged. Returns ``(ClosedJaxpr, out_dims)``,
+    cached on ``closed``."""
+    from cuvmap.transforms import ir, staging
 
-        return self._custom_call(primitive, args, params, {"fun": cd.batch_fun, "jvp": cd.batch_jvp})
+    key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals))
+    hit = closed.derived.get(key)
+    if hit is not None:
+        return hit
+    flat = ir.consts_as_inputs(closed)
+    out_dims = []
 
-    def process_custom_vjp_call(self, primitive, args, params):
-        """A ``custom_vjp`` function under vmap: ``vmap`` of the function, of ``fwd`` and of
-        ``bwd`` (NOTE [batching a custom rule])."""
-        from cuvmap.transforms import custom_derivatives as cd
+    def batched(*vals):
+        with new_batch_main(axis, "vmap") as main:
+            ins = [v if d is not_mapped else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
+            outs = ir.eval_jaxpr(flat, [], ins)
+        for o in outs:
+            out_dims.append(o.bdim if main.owns(o) else not_mapped)
+        return [o.val if main.owns(o) else o for o in outs]
 
-        return self._custom_call(primitive, args, params,
-                                 {"fun": cd.batch_fun, "fwd": cd.batch_fwd, "bwd": cd.batch_bwd})
-
-    def _custom_call(self, primitive, args, params, batchers):
-        main = self.main
-        vals, dims = self.unwrap(args)
-        new_params = dict(params)
-        for key, batcher in batchers.items():
-            new_params[key] = batcher(params[key], main.global_data, dims, main.name)
-        outs = primitive.bind(*vals, **new_params)
-        return [BatchTracer(main, o, 0) for o in outs]
+    program = ir.optimize(staging.trace_to_jaxpr(batched, in_avals, name="vmap(jit)"))
+    closed.derived[key] = (program, tuple(out_dims))
+    return closed.derived[key]
 
 
 # ---------------------------------------------------------------------------------------
