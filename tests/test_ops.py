@@ -23,6 +23,7 @@ from cuvmap import core, lax
 from cuvmap.lax.elementwise import select_impl, select_into
 from cuvmap.test_util import check_batching, check_grads
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
+from cuvmap.transforms.call import CallPrimitive
 
 from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
 
@@ -130,9 +131,10 @@ VMAP_CASES = [
     pytest.param(r, c, id=f"{r.name}-{axes_id(c)}") for r in ALL_ROWS if r.args for c in in_axes_combos(r)
 ]
 GRAD_ROWS = [r for r in ALL_ROWS if r.differentiable and r.diff_argnums and F64 in r.dtypes]
+REV_ROWS = [r for r in GRAD_ROWS if "rev" in r.modes]
 NONDIFF_ROWS = [r for r in ALL_ROWS if not r.differentiable and r.diff_argnums and F64 in r.dtypes]
 NESTED_ROWS = [ROWS_BY_NAME[n] for n in NESTED_SAMPLE]
-NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in GRAD_ROWS]
+NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in REV_ROWS]
 
 
 def _sample(seq, k, seed):
@@ -178,6 +180,12 @@ GRAD_VMAP_CASES = [
 @pytest.mark.parametrize("prim", lax.all_primitives(), ids=lambda p: p.name)
 def test_registry_has_every_rule(prim):
     assert callable(prim.impl), f"{prim.name} has no impl"
+    if isinstance(prim, CallPrimitive):
+        # a call primitive's rules are its methods (NOTE [call primitives]); control flow's
+        # are its own, not the program call's defaults
+        for method in ("run", "batch", "jvp", "vjp", "stage", "partial_eval", "dce", "out_avals"):
+            assert method in type(prim).__dict__, f"{prim.name} inherits {method} from CallPrimitive"
+        return
     assert callable(prim.shape_rule), f"{prim.name} has no shape rule"
     assert prim in batching.primitive_batchers, f"{prim.name} has no batching rule"
     if prim.differentiable:
@@ -186,7 +194,7 @@ def test_registry_has_every_rule(prim):
 
 
 def test_every_primitive_has_a_row():
-    covered = {r.prim for r in PRIMITIVE_ROWS}
+    covered = {r.prim for r in PRIMITIVE_ROWS} | {p for r in ALL_ROWS for p in r.covers}
     missing = [p.name for p in lax.all_primitives() if p not in covered]
     assert not missing, f"primitives without a row in tests/op_table.py: {missing}"
 
@@ -289,11 +297,11 @@ def test_vmap_of_vmap_matches_loops(row, inner, outer):
 @pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)
 def test_grads_match_finite_differences(row):
     f, diff = closed_over_nondiff(row, row.make_args(F64))
-    check_grads(f, diff, order=row.grad_order, modes=("fwd", "rev"), atol=row.grad_tol, rtol=row.grad_tol,
+    check_grads(f, diff, order=row.grad_order, modes=row.modes, atol=row.grad_tol, rtol=row.grad_tol,
                 eps=row.grad_eps)
 
 
-@pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", REV_ROWS, ids=lambda r: r.name)
 def test_jacfwd_matches_jacrev(row):
     f, diff = closed_over_nondiff(row, row.make_args(F64))
     argnums = tuple(range(len(diff)))
@@ -309,7 +317,7 @@ def test_jacfwd_matches_jacrev(row):
                                    err_msg=f"{row.name}: jacfwd vs jacrev, operand {i}")
 
 
-@pytest.mark.parametrize("row", [r for r in GRAD_ROWS if F32 in r.dtypes], ids=lambda r: r.name)
+@pytest.mark.parametrize("row", [r for r in REV_ROWS if F32 in r.dtypes], ids=lambda r: r.name)
 def test_derivatives_keep_float32(row):
     """Tangents have the output's dtype and cotangents the inputs' (no silent float64)."""
     f, diff = closed_over_nondiff(row, row.make_args(F32))

@@ -136,11 +136,13 @@ class CallPrimitive(core.Primitive):
         return self.stage(trace, args, params)
 
     def dce(self, params, used_outputs):
-        """The params of the equation once only the outputs marked in ``used_outputs`` are
-        read, and the operands it still reads: ``(new_params, used_inputs)``. A program
-        call drops the dead outputs and what only they needed."""
+        """The equation once only the outputs marked in ``used_outputs`` are read:
+        ``(new_params, used_inputs, kept_outputs)`` — its params, the operands it still
+        reads and the outputs it keeps (at least those used; a loop keeps the carries its
+        live results need); ``None`` keeps it whole. A program call drops the dead outputs
+        and what only they needed."""
         new_program, used_inputs = ir.dce_closed(params["program"], used_outputs)
-        return dict(params, program=new_program), used_inputs
+        return dict(params, program=new_program), used_inputs, list(used_outputs)
 
 
 def avals_of(values):

@@ -195,11 +195,18 @@ def graph_capturable(closed):
 
     syncs = _host_sync_primitives()
 
-    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, ...) included
+    def programs(value):
+        if isinstance(value, ir.ClosedJaxpr):
+            return [value]
+        if isinstance(value, tuple):  # cond's branches
+            return [v for v in value if isinstance(v, ir.ClosedJaxpr)]
+        return []
+
+    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, loops, ...) included
         for e in jaxpr.eqns:
-            if e.primitive in syncs:
+            if e.primitive in syncs or getattr(e.primitive, "host_sync", False):
                 return True
-            if any(isinstance(v, ir.ClosedJaxpr) and syncs_in(v.jaxpr) for v in e.params.values()):
+            if any(syncs_in(p.jaxpr) for v in e.params.values() for p in programs(v)):
                 return True
         return False
 
