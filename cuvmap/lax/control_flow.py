@@ -160,12 +160,18 @@ def _zeros(aval, leading=()):
     return lax_shape.broadcast_in_dim(scalar, tuple(leading) + tuple(aval.shape), ())
 
 
-def _run_plan(program, args):
-    """Runs ``program`` (no constants) on concrete ``args`` with its plan (made once, kept
-    on the program: its pool of buffers serves every iteration)."""
+def _plan_of(program):
+    """The executor's plan of ``program`` (no constants), made once and kept on the
+    program: its pool of buffers serves every iteration. ``_plan_of(p).program(args)``
+    runs it."""
     from cuvmap.transforms import executor
 
-    return executor.execute(executor.plan_for(program.plans, program, graphs=False), args)
+    return executor.nested_plan(program)
+
+
+def _run_plan(program, args):
+    """Runs ``program`` (no constants) on concrete ``args`` with its plan."""
+    return _plan_of(program).program(args)
 
 
 def _xp_of(values):
@@ -266,7 +272,7 @@ def cond(pred, true_fun, false_fun, *operands):
         got = f"{_describe(pred_aval)}" if pred_aval is not None else type(pred).__name__
         raise ControlFlowError(f"{where}: pred must be a boolean scalar, got {got}")
     index = elementwise.convert_element_type(pred != 0 if pred_aval.dtype.kind != "b" else pred, np.int32)
-    return _switch(index, (false_fun, true_fun), operands, where)
+    return _switch(index, (false_fun, true_fun), operands, where, labels=("false_fun", "true_fun"))
 
 
 def switch(index, branches, *operands):
@@ -285,22 +291,22 @@ def switch(index, branches, *operands):
     return _switch(index, branches, operands, where)
 
 
-def _switch(index, branch_funs, operands, where):
+def _switch(index, branch_funs, operands, where, labels=None):
     paths, leaves, in_tree = _flatten_values("operand ", tuple(operands), where)
     avals = [_aval(x) for x in leaves]
     bodies = [_stage_body(f, in_tree, avals, where) for f in branch_funs]
+    labels = labels or [f"branch {k}" for k in range(len(branch_funs))]
+    names = [f"{label} ({api_util.fun_name(f)})" for label, f in zip(labels, branch_funs)]
     first = bodies[0]
     for k, b in enumerate(bodies[1:], 1):
         if b.out_tree != first.out_tree:
-            raise ControlFlowError(
-                f"{where}: branch {k} ({api_util.fun_name(branch_funs[k])}) returns structure {b.out_tree}, but "
-                f"branch 0 ({api_util.fun_name(branch_funs[0])}) returns {first.out_tree}; the branches must agree")
+            raise ControlFlowError(f"{where}: {names[k]} returns structure {b.out_tree}, but {names[0]} returns "
+                                   f"{first.out_tree}; the branches must agree")
         for path, a0, ak in zip(first.out_paths, first.out_avals, b.out_avals):
             if not _same_aval(a0, ak):
                 raise ControlFlowError(
-                    f"{where}: branch {k} ({api_util.fun_name(branch_funs[k])}) returns output{tree.keystr(path)} as "
-                    f"{_describe(ak)}, but branch 0 ({api_util.fun_name(branch_funs[0])}) returns {_describe(a0)}; "
-                    "the branches must return the same shapes and dtypes")
+                    f"{where}: {names[k]} returns output{tree.keystr(path)} as {_describe(ak)}, but {names[0]} "
+                    f"returns {_describe(a0)}; the branches must return the same shapes and dtypes")
     branches, consts = _join([ClosedJaxpr(b.program.jaxpr, []) for b in bodies], [b.consts for b in bodies])
     outs = cond_p.bind(index, *consts, *leaves, branches=branches)
     results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
@@ -543,9 +549,10 @@ class ScanPrimitive(CallPrimitive):
         xp = _xp_of(args)
         ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in y_avals]
         if length:
+            step = _plan_of(program).program
             order = range(length - 1, -1, -1) if reverse else range(length)
             for i in order:
-                outs = _run_plan(program, consts + carry + [x[i] for x in xs])
+                outs = step(consts + carry + [x[i] for x in xs])
                 carry = outs[:num_carry]
                 for stacked, y in zip(ys, outs[num_carry:]):
                     stacked[i] = y
@@ -1059,8 +1066,9 @@ class WhilePrimitive(CallPrimitive):
 
     def run(self, *args, cond_nconsts, cond_program, body_nconsts, body_program):
         cond_consts, body_consts, carry = _split3(args, cond_nconsts, body_nconsts)
-        while bool(_run_plan(cond_program, cond_consts + carry)[0]):
-            carry = _run_plan(body_program, body_consts + carry)
+        keep_going, step = _plan_of(cond_program).program, _plan_of(body_program).program
+        while bool(keep_going(cond_consts + carry)[0]):
+            carry = step(body_consts + carry)
         return list(carry)
 
     def out_avals(self, params):
