@@ -1354,21 +1354,21 @@ def _rnn_ref(h, xs, w):
     return np.concatenate([h.ravel(), np.asarray(ys, dtype=h.dtype).reshape(-1)])
 
 
-def _rnn(h, xs, w):
+def _rnn(h, xs, w, unroll=1):
     def step(h, x):
         h = cnp.tanh(h @ w + x)
         return h, h * 2.0
-    h, ys = lax.scan(step, h, xs)
+    h, ys = lax.scan(step, h, xs, unroll=unroll)
     return cnp.concatenate([cnp.ravel(h), cnp.ravel(ys)])
 
 
 def _scan_pytree(a, b, xs):
-    """A carry of two leaves, xs of two leaves, reverse."""
+    """A carry of two leaves, xs of two leaves, reverse, unrolled."""
     def step(c, x):
         a, b = c
         u, v = x
         return (a * cnp.cos(u) + b, b - v * a), a * b
-    (a, b), ys = lax.scan(step, (a, b), (xs, xs * 2.0), reverse=True)
+    (a, b), ys = lax.scan(step, (a, b), (xs, xs * 2.0), reverse=True, unroll=3)  # a block of 3, then 1 step
     return cnp.concatenate([cnp.ravel(a), cnp.ravel(b), cnp.ravel(ys)])
 
 
@@ -1444,6 +1444,8 @@ def _rows_control_flow():
             lambda i, x: sw_ref[int(np.clip(i, 0, 2))](x), [I((), 4), A(2, 3)], covers=(cf.cond_p,)),
         Row("scan_rnn", _rnn, _rnn_ref, [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4,
             covers=(cf.scan_p,)),
+        Row("scan_rnn_unroll_2", lambda h, xs, w: _rnn(h, xs, w, unroll=2), _rnn_ref,  # 2 blocks and 1 step
+            [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4, covers=(cf.scan_p,)),
         Row("scan_pytree_reverse", _scan_pytree, _scan_pytree_ref, [A(2), A(2), A(4, 2)], tol32=(1e-5, 1e-5),
             covers=(cf.scan_p,)),
         Row("scan_no_xs", _no_xs, _no_xs_ref, [A(3)], covers=(cf.scan_p,)),

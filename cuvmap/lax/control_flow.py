@@ -548,14 +548,26 @@ class ScanPrimitive(CallPrimitive):
         y_avals = program.out_avals[num_carry:]
         xp = _xp_of(args)
         ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in y_avals]
-        if length:
-            step = _plan_of(program).program
-            order = range(length - 1, -1, -1) if reverse else range(length)
-            for i in order:
-                outs = step(consts + carry + [x[i] for x in xs])
+        if not length:
+            return list(carry) + ys
+        # ``unroll`` steps per call of an unrolled program, then the rest one by one
+        blocks = length // unroll if unroll > 1 else 0
+        if blocks:
+            block = _plan_of(_unrolled(program, num_consts, num_carry, unroll, reverse)).program
+            for b in range(blocks):
+                start = length - (b + 1) * unroll if reverse else b * unroll
+                window = slice(start, start + unroll)
+                outs = block(consts + carry + [x[window] for x in xs])
                 carry = outs[:num_carry]
                 for stacked, y in zip(ys, outs[num_carry:]):
-                    stacked[i] = y
+                    stacked[window] = y
+        step = _plan_of(program).program
+        rest = range(length - blocks * unroll - 1, -1, -1) if reverse else range(blocks * unroll, length)
+        for i in rest:
+            outs = step(consts + carry + [x[i] for x in xs])
+            carry = outs[:num_carry]
+            for stacked, y in zip(ys, outs[num_carry:]):
+                stacked[i] = y
         return list(carry) + ys
 
     def out_avals(self, params):
@@ -594,6 +606,35 @@ class ScanPrimitive(CallPrimitive):
         program = _with_program(pruned, [i for i, u in enumerate(used_in) if u])
         new = dict(params, program=program, num_consts=sum(used_consts), num_carry=sum(used_carry))
         return new, used_in, used_carry + used_ys
+
+
+def _unrolled(program, num_consts, num_carry, k, reverse):
+    """The program of ``k`` steps of a scan's body: ``(*consts, *carry, *x_block) ->
+    (*carry, *y_block)``, the blocks holding ``k`` slices (walked backwards with
+    ``reverse``). Cached on ``program``."""
+    key = ("unrolled", num_consts, num_carry, k, reverse)
+    hit = program.derived.get(key)
+    if hit is not None:
+        return hit
+    in_avals = program.in_avals
+    block_avals = [core.ShapedArray((k,) + tuple(a.shape), a.dtype, False, a.device)
+                   for a in in_avals[num_consts + num_carry:]]
+
+    def steps(*vals):
+        consts, carry, blocks = _split3(vals, num_consts, num_carry)
+        ys = [None] * k
+        for j in (range(k - 1, -1, -1) if reverse else range(k)):
+            outs = ir.eval_jaxpr(program.jaxpr, program.consts, consts + carry + [b[j] for b in blocks])
+            carry, ys[j] = outs[:num_carry], outs[num_carry:]
+        stacked = [lax_shape.concatenate([lax_shape.expand_dims(y[i], (0,)) for y in ys], 0)
+                   for i in range(len(program.out_avals) - num_carry)]
+        return list(carry) + stacked
+
+    unrolled, consts = _trace_flat(steps, in_avals[:num_consts + num_carry] + block_avals, "scan")
+    if consts:  # (a staged body captures none; the hoisting would change the operands)
+        raise AssertionError("an unrolled scan body captured constants")
+    program.derived[key] = unrolled
+    return unrolled
 
 
 def _split3(args, n1, n2):
