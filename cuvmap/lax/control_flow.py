@@ -942,13 +942,11 @@ def _scan_vjp(prim, primals, needs_ct, params):
     read_consts = [i for i in reads if i < nc]
     read_carries = [i - nc for i in reads if nc <= i < nc + ncar]
     read_xs = [i - nc - ncar for i in reads if i >= nc + ncar]
-    forward = split.forward
-
-    def forward_body(*vals):
-        outs = ir.eval_jaxpr(forward.jaxpr, forward.consts, vals)
-        return list(outs) + [vals[nc + j] for j in read_carries]
-
-    fwd, fwd_consts = _trace_flat(forward_body, in_avals, "scan")
+    # the forward body: the forward program, returning also the carries the backward reads
+    fwd_consts = list(split.forward.consts)
+    hoisted = len(fwd_consts)
+    fwd = _extend_outputs(ClosedJaxpr(ir.consts_as_inputs(split.forward), []),
+                          [hoisted + nc + j for j in read_carries])
     outs = _bind_scan(fwd_consts + consts, carry, xs, fwd, params)
     out_primals = outs[:ncar + ny]
     stacked = outs[ncar + ny:]  # the saved residuals, then the carries the backward pass reads
@@ -1042,17 +1040,13 @@ def _scan_partial_eval(prim, trace, args, params):
     read_carries = [i for i in read if nc <= i < nc + ncar]
     read_xs = [i for i in read if i >= nc + ncar]
     known = split.known
-
-    def known_body(*vals):
-        outs = ir.eval_jaxpr(known.jaxpr, known.consts, vals)
-        by_input = dict(zip(known_pos, vals))
-        return list(outs) + [by_input[i] for i in read_carries]
-
+    # the known body: the known program, returning also the known carries the staged part reads
+    k_prog_consts = list(known.consts)
+    k_prog = _extend_outputs(ClosedJaxpr(ir.consts_as_inputs(known), []),
+                             [len(k_prog_consts) + known_pos.index(i) for i in read_carries])
     k_consts = [c for c, u in zip(consts, c_u) if not u]
     k_carry = [c for c, u in zip(carry, carry_u) if not u]
     k_xs = [x for x, u in zip(xs, x_u) if not u]
-    k_avals = [body.in_avals[i] for i in known_pos]
-    k_prog, k_prog_consts = _trace_flat(known_body, k_avals, "scan")
     k_outs = _bind_scan(k_prog_consts + k_consts, k_carry, k_xs, k_prog, params)
     num_k_out = len(known.out_avals) - split.num_res
     known_results = k_outs[:num_k_out]
