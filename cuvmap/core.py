@@ -479,9 +479,9 @@ class Primitive:
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
 
     What the planned executor, fusion and the checkpoint policies need to know about a
-    primitive are attributes (keyword arguments of the constructor), set where the
-    primitive is defined, so that ``cuvmap/transforms/`` names no lax primitive. Each
-    default is the safe assumption:
+    primitive are attributes (keyword arguments of the constructor, or class attributes of
+    a class of primitives), set where the primitive is defined, so that
+    ``cuvmap/transforms/`` names no lax primitive. Each default is the safe assumption:
 
     - ``owns_output``: the result never shares memory with an operand (a reduction, a
       matrix product, a convolution). Without it the executor assumes the result may be
@@ -510,8 +510,7 @@ class Primitive:
     to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
-    __slots__ = ("name", "impl", "shape_rule", "differentiable", "owns_output", "impl_into", "impl_into_when",
-                 "host_sync", "fused", "kind", "module", "__weakref__")
+    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", "__dict__", "__weakref__")
     multiple_results = False
     # a primitive that names axes (a collective) returns the transforms mapping them from
     # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
@@ -523,18 +522,27 @@ class Primitive:
     # names those methods here, and the registry test checks them instead.
     rule_methods = None
 
-    def __init__(self, name, differentiable=True, *, owns_output=False, impl_into=None, impl_into_when=None,
-                 host_sync=False, fused=None, kind=None):
+    # The facts, with their safe defaults. A primitive states its own with the keywords of
+    # the constructor (None: the class's), a class of primitives in its body (control
+    # flow's ``host_sync = True``).
+    owns_output = False
+    impl_into = None
+    impl_into_when = None
+    host_sync = False
+    fused = None
+    kind = None
+
+    def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
+                 host_sync=None, fused=None, kind=None):
         self.name = name
         self.impl = None
         self.shape_rule = None
         self.differentiable = differentiable
-        self.owns_output = owns_output
-        self.impl_into = impl_into
-        self.impl_into_when = impl_into_when
-        self.host_sync = host_sync
-        self.fused = fused
-        self.kind = kind
+        facts = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
+                     host_sync=host_sync, fused=fused, kind=kind)
+        for fact, value in facts.items():
+            if value is not None:
+                setattr(self, fact, value)
         self.module = _defining_module(self)
         _registry[next(_registry_keys)] = self
 

@@ -203,8 +203,10 @@ def missing_rules(prim):
     """The rules that primitive ``prim`` lacks, as a list of sentences (empty when it has
     them all): an impl, a shape rule, a batching rule and, when it is differentiable, a
     JVP rule and a VJP rule, as entries of the transforms' rule tables. A call-like
-    primitive whose class names the methods that hold its rules (``rule_methods``) needs
-    those methods instead of table entries.
+    primitive, whose rules are methods (``rule_methods`` names them, as
+    :class:`cuvmap.transforms.call.CallPrimitive` does), needs those methods instead, each
+    defined by its own class: a subclass of the class that names them inherits defaults
+    that are not its rules (a loop is not a program call).
 
     Example::
 
@@ -212,15 +214,15 @@ def missing_rules(prim):
     """
     from cuvmap.transforms import batching, jvp, vjp
 
-    missing = []
-    if not callable(prim.impl):
-        missing.append(f"{prim.name} has no impl")
-    if not callable(prim.shape_rule) and prim.rule_methods is None:
-        missing.append(f"{prim.name} has no shape rule")
+    missing = [] if callable(prim.impl) else [f"{prim.name} has no impl"]
     if prim.rule_methods is not None:
-        missing += [f"{prim.name} has no method {m} (named in rule_methods)"
-                    for m in prim.rule_methods if not callable(getattr(prim, m, None))]
-        return missing
+        mro = type(prim).__mro__
+        declaring = next(c for c in mro if "rule_methods" in c.__dict__)
+        own = mro[:mro.index(declaring)] or (declaring,)
+        return missing + [f"{prim.name} has no method {m} of its own (named in {declaring.__name__}.rule_methods)"
+                          for m in prim.rule_methods if not any(callable(c.__dict__.get(m)) for c in own)]
+    if not callable(prim.shape_rule):
+        missing.append(f"{prim.name} has no shape rule")
     if prim not in batching.primitive_batchers:
         missing.append(f"{prim.name} has no batching rule")
     if prim.differentiable:

@@ -205,6 +205,8 @@ class Row:
     grad_eps: float = 1e-4
     grad_order: int = 2
     diff_argnums: tuple = None
+    modes: tuple = ("fwd", "rev")  # the derivative modes the row supports (while_loop: forward only)
+    covers: tuple = ()  # call primitives (control flow) that this composite row exercises
 
     def __post_init__(self):
         self.args = tuple(self.args)
@@ -1338,7 +1340,143 @@ def _rows_bitwise():
     ]
 
 
-COMPOSITE_ROWS = _rows_composite() + _rows_bitwise()
+# ---------------------------------------------------------------------------------------
+# Control flow (cuvmap.lax.control_flow): composites over call primitives, checked
+# against Python loops and branches
+# ---------------------------------------------------------------------------------------
+
+
+def _rnn_ref(h, xs, w):
+    ys = []
+    for x in xs:
+        h = np.tanh(h @ w + x)
+        ys.append(h * 2.0)
+    return np.concatenate([h.ravel(), np.asarray(ys, dtype=h.dtype).reshape(-1)])
+
+
+def _rnn(h, xs, w, unroll=1):
+    def step(h, x):
+        h = cnp.tanh(h @ w + x)
+        return h, h * 2.0
+    h, ys = lax.scan(step, h, xs, unroll=unroll)
+    return cnp.concatenate([cnp.ravel(h), cnp.ravel(ys)])
+
+
+def _scan_pytree(a, b, xs):
+    """A carry of two leaves, xs of two leaves, reverse, unrolled."""
+    def step(c, x):
+        a, b = c
+        u, v = x
+        return (a * cnp.cos(u) + b, b - v * a), a * b
+    (a, b), ys = lax.scan(step, (a, b), (xs, xs * 2.0), reverse=True, unroll=3)  # a block of 3, then 1 step
+    return cnp.concatenate([cnp.ravel(a), cnp.ravel(b), cnp.ravel(ys)])
+
+
+def _scan_pytree_ref(a, b, xs):
+    ys = [None] * len(xs)
+    for i in reversed(range(len(xs))):
+        u, v = xs[i], xs[i] * 2.0
+        ys[i] = a * b
+        a, b = a * np.cos(u) + b, b - v * a
+    return np.concatenate([a.ravel(), b.ravel(), np.asarray(ys, dtype=a.dtype).reshape(-1)])
+
+
+def _no_xs(c):
+    c, ys = lax.scan(lambda c, _: (cnp.sin(c) + 0.5, c * c), c, None, length=4)
+    return cnp.concatenate([cnp.ravel(c), cnp.ravel(ys)])
+
+
+def _no_xs_ref(c):
+    ys = []
+    for _ in range(4):
+        ys.append(c * c)
+        c = np.sin(c) + 0.5
+    return np.concatenate([c.ravel(), np.asarray(ys, dtype=c.dtype).reshape(-1)])
+
+
+def _empty_scan(c, xs):
+    c, ys = lax.scan(lambda c, x: (c * x, c + x), c, xs)
+    return cnp.concatenate([cnp.ravel(c), cnp.ravel(ys)])
+
+
+def _branches3():
+    return [lambda x: x * 2.0, lambda x: cnp.sin(x), lambda x: x ** 3]
+
+
+def _branches3_ref():
+    return [lambda x: x * 2.0, np.sin, lambda x: x ** 3]
+
+
+def _counted_while(x, n):
+    """A predicate on an integer counter: batched when ``n`` is."""
+    return lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, cnp.sin(c[1]) * 1.5), (0, x))[1]
+
+
+def _counted_while_ref(x, n):
+    for _ in range(max(int(n), 0)):
+        x = np.sin(x) * 1.5
+    return x
+
+
+def _doubling_while(x):
+    """A predicate on the value itself: each example stops after its own count."""
+    return lax.while_loop(lambda c: cnp.sum(c) < 5.0, lambda c: c * 2.0 + 0.1, x)
+
+
+def _doubling_while_ref(x):
+    while np.sum(x) < 5.0:
+        x = x * 2.0 + 0.1
+    return x
+
+
+def _rows_control_flow():
+    from cuvmap.lax import control_flow as cf
+
+    sw_ref = _branches3_ref()
+    return [
+        Row("cond_closure", lambda p, x: lax.cond(p > 0, lambda x: cnp.sin(x) * p, lambda x: cnp.cos(x) - p, x),
+            lambda p, x: np.sin(x) * p if p > 0 else np.cos(x) - p,
+            [A(domain="nonzero"), A(3)], covers=(cf.cond_p,)),
+        Row("cond_two_operands", lambda p, a, b: lax.cond(p > 0, lambda a, b: a @ b, lambda a, b: a @ (b * b), a, b),
+            lambda p, a, b: a @ b if p > 0 else a @ (b * b),
+            [A(domain="nonzero"), A(2, 3), A(3)], tol32=(1e-5, 1e-5), covers=(cf.cond_p,)),
+        Row("switch_clamped", lambda i, x: lax.switch(i, _branches3(), x),
+            lambda i, x: sw_ref[int(np.clip(i, 0, 2))](x), [I((), 4), A(2, 3)], covers=(cf.cond_p,)),
+        Row("scan_rnn", _rnn, _rnn_ref, [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4,
+            covers=(cf.scan_p,)),
+        Row("scan_rnn_unroll_2", lambda h, xs, w: _rnn(h, xs, w, unroll=2), _rnn_ref,  # 2 blocks and 1 step
+            [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4, covers=(cf.scan_p,)),
+        Row("scan_pytree_reverse", _scan_pytree, _scan_pytree_ref, [A(2), A(2), A(4, 2)], tol32=(1e-5, 1e-5),
+            covers=(cf.scan_p,)),
+        Row("scan_no_xs", _no_xs, _no_xs_ref, [A(3)], covers=(cf.scan_p,)),
+        Row("scan_length_0", _empty_scan, lambda c, xs: c.ravel(), [A(2), A(0, 2)], covers=(cf.scan_p,)),
+        Row("fori_loop_static",
+            lambda x: lax.fori_loop(0, 4, lambda i, x: x * cnp.sin(x) + lax.convert_element_type(i, x.dtype), x),
+            lambda x: _fori_ref(x), [A(3)], covers=(cf.scan_p,)),
+        Row("map", lambda xs: lax.map(lambda x: cnp.sum(cnp.sin(x)) * x, xs),
+            lambda xs: np.stack([np.sum(np.sin(x)) * x for x in xs]), [A(4, 3)], covers=(cf.scan_p,)),
+        Row("while_counter", _counted_while, _counted_while_ref, [A(3), I((), 4)], modes=("fwd",),
+            covers=(cf.while_p,)),
+        Row("while_value", _doubling_while, _doubling_while_ref, [A(2, domain="positive")], modes=("fwd",),
+            covers=(cf.while_p,)),
+        Row("fori_loop_traced_bound", lambda x, n: lax.fori_loop(0, n, lambda i, x: x * 0.5 + cnp.cos(x), x),
+            lambda x, n: _fori_traced_ref(x, n), [A(3), I((), 4)], modes=("fwd",), covers=(cf.while_p,)),
+    ]
+
+
+def _fori_ref(x):
+    for i in range(4):
+        x = x * np.sin(x) + np.asarray(i, x.dtype)
+    return x
+
+
+def _fori_traced_ref(x, n):
+    for _ in range(max(int(n), 0)):
+        x = x * 0.5 + np.cos(x)
+    return x
+
+
+COMPOSITE_ROWS = _rows_composite() + _rows_bitwise() + _rows_control_flow()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap
@@ -1351,6 +1489,7 @@ NESTED_SAMPLE = (
     "getitem_arrays_nonadjacent", "take_along_axis", "einsum_batch_in_middle",
     "matmul_broadcast_batch", "logsumexp", "var",
     "conv_1d_groups", "conv_2d_bias", "conv_transposed_1d_groups",
+    "cond_closure", "switch_clamped", "scan_rnn", "scan_pytree_reverse", "while_counter",
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",

@@ -47,6 +47,7 @@ def assert_same(got, want, rtol=1e-12, atol=1e-12):
 ROWS = [pytest.param(r, id=r.name) for r in ALL_ROWS]
 DIFF_ROWS = [pytest.param(r, id=r.name) for r in ALL_ROWS
              if r.differentiable and r.diff_argnums and F64 in r.dtypes]
+REV_ROWS = [p for p in DIFF_ROWS if "rev" in p.values[0].modes]
 
 
 def _vmap_axes(row):
@@ -103,7 +104,7 @@ def test_vmap_and_jit_nest_both_ways(row):
     assert_same(cv.jit(cv.vmap(row.fun, in_axes=axes))(*args), want)
 
 
-@pytest.mark.parametrize("row", DIFF_ROWS)
+@pytest.mark.parametrize("row", REV_ROWS)
 def test_grad_and_jit_nest_both_ways(row):
     args = row.make_args(F64)
     weights = np.random.default_rng(row.seed("w")).standard_normal(np.shape(row.fun(*args)))

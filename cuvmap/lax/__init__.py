@@ -12,6 +12,7 @@ from cuvmap.lax.bitwise import (  # noqa: F401
 )
 from cuvmap.lax.cumulative import cumprod, cumsum  # noqa: F401
 from cuvmap.lax.sorting import argsort, sort  # noqa: F401
+from cuvmap.lax.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004
 from cuvmap.lax.convolution import conv, conv_backward_input, conv_backward_weight  # noqa: F401
 from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
 from cuvmap.lax.linalg import dot_general, svd  # noqa: F401

@@ -83,7 +83,9 @@ def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **fact
     :class:`~cuvmap.core.Primitive`); ``facts`` are the other attributes (``fused``)."""
     if isinstance(impl, np.ufunc):
         facts.setdefault("impl_into", impl)
-    p = Primitive(name, differentiable=differentiable, owns_output=facts.get("impl_into") is not None, **facts)
+    if facts.get("impl_into") is not None:
+        facts.setdefault("owns_output", True)
+    p = Primitive(name, differentiable=differentiable, **facts)
     p.impl = impl
     p.shape_rule = shape_rule
     return p

@@ -226,11 +226,18 @@ def graph_capturable(closed):
     its equations reads values on the host (``Primitive.host_sync``)."""
     from cuvmap.transforms import ir
 
-    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, ...) included
+    def programs(value):
+        if isinstance(value, ir.ClosedJaxpr):
+            return [value]
+        if isinstance(value, tuple):  # cond's branches
+            return [v for v in value if isinstance(v, ir.ClosedJaxpr)]
+        return []
+
+    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, loops, ...) included
         for e in jaxpr.eqns:
             if e.primitive.host_sync:  # NOTE [graph replay] in cuvmap/cuda/graphs.py
                 return True
-            if any(isinstance(v, ir.ClosedJaxpr) and syncs_in(v.jaxpr) for v in e.params.values()):
+            if any(syncs_in(p.jaxpr) for v in e.params.values() for p in programs(v)):
                 return True
         return False
 
@@ -599,12 +606,18 @@ def run(closed, args):
     never a CUDA graph of its own; while a graph is being captured on this thread, a fresh
     plan runs, so that every buffer it writes comes from the capture's private pool (NOTE
     [graph replay] in cuvmap/cuda/graphs.py)."""
+    return execute(nested_plan(closed), args[len(closed.consts):])
+
+
+def nested_plan(closed):
+    """The plan of a program that another one runs (NOTE [graph replay]): made once and
+    kept on ``closed``, never a CUDA graph; a fresh one while a graph is being captured on
+    this thread."""
     from cuvmap.cuda import graphs as cuda_graphs
 
-    num_consts = len(closed.consts)
     if cuda_graphs.capturing_here():
-        return execute(plan(closed, graphs=False), args[num_consts:])
-    return execute(plan_for(closed.plans, closed, graphs=False), args[num_consts:])
+        return plan(closed, graphs=False)
+    return plan_for(closed.plans, closed, graphs=False)
 
 
 def plan_for(plans, closed, donated=(), graphs=None):
