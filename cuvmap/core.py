@@ -518,8 +518,9 @@ class Primitive:
 
     # Where the rules of the transforms are: None for entries of the transforms' rule
     # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
-    # call-like primitive (its params hold a program) whose rules are methods of its class
-    # names those methods here, and the registry test checks them instead.
+    # call-like primitive (its params hold a program), whose rules are methods of its
+    # class, names those methods here (CallPrimitive does), and the registry test asks for
+    # them instead, each defined by the primitive's own class (test_util.missing_rules).
     rule_methods = None
 
     # The facts, with their safe defaults. A primitive states its own with the keywords of
