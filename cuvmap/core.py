@@ -470,6 +470,13 @@ def registered_primitives():
     return list(_registry.values())
 
 
+# The facts of a primitive (the docstring of Primitive) and their defaults, the safe
+# assumptions. A primitive states its own with the constructor's keywords (None: the
+# default), a class of primitives as class attributes (control flow's host_sync = True).
+_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
+          "kind": None}
+
+
 class Primitive:
     """A named operation. ``impl(*arrays, **params)`` evaluates it on concrete arrays;
     ``shape_rule(*avals, **params) -> ShapedArray`` states its output aval and raises
@@ -510,7 +517,7 @@ class Primitive:
     to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
-    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", "__dict__", "__weakref__")
+    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", *_FACTS, "__weakref__")
     multiple_results = False
     # a primitive that names axes (a collective) returns the transforms mapping them from
     # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
@@ -523,27 +530,22 @@ class Primitive:
     # them instead, each defined by the primitive's own class (test_util.missing_rules).
     rule_methods = None
 
-    # The facts, with their safe defaults. A primitive states its own with the keywords of
-    # the constructor (None: the class's), a class of primitives in its body (control
-    # flow's ``host_sync = True``).
-    owns_output = False
-    impl_into = None
-    impl_into_when = None
-    host_sync = False
-    fused = None
-    kind = None
-
     def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
                  host_sync=None, fused=None, kind=None):
         self.name = name
         self.impl = None
         self.shape_rule = None
         self.differentiable = differentiable
-        facts = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
+        given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, fused=fused, kind=kind)
-        for fact, value in facts.items():
-            if value is not None:
-                setattr(self, fact, value)
+        mro = type(self).__mro__
+        by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
+        for fact, value in given.items():
+            if fact in by_class:  # a class attribute of the primitive's class states it
+                if value is not None:
+                    raise TypeError(f"Primitive({name!r}): {fact} is a class attribute of {type(self).__name__}")
+                continue
+            setattr(self, fact, _FACTS[fact] if value is None else value)
         self.module = _defining_module(self)
         _registry[next(_registry_keys)] = self
 

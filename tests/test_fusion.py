@@ -526,6 +526,14 @@ def test_a_primitive_that_reads_the_host_prevents_the_capture():
             v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
         assert executor.graph_capturable(closed) is not host_sync
 
+    class HostReading(core.Primitive):  # a class of primitives states it in its body
+        __slots__ = ()
+        host_sync = True
+
+    assert HostReading("probe_host_class").host_sync and not core.Primitive("probe_plain_class").host_sync
+    with pytest.raises(TypeError, match="host_sync is a class attribute of HostReading"):
+        HostReading("probe_host_class", host_sync=False)
+
 
 def test_a_jitted_function_keeps_one_plan_per_setting():
     jf = cv.jit(lambda x: cnp.tanh(x) + 1.0)
