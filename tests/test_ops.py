@@ -183,7 +183,7 @@ def test_registry_has_every_rule(prim):
     if isinstance(prim, CallPrimitive):
         # a call primitive's rules are its methods (NOTE [call primitives]); control flow's
         # are its own, not the program call's defaults
-        for method in ("run", "batch", "jvp", "vjp", "stage", "partial_eval", "dce", "out_avals"):
+        for method in ("run", "batch", "jvp", "vjp", "partial_eval", "dce", "out_avals"):
             assert method in type(prim).__dict__, f"{prim.name} inherits {method} from CallPrimitive"
         return
     assert callable(prim.shape_rule), f"{prim.name} has no shape rule"
