@@ -256,12 +256,19 @@ def cond(pred, true_fun, false_fun, *operands):
         if not callable(f):
             raise ControlFlowError(f"cond: {name} must be callable, got {f!r}")
     where = f"cond({api_util.fun_name(true_fun)}, {api_util.fun_name(false_fun)})"
-    pred_aval = _aval(pred) if _is_value(pred) else None
-    if pred_aval is None or pred_aval.shape != () or pred_aval.dtype.kind not in "biu":
-        got = f"{_describe(pred_aval)}" if pred_aval is not None else type(pred).__name__
-        raise ControlFlowError(f"{where}: pred must be a boolean scalar, got {got}")
+    pred_aval = _scalar_aval(pred, "biu", where, "pred must be a boolean scalar")
     index = elementwise.convert_element_type(pred != 0 if pred_aval.dtype.kind != "b" else pred, np.int32)
     return _switch(index, (false_fun, true_fun), operands, where, labels=("false_fun", "true_fun"))
+
+
+def _scalar_aval(x, kinds, where, requirement):
+    """The aval of ``x``, a scalar of one of the dtype ``kinds``; else an error saying
+    ``requirement`` and what ``x`` is."""
+    aval = _aval(x) if _is_value(x) else None
+    if aval is None or aval.shape != () or aval.dtype.kind not in kinds:
+        got = _describe(aval) if aval is not None else type(x).__name__
+        raise ControlFlowError(f"{where}: {requirement}, got {got}")
+    return aval
 
 
 def switch(index, branches, *operands):
@@ -271,10 +278,7 @@ def switch(index, branches, *operands):
     if not branches or not all(callable(b) for b in branches):
         raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r}")
     where = f"switch({', '.join(api_util.fun_name(b) for b in branches)})"
-    aval = _aval(index) if _is_value(index) else None
-    if aval is None or aval.shape != () or aval.dtype.kind not in "iub":
-        got = f"{_describe(aval)}" if aval is not None else type(index).__name__
-        raise ControlFlowError(f"{where}: index must be an integer scalar, got {got}")
+    _scalar_aval(index, "iub", where, "index must be an integer scalar")
     index = elementwise.convert_element_type(index, np.int32)
     index = elementwise.max(elementwise.min(index, np.int32(len(branches) - 1)), np.int32(0))
     return _switch(index, branches, operands, where)
@@ -1340,10 +1344,7 @@ def fori_loop(lower, upper, body_fun, init_val):
         (_, val), _ = scan(step, (lower, init_val), None, length=max(upper - lower, 0))
         return val
     for name, b in (("lower", lower), ("upper", upper)):
-        aval = _aval(b) if _is_value(b) else None
-        if aval is None or aval.shape != () or aval.dtype.kind not in "iu":
-            raise ControlFlowError(f"fori_loop({api_util.fun_name(body_fun)}): {name} must be an integer scalar, got "
-                                   f"{_describe(aval) if aval is not None else type(b).__name__}")
+        _scalar_aval(b, "iu", f"fori_loop({api_util.fun_name(body_fun)})", f"{name} must be an integer scalar")
 
     def cond_fun(carry):
         return elementwise.lt(carry[0], carry[1])
