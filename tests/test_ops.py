@@ -242,7 +242,7 @@ def test_a_call_like_primitive_declares_where_its_rules_are():
     assert missing_rules(loop) == ["probe_loop has no method batch of its own (named in ProbeCall.rule_methods)"]
     assert p not in lax.all_primitives() and loop not in lax.all_primitives()  # cuvmap's families only
     # cuvmap's call primitives name theirs, and control flow defines them all
-    assert set(CallPrimitive.rule_methods) >= {"batch", "jvp", "vjp", "stage", "partial_eval", "dce"}
+    assert set(CallPrimitive.rule_methods) >= {"batch", "jvp", "vjp", "partial_eval", "dce"}
     assert {"cond", "scan", "while"} <= {q.name for q in lax.all_primitives() if isinstance(q, CallPrimitive)}
 
 

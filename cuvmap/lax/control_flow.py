@@ -29,6 +29,8 @@ transform its rule:
 Eagerly, each runs its programs on the planned executor, a body's plan reused (with its
 buffer pool) from one iteration to the next; staged (``jit``), each is one equation.
 """
+import dataclasses
+
 import numpy as np
 
 from cuvmap import api_util, backend, core, tree
@@ -73,18 +75,16 @@ def _flatten_values(what, tree_, where):
     return paths, [np.asarray(x) if isinstance(x, np.generic) else x for x in leaves], treedef
 
 
+@dataclasses.dataclass(frozen=True)
 class _Body:
     """A user function staged into a program: ``program`` takes the values it closes over
     (``consts``, passed as the primitive's leading operands), then its arguments' leaves;
     ``out_tree`` and ``out_paths`` describe its result."""
 
-    __slots__ = ("program", "consts", "out_tree", "out_paths")
-
-    def __init__(self, program, consts, out_tree, out_paths):
-        self.program = program
-        self.consts = consts
-        self.out_tree = out_tree
-        self.out_paths = out_paths
+    program: ClosedJaxpr
+    consts: list
+    out_tree: object
+    out_paths: list
 
     @property
     def out_avals(self):
@@ -187,7 +187,8 @@ def _xp_of(values):
 class CondPrimitive(CallPrimitive):
     """``cond[branches](index, *operands)``: runs ``branches[index]`` (``index`` an
     int32 scalar in range) on the operands; every branch takes the same operands (the
-    values all of them close over, then the user's operands) and returns the same avals."""
+    values all of them close over, then the user's operands) and returns the same avals.
+    Its batching, JVP and VJP rules are the functions ``_cond_*`` below."""
 
     __slots__ = ()
     what = "a cond"
@@ -199,22 +200,10 @@ class CondPrimitive(CallPrimitive):
     def out_avals(self, params):
         return params["branches"][0].out_avals
 
-    def stage(self, trace, args, params):
-        return trace.stage_equation(self, args, params, self.out_avals(params))
-
     def partial_eval(self, trace, args, params):
         if trace.main.owns(args[0]):
             return self.stage(trace, args, params)
         return _cond_partial_eval(self, trace, args, params)
-
-    def batch(self, axis, vals, dims, params):
-        return _cond_batch(self, axis, vals, dims, params)
-
-    def jvp(self, primals, tangents, params):
-        return _cond_jvp(self, primals, tangents, params)
-
-    def vjp(self, primals, needs_ct, params):
-        return _cond_vjp(self, primals, needs_ct, params)
 
     def dce(self, params, used_outputs):
         branches = [_prune_outputs(b, used_outputs) for b in params["branches"]]
@@ -267,12 +256,19 @@ def cond(pred, true_fun, false_fun, *operands):
         if not callable(f):
             raise ControlFlowError(f"cond: {name} must be callable, got {f!r}")
     where = f"cond({api_util.fun_name(true_fun)}, {api_util.fun_name(false_fun)})"
-    pred_aval = _aval(pred) if _is_value(pred) else None
-    if pred_aval is None or pred_aval.shape != () or pred_aval.dtype.kind not in "biu":
-        got = f"{_describe(pred_aval)}" if pred_aval is not None else type(pred).__name__
-        raise ControlFlowError(f"{where}: pred must be a boolean scalar, got {got}")
+    pred_aval = _scalar_aval(pred, "biu", where, "pred must be a boolean scalar")
     index = elementwise.convert_element_type(pred != 0 if pred_aval.dtype.kind != "b" else pred, np.int32)
     return _switch(index, (false_fun, true_fun), operands, where, labels=("false_fun", "true_fun"))
+
+
+def _scalar_aval(x, kinds, where, requirement):
+    """The aval of ``x``, a scalar of one of the dtype ``kinds``; else an error saying
+    ``requirement`` and what ``x`` is."""
+    aval = _aval(x) if _is_value(x) else None
+    if aval is None or aval.shape != () or aval.dtype.kind not in kinds:
+        got = _describe(aval) if aval is not None else type(x).__name__
+        raise ControlFlowError(f"{where}: {requirement}, got {got}")
+    return aval
 
 
 def switch(index, branches, *operands):
@@ -282,10 +278,7 @@ def switch(index, branches, *operands):
     if not branches or not all(callable(b) for b in branches):
         raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r}")
     where = f"switch({', '.join(api_util.fun_name(b) for b in branches)})"
-    aval = _aval(index) if _is_value(index) else None
-    if aval is None or aval.shape != () or aval.dtype.kind not in "iub":
-        got = f"{_describe(aval)}" if aval is not None else type(index).__name__
-        raise ControlFlowError(f"{where}: index must be an integer scalar, got {got}")
+    _scalar_aval(index, "iub", where, "index must be an integer scalar")
     index = elementwise.convert_element_type(index, np.int32)
     index = elementwise.max(elementwise.min(index, np.int32(len(branches) - 1)), np.int32(0))
     return _switch(index, branches, operands, where)
@@ -413,58 +406,51 @@ def _cond_jvp(prim, primals, tangents, params):
     return outs[:nout], [next(it) if nz else None for nz in out_nz]
 
 
-def _cond_vjp(prim, primals, needs_ct, params):
-    """Reverse mode: each branch's forward program returns its outputs and residuals, and
-    zeros for the residuals of the other branches (so that every branch returns the same
-    avals); the backward pass runs the backward program of the branch taken."""
-    from cuvmap.transforms.partial_eval import everything_saveable
-    from cuvmap.transforms.vjp import vjp_programs
+# NOTE [splitting the branches of a cond]
+# Reverse mode and partial evaluation split each branch into a first program (run now:
+# the forward program, or the known part) and a second (run later: the backward program,
+# or the staged part) that reads some of the operands and the first one's residuals. The
+# residuals differ from branch to branch, but the branches of one cond return the same
+# avals: so every first branch returns its own residuals and zeros for the others'
+# (:func:`_first_branches`), and every second branch takes the operands any of them reads
+# and every branch's residuals, using its own (:func:`_second_branches`). The index picks
+# the same branch both times.
+def _first_branches(programs, num_out, in_avals):
+    """The first branches (NOTE [splitting the branches of a cond]) of ``programs``, whose
+    outputs are ``num_out`` results then residuals. Returns ``(branches, consts,
+    res_avals)``."""
+    res_avals = [p.out_avals[num_out:] for p in programs]
 
-    branches = params["branches"]
-    index, operands = primals[0], primals[1:]
-    op_needs = needs_ct[1:]
-    in_avals = avals_of(operands)
-    splits = [vjp_programs(b, op_needs, in_avals, everything_saveable) for b in branches]
-    nout = len(branches[0].out_avals)
-    ct_outputs = splits[0].ct_outputs
-    read = sorted({i for s in splits for i in s.primals_read})
-    saved_avals = [s.forward.out_avals[nout:] for s in splits]
+    def make(k):
+        def branch(*ops):
+            outs = ir.eval_jaxpr(programs[k].jaxpr, programs[k].consts, ops)
+            res = []
+            for m, avals in enumerate(res_avals):
+                res += outs[num_out:] if m == k else [_zeros(a) for a in avals]
+            return outs[:num_out] + res
+        return branch
 
-    def forward_branch(k):
-        def f(*ops):
-            outs = ir.eval_jaxpr(splits[k].forward.jaxpr, splits[k].forward.consts, ops)
-            saved = []
-            for m, avals in enumerate(saved_avals):
-                saved += outs[nout:] if m == k else [_zeros(a) for a in avals]
-            return outs[:nout] + saved
-        return f
+    branches, consts = _join(*_traced_branches(make, len(programs), in_avals))
+    return branches, consts, res_avals
 
-    def backward_branch(k):
-        def f(*vals):
-            reads = dict(zip(read, vals[:len(read)]))
+
+def _second_branches(programs, reads, read, res_avals, in_avals):
+    """The second branches (NOTE [splitting the branches of a cond]): ``programs[k]`` takes
+    the operands ``reads[k]``, its residuals, then the rest; each branch takes the operands
+    ``read`` (the union of ``reads``), every branch's residuals, then the rest."""
+    num_res = sum(len(a) for a in res_avals)
+
+    def make(k):
+        def branch(*vals):
+            by_operand = dict(zip(read, vals[:len(read)]))
             rest = vals[len(read):]
-            offset = sum(len(a) for a in saved_avals[:k])
-            mine = rest[offset:offset + len(saved_avals[k])]
-            cts = rest[sum(len(a) for a in saved_avals):]
-            s = splits[k]
-            return ir.eval_jaxpr(s.backward.jaxpr, s.backward.consts,
-                                 [reads[i] for i in s.primals_read] + list(mine) + list(cts))
-        return f
+            offset = sum(len(a) for a in res_avals[:k])
+            mine = rest[offset:offset + len(res_avals[k])]
+            p = programs[k]
+            return ir.eval_jaxpr(p.jaxpr, p.consts, [by_operand[i] for i in reads[k]] + list(mine) + list(rest[num_res:]))
+        return branch
 
-    forwards, fwd_consts = _join(*_traced_branches(forward_branch, len(branches), in_avals))
-    outs = prim.bind(index, *fwd_consts, *operands, branches=forwards)
-    out_primals, saved = outs[:nout], outs[nout:]
-    with_ct = [j for j, takes in enumerate(ct_outputs) if takes]
-    ct_avals = [branches[0].out_avals[j] for j in with_ct]
-    kept = [operands[i] for i in read] + saved
-    back_avals = avals_of(kept) + ct_avals
-    backwards, bwd_consts = _join(*_traced_branches(backward_branch, len(branches), back_avals))
-
-    def backward(cts):
-        cts = [_zeros(a) if c is None else c for c, a in zip(cts, ct_avals)]
-        return prim.bind(index, *bwd_consts, *kept, *cts, branches=backwards)
-
-    return out_primals, with_ct, backward  # (the index, an integer, never needs a cotangent)
+    return _join(*_traced_branches(make, len(programs), in_avals))
 
 
 def _traced_branches(make, n, in_avals):
@@ -474,15 +460,44 @@ def _traced_branches(make, n, in_avals):
     return [p for p, _ in traced], [c for _, c in traced]
 
 
+def _cond_vjp(prim, primals, needs_ct, params):
+    """Reverse mode: the forward branches return the outputs and the residuals; the
+    backward pass runs the backward program of the branch taken (NOTE [splitting the
+    branches of a cond])."""
+    from cuvmap.transforms.partial_eval import everything_saveable
+    from cuvmap.transforms.vjp import vjp_programs
+
+    branches = params["branches"]
+    index, operands = primals[0], primals[1:]
+    in_avals = avals_of(operands)
+    splits = [vjp_programs(b, needs_ct[1:], in_avals, everything_saveable) for b in branches]
+    nout = len(branches[0].out_avals)
+    forwards, fwd_consts, saved_avals = _first_branches([s.forward for s in splits], nout, in_avals)
+    outs = prim.bind(index, *fwd_consts, *operands, branches=forwards)
+    out_primals, saved = outs[:nout], outs[nout:]
+    with_ct = [j for j, takes in enumerate(splits[0].ct_outputs) if takes]
+    ct_avals = [branches[0].out_avals[j] for j in with_ct]
+    read = sorted({i for s in splits for i in s.primals_read})
+    kept = [operands[i] for i in read] + saved
+    backwards, bwd_consts = _second_branches([s.backward for s in splits], [s.primals_read for s in splits], read,
+                                             saved_avals, avals_of(kept) + ct_avals)
+
+    def backward(cts):
+        cts = [_zeros(a) if c is None else c for c, a in zip(cts, ct_avals)]
+        return prim.bind(index, *bwd_consts, *kept, *cts, branches=backwards)
+
+    return out_primals, with_ct, backward  # (the index, an integer, never needs a cotangent)
+
+
 def _cond_partial_eval(prim, trace, args, params):
     """Partial evaluation with a known index: each branch split alike (the outputs unknown
-    in any branch unknown in all), the known cond now, the unknown one staged."""
+    in any branch unknown in all), the known cond now, the unknown one staged (NOTE
+    [splitting the branches of a cond])."""
     from cuvmap.transforms.partial_eval import partial_eval_jaxpr
 
     branches = params["branches"]
-    main = trace.main
     index, operands = args[0], args[1:]
-    unknown_ins = [main.owns(x) for x in operands]
+    unknown_ins = [trace.main.owns(x) for x in operands]
     nout = len(branches[0].out_avals)
     out_unknown = [False] * nout
     for b in branches:
@@ -491,42 +506,23 @@ def _cond_partial_eval(prim, trace, args, params):
     known_ops = [x for x, u in zip(operands, unknown_ins) if not u]
     unknown_ops = [x for x, u in zip(operands, unknown_ins) if u]
     num_known_out = nout - sum(out_unknown)
-    res_avals = [s.known.out_avals[num_known_out:] for s in splits]
-    read = sorted({i for s in splits for i in s.known_read})
-    known_avals = avals_of(known_ops)
-
-    def known_branch(k):
-        def f(*ops):
-            outs = ir.eval_jaxpr(splits[k].known.jaxpr, splits[k].known.consts, ops)
-            res = []
-            for m, avals in enumerate(res_avals):
-                res += outs[num_known_out:] if m == k else [_zeros(a) for a in avals]
-            return outs[:num_known_out] + res
-        return f
-
-    knowns, known_consts = _join(*_traced_branches(known_branch, len(branches), known_avals))
+    knowns, known_consts, res_avals = _first_branches([s.known for s in splits], num_known_out, avals_of(known_ops))
     known_outs = prim.bind(index, *known_consts, *known_ops, branches=knowns)
     known_results, residuals = known_outs[:num_known_out], known_outs[num_known_out:]
-
-    def staged_branch(k):
-        def f(*vals):
-            reads = dict(zip(read, vals[:len(read)]))
-            rest = vals[len(read):]
-            offset = sum(len(a) for a in res_avals[:k])
-            mine = rest[offset:offset + len(res_avals[k])]
-            unknown = rest[sum(len(a) for a in res_avals):]
-            s = splits[k]
-            return ir.eval_jaxpr(s.staged.jaxpr, s.staged.consts,
-                                 [reads[i] for i in s.known_read] + list(mine) + list(unknown))
-        return f
-
+    read = sorted({i for s in splits for i in s.known_read})
     staged_args = [known_ops[i] for i in read] + residuals + unknown_ops
-    staged_avals = avals_of(staged_args)
-    staged, staged_consts = _join(*_traced_branches(staged_branch, len(branches), staged_avals))
+    staged, staged_consts = _second_branches([s.staged for s in splits], [s.known_read for s in splits], read,
+                                             res_avals, avals_of(staged_args))
     unknown_results = iter(trace.stage_equation(prim, [index] + staged_consts + staged_args,
                                                 dict(params, branches=staged), staged[0].out_avals))
     known_iter = iter(known_results)
     return [next(unknown_results) if u else next(known_iter) for u in out_unknown]
+
+
+# the rules of cond_p, its methods (NOTE [call primitives] in cuvmap/transforms/call.py)
+CondPrimitive.batch = _cond_batch
+CondPrimitive.jvp = _cond_jvp
+CondPrimitive.vjp = _cond_vjp
 
 
 # ---------------------------------------------------------------------------------------
@@ -538,7 +534,8 @@ class ScanPrimitive(CallPrimitive):
     """``scan[length num_consts num_carry program reverse unroll](*consts, *init, *xs)``:
     ``program(*consts, *carry, *x) -> (*carry, *y)`` applied ``length`` times, ``x`` the
     slices ``xs[i]`` (``i`` backwards with ``reverse``); results the last carry, then each
-    ``y`` stacked along a new leading axis (in the order of ``xs``)."""
+    ``y`` stacked along a new leading axis (in the order of ``xs``). Its rules are the
+    functions ``_scan_*`` below."""
 
     __slots__ = ()
     what = "a scan"
@@ -574,21 +571,6 @@ class ScanPrimitive(CallPrimitive):
         n, length = params["num_carry"], params["length"]
         avals = params["program"].out_avals
         return avals[:n] + [core.ShapedArray((length,) + tuple(a.shape), a.dtype, False, a.device) for a in avals[n:]]
-
-    def stage(self, trace, args, params):
-        return trace.stage_equation(self, args, params, self.out_avals(params))
-
-    def batch(self, axis, vals, dims, params):
-        return _scan_batch(self, axis, vals, dims, params)
-
-    def jvp(self, primals, tangents, params):
-        return _scan_jvp(self, primals, tangents, params)
-
-    def vjp(self, primals, needs_ct, params):
-        return _scan_vjp(self, primals, needs_ct, params)
-
-    def partial_eval(self, trace, args, params):
-        return _scan_partial_eval(self, trace, args, params)
 
     def dce(self, params, used_outputs):
         nc, ncar = params["num_consts"], params["num_carry"]
@@ -1084,6 +1066,13 @@ def _scan_partial_eval(prim, trace, args, params):
     return [next(unknown_results) if u else next(known_iter) for u in split.out_unknown]
 
 
+# the rules of scan_p, its methods (NOTE [call primitives] in cuvmap/transforms/call.py)
+ScanPrimitive.batch = _scan_batch
+ScanPrimitive.jvp = _scan_jvp
+ScanPrimitive.vjp = _scan_vjp
+ScanPrimitive.partial_eval = _scan_partial_eval
+
+
 # ---------------------------------------------------------------------------------------
 # while_loop
 # ---------------------------------------------------------------------------------------
@@ -1093,7 +1082,7 @@ class WhilePrimitive(CallPrimitive):
     """``while[cond_nconsts cond_program body_nconsts body_program](*cond_consts,
     *body_consts, *init)``: ``carry = body_program(*body_consts, *carry)`` while
     ``cond_program(*cond_consts, *carry)`` (a boolean scalar) holds; the result is the
-    last carry."""
+    last carry. Its rules are the functions ``_while_*`` below."""
 
     __slots__ = ()
     what = "a while_loop"
@@ -1109,24 +1098,12 @@ class WhilePrimitive(CallPrimitive):
     def out_avals(self, params):
         return params["body_program"].out_avals
 
-    def stage(self, trace, args, params):
-        return trace.stage_equation(self, args, params, self.out_avals(params))
-
-    def batch(self, axis, vals, dims, params):
-        return _while_batch(self, axis, vals, dims, params)
-
-    def jvp(self, primals, tangents, params):
-        return _while_jvp(self, primals, tangents, params)
-
     def vjp(self, primals, needs_ct, params):
         raise ControlFlowError(
             "reverse-mode differentiation (grad, vjp, jacrev) of a while_loop is not supported: the number of "
             "iterations is not known in advance, so there is no fixed set of residuals to keep (as in JAX, "
             "jax#2469). Use scan, or fori_loop with static (Python int) bounds, which is a scan; forward mode "
             "(jvp, jacfwd) works")
-
-    def partial_eval(self, trace, args, params):
-        return _while_partial_eval(self, trace, args, params)
 
     def dce(self, params, used_outputs):
         ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
@@ -1332,6 +1309,12 @@ def _while_partial_eval(prim, trace, args, params):
     return [s if u else next(known_outs) for s, u in zip(staged, carry_u)]
 
 
+# the rules of while_p, its methods (NOTE [call primitives] in cuvmap/transforms/call.py)
+WhilePrimitive.batch = _while_batch
+WhilePrimitive.jvp = _while_jvp
+WhilePrimitive.partial_eval = _while_partial_eval
+
+
 # ---------------------------------------------------------------------------------------
 # fori_loop and map
 # ---------------------------------------------------------------------------------------
@@ -1361,10 +1344,7 @@ def fori_loop(lower, upper, body_fun, init_val):
         (_, val), _ = scan(step, (lower, init_val), None, length=max(upper - lower, 0))
         return val
     for name, b in (("lower", lower), ("upper", upper)):
-        aval = _aval(b) if _is_value(b) else None
-        if aval is None or aval.shape != () or aval.dtype.kind not in "iu":
-            raise ControlFlowError(f"fori_loop({api_util.fun_name(body_fun)}): {name} must be an integer scalar, got "
-                                   f"{_describe(aval) if aval is not None else type(b).__name__}")
+        _scalar_aval(b, "iu", f"fori_loop({api_util.fun_name(body_fun)})", f"{name} must be an integer scalar")
 
     def cond_fun(carry):
         return elementwise.lt(carry[0], carry[1])

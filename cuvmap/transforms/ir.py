@@ -227,7 +227,7 @@ def eval_jaxpr(jaxpr, consts, args):
 
     for eqn in jaxpr.eqns:
         out = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
-        if type(eqn.out) is tuple:
+        if eqn.primitive.multiple_results:
             env.update(zip(eqn.out, out))
         else:
             env[eqn.out] = out
@@ -251,7 +251,7 @@ def dce(jaxpr):
         used = [v in live for v in eqn.outs]
         if not any(used):
             continue
-        if type(eqn.out) is tuple and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
+        if eqn.primitive.multiple_results and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
             eqn = _prune_results(eqn, used)
         kept.append(eqn)
         live.update(x for x in eqn.inputs if type(x) is Var)
