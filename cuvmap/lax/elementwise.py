@@ -98,7 +98,7 @@ def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **fact
 # reciprocal of sqrt as the impl, integer_pow is a square or pow(x, y) as the impl, and
 # max/min propagate NaN as NumPy's maximum/minimum (CUDA's fmax would drop it).
 # logistic is left out (its impl goes through logaddexp), and so are erf_inv, round,
-# sign, floor_divide and remainder, whose impls are not one C function.
+# sign, floor_divide and remainder: without a C expression they run unfused.
 def _c_float(template):
     """An expression computed in floating point only: an integer operand is not fused."""
     return CExpression(template, float_only=True)
