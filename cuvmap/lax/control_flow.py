@@ -935,46 +935,12 @@ def _scan_vjp(prim, primals, needs_ct, params):
     with_ct = [j for j in range(ncar) if carry_d[j]] + [ncar + k for k in range(ny) if ys_d[k]]
     if not with_ct:
         return out_primals, [], None
-    ct_outputs = split.ct_outputs
     ct_carry_avals = [a for a, d in zip(body.out_avals[:ncar], carry_d) if d]
     const_ct_avals = [a for a, n in zip(in_avals[:nc], c_need) if n]
-    stacked_avals = [_slice_aval(_aval(s)) for s in stacked]
     y_ct_avals = [a for a, d in zip(body.out_avals[ncar:], ys_d) if d]
     read_const_vals = [consts[i] for i in read_consts]
     read_x_vals = [xs[j] for j in read_xs]
-    backward_program = split.backward
-    num_saved = split.num_saved
-
-    def backward_body(*vals):
-        vals = list(vals)
-        r_consts, vals = vals[:len(read_consts)], vals[len(read_consts):]
-        ct_carry, vals = vals[:len(ct_carry_avals)], vals[len(ct_carry_avals):]
-        acc, vals = vals[:len(const_ct_avals)], vals[len(const_ct_avals):]
-        saved, r_carries = vals[:num_saved], vals[num_saved:num_saved + len(read_carries)]
-        vals = vals[num_saved + len(read_carries):]
-        r_xs, ct_y = vals[:len(read_xs)], vals[len(read_xs):]
-        by_input = dict(zip(read_consts, r_consts))
-        by_input.update(zip([nc + j for j in read_carries], r_carries))
-        by_input.update(zip([nc + ncar + j for j in read_xs], r_xs))
-        ct_carry_it, ct_y_it = iter(ct_carry), iter(ct_y)
-        cts = []
-        for j, takes in enumerate(ct_outputs):
-            if not takes:
-                continue
-            wanted = carry_d[j] if j < ncar else ys_d[j - ncar]
-            it = ct_carry_it if j < ncar else ct_y_it
-            cts.append(next(it) if wanted else _zeros(body.out_avals[j]))
-        in_cts = ir.eval_jaxpr(backward_program.jaxpr, backward_program.consts,
-                               [by_input[i] for i in reads] + saved + cts)
-        in_cts = iter(in_cts)
-        c_cts = [next(in_cts) for _ in range(sum(c_need))]
-        carry_cts = [next(in_cts) for _ in range(sum(carry_d))]
-        x_cts = [next(in_cts) for _ in range(sum(x_need))]
-        return carry_cts + [elementwise.add(a, c) for a, c in zip(acc, c_cts)] + x_cts
-
-    back_avals = (avals_of(read_const_vals) + ct_carry_avals + const_ct_avals + stacked_avals
-                  + [_slice_aval(_aval(x)) for x in read_x_vals] + y_ct_avals)
-    bwd, bwd_consts = _trace_flat(backward_body, back_avals, "scan")
+    bwd, bwd_consts = _backward_body(split, reads, nc, ncar, carry_d, ys_d, c_need, x_need, body.out_avals)
 
     def backward(cts):
         cts = list(cts)
@@ -994,6 +960,45 @@ def _scan_vjp(prim, primals, needs_ct, params):
         return out
 
     return out_primals, with_ct, backward
+
+
+def _backward_body(split, reads, nc, ncar, carry_d, ys_d, c_need, x_need, out_avals):
+    """The backward scan's body (NOTE [reverse mode of a scan]) from the body's backward
+    program, by rewriting its arguments and results rather than tracing it again:
+    ``(read consts, ct_carry, acc, saved, read carries, read xs, ct_y) -> (ct_carry_prev,
+    acc + ct_consts, ct_x)``. The cotangents of the outputs that take none here (a carry
+    or a y that depends on nothing differentiated) are zeros. Returns ``(program,
+    consts)``."""
+    from cuvmap.lax.shape import broadcast_in_dim_p
+
+    j = split.backward.jaxpr
+    n_reads, num_saved = len(reads), split.num_saved
+    read_vars = dict(zip(reads, j.invars[:n_reads]))
+    saved_vars = j.invars[n_reads:n_reads + num_saved]
+    ct_vars = iter(j.invars[n_reads + num_saved:])
+    head, ct_carry_vars, ct_y_vars = [], [], []
+    for k, takes in enumerate(split.ct_outputs):
+        if not takes:
+            continue
+        v = next(ct_vars)
+        if (carry_d[k] if k < ncar else ys_d[k - ncar]):
+            (ct_carry_vars if k < ncar else ct_y_vars).append(v)
+        else:  # no cotangent reaches it: zeros
+            zero = ir.Literal(np.zeros((), out_avals[k].dtype))
+            head.append(ir.JaxprEqn(broadcast_in_dim_p, [zero], v,
+                                    {"shape": tuple(out_avals[k].shape), "broadcast_dimensions": ()}))
+    outs = list(j.outvars)
+    c_cts, outs = outs[:sum(c_need)], outs[sum(c_need):]
+    carry_cts, x_cts = outs[:sum(carry_d)], outs[sum(carry_d):]
+    acc_vars = [Var(a) for a, need in zip(split.forward.in_avals[:nc], c_need) if need]
+    new_acc = [Var(v.aval) for v in acc_vars]
+    tail = [ir.JaxprEqn(elementwise.add_p, [a, c], n, {}) for a, c, n in zip(acc_vars, c_cts, new_acc)]
+    invars = ([read_vars[i] for i in reads if i < nc] + ct_carry_vars + acc_vars + saved_vars
+              + [read_vars[i] for i in reads if nc <= i < nc + ncar] + [read_vars[i] for i in reads if i >= nc + ncar]
+              + ct_y_vars)
+    program = ClosedJaxpr(Jaxpr(j.constvars, invars, head + j.eqns + tail, carry_cts + new_acc + x_cts),
+                          split.backward.consts)
+    return ClosedJaxpr(ir.consts_as_inputs(program), []), list(program.consts)
 
 
 def _scan_partial_eval(prim, trace, args, params):
