@@ -779,7 +779,7 @@ def _conv_transposed_out_sp(in_sp, kernel, stride, padding, dilation, output_pad
 
 
 def _conv_rows():
-    lax_conv = importlib.import_module("cuvmap.lax.conv")  # cuvmap.lax.conv is also the function
+    from cuvmap.lax import convolution as lax_conv
 
     rows = []
     # (name, x shape, w shape, with bias, params): regular and transposed, 1-d and 2-d,

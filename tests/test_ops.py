@@ -21,7 +21,7 @@ import cuvmap as cv
 from cuvmap import backend as cv_backend
 from cuvmap import core, lax
 from cuvmap.lax.elementwise import select_impl, select_into
-from cuvmap.test_util import check_batching, check_grads
+from cuvmap.test_util import check_batching, check_grads, missing_rules
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
 from cuvmap.transforms.call import CallPrimitive
 
@@ -179,18 +179,71 @@ GRAD_VMAP_CASES = [
 
 @pytest.mark.parametrize("prim", lax.all_primitives(), ids=lambda p: p.name)
 def test_registry_has_every_rule(prim):
-    assert callable(prim.impl), f"{prim.name} has no impl"
-    if isinstance(prim, CallPrimitive):
-        # a call primitive's rules are its methods (NOTE [call primitives]); control flow's
-        # are its own, not the program call's defaults
-        for method in ("run", "batch", "jvp", "vjp", "partial_eval", "dce", "out_avals"):
-            assert method in type(prim).__dict__, f"{prim.name} inherits {method} from CallPrimitive"
-        return
-    assert callable(prim.shape_rule), f"{prim.name} has no shape rule"
-    assert prim in batching.primitive_batchers, f"{prim.name} has no batching rule"
-    if prim.differentiable:
-        assert prim in jvp_mod.primitive_jvps, f"{prim.name} has no JVP rule"
-        assert prim in vjp_mod.primitive_vjps, f"{prim.name} has no VJP rule"
+    assert not missing_rules(prim), missing_rules(prim)
+
+
+_PROBE_FAMILY = """
+import numpy as np
+from cuvmap.core import Primitive, ShapedArray
+
+probe_p = Primitive("registry_probe")
+probe_p.impl = np.negative
+probe_p.shape_rule = lambda x: ShapedArray(x.shape, x.dtype)
+"""
+
+
+def test_the_registry_sees_a_family_that_no_list_names(tmp_path, monkeypatch):
+    """A new module of cuvmap.lax that defines a primitive without rules is found (its
+    primitive registered itself) and fails the registry test's check."""
+    import gc
+    import sys
+
+    (tmp_path / "registry_probe_family.py").write_text(_PROBE_FAMILY)
+    monkeypatch.setattr(lax, "__path__", [*lax.__path__, str(tmp_path)])
+    try:
+        found = {p.name: p for p in lax.all_primitives()}
+        assert "registry_probe" in found
+        assert missing_rules(found["registry_probe"]) == [
+            "registry_probe has no batching rule", "registry_probe has no JVP rule", "registry_probe has no VJP rule"]
+    finally:
+        sys.modules.pop("cuvmap.lax.registry_probe_family", None)
+        if hasattr(lax, "registry_probe_family"):
+            delattr(lax, "registry_probe_family")
+        found = None
+        gc.collect()
+    assert "registry_probe" not in [p.name for p in core.registered_primitives()]
+
+
+def test_a_call_like_primitive_declares_where_its_rules_are():
+    """A primitive whose rules are methods of its class (a call-like primitive) names them
+    in ``rule_methods``; the registry check then asks for those methods, not for entries
+    of the rule tables."""
+    class ProbeCall(core.Primitive):
+        __slots__ = ()
+        rule_methods = ("batch", "jvp")
+
+        def batch(self, trace, args, params):
+            return args
+
+    class ProbeLoop(ProbeCall):  # a subclass must define each rule itself
+        __slots__ = ()
+
+        def jvp(self, primals, tangents, params):
+            return primals, tangents
+
+    p = ProbeCall("probe_call")
+    p.impl = lambda *args: list(args)
+    assert p.module == __name__  # the module that made it, past the subclass's __init__
+    assert missing_rules(p) == ["probe_call has no method jvp of its own (named in ProbeCall.rule_methods)"]
+    ProbeCall.jvp = lambda self, primals, tangents, params: (primals, tangents)
+    assert missing_rules(p) == []
+    loop = ProbeLoop("probe_loop")
+    loop.impl = p.impl
+    assert missing_rules(loop) == ["probe_loop has no method batch of its own (named in ProbeCall.rule_methods)"]
+    assert p not in lax.all_primitives() and loop not in lax.all_primitives()  # cuvmap's families only
+    # cuvmap's call primitives name theirs, and control flow defines them all
+    assert set(CallPrimitive.rule_methods) >= {"batch", "jvp", "vjp", "partial_eval", "dce"}
+    assert {"cond", "scan", "while"} <= {q.name for q in lax.all_primitives() if isinstance(q, CallPrimitive)}
 
 
 def test_every_primitive_has_a_row():
