@@ -4,6 +4,7 @@
     python -m benchmarks conv --batch 32 128
     python -m benchmarks dispatch
     python -m benchmarks distributed
+    python -m benchmarks control_flow --length 1000
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -27,6 +28,7 @@ SUITES = {
     "conv": "benchmarks.bench_conv",
     "dispatch": "benchmarks.bench_dispatch",
     "distributed": "benchmarks.bench_distributed",
+    "control_flow": "benchmarks.bench_control_flow",
 }
 
 

@@ -16,7 +16,10 @@ Levels keep nested transforms apart: in ``grad(lambda x: grad(lambda y: x * y)(1
 inner ``grad`` sees ``x`` as a constant, so perturbations never get confused. A tracer
 whose main has been popped has *escaped* its transform; using it raises an error.
 """
+import itertools
+import sys
 import threading
+import weakref
 from contextlib import contextmanager
 
 import numpy as np
@@ -441,6 +444,39 @@ class PrimalTracer(Tracer):
 # ---------------------------------------------------------------------------------------
 
 
+# NOTE [a registry that fills itself]
+# A primitive registers itself when it is constructed, so no list of primitives is kept
+# by hand: cuvmap.lax.all_primitives() imports every module of the lax package and returns
+# the registered primitives that those modules made, and the registry test checks that
+# each has every rule (a family added without rules fails it, however it is named). The
+# registry holds primitives weakly (one that nothing references can never be bound), in
+# the order they were made; ``module`` is the module whose code made the primitive (the
+# caller of the constructor, past the ``__init__`` of subclasses), as namedtuple finds its
+# ``__module__``, so a family's helper that defines its primitives counts as that family.
+_registry = weakref.WeakValueDictionary()
+_registry_keys = itertools.count()
+
+
+def _defining_module(primitive):
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is primitive:
+        frame = frame.f_back  # a subclass's __init__
+    return frame.f_globals.get("__name__") if frame is not None else None
+
+
+def registered_primitives():
+    """Every primitive alive, in the order they were made (NOTE [a registry that fills
+    itself]); :func:`cuvmap.lax.all_primitives` selects cuvmap's own."""
+    return list(_registry.values())
+
+
+# The facts of a primitive (the docstring of Primitive) and their defaults, the safe
+# assumptions. A primitive states its own with the constructor's keywords (None: the
+# default), a class of primitives as class attributes (control flow's host_sync = True).
+_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
+          "kind": None}
+
+
 class Primitive:
     """A named operation. ``impl(*arrays, **params)`` evaluates it on concrete arrays;
     ``shape_rule(*avals, **params) -> ShapedArray`` states its output aval and raises
@@ -449,24 +485,69 @@ class Primitive:
     ``differentiable=False`` marks primitives whose outputs carry no derivative
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
 
+    What the planned executor, fusion and the checkpoint policies need to know about a
+    primitive are attributes (keyword arguments of the constructor, or class attributes of
+    a class of primitives), set where the primitive is defined, so that
+    ``cuvmap/transforms/`` names no lax primitive. Each default is the safe assumption:
+
+    - ``owns_output``: the result never shares memory with an operand (a reduction, a
+      matrix product, a convolution). Without it the executor assumes the result may be
+      a view of an operand (a reshape, a slice, an identity).
+    - ``impl_into``: a writer ``impl_into(*operands, out=buffer)`` that puts the result
+      into ``out`` (a buffer of the output's shape and dtype) and returns it, or raises
+      TypeError or ValueError to decline; a ufunc impl is its own writer. A primitive with
+      a writer returns arrays of its own, so a plan may write its results into a dead
+      operand's buffer or a pooled one (NOTE [buffer planning] in
+      cuvmap/transforms/executor.py). ``impl_into_when(aval, gpu) -> bool``, where given,
+      says for which outputs the writer applies (select's blend: NumPy floats only).
+    - ``host_sync``: the impl reads operand values on the host (a bounds check: a GPU
+      synchronisation), so a program with it is never captured as a CUDA graph.
+    - ``fused``: how a generated elementwise kernel computes it (a
+      :class:`cuvmap.transforms.fusion.CExpression`), or None: it is never fused.
+    - ``kind``: what a policy may ask about it: ``"dot"`` for matrix products (the
+      checkpoint policies ``dots_saveable`` and ``dots_with_no_batch_dims_saveable``),
+      else None.
+
+    Every primitive registers itself when it is made (NOTE [a registry that fills
+    itself]); ``module`` is the module that made it.
+
     ``bind`` is the one entry point of every primitive: it finds the transform that
     processes it and hands it over with ``bind_with_trace`` (JAX's name), which asks the
     trace to ``process_primitive``; call primitives (:mod:`cuvmap.transforms.call`) ask it
     to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
-    __slots__ = ("name", "impl", "shape_rule", "differentiable", "impl_into")
+    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", *_FACTS, "__weakref__")
     multiple_results = False
     # a primitive that names axes (a collective) returns the transforms mapping them from
     # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
     axis_mains = None
 
-    def __init__(self, name, differentiable=True):
+    # Where the rules of the transforms are: None for entries of the transforms' rule
+    # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
+    # call-like primitive (its params hold a program), whose rules are methods of its
+    # class, names those methods here (CallPrimitive does), and the registry test asks for
+    # them instead, each defined by the primitive's own class (test_util.missing_rules).
+    rule_methods = None
+
+    def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
+                 host_sync=None, fused=None, kind=None):
         self.name = name
         self.impl = None
         self.shape_rule = None
         self.differentiable = differentiable
-        self.impl_into = None  # optional impl(*operands, out=buffer), for the jit executor
+        given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
+                     host_sync=host_sync, fused=fused, kind=kind)
+        mro = type(self).__mro__
+        by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
+        for fact, value in given.items():
+            if fact in by_class:  # a class attribute of the primitive's class states it
+                if value is not None:
+                    raise TypeError(f"Primitive({name!r}): {fact} is a class attribute of {type(self).__name__}")
+                continue
+            setattr(self, fact, _FACTS[fact] if value is None else value)
+        self.module = _defining_module(self)
+        _registry[next(_registry_keys)] = self
 
     def __repr__(self):
         return f"{self.name}_p"

@@ -174,6 +174,20 @@ def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     assert "× numpy" in out and "no plot" in out
 
 
+def test_control_flow_suite(capsys, tmp_path):
+    from benchmarks import bench_control_flow
+
+    path = tmp_path / "cf.json"
+    assert bench_control_flow.main(["--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
+                                    "--no-jax", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert [r["case"] for r in res["rows"]] == ["cuvmap jit(grad(scan))", "cuvmap jit(grad(unrolled loop))"]
+    assert set(res["targets"]) == {"scan trace, full length / length 1", "scan trace / one-step (unrolled) trace",
+                                   "scan per-step run / unrolled per-step run"}
+    assert "scan and unrolled gradients agree" in out and "JAX: skipped (--no-jax)" in out
+
+
 def test_python_dash_m_entry_points(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for argv in (["-m", "benchmarks", "dispatch"], ["-m", "benchmarks.bench_dispatch"]):

@@ -86,3 +86,29 @@ def test_functorchs_file_is_named_not_called_the_seed():
             if re.search(r"\bthe seed\b|\bseed's\b", line, re.IGNORECASE):
                 found.append(f"{p}:{n}: {line.strip()}")
     assert not found, "name functorch's BatchRulesConvolution.cpp instead of 'the seed':\n" + "\n".join(found)
+
+
+def test_the_executor_fusion_and_policies_name_no_lax_primitive():
+    """What the planned executor, fusion and the checkpoint policies need to know about a
+    primitive are its attributes (cuvmap.core.Primitive): none of them imports a lax
+    module (NOTE [a registry that fills itself] for the registry's side)."""
+    import ast
+    import inspect
+
+    from cuvmap.transforms import executor, fusion, remat
+
+    def lax_imports(tree):
+        found = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cuvmap.lax"):
+                found.append(node.module)
+            elif isinstance(node, ast.Import):
+                found += [a.name for a in node.names if a.name.startswith("cuvmap.lax")]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuvmap.lax"):
+                found.append(node.value)  # importlib.import_module("cuvmap.lax...")
+        return found
+
+    for module in (executor, fusion):
+        assert not lax_imports(ast.parse(inspect.getsource(module))), module.__name__
+    for policy in (remat.dots_saveable, remat.dots_with_no_batch_dims_saveable):
+        assert not lax_imports(ast.parse(inspect.getsource(policy))), policy.__name__

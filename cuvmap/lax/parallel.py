@@ -130,9 +130,12 @@ def _group(axis, op):
 class CollectivePrimitive(Primitive):
     """A primitive acting along named axes: ``axis_mains`` returns the batching transforms
     that bind the names in ``params[names_param]``, so that ``bind`` lets them process it
-    (NOTE [named axes] in :mod:`cuvmap.core`)."""
+    (NOTE [named axes] in :mod:`cuvmap.core`). ``host_sync``: a program with a collective
+    is never captured as a CUDA graph (its order across processes is the program's order
+    of calls, and NCCL's kernels read the host-side communicator)."""
 
     __slots__ = ("names_param",)
+    host_sync = True
 
     def __init__(self, name, names_param, differentiable=True):
         super().__init__(name, differentiable)
@@ -681,7 +684,6 @@ _register(axis_index_p, _axis_index_impl, _axis_index_shape_rule, _axis_index_ba
 
 
 def collective_primitives():
-    """The primitives of this family (they act along named axes, so the op table's
-    generic tests, which call impls directly, do not apply to them: tests/test_collectives.py
-    checks them)."""
+    """The primitives of this family (the op table's rows reach them through named vmaps:
+    their impls need an axis of processes)."""
     return [v for v in globals().values() if isinstance(v, CollectivePrimitive)]

@@ -131,14 +131,19 @@ class BatchTrace(Trace):
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
 
 
-def batch_jaxpr(closed, axis, dims, in_avals):
+def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):
     """The program of ``vmap`` of ``closed`` (over its constants and arguments) for batch
     dims ``dims`` of physical operands with ``in_avals``, mapping ``axis`` (an
     :class:`AxisData`): ``vmap(eval_jaxpr)`` staged. Returns ``(ClosedJaxpr, out_dims)``,
-    cached on ``closed``."""
+    cached on ``closed``.
+
+    ``instantiate`` (one bool per output, JAX's name): when given, every batched output
+    comes out with its batch dim at 0, and the unbatched outputs marked are broadcast to
+    batched ones (control flow's bodies need a fixed layout for their carries)."""
     from cuvmap.transforms import ir, staging
 
-    key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals))
+    instantiate = None if instantiate is None else tuple(instantiate)
+    key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals), instantiate)
     hit = closed.derived.get(key)
     if hit is not None:
         return hit
@@ -149,9 +154,19 @@ def batch_jaxpr(closed, axis, dims, in_avals):
         with new_batch_main(axis, "vmap") as main:
             ins = [v if d is not_mapped else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
             outs = ir.eval_jaxpr(flat, [], ins)
-        for o in outs:
-            out_dims.append(o.bdim if main.owns(o) else not_mapped)
-        return [o.val if main.owns(o) else o for o in outs]
+        results = []
+        for i, o in enumerate(outs):
+            if main.owns(o):
+                val, dim = o.val, o.bdim
+                if instantiate is not None:
+                    val, dim = move_bdim(val, dim, 0), 0
+            elif instantiate is not None and instantiate[i]:
+                val, dim = bdim_at_front(o, not_mapped, axis.size), 0
+            else:
+                val, dim = o, not_mapped
+            results.append(val)
+            out_dims.append(dim)
+        return results
 
     program = ir.optimize(staging.trace_to_jaxpr(batched, in_avals, name="vmap(jit)"))
     closed.derived[key] = (program, tuple(out_dims))

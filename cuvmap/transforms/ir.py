@@ -173,6 +173,8 @@ def _pp_param(v):
         return v.name
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
+    if isinstance(v, tuple) and v and all(isinstance(p, ClosedJaxpr) for p in v):  # cond's branches
+        return "(" + ", ".join("{ jaxpr }" for _ in v) + ")"
     if callable(v) and not isinstance(v, type):  # a checkpoint policy; a custom call's function and rules
         return getattr(v, "__name__", None) or type(v).__name__
     return repr(v)
@@ -225,7 +227,7 @@ def eval_jaxpr(jaxpr, consts, args):
 
     for eqn in jaxpr.eqns:
         out = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
-        if type(eqn.out) is tuple:
+        if eqn.primitive.multiple_results:
             env.update(zip(eqn.out, out))
         else:
             env[eqn.out] = out
@@ -249,7 +251,7 @@ def dce(jaxpr):
         used = [v in live for v in eqn.outs]
         if not any(used):
             continue
-        if type(eqn.out) is tuple and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
+        if eqn.primitive.multiple_results and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
             eqn = _prune_results(eqn, used)
         kept.append(eqn)
         live.update(x for x in eqn.inputs if type(x) is Var)
@@ -262,8 +264,8 @@ def _prune_results(eqn, used):
     pruned = eqn.primitive.dce(eqn.params, used)
     if pruned is None:
         return eqn
-    params, used_inputs = pruned
-    outs = tuple(v for v, u in zip(eqn.out, used) if u)
+    params, used_inputs, kept = pruned
+    outs = tuple(v for v, k in zip(eqn.out, kept) if k)
     inputs = [x for x, u in zip(eqn.inputs, used_inputs) if u]
     return JaxprEqn(eqn.primitive, inputs, outs, params)
 

@@ -71,15 +71,17 @@ class JVPTrace(Trace):
         return [p if t is None else JVPTracer(main, p, _match_aval(t, p)) for p, t in zip(out_primals, out_tangents)]
 
 
-def jvp_jaxpr(closed, nonzero, in_avals):
+def jvp_jaxpr(closed, nonzero, in_avals, instantiate=None):
     """The program of the JVP of ``closed`` (over its constants and arguments, with
     ``in_avals``): arguments are the primals then the tangents of the operands marked
     ``nonzero``; outputs are the primal outputs then the tangents of the outputs marked in
-    the returned ``out_nonzero``. Returns ``(ClosedJaxpr, out_nonzero)``, cached on
-    ``closed``."""
+    the returned ``out_nonzero``. ``instantiate`` (one bool per output): the outputs marked
+    get a tangent even when it is zero (control flow's carries need one). Returns
+    ``(ClosedJaxpr, out_nonzero)``, cached on ``closed``."""
     from cuvmap.transforms import ir, staging
 
-    key = ("jvp", tuple(nonzero), tuple(in_avals))
+    instantiate = None if instantiate is None else tuple(instantiate)
+    key = ("jvp", tuple(nonzero), tuple(in_avals), instantiate)
     hit = closed.derived.get(key)
     if hit is not None:
         return hit
@@ -92,6 +94,8 @@ def jvp_jaxpr(closed, nonzero, in_avals):
         with core.new_main(JVPTrace, name="jvp") as main:
             ins = [JVPTracer(main, p, next(tangents)) if nz else p for p, nz in zip(primals, nonzero)]
             outs = ir.eval_jaxpr(flat, [], ins)
+        if instantiate is not None:
+            outs = [_with_tangent(main, o) if inst else o for o, inst in zip(outs, instantiate)]
         out_p, out_t, nz = split_nonzero(main, outs)
         out_nonzero.extend(nz)
         return out_p + out_t
@@ -100,6 +104,24 @@ def jvp_jaxpr(closed, nonzero, in_avals):
     program = ir.optimize(staging.trace_to_jaxpr(pushed, list(in_avals) + tangent_avals, name="jvp(jit)"))
     closed.derived[key] = (program, tuple(out_nonzero))
     return closed.derived[key]
+
+
+def _with_tangent(main, x):
+    """``x`` as a tracer of ``main`` with a tangent, zeros where it has none (a value that
+    is not floating point has none)."""
+    if main.owns(x):
+        if x.tangent is not None:
+            return x
+        x = x.primal
+    return JVPTracer(main, x, zeros_like(x)) if core.is_float(x) else x
+
+
+def zeros_like(x):
+    """Zeros with ``x``'s (logical) shape and dtype, as a primitive's result (under
+    staging, a broadcast equation rather than a constant array)."""
+    from cuvmap.lax import shape as lax_shape
+
+    return lax_shape.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
 
 
 def split_nonzero(main, values):

@@ -50,17 +50,14 @@ from cuvmap.transforms.partial_eval import everything_saveable, nothing_saveable
 
 
 def dots_saveable(prim, *avals, **params):
-    """Keeps the results of matrix products (``dot_general``), recomputes the rest."""
-    from cuvmap.lax import linalg
-
-    return prim is linalg.dot_general_p
+    """Keeps the results of matrix products (``dot_general``: ``prim.kind == "dot"``),
+    recomputes the rest."""
+    return prim.kind == "dot"
 
 
 def dots_with_no_batch_dims_saveable(prim, *avals, **params):
     """Keeps the results of matrix products without batch dimensions."""
-    from cuvmap.lax import linalg
-
-    if prim is not linalg.dot_general_p:
+    if prim.kind != "dot":
         return False
     (_, _), (x_batch, y_batch) = params["dimension_numbers"]
     return not x_batch and not y_batch
