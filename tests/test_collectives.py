@@ -194,6 +194,34 @@ def test_collectives_compose_with_checkpoint_and_custom_jvp():
     np.testing.assert_allclose(cv.jit(cv.vmap(cv.grad(f), axis_name="i"))(xs), want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("call", [
+    lambda c: cv.jit(lambda c: lax.psum(c, "i"))(c),
+    lambda c: cv.checkpoint(lambda c: lax.psum(c, "i"))(c),
+    lambda c: lax.fori_loop(0, 2, lambda k, acc: acc + lax.psum(c, "i") / 2, 0.0),
+    lambda c: lax.while_loop(lambda acc: acc < 1, lambda acc: acc + lax.psum(c, "i"), 0.0),
+    lambda c: lax.cond(c > 0, lambda c: lax.psum(c, "i"), lambda c: -lax.psum(c, "i"), c),
+], ids=["jit", "checkpoint", "fori_loop", "while_loop", "cond"])
+def test_a_call_whose_operands_no_vmap_owns_reaches_the_vmap_of_its_collectives(call):
+    """A program (jit, checkpoint, control flow) whose body sums a value every example
+    shares over "i" is processed by the vmap of "i" though it owns none of its operands:
+    n times the value, not an evaluation outside the vmap."""
+    for n in (3, 5):
+        out = cv.vmap(lambda x: call(2.0) * x, axis_name="i")(np.ones(n))
+        np.testing.assert_allclose(out, np.full(n, 2.0 * n))
+
+
+def test_grad_of_a_scan_with_a_collective_under_a_named_vmap():
+    """The backward scan of psum's transpose reads only the (shared) cotangents."""
+    xs = rand(4, 5)
+
+    def f(x):
+        return lax.scan(lambda c, xi: (c + lax.psum(xi, "i"), None), 0.0, x * x)[0]
+
+    want = 4 * 2 * xs  # every example's output depends on every x
+    np.testing.assert_allclose(cv.vmap(cv.grad(f), axis_name="i")(xs), want, rtol=1e-12)
+    np.testing.assert_allclose(cv.jit(cv.vmap(cv.grad(f), axis_name="i"))(xs), want, rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------
 # jit
 # ---------------------------------------------------------------------------------------

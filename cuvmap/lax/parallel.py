@@ -141,11 +141,15 @@ class CollectivePrimitive(Primitive):
         super().__init__(name, differentiable)
         self.names_param = names_param
 
-    def axis_mains(self, params):
+    def axis_names(self, params):
+        """The names in ``params`` that vmaps bind (not the process axes)."""
         names = params[self.names_param]
         if type(names) is not tuple:
             names = (names,)
-        return [core.axis_frame(n, self.name).main for n in names if type(n) is not ProcessAxis]
+        return {n for n in names if type(n) is not ProcessAxis}
+
+    def axis_mains(self, params):
+        return [core.axis_frame(n, self.name).main for n in self.axis_names(params)]
 
 
 def _register(primitive, impl, shape_rule, batch, transpose=None):
