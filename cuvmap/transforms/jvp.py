@@ -17,12 +17,14 @@ primitive_jvps = {}
 
 
 class JVPTracer(PrimalTracer):
-    __slots__ = ("tangent",)
+    """``JVPTracer(main, primal, tangent)``: a primal value and its tangent (``None``: a
+    symbolic zero)."""
 
-    def __init__(self, main, primal, tangent):
-        self._main = main
-        self.primal = primal
-        self.tangent = tangent
+    __slots__ = ()
+
+    @property
+    def tangent(self):
+        return self.datum
 
 
 class JVPTrace(Trace):

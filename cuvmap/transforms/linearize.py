@@ -72,7 +72,7 @@ def linearize_flat(fun, primals, where, tangent_origins=None):
                 aval = core.get_aval(p)
                 var = Var(aval, None if tangent_origins is None else tangent_origins[i])
                 tangent_vars.append(var)
-                tangents.append(StagedTracer(pe_main, aval, var))
+                tangents.append(StagedTracer(pe_main, var))
             else:
                 tangents.append(None)
         with new_main(JVPTrace, name=where) as jvp_main:

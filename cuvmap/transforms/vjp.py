@@ -40,12 +40,13 @@ primitive_vjp_reads = {}
 
 
 class VJPTracer(PrimalTracer):
-    __slots__ = ("node",)
+    """``VJPTracer(main, primal, node)``: a primal value and its node on the tape."""
 
-    def __init__(self, main, primal, node):
-        self._main = main
-        self.primal = primal
-        self.node = node
+    __slots__ = ()
+
+    @property
+    def node(self):
+        return self.datum
 
 
 class Tape:
