@@ -397,7 +397,14 @@ class PrimalTracer(Tracer):
     shape, dtype and truth value are the primal's — Python control flow on values works
     under ``grad`` and ``jvp``, as in JAX's eager mode."""
 
-    __slots__ = ("primal",)
+    __slots__ = ("primal", "datum")
+
+    def __init__(self, main, primal, datum):
+        # ``datum``: what the transform keeps beside the primal (jvp's tangent, vjp's tape
+        # node), which the subclass names
+        self._main = main
+        self.primal = primal
+        self.datum = datum
 
     @property
     def shape(self):

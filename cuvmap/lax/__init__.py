@@ -25,7 +25,7 @@ from cuvmap.lax.parallel import (  # noqa: F401
 from cuvmap.lax.prng import threefry2x32  # noqa: F401
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
 from cuvmap.lax.shape import (  # noqa: F401
-    broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose,
+    broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
 )
 
 

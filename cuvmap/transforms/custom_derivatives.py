@@ -590,14 +590,14 @@ def _out_at_front(x, main, size):
 def _ct_in_layout(ct, main, size, dim):
     """A cotangent from ``vmap(bwd)`` in its operand's physical layout (batch dim ``dim``,
     or summed over the batch for an unbatched operand)."""
-    from cuvmap.lax.reduction import reduce_sum
+    from cuvmap import lax
     from cuvmap.transforms.batching import bdim_at_front, move_bdim
 
     if ct is None:
         return None
     if main.owns(ct):
         if dim is None:
-            return reduce_sum(ct.val, (ct.bdim,))
+            return lax.reduce_sum(ct.val, (ct.bdim,))
         return move_bdim(ct.val, ct.bdim, dim)
     if dim is None:
         return ct

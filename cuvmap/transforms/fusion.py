@@ -18,6 +18,8 @@ alone (NOTE [fusion groups]); it knows no array library and is tested on the CPU
 ``ElementwiseKernel`` (``cuvmap/cuda/kernels.py`` compiles them).
 """
 
+import dataclasses
+
 import numpy as np
 
 # NOTE [fusion groups]
@@ -113,17 +115,15 @@ def fusible(eqn):
     return not expression.float_only or _computation_dtype(eqn).kind == "f"
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class FusedGroup:
     """Member equations (in program order) of one kernel, its external inputs (variables
     and literals, without repeats) and its outputs (member variables read outside)."""
 
-    __slots__ = ("eqns", "inputs", "outputs", "shape")
-
-    def __init__(self, eqns, inputs, outputs, shape):
-        self.eqns = eqns
-        self.inputs = inputs
-        self.outputs = outputs
-        self.shape = shape
+    eqns: list
+    inputs: list
+    outputs: list
+    shape: tuple
 
     def __repr__(self):
         names = " ".join(e.primitive.name for e in self.eqns)

@@ -17,12 +17,14 @@ primitive_jvps = {}
 
 
 class JVPTracer(PrimalTracer):
-    __slots__ = ("tangent",)
+    """``JVPTracer(main, primal, tangent)``: a primal value and its tangent (``None``: a
+    symbolic zero)."""
 
-    def __init__(self, main, primal, tangent):
-        self._main = main
-        self.primal = primal
-        self.tangent = tangent
+    __slots__ = ()
+
+    @property
+    def tangent(self):
+        return self.datum
 
 
 class JVPTrace(Trace):
@@ -119,9 +121,9 @@ def _with_tangent(main, x):
 def zeros_like(x):
     """Zeros with ``x``'s (logical) shape and dtype, as a primitive's result (under
     staging, a broadcast equation rather than a constant array)."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
-    return lax_shape.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
+    return lax.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
 
 
 def split_nonzero(main, values):
@@ -139,9 +141,9 @@ def split_nonzero(main, values):
 
 
 def _add(a, b):
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
-    return elementwise.add(a, b)
+    return lax.add(a, b)
 
 
 def match_aval(x, like, fit_shape):
@@ -152,20 +154,20 @@ def match_aval(x, like, fit_shape):
     x_shape = core.shape_of(x)
     if x_shape == shape and (type(like) is float or core.dtype_of(x) == core.dtype_of(like)):
         return x
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
     if x_shape != shape:
         x = fit_shape(x, shape)
     if type(like) is not float and core.dtype_of(x) != core.dtype_of(like):
-        x = elementwise.convert_element_type(x, core.dtype_of(like))
+        x = lax.convert_element_type(x, core.dtype_of(like))
     return x
 
 
 def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
-    return match_aval(t, out, lax_shape.broadcast_to)
+    return match_aval(t, out, lax.broadcast_to)
 
 
 def defjvp(primitive, *per_operand_rules):

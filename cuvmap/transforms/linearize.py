@@ -72,7 +72,7 @@ def linearize_flat(fun, primals, where, tangent_origins=None):
                 aval = core.get_aval(p)
                 var = Var(aval, None if tangent_origins is None else tangent_origins[i])
                 tangent_vars.append(var)
-                tangents.append(StagedTracer(pe_main, aval, var))
+                tangents.append(StagedTracer(pe_main, var))
             else:
                 tangents.append(None)
         with new_main(JVPTrace, name=where) as jvp_main:
@@ -194,9 +194,9 @@ def _linearize(f, primals, has_aux, where):
                     "tangent must have its primal's dtype (as in JAX): cast it with .astype"
                 )
             if type(t) is not float and core.dtype_of(t) != aval.dtype:
-                from cuvmap.lax import elementwise
+                from cuvmap import lax
 
-                t = elementwise.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
+                t = lax.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
             args.append(t)
         outs = iter(staging.call(program, args) if program.jaxpr.outvars else ())
         results = [core.full_like_concrete(z, 0) if z is not None else next(outs) for z in zero_like]

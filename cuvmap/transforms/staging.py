@@ -35,26 +35,25 @@ from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 
 class StagedTracer(Tracer):
-    """A value of a function being staged: an aval and the program variable it is."""
+    """A value of a function being staged: the program variable it is (which has its aval)."""
 
-    __slots__ = ("_aval", "var")
+    __slots__ = ("var",)
 
-    def __init__(self, main, aval, var):
+    def __init__(self, main, var):
         self._main = main
-        self._aval = aval
         self.var = var
 
     @property
     def aval(self):
-        return self._aval
+        return self.var.aval
 
     @property
     def shape(self):
-        return self._aval.shape
+        return self.var.aval.shape
 
     @property
     def dtype(self):
-        return self._aval.dtype
+        return self.var.aval.dtype
 
     def _concrete_value(self):
         # NOTE [a staged value has a device but no value]
@@ -62,7 +61,7 @@ class StagedTracer(Tracer):
         # ``full_like_concrete``) gets an empty array of the value's dtype on its device:
         # enough to pick NumPy or CuPy and a dtype. Nothing may read values through it;
         # the conversions below raise instead.
-        return _device_witness(self._aval)
+        return _device_witness(self.var.aval)
 
     def _concretization_error(self, what):
         origin = _origin_of(self.var)
@@ -147,7 +146,7 @@ class StagingTrace(Trace):
         origin = next((v.origin for v in inputs if type(v) is Var and v.origin), None)
         var = Var(out_aval, origin)
         builder.eqns.append(JaxprEqn(primitive, inputs, var, params))
-        return StagedTracer(self.main, out_aval, var)
+        return StagedTracer(self.main, var)
 
     def process_call(self, primitive, args, params):
         return primitive.stage(self, args, params)
@@ -163,7 +162,7 @@ class StagingTrace(Trace):
         device = _out_device([v.aval for v in inputs])
         outs = tuple(Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device)) for a in out_avals)
         builder.eqns.append(JaxprEqn(primitive, inputs, outs, params))
-        return [StagedTracer(self.main, v.aval, v) for v in outs]
+        return [StagedTracer(self.main, v) for v in outs]
 
 
 def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
@@ -174,7 +173,7 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
     builder = JaxprBuilder()
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main):
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
-        tracers = [StagedTracer(main, a, v) for a, v in zip(in_avals, invars)]
+        tracers = [StagedTracer(main, v) for v in invars]
         outs = f(*tracers)
         outvars = []
         for o in outs:

@@ -40,12 +40,13 @@ primitive_vjp_reads = {}
 
 
 class VJPTracer(PrimalTracer):
-    __slots__ = ("node",)
+    """``VJPTracer(main, primal, node)``: a primal value and its node on the tape."""
 
-    def __init__(self, main, primal, node):
-        self._main = main
-        self.primal = primal
-        self.node = node
+    __slots__ = ()
+
+    @property
+    def node(self):
+        return self.datum
 
 
 class Tape:
@@ -157,12 +158,12 @@ def backward_pass(tape, output_cts):
     Returns:
       the cotangent of each input node (``None`` where no path reached it).
     """
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
     n_in = tape.num_inputs
     cts = [None] * (n_in + len(tape.entries))
     for node, ct in output_cts:
-        cts[node] = ct if cts[node] is None else elementwise.add(cts[node], ct)
+        cts[node] = ct if cts[node] is None else lax.add(cts[node], ct)
     entries = tape.entries
     calls = tape.calls
     for k in range(len(entries) - 1, -1, -1):
@@ -184,7 +185,7 @@ def backward_pass(tape, output_cts):
                 continue
             ct_i = match_operand(ct_i, primals[i])
             prev = cts[operand_node]
-            cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
+            cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
     return cts[:n_in]
 
 
@@ -196,7 +197,7 @@ def backward_pass(tape, output_cts):
 # index to the number of outputs. Every output node is later than each input node, so
 # when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
 def _backward_call(entry, cts, node, num_outs):
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
     group = cts[node:node + num_outs]
     if all(c is None for c in group):
@@ -208,16 +209,16 @@ def _backward_call(entry, cts, node, num_outs):
         if ct_i is None:  # (a custom rule's zero cotangent)
             continue
         prev = cts[operand_node]
-        cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
+        cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
 
 
 def match_operand(ct, primal):
     """Sums a cotangent over the dims its operand was broadcast along (NumPy broadcasting)
     and casts it to the operand's dtype."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
     from cuvmap.transforms.jvp import match_aval
 
-    return match_aval(ct, primal, lax_shape.unbroadcast)
+    return match_aval(ct, primal, lax.unbroadcast)
 
 
 def declare_reads(primitive, reads, num_operands=None):
