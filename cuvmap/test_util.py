@@ -201,8 +201,9 @@ def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
 
 def missing_rules(prim):
     """The rules that primitive ``prim`` lacks, as a list of sentences (empty when it has
-    them all): an impl, a shape rule, a batching rule and, when it is differentiable, a
-    JVP rule and a VJP rule, as entries of the transforms' rule tables. A call-like
+    them all): an impl, a shape rule, a batching rule (for a collective, an entry of
+    ``batching.axis_primitive_batchers``) and, when it is differentiable, a JVP rule and a
+    VJP rule, as entries of the transforms' rule tables. A call-like
     primitive, whose rules are methods (``rule_methods`` names them, as
     :class:`cuvmap.transforms.call.CallPrimitive` does), needs those methods instead, each
     defined by its own class: a subclass of the class that names them inherits defaults
@@ -223,7 +224,7 @@ def missing_rules(prim):
                           for m in prim.rule_methods if not any(callable(c.__dict__.get(m)) for c in own)]
     if not callable(prim.shape_rule):
         missing.append(f"{prim.name} has no shape rule")
-    if prim not in batching.primitive_batchers:
+    if prim not in batching.primitive_batchers and prim not in batching.axis_primitive_batchers:
         missing.append(f"{prim.name} has no batching rule")
     if prim.differentiable:
         if prim not in jvp.primitive_jvps:

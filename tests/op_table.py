@@ -28,12 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import cuvmap as cv
 from cuvmap import core, lax
 from cuvmap import numpy as cnp
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import bitwise as lax_bitwise
+from cuvmap.lax import parallel
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
@@ -1341,6 +1343,108 @@ def _rows_bitwise():
 
 
 # ---------------------------------------------------------------------------------------
+# Collectives over a named axis (cuvmap.lax.parallel): each row maps its operands' leading
+# axis with vmap(..., axis_name="i") (and an inner "j" for the nested rows), so the generic
+# tests check the named batching rules against closed forms, their transposes against
+# finite differences, and (wrapping the row in an unnamed vmap) the rules that pass other
+# batch dims through
+# ---------------------------------------------------------------------------------------
+
+
+def _named(f, in_axes=0):
+    """``f`` mapped over its operands' leading axis, named ``"i"``."""
+    return lambda *xs: cv.vmap(f, in_axes=in_axes, axis_name="i")(*xs)
+
+
+def _named2(f):
+    """``f`` mapped over the two leading axes, named ``"i"`` (outer) and ``"j"``."""
+    return lambda x: cv.vmap(cv.vmap(f, axis_name="j"), axis_name="i")(x)
+
+
+def _each(x, fn):
+    """``fn(x)`` broadcast back over the leading axis (every member gets the same)."""
+    return np.broadcast_to(fn(x), x.shape[:1] + np.shape(fn(x))).copy()
+
+
+def _batch_norm(m, x):
+    """Batch normalisation over the named axis (cuvmap) or axis 0 (NumPy)."""
+    if m is np:
+        mean, var = x.mean(0), x.var(0)
+    else:
+        mean = lax.pmean(x, "i")
+        var = lax.pmean((x - mean) ** 2, "i")
+    return (x - mean) / cnp.sqrt(var + 1e-3) if m is not np else (x - mean) / np.sqrt(var + 1e-3)
+
+
+def _ref_all_to_all(x, split, concat):
+    """Member m gets, from each member c, x[c]'s m-th slice along ``split``, stacked along
+    ``concat``: written out as loops."""
+    n = x.shape[0]
+    return np.stack([np.stack([np.take(x[c], m, axis=split) for c in range(n)], axis=concat) for m in range(n)])
+
+
+def _ref_ppermute(x, perm):
+    out = np.zeros_like(x)
+    for src, dst in perm:
+        out[dst] = x[src]
+    return out
+
+
+def _as_float(i, like):
+    return lax.convert_element_type(i, core.dtype_of(like))
+
+
+_CYCLE = ((0, 1), (1, 2), (2, 3), (3, 0))
+
+
+def _rows_parallel():
+    return [
+        Row("psum", _named(lambda v: lax.psum(v, "i")), lambda x: _each(x, lambda x: x.sum(0)), [A(4, 3)],
+            covers=(parallel.psum_p,)),
+        Row("psum_product", _named(lambda v: v * lax.psum(v * v, "i")), lambda x: x * (x * x).sum(0), [A(4, 3)]),
+        # psum of a value every member shares: n times it
+        Row("psum_unbatched", _named(lambda v, c: v * lax.psum(c, "i"), in_axes=(0, None)),
+            lambda x, c: x * (4 * c), [A(4, 3), A(3)]),
+        Row("pmean_batch_norm", _named(lambda v: _batch_norm(lax, v)), lambda x: _batch_norm(np, x), [A(5, 3)],
+            tol32=(1e-4, 1e-5)),
+        Row("pmax", _named(lambda v: lax.pmax(v, "i") * v), lambda x: x.max(0) * x, [A(4, 3, domain="distinct")],
+            covers=(parallel.pmax_p,)),
+        Row("pmin", _named(lambda v: lax.pmin(v, "i")), lambda x: _each(x, lambda x: x.min(0)),
+            [A(4, 3, domain="distinct")], covers=(parallel.pmin_p,)),
+        Row("all_gather", _named(lambda v: lax.all_gather(v, "i") * v), lambda x: x[None] * x[:, None], [A(3, 2)],
+            covers=(parallel.all_gather_p,)),
+        Row("all_gather_axis1_tiled", _named(lambda v: lax.all_gather(v, "i", axis=1, tiled=True)),
+            lambda x: _each(x, lambda x: np.concatenate(list(x), axis=1)), [A(3, 2, 2)]),
+        Row("psum_scatter", _named(lambda v: lax.psum_scatter(v, "i")), lambda x: x.sum(0), [A(3, 3, 2)],
+            covers=(parallel.psum_scatter_p,)),
+        Row("psum_scatter_dim1_tiled", _named(lambda v: lax.psum_scatter(v, "i", scatter_dimension=1, tiled=True)),
+            lambda x: np.stack([x.sum(0)[:, 2 * m:2 * m + 2] for m in range(3)]), [A(3, 2, 6)]),
+        Row("ppermute_cycle", _named(lambda v: lax.ppermute(v, "i", _CYCLE) * v),
+            lambda x: _ref_ppermute(x, _CYCLE) * x, [A(4, 3)], covers=(parallel.ppermute_p,)),
+        # members 0 and 2 receive nothing: zeros
+        Row("ppermute_partial", _named(lambda v: lax.ppermute(v, "i", ((0, 1), (2, 3)))),
+            lambda x: _ref_ppermute(x, ((0, 1), (2, 3))), [A(4, 3)]),
+        Row("all_to_all", _named(lambda v: lax.all_to_all(v, "i", 0, 0)), lambda x: _ref_all_to_all(x, 0, 0),
+            [A(3, 3, 2)], covers=(parallel.all_to_all_p,)),
+        Row("all_to_all_split1_concat0", _named(lambda v: lax.all_to_all(v, "i", 1, 0)),
+            lambda x: _ref_all_to_all(x, 1, 0), [A(3, 2, 3)]),
+        Row("all_to_all_tiled", _named(lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True)),
+            lambda x: np.stack([np.concatenate([x[c, 2 * m:2 * m + 2] for c in range(3)], axis=1) for m in range(3)]),
+            [A(3, 6, 2)]),
+        Row("axis_index", _named(lambda v: v * _as_float(lax.axis_index("i"), v)),
+            lambda x: x * np.arange(4, dtype=x.dtype)[:, None], [A(4, 3)], covers=(parallel.axis_index_p,)),
+        # nested named vmaps: a sum over both names, over the outer name only, the product
+        # axis's index and a gather over both (the first name major)
+        Row("psum_two_names", _named2(lambda v: lax.psum(v, ("i", "j")) + lax.psum(v * v, "i")),
+            lambda x: np.broadcast_to(x.sum((0, 1)) + (x * x).sum(0), x.shape).copy(), [A(2, 3, 2)]),
+        Row("axis_index_two_names", _named2(lambda v: v * _as_float(lax.axis_index(("i", "j")), v)),
+            lambda x: x * np.arange(6, dtype=x.dtype).reshape(2, 3, 1), [A(2, 3, 2)]),
+        Row("all_gather_two_names", _named2(lambda v: lax.all_gather(v, ("i", "j"))),
+            lambda x: np.broadcast_to(x.reshape(6, 2), (2, 3, 6, 2)).copy(), [A(2, 3, 2)]),
+    ]
+
+
+# ---------------------------------------------------------------------------------------
 # Control flow (cuvmap.lax.control_flow): composites over call primitives, checked
 # against Python loops and branches
 # ---------------------------------------------------------------------------------------
@@ -1476,7 +1580,7 @@ def _fori_traced_ref(x, n):
     return x
 
 
-COMPOSITE_ROWS = _rows_composite() + _rows_bitwise() + _rows_control_flow()
+COMPOSITE_ROWS = _rows_composite() + _rows_bitwise() + _rows_parallel() + _rows_control_flow()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap
@@ -1496,6 +1600,8 @@ NESTED_SAMPLE = (
     "erf", "erf_inv", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
     "einsum_chain3", "norm_matrix_ords", "clip_array_bounds", "svd_values", "svd_tall", "svd_wide",
     "norm_singular_value_ords", "bitwise_operators",
+    "psum_product", "pmean_batch_norm", "pmax", "all_gather", "psum_scatter_dim1_tiled", "ppermute_partial",
+    "all_to_all_tiled", "psum_two_names",
 )
 
 _names = [r.name for r in ALL_ROWS]

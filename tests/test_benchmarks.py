@@ -294,3 +294,25 @@ def test_load_monitor():
     load = mon.stop()
     assert set(load) >= {"others_cores", "steal_cores", "loadavg_start", "loadavg_end", "cores", "wall_s", "warning"}
     assert load["wall_s"] > 0 and isinstance(harness.LoadMonitor.describe(load), str)
+
+
+# ---------------------------------------------------------------------------------------
+# distributed (a job of 2 under mpiexec)
+# ---------------------------------------------------------------------------------------
+
+
+def test_distributed_suite(capsys, tmp_path):
+    from cuvmap import distributed
+
+    if distributed.find_mpiexec() is None:
+        pytest.skip("no mpiexec next to this Python or on PATH (pip install mpi4py mpich)")
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed")
+    res, out = _run(capsys, tmp_path, ["distributed", "--sizes", "4096", "65536", "--repeats", "2", "--warmup", "1",
+                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--progress", "off"])
+    methods = [r["method"] for r in res["allreduce"]]
+    assert len(methods) == 8 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    for r in res["allreduce"]:
+        assert r["median_us"] > 0 and r["gb_per_s"] > 0 and r["rounds"] == 2
+        assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")
+    assert set(res["dp_step"]["ms_per_step"]) == {"1", "2"} and res["dp_step"]["speedup"] > 0
+    assert "| 64 KiB | cuvmap psum (data_parallel) |" in out and "DP-SGD step of the main job" in out

@@ -19,6 +19,9 @@ from cuvmap.lax.linalg import dot_general, svd  # noqa: F401
 from cuvmap.lax.pooling import (  # noqa: F401
     avg_pool, avg_pool_transpose, max_pool, max_pool_gather, max_pool_scatter,
 )
+from cuvmap.lax.parallel import (  # noqa: F401
+    all_gather, all_to_all, axis_index, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+)
 from cuvmap.lax.prng import threefry2x32  # noqa: F401
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
 from cuvmap.lax.shape import (  # noqa: F401

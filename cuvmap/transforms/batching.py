@@ -27,6 +27,9 @@ from cuvmap.core import MissingRuleError, Trace, Tracer
 not_mapped = None
 
 primitive_batchers = {}
+# rules of primitives that act along named axes (collectives, cuvmap/lax/parallel.py):
+# ``rule(axis, vals, dims, **params)`` gets the transform's AxisData (size and name)
+axis_primitive_batchers = {}
 
 
 class AxisData:
@@ -108,9 +111,13 @@ class BatchTrace(Trace):
         main = self.main
         vals, dims = self.unwrap(args)
         rule = primitive_batchers.get(primitive)
-        if rule is None:
-            raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
-        out, out_dim = rule(main.global_data.size, vals, dims, **params)
+        if rule is not None:
+            out, out_dim = rule(main.global_data.size, vals, dims, **params)
+        else:
+            rule = axis_primitive_batchers.get(primitive)
+            if rule is None:
+                raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
+            out, out_dim = rule(main.global_data, vals, dims, **params)
         if out_dim is not_mapped:
             return out
         return BatchTracer(main, out, out_dim)

@@ -66,6 +66,14 @@ class CallPrimitive(core.Primitive):
     def bind_with_trace(self, trace, args, params):
         return trace.process_call(self, args, params)
 
+    def axis_mains(self, params):
+        """The batching transforms of the named axes that collectives inside the call's
+        programs act along: a call whose operands no vmap owns (a scan whose body sums a
+        constant over ``"i"``) must still reach the vmap of ``"i"`` (NOTE [named axes] in
+        cuvmap/core.py). Nothing for a call without collectives."""
+        names = axis_names_in(params)
+        return [core.axis_frame(name, self.name).main for name in names] if names else ()
+
     def bind_error(self, args, params, err, top):
         if self.what is not None:
             core.set_error_note(err, f"{self.what} under {top.name if top else 'eval'}")
@@ -146,6 +154,33 @@ class CallPrimitive(core.Primitive):
         and what only they needed."""
         new_program, used_inputs = ir.dce_closed(params["program"], used_outputs)
         return dict(params, program=new_program), used_inputs, list(used_outputs)
+
+
+def axis_names_in(params):
+    """The names of the vmap axes (not process axes) that the collectives in the programs
+    among ``params`` act along, nested calls' included; cached on each program."""
+    names = set()
+    for value in params.values():
+        programs = value if isinstance(value, (tuple, list)) else (value,)
+        for program in programs:
+            program = getattr(program, "program", program)  # (a staged function)
+            if isinstance(program, ir.ClosedJaxpr):
+                names |= _program_axis_names(program)
+    return names
+
+
+def _program_axis_names(closed):
+    hit = closed.derived.get("axis names")
+    if hit is None:
+        hit = set()
+        for eqn in closed.jaxpr.eqns:
+            names_of = getattr(eqn.primitive, "axis_names", None)  # a collective
+            if names_of is not None:
+                hit |= names_of(eqn.params)
+            elif isinstance(eqn.primitive, CallPrimitive):
+                hit |= axis_names_in(eqn.params)
+        hit = closed.derived["axis names"] = frozenset(hit)
+    return hit
 
 
 def avals_of(values):

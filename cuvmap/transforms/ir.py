@@ -314,7 +314,10 @@ def fold_constants(closed):
     for eqn in jaxpr.eqns:
         # only single arrays are folded: an equation with several results (NOTE [an
         # equation with several results]) stays an equation
-        if type(eqn.out) is not tuple and all(type(x) is Literal or x in known for x in eqn.inputs):
+        # a collective is never folded: its value depends on the other members of its axis
+        # (a vmap's examples, other processes), which only a run of the program meets
+        if (type(eqn.out) is not tuple and eqn.primitive.axis_mains is None
+                and all(type(x) is Literal or x in known for x in eqn.inputs)):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
             out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))
