@@ -3,6 +3,8 @@
     python -m benchmarks per_example --batch 32 128 --device cpu
     python -m benchmarks conv --batch 32 128
     python -m benchmarks dispatch
+    python -m benchmarks distributed
+    python -m benchmarks control_flow --length 1000
     python -m benchmarks dp --batch 32 128 512
     python -m benchmarks SUITE --help
 
@@ -26,6 +28,8 @@ SUITES = {
     "per_example": "benchmarks.suite_per_example",
     "conv": "benchmarks.bench_conv",
     "dispatch": "benchmarks.bench_dispatch",
+    "distributed": "benchmarks.bench_distributed",
+    "control_flow": "benchmarks.bench_control_flow",
     "dp": "benchmarks.bench_dp",
 }
 

@@ -26,12 +26,12 @@ benchmarks conv`` runs without it); the value in force is printed with the figur
 every ratio compares methods under the same setting. Timing, settings, JSON and the plot (table 1 as
 ms per example against the batch size) come from ``benchmarks/harness.py``.
 """
-import importlib
 
 import numpy as np
 
 import cuvmap as cv
 from cuvmap import backend, lax
+from cuvmap.lax import convolution as conv_module
 
 from benchmarks import harness
 
@@ -48,7 +48,6 @@ def forced(strategy, fn, gemm_settings=None):
     """``fn`` run under conv strategy ``strategy`` (NOTE [conv strategy]) and, for the im2col
     kernels, the ``conv_gemm`` settings ``gemm_settings`` (``{"COLUMN_LAYOUT": ...,
     "BLOCK_BYTES": ...}``)."""
-    conv_module = importlib.import_module("cuvmap.lax.conv")
     from cuvmap.lax import conv_gemm
 
     settings = dict(gemm_settings or {})
@@ -122,7 +121,6 @@ def run(args, settings):
     dtype = np.float32
     rng = np.random.default_rng(0)
     results = {"tables": {}}
-    conv_module = importlib.import_module("cuvmap.lax.conv")  # (cuvmap.lax.conv the attribute is the function)
     put = (lambda a: a) if xp is np else xp.asarray
     rep, warm = args.repeats, args.warmup
     n_steps = len(args.batch) * len(LAYERS) * (3 + 4 + 1)

@@ -262,7 +262,8 @@ def settings_line(settings_dict):
 
 class LoadMonitor:
     """How busy the machine was with other work while a benchmark ran (Linux: from
-    ``/proc/stat`` and this process's CPU times; elsewhere only the load average).
+    ``/proc/stat`` and the CPU times of this process and of the children it waited for;
+    elsewhere only the load average).
 
     ``others_cores`` is the CPU time that other processes used during the run over its
     wall time, in cores: on a quiet machine it is near 0, and figures measured while it is
@@ -274,7 +275,8 @@ class LoadMonitor:
 
     @staticmethod
     def _snapshot():
-        snap = dict(wall=time.perf_counter(), own=sum(os.times()[:2]))
+        # this process's CPU time and its finished children's (a suite's jobs under mpiexec)
+        snap = dict(wall=time.perf_counter(), own=sum(os.times()[:4]))
         try:
             with open("/proc/stat") as fh:
                 fields = [int(v) for v in fh.readline().split()[1:]]

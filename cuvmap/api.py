@@ -24,7 +24,7 @@ from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
 # ---------------------------------------------------------------------------------------
 
 
-def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
+def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=None):
     """Vectorizing map: ``vmap(f)(xs)[b] == f(xs[b])``, computed with batched primitives.
 
     Args:
@@ -38,13 +38,19 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
       axis_size: the size of the mapped axis; required only when nothing is mapped. A
         size of 0 is allowed: the results are empty arrays of the right shapes.
       chunk_size: when set, maps ``chunk_size`` examples at a time and concatenates the
-        results (identical results, bounded memory).
+        results (identical results, bounded memory). Not with ``axis_name``: a collective
+        needs every example of its axis at once.
+      axis_name: a name for the mapped axis (a string), which collectives inside ``f``
+        act along (``cuvmap.lax.psum(x, "i")`` sums over the examples, ``axis_index("i")``
+        is the example's index; :mod:`cuvmap.lax.parallel`). Nested vmaps with different
+        names map a product of axes; an inner name shadows an outer one.
     Returns:
       the vectorized function.
 
     Example::
 
         per_example = vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+        centred = vmap(lambda x: x - lax.pmean(x, "i"), axis_name="i")(xs)
     """
     api_util.check_callable(f, "vmap")
     if isinstance(in_axes, list):
@@ -53,15 +59,30 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     spec = f"in_axes={in_axes!r}" if in_axes != 0 else ""
     if out_axes != 0:
         spec += (", " if spec else "") + f"out_axes={out_axes!r}"
+    if axis_name is not None:
+        spec += (", " if spec else "") + f"axis_name={axis_name!r}"
     where = f"vmap({fname}{', ' + spec if spec else ''})"
     if axis_size is not None and (not api_util.is_int(axis_size) or axis_size < 0):
         raise TransformError(f"{where}: axis_size must be a non-negative int, got {axis_size!r}")
     if chunk_size is not None and (not api_util.is_int(chunk_size) or chunk_size < 1):
         raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
-    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where)
+    if axis_name is not None:
+        try:
+            hash(axis_name)
+        except TypeError:
+            raise TransformError(f"{where}: axis_name must be hashable (a string), got {axis_name!r}") from None
+        if isinstance(axis_name, tuple):
+            raise TransformError(f"{where}: axis_name names one axis (a string), got the tuple {axis_name!r}; "
+                                 "nest one vmap per name")
+        if chunk_size is not None:
+            raise TransformError(
+                f"{where}: chunk_size={chunk_size} cannot be combined with axis_name: the collectives over "
+                f"{axis_name!r} need every example of the axis at once, and a chunked vmap maps "
+                f"{chunk_size} at a time; drop chunk_size (or axis_name)")
+    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name)
 
 
-def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None):
+def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None):
     """:func:`vmap` named ``where`` (other transforms use it internally under their name)."""
 
     @api_util.with_context(where, f, name)
@@ -72,14 +93,14 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None):
         axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
         axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
         if chunk_size is None or size <= chunk_size:
-            return _vmap_once(f, where, leaves, treedef, axes, size, out_axes)
+            return _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name)
         return _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size)
 
     return vmapped
 
 
-def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
-    with batching.new_batch_main(batching.AxisData(size), where) as main:
+def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
+    with batching.new_batch_main(batching.AxisData(size, axis_name), where) as main:
         traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
         args, kwargs = tree.unflatten(treedef, traced)
         out = f(*args, **kwargs)
@@ -90,7 +111,7 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes):
         raise api_util.prefix_error("out_axes", out_axes, "outputs", err, api_util.describe_out) from None
     results = []
     for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
-        batched = type(leaf) is BatchTracer and leaf._main is main
+        batched = main.owns(leaf)
         if batched:
             if oa is None:
                 raise TransformError(
@@ -166,14 +187,14 @@ def _vjp(f, primals, has_aux, where, describe):
     out_primals = []
     out_nodes = []
     for leaf in out_leaves:
-        if type(leaf) is VJPTracer and leaf._main is main:
+        if main.owns(leaf):
             out_primals.append(leaf.primal)
             out_nodes.append(leaf.node)
         else:
             out_primals.append(leaf)
             out_nodes.append(None)
     if has_aux:
-        aux = tree.map(lambda a: api_util.aux_result(a.primal if type(a) is VJPTracer and a._main is main else a), aux)
+        aux = tree.map(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
     out_value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_primals], leaves))
 
     def vjp_fun(ct):
@@ -360,7 +381,7 @@ def _jvp(f, primals, tangents, has_aux, where):
     out_leaves, out_tree = tree.flatten(out)
     out_p, out_t = [], []
     for leaf in out_leaves:
-        if type(leaf) is JVPTracer and leaf._main is main:
+        if main.owns(leaf):
             out_p.append(leaf.primal)
             out_t.append(leaf.tangent if leaf.tangent is not None else core.full_like_concrete(leaf.primal, 0))
         else:
@@ -369,7 +390,7 @@ def _jvp(f, primals, tangents, has_aux, where):
     fresh = api_util.unaliased([api_util.to_array_result(v) for v in out_p + out_t], p_leaves + t_leaves)
     result = (tree.unflatten(out_tree, fresh[:len(out_p)]), tree.unflatten(out_tree, fresh[len(out_p):]))
     if has_aux:
-        aux = tree.map(lambda a: api_util.aux_result(a.primal if type(a) is JVPTracer and a._main is main else a), aux)
+        aux = tree.map(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
         return result + (aux,)
     return result
 

@@ -391,8 +391,19 @@ def stage_arguments(f, where, args, kwargs, static_nums, static_names):
         full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
         return full, full_kwargs
 
-    key = (treedef, tuple(avals), key_static)
+    key = (treedef, tuple(avals), key_static, axis_env_key())
     return key, leaves, user_paths, avals, rebuild
+
+
+def axis_env_key():
+    """The named axes in scope (NOTE [named axes] in cuvmap/core.py) as a hashable value:
+    their names, sizes and process groups. A program staged inside ``vmap(...,
+    axis_name=...)`` or ``data_parallel`` depends on them (``all_gather``'s output shape,
+    ``pmean``'s divisor), so staging caches key on it; ``()`` outside any."""
+    env = core.axis_env()
+    if not env:
+        return ()
+    return tuple((frame.name, frame.size, frame.communicator) for frame in env)
 
 
 def trace_program(f, where, leaves, paths, avals, rebuild):

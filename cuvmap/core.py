@@ -16,7 +16,10 @@ Levels keep nested transforms apart: in ``grad(lambda x: grad(lambda y: x * y)(1
 inner ``grad`` sees ``x`` as a constant, so perturbations never get confused. A tracer
 whose main has been popped has *escaped* its transform; using it raises an error.
 """
+import itertools
+import sys
 import threading
+import weakref
 from contextlib import contextmanager
 
 import numpy as np
@@ -193,6 +196,11 @@ class MainTrace:
     def __repr__(self):
         return f"MainTrace({self.name}, level={self.level})"
 
+    def owns(self, x):
+        """Whether ``x`` is a tracer of this transform (a value of any other level, or an
+        array, is a constant to it)."""
+        return isinstance(x, Tracer) and x._main is self
+
 
 # NOTE [one stack per thread]
 # Each thread has its own interpreter stack, as JAX's trace state is thread-local. A level
@@ -294,7 +302,11 @@ def axis_frame(name, what="a collective"):
 
 
 class Trace:
-    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``."""
+    """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``
+    (an ordinary primitive: the transform's rule for it) and ``process_call`` (a call
+    primitive, whose params hold a program: the trace turns its tracers into what the
+    primitive's method for this transform takes, NOTE [call primitives] in
+    :mod:`cuvmap.transforms.call`)."""
 
     __slots__ = ("main",)
 
@@ -303,6 +315,9 @@ class Trace:
 
     def process_primitive(self, primitive, args, params):
         raise NotImplementedError
+
+    def process_call(self, primitive, args, params):
+        raise MissingRuleError(f"{self.main.name} cannot process {primitive.name}, a call primitive")
 
 
 class Tracer:
@@ -382,7 +397,14 @@ class PrimalTracer(Tracer):
     shape, dtype and truth value are the primal's — Python control flow on values works
     under ``grad`` and ``jvp``, as in JAX's eager mode."""
 
-    __slots__ = ("primal",)
+    __slots__ = ("primal", "datum")
+
+    def __init__(self, main, primal, datum):
+        # ``datum``: what the transform keeps beside the primal (jvp's tangent, vjp's tape
+        # node), which the subclass names
+        self._main = main
+        self.primal = primal
+        self.datum = datum
 
     @property
     def shape(self):
@@ -429,6 +451,39 @@ class PrimalTracer(Tracer):
 # ---------------------------------------------------------------------------------------
 
 
+# NOTE [a registry that fills itself]
+# A primitive registers itself when it is constructed, so no list of primitives is kept
+# by hand: cuvmap.lax.all_primitives() imports every module of the lax package and returns
+# the registered primitives that those modules made, and the registry test checks that
+# each has every rule (a family added without rules fails it, however it is named). The
+# registry holds primitives weakly (one that nothing references can never be bound), in
+# the order they were made; ``module`` is the module whose code made the primitive (the
+# caller of the constructor, past the ``__init__`` of subclasses), as namedtuple finds its
+# ``__module__``, so a family's helper that defines its primitives counts as that family.
+_registry = weakref.WeakValueDictionary()
+_registry_keys = itertools.count()
+
+
+def _defining_module(primitive):
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is primitive:
+        frame = frame.f_back  # a subclass's __init__
+    return frame.f_globals.get("__name__") if frame is not None else None
+
+
+def registered_primitives():
+    """Every primitive alive, in the order they were made (NOTE [a registry that fills
+    itself]); :func:`cuvmap.lax.all_primitives` selects cuvmap's own."""
+    return list(_registry.values())
+
+
+# The facts of a primitive (the docstring of Primitive) and their defaults, the safe
+# assumptions. A primitive states its own with the constructor's keywords (None: the
+# default), a class of primitives as class attributes (control flow's host_sync = True).
+_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
+          "kind": None}
+
+
 class Primitive:
     """A named operation. ``impl(*arrays, **params)`` evaluates it on concrete arrays;
     ``shape_rule(*avals, **params) -> ShapedArray`` states its output aval and raises
@@ -436,19 +491,70 @@ class Primitive:
 
     ``differentiable=False`` marks primitives whose outputs carry no derivative
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
+
+    What the planned executor, fusion and the checkpoint policies need to know about a
+    primitive are attributes (keyword arguments of the constructor, or class attributes of
+    a class of primitives), set where the primitive is defined, so that
+    ``cuvmap/transforms/`` names no lax primitive. Each default is the safe assumption:
+
+    - ``owns_output``: the result never shares memory with an operand (a reduction, a
+      matrix product, a convolution). Without it the executor assumes the result may be
+      a view of an operand (a reshape, a slice, an identity).
+    - ``impl_into``: a writer ``impl_into(*operands, out=buffer)`` that puts the result
+      into ``out`` (a buffer of the output's shape and dtype) and returns it, or raises
+      TypeError or ValueError to decline; a ufunc impl is its own writer. A primitive with
+      a writer returns arrays of its own, so a plan may write its results into a dead
+      operand's buffer or a pooled one (NOTE [buffer planning] in
+      cuvmap/transforms/executor.py). ``impl_into_when(aval, gpu) -> bool``, where given,
+      says for which outputs the writer applies (select's blend: NumPy floats only).
+    - ``host_sync``: the impl reads operand values on the host (a bounds check: a GPU
+      synchronisation), so a program with it is never captured as a CUDA graph.
+    - ``fused``: how a generated elementwise kernel computes it (a
+      :class:`cuvmap.transforms.fusion.CExpression`), or None: it is never fused.
+    - ``kind``: what a policy may ask about it: ``"dot"`` for matrix products (the
+      checkpoint policies ``dots_saveable`` and ``dots_with_no_batch_dims_saveable``),
+      else None.
+
+    Every primitive registers itself when it is made (NOTE [a registry that fills
+    itself]); ``module`` is the module that made it.
+
+    ``bind`` is the one entry point of every primitive: it finds the transform that
+    processes it and hands it over with ``bind_with_trace`` (JAX's name), which asks the
+    trace to ``process_primitive``; call primitives (:mod:`cuvmap.transforms.call`) ask it
+    to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
-    __slots__ = ("name", "impl", "shape_rule", "differentiable", "impl_into")
+    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", *_FACTS, "__weakref__")
+    multiple_results = False
     # a primitive that names axes (a collective) returns the transforms mapping them from
     # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
     axis_mains = None
 
-    def __init__(self, name, differentiable=True):
+    # Where the rules of the transforms are: None for entries of the transforms' rule
+    # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
+    # call-like primitive (its params hold a program), whose rules are methods of its
+    # class, names those methods here (CallPrimitive does), and the registry test asks for
+    # them instead, each defined by the primitive's own class (test_util.missing_rules).
+    rule_methods = None
+
+    def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
+                 host_sync=None, fused=None, kind=None):
         self.name = name
         self.impl = None
         self.shape_rule = None
         self.differentiable = differentiable
-        self.impl_into = None  # optional impl(*operands, out=buffer), for the jit executor
+        given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
+                     host_sync=host_sync, fused=fused, kind=kind)
+        mro = type(self).__mro__
+        by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
+        for fact, value in given.items():
+            if fact in by_class:  # a class attribute of the primitive's class states it
+                if value is not None:
+                    raise TypeError(f"Primitive({name!r}): {fact} is a class attribute of {type(self).__name__}")
+                continue
+            setattr(self, fact, _FACTS[fact] if value is None else value)
+        self.module = _defining_module(self)
+        _registry[next(_registry_keys)] = self
 
     def __repr__(self):
         return f"{self.name}_p"
@@ -465,12 +571,21 @@ class Primitive:
                 out = self.impl(*args, **params)
                 # NumPy ufuncs return scalars for 0-d operands; results are always arrays
                 return np.asarray(out) if isinstance(out, np.generic) else out
-            return top.trace.process_primitive(self, args, params)
+            return self.bind_with_trace(top.trace, args, params)
         except _PASS_THROUGH:
             raise
         except Exception as err:
             # NOTE [errors keep their kind]
-            raise _op_error(self, args, params, err, top)
+            raise self.bind_error(args, params, err, top)
+
+    def bind_with_trace(self, trace, args, params):
+        """Hands the primitive to ``trace`` (the transform ``bind`` chose)."""
+        return trace.process_primitive(self, args, params)
+
+    def bind_error(self, args, params, err, top):
+        """The error ``bind`` raises when applying the primitive failed (NOTE [errors keep
+        their kind])."""
+        return _op_error(self, args, params, err, top)
 
 
 # NOTE [staging owns the values made from nothing]
@@ -577,6 +692,12 @@ def _op_error(primitive, args, params, err, top):
     return new
 
 
+def set_error_note(err, what):
+    """Notes on ``err`` that it was raised while evaluating ``what`` (NOTE [errors keep
+    their kind]); for the primitives that do not describe themselves by their operands."""
+    _set_note(err, _NOTE_PREFIX + what)
+
+
 def _set_note(err, note):
     """Adds ``note`` to ``err``, replacing the note an inner level added."""
     notes = getattr(err, "__notes__", None)
@@ -597,6 +718,16 @@ def _fmt_params(params):
     if not params:
         return ""
     return ", " + ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def zeros_like_aval(aval):
+    """A concrete array of zeros with ``aval``'s shape, dtype and device."""
+    device = aval.device or "cpu"
+    if device == "cpu":
+        return np.zeros(aval.shape, aval.dtype)
+    cp = backend.xp_for("gpu")
+    with cp.cuda.Device(int(device.split(":")[1])):
+        return cp.zeros(aval.shape, aval.dtype)
 
 
 def full_like_concrete(x, value, shape=None, dtype=None):

@@ -26,13 +26,18 @@ class _Staged:
     executor's plans (made on the first eager run, with the donated arguments; one per
     combination of the jit settings)."""
 
-    __slots__ = ("program", "out_tree", "plans", "donated")
+    __slots__ = ("program", "out_tree", "plans", "donated", "named")
 
     def __init__(self, program, out_tree, donated):
+        from cuvmap.transforms.call import axis_names_in
+
         self.program = program
         self.out_tree = out_tree
         self.plans = {}
         self.donated = donated
+        # the program has collectives over a vmap's axis: that vmap must process the call
+        # even when it owns no argument (NOTE [named axes] in cuvmap/core.py)
+        self.named = bool(axis_names_in({"program": program}))
 
 
 def make_jaxpr(f, static_argnums=(), static_argnames=()):
@@ -105,8 +110,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
-            entry = fast.get((treedef, signature)) if signature is not None else None
-            if entry is not None and core._state.staging_main is None:
+            entry = fast.get((treedef, signature, api_util.axis_env_key())) if signature is not None else None
+            if entry is not None and core._state.staging_main is None and not entry.named:
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
                 return tree.unflatten(entry.out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
         key, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
@@ -122,11 +127,12 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                 if no_statics:
                     signature = _fast_signature(leaves)
                     if signature is not None:
-                        fast[(key[0], signature)] = entry
+                        fast[(key[0], signature, key[3])] = entry
             _warn_retraces(jitted, where)
         program = entry.program
-        eager = core._state.staging_main is None and not any(isinstance(x, Tracer) for x in leaves) \
-            and not any(isinstance(c, Tracer) for c in program.consts)
+        eager = (core._state.staging_main is None and not entry.named
+                 and not any(isinstance(x, Tracer) for x in leaves)
+                 and not any(isinstance(c, Tracer) for c in program.consts))
         if eager:
             outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
         else:

@@ -4,6 +4,8 @@ for users' own functions and primitives.
 - :func:`check_grads` compares forward mode (``jvp``) and reverse mode (``vjp``) with
   central finite differences, to any order (HIPS autograd's and JAX's ``check_grads``).
 - :func:`check_batching` compares ``vmap(f)`` with a Python loop over the examples.
+- :func:`missing_rules` lists the rules a primitive lacks (cuvmap's registry test runs it
+  on every primitive of :func:`cuvmap.lax.all_primitives`).
 
 Example::
 
@@ -195,3 +197,38 @@ def check_batching(f, args, in_axes=0, out_axes=0, atol=1e-6, rtol=1e-6):
         if g.shape != want.shape:
             raise AssertionError(f"vmap output {j}: shape {g.shape}, loop gives {want.shape}")
         _assert_close(g, want, atol, rtol, f"vmap output {j} vs per-example loop")
+
+
+def missing_rules(prim):
+    """The rules that primitive ``prim`` lacks, as a list of sentences (empty when it has
+    them all): an impl, a shape rule, a batching rule (for a collective, an entry of
+    ``batching.axis_primitive_batchers``) and, when it is differentiable, a JVP rule and a
+    VJP rule, as entries of the transforms' rule tables. A call-like
+    primitive, whose rules are methods (``rule_methods`` names them, as
+    :class:`cuvmap.transforms.call.CallPrimitive` does), needs those methods instead, each
+    defined by its own class: a subclass of the class that names them inherits defaults
+    that are not its rules (a loop is not a program call).
+
+    Example::
+
+        assert not missing_rules(my_op_p), missing_rules(my_op_p)
+    """
+    from cuvmap.transforms import batching, jvp, vjp
+
+    missing = [] if callable(prim.impl) else [f"{prim.name} has no impl"]
+    if prim.rule_methods is not None:
+        mro = type(prim).__mro__
+        declaring = next(c for c in mro if "rule_methods" in c.__dict__)
+        own = mro[:mro.index(declaring)] or (declaring,)
+        return missing + [f"{prim.name} has no method {m} of its own (named in {declaring.__name__}.rule_methods)"
+                          for m in prim.rule_methods if not any(callable(c.__dict__.get(m)) for c in own)]
+    if not callable(prim.shape_rule):
+        missing.append(f"{prim.name} has no shape rule")
+    if prim not in batching.primitive_batchers and prim not in batching.axis_primitive_batchers:
+        missing.append(f"{prim.name} has no batching rule")
+    if prim.differentiable:
+        if prim not in jvp.primitive_jvps:
+            missing.append(f"{prim.name} has no JVP rule")
+        if prim not in vjp.primitive_vjps:
+            missing.append(f"{prim.name} has no VJP rule")
+    return missing

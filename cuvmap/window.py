@@ -15,7 +15,7 @@ positions fit, and the transposed convolution (the adjoint of that map in its in
 tap by tap: the positions one tap reads for every output position are one strided slice
 of it (:func:`tap_slices`), so loops run over the ``Π k`` taps, never over pixels.
 
-Used by the shape rules and impls of ``cuvmap/lax/conv.py`` and ``cuvmap/lax/pooling.py``,
+Used by the shape rules and impls of ``cuvmap/lax/convolution.py`` and ``cuvmap/lax/pooling.py``,
 the im2col kernels of ``cuvmap/lax/conv_gemm.py`` and the vendor bindings in
 ``cuvmap/cpu/`` and ``cuvmap/cuda/``; it imports nothing of cuvmap, so the bindings can use
 it without loading the primitives.

@@ -2,6 +2,7 @@
 
     python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--clipping ghost|per_example]
         [--eager] [--no-dp] [--help]
+    python examples/dp_sgd_digits.py --processes 2      # or: mpiexec -n 2 python examples/dp_sgd_digits.py
 
 Each step draws a Poisson-sampled batch (every training example independently with
 probability q = batch / N), clips each example's gradient to L2 norm C over the whole
@@ -11,8 +12,8 @@ size (Abadi et al. 2016), then takes an Adam step. The clipped sum comes from
 each layer's per-example gradient norm from its activations and output gradients, NOTE
 [ghost clipping] in cuvmap/transforms/ghost.py) or, with ``--clipping per_example``, from
 every example's full gradient, ``vmap(grad(loss))``, clipped and summed
-(``dp.private_gradient``): the same values. The RDP accountant of the sampled Gaussian mechanism gives the
-(ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
+(``dp.private_gradient``): the same values. The RDP accountant of the sampled Gaussian
+mechanism gives the (ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
 comparison.
 
 The whole step — the clipped per-example gradients, the masked sum, the noise and the Adam
@@ -22,6 +23,18 @@ batch changes size every step, so it is padded to the smallest size of a short l
 (``dp.pad_batch``, NOTE [padding Poisson batches] in cuvmap/dp/padding.py): the step traces once
 per size met, and neither the gradient nor ε changes. ``--eager`` runs the same step op by
 op on the unpadded batches.
+
+Data parallel (``--processes P``, which starts the job under ``mpiexec``, or any launcher
+line such as ``mpiexec -n P python examples/dp_sgd_digits.py``): process ``r`` of ``P``
+holds the training examples ``r, r + P, ...``. Every process draws the same Poisson mask
+over all ``N`` training examples (the same generator and seed everywhere) and keeps its own
+examples of it, so the processes' batches together are the one-process batch. Each
+computes its share of the private gradient ``(Σ_b clip(g_b) + σCz) / (qN)`` over its
+examples, with the noise ``z`` on process 0 only (zeros elsewhere), and a ``psum`` over the
+axis of processes adds the shares (``cuvmap.distributed.data_parallel``): the noise enters
+once in total, not once per process, and every process takes the same Adam step. The
+accountant is unchanged (same q, σ and steps), and the run equals the one-process run
+to float rounding.
 """
 import os
 import sys
@@ -33,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cuvmap as cv  # noqa: E402
 import cuvmap.numpy as cnp  # noqa: E402
-from cuvmap import dp, nn  # noqa: E402
+from cuvmap import distributed, dp, lax, nn  # noqa: E402
 from cuvmap.nn import layers  # noqa: E402
 from cli import (Progress, add_progress_option, example_parser, open_unit_interval,  # noqa: E402
                  positive_float, positive_int)
@@ -75,13 +88,25 @@ def main(argv=None):
                         help="run the training step op by op on unpadded batches instead of under cuvmap.jit")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first LIMIT training examples (None: all of them)")
+    parser.add_argument("--processes", type=positive_int, default=None,
+                        help="train data parallel on this many processes, started under mpiexec (under a launcher "
+                             "already, the job's processes are used)")
+    parser.add_argument("--save", metavar="PATH", default=None,
+                        help="write the trained parameters to PATH (.npz; from process 0)")
     add_progress_option(parser)
     args = parser.parse_args(argv)
+    if args.processes and args.processes > 1 and distributed.detect().launcher is None:
+        return _relaunch(args.processes, sys.argv[1:] if argv is None else argv)
+    group = distributed.initialize() if args.processes or distributed.detect().launcher else distributed.ProcessGroup()
+    if args.processes and args.processes != group.size:
+        parser.error(f"--processes {args.processes}, but the launcher started {group.size} processes")
+    quiet = group.rank != 0
 
     x_train, y_train, x_test, y_test = load_digits(args.device)
     if args.limit:
         x_train, y_train = x_train[:args.limit], y_train[:args.limit]
     n = len(y_train)
+    x_train, y_train = x_train[group.rank::group.size], y_train[group.rank::group.size]  # this process's examples
     q = min(1.0, args.batch / n)
     steps = int(np.ceil(args.epochs / q))
     rng = np.random.default_rng(0)
@@ -105,37 +130,50 @@ def main(argv=None):
             clipped = per_example_grad(params, x, y)          # every example's gradient
         grads = dp.private_gradient(clipped, args.max_norm, args.noise, mask=mask, noise=noise,
                                     expected_batch_size=expected)
+        if group.size > 1:  # the processes' shares of the gradient (the noise is process 0's alone)
+            grads = lax.psum(grads, "batch")
         return opt.update(grads, state, params)
 
     def sgd_step(params, state, x, y):
-        return opt.update(batch_grad(params, x, y), state, params)
+        grads = batch_grad(params, x, y)
+        if group.size > 1:  # the mean over all the processes' examples
+            share = len(y) / min(args.batch, n)
+            grads = lax.psum(cv.tree.map(lambda g: g * share, grads), "batch")
+        return opt.update(grads, state, params)
 
     step_fn = sgd_step if args.no_dp else dp_step
     if not args.eager:
         step_fn = cv.jit(step_fn)
-    buckets = dp.batch_buckets(expected, n)
+    jitted = step_fn
+    if group.size > 1:
+        step_fn = distributed.data_parallel(step_fn, axis_name="batch", group=group)
+    buckets = dp.batch_buckets(q * len(y_train), len(y_train))
     mode = "ordinary SGD (no privacy)" if args.no_dp else \
         f"DP-SGD (C={args.max_norm}, σ={args.noise}, q={q:.4f}, {args.clipping} clipping)"
     how = "eager" if args.eager else ("jit" if args.no_dp else "jit, batches padded to " +
                                       ", ".join(map(str, buckets[:3])) + (", ..." if len(buckets) > 3 else ""))
-    print(f"digits CNN on {args.device}: {n} training and {len(y_test)} test images, {steps} steps of {mode} "
-          f"[{how}]")
+    where = f" on {group.size} processes (this is process {group.rank})" if group.size > 1 else ""
+    say = (lambda *a, **k: None) if quiet else print
+    say(f"digits CNN on {args.device}{where}: {n} training and {len(y_test)} test images, {steps} steps of {mode} "
+        f"[{how}]")
 
     step_times, batch_sizes, padded_sizes = [], [], set()
     t_start = time.perf_counter()
-    with Progress(steps, "train", args.progress) as bar:
+    with Progress(steps, "train", "off" if quiet else args.progress) as bar:
         for step in range(steps):
             t0 = time.perf_counter()
             if args.no_dp:
-                idx = rng.choice(n, size=min(args.batch, n), replace=False)
+                # the same draw on every process; each takes its examples of it
+                idx = _own(rng.choice(n, size=min(args.batch, n), replace=False), group)
                 params, state = step_fn(params, state, x_train[idx], y_train[idx])
             else:
-                idx = np.flatnonzero(rng.random(n) < q)  # Poisson sampling
+                # Poisson sampling: the same mask on every process, each keeps its examples
+                idx = np.flatnonzero((rng.random(n) < q)[group.rank::group.size])
                 size = len(idx) if args.eager else dp.bucket_for(len(idx), buckets)
                 batch_sizes.append(len(idx))
                 padded_sizes.add(size)
                 (xb, yb), mask = dp.pad_batch((x_train[idx], y_train[idx]), size)
-                noise = dp.standard_normal_like(params, noise_rng)
+                noise = _noise_once(params, noise_rng, group)
                 params, state = step_fn(params, state, xb, yb, mask, noise)
                 accountant.step(args.noise, q)
             step_times.append(time.perf_counter() - t0)
@@ -146,20 +184,47 @@ def main(argv=None):
 
     acc = accuracy(params, x_test, y_test)
     mean_ms, median_ms = np.mean(step_times) * 1e3, np.median(step_times) * 1e3
-    print(f"test accuracy {acc:.3f} after {args.epochs:g} epochs ({steps} steps, {mean_ms:.1f} ms per step, "
-          f"median {median_ms:.1f}; {elapsed:.1f} s in all)")
+    say(f"test accuracy {acc:.3f} after {args.epochs:g} epochs ({steps} steps, {mean_ms:.1f} ms per step, "
+        f"median {median_ms:.1f}; {elapsed:.1f} s in all)")
     if not args.eager:
-        traces = f"jit: {step_fn.trace_count} trace{'s' * (step_fn.trace_count != 1)}"
+        traces = f"jit: {jitted.trace_count} trace{'s' * (jitted.trace_count != 1)}"
         if args.no_dp:
-            print(traces)
+            say(traces)
         else:
-            print(f"{traces}, batches of {min(batch_sizes)}-{max(batch_sizes)} examples padded to "
-                  f"{', '.join(map(str, sorted(padded_sizes)))}")
+            say(f"{traces}, batches of {min(batch_sizes)}-{max(batch_sizes)} examples padded to "
+                f"{', '.join(map(str, sorted(padded_sizes)))}")
     eps = None
     if not args.no_dp:
         eps = accountant.get_epsilon(args.delta)
-        print(f"privacy: (ε = {eps:.2f}, δ = {args.delta:g}) by the RDP accountant of the Poisson-subsampled Gaussian")
+        say(f"privacy: (ε = {eps:.2f}, δ = {args.delta:g}) by the RDP accountant of the Poisson-subsampled Gaussian")
+    if args.save and not quiet:
+        np.savez(args.save, **{"/".join(map(str, path)): cv.device_put(leaf, "cpu")
+                               for path, leaf in zip(*cv.tree.flatten_with_path(params)[:2])})
     return acc, eps
+
+
+def _relaunch(processes, argv):
+    """Runs this script again as a job of ``processes`` processes under mpiexec."""
+    result = distributed.launch(processes, [os.path.abspath(__file__), *argv])
+    if result.returncode:
+        raise SystemExit(result.returncode)
+    return None
+
+
+def _own(idx, group):
+    """The examples of ``idx`` (indices into the whole training set) that this process
+    holds (``r, r + P, ...``), as indices into its own examples."""
+    mine = idx[idx % group.size == group.rank]
+    return mine // group.size
+
+
+def _noise_once(params, rng, group):
+    """Standard normal draws shaped like the parameters on process 0 (from the generator a
+    one-process run draws from), zeros on the others: the psum of the processes' shares
+    of the gradient then carries the noise once."""
+    if group.rank == 0:
+        return dp.standard_normal_like(params, rng)
+    return cv.tree.map(cnp.zeros_like, params)
 
 
 if __name__ == "__main__":

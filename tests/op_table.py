@@ -28,12 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import cuvmap as cv
 from cuvmap import core, lax
 from cuvmap import numpy as cnp
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import bitwise as lax_bitwise
+from cuvmap.lax import parallel
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
@@ -205,6 +207,8 @@ class Row:
     grad_eps: float = 1e-4
     grad_order: int = 2
     diff_argnums: tuple = None
+    modes: tuple = ("fwd", "rev")  # the derivative modes the row supports (while_loop: forward only)
+    covers: tuple = ()  # call primitives (control flow) that this composite row exercises
 
     def __post_init__(self):
         self.args = tuple(self.args)
@@ -777,7 +781,7 @@ def _conv_transposed_out_sp(in_sp, kernel, stride, padding, dilation, output_pad
 
 
 def _conv_rows():
-    lax_conv = importlib.import_module("cuvmap.lax.conv")  # cuvmap.lax.conv is also the function
+    from cuvmap.lax import convolution as lax_conv
 
     rows = []
     # (name, x shape, w shape, with bias, params): regular and transposed, 1-d and 2-d,
@@ -1338,7 +1342,245 @@ def _rows_bitwise():
     ]
 
 
-COMPOSITE_ROWS = _rows_composite() + _rows_bitwise()
+# ---------------------------------------------------------------------------------------
+# Collectives over a named axis (cuvmap.lax.parallel): each row maps its operands' leading
+# axis with vmap(..., axis_name="i") (and an inner "j" for the nested rows), so the generic
+# tests check the named batching rules against closed forms, their transposes against
+# finite differences, and (wrapping the row in an unnamed vmap) the rules that pass other
+# batch dims through
+# ---------------------------------------------------------------------------------------
+
+
+def _named(f, in_axes=0):
+    """``f`` mapped over its operands' leading axis, named ``"i"``."""
+    return lambda *xs: cv.vmap(f, in_axes=in_axes, axis_name="i")(*xs)
+
+
+def _named2(f):
+    """``f`` mapped over the two leading axes, named ``"i"`` (outer) and ``"j"``."""
+    return lambda x: cv.vmap(cv.vmap(f, axis_name="j"), axis_name="i")(x)
+
+
+def _each(x, fn):
+    """``fn(x)`` broadcast back over the leading axis (every member gets the same)."""
+    return np.broadcast_to(fn(x), x.shape[:1] + np.shape(fn(x))).copy()
+
+
+def _batch_norm(m, x):
+    """Batch normalisation over the named axis (cuvmap) or axis 0 (NumPy)."""
+    if m is np:
+        mean, var = x.mean(0), x.var(0)
+    else:
+        mean = lax.pmean(x, "i")
+        var = lax.pmean((x - mean) ** 2, "i")
+    return (x - mean) / cnp.sqrt(var + 1e-3) if m is not np else (x - mean) / np.sqrt(var + 1e-3)
+
+
+def _ref_all_to_all(x, split, concat):
+    """Member m gets, from each member c, x[c]'s m-th slice along ``split``, stacked along
+    ``concat``: written out as loops."""
+    n = x.shape[0]
+    return np.stack([np.stack([np.take(x[c], m, axis=split) for c in range(n)], axis=concat) for m in range(n)])
+
+
+def _ref_ppermute(x, perm):
+    out = np.zeros_like(x)
+    for src, dst in perm:
+        out[dst] = x[src]
+    return out
+
+
+def _as_float(i, like):
+    return lax.convert_element_type(i, core.dtype_of(like))
+
+
+_CYCLE = ((0, 1), (1, 2), (2, 3), (3, 0))
+
+
+def _rows_parallel():
+    return [
+        Row("psum", _named(lambda v: lax.psum(v, "i")), lambda x: _each(x, lambda x: x.sum(0)), [A(4, 3)],
+            covers=(parallel.psum_p,)),
+        Row("psum_product", _named(lambda v: v * lax.psum(v * v, "i")), lambda x: x * (x * x).sum(0), [A(4, 3)]),
+        # psum of a value every member shares: n times it
+        Row("psum_unbatched", _named(lambda v, c: v * lax.psum(c, "i"), in_axes=(0, None)),
+            lambda x, c: x * (4 * c), [A(4, 3), A(3)]),
+        Row("pmean_batch_norm", _named(lambda v: _batch_norm(lax, v)), lambda x: _batch_norm(np, x), [A(5, 3)],
+            tol32=(1e-4, 1e-5)),
+        Row("pmax", _named(lambda v: lax.pmax(v, "i") * v), lambda x: x.max(0) * x, [A(4, 3, domain="distinct")],
+            covers=(parallel.pmax_p,)),
+        Row("pmin", _named(lambda v: lax.pmin(v, "i")), lambda x: _each(x, lambda x: x.min(0)),
+            [A(4, 3, domain="distinct")], covers=(parallel.pmin_p,)),
+        Row("all_gather", _named(lambda v: lax.all_gather(v, "i") * v), lambda x: x[None] * x[:, None], [A(3, 2)],
+            covers=(parallel.all_gather_p,)),
+        Row("all_gather_axis1_tiled", _named(lambda v: lax.all_gather(v, "i", axis=1, tiled=True)),
+            lambda x: _each(x, lambda x: np.concatenate(list(x), axis=1)), [A(3, 2, 2)]),
+        Row("psum_scatter", _named(lambda v: lax.psum_scatter(v, "i")), lambda x: x.sum(0), [A(3, 3, 2)],
+            covers=(parallel.psum_scatter_p,)),
+        Row("psum_scatter_dim1_tiled", _named(lambda v: lax.psum_scatter(v, "i", scatter_dimension=1, tiled=True)),
+            lambda x: np.stack([x.sum(0)[:, 2 * m:2 * m + 2] for m in range(3)]), [A(3, 2, 6)]),
+        Row("ppermute_cycle", _named(lambda v: lax.ppermute(v, "i", _CYCLE) * v),
+            lambda x: _ref_ppermute(x, _CYCLE) * x, [A(4, 3)], covers=(parallel.ppermute_p,)),
+        # members 0 and 2 receive nothing: zeros
+        Row("ppermute_partial", _named(lambda v: lax.ppermute(v, "i", ((0, 1), (2, 3)))),
+            lambda x: _ref_ppermute(x, ((0, 1), (2, 3))), [A(4, 3)]),
+        Row("all_to_all", _named(lambda v: lax.all_to_all(v, "i", 0, 0)), lambda x: _ref_all_to_all(x, 0, 0),
+            [A(3, 3, 2)], covers=(parallel.all_to_all_p,)),
+        Row("all_to_all_split1_concat0", _named(lambda v: lax.all_to_all(v, "i", 1, 0)),
+            lambda x: _ref_all_to_all(x, 1, 0), [A(3, 2, 3)]),
+        Row("all_to_all_tiled", _named(lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True)),
+            lambda x: np.stack([np.concatenate([x[c, 2 * m:2 * m + 2] for c in range(3)], axis=1) for m in range(3)]),
+            [A(3, 6, 2)]),
+        Row("axis_index", _named(lambda v: v * _as_float(lax.axis_index("i"), v)),
+            lambda x: x * np.arange(4, dtype=x.dtype)[:, None], [A(4, 3)], covers=(parallel.axis_index_p,)),
+        # nested named vmaps: a sum over both names, over the outer name only, the product
+        # axis's index and a gather over both (the first name major)
+        Row("psum_two_names", _named2(lambda v: lax.psum(v, ("i", "j")) + lax.psum(v * v, "i")),
+            lambda x: np.broadcast_to(x.sum((0, 1)) + (x * x).sum(0), x.shape).copy(), [A(2, 3, 2)]),
+        Row("axis_index_two_names", _named2(lambda v: v * _as_float(lax.axis_index(("i", "j")), v)),
+            lambda x: x * np.arange(6, dtype=x.dtype).reshape(2, 3, 1), [A(2, 3, 2)]),
+        Row("all_gather_two_names", _named2(lambda v: lax.all_gather(v, ("i", "j"))),
+            lambda x: np.broadcast_to(x.reshape(6, 2), (2, 3, 6, 2)).copy(), [A(2, 3, 2)]),
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# Control flow (cuvmap.lax.control_flow): composites over call primitives, checked
+# against Python loops and branches
+# ---------------------------------------------------------------------------------------
+
+
+def _rnn_ref(h, xs, w):
+    ys = []
+    for x in xs:
+        h = np.tanh(h @ w + x)
+        ys.append(h * 2.0)
+    return np.concatenate([h.ravel(), np.asarray(ys, dtype=h.dtype).reshape(-1)])
+
+
+def _rnn(h, xs, w, unroll=1):
+    def step(h, x):
+        h = cnp.tanh(h @ w + x)
+        return h, h * 2.0
+    h, ys = lax.scan(step, h, xs, unroll=unroll)
+    return cnp.concatenate([cnp.ravel(h), cnp.ravel(ys)])
+
+
+def _scan_pytree(a, b, xs):
+    """A carry of two leaves, xs of two leaves, reverse, unrolled."""
+    def step(c, x):
+        a, b = c
+        u, v = x
+        return (a * cnp.cos(u) + b, b - v * a), a * b
+    (a, b), ys = lax.scan(step, (a, b), (xs, xs * 2.0), reverse=True, unroll=3)  # a block of 3, then 1 step
+    return cnp.concatenate([cnp.ravel(a), cnp.ravel(b), cnp.ravel(ys)])
+
+
+def _scan_pytree_ref(a, b, xs):
+    ys = [None] * len(xs)
+    for i in reversed(range(len(xs))):
+        u, v = xs[i], xs[i] * 2.0
+        ys[i] = a * b
+        a, b = a * np.cos(u) + b, b - v * a
+    return np.concatenate([a.ravel(), b.ravel(), np.asarray(ys, dtype=a.dtype).reshape(-1)])
+
+
+def _no_xs(c):
+    c, ys = lax.scan(lambda c, _: (cnp.sin(c) + 0.5, c * c), c, None, length=4)
+    return cnp.concatenate([cnp.ravel(c), cnp.ravel(ys)])
+
+
+def _no_xs_ref(c):
+    ys = []
+    for _ in range(4):
+        ys.append(c * c)
+        c = np.sin(c) + 0.5
+    return np.concatenate([c.ravel(), np.asarray(ys, dtype=c.dtype).reshape(-1)])
+
+
+def _empty_scan(c, xs):
+    c, ys = lax.scan(lambda c, x: (c * x, c + x), c, xs)
+    return cnp.concatenate([cnp.ravel(c), cnp.ravel(ys)])
+
+
+def _branches3():
+    return [lambda x: x * 2.0, lambda x: cnp.sin(x), lambda x: x ** 3]
+
+
+def _branches3_ref():
+    return [lambda x: x * 2.0, np.sin, lambda x: x ** 3]
+
+
+def _counted_while(x, n):
+    """A predicate on an integer counter: batched when ``n`` is."""
+    return lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, cnp.sin(c[1]) * 1.5), (0, x))[1]
+
+
+def _counted_while_ref(x, n):
+    for _ in range(max(int(n), 0)):
+        x = np.sin(x) * 1.5
+    return x
+
+
+def _doubling_while(x):
+    """A predicate on the value itself: each example stops after its own count."""
+    return lax.while_loop(lambda c: cnp.sum(c) < 5.0, lambda c: c * 2.0 + 0.1, x)
+
+
+def _doubling_while_ref(x):
+    while np.sum(x) < 5.0:
+        x = x * 2.0 + 0.1
+    return x
+
+
+def _rows_control_flow():
+    from cuvmap.lax import control_flow as cf
+
+    sw_ref = _branches3_ref()
+    return [
+        Row("cond_closure", lambda p, x: lax.cond(p > 0, lambda x: cnp.sin(x) * p, lambda x: cnp.cos(x) - p, x),
+            lambda p, x: np.sin(x) * p if p > 0 else np.cos(x) - p,
+            [A(domain="nonzero"), A(3)], covers=(cf.cond_p,)),
+        Row("cond_two_operands", lambda p, a, b: lax.cond(p > 0, lambda a, b: a @ b, lambda a, b: a @ (b * b), a, b),
+            lambda p, a, b: a @ b if p > 0 else a @ (b * b),
+            [A(domain="nonzero"), A(2, 3), A(3)], tol32=(1e-5, 1e-5), covers=(cf.cond_p,)),
+        Row("switch_clamped", lambda i, x: lax.switch(i, _branches3(), x),
+            lambda i, x: sw_ref[int(np.clip(i, 0, 2))](x), [I((), 4), A(2, 3)], covers=(cf.cond_p,)),
+        Row("scan_rnn", _rnn, _rnn_ref, [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4,
+            covers=(cf.scan_p,)),
+        Row("scan_rnn_unroll_2", lambda h, xs, w: _rnn(h, xs, w, unroll=2), _rnn_ref,  # 2 blocks and 1 step
+            [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4, covers=(cf.scan_p,)),
+        Row("scan_pytree_reverse", _scan_pytree, _scan_pytree_ref, [A(2), A(2), A(4, 2)], tol32=(1e-5, 1e-5),
+            covers=(cf.scan_p,)),
+        Row("scan_no_xs", _no_xs, _no_xs_ref, [A(3)], covers=(cf.scan_p,)),
+        Row("scan_length_0", _empty_scan, lambda c, xs: c.ravel(), [A(2), A(0, 2)], covers=(cf.scan_p,)),
+        Row("fori_loop_static",
+            lambda x: lax.fori_loop(0, 4, lambda i, x: x * cnp.sin(x) + lax.convert_element_type(i, x.dtype), x),
+            lambda x: _fori_ref(x), [A(3)], covers=(cf.scan_p,)),
+        Row("map", lambda xs: lax.map(lambda x: cnp.sum(cnp.sin(x)) * x, xs),
+            lambda xs: np.stack([np.sum(np.sin(x)) * x for x in xs]), [A(4, 3)], covers=(cf.scan_p,)),
+        Row("while_counter", _counted_while, _counted_while_ref, [A(3), I((), 4)], modes=("fwd",),
+            covers=(cf.while_p,)),
+        Row("while_value", _doubling_while, _doubling_while_ref, [A(2, domain="positive")], modes=("fwd",),
+            covers=(cf.while_p,)),
+        Row("fori_loop_traced_bound", lambda x, n: lax.fori_loop(0, n, lambda i, x: x * 0.5 + cnp.cos(x), x),
+            lambda x, n: _fori_traced_ref(x, n), [A(3), I((), 4)], modes=("fwd",), covers=(cf.while_p,)),
+    ]
+
+
+def _fori_ref(x):
+    for i in range(4):
+        x = x * np.sin(x) + np.asarray(i, x.dtype)
+    return x
+
+
+def _fori_traced_ref(x, n):
+    for _ in range(max(int(n), 0)):
+        x = x * 0.5 + np.cos(x)
+    return x
+
+
+COMPOSITE_ROWS = _rows_composite() + _rows_bitwise() + _rows_parallel() + _rows_control_flow()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap
@@ -1351,12 +1593,15 @@ NESTED_SAMPLE = (
     "getitem_arrays_nonadjacent", "take_along_axis", "einsum_batch_in_middle",
     "matmul_broadcast_batch", "logsumexp", "var",
     "conv_1d_groups", "conv_2d_bias", "conv_transposed_1d_groups",
+    "cond_closure", "switch_clamped", "scan_rnn", "scan_pytree_reverse", "while_counter",
     "conv_backward_input_1d_groups", "conv_backward_weight_transposed_1d_groups",
     "max_pool_2d", "max_pool_gather_1d", "max_pool_scatter_2d", "avg_pool_2d_exclude_pad",
     "avg_pool_transpose_1d",
     "erf", "erf_inv", "atan2", "cumsum_reverse", "cumprod_zeros", "sort", "prod_zeros_keepdims", "pad_modes",
     "einsum_chain3", "norm_matrix_ords", "clip_array_bounds", "svd_values", "svd_tall", "svd_wide",
     "norm_singular_value_ords", "bitwise_operators",
+    "psum_product", "pmean_batch_norm", "pmax", "all_gather", "psum_scatter_dim1_tiled", "ppermute_partial",
+    "all_to_all_tiled", "psum_two_names",
 )
 
 _names = [r.name for r in ALL_ROWS]

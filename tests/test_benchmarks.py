@@ -204,6 +204,20 @@ def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     assert "× numpy" in out and "no plot" in out
 
 
+def test_control_flow_suite(capsys, tmp_path):
+    from benchmarks import bench_control_flow
+
+    path = tmp_path / "cf.json"
+    assert bench_control_flow.main(["--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
+                                    "--no-jax", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert [r["case"] for r in res["rows"]] == ["cuvmap jit(grad(scan))", "cuvmap jit(grad(unrolled loop))"]
+    assert set(res["targets"]) == {"scan trace, full length / length 1", "scan trace / one-step (unrolled) trace",
+                                   "scan per-step run / unrolled per-step run"}
+    assert "scan and unrolled gradients agree" in out and "JAX: skipped (--no-jax)" in out
+
+
 def test_python_dash_m_entry_points(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for argv in (["-m", "benchmarks", "dispatch"], ["-m", "benchmarks.bench_dispatch"]):
@@ -310,3 +324,25 @@ def test_load_monitor():
     load = mon.stop()
     assert set(load) >= {"others_cores", "steal_cores", "loadavg_start", "loadavg_end", "cores", "wall_s", "warning"}
     assert load["wall_s"] > 0 and isinstance(harness.LoadMonitor.describe(load), str)
+
+
+# ---------------------------------------------------------------------------------------
+# distributed (a job of 2 under mpiexec)
+# ---------------------------------------------------------------------------------------
+
+
+def test_distributed_suite(capsys, tmp_path):
+    from cuvmap import distributed
+
+    if distributed.find_mpiexec() is None:
+        pytest.skip("no mpiexec next to this Python or on PATH (pip install mpi4py mpich)")
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed")
+    res, out = _run(capsys, tmp_path, ["distributed", "--sizes", "4096", "65536", "--repeats", "2", "--warmup", "1",
+                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--progress", "off"])
+    methods = [r["method"] for r in res["allreduce"]]
+    assert len(methods) == 8 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    for r in res["allreduce"]:
+        assert r["median_us"] > 0 and r["gb_per_s"] > 0 and r["rounds"] == 2
+        assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")
+    assert set(res["dp_step"]["ms_per_step"]) == {"1", "2"} and res["dp_step"]["speedup"] > 0
+    assert "| 64 KiB | cuvmap psum (data_parallel) |" in out and "DP-SGD step of the main job" in out

@@ -179,6 +179,23 @@ def test_a_policy_is_asked_about_each_equation():
     assert ("sin", ((3,),)) in seen
 
 
+def test_the_dot_policies_ask_the_primitive_what_kind_it_is():
+    """``dots_saveable`` keeps what a primitive of kind ``"dot"`` computes, whoever defines
+    it; ``dots_with_no_batch_dims_saveable`` only such products without batch dims."""
+    from cuvmap.core import Primitive, ShapedArray
+
+    matmul_p = Primitive("probe_matmul", kind="dot")
+    other_p = Primitive("probe_other")
+    a = ShapedArray((2, 3), np.float64)
+    plain, batched = (((1,), (0,)), ((), ())), (((2,), (1,)), ((0,), (0,)))
+    assert checkpoint_policies.dots_saveable(matmul_p, a, a, dimension_numbers=plain)
+    assert not checkpoint_policies.dots_saveable(other_p, a)
+    assert checkpoint_policies.dots_saveable(linalg.dot_general_p, a, a, dimension_numbers=plain)
+    assert checkpoint_policies.dots_with_no_batch_dims_saveable(matmul_p, a, a, dimension_numbers=plain)
+    assert not checkpoint_policies.dots_with_no_batch_dims_saveable(matmul_p, a, a, dimension_numbers=batched)
+    assert not checkpoint_policies.dots_with_no_batch_dims_saveable(other_p, a)
+
+
 # ---------------------------------------------------------------------------------------
 # Memory: what the tape holds (NOTE [what the tape keeps])
 # ---------------------------------------------------------------------------------------
@@ -402,7 +419,7 @@ def test_a_program_with_regions_plans_with_elementwise_fusion():
     program = ir.optimize(cv.make_jaxpr(cv.value_and_grad(loss(checkpoint(f))))(x))
     assert "checkpoint" in _names(program)
     p = executor.plan(program, fuse=True, fused_callable=lambda g: g.reference, graphs=False)
-    assert any(s[0] == executor.FUSED for s in p.steps)
+    assert any(s.kind == executor.FUSED for s in p.steps)
     _assert_tree_close(tuple(executor.execute(p, [x])), cv.value_and_grad(loss(f))(x))
 
 
@@ -457,13 +474,18 @@ def test_a_program_with_a_region_and_a_custom_vjp_call_prints_and_runs():
         np.testing.assert_allclose(g(x), want_grad, rtol=1e-12)
     program = ir.optimize(cv.make_jaxpr(f)(x))
     p = executor.plan(program, graphs=False)
-    multi = [s for s in p.steps if s[0] == executor.MULTI]
-    assert [len(s[3]) for s in multi] == [2, 1], p.steps
+    multi = [s for s in p.steps if s.kind == executor.MULTI]
+    assert [len(s.out) for s in multi] == [2, 1], p.steps
     np.testing.assert_allclose(executor.execute(p, [x])[0], want, rtol=1e-12)
-    # DCE keeps the region while one of its results is used; the program still runs
+    # DCE drops the region's dead result and the equations only it needed (the tanh); the
+    # program still runs
     second = ir.optimize(cv.make_jaxpr(lambda x: region(x)[1])(x))
-    assert [len(e.outs) for e in second.jaxpr.eqns] == [2]
+    assert [len(e.outs) for e in second.jaxpr.eqns] == [1]
+    assert "tanh" not in str(second.jaxpr.eqns[0].params["program"])
     np.testing.assert_allclose(cv.jit(lambda x: region(x)[1])(x), s, rtol=1e-12)
+    # a dead custom call stays whole (its rules compute every output)
+    custom = ir.optimize(cv.make_jaxpr(lambda x: _doubled_grad_sin(x) * 0.0)(x))
+    assert [e.primitive.name for e in custom.jaxpr.eqns] == ["custom_vjp_call", "mul"]
 
 
 def test_custom_calls_inside_a_region():

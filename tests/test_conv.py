@@ -21,10 +21,8 @@ import pytest
 import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend, lax, nn
+from cuvmap.lax import convolution as conv_mod
 from cuvmap.test_util import check_batching, check_grads
-
-# the module (``cuvmap.lax.conv`` the attribute is the function)
-conv_mod = importlib.import_module("cuvmap.lax.conv")
 
 # ---------------------------------------------------------------------------------------
 # Naive references: explicit loops over every output (or input) element, float64
@@ -820,3 +818,14 @@ def test_column_layout_setting_is_validated(monkeypatch):
     monkeypatch.setattr(gemm, "COLUMN_LAYOUT", "pixels")
     with pytest.raises(ValueError, match="COLUMN_LAYOUT must be 'auto', 'channel' or 'pixel', got 'pixels'"):
         gemm.forward(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)), (1, 1), (0, 0), (1, 1), 1)
+
+
+def test_the_family_is_a_module_and_conv_a_function():
+    """The convolution family lives in ``cuvmap/lax/convolution.py`` (JAX's module name);
+    ``lax.conv`` is the function, not a module."""
+    import importlib.util
+    import types
+
+    assert conv_mod.__name__ == "cuvmap.lax.convolution"
+    assert lax.conv is conv_mod.conv and not isinstance(lax.conv, types.ModuleType)
+    assert importlib.util.find_spec("cuvmap.lax.conv") is None

@@ -86,3 +86,34 @@ def test_functorchs_file_is_named_not_called_the_seed():
             if re.search(r"\bthe seed\b|\bseed's\b", line, re.IGNORECASE):
                 found.append(f"{p}:{n}: {line.strip()}")
     assert not found, "name functorch's BatchRulesConvolution.cpp instead of 'the seed':\n" + "\n".join(found)
+
+
+def test_the_transforms_import_no_lax_module():
+    """What the planned executor, fusion and the checkpoint policies need to know about a
+    primitive are its attributes (cuvmap.core.Primitive), and the rules the transforms
+    write call the operations of the ``cuvmap.lax`` package: no module of
+    cuvmap/transforms/ imports a lax module by name (NOTE [a registry that fills itself]
+    for the registry's side)."""
+    import ast
+    import importlib
+    import inspect
+    import pkgutil
+
+    import cuvmap.transforms
+
+    def lax_imports(tree):
+        found = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cuvmap.lax"):
+                found.append(node.module)
+            elif isinstance(node, ast.Import):
+                found += [a.name for a in node.names if a.name.startswith("cuvmap.lax")]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuvmap.lax"):
+                found.append(node.value)  # importlib.import_module("cuvmap.lax...")
+        return found
+
+    names = [m.name for m in pkgutil.iter_modules(cuvmap.transforms.__path__)]
+    assert {"executor", "fusion", "remat", "batching", "vjp"} <= set(names)
+    for name in names:
+        module = importlib.import_module(f"cuvmap.transforms.{name}")
+        assert not lax_imports(ast.parse(inspect.getsource(module))), module.__name__

@@ -112,6 +112,14 @@ def test_resnet_per_example_dropout_grads_equal_a_loop(capsys):
     assert "test accuracy" in capsys.readouterr().out
 
 
+def test_rnn_per_example_grads_equal_a_loop_and_dp_training_runs(capsys):
+    worst, acc, eps = load("rnn_per_example").main(["--device", "cpu", "--batch", "8", "--length", "5",
+                                                    "--train", "64", "--steps", "4"])
+    assert worst < 1e-5 and 0.0 <= acc <= 1.0 and eps > 0
+    out = capsys.readouterr().out
+    assert "per-example gradients by jit(vmap(grad)) over a scan" in out and "privacy: (ε =" in out
+
+
 # ---------------------------------------------------------------------------------------
 # As commands
 # ---------------------------------------------------------------------------------------
@@ -124,6 +132,7 @@ COMMAND_CASES = [
     ("dp_sgd_digits", ["--batch", "--epochs", "--limit", "--lr", "--max-norm", "--noise"], "(default: 256)"),
     ("ensemble", ["--members", "--steps", "--batch", "--lr"], "(default: 150)"),
     ("resnet_per_example", ["--steps", "--batch", "--width", "--lr", "--max-norm"], "(default: 200)"),
+    ("rnn_per_example", ["--batch", "--length", "--train", "--steps", "--lr", "--max-norm", "--noise"], "(default: 24)"),
 ]
 
 

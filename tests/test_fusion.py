@@ -20,7 +20,7 @@ from hypothesis import given, settings
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
-from cuvmap import backend, config, nn
+from cuvmap import backend, config, core, nn
 from cuvmap.cuda import graphs, kernels
 from cuvmap.transforms import executor, fusion, ir
 
@@ -168,6 +168,33 @@ def test_integer_comparisons_with_out_of_range_literals_compare_values():
     operation = group.cuda_kernel_source()[2]
     assert "(((long long)in0) < ((long long)300LL))" in operation
     np.testing.assert_array_equal(f(x), x)
+
+
+def _probe_primitive(name, **facts):
+    """A primitive defined outside cuvmap's families (2x + 1), with the given facts."""
+    p = core.Primitive(name, **facts)
+    p.impl = lambda x: x * 2.0 + 1.0
+    p.shape_rule = lambda x: core.ShapedArray(x.shape, x.dtype)
+    return p
+
+
+def test_fusion_knows_primitives_by_their_fused_expression():
+    """A primitive's ``fused`` attribute, not its name, makes it fusible: one defined
+    outside cuvmap's families joins a group with its expression; without one it stays an
+    equation of its own."""
+    fused = _probe_primitive("probe_affine", fused=fusion.CExpression("({0} * ({T})2 + ({T})1)", float_only=True))
+    plain = _probe_primitive("probe_affine_plain")
+    x = np.linspace(-1, 1, 8)
+    (group,) = _groups(_units(lambda x: cnp.sin(fused.bind(x)) * x, x))
+    assert [e.primitive.name for e in group.eqns] == ["probe_affine", "sin", "mul"]
+    assert "double v0 = (((double)in0) * (double)2 + (double)1);" in group.cuda_kernel_source()[2]
+    got, _ = _run_fused_on_cpu(_program(lambda x: cnp.sin(fused.bind(x)) * x, x), [x])
+    np.testing.assert_array_equal(got[0], np.sin(x * 2.0 + 1.0) * x)
+    units = _units(lambda x: cnp.sin(plain.bind(x)) * x, x)
+    assert [u.primitive.name for u in units if not isinstance(u, fusion.FusedGroup)] == ["probe_affine_plain"]
+    # float_only: an integer computation is not fused
+    units = _units(lambda i: fused.bind(i) + i, np.arange(8))
+    assert not any(isinstance(u, fusion.FusedGroup) and len(u.eqns) == 2 for u in units)
 
 
 # Random programs over two shapes that broadcast, with reductions, selects, comparisons,
@@ -473,7 +500,7 @@ def test_settings_switch_and_validate():
 def test_cpu_plans_neither_fuse_nor_capture():
     x = np.linspace(0, 1, 16)
     p = executor.plan(_program(lambda x: cnp.sin(x) * 2.0 + x, x))
-    assert all(s[0] != executor.FUSED for s in p.steps)
+    assert all(s.kind != executor.FUSED for s in p.steps)
     assert not isinstance(p.program, graphs.GraphRunner)
     assert not executor.graph_capturable(_program(lambda x: cnp.sin(x), x))
 
@@ -486,6 +513,26 @@ def test_a_program_with_a_host_synchronisation_is_not_captured():
     for v in gpu_like.jaxpr.invars:
         v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
     assert executor._is_gpu_program(gpu_like) and not executor.graph_capturable(gpu_like)
+
+
+def test_a_primitive_that_reads_the_host_prevents_the_capture():
+    """``host_sync`` marks a primitive whose impl reads values on the host, whoever
+    defines it."""
+    x = np.ones(4)
+    for host_sync in (False, True):
+        probe = _probe_primitive("probe_host_read", host_sync=host_sync)
+        closed = _program(lambda x: cnp.sin(probe.bind(x)), x)
+        for v in closed.jaxpr.invars:
+            v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
+        assert executor.graph_capturable(closed) is not host_sync
+
+    class HostReading(core.Primitive):  # a class of primitives states it in its body
+        __slots__ = ()
+        host_sync = True
+
+    assert HostReading("probe_host_class").host_sync and not core.Primitive("probe_plain_class").host_sync
+    with pytest.raises(TypeError, match="host_sync is a class attribute of HostReading"):
+        HostReading("probe_host_class", host_sync=False)
 
 
 def test_a_jitted_function_keeps_one_plan_per_setting():

@@ -266,6 +266,25 @@ def test_diag_diagonal_tril_cross_errors():
     np.testing.assert_array_equal(cnp.cross(np.array([1.0, 2.0]), np.array([3.0, 4.0])), -2.0)
 
 
+def test_numpy_is_a_package_whose_linalg_is_a_module_of_its_own():
+    """``cuvmap.numpy.linalg`` is a module file that imports on its own, first thing in a
+    fresh interpreter, in each way people write it; the package's names are unchanged."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.find_spec("cuvmap.numpy.linalg")
+    assert spec is not None and spec.origin.replace("\\", "/").endswith("cuvmap/numpy/linalg.py")
+    assert cnp.__spec__.submodule_search_locations  # a package
+    code = ("import cuvmap.numpy.linalg as la; from cuvmap.numpy import linalg; import cuvmap.numpy as cnp; "
+            "import numpy as np; assert la is linalg is cnp.linalg; "
+            "assert float(la.norm(np.array([3.0, 4.0]))) == 5.0; "
+            "assert cnp.linalg.SVDResult is cnp.SVDResult; print(sorted(la.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['SVDResult',", "'matrix_norm',", "'norm',", "'svd',", "'svdvals',", "'vector_norm']"]
+
+
 def test_norm_errors_and_namespace():
     import cuvmap.numpy.linalg as la
     from cuvmap.numpy import linalg

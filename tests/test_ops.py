@@ -21,8 +21,9 @@ import cuvmap as cv
 from cuvmap import backend as cv_backend
 from cuvmap import core, lax
 from cuvmap.lax.elementwise import select_impl, select_into
-from cuvmap.test_util import check_batching, check_grads
+from cuvmap.test_util import check_batching, check_grads, missing_rules
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
+from cuvmap.transforms.call import CallPrimitive
 
 from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
 
@@ -130,9 +131,10 @@ VMAP_CASES = [
     pytest.param(r, c, id=f"{r.name}-{axes_id(c)}") for r in ALL_ROWS if r.args for c in in_axes_combos(r)
 ]
 GRAD_ROWS = [r for r in ALL_ROWS if r.differentiable and r.diff_argnums and F64 in r.dtypes]
+REV_ROWS = [r for r in GRAD_ROWS if "rev" in r.modes]
 NONDIFF_ROWS = [r for r in ALL_ROWS if not r.differentiable and r.diff_argnums and F64 in r.dtypes]
 NESTED_ROWS = [ROWS_BY_NAME[n] for n in NESTED_SAMPLE]
-NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in GRAD_ROWS]
+NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in REV_ROWS]
 
 
 def _sample(seq, k, seed):
@@ -177,16 +179,75 @@ GRAD_VMAP_CASES = [
 
 @pytest.mark.parametrize("prim", lax.all_primitives(), ids=lambda p: p.name)
 def test_registry_has_every_rule(prim):
-    assert callable(prim.impl), f"{prim.name} has no impl"
-    assert callable(prim.shape_rule), f"{prim.name} has no shape rule"
-    assert prim in batching.primitive_batchers, f"{prim.name} has no batching rule"
-    if prim.differentiable:
-        assert prim in jvp_mod.primitive_jvps, f"{prim.name} has no JVP rule"
-        assert prim in vjp_mod.primitive_vjps, f"{prim.name} has no VJP rule"
+    assert not missing_rules(prim), missing_rules(prim)
+
+
+_PROBE_FAMILY = """
+import numpy as np
+from cuvmap.core import Primitive, ShapedArray
+
+probe_p = Primitive("registry_probe")
+probe_p.impl = np.negative
+probe_p.shape_rule = lambda x: ShapedArray(x.shape, x.dtype)
+"""
+
+
+def test_the_registry_sees_a_family_that_no_list_names(tmp_path, monkeypatch):
+    """A new module of cuvmap.lax that defines a primitive without rules is found (its
+    primitive registered itself) and fails the registry test's check."""
+    import gc
+    import sys
+
+    (tmp_path / "registry_probe_family.py").write_text(_PROBE_FAMILY)
+    monkeypatch.setattr(lax, "__path__", [*lax.__path__, str(tmp_path)])
+    try:
+        found = {p.name: p for p in lax.all_primitives()}
+        assert "registry_probe" in found
+        assert missing_rules(found["registry_probe"]) == [
+            "registry_probe has no batching rule", "registry_probe has no JVP rule", "registry_probe has no VJP rule"]
+    finally:
+        sys.modules.pop("cuvmap.lax.registry_probe_family", None)
+        if hasattr(lax, "registry_probe_family"):
+            delattr(lax, "registry_probe_family")
+        found = None
+        gc.collect()
+    assert "registry_probe" not in [p.name for p in core.registered_primitives()]
+
+
+def test_a_call_like_primitive_declares_where_its_rules_are():
+    """A primitive whose rules are methods of its class (a call-like primitive) names them
+    in ``rule_methods``; the registry check then asks for those methods, not for entries
+    of the rule tables."""
+    class ProbeCall(core.Primitive):
+        __slots__ = ()
+        rule_methods = ("batch", "jvp")
+
+        def batch(self, trace, args, params):
+            return args
+
+    class ProbeLoop(ProbeCall):  # a subclass must define each rule itself
+        __slots__ = ()
+
+        def jvp(self, primals, tangents, params):
+            return primals, tangents
+
+    p = ProbeCall("probe_call")
+    p.impl = lambda *args: list(args)
+    assert p.module == __name__  # the module that made it, past the subclass's __init__
+    assert missing_rules(p) == ["probe_call has no method jvp of its own (named in ProbeCall.rule_methods)"]
+    ProbeCall.jvp = lambda self, primals, tangents, params: (primals, tangents)
+    assert missing_rules(p) == []
+    loop = ProbeLoop("probe_loop")
+    loop.impl = p.impl
+    assert missing_rules(loop) == ["probe_loop has no method batch of its own (named in ProbeCall.rule_methods)"]
+    assert p not in lax.all_primitives() and loop not in lax.all_primitives()  # cuvmap's families only
+    # cuvmap's call primitives name theirs, and control flow defines them all
+    assert set(CallPrimitive.rule_methods) >= {"batch", "jvp", "vjp", "partial_eval", "dce"}
+    assert {"cond", "scan", "while"} <= {q.name for q in lax.all_primitives() if isinstance(q, CallPrimitive)}
 
 
 def test_every_primitive_has_a_row():
-    covered = {r.prim for r in PRIMITIVE_ROWS}
+    covered = {r.prim for r in PRIMITIVE_ROWS} | {p for r in ALL_ROWS for p in r.covers}
     missing = [p.name for p in lax.all_primitives() if p not in covered]
     assert not missing, f"primitives without a row in tests/op_table.py: {missing}"
 
@@ -289,11 +350,11 @@ def test_vmap_of_vmap_matches_loops(row, inner, outer):
 @pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)
 def test_grads_match_finite_differences(row):
     f, diff = closed_over_nondiff(row, row.make_args(F64))
-    check_grads(f, diff, order=row.grad_order, modes=("fwd", "rev"), atol=row.grad_tol, rtol=row.grad_tol,
+    check_grads(f, diff, order=row.grad_order, modes=row.modes, atol=row.grad_tol, rtol=row.grad_tol,
                 eps=row.grad_eps)
 
 
-@pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", REV_ROWS, ids=lambda r: r.name)
 def test_jacfwd_matches_jacrev(row):
     f, diff = closed_over_nondiff(row, row.make_args(F64))
     argnums = tuple(range(len(diff)))
@@ -309,7 +370,7 @@ def test_jacfwd_matches_jacrev(row):
                                    err_msg=f"{row.name}: jacfwd vs jacrev, operand {i}")
 
 
-@pytest.mark.parametrize("row", [r for r in GRAD_ROWS if F32 in r.dtypes], ids=lambda r: r.name)
+@pytest.mark.parametrize("row", [r for r in REV_ROWS if F32 in r.dtypes], ids=lambda r: r.name)
 def test_derivatives_keep_float32(row):
     """Tangents have the output's dtype and cotangents the inputs' (no silent float64)."""
     f, diff = closed_over_nondiff(row, row.make_args(F32))

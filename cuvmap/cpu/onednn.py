@@ -21,7 +21,7 @@ design follows :mod:`cuvmap.cuda.cudnn` and torch's ideep wrapper:
 
 The kernels have the signatures of :mod:`cuvmap.lax.conv_gemm`'s (regular convolutions
 with symmetric padding, layout ``N C spatial...``, weight ``O C/groups kernel...``; the
-transposed ones are expressed through them by ``cuvmap/lax/conv.py``), plus an optional
+transposed ones are expressed through them by ``cuvmap/lax/convolution.py``), plus an optional
 ``bias`` of the forward, added inside the primitive:
 
     out[n, g·Og + o, y] = b[g·Og + o] + Σ_{c, k} x[n, g·Cg + c, y·s − p + k·d] · w[g·Og + o, c, k]

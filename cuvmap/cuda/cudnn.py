@@ -22,7 +22,7 @@ system). CuPy 14 has no cuDNN module; the design follows CuPy v13's ``cupyx/cudn
   reach it (NOTE [cuDNN operands]).
 
 The three functions have the signatures of :mod:`cuvmap.lax.conv_gemm`'s kernels (regular
-convolutions; the transposed ones are expressed through them by ``cuvmap/lax/conv.py``).
+convolutions; the transposed ones are expressed through them by ``cuvmap/lax/convolution.py``).
 1-d convolutions run as 2-d ones with a unit height. This module never imports the
 transforms or the primitives.
 """
@@ -358,7 +358,7 @@ def _contiguous_strides(shape):
 # want gigabytes), and, in strict FP32/FP64, use no tensor-op math. The plan takes the
 # first whose exact workspace size (cudnnGet*WorkspaceSize with the math type set) fits
 # the cap too. If none fits, the call fails with a CudnnError saying what the smallest
-# would need, and cuvmap/lax/conv.py runs the unfold kernels instead, with one
+# would need, and cuvmap/lax/convolution.py runs the unfold kernels instead, with one
 # VendorKernelWarning for the key (NOTE [conv strategy]).
 def usable_algorithms(perfs, *, strict, max_workspace):
     """The perf records cuvmap may run, in cuDNN's order (NOTE [cuDNN algorithm choice]).
@@ -511,7 +511,7 @@ def _as_2d(x_shape, w_shape, y_shape, stride, padding, dilation):
 # another device's memory). Operands with a zero-size dim (an empty batch, no channels)
 # never reach cuDNN, which rejects zero-size descriptors: the result is all zeros (empty
 # for the forward and input gradient; zeros for a weight gradient over no examples).
-# cuvmap/lax/conv.py already returns before any kernel for those and checks the device
+# cuvmap/lax/convolution.py already returns before any kernel for those and checks the device
 # before choosing kernels (NOTE [conv strategy]); the binding checks again for direct
 # callers.
 def data_pointer(a):

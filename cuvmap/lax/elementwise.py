@@ -19,6 +19,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms.fusion import CExpression
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,51 +77,82 @@ def _comparison_shape_rule(*avals, **params):
     return ShapedArray(broadcast_shapes(*(a.shape for a in avals)), np.bool_)
 
 
-def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True):
-    p = Primitive(name, differentiable=differentiable)
+def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **facts):
+    """An elementwise primitive. A ufunc impl is its own writer into a buffer (``out=``),
+    so the jit executor may write its results into buffers it owns (``impl_into``:
+    :class:`~cuvmap.core.Primitive`); ``facts`` are the other attributes (``fused``)."""
+    if isinstance(impl, np.ufunc):
+        facts.setdefault("impl_into", impl)
+    if facts.get("impl_into") is not None:
+        facts.setdefault("owns_output", True)
+    p = Primitive(name, differentiable=differentiable, **facts)
     p.impl = impl
     p.shape_rule = shape_rule
     return p
+
+
+# NOTE [fused expressions]
+# The C expression of each fusible primitive (fused=, a CExpression) is the formula its
+# impl computes through CuPy's ufuncs, so a fused program gives the unfused bits (NOTE
+# [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py): rsqrt is a
+# reciprocal of sqrt as the impl, integer_pow is a square or pow(x, y) as the impl, and
+# max/min propagate NaN as NumPy's maximum/minimum (CUDA's fmax would drop it).
+# logistic is left out (its impl goes through logaddexp), and so are erf_inv, round,
+# sign, floor_divide and remainder: without a C expression they run unfused.
+def _c_float(template):
+    """An expression computed in floating point only: an integer operand is not fused."""
+    return CExpression(template, float_only=True)
+
+
+def _comparison_operands_dtype(*avals):
+    """The dtype a comparison computes in: its operands' common dtype (weak literals take
+    the array's)."""
+    return _naryop_shape_rule(*avals).dtype
+
+
+def _c_comparison(operator):
+    return CExpression("({0} %s {1})" % operator, comparison_dtype=_comparison_operands_dtype)
 
 
 # ---------------------------------------------------------------------------------------
 # Declarations and impls
 # ---------------------------------------------------------------------------------------
 
-neg_p = _nary("neg", np.negative, _same_shape_rule)
-add_p = _nary("add", np.add)
-sub_p = _nary("sub", np.subtract)
-mul_p = _nary("mul", np.multiply)
-div_p = _nary("div", np.true_divide, _div_shape_rule)
-pow_p = _nary("pow", np.power)
-max_p = _nary("max", np.maximum)
-min_p = _nary("min", np.minimum)
+neg_p = _nary("neg", np.negative, _same_shape_rule, fused=CExpression("(-{0})"))
+add_p = _nary("add", np.add, fused=CExpression("({0} + {1})"))
+sub_p = _nary("sub", np.subtract, fused=CExpression("({0} - {1})"))
+mul_p = _nary("mul", np.multiply, fused=CExpression("({0} * {1})"))
+div_p = _nary("div", np.true_divide, _div_shape_rule, fused=_c_float("({0} / {1})"))
+pow_p = _nary("pow", np.power, fused=_c_float("pow({0}, {1})"))
+max_p = _nary("max", np.maximum, fused=CExpression("(({0} > {1} || {0} != {0}) ? {0} : {1})"))
+min_p = _nary("min", np.minimum, fused=CExpression("(({0} < {1} || {0} != {0}) ? {0} : {1})"))
 # Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
 # sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
 floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
 remainder_p = _nary("remainder", np.remainder)
 
-exp_p = _nary("exp", np.exp, _float_unary_shape_rule)
-log_p = _nary("log", np.log, _float_unary_shape_rule)
-log1p_p = _nary("log1p", np.log1p, _float_unary_shape_rule)
-expm1_p = _nary("expm1", np.expm1, _float_unary_shape_rule)
-sqrt_p = _nary("sqrt", np.sqrt, _float_unary_shape_rule)
-rsqrt_p = _nary("rsqrt", lambda x: np.reciprocal(np.sqrt(x)), _float_unary_shape_rule)
-tanh_p = _nary("tanh", np.tanh, _float_unary_shape_rule)
+exp_p = _nary("exp", np.exp, _float_unary_shape_rule, fused=_c_float("exp({0})"))
+log_p = _nary("log", np.log, _float_unary_shape_rule, fused=_c_float("log({0})"))
+log1p_p = _nary("log1p", np.log1p, _float_unary_shape_rule, fused=_c_float("log1p({0})"))
+expm1_p = _nary("expm1", np.expm1, _float_unary_shape_rule, fused=_c_float("expm1({0})"))
+sqrt_p = _nary("sqrt", np.sqrt, _float_unary_shape_rule, fused=_c_float("sqrt({0})"))
+rsqrt_p = _nary("rsqrt", lambda x: np.reciprocal(np.sqrt(x)), _float_unary_shape_rule,
+                fused=_c_float("(({T})1 / sqrt({0}))"))
+tanh_p = _nary("tanh", np.tanh, _float_unary_shape_rule, fused=_c_float("tanh({0})"))
 # logistic(x) = 1 / (1 + exp(-x)) = exp(-softplus(-x)): no overflow for large |x|.
 logistic_p = _nary("logistic", lambda x: np.exp(-np.logaddexp(0, -x)), _float_unary_shape_rule)
-sin_p = _nary("sin", np.sin, _float_unary_shape_rule)
-cos_p = _nary("cos", np.cos, _float_unary_shape_rule)
-log2_p = _nary("log2", np.log2, _float_unary_shape_rule)
-log10_p = _nary("log10", np.log10, _float_unary_shape_rule)
-atan_p = _nary("atan", np.arctan, _float_unary_shape_rule)
-sinh_p = _nary("sinh", np.sinh, _float_unary_shape_rule)
-cosh_p = _nary("cosh", np.cosh, _float_unary_shape_rule)
-asinh_p = _nary("asinh", np.arcsinh, _float_unary_shape_rule)
-abs_p = _nary("abs", np.abs, _same_shape_rule)
+sin_p = _nary("sin", np.sin, _float_unary_shape_rule, fused=_c_float("sin({0})"))
+cos_p = _nary("cos", np.cos, _float_unary_shape_rule, fused=_c_float("cos({0})"))
+log2_p = _nary("log2", np.log2, _float_unary_shape_rule, fused=_c_float("log2({0})"))
+log10_p = _nary("log10", np.log10, _float_unary_shape_rule, fused=_c_float("log10({0})"))
+atan_p = _nary("atan", np.arctan, _float_unary_shape_rule, fused=_c_float("atan({0})"))
+sinh_p = _nary("sinh", np.sinh, _float_unary_shape_rule, fused=_c_float("sinh({0})"))
+cosh_p = _nary("cosh", np.cosh, _float_unary_shape_rule, fused=_c_float("cosh({0})"))
+asinh_p = _nary("asinh", np.arcsinh, _float_unary_shape_rule, fused=_c_float("asinh({0})"))
+abs_p = _nary("abs", np.abs, _same_shape_rule, fused=_c_float("fabs({0})"))
 sign_p = _nary("sign", np.sign, _same_shape_rule, differentiable=False)
 # atan2(y, x) has true division's dtypes: integer and boolean operands give float64
-atan2_p = _nary("atan2", np.arctan2, _div_shape_rule)
+atan2_p = _nary("atan2", np.arctan2, _div_shape_rule, fused=_c_float("atan2({0}, {1})"))
 
 
 # Rounding: piecewise constant, so no derivative (zero tangents and cotangents, as JAX's
@@ -137,16 +169,16 @@ def _round_impl(x, *, decimals):
     return backend.xp_of(x).round(x, decimals)
 
 
-floor_p = _nary("floor", np.floor, _rounding_shape_rule, differentiable=False)
-ceil_p = _nary("ceil", np.ceil, _rounding_shape_rule, differentiable=False)
+floor_p = _nary("floor", np.floor, _rounding_shape_rule, differentiable=False, fused=_c_float("floor({0})"))
+ceil_p = _nary("ceil", np.ceil, _rounding_shape_rule, differentiable=False, fused=_c_float("ceil({0})"))
 round_p = _nary("round", _round_impl, _rounding_shape_rule, differentiable=False)
 
-eq_p = _nary("eq", np.equal, _comparison_shape_rule, differentiable=False)
-ne_p = _nary("ne", np.not_equal, _comparison_shape_rule, differentiable=False)
-lt_p = _nary("lt", np.less, _comparison_shape_rule, differentiable=False)
-le_p = _nary("le", np.less_equal, _comparison_shape_rule, differentiable=False)
-gt_p = _nary("gt", np.greater, _comparison_shape_rule, differentiable=False)
-ge_p = _nary("ge", np.greater_equal, _comparison_shape_rule, differentiable=False)
+eq_p = _nary("eq", np.equal, _comparison_shape_rule, differentiable=False, fused=_c_comparison("=="))
+ne_p = _nary("ne", np.not_equal, _comparison_shape_rule, differentiable=False, fused=_c_comparison("!="))
+lt_p = _nary("lt", np.less, _comparison_shape_rule, differentiable=False, fused=_c_comparison("<"))
+le_p = _nary("le", np.less_equal, _comparison_shape_rule, differentiable=False, fused=_c_comparison("<="))
+gt_p = _nary("gt", np.greater, _comparison_shape_rule, differentiable=False, fused=_c_comparison(">"))
+ge_p = _nary("ge", np.greater_equal, _comparison_shape_rule, differentiable=False, fused=_c_comparison(">="))
 
 
 def _integer_pow_impl(x, *, y):
@@ -161,7 +193,11 @@ def _integer_pow_shape_rule(x, *, y):
     return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
 
 
-integer_pow_p = _nary("integer_pow", _integer_pow_impl, _integer_pow_shape_rule)
+integer_pow_p = _nary(
+    "integer_pow", _integer_pow_impl, _integer_pow_shape_rule,
+    fused=CExpression(lambda y: "({0} * {0})" if y == 2 else "pow({0}, (({T}){y}))",
+                      float_only=True, accepts=lambda y: isinstance(y, int)),
+)
 
 
 # NOTE [erf without SciPy]
@@ -234,7 +270,7 @@ def _erf_impl(x):
     return _erf_taylor(x.astype(work), xp).astype(x.dtype)
 
 
-erf_p = _nary("erf", _erf_impl, _float_unary_shape_rule)
+erf_p = _nary("erf", _erf_impl, _float_unary_shape_rule, fused=_c_float("erf({0})"))
 
 
 # NOTE [erf_inv from Giles' polynomials]
@@ -395,8 +431,9 @@ def select_into(pred, on_true, on_false, *, out):
     return out
 
 
-select_p = _nary("select", select_impl, _select_shape_rule)
-select_p.impl_into = select_into
+select_p = _nary("select", select_impl, _select_shape_rule, impl_into=select_into,
+                 impl_into_when=lambda aval, gpu: not gpu and aval.dtype.kind == "f",  # the blend's operands
+                 fused=CExpression("({0} ? {1} : {2})", bool_operands=(0,)))
 
 
 def _convert_element_type_impl(x, *, new_dtype):
@@ -409,11 +446,13 @@ def _convert_element_type_shape_rule(x, *, new_dtype):
     return ShapedArray(x.shape, new_dtype)
 
 
+# fused as a cast of its operand to the output's type (new_dtype)
 convert_element_type_p = _nary(
-    "convert_element_type", _convert_element_type_impl, _convert_element_type_shape_rule
+    "convert_element_type", _convert_element_type_impl, _convert_element_type_shape_rule,
+    fused=CExpression("{0}", accepts=lambda new_dtype: True),
 )
 
-stop_gradient_p = _nary("stop_gradient", lambda x: x, _same_shape_rule, differentiable=False)
+stop_gradient_p = _nary("stop_gradient", lambda x: x, _same_shape_rule, differentiable=False, fused=CExpression("{0}"))
 
 
 # ---------------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def _check_index_bounds_impl(idx, *, n, op, where):
 # The bounds check is a primitive (an identity on the indices that raises IndexError), so
 # that it runs where the indices have values: eagerly at once, in a staged program when the
 # program runs, under vmap on the whole batch of indices.
-check_index_bounds_p = Primitive("check_index_bounds", differentiable=False)
+check_index_bounds_p = Primitive("check_index_bounds", differentiable=False, host_sync=True)
 check_index_bounds_p.impl = _check_index_bounds_impl
 check_index_bounds_p.shape_rule = lambda idx, **params: ShapedArray(idx.shape, idx.dtype, idx.weak_type)
 batching.primitive_batchers[check_index_bounds_p] = (

@@ -85,7 +85,7 @@ def _dot_general_impl(x, y, *, dimension_numbers):
     return out.reshape(batch_shape + m_shape + n_shape)
 
 
-dot_general_p = Primitive("dot_general")
+dot_general_p = Primitive("dot_general", owns_output=True, kind="dot")
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 

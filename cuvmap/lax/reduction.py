@@ -47,7 +47,7 @@ def _reduce_sum_impl(x, *, axes):
     return x.sum(axis=axes, dtype=np.int64 if x.dtype == np.bool_ else x.dtype)
 
 
-reduce_sum_p = Primitive("reduce_sum")
+reduce_sum_p = Primitive("reduce_sum", owns_output=True)
 reduce_sum_p.impl = _reduce_sum_impl
 reduce_sum_p.shape_rule = _reduce_sum_shape_rule
 

@@ -55,7 +55,7 @@ from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import pooling as lax_pooling
 from cuvmap.lax import shape as lax_shape
-from cuvmap.lax.conv import conv as lax_conv_op
+from cuvmap.lax.convolution import conv as lax_conv_op
 
 
 # ---------------------------------------------------------------------------------------

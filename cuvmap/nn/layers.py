@@ -65,7 +65,7 @@ from cuvmap import numpy as cnp
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import pooling as lax_pooling
-from cuvmap.lax.conv import conv_output_shape, conv_params
+from cuvmap.lax.convolution import conv_output_shape, conv_params
 from cuvmap.nn import functional as F
 from cuvmap.nn.attention import dot_product_attention
 

@@ -27,6 +27,9 @@ from cuvmap.core import MissingRuleError, Trace, Tracer
 not_mapped = None
 
 primitive_batchers = {}
+# rules of primitives that act along named axes (collectives, cuvmap/lax/parallel.py):
+# ``rule(axis, vals, dims, **params)`` gets the transform's AxisData (size and name)
+axis_primitive_batchers = {}
 
 
 class AxisData:
@@ -96,7 +99,7 @@ class BatchTrace(Trace):
         vals = []
         dims = []
         for x in args:
-            if type(x) is BatchTracer and x._main is main:
+            if main.owns(x):
                 vals.append(x.val)
                 dims.append(x.bdim)
             else:
@@ -108,48 +111,66 @@ class BatchTrace(Trace):
         main = self.main
         vals, dims = self.unwrap(args)
         rule = primitive_batchers.get(primitive)
-        if rule is None:
-            raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
-        out, out_dim = rule(main.global_data.size, vals, dims, **params)
+        if rule is not None:
+            out, out_dim = rule(main.global_data.size, vals, dims, **params)
+        else:
+            rule = axis_primitive_batchers.get(primitive)
+            if rule is None:
+                raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
+            out, out_dim = rule(main.global_data, vals, dims, **params)
         if out_dim is not_mapped:
             return out
         return BatchTracer(main, out, out_dim)
 
     def process_call(self, primitive, args, params):
-        """A staged program under vmap: its batched program, staged once per batch layout
-        (:func:`cuvmap.transforms.staging.batch_jaxpr`), runs on the physical operands."""
-        from cuvmap.transforms import staging
-
+        """A call primitive under vmap: its ``batch`` method (NOTE [call primitives] in
+        :mod:`cuvmap.transforms.call`)."""
         main = self.main
         vals, dims = self.unwrap(args)
-        program, out_dims = staging.batch_jaxpr(params["program"], main.global_data, dims, staging.avals_of(vals))
-        outs = staging.call(program, vals)
+        outs, out_dims = primitive.batch(main.global_data, vals, dims, params)
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
 
 
-    def process_custom_jvp_call(self, primitive, args, params):
-        """A ``custom_jvp`` function under vmap: the call goes to the level below with
-        ``vmap`` of the function and of its rule (NOTE [batching a custom rule])."""
-        from cuvmap.transforms import custom_derivatives as cd
+def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):
+    """The program of ``vmap`` of ``closed`` (over its constants and arguments) for batch
+    dims ``dims`` of physical operands with ``in_avals``, mapping ``axis`` (an
+    :class:`AxisData`): ``vmap(eval_jaxpr)`` staged. Returns ``(ClosedJaxpr, out_dims)``,
+    cached on ``closed``.
 
-        return self._custom_call(primitive, args, params, {"fun": cd.batch_fun, "jvp": cd.batch_jvp})
+    ``instantiate`` (one bool per output, JAX's name): when given, every batched output
+    comes out with its batch dim at 0, and the unbatched outputs marked are broadcast to
+    batched ones (control flow's bodies need a fixed layout for their carries)."""
+    from cuvmap.transforms import ir, staging
 
-    def process_custom_vjp_call(self, primitive, args, params):
-        """A ``custom_vjp`` function under vmap: ``vmap`` of the function, of ``fwd`` and of
-        ``bwd`` (NOTE [batching a custom rule])."""
-        from cuvmap.transforms import custom_derivatives as cd
+    instantiate = None if instantiate is None else tuple(instantiate)
+    key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals), instantiate)
+    hit = closed.derived.get(key)
+    if hit is not None:
+        return hit
+    flat = ir.consts_as_inputs(closed)
+    out_dims = []
 
-        return self._custom_call(primitive, args, params,
-                                 {"fun": cd.batch_fun, "fwd": cd.batch_fwd, "bwd": cd.batch_bwd})
+    def batched(*vals):
+        with new_batch_main(axis, "vmap") as main:
+            ins = [v if d is not_mapped else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
+            outs = ir.eval_jaxpr(flat, [], ins)
+        results = []
+        for i, o in enumerate(outs):
+            if main.owns(o):
+                val, dim = o.val, o.bdim
+                if instantiate is not None:
+                    val, dim = move_bdim(val, dim, 0), 0
+            elif instantiate is not None and instantiate[i]:
+                val, dim = bdim_at_front(o, not_mapped, axis.size), 0
+            else:
+                val, dim = o, not_mapped
+            results.append(val)
+            out_dims.append(dim)
+        return results
 
-    def _custom_call(self, primitive, args, params, batchers):
-        main = self.main
-        vals, dims = self.unwrap(args)
-        new_params = dict(params)
-        for key, batcher in batchers.items():
-            new_params[key] = batcher(params[key], main.global_data, dims, main.name)
-        outs = primitive.bind(*vals, **new_params)
-        return [BatchTracer(main, o, 0) for o in outs]
+    program = ir.optimize(staging.trace_to_jaxpr(batched, in_avals, name="vmap(jit)"))
+    closed.derived[key] = (program, tuple(out_dims))
+    return closed.derived[key]
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,23 +180,23 @@ class BatchTrace(Trace):
 
 def move_bdim(x, bdim, dst=0):
     """Moves the batch dim of ``x`` from ``bdim`` to ``dst`` (a physical axis)."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
     if bdim == dst:
         return x
     ndim = len(x.shape)
     perm = [i for i in range(ndim) if i != bdim]
     perm.insert(dst, bdim)
-    return lax_shape.transpose(x, tuple(perm))
+    return lax.transpose(x, tuple(perm))
 
 
 def bdim_at_front(x, bdim, size):
     """``x`` with its batch dim at axis 0, broadcasting an unbatched ``x`` to ``size``."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
     if bdim is not_mapped:
         s = core.shape_of(x)
-        return lax_shape.broadcast_in_dim(x, (size,) + s, tuple(range(1, len(s) + 1)))
+        return lax.broadcast_in_dim(x, (size,) + s, tuple(range(1, len(s) + 1)))
     return move_bdim(x, bdim, 0)
 
 
@@ -183,32 +204,32 @@ def pad_to_logical_rank(x, logical_rank, rank):
     """For ``x`` with its batch dim at 0 and logical rank ``logical_rank``: inserts size-1
     dims after the batch dim so that NumPy broadcasting against rank-``rank`` operands
     aligns the logical dims (functorch's ``maybe_pad_to_logical_rank``)."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
     if logical_rank >= rank:
         return x
     s = x.shape
-    return lax_shape.reshape(x, (s[0],) + (1,) * (rank - logical_rank) + tuple(s[1:]))
+    return lax.reshape(x, (s[0],) + (1,) * (rank - logical_rank) + tuple(s[1:]))
 
 
 def fold_bdim_into(x, bdim, dst):
     """Merges the batch dim of ``x`` into physical axis ``dst`` (of ``x`` without the batch
     dim), the batch index varying slowest: ``(..., B, n, ...) -> (..., B*n, ...)``."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
     x = move_bdim(x, bdim, dst)
     s = tuple(x.shape)
-    return lax_shape.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
+    return lax.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
 
 
 def split_bdim_out_of(x, axis, size, rest):
     """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``size*rest`` into
     ``(size, rest)``; the batch dim is then at ``axis``. The caller gives ``rest`` (the
     logical size of that dim): an empty batch could not reveal it."""
-    from cuvmap.lax import shape as lax_shape
+    from cuvmap import lax
 
     s = tuple(x.shape)
-    return lax_shape.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
+    return lax.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
 
 
 def empty_batch(primitive, vals, dims, params):

@@ -6,7 +6,7 @@ A function ``f`` whose derivative the user states instead of the one its body im
   (``jvp``, ``jacfwd``) evaluates it; reverse mode (``grad``, ``vjp``, ``jacrev``) needs
   ``ct ↦ ctᵀ·∂f(x)``, the transpose of the rule's linear part, which the reverse-mode trace
   gets from a tape of the rule's tangent computation (NOTE [reverse mode of a custom_jvp
-  function] in :mod:`cuvmap.transforms.vjp`).
+  function]).
 - ``custom_vjp``: a pair ``fwd: x ↦ (f(x), r)`` and ``bwd: (r, ct) ↦ ctᵀ·∂f(x)``, the
   residuals ``r`` being whatever ``bwd`` needs from the forward pass. Reverse mode runs
   ``fwd`` forward and ``bwd`` backward; forward mode has no rule to use and raises, as in
@@ -17,27 +17,27 @@ A function ``f`` whose derivative the user states instead of the one its body im
 ordinary cuvmap functions, traced like any other, so higher derivatives
 (``grad(grad(f))``, ``hessian``) differentiate the rules.
 
-The machinery mirrors JAX's: a call of ``f`` binds a primitive with several results,
+The machinery mirrors JAX's: a call of ``f`` binds a call primitive (NOTE [call
+primitives] in :mod:`cuvmap.transforms.call`) with several results,
 :data:`custom_jvp_call_p` or :data:`custom_vjp_call_p`, whose params are the flattened
-function and rules. ``bind`` finds the innermost transform that owns an operand and calls
-its ``process_custom_jvp_call``/``process_custom_vjp_call``:
+function and rules, and whose methods are the rules of each transform:
 
-- the eval interpreter (no transform) runs ``f``;
-- ``JVPTrace`` runs the JVP rule (``custom_vjp``: an error if a tangent is nonzero);
-- ``VJPTrace`` records the rule on its tape (``fwd``'s residuals and ``bwd``; for
-  ``custom_jvp`` the transposed rule);
-- ``BatchTrace`` binds again, one level down, with batched versions of ``f`` and the rules
+- eval (no transform) runs ``f``;
+- ``jvp`` runs the JVP rule (``custom_vjp``: an error if a tangent is nonzero);
+- ``vjp`` gives the tape ``fwd``'s residuals and ``bwd`` (for ``custom_jvp`` the
+  transposed rule);
+- ``vmap`` binds again, one level down, with batched versions of ``f`` and the rules
   (NOTE [batching a custom rule]);
-- ``StagingTrace`` stages one equation that keeps the rules (NOTE [staging a custom
-  derivative] in :mod:`cuvmap.transforms.staging`), so ``grad(jit(f))`` still uses them.
-
-A transform that has no such method runs ``f``'s body under itself.
+- staging keeps one equation that keeps the rules (NOTE [staging a custom derivative]), so
+  ``grad(jit(f))`` still uses them.
 """
 import functools
 import inspect
 
 from cuvmap import api_util, core, tree
 from cuvmap.core import CuvmapError, Tracer
+from cuvmap.transforms import ir
+from cuvmap.transforms.call import CallPrimitive, avals_of
 
 
 class CustomDerivativeError(CuvmapError, TypeError):
@@ -51,37 +51,172 @@ class CustomDerivativeError(CuvmapError, TypeError):
 # ---------------------------------------------------------------------------------------
 
 
-class CustomCallPrimitive(core.Primitive):
-    """A call of a custom-derivative function: operands are the leaves of its
-    differentiable arguments, params the flat function (``fun(*leaves) -> out leaves``)
-    and its rules; ``bind`` returns a list (one entry per output leaf) and the transforms
-    process it with their ``process_name`` method."""
+class CustomCallPrimitive(CallPrimitive):
+    """A call of a custom-derivative function (NOTE [call primitives] in
+    :mod:`cuvmap.transforms.call`): operands are the leaves of its differentiable
+    arguments, params the flat function (``fun(*leaves) -> out leaves``) and its rules;
+    eagerly ``fun`` runs. Under ``vmap`` the call goes one level down with batched versions
+    of the function and its rules (NOTE [batching a custom rule]); under ``jit`` it is one
+    equation that keeps the rules (NOTE [staging a custom derivative]); the subclasses give
+    forward and reverse mode."""
 
-    __slots__ = ("process_name",)
-    multiple_results = True
+    __slots__ = ()
+    rule_batchers = {}  # param name -> its batched version's maker (set below)
 
-    def __init__(self, name, process_name):
-        super().__init__(name)
-        self.process_name = process_name
+    def run(self, *args, fun, **rules):
+        return list(fun(*args))
 
-    def bind(self, *args, **params):
-        top = core.find_top_main(self, args)
-        if top is None:
-            return self.impl(*args, **params)
-        process = getattr(top.trace, self.process_name, None)
-        if process is None:
-            return params["fun"](*args)
-        return process(self, args, params)
+    def batch(self, axis, vals, dims, params):
+        name = f"vmap({params['fun'].__name__})"
+        new_params = dict(params)
+        for key, batcher in self.rule_batchers.items():
+            new_params[key] = batcher(params[key], axis, dims, name)
+        outs = self.bind(*vals, **new_params)
+        return outs, [0] * len(outs)
+
+    # NOTE [staging a custom derivative]
+    # A custom_jvp or custom_vjp function under jit is staged as one equation with several
+    # results (NOTE [an equation with several results] in ir.py),
+    # ``custom_jvp_call[fun jvp]`` or ``custom_vjp_call[fun fwd bwd]``, not as its
+    # body: a program staged before anyone differentiates it (``grad(jit(f))`` stages ``f``
+    # first, then derives the VJP program from it) must still know the rule. ``fun`` becomes
+    # the staged program of the body (run by the executor when the program runs as it is);
+    # the rules stay Python functions, which the transforms that derive programs call when
+    # they meet the equation (``eval_jaxpr`` binds it again), as they would eagerly. A body
+    # that closes over a traced value cannot be staged this way (the rules, called later,
+    # would meet that value after its transform returned), so it is an error.
+    def stage(self, trace, args, params):
+        """Staging (NOTE [staging a custom derivative])."""
+        from cuvmap.transforms.staging import trace_to_jaxpr
+
+        fun = params["fun"]
+        closed = trace_to_jaxpr(fun, avals_of(args), name=trace.main.name)
+        for c in closed.consts:
+            if isinstance(c, Tracer):
+                raise CustomDerivativeError(
+                    f"{self.name}: the body of {fun.__name__} closes over a traced value (shape "
+                    f"{c.shape}) of {c._main.name}; a custom-derivative function under jit must get "
+                    "its traced values as arguments (pass it as one)"
+                )
+        program = ir.optimize(closed)
+        staged = dict(params, fun=StagedFun(program, fun.__name__))
+        return trace.stage_equation(self, args, staged, program.out_avals)
+
+    def dce(self, params, used_outputs):
+        return None  # the rules compute every output: the equation is kept whole
 
 
-def _custom_call_impl(*args, fun, **rules):
-    return list(fun(*args))
+class CustomJVPCallPrimitive(CustomCallPrimitive):
+    """``custom_jvp_call[fun jvp]``: forward mode evaluates the JVP rule; reverse mode
+    transposes it (NOTE [reverse mode of a custom_jvp function])."""
+
+    __slots__ = ()
+
+    def jvp(self, primals, tangents, params):
+        """The rule, not the body, gives the outputs and their tangents (zero tangents are
+        instantiated, as JAX does for the rule)."""
+        tangents = [core.full_like_concrete(p, 0) if t is None else t for p, t in zip(primals, tangents)]
+        out_primals, out_tangents = params["jvp"](primals, tangents)
+        return list(out_primals), [t if core.is_float(p) else None for p, t in zip(out_primals, out_tangents)]
+
+    # NOTE [reverse mode of a custom_jvp function]
+    # A custom_jvp function's derivative is its JVP rule, ``(primals, tangents) ->
+    # (primal_out, tangent_out)``, whose tangent_out is linear in the tangents; reverse mode
+    # needs that linear map's transpose. JAX gets it by linearizing the rule (partial
+    # evaluation) and transposing the linear part. Here the rule runs once with the primals
+    # at the level below and, for the tangents of the operands being differentiated, tracers
+    # of a fresh reverse-mode trace whose primal values are zeros: its own tape then records
+    # the rule's tangent computation (the primitives applied to the tangents, with the
+    # primal-dependent factors as the values they read), and walking that tape backwards
+    # from the output cotangents is the transpose (a linear map's VJP at any point — zero
+    # here — is its transpose). The outer tape holds one call entry (NOTE [a call on the
+    # tape] in vjp.py) whose rule is that backward walk. So the rule, never ``f``'s body,
+    # defines the gradient; the rule's primal-dependent values are values of the level
+    # below, so ``grad(grad(f))`` differentiates the rule's tangent expression, as JAX does.
+    # The price is one evaluation of the rule's tangent part on zeros, whose values nothing
+    # reads (under ``jit`` dead-code elimination drops them). A rule whose tangent_out is not
+    # linear in the tangents is not a JVP rule; its reverse mode is then the transpose of its
+    # part that is.
+    def vjp(self, primals, needs_ct, params):
+        """Reverse mode (NOTE [reverse mode of a custom_jvp function])."""
+        from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer, backward_pass, match_operand
+
+        differentiated = [i for i, needed in enumerate(needs_ct) if needed]
+        inner_tape = Tape()
+        with core.new_main(VJPTrace, inner_tape, name="vjp") as inner:
+            tangents = [core.full_like_concrete(p, 0) for p in primals]
+            for i in differentiated:
+                tangents[i] = VJPTracer(inner, tangents[i], inner_tape.num_inputs)
+                inner_tape.num_inputs += 1
+            out_primals, out_tangents = params["jvp"](primals, tangents)
+        with_ct = [j for j, (p, t) in enumerate(zip(out_primals, out_tangents)) if core.is_float(p) and inner.owns(t)]
+        seed_nodes = [out_tangents[j].node for j in with_ct]
+        avals = avals_of(primals)
+
+        def backward(cts):
+            in_cts = backward_pass(inner_tape, [(n, c) for n, c in zip(seed_nodes, cts) if c is not None])
+            return [None if c is None else match_operand(c, avals[i]) for c, i in zip(in_cts, differentiated)]
+
+        return list(out_primals), with_ct, backward
 
 
-custom_jvp_call_p = CustomCallPrimitive("custom_jvp_call", "process_custom_jvp_call")
-custom_jvp_call_p.impl = _custom_call_impl
-custom_vjp_call_p = CustomCallPrimitive("custom_vjp_call", "process_custom_vjp_call")
-custom_vjp_call_p.impl = _custom_call_impl
+class CustomVJPCallPrimitive(CustomCallPrimitive):
+    """``custom_vjp_call[fun fwd bwd]``: reverse mode runs ``fwd`` now and ``bwd`` in the
+    backward pass; forward mode has no rule and raises, as in JAX."""
+
+    __slots__ = ()
+
+    def jvp(self, primals, tangents, params):
+        raise CustomDerivativeError(
+            f"can't apply forward-mode autodiff (jvp) to a custom_vjp function: "
+            f"{params['fun'].__name__} defines reverse mode only (fwd and bwd); differentiate it "
+            "with grad/vjp/jacrev, or make it a custom_jvp function"
+        )
+
+    def vjp(self, primals, needs_ct, params):
+        """``fwd`` runs now, at the level below (its outputs and residuals are values
+        there); the backward rule is ``bwd`` on the residuals and the outputs' cotangents
+        (zeros for those that get none)."""
+        from cuvmap.transforms.vjp import match_operand
+
+        out_primals, residuals = params["fwd"](*primals)
+        with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
+        out_avals = avals_of(out_primals)
+        avals = avals_of(primals)
+        differentiated = [i for i, needed in enumerate(needs_ct) if needed]
+        bwd = params["bwd"]
+
+        def backward(cts):
+            full = [None] * len(out_avals)
+            for j, c in zip(with_ct, cts):
+                full[j] = c
+            full = [core.zeros_like_aval(a) if c is None else c for c, a in zip(full, out_avals)]
+            in_cts = bwd(residuals, full)
+            return [None if in_cts[i] is None else match_operand(in_cts[i], avals[i]) for i in differentiated]
+
+        return list(out_primals), with_ct, backward
+
+
+custom_jvp_call_p = CustomJVPCallPrimitive("custom_jvp_call")
+custom_vjp_call_p = CustomVJPCallPrimitive("custom_vjp_call")
+
+
+class StagedFun:
+    """A staged program as a function of its arguments (the ``fun`` of a staged
+    custom-derivative call): ``StagedFun(program, name)(*args)`` runs it through
+    jit's call primitive, so every transform processes it as a jitted call."""
+
+    def __init__(self, program, name):
+        self.program = program
+        self.__name__ = name
+
+    def __call__(self, *args):
+        from cuvmap.transforms.staging import call
+
+        return call(self.program, args)
+
+    def __repr__(self):
+        return self.__name__
 
 
 # ---------------------------------------------------------------------------------------
@@ -445,9 +580,9 @@ def _wrap(main, vals, dims):
 
 def _out_at_front(x, main, size):
     """The physical value of an output of a batched function, batch dim at 0."""
-    from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim
+    from cuvmap.transforms.batching import bdim_at_front, move_bdim
 
-    if type(x) is BatchTracer and x._main is main:
+    if main.owns(x):
         return move_bdim(x.val, x.bdim, 0)
     return bdim_at_front(x, None, size)
 
@@ -455,14 +590,14 @@ def _out_at_front(x, main, size):
 def _ct_in_layout(ct, main, size, dim):
     """A cotangent from ``vmap(bwd)`` in its operand's physical layout (batch dim ``dim``,
     or summed over the batch for an unbatched operand)."""
-    from cuvmap.lax.reduction import reduce_sum
-    from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim
+    from cuvmap import lax
+    from cuvmap.transforms.batching import bdim_at_front, move_bdim
 
     if ct is None:
         return None
-    if type(ct) is BatchTracer and ct._main is main:
+    if main.owns(ct):
         if dim is None:
-            return reduce_sum(ct.val, (ct.bdim,))
+            return lax.reduce_sum(ct.val, (ct.bdim,))
         return move_bdim(ct.val, ct.bdim, dim)
     if dim is None:
         return ct
@@ -512,7 +647,7 @@ class _BatchedResiduals:
 
 def batch_fwd(fwd, axis, dims, name):
     """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
-    from cuvmap.transforms.batching import BatchTracer, new_batch_main
+    from cuvmap.transforms.batching import new_batch_main
 
     size = axis.size
 
@@ -520,14 +655,7 @@ def batch_fwd(fwd, axis, dims, name):
         with new_batch_main(axis, name) as main:
             outs, residuals = fwd(*_wrap(main, vals, dims))
         leaves, treedef = tree.flatten(residuals)
-        res_vals, res_dims = [], []
-        for r in leaves:
-            if type(r) is BatchTracer and r._main is main:
-                res_vals.append(r.val)
-                res_dims.append(r.bdim)
-            else:
-                res_vals.append(r)
-                res_dims.append(None)
+        res_vals, res_dims = main.trace.unwrap(leaves)
         return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
 
     batched.__name__ = f"vmap({fwd.__name__})"
@@ -549,3 +677,7 @@ def batch_bwd(bwd, axis, dims, name):
 
     batched.__name__ = f"vmap({bwd.__name__})"
     return batched
+
+
+CustomJVPCallPrimitive.rule_batchers = {"fun": batch_fun, "jvp": batch_jvp}
+CustomVJPCallPrimitive.rule_batchers = {"fun": batch_fun, "fwd": batch_fwd, "bwd": batch_bwd}

@@ -1,21 +1,22 @@
 """The planned executor: runs a staged program without tracers.
 
 A program is planned once (:func:`plan`): every value gets a slot, and each equation (or
-fused group of them) becomes a step ``(kind, impl, input slots, output slot(s), params,
-aux, release, clear, writer)``; the plan decides where each result is written (NOTE
-[buffer planning]) and compiles the steps into one straight-line Python function with no
-tracer objects, no rule lookups and no dictionaries (NOTE [a plan runs as generated
-Python]). The first CPU plan asks the C allocator to keep the memory programs free (NOTE
+fused group of them) becomes a :class:`Step`; the plan decides where each result is
+written (NOTE [buffer planning]) and compiles the steps into one straight-line Python
+function with no tracer objects, no rule lookups and no dictionaries (NOTE [a plan runs
+as generated Python]). The first CPU plan asks the C allocator to keep the memory programs free (NOTE
 [keeping freed host memory]).
 """
 import ctypes
+import dataclasses
 import os
 import sys
 import threading
 
 import numpy as np
 
-from cuvmap import backend, core
+from cuvmap import backend
+from cuvmap.transforms import fusion
 
 # step kinds (FUSED: a fused elementwise kernel; MULTI: an equation with several results,
 # NOTE [an equation with several results] in ir.py; the output of both is a tuple of slots)
@@ -26,28 +27,42 @@ MIN_REUSE_BYTES = 4096
 
 
 # NOTE [buffer planning]
-# Fresh arrays are slow to touch on these machines (every page faults on first write), so a
-# program should write into memory it already has. The plan follows each buffer through the
-# program as a *group*: the slots that may share its memory (a reshape or a slice of it,
-# anything a primitive might return as a view). Only an elementwise primitive whose impl is
-# a ufunc, or that has an ``impl_into`` writing into a given buffer (select), is known to
-# return a new array that owns its memory (a *root*); any other
-# primitive's output joins the groups of its inputs, except those declared below to return
-# memory of their own. Then, for an elementwise step:
+# On the CPU fresh arrays are slow to touch (every page faults on its first write), so a
+# program should write into memory it already has. The plan follows each buffer through
+# the program as a *group*: the slots that may share its memory (a reshape or a slice of
+# it, anything a primitive might return as a view). What a result may share is a fact of
+# its primitive (cuvmap.core.Primitive): a primitive with a writer (``impl_into``; a ufunc
+# impl is its own) returns a new array that owns its memory, the *root* of a group of its
+# own; an ``owns_output`` result (a reduction, a product, a convolution) starts a group
+# without a root (it may be a view of a temporary of the impl's); any other result joins
+# the groups of its operands. A fused kernel's outputs are roots of groups of their own,
+# never pooled; the results of an equation with several results (a call) join their
+# operands' groups. Then, for a step of a primitive with a writer, without params, whose
+# output has at least MIN_REUSE_BYTES (and for which ``impl_into_when`` holds):
 #
-# - in place: when an input is the root of a group none of whose slots is used later or
-#   returned, with the output's shape and dtype, the ufunc writes into it (``out=``); the
-#   output carries on the group. Cotangent sums ``add(ct, ct_i)`` accumulate this way;
-# - pooled: otherwise the output goes into a buffer from the program's pool (keyed by
-#   shape and dtype) when one is free, else into a fresh one (so that a writer whose plain
-#   impl returns a view, select's, still leaves a buffer for the pool);
+# - in place: when an operand is the only root of a group none of whose slots is used
+#   later or returned, with the output's shape and dtype, the writer writes over it
+#   (``out=``); the output carries on the group. Cotangent sums ``add(ct, ct_i)``
+#   accumulate this way;
+# - pooled (on the CPU): otherwise the output goes into a buffer of the plan's pool (a
+#   list per shape and dtype) when one is free, else wherever the impl puts it (a writer
+#   that is not the impl, select's blend, gets a fresh buffer instead, so that the pool
+#   still receives one);
 #
-# and when a group dies (its last slot's last use), its roots go back to the pool. The pool
-# belongs to the plan and survives across calls, so a steady state allocates almost only
-# the outputs, which are never pooled (they belong to the caller). Arguments are never
-# written, except the donated ones (``jit(donate_argnums=...)``), which may be written in
-# place but are never pooled. At run time a root is reused only if it still is a base
-# array of the plan's array type (a guard against an impl that returned a view or a scalar).
+# and when a group dies (its last slot's last use), its roots go back to the pool. On the
+# CPU the pool belongs to the plan and survives across calls, so a steady state allocates
+# almost only the program's outputs, which are never pooled (they belong to the caller:
+# NOTE [large results are mapped afresh]); a checkpointed region's plan empties its pool
+# after each run (NOTE [a region's buffers die with its run] in remat.py). On the GPU a
+# plan writes in place only and pools nothing across calls: a buffer kept from the
+# previous call could still be read by one of its kernels on another stream, while CuPy's
+# own pool, which a fresh result comes from, orders its blocks by stream (and a captured
+# graph's buffers belong to the graph: NOTE [graph replay] in cuvmap/cuda/graphs.py).
+# Arguments are never written, except the donated ones (``jit(donate_argnums=...)``),
+# which may be written in place but are never pooled. At run time a root is reused only
+# if it still is a base array of the plan's array type (a guard against an impl that
+# returned a view or a scalar), and a writer may decline (TypeError, ValueError): the step
+# then calls the impl.
 
 
 # NOTE [keeping freed host memory]
@@ -69,6 +84,37 @@ MIN_REUSE_BYTES = 4096
 # MALLOC_TOP_PAD_, MALLOC_MMAP_MAX_ or a glibc.malloc tunable in GLIBC_TUNABLES set: theirs
 # wins), off Linux, or on a C library without mallopt (musl); host_memory_setting() says
 # which applied.
+
+# NOTE [large results are mapped afresh]
+# glibc serves a block above its mmap threshold from the heap only when a free chunk there
+# is large enough (at most the trim threshold, 64 MiB, stays free at the heap's top), else
+# from a mapping of its own, unmapped when the block is freed; and the threshold cannot go
+# above 32 MiB (mallopt refuses more: half of glibc's largest heap). So an array of more
+# than 32 MiB may fault all its pages in again on every call that allocates it, depending
+# on what else the heap holds. Buffer planning keeps the results that a writer puts into
+# the plan's buffers; the rest are the results of primitives without a writer
+# (dot_general, the convolutions) and the program's outputs. The per-example gradient of
+# the README CNN's dense layer is both: 62.5 MiB at batch 128, and every page fault of a
+# jit(vmap(grad)) call is in the one dot_general step that writes it (inside a jitted DP
+# step two copies of its transposed view, for the norms and the weighted sum, fault as
+# well). It stays that way, for two reasons:
+#
+# - an output belongs to the caller. Writing a call's output into the buffer of an
+#   earlier one once the caller has let go of it (its reference count) would trust every
+#   caller never to keep the data through a raw pointer, and in a loop ``g = f(...)`` the
+#   previous result is still alive during the call: the plan would keep two sets of
+#   outputs between calls. JAX's answer, donation, lets an argument's buffer take an
+#   output; cuvmap's ``donate_argnums`` only lets elementwise steps write over it;
+# - glibc's M_MMAP_MAX = 0 (no mappings at all) would serve every large block of the
+#   process from the heap, where a block freed below a live one never goes back to the
+#   system: the process would keep its peak memory. That is the user's decision to make.
+#
+# What a user can do: keep each large array of a call at or below 32 MiB (the README CNN
+# at batch 64: its dense gradient is 31.25 MiB, which the heap keeps: no page faults), or
+# set ``MALLOC_MMAP_MAX_=0`` and a ``MALLOC_TRIM_THRESHOLD_`` above the program's
+# footprint in the environment (cuvmap then leaves malloc as it is: no page faults per
+# call, and the peak stays mapped). ``python -m benchmarks per_example --batch 64 128``
+# shows the page faults per call, with and without those variables.
 
 MMAP_THRESHOLD_BYTES = 32 << 20
 TRIM_THRESHOLD_BYTES = 64 << 20
@@ -114,38 +160,33 @@ def host_memory_setting():
     return _host_memory
 
 
-def _ufunc_primitives():
-    """The elementwise primitives whose results can be written into a buffer of the plan:
-    those whose impl is a ufunc (``out=``), and those with an ``impl_into(*operands,
-    out=buffer)`` (select), which may raise TypeError to decline (the step then calls the
-    impl)."""
-    from cuvmap.lax import elementwise
+@dataclasses.dataclass(slots=True)
+class Step:
+    """One step of a plan: an equation, or a fused group of them. ``impl`` is what it
+    calls (the primitive's impl, or the group's kernel) on the slots ``ins`` with
+    ``params``.
 
-    return {p for p in vars(elementwise).values()
-            if isinstance(p, core.Primitive) and (isinstance(p.impl, np.ufunc) or p.impl_into is not None)}
+    ``kind``: PLAIN (``out = impl(*ins, **params)``), IN_PLACE (written by ``writer`` over
+    slot ``aux``), POOLED (written by ``writer`` into a buffer of the pool's list for key
+    ``aux``, a ``(shape, dtype)``), FUSED (a fused kernel) or MULTI (an equation with
+    several results); ``out`` is a slot, or a tuple of slots for FUSED and MULTI.
+    ``release``: the ``(slot, pool key)`` pairs whose buffers go back to the pool after
+    the step; ``clear``: the slots dropped after it (their last use)."""
 
+    kind: int
+    impl: object
+    ins: tuple
+    out: object
+    params: dict
+    aux: object = None
+    release: tuple = ()
+    clear: tuple = ()
+    writer: object = None
 
-def _own_memory_primitives():
-    """Primitives whose output never shares memory with an operand (without being known
-    to own it: ``dot_general`` may return a transposed view of its product)."""
-    import importlib
-
-    from cuvmap.lax import linalg, reduction
-
-    conv = importlib.import_module("cuvmap.lax.conv")  # cuvmap.lax.conv is also a function's name
-
-    return {reduction.reduce_sum_p, linalg.dot_general_p, conv.conv_p,
-            conv.conv_backward_input_p, conv.conv_backward_weight_p}
-
-
-_tables = None
-
-
-def _primitive_tables():
-    global _tables
-    if _tables is None:
-        _tables = (_ufunc_primitives(), _own_memory_primitives())
-    return _tables
+    @property
+    def outs(self):
+        """The output slots, as a tuple for every kind."""
+        return self.out if self.kind in (FUSED, MULTI) else (self.out,)
 
 
 class Plan:
@@ -164,7 +205,7 @@ class Plan:
         self.pool = {}
         self.array_types = array_types
         self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
-        self.num_reused_steps = sum(1 for s in steps if s[0] != PLAIN)
+        self.num_reused_steps = sum(1 for s in steps if s.kind != PLAIN)
         self.source, namespace = _compile(self, out_is_scalar)
         exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
         self.program = namespace["program"]
@@ -180,26 +221,23 @@ def _is_gpu_program(closed):
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
-# Primitives whose impl reads values on the host (a GPU synchronisation): a program with
-# one of them is never captured as a CUDA graph (NOTE [graph replay] in cuvmap/cuda/graphs.py).
-def _host_sync_primitives():
-    from cuvmap.lax import indexing
-
-    return {indexing.check_index_bounds_p}
-
-
 def graph_capturable(closed):
     """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
-    its equations reads values on the host."""
+    its equations reads values on the host (``Primitive.host_sync``)."""
     from cuvmap.transforms import ir
 
-    syncs = _host_sync_primitives()
+    def programs(value):
+        if isinstance(value, ir.ClosedJaxpr):
+            return [value]
+        if isinstance(value, tuple):  # cond's branches
+            return [v for v in value if isinstance(v, ir.ClosedJaxpr)]
+        return []
 
-    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, ...) included
+    def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, loops, ...) included
         for e in jaxpr.eqns:
-            if e.primitive in syncs:
+            if e.primitive.host_sync:  # NOTE [graph replay] in cuvmap/cuda/graphs.py
                 return True
-            if any(isinstance(v, ir.ClosedJaxpr) and syncs_in(v.jaxpr) for v in e.params.values()):
+            if any(syncs_in(p.jaxpr) for v in e.params.values() for p in programs(v)):
                 return True
         return False
 
@@ -216,180 +254,29 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     CuPy kernel (``cuvmap/cuda/kernels.py``); the CPU tests pass the group's reference.
     ``graphs``: whether the plan's program replays as a CUDA graph after its first call
     (:func:`graph_capturable` programs only; by default the ``jit_cuda_graphs`` setting).
+
+    The phases: the units (equations, or fused groups of them), a slot for every value
+    and the last use of each (:class:`_Slots`), where each unit writes its result
+    (:func:`_place_results`, over the buffers' groups of :class:`_Groups`), what is
+    released to the pool and cleared after each step (:func:`_schedule_frees`), and the
+    generated function (:class:`Plan`, :func:`_compile`).
     """
     from cuvmap import config
-    from cuvmap.transforms import fusion
 
-    ufuncs, own_memory = _primitive_tables()
     j = closed.jaxpr
     gpu = _is_gpu_program(closed)
     if fuse is None:
         fuse = gpu and config.jit_gpu_fusion
     units = fusion.fuse(j.eqns, j.outvars) if fuse else list(j.eqns)
-    if fused_callable is None:
-        fused_callable = _cuda_fused_callable
-    slot_of = {}
-    init = []
-
-    def new_slot(value=None):
-        init.append(value)
-        return len(init) - 1
-
-    for v, c in zip(j.constvars, closed.consts):
-        slot_of[v] = new_slot(c)
-    in_slots = []
-    for v in j.invars:
-        slot_of[v] = new_slot()
-        in_slots.append(slot_of[v])
-    literal_slots = set()
-
-    def slot(x):
-        if type(x).__name__ == "Literal":
-            s = new_slot(x.val)
-            literal_slots.add(s)
-            return s
-        return slot_of[x]
-
-    def unit_outputs(unit):
-        return unit.outputs if isinstance(unit, fusion.FusedGroup) else unit.outs
-
-    unit_ins = []
-    for unit in units:
-        unit_ins.append([slot(x) for x in unit.inputs])
-        for v in unit_outputs(unit):
-            slot_of[v] = new_slot()
-    out_slots = [slot(v) for v in j.outvars]
-    returned = set(out_slots)
-    never = len(units)
-    last_use = {}
-    for k, ins in enumerate(unit_ins):
-        for s in ins:
-            last_use[s] = k
-    for s in returned:
-        last_use[s] = never
-
-    aval_of = {slot_of[v]: v.aval for v in list(j.constvars) + list(j.invars)}
-    for unit in units:
-        for v in unit_outputs(unit):
-            aval_of[slot_of[v]] = v.aval
-
-    # groups: id -> [members, roots, poolable]
-    group_of = {}
-    groups = {}
-
-    def new_group(s, roots, poolable):
-        groups[s] = [{s}, list(roots), poolable]
-        group_of[s] = s
-
-    for i, s in enumerate(in_slots):
-        new_group(s, [s] if i in donated else [], False)
-    for v in j.constvars:
-        new_group(slot_of[v], [], False)
-
-    def join(array_ins, outs):
-        """Merges the groups of ``array_ins`` into one, which ``outs`` join."""
-        merged = {group_of[s] for s in array_ins}
-        first = merged.pop()
-        members, roots, poolable = groups[first]
-        for g in merged:
-            m2, r2, p2 = groups.pop(g)
-            members |= m2
-            roots.extend(r2)
-            poolable = poolable and p2
-            for t in m2:
-                group_of[t] = first
-        groups[first][2] = poolable
-        for o in outs:
-            members.add(o)
-            group_of[o] = first
-
-    def dead_after(g, k):
-        return all(last_use.get(m, -1) <= k for m in groups[g][0])
-
-    steps = []
-    releases = {k: [] for k in range(len(units))}
-    for k, unit in enumerate(units):
-        ins = unit_ins[k]
-        if isinstance(unit, fusion.FusedGroup):
-            # a kernel writes fresh arrays of its own: each output is a group of its own
-            outs = tuple(slot_of[v] for v in unit.outputs)
-            for s in outs:
-                new_group(s, [s], False)
-            steps.append([FUSED, fused_callable(unit), tuple(ins), outs, {}, None, (), (), None])
-            continue
-        eqn = unit
-        array_ins = [s for s in ins if s not in literal_slots]
-        if type(eqn.out) is tuple:
-            # a function of its own (a checkpointed region, a custom-derivative call): its
-            # results may be views of its operands (an identity), so they join the
-            # operands' groups
-            outs = tuple(slot_of[v] for v in eqn.out)
-            if array_ins:
-                join(array_ins, outs)
-            else:
-                for o in outs:
-                    new_group(o, [], False)
-            steps.append([MULTI, eqn.primitive.impl, tuple(ins), outs, eqn.params, None, (), (), None])
-            continue
-        out = slot_of[eqn.out]
-        aval = eqn.out.aval
-        reusable = (eqn.primitive in ufuncs and not eqn.params and aval.shape
-                    and _nbytes(aval) >= MIN_REUSE_BYTES)
-        if reusable and eqn.primitive.impl_into is not None and (gpu or aval.dtype.kind != "f"):
-            reusable = False  # select_into blends NumPy floats only: elsewhere it would decline
-        kind, aux = PLAIN, None
-        if reusable:
-            for s in array_ins:
-                g = group_of[s]
-                members, roots, _ = groups[g]
-                a = aval_of[s]
-                if (roots == [s] and a.shape == aval.shape and a.dtype == aval.dtype
-                        and dead_after(g, k) and all(group_of[t] != g or t == s for t in array_ins)):
-                    kind, aux = IN_PLACE, s
-                    members.add(out)
-                    group_of[out] = g
-                    groups[g][1] = [out]
-                    break
-            else:
-                if gpu:
-                    # on the GPU only in place: a buffer pooled across calls could still be
-                    # read by a kernel of the previous call on another stream (CuPy's own
-                    # pool, which a fresh result comes from, orders its blocks by stream)
-                    new_group(out, [out], False)
-                else:
-                    kind, aux = POOLED, (aval.shape, aval.dtype)
-                    new_group(out, [out], True)
-        elif eqn.primitive in ufuncs or eqn.primitive in own_memory or not array_ins:
-            new_group(out, [out] if eqn.primitive in ufuncs else [], eqn.primitive in ufuncs)
-        else:
-            join(array_ins, (out,))
-        writer = (eqn.primitive.impl_into or eqn.primitive.impl) if kind != PLAIN else None
-        steps.append([kind, eqn.primitive.impl, tuple(ins), out, eqn.params, aux, (), (), writer])
-
-    # when each group dies, its poolable roots go to the pool; every slot is cleared after
-    # its last use (a group's roots after the group's, so the pool gets them)
-    clear_at = {k: [] for k in range(len(units))}
-    for g, (members, roots, poolable) in groups.items():
-        death = max(last_use.get(m, -1) for m in members)
-        for m in members:
-            lu = last_use.get(m, -1)
-            if m in roots:
-                lu = death
-            if 0 <= lu < never and m not in in_slots and m not in literal_slots:
-                clear_at[lu].append(m)
-        if 0 <= death < never and poolable and not gpu:  # (the GPU pools nothing across calls)
-            for r in roots:
-                if _nbytes(aval_of[r]) >= MIN_REUSE_BYTES:
-                    releases[death].append((r, (aval_of[r].shape, aval_of[r].dtype)))
-    for k, step in enumerate(steps):
-        released = {r for r, _ in releases[k]}
-        step[6] = tuple(releases[k])
-        step[7] = tuple(s for s in clear_at[k] if s not in released) + tuple(released)
+    slots = _Slots(closed, units)
+    groups = _Groups(slots, donated)
+    steps = _place_results(units, slots, groups, gpu, fused_callable or _cuda_fused_callable)
+    _schedule_frees(steps, slots, groups, gpu)
     array_types = (backend.xp_for("gpu").ndarray,) if gpu else (np.ndarray,)
     if not gpu and _host_memory is None:
         keep_host_memory()
-    out_is_scalar = [any(v.aval.shape == () for v in unit_outputs(u)) for u in units]
-    p = Plan([tuple(s) for s in steps], init, in_slots, out_slots, array_types, out_is_scalar)
+    out_is_scalar = [any(v.aval.shape == () for v in _unit_outputs(u)) for u in units]
+    p = Plan(steps, slots.init, slots.in_slots, slots.out_slots, array_types, out_is_scalar)
     if graphs is None:
         graphs = config.jit_cuda_graphs
     if graphs and graph_capturable(closed):
@@ -400,6 +287,196 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
 
         p.program = cuda_graphs.GraphRunner(p.program, make_program)
     return p
+
+
+def _unit_outputs(unit):
+    """The variables a unit (an equation or a fused group) computes."""
+    return unit.outputs if isinstance(unit, fusion.FusedGroup) else unit.outs
+
+
+class _Slots:
+    """The plan's slots: one per constant, argument, literal and unit result, numbered in
+    program order (``init`` holds the constants' and literals' values, None for the
+    others), the slots each unit reads, the avals of the non-literal slots, and the
+    index of the last unit that reads each slot (``never`` for the returned ones)."""
+
+    __slots__ = ("init", "slot_of", "const_slots", "in_slots", "literal_slots", "unit_ins", "out_slots", "aval_of",
+                 "last_use", "never")
+
+    def __init__(self, closed, units):
+        j = closed.jaxpr
+        self.init = []
+        self.slot_of = {}
+        self.literal_slots = set()
+        for v, c in zip(j.constvars, closed.consts):
+            self.slot_of[v] = self._new(c)
+        self.const_slots = [self.slot_of[v] for v in j.constvars]
+        self.in_slots = []
+        for v in j.invars:
+            self.slot_of[v] = self._new()
+            self.in_slots.append(self.slot_of[v])
+        self.unit_ins = []
+        for unit in units:
+            self.unit_ins.append([self._read(x) for x in unit.inputs])
+            for v in _unit_outputs(unit):
+                self.slot_of[v] = self._new()
+        self.out_slots = [self._read(v) for v in j.outvars]
+        self.aval_of = {self.slot_of[v]: v.aval for v in list(j.constvars) + list(j.invars)}
+        for unit in units:
+            for v in _unit_outputs(unit):
+                self.aval_of[self.slot_of[v]] = v.aval
+        self.never = len(units)
+        self.last_use = {}
+        for k, ins in enumerate(self.unit_ins):
+            for s in ins:
+                self.last_use[s] = k
+        for s in self.out_slots:
+            self.last_use[s] = self.never
+
+    def _new(self, value=None):
+        self.init.append(value)
+        return len(self.init) - 1
+
+    def _read(self, x):
+        """The slot of a variable, or a new slot holding a literal's value."""
+        if type(x).__name__ == "Literal":
+            s = self._new(x.val)
+            self.literal_slots.add(s)
+            return s
+        return self.slot_of[x]
+
+
+class _Groups:
+    """The buffers' groups (NOTE [buffer planning]): ``groups[g] = [members, roots,
+    poolable]`` for the group named by slot ``g``, ``group_of[s]`` the group of slot
+    ``s``. The arguments (roots: the donated ones) and constants start groups of their
+    own, never pooled."""
+
+    __slots__ = ("groups", "group_of", "last_use")
+
+    def __init__(self, slots, donated):
+        self.groups = {}
+        self.group_of = {}
+        self.last_use = slots.last_use
+        for i, s in enumerate(slots.in_slots):
+            self.new(s, [s] if i in donated else [], False)
+        for s in slots.const_slots:
+            self.new(s, [], False)
+
+    def new(self, s, roots, poolable):
+        self.groups[s] = [{s}, list(roots), poolable]
+        self.group_of[s] = s
+
+    def join(self, slots, outs):
+        """Merges the groups of ``slots`` into one, which ``outs`` join."""
+        merged = {self.group_of[s] for s in slots}
+        first = merged.pop()
+        members, roots, poolable = self.groups[first]
+        for g in merged:
+            m2, r2, p2 = self.groups.pop(g)
+            members |= m2
+            roots.extend(r2)
+            poolable = poolable and p2
+            for t in m2:
+                self.group_of[t] = first
+        self.groups[first][2] = poolable
+        for o in outs:
+            members.add(o)
+            self.group_of[o] = first
+
+    def dead_after(self, g, k):
+        """Whether no member of group ``g`` is read after unit ``k`` (nor returned)."""
+        return all(self.last_use.get(m, -1) <= k for m in self.groups[g][0])
+
+
+def _place_results(units, slots, groups, gpu, fused_callable):
+    """The steps, each with the place of its result (NOTE [buffer planning]): written in
+    place over a dead operand's buffer, into a pooled buffer, or wherever its impl puts
+    it; each result joins or starts a group as it goes."""
+    steps = []
+    for k, unit in enumerate(units):
+        ins = tuple(slots.unit_ins[k])
+        if isinstance(unit, fusion.FusedGroup):
+            # a kernel writes fresh arrays of its own: each output is a group of its own
+            outs = tuple(slots.slot_of[v] for v in unit.outputs)
+            for s in outs:
+                groups.new(s, [s], False)
+            steps.append(Step(FUSED, fused_callable(unit), ins, outs, {}))
+            continue
+        eqn = unit
+        array_ins = [s for s in ins if s not in slots.literal_slots]
+        if type(eqn.out) is tuple:
+            # a function of its own (a checkpointed region, a custom-derivative call): its
+            # results may be views of its operands (an identity), so they join the
+            # operands' groups
+            outs = tuple(slots.slot_of[v] for v in eqn.out)
+            if array_ins:
+                groups.join(array_ins, outs)
+            else:
+                for o in outs:
+                    groups.new(o, [], False)
+            steps.append(Step(MULTI, eqn.primitive.impl, ins, outs, eqn.params))
+            continue
+        steps.append(_place_result(k, eqn, ins, array_ins, slots, groups, gpu))
+    return steps
+
+
+def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
+    """The step of equation ``k``, which has one result (NOTE [buffer planning])."""
+    out = slots.slot_of[eqn.out]
+    aval = eqn.out.aval
+    prim = eqn.primitive
+    writes = prim.impl_into is not None
+    reusable = (writes and not eqn.params and aval.shape and _nbytes(aval) >= MIN_REUSE_BYTES
+                and (prim.impl_into_when is None or prim.impl_into_when(aval, gpu)))
+    if reusable:
+        for s in array_ins:
+            g = groups.group_of[s]
+            members, roots, _ = groups.groups[g]
+            a = slots.aval_of[s]
+            if (roots == [s] and a.shape == aval.shape and a.dtype == aval.dtype
+                    and groups.dead_after(g, k) and all(groups.group_of[t] != g or t == s for t in array_ins)):
+                members.add(out)
+                groups.group_of[out] = g
+                groups.groups[g][1] = [out]
+                return Step(IN_PLACE, prim.impl, ins, out, eqn.params, aux=s, writer=prim.impl_into)
+        if not gpu:
+            groups.new(out, [out], True)
+            return Step(POOLED, prim.impl, ins, out, eqn.params, aux=(aval.shape, aval.dtype), writer=prim.impl_into)
+        # on the GPU only in place: a buffer pooled across calls could still be read by a
+        # kernel of the previous call on another stream (CuPy's own pool, which a fresh
+        # result comes from, orders its blocks by stream)
+        groups.new(out, [out], False)
+    elif writes or prim.owns_output or not array_ins:
+        groups.new(out, [out] if writes else [], writes)
+    else:
+        groups.join(array_ins, (out,))
+    return Step(PLAIN, prim.impl, ins, out, eqn.params)
+
+
+def _schedule_frees(steps, slots, groups, gpu):
+    """Sets each step's ``release`` and ``clear``: when a group dies (its last member's
+    last use), its poolable roots go to the pool, and every slot is cleared after its
+    last use (a group's roots after the group's, so that the pool gets them)."""
+    clear_at = {k: [] for k in range(len(steps))}
+    releases = {k: [] for k in range(len(steps))}
+    never = slots.never
+    for g, (members, roots, poolable) in groups.groups.items():
+        death = max(slots.last_use.get(m, -1) for m in members)
+        for m in members:
+            lu = slots.last_use.get(m, -1)
+            if m in roots:
+                lu = death
+            if 0 <= lu < never and m not in slots.in_slots and m not in slots.literal_slots:
+                clear_at[lu].append(m)
+        if 0 <= death < never and poolable and not gpu:  # (the GPU pools nothing across calls)
+            for r in roots:
+                if _nbytes(slots.aval_of[r]) >= MIN_REUSE_BYTES:
+                    releases[death].append((r, (slots.aval_of[r].shape, slots.aval_of[r].dtype)))
+    for k, step in enumerate(steps):
+        released = {r for r, _ in releases[k]}
+        step.release = tuple(releases[k])
+        step.clear = tuple(s for s in clear_at[k] if s not in released) + tuple(released)
 
 
 def _cuda_fused_callable(group):
@@ -442,7 +519,7 @@ def _compile(p, out_is_scalar):
     """The source of ``p``'s straight-line function, and the namespace it runs in."""
     computed = set()
     for step in p.steps:
-        computed.update(step[3] if step[0] in (FUSED, MULTI) else (step[3],))
+        computed.update(step.outs)
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
     namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
                  "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
@@ -460,14 +537,15 @@ def _compile(p, out_is_scalar):
     lines = ["def program(args):"]
     if p.in_slots:
         lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
-    for k, (kind, impl, ins, out, params, aux, release, clear, writer) in enumerate(p.steps):
+    for k, step in enumerate(p.steps):
+        kind, impl, ins, params, aux, writer = step.kind, step.impl, step.ins, step.params, step.aux, step.writer
         namespace[f"f{k}"] = impl
         if writer is not None:
             namespace[f"w{k}"] = writer
         if params:
             namespace[f"p{k}"] = params
         plain = _call(k, ins, params, constant_slots)
-        outs = out if kind in (FUSED, MULTI) else (out,)
+        outs = step.outs
         r = f"r{outs[0]}"
         if kind in (FUSED, MULTI):
             lines.append(f"    {', '.join(f'r{o}' for o in outs)}, = {plain}")
@@ -506,9 +584,9 @@ def _compile(p, out_is_scalar):
         if out_is_scalar[k]:
             for o in outs:
                 lines.append(f"    if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
-        for s, key in release:
+        for s, key in step.release:
             lines.append(f"    if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
-        cleared = [f"r{s}" for s in clear if s not in constant_slots]
+        cleared = [f"r{s}" for s in step.clear if s not in constant_slots]
         if cleared:
             lines.append(f"    del {', '.join(cleared)}")
     # a constant returned is copied: the caller owns its results, and may write into them
@@ -528,12 +606,18 @@ def run(closed, args):
     never a CUDA graph of its own; while a graph is being captured on this thread, a fresh
     plan runs, so that every buffer it writes comes from the capture's private pool (NOTE
     [graph replay] in cuvmap/cuda/graphs.py)."""
+    return execute(nested_plan(closed), args[len(closed.consts):])
+
+
+def nested_plan(closed):
+    """The plan of a program that another one runs (NOTE [graph replay]): made once and
+    kept on ``closed``, never a CUDA graph; a fresh one while a graph is being captured on
+    this thread."""
     from cuvmap.cuda import graphs as cuda_graphs
 
-    num_consts = len(closed.consts)
     if cuda_graphs.capturing_here():
-        return execute(plan(closed, graphs=False), args[num_consts:])
-    return execute(plan_for(closed.plans, closed, graphs=False), args[num_consts:])
+        return plan(closed, graphs=False)
+    return plan_for(closed.plans, closed, graphs=False)
 
 
 def plan_for(plans, closed, donated=(), graphs=None):

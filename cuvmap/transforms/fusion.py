@@ -18,6 +18,8 @@ alone (NOTE [fusion groups]); it knows no array library and is tested on the CPU
 ``ElementwiseKernel`` (``cuvmap/cuda/kernels.py`` compiles them).
 """
 
+import dataclasses
+
 import numpy as np
 
 # NOTE [fusion groups]
@@ -50,29 +52,38 @@ C_TYPES = {
     np.dtype(np.float32): "float", np.dtype(np.float64): "double",
 }
 
-# C expressions of the fusible primitives over operands already converted to the
-# computation type T ({0}, {1}, {2}: operand variables; {T}: T's C name). Each is the
-# formula the primitive's impl computes through CuPy's ufuncs (so a fused program gives
-# the unfused bits, NOTE [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py):
-# rsqrt is a reciprocal of sqrt as the impl, integer_pow is a square or pow(x, y) as the
-# impl, and max/min propagate NaN as NumPy's maximum/minimum (CUDA's fmax would drop it).
-# logistic is left out: its impl goes through logaddexp.
-_ARITHMETIC = {
-    "neg": "(-{0})", "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
-    "max": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
-    "min": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
-    "select": "({0} ? {1} : {2})",
-    "stop_gradient": "{0}",
-}
-_FLOAT_ONLY = {
-    "div": "({0} / {1})", "pow": "pow({0}, {1})", "atan2": "atan2({0}, {1})",
-    "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
-    "sqrt": "sqrt({0})", "rsqrt": "(({T})1 / sqrt({0}))", "tanh": "tanh({0})",
-    "sin": "sin({0})", "cos": "cos({0})", "log2": "log2({0})", "log10": "log10({0})",
-    "atan": "atan({0})", "sinh": "sinh({0})", "cosh": "cosh({0})", "asinh": "asinh({0})",
-    "abs": "fabs({0})", "floor": "floor({0})", "ceil": "ceil({0})", "erf": "erf({0})",
-}
-_COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+class CExpression:
+    """How a generated kernel computes one elementwise primitive: the ``fused`` attribute
+    of its :class:`~cuvmap.core.Primitive`, set where the primitive is defined.
+
+    ``template`` is a C expression over the operands converted to the computation type
+    T (``{0}``, ``{1}``, ``{2}``: the operands' variables; ``{T}``: T's C name), or a
+    function of the equation's params that returns one, which may name the params
+    (``{y}``). It is the formula the primitive's impl computes through CuPy's ufuncs, so a
+    fused program gives the unfused bits (NOTE [fused kernels round as the unfused ones]
+    in cuvmap/cuda/kernels.py). The computation type is the output's dtype, except:
+
+    - ``comparison_dtype(*operand_avals)``, where given, makes the primitive a
+      comparison: it computes in that dtype (the operands' common one), and an integer
+      literal out of its range compares by value, as in NumPy;
+    - the operands at ``bool_operands`` are converted to ``bool`` (select's predicate).
+
+    ``float_only``: fused only where the computation type is a float. ``accepts(**params)
+    -> bool``: which params the template handles (by default none: an equation with
+    params is not fused).
+    """
+
+    __slots__ = ("template", "float_only", "comparison_dtype", "bool_operands", "accepts")
+
+    def __init__(self, template, *, float_only=False, comparison_dtype=None, bool_operands=(), accepts=None):
+        self.template = template
+        self.float_only = float_only
+        self.comparison_dtype = comparison_dtype
+        self.bool_operands = tuple(bool_operands)
+        self.accepts = accepts
+
+    def __repr__(self):
+        return f"CExpression({self.template!r})"
 
 
 def _operand_aval(x):
@@ -81,48 +92,38 @@ def _operand_aval(x):
 
 def _computation_dtype(eqn):
     """The dtype in which the equation's arithmetic happens: the output's, except for
-    comparisons (their operands' common dtype, weak literals taking the array's) and
-    ``select`` (its branches' dtype, which is the output's)."""
-    name = eqn.primitive.name
-    if name in _COMPARISONS:
-        from cuvmap.lax import elementwise
-
-        return elementwise._naryop_shape_rule(*[_operand_aval(x) for x in eqn.inputs]).dtype
+    comparisons (their operands' common dtype, weak literals taking the array's)."""
+    comparison_dtype = eqn.primitive.fused.comparison_dtype
+    if comparison_dtype is not None:
+        return np.dtype(comparison_dtype(*[_operand_aval(x) for x in eqn.inputs]))
     return eqn.out.aval.dtype
 
 
 def fusible(eqn):
     """Whether ``eqn`` can be a member of a fused group."""
-    name = eqn.primitive.name
-    if type(eqn.out) is tuple:  # NOTE [an equation with several results] in ir.py: a
-        return False            # checkpointed region or a custom-derivative call
+    expression = eqn.primitive.fused
+    # an equation with several results (NOTE [an equation with several results] in ir.py) is a call
+    if expression is None or type(eqn.out) is tuple:
+        return False
     aval = eqn.out.aval
     if not aval.shape or aval.dtype not in C_TYPES:
         return False
     if any(_operand_aval(x).dtype not in C_TYPES for x in eqn.inputs):
         return False
-    if name == "integer_pow":
-        return isinstance(eqn.params.get("y"), int) and aval.dtype.kind == "f"
-    if name == "convert_element_type":
-        return np.dtype(eqn.params["new_dtype"]) in C_TYPES
-    if eqn.params:
+    if eqn.params and (expression.accepts is None or not expression.accepts(**eqn.params)):
         return False
-    if name in _FLOAT_ONLY:
-        return _computation_dtype(eqn).kind == "f"
-    return name in _ARITHMETIC or name in _COMPARISONS
+    return not expression.float_only or _computation_dtype(eqn).kind == "f"
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class FusedGroup:
     """Member equations (in program order) of one kernel, its external inputs (variables
     and literals, without repeats) and its outputs (member variables read outside)."""
 
-    __slots__ = ("eqns", "inputs", "outputs", "shape")
-
-    def __init__(self, eqns, inputs, outputs, shape):
-        self.eqns = eqns
-        self.inputs = inputs
-        self.outputs = outputs
-        self.shape = shape
+    eqns: list
+    inputs: list
+    outputs: list
+    shape: tuple
 
     def __repr__(self):
         names = " ".join(e.primitive.name for e in self.eqns)
@@ -191,7 +192,7 @@ def _fits(value, dtype):
 
 
 def _c_expression(eqn, names):
-    name = eqn.primitive.name
+    expression = eqn.primitive.fused
     comp = _computation_dtype(eqn)
     t = C_TYPES[comp]
 
@@ -200,28 +201,17 @@ def _c_expression(eqn, names):
             return f"(({C_TYPES[as_type]}){names[id(x)]})"
         return _c_literal(x.val, as_type)
 
-    if name == "select":
-        pred, on_true, on_false = eqn.inputs
-        return _ARITHMETIC["select"].format(operand(pred, np.dtype(np.bool_)),
-                                            operand(on_true, comp), operand(on_false, comp))
-    if name == "convert_element_type":
-        return operand(eqn.inputs[0], np.dtype(eqn.params["new_dtype"]))
-    if name == "integer_pow":
-        y = eqn.params["y"]
-        x = operand(eqn.inputs[0], comp)
-        return f"({x} * {x})" if y == 2 else f"pow({x}, (({t}){y}))"
-    if name in _COMPARISONS:
-        if comp.kind in "iu" and any(_is_literal(x) and not _fits(x.val, comp) for x in eqn.inputs):
-            # NumPy compares an integer array with an out-of-range Python int by value
-            # (uint8 < 300 holds everywhere); a cast of 300 to uint8 would wrap it
-            comp = np.dtype(np.int64)
-        ops = [operand(x, comp) for x in eqn.inputs]
-        return f"({ops[0]} {_COMPARISONS[name]} {ops[1]})"
-    ops = [operand(x, comp) for x in eqn.inputs]
-    if name == "abs" and comp.kind != "f":
-        return f"({ops[0]} < 0 ? -{ops[0]} : {ops[0]})"
-    template = _ARITHMETIC.get(name) or _FLOAT_ONLY[name]
-    return template.format(*ops, T=t)
+    if (expression.comparison_dtype is not None and comp.kind in "iu"
+            and any(_is_literal(x) and not _fits(x.val, comp) for x in eqn.inputs)):
+        # NumPy compares an integer array with an out-of-range Python int by value
+        # (uint8 < 300 holds everywhere); a cast of 300 to uint8 would wrap it
+        comp = np.dtype(np.int64)
+    ops = [operand(x, np.dtype(np.bool_) if i in expression.bool_operands else comp)
+           for i, x in enumerate(eqn.inputs)]
+    template = expression.template
+    if callable(template):
+        template = template(**eqn.params)
+    return template.format(*ops, T=t, **eqn.params)
 
 
 # ---------------------------------------------------------------------------------------

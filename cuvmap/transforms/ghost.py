@@ -40,7 +40,6 @@ References:
 * Z. Bu, Y.-X. Wang, S. Zha, G. Karypis. *Differentially Private Optimization on Large
   Model at Small Cost.* ICML 2023, arXiv:2210.00038 (book-keeping).
 """
-import importlib
 import math
 import threading
 import time
@@ -140,17 +139,14 @@ _prims = []
 
 
 def _primitives():
-    """The primitive objects whose uses the transform reads (imported here only, so that a
-    renamed lax module is a one-line change)."""
+    """The primitive objects whose uses the transform reads, found in one place through the
+    ``cuvmap.lax`` package (a renamed lax module is a one-line change here)."""
     if not _prims:
-        conv_module = importlib.import_module("cuvmap.lax.conv")
-        from cuvmap.lax import elementwise, indexing, linalg, shape
-
         _prims.append(SimpleNamespace(
-            dot_general=linalg.dot_general_p, conv=conv_module.conv_p, take=indexing.take_p,
-            take_transpose=indexing.take_transpose_p, transpose=shape.transpose_p,
-            reshapes=(shape.reshape_p, shape.squeeze_p, shape.expand_dims_p),
-            convert=elementwise.convert_element_type_p, add=elementwise.add_p,
+            dot_general=lax.linalg.dot_general_p, conv=lax.convolution.conv_p, take=lax.indexing.take_p,
+            take_transpose=lax.indexing.take_transpose_p, transpose=lax.shape.transpose_p,
+            reshapes=(lax.shape.reshape_p, lax.shape.squeeze_p, lax.shape.expand_dims_p),
+            convert=lax.elementwise.convert_element_type_p, add=lax.elementwise.add_p,
         ))
     return _prims[0]
 
@@ -476,7 +472,7 @@ class _Other(Exception):
 def _is_view(eqn, prims):
     """A norm-preserving view of its one operand: transpose, reshape, squeeze,
     expand_dims, or a conversion between floating dtypes."""
-    if len(eqn.inputs) != 1 or type(eqn.out) is tuple:
+    if len(eqn.inputs) != 1 or eqn.primitive.multiple_results:
         return False
     p = eqn.primitive
     if p is prims.transpose or p in prims.reshapes:
@@ -701,7 +697,7 @@ def _eval_tapped(jaxpr, consts, args, taps, zs):
             kept[k] = [ins[i] for i in tap.operands if i not in tap.from_batch]
             if tap.z is not None:
                 out = cnp.add(out, zs[tap.z])
-        if type(eqn.out) is tuple:
+        if eqn.primitive.multiple_results:
             env.update(zip(eqn.out, out))
         else:
             env[eqn.out] = out

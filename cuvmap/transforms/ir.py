@@ -70,21 +70,23 @@ class Literal:
 
 # NOTE [an equation with several results]
 # Some equations compute several arrays at once and must stay one equation of the program:
-# a checkpointed region (:mod:`cuvmap.transforms.remat`; inlined, its equations would be
-# indistinguishable from the others, so partial evaluation would keep its residuals and
-# CSE would merge the backward pass's recomputation with the forward computation) and a
-# custom-derivative call (:mod:`cuvmap.transforms.custom_derivatives`; it keeps rules
-# that its body does not imply). Such an equation's ``out`` is a tuple of variables, one
-# per result (``outs`` is the tuple for every equation; an ordinary equation's ``out`` is
-# one variable), and its primitive's ``bind`` and impl return a list of that length. It
+# the call primitives (NOTE [call primitives] in :mod:`cuvmap.transforms.call`) — a
+# checkpointed region (inlined, its equations would be indistinguishable from the others,
+# so partial evaluation would keep its residuals and CSE would merge the backward pass's
+# recomputation with the forward computation), a custom-derivative call (it keeps rules
+# that its body does not imply), control flow (its body runs many times, or one branch of
+# several). Such an equation's ``out`` is a tuple of variables, one per result (``outs`` is
+# the tuple for every equation; an ordinary equation's ``out`` is one variable), and its
+# primitive's ``bind`` and impl return a list of that length (``multiple_results``). It
 # prints as ``b:f32[3] c:f32[] = checkpoint[...] a``. The passes take the results
-# together: ``eval_jaxpr`` binds it once and reads the list; DCE keeps it while any of
-# its results is used; CSE merges two identical ones result by result; constant folding
-# leaves it alone; partial evaluation (the ``_split_known`` of staging's VJP programs,
-# ``partial_eval_remat``) makes all its results unknown when an input is, and recomputes
-# or keeps them together; fusion never makes it a member of a kernel; the executor runs
-# it as a ``MULTI`` step, ``r5, r6, = f3(r2)``, whose results join the buffer groups of
-# its operands (they may be views of them: a function returning its argument).
+# together: ``eval_jaxpr`` binds it once and reads the list; DCE drops the results nobody
+# reads where the primitive's ``dce`` can (a program call prunes its program) and keeps
+# the equation whole otherwise; CSE merges two identical ones result by result; constant
+# folding leaves it alone; partial evaluation (:mod:`cuvmap.transforms.partial_eval`)
+# makes all its results unknown when an input is, and recomputes or keeps them together;
+# fusion never makes it a member of a kernel; the executor runs it as a ``MULTI`` step,
+# ``r5, r6, = f3(r2)``, whose results join the buffer groups of its operands (they may be
+# views of them: a function returning its argument).
 class JaxprEqn:
     """``out = primitive(inputs, **params)``. ``out`` is one :class:`Var`, or a tuple of
     them for a primitive with several results (NOTE [an equation with several results]);
@@ -171,6 +173,8 @@ def _pp_param(v):
         return v.name
     if isinstance(v, ClosedJaxpr):
         return "{ jaxpr }"
+    if isinstance(v, tuple) and v and all(isinstance(p, ClosedJaxpr) for p in v):  # cond's branches
+        return "(" + ", ".join("{ jaxpr }" for _ in v) + ")"
     if callable(v) and not isinstance(v, type):  # a checkpoint policy; a custom call's function and rules
         return getattr(v, "__name__", None) or type(v).__name__
     return repr(v)
@@ -223,7 +227,7 @@ def eval_jaxpr(jaxpr, consts, args):
 
     for eqn in jaxpr.eqns:
         out = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
-        if type(eqn.out) is tuple:
+        if eqn.primitive.multiple_results:
             env.update(zip(eqn.out, out))
         else:
             env[eqn.out] = out
@@ -238,15 +242,57 @@ def eval_jaxpr(jaxpr, consts, args):
 def dce(jaxpr):
     """Dead-code elimination: drops the equations whose output no output depends on.
     (Every primitive is pure; a bounds check's failure only matters when its checked
-    index is used.)"""
+    index is used.) An equation with several results whose primitive has a ``dce``
+    method (a call primitive: NOTE [call primitives] in :mod:`cuvmap.transforms.call`)
+    loses its dead results, and the operands only they needed."""
     live = {v for v in jaxpr.outvars if type(v) is Var}
     kept = []
     for eqn in reversed(jaxpr.eqns):
-        if any(v in live for v in eqn.outs):
-            kept.append(eqn)
-            live.update(x for x in eqn.inputs if type(x) is Var)
+        used = [v in live for v in eqn.outs]
+        if not any(used):
+            continue
+        if eqn.primitive.multiple_results and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
+            eqn = _prune_results(eqn, used)
+        kept.append(eqn)
+        live.update(x for x in eqn.inputs if type(x) is Var)
     kept.reverse()
     return Jaxpr(jaxpr.constvars, jaxpr.invars, kept, jaxpr.outvars)
+
+
+def _prune_results(eqn, used):
+    """``eqn`` with only the results marked ``used``, if its primitive can drop the others."""
+    pruned = eqn.primitive.dce(eqn.params, used)
+    if pruned is None:
+        return eqn
+    params, used_inputs, kept = pruned
+    outs = tuple(v for v, k in zip(eqn.out, kept) if k)
+    inputs = [x for x, u in zip(eqn.inputs, used_inputs) if u]
+    return JaxprEqn(eqn.primitive, inputs, outs, params)
+
+
+def consts_as_inputs(closed):
+    """``closed``'s jaxpr with its constants as leading arguments (a call primitive's
+    operands are the program's constants, then its arguments)."""
+    j = closed.jaxpr
+    return Jaxpr([], j.constvars + j.invars, j.eqns, j.outvars)
+
+
+def dce_closed(closed, used_outputs):
+    """``closed`` with only the outputs marked in ``used_outputs``, its dead equations
+    dropped, and the constants and arguments nothing reads any more removed. Returns
+    ``(program, used_inputs)``, ``used_inputs`` marking, over the constants then the
+    arguments, those it keeps."""
+    j = closed.jaxpr
+    outvars = [v for v, u in zip(j.outvars, used_outputs) if u]
+    pruned = dce(Jaxpr(j.constvars, j.invars, j.eqns, outvars))
+    reads = {x for e in pruned.eqns for x in e.inputs if type(x) is Var} | {v for v in outvars if type(v) is Var}
+    used_consts = [v in reads for v in j.constvars]
+    used_args = [v in reads for v in j.invars]
+    program = ClosedJaxpr(
+        Jaxpr([v for v, u in zip(j.constvars, used_consts) if u], [v for v, u in zip(j.invars, used_args) if u],
+              pruned.eqns, outvars),
+        [c for c, u in zip(closed.consts, used_consts) if u])
+    return program, used_consts + used_args
 
 
 def _is_concrete_const(x):
@@ -268,7 +314,10 @@ def fold_constants(closed):
     for eqn in jaxpr.eqns:
         # only single arrays are folded: an equation with several results (NOTE [an
         # equation with several results]) stays an equation
-        if type(eqn.out) is not tuple and all(type(x) is Literal or x in known for x in eqn.inputs):
+        # a collective is never folded: its value depends on the other members of its axis
+        # (a vmap's examples, other processes), which only a run of the program meets
+        if (type(eqn.out) is not tuple and eqn.primitive.axis_mains is None
+                and all(type(x) is Literal or x in known for x in eqn.inputs)):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
             out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))

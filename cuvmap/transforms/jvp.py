@@ -17,12 +17,14 @@ primitive_jvps = {}
 
 
 class JVPTracer(PrimalTracer):
-    __slots__ = ("tangent",)
+    """``JVPTracer(main, primal, tangent)``: a primal value and its tangent (``None``: a
+    symbolic zero)."""
 
-    def __init__(self, main, primal, tangent):
-        self._main = main
-        self.primal = primal
-        self.tangent = tangent
+    __slots__ = ()
+
+    @property
+    def tangent(self):
+        return self.datum
 
 
 class JVPTrace(Trace):
@@ -33,7 +35,7 @@ class JVPTrace(Trace):
         primals = list(args)
         tangents = None
         for i, x in enumerate(args):
-            if type(x) is JVPTracer and x._main is main:
+            if main.owns(x):
                 primals[i] = x.primal
                 if x.tangent is not None:
                     if tangents is None:
@@ -57,65 +59,80 @@ class JVPTrace(Trace):
         return JVPTracer(main, out, t_out)
 
     def process_call(self, primitive, args, params):
-        """A staged program under jvp: its JVP program (primals and the nonzero tangents
-        in, outputs and their nonzero tangents out), staged once per pattern of zeros."""
-        from cuvmap.transforms import staging
-
-        main = self.main
-        primals, tangents, nonzero = split_nonzero(main, args)
-        if not tangents:
-            return primitive.bind(*primals, **params)
-        program, out_nonzero = staging.jvp_jaxpr(params["program"], nonzero, staging.avals_of(primals))
-        return join_nonzero(main, staging.call(program, primals + tangents), out_nonzero)
-
-    def process_custom_jvp_call(self, primitive, args, params):
-        """A ``custom_jvp`` function under jvp: its rule, not its body, gives the outputs
-        and their tangents (zero tangents are instantiated, as JAX does for the rule)."""
-        main = self.main
-        primals, tangents = self._unwrap(args)
-        if all(t is None for t in tangents):
-            return primitive.bind(*primals, **params)
-        tangents = [core.full_like_concrete(p, 0) if t is None else t for p, t in zip(primals, tangents)]
-        out_primals, out_tangents = params["jvp"](primals, tangents)
-        return [JVPTracer(main, p, _match_aval(t, p)) if core.is_float(p) else p
-                for p, t in zip(out_primals, out_tangents)]
-
-    def process_custom_vjp_call(self, primitive, args, params):
-        """A ``custom_vjp`` function under jvp: it defines no forward-mode rule, so a
-        nonzero tangent is an error (as in JAX); without one the call goes to the level
-        below."""
-        primals, tangents = self._unwrap(args)
-        if any(t is not None for t in tangents):
-            from cuvmap.transforms.custom_derivatives import CustomDerivativeError
-
-            raise CustomDerivativeError(
-                f"can't apply forward-mode autodiff (jvp) to a custom_vjp function: "
-                f"{params['fun'].__name__} defines reverse mode only (fwd and bwd); differentiate it "
-                "with grad/vjp/jacrev, or make it a custom_jvp function"
-            )
-        return primitive.bind(*primals, **params)
-
-    def _unwrap(self, args):
-        """The primals and the tangents (``None``: a symbolic zero) of ``args``."""
+        """A call primitive under jvp: its ``jvp`` method, on the primals and the tangents
+        (``None``: a symbolic zero; NOTE [call primitives] in :mod:`cuvmap.transforms.call`)."""
         main = self.main
         primals, tangents = [], []
         for x in args:
-            if type(x) is JVPTracer and x._main is main:
-                primals.append(x.primal)
-                tangents.append(x.tangent)
-            else:
-                primals.append(x)
-                tangents.append(None)
-        return primals, tangents
+            ours = main.owns(x)
+            primals.append(x.primal if ours else x)
+            tangents.append(x.tangent if ours else None)
+        if all(t is None for t in tangents):
+            return primitive.bind(*primals, **params)
+        out_primals, out_tangents = primitive.jvp(primals, tangents, params)
+        return [p if t is None else JVPTracer(main, p, _match_aval(t, p)) for p, t in zip(out_primals, out_tangents)]
+
+
+def jvp_jaxpr(closed, nonzero, in_avals, instantiate=None):
+    """The program of the JVP of ``closed`` (over its constants and arguments, with
+    ``in_avals``): arguments are the primals then the tangents of the operands marked
+    ``nonzero``; outputs are the primal outputs then the tangents of the outputs marked in
+    the returned ``out_nonzero``. ``instantiate`` (one bool per output): the outputs marked
+    get a tangent even when it is zero (control flow's carries need one). Returns
+    ``(ClosedJaxpr, out_nonzero)``, cached on ``closed``."""
+    from cuvmap.transforms import ir, staging
+
+    instantiate = None if instantiate is None else tuple(instantiate)
+    key = ("jvp", tuple(nonzero), tuple(in_avals), instantiate)
+    hit = closed.derived.get(key)
+    if hit is not None:
+        return hit
+    flat = ir.consts_as_inputs(closed)
+    n = len(in_avals)
+    out_nonzero = []
+
+    def pushed(*vals):
+        primals, tangents = vals[:n], iter(vals[n:])
+        with core.new_main(JVPTrace, name="jvp") as main:
+            ins = [JVPTracer(main, p, next(tangents)) if nz else p for p, nz in zip(primals, nonzero)]
+            outs = ir.eval_jaxpr(flat, [], ins)
+        if instantiate is not None:
+            outs = [_with_tangent(main, o) if inst else o for o, inst in zip(outs, instantiate)]
+        out_p, out_t, nz = split_nonzero(main, outs)
+        out_nonzero.extend(nz)
+        return out_p + out_t
+
+    tangent_avals = [a for a, nz in zip(in_avals, nonzero) if nz]
+    program = ir.optimize(staging.trace_to_jaxpr(pushed, list(in_avals) + tangent_avals, name="jvp(jit)"))
+    closed.derived[key] = (program, tuple(out_nonzero))
+    return closed.derived[key]
+
+
+def _with_tangent(main, x):
+    """``x`` as a tracer of ``main`` with a tangent, zeros where it has none (a value that
+    is not floating point has none)."""
+    if main.owns(x):
+        if x.tangent is not None:
+            return x
+        x = x.primal
+    return JVPTracer(main, x, zeros_like(x)) if core.is_float(x) else x
+
+
+def zeros_like(x):
+    """Zeros with ``x``'s (logical) shape and dtype, as a primitive's result (under
+    staging, a broadcast equation rather than a constant array)."""
+    from cuvmap import lax
+
+    return lax.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
 
 
 def split_nonzero(main, values):
     """``(primals, tangents, nonzero)`` of ``values`` at level ``main``: the primal of each
     (a value of another level is its own primal), the tangents that are not symbolic zeros,
-    and which values have one. The operands of a JVP program (staging.jvp_jaxpr)."""
+    and which values have one. The operands and results of a JVP program (:func:`jvp_jaxpr`)."""
     primals, tangents, nonzero = [], [], []
     for x in values:
-        ours = type(x) is JVPTracer and x._main is main
+        ours = main.owns(x)
         primals.append(x.primal if ours else x)
         nonzero.append(ours and x.tangent is not None)
         if nonzero[-1]:
@@ -123,33 +140,34 @@ def split_nonzero(main, values):
     return primals, tangents, nonzero
 
 
-def join_nonzero(main, outs, out_nonzero):
-    """Tracers of ``main`` for the outputs of a JVP program: ``outs`` holds the primal
-    outputs, then the tangents of those marked in ``out_nonzero``."""
-    num_outs = len(out_nonzero)
-    out_tangents = iter(outs[num_outs:])
-    return [JVPTracer(main, p, next(out_tangents)) if nz else p for p, nz in zip(outs[:num_outs], out_nonzero)]
-
-
 def _add(a, b):
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
-    return elementwise.add(a, b)
+    return lax.add(a, b)
+
+
+def match_aval(x, like, fit_shape):
+    """``x`` with the shape and dtype of ``like``: ``fit_shape(x, shape)`` makes the shape
+    (broadcasting a tangent to its output, summing a cotangent back to its operand), and a
+    cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype."""
+    shape = core.shape_of(like)
+    x_shape = core.shape_of(x)
+    if x_shape == shape and (type(like) is float or core.dtype_of(x) == core.dtype_of(like)):
+        return x
+    from cuvmap import lax
+
+    if x_shape != shape:
+        x = fit_shape(x, shape)
+    if type(like) is not float and core.dtype_of(x) != core.dtype_of(like):
+        x = lax.convert_element_type(x, core.dtype_of(like))
+    return x
 
 
 def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
-    out_shape = core.shape_of(out)
-    t_shape = core.shape_of(t)
-    if t_shape == out_shape and (type(out) is float or core.dtype_of(t) == core.dtype_of(out)):
-        return t
-    from cuvmap.lax import elementwise, shape as lax_shape
+    from cuvmap import lax
 
-    if t_shape != out_shape:
-        t = lax_shape.broadcast_to(t, out_shape)
-    if type(out) is not float and core.dtype_of(t) != core.dtype_of(out):
-        t = elementwise.convert_element_type(t, core.dtype_of(out))
-    return t
+    return match_aval(t, out, lax.broadcast_to)
 
 
 def defjvp(primitive, *per_operand_rules):

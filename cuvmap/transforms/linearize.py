@@ -35,10 +35,15 @@ class LinearizeTrace(StagingTrace):
     of partial evaluation. It stages what it is given as :class:`StagingTrace` does; it is
     a class of its own so that call primitives can tell it from ``jit``'s staging, where
     every operand is staged: here the operands that are not its tracers are known now
-    (:func:`cuvmap.transforms.remat` splits a checkpointed region accordingly). It is never
+    (a checkpointed region splits accordingly). It is never
     the thread's staging transform, so values made from nothing are computed now."""
 
     __slots__ = ()
+
+    def process_call(self, primitive, args, params):
+        """A call primitive with some operands unknown: its ``partial_eval`` method (NOTE
+        [call primitives] in :mod:`cuvmap.transforms.call`)."""
+        return primitive.partial_eval(self, args, params)
 
 
 def linearize_flat(fun, primals, where, tangent_origins=None):
@@ -64,10 +69,10 @@ def linearize_flat(fun, primals, where, tangent_origins=None):
         tangents = []
         for i, p in enumerate(primals):
             if core.is_float(p):
-                aval = staging._tangent_aval(core.get_aval(p))
+                aval = core.get_aval(p)
                 var = Var(aval, None if tangent_origins is None else tangent_origins[i])
                 tangent_vars.append(var)
-                tangents.append(StagedTracer(pe_main, aval, var))
+                tangents.append(StagedTracer(pe_main, var))
             else:
                 tangents.append(None)
         with new_main(JVPTrace, name=where) as jvp_main:
@@ -75,19 +80,19 @@ def linearize_flat(fun, primals, where, tangent_origins=None):
             outs, extra = fun(*traced)
         out_primals, outvars, out_nonzero = [], [], []
         for o in outs:
-            ours = type(o) is JVPTracer and o._main is jvp_main
+            ours = jvp_main.owns(o)
             out_primals.append(o.primal if ours else o)
             t = o.tangent if ours else None
             out_nonzero.append(t is not None)
             if t is None:
                 continue
-            if type(t) is StagedTracer and t._main is pe_main:
+            if pe_main.owns(t):
                 outvars.append(t.var)
             elif type(t) in core._PY_SCALAR_DTYPES:
                 outvars.append(Literal(t))
             else:  # a tangent that does not depend on the input tangents
                 outvars.append(builder.const_var(t))
-        extra = tree.map(lambda a: a.primal if type(a) is JVPTracer and a._main is jvp_main else a, extra)
+        extra = tree.map(lambda a: a.primal if jvp_main.owns(a) else a, extra)
     program = ir.optimize(ClosedJaxpr(Jaxpr(builder.constvars, tangent_vars, builder.eqns, outvars), builder.consts))
     return out_primals, program, out_nonzero, extra
 
@@ -189,9 +194,9 @@ def _linearize(f, primals, has_aux, where):
                     "tangent must have its primal's dtype (as in JAX): cast it with .astype"
                 )
             if type(t) is not float and core.dtype_of(t) != aval.dtype:
-                from cuvmap.lax import elementwise
+                from cuvmap import lax
 
-                t = elementwise.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
+                t = lax.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
             args.append(t)
         outs = iter(staging.call(program, args) if program.jaxpr.outvars else ())
         results = [core.full_like_concrete(z, 0) if z is not None else next(outs) for z in zero_like]

@@ -17,6 +17,8 @@ rules of the backward primitives, ``grad(grad(f))`` records the backward pass on
 tape. A cotangent whose shape differs from its operand's (an operand that NumPy-broadcast)
 is summed back to the operand's shape here.
 """
+import dataclasses
+
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
 
@@ -38,12 +40,13 @@ primitive_vjp_reads = {}
 
 
 class VJPTracer(PrimalTracer):
-    __slots__ = ("node",)
+    """``VJPTracer(main, primal, node)``: a primal value and its node on the tape."""
 
-    def __init__(self, main, primal, node):
-        self._main = main
-        self.primal = primal
-        self.node = node
+    __slots__ = ()
+
+    @property
+    def node(self):
+        return self.datum
 
 
 class Tape:
@@ -88,108 +91,21 @@ class VJPTrace(Trace):
         return VJPTracer(main, out, node)
 
     def process_call(self, primitive, args, params):
-        """A staged program under reverse mode: its forward program runs now and returns
-        the outputs and residuals; the tape records one entry for all of the call's
-        floating-point outputs, whose rule runs the backward program on the residuals and
-        the outputs' cotangents (:func:`cuvmap.transforms.staging.vjp_jaxprs`)."""
-        from cuvmap.transforms import staging
-
+        """A call primitive under reverse mode: its ``vjp`` method computes the outputs now
+        and gives the rule of its backward pass, which the tape records as one entry for
+        all of the call's outputs that take a cotangent (NOTE [a call on the tape], NOTE
+        [call primitives] in :mod:`cuvmap.transforms.call`)."""
         primals, operand_nodes = self._unwrap(args)
         if not operand_nodes:
             return primitive.bind(*primals, **params)
-        closed = params["program"]
         needs_ct = [False] * len(args)
         for i, _ in operand_nodes:
             needs_ct[i] = True
-        forward, backward, ct_outputs = staging.vjp_jaxprs(closed, needs_ct, staging.avals_of(primals))
-        outs = staging.call(forward, primals)
-        num_outs = len(ct_outputs)
-        out_primals, residuals = outs[:num_outs], outs[num_outs:]
-        with_ct = [j for j, takes in enumerate(ct_outputs) if takes]
-        if not with_ct:
-            return out_primals
-        ct_avals = [closed.jaxpr.outvars[j].aval for j in with_ct]
-
-        def rule(cts):
-            cts = [staging.zeros(a) if c is None else c for c, a in zip(cts, ct_avals)]
-            return staging.call(backward, residuals + cts)
-
-        return record_call(self.main, primitive, params, rule, staging.avals_of(primals), operand_nodes,
-                           out_primals, with_ct)
-
-
-    # NOTE [reverse mode of a custom_jvp function]
-    # A custom_jvp function's derivative is its JVP rule, ``(primals, tangents) ->
-    # (primal_out, tangent_out)``, whose tangent_out is linear in the tangents; reverse mode
-    # needs that linear map's transpose. JAX gets it by linearizing the rule (partial
-    # evaluation) and transposing the linear part. Here the rule runs once with the primals
-    # at the level below and, for the tangents of the operands being differentiated, tracers
-    # of a fresh reverse-mode trace whose primal values are zeros: its own tape then records
-    # the rule's tangent computation (the primitives applied to the tangents, with the
-    # primal-dependent factors as the values they read), and walking that tape backwards
-    # from the output cotangents is the transpose (a linear map's VJP at any point — zero
-    # here — is its transpose). The outer tape holds one call entry (NOTE [a call on the
-    # tape]) whose rule is that backward walk. So the rule, never ``f``'s body, defines the
-    # gradient; the rule's primal-dependent values are values of the level below, so
-    # ``grad(grad(f))`` differentiates the rule's tangent expression, as JAX does. The price
-    # is one evaluation of the rule's tangent part on zeros, whose values nothing reads (under
-    # ``jit`` dead-code elimination drops them). A rule whose tangent_out is not linear in
-    # the tangents is not a JVP rule; its reverse mode is then the transpose of its part
-    # that is.
-    def process_custom_jvp_call(self, primitive, args, params):
-        """A ``custom_jvp`` function under reverse mode (NOTE [reverse mode of a custom_jvp
-        function])."""
-        primals, operand_nodes = self._unwrap(args)
-        if not operand_nodes:
-            return primitive.bind(*primals, **params)
-        main = self.main
-        inner_tape = Tape()
-        with core.new_main(VJPTrace, inner_tape, name=main.name) as inner:
-            tangents = [core.full_like_concrete(p, 0) for p in primals]
-            for i, _ in operand_nodes:
-                tangents[i] = VJPTracer(inner, tangents[i], inner_tape.num_inputs)
-                inner_tape.num_inputs += 1
-            out_primals, out_tangents = params["jvp"](primals, tangents)
-        with_ct = [j for j, (p, t) in enumerate(zip(out_primals, out_tangents))
-                   if core.is_float(p) and type(t) is VJPTracer and t._main is inner]
+        out_primals, with_ct, backward = primitive.vjp(primals, needs_ct, params)
         if not with_ct:
             return list(out_primals)
-        seed_nodes = [out_tangents[j].node for j in with_ct]
         avals = [_aval_of(p) for p in primals]
-
-        def rule(cts):
-            in_cts = backward_pass(inner_tape, [(n, c) for n, c in zip(seed_nodes, cts) if c is not None])
-            return [None if c is None else match_operand(c, avals[i]) for c, (i, _) in zip(in_cts, operand_nodes)]
-
-        return record_call(self.main, primitive, params, rule, avals, operand_nodes, out_primals, with_ct)
-
-    def process_custom_vjp_call(self, primitive, args, params):
-        """A ``custom_vjp`` function under reverse mode: ``fwd`` runs now, at the level below
-        (its outputs and residuals are values there), and the tape records one call entry
-        whose rule is ``bwd`` on the residuals and the outputs' cotangents (zeros for those
-        that get none)."""
-        from cuvmap.transforms import staging
-
-        primals, operand_nodes = self._unwrap(args)
-        if not operand_nodes:
-            return primitive.bind(*primals, **params)
-        out_primals, residuals = params["fwd"](*primals)
-        with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
-        if not with_ct:
-            return list(out_primals)
-        out_avals = staging.avals_of(out_primals)
-        avals = [_aval_of(p) for p in primals]
-        bwd = params["bwd"]
-
-        def rule(cts):
-            full = [None] * len(out_avals)
-            for j, c in zip(with_ct, cts):
-                full[j] = c
-            full = [staging.zeros(a) if c is None else c for c, a in zip(full, out_avals)]
-            in_cts = bwd(residuals, full)
-            return [None if in_cts[i] is None else match_operand(in_cts[i], avals[i]) for i, _ in operand_nodes]
-
-        return record_call(self.main, primitive, params, rule, avals, operand_nodes, out_primals, with_ct)
+        return record_call(self.main, primitive, params, backward, avals, operand_nodes, out_primals, with_ct)
 
     def _unwrap(self, args):
         """The primal values of ``args`` and the ``(operand index, node)`` of the operands
@@ -198,10 +114,11 @@ class VJPTrace(Trace):
         primals = list(args)
         operand_nodes = []
         for i, x in enumerate(args):
-            if type(x) is VJPTracer and x._main is main:
+            if main.owns(x):
                 primals[i] = x.primal
                 operand_nodes.append((i, x.node))
         return primals, operand_nodes
+
 
 def record_call(main, primitive, params, rule, operand_avals, operand_nodes, out_primals, with_ct):
     """Records a call with several outputs on ``main``'s tape (NOTE [a call on the tape]):
@@ -241,12 +158,12 @@ def backward_pass(tape, output_cts):
     Returns:
       the cotangent of each input node (``None`` where no path reached it).
     """
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
     n_in = tape.num_inputs
     cts = [None] * (n_in + len(tape.entries))
     for node, ct in output_cts:
-        cts[node] = ct if cts[node] is None else elementwise.add(cts[node], ct)
+        cts[node] = ct if cts[node] is None else lax.add(cts[node], ct)
     entries = tape.entries
     calls = tape.calls
     for k in range(len(entries) - 1, -1, -1):
@@ -268,7 +185,7 @@ def backward_pass(tape, output_cts):
                 continue
             ct_i = match_operand(ct_i, primals[i])
             prev = cts[operand_node]
-            cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
+            cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
     return cts[:n_in]
 
 
@@ -280,7 +197,7 @@ def backward_pass(tape, output_cts):
 # index to the number of outputs. Every output node is later than each input node, so
 # when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
 def _backward_call(entry, cts, node, num_outs):
-    from cuvmap.lax import elementwise
+    from cuvmap import lax
 
     group = cts[node:node + num_outs]
     if all(c is None for c in group):
@@ -292,23 +209,16 @@ def _backward_call(entry, cts, node, num_outs):
         if ct_i is None:  # (a custom rule's zero cotangent)
             continue
         prev = cts[operand_node]
-        cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
+        cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
 
 
 def match_operand(ct, primal):
     """Sums a cotangent over the dims its operand was broadcast along (NumPy broadcasting)
     and casts it to the operand's dtype."""
-    ct_shape = core.shape_of(ct)
-    shape = core.shape_of(primal)
-    if ct_shape == shape and (type(primal) is float or core.dtype_of(ct) == core.dtype_of(primal)):
-        return ct
-    from cuvmap.lax import elementwise, shape as lax_shape
+    from cuvmap import lax
+    from cuvmap.transforms.jvp import match_aval
 
-    if ct_shape != shape:
-        ct = lax_shape.unbroadcast(ct, shape)
-    if type(primal) is not float and core.dtype_of(ct) != core.dtype_of(primal):
-        ct = elementwise.convert_element_type(ct, core.dtype_of(primal))
-    return ct
+    return match_aval(ct, primal, lax.unbroadcast)
 
 
 def declare_reads(primitive, reads, num_operands=None):
@@ -362,3 +272,93 @@ def deflinear(primitive, transpose):
 
     jvp.primitive_jvps[primitive] = lambda i, t, out, x, **params: primitive.bind(t, **params)
     defvjp(primitive, lambda ct, out, x, **params: transpose(ct, x, **params), reads=())
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse mode of a staged program
+# ---------------------------------------------------------------------------------------
+
+
+def joint_vjp_jaxpr(closed, needs_ct, in_avals):
+    """The joint program of reverse mode through ``closed``: arguments are the primals
+    (``closed``'s constants and arguments, with ``in_avals``) then the cotangents of the
+    floating-point outputs; outputs are ``closed``'s outputs then the cotangents of the
+    operands marked ``needs_ct``. It is staged by running ``vjp`` of ``eval_jaxpr`` on
+    staged values. Returns ``(ClosedJaxpr, ct_outputs)``, with ``ct_outputs`` marking the
+    outputs that take a cotangent."""
+    from cuvmap.transforms import ir, staging
+
+    flat = ir.consts_as_inputs(closed)
+    n = len(in_avals)
+    out_avals = closed.out_avals
+    ct_outputs = tuple(a.dtype.kind in "fc" for a in out_avals)
+
+    def joint(*vals):
+        primals, cts = vals[:n], iter(vals[n:])
+        tape = Tape()
+        with core.new_main(VJPTrace, tape, name="vjp") as main:
+            ins = []
+            for p, needed in zip(primals, needs_ct):
+                if needed:
+                    ins.append(VJPTracer(main, p, tape.num_inputs))
+                    tape.num_inputs += 1
+                else:
+                    ins.append(p)
+            outs = ir.eval_jaxpr(flat, [], ins)
+        seeds, out_p = [], []
+        for o, takes_ct in zip(outs, ct_outputs):
+            ct = next(cts) if takes_ct else None
+            if main.owns(o):
+                out_p.append(o.primal)
+                seeds.append((o.node, ct))
+            else:
+                out_p.append(o)
+        in_cts = backward_pass(tape, seeds)
+        wanted = [p for p, needed in zip(primals, needs_ct) if needed]
+        return out_p + [core.full_like_concrete(p, 0) if c is None else match_operand(c, p)
+                        for c, p in zip(in_cts, wanted)]
+
+    ct_avals = [a for a, takes in zip(out_avals, ct_outputs) if takes]
+    whole = staging.trace_to_jaxpr(joint, list(in_avals) + ct_avals, name="vjp(jit)")
+    return whole, ct_outputs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VJPPrograms:
+    """Reverse mode through a staged program (:func:`vjp_programs`): ``forward(primals) ->
+    outputs + saved``; ``backward(primals_read, saved, output cotangents) -> cotangents of
+    the operands that need one``. ``primals_read`` indexes the primals the backward
+    program reads directly; ``ct_outputs`` marks the outputs that take a cotangent."""
+
+    forward: object
+    backward: object
+    ct_outputs: tuple
+    primals_read: list
+    num_saved: int
+
+
+def vjp_programs(closed, needs_ct, in_avals, saveable):
+    """The forward and backward programs of reverse mode through ``closed`` (over its
+    constants and arguments, with ``in_avals``) for the operands marked ``needs_ct``: the
+    joint program (:func:`joint_vjp_jaxpr`) split by partial evaluation with the output
+    cotangents unknown (:func:`cuvmap.transforms.partial_eval.partial_eval_jaxpr`).
+    ``saveable`` is the policy: ``everything_saveable`` for a jitted program (the forward
+    program returns every residual), a checkpoint's policy for a region (the backward
+    program recomputes the rest). Returns a :class:`VJPPrograms`, cached on ``closed``."""
+    from cuvmap.transforms import ir
+    from cuvmap.transforms.partial_eval import partial_eval_jaxpr
+
+    key = ("vjp", tuple(needs_ct), tuple(in_avals), saveable)
+    hit = closed.derived.get(key)
+    if hit is not None:
+        return hit
+    whole, ct_outputs = joint_vjp_jaxpr(closed, needs_ct, in_avals)
+    whole = ir.optimize(whole)
+    n, num_outs, num_cts = len(in_avals), len(ct_outputs), sum(ct_outputs)
+    split = partial_eval_jaxpr(whole, [False] * n + [True] * num_cts,
+                               instantiate=[False] * num_outs + [True] * sum(needs_ct), saveable=saveable)
+    if any(split.out_unknown[:num_outs]):
+        raise AssertionError("an output of a staged program depends on a cotangent")
+    programs = VJPPrograms(split.known, split.staged, ct_outputs, split.known_read, split.num_res)
+    closed.derived[key] = programs
+    return programs

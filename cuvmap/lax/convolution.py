@@ -50,9 +50,9 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 # Declarations and public wrappers
 # ---------------------------------------------------------------------------------------
 
-conv_p = Primitive("conv")
-conv_backward_input_p = Primitive("conv_backward_input")
-conv_backward_weight_p = Primitive("conv_backward_weight")
+conv_p = Primitive("conv", owns_output=True)
+conv_backward_input_p = Primitive("conv_backward_input", owns_output=True)
+conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True)
 
 
 def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):

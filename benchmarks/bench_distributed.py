@@ -1,0 +1,241 @@
+"""More than one process: all-reduce bandwidth of cuvmap's collectives against mpi4py's own
+``Allreduce``, and the DP-SGD step of the main job on 1 and 2 processes.
+
+    python -m benchmarks distributed [--processes 2] [--sizes 4096 65536 1048576 4194304 16777216]
+                                     [--repeats 15] [--dp-epochs 2] [--threads-per-process keep|split]
+
+All-reduce: a job of ``--processes`` processes under ``mpiexec`` (``cuvmap.distributed.launch``)
+sums a float32 vector of each size, round after round, each round timing every method
+once, in an order that rotates from round to round (``k`` calls between two barriers, ``k`` chosen so that a call of mpi4py takes about
+10 ms of the round): mpi4py's ``comm.Allreduce(x, out)`` into a preallocated ``out`` (the
+ceiling), the same with a fresh ``out`` each call (what a function that returns a new
+array pays), and cuvmap's ``psum`` over the axis of processes (``data_parallel``), eagerly
+and under ``jit``. Reported: the median over rounds of process 0's time per call,
+the algorithm bandwidth (bytes / time) and the ratio to the ceiling, of the medians and
+of the fastest rounds (the latter steadier on a busy machine).
+
+DP step: ``examples/dp_sgd_digits.py`` (jit, Poisson batches of 256 expected examples of
+the 1437 digits) run as one process and as a job of 2, alternately ``--dp-repeats``
+times, each run's median time per step as it prints it; the scaling is their ratio. On a
+machine with fewer cores than threads the processes share cores:
+``--threads-per-process split`` gives each process of a job ``cores / processes``
+BLAS/OpenMP threads (otherwise the environment stays as given, as everywhere in the
+benchmarks). The step of a job of 2 does half the examples' work per process plus one
+all-reduce of the gradient.
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks import harness
+
+SUMMARY = "all-reduce bandwidth against mpi4py's Allreduce, and the DP-SGD step on 1 and 2 processes (mpiexec)"
+DEFAULTS = dict(repeats=15, warmup=2)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = (4096, 65536, 1 << 20, 4 << 20, 16 << 20)
+METHODS = ("mpi4py Allreduce (preallocated out, the ceiling)", "mpi4py Allreduce (fresh out)",
+           "cuvmap psum (data_parallel)", "cuvmap psum (data_parallel of jit)")
+
+
+def add_arguments(parser):
+    parser.add_argument("--processes", type=int, default=2, help="processes of the all-reduce job")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message sizes in bytes (float32)")
+    parser.add_argument("--dp-epochs", type=float, default=2.0, help="epochs of each DP-SGD run (0: no DP step)")
+    parser.add_argument("--dp-repeats", type=int, default=2, help="runs of each process count, alternately")
+    parser.add_argument("--threads-per-process", choices=["keep", "split"], default="keep",
+                        help="BLAS/OpenMP threads of each process: the environment's, or the cores split evenly")
+
+
+def _job_env(processes, split):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "MPI_LOCAL"))}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    if split:
+        threads = str(max(1, (os.cpu_count() or 1) // processes))
+        env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = threads
+    return env
+
+
+# ---------------------------------------------------------------------------------------
+# The all-reduce job (runs under mpiexec)
+# ---------------------------------------------------------------------------------------
+
+
+def worker(out_path, sizes, rounds, warmup):
+    """Every process times every method; process 0 writes its figures to ``out_path``."""
+    from mpi4py import MPI
+
+    import cuvmap as cv
+    from cuvmap import distributed, lax
+
+    group = distributed.initialize()
+    comm = group.comm
+
+    def one(x):
+        return lax.psum(x, "batch")
+
+    eager = distributed.data_parallel(one)
+    staged = distributed.data_parallel(cv.jit(one))
+    results = []
+    for nbytes in sizes:
+        x = np.full(nbytes // 4, group.rank + 1.0, np.float32)
+        out = np.empty_like(x)
+        calls = [lambda: comm.Allreduce(x, out), lambda: comm.Allreduce(x, np.empty_like(x)),
+                 lambda: eager(x), lambda: staged(x)]
+        for call in calls:
+            for _ in range(warmup):
+                call()
+        assert np.all(eager(x) == sum(range(1, group.size + 1)))
+        comm.Barrier()
+        t0 = time.perf_counter()
+        calls[0]()
+        k = comm.bcast(max(1, min(200, int(0.01 / max(time.perf_counter() - t0, 1e-6)))), root=0)
+        times = [[] for _ in calls]
+        for r in range(rounds):
+            # each round starts with another method, so that none always runs first after
+            # the round's first barrier
+            for m in [(r + j) % len(calls) for j in range(len(calls))]:
+                call = calls[m]
+                comm.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    call()
+                times[m].append((time.perf_counter() - t0) / k)
+        results.append(dict(bytes=nbytes, calls_per_round=k, seconds=times))
+    if group.rank == 0:
+        with open(out_path, "w") as fh:
+            json.dump(dict(results=results, processes=group.size, mpi=MPI.Get_library_version().strip()), fh)
+
+
+def _allreduce(args, progress):
+    from cuvmap import distributed
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "allreduce.json")
+        progress.set(f"all-reduce job of {args.processes} processes")
+        result = distributed.launch(
+            args.processes, ["-m", "benchmarks.bench_distributed", "--worker", path, "--sizes", *map(str, args.sizes),
+                             "--rounds", str(max(1, args.repeats)), "--warmup", str(max(1, args.warmup))],
+            env=_job_env(args.processes, args.threads_per_process == "split"), cwd=ROOT, capture_output=True,
+            text=True, timeout=1800)
+        if result.returncode:
+            raise RuntimeError(f"the all-reduce job failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        with open(path) as fh:
+            data = json.load(fh)
+    progress.step("all-reduce")
+    rows, table = [], []
+    for r in data["results"]:
+        medians = [statistics.median(ts) for ts in r["seconds"]]
+        for method, ts, med in zip(METHODS, r["seconds"], medians):
+            floor = min(r["seconds"][0])
+            rows.append(dict(bytes=r["bytes"], method=method, median_us=med * 1e6, min_us=min(ts) * 1e6,
+                             max_us=max(ts) * 1e6, gb_per_s=r["bytes"] / med / 1e9, x_ceiling=med / medians[0],
+                             x_ceiling_min=min(ts) / floor, calls_per_round=r["calls_per_round"], rounds=len(ts)))
+            table.append((_fmt_bytes(r["bytes"]), method, med * 1e6, min(ts) * 1e6, r["bytes"] / med / 1e9,
+                          med / medians[0], min(ts) / floor))
+    return data, rows, table
+
+
+def _fmt_bytes(n):
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+# ---------------------------------------------------------------------------------------
+# The DP step on 1 and 2 processes
+# ---------------------------------------------------------------------------------------
+
+
+def _dp_run(processes, epochs, split):
+    from cuvmap import distributed
+
+    argv = [os.path.join(ROOT, "examples", "dp_sgd_digits.py"), "--device", "cpu", "--epochs", str(epochs),
+            "--progress", "off"]
+    env = _job_env(processes, split)
+    if processes == 1:
+        result = subprocess.run([sys.executable, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    else:
+        result = distributed.launch(processes, argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    match = re.search(r"ms per step, median ([\d.]+)", result.stdout)
+    if result.returncode or not match:
+        raise RuntimeError(f"the DP-SGD run on {processes} process(es) failed:\n{result.stdout}{result.stderr}")
+    return float(match.group(1))
+
+
+def run(args, settings):
+    from cuvmap import distributed
+
+    if distributed.find_mpiexec() is None:
+        raise SystemExit("python -m benchmarks distributed: no mpiexec next to this Python or on PATH "
+                         "(pip install mpi4py mpich)")
+    print(f"# more than one process: all-reduce of float32 vectors on {args.processes} processes, and the DP-SGD "
+          "step of examples/dp_sgd_digits.py on 1 and 2")
+    print()
+    print(harness.settings_table(dict(settings, threads_per_process=args.threads_per_process)))
+    print()
+    steps = 1 + (2 * args.dp_repeats if args.dp_epochs > 0 else 0)
+    out = {}
+    with harness.Progress(steps, args.progress) as progress:
+        data, rows, table = _allreduce(args, progress)
+        out.update(allreduce=rows, mpi=data["mpi"])
+        print(f"MPI: {data['mpi'].splitlines()[0]}")
+        print()
+        print(f"All-reduce (sum) of float32 on {data['processes']} processes: median of {max(1, args.repeats)} rounds, "
+              "process 0's time per call")
+        print()
+        print(harness.markdown_table(["size", "method", "µs per call", "µs (min)", "GB/s", "× ceiling",
+                                      "× ceiling (mins)"], table))
+        if args.dp_epochs > 0:
+            times = {1: [], 2: []}
+            for _ in range(args.dp_repeats):
+                for processes in (1, 2):
+                    progress.set(f"DP-SGD on {processes} process(es)")
+                    times[processes].append(_dp_run(processes, args.dp_epochs, args.threads_per_process == "split"))
+                    progress.step(f"DP-SGD on {processes}")
+            one, two = statistics.median(times[1]), statistics.median(times[2])
+            out["dp_step"] = dict(ms_per_step={str(k): v for k, v in times.items()}, median_1=one, median_2=two,
+                                  speedup=one / two, epochs=args.dp_epochs)
+            print()
+            print(f"DP-SGD step of the main job (jit; Poisson batches of 256 expected examples), each run's median "
+                  f"ms per step, {args.dp_repeats} runs each, alternately")
+            print()
+            best1, best2 = min(times[1]), min(times[2])
+            out["dp_step"].update(best_1=best1, best_2=best2, speedup_best=best1 / best2)
+            print(harness.markdown_table(
+                ["processes", "ms per step (median of runs)", "best run", "runs", "speedup (medians)",
+                 "speedup (best runs)"],
+                [(1, one, best1, ", ".join(f"{t:.1f}" for t in times[1]), 1.0, 1.0),
+                 (2, two, best2, ", ".join(f"{t:.1f}" for t in times[2]), one / two, best1 / best2)]))
+    return out
+
+
+def main(argv=None):
+    """``python -m benchmarks.bench_distributed ARGS`` is ``python -m benchmarks distributed
+    ARGS``; with ``--worker PATH`` it is one process of the all-reduce job."""
+    import argparse
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--worker" in argv:
+        p = argparse.ArgumentParser()
+        p.add_argument("--worker")
+        p.add_argument("--sizes", type=int, nargs="+")
+        p.add_argument("--rounds", type=int)
+        p.add_argument("--warmup", type=int)
+        a = p.parse_args(argv)
+        worker(a.worker, a.sizes, a.rounds, a.warmup)
+        return 0
+    from benchmarks.__main__ import main as cli_main
+
+    return cli_main(["distributed"] + argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

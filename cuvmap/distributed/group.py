@@ -1,0 +1,209 @@
+"""Process groups, ``initialize`` and ``data_parallel``: see :mod:`cuvmap.distributed`."""
+import os
+import sys
+import time
+
+from cuvmap import api_util, backend, core
+from cuvmap.distributed import launcher as launch_mod
+from cuvmap.distributed import watchdog as watchdog_mod
+from cuvmap.distributed.mpi import LocalEngine, MPIEngine
+
+
+_ABORT_GRACE_SECONDS = 0.5
+
+
+class DistributedError(core.CuvmapError, RuntimeError):
+    """The processes of a job cannot work together as asked (no MPI for a launched job,
+    a launcher and an MPI library that disagree)."""
+
+
+class ProcessGroup:
+    """The processes of a job, ``size`` of them, this one ``rank`` (``local_rank`` on its
+    host), and the engines of their collectives: MPI (:mod:`cuvmap.distributed.mpi`) for
+    NumPy arrays, NCCL (:mod:`cuvmap.distributed.nccl`) for CuPy arrays, chosen per
+    operand. Bound to an axis name by :func:`data_parallel`; the collectives of
+    :mod:`cuvmap.lax.parallel` over that name call its methods (``allreduce``,
+    ``allgather``, ``reduce_scatter``, ``alltoall``, ``permute``), each timed by the
+    group's watchdog (NOTE [a job ends when one process fails]).
+
+    Made by :func:`initialize`; ``ProcessGroup(comm)`` wraps an ``mpi4py`` communicator of
+    your own (a sub-communicator of ``COMM_WORLD``, say), ``ProcessGroup()`` is a job of one.
+    """
+
+    def __init__(self, comm=None, *, local_rank=0, timeout=None, launcher=None):
+        self.comm = comm
+        self.rank = 0 if comm is None else comm.Get_rank()
+        self.size = 1 if comm is None else comm.Get_size()
+        self.local_rank = local_rank
+        self.launcher = launcher
+        self.timeout = watchdog_mod.default_timeout() if timeout is None else float(timeout)
+        self.watchdog = None
+        if self.size > 1:
+            self.watchdog = watchdog_mod.Watchdog(self.timeout, self._timed_out, describe=f"{self.describe()}: ")
+        self._cpu = LocalEngine() if comm is None else MPIEngine(comm, self.watchdog)
+        self._gpu = None
+
+    def describe(self):
+        return f"process {self.rank} of {self.size}"
+
+    def __repr__(self):
+        engine = "one process" if self.comm is None else "MPI"
+        return f"ProcessGroup(rank={self.rank}, size={self.size}, {engine})"
+
+    def engine(self, x):
+        """The engine for operand ``x``: NCCL for a CuPy array, MPI (or the job of one's)
+        for anything else."""
+        if not backend.is_cupy_array(x):
+            return self._cpu
+        if self._gpu is None:
+            try:
+                from cuvmap.distributed.nccl import NCCLEngine
+
+                self._gpu = NCCLEngine(self.rank, self.size, self.comm, self.watchdog)
+            except (ImportError, OSError) as err:  # CuPy without NCCL, or NCCL's library missing
+                if self.size > 1:
+                    raise DistributedError(f"{self.describe()}: a collective on a CuPy array needs NCCL "
+                                           f"(cupy.cuda.nccl: {err}); install CuPy with NCCL (nvidia-nccl-cu12)") from err
+                self._gpu = LocalEngine()
+        return self._gpu
+
+    # the communicator interface of cuvmap.lax.parallel.ProcessAxis
+    def allreduce(self, x, op="sum", in_place=False):
+        return self.engine(x).allreduce(x, op, in_place)
+
+    def allgather(self, x):
+        return self.engine(x).allgather(x)
+
+    def reduce_scatter(self, x):
+        return self.engine(x).reduce_scatter(x)
+
+    def alltoall(self, x):
+        return self.engine(x).alltoall(x)
+
+    def permute(self, x, perm):
+        return self.engine(x).permute(x, perm)
+
+    def barrier(self):
+        """Waits until every process of the group has called it."""
+        self._cpu.barrier()
+
+    def abort(self, code=1):
+        """Ends every process of the job now (``MPI_Abort``), with exit status ``code``."""
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # the launcher forwards a process's output asynchronously: a moment for it to
+            # pass on the report before the abort ends the job
+            time.sleep(_ABORT_GRACE_SECONDS)
+            if self._gpu is not None and hasattr(self._gpu, "abort"):
+                self._gpu.abort()
+        finally:
+            try:
+                if self.comm is not None:
+                    self.comm.Abort(code)
+            finally:
+                os._exit(code)
+
+    def _timed_out(self, message):
+        sys.stderr.write(message + "\n")
+        self.abort(1)
+
+
+_group = None
+
+
+def initialize(*, timeout=None):
+    """Joins this process to its job and returns the job's :class:`ProcessGroup` (made on
+    the first call; later calls return it).
+
+    Reads the launcher's environment (:func:`cuvmap.distributed.launcher.detect`: MPICH's
+    and Intel MPI's ``PMI_*``, Open MPI's ``OMPI_COMM_WORLD_*``). Without a launcher the
+    job is this one process and needs no MPI; under one it joins ``mpi4py``'s
+    ``COMM_WORLD`` and checks that it has the launcher's size. In a job of several it
+    installs the guards of NOTE [a job ends when one process fails] (an uncaught exception
+    aborts the job; a collective that waits longer than ``timeout`` seconds aborts it) and,
+    when CuPy sees GPUs, makes GPU ``local_rank % count`` this process's device.
+
+    Args:
+      timeout: seconds a collective may wait for the other processes (default
+        ``CUVMAP_COLLECTIVE_TIMEOUT``, else 600).
+    Returns:
+      the :class:`ProcessGroup`.
+
+    Example::
+
+        group = cuvmap.distributed.initialize()
+        print(f"process {group.rank} of {group.size}")
+    """
+    global _group
+    if _group is not None:
+        return _group
+    info = launch_mod.detect()
+    if info.launcher is None:
+        _group = ProcessGroup(timeout=timeout)
+        return _group
+    try:
+        from mpi4py import MPI
+    except ImportError as err:
+        raise DistributedError(
+            f"this is process {info.rank} of {info.size} of a job started by {info.launcher}, but mpi4py is not "
+            "installed: pip install 'cuvmap[distributed]' (mpi4py and the mpich wheel, whose mpiexec to use)") from err
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != info.size:
+        raise DistributedError(
+            f"the launcher ({info.launcher}) started {info.size} processes, but mpi4py's MPI sees "
+            f"{comm.Get_size()}: mpiexec comes from another MPI than the one mpi4py is built with (use the "
+            f"mpiexec next to this Python: {launch_mod.find_mpiexec()})")
+    group = ProcessGroup(comm, local_rank=info.local_rank, timeout=timeout, launcher=info.launcher)
+    if group.size > 1:
+        watchdog_mod.install_excepthook(group.describe(), group.abort)
+    _select_gpu(info.local_rank)
+    _group = group
+    return group
+
+
+def _select_gpu(local_rank):
+    cp = backend.cupy_module()
+    if cp is not None:
+        cp.cuda.Device(local_rank % cp.cuda.runtime.getDeviceCount()).use()
+
+
+def data_parallel(f, axis_name="batch", *, group=None):
+    """``f`` run by every process of a job on its own shard of the data, with
+    ``axis_name`` naming the axis of processes: collectives over that name
+    (:mod:`cuvmap.lax.parallel`: ``psum``, ``pmean``, ``all_gather``, ...) combine the
+    processes' values (an MPI all-reduce of NumPy arrays, a NCCL one of CuPy arrays).
+
+    Each process calls the wrapped function with its own arguments and gets its own
+    results, as ordinary arrays; a result that comes out of a ``psum`` is the same on
+    every process. ``jit``, ``grad`` and ``vmap`` compose with it inside and outside:
+    under ``jit`` the staged collectives all-reduce each time the program runs, and the
+    cotangent of a ``psum`` is the ``psum`` of the cotangents (reverse mode differentiates
+    the sum of every process's outputs, as ``pmap`` does).
+
+    Args:
+      f: the function every process runs.
+      axis_name: the name of the axis of processes.
+      group: the :class:`ProcessGroup` (default: :func:`initialize`'s).
+    Returns:
+      the wrapped function.
+
+    Example::
+
+        @cuvmap.distributed.data_parallel
+        def step(params, x, y):                   # x, y: this process's shard
+            g = cuvmap.grad(loss)(params, x, y)   # loss: the mean over the shard
+            return tree.map(lambda p, g: p - 0.1 * g, params, lax.pmean(g, "batch"))
+    """
+    api_util.check_callable(f, "data_parallel")
+    where = f"data_parallel({api_util.fun_name(f)}, axis_name={axis_name!r})"
+    if axis_name is None or isinstance(axis_name, tuple):
+        raise api_util.TransformError(f"{where}: axis_name must be one name (a string), got {axis_name!r}")
+
+    @api_util.with_context(where, f)
+    def wrapped(*args, **kwargs):
+        g = group if group is not None else initialize()
+        with core.extend_axis_env(core.AxisFrame(axis_name, g.size, communicator=g)):
+            return f(*args, **kwargs)
+
+    return wrapped

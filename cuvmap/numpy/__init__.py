@@ -1,0 +1,45 @@
+"""NumPy-named functions that work on arrays and on tracers alike (like ``jax.numpy``).
+
+Every function here is a composite of :mod:`cuvmap.lax` primitives and adds no primitive
+of its own, so it is transformable by construction. Arrays stay plain ``numpy.ndarray``
+or ``cupy.ndarray``. The package's modules, by topic: ``_creation`` (asarray, zeros,
+...), ``_elementwise`` (arithmetic, comparisons, where, clip, bitwise and logical
+functions), ``_reductions`` (sum, mean, var, max, prod, cumsum, sort, ...), ``_shapes``
+(reshape, transpose, concatenate, pad, flip, tril, diagonal, ...), ``_indexing`` (take,
+take_along_axis, ``x[index]``), ``_products`` (matmul, dot, tensordot, einsum, ...) and
+:mod:`cuvmap.numpy.linalg` (norm, vector_norm, matrix_norm, svd, svdvals); their public
+names are this package's. Importing it gives tracers their operators and methods
+(``+ - * / ** @``, comparisons, ``& | ^ ~ << >>``, indexing, ``.T``, ``.reshape``,
+``.sum``, ...: ``_operators``).
+"""
+from cuvmap.numpy._common import (  # noqa: F401
+    float32, float64, int32, int64, bool_, pi, inf, newaxis, shape, ndim, size,
+)
+from cuvmap.numpy._creation import (  # noqa: F401
+    asarray, array, zeros_like, ones_like, full_like, zeros, ones, full, arange, eye,
+)
+from cuvmap.numpy._elementwise import (  # noqa: F401
+    add, subtract, multiply, divide, true_divide, floor_divide, remainder, mod, negative, exp, log, log1p,
+    expm1, sqrt, tanh, sin, cos, sinh, cosh, arctan, arctan2, arcsinh, log2, log10, erf, floor, ceil, abs,
+    absolute, sign, maximum, minimum, equal, not_equal, less, less_equal, greater, greater_equal,
+    stop_gradient, power, square, reciprocal, sigmoid, where, round, around, clip, astype, bitwise_and,
+    bitwise_or, bitwise_xor, bitwise_not, invert, bitwise_invert, left_shift, right_shift,
+    bitwise_left_shift, bitwise_right_shift, logical_not, logical_and, logical_or, logical_xor,
+)
+from cuvmap.numpy._reductions import (  # noqa: F401
+    sum, mean, var, std, max, min, amax, amin, argmax, argmin, logsumexp, prod, any, all, cumsum, cumprod,
+    sort, argsort, trace,
+)
+from cuvmap.numpy._shapes import (  # noqa: F401
+    reshape, ravel, transpose, swapaxes, moveaxis, expand_dims, squeeze, broadcast_to, broadcast_arrays,
+    atleast_1d, concatenate, stack, pad, flip, fliplr, flipud, roll, split, array_split, tril, triu,
+    diagonal, diag,
+)
+from cuvmap.numpy._indexing import (  # noqa: F401
+    take, take_along_axis, getitem,
+)
+from cuvmap.numpy._products import (  # noqa: F401
+    matmul, dot, vdot, inner, outer, tensordot, cross, einsum,
+)
+from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
+from cuvmap.numpy.linalg import SVDResult  # noqa: F401

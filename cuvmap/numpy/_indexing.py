@@ -1,0 +1,173 @@
+"""Indexing: ``take``, ``take_along_axis`` and NumPy's ``x[index]`` on traced values
+(basic slicing, integer arrays, booleans of concrete values), with bounds checked where
+the indices have values (the ``check_index_bounds`` primitive)."""
+import builtins
+
+import numpy as np
+
+from cuvmap import backend, core
+from cuvmap.core import ShapeError, Tracer
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import shape as lax_shape
+from cuvmap.numpy._common import _axis, shape
+from cuvmap.numpy._shapes import broadcast_to, moveaxis, ravel, reshape
+
+
+def take(x, indices, axis=None):
+    if axis is None:
+        return lax_indexing.take(ravel(x), indices, 0)
+    return lax_indexing.take(x, indices, _axis(x, axis, "take"))
+
+
+def take_along_axis(x, indices, axis):
+    """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
+    semantics; ``indices`` broadcasts against ``x`` on the other dims). Implemented as one
+    ``take`` on the flattened array with offset indices."""
+    axis = _axis(x, axis, "take_along_axis")
+    x_shape = shape(x)
+    idx_shape = shape(indices)
+    if len(idx_shape) != len(x_shape):
+        raise ShapeError(f"take_along_axis: indices of shape {idx_shape} must have the rank of {x_shape}")
+    for i, (a, b) in enumerate(zip(x_shape, idx_shape)):
+        if i != axis and a != b and a != 1 and b != 1:
+            raise ShapeError(
+                f"take_along_axis: indices of shape {idx_shape} do not broadcast against the array of shape "
+                f"{x_shape} outside axis {axis} (dim {i}: {b} vs {a})"
+            )
+    other = tuple(
+        builtins.max(a, b) if i != axis else None for i, (a, b) in enumerate(zip(x_shape, idx_shape))
+    )
+    x_target = tuple(x_shape[axis] if i == axis else other[i] for i in range(len(x_shape)))
+    idx_target = tuple(idx_shape[axis] if i == axis else other[i] for i in range(len(x_shape)))
+    x = broadcast_to(x, x_target)
+    indices = broadcast_to(indices, idx_target)
+    x_last = moveaxis(x, axis, -1)
+    idx_last = moveaxis(indices, axis, -1)
+    n = x_target[axis]
+    rows = int(np.prod(shape(x_last)[:-1], dtype=np.int64))
+    k = idx_target[axis]
+    flat_x = reshape(x_last, (rows * n,))
+    idx2 = reshape(idx_last, (rows, k))
+    idx2 = lax_indexing.check_index_bounds(idx2, n, "take_along_axis", axis)
+    idx2 = ew.select(ew.lt(idx2, 0), ew.add(idx2, n), idx2)
+    offsets = reshape(ew.mul(lax_indexing.iota(rows, core.dtype_of(indices), like=indices), n), (rows, 1))
+    flat = lax_indexing.take(flat_x, ew.add(idx2, offsets), 0)
+    out = reshape(flat, shape(idx_last))
+    return moveaxis(out, -1, axis)
+
+
+def _is_int_scalar(i):
+    return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+
+
+def _is_index_array(i):
+    return isinstance(i, (Tracer, np.ndarray, list)) or backend.is_cupy_array(i)
+
+
+def getitem(x, index):
+    """``x[index]`` with NumPy semantics for: ints, slices (any step), ``None``,
+    ``Ellipsis`` and integer arrays (several broadcast together, placed as NumPy places
+    advanced indices). Boolean masks are not supported (their result shape depends on
+    the data)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    x_shape = shape(x)
+    n = len(x_shape)
+    index = [np.asarray(i) if isinstance(i, list) else i for i in index]
+    for i in index:
+        dt = getattr(i, "dtype", None)
+        if (dt is not None and np.dtype(dt) == np.bool_) or isinstance(i, bool):
+            raise IndexError("boolean mask indexing is not supported on traced values (the result shape would depend on the data); use cuvmap.numpy.where")
+        if dt is not None and np.dtype(dt).kind not in "iu":
+            raise IndexError(f"arrays used as indices must be integers, got {np.dtype(dt)}")
+        if not (i is None or i is Ellipsis or isinstance(i, builtins.slice) or _is_int_scalar(i) or _is_index_array(i)):
+            raise IndexError(f"unsupported index {i!r} of type {type(i).__name__}")
+    n_real = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > n:
+        raise IndexError(f"too many indices ({n_real}) for an array of shape {x_shape}")
+    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    if Ellipsis in [i for i in index if not _is_index_array(i)]:
+        pos = next(k for k, i in enumerate(index) if i is Ellipsis)
+        index = index[:pos] + [builtins.slice(None)] * (n - n_real) + index[pos + 1:]
+    else:
+        index = index + [builtins.slice(None)] * (n - n_real)
+
+    has_array = builtins.any(_is_index_array(i) for i in index)
+    # basic slicing of every dim indexed by a slice or (without arrays) an int
+    slices = []
+    int_dims = []
+    new_axes = []
+    advanced = []  # (dim, index) for arrays and, with arrays present, ints
+    dim = 0
+    out_pos = 0
+    for i in index:
+        if i is None:
+            new_axes.append(out_pos)
+            out_pos += 1
+            continue
+        size_d = x_shape[dim]
+        if isinstance(i, builtins.slice):
+            slices.append(lax_indexing.normalize_slice(i, size_d))
+            out_pos += 1
+        elif _is_int_scalar(i):
+            if not -size_d <= i < size_d:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {size_d}")
+            if has_array:
+                slices.append((0, size_d, 1))
+                advanced.append((dim, int(i) % size_d))
+            else:
+                slices.append((int(i) % size_d, int(i) % size_d + 1, 1))
+                int_dims.append(dim)
+        else:
+            slices.append((0, size_d, 1))
+            advanced.append((dim, i))
+            out_pos += 1
+        dim += 1
+    if has_array and new_axes:
+        raise IndexError("combining None (newaxis) with integer-array indexing is not supported; index in two steps")
+    if builtins.any(s != (0, x_shape[d], 1) for d, s in enumerate(slices)):
+        x = lax_indexing.slice(x, slices)
+    if int_dims:
+        x = lax_shape.squeeze(x, tuple(int_dims))
+    if new_axes:
+        x = lax_shape.expand_dims(x, tuple(new_axes))
+    if has_array:
+        x = _advanced_index(x, advanced)
+    return x
+
+
+def _advanced_index(x, advanced):
+    """Integer-array indexing of the dims in ``advanced``, NumPy placement: in place when
+    the indexed dims are adjacent, first otherwise. The indexed dims are merged into one
+    and gathered with one ``take`` of the row-major linear index."""
+    dims = [d for d, _ in advanced]
+    x_shape = shape(x)
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    if len(advanced) == 1:
+        d, idx = advanced[0]
+        return lax_indexing.take(x, idx if not isinstance(idx, int) else np.asarray(idx), d)
+    if not adjacent:
+        rest = [i for i in range(len(x_shape)) if i not in dims]
+        x = lax_shape.transpose(x, tuple(dims + rest))
+        x_shape = shape(x)
+        dims = list(range(len(dims)))
+    p = dims[0]
+    sizes = [x_shape[d] for d in dims]
+    merged = int(np.prod(sizes, dtype=np.int64))
+    x = lax_shape.reshape(x, x_shape[:p] + (merged,) + x_shape[p + len(dims):])
+    linear = None
+    stride = 1
+    for (dim, idx), n_d in reversed(list(zip(advanced, sizes))):
+        if isinstance(idx, int):
+            term = idx * stride
+        else:
+            idx = lax_indexing.check_index_bounds(idx, n_d, "indexing", dim)
+            idx = ew.select(ew.lt(idx, 0), ew.add(idx, n_d), idx)
+            term = ew.mul(idx, stride) if stride != 1 else idx
+        linear = term if linear is None else ew.add(linear, term)
+        stride *= n_d
+    if isinstance(linear, int):
+        linear = np.asarray(linear)
+    return lax_indexing.take(x, linear, p)

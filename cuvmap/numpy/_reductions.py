@@ -1,0 +1,192 @@
+"""Reductions over axes: ``sum``, ``mean``, ``var``, ``std``, ``max``, ``min``,
+``prod`` (exact derivatives at zeros), ``any``, ``all``, ``argmax``, ``argmin``,
+``logsumexp``, ``cumsum``, ``cumprod``, ``sort``, ``argsort`` and ``trace``."""
+import numpy as np
+
+from cuvmap import core
+from cuvmap.lax import cumulative as lax_cumulative
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import reduction as lax_reduction
+from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
+from cuvmap.numpy._common import _axes, _axis, ndim, shape
+from cuvmap.numpy._elementwise import astype, square, stop_gradient, where
+from cuvmap.numpy._shapes import diagonal, flip, ravel
+
+
+def _keep(out, x, axes, keepdims):
+    if not keepdims:
+        return out
+    return lax_shape.reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape(x))))
+
+
+def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
+    axes = _axes(x, axis, "sum")
+    if core.dtype_of(x) == np.bool_:
+        x = astype(x, np.int64)
+    out = _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
+    return out if dtype is None else astype(out, dtype)
+
+
+def mean(x, axis=None, keepdims=False):
+    axes = _axes(x, axis, "mean")
+    count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
+    if not core.is_float(x):
+        x = astype(x, np.float64)
+    return ew.div(sum(x, axes, keepdims), count)
+
+
+def var(x, axis=None, keepdims=False, ddof=0):
+    axes = _axes(x, axis, "var")
+    count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
+    centered = ew.sub(x, mean(x, axes, keepdims=True))
+    return ew.div(sum(square(centered), axes, keepdims), count - ddof)
+
+
+def std(x, axis=None, keepdims=False, ddof=0):
+    return ew.sqrt(var(x, axis, keepdims, ddof))
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    axes = _axes(x, axis, "max")
+    return _keep(lax_reduction.reduce_max(x, axes), x, axes, keepdims)
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    axes = _axes(x, axis, "min")
+    return _keep(lax_reduction.reduce_min(x, axes), x, axes, keepdims)
+
+
+amax, amin = max, min
+
+
+def argmax(x, axis=None):
+    if axis is None:
+        return lax_reduction.argmax(ravel(x), 0)
+    return lax_reduction.argmax(x, _axis(x, axis, "argmax"))
+
+
+def argmin(x, axis=None):
+    if axis is None:
+        return lax_reduction.argmin(ravel(x), 0)
+    return lax_reduction.argmin(x, _axis(x, axis, "argmin"))
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """``log(sum(exp(x)))`` computed stably by shifting with the (constant) maximum."""
+    axes = _axes(x, axis, "logsumexp")
+    m = stop_gradient(max(x, axes, keepdims=True))
+    m = where(ew.eq(ew.abs(m), np.inf), 0.0, m)
+    out = ew.add(ew.log(sum(ew.exp(ew.sub(x, m)), axes, keepdims=True)), m)
+    return out if keepdims else lax_shape.reshape(out, tuple(s for i, s in enumerate(shape(x)) if i not in axes))
+
+
+def _pairwise_product(y):
+    """The product along the last axis of ``y`` as a tree of pairwise products: ⌈log₂ n⌉
+    rounds of one multiplication each (an odd length is padded with a 1)."""
+    nd = ndim(y)
+    n = shape(y)[-1]
+    while n > 1:
+        if n % 2:
+            y = lax_shape.pad(y, ((0, 0),) * (nd - 1) + ((0, 1),), 1)
+            n += 1
+        y = ew.mul(lax_indexing.slice_in_dim(y, 0, n, nd - 1, 2), lax_indexing.slice_in_dim(y, 1, n, nd - 1, 2))
+        n //= 2
+    return y
+
+
+def prod(x, axis=None, keepdims=False, dtype=None):
+    """The product over ``axis``; booleans multiply as int64. Computed as a tree of pairwise
+    products (the tree JAX's ``reduce_prod`` differentiates), so its derivative — the
+    product of the other elements — is exact where ``x`` has zeros, with no division."""
+    axes = _axes(x, axis, "prod")
+    if dtype is not None:
+        x = astype(x, dtype)
+    elif core.dtype_of(x) == np.bool_:
+        x = astype(x, np.int64)
+    s = shape(x)
+    kept = tuple(i for i in range(len(s)) if i not in axes)
+    out_shape = tuple(s[i] for i in kept)
+    n = int(np.prod([s[a] for a in axes], dtype=np.int64))
+    if n == 0:
+        out = core.full_like_concrete(x, 1, shape=out_shape)
+    else:
+        y = lax_shape.reshape(lax_shape.transpose(x, kept + axes), out_shape + (n,))
+        out = lax_shape.reshape(_pairwise_product(y), out_shape)
+    return _keep(out, x, axes, keepdims)
+
+
+def any(x, axis=None, keepdims=False):  # noqa: A001
+    """Whether any element over ``axis`` is nonzero (a boolean; no derivative)."""
+    axes = _axes(x, axis, "any")
+    out = ew.gt(lax_reduction.reduce_sum(ew.ne(x, 0), axes), 0)
+    return _keep(out, x, axes, keepdims)
+
+
+def all(x, axis=None, keepdims=False):  # noqa: A001
+    """Whether every element over ``axis`` is nonzero (NaN counts as nonzero); a boolean."""
+    axes = _axes(x, axis, "all")
+    out = ew.eq(lax_reduction.reduce_sum(ew.eq(x, 0), axes), 0)
+    return _keep(out, x, axes, keepdims)
+
+
+def _flattened(x, axis, name):
+    """``(x, axis)``, flattened to one dim for ``axis=None`` as NumPy's cumulative functions do."""
+    if axis is None:
+        return ravel(x), 0
+    return x, _axis(x, axis, name)
+
+
+def cumsum(x, axis=None, dtype=None):
+    """Running sums along ``axis`` (``None``: of the flattened array); booleans count in
+    int64, other dtypes keep theirs unless ``dtype`` is given."""
+    x, axis = _flattened(x, axis, "cumsum")
+    if dtype is not None:
+        x = astype(x, dtype)
+    return lax_cumulative.cumsum(x, axis)
+
+
+def cumprod(x, axis=None, dtype=None):
+    """Running products along ``axis`` (``None``: of the flattened array); the derivative is
+    exact where ``x`` has zeros (NOTE [cumprod's derivatives without division])."""
+    x, axis = _flattened(x, axis, "cumprod")
+    if dtype is not None:
+        x = astype(x, dtype)
+    return lax_cumulative.cumprod(x, axis)
+
+
+def _check_sort_args(name, kind, order):
+    if order is not None:
+        raise NotImplementedError(f"{name}: order= (fields of structured arrays) is not supported")
+    if kind not in (None, "stable", "mergesort", "quicksort", "heapsort"):
+        raise ValueError(f"{name}: unknown kind {kind!r}")
+
+
+def sort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+    """``x`` sorted along ``axis`` (``None``: flattened), NaNs last. Always stable (``kind``
+    and ``stable`` are accepted for compatibility); ``descending`` reverses the order. The
+    derivative follows the sorting permutation (see ``cuvmap/lax/sorting.py``)."""
+    _check_sort_args("sort", kind, order)
+    x, axis = _flattened(x, axis, "sort")
+    out = lax_sorting.sort(x, axis)
+    return flip(out, axis) if descending else out
+
+
+def argsort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+    """The int64 indices that sort ``x`` along ``axis`` (``None``: flattened). Stable, also
+    with ``descending=True``: equal elements keep their order, as in JAX."""
+    _check_sort_args("argsort", kind, order)
+    x, axis = _flattened(x, axis, "argsort")
+    if not descending:
+        return lax_sorting.argsort(x, axis)
+    # sorting the reversed array ascending and reversing the result keeps ties in their
+    # original order; indices into the reversed array i are n − 1 − i in x
+    n = shape(x)[axis]
+    idx = lax_sorting.argsort(flip(x, axis), axis)
+    return flip(ew.sub(n - 1, idx), axis)
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
+    """The sum of :func:`diagonal` ``offset``."""
+    return sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)

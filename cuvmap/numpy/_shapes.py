@@ -1,0 +1,314 @@
+"""Functions of shapes and layouts: ``reshape``, ``transpose``, ``moveaxis``,
+``broadcast_to``, ``concatenate``, ``stack``, ``split``, ``pad`` (every NumPy mode but
+``linear_ramp`` and the statistics ones), ``flip``, ``roll``, ``tril``, ``triu``,
+``diag``, ``diagonal``."""
+import builtins
+
+import numpy as np
+
+from cuvmap import backend, core
+from cuvmap.core import ShapeError
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax import indexing as lax_indexing
+from cuvmap.lax import shape as lax_shape
+from cuvmap.numpy._common import _axes, _axis, _holds_tracer, ndim, shape, size
+
+
+def reshape(x, *newshape):
+    """``x.reshape(newshape)``; one entry may be -1."""
+    if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
+        newshape = tuple(newshape[0])
+    newshape = tuple(int(s) for s in newshape)
+    total = size(x)
+    if newshape.count(-1) > 1:
+        raise ShapeError(f"reshape: more than one -1 in {newshape}")
+    if -1 in newshape:
+        known = int(np.prod([s for s in newshape if s != -1], dtype=np.int64))
+        if known == 0 or total % known:
+            raise ShapeError(f"reshape: cannot reshape {shape(x)} ({total} elements) to {newshape}")
+        newshape = tuple(total // known if s == -1 else s for s in newshape)
+    return lax_shape.reshape(x, newshape)
+
+
+def ravel(x):
+    return reshape(x, (-1,))
+
+
+def transpose(x, axes=None):
+    if axes is None:
+        axes = tuple(range(ndim(x)))[::-1]
+    n = ndim(x)
+    return lax_shape.transpose(x, tuple(int(a) % n for a in axes))
+
+
+def swapaxes(x, axis1, axis2):
+    n = ndim(x)
+    perm = list(range(n))
+    a, b = int(axis1) % n, int(axis2) % n
+    perm[a], perm[b] = perm[b], perm[a]
+    return lax_shape.transpose(x, tuple(perm))
+
+
+def moveaxis(x, source, destination):
+    n = ndim(x)
+    src = [int(s) % n for s in np.atleast_1d(source)]
+    dst = [int(d) % n for d in np.atleast_1d(destination)]
+    order = [i for i in range(n) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return lax_shape.transpose(x, tuple(order))
+
+
+def expand_dims(x, axis):
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    n = ndim(x) + len(axes)
+    return lax_shape.expand_dims(x, tuple(sorted(int(a) % n for a in axes)))
+
+
+def squeeze(x, axis=None):
+    if axis is None:
+        axes = tuple(i for i, s in enumerate(shape(x)) if s == 1)
+    else:
+        axes = _axes(x, axis, "squeeze")
+    return lax_shape.squeeze(x, axes)
+
+
+def broadcast_to(x, shape_):
+    return lax_shape.broadcast_to(x, tuple(shape_))
+
+
+def broadcast_arrays(*xs):
+    target = ew.broadcast_shapes(*(shape(x) for x in xs))
+    return [broadcast_to(x, target) for x in xs]
+
+
+def atleast_1d(x):
+    return reshape(x, (1,)) if ndim(x) == 0 else x
+
+
+def concatenate(xs, axis=0):
+    xs = [x for x in xs]
+    return lax_shape.concatenate(xs, _axis(xs[0], axis, "concatenate"))
+
+
+def stack(xs, axis=0):
+    xs = list(xs)
+    n = ndim(xs[0]) + 1
+    axis = int(axis) % n
+    return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in xs], axis)
+
+
+def _static_ints(value, name, what):
+    """``value`` as a NumPy int array; traced values and non-integers raise TypeError."""
+    if _holds_tracer(value):
+        raise TypeError(f"{name}: {what} must be static (ints), not a traced value")
+    arr = np.asarray(value)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name}: {what} must be integers, got {value!r}")
+    return arr.astype(np.int64)
+
+
+_PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
+
+
+def _pad_indices(n, lo, hi, mode):
+    """The source index of each position of an axis of size ``n`` padded by ``(lo, hi)``:
+    NumPy's ``edge``, ``wrap``, ``reflect`` (mirror without the edge) and ``symmetric``
+    (mirror with the edge), periodically for pads wider than the axis."""
+    i = np.arange(-lo, n + hi)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    if mode == "wrap":
+        return i % n
+    if mode == "reflect":
+        if n == 1:
+            return np.zeros_like(i)
+        m = i % (2 * n - 2)
+        return np.where(m < n, m, 2 * n - 2 - m)
+    m = i % (2 * n)  # symmetric
+    return np.where(m < n, m, 2 * n - 1 - m)
+
+
+def pad(x, pad_width, mode="constant", constant_values=0, reflect_type="even"):
+    """``numpy.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
+    ``mode`` is ``'constant'`` (with the scalar ``constant_values``), ``'edge'``,
+    ``'wrap'``, ``'reflect'`` or ``'symmetric'``. The non-constant modes gather each padded
+    axis once with a fixed index vector, so their derivative sums the cotangents of the
+    copies into the elements they copy."""
+    n = ndim(x)
+    widths = _static_ints(pad_width, "pad", "pad_width")
+    try:
+        pw = np.broadcast_to(widths, (n, 2))
+    except ValueError:
+        raise ShapeError(f"pad: pad_width {pad_width!r} must be an int, a (low, high) pair or {n} pairs "
+                         f"for an array of shape {shape(x)}") from None
+    if (pw < 0).any():
+        raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported; use one of {', '.join(_PAD_MODES)}")
+    if mode == "constant":
+        if _holds_tracer(constant_values):
+            raise TypeError("pad: constant_values must be a static scalar, not a traced value")
+        if np.ndim(constant_values):
+            raise NotImplementedError("pad: constant_values must be one scalar (per-side values are not supported)")
+        return lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pw), constant_values)
+    if reflect_type != "even":
+        raise NotImplementedError(f"pad: reflect_type {reflect_type!r} is not supported, only 'even'")
+    xp = backend.xp_of(x)
+    for axis, (lo, hi) in enumerate(pw):
+        if lo == 0 and hi == 0:
+            continue
+        size = shape(x)[axis]
+        if size == 0:
+            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(x)} with mode {mode!r} "
+                             "(only 'constant' can pad an empty axis)")
+        idx = xp.asarray(_pad_indices(size, int(lo), int(hi), mode))
+        x = lax_indexing.take(x, idx, axis)
+    return x
+
+
+def flip(x, axis=None):
+    """``x`` reversed along ``axis`` (an int, a tuple, or ``None`` for every axis)."""
+    axes = _axes(x, axis, "flip")
+    if not axes:
+        return x
+    s = shape(x)
+    slices = [(0, n, 1) for n in s]
+    for a in axes:
+        slices[a] = lax_indexing.normalize_slice(builtins.slice(None, None, -1), s[a])
+    return lax_indexing.slice(x, slices)
+
+
+def fliplr(x):
+    if ndim(x) < 2:
+        raise ShapeError(f"fliplr: the array must have at least 2 dims, got shape {shape(x)}")
+    return flip(x, 1)
+
+
+def flipud(x):
+    if ndim(x) < 1:
+        raise ShapeError("flipud: the array must have at least 1 dim, got a 0-d array")
+    return flip(x, 0)
+
+
+def roll(x, shift, axis=None):
+    """Elements shifted by ``shift`` places along ``axis`` (wrapping around); ``None``
+    rolls the flattened array. ``shift`` and ``axis`` may be tuples (broadcast against
+    each other; shifts of one axis add up). Shifts are static ints."""
+    if axis is None:
+        return reshape(roll(ravel(x), shift, 0), shape(x))
+    shifts = _static_ints(shift, "roll", "shift")
+    axes_ = _static_ints(axis, "roll", "axis")
+    try:
+        shifts, axes_ = np.broadcast_arrays(np.atleast_1d(shifts), np.atleast_1d(axes_))
+    except ValueError:
+        raise ShapeError(f"roll: shift {shift!r} and axis {axis!r} must have the same length") from None
+    if shifts.ndim > 1:
+        raise ShapeError(f"roll: shift {shift!r} and axis {axis!r} must be ints or 1-d sequences")
+    total = {}
+    for sh, ax in zip(shifts.tolist(), axes_.tolist()):
+        a = _axis(x, ax, "roll")
+        total[a] = total.get(a, 0) + sh
+    for a, sh in sorted(total.items()):
+        n = shape(x)[a]
+        if n == 0 or sh % n == 0:
+            continue
+        k = sh % n
+        x = lax_shape.concatenate(
+            [lax_indexing.slice_in_dim(x, n - k, n, a), lax_indexing.slice_in_dim(x, 0, n - k, a)], a)
+    return x
+
+
+def _split(name, x, indices_or_sections, axis, equal):
+    axis = _axis(x, axis, name)
+    n = shape(x)[axis]
+    spec = _static_ints(indices_or_sections, name, "indices_or_sections")
+    if spec.ndim == 0:
+        k = int(spec)
+        if k <= 0:
+            raise ShapeError(f"{name}: the number of sections must be positive, got {k}")
+        if equal and n % k:
+            raise ShapeError(f"{name}: axis {axis} of size {n} (shape {shape(x)}) does not divide into {k} equal "
+                             "sections; array_split allows unequal ones")
+        q, r = divmod(n, k)
+        bounds = np.concatenate([[0], np.cumsum([q + 1] * r + [q] * (k - r))]).tolist()
+    else:
+        if spec.ndim != 1:
+            raise ShapeError(f"{name}: indices_or_sections must be an int or a 1-d sequence of ints")
+        bounds = [0] + spec.tolist() + [n]
+    return [lax_indexing.slice_in_dim(x, lo, hi, axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def split(x, indices_or_sections, axis=0):
+    """``numpy.split``: a list of pieces along ``axis``; an int ``k`` asks for ``k`` equal
+    pieces (an error when the size is not a multiple of ``k``), a sequence of indices
+    gives the split points (as slice bounds: negative ones count from the end)."""
+    return _split("split", x, indices_or_sections, axis, equal=True)
+
+
+def array_split(x, indices_or_sections, axis=0):
+    """``numpy.array_split``: as :func:`split`, but ``k`` pieces need not be equal (the first
+    ``n % k`` are one longer)."""
+    return _split("array_split", x, indices_or_sections, axis, equal=False)
+
+
+def _zero_of(x):
+    return False if core.dtype_of(x) == np.bool_ else 0
+
+
+def _tri_mask(x, k, name):
+    s = shape(x)
+    if len(s) < 2:
+        raise ShapeError(f"{name}: the array must have at least 2 dims, got shape {s}")
+    return backend.xp_of(x).tri(s[-2], s[-1], k, dtype=bool)
+
+
+def tril(m, k=0):
+    """``m`` with the elements above diagonal ``k`` of its last two dims zeroed."""
+    return ew.select(_tri_mask(m, int(k), "tril"), m, _zero_of(m))
+
+
+def triu(m, k=0):
+    """``m`` with the elements below diagonal ``k`` of its last two dims zeroed."""
+    return ew.select(_tri_mask(m, int(k) - 1, "triu"), _zero_of(m), m)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """The diagonal ``offset`` of the dims ``axis1`` (rows) and ``axis2`` (columns), as
+    the last dim of the result (``numpy.diagonal``); one strided slice of the flattened
+    pair, so its derivative is a strided scatter."""
+    s = shape(a)
+    if len(s) < 2:
+        raise ShapeError(f"diagonal: the array must have at least 2 dims, got shape {s}")
+    a1, a2 = _axis(a, axis1, "diagonal"), _axis(a, axis2, "diagonal")
+    if a1 == a2:
+        raise ShapeError(f"diagonal: axis1 and axis2 must be different dims, both are {a1} (shape {s})")
+    rest = tuple(i for i in range(len(s)) if i not in (a1, a2))
+    lead = tuple(s[i] for i in rest)
+    r, c = s[a1], s[a2]
+    k = int(offset)
+    if k >= 0:
+        length, start = builtins.max(0, builtins.min(r, c - k)), k
+    else:
+        length, start = builtins.max(0, builtins.min(r + k, c)), -k * c
+    flat = lax_shape.reshape(lax_shape.transpose(a, rest + (a1, a2)), lead + (r * c,))
+    if length == 0:
+        return lax_indexing.slice_in_dim(flat, 0, 0, len(lead))
+    return lax_indexing.slice_in_dim(flat, start, start + (length - 1) * (c + 1) + 1, len(lead), c + 1)
+
+
+def diag(v, k=0):
+    """``numpy.diag``: of a 1-d ``v``, the square matrix with ``v`` on diagonal ``k``; of a
+    2-d ``v``, its diagonal ``k``."""
+    s = shape(v)
+    k = int(k)
+    if len(s) == 2:
+        return diagonal(v, k)
+    if len(s) != 1:
+        raise ShapeError(f"diag: the input must be 1-d or 2-d, got shape {s}")
+    size = s[0] + builtins.abs(k)
+    padded = lax_shape.pad(v, ((0, builtins.abs(k)),), _zero_of(v))
+    # row i holds v[i] (k >= 0: at column i + k), or column j holds v[j] (k < 0: at row j - k)
+    spread = lax_shape.broadcast_in_dim(padded, (size, size), (0,) if k >= 0 else (1,))
+    mask = backend.xp_of(v).eye(size, size, k, dtype=bool)
+    return ew.select(mask, spread, _zero_of(v))

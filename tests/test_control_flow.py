@@ -1,0 +1,436 @@
+"""Control flow (cuvmap/lax/control_flow.py) beyond the op table's generic tests (rows
+``cond_*``, ``switch_*``, ``scan_*``, ``fori_loop_*``, ``map``, ``while_*`` in
+tests/op_table.py: impl against Python loops and branches, vmap for every in_axes at batch
+sizes 3, 1 and 0, derivatives against finite differences, jit both ways): the errors, one
+trace per call, program sizes independent of the length, memory, the compositions with
+jit/vmap/grad, checkpoint and custom derivatives, a batched predicate's guarded
+gradients, and a property test of random scan bodies against the unrolled loop.
+References: Python loops and branches over the same function, finite differences, closed
+forms."""
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import lax
+from cuvmap.lax import control_flow
+from cuvmap.lax.control_flow import ControlFlowError
+from cuvmap.test_util import check_grads
+from cuvmap.transforms import ir
+
+from random_programs import program_fun, programs
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _close(a, b, tol=1e-12):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------------------
+# A small RNN: scan against the unrolled loop
+# ---------------------------------------------------------------------------------------
+
+H = 4
+
+
+def _params(seed=0, dtype=np.float64):
+    rng = _rng(seed)
+    return {"w": (rng.standard_normal((H, H)) * 0.4).astype(dtype), "u": (rng.standard_normal((3, H)) * 0.5).astype(dtype)}
+
+
+def _cell(params, h, x):
+    return cnp.tanh(h @ params["w"] + x @ params["u"])
+
+
+def _rnn_scan(params, xs):
+    h, hs = lax.scan(lambda h, x: (_cell(params, h, x), h), cnp.zeros(H, dtype=xs.dtype), xs)
+    return cnp.sum(h * h) + 0.1 * cnp.sum(hs)
+
+
+def _rnn_unrolled(params, xs):
+    h = cnp.zeros(H, dtype=xs.dtype)
+    total = 0.0
+    for t in range(xs.shape[0]):
+        total = total + cnp.sum(h)
+        h = _cell(params, h, xs[t])
+    return cnp.sum(h * h) + 0.1 * total
+
+
+def _xs(n=6, seed=1, dtype=np.float64, batch=None):
+    shape = (n, 3) if batch is None else (batch, n, 3)
+    return _rng(seed).standard_normal(shape).astype(dtype)
+
+
+COMPOSITIONS = {
+    "grad": lambda f: cv.grad(f),
+    "jit(grad)": lambda f: cv.jit(cv.grad(f)),
+    "grad(jit)": lambda f: cv.grad(cv.jit(f)),
+    "jit(vmap(grad))": lambda f: cv.jit(cv.vmap(cv.grad(f), in_axes=(None, 0))),
+    "vmap(jit(grad))": lambda f: cv.vmap(cv.jit(cv.grad(f)), in_axes=(None, 0)),
+    "vmap(grad)": lambda f: cv.vmap(cv.grad(f), in_axes=(None, 0)),
+    "grad(vmap)": lambda f: cv.grad(lambda p, xs: cnp.sum(cv.vmap(f, in_axes=(None, 0))(p, xs))),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSITIONS))
+def test_per_example_gradients_of_a_scan_equal_the_unrolled_loop(name):
+    batched = name != "grad" and name != "jit(grad)" and name != "grad(jit)"
+    xs = _xs(batch=5 if batched else None)
+    params = _params()
+    got = COMPOSITIONS[name](_rnn_scan)(params, xs)
+    want = COMPOSITIONS[name](_rnn_unrolled)(params, xs)
+    for k in params:
+        _close(got[k], want[k], 1e-12)
+
+
+def test_scan_derivatives_match_finite_differences_to_second_order():
+    check_grads(lambda w, xs: _rnn_scan({"w": w, "u": _params()["u"]}, xs), (_params()["w"], _xs()), order=2)
+
+
+def test_hessian_and_jacobians_of_a_scan():
+    params, xs = _params(), _xs(n=3)
+    f = lambda w: _rnn_scan(dict(params, w=w), xs)
+    g = lambda w: _rnn_unrolled(dict(params, w=w), xs)
+    _close(cv.hessian(f)(params["w"]), cv.hessian(g)(params["w"]), 1e-11)
+    h = lambda w: lax.scan(lambda c, x: (cnp.sin(c * x) + c, c), w[0], w)[1]
+    _close(cv.jacfwd(h)(np.linspace(0.1, 1, 4)), cv.jacrev(h)(np.linspace(0.1, 1, 4)), 1e-12)
+
+
+def test_linearize_of_a_scan_computes_the_primal_once():
+    params, xs = _params(), _xs()
+    f = lambda w: _rnn_scan(dict(params, w=w), xs)
+    t = _rng(3).standard_normal((H, H))
+    y, f_jvp = cv.linearize(f, params["w"])
+    want_y, want_t = cv.jvp(lambda w: _rnn_unrolled(dict(params, w=w), xs), (params["w"],), (t,))
+    _close(y, want_y)
+    _close(f_jvp(t), want_t)
+    _close(cv.vmap(f_jvp)(np.stack([t, 2 * t])), np.stack([want_t, 2 * want_t]))
+
+
+def test_float32_stays_float32():
+    params, xs = _params(dtype=np.float32), _xs(dtype=np.float32)
+    g = cv.jit(cv.grad(_rnn_scan))(params, xs)
+    assert g["w"].dtype == np.float32
+    _close(g["w"], cv.grad(_rnn_unrolled)(params, xs)["w"], 1e-5)
+    carry, _ = lax.scan(lambda c, x: (c + cnp.sum(x), None), 0.0, np.ones((3, 2), np.float32))  # a weak 0.0
+    assert carry.dtype == np.float32 and carry.shape == () and carry == 6
+
+
+# ---------------------------------------------------------------------------------------
+# Staging: one trace, one equation, sizes independent of the length
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_scan_body_is_traced_once_whatever_the_length():
+    calls = []
+
+    def step(c, x):
+        calls.append(1)
+        return c * 0.5 + x, c
+
+    for n in (3, 300):
+        calls.clear()
+        lax.scan(step, 0.0, np.ones(n))
+        assert len(calls) == 2, len(calls)  # one trace, and one more for the weak 0.0 carry
+        calls.clear()
+        lax.scan(step, np.float64(0.0), np.ones(n))
+        assert len(calls) == 1
+    sizes = [len(cv.make_jaxpr(lambda xs: cv.grad(lambda xs: cnp.sum(lax.scan(step, xs[0], xs)[1]))(xs))(np.ones(n))
+                 .jaxpr.eqns) for n in (3, 300)]
+    assert sizes[0] == sizes[1], sizes
+
+
+def test_a_jitted_function_with_control_flow_traces_once_per_signature():
+    f = cv.jit(lambda x, n: lax.fori_loop(0, n, lambda i, x: x * 1.5, x) + lax.cond(x[0] > 0, cnp.sin, cnp.cos, x))
+    for _ in range(3):
+        f(np.ones(3), 4)
+        f(-np.ones(3), np.int64(2))
+    assert f.trace_count == 2  # (a Python int and an int64 array are different signatures)
+    _close(f(np.ones(3), 4), np.ones(3) * 1.5 ** 4 + np.sin(1.0))
+
+
+def test_program_text_shows_one_equation_per_control_flow_call():
+    x = np.ones(3)
+    text = str(cv.make_jaxpr(lambda x: lax.scan(lambda c, x: (c + x, c * 2), 0.0 * x[0], x))(x))
+    assert "scan[length=3 num_consts=0 num_carry=1 program={ jaxpr } reverse=False unroll=1]" in text, text
+    text = str(cv.make_jaxpr(lambda x: lax.cond(x[0] > 0, cnp.sin, cnp.cos, x))(x))
+    assert "cond[branches=({ jaxpr }, { jaxpr })]" in text, text
+    text = str(cv.make_jaxpr(lambda x: lax.while_loop(lambda c: c[0] < 3.0, lambda c: c + 1.0, x))(x))
+    assert "while[cond_nconsts=0 cond_program={ jaxpr } body_nconsts=0 body_program={ jaxpr }]" in text, text
+
+
+def test_dce_drops_dead_outputs_and_the_carries_only_they_need():
+    def f(x):
+        (a, b, c), ys = lax.scan(lambda c, x: ((c[0] + x, c[1] * 2.0, c[2] + c[1]), (c[0] * x, cnp.sin(x))),
+                                 (0.0 * x[0], 1.0 + 0 * x[0], 0.0 * x[0]), x)
+        return a, ys[0]
+
+    program = ir.optimize(cv.make_jaxpr(f)(np.ones(4)))
+    (eqn,) = [e for e in program.jaxpr.eqns if e.primitive.name == "scan"]
+    assert eqn.params["num_carry"] == 1 and len(eqn.outs) == 2   # b and c feed nothing returned
+    assert "sin" not in str(eqn.params["program"])
+    # ys[0] = (the sum of the x's so far) * x
+    _close(cv.jit(f)(np.arange(4.0))[1], np.array([0.0, 0.0, 2.0, 9.0]))
+
+
+# ---------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return out, peak - before
+
+
+def test_a_long_jitted_scan_allocates_its_ys_not_one_buffer_per_step():
+    n, width = 10_000, 64
+    f = cv.jit(lambda c, xs: lax.scan(lambda c, x: (cnp.tanh(c + x) * 0.5, cnp.sum(c)), c, xs))
+    c, xs = np.zeros(width), np.zeros((n, width))
+    f(c, xs)  # traced and planned
+    _, peak = _peak(lambda: f(c, xs))
+    ys_bytes = n * 8
+    assert peak < ys_bytes + 64 * width * 8, f"peak {peak} bytes for {ys_bytes} bytes of ys"
+
+
+def test_grad_of_a_long_scan_keeps_the_stacked_residuals_only():
+    width = 256
+    w = np.eye(width) * 0.5
+    f = lambda w, xs: cnp.sum(lax.scan(lambda c, x: (cnp.tanh(c @ w + x), None), xs[0], xs)[0])
+    peaks = {}
+    for n in (200, 400):
+        xs = np.zeros((n, width)) + 0.01
+        _, peaks[n] = _peak(lambda: cv.grad(f)(w, xs))
+    per_step = (peaks[400] - peaks[200]) / 200
+    # a step saves the tanh's output and the carry it read (two rows), plus the xs and the
+    # gradient's own stacked slices: a few rows per step, not a tape of Python entries
+    assert per_step < 6 * width * 8, f"{per_step:.0f} bytes per step"
+
+
+# ---------------------------------------------------------------------------------------
+# Batched predicates
+# ---------------------------------------------------------------------------------------
+
+
+def _sqrt_or_zero(x):
+    return lax.cond(cnp.min(x) > 0, lambda x: cnp.sqrt(x), lambda x: x * 0.0, x)
+
+
+def _mixed_batch():
+    x = np.abs(_rng(4).standard_normal((6, 3))) + 0.1
+    x[::2, 0] *= -1  # these examples take the zero branch, whose sqrt would be nan
+    return x
+
+
+def test_a_batched_predicate_keeps_the_untaken_branch_out_of_the_gradient():
+    x = _mixed_batch()
+    want = np.where(x.min(axis=1, keepdims=True) > 0, 0.5 / np.sqrt(np.abs(x)), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        got_outer = cv.grad(lambda x: cnp.sum(cv.vmap(_sqrt_or_zero)(x)))(x)
+        got_inner = cv.vmap(cv.grad(lambda x: cnp.sum(_sqrt_or_zero(x))))(x)
+    _close(got_outer, want)
+    _close(got_inner, want)
+
+
+def test_without_the_guard_the_untaken_branch_would_leak_nan(monkeypatch):
+    """The reference for the test above: the guard is what keeps the gradient finite."""
+    monkeypatch.setattr(control_flow, "_guard", lambda x, taken: x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        g = cv.grad(lambda x: cnp.sum(cv.vmap(_sqrt_or_zero)(x)))(_mixed_batch())
+    assert np.isnan(g).any()
+
+
+def test_a_batched_while_freezes_each_example_at_its_own_count():
+    x = np.array([0.5, 3.0, 20.0, 1.0])
+    out, tangent = cv.vmap(lambda x: cv.jvp(lambda x: lax.while_loop(lambda c: c < 10.0, lambda c: c * 2.0, x),
+                                            (x,), (1.0,)))(x)
+    counts = np.array([5, 2, 0, 4])
+    _close(out, x * 2.0 ** counts)
+    _close(tangent, 2.0 ** counts)
+
+
+# ---------------------------------------------------------------------------------------
+# Compositions with checkpoint and custom derivatives
+# ---------------------------------------------------------------------------------------
+
+
+@cv.custom_jvp
+def _soft_clip(x):
+    return cnp.tanh(x)
+
+
+@_soft_clip.defjvp
+def _soft_clip_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _soft_clip(x), t * 0.25  # a deliberately wrong rule: only it can give 0.25
+
+
+def test_a_custom_rule_inside_a_scan_body_is_used_by_every_mode():
+    f = lambda x: cnp.sum(lax.scan(lambda c, x: (c + _soft_clip(x), None), 0.0 * x[0], x)[0])
+    x = np.linspace(-1, 1, 5)
+    for g in (cv.grad(f), cv.jit(cv.grad(f)), cv.grad(cv.jit(f))):
+        _close(g(x), np.full(5, 0.25))
+    _close(cv.jvp(f, (x,), (np.ones(5),))[1], 1.25)
+
+
+def test_a_checkpointed_scan_body_recomputes_and_agrees():
+    body = cv.checkpoint(lambda c, x: (cnp.sin(c) * x + c, cnp.cos(c)))
+    f = lambda x: cnp.sum(lax.scan(body, x[0], x)[1])
+    g = lambda x: cnp.sum(lax.scan(lambda c, x: (cnp.sin(c) * x + c, cnp.cos(c)), x[0], x)[1])
+    x = np.linspace(0.1, 1, 6)
+    _close(cv.grad(f)(x), cv.grad(g)(x))
+    _close(cv.jit(cv.grad(f))(x), cv.grad(g)(x))
+    _close(cv.grad(cv.checkpoint(g))(x), cv.grad(g)(x))
+
+
+def test_control_flow_inside_a_cond_branch_and_a_scan_inside_a_scan():
+    def inner(c, x):
+        return lax.cond(x > 0, lambda c: c * x, lambda c: c - x, c), c
+
+    def outer(c, xs):
+        c, ys = lax.scan(inner, c, xs)
+        return c, cnp.sum(ys)
+
+    f = lambda c, xss: lax.scan(outer, c, xss)
+    xss = _rng(5).standard_normal((3, 4))
+
+    def ref(c, xss):
+        ys = []
+        for xs in xss:
+            s = 0.0
+            for x in xs:
+                s += c
+                c = c * x if x > 0 else c - x
+            ys.append(s)
+        return c, np.array(ys)
+
+    got, want = f(1.5, xss), ref(1.5, xss)
+    _close(got[0], want[0])
+    _close(got[1], want[1])
+    check_grads(lambda c, xss: f(c, xss)[1], (np.float64(1.5), xss), order=1)
+
+
+# ---------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: lax.cond(True, lambda x: x, lambda x: (x, x), 1.0),
+     r"cond\(<lambda>, <lambda>\): true_fun \(<lambda>\) returns structure .* but false_fun"),
+    (lambda: lax.cond(True, lambda x: x, lambda x: x[:2], np.ones(3)),
+     r"true_fun \(<lambda>\) returns output as float64\[3\], but false_fun \(<lambda>\) returns float64\[2\]"),
+    (lambda: lax.switch(0, [lambda x: x, lambda x: {"a": x}], 1.0), r"switch\(<lambda>, <lambda>\): branch 1 \(<lambda>\)"),
+    (lambda: lax.cond(np.ones(2) > 0, lambda x: x, lambda x: x, 1.0), r"pred must be a boolean scalar, got bool\[2\]"),
+    (lambda: lax.scan(lambda c, x: (c[:1], x), np.ones(2), np.ones((3, 2))),
+     r"scan\(<lambda>\): f returned the carry as float64\[1\], but the carry entering it is float64\[2\]"),
+    (lambda: lax.scan(lambda c, x: ({"a": c["a"].astype(np.float32)}, x), {"a": np.ones(2)}, np.ones(3)),
+     r"returned the carry\['a'\] as float32\[2\], but the carry entering it is float64\[2\]"),
+    (lambda: lax.scan(lambda c, x: c, 0.0, np.ones(3)), r"f must return a pair \(carry, y\)"),
+    (lambda: lax.scan(lambda c, x: ((c, c), x), 0.0, np.ones(3)), r"f returned a carry of structure"),
+    (lambda: lax.scan(lambda c, x: (c, x), 0.0, (np.ones(3), np.ones(4))), r"xs\[1\] has 4 entries .* xs\[0\] has 3"),
+    (lambda: lax.scan(lambda c, x: (c, x), 0.0, None), r"xs is None .* length must be given"),
+    (lambda: lax.scan(lambda c, x: (c, x), 0.0, np.ones(3), length=4), r"xs has 3 entries .* but length 4"),
+    (lambda: lax.while_loop(lambda c: c, lambda c: c + 1.0, 0.0), r"cond_fun must return a boolean scalar, got float64\[\]"),
+    (lambda: lax.while_loop(lambda c: c < 3, lambda c: (c, c), 0), r"body_fun returned structure"),
+    (lambda: lax.scan(lambda c, x: (c, x), "a", np.ones(3)), r"init is a str"),
+    (lambda: lax.switch(1.5, [lambda x: x], 1.0), r"index must be an integer scalar, got float64\[\]"),
+])
+def test_bad_control_flow_gets_an_error_naming_the_function_and_the_leaf(call, match):
+    with pytest.raises(ControlFlowError, match=match):
+        call()
+
+
+def test_reverse_mode_of_a_while_loop_raises_and_points_to_scan():
+    f = lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0), (0, x))[1]
+    with pytest.raises(ControlFlowError, match=r"grad\(<lambda>\): reverse-mode .* while_loop .* scan, or fori_loop"):
+        cv.grad(f)(1.0)
+    _close(cv.jvp(f, (1.0,), (1.0,))[1], 8.0)  # forward mode works
+    # fori_loop with Python int bounds is a scan: reverse mode works
+    _close(cv.grad(lambda x: lax.fori_loop(0, 3, lambda i, x: x * 2.0, x))(1.0), 8.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Results, threads
+# ---------------------------------------------------------------------------------------
+
+
+def test_results_never_alias_the_inputs():
+    c = np.ones(3)
+    out, ys = lax.scan(lambda c, x: (c, x), c, np.ones((2, 3)))
+    out += 1
+    assert np.all(c == 1)
+    x = np.ones(2)
+    y = lax.cond(True, lambda x: x, lambda x: x * 2.0, x)
+    y += 1
+    assert np.all(x == 1)
+
+
+def test_scans_in_two_threads_at_once():
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            xs = _xs(seed=k, batch=3)
+            results[k] = cv.vmap(cv.grad(_rnn_scan), in_axes=(None, 0))(_params(), xs)["w"]
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k in range(2):
+        _close(results[k], cv.vmap(cv.grad(_rnn_unrolled), in_axes=(None, 0))(_params(), _xs(seed=k, batch=3))["w"])
+
+
+# ---------------------------------------------------------------------------------------
+# A property test: random scan bodies against the unrolled loop
+# ---------------------------------------------------------------------------------------
+
+UNARY = [cnp.sin, cnp.tanh, lambda v: v * 0.5, lambda v: -v]
+BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a * 0.3 + b]
+
+
+@settings(max_examples=40, deadline=None)
+@given(spec=programs(len(UNARY), len(BINARY), num_inputs=2, max_steps=8))
+def test_random_scan_bodies_equal_the_unrolled_loop(spec):
+    body = program_fun(spec, UNARY, BINARY)
+
+    def step(c, x):
+        values = body(c, x)
+        return cnp.tanh(values[0]), values[-1]
+
+    def scanned(c, xs):
+        c, ys = lax.scan(step, c, xs)
+        return cnp.sum(c) + cnp.sum(ys * ys)
+
+    def unrolled(c, xs):
+        total = 0.0
+        for t in range(xs.shape[0]):
+            c, y = step(c, xs[t])
+            total = total + cnp.sum(y * y)
+        return cnp.sum(c) + total
+
+    rng = _rng(7)
+    c, xs = rng.standard_normal(3), rng.standard_normal((4, 3))
+    _close(scanned(c, xs), unrolled(c, xs), 1e-12)
+    for a, b in zip(cv.grad(scanned, argnums=(0, 1))(c, xs), cv.grad(unrolled, argnums=(0, 1))(c, xs)):
+        _close(a, b, 1e-12)
+    cs = rng.standard_normal((2, 3))
+    _close(cv.vmap(cv.grad(scanned), in_axes=(0, None))(cs, xs), cv.vmap(cv.grad(unrolled), in_axes=(0, None))(cs, xs))
