@@ -421,6 +421,25 @@ def test_on_backend(backend):
         _assert_matches(cv.device_put(tuple(got), "cpu"), want, rtol=2e-5, atol_scale=1e-6)
 
 
+def test_the_loss_is_traced_once_per_example_shape():
+    rng = np.random.default_rng(15)
+    params, loss, make_batch = NETWORKS["mlp"](rng)
+    traces = []
+
+    def counted(p, x, y):
+        traces.append(1)
+        return loss(p, x, y)
+
+    clipped = dp.clipped_grad(counted, 1.0)
+    for size in (3, 5, 0, 5):
+        batch = make_batch(rng, size)
+        _assert_matches(clipped(params, *batch), _reference(loss, params, batch, 1.0))
+    assert len(traces) == 1
+    wider = {"w1": np.ones((6, 7)), "b1": params["b1"], "w2": params["w2"]}
+    clipped(wider, rng.standard_normal((4, 6)), rng.integers(0, 3, 4))
+    assert len(traces) == 2
+
+
 def test_no_parameter_reaches_the_loss():
     rng = np.random.default_rng(14)
     xs = rng.standard_normal((3, 2))

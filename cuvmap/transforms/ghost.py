@@ -457,12 +457,11 @@ class _Param:
     the chain of view equations from the parameter to the used value), ``fallback`` (used
     any other way: NOTE [ghost clipping]), or neither (unused)."""
 
-    __slots__ = ("uses", "fallback", "method")
+    __slots__ = ("uses", "fallback")
 
     def __init__(self):
         self.uses = []
         self.fallback = False
-        self.method = None  # "ghost" or "per_example" for a parameter with one use
 
 
 class _Other(Exception):
@@ -643,7 +642,7 @@ class _Tap:
 
 
 def _link_taps(jaxpr, taps, consumers, num_params):
-    """Fills in the taps' ``from_batch``, ``ct_from`` and ``z``; returns the number of z's.
+    """Fills in the taps' ``from_batch``, ``ct_from`` and ``z``.
 
     A layer whose output feeds nothing but a bias added to it (``y = a ⋆ W``, then ``y + b``)
     has the cotangent of the sum, so it reads the bias tap's: one z and one cotangent for
@@ -675,7 +674,6 @@ def _link_taps(jaxpr, taps, consumers, num_params):
         if tap.ct_from == k:
             tap.z = num_zs
             num_zs += 1
-    return num_zs
 
 
 def _eval_tapped(jaxpr, consts, args, taps, zs):
@@ -771,7 +769,12 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, has_aux=False, tin
       :class:`~cuvmap.dp.ClippedGradient` ``(summed, norms)``, or ``(ClippedGradient,
       aux)`` with ``has_aux``. ``mask``: ``(B,)`` weights (1 real, 0 padding; bool or
       float), as :func:`cuvmap.dp.pad_batch` returns. It works eagerly and under ``jit``, on
-      NumPy and CuPy arrays; :func:`cuvmap.dp.private_gradient` takes its result.
+      NumPy and CuPy arrays; :func:`cuvmap.dp.private_gradient` takes its result. Its
+      ``methods(params, *batch)`` says how each parameter leaf is differentiated.
+
+    As under ``jit``, ``loss`` is traced (on one example's shapes) once per argument
+    structure and per-example shapes, whatever the batch size: Python side effects in it run
+    then, and arrays it closes over are read then (pass arrays that change as arguments).
 
     Example::
 
@@ -787,9 +790,11 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, has_aux=False, tin
     if method not in _METHODS:
         raise TransformError(f"{where}: method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}")
 
+    cache = {}   # per-example programs by argument structure and per-example avals
+
     @api_util.with_context(where, loss)
     def clipped(*args, mask=None):
-        return _clipped(loss, where, args, mask, float(max_norm), method, argnums, has_aux, tiny)
+        return _clipped(loss, where, args, mask, float(max_norm), method, argnums, has_aux, tiny, cache)
 
     @api_util.with_context(where, loss)
     def methods(*args):
@@ -797,16 +802,30 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, has_aux=False, tin
         parameters: ``"ghost"``, ``"per_example"``, ``"per_example, k uses"`` (a parameter
         used k times), ``"vmap"`` (used some other way) or ``"unused"`` (NOTE [ghost
         clipping])."""
-        return _Staged(loss, where, args, method, argnums, has_aux).methods()
+        return _Staged(loss, where, args, method, argnums, has_aux, cache).methods()
 
     clipped.methods = methods
     return clipped
 
 
-class _Staged:
-    """A call's per-example program and how each parameter leaf is differentiated."""
+class _Program:
+    """The per-example program of a loss for one argument structure and per-example avals,
+    and how each parameter leaf is used in it: what does not depend on the batch size, so
+    one serves every batch (:data:`_PROGRAMS_KEPT` of them are kept per function)."""
 
-    def __init__(self, loss, where, args, method, argnums, has_aux):
+    def __init__(self, program, params, taps, fallback, out_tree):
+        self.program, self.params, self.taps, self.fallback, self.out_tree = program, params, taps, fallback, out_tree
+
+
+#: per-example programs a clipped_grad function keeps (argument structures and shapes met)
+_PROGRAMS_KEPT = 8
+
+
+class _Staged:
+    """A call: its parameter and batch leaves, the per-example program (traced, or found in
+    ``cache``), and the method of each parameter with one use for this batch size."""
+
+    def __init__(self, loss, where, args, method, argnums, has_aux, cache):
         self.single, nums = api_util.normalize_argnums(loss, argnums, len(args))
         api_util.check_float_inputs(loss, args, nums, "clipped_grad")
         batch_nums = [i for i in range(len(args)) if i not in nums]
@@ -824,62 +843,77 @@ class _Staged:
         for p, x in zip(batch_paths, self.batch_leaves):
             a = api_util.leaf_aval(loss, p, x, where)
             avals.append(core.ShapedArray(a.shape[1:], a.dtype, False, a.device))
-        num_params = len(self.param_leaves)
-
-        def rebuild(traced):
-            full = list(args)
-            for i, v in zip(nums, tree.unflatten(self.param_tree, list(traced[:num_params]))):
-                full[i] = v
-            for i, v in zip(batch_nums, tree.unflatten(batch_tree, list(traced[num_params:]))):
-                full[i] = v
-            return full, {}
-
-        def per_example(*full):
-            value, aux = api_util.split_aux(loss, loss(*full), has_aux)
-            leaves = tree.leaves(value)
-            if len(leaves) != 1 or leaves[0] is not value or core.shape_of(value) != () or not core.is_float(value):
-                raise TransformError(f"{api_util.fun_name(loss)} must return a float scalar per example (the loss "
-                                     f"of one example), got {tree.describe(value)}")
-            return value, aux
-
-        per_example.__name__ = api_util.fun_name(loss)
-        closed, self.out_tree = api_util.trace_program(per_example, where, self.param_leaves + self.batch_leaves,
-                                                       param_paths + batch_paths, avals, rebuild)
-        self.program = ir.optimize(closed)
-        self.params, consumers = _analyse(self.program.jaxpr, num_params)
+        key = (tree.structure(args), tuple(avals))
+        program = cache.get(key)
+        if program is None:
+            program = _trace(loss, where, args, nums, batch_nums, self.param_tree, batch_tree,
+                             param_paths + batch_paths, avals, has_aux)
+            if not any(isinstance(c, core.Tracer) for c in program.program.consts):
+                # (a program holding tracers of this call's transforms is for this call only)
+                while len(cache) >= _PROGRAMS_KEPT:
+                    cache.pop(next(iter(cache)))
+                cache[key] = program
+        self.program, self.params, self.taps = program.program, program.params, program.taps
+        self.fallback, self.out_tree = program.fallback, program.out_tree
         device = avals[0].device if avals else None
-        taps = {}
-        for plan in self.params:
-            if plan.fallback:
-                continue
-            if len(plan.uses) == 1:
-                plan.method = _choose(plan.uses[0][0], method, self.size, device)
-            for layer, _ in plan.uses:
-                tap = taps.setdefault(layer.eqn_index, _Tap())
-                tap.layers.append(layer)
-                tap.operands.extend(i for i in layer.needs if i not in tap.operands)
-        self.taps = dict(sorted(taps.items()))
-        self.num_zs = _link_taps(self.program.jaxpr, self.taps, consumers, num_params)
-        self.fallback = [i for i, plan in enumerate(self.params) if plan.fallback]
+        self.method = [_choose(plan.uses[0][0], method, self.size, device)
+                       if not plan.fallback and len(plan.uses) == 1 else None for plan in self.params]
 
     def methods(self):
         """How each parameter leaf is differentiated, a pytree like the parameters."""
         names = []
-        for plan in self.params:
+        for plan, method in zip(self.params, self.method):
             if plan.fallback:
                 names.append("vmap")
             elif not plan.uses:
                 names.append("unused")
             elif len(plan.uses) == 1:
-                names.append(plan.method)
+                names.append(method)
             else:
                 names.append(f"per_example, {len(plan.uses)} uses")
         out = tree.unflatten(self.param_tree, names)
         return out[0] if self.single else out
 
 
-def _clipped(loss, where, args, mask, max_norm, method, argnums, has_aux, tiny):
-    staged = _Staged(loss, where, args, method, argnums, has_aux)
+def _trace(loss, where, args, nums, batch_nums, param_tree, batch_tree, paths, avals, has_aux):
+    """Stages the per-example loss on ``avals`` (the parameter leaves, then one example's
+    batch leaves) and reads each parameter's uses: a :class:`_Program`."""
+    num_params = param_tree.num_leaves
+
+    def rebuild(traced):
+        full = list(args)
+        for i, v in zip(nums, tree.unflatten(param_tree, list(traced[:num_params]))):
+            full[i] = v
+        for i, v in zip(batch_nums, tree.unflatten(batch_tree, list(traced[num_params:]))):
+            full[i] = v
+        return full, {}
+
+    def per_example(*full):
+        value, aux = api_util.split_aux(loss, loss(*full), has_aux)
+        leaves = tree.leaves(value)
+        if len(leaves) != 1 or leaves[0] is not value or core.shape_of(value) != () or not core.is_float(value):
+            raise TransformError(f"{api_util.fun_name(loss)} must return a float scalar per example (the loss "
+                                 f"of one example), got {tree.describe(value)}")
+        return value, aux
+
+    per_example.__name__ = api_util.fun_name(loss)
+    closed, out_tree = api_util.trace_program(per_example, where, None, paths, avals, rebuild)
+    program = ir.optimize(closed)
+    params, consumers = _analyse(program.jaxpr, num_params)
+    taps = {}
+    for plan in params:
+        for layer, _ in ([] if plan.fallback else plan.uses):
+            tap = taps.setdefault(layer.eqn_index, _Tap())
+            tap.layers.append(layer)
+            tap.operands.extend(i for i in layer.needs if i not in tap.operands)
+    taps = dict(sorted(taps.items()))
+    _link_taps(program.jaxpr, taps, consumers, num_params)
+    fallback = [i for i, plan in enumerate(params) if plan.fallback]
+    return _Program(program, params, taps, fallback, out_tree)
+
+
+def _clipped(loss, where, args, mask, max_norm, method, argnums, has_aux, tiny, cache):
+    staged = _Staged(loss, where, args, method, argnums, has_aux, cache)
     size = staged.size
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise TransformError(f"mask has shape {tuple(core.shape_of(mask))}, but the batch has {size} examples "
@@ -938,7 +972,7 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
             j = staged.fallback.index(i)
             explicit.append([i, fallback_grads[j], ()])
             fallback_grads[j] = None
-        elif len(plan.uses) == 1 and plan.method == "ghost":
+        elif len(plan.uses) == 1 and staged.method[i] == "ghost":
             layer, chain = plan.uses[0]
             squares.append(layer.ghost_sq_norms(*taps.inputs(layer)))
             ghost.append((i, layer, chain))
