@@ -22,7 +22,9 @@ C = 1, and the per-example norms (no noise: it costs the same in every method):
       and ``GradSampleModule``'s per-sample hooks then the clipped sum in torch.
 
 Timing: the methods of one (network, batch) run in turn, round after round (interleaved
-repeats, so a slow minute of the machine hits them alike), after ``--warmup`` calls each
+repeats, so a slow minute of the machine hits them alike), all under the host-memory
+setting that ``jit`` applies at its first CPU plan (NOTE [keeping freed host memory]),
+after ``--warmup`` calls each
 (the first timed alone: 'first call'); medians. A method whose first two calls take longer
 than ``--slow-seconds`` each is timed in two rounds only (the per-example gradients of the MLP
 at batch 512 are 3.8 GB). Peak memory: tracemalloc's peak during one call, which counts
@@ -322,6 +324,12 @@ def run(args, settings):
                               "interleaved rounds; medians; " + ("perf_counter" if args.device == "cpu" else
                                                                  "CUDA events after a device synchronisation"))
     run_settings["peak memory"] = "tracemalloc's peak during one call (NumPy buffers; not torch's, not the GPU's)"
+    if args.device == "cpu":
+        from cuvmap.transforms import executor
+
+        # every row under the allocator setting jit applies at its first CPU plan (as the
+        # per_example suite does: NOTE [keeping freed host memory])
+        run_settings["host memory"] = executor.keep_host_memory()
     print(harness.settings_table(run_settings))
 
     cases = [(name, b) for name in args.models for b in args.batch]
@@ -347,6 +355,7 @@ def run(args, settings):
             row = dict(network=name, batch=batch, key=m.key, method=m.label, framework=m.framework,
                        median_ms=float(np.median(s["times"])) * 1e3, min_ms=min(s["times"]) * 1e3,
                        max_ms=max(s["times"]) * 1e3, first_call_ms=s["first"] * 1e3, repeats=len(s["times"]),
+                       times_ms=[x * 1e3 for x in s["times"]],
                        timer=s["timer"], peak_mib=peak, note=m.note)
             rows.append(row)
             by_case.setdefault((name, batch), {})[m.key] = row
