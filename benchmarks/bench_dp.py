@@ -139,28 +139,6 @@ def _cuvmap_methods(args, params, per_example_loss, batch_loss, xs, ys):
     return methods, clipped.methods(p, x, y)
 
 
-def _setup_torch(args, notes, fw):
-    if args.no_torch:
-        notes.append("torch, torch.func and Opacus: skipped (--no-torch)")
-        return None
-    try:
-        import torch
-        import torch.func  # noqa: F401
-    except ImportError:
-        notes.append("torch, torch.func and Opacus: skipped (torch is not installed)")
-        return None
-    if args.device == "gpu" and not torch.cuda.is_available():
-        notes.append(f"torch: skipped (torch {torch.__version__} sees no CUDA device)")
-        return None
-    threads, source = harness.blas_threads()
-    torch.set_num_threads(threads)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    fw["torch"] = (f"{torch.__version__}; torch.set_num_threads({threads}) = NumPy's BLAS threads "
-                   f"(from {source}); TF32 off")
-    return torch
-
-
 def _in_cuvmap_layout(net, names, per_example):
     """The module's ``.grad`` (or with ``per_example`` its ``.grad_sample``) as a dict in
     cuvmap's layouts: Linear weights (out, in) transposed to (in, out)."""
@@ -314,7 +292,7 @@ def _time_interleaved(methods, args, progress, where):
 def run(args, settings):
     notes = []
     fw = {}
-    torch = _setup_torch(args, notes, fw)
+    torch = harness.setup_torch(args, notes, fw, "torch, torch.func and Opacus")
     print(f"# DP-SGD's clipped gradient sum on the {args.device}: float32, C = {MAX_NORM:g}, the README CNN and an "
           f"MLP {'→'.join(map(str, args.mlp_widths))}")
     print()

@@ -274,13 +274,18 @@ def test_under_jit_and_with_padding(name):
     assert jitted.trace_count == 1 and again.norms.shape == (8,)
 
 
-def test_float32_and_the_choice_per_layer():
-    rng = np.random.default_rng(5)
+def _float32_cnn(seed, size):
+    """The CNN's parameters and a batch in float32, and the vmap(grad) path's clipped sum."""
+    rng = np.random.default_rng(seed)
     params, loss, make_batch = NETWORKS["cnn"](rng)
     params = tree.map(lambda p: p.astype(np.float32), params)
-    xs, ys = make_batch(rng, 9)
+    xs, ys = make_batch(rng, size)
     xs = xs.astype(np.float32)
-    want = _reference(loss, params, (xs, ys), 1.0)
+    return params, loss, xs, ys, _reference(loss, params, (xs, ys), 1.0)
+
+
+def test_float32_and_the_choice_per_layer():
+    params, loss, xs, ys, want = _float32_cnn(5, 9)
     for method in ("ghost", "per_example", "auto"):
         got = dp.clipped_grad(loss, 1.0, method=method)(params, xs, ys)
         assert got.norms.dtype == np.float32
@@ -407,12 +412,7 @@ def test_two_threads():
 
 def test_on_backend(backend):
     """NumPy (cpu) and CuPy (gpu) arrays alike; the gpu variant skips without a device."""
-    rng = np.random.default_rng(12)
-    params, loss, make_batch = NETWORKS["cnn"](rng)
-    params = tree.map(lambda p: p.astype(np.float32), params)
-    xs, ys = make_batch(rng, 6)
-    xs = xs.astype(np.float32)
-    want = _reference(loss, params, (xs, ys), 1.0)
+    params, loss, xs, ys, want = _float32_cnn(12, 6)
     p, x, y = cv.device_put(params, backend), cv.device_put(xs, backend), cv.device_put(ys, backend)
     for fn in (dp.clipped_grad(loss, 1.0), cv.jit(dp.clipped_grad(loss, 1.0))):
         got = fn(p, x, y)
