@@ -790,7 +790,8 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, has_aux=False, tin
     if method not in _METHODS:
         raise TransformError(f"{where}: method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}")
 
-    cache = {}   # per-example programs by argument structure and per-example avals
+    # per-example programs by argument structure and per-example avals, and their lock
+    cache = ({}, threading.Lock())
 
     @api_util.with_context(where, loss)
     def clipped(*args, mask=None):
@@ -823,7 +824,7 @@ _PROGRAMS_KEPT = 8
 
 class _Staged:
     """A call: its parameter and batch leaves, the per-example program (traced, or found in
-    ``cache``), and the method of each parameter with one use for this batch size."""
+    ``cache``, a pair of a dict and its lock), and the method of each parameter with one use for this batch size."""
 
     def __init__(self, loss, where, args, method, argnums, has_aux, cache):
         self.single, nums = api_util.normalize_argnums(loss, argnums, len(args))
@@ -844,15 +845,18 @@ class _Staged:
             a = api_util.leaf_aval(loss, p, x, where)
             avals.append(core.ShapedArray(a.shape[1:], a.dtype, False, a.device))
         key = (tree.structure(args), tuple(avals))
-        program = cache.get(key)
+        programs, lock = cache
+        with lock:
+            program = programs.get(key)
         if program is None:
             program = _trace(loss, where, args, nums, batch_nums, self.param_tree, batch_tree,
                              param_paths + batch_paths, avals, has_aux)
             if not any(isinstance(c, core.Tracer) for c in program.program.consts):
                 # (a program holding tracers of this call's transforms is for this call only)
-                while len(cache) >= _PROGRAMS_KEPT:
-                    cache.pop(next(iter(cache)))
-                cache[key] = program
+                with lock:
+                    while len(programs) >= _PROGRAMS_KEPT:
+                        programs.pop(next(iter(programs)))
+                    programs[key] = program
         self.program, self.params, self.taps = program.program, program.params, program.taps
         self.fallback, self.out_tree = program.fallback, program.out_tree
         device = avals[0].device if avals else None
