@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from cuvmap.cpu import onednn
+from cuvmap.lru import LRU
 from cuvmap.lax import conv_gemm
 
 from test_conv import CONFIGS, make_operands, naive_backward_weight, naive_conv, reference_conv
@@ -103,7 +104,7 @@ def test_binary_pieces_and_buckets():
 def test_odd_batch_sizes_run_as_power_of_two_pieces(monkeypatch):
     """N = 37 (forward, both gradients) and groups = 13 with N = 1 (the per-example weight
     gradient's layout) against the loops; the plans made are for power-of-two sizes only."""
-    monkeypatch.setattr(onednn, "_plans", type(onednn._plans)())
+    monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
     rng = np.random.default_rng(1)
     stride, padding, dilation = (1, 2), (1, 0), (1, 1)
     x = rng.standard_normal((37, 2, 6, 7))
@@ -165,8 +166,7 @@ def test_the_plan_cache_is_bounded_and_leaks_nothing(monkeypatch):
     """Many shapes through an LRU of 8 plans: the cache stays at its bound, evicted plans
     are freed (oneDNN's own primitive cache is off), and neither the process's memory nor
     Python's allocations grow with the number of shapes."""
-    monkeypatch.setattr(onednn, "CACHE_SIZE", 8)
-    monkeypatch.setattr(onednn, "_plans", type(onednn._plans)())
+    monkeypatch.setattr(onednn, "_plans", LRU(8))
     rng = np.random.default_rng(3)
 
     def run(i):

@@ -28,9 +28,8 @@ transposed ones are expressed through them by ``cuvmap/lax/conv.py``), plus an o
 
 Only float32 runs here: oneDNN has no float64 convolution, and this CPU's float16 and
 bfloat16 paths have no NumPy dtype worth adding (:func:`supports` says which dtypes).
-This module never imports the transforms or the primitives (only ``cuvmap/window.py``).
+This module never imports the transforms or the primitives (only ``cuvmap/window.py`` and ``cuvmap/lru.py``).
 """
-import collections
 import ctypes
 import os
 import sys
@@ -38,6 +37,7 @@ import threading
 
 import numpy as np
 
+from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
 
 # ---------------------------------------------------------------------------------------
@@ -576,37 +576,36 @@ class _Plan:
 
 # NOTE [plan cache]
 # A plan (a convolution primitive and up to four reorders) is made once per key and kept
-# in an LRU of CACHE_SIZE plans; an evicted plan's primitives are destroyed when the last
-# call using it returns. oneDNN keeps a primitive cache of its own (1024 primitives by
-# default), which would hold every evicted primitive again: ~20 KiB of JIT code and
-# descriptors each, so the process grew without bound across many shapes. cuvmap sets its
-# capacity to 0 when libdnnl loads (unless DNNL_PRIMITIVE_CACHE_CAPACITY is set), so this
-# cache alone bounds them; tests/test_onednn.py checks the bound and the process's memory.
+# in an LRU of CACHE_SIZE plans (cuvmap/lru.py, shared with cuDNN's plan cache); an
+# evicted plan's primitives are destroyed when the last call using it returns. oneDNN
+# keeps a primitive cache of its own (1024 primitives by default), which would hold every
+# evicted primitive again: ~20 KiB of JIT code and descriptors each, so the process grew
+# without bound across many shapes. cuvmap sets its capacity to 0 when libdnnl loads
+# (unless DNNL_PRIMITIVE_CACHE_CAPACITY is set), so this cache alone bounds them;
+# tests/test_onednn.py checks the bound and the process's memory.
 CACHE_SIZE = 256
-_plans = collections.OrderedDict()
-_stats = {"created": 0, "hits": 0, "evicted": 0, "create_seconds": 0.0}
+_plans = LRU(CACHE_SIZE)
+_stats = {"created": 0, "create_seconds": 0.0}
 
 
 def cache_info():
     """``{"size", "bound", "created", "hits", "evicted", "create_seconds"}``."""
+    info = _plans.info()
     with _lock:
-        return dict(size=len(_plans), bound=CACHE_SIZE, **_stats)
+        return dict(size=info["size"], bound=info["bound"], created=_stats["created"], hits=info["hits"],
+                    evicted=info["evicted"], create_seconds=_stats["create_seconds"])
 
 
 def clear_cache():
     """Drops every cached plan (a plan in use by another thread lives until it returns)."""
-    with _lock:
-        _plans.clear()
+    _plans.clear()
 
 
 def _plan(op, dtype, operands, stride, padding, dilation):
     key = (op, dtype.str, tuple(sorted(operands.items())), tuple(stride), tuple(padding), tuple(dilation))
-    with _lock:
-        plan = _plans.get(key)
-        if plan is not None:
-            _plans.move_to_end(key)
-            _stats["hits"] += 1
-            return plan
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
     import time
 
     t0 = time.perf_counter()
@@ -614,11 +613,7 @@ def _plan(op, dtype, operands, stride, padding, dilation):
     with _lock:
         _stats["created"] += 1
         _stats["create_seconds"] += time.perf_counter() - t0
-        _plans[key] = plan
-        while len(_plans) > CACHE_SIZE:
-            _plans.popitem(last=False)
-            _stats["evicted"] += 1
-    return plan
+    return _plans.put(key, plan)
 
 
 def plan_description(op, x, w, y, stride, padding, dilation, groups):
