@@ -193,7 +193,8 @@ def _libgomp_loaded():
 # OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
 # user's subprocesses nor other libraries see the change. It does nothing when the user set
 # OMP_WAIT_POLICY or GOMP_SPINCOUNT (theirs wins), or when libgomp.so.1 is already loaded
-# (its settings are fixed then). describe() says which applied.
+# (its settings are fixed then: NOTE [oneDNN beside another OpenMP user] says what cuvmap
+# does instead). describe() says which applied.
 
 
 def _prepare_openmp():
@@ -828,17 +829,20 @@ class _Workers:
     def __init__(self):
         self.pool = None
         self.size = 0
+        self.pid = None
 
     def get(self, size):
         with _lock:
-            if self.pool is None or self.size < size:
+            forked = self.pid != os.getpid()     # a fork's child has none of the parent's threads
+            if self.pool is None or self.size < size or forked:
                 import concurrent.futures
 
-                old = self.pool
+                old = None if forked else self.pool
                 self.pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=size, thread_name_prefix="cuvmap-onednn", initializer=_omp["set"],
                     initargs=(1,))
                 self.size = size
+                self.pid = os.getpid()
                 if old is not None:
                     old.shutdown(wait=False)
             return self.pool
