@@ -1,7 +1,8 @@
 """Per-example gradients of the README CNN, every method side by side in one run.
 
     python -m benchmarks per_example [--batch 32 128] [--device cpu|gpu] [--chunk-size 32]
-        [--loop-examples 16] [--no-torch] [--no-jax] [--torch-first] [--repeats 5] [--warmup 2] [--json PATH]
+        [--loop-examples 16] [--no-torch] [--no-jax] [--torch-first] [--interleave] [--repeats 5] [--warmup 2]
+        [--json PATH]
 
 The network (``benchmarks/models.py``), float32: input (1, 28, 28), conv 1→16 k5 + relu,
 conv 16→32 k5 + relu, flatten, dense 12800 → 10, cross entropy with integer labels. The
@@ -88,6 +89,10 @@ def add_arguments(parser):
     parser.add_argument("--no-torch", action="store_true", help="skip torch.func even when installed")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights (the data use seed + 1)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="time the methods of a batch size round by round (each method once per round) instead "
+                             "of each method's repeats in a row, so that a change in the machine's load hits every "
+                             "method alike")
     parser.add_argument("--torch-first", action="store_true",
                         help="import torch before NumPy and cuvmap, so that its libgomp (and the OpenMP wait policy "
                              "of the environment) serves cuvmap's oneDNN too; by default cuvmap loads oneDNN first "
@@ -308,6 +313,25 @@ def _minor_faults():
 # ---------------------------------------------------------------------------------------
 
 
+def _measure_interleaved(methods, args, progress, batch):
+    """``{key: (Stats, _FaultCounter)}``: every method's first call and warm-up calls, then
+    ``args.repeats`` rounds that time each method once, in order (``--interleave``)."""
+    counters, firsts = {}, {}
+    for m in methods:
+        progress.set(f"batch {batch}: {m.label} (warm-up)")
+        counted = counters[m.key] = _FaultCounter(m.fn)
+        firsts[m.key] = m.timer[1](counted)
+        for _ in range(max(0, args.warmup - 1)):
+            counted()
+    times = {m.key: [] for m in methods}
+    for r in range(max(1, args.repeats)):
+        progress.set(f"batch {batch}: interleaved round {r + 1}/{args.repeats}")
+        for m in methods:
+            times[m.key].append(m.timer[1](counters[m.key]))
+    return {m.key: (harness.Stats(times[m.key], firsts[m.key], m.timer[0] + ", interleaved", max(1, args.warmup),
+                                  m.scale), counters[m.key]) for m in methods}
+
+
 def run(args, settings):
     from cuvmap import backend
 
@@ -335,8 +359,9 @@ def run(args, settings):
     for name, desc in fw.items():
         run_settings[name] = desc
     run_settings["timing"] = (f"{args.warmup} warm-up call(s) (the first timed alone: 'first call'), then median/min/max "
-                              f"of {args.repeats}; " + ("perf_counter" if args.device == "cpu" else
-                                                        "CUDA events after a device synchronisation"))
+                              f"of {args.repeats}" + (" rounds, each method once per round (--interleave)"
+                                                      if args.interleave else "") + "; " +
+                              ("perf_counter" if args.device == "cpu" else "CUDA events after a device synchronisation"))
     run_settings["import order"] = ("torch before NumPy and cuvmap (--torch-first)" if args.torch_first else
                                     "cuvmap's oneDNN loaded before torch is imported")
     run_settings["loop (a)"] = (f"{args.loop_examples} examples (or the batch, if smaller) timed per call, "
@@ -366,11 +391,16 @@ def run(args, settings):
             methods += _jax_methods(args, jax, params, xs, ys)
         reference = None
         results = {}
+        measured = _measure_interleaved(methods, args, progress, batch) if args.interleave else {}
         for m in methods:
             progress.set(f"batch {batch}: {m.label}")
             gc.collect()  # the previous method's garbage is not this one's cost
-            counted = _FaultCounter(m.fn)
-            stats = harness.measure(counted, repeats=args.repeats, warmup=args.warmup, timer=m.timer, scale=m.scale)
+            if args.interleave:
+                stats, counted = measured[m.key]
+            else:
+                counted = _FaultCounter(m.fn)
+                stats = harness.measure(counted, repeats=args.repeats, warmup=args.warmup, timer=m.timer,
+                                        scale=m.scale)
             faults = counted.per_call(skip=max(1, args.warmup))  # the timed calls
             grads = _tree_numpy(m.fn(), m.to_numpy)
             if m.key == "vmap":
