@@ -112,6 +112,14 @@ def run(args):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--torch-first" in argv:
+        # before NumPy and cuvmap: torch's libgomp.so.1, with the OpenMP wait policy of the
+        # environment as it is now, is the one libdnnl gets (NOTE [oneDNN beside another
+        # OpenMP user] in cuvmap/cpu/onednn.py)
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass
     args = build_parser().parse_args(argv)
     args.argv = argv
     results = run(args)

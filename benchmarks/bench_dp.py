@@ -292,6 +292,10 @@ def _time_interleaved(methods, args, progress, where):
 def run(args, settings):
     notes = []
     fw = {}
+    if args.device == "cpu":
+        from cuvmap.cpu import onednn
+
+        onednn.available()      # cuvmap's libdnnl (and its libgomp) before torch's, as benchmarks per_example
     torch = harness.setup_torch(args, notes, fw, "torch, torch.func and Opacus")
     print(f"# DP-SGD's clipped gradient sum on the {args.device}: float32, C = {MAX_NORM:g}, the README CNN and an "
           f"MLP {'→'.join(map(str, args.mlp_widths))}")

@@ -175,7 +175,7 @@ def gemm_rate(xp, n=1024, repeats=5, warmup=1, dtype=np.float32, timer=None):
 
 THREAD_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
               "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "CUVMAP_CONV_STRATEGY",
-              "CUVMAP_ONEDNN_LIBRARY")
+              "CUVMAP_ONEDNN_LIBRARY", "CUVMAP_ONEDNN_THREADING")
 
 
 def blas_info():

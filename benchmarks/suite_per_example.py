@@ -1,7 +1,8 @@
 """Per-example gradients of the README CNN, every method side by side in one run.
 
     python -m benchmarks per_example [--batch 32 128] [--device cpu|gpu] [--chunk-size 32]
-        [--loop-examples 16] [--no-torch] [--no-jax] [--repeats 5] [--warmup 2] [--json PATH]
+        [--loop-examples 16] [--no-torch] [--no-jax] [--torch-first] [--interleave] [--repeats 5] [--warmup 2]
+        [--json PATH]
 
 The network (``benchmarks/models.py``), float32: input (1, 28, 28), conv 1→16 k5 + relu,
 conv 16→32 k5 + relu, flatten, dense 12800 → 10, cross entropy with integer labels. The
@@ -43,10 +44,15 @@ loop / vmap(grad) ≥ 5, vmap(grad) / torch.func vmap(grad) ≤ 1, and cuvmap's 
 gradient / torch's ≤ 1.25.
 
 cuvmap's CPU convolutions run on oneDNN where ``auto`` measures it faster (the settings
-table's ``oneDNN`` row says which version and OpenMP wait policy). torch ships its own
-``libgomp.so.1`` and oneDNN shares it when torch is imported first, as here: both then
-run under the OpenMP policy of the command line (NOTE [OpenMP threads beside OpenBLAS] in
-cuvmap/cpu/onednn.py). The figures in the README come from
+table's ``oneDNN`` row says which version, OpenMP wait policy and threading mode). torch
+ships its own ``libgomp.so.1``. By default the suite loads cuvmap's oneDNN before it
+imports torch, so that both run on the libgomp cuvmap loaded (with ``OMP_WAIT_POLICY=PASSIVE``
+unless the command line sets a policy: NOTE [OpenMP threads beside OpenBLAS] in
+cuvmap/cpu/onednn.py). ``--torch-first`` imports torch before NumPy and cuvmap, as a
+script that starts with ``import torch`` does: oneDNN then gets torch's libgomp with the
+command line's policy, and cuvmap runs its convolutions on its own threads unless the
+command line set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (NOTE [oneDNN beside another
+OpenMP user]; ``CUVMAP_ONEDNN_THREADING=openmp`` keeps OpenMP's team instead). The figures in the README come from
 ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example --batch 32 128``
 (``OPENBLAS_CORETYPE`` halves NumPy's GEMM rate on the project's machines), with and
 without ``OMP_WAIT_POLICY=PASSIVE``.
@@ -83,6 +89,14 @@ def add_arguments(parser):
     parser.add_argument("--no-torch", action="store_true", help="skip torch.func even when installed")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights (the data use seed + 1)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="time the methods of a batch size round by round (each method once per round) instead "
+                             "of each method's repeats in a row, so that a change in the machine's load hits every "
+                             "method alike")
+    parser.add_argument("--torch-first", action="store_true",
+                        help="import torch before NumPy and cuvmap, so that its libgomp (and the OpenMP wait policy "
+                             "of the environment) serves cuvmap's oneDNN too; by default cuvmap loads oneDNN first "
+                             "and torch shares the libgomp it loaded")
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,6 +287,25 @@ def _minor_faults():
 # ---------------------------------------------------------------------------------------
 
 
+def _measure_interleaved(methods, args, progress, batch):
+    """``{key: (Stats, _FaultCounter)}``: every method's first call and warm-up calls, then
+    ``args.repeats`` rounds that time each method once, in order (``--interleave``)."""
+    counters, firsts = {}, {}
+    for m in methods:
+        progress.set(f"batch {batch}: {m.label} (warm-up)")
+        counted = counters[m.key] = _FaultCounter(m.fn)
+        firsts[m.key] = m.timer[1](counted)
+        for _ in range(max(0, args.warmup - 1)):
+            counted()
+    times = {m.key: [] for m in methods}
+    for r in range(max(1, args.repeats)):
+        progress.set(f"batch {batch}: interleaved round {r + 1}/{args.repeats}")
+        for m in methods:
+            times[m.key].append(m.timer[1](counters[m.key]))
+    return {m.key: (harness.Stats(times[m.key], firsts[m.key], m.timer[0] + ", interleaved", max(1, args.warmup),
+                                  m.scale), counters[m.key]) for m in methods}
+
+
 def run(args, settings):
     from cuvmap import backend
 
@@ -281,6 +314,10 @@ def run(args, settings):
     flops = models.cnn_flops()
     notes = []
     fw = {}
+    if args.device == "cpu" and not args.torch_first:
+        from cuvmap.cpu import onednn
+
+        onednn.available()      # cuvmap's libdnnl (and its libgomp) before torch's
     torch = harness.setup_torch(args, notes, fw, "torch.func")
     jax = _setup_jax(args, notes, fw)
     gemm_n = args.gemm_size or (4096 if args.device == "gpu" else 1024)
@@ -296,8 +333,11 @@ def run(args, settings):
     for name, desc in fw.items():
         run_settings[name] = desc
     run_settings["timing"] = (f"{args.warmup} warm-up call(s) (the first timed alone: 'first call'), then median/min/max "
-                              f"of {args.repeats}; " + ("perf_counter" if args.device == "cpu" else
-                                                        "CUDA events after a device synchronisation"))
+                              f"of {args.repeats}" + (" rounds, each method once per round (--interleave)"
+                                                      if args.interleave else "") + "; " +
+                              ("perf_counter" if args.device == "cpu" else "CUDA events after a device synchronisation"))
+    run_settings["import order"] = ("torch before NumPy and cuvmap (--torch-first)" if args.torch_first else
+                                    "cuvmap's oneDNN loaded before torch is imported")
     run_settings["loop (a)"] = (f"{args.loop_examples} examples (or the batch, if smaller) timed per call, "
                                 f"the time scaled to the batch")
     if args.device == "cpu":
@@ -325,11 +365,16 @@ def run(args, settings):
             methods += _jax_methods(args, jax, params, xs, ys)
         reference = None
         results = {}
+        measured = _measure_interleaved(methods, args, progress, batch) if args.interleave else {}
         for m in methods:
             progress.set(f"batch {batch}: {m.label}")
             gc.collect()  # the previous method's garbage is not this one's cost
-            counted = _FaultCounter(m.fn)
-            stats = harness.measure(counted, repeats=args.repeats, warmup=args.warmup, timer=m.timer, scale=m.scale)
+            if args.interleave:
+                stats, counted = measured[m.key]
+            else:
+                counted = _FaultCounter(m.fn)
+                stats = harness.measure(counted, repeats=args.repeats, warmup=args.warmup, timer=m.timer,
+                                        scale=m.scale)
             faults = counted.per_call(skip=max(1, args.warmup))  # the timed calls
             grads = _tree_numpy(m.fn(), m.to_numpy)
             if m.key == "vmap":

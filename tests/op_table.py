@@ -873,9 +873,20 @@ def ref_avg_pool(x, window, stride, padding, count_include_pad):
     return (total / _pool_divisor(x.shape, window, stride, padding, count_include_pad)).astype(x.dtype)
 
 
-def ref_max_pool_gather(t, x, window, stride, padding):
-    sel = _pool_windows(x, window, stride, padding, -np.inf).argmax(axis=-1)
-    return np.take_along_axis(_pool_windows(t, window, stride, padding, 0.0), sel[..., None], axis=-1)[..., 0]
+def _max_selection(x, m, window, stride, padding):
+    """``(has, sel)``: per window, whether some tap equals the maxima ``m`` (a NaN matching a
+    NaN) and the first such tap (``m = None``: the window's maximum, i.e. numpy's argmax)."""
+    win = _pool_windows(x, window, stride, padding, -np.inf)
+    if m is None:
+        m = win.max(axis=-1)
+    eq = (win == m[..., None]) | (np.isnan(win) & np.isnan(m)[..., None])
+    return eq.any(axis=-1), eq.argmax(axis=-1)
+
+
+def ref_max_pool_gather(t, x, m=None, *, window, stride, padding):
+    has, sel = _max_selection(x, m, window, stride, padding)
+    got = np.take_along_axis(_pool_windows(t, window, stride, padding, 0.0), sel[..., None], axis=-1)[..., 0]
+    return np.where(has, got, 0).astype(t.dtype)
 
 
 def _scatter_windows(g, shape, window, stride, padding, tap_weight):
@@ -891,10 +902,11 @@ def _scatter_windows(g, shape, window, stride, padding, tap_weight):
     return padded[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, shape[2:]))]
 
 
-def ref_max_pool_scatter(g, x, window, stride, padding):
-    sel = _pool_windows(x, window, stride, padding, -np.inf).argmax(axis=-1)
+def ref_max_pool_scatter(g, x, m=None, *, window, stride, padding):
+    has, sel = _max_selection(x, m, window, stride, padding)
     return _scatter_windows(g, x.shape, window, stride, padding,
-                            lambda n, c, y, t: float(np.ravel_multi_index(t, window) == sel[(n, c) + y]))
+                            lambda n, c, y, t: float(has[(n, c) + y] and
+                                                     np.ravel_multi_index(t, window) == sel[(n, c) + y]))
 
 
 def ref_avg_pool_transpose(g, shape, window, stride, padding, count_include_pad):
@@ -902,9 +914,11 @@ def ref_avg_pool_transpose(g, shape, window, stride, padding, count_include_pad)
     return _scatter_windows(g, shape, window, stride, padding, lambda n, c, y, t: 1.0 / d[y])
 
 
-def _pooling_rows():
+def _pooling_rows(composite=False):
+    """The pooling family's primitive rows, or (``composite=True``) the rows of the gather
+    and the scatter as the rules use them, which belong with the composite rows."""
     pl = importlib.import_module("cuvmap.lax.pooling")
-    rows = []
+    rows, composite_rows = [], []
     # (name, x shape, window, stride, padding): 1-, 2- and 3-d, overlapping and
     # non-overlapping windows, with and without padding
     geometries = [
@@ -920,13 +934,28 @@ def _pooling_rows():
             f"max_pool_{geo}", pl.max_pool_p, params,
             lambda x, p=params: lax.max_pool(x, p["window"], p["stride"], p["padding"]),
             lambda x, p=params: ref_max_pool(x, **p), [A(*xs, domain="distinct")]))
+        # the primitives with their third operand, the window maxima m, drawn on their own:
+        # x and m from small integers, so that taps tie with each other and with m, and some
+        # windows hold no tap equal to m (gathering 0, scattering nothing); differentiated
+        # in t and g only (in x and m the derivative is zero but jumps at every tie)
         rows.append(prim_row(
             f"max_pool_gather_{geo}", pl.max_pool_gather_p, params,
-            lambda t, x, p=params: lax.max_pool_gather(t, x, **p),
-            lambda t, x, p=params: ref_max_pool_gather(t, x, **p), [A(*xs), A(*xs, domain="distinct")]))
+            lambda t, x, m, p=params: lax.max_pool_gather(t, x, m, **p),
+            lambda t, x, m, p=params: ref_max_pool_gather(t, x, m, **p),
+            [A(*xs), A(*xs, domain="ints"), A(*gs, domain="ints")], diff_argnums=(0,)))
         rows.append(prim_row(
             f"max_pool_scatter_{geo}", pl.max_pool_scatter_p, params,
-            lambda g, x, p=params: lax.max_pool_scatter(g, x, **p),
+            lambda g, x, m, p=params: lax.max_pool_scatter(g, x, m, **p),
+            lambda g, x, m, p=params: ref_max_pool_scatter(g, x, m, **p),
+            [A(*gs), A(*xs, domain="ints"), A(*gs, domain="ints")], diff_argnums=(0,)))
+        # as the rules use them: m = max_pool(x), and m omitted (the wrappers compute it);
+        # x "distinct", so the derivative in x (zero) is what finite differences see
+        composite_rows.append(Row(
+            f"max_pool_gather_of_maxima_{geo}",
+            lambda t, x, p=params: lax.max_pool_gather(t, x, lax.max_pool(x, **p), **p),
+            lambda t, x, p=params: ref_max_pool_gather(t, x, **p), [A(*xs), A(*xs, domain="distinct")]))
+        composite_rows.append(Row(
+            f"max_pool_scatter_of_x_{geo}", lambda g, x, p=params: lax.max_pool_scatter(g, x, **p),
             lambda g, x, p=params: ref_max_pool_scatter(g, x, **p), [A(*gs), A(*xs, domain="distinct")]))
         for include in (True, False):
             suffix = "" if include else "_exclude_pad"
@@ -939,7 +968,7 @@ def _pooling_rows():
                 f"avg_pool_transpose_{geo}{suffix}", pl.avg_pool_transpose_p, dict(ap, input_shape=xs),
                 lambda g, p=ap, xs=xs: lax.avg_pool_transpose(g, xs, **p),
                 lambda g, p=ap, xs=xs: ref_avg_pool_transpose(g, xs, **p), [A(*gs)]))
-    return rows
+    return composite_rows if composite else rows
 
 
 # ---------------------------------------------------------------------------------------
@@ -1580,7 +1609,8 @@ def _fori_traced_ref(x, n):
     return x
 
 
-COMPOSITE_ROWS = _rows_composite() + _rows_bitwise() + _rows_parallel() + _rows_control_flow()
+COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
+                  + _rows_control_flow())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

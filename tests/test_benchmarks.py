@@ -85,6 +85,18 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
         assert os.path.exists(res["plot_path"]) and res["plot_path"].endswith(".png")
 
 
+def test_per_example_interleaved(capsys, tmp_path):
+    """--interleave: every method's repeats come from rounds that time each method once."""
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "3", "--warmup", "1",
+                                       "--loop-examples", "1", "--gemm-size", "64", "--progress", "off",
+                                       "--no-torch", "--no-jax", "--no-plot", "--interleave"])
+    assert [r["key"] for r in res["rows"]] == ["loop", "vmap", "chunked", "batched", "jit_vmap"]
+    for r in res["rows"]:
+        assert r["repeats"] == 3 and r["timer"] == "perf_counter, interleaved" and r["diff_vs_cuvmap_vmap"] < 1e-4
+    assert "rounds, each method once per round (--interleave)" in out
+    assert "| import order | cuvmap's oneDNN loaded before torch is imported |" in out
+
+
 def test_per_example_torch(capsys, tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch.func")

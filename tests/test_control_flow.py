@@ -180,6 +180,26 @@ def test_dce_drops_dead_outputs_and_the_carries_only_they_need():
     _close(cv.jit(f)(np.arange(4.0))[1], np.array([0.0, 0.0, 2.0, 9.0]))
 
 
+def test_the_optimizer_looks_inside_bodies_and_branches():
+    """CSE inside a body, DCE of a cond's dead output and of a while loop's dead carry."""
+    def f(x):
+        c, ys = lax.scan(lambda c, x: (c + cnp.sin(x) * cnp.sin(x), c), 0.0 * x[0], x)
+        return c
+
+    (scan,) = [e for e in ir.optimize(cv.make_jaxpr(f)(np.ones(3))).jaxpr.eqns if e.primitive.name == "scan"]
+    body = scan.params["program"].jaxpr
+    assert [e.primitive.name for e in body.eqns].count("sin") == 1
+    assert len(scan.outs) == 1  # the ys nobody reads are gone
+    g = lambda x: lax.cond(x[0] > 0, lambda x: (cnp.exp(x), cnp.cos(x)), lambda x: (x, x * 2.0), x)[1]
+    (cond,) = [e for e in ir.optimize(cv.make_jaxpr(g)(np.ones(3))).jaxpr.eqns if e.primitive.name == "cond"]
+    assert len(cond.outs) == 1 and "exp" not in str(cond.params["branches"][1])
+    _close(cv.jit(g)(np.ones(3)), np.cos(np.ones(3)))
+    h = lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0, cnp.sin(c[2])), (0, x, x))[1]
+    (loop,) = [e for e in ir.optimize(cv.make_jaxpr(h)(np.ones(2))).jaxpr.eqns if e.primitive.name == "while"]
+    assert len(loop.outs) == 2 and "sin" not in str(loop.params["body_program"])  # the counter stays: the predicate reads it
+    _close(cv.jit(h)(np.ones(2)), np.full(2, 8.0))
+
+
 # ---------------------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------------------

@@ -748,6 +748,98 @@ def test_a_failing_vendor_kernel_falls_back_with_one_warning(monkeypatch, strate
         assert {c[0] for c in conv_mod.measured_choices().values()} == {"unfold"}
 
 
+class _StandInKernels:
+    """A vendor module whose kernels are the unfold ones (what they compute is beside the
+    point: the timer below is a stand-in)."""
+
+    __name__ = "stand_in_vendor"
+
+    def __init__(self):
+        from cuvmap.lax import conv_gemm
+
+        self.forward, self.backward_input = conv_gemm.forward, conv_gemm.backward_input
+        self.backward_weight = conv_gemm.backward_weight
+
+
+def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
+    """NOTE [measuring once per key]: two threads start the same new convolution together
+    (a barrier); the stand-in timer counts its calls and holds the first caller until a
+    second one arrives (or a timeout), so two measurements would overlap. The key is timed
+    once — one vendor and one unfold timing — and both threads get the reference result."""
+    import threading
+
+    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_mod, "_measured", {})
+    monkeypatch.setattr(conv_mod, "_failed", {})
+    vendor = _StandInKernels()
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    timed = []
+    inside = threading.Barrier(2)
+
+    def counting_timer(module, op, args, bias, device):
+        timed.append("onednn" if module is vendor else "unfold")
+        try:
+            inside.wait(timeout=1.0)      # a second measurement would meet the first here
+        except threading.BrokenBarrierError:
+            pass
+        out = conv_mod._call(module, op, args, bias)
+        return (1.0 if module is vendor else 2.0), out
+
+    monkeypatch.setattr(conv_mod, "_time_kernel", counting_timer)
+    rng = np.random.default_rng(19)
+    x, w, _, params = make_operands(CONFIGS[4], rng)
+    want = reference_conv(x, w, None, params)
+    start = threading.Barrier(2)
+    results, errors = [], []
+
+    def worker():
+        try:
+            start.wait(timeout=10)
+            results.append(lax.conv(x, w, **params))
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    assert sorted(timed) == ["onednn", "unfold"], f"the key was timed {len(timed) // 2} times: {timed}"
+    ((_, (choice, times)),) = conv_mod.measured_choices().items()
+    assert choice == "onednn" and times == {"onednn": 1.0, "unfold": 2.0}
+    assert len(results) == 2
+    for out in results:
+        np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)
+    assert not conv_mod._measuring
+
+
+def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
+    """A measurement that raises (here a MemoryError from the stand-in timer) records no
+    choice and leaves no claim behind: the next call measures the key."""
+    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_mod, "_measured", {})
+    monkeypatch.setattr(conv_mod, "_failed", {})
+    vendor = _StandInKernels()
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    calls = []
+
+    def timer(module, op, args, bias, device):
+        calls.append(module is vendor)
+        if len(calls) == 2:
+            raise MemoryError("stand-in: no memory for the unfold columns")
+        return 1.0, conv_mod._call(module, op, args, bias)
+
+    monkeypatch.setattr(conv_mod, "_time_kernel", timer)
+    x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(20))
+    with pytest.raises(MemoryError):
+        lax.conv(x, w, **params)
+    assert not conv_mod.measured_choices() and not conv_mod._measuring
+    np.testing.assert_allclose(lax.conv(x, w, **params), reference_conv(x, w, None, params), rtol=1e-10,
+                               atol=1e-10)
+    assert calls == [True, False, True, False] and len(conv_mod.measured_choices()) == 1
+
+
 def test_zero_size_operands_reach_no_kernel(monkeypatch):
     """An empty batch gives the empty result, and an empty weight gradient's zeros,
     without calling any kernel."""

@@ -1,9 +1,12 @@
 """The GPU path's own logic: the cuDNN binding's checks and settings, the algorithm choice
-over cuDNN's perf records, operand alignment, device errors, ``check_batching``'s device
+over cuDNN's perf records, the CUDA wheels' preload, the plan cache, the GPU timer,
+operand alignment, device errors, ``check_batching``'s device
 consistency and ``tools/gpu_checks.sh``.
 
 What needs no device runs everywhere, on the real functions with NumPy arrays or with perf
-records filled in as cuDNN fills them; nothing stands in for a GPU. The tests marked
+records filled in as cuDNN fills them; a few pieces of bookkeeping are tested with
+stand-ins for what only a GPU machine has (a fake site-packages tree and loader for the
+wheel preload, a plan factory for the plan cache, CuPy's event API for ``time_gpu``). The tests marked
 ``gpu`` need CuPy, a CUDA device and (most) a loadable cuDNN, and skip otherwise, with the
 reason, so that ``tools/gpu_checks.sh`` lists them. Convolution results are checked
 against the naive float64 loops of tests/test_conv.py.
@@ -19,6 +22,8 @@ import pytest
 from cuvmap import backend, core
 from cuvmap.cuda import cudnn
 from cuvmap.cuda import device as cuda_device
+from cuvmap.cuda import libs
+from cuvmap.lru import LRU
 from cuvmap.test_util import check_batching
 
 from test_conv import naive_backward_weight, naive_conv
@@ -171,6 +176,181 @@ def test_preflight_is_loud_when_cudnn_is_unavailable(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "!! cuDNN IS UNAVAILABLE: cuDNN is disabled (set_enabled(False) or CUVMAP_DISABLE_CUDNN)" in out
     assert out.splitlines()[0] == cuda_device.describe()
+
+
+# ---------------------------------------------------------------------------------------
+# The CUDA wheels' libraries, loaded before cuDNN (NOTE [preloading the CUDA wheels])
+# ---------------------------------------------------------------------------------------
+
+
+def _fake_site_packages(root, files):
+    """A site-packages tree with empty files at the given relative paths."""
+    for rel in files:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    return str(root)
+
+
+WHEELS_CU12 = ["nvidia/cublas/lib/libcublasLt.so.12", "nvidia/cublas/lib/libcublas.so.12",
+               "nvidia/cuda_nvrtc/lib/libnvrtc.so.12", "nvidia/cudnn/lib/libcudnn.so.9"]
+WHEELS_CU13 = ["nvidia/cu13/lib/libcublasLt.so.13", "nvidia/cu13/lib/libcublas.so.13",
+               "nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cudnn/lib/libcudnn.so.9"]
+
+
+def test_wheel_libraries_are_found_where_the_wheels_put_them(tmp_path):
+    """nvidia-cublas-cu12 & co. use nvidia/<folder>/lib, the CUDA 13 wheels nvidia/cu13/lib;
+    the first sys.path entry that has a file wins, and a missing one is None."""
+    first = _fake_site_packages(tmp_path / "a", WHEELS_CU12[:1])
+    second = _fake_site_packages(tmp_path / "b", WHEELS_CU12 + WHEELS_CU13)
+    path = [str(tmp_path / "empty"), first, second]
+    assert libs.find("cublas", "libcublasLt.so.12", 12, path) == os.path.join(first, WHEELS_CU12[0])
+    assert libs.find("cublas", "libcublas.so.12", 12, path) == os.path.join(second, WHEELS_CU12[1])
+    assert libs.find("cublas", "libcublasLt.so.13", 13, path) == os.path.join(second, WHEELS_CU13[0])
+    assert libs.find("cuda_nvrtc", "libnvrtc.so.13", 13, path) == os.path.join(second, WHEELS_CU13[2])
+    assert libs.find("cublas", "libcublasLt.so.12", 12, [first[:-1] + "x"]) is None
+    assert libs.candidate_paths("cublas", "libcublas.so.12", 12, ["/sp"]) == [
+        "/sp/nvidia/cublas/lib/libcublas.so.12", "/sp/nvidia/cu12/lib/libcublas.so.12", "/sp/cublas/lib/libcublas.so.12"]
+
+
+@pytest.mark.parametrize("major, files", [(12, WHEELS_CU12), (13, WHEELS_CU13)], ids=["cu12", "cu13"])
+def test_cudnn_loads_after_cublaslt_cublas_and_nvrtc(tmp_path, monkeypatch, major, files):
+    """cudnn._load on a fake site-packages with a stand-in loader: cuBLASLt, cuBLAS and
+    NVRTC load from the wheels, in that order and with RTLD_GLOBAL, before libcudnn.so.9
+    (whose stand-in fails here, so the error names what was tried)."""
+    site = _fake_site_packages(tmp_path, files)
+    monkeypatch.setattr(sys, "path", [site] + [p for p in sys.path if "site-packages" not in p])
+    monkeypatch.setattr(libs, "_done", {})
+    monkeypatch.setattr(libs, "cuda_majors", lambda: (major,))
+    opened = []
+
+    def stand_in_global_loader(path):
+        opened.append(path)
+
+    def stand_in_cudnn_loader(path):
+        opened.append(path)
+        raise OSError(f"{path}: stand-in, no cuDNN here")
+
+    monkeypatch.setattr(libs, "_dlopen_global", stand_in_global_loader)
+    monkeypatch.setattr(cudnn, "_open_library", stand_in_cudnn_loader)
+    monkeypatch.setattr(cudnn, "_lib", None)
+    monkeypatch.setattr(cudnn, "_load_error", None)
+    monkeypatch.setattr(cudnn, "_preloaded", [])
+    assert cudnn._load() is None
+    wheel = [os.path.join(site, f) for f in files]
+    assert opened == wheel + ["libcudnn.so.9"]
+    assert cudnn._load_error.startswith(f"libcudnn.so.9 did not load: {wheel[3]}: ")
+    assert [(r["name"], r["loaded"]) for r in cudnn._preloaded] == [
+        (f"libcublasLt.so.{major}", True), (f"libcublas.so.{major}", True), (f"libnvrtc.so.{major}", True)]
+    # once per process: a second load attempt does not load the wheels again
+    monkeypatch.setattr(cudnn, "_load_error", None)
+    del opened[:]
+    cudnn._load()
+    assert opened == [wheel[3], "libcudnn.so.9"]
+
+
+def test_preload_reports_what_is_missing_or_broken(tmp_path):
+    site = _fake_site_packages(tmp_path, WHEELS_CU12[:2])
+
+    def loader(path):
+        if path.endswith("libcublas.so.12"):
+            raise OSError("undefined symbol: cublasLtStub")
+
+    records = libs.preload(libs.CUBLAS + libs.NVRTC, majors=(12,), search_path=[site], loader=loader)
+    assert [(r["name"], r["loaded"], r["path"] is not None) for r in records] == [
+        ("libcublasLt.so.12", True, True), ("libcublas.so.12", False, True), ("libnvrtc.so.12", False, False)]
+    assert libs.describe(records) == (f"failed to load libcublas.so.12 ({site}/nvidia/cublas/lib/libcublas.so.12: "
+                                      f"undefined symbol: cublasLtStub); not in any NVIDIA wheel on sys.path: "
+                                      f"libnvrtc.so.12")
+    # NVRTC alone, for the fused kernels
+    assert [r["name"] for r in libs.preload(libs.NVRTC, majors=(12, 13), search_path=[site],
+                                            loader=loader)] == ["libnvrtc.so.12", "libnvrtc.so.13"]
+
+
+def test_the_gpu_extras_install_the_libraries_cudnn_loads():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    extras = cfg["options.extras_require"]
+    gpu = extras["gpu"].split()
+    cuda13 = extras["gpu-cuda13"].split()
+    assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-cuda-nvrtc-cu12"} <= set(gpu)
+    assert {"nvidia-cudnn-cu13", "nvidia-cublas>=13,<14", "nvidia-cuda-nvrtc>=13,<14"} <= set(cuda13)
+
+
+# ---------------------------------------------------------------------------------------
+# The plan cache and the GPU timer
+# ---------------------------------------------------------------------------------------
+
+
+def test_cudnn_plan_cache_is_a_bounded_lru(monkeypatch):
+    """NOTE [cuDNN plan cache], with a stand-in plan factory: the cache stays at its bound,
+    a hit makes a plan the most recently used, and an evicted key is made again."""
+    monkeypatch.setattr(cudnn, "_plans", LRU(4))
+    made = []
+
+    def plan_for(key):
+        return cudnn._cached_plan(key, lambda: made.append(key) or ("plan", key))
+
+    for k in range(10):
+        assert plan_for(k) == ("plan", k)
+        assert len(cudnn._plans) <= 4
+    assert made == list(range(10)) and cudnn._plans.keys() == [6, 7, 8, 9]
+    assert plan_for(6) == ("plan", 6) and made == list(range(10))     # a hit: nothing made
+    plan_for(10)                                                        # evicts 7, the least recent
+    assert cudnn._plans.keys() == [8, 9, 6, 10]
+    plan_for(7)
+    assert made[-1] == 7 and len(made) == 12
+    assert cudnn.cache_info() == dict(size=4, bound=4, hits=1, misses=12, evicted=8)
+    assert cudnn.CACHE_SIZE == 256 and isinstance(cudnn._plans, LRU)
+
+
+def test_the_default_plan_cache_is_bounded():
+    from cuvmap.cpu import onednn
+
+    for mod in (cudnn, onednn):
+        assert isinstance(mod._plans, LRU) and mod._plans.bound == mod.CACHE_SIZE
+
+
+class _FakeEvent:
+    def __init__(self, clock):
+        self.clock = clock
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = self.clock["now"]
+
+    def synchronize(self):
+        pass
+
+
+def _fake_cupy(durations):
+    """A stand-in for CuPy's event API: each call of the timed function advances a clock
+    by the next of ``durations`` (ms)."""
+    import types
+
+    clock = {"now": 0.0}
+    cuda = types.SimpleNamespace(Event=lambda: _FakeEvent(clock),
+                                 get_elapsed_time=lambda start, end: end.at - start.at)
+    it = iter(durations)
+
+    def fn():
+        clock["now"] += next(it)
+
+    return types.SimpleNamespace(cuda=cuda), fn
+
+
+@pytest.mark.parametrize("durations, repeats, median", [
+    ((99.0, 1.0, 3.0), 2, 2.0),                 # the warm-up call is not timed; even: the mean of the middle
+    ((99.0, 5.0, 1.0, 3.0), 3, 3.0),
+    ((99.0, 4.0, 1.0, 8.0, 2.0), 4, 3.0),
+    ((99.0, 7.0), 1, 7.0),
+])
+def test_time_gpu_returns_the_median(monkeypatch, durations, repeats, median):
+    cp, fn = _fake_cupy(durations)
+    monkeypatch.setattr(backend, "cupy_module", lambda: cp)
+    assert cuda_device.time_gpu(fn, repeats=repeats) == median
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,7 +590,7 @@ def test_plans_respect_the_workspace_cap(monkeypatch, benchmark, cap):
     _needs_cudnn()
     monkeypatch.setitem(cudnn._settings, "max_workspace", cap)
     monkeypatch.setitem(cudnn._settings, "benchmark", benchmark)
-    monkeypatch.setattr(cudnn, "_plans", {})
+    monkeypatch.setattr(cudnn, "_plans", LRU(cudnn.CACHE_SIZE))
     rng = np.random.default_rng(5)
     x = rng.standard_normal((8, 16, 20, 20)).astype(np.float32)
     w = rng.standard_normal((32, 16, 5, 5)).astype(np.float32)

@@ -265,6 +265,9 @@ def test_cuda_source_keeps_numpy_dtypes():
 
 def _nvrtc():
     try:
+        from cuvmap.cuda import libs
+
+        libs.preload(libs.NVRTC)          # from the nvidia-cuda-nvrtc wheel, as kernels.py does
         from cupy_backends.cuda.libs import nvrtc
 
         nvrtc.getVersion()

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from cuvmap.cpu import onednn
+from cuvmap.lru import LRU
 from cuvmap.lax import conv_gemm
 
 from test_conv import CONFIGS, make_operands, naive_backward_weight, naive_conv, reference_conv
@@ -103,7 +104,8 @@ def test_binary_pieces_and_buckets():
 def test_odd_batch_sizes_run_as_power_of_two_pieces(monkeypatch):
     """N = 37 (forward, both gradients) and groups = 13 with N = 1 (the per-example weight
     gradient's layout) against the loops; the plans made are for power-of-two sizes only."""
-    monkeypatch.setattr(onednn, "_plans", type(onednn._plans)())
+    monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
+    monkeypatch.setitem(onednn._settings, "threading", "openmp")     # the pieces of one call, unsplit
     rng = np.random.default_rng(1)
     stride, padding, dilation = (1, 2), (1, 0), (1, 1)
     x = rng.standard_normal((37, 2, 6, 7))
@@ -151,6 +153,90 @@ def test_bias_inside_the_forward_and_strided_views():
 
 
 # ---------------------------------------------------------------------------------------
+# Beside another OpenMP user (NOTE [oneDNN beside another OpenMP user])
+# ---------------------------------------------------------------------------------------
+
+_MODE_PROBE = r"""
+import ctypes, json, sys
+if sys.argv[1] == "libgomp-first":
+    ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)     # as torch's import does
+from cuvmap.cpu import onednn
+print(json.dumps(dict(available=onednn.available(), mode=onednn.threading_mode(), describe=onednn.describe())))
+"""
+
+
+@needs_onednn
+@pytest.mark.parametrize("order, env, mode", [
+    ("libgomp-first", {}, "threads"),
+    ("libgomp-first", {"OMP_WAIT_POLICY": "ACTIVE"}, "openmp"),       # the user's policy wins
+    ("libgomp-first", {"GOMP_SPINCOUNT": "1000"}, "openmp"),
+    ("libgomp-first", {"CUVMAP_ONEDNN_THREADING": "openmp"}, "openmp"),
+    ("cuvmap-first", {}, "openmp"),
+    ("cuvmap-first", {"CUVMAP_ONEDNN_THREADING": "threads"}, "threads"),
+], ids=["libgomp-first", "user-policy", "user-spincount", "forced-openmp", "cuvmap-first", "forced-threads"])
+def test_the_threading_mode_follows_who_loaded_openmp(order, env, mode):
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "CUVMAP_ONEDNN_THREADING")}
+    proc = subprocess.run([sys.executable, "-c", _MODE_PROBE, order], env=dict(base, PYTHONPATH=ROOT, **env),
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["available"] and info["mode"] == mode, info
+    assert ("cuvmap's threads" in info["describe"]) == (mode == "threads"), info["describe"]
+
+
+@needs_onednn
+def test_the_threads_mode_splits_each_call_over_cuvmaps_threads(monkeypatch):
+    """In the "threads" mode the examples (or, with one example, the groups) are split in
+    one chunk per OpenMP thread of the caller, run on cuvmap's threads with OpenMP
+    single-threaded; the results equal the loops', the weight gradient sums its chunks, and
+    the calling thread's OpenMP thread count is left as it was."""
+    monkeypatch.setitem(onednn._settings, "threading", "threads")
+    get, set_ = onednn._omp["get"], onednn._omp["set"]
+    before = get()
+    set_(2)                                   # two chunks, on any machine
+    ran = []
+    real = onednn._run_serial
+
+    def spy(op, dtype, pieces, *rest, **kw):
+        ran.append((op, threading.current_thread().name, get(), [(p[0].start, p[0].stop, p[1], p[2]) for p in pieces]))
+        return real(op, dtype, pieces, *rest, **kw)
+
+    monkeypatch.setattr(onednn, "_run_serial", spy)
+    try:
+        rng = np.random.default_rng(5)
+        stride, padding, dilation = (1, 2), (1, 0), (1, 1)
+        x = rng.standard_normal((37, 2, 6, 7))
+        w = rng.standard_normal((3, 2, 3, 3))
+        y = naive_conv(x, w, stride, padding, dilation, 1)
+        g = rng.standard_normal(y.shape)
+        f32 = lambda a: a.astype(np.float32)  # noqa: E731
+        _close(onednn.forward(f32(x), f32(w), stride, padding, dilation, 1), y)
+        _close(onednn.backward_weight(f32(g), f32(x), w.shape, stride, padding, dilation, 1),
+               naive_backward_weight(g, x, w.shape, stride, padding, dilation, 1))
+        _close(onednn.backward_input(f32(g), f32(w), x.shape, stride, padding, dilation, 1),
+               conv_gemm.backward_input(g, w, x.shape, stride, padding, dilation, 1))
+        xg = rng.standard_normal((1, 26, 6, 7))
+        wg = rng.standard_normal((39, 2, 3, 3))
+        gg = rng.standard_normal(naive_conv(xg, wg, stride, padding, dilation, 13).shape)
+        _close(onednn.backward_weight(f32(gg), f32(xg), wg.shape, stride, padding, dilation, 13),
+               naive_backward_weight(gg, xg, wg.shape, stride, padding, dilation, 13))
+        assert get() == 2
+    finally:
+        set_(before)
+    assert all(name.startswith("cuvmap-onednn") and threads == 1 for _, name, threads, _ in ran), ran
+    by_op = {}
+    for op, _, _, pieces in ran:
+        by_op.setdefault(op, []).append(pieces)
+    # 37 examples: 18 + 19, each in power-of-two pieces; 13 groups of one example: 6 + 7
+    halves = sorted([[(0, 16, 0, 1), (16, 18, 0, 1)], [(18, 34, 0, 1), (34, 36, 0, 1), (36, 37, 0, 1)]])
+    assert sorted(by_op["forward"]) == halves and sorted(by_op["backward_input"]) == halves
+    assert sorted(by_op["backward_weight"][:2]) == halves
+    assert sorted(by_op["backward_weight"][2:]) == [[(0, 1, 0, 4), (0, 1, 4, 2)], [(0, 1, 6, 4), (0, 1, 10, 2),
+                                                                                 (0, 1, 12, 1)]]
+
+
+# ---------------------------------------------------------------------------------------
 # The plan cache: bounded, nothing leaked
 # ---------------------------------------------------------------------------------------
 
@@ -165,8 +251,8 @@ def test_the_plan_cache_is_bounded_and_leaks_nothing(monkeypatch):
     """Many shapes through an LRU of 8 plans: the cache stays at its bound, evicted plans
     are freed (oneDNN's own primitive cache is off), and neither the process's memory nor
     Python's allocations grow with the number of shapes."""
-    monkeypatch.setattr(onednn, "CACHE_SIZE", 8)
-    monkeypatch.setattr(onednn, "_plans", type(onednn._plans)())
+    monkeypatch.setattr(onednn, "_plans", LRU(8))
+    monkeypatch.setitem(onednn._settings, "threading", "openmp")     # one plan per shape
     rng = np.random.default_rng(3)
 
     def run(i):

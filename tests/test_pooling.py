@@ -254,6 +254,71 @@ def test_vmap_of_grad_matches_loop():
     check_batching(cv.grad(loss), (ws, xs), in_axes=(0, 0), atol=1e-12, rtol=1e-12)
 
 
+def _spy_impls(monkeypatch):
+    """Records max_pool's outputs and the operands the gather and the scatter get."""
+    import importlib
+
+    pl = importlib.import_module("cuvmap.lax.pooling")
+    seen = {"max_pool": [], "max_pool_gather": [], "max_pool_scatter": []}
+    for prim in (pl.max_pool_p, pl.max_pool_gather_p, pl.max_pool_scatter_p):
+        def spy(*args, _real=prim.impl, _name=prim.name, **params):
+            out = _real(*args, **params)
+            seen[_name].append(out if _name == "max_pool" else args)
+            return out
+
+        monkeypatch.setattr(prim, "impl", spy)
+    return seen
+
+
+def test_the_backward_pass_reads_the_forward_maxima(monkeypatch):
+    """NOTE [the maxima as a residual]: grad's backward pass hands max_pool's own output to
+    the scatter (the same array, no second max_pool), and so do forward mode and vmap(grad)."""
+    seen = _spy_impls(monkeypatch)
+    rng = np.random.default_rng(11)
+    x = _distinct(rng, (2, 3, 6, 6))
+    f = lambda x: cv.numpy.sum(cv.numpy.sin(lax.max_pool(x, 2)))  # noqa: E731
+    g = cv.grad(f)(x)
+    assert len(seen["max_pool"]) == 1 and len(seen["max_pool_scatter"]) == 1
+    assert seen["max_pool_scatter"][0][2] is seen["max_pool"][0]
+    ys, sel = naive_max_pool(x, (2, 2), (2, 2), (0, 0))
+    want = np.zeros_like(x)
+    for pos, i in sel.items():
+        want[pos[:2] + i] += np.cos(ys[pos])
+    np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
+    # forward mode: the gather gets the primal output
+    for v in seen.values():
+        del v[:]
+    cv.jvp(f, (x,), (np.ones_like(x),))
+    assert len(seen["max_pool"]) == 1 and seen["max_pool_gather"][0][2] is seen["max_pool"][0]
+    # vmap(grad): one max_pool of the folded batch, its output the scatter's maxima
+    for v in seen.values():
+        del v[:]
+    cv.vmap(cv.grad(f))(x[:, None])
+    assert len(seen["max_pool"]) == 1 and len(seen["max_pool_scatter"]) == 1
+    np.testing.assert_array_equal(seen["max_pool_scatter"][0][2], seen["max_pool"][0])
+
+
+def test_gather_and_scatter_select_the_first_tap_equal_to_the_maxima():
+    """With maxima that are not the windows' maxima, the selection is the first tap equal to
+    them, and a window without one gathers 0 and scatters nothing (the module docstring)."""
+    x = np.array([[[[1.0, 2.0], [2.0, 3.0]]]])
+    t = np.array([[[[10.0, 20.0], [30.0, 40.0]]]])
+    p = dict(window=(2, 2), stride=(2, 2), padding=(0, 0))
+    for m, picked, where in ((3.0, 40.0, (1, 1)), (2.0, 20.0, (0, 1)), (5.0, 0.0, None), (np.nan, 0.0, None)):
+        mm = np.full((1, 1, 1, 1), m)
+        assert lax.max_pool_gather(t, x, mm, **p)[0, 0, 0, 0] == picked
+        dx = lax.max_pool_scatter(np.full((1, 1, 1, 1), 7.0), x, mm, **p)
+        want = np.zeros_like(x)
+        if where is not None:
+            want[(0, 0) + where] = 7.0
+        np.testing.assert_array_equal(dx, want)
+    xn = np.array([[[[1.0, np.nan], [np.nan, 3.0]]]])     # a NaN maximum selects the first NaN
+    np.testing.assert_array_equal(lax.max_pool_scatter(np.ones((1, 1, 1, 1)), xn, **p), [[[[0, 1], [0, 0]]]])
+    with pytest.raises(ShapeError, match=r"window maxima of shape \(1, 1, 2, 2\) must have the pooled shape "
+                                         r"\(1, 1, 1, 1\)"):
+        lax.max_pool_scatter(np.ones((1, 1, 1, 1)), x, x, **p)
+
+
 def test_hessian_of_max_pool_composite():
     """hessian = jacfwd(jacrev): vmap of the jvp of the scatter. A quadratic after the pool:
     H = Pᵀ·2·P with P the selection matrix, built here by hand."""

@@ -28,9 +28,8 @@ transposed ones are expressed through them by ``cuvmap/lax/convolution.py``), pl
 
 Only float32 runs here: oneDNN has no float64 convolution, and this CPU's float16 and
 bfloat16 paths have no NumPy dtype worth adding (:func:`supports` says which dtypes).
-This module never imports the transforms or the primitives (only ``cuvmap/window.py``).
+This module never imports the transforms or the primitives (only ``cuvmap/window.py`` and ``cuvmap/lru.py``).
 """
-import collections
 import ctypes
 import os
 import sys
@@ -38,6 +37,7 @@ import threading
 
 import numpy as np
 
+from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
 
 # ---------------------------------------------------------------------------------------
@@ -143,8 +143,10 @@ _lib = None
 _load_error = None
 _engine = None
 _thread = threading.local()   # .stream, .arena
-_settings = {"enabled": os.environ.get("CUVMAP_DISABLE_ONEDNN", "") == ""}
+_settings = {"enabled": os.environ.get("CUVMAP_DISABLE_ONEDNN", "") == "",
+             "threading": None}   # "openmp" or "threads" (NOTE [oneDNN beside another OpenMP user])
 _thread_settings = {}         # what _prepare_openmp set (for describe())
+_omp = {}                     # omp_get_max_threads / omp_set_num_threads of libdnnl's libgomp
 
 
 def _library_candidates():
@@ -191,20 +193,76 @@ def _libgomp_loaded():
 # OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
 # user's subprocesses nor other libraries see the change. It does nothing when the user set
 # OMP_WAIT_POLICY or GOMP_SPINCOUNT (theirs wins), or when libgomp.so.1 is already loaded
-# (its settings are fixed then). describe() says which applied.
+# (its settings are fixed then: NOTE [oneDNN beside another OpenMP user] says what cuvmap
+# does instead). describe() says which applied.
 
 
 def _prepare_openmp():
     """The environment variables to set while libdnnl loads (NOTE [OpenMP threads beside
-    OpenBLAS])."""
+    OpenBLAS]), and the threading mode (NOTE [oneDNN beside another OpenMP user])."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         _thread_settings["OMP_WAIT_POLICY"] = f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')} (the user's)"
+        _default_threading("openmp")
         return {}
     if _libgomp_loaded():
         _thread_settings["OMP_WAIT_POLICY"] = "(libgomp.so.1 was already loaded: its own setting)"
+        _default_threading("threads")
         return {}
     _thread_settings["OMP_WAIT_POLICY"] = "PASSIVE (set by cuvmap while libdnnl loaded)"
+    _default_threading("openmp")
     return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+# NOTE [oneDNN beside another OpenMP user]
+# When libgomp.so.1 is already in the process as libdnnl loads — torch imported first
+# brings its own copy under that soname, and the loader hands it to libdnnl — its wait
+# policy was read from the environment when it loaded, before cuvmap could set PASSIVE:
+# by default its threads spin at every barrier and after every parallel region. GNU
+# OpenMP has no call that changes the policy afterwards (omp_set_dynamic and the thread
+# counts do not touch it; GOMP_SPINCOUNT is read once), so cuvmap's own calls stop using
+# OpenMP's thread team instead: in the "threads" mode each convolution is split into
+# contiguous chunks — of the examples N, or of the groups when N = 1 (the per-example
+# weight gradient's groups·B) — one per thread that OpenMP would have used
+# (omp_get_max_threads() of the calling thread: OMP_NUM_THREADS, torch.set_num_threads),
+# and the chunks run at once on cuvmap's own worker threads, each of which has set
+# omp_set_num_threads(1) for itself, so that oneDNN runs them without a parallel region:
+# no OpenMP thread of anyone's spins for cuvmap, and the caller waits on a condition
+# variable. A weight gradient over several chunks of N sums their partial gradients.
+# The other threads' OpenMP settings (torch's included) are never changed. The mode is
+# "threads" only where libgomp was loaded first and the user set neither OMP_WAIT_POLICY
+# nor GOMP_SPINCOUNT (their policy wins: OpenMP runs as they asked); it is "openmp" where
+# cuvmap loaded libgomp itself (PASSIVE). CUVMAP_ONEDNN_THREADING=openmp|threads or
+# set_threading() chooses it. Plans are keyed on the creating thread's OpenMP thread count
+# too, since oneDNN sizes a primitive's work split and scratchpad for the threads it is
+# made with. `python -m benchmarks per_example --torch-first` measures the mode.
+_THREADING = ("openmp", "threads")
+
+
+def _default_threading(mode):
+    if _settings["threading"] is None:
+        env = os.environ.get("CUVMAP_ONEDNN_THREADING", "")
+        _settings["threading"] = _validate_threading(env, "CUVMAP_ONEDNN_THREADING") if env else mode
+
+
+def _validate_threading(mode, source):
+    if mode not in _THREADING:
+        raise ValueError(f"oneDNN threading must be one of {', '.join(_THREADING)}; {source} is {mode!r}")
+    return mode
+
+
+def set_threading(mode):
+    """How oneDNN's convolutions use threads: ``"openmp"`` (oneDNN's own OpenMP team) or
+    ``"threads"`` (chunks on cuvmap's threads, OpenMP single-threaded in each: NOTE [oneDNN
+    beside another OpenMP user]). Returns the previous mode (None before libdnnl loads)."""
+    previous = _settings["threading"]
+    _settings["threading"] = _validate_threading(mode, "set_threading's argument")
+    return previous
+
+
+def threading_mode():
+    """The mode in force (loads libdnnl)."""
+    _load()
+    return _settings["threading"] or "openmp"
 
 
 def _dlopen(path, env):
@@ -257,10 +315,24 @@ def _load():
                 # NOTE [plan cache]: cuvmap's cache is the one that bounds the primitives
                 lib.dnnl_set_primitive_cache_capacity(0)
             _engine = engine
+            _bind_openmp(lib)
             _lib = lib
             return _lib
         _load_error = "; ".join(errors)
         return None
+
+
+def _bind_openmp(lib):
+    """omp_get_max_threads and omp_set_num_threads of the libgomp libdnnl uses (found
+    through libdnnl's dependencies); without them only the "openmp" mode runs."""
+    try:
+        get, set_ = lib.omp_get_max_threads, lib.omp_set_num_threads
+    except AttributeError:
+        _settings["threading"] = "openmp"
+        return
+    get.argtypes, get.restype = [], ctypes.c_int
+    set_.argtypes, set_.restype = [ctypes.c_int], None
+    _omp.update(get=get, set=set_)
 
 
 def available():
@@ -303,7 +375,10 @@ def describe():
     if not available():
         return "oneDNN unavailable: " + (load_error() or "disabled")
     threads = ", ".join(f"{k}={v}" for k, v in _thread_settings.items())
-    return f"oneDNN {version()} (GNU OpenMP; {threads})"
+    mode = threading_mode()
+    mode = ("OpenMP's threads" if mode == "openmp" else
+            "cuvmap's threads, OpenMP single-threaded in each (NOTE [oneDNN beside another OpenMP user])")
+    return f"oneDNN {version()} (GNU OpenMP; {threads}; convolutions on {mode})"
 
 
 def _check(status, what):
@@ -576,37 +651,37 @@ class _Plan:
 
 # NOTE [plan cache]
 # A plan (a convolution primitive and up to four reorders) is made once per key and kept
-# in an LRU of CACHE_SIZE plans; an evicted plan's primitives are destroyed when the last
-# call using it returns. oneDNN keeps a primitive cache of its own (1024 primitives by
-# default), which would hold every evicted primitive again: ~20 KiB of JIT code and
-# descriptors each, so the process grew without bound across many shapes. cuvmap sets its
-# capacity to 0 when libdnnl loads (unless DNNL_PRIMITIVE_CACHE_CAPACITY is set), so this
-# cache alone bounds them; tests/test_onednn.py checks the bound and the process's memory.
+# in an LRU of CACHE_SIZE plans (cuvmap/lru.py, shared with cuDNN's plan cache); an
+# evicted plan's primitives are destroyed when the last call using it returns. oneDNN
+# keeps a primitive cache of its own (1024 primitives by default), which would hold every
+# evicted primitive again: ~20 KiB of JIT code and descriptors each, so the process grew
+# without bound across many shapes. cuvmap sets its capacity to 0 when libdnnl loads
+# (unless DNNL_PRIMITIVE_CACHE_CAPACITY is set), so this cache alone bounds them;
+# tests/test_onednn.py checks the bound and the process's memory.
 CACHE_SIZE = 256
-_plans = collections.OrderedDict()
-_stats = {"created": 0, "hits": 0, "evicted": 0, "create_seconds": 0.0}
+_plans = LRU(CACHE_SIZE)
+_stats = {"created": 0, "create_seconds": 0.0}
 
 
 def cache_info():
     """``{"size", "bound", "created", "hits", "evicted", "create_seconds"}``."""
+    info = _plans.info()
     with _lock:
-        return dict(size=len(_plans), bound=CACHE_SIZE, **_stats)
+        return dict(size=info["size"], bound=info["bound"], created=_stats["created"], hits=info["hits"],
+                    evicted=info["evicted"], create_seconds=_stats["create_seconds"])
 
 
 def clear_cache():
     """Drops every cached plan (a plan in use by another thread lives until it returns)."""
-    with _lock:
-        _plans.clear()
+    _plans.clear()
 
 
 def _plan(op, dtype, operands, stride, padding, dilation):
-    key = (op, dtype.str, tuple(sorted(operands.items())), tuple(stride), tuple(padding), tuple(dilation))
-    with _lock:
-        plan = _plans.get(key)
-        if plan is not None:
-            _plans.move_to_end(key)
-            _stats["hits"] += 1
-            return plan
+    threads = _omp["get"]() if _omp else 0    # oneDNN sizes a primitive for its creating thread's team
+    key = (op, dtype.str, tuple(sorted(operands.items())), tuple(stride), tuple(padding), tuple(dilation), threads)
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
     import time
 
     t0 = time.perf_counter()
@@ -614,11 +689,7 @@ def _plan(op, dtype, operands, stride, padding, dilation):
     with _lock:
         _stats["created"] += 1
         _stats["create_seconds"] += time.perf_counter() - t0
-        _plans[key] = plan
-        while len(_plans) > CACHE_SIZE:
-            _plans.popitem(last=False)
-            _stats["evicted"] += 1
-    return plan
+    return _plans.put(key, plan)
 
 
 def plan_description(op, x, w, y, stride, padding, dilation, groups):
@@ -731,15 +802,98 @@ def _dtype_of(op, *arrays):
     return dtypes.pop()
 
 
+def _chunks(n, groups, parts):
+    """``[(examples, g0, gg)]``: ``parts`` contiguous chunks of near-equal size of the
+    examples, or of the groups when there is one example (NOTE [oneDNN beside another
+    OpenMP user]); fewer when there is less to split."""
+    if n == 1 and groups > 1:
+        bounds = [groups * i // parts for i in range(parts + 1)]
+        return [(slice(0, 1), a, b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [(slice(a, b), 0, groups) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _chunk_pieces(chunk):
+    """The power-of-two pieces of one chunk (NOTE [batch buckets]), as :func:`_pieces`."""
+    ns, g0, gg = chunk
+    n = ns.stop - ns.start
+    if n == 1 and gg > 1:
+        return [(ns, g0 + a, size) for a, size in _binary_pieces(gg)]
+    return [(slice(ns.start + a, ns.start + a + size), g0, gg) for a, size in _binary_pieces(n)]
+
+
+class _Workers:
+    """cuvmap's worker threads for the "threads" mode, each with OpenMP single-threaded
+    (omp_set_num_threads(1) in the thread itself)."""
+
+    def __init__(self):
+        self.pool = None
+        self.size = 0
+        self.pid = None
+
+    def get(self, size):
+        with _lock:
+            forked = self.pid != os.getpid()     # a fork's child has none of the parent's threads
+            if self.pool is None or self.size < size or forked:
+                import concurrent.futures
+
+                old = None if forked else self.pool
+                self.pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=size, thread_name_prefix="cuvmap-onednn", initializer=_omp["set"],
+                    initargs=(1,))
+                self.size = size
+                self.pid = os.getpid()
+                if old is not None:
+                    old.shutdown(wait=False)
+            return self.pool
+
+
+_workers = _Workers()
+
+
+def _split_parts():
+    """How many chunks a call runs as (1: oneDNN's own OpenMP team runs it whole)."""
+    if _settings["threading"] != "threads" or not _omp:
+        return 1
+    return max(1, int(_omp["get"]()))
+
+
 def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation, accumulate=None):
-    """Runs ``op`` piece by piece. ``arrays``: ``{name: (array, channel dim or None)}`` —
-    each piece takes the examples ``ns`` of x and y, and the channels of its groups (per
-    group ``cg`` for x, ``og`` for y and the weight's first dim). ``accumulate`` names the
-    output summed over example pieces (the weight gradient)."""
+    """Runs ``op`` piece by piece. ``arrays``: ``{name: array}`` — each piece takes the
+    examples ``ns`` of x and y, and the channels of its groups (per group ``cg`` for x,
+    ``og`` for y and the weight's first dim). ``accumulate`` names the output summed over
+    example pieces (the weight gradient). In the "threads" mode the pieces are grouped in
+    chunks that run at once on cuvmap's threads (NOTE [oneDNN beside another OpenMP user])."""
+    parts = _split_parts()
+    chunks = _chunks(n, groups, parts) if parts > 1 else []
+    if len(chunks) < 2:
+        _run_serial(op, dtype, _pieces(n, groups), cg, og, arrays, stride, padding, dilation, accumulate)
+        return
+    jobs, partials = [], []
+    for i, chunk in enumerate(chunks):
+        chunk_arrays = arrays
+        if accumulate is not None and i > 0 and chunk[0].start > 0:
+            # a later chunk of examples: its own weight gradient, summed below
+            chunk_arrays = dict(arrays)
+            chunk_arrays[accumulate] = np.empty(arrays[accumulate].shape, dtype)
+            partials.append(chunk_arrays[accumulate])
+        jobs.append((_chunk_pieces(chunk), chunk_arrays))
+    pool = _workers.get(len(jobs))
+    futures = [pool.submit(_run_serial, op, dtype, pieces, cg, og, a, stride, padding, dilation, accumulate)
+               for pieces, a in jobs]
+    for f in futures:
+        f.result()
+    for partial in partials:
+        arrays[accumulate] += partial
+
+
+def _run_serial(op, dtype, pieces, cg, og, arrays, stride, padding, dilation, accumulate=None):
+    """Runs the ``pieces`` one after the other in this thread (see :func:`_run_pieces`)."""
     reordered = {}
     per_group = {"x": cg, "y": og, "w": og, "b": og}
     partial = None
-    for ns, g0, gg in _pieces(n, groups):
+    first_start = pieces[0][0].start if pieces else 0
+    for ns, g0, gg in pieces:
         sliced, layouts = {}, {}
         for name, a in arrays.items():
             ch = slice(g0 * per_group[name], (g0 + gg) * per_group[name])
@@ -749,7 +903,7 @@ def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation,
                 s = a[ns, ch]
             sliced[name] = s
             layouts[name] = _weight_layout(s, gg) if name == "w" else _layout(s)
-        if accumulate is not None and ns.start > 0:
+        if accumulate is not None and ns.start > first_start:
             # a later example piece of the weight gradient: its partial sum, then added
             target = sliced[accumulate]
             if partial is None or partial.shape != target.shape:

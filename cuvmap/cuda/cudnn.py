@@ -1,7 +1,9 @@
 """cuDNN convolutions through ctypes on ``libcudnn.so.9``.
 
 The library comes from the ``nvidia-cudnn-cu12`` / ``nvidia-cudnn-cu13`` wheel (or the
-system). CuPy 14 has no cuDNN module; the design follows CuPy v13's ``cupyx/cudnn.pyx``:
+system); the cuBLAS(Lt) and NVRTC it loads at its first handle come from the wheels too,
+preloaded before it (:mod:`cuvmap.cuda.libs`). CuPy 14 has no cuDNN module; the design
+follows CuPy v13's ``cupyx/cudnn.pyx``:
 
 - one cuDNN handle per (device, thread), created lazily (NOTE [cuDNN handles]);
   :func:`available` creates the first one, which is when cuDNN loads its sub-libraries
@@ -10,7 +12,8 @@ system). CuPy 14 has no cuDNN module; the design follows CuPy v13's ``cupyx/cudn
 - the current CuPy stream is set on the handle before every call;
 - a plan cache keyed on every parameter (operation, device, dtype, shapes, stride,
   padding, dilation, groups, math mode, workspace cap) holding the descriptors, the
-  algorithm and its workspace size; the algorithm comes from cuDNN's heuristics
+  algorithm and its workspace size: an LRU of ``CACHE_SIZE`` plans (:mod:`cuvmap.lru`,
+  the helper oneDNN's plan cache uses too; NOTE [cuDNN plan cache]); the algorithm comes from cuDNN's heuristics
   (``*_v7``), or from timing every algorithm once (``set_benchmark(True)``, like
   ``torch.backends.cudnn.benchmark``), and never needs more workspace than the cap
   (8 MiB by default, as in CuPy v13: NOTE [cuDNN algorithm choice]);
@@ -28,15 +31,15 @@ transforms or the primitives.
 """
 import atexit
 import ctypes
-import importlib.util
 import os
 import threading
 
 import numpy as np
 
 from cuvmap import backend
+from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
-from cuvmap.cuda import device
+from cuvmap.cuda import device, libs
 
 CUDNN_STATUS_SUCCESS = 0
 CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF = 0, 1, 2
@@ -74,12 +77,23 @@ class CudnnError(RuntimeError):
 
 
 _lock = threading.Lock()
+_preloaded = []                         # libs.preload's records (NOTE [preloading the CUDA wheels])
 _lib = None
 _load_error = None
 _init = {"ok": None, "error": None}     # the first cudnnCreate (in available())
 _local = threading.local()              # .handles: {device id: _Handle} of this thread
 _exiting = [False]
-_plans = {}
+
+# NOTE [cuDNN plan cache]
+# A plan (four descriptors, the chosen algorithm and its workspace size) is made on the
+# first call of its key and kept in an LRU of CACHE_SIZE plans, like oneDNN's (NOTE [plan
+# cache] in cuvmap/cpu/onednn.py): a process that meets many shapes (DP-SGD's Poisson
+# batches under vmap fold B into N or the groups, so every new batch size is a new key)
+# keeps a bounded number of descriptors, and an evicted plan's descriptors are destroyed
+# when the last call using it returns. Under set_benchmark(True) an evicted key is timed
+# again when it comes back.
+CACHE_SIZE = 256
+_plans = LRU(CACHE_SIZE)
 _settings = {"allow_tf32": False, "benchmark": False, "enabled": os.environ.get("CUVMAP_DISABLE_CUDNN", "") == "",
              "max_workspace": None}     # None: not read from CUVMAP_CUDNN_MAX_WORKSPACE_BYTES yet
 
@@ -133,21 +147,20 @@ def max_workspace_bytes():
 
 
 def _library_candidates():
-    """``libcudnn.so.9`` from the pip wheels (``nvidia-cudnn-cu12`` puts it in
-    ``nvidia/cudnn/lib``; the CUDA 13 wheels may use ``nvidia/cu13/lib``), then the system."""
+    """``libcudnn.so.9`` from the pip wheels (``nvidia-cudnn-cu12`` and ``-cu13`` put it in
+    ``nvidia/cudnn/lib``; the paths torch searches, NOTE [preloading the CUDA wheels] in
+    cuvmap/cuda/libs.py), then the system's."""
     found = []
-    try:
-        spec = importlib.util.find_spec("nvidia")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for root in spec.submodule_search_locations:
-            for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"):
-                path = os.path.join(root, sub, "libcudnn.so.9")
-                if os.path.exists(path):
-                    found.append(path)
+    for major in libs.cuda_majors():
+        for path in libs.candidate_paths("cudnn", "libcudnn.so.9", major):
+            if path not in found and os.path.isfile(path):
+                found.append(path)
     found.append("libcudnn.so.9")
     return found
+
+
+def _open_library(path):
+    return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
 _SIGNATURES = {
@@ -197,10 +210,13 @@ def _load():
     with _lock:
         if _lib is not None or _load_error is not None:
             return _lib
+        # cuBLAS(Lt) and NVRTC from the wheels first: cuDNN loads them by soname
+        # (NOTE [preloading the CUDA wheels])
+        _preloaded[:] = libs.preload(libs.CUBLAS + libs.NVRTC)
         errors = []
         for path in _library_candidates():
             try:
-                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                lib = _open_library(path)
             except OSError as err:
                 errors.append(f"{path}: {err}")
                 continue
@@ -223,8 +239,14 @@ def _load():
                 pass
             _lib = lib
             return _lib
-        _load_error = "libcudnn.so.9 did not load: " + "; ".join(errors)
+        _load_error = "libcudnn.so.9 did not load: " + "; ".join(errors) + _preload_note()
         return None
+
+
+def _preload_note():
+    """What the wheel preload missed, for the error messages (empty when nothing)."""
+    text = libs.describe(_preloaded)
+    return f" (CUDA wheels: {text})" if text else ""
 
 
 def _initialised():
@@ -239,7 +261,8 @@ def _initialised():
                 _handle()
                 _init["ok"] = True
             except Exception as err:  # noqa: BLE001 - any failure: cuDNN is unavailable, and says why
-                _init["error"] = f"cuDNN {version()} loaded, but creating a handle failed: {err}"
+                _init["error"] = (f"cuDNN {version()} loaded, but creating a handle failed: {err}"
+                                  + _preload_note())
                 _init["ok"] = False
     return _init["ok"]
 
@@ -491,6 +514,20 @@ class _Plan:
             pass
 
 
+def _cached_plan(key, make):
+    """The plan of ``key`` from the LRU (NOTE [cuDNN plan cache]), made by ``make()`` on a
+    miss (outside the cache's lock: choosing an algorithm may time them all)."""
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.put(key, make())
+    return plan
+
+
+def cache_info():
+    """``{"size", "bound", "hits", "misses", "evicted"}`` of the plan cache."""
+    return _plans.info()
+
+
 def _as_2d(x_shape, w_shape, y_shape, stride, padding, dilation):
     """1-d convolutions as 2-d ones with a unit height (cuDNN wants 4-d tensors or more)."""
     if len(stride) != 1:
@@ -557,11 +594,13 @@ def _run(op, x_shape, w_shape, y_shape, dtype, stride, padding, dilation, groups
     key = (op, cupy.cuda.runtime.getDevice(), dtype.str, tuple(x_shape), tuple(w_shape), tuple(y_shape),
            tuple(stride), tuple(padding), tuple(dilation), int(groups), _settings["allow_tf32"],
            _settings["benchmark"], cap)
-    plan = _plans.get(key)
-    if plan is None:
+
+    def make():
         plan = _Plan(op, dtype, x_shape, w_shape, y_shape, stride, padding, dilation, groups, cap)
         plan.choose(handle, (a.data.ptr, b.data.ptr, out.data.ptr))
-        _plans[key] = plan
+        return plan
+
+    plan = _cached_plan(key, make)
     ws = cupy.empty((plan.workspace,), dtype=cupy.uint8) if plan.workspace else None
     ws_ptr = ctypes.c_void_p(ws.data.ptr if ws is not None else 0)
     one, zero = plan.scalar(1.0), plan.scalar(0.0)

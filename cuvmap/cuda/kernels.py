@@ -7,6 +7,7 @@ import threading
 import warnings
 
 from cuvmap import backend
+from cuvmap.cuda import libs
 
 # NOTE [fused kernels round as the unfused ones]
 # NVRTC contracts a * b + c into one fused multiply-add by default, which rounds once
@@ -29,7 +30,10 @@ class FusedKernelWarning(RuntimeWarning):
 @functools.lru_cache(maxsize=1024)
 def elementwise_kernel(in_params, out_params, operation, name):
     """The CuPy ``ElementwiseKernel`` of these pieces (compiled on its first call, and
-    cached by CuPy on disk)."""
+    cached by CuPy on disk). NVRTC, which compiles it, is preloaded from the
+    ``nvidia-cuda-nvrtc`` wheel first (NOTE [preloading the CUDA wheels] in
+    cuvmap/cuda/libs.py; once per process)."""
+    libs.preload(libs.NVRTC)
     cp = backend.cupy_module()
     return cp.ElementwiseKernel(in_params, out_params, operation, name,
                                 options=COMPILE_OPTIONS, return_tuple=True)

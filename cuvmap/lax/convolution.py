@@ -289,7 +289,8 @@ def get_strategy():
 
 def measured_choices():
     """The per-key choices ``"auto"`` has measured so far: ``{key: (choice, times_ms)}``."""
-    return dict(_measured)
+    with _lock:
+        return dict(_measured)
 
 
 def clear_measured_choices():
@@ -358,7 +359,7 @@ def _add_bias(out, bias):
 def _time_kernel(module, op, args, bias, device):
     """``(milliseconds, result)`` of ``module``'s ``op`` after a warm-up call (the first
     call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
-    the median of two by CUDA events on the GPU."""
+    the median of two (their mean) by CUDA events on the GPU."""
     if device == "gpu":
         from cuvmap.cuda import device as cuda_device
 
@@ -384,6 +385,61 @@ def _fall_back(key, name, err, op, args):
         shapes = ", ".join(str(tuple(a.shape)) for a in args[:2])
         warnings.warn(f"conv {op} on {shapes}: {name} failed ({type(err).__name__}: {err}); the unfold kernels "
                       f"run this shape instead (NOTE [conv strategy])", VendorKernelWarning, stacklevel=4)
+
+
+# NOTE [measuring once per key]
+# Two threads that meet a new key together must not both time it: each would measure
+# the kernels while the other's run shares the cores (timings of nothing in particular),
+# and the later record would overwrite the earlier one. _measure_once lets one thread
+# claim the key (an Event in _measuring, under _lock) and measure; the others wait for
+# that Event and then run the kernel it chose. If the measuring thread raises (a MemoryError
+# in the unfold kernels, say), its claim is dropped and a waiting thread claims the key in
+# turn. Only the bookkeeping holds _lock, never a kernel, so other keys are measured
+# meanwhile.
+_measuring = {}         # key -> threading.Event set when its measurement ends
+
+
+def _measure_once(key, name, vendor, op, args, bias, device):
+    """``(choice, result)`` for a key that "auto" has not measured yet: measured by this
+    thread (``result`` its output), or by another one that was measuring it already
+    (``result`` None: the caller runs the chosen kernel). NOTE [measuring once per key]."""
+    while True:
+        with _lock:
+            choice = _measured.get(key)
+            if choice is not None:
+                return choice, None
+            event = _measuring.get(key)
+            mine = event is None
+            if mine:
+                event = _measuring[key] = threading.Event()
+        if not mine:
+            event.wait()
+            continue
+        try:
+            return _measure(key, name, vendor, op, args, bias, device)
+        finally:
+            with _lock:
+                _measuring.pop(key, None)
+            event.set()
+
+
+def _measure(key, name, vendor, op, args, bias, device):
+    """Times the vendor's and the unfold kernels on ``args`` and records the faster for
+    ``key``; returns ``(choice, result)``."""
+    try:
+        vendor_ms, out = _time_kernel(vendor, op, args, bias, device)
+    except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [conv strategy])
+        _fall_back(key, name, err, op, args)
+        choice = ("unfold", {name: None, "unfold": None})
+        with _lock:
+            _measured[key] = choice
+        return choice, _call(conv_gemm, op, args, bias)
+    unfold_ms, unfold_out = _time_kernel(conv_gemm, op, args, bias, device)
+    times = {name: vendor_ms, "unfold": unfold_ms}
+    choice = (min(times, key=times.get), times)
+    with _lock:
+        _measured[key] = choice
+    return choice, (out if choice[0] == name else unfold_out)
 
 
 _OPERAND_NAMES = {"forward": ("input", "weight"), "backward_input": ("grad_output", "weight"),
@@ -414,16 +470,9 @@ def _run_kernel(op, *args, bias=None):
     if strategy == "auto":
         choice = _measured.get(key)
         if choice is None:
-            try:
-                vendor_ms, out = _time_kernel(vendor, op, args, bias, device)
-            except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [conv strategy])
-                _fall_back(key, name, err, op, args)
-                _measured[key] = ("unfold", {name: None, "unfold": None})
-                return _call(conv_gemm, op, args, bias)
-            unfold_ms, unfold_out = _time_kernel(conv_gemm, op, args, bias, device)
-            times = {name: vendor_ms, "unfold": unfold_ms}
-            _measured[key] = (min(times, key=times.get), times)
-            return out if _measured[key][0] == name else unfold_out
+            choice, out = _measure_once(key, name, vendor, op, args, bias, device)
+            if out is not None:
+                return out
         if choice[0] == "unfold":
             return _call(conv_gemm, op, args, bias)
     try:

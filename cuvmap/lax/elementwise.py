@@ -379,13 +379,15 @@ def select_impl(pred, on_true, on_false):
             or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS):
         return np.where(pred, on_true, on_false)
     int_type = _SAME_SIZE_INT[dtype.itemsize]
+    if _is_positive_zero(on_false):
+        # relu's select (and its VJP's): a one-byte mask, widened inside the ufunc's loop, so
+        # that the only array of the result's width is the result (NOTE [branch-free select])
+        return np.bitwise_and(_float_bits(on_true, dtype, int_type), np.negative(pred.view(np.int8))).view(dtype)
     shape = np.broadcast_shapes(pred.shape, np.shape(on_true), np.shape(on_false))
     mask = np.negative(pred.view(np.int8), dtype=int_type)  # 0 or -1 (all bits set)
     # the mask's buffer is reused for the last result when it has the full shape: one
     # fresh array fewer to touch (fresh pages are slow here, NOTE [cache blocking])
     reuse = mask if mask.shape == shape else None
-    if _is_positive_zero(on_false):
-        return np.bitwise_and(_float_bits(on_true, dtype, int_type), mask, out=reuse).view(dtype)
     out = np.bitwise_and(_float_bits(on_true, dtype, int_type), mask)
     np.invert(mask, out=mask)
     other = np.bitwise_and(_float_bits(on_false, dtype, int_type), mask, out=reuse)

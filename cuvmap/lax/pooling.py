@@ -17,18 +17,24 @@ of taps of ``W(y)`` inside ``x`` otherwise. The output has ``⌊(S + 2p − k)/s
 per dim; padding is at most ``k // 2`` (as torch requires), so every window holds an element
 of ``x``.
 
-Derivatives. Let ``a(x)[n, c, y]`` be the *selected* position of window ``W(y)``: the first
-tap, in row-major tap order, that attains the maximum (see NOTE [max pool ties]). Then
+Derivatives. Let ``m = max_pool(x)`` be the window maxima and ``a(x, m)[n, c, y]`` the
+*selected* position of window ``W(y)``: the first tap, in row-major tap order, where
+``x̃[n, c, i] = m[n, c, y]`` (a NaN matching a NaN; see NOTE [max pool ties]); with
+``m = max_pool(x)`` that is the first position attaining the maximum. Then
 
-    max_pool_gather(t, x)[n, c, y] = t[n, c, a(x)[n, c, y]]             (gather; JVP of max_pool)
-    max_pool_scatter(g, x)[n, c, i] = Σ_{y : a(x)[n, c, y] = i} g[n, c, y]  (scatter; VJP of max_pool)
+    max_pool_gather(t, x, m)[n, c, y] = t[n, c, a(x, m)[n, c, y]]                (gather; JVP of max_pool)
+    max_pool_scatter(g, x, m)[n, c, i] = Σ_{y : a(x, m)[n, c, y] = i} g[n, c, y]  (scatter; VJP of max_pool)
 
-are linear in their first operand and adjoint to each other,
-``⟨max_pool_gather(t, x), g⟩ = ⟨t, max_pool_scatter(g, x)⟩``, and piecewise constant in ``x``
-(their derivative in ``x`` is zero wherever ``a`` is locally constant, i.e. away from ties).
-So ``max_pool(x) = max_pool_gather(x, x)``, its JVP is ``max_pool_gather(ẋ, x)`` and its VJP
-``max_pool_scatter(ḡ, x)``; the gather and the scatter are each other's transposes, which
-closes the family under every transform (``hessian``, ``vmap(grad)``, ``grad(grad)``).
+(a window with no tap equal to ``m[y]`` gathers 0 and scatters nothing; that never happens
+for ``m = max_pool(x)``). Both are linear in their first operand and adjoint to each other,
+``⟨max_pool_gather(t, x, m), g⟩ = ⟨t, max_pool_scatter(g, x, m)⟩``, and piecewise constant
+in ``x`` and ``m`` (their derivative there is zero wherever ``a`` is locally constant, i.e.
+away from ties). So ``max_pool(x) = max_pool_gather(x, x, max_pool(x))``, its JVP is
+``max_pool_gather(ẋ, x, y)`` and its VJP ``max_pool_scatter(ḡ, x, y)`` with ``y`` its own
+output: the backward pass reads the maxima the forward computed instead of recomputing them
+from ``x`` (NOTE [the maxima as a residual]). The gather and the scatter are each other's
+transposes and pass ``x`` and ``m`` on unchanged, which closes the family under every
+transform (``hessian``, ``vmap(grad)``, ``grad(grad)``).
 ``avg_pool`` is linear; its transpose ``avg_pool_transpose`` spreads ``g[y] / D(y)`` back over
 ``W(y)`` (accumulating where windows overlap), and the transpose of that is ``avg_pool``.
 
@@ -91,16 +97,41 @@ def max_pool(x, window, stride=None, padding=0):
     return max_pool_p.bind(x, **pool_params(_nd_of(x), window, stride, padding))
 
 
-def max_pool_gather(t, x, *, window, stride, padding):
+def _maxima(x, m, params):
+    return max_pool_p.bind(x, **params) if m is None else m
+
+
+def max_pool_gather(t, x, m=None, *, window, stride, padding):
     """``t`` at the selected position (the first maximum) of each window of ``x``: the JVP
-    of :func:`max_pool` at ``x`` in the direction ``t`` (``t`` has ``x``'s shape)."""
-    return max_pool_gather_p.bind(t, x, window=window, stride=stride, padding=padding)
+    of :func:`max_pool` at ``x`` in the direction ``t`` (``t`` has ``x``'s shape).
+
+    Args:
+      t: the tangent, shaped as ``x``.
+      x: ``(N, C, S...)``.
+      m: the window maxima ``max_pool(x)`` when the caller has them (the forward's output);
+        ``None`` computes them. The selected position of window ``y`` is its first tap equal
+        to ``m[y]`` (see the module docstring).
+    Returns:
+      ``(N, C, out...)``.
+    """
+    params = dict(window=window, stride=stride, padding=padding)
+    return max_pool_gather_p.bind(t, x, _maxima(x, m, params), **params)
 
 
-def max_pool_scatter(g, x, *, window, stride, padding):
+def max_pool_scatter(g, x, m=None, *, window, stride, padding):
     """Sends each ``g[n, c, y]`` to the selected position (the first maximum) of window ``y``
-    of ``x``, summing where windows overlap: the VJP of :func:`max_pool` at ``x``."""
-    return max_pool_scatter_p.bind(g, x, window=window, stride=stride, padding=padding)
+    of ``x``, summing where windows overlap: the VJP of :func:`max_pool` at ``x``.
+
+    Args:
+      g: the cotangent, shaped as ``max_pool(x)``.
+      x: ``(N, C, S...)``.
+      m: the window maxima ``max_pool(x)`` (the forward's output), or ``None`` to compute
+        them; as for :func:`max_pool_gather`.
+    Returns:
+      ``x``'s shape.
+    """
+    params = dict(window=window, stride=stride, padding=padding)
+    return max_pool_scatter_p.bind(g, x, _maxima(x, m, params), **params)
 
 
 def avg_pool(x, window, stride=None, padding=0, count_include_pad=True):
@@ -167,13 +198,22 @@ def _check_pooled(g, x, params):
                          f"{tuple(x.shape)}")
 
 
-def _max_pool_gather_shape_rule(t, x, **params):
+def _check_maxima(m, x, params):
+    expected = pool_output_shape(x.shape, **params)
+    if tuple(m.shape) != expected:
+        raise ShapeError(f"window maxima of shape {tuple(m.shape)} must have the pooled shape {expected} of x "
+                         f"{tuple(x.shape)}")
+
+
+def _max_pool_gather_shape_rule(t, x, m, **params):
     _check_same_shape(t, x, "tangent")
+    _check_maxima(m, x, params)
     return ShapedArray(pool_output_shape(x.shape, **params), core.common_float_dtype(t, x))
 
 
-def _max_pool_scatter_shape_rule(g, x, **params):
+def _max_pool_scatter_shape_rule(g, x, m, **params):
     _check_pooled(g, x, params)
+    _check_maxima(m, x, params)
     return ShapedArray(x.shape, core.common_float_dtype(g, x))
 
 
@@ -239,50 +279,68 @@ def _max_pool_impl(x, *, window, stride, padding):
 # first tap wins and the derivative of a padded tap is dropped.
 
 
-def _first_max_masks(xp, x_pad, window, stride, out_sp):
+# NOTE [the maxima as a residual]
+# The selection of a max window is the first tap equal to the window's maximum, and the
+# forward pass has just computed every maximum: max_pool's output. So the JVP and VJP rules
+# hand that output to the gather and the scatter as their third operand, and the masks
+# below compare each tap with it instead of reducing x over the window again (Π k passes
+# over the pooled shape and a copy saved per call). The tape keeps max_pool's output for
+# the backward pass beside x (reads=(0, "out")): 1/Π(stride) of x's size. Everything that
+# derives a rule from the gather or the scatter — their own JVP and VJP rules, batching —
+# passes x and m through unchanged, so second-order derivatives and vmap reuse the same
+# maxima.
+
+
+def _first_max_masks(xp, x_pad, m, window, stride, out_sp):
     """Yields ``(sl, selected)`` for each tap in row-major order: ``sl`` the strided slice
     the tap reads, ``selected`` a boolean ``(N, C, out...)`` mask of the windows whose
-    selected position is this tap — the first tap equal to the window's maximum, or the
-    first NaN (NOTE [max pool ties]). The mask is reused between taps: consume it at once."""
+    selected position is this tap — the first tap equal to the window's maximum ``m``, or
+    the first NaN where ``m`` is NaN (NOTE [max pool ties]). The mask is reused between taps:
+    consume it at once."""
     indices = list(_tap_indices(window, stride, out_sp))
-    m = x_pad[indices[0]].copy()
-    for sl in indices[1:]:
-        xp.maximum(m, x_pad[sl], out=m)
     # on the GPU the NaN test would cost a device synchronisation; always take it there
     has_nan = xp is not np or bool(np.isnan(m).any())
     unclaimed = xp.ones(m.shape, dtype=bool)
     selected = xp.empty(m.shape, dtype=bool)
-    for sl in indices:
+    last = len(indices) - 1
+    for i, sl in enumerate(indices):
         s = x_pad[sl]
         xp.equal(s, m, out=selected)
         if has_nan:  # NaN != NaN: a NaN window selects its first NaN
             selected |= xp.isnan(s) & xp.isnan(m)
-        selected &= unclaimed
-        unclaimed ^= selected
+        if i:
+            selected &= unclaimed
+        if i < last:
+            unclaimed ^= selected
         yield sl, selected
 
 
-def _max_pool_gather_impl(t, x, *, window, stride, padding):
+def _check_gather_scatter(prim, a, x, m, params):
+    prim.check(a, x, m, **params)
+    return backend.xp_of(a, x, m)
+
+
+def _max_pool_gather_impl(t, x, m, *, window, stride, padding):
     params = dict(window=window, stride=stride, padding=padding)
-    out_sp = max_pool_gather_p.check(t, x, **params).shape[2:]
-    xp = backend.xp_of(t, x)
+    xp = _check_gather_scatter(max_pool_gather_p, t, x, m, params)
+    out_sp = tuple(m.shape[2:])
     t_pad = pad_spatial(xp, t, padding, 0)
-    out = xp.empty(tuple(x.shape[:2]) + out_sp, dtype=t.dtype)
-    for sl, selected in _first_max_masks(xp, pad_spatial(xp, x, padding, -np.inf), window, stride, out_sp):
+    out = xp.zeros(tuple(x.shape[:2]) + out_sp, dtype=t.dtype)   # zeros: a window may select nothing
+    for sl, selected in _first_max_masks(xp, pad_spatial(xp, x, padding, -np.inf), m, window, stride, out_sp):
         xp.copyto(out, t_pad[sl], where=selected)
     return out
 
 
-def _max_pool_scatter_impl(g, x, *, window, stride, padding):
+def _max_pool_scatter_impl(g, x, m, *, window, stride, padding):
     params = dict(window=window, stride=stride, padding=padding)
-    max_pool_scatter_p.check(g, x, **params)
-    xp = backend.xp_of(g, x)
+    xp = _check_gather_scatter(max_pool_scatter_p, g, x, m, params)
     x_pad = pad_spatial(xp, x, padding, -np.inf)
     out_sp = tuple(g.shape[2:])
+    dtype = g.dtype
     disjoint = all(s >= k for s, k in zip(stride, window))
     if not disjoint:  # overlapping windows: a position may receive from several windows
-        out = xp.zeros(x_pad.shape, dtype=g.dtype)
-        for sl, selected in _first_max_masks(xp, x_pad, window, stride, out_sp):
+        out = xp.zeros(x_pad.shape, dtype=dtype)
+        for sl, selected in _first_max_masks(xp, x_pad, m, window, stride, out_sp):
             # the taps of one slice never overlap; NOTE [branch-free select] for the NumPy path
             out[sl] += select_impl(selected, g, 0)
         return xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
@@ -290,8 +348,8 @@ def _max_pool_scatter_impl(g, x, *, window, stride, padding):
     # writes its positions (g where selected, +0 elsewhere) instead of adding into zeros;
     # positions no window covers (stride > window, or a remainder) are zeroed first
     covered = all(s == k and o * s == n for s, k, o, n in zip(stride, window, out_sp, x_pad.shape[2:]))
-    out = (xp.empty if covered else xp.zeros)(x_pad.shape, dtype=g.dtype)
-    for sl, selected in _first_max_masks(xp, x_pad, window, stride, out_sp):
+    out = (xp.empty if covered else xp.zeros)(x_pad.shape, dtype=dtype)
+    for sl, selected in _first_max_masks(xp, x_pad, m, window, stride, out_sp):
         target = out[sl]
         try:
             select_into(selected, g, 0, out=target)
@@ -355,8 +413,8 @@ avg_pool_transpose_p.impl = _avg_pool_transpose_impl
 # into C would do as well; N keeps the channel count the kernels see unchanged.) For
 # max_pool_gather/scatter an unbatched operand beside a batched one — x unbatched under
 # ``jacrev``/``jacfwd``, which map over cotangents or tangents only — is broadcast to B
-# first: the selection is recomputed for every b, which costs one pooling pass per b, as
-# the loop would, but in one vectorised call.
+# first (x and its maxima m alike): the selection is recomputed for every b, which costs
+# one pass over the taps per b, as the loop would, but in one vectorised call.
 
 
 def _fold_into_n(x, bdim, size):
@@ -375,10 +433,10 @@ def _unary_pool_batcher(primitive):
     return rule
 
 
-def _binary_pool_batcher(primitive):
+def _gather_scatter_batcher(primitive):
     def rule(axis_size, vals, dims, **params):
         x, x_b = vals[1], dims[1]
-        n = x.shape[1 if x_b == 0 else 0]   # the logical N of x (both operands share it)
+        n = x.shape[1 if x_b == 0 else 0]   # the logical N of x (every operand shares it)
         out = primitive.bind(*(_fold_into_n(v, d, axis_size) for v, d in zip(vals, dims)), **params)
         return split_bdim_out_of(out, 0, axis_size, n), 0
 
@@ -393,40 +451,42 @@ def _avg_pool_transpose_batch(axis_size, vals, dims, *, input_shape, **params):
 
 
 batching.primitive_batchers[max_pool_p] = _unary_pool_batcher(max_pool_p)
-batching.primitive_batchers[max_pool_gather_p] = _binary_pool_batcher(max_pool_gather_p)
-batching.primitive_batchers[max_pool_scatter_p] = _binary_pool_batcher(max_pool_scatter_p)
+batching.primitive_batchers[max_pool_gather_p] = _gather_scatter_batcher(max_pool_gather_p)
+batching.primitive_batchers[max_pool_scatter_p] = _gather_scatter_batcher(max_pool_scatter_p)
 batching.primitive_batchers[avg_pool_p] = _unary_pool_batcher(avg_pool_p)
 batching.primitive_batchers[avg_pool_transpose_p] = _avg_pool_transpose_batch
 
 
 # ---------------------------------------------------------------------------------------
 # JVP and VJP rules (see the module docstring): the gather and the scatter are linear in
-# their first operand and each other's transpose; their derivative in x is zero (None).
+# their first operand and each other's transpose; their derivative in x and in the maxima
+# m is zero (None). max_pool's rules pass its own output as m (NOTE [the maxima as a
+# residual]).
 # ---------------------------------------------------------------------------------------
 
 
 def _max_pool_jvp(t, out, x, **params):
-    return max_pool_gather(t, x, **params)
+    return max_pool_gather_p.bind(t, x, out, **params)
 
 
 def _max_pool_vjp(ct, out, x, **params):
-    return max_pool_scatter(ct, x, **params)
+    return max_pool_scatter_p.bind(ct, x, out, **params)
 
 
-def _max_pool_gather_jvp(t, out, t0, x, **params):
-    return max_pool_gather(t, x, **params)
+def _max_pool_gather_jvp(t, out, t0, x, m, **params):
+    return max_pool_gather_p.bind(t, x, m, **params)
 
 
-def _max_pool_gather_vjp(ct, out, t0, x, **params):
-    return max_pool_scatter(ct, x, **params)
+def _max_pool_gather_vjp(ct, out, t0, x, m, **params):
+    return max_pool_scatter_p.bind(ct, x, m, **params)
 
 
-def _max_pool_scatter_jvp(t, out, g, x, **params):
-    return max_pool_scatter(t, x, **params)
+def _max_pool_scatter_jvp(t, out, g, x, m, **params):
+    return max_pool_scatter_p.bind(t, x, m, **params)
 
 
-def _max_pool_scatter_vjp(ct, out, g, x, **params):
-    return max_pool_gather(ct, x, **params)
+def _max_pool_scatter_vjp(ct, out, g, x, m, **params):
+    return max_pool_gather_p.bind(ct, x, m, **params)
 
 
 def _avg_pool_transpose_rule(ct, x, **params):
@@ -438,10 +498,10 @@ def _avg_pool_transpose_transpose(ct, g, *, input_shape, **params):
 
 
 jvp.defjvp(max_pool_p, _max_pool_jvp)
-jvp.defjvp(max_pool_gather_p, _max_pool_gather_jvp, None)
-jvp.defjvp(max_pool_scatter_p, _max_pool_scatter_jvp, None)
-vjp.defvjp(max_pool_p, _max_pool_vjp, reads=(0,))
-vjp.defvjp(max_pool_gather_p, _max_pool_gather_vjp, None, reads=(1,))
-vjp.defvjp(max_pool_scatter_p, _max_pool_scatter_vjp, None, reads=(1,))
+jvp.defjvp(max_pool_gather_p, _max_pool_gather_jvp, None, None)
+jvp.defjvp(max_pool_scatter_p, _max_pool_scatter_jvp, None, None)
+vjp.defvjp(max_pool_p, _max_pool_vjp, reads=(0, "out"))
+vjp.defvjp(max_pool_gather_p, _max_pool_gather_vjp, None, None, reads=(1, 2))
+vjp.defvjp(max_pool_scatter_p, _max_pool_scatter_vjp, None, None, reads=(1, 2))
 vjp.deflinear(avg_pool_p, _avg_pool_transpose_rule)
 vjp.deflinear(avg_pool_transpose_p, _avg_pool_transpose_transpose)
