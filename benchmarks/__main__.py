@@ -5,6 +5,7 @@
     python -m benchmarks dispatch
     python -m benchmarks distributed
     python -m benchmarks control_flow --length 1000
+    python -m benchmarks dp --batch 32 128 512
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -29,6 +30,7 @@ SUITES = {
     "dispatch": "benchmarks.bench_dispatch",
     "distributed": "benchmarks.bench_distributed",
     "control_flow": "benchmarks.bench_control_flow",
+    "dp": "benchmarks.bench_dp",
 }
 
 

@@ -132,6 +132,33 @@ def measure(fn, *, repeats=5, warmup=1, timer=None, scale=1.0):
     return Stats(times, first, name, max(1, warmup), scale)
 
 
+def setup_torch(args, notes, fw, what):
+    """Imports torch and sets it up like NumPy: the same thread count, no TF32. Returns the
+    module, or None with the reason in ``notes`` (``what`` names the rows skipped);
+    ``args`` has ``no_torch`` and ``device``; ``fw["torch"]`` says how torch runs."""
+    if args.no_torch:
+        notes.append(f"{what}: skipped (--no-torch)")
+        return None
+    try:
+        import torch
+        import torch.func  # noqa: F401
+    except ImportError:
+        notes.append(f"{what}: skipped (torch is not installed)")
+        return None
+    if args.device == "gpu" and not torch.cuda.is_available():
+        notes.append(f"{what}: skipped (torch {torch.__version__} sees no CUDA device)")
+        return None
+    threads, source = blas_threads()
+    torch.set_num_threads(threads)
+    # cuvmap computes in strict float32; so must the comparison (TF32 is on by default for
+    # torch's cuDNN convolutions on Ampere and later)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fw["torch"] = (f"{torch.__version__}; torch.set_num_threads({threads}) = NumPy's BLAS threads "
+                   f"(from {source}); TF32 off")
+    return torch
+
+
 def gemm_rate(xp, n=1024, repeats=5, warmup=1, dtype=np.float32, timer=None):
     """The float32 GEMM rate of ``xp.matmul`` on ``n × n`` matrices, in FLOP/s (median),
     with the :class:`Stats`."""

@@ -13,6 +13,10 @@ weights ``(O, I, kh, kw)``, the dense weight ``(12800, 10)`` used as ``h @ w3 + 
 cuvmap, torch.func and JAX versions below take the same dict (converted to their arrays),
 so their gradients can be compared leaf by leaf.
 
+The MLP of the DP benchmark (float32, one example is ``(784,)``): dense 784 → 1024, relu,
+dense 1024 → 1024, relu, dense 1024 → 10, cross entropy (parameters ``w1 b1 w2 b2 w3 b3``,
+dense weights ``(in, out)``; :func:`mlp_params`).
+
 Each framework gets two losses: ``per_example_loss(params, x, y)`` on one example (what
 ``vmap(grad)`` maps), and ``batch_loss(params, xs, ys)``, the mean over a batch (its
 gradient is the ordinary batched backward pass, the floor ``vmap(grad)`` is measured
@@ -98,6 +102,25 @@ def cnn_flops():
                 per_layer=per_layer)
 
 
+MLP_WIDTHS = (784, 1024, 1024, 10)
+
+
+def mlp_params(widths=MLP_WIDTHS, seed=0, dtype=np.float32):
+    """He-initialised dense weights ``w{i}`` ``(in, out)`` and small biases ``b{i}``."""
+    rng = np.random.default_rng(seed)
+    params = {}
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:]), 1):
+        params[f"w{i}"] = (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(dtype)
+        params[f"b{i}"] = (rng.standard_normal(fan_out) * 0.1).astype(dtype)
+    return params
+
+
+def mlp_data(batch, widths=MLP_WIDTHS, seed=1, dtype=np.float32):
+    """``xs`` ``(batch, widths[0])`` standard normal and integer labels ``ys`` ``(batch,)``."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((batch, widths[0])).astype(dtype), rng.integers(0, widths[-1], batch).astype(np.int64)
+
+
 # ---------------------------------------------------------------------------------------
 # cuvmap
 # ---------------------------------------------------------------------------------------
@@ -127,6 +150,30 @@ def cuvmap_batch_loss(params, xs, ys):
     return nn.cross_entropy(cuvmap_forward(params, xs), ys)
 
 
+def cuvmap_mlp_forward(params, x):
+    """Logits ``(N, out)`` of ``x`` ``(N, in)``: dense layers with relu between them."""
+    from cuvmap import nn
+
+    n = len(params) // 2
+    for i in range(1, n + 1):
+        x = x @ params[f"w{i}"] + params[f"b{i}"]
+        if i < n:
+            x = nn.relu(x)
+    return x
+
+
+def cuvmap_mlp_per_example_loss(params, x, y):
+    from cuvmap import nn
+
+    return nn.cross_entropy(cuvmap_mlp_forward(params, x[None]), y[None])
+
+
+def cuvmap_mlp_batch_loss(params, xs, ys):
+    from cuvmap import nn
+
+    return nn.cross_entropy(cuvmap_mlp_forward(params, xs), ys)
+
+
 # ---------------------------------------------------------------------------------------
 # torch.func (a hand-written functional net on torch.nn.functional)
 # ---------------------------------------------------------------------------------------
@@ -151,6 +198,61 @@ def torch_batch_loss(params, xs, ys):
     import torch.nn.functional as F
 
     return F.cross_entropy(torch_forward(params, xs), ys)
+
+
+def torch_mlp_forward(params, x):
+    import torch.nn.functional as F
+
+    n = len(params) // 2
+    for i in range(1, n + 1):
+        x = x @ params[f"w{i}"] + params[f"b{i}"]
+        if i < n:
+            x = F.relu(x)
+    return x
+
+
+def torch_mlp_per_example_loss(params, x, y):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(torch_mlp_forward(params, x.unsqueeze(0)), y.unsqueeze(0))
+
+
+def torch_cnn_module(params):
+    """The README CNN as a ``torch.nn.Sequential`` holding ``params`` (for Opacus, whose
+    hooks need modules): its Linear weight is ``w3ᵀ``."""
+    import torch
+
+    c1, c2 = CNN_CONVS
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(c1[1], c1[2], c1[3]), torch.nn.ReLU(), torch.nn.Conv2d(c2[1], c2[2], c2[3]), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(CNN_FLAT, CNN_CLASSES))
+    _load_torch(net, [params["w1"], params["b1"], params["w2"], params["b2"], params["w3"].T, params["b3"]])
+    return net
+
+
+def torch_mlp_module(params):
+    """The MLP as a ``torch.nn.Sequential`` of Linear and ReLU layers (weights ``w{i}ᵀ``)."""
+    import torch
+
+    n = len(params) // 2
+    layers, values = [], []
+    for i in range(1, n + 1):
+        w = params[f"w{i}"]
+        layers.append(torch.nn.Linear(w.shape[0], w.shape[1]))
+        if i < n:
+            layers.append(torch.nn.ReLU())
+        values += [w.T, params[f"b{i}"]]
+    net = torch.nn.Sequential(*layers)
+    _load_torch(net, values)
+    return net
+
+
+def _load_torch(net, values):
+    import torch
+
+    with torch.no_grad():
+        for p, v in zip(net.parameters(), values):
+            p.copy_(torch.tensor(np.ascontiguousarray(v)))
 
 
 # ---------------------------------------------------------------------------------------

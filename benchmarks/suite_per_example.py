@@ -192,32 +192,6 @@ def _cuvmap_methods(args, params, xs, ys, batch):
     ]
 
 
-def _setup_torch(args, notes, fw):
-    """Imports torch and sets it up like NumPy: the same thread count, no TF32. Returns the
-    module or None (with the reason in ``notes``)."""
-    if args.no_torch:
-        notes.append("torch.func: skipped (--no-torch)")
-        return None
-    try:
-        import torch
-        import torch.func  # noqa: F401
-    except ImportError:
-        notes.append("torch.func: skipped (torch is not installed)")
-        return None
-    if args.device == "gpu" and not torch.cuda.is_available():
-        notes.append(f"torch.func: skipped (torch {torch.__version__} sees no CUDA device)")
-        return None
-    threads, source = harness.blas_threads()
-    torch.set_num_threads(threads)
-    # cuvmap computes in strict float32; so must the comparison (TF32 is on by default for
-    # torch's cuDNN convolutions on Ampere and later)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    fw["torch"] = (f"{torch.__version__}; torch.set_num_threads({threads}) = NumPy's BLAS threads "
-                   f"(from {source}); TF32 off")
-    return torch
-
-
 def _torch_methods(args, torch, params, xs, ys):
     from torch.func import grad, vmap
 
@@ -344,7 +318,7 @@ def run(args, settings):
         from cuvmap.cpu import onednn
 
         onednn.available()      # cuvmap's libdnnl (and its libgomp) before torch's
-    torch = _setup_torch(args, notes, fw)
+    torch = harness.setup_torch(args, notes, fw, "torch.func")
     jax = _setup_jax(args, notes, fw)
     gemm_n = args.gemm_size or (4096 if args.device == "gpu" else 1024)
 

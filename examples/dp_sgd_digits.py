@@ -1,21 +1,26 @@
 """Differentially private training (DP-SGD) of a small CNN on scikit-learn's digits.
 
-    python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--eager] [--no-dp] [--help]
+    python examples/dp_sgd_digits.py [--device cpu|gpu] [--epochs 15] [--clipping ghost|per_example]
+        [--eager] [--no-dp] [--help]
     python examples/dp_sgd_digits.py --processes 2      # or: mpiexec -n 2 python examples/dp_sgd_digits.py
 
 Each step draws a Poisson-sampled batch (every training example independently with
-probability q = batch / N), computes per-example gradients with ``vmap(grad(loss))``,
-clips each example's gradient to L2 norm C over the whole parameter pytree, sums, adds
-Gaussian noise N(0, σ²C²) and divides by the expected batch size (Abadi et al. 2016),
-then takes an Adam step. The RDP accountant of the sampled Gaussian mechanism gives the
-(ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
+probability q = batch / N), clips each example's gradient to L2 norm C over the whole
+parameter pytree, sums, adds Gaussian noise N(0, σ²C²) and divides by the expected batch
+size (Abadi et al. 2016), then takes an Adam step. The clipped sum comes from
+``dp.clipped_grad`` (the default, ``--clipping ghost``: ghost clipping and book-keeping,
+each layer's per-example gradient norm from its activations and output gradients, NOTE
+[ghost clipping] in cuvmap/transforms/ghost.py) or, with ``--clipping per_example``, from
+every example's full gradient, ``vmap(grad(loss))``, clipped and summed
+(``dp.private_gradient``): the same values. The RDP accountant of the sampled Gaussian
+mechanism gives the (ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
 comparison.
 
-The whole step — per-example gradients, clipping, the masked sum, the noise and the Adam
+The whole step — the clipped per-example gradients, the masked sum, the noise and the Adam
 update — runs under ``cuvmap.jit``; the noise is drawn outside it and passed in. A Poisson
 batch changes size every step, so it is padded to the smallest size of a short ladder
 (``dp.batch_buckets``) with a mask that gives the padding zero weight in the clipped sum
-(``dp.pad_batch``, NOTE [padding Poisson batches] in cuvmap/dp.py): the step traces once
+(``dp.pad_batch``, NOTE [padding Poisson batches] in cuvmap/dp/padding.py): the step traces once
 per size met, and neither the gradient nor ε changes. ``--eager`` runs the same step op by
 op on the unpadded batches.
 
@@ -75,6 +80,9 @@ def main(argv=None):
     parser.add_argument("--max-norm", type=positive_float, default=1.0, help="per-example clipping norm C")
     parser.add_argument("--noise", type=positive_float, default=2.0, help="noise multiplier σ")
     parser.add_argument("--delta", type=open_unit_interval, default=1e-5, help="the δ of the (ε, δ) reported")
+    parser.add_argument("--clipping", choices=["ghost", "per_example"], default="ghost",
+                        help="ghost: dp.clipped_grad (ghost norms and book-keeping, per layer); per_example: "
+                             "clip every example's vmap(grad) gradient")
     parser.add_argument("--no-dp", action="store_true", help="ordinary mini-batch training instead")
     parser.add_argument("--eager", action="store_true",
                         help="run the training step op by op on unpadded batches instead of under cuvmap.jit")
@@ -109,14 +117,19 @@ def main(argv=None):
     state = opt.init(params)
     accountant = dp.RDPAccountant()
     per_example_grad = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))
+    clipped_grad = dp.clipped_grad(loss, args.max_norm)
     batch_grad = cv.grad(loss)
     expected = q * n
 
     def dp_step(params, state, x, y, mask, noise):
         """One DP-SGD step: ``mask`` marks the real examples of the (padded) batch, ``noise``
         holds standard normal draws shaped like the parameters."""
-        grads = dp.private_gradient(per_example_grad(params, x, y), args.max_norm, args.noise,
-                                    mask=mask, noise=noise, expected_batch_size=expected)
+        if args.clipping == "ghost":
+            clipped = clipped_grad(params, x, y, mask=mask)   # the clipped sum and the norms
+        else:
+            clipped = per_example_grad(params, x, y)          # every example's gradient
+        grads = dp.private_gradient(clipped, args.max_norm, args.noise, mask=mask, noise=noise,
+                                    expected_batch_size=expected)
         if group.size > 1:  # the processes' shares of the gradient (the noise is process 0's alone)
             grads = lax.psum(grads, "batch")
         return opt.update(grads, state, params)
@@ -135,7 +148,8 @@ def main(argv=None):
     if group.size > 1:
         step_fn = distributed.data_parallel(step_fn, axis_name="batch", group=group)
     buckets = dp.batch_buckets(q * len(y_train), len(y_train))
-    mode = "ordinary SGD (no privacy)" if args.no_dp else f"DP-SGD (C={args.max_norm}, σ={args.noise}, q={q:.4f})"
+    mode = "ordinary SGD (no privacy)" if args.no_dp else \
+        f"DP-SGD (C={args.max_norm}, σ={args.noise}, q={q:.4f}, {args.clipping} clipping)"
     how = "eager" if args.eager else ("jit" if args.no_dp else "jit, batches padded to " +
                                       ", ".join(map(str, buckets[:3])) + (", ..." if len(buckets) > 3 else ""))
     where = f" on {group.size} processes (this is process {group.rank})" if group.size > 1 else ""

@@ -175,6 +175,36 @@ def test_conv_suite_im2col_variants(capsys, tmp_path):
         assert any(r["method"] == f"{label} grouped conv (groups·B)" for r in res["tables"]["grouped_vs_unfold"])
 
 
+def test_dp_suite(capsys, tmp_path):
+    """The DP suite at tiny sizes: every cuvmap row, eager and jitted, agrees with vmap(grad)
+    + dp.clipped_sum; the targets' ratios are reported (not measured at these sizes); torch
+    and Opacus rows run where they are installed."""
+    try:
+        import torch  # noqa: F401
+        has_torch = True
+    except ImportError:
+        has_torch = False
+    res, out = _run(capsys, tmp_path, ["dp", "--batch", "2", "3", "--mlp-widths", "784", "8", "6", "10",
+                                       "--repeats", "2", "--warmup", "1", "--progress", "off", "--slow-seconds", "0"])
+    keys = {(r["network"], r["batch"], r["key"]) for r in res["rows"]}
+    cuvmap_keys = ("batched", "vmap_clip", "ghost", "jit_batched", "jit_vmap_clip", "jit_ghost")
+    assert {(n, b, k) for n in ("mlp", "cnn") for b in (2, 3) for k in cuvmap_keys} <= keys
+    for r in res["rows"]:
+        assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
+        assert r["repeats"] == 2  # --slow-seconds 0: every method is "slow", timed in two rounds
+        if "rel_diff" in r:
+            assert r["rel_diff"] < 1e-4, r
+        if r["framework"] == "cuvmap":
+            assert r["peak_mib"] > 0
+    assert has_torch == any(r["framework"] == "torch" for r in res["rows"])
+    assert res["layer_methods"]["mlp"] == {"w1": "ghost", "b1": "per_example", "w2": "ghost", "b2": "per_example",
+                                           "w3": "ghost", "b3": "per_example"}
+    ratios = {r["ratio"]: r for r in res["ratios"]}
+    assert ratios["ghost / batched (mlp, batch 128)"]["value"] is None
+    assert ratios["ghost peak memory / batched peak memory (cnn, batch 3)"]["value"] > 0
+    assert "## Ratios against the targets" in out and "| network | batch | method |" in out
+
+
 def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     from benchmarks import bench_dispatch
 

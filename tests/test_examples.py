@@ -78,6 +78,21 @@ def test_dp_sgd_digits_jit_and_eager_agree(capsys):
     assert "[eager]" in eager_out and "jit:" not in eager_out
 
 
+def test_dp_sgd_digits_ghost_and_per_example_clipping_agree(capsys):
+    """The default clipping (dp.clipped_grad: ghost norms and book-keeping) and --clipping
+    per_example (every example's vmap(grad) gradient, clipped) compute the same clipped sums,
+    so the runs reach the same test accuracy (their float32 roundings differ) and the same ε."""
+    args = ["--device", "cpu", "--limit", "256", "--batch", "48", "--epochs", "5", "--noise", "1.0",
+            "--progress", "off"]
+    example = load("dp_sgd_digits")
+    acc_ghost, eps_ghost = example.main(args)
+    assert "ghost clipping" in capsys.readouterr().out
+    acc_per_example, eps_per_example = example.main(args + ["--clipping", "per_example"])
+    assert "per_example clipping" in capsys.readouterr().out
+    assert abs(acc_ghost - acc_per_example) <= 0.02 and acc_ghost > 0.2
+    assert eps_ghost == eps_per_example
+
+
 def test_dp_sgd_digits_without_dp():
     acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256",
                                            "--progress", "off"])

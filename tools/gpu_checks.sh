@@ -41,6 +41,10 @@ if [ "${GPU_CHECKS_BENCH:-1}" != 0 ]; then
         | tee "$OUT/per_example_gpu.md" | tail -40
     status=${PIPESTATUS[0]}
     [ "$status" -eq 0 ] || failed+=("benchmarks per_example (exit status $status)")
+    python3 -m benchmarks dp --device gpu --batch 32 128 512 --json "$OUT/dp_gpu.json" 2>&1 \
+        | tee "$OUT/dp_gpu.md" | tail -45
+    status=${PIPESTATUS[0]}
+    [ "$status" -eq 0 ] || failed+=("benchmarks dp (exit status $status)")
     # jit on the GPU: fused kernels and graph replay, then each switched off (the jit rows
     # of the three tables, side by side, say what fusion and graphs gain)
     for setting in "" "CUVMAP_JIT_CUDA_GRAPHS=0" "CUVMAP_JIT_GPU_FUSION=0 CUVMAP_JIT_CUDA_GRAPHS=0"; do

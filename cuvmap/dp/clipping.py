@@ -1,0 +1,182 @@
+r"""Per-example clipping to a global L2 norm over the parameter pytree, and the clipped sum.
+
+``vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)`` gives a pytree shaped like
+``params`` whose leaves carry a leading batch dimension ``B``: one gradient per example.
+DP-SGD (Abadi et al. 2016) clips each example's gradient ``g_b`` (the whole parameter
+pytree, flattened) to L2 norm at most ``C``::
+
+    ḡ_b = g_b · min(1, C / (‖g_b‖₂ + tiny))
+
+so that one example changes the sum ``Σ_b ḡ_b`` by at most ``C`` (its L2 sensitivity is C
+under add/remove-one adjacency). A padded batch weights each example by its mask entry
+``m_b`` (1 for a real example, 0 for padding): ``Σ_b m_b ḡ_b``.
+
+:func:`cuvmap.dp.clipped_grad` computes the same clipped sum and norms from the loss
+itself, without materialising every per-example gradient (ghost clipping and book-keeping,
+:mod:`cuvmap.transforms.ghost`).
+"""
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from cuvmap import core, lax, tree
+from cuvmap import numpy as cnp
+
+
+class ClippedGradient(NamedTuple):
+    """What :func:`cuvmap.dp.clipped_grad` returns: ``summed``, the sum over the batch of the
+    clipped per-example gradients (a pytree like the parameters), and ``norms``, the ``(B,)``
+    per-example gradient norms before clipping. :func:`cuvmap.dp.private_gradient` accepts
+    it in place of per-example gradients."""
+
+    summed: Any
+    norms: Any
+
+
+def _batched_leaves(grads, what):
+    """The leaves of ``grads`` with their paths; checks they share a leading batch dim."""
+    paths, leaves, treedef = tree.flatten_with_path(grads)
+    if not leaves:
+        raise ValueError(f"{what}: the gradient pytree has no array leaves")
+    size = None
+    for path, leaf in zip(paths, leaves):
+        shape = tuple(core.shape_of(leaf))
+        if len(shape) == 0:
+            raise ValueError(
+                f"{what}: leaf {tree.keystr(path) or '(root)'} is a scalar; per-example gradients "
+                "need a leading batch dimension (use vmap(grad(loss), in_axes=(None, 0, ...)))"
+            )
+        if size is None:
+            size, first = shape[0], path
+        elif shape[0] != size:
+            raise ValueError(
+                f"{what}: leaf {tree.keystr(path) or '(root)'} has batch size {shape[0]} along axis 0, "
+                f"but leaf {tree.keystr(first) or '(root)'} has {size}"
+            )
+    return leaves, treedef, size
+
+
+def squared_norms(leaves, size):
+    """``Σ_leaves Σ_i leaf[b, i]²`` for each example ``b``: per leaf one batched dot product
+    of the flattened example with itself (a ``(B,)`` result, no ``(B, ...)`` array of squares)."""
+    total = None
+    for leaf in leaves:
+        per_example = int(np.prod(core.shape_of(leaf)[1:], dtype=np.int64))  # explicit: B may be 0
+        flat = cnp.reshape(leaf, (size, per_example))
+        sq = lax.dot_general(flat, flat, (((1,), (1,)), ((0,), (0,))))
+        total = sq if total is None else cnp.add(total, sq)
+    return total
+
+
+def clip_scale(norms, max_norm, tiny, mask=None):
+    """Each example's weight in the clipped sum: ``s_b = m_b · min(1, C / (norms_b + tiny))``
+    (``m_b = 1`` without a mask), in the dtype of ``norms``."""
+    scale = cnp.minimum(1.0, cnp.divide(max_norm, cnp.add(norms, tiny)))
+    if mask is not None:
+        scale = cnp.multiply(scale, cnp.astype(mask, core.dtype_of(scale)))
+    return scale
+
+
+def per_example_global_norms(grads):
+    """The L2 norm of each example's gradient over the whole parameter pytree.
+
+    ``norms[b] = sqrt(Σ_leaves Σ_i leaf[b, i]²)``: every leaf is flattened per example and
+    the squares of all leaves are summed, as one flat vector per example (the "global norm"
+    of ``tf.clip_by_global_norm`` and of Opacus' flat clipping).
+
+    Args:
+      grads: a pytree whose leaves all have the same leading batch dimension ``B``
+        (NumPy or CuPy arrays, or tracers: the computation is made of cuvmap primitives,
+        so it can itself be transformed).
+
+    Returns:
+      An array of shape ``(B,)`` (in the promoted dtype of the leaves).
+
+    Example::
+
+        norms = per_example_global_norms({"w": g_w, "b": g_b})   # g_w: (B, 3, 4), g_b: (B, 4)
+    """
+    leaves, _, size = _batched_leaves(grads, "per_example_global_norms")
+    return cnp.sqrt(squared_norms(leaves, size))
+
+
+def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
+    """Clips each example's gradient to global L2 norm at most ``max_norm``.
+
+    Each example ``b`` is scaled by ``min(1, max_norm / (‖g_b‖₂ + tiny))`` (Abadi et al.
+    2016, Algorithm 1), all examples at once: one scale vector of shape ``(B,)`` broadcast
+    against every leaf; the loop is over the leaves, never over the examples. Examples whose
+    norm is at most ``max_norm - tiny`` come back unchanged; the others end with norm just
+    below ``max_norm``. ``tiny`` keeps an all-zero gradient from dividing by zero (Opacus
+    uses the same 1e-6).
+
+    Args:
+      grads: per-example gradients, a pytree of arrays with a common leading dim ``B``.
+      max_norm: the clipping bound ``C > 0``.
+      tiny: added to the norm in the denominator.
+      return_norms: also return the norms before clipping.
+
+    Returns:
+      The clipped pytree (same structure, shapes and dtypes), or ``(clipped, norms)``.
+
+    Example::
+
+        clipped, norms = clip_per_example(per_ex, 1.0, return_norms=True)
+    """
+    if not max_norm > 0:
+        raise ValueError(f"clip_per_example: max_norm must be positive, got {max_norm!r}")
+    leaves, treedef, size = _batched_leaves(grads, "clip_per_example")
+    norms = cnp.sqrt(squared_norms(leaves, size))
+    scale = clip_scale(norms, max_norm, tiny)
+    out = []
+    for leaf in leaves:
+        ndim = len(core.shape_of(leaf))
+        s = cnp.astype(cnp.reshape(scale, (size,) + (1,) * (ndim - 1)), core.dtype_of(leaf))
+        out.append(cnp.multiply(leaf, s))
+    clipped = tree.unflatten(treedef, out)
+    return (clipped, norms) if return_norms else clipped
+
+
+def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False):
+    """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
+    each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding).
+
+    Each example's scale ``s_b = m_b · min(1, C / (‖g_b‖₂ + tiny))`` (as in
+    :func:`clip_per_example`) is applied in the sum itself: one contraction
+    ``Σ_b s_b g_b`` per leaf (a matrix-vector product over the batch dim), never the
+    clipped ``(B, ...)`` arrays. Padding rows get the weight exactly 0, so they add exact
+    zeros: the result does not depend on their values as long as their gradients are
+    finite (``0 · inf`` is NaN; :func:`pad_batch` repeats a real example so that they are).
+    See NOTE [padding Poisson batches].
+
+    Args:
+      per_example_grads: a pytree of arrays with a common leading batch dim ``B`` (``B``
+        may be 0: the sum is then zeros).
+      max_norm: the clipping bound ``C > 0``.
+      mask: ``(B,)`` bool or numeric weights, or ``None`` for all ones.
+      tiny: added to the norm in the denominator.
+      return_norms: also return the ``(B,)`` norms before clipping (padding rows included).
+
+    Returns:
+      A pytree shaped like one example's gradient (leaves without the batch dim, in their
+      dtypes), or ``(summed, norms)``.
+
+    Example::
+
+        (x, y), mask = pad_batch((xs, ys), bucket_for(len(ys), buckets))
+        summed = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
+    """
+    if not max_norm > 0:
+        raise ValueError(f"clipped_sum: max_norm must be positive, got {max_norm!r}")
+    leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
+    norms = cnp.sqrt(squared_norms(leaves, size))
+    if mask is not None and tuple(core.shape_of(mask)) != (size,):
+        raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
+                         f"gradients have batch size {size} (the mask needs shape ({size},))")
+    scale = clip_scale(norms, max_norm, tiny, mask)
+    out = []
+    for leaf in leaves:
+        s = cnp.astype(scale, core.dtype_of(leaf))
+        out.append(cnp.tensordot(s, leaf, axes=1))
+    summed = tree.unflatten(treedef, out)
+    return (summed, norms) if return_norms else summed
