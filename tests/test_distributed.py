@@ -56,6 +56,26 @@ def test_collectives_and_data_parallel_gradients(n):
     assert sorted(int(r) for r in re.findall(r"ok (\d+)", result.stdout)) == list(range(n)), result.stdout
 
 
+@needs_mpiexec
+def test_the_processes_of_a_job_share_the_cores():
+    """Without thread settings, each of n processes gets cores // n BLAS and OpenMP threads
+    (n processes of a BLAS each as wide as the machine would oversubscribe it)."""
+    env = {k: v for k, v in job_env().items() if k not in distributed.threads.USER_SETTINGS}
+    cores = len(os.sched_getaffinity(0))
+    result = distributed.launch(2, [str(JOBS / "threads.py")], env=env, timeout=120, capture_output=True, text=True,
+                                cwd=str(ROOT))
+    assert result.returncode == 0, result.stdout + result.stderr
+    want = max(1, cores // 2)
+    lines = re.findall(r"rank (\d) blas (\w+) omp (\d+)", result.stdout)
+    assert sorted(r for r, _, _ in lines) == ["0", "1"], result.stdout
+    for _, blas, omp in lines:
+        assert int(omp) == want and blas in (str(want), "None"), result.stdout
+    # a user's setting wins
+    result = distributed.launch(2, [str(JOBS / "threads.py")], env=dict(env, OPENBLAS_NUM_THREADS="1"), timeout=120,
+                                capture_output=True, text=True, cwd=str(ROOT))
+    assert result.returncode == 0 and "the user's (OPENBLAS_NUM_THREADS set)" in result.stdout, result.stdout
+
+
 def _load_example():
     spec = importlib.util.spec_from_file_location("example_dp_sgd_digits", ROOT / "examples" / "dp_sgd_digits.py")
     module = importlib.util.module_from_spec(spec)

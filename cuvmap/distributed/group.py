@@ -5,6 +5,7 @@ import time
 
 from cuvmap import api_util, backend, core
 from cuvmap.distributed import launcher as launch_mod
+from cuvmap.distributed import threads as threads_mod
 from cuvmap.distributed import watchdog as watchdog_mod
 from cuvmap.distributed.mpi import LocalEngine, MPIEngine
 
@@ -121,8 +122,10 @@ def initialize(*, timeout=None):
     job is this one process and needs no MPI; under one it joins ``mpi4py``'s
     ``COMM_WORLD`` and checks that it has the launcher's size. In a job of several it
     installs the guards of NOTE [a job ends when one process fails] (an uncaught exception
-    aborts the job; a collective that waits longer than ``timeout`` seconds aborts it) and,
-    when CuPy sees GPUs, makes GPU ``local_rank % count`` this process's device.
+    aborts the job; a collective that waits longer than ``timeout`` seconds aborts it),
+    shares this machine's cores between the job's processes on it unless the user chose
+    thread counts (:func:`cuvmap.distributed.threads.share_cores`) and, when CuPy sees
+    GPUs, makes GPU ``local_rank % count`` this process's device.
 
     Args:
       timeout: seconds a collective may wait for the other processes (default
@@ -157,6 +160,7 @@ def initialize(*, timeout=None):
     group = ProcessGroup(comm, local_rank=info.local_rank, timeout=timeout, launcher=info.launcher)
     if group.size > 1:
         watchdog_mod.install_excepthook(group.describe(), group.abort)
+    threads_mod.share_cores(info.local_size)
     _select_gpu(info.local_rank)
     _group = group
     return group
