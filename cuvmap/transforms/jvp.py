@@ -35,7 +35,7 @@ class JVPTrace(Trace):
         primals = list(args)
         tangents = None
         for i, x in enumerate(args):
-            if main.owns(x):
+            if type(x) is JVPTracer and x._main is main:  # main.owns(x), inlined: every bind
                 primals[i] = x.primal
                 if x.tangent is not None:
                     if tangents is None:
@@ -146,17 +146,20 @@ def _add(a, b):
     return lax.add(a, b)
 
 
+def has_aval_of(x, like):
+    """Whether ``x`` has the shape and dtype of ``like`` (any float dtype, for a weakly
+    typed Python float ``like``): the common case, which :func:`match_aval` returns as is."""
+    return core.shape_of(x) == core.shape_of(like) and (type(like) is float or core.dtype_of(x) == core.dtype_of(like))
+
+
 def match_aval(x, like, fit_shape):
     """``x`` with the shape and dtype of ``like``: ``fit_shape(x, shape)`` makes the shape
     (broadcasting a tangent to its output, summing a cotangent back to its operand), and a
     cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype."""
-    shape = core.shape_of(like)
-    x_shape = core.shape_of(x)
-    if x_shape == shape and (type(like) is float or core.dtype_of(x) == core.dtype_of(like)):
-        return x
     from cuvmap import lax
 
-    if x_shape != shape:
+    shape = core.shape_of(like)
+    if core.shape_of(x) != shape:
         x = fit_shape(x, shape)
     if type(like) is not float and core.dtype_of(x) != core.dtype_of(like):
         x = lax.convert_element_type(x, core.dtype_of(like))
@@ -165,6 +168,8 @@ def match_aval(x, like, fit_shape):
 
 def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
+    if has_aval_of(t, out):
+        return t
     from cuvmap import lax
 
     return match_aval(t, out, lax.broadcast_to)

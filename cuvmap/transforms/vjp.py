@@ -21,6 +21,7 @@ import dataclasses
 
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
+from cuvmap.transforms.jvp import has_aval_of, match_aval
 
 primitive_vjps = {}
 # NOTE [what the tape keeps]
@@ -114,7 +115,7 @@ class VJPTrace(Trace):
         primals = list(args)
         operand_nodes = []
         for i, x in enumerate(args):
-            if main.owns(x):
+            if type(x) is VJPTracer and x._main is main:  # main.owns(x), inlined: every bind
                 primals[i] = x.primal
                 operand_nodes.append((i, x.node))
         return primals, operand_nodes
@@ -215,8 +216,9 @@ def _backward_call(entry, cts, node, num_outs):
 def match_operand(ct, primal):
     """Sums a cotangent over the dims its operand was broadcast along (NumPy broadcasting)
     and casts it to the operand's dtype."""
+    if has_aval_of(ct, primal):
+        return ct
     from cuvmap import lax
-    from cuvmap.transforms.jvp import match_aval
 
     return match_aval(ct, primal, lax.unbroadcast)
 
