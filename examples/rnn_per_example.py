@@ -35,21 +35,24 @@ def init_params(rng, dtype=np.float32):
             "b": np.zeros(HIDDEN, dtype), "w_out": glorot((HIDDEN, 2)), "b_out": np.zeros(2, dtype)}
 
 
-def loss(params, xs, y):
-    """Cross entropy of one sequence: ``xs`` (length, FEATURES), ``y`` an integer label."""
+def final_state(params, xs, h0):
+    """The last hidden state of the RNN over ``xs`` (time first: ``(length, ...)``)."""
     def cell(h, x):
         return cnp.tanh(x @ params["w_in"] + h @ params["w_h"] + params["b"]), None
 
-    h, _ = lax.scan(cell, cnp.zeros(HIDDEN, dtype=xs.dtype), xs)
+    return lax.scan(cell, h0, xs)[0]
+
+
+def loss(params, xs, y):
+    """Cross entropy of one sequence: ``xs`` (length, FEATURES), ``y`` an integer label."""
+    h = final_state(params, xs, cnp.zeros(HIDDEN, dtype=xs.dtype))
     logits = h @ params["w_out"] + params["b_out"]
     return nn.cross_entropy(logits[None], y[None])
 
 
 def predict(params, xs):
-    def cell(h, x):
-        return cnp.tanh(x @ params["w_in"] + h @ params["w_h"] + params["b"]), None
-
-    h, _ = lax.scan(cell, cnp.zeros((xs.shape[0], HIDDEN), dtype=xs.dtype), cnp.transpose(xs, (1, 0, 2)))
+    """Labels of a batch of sequences ``xs`` (batch, length, FEATURES)."""
+    h = final_state(params, cnp.transpose(xs, (1, 0, 2)), cnp.zeros((xs.shape[0], HIDDEN), dtype=xs.dtype))
     return cnp.argmax(h @ params["w_out"] + params["b_out"], axis=-1)
 
 
