@@ -100,13 +100,10 @@ def test_binary_pieces_and_buckets():
     assert [(s.start, s.stop, g0, gg) for s, g0, gg in onednn._pieces(1, 6)] == [(0, 1, 0, 4), (0, 1, 4, 2)]
 
 
-@needs_onednn
-def test_odd_batch_sizes_run_as_power_of_two_pieces(monkeypatch):
-    """N = 37 (forward, both gradients) and groups = 13 with N = 1 (the per-example weight
-    gradient's layout) against the loops; the plans made are for power-of-two sizes only."""
-    monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
-    monkeypatch.setitem(onednn._settings, "threading", "openmp")     # the pieces of one call, unsplit
-    rng = np.random.default_rng(1)
+def _check_odd_batch(seed):
+    """oneDNN's forward and both gradients of a batch of 37 (float32) against the naive
+    loops and the im2col kernel (float64)."""
+    rng = np.random.default_rng(seed)
     stride, padding, dilation = (1, 2), (1, 0), (1, 1)
     x = rng.standard_normal((37, 2, 6, 7))
     w = rng.standard_normal((3, 2, 3, 3))
@@ -116,9 +113,21 @@ def test_odd_batch_sizes_run_as_power_of_two_pieces(monkeypatch):
     _close(onednn.forward(f32(x), f32(w), stride, padding, dilation, 1), y)
     _close(onednn.backward_weight(f32(g), f32(x), w.shape, stride, padding, dilation, 1),
            naive_backward_weight(g, x, w.shape, stride, padding, dilation, 1))
-    gx = onednn.backward_input(f32(g), f32(w), x.shape, stride, padding, dilation, 1)
-    _close(gx, conv_gemm.backward_input(g, w, x.shape, stride, padding, dilation, 1))
+    _close(onednn.backward_input(f32(g), f32(w), x.shape, stride, padding, dilation, 1),
+           conv_gemm.backward_input(g, w, x.shape, stride, padding, dilation, 1))
+
+
+@needs_onednn
+def test_odd_batch_sizes_run_as_power_of_two_pieces(monkeypatch):
+    """N = 37 (forward, both gradients) and groups = 13 with N = 1 (the per-example weight
+    gradient's layout) against the loops; the plans made are for power-of-two sizes only."""
+    monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
+    monkeypatch.setitem(onednn._settings, "threading", "openmp")     # the pieces of one call, unsplit
+    _check_odd_batch(seed=1)
     # one example, 13 groups of 2 → 3 channels
+    rng = np.random.default_rng(1)
+    stride, padding, dilation = (1, 2), (1, 0), (1, 1)
+    f32 = lambda a: a.astype(np.float32)  # noqa: E731
     xg = rng.standard_normal((1, 26, 6, 7))
     wg = rng.standard_normal((39, 2, 3, 3))
     yg = naive_conv(xg, wg, stride, padding, dilation, 13)
@@ -204,18 +213,10 @@ def test_the_threads_mode_splits_each_call_over_cuvmaps_threads(monkeypatch):
 
     monkeypatch.setattr(onednn, "_run_serial", spy)
     try:
+        _check_odd_batch(seed=5)
         rng = np.random.default_rng(5)
         stride, padding, dilation = (1, 2), (1, 0), (1, 1)
-        x = rng.standard_normal((37, 2, 6, 7))
-        w = rng.standard_normal((3, 2, 3, 3))
-        y = naive_conv(x, w, stride, padding, dilation, 1)
-        g = rng.standard_normal(y.shape)
         f32 = lambda a: a.astype(np.float32)  # noqa: E731
-        _close(onednn.forward(f32(x), f32(w), stride, padding, dilation, 1), y)
-        _close(onednn.backward_weight(f32(g), f32(x), w.shape, stride, padding, dilation, 1),
-               naive_backward_weight(g, x, w.shape, stride, padding, dilation, 1))
-        _close(onednn.backward_input(f32(g), f32(w), x.shape, stride, padding, dilation, 1),
-               conv_gemm.backward_input(g, w, x.shape, stride, padding, dilation, 1))
         xg = rng.standard_normal((1, 26, 6, 7))
         wg = rng.standard_normal((39, 2, 3, 3))
         gg = rng.standard_normal(naive_conv(xg, wg, stride, padding, dilation, 13).shape)
