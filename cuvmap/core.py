@@ -16,6 +16,7 @@ Levels keep nested transforms apart: in ``grad(lambda x: grad(lambda y: x * y)(1
 inner ``grad`` sees ``x`` as a constant, so perturbations never get confused. A tracer
 whose main has been popped has *escaped* its transform; using it raises an error.
 """
+import dis
 import itertools
 import sys
 import threading
@@ -356,6 +357,23 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     def __array__(self, dtype=None, copy=None):
+        subscript = _caller_subscript()
+        if subscript == "write":
+            raise ConcretizationError(
+                f"a traced value with shape {self.shape} was used as the position of an "
+                "assignment into a concrete array (a[i] = v where a is a NumPy or CuPy array), "
+                "which cannot be written at a traced position; build the new array instead, e.g. "
+                "cuvmap.numpy.where(cuvmap.numpy.arange(len(a)) == i, v, a)",
+                where=self._main.name,
+            )
+        if subscript == "read":
+            raise ConcretizationError(
+                f"a traced value with shape {self.shape} was used to index a concrete array "
+                "(a[i] where a is a NumPy or CuPy array): NumPy cannot index with a traced "
+                "value; write cuvmap.numpy.take(a, i, axis=0) or cuvmap.numpy.getitem(a, index), "
+                "which index with tracers",
+                where=self._main.name,
+            )
         raise ConcretizationError(
             f"a traced value with shape {self.shape} was converted to a NumPy array "
             "(np.asarray, np.array or a NumPy function applied to it); use cuvmap.numpy "
@@ -390,6 +408,28 @@ class Tracer:
 
     def __index__(self):
         raise self._concretization_error("the use as a Python index (range(), list[...])")
+
+
+_SUBSCRIPT_OPS = {"BINARY_SUBSCR": "read", "STORE_SUBSCR": "write", "DELETE_SUBSCR": "write"}
+_BINARY_OP_NAMES = [name for name, _ in getattr(dis, "_nb_ops", ())]
+_NB_SUBSCR = _BINARY_OP_NAMES.index("NB_SUBSCR") if "NB_SUBSCR" in _BINARY_OP_NAMES else None
+
+
+def _caller_subscript():
+    """``"read"`` or ``"write"`` when ``Tracer.__array__`` was reached from a Python
+    subscript of its caller (``a[i]``, or ``a[i] = v`` / ``del a[i]``), else ``None``:
+    NumPy's ``ndarray.__getitem__`` is C code, so the frame above ``__array__`` is the
+    user's, stopped at the subscript's bytecode (``BINARY_SUBSCR``, or ``BINARY_OP`` with
+    ``NB_SUBSCR`` from Python 3.14). It only shapes an error message."""
+    try:
+        frame = sys._getframe(2)
+        code, offset = frame.f_code.co_code, frame.f_lasti
+        name = dis.opname[code[offset]]
+        if name == "BINARY_OP" and _NB_SUBSCR is not None and code[offset + 1] == _NB_SUBSCR:
+            return "read"
+        return _SUBSCRIPT_OPS.get(name)
+    except (ValueError, IndexError, AttributeError):
+        return None
 
 
 class PrimalTracer(Tracer):

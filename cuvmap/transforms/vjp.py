@@ -140,9 +140,11 @@ def record_call(main, primitive, params, rule, operand_avals, operand_nodes, out
 def _aval_of(x):
     """What the tape keeps of a value its rule does not read (NOTE [what the tape keeps]):
     its shape and dtype (built without the conversions of ``ShapedArray.__init__``: this
-    runs for every recorded operand)."""
-    if type(x) in core._PY_SCALAR_DTYPES:
-        return x
+    runs for every recorded operand). A Python scalar becomes its weak 0-d aval, so rules
+    may read ``x.shape`` and ``x.dtype`` of any operand they do not read the value of."""
+    scalar_dtype = core._PY_SCALAR_DTYPES.get(type(x))
+    if scalar_dtype is not None:
+        return core.ShapedArray((), scalar_dtype, weak_type=True)
     aval = object.__new__(core.ShapedArray)
     aval.shape = x.shape
     aval.dtype = x.dtype
