@@ -21,6 +21,14 @@ Settings:
   program that needs no host synchronisation is captured as a CUDA graph on its second
   call and replayed afterwards (``cuvmap/cuda/graphs.py``).
 
+- ``jit_pool_signatures`` (``8``; ``CUVMAP_JIT_POOL_SIGNATURES``) and ``jit_pool_bytes``
+  (``1 << 30``, 1 GiB; ``CUVMAP_JIT_POOL_BYTES``): on the CPU a jitted function keeps, for
+  each argument signature, its program (small) and the buffers its plan reuses across
+  calls (about the program's intermediates); the buffers are kept only for its most
+  recently used ``jit_pool_signatures`` signatures and while they hold at most
+  ``jit_pool_bytes`` in all (the signature just called always keeps its own). Dropped
+  buffers go back to the operating system (glibc's ``malloc_trim``).
+
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
 
@@ -56,11 +64,24 @@ def _bool(value, name):
     raise ValueError(f"cuvmap.config: {name} must be True or False (or 1/0), got {value!r}")
 
 
-_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool}
+def _count(value, name):
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < 0 or isinstance(value, (bool, float)) and value != number:
+        raise ValueError(f"cuvmap.config: {name} must be a non-negative int, got {value!r}")
+    return number
+
+
+_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
+           "jit_pool_signatures": _count, "jit_pool_bytes": _count}
 _values = {
     "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
     "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
     "jit_cuda_graphs": _bool(os.environ.get("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
+    "jit_pool_signatures": _count(os.environ.get("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
+    "jit_pool_bytes": _count(os.environ.get("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
 }
 
 

@@ -155,6 +155,41 @@ def keep_host_memory():
     return _host_memory
 
 
+def release_host_memory():
+    """Hands the free memory at the top of glibc's heaps back to the operating system
+    (``malloc_trim(0)``) after a jitted function dropped buffers it kept; returns whether
+    the C library has ``malloc_trim`` (glibc on Linux)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim if sys.platform.startswith("linux") else False
+        except (OSError, AttributeError):
+            _malloc_trim = False
+        if _malloc_trim:
+            _malloc_trim.argtypes, _malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    if _malloc_trim:
+        _malloc_trim(0)
+    return bool(_malloc_trim)
+
+
+_malloc_trim = None
+
+
+def pool_bytes(p):
+    """The bytes held by plan ``p``'s pool (NOTE [buffer planning])."""
+    return sum(b.nbytes for buffers in list(p.pool.values()) for b in list(buffers))
+
+
+def empty_pool(p):
+    """Drops the buffers of plan ``p``'s pool; the lists stay (the plan's generated code
+    holds them), so the next call refills them. Returns the bytes dropped."""
+    dropped = 0
+    for buffers in list(p.pool.values()):
+        dropped += sum(b.nbytes for b in list(buffers))
+        buffers.clear()
+    return dropped
+
+
 def host_memory_setting():
     """What :func:`keep_host_memory` did (a sentence), or None before any CPU plan."""
     return _host_memory
