@@ -12,6 +12,7 @@ reason, so that ``tools/gpu_checks.sh`` lists them. Convolution results are chec
 against the naive float64 loops of tests/test_conv.py.
 """
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -415,18 +416,28 @@ def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
     tests = tmp_path / "test_probe.py"
     tests.write_text(_SCRIPT_TESTS.format(failing="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
                                           if failing else ""))
-    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_CHECKS_TESTS=str(tests), GPU_CHECKS_BENCH="0",
+    out_dir = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out_dir), GPU_CHECKS_TESTS=str(tests),
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh")], cwd=ROOT, env=env,
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh"), "tests"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     out = proc.stdout
     assert "SKIPPED [1] " in out and "the reason this skips" in out
     assert ("FAILED " in out and "test_fails" in out) is failing
-    assert ("!! FAILED: GPU tests (pytest exit status 1;" in out) is failing
+    assert ("!! FAILED: gpu_tests (exit status 1)" in out) is failing
     cudnn_missing = not cudnn.available()
     assert ("!! cuDNN IS UNAVAILABLE: " in out) is cudnn_missing
-    assert ("!! FAILED: cuDNN unavailable" in out) is cudnn_missing
+    assert ("!! FAILED: preflight (exit status" in out) is cudnn_missing
     assert proc.returncode == (1 if failing or cudnn_missing else 0), out + proc.stderr
+    # everything comes back in two files: the summary (with a timestamp per step) and the logs
+    assert sorted(p.name for p in out_dir.iterdir()) == ["gpu_tests.tar.gz", "summary_tests.txt"]
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] start gpu_tests", (out_dir / "summary_tests.txt").read_text(), re.M)
+
+
+def test_gpu_checks_refuses_an_unknown_part():
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh"), "everything"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage: bash tools/gpu_checks.sh tests|bench" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------
