@@ -567,7 +567,25 @@ GPU_PROGRAMS = [
     ("casts", FUSIBLE_SAMPLES[6][1], lambda: (np.linspace(-1, 1, 300), np.linspace(-2, 2, 300))),
     ("grad", lambda x, y: cv.grad(lambda a: cnp.sum(cnp.tanh(a * y) ** 2))(x),
      lambda: (np.linspace(-1, 1, 512), np.linspace(0, 1, 512))),
+    ("powers", FUSIBLE_SAMPLES[4][1], lambda: (np.linspace(0.1, 3, 777), np.linspace(-2, 2, 777))),
+    # signed zeros and NaNs through maximum/minimum: CuPy's (CUDA's fmax) gives +0.0 for
+    # max(-0.0, +0.0) in either order, and the fused kernel must too
+    ("signed zeros", lambda x, y: cnp.maximum(x * 1.0, y * 1.0) - cnp.minimum(y * 1.0, x * 1.0),
+     lambda: (np.array([0.0, -0.0, 0.0, -0.0, np.nan, 1.0, -1.0] * 40), np.array([-0.0, 0.0, 0.0, -0.0, 2.0, np.nan, -0.0] * 40))),
 ]
+
+
+def _assert_same_bits(got, want):
+    """Equal bit for bit (so +0.0 and -0.0 differ), NaN payloads aside."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype.kind == "f":
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        keep = ~np.isnan(want)
+        uint = np.dtype(f"u{got.dtype.itemsize}")
+        np.testing.assert_array_equal(got[keep].view(uint), want[keep].view(uint))
+    else:
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.gpu
@@ -587,7 +605,7 @@ def test_fused_and_graphed_programs_give_the_unfused_bits(name, f, make, monkeyp
         for _ in range(3):
             got = cv.device_put(jf(*args), "cpu")
             for g, w in zip(cv.tree.leaves(got), cv.tree.leaves(want)):
-                np.testing.assert_array_equal(g, w)
+                _assert_same_bits(g, w)
     assert kernels_made, "the program should have fused groups"
     assert len(replays) == 2, "the second and third calls replay the graph"
 

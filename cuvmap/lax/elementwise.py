@@ -96,7 +96,9 @@ def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **fact
 # impl computes through CuPy's ufuncs, so a fused program gives the unfused bits (NOTE
 # [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py): rsqrt is a
 # reciprocal of sqrt as the impl, integer_pow's square is a product as the impl, and
-# max/min propagate NaN as NumPy's maximum/minimum (CUDA's fmax would drop it).
+# max/min are CuPy's maximum/minimum: CUDA's max/min (fmax/fmin for floats, so
+# max(-0.0, +0.0) is +0.0 in either order, as CuPy's and unlike a comparison) except that
+# a NaN operand gives a NaN (the sum of the operands: a NaN, its payload aside).
 # Powers other than squares (pow, integer_pow with y != 2) run unfused: CUDA's pow is
 # libdevice code whose multiply-adds NVRTC contracts or not by --fmad, and fused kernels
 # are compiled with --fmad=false while CuPy's own power kernel is not, so a fused pow could
@@ -128,8 +130,8 @@ sub_p = _nary("sub", np.subtract, fused=CExpression("({0} - {1})"))
 mul_p = _nary("mul", np.multiply, fused=CExpression("({0} * {1})"))
 div_p = _nary("div", np.true_divide, _div_shape_rule, fused=_c_float("({0} / {1})"))
 pow_p = _nary("pow", np.power)  # unfused: NOTE [fused expressions]
-max_p = _nary("max", np.maximum, fused=CExpression("(({0} > {1} || {0} != {0}) ? {0} : {1})"))
-min_p = _nary("min", np.minimum, fused=CExpression("(({0} < {1} || {0} != {0}) ? {0} : {1})"))
+max_p = _nary("max", np.maximum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : max({0}, {1}))"))
+min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : min({0}, {1}))"))
 # Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
 # sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
 floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
