@@ -405,11 +405,11 @@ def _place_results(units, slots, groups, gpu, fused_callable):
             continue
         eqn = unit
         array_ins = [s for s in ins if s not in slots.literal_slots]
-        if type(eqn.out) is tuple:
+        if eqn.primitive.multiple_results:
             # a function of its own (a checkpointed region, a custom-derivative call): its
             # results may be views of its operands (an identity), so they join the
             # operands' groups
-            outs = tuple(slots.slot_of[v] for v in eqn.out)
+            outs = tuple(slots.slot_of[v] for v in eqn.outs)
             if array_ins:
                 groups.join(array_ins, outs)
             else:
@@ -423,8 +423,9 @@ def _place_results(units, slots, groups, gpu, fused_callable):
 
 def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
     """The step of equation ``k``, which has one result (NOTE [buffer planning])."""
-    out = slots.slot_of[eqn.out]
-    aval = eqn.out.aval
+    var = eqn.outs[0]
+    out = slots.slot_of[var]
+    aval = var.aval
     prim = eqn.primitive
     writes = prim.impl_into is not None
     reusable = (writes and not eqn.params and aval.shape and _nbytes(aval) >= MIN_REUSE_BYTES

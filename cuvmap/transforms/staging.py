@@ -145,7 +145,7 @@ class StagingTrace(Trace):
         out_aval = core.ShapedArray(out.shape, out.dtype, False, _out_device(avals))
         origin = next((v.origin for v in inputs if type(v) is Var and v.origin), None)
         var = Var(out_aval, origin)
-        builder.eqns.append(JaxprEqn(primitive, inputs, var, params))
+        builder.eqns.append(JaxprEqn(primitive, inputs, [var], params))
         return StagedTracer(self.main, var)
 
     def process_call(self, primitive, args, params):
@@ -160,7 +160,7 @@ class StagingTrace(Trace):
         builder = self.main.global_data
         inputs = [self.to_input(builder, x) for x in args]
         device = _out_device([v.aval for v in inputs])
-        outs = tuple(Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device)) for a in out_avals)
+        outs = [Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device)) for a in out_avals]
         builder.eqns.append(JaxprEqn(primitive, inputs, outs, params))
         return [StagedTracer(self.main, v) for v in outs]
 
