@@ -6,6 +6,8 @@ the GPU is asked for, so importing cuvmap never requires it.
 """
 import numpy as np
 
+from cuvmap import tree
+
 _cupy = None
 _cupy_probed = False
 
@@ -87,8 +89,6 @@ def device_put(x, device="cpu"):
 
         xs_gpu = cuvmap.device_put(xs, "gpu")
     """
-    from cuvmap import tree
-
     xp = xp_for(device)
 
     def put(leaf):

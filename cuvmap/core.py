@@ -112,6 +112,14 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
+def is_value(x):
+    """Whether ``x`` is a value the transforms take as a leaf: a tracer, an array (NumPy,
+    CuPy, anything with a ``shape``) or a Python scalar (``bool``, ``int``, ``float``,
+    ``complex``: the kinds :func:`get_aval` knows). A leaf that is not (a string, ``None``,
+    a function) is an error of the caller's, or a static argument."""
+    return isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in _PY_SCALAR_DTYPES
+
+
 def get_aval(x):
     """The :class:`ShapedArray` of an array, tracer or Python scalar."""
     if isinstance(x, Tracer):
@@ -537,11 +545,11 @@ class Primitive:
     # them instead, each defined by the primitive's own class (test_util.missing_rules).
     rule_methods = None
 
-    def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
-                 host_sync=None, fused=None, kind=None):
+    def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
+                 impl_into_when=None, host_sync=None, fused=None, kind=None):
         self.name = name
-        self.impl = None
-        self.shape_rule = None
+        self.impl = impl
+        self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, fused=fused, kind=kind)

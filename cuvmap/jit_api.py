@@ -6,10 +6,15 @@ argument signature (:mod:`cuvmap.transforms.staging`), optimizes and plans it
 later calls; ``make_jaxpr(f)`` returns the program. This module holds the caches and the
 argument handling; the machinery is in :mod:`cuvmap.transforms`.
 """
+import warnings
+
 import numpy as np
 
 from cuvmap import api_util, core, tree
 from cuvmap.core import Tracer
+from cuvmap.transforms import executor, ir, staging
+from cuvmap.transforms.call import axis_names_in
+from cuvmap.transforms.program_call import call
 
 
 class RetraceWarning(UserWarning):
@@ -29,8 +34,6 @@ class _Staged:
     __slots__ = ("program", "out_tree", "plans", "donated", "named")
 
     def __init__(self, program, out_tree, donated):
-        from cuvmap.transforms.call import axis_names_in
-
         self.program = program
         self.out_tree = out_tree
         self.plans = {}
@@ -59,8 +62,8 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
 
     @api_util.with_context(where, f)
     def make(*args, **kwargs):
-        _, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
-        closed, _ = api_util.trace_program(f, where, leaves, paths, avals, rebuild)
+        _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        closed, _ = staging.trace_program(f, where, leaves, paths, avals, rebuild)
         return closed
 
     return make
@@ -105,19 +108,17 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
 
     @api_util.with_context(where, f)
     def jitted(*args, **kwargs):
-        from cuvmap.transforms import executor, ir, staging
-
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
-            entry = fast.get((treedef, signature, api_util.axis_env_key())) if signature is not None else None
+            entry = fast.get((treedef, signature, staging.axis_env_key())) if signature is not None else None
             if entry is not None and core._state.staging_main is None and not entry.named:
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
                 return tree.unflatten(entry.out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
-        key, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
-            closed, out_tree = api_util.trace_program(f, where, leaves, paths, avals, rebuild)
+            closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
             program = ir.optimize(closed)
             donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
             entry = _Staged(program, out_tree, donated)
@@ -136,7 +137,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         if eager:
             outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
         else:
-            outs = staging.call(program, leaves)
+            outs = call(program, leaves)
         results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(entry.out_tree, results)
 
@@ -176,8 +177,6 @@ def _fast_signature(leaves):
 
 
 def _warn_retraces(jitted, where):
-    import warnings
-
     limit = JIT_RETRACE_WARNING
     if limit is not None and jitted.trace_count == limit:
         warnings.warn(
