@@ -452,10 +452,8 @@ def _run_kernel(op, *args, bias=None):
     [conv strategy]); ``bias`` (forward only) is added to the result."""
     device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
     if device == "gpu":
-        from cuvmap.cuda import device as cuda_device
-
         named = list(zip(_OPERAND_NAMES[op], args[:2])) + ([("bias", bias)] if bias is not None else [])
-        cuda_device.check_current_device(f"conv {op}", named)
+        backend.check_current_device(f"conv {op}", named)
     if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
         return _empty_result(op, args, backend.xp_of(args[0]))
     strategy = get_strategy()
