@@ -334,7 +334,7 @@ class _Slots:
 
     def _read(self, x):
         """The slot of a variable, or a new slot holding a literal's value."""
-        if type(x).__name__ == "Literal":
+        if isinstance(x, ir.Literal):
             s = self._new(x.val)
             self.literal_slots.add(s)
             return s

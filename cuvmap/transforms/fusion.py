@@ -22,6 +22,8 @@ import dataclasses
 
 import numpy as np
 
+from cuvmap.transforms.ir import Literal
+
 # NOTE [fusion groups]
 # A group runs at the position of the event that closes it, so every member's inputs are
 # computed before it runs; the partition walks the program in order and keeps at most one
@@ -182,10 +184,6 @@ def _c_literal(value, dtype):
     return f"(({t}){int(value)}LL)" if dtype.kind == "i" else f"(({t}){int(value)}ULL)"
 
 
-def _is_literal(x):
-    return type(x).__name__ == "Literal"
-
-
 def _fits(value, dtype):
     info = np.iinfo(dtype)
     return isinstance(value, (bool, np.bool_)) or info.min <= int(value) <= info.max
@@ -202,7 +200,7 @@ def _c_expression(eqn, names):
         return _c_literal(x.val, as_type)
 
     if (expression.comparison_dtype is not None and comp.kind in "iu"
-            and any(_is_literal(x) and not _fits(x.val, comp) for x in eqn.inputs)):
+            and any(isinstance(x, Literal) and not _fits(x.val, comp) for x in eqn.inputs)):
         # NumPy compares an integer array with an out-of-range Python int by value
         # (uint8 < 300 holds everywhere); a cast of 300 to uint8 would wrap it
         comp = np.dtype(np.int64)
@@ -246,7 +244,7 @@ def fuse(eqns, outvars):
             for x in eqns[k].inputs:
                 if id(x) in inside or id(x) in seen:
                     continue
-                if _is_literal(x):  # written into the source
+                if isinstance(x, Literal):  # written into the source
                     continue
                 seen.add(id(x))
                 inputs.append(x)
@@ -259,7 +257,7 @@ def fuse(eqns, outvars):
         member can only turn an output into an internal value)."""
         inside = {id(eqns[k].outs[0]) for k in members}
         ins = {id(x) for k in members for x in eqns[k].inputs
-               if id(x) not in inside and not _is_literal(x)}
+               if id(x) not in inside and not isinstance(x, Literal)}
         member_set = set(members)
         outs = sum(1 for k in members
                    if id(eqns[k].outs[0]) in returned or readers.get(id(eqns[k].outs[0]), set()) - member_set)
