@@ -365,10 +365,10 @@ def leaf_aval(f, path, leaf, where):
 
 
 def __getattr__(name):
-    # the old home of trace_program, for transforms/ghost.py until it imports
-    # cuvmap.transforms.staging (a function-local import: staging is above this module)
+    """``trace_program``'s old home, for transforms/ghost.py until it imports it from
+    :mod:`cuvmap.transforms.staging`; then this goes."""
     if name == "trace_program":
-        from cuvmap.transforms import staging
+        from cuvmap.transforms import staging  # an old name's new home, above this module
 
-        return getattr(staging, name)
+        return staging.trace_program
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

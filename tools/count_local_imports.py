@@ -8,7 +8,7 @@ those under ``if TYPE_CHECKING:`` at the top, and imports of other packages are 
 Usage: ``python tools/count_local_imports.py [--list] [--all] [ROOT]`` (ROOT defaults to
 ``cuvmap/`` beside this folder). Prints ``N function-local imports into cuvmap (M in
 all)``; ``--list`` prints each one as ``path:line: statement  # reason`` (the reason is the
-comment on the import's line or the line above); ``--all`` lists the others too.
+comment on the import's line or the comment lines right above it); ``--all`` lists the others too.
 """
 import ast
 import pathlib
@@ -43,10 +43,17 @@ def local_imports(path):
 
 
 def _reason(lines, lineno):
-    for text in (lines[lineno - 1], lines[lineno - 2] if lineno >= 2 else ""):
-        if "#" in text:
-            return text.split("#", 1)[1].strip()
-    return ""
+    """The comment that gives an import's reason: on its line, or the comment lines
+    right above it."""
+    line = lines[lineno - 1]
+    if "#" in line:
+        return line.split("#", 1)[1].strip()
+    above = []
+    k = lineno - 2
+    while k >= 0 and lines[k].strip().startswith("#"):
+        above.insert(0, lines[k].strip().lstrip("#").strip())
+        k -= 1
+    return " ".join(above)
 
 
 def main(argv):

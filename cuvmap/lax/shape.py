@@ -143,7 +143,7 @@ def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
         if d not in broadcast_dimensions
         or (x_shape[broadcast_dimensions.index(d)] == 1 and shape[d] != 1)
     )
-    from cuvmap.lax.reduction import reduce_sum
+    from cuvmap.lax.reduction import reduce_sum  # a cycle: reduce_sum's transpose is a broadcast
 
     return reshape(reduce_sum(ct, summed), x_shape)
 
@@ -155,7 +155,7 @@ vjp.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 def unbroadcast(ct, shape):
     """Sums ``ct`` down to ``shape``, undoing NumPy broadcasting (the transpose of
     :func:`broadcast_to`)."""
-    from cuvmap.lax.reduction import reduce_sum
+    from cuvmap.lax.reduction import reduce_sum  # a cycle: reduce_sum's transpose is a broadcast
 
     ct_shape = core.shape_of(ct)
     lead = len(ct_shape) - len(shape)
@@ -291,7 +291,7 @@ def _concatenate_jvp(i, t, out, *xs, dimension):
 
 
 def _concatenate_vjp(i, ct, out, *xs, dimension):
-    from cuvmap.lax.indexing import slice_in_dim
+    from cuvmap.lax.indexing import slice_in_dim  # a cycle: indexing's rules reshape and broadcast
 
     start = sum(core.shape_of(x)[dimension] for x in xs[:i])
     return slice_in_dim(ct, start, start + core.shape_of(xs[i])[dimension], dimension)
@@ -336,7 +336,7 @@ def _pad_batch(axis_size, vals, dims, *, pads, value):
 
 
 def _pad_vjp(ct, out, x, *, pads, value):
-    from cuvmap.lax.indexing import slice_p
+    from cuvmap.lax.indexing import slice_p  # a cycle: indexing's rules reshape and broadcast
 
     shape = core.shape_of(ct)
     slices = tuple((lo, n - hi, 1) for (lo, hi), n in zip(pads, shape))

@@ -191,7 +191,7 @@ def _linearize(f, primals, has_aux, where):
                     "tangent must have its primal's dtype (as in JAX): cast it with .astype"
                 )
             if type(t) is not float and core.dtype_of(t) != aval.dtype:
-                from cuvmap import lax
+                from cuvmap import lax  # the cast primitive: lax imports the transforms
 
                 t = lax.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
             args.append(t)

@@ -254,10 +254,11 @@ def trace_program(f, where, leaves, paths, avals, rebuild):
 
 
 def __getattr__(name):
-    # the old home of jit's call primitive, for lax/control_flow.py until it imports
-    # cuvmap.transforms.program_call (a function-local import: program_call is above this module)
+    """The old home of jit's call primitive (``call``, ``jit_call_p``), for
+    lax/control_flow.py until it imports them from :mod:`cuvmap.transforms.program_call`;
+    then this goes."""
     if name in ("call", "jit_call_p"):
-        from cuvmap.transforms import program_call
+        from cuvmap.transforms import program_call  # an old name's new home, above this module
 
         return getattr(program_call, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
