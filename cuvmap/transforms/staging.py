@@ -162,10 +162,11 @@ class StagingTrace(Trace):
 
 
 def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
-    """Stages ``f(*args)`` for arguments with ``in_avals``. Returns ``(ClosedJaxpr,
-    outputs)`` where ``outputs`` is what ``f`` returned, with each staged value replaced by
-    its program output index (``f``'s return value may hold other things: the caller
-    decides what to do with them)."""
+    """Stages ``f(*args)`` for arguments with ``in_avals`` (``origins``: for each, the text
+    that names it in errors; ``name``: the transform's, in errors). ``f`` returns a list of
+    values: staged ones, arrays it made or closed over (constants of the program) and
+    Python scalars (literals). Returns the :class:`~cuvmap.transforms.ir.ClosedJaxpr` from
+    the arguments to those values."""
     builder = JaxprBuilder()
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main):
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
