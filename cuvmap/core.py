@@ -149,9 +149,10 @@ def dtype_of(x):
 
 
 def is_float(x):
-    """True for floating-point arrays/tracers and Python floats (the differentiable kinds)."""
+    """True for floating-point and complex arrays/tracers and Python floats and complex
+    numbers (the differentiable kinds)."""
     t = type(x)
-    if t is float:
+    if t is float or t is complex:
         return True
     if t is int or t is bool:
         return False
