@@ -543,7 +543,7 @@ class Primitive:
     # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
     # call-like primitive (its params hold a program), whose rules are methods of its
     # class, names those methods here (CallPrimitive does), and the registry test asks for
-    # them instead, each defined by the primitive's own class (test_util.missing_rules).
+    # them instead, each a method its class defines or inherits (test_util.missing_rules).
     rule_methods = None
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
