@@ -113,6 +113,14 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
+def is_value(x):
+    """Whether ``x`` is a value the transforms take as a leaf: a tracer, an array (NumPy,
+    CuPy, anything with a ``shape``) or a Python scalar (``bool``, ``int``, ``float``,
+    ``complex``: the kinds :func:`get_aval` knows). A leaf that is not (a string, ``None``,
+    a function) is an error of the caller's, or a static argument."""
+    return isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in _PY_SCALAR_DTYPES
+
+
 def get_aval(x):
     """The :class:`ShapedArray` of an array, tracer or Python scalar."""
     if isinstance(x, Tracer):
@@ -142,9 +150,10 @@ def dtype_of(x):
 
 
 def is_float(x):
-    """True for floating-point arrays/tracers and Python floats (the differentiable kinds)."""
+    """True for floating-point and complex arrays/tracers and Python floats and complex
+    numbers (the differentiable kinds)."""
     t = type(x)
-    if t is float:
+    if t is float or t is complex:
         return True
     if t is int or t is bool:
         return False
@@ -574,14 +583,14 @@ class Primitive:
     # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
     # call-like primitive (its params hold a program), whose rules are methods of its
     # class, names those methods here (CallPrimitive does), and the registry test asks for
-    # them instead, each defined by the primitive's own class (test_util.missing_rules).
+    # them instead, each a method its class defines or inherits (test_util.missing_rules).
     rule_methods = None
 
-    def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
-                 host_sync=None, fused=None, kind=None):
+    def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
+                 impl_into_when=None, host_sync=None, fused=None, kind=None):
         self.name = name
-        self.impl = None
-        self.shape_rule = None
+        self.impl = impl
+        self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, fused=fused, kind=kind)

@@ -14,8 +14,10 @@ import warnings
 import numpy as np
 
 from cuvmap import api_util, config, core, tree
-from cuvmap.transforms import executor
 from cuvmap.core import Tracer
+from cuvmap.transforms import executor, ir, staging
+from cuvmap.transforms.call import axis_names_in
+from cuvmap.transforms.program_call import call
 
 
 class RetraceWarning(UserWarning):
@@ -35,8 +37,6 @@ class _Staged:
     __slots__ = ("program", "out_tree", "plans", "donated", "named")
 
     def __init__(self, program, out_tree, donated):
-        from cuvmap.transforms.call import axis_names_in
-
         self.program = program
         self.out_tree = out_tree
         self.plans = {}
@@ -65,8 +65,8 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
 
     @api_util.with_context(where, f)
     def make(*args, **kwargs):
-        _, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
-        closed, _ = api_util.trace_program(f, where, leaves, paths, avals, rebuild)
+        _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        closed, _ = staging.trace_program(f, where, leaves, paths, avals, rebuild)
         return closed
 
     return make
@@ -115,24 +115,22 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
 
     @api_util.with_context(where, f)
     def jitted(*args, **kwargs):
-        from cuvmap.transforms import ir, staging
-
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
-            entry = fast.get((treedef, signature, api_util.axis_env_key())) if signature is not None else None
+            entry = fast.get((treedef, signature, staging.axis_env_key())) if signature is not None else None
             if entry is not None and core._state.staging_main is None and not entry.named:
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
                 if pools.last is not entry:
                     pools.used(entry)
                 return tree.unflatten(entry.out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
-        key, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
             with flights.flight(key) as first:
                 entry = None if first else cache.get(key)
                 if entry is None:
-                    closed, out_tree = api_util.trace_program(f, where, leaves, paths, avals, rebuild)
+                    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
                     program = ir.optimize(closed)
                     donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
                     entry = _Staged(program, out_tree, donated)
@@ -153,7 +151,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
             if pools.last is not entry:
                 pools.used(entry)
         else:
-            outs = staging.call(program, leaves)
+            outs = call(program, leaves)
         results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(entry.out_tree, results)
 

@@ -136,13 +136,13 @@ def test_as_operand_copies_misaligned_and_strided_arrays_only():
 
 def test_device_mismatch_names_the_op_the_operands_and_the_devices():
     what = "conv forward"
-    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 0)], 0) is None
-    assert cuda_device.device_mismatch(what, [], 1) is None
-    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 1), ("weight", (4, 3, 3, 3), 1)], 0) == (
+    assert backend.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 0)], 0) is None
+    assert backend.device_mismatch(what, [], 1) is None
+    assert backend.device_mismatch(what, [("input", (2, 3, 5, 5), 1), ("weight", (4, 3, 3, 3), 1)], 0) == (
         "conv forward: operands on another GPU than the current one (GPU 0): the input [2, 3, 5, 5] on GPU 1, "
         "the weight [4, 3, 3, 3] on GPU 1; call it under `with cupy.cuda.Device(1):`, or move the operands to "
         "GPU 0")
-    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 1)], 0) == (
+    assert backend.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 1)], 0) == (
         "conv forward: operands on another GPU than the current one (GPU 0): the input [2, 3, 5, 5] on GPU 0, "
         "the weight [4, 3, 3, 3] on GPU 1; move them to one GPU (cupy.asarray under `with cupy.cuda.Device(i):`) "
         "and call it under that device")

@@ -39,7 +39,7 @@ import numpy as np
 from cuvmap import backend
 from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
-from cuvmap.cuda import device, libs
+from cuvmap.cuda import libs
 
 CUDNN_STATUS_SUCCESS = 0
 CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF = 0, 1, 2
@@ -270,7 +270,7 @@ def _initialised():
 def available():
     """True when cuDNN is enabled, CuPy sees a GPU, ``libcudnn.so.9`` loads and a cuDNN
     handle can be created on the current device (:func:`load_error` says why not)."""
-    if not _settings["enabled"] or not device.gpu_available():
+    if not _settings["enabled"] or not backend.gpu_available():
         return False
     return _load() is not None and _initialised()
 
@@ -288,7 +288,7 @@ def load_error():
         return None
     if not _settings["enabled"]:
         return "cuDNN is disabled (set_enabled(False) or CUVMAP_DISABLE_CUDNN)"
-    if not device.gpu_available():
+    if not backend.gpu_available():
         return "no CUDA device visible to CuPy (CuPy not installed, no driver or no device)"
     return _load_error or _init["error"]
 
@@ -577,7 +577,7 @@ def _operands(op, named):
                          f"float16, float32 and float64")
     if not available():
         raise CudnnError(f"cuDNN convolution {op}: cuDNN is not available: {load_error()}")
-    device.check_current_device(f"cuDNN convolution {op}", named)
+    backend.check_current_device(f"cuDNN convolution {op}", named)
     return [as_operand(a) for _, a in named]
 
 

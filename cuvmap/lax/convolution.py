@@ -304,17 +304,17 @@ def _vendor_for(device, dtype):
     """``(name, module)``: the vendor kernels of ``device`` for ``dtype``, the module None
     when they cannot run it (library missing, dtype unsupported)."""
     if device == "gpu":
-        from cuvmap.cuda import cudnn
+        from cuvmap.cuda import cudnn  # a vendor binding: imported at its device's first convolution
 
         return "cudnn", (cudnn if cudnn.available() else None)
-    from cuvmap.cpu import onednn
+    from cuvmap.cpu import onednn  # a vendor binding: imported at its device's first convolution
 
     return "onednn", (onednn if onednn.supports(dtype) and onednn.available() else None)
 
 
 def _strategy_key(op, device, args):
     """The strategy key of NOTE [conv strategy]: N, and the groups when N = 1, bucketed."""
-    from cuvmap.cpu.onednn import bucket
+    from cuvmap.cpu.onednn import bucket  # a vendor binding: imported at its device's first convolution
 
     groups = args[-1]
     params = tuple(tuple(p) for p in args[-4:-1])
@@ -361,7 +361,7 @@ def _time_kernel(module, op, args, bias, device):
     call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
     the median of two (their mean) by CUDA events on the GPU."""
     if device == "gpu":
-        from cuvmap.cuda import device as cuda_device
+        from cuvmap.cuda import device as cuda_device  # a vendor binding: imported at its device's first convolution
 
         result = []
         ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias)), repeats=2)
@@ -452,10 +452,8 @@ def _run_kernel(op, *args, bias=None):
     [conv strategy]); ``bias`` (forward only) is added to the result."""
     device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
     if device == "gpu":
-        from cuvmap.cuda import device as cuda_device
-
         named = list(zip(_OPERAND_NAMES[op], args[:2])) + ([("bias", bias)] if bias is not None else [])
-        cuda_device.check_current_device(f"conv {op}", named)
+        backend.check_current_device(f"conv {op}", named)
     if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
         return _empty_result(op, args, backend.xp_of(args[0]))
     strategy = get_strategy()

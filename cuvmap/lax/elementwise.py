@@ -85,10 +85,7 @@ def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **fact
         facts.setdefault("impl_into", impl)
     if facts.get("impl_into") is not None:
         facts.setdefault("owns_output", True)
-    p = Primitive(name, differentiable=differentiable, **facts)
-    p.impl = impl
-    p.shape_rule = shape_rule
-    return p
+    return Primitive(name, differentiable=differentiable, impl=impl, shape_rule=shape_rule, **facts)
 
 
 # NOTE [fused expressions]

@@ -188,7 +188,7 @@ class _Layer:
         self.eqn_index = eqn_index
         self.operand = operand
         self.w_aval = eqn.inputs[operand].aval
-        self.out_aval = eqn.out.aval
+        self.out_aval = eqn.outs[0].aval
 
     def costs(self):
         """``(ghost, explicit)`` estimated multiply-adds per example (NOTE [ghost clipping])."""
@@ -476,12 +476,12 @@ def _is_view(eqn, prims):
     p = eqn.primitive
     if p is prims.transpose or p in prims.reshapes:
         return True
-    return p is prims.convert and eqn.inputs[0].aval.dtype.kind == "f" and eqn.out.aval.dtype.kind == "f"
+    return p is prims.convert and eqn.inputs[0].aval.dtype.kind == "f" and eqn.outs[0].aval.dtype.kind == "f"
 
 
 def _layer_for(eqn_index, eqn, operand, prims):
     p = eqn.primitive
-    if p is prims.add and eqn.inputs[1 - operand].aval.shape == eqn.out.aval.shape:
+    if p is prims.add and eqn.inputs[1 - operand].aval.shape == eqn.outs[0].aval.shape:
         return _Bias(eqn_index, eqn, operand)
     if p is prims.dot_general:
         return _Dot(eqn_index, eqn, operand)
@@ -503,7 +503,7 @@ def _collect_uses(var, chain, consumers, jaxpr, outvars, prims):
         if sum(1 for x in eqn.inputs if x is var) > 1:
             raise _Other
         if _is_view(eqn, prims):
-            uses += _collect_uses(eqn.out, chain + (eqn,), consumers, jaxpr, outvars, prims)
+            uses += _collect_uses(eqn.outs[0], chain + (eqn,), consumers, jaxpr, outvars, prims)
         else:
             uses.append((_layer_for(eqn_index, eqn, operand, prims), chain))
     return uses
@@ -651,7 +651,7 @@ def _link_taps(jaxpr, taps, consumers, num_params):
     batch_view = {v: j for j, v in enumerate(jaxpr.invars[num_params:])}
     for eqn in jaxpr.eqns:
         if eqn.primitive in prims.reshapes and eqn.inputs[0] in batch_view:
-            batch_view[eqn.out] = batch_view[eqn.inputs[0]]
+            batch_view[eqn.outs[0]] = batch_view[eqn.inputs[0]]
     outvars = {v for v in jaxpr.outvars if type(v) is ir.Var}
     flows = {k: tap.layers[0].flow for k, tap in taps.items()
              if len(tap.layers) == 1 and isinstance(tap.layers[0], _Bias)}
@@ -664,7 +664,7 @@ def _link_taps(jaxpr, taps, consumers, num_params):
                 tap.from_batch[i] = (batch_view[x], x.aval.shape)
         target = k
         while True:
-            out = jaxpr.eqns[target].out
+            out = jaxpr.eqns[target].outs[0]
             users = consumers.get(out, [])
             if out in outvars or len(users) != 1 or flows.get(users[0][0]) != users[0][1]:
                 break
@@ -696,9 +696,9 @@ def _eval_tapped(jaxpr, consts, args, taps, zs):
             if tap.z is not None:
                 out = cnp.add(out, zs[tap.z])
         if eqn.primitive.multiple_results:
-            env.update(zip(eqn.out, out))
+            env.update(zip(eqn.outs, out))
         else:
-            env[eqn.out] = out
+            env[eqn.outs[0]] = out
     return [read(v) for v in jaxpr.outvars], [kept[k] for k in taps]
 
 
@@ -723,7 +723,7 @@ def _forward_backward(staged):
         losses, (aux, kept) = batched([], [], batch_leaves)
         return [losses] + list(aux), kept, [], []
     # zeros on the batch's device, broadcast (no memory): the points the cotangents are taken at
-    z_avals = [jaxpr.eqns[k].out.aval for k, tap in taps.items() if tap.z is not None]
+    z_avals = [jaxpr.eqns[k].outs[0].aval for k, tap in taps.items() if tap.z is not None]
     zs = [cnp.broadcast_to(cnp.zeros((), a.dtype, like=batch_leaves[0]), (size,) + a.shape) for a in z_avals]
     copies = [cnp.broadcast_to(param_leaves[i], (size,) + tuple(core.shape_of(param_leaves[i]))) for i in fallback]
 
