@@ -1,4 +1,4 @@
-"""cuvmap.dp.clipped_grad: ghost clipping and book-keeping (cuvmap/transforms/ghost.py).
+"""cuvmap.dp.clipped_grad: ghost clipping and book-keeping (cuvmap/dp/ghost/).
 
 Independent references: the vmap(grad) path (``dp.clipped_sum`` of ``vmap(grad(loss))``,
 which materialises every per-example gradient), and for one network a Python loop of
@@ -16,7 +16,7 @@ import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend as cv_backend
 from cuvmap import dp, nn, tree
-from cuvmap.transforms import ghost
+from cuvmap.dp import ghost
 
 RTOL = 1e-10
 
@@ -134,6 +134,21 @@ def _biases(rng):
     return params, loss, lambda rng, b: (_normal(rng, b, 3, 4),)
 
 
+def _norms(rng):
+    """LayerNorm's and GroupNorm's scale and shift (the Scale and Bias rules) around a dense
+    layer and a convolution."""
+    params = {"w": _normal(rng, 5, 6), "ln_w": _normal(rng, 6), "ln_b": _normal(rng, 6),
+              "k": _normal(rng, 4, 3, 3, 3) * 0.5, "gn_w": _normal(rng, 4), "gn_b": _normal(rng, 4)}
+    r = _normal(rng, 4, 4, 4)
+
+    def loss(p, x, img):
+        h = nn.layer_norm(cnp.tanh(x @ p["w"]), 6, p["ln_w"], p["ln_b"])          # x: (T=2, 5)
+        c = nn.group_norm(nn.conv(img, p["k"], padding=1), 2, p["gn_w"], p["gn_b"], spatial_dims=2)
+        return cnp.sum(cnp.sin(h)) + _readout(c, r)
+
+    return params, loss, lambda rng, b: (_normal(rng, b, 2, 5), _normal(rng, b, 3, 4, 4))
+
+
 def _cnn(rng):
     """The main job's network: conv, relu, pool, conv, relu, pool, dense."""
     from cuvmap.nn import layers
@@ -169,6 +184,7 @@ NETWORKS = {
     "tied_weights": _tied,
     "used_twice_and_scaled": _used_twice_and_scaled,
     "biases": _biases,
+    "norms": _norms,
     "cnn": _cnn,
 }
 
@@ -183,6 +199,9 @@ GHOST_METHODS = {
     "used_twice_and_scaled": {"w": "per_example, 2 uses", "scale": "vmap", "flat": "ghost", "unused": "unused"},
     "biases": {"w": "ghost", "b1": "per_example", "b2": "per_example", "v": "ghost", "c": "per_example",
                "u": "ghost", "d": "per_example"},
+    # the scales of layer_norm and group_norm: the Scale rule, from their own taps
+    "norms": {"w": "ghost", "ln_w": "per_example", "ln_b": "per_example", "k": "ghost", "gn_w": "per_example",
+              "gn_b": "per_example"},
 }
 GHOST_METHODS.update({name: {"w": "ghost", "b": "per_example"} for name in NETWORKS if name.startswith("conv")})
 

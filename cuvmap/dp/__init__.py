@@ -65,7 +65,7 @@ from cuvmap.dp.accounting import _log_a_frac  # noqa: F401  (the tests check its
 from cuvmap.dp.clipping import ClippedGradient, clip_per_example, clipped_sum, per_example_global_norms  # noqa: F401
 from cuvmap.dp.noise import add_noise, private_gradient, standard_normal_like  # noqa: F401
 from cuvmap.dp.padding import batch_buckets, bucket_for, pad_batch  # noqa: F401
-from cuvmap.transforms.ghost import clipped_grad  # noqa: F401
+from cuvmap.dp.ghost import clipped_grad  # noqa: F401
 
 __all__ = [
     "ClippedGradient",

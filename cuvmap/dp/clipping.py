@@ -13,7 +13,7 @@ under add/remove-one adjacency). A padded batch weights each example by its mask
 
 :func:`cuvmap.dp.clipped_grad` computes the same clipped sum and norms from the loss
 itself, without materialising every per-example gradient (ghost clipping and book-keeping,
-:mod:`cuvmap.transforms.ghost`).
+:mod:`cuvmap.dp.ghost`).
 """
 from typing import Any, NamedTuple
 
