@@ -13,7 +13,7 @@ import numpy as np
 
 from cuvmap import api, core, lax
 from cuvmap import numpy as cnp
-from cuvmap.dp.ghost.rules import Rule, batched_inner, prod, random_array, rule
+from cuvmap.dp.ghost.rules import Rule, batched_inner, prod, random_array, rule, scaled_rows, unscaled
 from cuvmap.lax import convolution
 
 _CONV_PARAMS = ("stride", "padding", "dilation", "transposed", "output_padding", "groups")
@@ -85,12 +85,13 @@ class Conv(Rule):
         else:
             source, source_ch, target, target_ch, positions = x, c, g, o, self.out_aval.shape[2:]
         t = prod(positions)
+        (source, m_source), (target, m_target) = scaled_rows(source), scaled_rows(target)
         u = unfold(fold_batch(source), kernel, p["stride"], p["padding"], p["dilation"], positions)
         u = lax.reshape(u, (size, n, groups, source_ch // groups, prod(kernel), t))
         gram_u = lax.dot_general(u, u, (((3, 4), (3, 4)), ((0, 2), (0, 2))))      # (B, G, N, T, N, T)
         v = lax.reshape(target, (size, n, groups, target_ch // groups, t))
         gram_v = lax.dot_general(v, v, (((3,), (3,)), ((0, 2), (0, 2))))         # (B, G, N, T, N, T)
-        return batched_inner(gram_u, gram_v)
+        return unscaled(batched_inner(gram_u, gram_v), m_source, m_target)
 
     def per_example_grads(self, acts, g):
         (x,) = acts

@@ -72,6 +72,25 @@ def per_row(weights, like):
     return cnp.astype(lax.reshape(weights, tuple(core.shape_of(weights)) + (1,) * (rank - 1)), core.dtype_of(like))
 
 
+def scaled_rows(x):
+    """``(x̂, m)``: ``x`` divided per example by ``m_b = max |x_b|`` (by 1 where ``x_b`` is all
+    zeros), so that the Grams of ``x̂`` cannot overflow (NOTE [ghost norms without overflow]
+    in :mod:`cuvmap.dp.ghost`)."""
+    m = lax.reduce_max(cnp.abs(x), tuple(range(1, len(core.shape_of(x)))))
+    safe = cnp.where(cnp.greater(m, 0), m, cnp.ones_like(m))
+    return cnp.divide(x, per_row(safe, x)), m
+
+
+def unscaled(sq, *scales):
+    """``‖∇_W L_b‖²`` from the squared norm ``sq`` of the gradient of scaled rows and their
+    scales ``m``: ``(√sq · m_1 · m_2 ...)²``, the product in an order that stays finite
+    wherever the norm itself is."""
+    norm = cnp.sqrt(cnp.maximum(sq, 0))
+    for m in scales:
+        norm = cnp.multiply(norm, cnp.astype(m, core.dtype_of(norm)))
+    return cnp.multiply(norm, norm)
+
+
 def random_array(rng, xp, shape, dtype):
     return xp.asarray(rng.standard_normal(shape).astype(dtype))
 
@@ -158,10 +177,10 @@ class Dot(Rule):
         self.a_aval = a_aval
 
     def ghost_sq_norms(self, acts, g):
-        (a,) = acts
+        (a, ma), (g, mg) = scaled_rows(acts[0]), scaled_rows(g)
         gram_a = lax.dot_general(a, a, ((shift(self.a_contract),) * 2, ((0,) + shift(self.a_batch),) * 2))
         gram_g = lax.dot_general(g, g, ((shift(self.g_wfree),) * 2, ((0,) + shift(self.g_batch),) * 2))
-        return batched_inner(gram_a, gram_g)
+        return unscaled(batched_inner(gram_a, gram_g), ma, mg)
 
     def per_example_grads(self, acts, g):
         (a,) = acts
@@ -273,9 +292,9 @@ class Take(Rule):
         ids = lax.reshape(idx, (size, self.lookups))
         ids = cnp.where(ids < 0, ids + self.rows, ids)
         same = cnp.astype(cnp.equal(ids[:, :, None], ids[:, None, :]), self.out_aval.dtype)
-        rows = self._idx_first(g)
+        rows, mg = scaled_rows(self._idx_first(g))
         gram = lax.dot_general(rows, rows, (((2,), (2,)), ((0,), (0,))))
-        return batched_inner(same, gram)
+        return unscaled(batched_inner(same, gram), mg)
 
     def per_example_grads(self, acts, g):
         (idx,) = acts
