@@ -841,6 +841,34 @@ def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
     assert calls == [True, False, True, False] and len(conv_mod.measured_choices()) == 1
 
 
+def test_deterministic_times_nothing_and_runs_the_vendor(monkeypatch):
+    """Under cv.config.deterministic (NOTE [reproducible runs]) "auto" times no kernel: each
+    key runs the vendor's kernels where they can run the operands, whatever any timing would
+    say, so the same program gives the same bits; float64 on the CPU stays on unfold."""
+    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
+    ran = []
+    vendor = _StandInKernels()
+    vendor.forward = lambda *args: (ran.append("vendor"), conv_mod.conv_gemm.forward(*args))[1]
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+
+    def no_timing(*args):
+        raise AssertionError("a kernel was timed under deterministic")
+
+    monkeypatch.setattr(conv_mod, "_time_kernel", no_timing)
+    x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(21))
+    with cv.config.override(deterministic=True):
+        assert cv.config.deterministic
+        outs = [lax.conv(x, w, **params) for _ in range(2)]
+    assert ran == ["vendor", "vendor"] and not conv_mod.measured_choices()
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], reference_conv(x, w, None, params), rtol=1e-10, atol=1e-10)
+    assert not cv.config.deterministic
+    with pytest.raises(ValueError, match="deterministic must be True or False"):
+        cv.config.update("deterministic", "sometimes")
+
+
 def test_zero_size_operands_reach_no_kernel(monkeypatch):
     """An empty batch gives the empty result, and an empty weight gradient's zeros,
     without calling any kernel."""

@@ -215,8 +215,8 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
                          f"gradients have batch size {size} (the mask needs shape ({size},))")
-    scale = clip_scale(norms, max_norm, tiny, mask)
     finite = finite_rows(norms) if nan_safe else None
+    scale = zero_rows(clip_scale(norms, max_norm, tiny, mask), finite)
     out = []
     for leaf in leaves:
         s = cnp.astype(scale, core.dtype_of(leaf))

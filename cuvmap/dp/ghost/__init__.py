@@ -105,4 +105,21 @@ from cuvmap.dp.ghost.rules import RULES, Rule, rule  # noqa: F401
 # of the loss, the lhs of a convolution) enters the batched pass as B
 # broadcast copies, and the vjp gives its per-example gradient directly: the vmap(grad)
 # path for that parameter only. Unused parameters get zeros.
+#
+# Non-finite examples: with nan_safe=True an example whose norm is not finite (a NaN or an
+# infinity in its gradient, or a squared norm past the dtype's range) gets the clip weight
+# 0, and its rows of every operand of the sums (the explicit per-example gradients, a ghost
+# layer's a and g) are set to 0 before they are summed, since 0 · NaN is NaN: the sum is
+# the other examples', and the dropped example's sensitivity is 0 ≤ C.
+
+# NOTE [ghost norms without overflow]
+# The Grams of a and g hold products of their entries: float32 activations of 1e19 give
+# ‖a_b‖² = inf, and where the layer's cotangent is exactly 0 (a saturated tanh after it)
+# the ghost norm would be inf · 0 = NaN although the per-example gradient a_bᵀ g_b is 0.
+# So each ghost rule divides a_b and g_b by their largest magnitudes m_a, m_g (rules.
+# scaled_rows; 1 for an all-zero row), takes the Grams of the scaled rows (entries at most
+# T·d), and returns ((√⟨Â Âᵀ, Ĝ Ĝᵀ⟩ · m_a) · m_g)² (rules.unscaled): 0 where m_g = 0, and
+# out of range only where ‖a_bᵀ g_b‖² is (as the explicit path's squared norms are) or
+# where ‖a_b‖ itself is. It costs one max-reduction and one division over a and g per
+# ghost layer.
 

@@ -341,8 +341,8 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
         norms = cnp.sqrt(cnp.maximum(total, 0))
     else:  # no parameter reaches the loss
         norms = cnp.zeros_like(losses)
-    scale = clipping.clip_scale(norms, max_norm, tiny, mask)
     finite = clipping.finite_rows(norms) if nan_safe else None
+    scale = clipping.zero_rows(clipping.clip_scale(norms, max_norm, tiny, mask), finite)
     summed = [None] * len(param_leaves)
     # the explicit sums first: a bias's per-example gradients may be its tap's cotangents,
     # which the ghost layer's sum then releases

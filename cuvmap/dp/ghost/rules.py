@@ -83,8 +83,8 @@ def scaled_rows(x):
 
 def unscaled(sq, *scales):
     """``‖∇_W L_b‖²`` from the squared norm ``sq`` of the gradient of scaled rows and their
-    scales ``m``: ``(√sq · m_1 · m_2 ...)²``, the product in an order that stays finite
-    wherever the norm itself is."""
+    scales ``m``: ``((√sq · m_1) · m_2)²``, never ``sq · m_1² · m_2²`` (NOTE [ghost norms
+    without overflow])."""
     norm = cnp.sqrt(cnp.maximum(sq, 0))
     for m in scales:
         norm = cnp.multiply(norm, cnp.astype(m, core.dtype_of(norm)))
