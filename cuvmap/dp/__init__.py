@@ -1,7 +1,9 @@
 r"""Differentially private SGD on top of per-example gradients: clipping, noise, accounting.
 
 The package's modules: :mod:`~cuvmap.dp.clipping` (per-example norms, clipping, the clipped
-sum), :mod:`~cuvmap.dp.padding` (Poisson batches padded to a few sizes, for ``jit``),
+sum), :mod:`~cuvmap.dp.ghost` (``clipped_grad``: the clipped sum and the norms from the
+loss, by ghost clipping and book-keeping, its layer rules in one table),
+:mod:`~cuvmap.dp.padding` (Poisson batches padded to a few sizes, for ``jit``),
 :mod:`~cuvmap.dp.noise` (the Gaussian mechanism, the private gradient) and
 :mod:`~cuvmap.dp.accounting` (the RDP accountant); every name is available as
 ``cuvmap.dp.<name>``.

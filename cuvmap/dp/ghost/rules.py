@@ -14,7 +14,14 @@ input ``a_b``) and the cotangent ``g_b = ∂L_b/∂y_b`` of the equation's outpu
 * ``dims = (H, T, d, p)`` and ``costs()`` for the cost model (NOTE [ghost clipping] in
   :mod:`cuvmap.dp.ghost`), ``example_inputs`` for timing it.
 
-The convolutions' rules are in :mod:`cuvmap.dp.ghost.conv_rules`.
+The convolutions' rules are in :mod:`cuvmap.dp.ghost.conv_rules`. A new layer type, for
+example a scale ``x̂ · γ`` (LayerNorm's and GroupNorm's weight), is one class and its
+decorator line; :class:`Scale` below is exactly that::
+
+    @rule(elementwise.mul_p, 0, 1)              # γ as either operand of a multiplication
+    class Scale(_Broadcast):
+        needs = (the activation's operand,)
+        def per_example_grads(self, acts, g): ...   # Σ x̂_b ⊙ g_b over the broadcast dims
 """
 import numpy as np
 
