@@ -362,13 +362,3 @@ def leaf_aval(f, path, leaf, where):
     if isinstance(leaf, np.generic):
         leaf = np.asarray(leaf)
     return core.get_aval(leaf)
-
-
-def __getattr__(name):
-    """``trace_program``'s old home, for transforms/ghost.py until it imports it from
-    :mod:`cuvmap.transforms.staging`; then this goes."""
-    if name == "trace_program":
-        from cuvmap.transforms import staging  # an old name's new home, above this module
-
-        return staging.trace_program
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -73,6 +73,19 @@ def test_algorithms_above_the_workspace_cap_are_skipped():
     assert algos(strict=False, max_workspace=0) == [6]
 
 
+def test_deterministic_keeps_the_algorithms_cudnn_marks_deterministic():
+    """NOTE [reproducible runs]: under cv.config.deterministic only the records cuDNN marks
+    CUDNN_DETERMINISTIC are usable (its backward algorithms with atomics are not)."""
+    perfs = _perfs((1, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_FMA_MATH),
+                   (2, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_FMA_MATH),
+                   (3, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_DEFAULT_MATH))
+    perfs[0].determinism = cudnn.CUDNN_NON_DETERMINISTIC
+    perfs[1].determinism = perfs[2].determinism = cudnn.CUDNN_DETERMINISTIC
+    algos = lambda **kw: [p.algo for p in cudnn.usable_algorithms(perfs, strict=True, max_workspace=MiB, **kw)]  # noqa: E731
+    assert algos() == [1, 2, 3]
+    assert algos(deterministic=True) == [2, 3]
+
+
 def test_no_algorithm_within_the_cap_says_what_it_would_need():
     perfs = _perfs((1, cudnn.CUDNN_STATUS_SUCCESS, 64 * MiB, cudnn.CUDNN_FMA_MATH),
                    (2, cudnn.CUDNN_STATUS_SUCCESS, 12 * MiB, cudnn.CUDNN_DEFAULT_MATH),

@@ -209,9 +209,14 @@ def pp_jaxpr(jaxpr):
 # ---------------------------------------------------------------------------------------
 
 
-def eval_jaxpr(jaxpr, consts, args):
+def eval_jaxpr(jaxpr, consts, args, hook=None):
     """Runs ``jaxpr`` by binding each equation's primitive, so that the transforms owning
-    ``consts`` and ``args`` (tracers) process it as they would the traced function."""
+    ``consts`` and ``args`` (tracers) process it as they would the traced function.
+
+    ``hook(index, eqn, inputs, out)``, when given, sees each equation's index, its input
+    values and its result, and returns the result the program goes on with (ghost
+    clipping reads a layer's inputs and adds a zero to its output there: NOTE [ghost
+    clipping] in :mod:`cuvmap.dp.ghost`)."""
     env = {}
     for v, x in zip(jaxpr.constvars, consts):
         env[v] = x
@@ -221,8 +226,11 @@ def eval_jaxpr(jaxpr, consts, args):
     def read(v):
         return v.val if type(v) is Literal else env[v]
 
-    for eqn in jaxpr.eqns:
-        out = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
+    for k, eqn in enumerate(jaxpr.eqns):
+        ins = list(map(read, eqn.inputs))
+        out = eqn.primitive.bind(*ins, **eqn.params)
+        if hook is not None:
+            out = hook(k, eqn, ins, out)
         if eqn.primitive.multiple_results:
             env.update(zip(eqn.outs, out))
         else:
