@@ -1,5 +1,6 @@
-r"""The Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism (imports nothing
-from cuvmap).
+r"""The Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism, and the
+calibration of the noise multiplier by it or by the PLD accountant (imports nothing from
+cuvmap but :mod:`cuvmap.dp.pld`).
 
 One DP-SGD step on a batch drawn by Poisson sampling with rate ``q`` (every example in
 independently with probability ``q``) is the *sampled Gaussian mechanism* (SGM):
@@ -26,6 +27,8 @@ import math
 import warnings
 
 import numpy as np
+
+from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant
 
 #: Opacus' default RDP orders: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -494,8 +497,6 @@ def _rdp_eps(sigma, q, steps, delta):
 
 
 def _pld_eps(sigma, q, steps, delta, h):
-    from cuvmap.dp.pld import PLDAccountant  # noqa: PLC0415  (pld.py sits beside this module; imported where used to keep this one's import light)
-
     acct = PLDAccountant(discretization=h)
     acct.step(sigma, q, steps)
     return acct.get_epsilon(delta)
@@ -578,5 +579,5 @@ def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="p
     if q == 0 or steps == 0:
         return 0.0
     if discretization is None:
-        from cuvmap.dp.pld import DEFAULT_DISCRETIZATION as discretization  # noqa: PLC0415  (see _pld_eps)
+        discretization = DEFAULT_DISCRETIZATION
     return _calibrate(target, delta, q, steps, accountant, float(rtol), float(discretization))
