@@ -197,6 +197,48 @@ def test_step_pld_is_a_valid_dominating_pld(sigma, q):
         assert one.infinity_mass < 1e-22
 
 
+def test_normal_tail_against_math_erfc():
+    z = np.concatenate((np.linspace(0.0, 37.0, 20001), [0.5, 1e-300]))
+    ref = np.array([0.5 * math.erfc(v / math.sqrt(2.0)) for v in z])
+    np.testing.assert_allclose(pld._normal_sf(z), ref, rtol=3e-13, atol=0)
+    assert pld._normal_sf(np.array([np.inf, 45.0])).tolist() == [0.0, 0.0]
+    # masses between points from either tail
+    pts = [-np.inf, -40.0, -3.0, -1e-3, 0.0, 2.0, 8.0, np.inf]
+    r2 = math.sqrt(2.0)
+
+    def mass(a, b):  # from erfc on the side away from 0, erf across it
+        if a >= 0:
+            return 0.5 * (math.erfc(a / r2) - math.erfc(b / r2))
+        if b <= 0:
+            return 0.5 * (math.erfc(-b / r2) - math.erfc(-a / r2))
+        return 0.5 * (math.erf(b / r2) - math.erf(a / r2))
+
+    ref = [mass(a, b) for a, b in zip(pts, pts[1:])]
+    np.testing.assert_allclose(pld._normal_masses(np.array(pts)), ref, rtol=1e-11, atol=1e-300)
+
+
+def test_fft_composition_against_direct_convolution():
+    one = pld.step_pld(2.0, 0.3, "remove", h=1e-2)
+    other = pld.step_pld(0.9, 0.05, "add", h=1e-2)
+    steps = 25
+    direct = one.probs
+    for _ in range(steps - 1):
+        direct = np.convolve(direct, one.probs)
+    composed = pld.self_compose(one, steps)
+    start = composed.offset - steps * one.offset
+    window = direct[start:start + len(composed.probs)]
+    np.testing.assert_allclose(composed.probs, window, rtol=1e-9, atol=1e-15)
+    outside = direct.sum() - window.sum()
+    assert outside <= pld.TAIL_MASS and composed.infinity_mass >= outside  # the cut tail is at +∞
+    assert len(composed.probs) < len(direct) / 2  # the Chernoff window cut something
+    both = pld.compose(composed, other)
+    ref = np.convolve(composed.probs, other.probs)
+    cut = both.offset - composed.offset - other.offset
+    np.testing.assert_allclose(both.probs[1:], ref[cut + 1:cut + len(both.probs)], rtol=1e-9, atol=1e-15)
+    assert both.probs[0] >= ref[cut]  # the lowest masses moved up, not dropped
+    assert both.probs.sum() + both.infinity_mass == pytest.approx(1.0, abs=1e-12)
+
+
 def test_epsilon_and_delta_are_inverse():
     acct = dp.PLDAccountant()
     acct.step(1.3, 0.02, 300)
