@@ -78,8 +78,9 @@ _MAX_BINS = 1 << 24  # refuse grids past this (128 MiB of float64)
 # ---------------------------------------------------------------------------------------
 
 # NOTE [the normal tail in NumPy]
-# NumPy has no erfc, and a Python loop over math.erfc costs about 0.3 µs a point: the grids
-# here have 10^4 to 10^6 points, evaluated once per accountant and noise multiplier. So
+# NumPy has no erfc, and a Python loop over math.erfc pays the interpreter for every point
+# of grids of 10^4 to 10^6 points, evaluated once per accountant and noise multiplier
+# (calibrate_noise evaluates a dozen; `python -m benchmarks accounting` times it). So
 # Φ̄(z) = ½·erfcx(z/√2)·e^{−z²/2} (z ≥ 0), with erfcx(x) = e^{x²}·erfc(x) smooth and bounded,
 # is computed as a Chebyshev series: with t = 2/(2 + x) ∈ (0, 1], erfcx(x)/t is analytic in
 # t on [0, 1] (it tends to 1/(2√π) as x → ∞), and its interpolant of degree 40 on the
