@@ -246,7 +246,7 @@ def test_epsilon_and_delta_are_inverse():
         eps = acct.get_epsilon(delta)
         assert acct.get_delta(eps) == pytest.approx(delta, rel=1e-9)
         assert acct.get_delta(eps * 0.999) > delta
-    assert acct.get_delta(0.0) < 1 and acct.get_delta(50.0) <= pld.TAIL_MASS  # (the truncated FFT tail)
+    assert acct.get_delta(0.0) < 1 and acct.get_delta(50.0) <= pld.TAIL_MASS * 1.001  # (the FFT's cut tails)
 
 
 def test_history_order_and_merging_do_not_matter():
