@@ -6,6 +6,7 @@
     python -m benchmarks distributed
     python -m benchmarks control_flow --length 1000
     python -m benchmarks dp --batch 32 128 512
+    python -m benchmarks accounting
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -31,6 +32,7 @@ SUITES = {
     "distributed": "benchmarks.bench_distributed",
     "control_flow": "benchmarks.bench_control_flow",
     "dp": "benchmarks.bench_dp",
+    "accounting": "benchmarks.bench_accounting",
 }
 
 

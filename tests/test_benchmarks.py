@@ -205,6 +205,21 @@ def test_dp_suite(capsys, tmp_path):
     assert "## Ratios against the targets" in out and "| network | batch | method |" in out
 
 
+def test_accounting_suite(capsys, tmp_path):
+    """The accountants' suite on its cheapest recipe: ε by PLD matches the stored
+    dp_accounting value, PLD below RDP, calibrate_noise's σ reproduces ε_PLD."""
+    res, out = _run(capsys, tmp_path, ["accounting", "--recipes", "small_q", "--repeats", "1", "--warmup", "0",
+                                       "--no-dp-accounting", "--progress", "off"])
+    (row,) = res["rows"]
+    assert row["recipe"] == "small_q" and abs(row["rel_vs_dp_accounting"]) < 1e-6
+    assert row["eps_pld"] < row["eps_rdp"] and row["eps_pld"] <= row["eps_pld_coarse"]
+    assert row["calibrate"]["pld"]["sigma"] == pytest.approx(2.0, rel=2e-3)
+    assert row["calibrate"]["pld"]["sigma"] < row["calibrate"]["rdp"]["sigma"]
+    assert all(v > 0 for v in row["get_epsilon_ms"].values())
+    assert {t["check"] for t in res["targets"]} >= {"|ε_PLD / dp_accounting − 1| (small_q)"}
+    assert "## ε" in out and "## targets" in out
+
+
 def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     from benchmarks import bench_dispatch
 
