@@ -1,4 +1,4 @@
-"""Control flow (cuvmap/lax/control_flow.py) beyond the op table's generic tests (rows
+"""Control flow (the package cuvmap/lax/control_flow/) beyond the op table's generic tests (rows
 ``cond_*``, ``switch_*``, ``scan_*``, ``fori_loop_*``, ``map``, ``while_*`` in
 tests/op_table.py: impl against Python loops and branches, vmap for every in_axes at batch
 sizes 3, 1 and 0, derivatives against finite differences, jit both ways): the errors, one
@@ -267,7 +267,7 @@ def test_a_batched_predicate_keeps_the_untaken_branch_out_of_the_gradient():
 
 def test_without_the_guard_the_untaken_branch_would_leak_nan(monkeypatch):
     """The reference for the test above: the guard is what keeps the gradient finite."""
-    monkeypatch.setattr(control_flow, "_guard", lambda x, taken: x)
+    monkeypatch.setattr(control_flow.conditionals, "_guard", lambda x, taken: x)
     with np.errstate(invalid="ignore", divide="ignore"):
         g = cv.grad(lambda x: cnp.sum(cv.vmap(_sqrt_or_zero)(x)))(_mixed_batch())
     assert np.isnan(g).any()

@@ -20,6 +20,8 @@ one equation each (:meth:`StagingTrace.stage_equation`).
 Derived programs are cached on the program they come from, so ``vmap(jit(f))`` stages
 its batched program once per batch layout.
 """
+import dataclasses
+
 import numpy as np
 
 from cuvmap import backend, core
@@ -66,14 +68,34 @@ class StagedTracer(Tracer):
     def _concretization_error(self, what):
         origin = _origin_of(self.var)
         depends = f" that depends on {origin}" if origin else ""
-        hint = ("mark that argument static with static_argnums/static_argnames if it is a "
-                "configuration value, or use cuvmap.numpy.where to choose per element")
+        stager = self._main.global_data.stager
         return ConcretizationError(
-            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: under "
-            f"jit (and checkpoint, which stages its function too) the values of the arguments are not "
-            f"known while the function is traced; {hint}",
+            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: {stager.why}; {stager.hint}",
             where=self._main.name,
         )
+
+
+# NOTE [who staged a value]
+# A Python ``if``, ``float()`` or ``int()`` on a staged value has no answer: the function
+# is traced once, on avals, for every value it will run on. What to do instead depends on
+# who staged it: under ``jit`` a configuration argument can be made static, while the body
+# of a ``scan`` or the branch of a ``cond`` (staged even when the user wrote no ``jit``)
+# needs ``cnp.where`` or ``lax.cond``. So each stager passes ``trace_to_jaxpr`` a
+# :class:`Stager` whose two sentences the error prints.
+@dataclasses.dataclass(frozen=True)
+class Stager:
+    """Who stages a function, as the error of a staged value's Python conversion says it:
+    ``why`` its values are not known while it is traced, and the ``hint`` of what to do."""
+
+    why: str
+    hint: str
+
+
+JIT_STAGER = Stager(
+    why="under jit (and checkpoint, which stages its function too) the values of the arguments are not known "
+        "while the function is traced",
+    hint="mark that argument static with static_argnums/static_argnames if it is a configuration value, or use "
+         "cuvmap.numpy.where to choose per element")
 
 
 _witnesses = {}
@@ -101,9 +123,10 @@ def _origin_of(var):
 class JaxprBuilder:
     """The state of one staging: the equations so far and the constants met."""
 
-    __slots__ = ("eqns", "constvars", "consts", "const_ids")
+    __slots__ = ("eqns", "constvars", "consts", "const_ids", "stager")
 
-    def __init__(self):
+    def __init__(self, stager=JIT_STAGER):
+        self.stager = stager
         self.eqns = []
         self.constvars = []
         self.consts = []
@@ -165,12 +188,13 @@ class StagingTrace(Trace):
         return [StagedTracer(self.main, v) for v in outs]
 
 
-def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
+def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER):
     """Stages ``f(*args)`` for arguments with ``in_avals``. Returns ``(ClosedJaxpr,
     outputs)`` where ``outputs`` is what ``f`` returned, with each staged value replaced by
     its program output index (``f``'s return value may hold other things: the caller
-    decides what to do with them)."""
-    builder = JaxprBuilder()
+    decides what to do with them). ``origins`` name the arguments and ``stager`` the
+    staging in errors (NOTE [who staged a value])."""
+    builder = JaxprBuilder(stager)
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main):
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
         tracers = [StagedTracer(main, v) for v in invars]
