@@ -9,7 +9,8 @@ residuals (zeros for the branches not taken; NOTE [splitting the branches of a c
 """
 import numpy as np
 
-from cuvmap import api_util, core, tree
+from cuvmap import api_util, tree
+from cuvmap.core import Tracer
 from cuvmap.lax import elementwise
 from cuvmap.lax.control_flow.common import (
     COND_STAGER, ControlFlowError, ControlFlowPrimitive, aval_of, describe, expand, flatten_values, prune_outputs,
@@ -278,34 +279,38 @@ def _join(programs, consts=None):
 #   it. JAX guards nothing.)
 def _select_branches(axis, index, operands, op_dims, branches):
     """The batched cond of ``branches`` with ``index`` batched at 0 (NOTE [a batched
-    predicate]): a quiet_cond whose branch runs each branch and selects."""
+    predicate]): a quiet_cond whose branch runs each branch and selects; with concrete
+    operands (nothing but eval below vmap, nothing above it to see the branches) the same
+    now, with the warnings off."""
     front = [x if d is not_mapped else move_bdim(x, d, 0) for x, d in zip(operands, op_dims)]
     front_dims = tuple(not_mapped if d is not_mapped else 0 for d in op_dims)
     front_avals = avals_of(front)
+    nout = len(branches[0].out_avals)
+    programs = [batch_jaxpr(b, axis, front_dims, front_avals, instantiate=[True] * nout)[0] for b in branches]
+    floating = [d is not not_mapped and a.dtype.kind in "fc" for d, a in zip(front_dims, front_avals)]
+
+    def select_branch(index, *ops, guarded=floating):
+        results = None
+        for k, p in enumerate(programs):
+            taken = elementwise.eq(index, np.asarray(k, np.int32))  # (a literal when staged)
+            ins = [_guard(x, taken) if g else x for x, g in zip(ops, guarded)]
+            outs = ir.eval_jaxpr(p.jaxpr, p.consts, ins)
+            results = outs if results is None else [elementwise.select(expand(taken, o), o, r)
+                                                    for o, r in zip(outs, results)]
+        return results
+
+    if not any(isinstance(v, Tracer) for v in [index] + front):
+        with np.errstate(all="ignore"):
+            return select_branch(index, *front, guarded=[False] * len(front)), [0] * nout
     in_avals = (aval_of(index),) + tuple(front_avals)
     key = ("select branches", axis.size, axis.name, front_dims, in_avals, tuple(id(b) for b in branches[1:]))
     hit = branches[0].derived.get(key)
     if hit is None:
-        nout = len(branches[0].out_avals)
-        programs = [batch_jaxpr(b, axis, front_dims, front_avals, instantiate=[True] * nout)[0] for b in branches]
-        guarded = [d is not not_mapped and a.dtype.kind in "fc" for d, a in zip(front_dims, front_avals)]
-
-        def select_branch(index, *ops):
-            results = None
-            for k, p in enumerate(programs):
-                taken = elementwise.eq(index, np.int32(k))
-                ins = [_guard(x, taken) if g else x for x, g in zip(ops, guarded)]
-                outs = ir.eval_jaxpr(p.jaxpr, p.consts, ins)
-                results = outs if results is None else [elementwise.select(expand(taken, o), o, r)
-                                                        for o, r in zip(outs, results)]
-            return results
-
         program, consts = trace_flat(select_branch, in_avals, "cond")
         # (the entry holds the other branches, so their ids in the key stay theirs)
         hit = branches[0].derived[key] = (program, consts, branches)
     program, consts, _ = hit
-    outs = quiet_cond_p.bind(np.int32(0), *consts, index, *front, branches=(program,))
-    return outs, [0] * len(outs)
+    return quiet_cond_p.bind(np.asarray(0, np.int32), *consts, index, *front, branches=(program,)), [0] * nout
 
 
 def _guard(x, taken):
