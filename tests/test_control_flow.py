@@ -321,6 +321,15 @@ def test_only_a_batched_predicate_makes_a_quiet_cond_and_warnings_elsewhere_stay
         cv.vmap(lambda x: cnp.sqrt(_F(x) - 10.0))(_X)
 
 
+def test_a_batched_predicate_is_a_quiet_cond_on_the_cpu_and_inline_on_the_gpu(backend):
+    """CuPy never warns, so on the GPU the branches and selects join the program around
+    them (where jit's fusion sees them); the values are the same either way."""
+    x = cv.device_put(_X, backend)
+    text = str(cv.make_jaxpr(cv.vmap(cv.grad(_F)))(x))
+    assert ("quiet_cond[" in text) == (backend == "cpu"), text
+    _close(cv.device_put(cv.jit(cv.vmap(cv.grad(_F)))(x), "cpu"), _D1)
+
+
 def test_a_batched_while_freezes_each_example_at_its_own_count():
     x = np.array([0.5, 3.0, 20.0, 1.0])
     out, tangent = cv.vmap(lambda x: cv.jvp(lambda x: lax.while_loop(lambda c: c < 10.0, lambda c: c * 2.0, x),

@@ -268,7 +268,10 @@ def _join(programs, consts=None):
 #   So the branches and the selects are one program, the one branch of a ``quiet_cond``,
 #   which runs it with ``np.errstate(all="ignore")``; its derivatives and batched forms are
 #   quiet_conds too. A cond with an unbatched index runs one branch and stays a ``cond``,
-#   at no cost.
+#   at no cost. Eagerly, with nothing above vmap (concrete operands), the branches simply
+#   run under errstate; on the GPU (CuPy never warns) they are inlined as they are, so that
+#   jit's fusion sees them with the rest of the program. Elsewhere the quiet_cond costs
+#   what a nested program costs: its own plan, and no sharing with the program around it.
 # - Reverse mode would multiply that example's zero cotangent by the branch's infinite
 #   derivative: 0 · inf = NaN. So each batched floating operand enters branch ``b`` as
 #   ``select(taken_b, x, stop_gradient(x))`` (the same value), whose cotangent is the
@@ -281,7 +284,8 @@ def _select_branches(axis, index, operands, op_dims, branches):
     """The batched cond of ``branches`` with ``index`` batched at 0 (NOTE [a batched
     predicate]): a quiet_cond whose branch runs each branch and selects; with concrete
     operands (nothing but eval below vmap, nothing above it to see the branches) the same
-    now, with the warnings off."""
+    now, with the warnings off; on the GPU, where nothing warns, the branches and selects
+    inline."""
     front = [x if d is not_mapped else move_bdim(x, d, 0) for x, d in zip(operands, op_dims)]
     front_dims = tuple(not_mapped if d is not_mapped else 0 for d in op_dims)
     front_avals = avals_of(front)
@@ -299,10 +303,12 @@ def _select_branches(axis, index, operands, op_dims, branches):
                                                     for o, r in zip(outs, results)]
         return results
 
+    in_avals = (aval_of(index),) + tuple(front_avals)
     if not any(isinstance(v, Tracer) for v in [index] + front):
         with np.errstate(all="ignore"):
             return select_branch(index, *front, guarded=[False] * len(front)), [0] * nout
-    in_avals = (aval_of(index),) + tuple(front_avals)
+    if any(a.device and a.device.startswith("gpu") for a in in_avals):
+        return select_branch(index, *front), [0] * nout  # CuPy never warns: inlined, fused with the rest
     key = ("select branches", axis.size, axis.name, front_dims, in_avals, tuple(id(b) for b in branches[1:]))
     hit = branches[0].derived.get(key)
     if hit is None:
