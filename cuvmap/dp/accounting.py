@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant
+from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant, record_steps
 
 #: Opacus' default RDP orders: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -349,17 +349,7 @@ class RDPAccountant:
 
     def step(self, noise_multiplier, sample_rate, num_steps=1):
         """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``."""
-        noise_multiplier, sample_rate, num_steps = float(noise_multiplier), float(sample_rate), int(num_steps)
-        if num_steps < 0:
-            raise ValueError(f"RDPAccountant.step: num_steps must be >= 0, got {num_steps}")
-        if not 0 <= sample_rate <= 1:
-            raise ValueError(f"RDPAccountant.step: sample_rate must be in [0, 1], got {sample_rate}")
-        if not noise_multiplier >= 0:
-            raise ValueError(f"RDPAccountant.step: noise_multiplier must be >= 0, got {noise_multiplier}")
-        if self.history and self.history[-1][:2] == [noise_multiplier, sample_rate]:
-            self.history[-1][2] += num_steps
-        else:
-            self.history.append([noise_multiplier, sample_rate, num_steps])
+        record_steps(self.history, "RDPAccountant", noise_multiplier, sample_rate, num_steps)
 
     def __len__(self):
         """The number of steps recorded."""

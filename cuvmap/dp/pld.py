@@ -424,6 +424,23 @@ def _composed(groups, pair, h):
     return result
 
 
+def record_steps(history, owner, noise_multiplier, sample_rate, num_steps):
+    """Appends ``num_steps`` steps of ``(σ, q)`` to an accountant's ``history`` (a list of
+    ``[σ, q, steps]``, merging a repeat of the last ``(σ, q)``), after checking them; the
+    errors name ``owner``."""
+    noise_multiplier, sample_rate, num_steps = float(noise_multiplier), float(sample_rate), int(num_steps)
+    if num_steps < 0:
+        raise ValueError(f"{owner}.step: num_steps must be >= 0, got {num_steps}")
+    if not 0 <= sample_rate <= 1:
+        raise ValueError(f"{owner}.step: sample_rate must be in [0, 1], got {sample_rate}")
+    if not noise_multiplier >= 0:
+        raise ValueError(f"{owner}.step: noise_multiplier must be >= 0, got {noise_multiplier}")
+    if history and history[-1][:2] == [noise_multiplier, sample_rate]:
+        history[-1][2] += num_steps
+    else:
+        history.append([noise_multiplier, sample_rate, num_steps])
+
+
 class PLDAccountant:
     """Tracks a sequence of Poisson-subsampled Gaussian steps by their privacy loss
     distributions and reports ``(ε, δ)`` under add/remove-one adjacency: tight where
@@ -457,17 +474,7 @@ class PLDAccountant:
 
     def step(self, noise_multiplier, sample_rate, num_steps=1):
         """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``."""
-        noise_multiplier, sample_rate, num_steps = float(noise_multiplier), float(sample_rate), int(num_steps)
-        if num_steps < 0:
-            raise ValueError(f"PLDAccountant.step: num_steps must be >= 0, got {num_steps}")
-        if not 0 <= sample_rate <= 1:
-            raise ValueError(f"PLDAccountant.step: sample_rate must be in [0, 1], got {sample_rate}")
-        if not noise_multiplier >= 0:
-            raise ValueError(f"PLDAccountant.step: noise_multiplier must be >= 0, got {noise_multiplier}")
-        if self.history and self.history[-1][:2] == [noise_multiplier, sample_rate]:
-            self.history[-1][2] += num_steps
-        else:
-            self.history.append([noise_multiplier, sample_rate, num_steps])
+        record_steps(self.history, "PLDAccountant", noise_multiplier, sample_rate, num_steps)
         self._plds = None
 
     def __len__(self):
