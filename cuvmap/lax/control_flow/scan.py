@@ -15,7 +15,7 @@ from cuvmap import api_util, core, tree
 from cuvmap.lax import elementwise, shape as lax_shape
 from cuvmap.lax.control_flow.common import (
     SCAN_STAGER, Body, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry,
-    depends, extend_outputs, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, split3,
+    depends, extend_outputs, flatten_values, grow, loop_jvp_program, loop_of, prune_outputs, reads, split3,
     stage_flat, trace_flat, with_program, xp_of, zeros)
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, move_bdim, not_mapped
@@ -36,31 +36,18 @@ class ScanPrimitive(ControlFlowPrimitive):
     what = "a scan"
 
     def run(self, *args, length, num_consts, num_carry, program, reverse, unroll):
+        """Eval: the body's plan compiled as a loop (NOTE [a loop runs as generated
+        Python] in cuvmap/transforms/executor.py) writes each step's ``y``\\ s into the
+        stacked results, made here; ``unroll`` changes nothing here (NOTE [scan's
+        unroll])."""
         consts, carry, xs = split3(args, num_consts, num_carry)
-        y_avals = program.out_avals[num_carry:]
         xp = xp_of(args)
-        ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in y_avals]
+        ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in program.out_avals[num_carry:]]
         if not length:
             return list(carry) + ys
-        # ``unroll`` steps per call of an unrolled program, then the rest one by one
-        blocks = length // unroll if unroll > 1 else 0
-        if blocks:
-            block = plan_of(_unrolled(program, num_consts, num_carry, unroll, reverse)).program
-            for b in range(blocks):
-                start = length - (b + 1) * unroll if reverse else b * unroll
-                window = slice(start, start + unroll)
-                outs = block(consts + carry + [x[window] for x in xs])
-                carry = outs[:num_carry]
-                for stacked, y in zip(ys, outs[num_carry:]):
-                    stacked[window] = y
-        step = plan_of(program).program
-        rest = range(length - blocks * unroll - 1, -1, -1) if reverse else range(blocks * unroll, length)
-        for i in rest:
-            outs = step(consts + carry + [x[i] for x in xs])
-            carry = outs[:num_carry]
-            for stacked, y in zip(ys, outs[num_carry:]):
-                stacked[i] = y
-        return list(carry) + ys
+        loop = loop_of(program, num_consts, num_carry)
+        carry = loop(consts, carry, xs, ys, range(length - 1, -1, -1) if reverse else range(length))
+        return carry + ys
 
     def out_avals(self, params):
         n, length = params["num_carry"], params["length"]
