@@ -1,20 +1,26 @@
 """Control flow: the gradient of an RNN over a long sequence as a ``lax.scan`` against the
-same recurrence as an unrolled Python loop, both under ``jit``.
+same recurrence as an unrolled Python loop, both under ``jit``, against JAX and against the
+forward and backward passes written by hand as a NumPy loop; and the same for a scan over a
+tiny carry, where a step costs little more than the interpreter's own work.
 
-    python -m benchmarks control_flow [--length 1000] [--hidden 64] [--batch 32] [--repeats 5] [--no-jax]
+    python -m benchmarks control_flow [--length 1000] [--hidden 64] [--batch 32] [--tiny 8] [--repeats 5] [--no-jax]
 
 The loss is ``sum(h_T ** 2)`` of ``h_t = tanh(h_{t-1} @ W + x_t @ U)`` over ``length``
 steps, hidden size ``hidden``, a batch of ``batch`` sequences, float32; the gradient is
-taken with respect to ``W`` and ``U``. Reported, all in this run:
+taken with respect to ``W`` and ``U``. The tiny-carry scan is ``c_t = tanh(c_{t-1} * a +
+x_t)`` on vectors of ``tiny`` float32 entries, its loss ``sum(c_T ** 2)``, the gradient with
+respect to ``a``. Reported, all in this run:
 
 - trace time: staging ``grad(loss)`` into a program (``make_jaxpr``), for the scan at the
   full length and at length 1, the one-step recurrence (the unrolled loop of length 1),
   and the unrolled loop at the full length; the scan's should not grow with the length
   (full length ≤ 2× length 1) and stay near the one-step trace (≤ 2×: the scan also stages
   its body alone and derives the body's forward and backward programs from it);
-- run time per step of the jitted gradient, scan against the unrolled loop (interleaved
-  rounds; target ≤ 1.5×), and JAX's ``jit(grad)`` of its ``lax.scan`` where JAX is
-  installed (``--no-jax`` skips it).
+- run time per step of the jitted gradient (interleaved rounds): the scan against the
+  unrolled loop (target ≤ 1.5×), against JAX's ``jit(grad)`` of its ``lax.scan`` where JAX
+  is installed (``--no-jax`` skips it; target ≤ 1.5×), and against the hand-written NumPy
+  loop (the floor: what a step's NumPy calls cost); the tiny-carry scan against its
+  hand-written NumPy loop (target ≤ 3×).
 """
 import time
 
@@ -34,6 +40,7 @@ def add_arguments(parser):
     parser.add_argument("--length", type=int, default=1000, help="sequence length (scan steps)")
     parser.add_argument("--hidden", type=int, default=64, help="hidden size")
     parser.add_argument("--batch", type=int, default=32, help="sequences per batch")
+    parser.add_argument("--tiny", type=int, default=8, help="size of the tiny-carry scan's carry")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
 
 
@@ -51,6 +58,58 @@ def loss_unrolled(w, u, h0, xs):
     for t in range(xs.shape[0]):
         h = _cell(w, u, h, xs[t])
     return cnp.sum(h * h)
+
+
+def numpy_rnn_grad(w, u, h0, xs):
+    """The gradient of :func:`loss_scan` with respect to ``w`` and ``u``, written by hand as
+    two NumPy loops (forward, keeping every ``h_t``; backward): the floor of a step."""
+    xp = backend.xp_of(xs)
+    n = xs.shape[0]
+    hs = xp.empty((n + 1,) + h0.shape, h0.dtype)
+    hs[0] = h0
+    h = h0
+    for t in range(n):
+        h = xp.tanh(h @ w + xs[t] @ u)
+        hs[t + 1] = h
+    dh = 2 * h
+    dw, du = xp.zeros_like(w), xp.zeros_like(u)
+    wt = w.T
+    for t in range(n - 1, -1, -1):
+        ht = hs[t + 1]
+        ds = dh * (1 - ht * ht)
+        dw += hs[t].T @ ds
+        du += xs[t].T @ ds
+        dh = ds @ wt
+    return dw, du
+
+
+def _tiny_cell(a, c, x):
+    return cnp.tanh(c * a + x)
+
+
+def loss_tiny(a, c0, xs):
+    c, _ = lax.scan(lambda c, x: (_tiny_cell(a, c, x), None), c0, xs)
+    return cnp.sum(c * c)
+
+
+def numpy_tiny_grad(a, c0, xs):
+    """The gradient of :func:`loss_tiny` with respect to ``a``, by hand as NumPy loops."""
+    xp = backend.xp_of(xs)
+    n = xs.shape[0]
+    cs = xp.empty((n + 1,) + c0.shape, c0.dtype)
+    cs[0] = c0
+    c = c0
+    for t in range(n):
+        c = xp.tanh(c * a + xs[t])
+        cs[t + 1] = c
+    dc = 2 * c
+    da = xp.zeros_like(a)
+    for t in range(n - 1, -1, -1):
+        ct = cs[t + 1]
+        ds = dc * (1 - ct * ct)
+        da += ds * cs[t]
+        dc = ds * a
+    return da
 
 
 def _host(x):
@@ -119,18 +178,35 @@ def run(args, settings):
         g(w, u, h0, xs)  # traced and planned
     ref = cv.grad(loss_unrolled, argnums=(0, 1))(w, u, h0, xs[:8])
     got = cv.grad(loss_scan, argnums=(0, 1))(w, u, h0, xs[:8])
+    by_hand = numpy_rnn_grad(w, u, h0, xs[:8])
     worst = max(float(np.abs(_host(a) - _host(b)).max()) for a, b in zip(got, ref))
-    notes = [f"scan and unrolled gradients agree to {worst:.1e} (8 steps, float32)"]
+    worst_hand = max(float(np.abs(_host(a) - _host(b)).max()) for a, b in zip(got, by_hand))
+    notes = [f"scan and unrolled gradients agree to {worst:.1e}, scan and the NumPy loop to {worst_hand:.1e} "
+             "(8 steps, float32)"]
     cases = [("cuvmap jit(grad(scan))", lambda: scan_grad(w, u, h0, xs)),
-             ("cuvmap jit(grad(unrolled loop))", lambda: unrolled_grad(w, u, h0, xs))]
+             ("cuvmap jit(grad(unrolled loop))", lambda: unrolled_grad(w, u, h0, xs)),
+             ("NumPy loop (forward and backward by hand)", lambda: numpy_rnn_grad(w, u, h0, xs))]
     jax_fn = _jax_case(args, _host(w), _host(u), _host(h0), _host(xs),
                        notes)
     if jax_fn is not None:
         cases.append(("JAX jit(grad(scan))", jax_fn))
+    # the tiny-carry scan
+    tiny = args.tiny
+    a = xp.asarray(rng.uniform(0.5, 1.0, tiny).astype(np.float32))
+    c0 = xp.zeros(tiny, np.float32)
+    txs = xp.asarray(rng.standard_normal((n, tiny)).astype(np.float32))
+    tiny_grad = cv.jit(cv.grad(loss_tiny))
+    worst_tiny = float(np.abs(_host(tiny_grad(a, c0, txs[:8])) - _host(numpy_tiny_grad(a, c0, txs[:8]))).max())
+    notes.append(f"tiny-carry scan and its NumPy loop agree to {worst_tiny:.1e} (8 steps, float32)")
+    tiny_cases = [(f"cuvmap jit(grad(scan)), carry of {tiny}", lambda: tiny_grad(a, c0, txs)),
+                  (f"NumPy loop, carry of {tiny} (by hand)", lambda: numpy_tiny_grad(a, c0, txs))]
     timer_name, time_one = harness.timer_for(xp)
-    times = [[] for _ in cases]
+    everything = cases + tiny_cases
+    for _, fn in everything:
+        fn()  # warm
+    times = [[] for _ in everything]
     for _ in range(repeats):  # interleaved rounds: the machine's load reaches every case alike
-        for k, (_, fn) in enumerate(cases):
+        for k, (_, fn) in enumerate(everything):
             times[k].append(time_one(fn))
     medians = [float(np.median(ts)) for ts in times]
     rows = []
@@ -138,9 +214,17 @@ def run(args, settings):
     for (name, _), ts, med in zip(cases, times, medians):
         per_step = med / n * 1e6
         rows.append(dict(case=name, ms=med * 1e3, us_per_step=per_step, x_unrolled=med / medians[1],
+                         x_numpy=med / medians[2], times_s=ts))
+        table.append((name, med * 1e3, per_step, med / medians[1], med / medians[2]))
+    print(harness.markdown_table(["run (median)", "ms per call", "µs per step", "× unrolled", "× NumPy loop"], table))
+    print()
+    k0 = len(cases)
+    tiny_rows = []
+    for (name, _), ts, med in zip(tiny_cases, times[k0:], medians[k0:]):
+        rows.append(dict(case=name, ms=med * 1e3, us_per_step=med / n * 1e6, x_numpy=med / medians[k0 + 1],
                          times_s=ts))
-        table.append((name, med * 1e3, per_step, med / medians[1]))
-    print(harness.markdown_table(["run (median)", "ms per call", "µs per step", "× unrolled"], table))
+        tiny_rows.append((name, med * 1e3, med / n * 1e6, med / medians[k0 + 1]))
+    print(harness.markdown_table(["tiny carry (median)", "ms per call", "µs per step", "× NumPy loop"], tiny_rows))
     print()
     trace_rows = [("grad of the scan, full length", trace_scan * 1e3, trace_scan / trace_one),
                   ("grad of the scan, length 1", trace_scan_one * 1e3, trace_scan_one / trace_one),
@@ -151,13 +235,16 @@ def run(args, settings):
     targets = [("scan trace, full length / length 1", trace_scan / trace_scan_one, 2.0),
                ("scan trace / one-step (unrolled) trace", trace_scan / trace_one, 2.0),
                ("scan per-step run / unrolled per-step run", medians[0] / medians[1], 1.5)]
+    if jax_fn is not None:
+        targets.append(("scan per-step run / JAX per-step run", medians[0] / medians[3], 1.5))
+    targets.append(("tiny-carry scan per-step run / its NumPy loop", medians[k0] / medians[k0 + 1], 3.0))
     print(harness.markdown_table(["target", "measured", "≤", "met"],
                                  [(name, value, limit, "yes" if value <= limit else "no")
                                   for name, value, limit in targets]))
     print()
     for note in notes:
         print(f"- {note}")
-    return dict(config=dict(length=n, hidden=hidden, batch=batch), rows=rows,
+    return dict(config=dict(length=n, hidden=hidden, batch=batch, tiny=tiny), rows=rows,
                 trace_ms=dict(scan=trace_scan * 1e3, scan_length_1=trace_scan_one * 1e3, one_step=trace_one * 1e3,
                               unrolled=trace_unrolled * 1e3),
                 targets={name: dict(measured=value, limit=limit) for name, value, limit in targets}, notes=notes)
