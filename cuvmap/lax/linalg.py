@@ -86,11 +86,11 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
         # a product of two matrices: the transposes are views, no reshape
         x_t, y_t = x_perm != (0, 1), y_perm != (0, 1)
         if x_t and y_t:
-            return lambda x, y: x.T @ y.T
+            return _prepared(lambda x, y: x.T @ y.T, (None, _transposed), lambda x, y: x.T @ y)
         if x_t:
             return lambda x, y: x.T @ y
         if y_t:
-            return lambda x, y: x @ y.T
+            return _prepared(lambda x, y: x @ y.T, (None, _transposed), operator.matmul)
         return operator.matmul
     if k == 1:
         # an outer product (per-example gradients of a dense layer): a broadcast multiply
@@ -114,6 +114,25 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
         return (x.transpose(x_perm).reshape(x_mat) @ y.transpose(y_perm).reshape(y_mat)).reshape(out_shape)
 
     return product
+
+
+# NOTE [a loop's constant operand transposed once]
+# OpenBLAS multiplies ``x @ w.T`` (the right operand transposed) about twice as slowly as
+# ``x @ w`` for the small matrices of a recurrent cell (32×64 by 64×64 in float32: 6 µs
+# against 3 µs on the project's CPU; a transposed left operand costs little), and the
+# backward pass of ``h @ w`` is exactly that product, ``ct @ w.T``. When ``w`` is a
+# constant of a loop's body, the loop transposes it into a contiguous copy once, before its
+# first step: the function of such a product carries ``prepare`` (per operand, None or the
+# function applied once to a loop-invariant operand) and ``prepared`` (the function that
+# takes the prepared operand in its place): NOTE [a loop runs as generated Python] in
+# cuvmap/transforms/executor.py.
+def _transposed(w):
+    return w.T.copy()
+
+
+def _prepared(fn, prepare, prepared):
+    fn.prepare, fn.prepared = prepare, prepared
+    return fn
 
 
 def _dot_general_impl(x, y, *, dimension_numbers):
@@ -213,9 +232,20 @@ def _dot_general_vjp_lhs(ct, out, x, y, *, dimension_numbers):
 
 
 def _dot_general_vjp_rhs(ct, out, x, y, *, dimension_numbers):
+    """Cotangent of ``y``: ``dot_general(x, ct)`` contracting ``x``'s free dims with the
+    cotangent's, so that for ``x @ y`` it is ``x.T @ ct`` in ``y``'s layout, with no
+    transpose after the product (JAX's rule, which contracts ``ct`` with ``x``, yields
+    ``(ct.T @ x).T``: a strided view that every later sum reads slowly)."""
     (xc, yc), (xb, yb) = dimension_numbers
-    swapped = ((yc, xc), (yb, xb))
-    return _transpose_lhs(ct, len(core.shape_of(y)), x, swapped, swap_ans=True)
+    x_kept = _free_dims(len(core.shape_of(x)), xc, xb)
+    y_kept = _free_dims(len(core.shape_of(y)), yc, yb)
+    ans_batch, ans_x, ans_y = _ranges_like(xb, x_kept, y_kept)
+    dims = ((tuple(x_kept), ans_x), (tuple(xb), ans_batch))
+    # the product's dims: the batch dims (y's yb), x's contracted dims in x's order (y's
+    # paired yc), then the cotangent's y dims (y's free dims)
+    yc_by_x = tuple(yc[xc.index(d)] for d in sorted(xc))
+    out_axes = np.argsort(tuple(yb) + yc_by_x + tuple(y_kept))
+    return transpose(dot_general(x, ct, dims), tuple(int(i) for i in out_axes))
 
 
 jvp.defjvp(

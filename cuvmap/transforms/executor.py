@@ -601,7 +601,7 @@ def _compile(p, out_is_scalar, loop=None):
         direct = {}
     else:
         pad = "        "
-        lines, direct = _loop_head(p, loop, constant_slots)
+        lines, direct, prepared = _loop_head(p, loop, constant_slots, namespace)
     for k, step in enumerate(p.steps):
         kind, impl, ins, params, aux, writer = step.kind, step.impl, step.ins, step.params, step.aux, step.writer
         namespace[f"f{k}"] = impl
@@ -621,6 +621,8 @@ def _compile(p, out_is_scalar, loop=None):
                       f"{pad}except (TypeError, ValueError):",
                       f"{pad}    {r} = {plain}",
                       f"{pad}    {y} = {r}"]
+        elif loop is not None and k in prepared:
+            lines.append(f"{pad}{r} = G{k}({', '.join(prepared[k])})")
         elif kind in (FUSED, MULTI):
             lines.append(f"{pad}{', '.join(f'r{o}' for o in outs)}, = {plain}")
         elif kind == PLAIN:
@@ -684,7 +686,10 @@ def _compile(p, out_is_scalar, loop=None):
 # take the new carries, all at once (``r2, r5, = r9, r2,``), and the next step begins. The
 # pool is the plan's: the buffers a step releases serve the next one, so a steady state
 # allocates only what the impls allocate themselves (and the new carries, which are the
-# next step's arguments and so never written over).
+# next step's arguments and so never written over). A step whose impl (from ``impl_for``)
+# carries ``prepare`` and ``prepared`` and whose prepared operands are constants of the
+# body calls ``prepare`` on them once, before the loop, and ``prepared`` at every step
+# (NOTE [a loop's constant operand transposed once] in cuvmap/lax/linalg.py).
 
 @dataclasses.dataclass(frozen=True)
 class _LoopShape:
@@ -692,9 +697,10 @@ class _LoopShape:
     num_carry: int
 
 
-def _loop_head(p, loop, constant_slots):
-    """The loop's first lines and the steps that write a ``y`` directly: ``{step: y
-    index}`` (NOTE [a loop runs as generated Python])."""
+def _loop_head(p, loop, constant_slots, namespace):
+    """The loop's first lines, the steps that write a ``y`` directly (``{step: y
+    index}``) and the steps that read an operand prepared before the loop (``{step: their
+    operands' names}``: NOTE [a loop runs as generated Python])."""
     nc, ncar = loop.num_consts, loop.num_carry
     c_slots, carry_slots, x_slots = p.in_slots[:nc], p.in_slots[nc:nc + ncar], p.in_slots[nc + ncar:]
     y_slots = p.out_slots[ncar:]
@@ -703,6 +709,22 @@ def _loop_head(p, loop, constant_slots):
                           ([f"X{j}" for j in range(len(x_slots))], "xs"), ([f"Y{m}" for m in range(len(y_slots))], "ys")):
         if names:
             lines.append(f"    {', '.join(names)}, = {source}")
+    invariant = set(c_slots) | set(constant_slots)
+    prepared = {}
+    for k, step in enumerate(p.steps):
+        prepare = getattr(step.impl, "prepare", None)
+        if step.kind != PLAIN or step.params or prepare is None:
+            continue
+        if not all(f is None or s in invariant for f, s in zip(prepare, step.ins)):
+            continue
+        operands = [_operand(s, constant_slots) for s in step.ins]
+        for j, f in enumerate(prepare):
+            if f is not None:
+                namespace[f"PR{k}_{j}"] = f
+                lines.append(f"    q{k}_{j} = PR{k}_{j}({operands[j]})")
+                operands[j] = f"q{k}_{j}"
+        namespace[f"G{k}"] = step.impl.prepared
+        prepared[k] = operands
     lines.append("    for i in indices:")
     lines += [f"        r{s} = X{j}[i]" for j, s in enumerate(x_slots)]
     writes = {}
@@ -713,7 +735,7 @@ def _loop_head(p, loop, constant_slots):
     for m, s in enumerate(y_slots):
         if s in writes and p.out_slots.count(s) == 1 and s not in constant_slots:
             direct[writes[s]] = m
-    return lines, direct
+    return lines, direct, prepared
 
 
 def _loop_tail(p, loop, results, direct):
