@@ -92,6 +92,19 @@ def loss_tiny(a, c0, xs):
     return cnp.sum(c * c)
 
 
+def loss_tiny_blocks(a, c0, xs, k=8):
+    """:func:`loss_tiny` unrolled by hand: a scan over blocks of ``k`` steps whose body
+    runs the ``k`` cells (what ``unroll=k`` staged before: NOTE [scan's unroll] in
+    cuvmap/lax/control_flow/scan.py)."""
+    def block(c, xb):
+        for j in range(k):
+            c = _tiny_cell(a, c, xb[j])
+        return c, None
+
+    c, _ = lax.scan(block, c0, xs.reshape((xs.shape[0] // k, k) + xs.shape[1:]))
+    return cnp.sum(c * c)
+
+
 def numpy_tiny_grad(a, c0, xs):
     """The gradient of :func:`loss_tiny` with respect to ``a``, by hand as NumPy loops."""
     xp = backend.xp_of(xs)
@@ -200,6 +213,15 @@ def run(args, settings):
     notes.append(f"tiny-carry scan and its NumPy loop agree to {worst_tiny:.1e} (8 steps, float32)")
     tiny_cases = [(f"cuvmap jit(grad(scan)), carry of {tiny}", lambda: tiny_grad(a, c0, txs)),
                   (f"NumPy loop, carry of {tiny} (by hand)", lambda: numpy_tiny_grad(a, c0, txs))]
+    if n % 8 == 0:
+        blocks_grad = cv.jit(cv.grad(loss_tiny_blocks))
+        tiny_cases.append((f"cuvmap, carry of {tiny}, unrolled by hand, 8 steps a body",
+                           lambda: blocks_grad(a, c0, txs)))
+    # the cell's three GEMMs: forward x @ w, backward x.T @ ct and ct @ w.T (NOTE [a loop's
+    # constant operand transposed once] in cuvmap/lax/linalg.py)
+    x_mat, w_mat = xs[0], w
+    gemm_cases = [("x @ w (forward)", lambda: x_mat @ w_mat), ("x.T @ ct (weight's cotangent)", lambda: x_mat.T @ x_mat),
+                  ("ct @ w.T (input's cotangent)", lambda: x_mat @ w_mat.T)]
     timer_name, time_one = harness.timer_for(xp)
     everything = cases + tiny_cases
     for _, fn in everything:
@@ -209,6 +231,10 @@ def run(args, settings):
         for k, (_, fn) in enumerate(everything):
             times[k].append(time_one(fn))
     medians = [float(np.median(ts)) for ts in times]
+    gemm_times = [[] for _ in gemm_cases]
+    for _ in range(repeats):
+        for k, (_, fn) in enumerate(gemm_cases):
+            gemm_times[k].append(min(time_one(lambda: [fn() for _ in range(100)]) for _ in range(3)) / 100)
     rows = []
     table = []
     for (name, _), ts, med in zip(cases, times, medians):
@@ -225,6 +251,12 @@ def run(args, settings):
                          times_s=ts))
         tiny_rows.append((name, med * 1e3, med / n * 1e6, med / medians[k0 + 1]))
     print(harness.markdown_table(["tiny carry (median)", "ms per call", "µs per step", "× NumPy loop"], tiny_rows))
+    print()
+    gemm_medians = [float(np.median(ts)) for ts in gemm_times]
+    print(harness.markdown_table([f"a GEMM of the cell ({batch}×{hidden} by {hidden}×{hidden}, median)", "µs",
+                                  "× x @ w"],
+                                 [(name, med * 1e6, med / gemm_medians[0])
+                                  for (name, _), med in zip(gemm_cases, gemm_medians)]))
     print()
     trace_rows = [("grad of the scan, full length", trace_scan * 1e3, trace_scan / trace_one),
                   ("grad of the scan, length 1", trace_scan_one * 1e3, trace_scan_one / trace_one),
@@ -245,6 +277,7 @@ def run(args, settings):
     for note in notes:
         print(f"- {note}")
     return dict(config=dict(length=n, hidden=hidden, batch=batch, tiny=tiny), rows=rows,
+                gemm_us={name: med * 1e6 for (name, _), med in zip(gemm_cases, gemm_medians)},
                 trace_ms=dict(scan=trace_scan * 1e3, scan_length_1=trace_scan_one * 1e3, one_step=trace_one * 1e3,
                               unrolled=trace_unrolled * 1e3),
                 targets={name: dict(measured=value, limit=limit) for name, value, limit in targets}, notes=notes)

@@ -118,14 +118,14 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
 
 # NOTE [a loop's constant operand transposed once]
 # OpenBLAS multiplies ``x @ w.T`` (the right operand transposed) about twice as slowly as
-# ``x @ w`` for the small matrices of a recurrent cell (32×64 by 64×64 in float32: 6 µs
-# against 3 µs on the project's CPU; a transposed left operand costs little), and the
-# backward pass of ``h @ w`` is exactly that product, ``ct @ w.T``. When ``w`` is a
-# constant of a loop's body, the loop transposes it into a contiguous copy once, before its
-# first step: the function of such a product carries ``prepare`` (per operand, None or the
-# function applied once to a loop-invariant operand) and ``prepared`` (the function that
-# takes the prepared operand in its place): NOTE [a loop runs as generated Python] in
-# cuvmap/transforms/executor.py.
+# ``x @ w`` for the small matrices of a recurrent cell (32×64 by 64×64 in float32 on the
+# project's CPU; a transposed left operand costs little: ``python -m benchmarks
+# control_flow`` times the three), and the backward pass of ``h @ w`` is exactly that
+# product, ``ct @ w.T``. When ``w`` is a constant of a loop's body, the loop transposes it
+# into a contiguous copy once, before its first step: the function of such a product
+# carries ``prepare`` (per operand, None or the function applied once to a loop-invariant
+# operand) and ``prepared`` (the function that takes the prepared operand in its place):
+# NOTE [a loop runs as generated Python] in cuvmap/transforms/executor.py.
 def _transposed(w):
     return w.T.copy()
 
