@@ -280,3 +280,16 @@ def test_a_step_costs_about_what_its_numpy_calls_cost():
                           lambda: tiny(a, c0, txs), lambda: _numpy_tiny_grad(a, c0, txs)], rounds=7)
     assert times[0] < 2.5 * times[1], f"RNN: {times[0] / n * 1e6:.1f} µs a step, NumPy {times[1] / n * 1e6:.1f}"
     assert times[2] < 4.0 * times[3], f"tiny carry: {times[2] / n * 1e6:.1f} µs a step, NumPy {times[3] / n * 1e6:.1f}"
+
+
+def test_eager_grad_of_a_scan_compiles_its_plans_once():
+    """Eager grad stages the body and plans its forward and backward loops at every call;
+    their generated code is compiled once (NOTE [generated code is compiled once per
+    text] in cuvmap/transforms/executor.py)."""
+    xs = _rng(16).standard_normal((5, 3, 4))
+    g = cv.grad(lambda xs: _loss(lax.scan(_rnn, np.zeros((3, 4)), xs)))
+    first = g(xs)
+    misses = executor._code_cache.misses
+    for _ in range(3):
+        np.testing.assert_array_equal(g(xs), first)
+    assert executor._code_cache.misses == misses

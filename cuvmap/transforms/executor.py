@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from cuvmap import backend, config
+from cuvmap import backend, config, lru
 from cuvmap.cuda import graphs as cuda_graphs, kernels
 from cuvmap.transforms import fusion, ir
 
@@ -248,7 +248,7 @@ class Plan:
         self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
         self.num_reused_steps = sum(1 for s in steps if s.kind != PLAIN)
         self.source, namespace = _compile(self, out_is_scalar)
-        exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
+        exec(_code(self.source, "<cuvmap plan>"), namespace)
         self.program = namespace["program"]
 
 
@@ -763,9 +763,30 @@ def loop_of(p, num_consts, num_carry):
     hit = p.loops.get(key)
     if hit is None:
         source, namespace = _compile(p, p.out_is_scalar, _LoopShape(num_consts, num_carry))
-        exec(compile(source, "<cuvmap loop>", "exec"), namespace)
+        exec(_code(source, "<cuvmap loop>"), namespace)
         hit = p.loops.setdefault(key, (source, namespace["loop"]))
     return hit[1]
+
+
+# NOTE [generated code is compiled once per text]
+# Python's ``compile`` is most of the cost of a small plan, and eager transforms make the
+# same plans again and again: ``grad`` of a function that calls ``lax.scan`` stages the
+# body anew at every call, and derives and plans its forward and backward bodies anew, and
+# their text is the same each time (the slots are numbered in program order; the
+# functions, params and constants are names bound in the namespace, not text). So the code
+# objects are kept by their text, a bounded cache (:data:`CODE_CACHE_SIZE` entries), and a
+# plan made again costs its planning and an ``exec`` of code already compiled.
+CODE_CACHE_SIZE = 512
+_code_cache = lru.LRU(CODE_CACHE_SIZE)
+
+
+def _code(source, filename):
+    """The code object of ``source`` (NOTE [generated code is compiled once per text])."""
+    key = (source, filename)
+    code = _code_cache.get(key)
+    if code is None:
+        code = _code_cache.put(key, compile(source, filename, "exec"))
+    return code
 
 
 def source(p):
