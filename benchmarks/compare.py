@@ -22,6 +22,7 @@ suites, no case in common, unreadable), 0 otherwise — a gate for CI, as asv's
 ``continuous -f`` and pytest-benchmark's ``--benchmark-compare-fail``.
 """
 import json
+import math
 
 from benchmarks import harness
 from benchmarks import stats as bstats
@@ -115,6 +116,8 @@ def compare_results(base, head, factor=bstats.DEFAULT_FACTOR, confidence=bstats.
                          note="; ".join(notes),
                          **{k: v for k, v in c.as_dict().items() if k != "note"}))
     counts = {v: sum(r["verdict"] == v for r in rows) for v in (bstats.SLOW, bstats.FAST, bstats.SAME)}
+    finite = [r["ratio"] for r in rows if r["ratio"] is not None and math.isfinite(r["ratio"])]
+    drift = _median(finite) if len(finite) >= 3 else None
     counts["unresolved"] = sum(not r["resolved"] for r in rows)
     bs, hs = base.get("settings", {}), head.get("settings", {})
     settings = {k: (bs.get(k, "(absent)"), hs.get(k, "(absent)")) for k in dict.fromkeys(list(bs) + list(hs))
@@ -128,7 +131,7 @@ def compare_results(base, head, factor=bstats.DEFAULT_FACTOR, confidence=bstats.
     return dict(suite=head.get("suite"), factor=factor, confidence=confidence, rows=rows, counts=counts,
                 only_base=[label(i, e) for i, e in b_cases.items() if i not in h_cases],
                 only_head=[label(i, e) for i, e in h_cases.items() if i not in b_cases],
-                settings=settings, load=(base.get("machine_load"), head.get("machine_load")),
+                settings=settings, load=(base.get("machine_load"), head.get("machine_load")), drift=drift,
                 problem=problem, status=status)
 
 
@@ -166,6 +169,11 @@ def print_report(report, base_name="BASE", head_name="HEAD"):
     for side, names in (("only in " + base_name, report["only_base"]), ("only in " + head_name, report["only_head"])):
         if names:
             print(f"- {side} (not compared): " + "; ".join(names))
+    drift = report.get("drift")
+    if drift is not None and abs(math.log(drift)) > math.log(1 + (report["factor"] - 1) / 2):
+        print(f"- **every case moved**: the median head / base over the cases is {drift:.3g}: a change of the machine "
+              "(its load, clocks, BLAS) between the runs is likelier than one of every case; rerun both on a "
+              "quiet machine, or compare ratios between cases within one run")
     if report["problem"]:
         print(f"\n**cannot compare**: {report['problem']}")
 
