@@ -20,8 +20,8 @@ from benchmarks import harness, models  # noqa: E402
 from benchmarks.__main__ import main as cli_main  # noqa: E402
 from cuvmap import backend as cv_backend  # noqa: E402
 
-TINY_PER_EXAMPLE = ["--batch", "2", "3", "--repeats", "1", "--warmup", "1", "--loop-examples", "2",
-                    "--chunk-size", "2", "--gemm-size", "64", "--progress", "off"]
+TINY_PER_EXAMPLE = ["--batch", "2", "3", "--repeats", "1", "--max-repeats", "1", "--warmup", "1",
+                    "--loop-examples", "2", "--chunk-size", "2", "--gemm-size", "64", "--progress", "off"]
 
 
 def _run(capsys, tmp_path, argv, name="out"):
@@ -55,7 +55,7 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     for r in res["rows"]:
         assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
-        assert r["repeats"] == 1 and r["timer"] == "perf_counter"
+        assert r["repeats"] == 1 and r["timer"] == "perf_counter, interleaved"
         assert r["minor_faults_per_call"] is not None and r["minor_faults_per_call"] >= 0
     jit3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "jit_vmap")
     assert jit3["method"] == "cuvmap: jit(vmap(grad))" and jit3["examples_off"] == 0 and jit3["examples_compared"] == 3
@@ -86,15 +86,23 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
 
 
 def test_per_example_interleaved(capsys, tmp_path):
-    """--interleave: every method's repeats come from rounds that time each method once."""
-    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "3", "--warmup", "1",
-                                       "--loop-examples", "1", "--gemm-size", "64", "--progress", "off",
-                                       "--no-torch", "--no-jax", "--no-plot", "--interleave"])
+    """Every method's repeats come from rounds that time each method once (--interleave, now
+    the default, is still accepted); each ratio carries its interval and verdict from the
+    paired rounds."""
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "6", "--max-spread", "0",
+                                       "--warmup", "1", "--loop-examples", "1", "--gemm-size", "64", "--progress",
+                                       "off", "--no-torch", "--no-jax", "--no-plot", "--interleave"])
     assert [r["key"] for r in res["rows"]] == ["loop", "vmap", "chunked", "batched", "jit_vmap"]
     for r in res["rows"]:
-        assert r["repeats"] == 3 and r["timer"] == "perf_counter, interleaved" and r["diff_vs_cuvmap_vmap"] < 1e-4
-    assert "rounds, each method once per round (--interleave)" in out
+        assert r["repeats"] == 6 and r["timer"] == "perf_counter, interleaved" and r["diff_vs_cuvmap_vmap"] < 1e-4
+        assert len(r["times_ms"]) == 6 and r["spread"] is not None and isinstance(r["noisy"], bool)
+    assert "| rounds | 6 round(s), each case once per round in rotating order |" in out
     assert "| import order | cuvmap's oneDNN loaded before torch is imported |" in out
+    ratio = next(r for r in res["ratios"] if r["ratio"] == "vmap(grad) / batched gradient")
+    c = ratio["comparison"]
+    assert c["paired"] and c["n"] == 6 and c["ci_low"] <= c["ratio"] <= c["ci_high"]
+    assert c["verdict"] in ("FAST", "SLOW", "SAME") and ratio["met_beyond_noise"]
+    assert "| batch | ratio | value (medians) | 95% CI | verdict | target | met |" in out
 
 
 def test_per_example_torch(capsys, tmp_path):
@@ -115,8 +123,9 @@ def test_per_example_torch(capsys, tmp_path):
 
 def test_per_example_jax(capsys, tmp_path):
     pytest.importorskip("jax")
-    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--warmup", "1",
-                                       "--loop-examples", "1", "--gemm-size", "64", "--no-torch", "--no-plot"])
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--max-repeats", "1",
+                                       "--warmup", "1", "--loop-examples", "1", "--gemm-size", "64", "--no-torch",
+                                       "--no-plot"])
     rows = _rows(res, "jax")
     assert {r["key"] for r in rows} == {"jax_vmap", "jax_batched"}
     for r in rows:
@@ -129,8 +138,8 @@ def test_per_example_absent_frameworks_are_skipped(capsys, tmp_path, monkeypatch
     # as if torch and jax were not installed
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "jax", None)
-    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--loop-examples", "1",
-                                       "--gemm-size", "32", "--no-plot"])
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--max-repeats", "1",
+                                       "--loop-examples", "1", "--gemm-size", "32", "--no-plot"])
     assert {r["framework"] for r in res["rows"]} == {"cuvmap"}
     assert "torch.func: skipped (torch is not installed)" in out
     assert "JAX: skipped (jax is not installed)" in out
@@ -153,7 +162,7 @@ def test_models_agree_with_the_spec():
 
 def test_conv_suite(capsys, tmp_path):
     res, out = _run(capsys, tmp_path, ["conv", "--batch", "1", "2", "--repeats", "1", "--loop-examples", "1",
-                                       "--no-plot", "--progress", "off"])
+                                       "--no-plot", "--progress", "off", "--max-spread", "0"])
     assert set(res["tables"]) == {"gflops", "vmap_vs_loop", "grouped_vs_unfold"}
     assert len(res["tables"]["gflops"]) == 2 * 2 * 3
     assert "## 1. Convolution GFLOP/s" in out and "## 3." in out
@@ -167,7 +176,7 @@ def test_conv_suite_im2col_variants(capsys, tmp_path):
 
     before = (conv_gemm.COLUMN_LAYOUT, conv_gemm.BLOCK_BYTES)
     res, out = _run(capsys, tmp_path, ["conv", "--batch", "2", "--repeats", "1", "--loop-examples", "1",
-                                       "--im2col-variants", "--no-plot", "--progress", "off"])
+                                       "--im2col-variants", "--no-plot", "--progress", "off", "--max-spread", "0"])
     assert (conv_gemm.COLUMN_LAYOUT, conv_gemm.BLOCK_BYTES) == before
     for label in ("im2col", "im2col channel-major", "im2col pixel-major", "im2col one piece"):
         assert all(row[label]["ms"] > 0 for row in res["tables"]["gflops"])
@@ -185,7 +194,8 @@ def test_dp_suite(capsys, tmp_path):
     except ImportError:
         has_torch = False
     res, out = _run(capsys, tmp_path, ["dp", "--batch", "2", "3", "--mlp-widths", "784", "8", "6", "10",
-                                       "--repeats", "2", "--warmup", "1", "--progress", "off", "--slow-seconds", "0"])
+                                       "--repeats", "2", "--warmup", "1", "--progress", "off", "--slow-seconds", "0",
+                                       "--max-repeats", "4"])
     keys = {(r["network"], r["batch"], r["key"]) for r in res["rows"]}
     cuvmap_keys = ("batched", "vmap_clip", "ghost", "jit_batched", "jit_vmap_clip", "jit_ghost")
     assert {(n, b, k) for n in ("mlp", "cnn") for b in (2, 3) for k in cuvmap_keys} <= keys
@@ -221,7 +231,7 @@ def test_control_flow_suite(capsys, tmp_path):
 
     path = tmp_path / "cf.json"
     assert bench_control_flow.main(["--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
-                                    "--no-jax", "--json", str(path)]) == 0
+                                    "--max-repeats", "8", "--no-jax", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     res = json.loads(path.read_text())
     assert [r["case"] for r in res["rows"]] == ["cuvmap jit(grad(scan))", "cuvmap jit(grad(unrolled loop))"]
@@ -252,7 +262,11 @@ def test_per_example_gpu(capsys, tmp_path):
                                        "--loop-examples", "1", "--gemm-size", "256", "--no-plot"])
     for r in res["rows"]:
         assert r["diff_vs_cuvmap_vmap"] < 1e-3, r
-    assert next(r for r in res["rows"] if r["key"] == "vmap")["timer"] == "CUDA events (CuPy)"
+        if r["framework"] in ("cuvmap", "torch"):
+            assert r["device_peak_mib"] is not None and r["device_peak_mib"] >= 0
+    assert next(r for r in res["rows"] if r["key"] == "vmap")["timer"] == "CUDA events (CuPy), L2 flushed, interleaved"
+    assert "| GPU timing | CUDA events after a device synchronisation, the L2 cache flushed before each call |" in out
+    assert "| device peak MiB |" in out
 
 
 def test_gpu_requested_without_one(capsys, tmp_path):
