@@ -1,6 +1,6 @@
 """The harness checks itself: two runs back to back, one case slowed on purpose.
 
-    python -m benchmarks selfcheck [--workload arrays|spin] [--slowdown 0.1] [--slow-case KEY] [--device cpu|gpu]
+    python -m benchmarks selfcheck [--workload arrays|simulated] [--slowdown 0.1] [--slow-case KEY] [--device cpu|gpu]
 
 A few cases are timed twice in this process, as two runs of a suite would be (warm-up and
 interleaved rounds each time, ``benchmarks/timing.py``): the second time, the timed calls of
@@ -13,9 +13,11 @@ status is 1 when it fails.
 
 Workloads: ``arrays`` (the default) times NumPy's (CuPy's with ``--device gpu``) GEMM,
 an elementwise chain, a reduction and cuvmap's ``grad`` of a small function: real work,
-which a busy machine slows unevenly between the two runs; ``spin`` times waits of fixed
-lengths (0.5, 1 and 2 ms), whose times the machine's load barely moves: the check of the
-statistics and the plumbing alone, which the tests run.
+which a busy machine slows unevenly between the two runs (``compare`` says when every case
+moved alike). ``simulated`` times three cases of 0.5, 1 and 2 ms on a simulated clock, with
+lognormal noise of 3 % and one call in 20 three times slower (a fixed seed): the check of
+the statistics and of the plumbing (runner, injection, comparison) that no machine's load
+can disturb, which the tests run.
 """
 import numpy as np
 
@@ -27,31 +29,51 @@ DEFAULTS = dict(repeats=10, warmup=2)
 
 
 def add_arguments(parser):
-    parser.add_argument("--workload", choices=["arrays", "spin"], default="arrays",
-                        help="arrays: GEMM, elementwise, reduction, cuvmap grad; spin: fixed-length waits")
+    parser.add_argument("--workload", choices=["arrays", "simulated"], default="arrays",
+                        help="arrays: GEMM, elementwise, reduction, cuvmap grad; simulated: noisy cases of 0.5, 1 "
+                             "and 2 ms on a simulated clock")
     parser.add_argument("--slowdown", type=float, default=0.10, help="the fraction injected (default 0.1: 10%%)")
     parser.add_argument("--slow-case", default=None, help="the key of the case slowed (default: the second case)")
     parser.add_argument("--size", type=int, default=256, help="n of the arrays workload's n×n GEMM")
 
 
+class Simulated:
+    """A clock that advances only by what its cases take: each call of a case of ``seconds``
+    takes ``seconds × exp(N(0, sigma))``, three times that one call in 20 (seeded)."""
+
+    def __init__(self, seed=0, sigma=0.03, outliers=0.05):
+        self.now = 0.0
+        self.rng = np.random.default_rng(seed)
+        self.sigma, self.outliers = sigma, outliers
+
+    def case(self, seconds):
+        def call():
+            t = seconds * float(np.exp(self.rng.normal(0.0, self.sigma)))
+            self.now += 3 * t if self.rng.random() < self.outliers else t
+
+        return call
+
+    def wait(self, seconds):
+        self.now += seconds
+
+    def timer(self):
+        def time_one(fn):
+            start = self.now
+            fn()
+            return self.now - start
+
+        return harness.Timer("simulated clock", time_one, "simulated", wait=self.wait)
+
+
 def _cases(args):
     from cuvmap import backend
 
+    if args.workload == "simulated":
+        sim = Simulated()
+        return [harness.Case(f"sim_{ms:g}ms", f"simulated {ms:g} ms", sim.case(ms / 1e3), sim.timer())
+                for ms in (0.5, 1.0, 2.0)]
     xp = backend.xp_for(args.device)
     timer = harness.timer_for(xp)
-    if args.workload == "spin":
-        if args.device == "gpu":
-            from benchmarks.timing import spin_gpu
-
-            def spin(ms):
-                return lambda: spin_gpu(xp, ms / 1e3)
-        else:
-            from benchmarks.timing import spin_cpu
-
-            def spin(ms):
-                return lambda: spin_cpu(ms / 1e3)
-        return [harness.Case(f"spin_{ms:g}ms", f"wait {ms:g} ms", spin(ms), timer) for ms in (0.5, 1.0, 2.0)]
-
     import cuvmap as cv
     import cuvmap.numpy as cnp
 

@@ -127,11 +127,14 @@ def spread_text(stats):
 
 class Timer:
     """``time_one(fn)`` returns the seconds of one call of ``fn``; ``name`` says how;
-    ``kind`` is ``cpu``, ``cupy`` or ``torch`` (whose device the call runs on); ``module``
-    the CuPy or torch module. Unpacks as ``name, time_one``."""
+    ``kind`` is ``cpu``, ``cupy`` or ``torch`` (whose device the call runs on; ``simulated``
+    for a clock of the self-check's); ``module`` the CuPy or torch module; ``wait(seconds)``
+    makes what this timer measures take that much longer (an injected slowdown; None where
+    it cannot). Unpacks as ``name, time_one``."""
 
-    def __init__(self, name, time_one, kind="cpu", module=None):
+    def __init__(self, name, time_one, kind="cpu", module=None, wait=None):
         self.name, self.time_one, self.kind, self.module = name, time_one, kind, module
+        self.wait = wait if wait is not None else (spin_cpu if kind == "cpu" else None)
 
     def __iter__(self):
         return iter((self.name, self.time_one))
@@ -189,7 +192,8 @@ def cupy_event_timer(cp, l2_flush=None):
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) / 1e3
 
-    return Timer("CUDA events (CuPy)" + (", L2 flushed" if flush else ""), time_one, "cupy", cp)
+    return Timer("CUDA events (CuPy)" + (", L2 flushed" if flush else ""), time_one, "cupy", cp,
+                 wait=lambda seconds: spin_gpu(cp, seconds))
 
 
 def torch_event_timer(torch, l2_flush=None):
@@ -315,27 +319,22 @@ def spin_gpu(cp, seconds):
     kernel = _spin_kernels.get(id(cp))
     if kernel is None:
         kernel = _spin_kernels[id(cp)] = cp.RawKernel(_SPIN_SOURCE, "cuvmap_bench_spin")
-    kernel((1,), (1,), (np.uint64(max(0, int(seconds * 1e9))),))
+    kernel((1,), (1,), (np.uint64(max(0, round(seconds * 1e9))),))
 
 
 def slowed(fn, extra_seconds, timer):
-    """``fn`` followed by a wait of ``extra_seconds`` on the device ``timer`` times: a busy
-    loop on the CPU, a spinning kernel on CuPy's stream. torch's GPU rows are not
-    supported (a ValueError)."""
-    if timer.kind == "cupy":
-        cp = timer.module
-
-        def run():
-            out = fn()
-            spin_gpu(cp, extra_seconds)
-            return out
-    elif timer.kind == "cpu":
-        def run():
-            out = fn()
-            spin_cpu(extra_seconds)
-            return out
-    else:
+    """``fn`` followed by ``timer.wait(extra_seconds)``: a busy loop on the CPU, a spinning
+    kernel on CuPy's stream. Cases whose timer cannot wait (torch's GPU rows, JAX on the
+    GPU) cannot be slowed (a ValueError)."""
+    if timer.wait is None:
         raise ValueError(f"--inject-slowdown: cases timed by {timer.name} cannot be slowed (CPU and CuPy cases can)")
+    wait = timer.wait
+
+    def run():
+        out = fn()
+        wait(extra_seconds)
+        return out
+
     return run
 
 
