@@ -269,6 +269,32 @@ def test_per_example_gpu(capsys, tmp_path):
     assert "| device peak MiB |" in out
 
 
+@pytest.mark.gpu
+def test_gpu_timers_graph_replay_peak_memory_and_injection(capsys):
+    """The GPU parts of benchmarks/timing.py on a real device: CUDA events after an L2
+    flush, a CUDA graph of an elementwise call replayed, CuPy's pool growth as the peak,
+    a spinning kernel of 2 ms seen by the events; then the self-check on the GPU."""
+    if not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    from benchmarks import timing
+
+    cp = cv_backend.cupy_module()
+    a = cp.ones((1024, 1024), cp.float32)
+    timer = timing.cupy_event_timer(cp, l2_flush=True)
+    assert timer.name == "CUDA events (CuPy), L2 flushed"
+    assert 0 < timer.time_one(lambda: a * 2 + 1) < 1
+    replay, note = timing.cupy_graph(lambda: a * 2 + 1, cp)
+    assert replay is not None, note
+    assert 0 < timer.time_one(replay) < 1
+    assert timer.time_one(lambda: timing.spin_gpu(cp, 0.002)) >= 0.0019
+    assert timing.cupy_pool_peak(lambda: cp.empty(1 << 24, cp.uint8), cp) >= 1 << 24
+    slow = timing.slowed(lambda: a * 2, 0.002, timer)
+    assert timer.time_one(slow) >= 0.0019
+    status = cli_main(["selfcheck", "--device", "gpu", "--progress", "off", "--no-json", "--no-plot"])
+    out = capsys.readouterr().out
+    assert status in (0, 1) and "self-check" in out and "| GPU timing |" in out
+
+
 def test_gpu_requested_without_one(capsys, tmp_path):
     if cv_backend.gpu_available():
         pytest.skip("a GPU is available")
