@@ -15,6 +15,7 @@ import numpy as np
 from cuvmap import api_util, backend, core, tree
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
+from cuvmap.lax import elementwise, indexing, shape as lax_shape
 from cuvmap.transforms import batching, vjp as vjp_mod
 from cuvmap.transforms.batching import BatchTracer
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
@@ -123,8 +124,6 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
         elif oa is None:
             value = leaf
         else:
-            from cuvmap.lax import shape as lax_shape
-
             shape = core.shape_of(leaf)
             axis = api_util.normalize_out_axis(oa, len(shape) + 1, path, shape)
             out_shape = shape[:axis] + (size,) + shape[axis:]
@@ -135,8 +134,6 @@ def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
 
 
 def _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size):
-    from cuvmap.lax import indexing, shape as lax_shape
-
     chunks = []
     for start in range(0, size, chunk_size):
         stop = min(start + chunk_size, size)
@@ -169,13 +166,12 @@ def _vjp(f, primals, has_aux, where, describe):
         inputs = []
         input_nodes = []
         for path, x in zip(paths, leaves):
-            if not (isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
+            if not core.is_value(x):
                 raise TransformError(
                     f"{describe(path)} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
                 )
             if core.is_float(x):
-                node = tape.num_inputs
-                tape.num_inputs += 1
+                node = tape.new_input()
                 inputs.append(VJPTracer(main, x, node))
                 input_nodes.append(node)
             else:
@@ -438,8 +434,6 @@ def _jacfwd(f, argnums, has_aux, where, name=None):
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
-        from cuvmap.lax import indexing, shape as lax_shape
-
         single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
         in_leaves, in_tree = tree.flatten(dyn)
         basis, sizes = _std_basis(in_leaves)
@@ -486,8 +480,6 @@ def _jacrev(f, argnums, has_aux, where, name=None):
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
-        from cuvmap.lax import indexing, shape as lax_shape
-
         single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
         out, vjp_fun, aux = _vjp(
             f_dyn, dyn, has_aux, where, lambda path: api_util.describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
@@ -526,6 +518,4 @@ def hessian(f, argnums=0):
 
 def stop_gradient(x):
     """Treats every leaf of ``x`` as a constant for the derivative transforms."""
-    from cuvmap.lax import elementwise
-
     return tree.map(elementwise.stop_gradient, x)

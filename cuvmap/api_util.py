@@ -299,7 +299,7 @@ def check_float_inputs(f, args, argnums, transform):
     for i in argnums:
         paths, leaves, _ = tree.flatten_with_path(args[i])
         for path, x in zip(paths, leaves):
-            if not (isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
+            if not core.is_value(x):
                 raise TransformError(
                     f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
                     f"{transform} differentiates arrays, scalars or pytrees of them"
@@ -362,69 +362,3 @@ def leaf_aval(f, path, leaf, where):
     if isinstance(leaf, np.generic):
         leaf = np.asarray(leaf)
     return core.get_aval(leaf)
-
-
-def stage_arguments(f, where, args, kwargs, static_nums, static_names):
-    """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
-    avals, rebuild)``: the cache key, the traced leaves with their paths (in the user's
-    numbering of positional arguments) and avals, and ``rebuild(traced_leaves)``, which
-    gives ``f``'s arguments back."""
-    # as in JAX, a static position beyond the positional arguments given is ignored (the
-    # argument may come by keyword, with static_argnames, or take its default)
-    nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
-    statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
-    statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
-    key_static = static_key(f, where, statics)
-    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
-    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
-    paths, leaves, treedef = tree.flatten_with_path((dyn_args, dyn_kwargs))
-    # paths in the user's numbering of positional arguments
-    dyn_positions = [i for i in range(len(args)) if i not in nums]
-    user_paths = [(0, dyn_positions[p[1]]) + tuple(p[2:]) if p[0] == 0 else p for p in paths]
-    avals = [leaf_aval(f, p, x, where) for p, x in zip(user_paths, leaves)]
-
-    def rebuild(traced):
-        d_args, d_kwargs = tree.unflatten(treedef, list(traced))
-        it = iter(d_args)
-        full = [args[i] if i in nums else next(it) for i in range(len(args))]
-        full_kwargs = dict(d_kwargs)
-        full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
-        return full, full_kwargs
-
-    key = (treedef, tuple(avals), key_static, axis_env_key())
-    return key, leaves, user_paths, avals, rebuild
-
-
-def axis_env_key():
-    """The named axes in scope (NOTE [named axes] in cuvmap/core.py) as a hashable value:
-    their names, sizes and process groups. A program staged inside ``vmap(...,
-    axis_name=...)`` or ``data_parallel`` depends on them (``all_gather``'s output shape,
-    ``pmean``'s divisor), so staging caches key on it; ``()`` outside any."""
-    env = core.axis_env()
-    if not env:
-        return ()
-    return tuple((frame.name, frame.size, frame.communicator) for frame in env)
-
-
-def trace_program(f, where, leaves, paths, avals, rebuild):
-    """Stages ``f`` on ``avals``. Returns ``(ClosedJaxpr, out_tree)``."""
-    from cuvmap.transforms import staging
-
-    out_tree_box = []
-
-    def flat_fun(*traced):
-        full, full_kwargs = rebuild(traced)
-        out = f(*full, **full_kwargs)
-        out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
-        for path, leaf in zip(out_paths, out_leaves):
-            if not (isinstance(leaf, Tracer) or hasattr(leaf, "shape") or type(leaf) in core._PY_SCALAR_DTYPES):
-                raise TransformError(
-                    f"{describe_out(path)} of {fun_name(f)} is a {type(leaf).__name__}; a jitted "
-                    "function returns arrays, Python numbers or pytrees of them"
-                )
-        out_tree_box.append(out_tree)
-        return out_leaves
-
-    origins = [describe_arg(f, p) for p in paths]
-    closed = staging.trace_to_jaxpr(flat_fun, avals, name=where, origins=origins)
-    return closed, out_tree_box[0]

@@ -6,6 +6,8 @@ the GPU is asked for, so importing cuvmap never requires it.
 """
 import numpy as np
 
+from cuvmap import tree
+
 _cupy = None
 _cupy_probed = False
 
@@ -87,8 +89,6 @@ def device_put(x, device="cpu"):
 
         xs_gpu = cuvmap.device_put(xs, "gpu")
     """
-    from cuvmap import tree
-
     xp = xp_for(device)
 
     def put(leaf):
@@ -106,3 +106,34 @@ def device_put(x, device="cpu"):
         return xp.asarray(leaf)
 
     return tree.map(put, x)
+
+
+def device_mismatch(what, operands, current):
+    """The error text when an operand is not on the current GPU, else None.
+
+    Args:
+      what: the operation, e.g. ``"conv forward"``.
+      operands: ``(name, shape, device id)`` of each GPU operand.
+      current: the current device's id.
+    """
+    devices = sorted({dev for _, _, dev in operands})
+    if devices in ([], [current]):
+        return None
+    where = ", ".join(f"the {name} {list(shape)} on GPU {dev}" for name, shape, dev in operands)
+    if len(devices) > 1:
+        hint = ("move them to one GPU (cupy.asarray under `with cupy.cuda.Device(i):`) and call it under that "
+                "device")
+    else:
+        hint = f"call it under `with cupy.cuda.Device({devices[0]}):`, or move the operands to GPU {current}"
+    return f"{what}: operands on another GPU than the current one (GPU {current}): {where}; {hint}"
+
+
+def check_current_device(what, named):
+    """Raises ValueError (:func:`device_mismatch`'s text) when a CuPy array among the
+    ``(name, array)`` pairs ``named`` lives on another GPU than the current one."""
+    operands = [(name, tuple(a.shape), a.device.id) for name, a in named if is_cupy_array(a)]
+    if not operands:
+        return
+    message = device_mismatch(what, operands, cupy_module().cuda.runtime.getDevice())
+    if message is not None:
+        raise ValueError(message)

@@ -21,6 +21,21 @@ Settings:
   program that needs no host synchronisation is captured as a CUDA graph on its second
   call and replayed afterwards (``cuvmap/cuda/graphs.py``).
 
+- ``jit_pool_signatures`` (``8``; ``CUVMAP_JIT_POOL_SIGNATURES``) and ``jit_pool_bytes``
+  (``1 << 30``, 1 GiB; ``CUVMAP_JIT_POOL_BYTES``): on the CPU a jitted function keeps, for
+  each argument signature, its program (small) and the buffers its plan reuses across
+  calls (about the program's intermediates); the buffers are kept only for its most
+  recently used ``jit_pool_signatures`` signatures and while they hold at most
+  ``jit_pool_bytes`` in all (the signature just called always keeps its own). Dropped
+  buffers go back to the operating system (glibc's ``malloc_trim``).
+- ``deterministic`` (``False``; ``CUVMAP_DETERMINISTIC=1`` turns it on): the same program,
+  seed and machine give the same bits. Nothing that cuvmap chooses by timing is timed:
+  the ``auto`` convolution strategy takes the vendor's kernels wherever they can run the
+  operands (oneDNN for float32 NumPy arrays, cuDNN for CuPy arrays) and the unfold kernels
+  elsewhere, ghost clipping's ``method="auto"`` takes each layer's cost-model estimate
+  alone, and cuDNN runs only algorithms it marks deterministic, chosen by its heuristics
+  (NOTE [reproducible runs]).
+
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
 
@@ -56,12 +71,43 @@ def _bool(value, name):
     raise ValueError(f"cuvmap.config: {name} must be True or False (or 1/0), got {value!r}")
 
 
-_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool}
+def _count(value, name):
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < 0 or isinstance(value, (bool, float)) and value != number:
+        raise ValueError(f"cuvmap.config: {name} must be a non-negative int, got {value!r}")
+    return number
+
+
+_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
+           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "deterministic": _bool}
 _values = {
     "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
     "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
     "jit_cuda_graphs": _bool(os.environ.get("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
+    "jit_pool_signatures": _count(os.environ.get("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
+    "jit_pool_bytes": _count(os.environ.get("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
+    "deterministic": _bool(os.environ.get("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
 }
+
+# NOTE [reproducible runs]
+# Where cuvmap picks between equivalent computations by timing them — the "auto"
+# convolution strategy (NOTE [conv strategy] in cuvmap/lax/convolution.py), ghost
+# clipping's per-layer method (NOTE [ghost clipping] in cuvmap/dp/ghost/__init__.py),
+# cuDNN's algorithm under cudnn.set_benchmark(True) — the pick depends on the machine's
+# load at the first call, and the candidates round float32 differently (a sum in another
+# order), so two runs with the same seed can differ in the last bits, and the differences
+# grow over training. `deterministic` replaces each timing by a fixed rule that depends
+# only on the shapes, dtypes and device: the vendor's convolution kernels where they can
+# run the operands (else the unfold ones), the cost model's estimate for ghost clipping,
+# cuDNN's heuristic order restricted to the algorithms it reports as deterministic (no
+# atomics in the backward passes). What it gives up: on shapes where the timed pick would
+# have been the other kernel, that kernel's speed (python -m benchmarks conv shows both).
+# The rest of cuvmap is deterministic already on a given machine: NumPy/CuPy reductions,
+# BLAS and oneDNN run the same instructions for the same shapes and thread counts, random
+# draws come from explicit keys or generators.
 
 
 def update(name, value):

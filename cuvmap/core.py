@@ -16,6 +16,7 @@ Levels keep nested transforms apart: in ``grad(lambda x: grad(lambda y: x * y)(1
 inner ``grad`` sees ``x`` as a constant, so perturbations never get confused. A tracer
 whose main has been popped has *escaped* its transform; using it raises an error.
 """
+import dis
 import itertools
 import sys
 import threading
@@ -112,6 +113,14 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
+def is_value(x):
+    """Whether ``x`` is a value the transforms take as a leaf: a tracer, an array (NumPy,
+    CuPy, anything with a ``shape``) or a Python scalar (``bool``, ``int``, ``float``,
+    ``complex``: the kinds :func:`get_aval` knows). A leaf that is not (a string, ``None``,
+    a function) is an error of the caller's, or a static argument."""
+    return isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in _PY_SCALAR_DTYPES
+
+
 def get_aval(x):
     """The :class:`ShapedArray` of an array, tracer or Python scalar."""
     if isinstance(x, Tracer):
@@ -141,9 +150,10 @@ def dtype_of(x):
 
 
 def is_float(x):
-    """True for floating-point arrays/tracers and Python floats (the differentiable kinds)."""
+    """True for floating-point and complex arrays/tracers and Python floats and complex
+    numbers (the differentiable kinds)."""
     t = type(x)
-    if t is float:
+    if t is float or t is complex:
         return True
     if t is int or t is bool:
         return False
@@ -356,6 +366,23 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     def __array__(self, dtype=None, copy=None):
+        subscript = _caller_subscript()
+        if subscript == "write":
+            raise ConcretizationError(
+                f"a traced value with shape {self.shape} was used as the position of an "
+                "assignment into a concrete array (a[i] = v where a is a NumPy or CuPy array), "
+                "which cannot be written at a traced position; build the new array instead, e.g. "
+                "cuvmap.numpy.where(cuvmap.numpy.arange(len(a)) == i, v, a)",
+                where=self._main.name,
+            )
+        if subscript == "read":
+            raise ConcretizationError(
+                f"a traced value with shape {self.shape} was used to index a concrete array "
+                "(a[i] where a is a NumPy or CuPy array): NumPy cannot index with a traced "
+                "value; write cuvmap.numpy.take(a, i, axis=0) or cuvmap.numpy.getitem(a, index), "
+                "which index with tracers",
+                where=self._main.name,
+            )
         raise ConcretizationError(
             f"a traced value with shape {self.shape} was converted to a NumPy array "
             "(np.asarray, np.array or a NumPy function applied to it); use cuvmap.numpy "
@@ -390,6 +417,28 @@ class Tracer:
 
     def __index__(self):
         raise self._concretization_error("the use as a Python index (range(), list[...])")
+
+
+_SUBSCRIPT_OPS = {"BINARY_SUBSCR": "read", "STORE_SUBSCR": "write", "DELETE_SUBSCR": "write"}
+_BINARY_OP_NAMES = [name for name, _ in getattr(dis, "_nb_ops", ())]
+_NB_SUBSCR = _BINARY_OP_NAMES.index("NB_SUBSCR") if "NB_SUBSCR" in _BINARY_OP_NAMES else None
+
+
+def _caller_subscript():
+    """``"read"`` or ``"write"`` when ``Tracer.__array__`` was reached from a Python
+    subscript of its caller (``a[i]``, or ``a[i] = v`` / ``del a[i]``), else ``None``:
+    NumPy's ``ndarray.__getitem__`` is C code, so the frame above ``__array__`` is the
+    user's, stopped at the subscript's bytecode (``BINARY_SUBSCR``, or ``BINARY_OP`` with
+    ``NB_SUBSCR`` from Python 3.14). It only shapes an error message."""
+    try:
+        frame = sys._getframe(2)
+        code, offset = frame.f_code.co_code, frame.f_lasti
+        name = dis.opname[code[offset]]
+        if name == "BINARY_OP" and _NB_SUBSCR is not None and code[offset + 1] == _NB_SUBSCR:
+            return "read"
+        return _SUBSCRIPT_OPS.get(name)
+    except (ValueError, IndexError, AttributeError):
+        return None
 
 
 class PrimalTracer(Tracer):
@@ -534,14 +583,14 @@ class Primitive:
     # tables (batching.primitive_batchers, jvp.primitive_jvps, vjp.primitive_vjps); a
     # call-like primitive (its params hold a program), whose rules are methods of its
     # class, names those methods here (CallPrimitive does), and the registry test asks for
-    # them instead, each defined by the primitive's own class (test_util.missing_rules).
+    # them instead, each a method its class defines or inherits (test_util.missing_rules).
     rule_methods = None
 
-    def __init__(self, name, differentiable=True, *, owns_output=None, impl_into=None, impl_into_when=None,
-                 host_sync=None, fused=None, kind=None):
+    def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
+                 impl_into_when=None, host_sync=None, fused=None, kind=None):
         self.name = name
-        self.impl = None
-        self.shape_rule = None
+        self.impl = impl
+        self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, fused=fused, kind=kind)

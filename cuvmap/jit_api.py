@@ -6,10 +6,18 @@ argument signature (:mod:`cuvmap.transforms.staging`), optimizes and plans it
 later calls; ``make_jaxpr(f)`` returns the program. This module holds the caches and the
 argument handling; the machinery is in :mod:`cuvmap.transforms`.
 """
+import collections
+import contextlib
+import threading
+import warnings
+
 import numpy as np
 
-from cuvmap import api_util, core, tree
+from cuvmap import api_util, config, core, tree
 from cuvmap.core import Tracer
+from cuvmap.transforms import executor, ir, staging
+from cuvmap.transforms.call import axis_names_in
+from cuvmap.transforms.program_call import call
 
 
 class RetraceWarning(UserWarning):
@@ -29,8 +37,6 @@ class _Staged:
     __slots__ = ("program", "out_tree", "plans", "donated", "named")
 
     def __init__(self, program, out_tree, donated):
-        from cuvmap.transforms.call import axis_names_in
-
         self.program = program
         self.out_tree = out_tree
         self.plans = {}
@@ -59,8 +65,8 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
 
     @api_util.with_context(where, f)
     def make(*args, **kwargs):
-        _, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
-        closed, _ = api_util.trace_program(f, where, leaves, paths, avals, rebuild)
+        _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        closed, _ = staging.trace_program(f, where, leaves, paths, avals, rebuild)
         return closed
 
     return make
@@ -85,7 +91,9 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
       donate_argnums: positional arguments whose buffers the program may overwrite (the
         caller must not use them afterwards).
     Returns:
-      the jitted function; ``.trace_count`` says how many times it has traced.
+      the jitted function; ``.trace_count`` says how many times it has traced,
+      ``.kept_pools()`` what its plans keep between calls (NOTE [what a jitted function
+      keeps]), ``.clear_cache()`` drops its programs and buffers.
 
     As in JAX, Python side effects (``print``, appending to a list) run while tracing
     only, not on the calls that reuse the program; Python control flow on traced values
@@ -101,52 +109,158 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         f, static_argnums, static_argnames, donate_argnums, where)
     cache = {}
     fast = {}  # NOTE [jit's fast path]
+    flights = _SingleFlight()  # NOTE [one trace per signature]
+    pools = _KeptPools()  # NOTE [what a jitted function keeps]
     no_statics = not static_nums and not static_names
 
     @api_util.with_context(where, f)
     def jitted(*args, **kwargs):
-        from cuvmap.transforms import executor, ir, staging
-
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
-            entry = fast.get((treedef, signature, api_util.axis_env_key())) if signature is not None else None
+            entry = fast.get((treedef, signature, staging.axis_env_key())) if signature is not None else None
             if entry is not None and core._state.staging_main is None and not entry.named:
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
+                if pools.last is not entry:
+                    pools.used(entry)
                 return tree.unflatten(entry.out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
-        key, leaves, paths, avals, rebuild = api_util.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
-            closed, out_tree = api_util.trace_program(f, where, leaves, paths, avals, rebuild)
-            program = ir.optimize(closed)
-            donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
-            entry = _Staged(program, out_tree, donated)
-            jitted.trace_count += 1
-            if not any(isinstance(c, Tracer) for c in program.consts):
-                cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
-                if no_statics:
-                    signature = _fast_signature(leaves)
-                    if signature is not None:
-                        fast[(key[0], signature, key[3])] = entry
-            _warn_retraces(jitted, where)
+            with flights.flight(key) as first:
+                entry = None if first else cache.get(key)
+                if entry is None:
+                    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+                    program = ir.optimize(closed)
+                    donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
+                    entry = _Staged(program, out_tree, donated)
+                    jitted.trace_count += 1
+                    if not any(isinstance(c, Tracer) for c in program.consts):
+                        cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
+                        if no_statics:
+                            signature = _fast_signature(leaves)
+                            if signature is not None:
+                                fast[(key[0], signature, key[3])] = entry
+                        _warn_retraces(len(cache), where)
         program = entry.program
         eager = (core._state.staging_main is None and not entry.named
                  and not any(isinstance(x, Tracer) for x in leaves)
                  and not any(isinstance(c, Tracer) for c in program.consts))
         if eager:
             outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
+            if pools.last is not entry:
+                pools.used(entry)
         else:
-            outs = staging.call(program, leaves)
+            outs = call(program, leaves)
         results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(entry.out_tree, results)
 
     def clear_cache():
         cache.clear()
         fast.clear()
+        pools.clear()
 
     jitted.trace_count = 0
     jitted.clear_cache = clear_cache
+    jitted.kept_pools = pools.info
     return jitted
+
+
+# NOTE [one trace per signature]
+# Threads that call a jitted function for the first time with the same signature at once
+# would each trace it (and count a trace each) while only one program is kept. A "single
+# flight" per cache key makes the first thread trace and the others wait for its program;
+# a thread that meets its own flight (a function that calls itself while tracing) traces
+# on, and a trace that raises lets the waiters trace for themselves (and raise the same).
+
+
+class _SingleFlight:
+    """Per-key flights: ``with flights.flight(key) as first:`` -- ``first`` is True for
+    the thread that must trace (the others wait until it has left the block)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._flights = {}  # key -> (owner thread id, threading.Event)
+
+    @contextlib.contextmanager
+    def flight(self, key):
+        me = threading.get_ident()
+        with self._lock:
+            current = self._flights.get(key)
+            if current is None:
+                done = threading.Event()
+                self._flights[key] = (me, done)
+        if current is not None:
+            owner, done = current
+            if owner != me:
+                done.wait()
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with self._lock:
+                del self._flights[key]
+            done.set()
+
+
+# NOTE [what a jitted function keeps]
+# Per argument signature a jitted function keeps its program and plans (small: the steps
+# and a generated function, about as much as JAX's compiled code per shape) and, on the
+# CPU, each plan's pool: the buffers of its intermediates, reused across calls so that a
+# steady state allocates almost only the outputs (NOTE [buffer planning] in
+# cuvmap/transforms/executor.py); about the size of the program's live intermediates. The
+# pools are kept for the most recently used ``jit_pool_signatures`` signatures (8) while
+# they hold at most ``jit_pool_bytes`` (1 GiB) in all: when a call switches to another
+# signature, the least recently used pools beyond those bounds are emptied (never the one
+# just called) and glibc's heap is trimmed (``malloc_trim``), so that a function called on
+# a stream of shapes holds a bounded amount. The check runs only when the signature
+# changes: a call with the same signature as the last pays one identity test.
+
+
+class _KeptPools:
+    """The signatures whose plans keep their pools, least recently used first."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries = collections.OrderedDict()  # id(entry) -> (entry, its pools' bytes)
+        self.last = None
+        self.dropped_bytes = 0
+
+    def used(self, entry):
+        """``entry`` was just run eagerly: make it the most recent and enforce the bounds."""
+        nbytes = sum(executor.pool_bytes(p) for p in list(entry.plans.values()))
+        dropped = 0
+        with self._lock:
+            self.last = entry
+            self._entries[id(entry)] = (entry, nbytes)  # the others' sizes as of their last call
+            self._entries.move_to_end(id(entry))
+            limit, budget = max(config.jit_pool_signatures, 1), config.jit_pool_bytes
+            total = sum(b for _, b in self._entries.values())
+            while len(self._entries) > 1 and (len(self._entries) > limit or total > budget):
+                _, (oldest, oldest_bytes) = self._entries.popitem(last=False)
+                dropped += sum(executor.empty_pool(p) for p in list(oldest.plans.values()))
+                total -= oldest_bytes
+            self.dropped_bytes += dropped
+        if dropped:
+            executor.release_host_memory()
+
+    def clear(self):
+        with self._lock:
+            entries = [e for e, _ in self._entries.values()]
+            self._entries, self.last = collections.OrderedDict(), None
+        for e in entries:
+            for p in list(e.plans.values()):
+                executor.empty_pool(p)
+        executor.release_host_memory()
+
+    def info(self):
+        """``{"signatures": n, "bytes": pooled bytes, "dropped_bytes": dropped so far}``."""
+        with self._lock:
+            entries = [e for e, _ in self._entries.values()]
+            dropped = self.dropped_bytes
+        nbytes = sum(executor.pool_bytes(p) for e in entries for p in list(e.plans.values()))
+        return {"signatures": len(entries), "bytes": nbytes, "dropped_bytes": dropped}
 
 
 # NOTE [jit's fast path]
@@ -175,14 +289,14 @@ def _fast_signature(leaves):
     return tuple(signature)
 
 
-def _warn_retraces(jitted, where):
-    import warnings
-
+def _warn_retraces(num_signatures, where):
+    """Warns once, when the ``JIT_RETRACE_WARNING``-th signature has been traced (programs
+    traced per call because they hold an outer transform's tracers do not count)."""
     limit = JIT_RETRACE_WARNING
-    if limit is not None and jitted.trace_count == limit:
+    if limit is not None and num_signatures == limit:
         warnings.warn(
             f"{where} has been traced {limit} times: each new argument shape, dtype or static "
             "value traces it again (a batch size that changes every call, a Python number that "
             "should be an array); see its .trace_count",
-            RetraceWarning, stacklevel=3,
+            RetraceWarning, stacklevel=4,
         )

@@ -16,6 +16,7 @@ Example::
 import numpy as np
 
 from cuvmap import api, backend, tree
+from cuvmap.transforms import batching, jvp, vjp
 
 EPS = 1e-4
 
@@ -204,24 +205,18 @@ def missing_rules(prim):
     them all): an impl, a shape rule, a batching rule (for a collective, an entry of
     ``batching.axis_primitive_batchers``) and, when it is differentiable, a JVP rule and a
     VJP rule, as entries of the transforms' rule tables. A call-like
-    primitive, whose rules are methods (``rule_methods`` names them, as
-    :class:`cuvmap.transforms.call.CallPrimitive` does), needs those methods instead, each
-    defined by its own class: a subclass of the class that names them inherits defaults
-    that are not its rules (a loop is not a program call).
+    primitive, whose rules are methods (``rule_methods`` names them, as the protocol
+    :class:`cuvmap.transforms.call.CallPrimitive` does without defining them), needs those
+    methods instead, from its own class or one it inherits from.
 
     Example::
 
         assert not missing_rules(my_op_p), missing_rules(my_op_p)
     """
-    from cuvmap.transforms import batching, jvp, vjp
-
     missing = [] if callable(prim.impl) else [f"{prim.name} has no impl"]
     if prim.rule_methods is not None:
-        mro = type(prim).__mro__
-        declaring = next(c for c in mro if "rule_methods" in c.__dict__)
-        own = mro[:mro.index(declaring)] or (declaring,)
-        return missing + [f"{prim.name} has no method {m} of its own (named in {declaring.__name__}.rule_methods)"
-                          for m in prim.rule_methods if not any(callable(c.__dict__.get(m)) for c in own)]
+        return missing + [f"{prim.name} has no method {m} (one of its rule_methods)"
+                          for m in prim.rule_methods if not callable(getattr(prim, m, None))]
     if not callable(prim.shape_rule):
         missing.append(f"{prim.name} has no shape rule")
     if prim not in batching.primitive_batchers and prim not in batching.axis_primitive_batchers:

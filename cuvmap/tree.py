@@ -9,8 +9,8 @@ The functions have ``jax.tree``'s names and semantics (``flatten``, ``unflatten`
 ``all``, ``transpose``), with one difference: a *path* is a tuple of the raw keys on the
 way to a leaf — dict keys, sequence (and namedtuple) indices — as optree gives them, where
 JAX wraps them in ``DictKey``/``SequenceKey``/``GetAttrKey`` objects; :func:`keystr`
-formats one (``['w1'][0]``). :func:`ravel_pytree` is
-:func:`cuvmap.flatten_util.ravel_pytree`.
+formats one (``['w1'][0]``). JAX's ``ravel_pytree`` is
+:func:`cuvmap.flatten_util.ravel_pytree` (it needs primitives, which this module is below).
 """
 import builtins
 import functools
@@ -108,13 +108,6 @@ def transpose(outer_treedef, inner_treedef, pytree_to_transpose):
             raise ValueError("transpose: inner_treedef=None needs an outer tree with at least one leaf")
         inner_treedef = structure(inner[0])
     return optree.tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose)
-
-
-def ravel_pytree(pytree):
-    """:func:`cuvmap.flatten_util.ravel_pytree`: ``(flat, unravel)``."""
-    from cuvmap.flatten_util import ravel_pytree as ravel
-
-    return ravel(pytree)
 
 
 def register_pytree_node(cls, flatten_fn, unflatten_fn):

@@ -10,7 +10,7 @@ parameter pytree, sums, adds Gaussian noise N(0, σ²C²) and divides by the exp
 size (Abadi et al. 2016), then takes an Adam step. The clipped sum comes from
 ``dp.clipped_grad`` (the default, ``--clipping ghost``: ghost clipping and book-keeping,
 each layer's per-example gradient norm from its activations and output gradients, NOTE
-[ghost clipping] in cuvmap/transforms/ghost.py) or, with ``--clipping per_example``, from
+[ghost clipping] in cuvmap/dp/ghost/__init__.py) or, with ``--clipping per_example``, from
 every example's full gradient, ``vmap(grad(loss))``, clipped and summed
 (``dp.private_gradient``): the same values. The RDP accountant of the sampled Gaussian
 mechanism gives the (ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for

@@ -22,6 +22,7 @@ import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend, lax, nn
 from cuvmap.lax import convolution as conv_mod
+from cuvmap.measured_choices import MeasuredChoices
 from cuvmap.test_util import check_batching, check_grads
 
 # ---------------------------------------------------------------------------------------
@@ -585,8 +586,8 @@ def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, g
     A vendor failure fails the test (no silent fallback to unfold), and every result stays
     on the operands' device."""
     monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", {})
-    monkeypatch.setattr(conv_mod, "_failed", {})
+    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
     timed = []
     real_time_kernel = conv_mod._time_kernel
 
@@ -727,8 +728,8 @@ class _RaisingKernels:
 @pytest.mark.parametrize("strategy", ["auto", "onednn"])
 def test_a_failing_vendor_kernel_falls_back_with_one_warning(monkeypatch, strategy):
     monkeypatch.setattr(conv_mod, "_strategy", [strategy])
-    monkeypatch.setattr(conv_mod, "_measured", {})
-    monkeypatch.setattr(conv_mod, "_failed", {})
+    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
     monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
     rng = np.random.default_rng(18)
     x, w, b, params = make_operands(CONFIGS[4], rng)
@@ -769,8 +770,8 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     import threading
 
     monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", {})
-    monkeypatch.setattr(conv_mod, "_failed", {})
+    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
     vendor = _StandInKernels()
     monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
     timed = []
@@ -811,15 +812,15 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     assert len(results) == 2
     for out in results:
         np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)
-    assert not conv_mod._measuring
+    assert not conv_mod._measured.in_flight()
 
 
 def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
     """A measurement that raises (here a MemoryError from the stand-in timer) records no
     choice and leaves no claim behind: the next call measures the key."""
     monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", {})
-    monkeypatch.setattr(conv_mod, "_failed", {})
+    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
     vendor = _StandInKernels()
     monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
     calls = []
@@ -834,10 +835,38 @@ def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
     x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(20))
     with pytest.raises(MemoryError):
         lax.conv(x, w, **params)
-    assert not conv_mod.measured_choices() and not conv_mod._measuring
+    assert not conv_mod.measured_choices() and not conv_mod._measured.in_flight()
     np.testing.assert_allclose(lax.conv(x, w, **params), reference_conv(x, w, None, params), rtol=1e-10,
                                atol=1e-10)
     assert calls == [True, False, True, False] and len(conv_mod.measured_choices()) == 1
+
+
+def test_deterministic_times_nothing_and_runs_the_vendor(monkeypatch):
+    """Under cv.config.deterministic (NOTE [reproducible runs]) "auto" times no kernel: each
+    key runs the vendor's kernels where they can run the operands, whatever any timing would
+    say, so the same program gives the same bits; float64 on the CPU stays on unfold."""
+    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
+    ran = []
+    vendor = _StandInKernels()
+    vendor.forward = lambda *args: (ran.append("vendor"), conv_mod.conv_gemm.forward(*args))[1]
+    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+
+    def no_timing(*args):
+        raise AssertionError("a kernel was timed under deterministic")
+
+    monkeypatch.setattr(conv_mod, "_time_kernel", no_timing)
+    x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(21))
+    with cv.config.override(deterministic=True):
+        assert cv.config.deterministic
+        outs = [lax.conv(x, w, **params) for _ in range(2)]
+    assert ran == ["vendor", "vendor"] and not conv_mod.measured_choices()
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], reference_conv(x, w, None, params), rtol=1e-10, atol=1e-10)
+    assert not cv.config.deterministic
+    with pytest.raises(ValueError, match="deterministic must be True or False"):
+        cv.config.update("deterministic", "sometimes")
 
 
 def test_zero_size_operands_reach_no_kernel(monkeypatch):

@@ -12,6 +12,7 @@ reason, so that ``tools/gpu_checks.sh`` lists them. Convolution results are chec
 against the naive float64 loops of tests/test_conv.py.
 """
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -70,6 +71,19 @@ def test_algorithms_above_the_workspace_cap_are_skipped():
     assert algos(strict=False, max_workspace=2**40) == [1, 2, 4, 5, 6]
     assert algos(strict=True, max_workspace=0) == []
     assert algos(strict=False, max_workspace=0) == [6]
+
+
+def test_deterministic_keeps_the_algorithms_cudnn_marks_deterministic():
+    """NOTE [reproducible runs]: under cv.config.deterministic only the records cuDNN marks
+    CUDNN_DETERMINISTIC are usable (its backward algorithms with atomics are not)."""
+    perfs = _perfs((1, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_FMA_MATH),
+                   (2, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_FMA_MATH),
+                   (3, cudnn.CUDNN_STATUS_SUCCESS, 0, cudnn.CUDNN_DEFAULT_MATH))
+    perfs[0].determinism = cudnn.CUDNN_NON_DETERMINISTIC
+    perfs[1].determinism = perfs[2].determinism = cudnn.CUDNN_DETERMINISTIC
+    algos = lambda **kw: [p.algo for p in cudnn.usable_algorithms(perfs, strict=True, max_workspace=MiB, **kw)]  # noqa: E731
+    assert algos() == [1, 2, 3]
+    assert algos(deterministic=True) == [2, 3]
 
 
 def test_no_algorithm_within_the_cap_says_what_it_would_need():
@@ -135,13 +149,13 @@ def test_as_operand_copies_misaligned_and_strided_arrays_only():
 
 def test_device_mismatch_names_the_op_the_operands_and_the_devices():
     what = "conv forward"
-    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 0)], 0) is None
-    assert cuda_device.device_mismatch(what, [], 1) is None
-    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 1), ("weight", (4, 3, 3, 3), 1)], 0) == (
+    assert backend.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 0)], 0) is None
+    assert backend.device_mismatch(what, [], 1) is None
+    assert backend.device_mismatch(what, [("input", (2, 3, 5, 5), 1), ("weight", (4, 3, 3, 3), 1)], 0) == (
         "conv forward: operands on another GPU than the current one (GPU 0): the input [2, 3, 5, 5] on GPU 1, "
         "the weight [4, 3, 3, 3] on GPU 1; call it under `with cupy.cuda.Device(1):`, or move the operands to "
         "GPU 0")
-    assert cuda_device.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 1)], 0) == (
+    assert backend.device_mismatch(what, [("input", (2, 3, 5, 5), 0), ("weight", (4, 3, 3, 3), 1)], 0) == (
         "conv forward: operands on another GPU than the current one (GPU 0): the input [2, 3, 5, 5] on GPU 0, "
         "the weight [4, 3, 3, 3] on GPU 1; move them to one GPU (cupy.asarray under `with cupy.cuda.Device(i):`) "
         "and call it under that device")
@@ -415,18 +429,28 @@ def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
     tests = tmp_path / "test_probe.py"
     tests.write_text(_SCRIPT_TESTS.format(failing="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
                                           if failing else ""))
-    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_CHECKS_TESTS=str(tests), GPU_CHECKS_BENCH="0",
+    out_dir = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out_dir), GPU_CHECKS_TESTS=str(tests),
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh")], cwd=ROOT, env=env,
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh"), "tests"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     out = proc.stdout
     assert "SKIPPED [1] " in out and "the reason this skips" in out
     assert ("FAILED " in out and "test_fails" in out) is failing
-    assert ("!! FAILED: GPU tests (pytest exit status 1;" in out) is failing
+    assert ("!! FAILED: gpu_tests (exit status 1)" in out) is failing
     cudnn_missing = not cudnn.available()
     assert ("!! cuDNN IS UNAVAILABLE: " in out) is cudnn_missing
-    assert ("!! FAILED: cuDNN unavailable" in out) is cudnn_missing
+    assert ("!! FAILED: preflight (exit status" in out) is cudnn_missing
     assert proc.returncode == (1 if failing or cudnn_missing else 0), out + proc.stderr
+    # everything comes back in two files: the summary (with a timestamp per step) and the logs
+    assert sorted(p.name for p in out_dir.iterdir()) == ["gpu_tests.tar.gz", "summary_tests.txt"]
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] start gpu_tests", (out_dir / "summary_tests.txt").read_text(), re.M)
+
+
+def test_gpu_checks_refuses_an_unknown_part():
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh"), "everything"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage: bash tools/gpu_checks.sh tests|bench" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------

@@ -375,18 +375,24 @@ def test_python_if_on_a_batched_value_inside_grad():
     ids=["vmap", "grad", "jvp", "hessian"],
 )
 @pytest.mark.parametrize(
-    "numpy_call",
-    [lambda x: np.asarray(x), lambda x: np.array(x) * 2, lambda x: np.sin(x), lambda x: np.add(x, 1.0), lambda x: np.arange(3.0)[x]],
+    "numpy_call, says",
+    [
+        (lambda x: np.asarray(x), "was converted to a NumPy array"),
+        (lambda x: np.array(x) * 2, "was converted to a NumPy array"),
+        (lambda x: np.sin(x), "was converted to a NumPy array"),
+        (lambda x: np.add(x, 1.0), "was converted to a NumPy array"),
+        (lambda x: np.arange(3.0)[x], "was used to index a concrete array"),
+    ],
     ids=["asarray", "array", "sin", "np.add", "ndarray-indexed-by-tracer"],
 )
-def test_numpy_on_a_tracer(transform, where, numpy_call):
-    with raises(cuvmap.ConcretizationError, re.escape(f"{where}: a traced value with shape (3,) was converted to a NumPy array")):
+def test_numpy_on_a_tracer(transform, where, numpy_call, says):
+    with raises(cuvmap.ConcretizationError, re.escape(f"{where}: a traced value with shape (3,) {says}")):
         transform(lambda x: numpy_call(x))
 
 
 def test_numpy_array_indexed_by_a_batched_integer():
     # integer values are traced by vmap (not by grad, where they carry no derivative)
-    with raises(cuvmap.ConcretizationError, re.escape("vmap(<lambda>): a traced value with shape (2,) was converted to a NumPy array")):
+    with raises(cuvmap.ConcretizationError, re.escape("vmap(<lambda>): a traced value with shape (2,) was used to index a concrete array")):
         vmap(lambda i: np.arange(5.0)[i])(np.zeros((3, 2), np.int64))
     np.testing.assert_array_equal(vmap(lambda i: cnp.take(np.arange(5.0), i))(np.arange(3)), [0.0, 1.0, 2.0])
 
@@ -499,3 +505,40 @@ def test_errors_in_the_users_terms(name, call, exc, message):
         call()
     assert re.search(message, str(info.value)), str(info.value)
     assert "broadcast_in_dim" not in str(info.value)
+
+
+# A NumPy array indexed (or written) at a traced position: NumPy's C indexing reaches
+# ``Tracer.__array__``; the message names the indexing and what to write instead.
+CONCRETE_TABLE = np.arange(12.0).reshape(4, 3)
+
+
+def _write_at(i):
+    table = CONCRETE_TABLE.copy()
+    table[i] = 0.0
+    return i
+
+
+# name: (f, argument, what the message says)
+INDEXING_A_CONCRETE_ARRAY = {
+    "a[i]": (lambda i: CONCRETE_TABLE[i], 1, "was used to index a concrete array"),
+    "a[idx]": (lambda i: CONCRETE_TABLE[i], np.array([0, 2]), "was used to index a concrete array"),
+    "a[0, argmax]": (lambda x: CONCRETE_TABLE[0, cnp.argmax(x)], np.ones(3), "was used to index a concrete array"),
+    "a[i] = v": (_write_at, 1, "was used as the position of an assignment into a concrete array"),
+}
+
+
+@pytest.mark.parametrize("name", INDEXING_A_CONCRETE_ARRAY)
+@pytest.mark.parametrize("transform", ["jit", "vmap"])
+def test_indexing_a_concrete_array_with_a_tracer_names_the_indexing(name, transform):
+    f, arg, says = INDEXING_A_CONCRETE_ARRAY[name]
+    run = cuvmap.jit(f) if transform == "jit" else cuvmap.vmap(f)
+    arg = arg if transform == "jit" else np.stack([arg, arg])
+    with raises(cuvmap.ConcretizationError, ".*" + re.escape(says)) as info:
+        run(arg)
+    assert "cuvmap.numpy." in str(info.value)
+    assert "np.asarray" not in str(info.value)
+
+
+def test_the_suggested_take_indexes_with_a_tracer():
+    out = cuvmap.vmap(lambda i: cnp.take(CONCRETE_TABLE, i, axis=0))(np.array([1, 3]))
+    np.testing.assert_array_equal(out, CONCRETE_TABLE[[1, 3]])

@@ -105,6 +105,13 @@ def test_ensemble_vmapped_training_equals_one_by_one():
     assert len(accs) == 3 and worst < 1e-5
 
 
+def test_ensemble_in_float64_matches_one_by_one_to_rounding(capsys):
+    accs, ens_acc, worst = load("ensemble").main(["--device", "cpu", "--members", "8", "--steps", "20", "--batch", "8",
+                                                  "--dtype", "float64", "--progress", "off"])
+    assert worst < 1e-12
+    assert "max |vmapped - one by one| in float64: first step's gradients" in capsys.readouterr().out
+
+
 def test_resnet_per_example_dropout_grads_equal_a_loop(capsys):
     acc, worst = load("resnet_per_example").main(["--device", "cpu", "--steps", "3", "--batch", "4", "--width", "4",
                                                   "--progress", "off"])

@@ -1,4 +1,4 @@
-"""cuvmap.dp.clipped_grad: ghost clipping and book-keeping (cuvmap/transforms/ghost.py).
+"""cuvmap.dp.clipped_grad: ghost clipping and book-keeping (cuvmap/dp/ghost/).
 
 Independent references: the vmap(grad) path (``dp.clipped_sum`` of ``vmap(grad(loss))``,
 which materialises every per-example gradient), and for one network a Python loop of
@@ -16,7 +16,7 @@ import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend as cv_backend
 from cuvmap import dp, nn, tree
-from cuvmap.transforms import ghost
+from cuvmap.dp import ghost
 
 RTOL = 1e-10
 
@@ -134,6 +134,21 @@ def _biases(rng):
     return params, loss, lambda rng, b: (_normal(rng, b, 3, 4),)
 
 
+def _norms(rng):
+    """LayerNorm's and GroupNorm's scale and shift (the Scale and Bias rules) around a dense
+    layer and a convolution."""
+    params = {"w": _normal(rng, 5, 6), "ln_w": _normal(rng, 6), "ln_b": _normal(rng, 6),
+              "k": _normal(rng, 4, 3, 3, 3) * 0.5, "gn_w": _normal(rng, 4), "gn_b": _normal(rng, 4)}
+    r = _normal(rng, 4, 4, 4)
+
+    def loss(p, x, img):
+        h = nn.layer_norm(cnp.tanh(x @ p["w"]), 6, p["ln_w"], p["ln_b"])          # x: (T=2, 5)
+        c = nn.group_norm(nn.conv(img, p["k"], padding=1), 2, p["gn_w"], p["gn_b"], spatial_dims=2)
+        return cnp.sum(cnp.sin(h)) + _readout(c, r)
+
+    return params, loss, lambda rng, b: (_normal(rng, b, 2, 5), _normal(rng, b, 3, 4, 4))
+
+
 def _cnn(rng):
     """The main job's network: conv, relu, pool, conv, relu, pool, dense."""
     from cuvmap.nn import layers
@@ -169,6 +184,7 @@ NETWORKS = {
     "tied_weights": _tied,
     "used_twice_and_scaled": _used_twice_and_scaled,
     "biases": _biases,
+    "norms": _norms,
     "cnn": _cnn,
 }
 
@@ -183,6 +199,9 @@ GHOST_METHODS = {
     "used_twice_and_scaled": {"w": "per_example, 2 uses", "scale": "vmap", "flat": "ghost", "unused": "unused"},
     "biases": {"w": "ghost", "b1": "per_example", "b2": "per_example", "v": "ghost", "c": "per_example",
                "u": "ghost", "d": "per_example"},
+    # the scales of layer_norm and group_norm: the Scale rule, from their own taps
+    "norms": {"w": "ghost", "ln_w": "per_example", "ln_b": "per_example", "k": "ghost", "gn_w": "per_example",
+              "gn_b": "per_example"},
 }
 GHOST_METHODS.update({name: {"w": "ghost", "b": "per_example"} for name in NETWORKS if name.startswith("conv")})
 
@@ -473,3 +492,141 @@ def test_errors():
         dp.clipped_grad(lambda p: cnp.sum(p["w1"]), 1.0)(params)
     with pytest.raises(cv.TransformError, match=r"argument 0 \(p\)\['y'\] has dtype int64"):
         dp.clipped_grad(lambda p, x: cnp.sum(x), 1.0)({"y": np.ones(2, np.int64)}, xs)
+
+
+# ---------------------------------------------------------------------------------------
+# Overflow, non-finite examples, in_axes, messages (issue 24)
+# ---------------------------------------------------------------------------------------
+
+
+def _saturated_dense(rng):
+    """float32 inputs of 1e19 and more into a dense layer and a saturated tanh: that
+    layer's cotangent is exactly 0, so its per-example gradient is 0, while ‖a‖² overflows."""
+    params = {"w": (np.abs(rng.standard_normal((4, 3))) + 0.1).astype(np.float32),
+              "v": rng.standard_normal((3, 2)).astype(np.float32)}
+
+    def loss(p, x):
+        return cnp.sum(cnp.tanh(x @ p["w"]) @ p["v"])
+
+    xs = rng.standard_normal((5, 4)).astype(np.float32)
+    xs[1], xs[3] = 1e19, 3e19
+    return params, loss, (xs,)
+
+
+def _saturated_conv(rng):
+    params = {"w": (np.abs(rng.standard_normal((2, 1, 3, 3))) + 0.1).astype(np.float32)}
+    r = rng.standard_normal((2, 5, 5)).astype(np.float32)
+
+    def loss(p, x):
+        return cnp.sum(cnp.tanh(nn.conv(x, p["w"], padding=1)) * r)
+
+    xs = rng.standard_normal((4, 1, 5, 5)).astype(np.float32)
+    xs[2] = 2e19
+    return params, loss, (xs,)
+
+
+@pytest.mark.parametrize("make", [_saturated_dense, _saturated_conv])
+def test_ghost_norms_do_not_overflow_where_the_per_example_norm_does_not(make):
+    params, loss, batch = make(np.random.default_rng(30))
+    want = _reference(loss, params, batch, 1.0)
+    assert np.isfinite(want[1]).all()
+    for method in ("ghost", "auto"):
+        got = dp.clipped_grad(loss, 1.0, method=method)(params, *batch)
+        assert np.isfinite(got.norms).all(), (method, got.norms)
+        _assert_matches(got, want, rtol=2e-5, atol_scale=1e-6)
+
+
+def _with_a_bad_example(rng, bad):
+    params, loss, make_batch = NETWORKS["norms"](rng)
+    xs, imgs = make_batch(rng, 6)
+    xs[2, 0, 1] = bad
+    return params, loss, (xs, imgs)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # the bad example's own arithmetic
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("method", ["ghost", "per_example"])
+def test_nan_safe_drops_the_non_finite_examples(method, bad):
+    """An example with a NaN or an infinity: by default the sum is NaN (as in Opacus); with
+    nan_safe=True it contributes zero: the sum is the other examples' (the vmap(grad) path
+    on the batch without it), its norm is reported as computed, num_dropped counts it."""
+    params, loss, batch = _with_a_bad_example(np.random.default_rng(31), bad)
+    keep = np.arange(6) != 2
+    want_summed, want_norms = _reference(loss, params, tuple(b[keep] for b in batch), 1.0)
+    plain = dp.clipped_grad(loss, 1.0, method=method)(params, *batch)
+    assert not np.isfinite(plain.summed["w"]).all() and int(plain.num_dropped()) == 1
+    safe = dp.clipped_grad(loss, 1.0, method=method, nan_safe=True)(params, *batch)
+    assert not np.isfinite(safe.norms[2])
+    _assert_matches((safe.summed, safe.norms[keep]), (want_summed, want_norms))
+    assert int(safe.num_dropped()) == 1 and int(safe.num_dropped(mask=keep)) == 0
+    masked = dp.clipped_grad(loss, 1.0, method=method, nan_safe=True)(params, *batch, mask=keep)
+    _assert_matches((masked.summed, masked.norms[keep]), (want_summed, want_norms))
+    # the vmap(grad) path offers the same option
+    per_example = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, *batch)
+    ref = dp.clipped_sum(per_example, 1.0, nan_safe=True)
+    for k in want_summed:
+        np.testing.assert_allclose(ref[k], want_summed[k], rtol=RTOL, atol=1e-12)
+
+
+def test_in_axes_for_shared_arguments():
+    """in_axes None: a frozen weight passed positionally and a Python-int label are shared
+    by every example (not batched, not differentiated); a batch along axis 1."""
+    rng = np.random.default_rng(32)
+    params, loss, make_batch = NETWORKS["mlp"](rng)
+    xs, _ = make_batch(rng, 5)
+    frozen = rng.standard_normal((5, 5))
+
+    def with_frozen(p, x, f, y):
+        return loss(p, x @ f, cnp.asarray(y))
+
+    def per_example_loss(p, x):
+        return with_frozen(p, x, frozen, 2)
+
+    want = _reference(per_example_loss, params, (xs,), 1.0)
+    clipped = dp.clipped_grad(with_frozen, 1.0, in_axes=(None, 0, None, None))
+    _assert_matches(clipped(params, xs, frozen, 2), want)
+    _assert_matches(dp.clipped_grad(with_frozen, 1.0, in_axes=[None, 1, None, None])(params, xs.T, frozen, 2), want)
+    assert clipped.methods(params, xs, frozen, 2) == {"w1": "ghost", "b1": "per_example", "w2": "ghost"}
+
+
+def test_messages_for_a_misplaced_bound_or_label():
+    rng = np.random.default_rng(33)
+    params, loss, make_batch = NETWORKS["mlp"](rng)
+    xs, ys = make_batch(rng, 4)
+    with pytest.raises(cv.TransformError, match=r"clipped_grad\(loss\): max_norm must be a positive number \(the "
+                                                r"clipping bound C\), got an array of shape \(2,\); clipped_grad"):
+        dp.clipped_grad(loss, np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"clipped_sum: max_norm must be a positive number"):
+        dp.clipped_sum({"w": np.ones((2, 3))}, np.array([1.0, 2.0]))
+    np.testing.assert_allclose(dp.clipped_grad(loss, np.float32(1.0))(params, xs, ys).norms,
+                               dp.clipped_grad(loss, 1.0)(params, xs, ys).norms, rtol=0)
+    with pytest.raises(cv.TransformError, match=r"argument 2 \(y\) is a int, which has no axis 0 to take the "
+                                                r"examples from: .*give it in_axes None \(in_axes=\(None, 0, None\)\)"):
+        dp.clipped_grad(loss, 1.0)(params, xs, 2)
+    with pytest.raises(cv.TransformError, match=r"argument 0 \(p\) is differentiated \(argnums\), so its in_axes "
+                                                r"entry must be None"):
+        dp.clipped_grad(loss, 1.0, in_axes=(0, 0, 0))(params, xs, ys)
+    with pytest.raises(cv.TransformError, match="no batch argument"):
+        dp.clipped_grad(loss, 1.0, in_axes=None)(params, xs, ys)
+
+
+def test_deterministic_takes_the_cost_model_and_times_nothing(monkeypatch):
+    """Under cv.config.deterministic ghost's auto method is the cost model's estimate alone
+    (NOTE [reproducible runs]): no layer is timed, and two runs give the same bits."""
+    from cuvmap.dp.ghost import choice
+
+    def no_timing(*args):
+        raise AssertionError("a layer was timed under deterministic")
+
+    monkeypatch.setattr(choice, "_time_both", no_timing)
+    ghost.clear_measured_choices()
+    params, loss, xs, ys, want = _float32_cnn(34, 6)
+    with cv.config.override(deterministic=True):
+        methods = dp.clipped_grad(loss, 1.0).methods(params, xs, ys)
+        first = dp.clipped_grad(loss, 1.0)(params, xs, ys)
+        second = dp.clipped_grad(loss, 1.0)(params, xs, ys)
+    assert not ghost.measured_choices()
+    assert methods[0]["weight"] == "per_example" and methods[-1]["weight"] == "ghost"
+    for a, b in zip(tree.leaves(first), tree.leaves(second)):
+        np.testing.assert_array_equal(a, b)
+    _assert_matches(first, want, rtol=2e-5, atol_scale=1e-6)

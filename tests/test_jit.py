@@ -10,7 +10,12 @@
 - the examples' workloads (per-example gradients of the README CNN, a DP-SGD step, an
   ensemble, jacobians) jitted against eager.
 """
+import os
+import pathlib
+import subprocess
+import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -730,3 +735,137 @@ def test_the_staged_dtype_of_a_float_function_of_integers_is_numpys(name, f, ref
     assert cv.make_jaxpr(f)(x).out_avals[0].dtype == want
     assert f(x).dtype == want
     assert cv.jit(f)(x).dtype == want
+
+
+# ---------------------------------------------------------------------------------------
+# What a jitted function keeps (NOTE [what a jitted function keeps] in cuvmap/jit_api.py)
+# ---------------------------------------------------------------------------------------
+
+def _elementwise_chain(x):
+    y = cnp.sin(x) * 2.0 + 1.0
+    z = cnp.exp(-y) * y
+    return cnp.sum(z * z + y)
+
+
+def _reference_chain(x):
+    y = np.sin(x) * 2.0 + 1.0
+    z = np.exp(-y) * y
+    return np.sum(z * z + y)
+
+
+def test_only_the_most_recent_signatures_keep_their_buffers():
+    jf = cv.jit(_elementwise_chain)
+    shapes = [(n * 4096,) for n in range(1, 11)]
+    with cv.config.override(jit_pool_signatures=3):
+        for shape in shapes:
+            x = np.linspace(0, 1, shape[0])
+            for _ in range(2):
+                np.testing.assert_allclose(jf(x), _reference_chain(x), rtol=1e-12)
+        kept = jf.kept_pools()
+        assert kept["signatures"] == 3 and kept["bytes"] > 0 and kept["dropped_bytes"] > 0
+        # an evicted signature runs its kept program again (no trace) and refills its pool
+        x = np.linspace(0, 1, shapes[0][0])
+        np.testing.assert_allclose(jf(x), _reference_chain(x), rtol=1e-12)
+        assert jf.trace_count == len(shapes) and jf.kept_pools()["signatures"] == 3
+    jf.clear_cache()
+    assert jf.kept_pools()["signatures"] == jf.kept_pools()["bytes"] == 0
+
+
+def test_the_byte_limit_keeps_at_least_the_signature_just_called():
+    jf = cv.jit(_elementwise_chain)
+    with cv.config.override(jit_pool_bytes=0):
+        for n in (4096, 8192, 16384):
+            jf(np.ones(n))
+        kept = jf.kept_pools()
+    assert kept["signatures"] == 1 and kept["bytes"] > 0
+
+
+@pytest.mark.parametrize("name, value", [("jit_pool_signatures", -1), ("jit_pool_bytes", "lots"), ("jit_pool_bytes", 1.5)])
+def test_pool_settings_are_checked(name, value):
+    with pytest.raises(ValueError, match=f"cuvmap.config: {name} must be a non-negative int"):
+        cv.config.update(name, value)
+
+
+# 60 signatures of up to 4 MB: without the bound the pools hold ~0.5 GB; with 16 MiB
+# allowed, the process grows by little more than one signature's buffers, and clearing the
+# cache gives the memory back to the system (malloc_trim).
+STREAM_OF_SHAPES = r"""
+import numpy as np
+import cuvmap as cv
+import cuvmap.numpy as cnp
+
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+@cv.jit
+def f(x):
+    y = cnp.sin(x) * 2.0 + 1.0
+    z = cnp.exp(-y) * y
+    return cnp.sum(z * z + y)
+
+cv.config.update("jit_pool_bytes", 16 << 20)
+f(np.ones(8))
+start = rss_mb()
+for i in range(1, 61):
+    x = np.ones(i * 8192)
+    f(x); f(x)
+after = rss_mb()
+f.clear_cache()
+print(start, after, rss_mb(), f.kept_pools()["bytes"])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_a_stream_of_shapes_keeps_bounded_memory():
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parent.parent))
+    out = subprocess.run([sys.executable, "-c", STREAM_OF_SHAPES], capture_output=True, text=True, env=env,
+                         timeout=300, check=True).stdout
+    start, after, cleared, kept = (float(v) for v in out.split())
+    assert kept == 0
+    assert after - start < 60, (start, after)       # unbounded: ~500 MB
+    assert cleared - start < 30, (start, cleared)
+
+
+def test_threads_entering_together_trace_each_signature_once():
+    traces = []
+
+    def loss(w, x):
+        traces.append(x.shape)
+        return cnp.sum(cnp.tanh(x @ w) ** 2)
+
+    jf = cv.jit(cv.grad(loss))
+    shapes = [(n, 3) for n in range(1, 7)]
+    barrier = threading.Barrier(4)
+    results, errors = {}, []
+    w = np.linspace(-1, 1, 6).reshape(3, 2)
+
+    def worker(t):
+        try:
+            for shape in shapes:
+                barrier.wait()
+                x = np.full(shape, 0.1 * (t + 1))
+                results[t, shape] = jf(w, x)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cv.RetraceWarning)
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not errors
+    assert jf.trace_count == len(shapes) and len(traces) == len(shapes)
+    for (t, shape), g in results.items():
+        np.testing.assert_allclose(g, cv.grad(loss)(w, np.full(shape, 0.1 * (t + 1))), rtol=1e-12)
+
+
+def test_the_retrace_warning_counts_signatures_not_calls():
+    jf = cv.jit(lambda x: x + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cv.RetraceWarning)
+        for _ in range(3):
+            for n in range(1, 20):
+                jf(np.ones(n))
+    assert jf.trace_count == 19

@@ -330,9 +330,27 @@ def test_tracer_methods_and_numpy_functions_on_tracers():
     np.testing.assert_array_equal(cv.vmap(lambda v: round(v, 1))(x), np.round(x, 1))
 
 
+ACCUMULATED_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                     "float16", "float32", "float64", "complex64"]
+
+
+@pytest.mark.parametrize("dtype", ACCUMULATED_DTYPES)
+@pytest.mark.parametrize("name", ["sum", "prod", "cumsum", "cumprod", "trace"])
+def test_reductions_accumulate_in_numpys_dtype(name, dtype):
+    x = (np.arange(6) % 3).reshape(2, 3).astype(dtype)
+    want = getattr(np, name)(x)
+    for run in (getattr(cnp, name), cv.jit(getattr(cnp, name))):
+        got = run(x)
+        assert got.dtype == want.dtype, (name, dtype, got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+    batched = cv.vmap(lambda v: getattr(cnp, name)(v[None]))(x)
+    assert batched.dtype == want.dtype
+
+
 def test_cumulative_and_sorting_dtypes():
     i32 = np.arange(1, 5, dtype=np.int32)
-    assert cnp.cumsum(i32).dtype == np.int32 and cnp.cumprod(i32).dtype == np.int32
+    assert cnp.cumsum(i32).dtype == np.cumsum(i32).dtype == np.int64
+    assert cnp.cumprod(i32).dtype == np.cumprod(i32).dtype == np.int64
     assert cnp.cumsum(i32 > 2).dtype == np.int64
     assert cnp.cumsum(i32, dtype=np.float32).dtype == np.float32
     assert cnp.argsort(i32).dtype == np.int64 and cnp.sort(i32).dtype == np.int32

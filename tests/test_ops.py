@@ -24,6 +24,8 @@ from cuvmap.lax.elementwise import select_impl, select_into
 from cuvmap.test_util import check_batching, check_grads, missing_rules
 from cuvmap.transforms import batching, jvp as jvp_mod, vjp as vjp_mod
 from cuvmap.transforms.call import CallPrimitive
+from cuvmap.transforms.program_call import jit_call_p
+from cuvmap.transforms.remat import checkpoint_p
 
 from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
 
@@ -225,7 +227,7 @@ def test_a_call_like_primitive_declares_where_its_rules_are():
         def batch(self, trace, args, params):
             return args
 
-    class ProbeLoop(ProbeCall):  # a subclass must define each rule itself
+    class ProbeLoop(ProbeCall):  # a subclass inherits the rules its class defines
         __slots__ = ()
 
         def jvp(self, primals, tangents, params):
@@ -234,14 +236,24 @@ def test_a_call_like_primitive_declares_where_its_rules_are():
     p = ProbeCall("probe_call")
     p.impl = lambda *args: list(args)
     assert p.module == __name__  # the module that made it, past the subclass's __init__
-    assert missing_rules(p) == ["probe_call has no method jvp of its own (named in ProbeCall.rule_methods)"]
-    ProbeCall.jvp = lambda self, primals, tangents, params: (primals, tangents)
-    assert missing_rules(p) == []
+    assert missing_rules(p) == ["probe_call has no method jvp (one of its rule_methods)"]
     loop = ProbeLoop("probe_loop")
     loop.impl = p.impl
-    assert missing_rules(loop) == ["probe_loop has no method batch of its own (named in ProbeCall.rule_methods)"]
+    assert missing_rules(loop) == []
     assert p not in lax.all_primitives() and loop not in lax.all_primitives()  # cuvmap's families only
-    # cuvmap's call primitives name theirs, and control flow defines them all
+
+    # the call protocol defines none of its rule methods: a call primitive states each
+    # (control flow), or inherits a program call's (jit's call, checkpoint)
+    class ProbeProtocol(CallPrimitive):
+        __slots__ = ()
+
+        def run(self, *args):
+            return list(args)
+
+    bare = ProbeProtocol("probe_protocol")
+    assert missing_rules(bare) == [f"probe_protocol has no method {m} (one of its rule_methods)"
+                                   for m in CallPrimitive.rule_methods if m != "run"]
+    assert missing_rules(jit_call_p) == [] and missing_rules(checkpoint_p) == []
     assert set(CallPrimitive.rule_methods) >= {"batch", "jvp", "vjp", "partial_eval", "dce"}
     assert {"cond", "scan", "while"} <= {q.name for q in lax.all_primitives() if isinstance(q, CallPrimitive)}
 

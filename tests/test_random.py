@@ -53,6 +53,38 @@ def test_threefry_known_answers(k, x, want, backend):
     np.testing.assert_array_equal(threefry2x32_reference(np.array(k, U32), np.array(x, U32)), np.array(want, U32))
 
 
+def _run_c_body(body, **inputs):
+    """Runs the GPU kernel's C body (statements on ``unsigned int`` words) with NumPy
+    uint32 arrays: the declarations become assignments and ``13u`` a uint32 literal, so
+    the statements keep C's wrapping arithmetic. Returns ``(y0, y1)``."""
+    import re
+
+    text = re.sub(r"(\d+)u\b", r"U32(\1)", body.replace("unsigned int ", ""))
+    names = dict(U32=U32, **{k: v.copy() for k, v in inputs.items()})
+    for line in text.splitlines():
+        if line.startswith(("ks0 =", "a =")):  # "x = ..., y = ...;": declarations
+            line = line.replace(", ", "; ")
+        for statement in filter(None, (s.strip() for s in line.split(";"))):
+            exec(statement, names)
+    return names["y0"], names["y1"]
+
+
+@pytest.mark.parametrize("k, x, want", KNOWN_ANSWERS)
+def test_the_gpu_kernel_body_computes_the_same_words(k, x, want):
+    """On the GPU the hash is one generated kernel (NOTE [threefry in one kernel] in
+    cuvmap/cuda/kernels.py): its C statements, run on uint32 arrays, give the known answers
+    and the ufunc words of many random pairs."""
+    rng = np.random.default_rng(1)
+    k0, k1 = np.array([k[0]], U32), np.array([k[1]], U32)
+    x0 = np.concatenate([[x[0]], rng.integers(0, 2 ** 32, 99, dtype=U32)]).astype(U32)
+    x1 = np.concatenate([[x[1]], rng.integers(0, 2 ** 32, 99, dtype=U32)]).astype(U32)
+    y0, y1 = _run_c_body(prng.threefry2x32_body(), k0=k0, k1=k1, x0=x0, x1=x1)
+    assert (int(y0[0]), int(y1[0])) == want
+    w0, w1 = prng.threefry2x32_words(k0, k1, x0.copy(), x1.copy())
+    np.testing.assert_array_equal(y0, w0)
+    np.testing.assert_array_equal(y1, w1)
+
+
 def test_threefry_broadcasts_keys_against_counters():
     rng = np.random.default_rng(0)
     keys = rng.integers(0, 2 ** 32, (3, 1, 2), dtype=U32)

@@ -243,3 +243,35 @@ def test_cnp_array_copies_like_numpy():
     x = np.ones(3)
     assert not np.shares_memory(cnp.array(x), x)
     assert cnp.asarray(x) is x
+
+
+# ---------------------------------------------------------------------------------------
+# Derivatives at a Python scalar: rules that read an operand's shape get its weak 0-d aval
+# ---------------------------------------------------------------------------------------
+
+# name: (f, df/dx at x = 1.0 as a closed form)
+AT_A_PYTHON_SCALAR = {
+    "index with None": (lambda x: cnp.sum(x[None]), 1.0),
+    "reshape": (lambda x: cnp.sum(cnp.reshape(x, (1,))), 1.0),
+    "method reshape": (lambda x: cnp.sum(x.reshape(1)), 1.0),
+    "stack": (lambda x: cnp.sum(cnp.stack([x, x])), 2.0),
+    "atleast_1d": (lambda x: cnp.sum(cnp.atleast_1d(x)), 1.0),
+    "expand_dims": (lambda x: cnp.sum(cnp.expand_dims(x, 0)), 1.0),
+    "broadcast_to": (lambda x: cnp.sum(cnp.broadcast_to(x, (3,))), 3.0),
+    "full with a traced fill": (lambda x: cnp.sum(cnp.full((2,), x)), 2.0),
+    "full_like with a traced fill": (lambda x: cnp.sum(cnp.full_like(np.ones((2, 2)), x)), 4.0),
+    "array of scalars": (lambda x: cnp.sum(cnp.array([x, x, x])), 3.0),
+}
+
+
+@pytest.mark.parametrize("name", AT_A_PYTHON_SCALAR)
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "jacfwd", "grad of grad"])
+def test_derivatives_at_a_python_scalar(name, transform):
+    f, expected = AT_A_PYTHON_SCALAR[name]
+    derivative = {
+        "grad": cv.grad(f),
+        "jacrev": cv.jacrev(f),
+        "jacfwd": cv.jacfwd(f),
+        "grad of grad": cv.grad(cv.grad(f)),
+    }[transform]
+    assert float(derivative(1.0)) == (0.0 if transform == "grad of grad" else expected)

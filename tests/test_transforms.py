@@ -867,3 +867,31 @@ def test_transforms_on_each_backend(backend):
     np.testing.assert_allclose(_to_host(J), num_jac(lambda x: np.sin(x) * x[0], X3), rtol=1e-6, atol=1e-8)
     out = vmap(lambda x: x * 2.0, chunk_size=2, out_axes=1)(cuvmap.device_put(X23, backend))
     np.testing.assert_allclose(_to_host(out), X23.T * 2)
+
+
+# A Python complex number is a value as np.complex128 is (core.is_value, one test for every
+# transform); the reference is the closed form of f(z) = z * z: f'(z) = 2z.
+_Z = 1.0 + 2.0j
+_COMPLEX_SCALAR_CASES = {
+    "grad": (lambda z: grad(lambda x: x * x)(z), 2 * _Z),
+    "vjp": (lambda z: vjp(lambda x: x * x, z)[1](1.0 + 0.0j)[0], 2 * _Z),
+    "jvp": (lambda z: jvp(lambda x: x * x, (z,), (1.0j,))[1], 2 * _Z * 1.0j),
+    "linearize": (lambda z: cuvmap.linearize(lambda x: x * x, z)[1](1.0j), 2 * _Z * 1.0j),
+    "jit": (lambda z: cuvmap.jit(lambda x: x * x)(z), _Z * _Z),
+    "vmap": (lambda z: vmap(lambda x, c: x * c, in_axes=(0, None))(np.ones(2), z), np.array([_Z, _Z])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_COMPLEX_SCALAR_CASES))
+def test_a_python_complex_scalar_is_a_value_like_complex128(name):
+    run, want = _COMPLEX_SCALAR_CASES[name]
+    np.testing.assert_allclose(np.asarray(run(_Z)), want, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(run(np.complex128(_Z))), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("x, is_value", [
+    (1, True), (1.5, True), (True, True), (1j, True), (np.float32(2.0), True), (np.zeros((2, 3)), True),
+    ("1.0", False), (None, False), (len, False), ([1.0], False),
+])
+def test_is_value(x, is_value):
+    assert cuvmap.core.is_value(x) is is_value

@@ -36,16 +36,17 @@ import threading
 
 import numpy as np
 
-from cuvmap import backend
+from cuvmap import backend, config
 from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
-from cuvmap.cuda import device, libs
+from cuvmap.cuda import libs
 
 CUDNN_STATUS_SUCCESS = 0
 CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF = 0, 1, 2
 CUDNN_TENSOR_NCHW = 0
 CUDNN_CROSS_CORRELATION = 1
 CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH = 0, 1, 2, 3
+CUDNN_NON_DETERMINISTIC, CUDNN_DETERMINISTIC = 0, 1
 _MAX_ALGOS = 16
 DEFAULT_MAX_WORKSPACE_BYTES = 8 * 1024 * 1024
 ALIGNMENT = 16          # bytes (NOTE [cuDNN operands])
@@ -270,7 +271,7 @@ def _initialised():
 def available():
     """True when cuDNN is enabled, CuPy sees a GPU, ``libcudnn.so.9`` loads and a cuDNN
     handle can be created on the current device (:func:`load_error` says why not)."""
-    if not _settings["enabled"] or not device.gpu_available():
+    if not _settings["enabled"] or not backend.gpu_available():
         return False
     return _load() is not None and _initialised()
 
@@ -288,7 +289,7 @@ def load_error():
         return None
     if not _settings["enabled"]:
         return "cuDNN is disabled (set_enabled(False) or CUVMAP_DISABLE_CUDNN)"
-    if not device.gpu_available():
+    if not backend.gpu_available():
         return "no CUDA device visible to CuPy (CuPy not installed, no driver or no device)"
     return _load_error or _init["error"]
 
@@ -380,23 +381,28 @@ def _contiguous_strides(shape):
 # skipped those above its 8 MiB default the same way, and the first successful one may
 # want gigabytes), and, in strict FP32/FP64, use no tensor-op math. The plan takes the
 # first whose exact workspace size (cudnnGet*WorkspaceSize with the math type set) fits
-# the cap too. If none fits, the call fails with a CudnnError saying what the smallest
+# the cap too. Under cv.config.deterministic (NOTE [reproducible runs]) the choice is
+# cuDNN's heuristics even under set_benchmark(True), and only the records cuDNN marks
+# CUDNN_DETERMINISTIC are kept (its backward algorithms with atomics give other bits from
+# run to run). If none fits, the call fails with a CudnnError saying what the smallest
 # would need, and cuvmap/lax/convolution.py runs the unfold kernels instead, with one
 # VendorKernelWarning for the key (NOTE [conv strategy]).
-def usable_algorithms(perfs, *, strict, max_workspace):
+def usable_algorithms(perfs, *, strict, max_workspace, deterministic=False):
     """The perf records cuvmap may run, in cuDNN's order (NOTE [cuDNN algorithm choice]).
 
     Args:
-      perfs: records with ``algo``, ``status``, ``memory`` (bytes) and ``mathType``
-        (:class:`AlgoPerf`, as cuDNN fills them).
+      perfs: records with ``algo``, ``status``, ``memory`` (bytes), ``determinism`` and
+        ``mathType`` (:class:`AlgoPerf`, as cuDNN fills them).
       strict: True when tensor-op math (TF32, FP16 conversions) is not allowed.
       max_workspace: the workspace cap in bytes.
+      deterministic: keep only the algorithms cuDNN marks deterministic.
     Returns:
       A list of the usable records.
     """
     return [p for p in perfs
             if p.status == CUDNN_STATUS_SUCCESS and p.memory <= max_workspace
-            and not (strict and p.mathType in (CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))]
+            and not (strict and p.mathType in (CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+            and not (deterministic and p.determinism != CUDNN_DETERMINISTIC)]
 
 
 def no_algorithm_message(name, perfs, *, strict, max_workspace):
@@ -469,7 +475,8 @@ class _Plan:
         a, b, conv, c = self._descs()
         name = _OP_NAMES[self.op]
         cap = self.max_workspace
-        if _settings["benchmark"]:
+        deterministic = config.read("deterministic")
+        if _settings["benchmark"] and not deterministic:
             import cupy
 
             ws = cupy.empty((cap,), dtype=cupy.uint8) if cap else None
@@ -484,7 +491,7 @@ class _Plan:
                 f"cudnnGetConvolution{name}Algorithm_v7")
         records = perfs[:count.value]
         strict = self.math in (CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH)
-        for p in usable_algorithms(records, strict=strict, max_workspace=cap):
+        for p in usable_algorithms(records, strict=strict, max_workspace=cap, deterministic=deterministic):
             _check(_lib.cudnnSetConvolutionMathType(conv, self.math if strict else p.mathType),
                    "cudnnSetConvolutionMathType")
             size = ctypes.c_size_t()
@@ -577,7 +584,7 @@ def _operands(op, named):
                          f"float16, float32 and float64")
     if not available():
         raise CudnnError(f"cuDNN convolution {op}: cuDNN is not available: {load_error()}")
-    device.check_current_device(f"cuDNN convolution {op}", named)
+    backend.check_current_device(f"cuDNN convolution {op}", named)
     return [as_operand(a) for _, a in named]
 
 
@@ -593,7 +600,7 @@ def _run(op, x_shape, w_shape, y_shape, dtype, stride, padding, dilation, groups
     cap = max_workspace_bytes()
     key = (op, cupy.cuda.runtime.getDevice(), dtype.str, tuple(x_shape), tuple(w_shape), tuple(y_shape),
            tuple(stride), tuple(padding), tuple(dilation), int(groups), _settings["allow_tf32"],
-           _settings["benchmark"], cap)
+           _settings["benchmark"], cap, config.read("deterministic"))
 
     def make():
         plan = _Plan(op, dtype, x_shape, w_shape, y_shape, stride, padding, dilation, groups, cap)

@@ -1,7 +1,9 @@
-"""Device probing: is there a GPU CuPy can use, and what is it."""
+"""Device probing: is there a GPU CuPy can use, and what is it (with the cuDNN that
+:mod:`cuvmap.cuda.cudnn` loaded), and timing on it."""
 import statistics
 
 from cuvmap import backend
+from cuvmap.cuda import cudnn
 
 
 def gpu_available():
@@ -19,8 +21,6 @@ def describe():
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     mem = props["totalGlobalMem"] / 2**30
-    from cuvmap.cuda import cudnn
-
     if cudnn.available():
         cudnn_text = f"{cudnn.version()} (workspace cap {cudnn.max_workspace_bytes() / 2**20:g} MiB)"
     else:
@@ -29,44 +29,10 @@ def describe():
             f"CuPy {cp.__version__}, cuDNN {cudnn_text}")
 
 
-def device_mismatch(what, operands, current):
-    """The error text when an operand is not on the current GPU, else None.
-
-    Args:
-      what: the operation, e.g. ``"conv forward"``.
-      operands: ``(name, shape, device id)`` of each GPU operand.
-      current: the current device's id.
-    """
-    devices = sorted({dev for _, _, dev in operands})
-    if devices in ([], [current]):
-        return None
-    where = ", ".join(f"the {name} {list(shape)} on GPU {dev}" for name, shape, dev in operands)
-    if len(devices) > 1:
-        hint = ("move them to one GPU (cupy.asarray under `with cupy.cuda.Device(i):`) and call it under that "
-                "device")
-    else:
-        hint = f"call it under `with cupy.cuda.Device({devices[0]}):`, or move the operands to GPU {current}"
-    return f"{what}: operands on another GPU than the current one (GPU {current}): {where}; {hint}"
-
-
-def check_current_device(what, named):
-    """Raises ValueError (:func:`device_mismatch`'s text) when a CuPy array among the
-    ``(name, array)`` pairs ``named`` lives on another GPU than the current one."""
-    cp = backend.cupy_module()
-    operands = [(name, tuple(a.shape), a.device.id) for name, a in named if backend.is_cupy_array(a)]
-    if not operands:
-        return
-    message = device_mismatch(what, operands, cp.cuda.runtime.getDevice())
-    if message is not None:
-        raise ValueError(message)
-
-
 def preflight():
     """Prints :func:`describe` and whether cuDNN loaded; returns 0 when it did and 1 with a
     banner naming :func:`cuvmap.cuda.cudnn.load_error` otherwise (``tools/gpu_checks.sh``
     fails on it)."""
-    from cuvmap.cuda import cudnn
-
     print(describe())
     if cudnn.available():
         print(f"cuDNN {cudnn.version()} loaded; a handle was created on the current device")

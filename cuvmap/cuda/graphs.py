@@ -32,7 +32,8 @@ from cuvmap import backend
 # - a call whose arguments are not all CuPy arrays (a Python scalar would be baked into
 #   the graph as a constant) runs eagerly; any failure while capturing (a host
 #   synchronisation, an allocation the capture refuses, a library that cannot be captured)
-#   makes the runner eager for good, with one GraphCaptureWarning.
+#   makes the runner eager for good, with one GraphCaptureWarning that names the cause
+#   (the error raised inside the capture, not the invalidated capture's own error).
 #
 # A program run from inside the captured one (a custom rule's body, a batched program a
 # transform runs) is planned afresh for the capture (cuvmap.transforms.executor.run asks
@@ -122,9 +123,17 @@ class GraphRunner:
             _capture_state.active = True
             try:
                 outputs = program(inputs)
-            finally:
+            except BaseException:
+                # the cause, not the cudaErrorStreamCaptureInvalidated that ending the
+                # broken capture raises (a host read or a refused library call inside)
                 _capture_state.active = False
-                graph = stream.end_capture()
+                try:
+                    stream.end_capture()
+                except Exception:  # noqa: BLE001 - the capture is invalid: expected
+                    pass
+                raise
+            _capture_state.active = False
+            graph = stream.end_capture()
         stream.synchronize()
         self._pool, self._stream, self._program = pool, stream, program
         self._inputs, self._outputs = inputs, list(outputs)

@@ -69,3 +69,35 @@ def fused_elementwise(source, out_shape, out_dtypes, fallback):
 
     run.source = source
     return run
+
+
+# NOTE [threefry in one kernel]
+# cuvmap.lax.prng's hash as uint32 ufuncs is about 125 kernel launches per draw on the
+# GPU. There it runs as one ElementwiseKernel whose body prng generates from its own
+# rotation table (threefry2x32_body), writing both words of each pair into one interleaved
+# (..., 2) array. A kernel that fails to compile warns once and returns None, and the
+# impl runs the ufuncs instead (the same bits either way).
+_threefry = {"failed": False}
+
+
+def threefry2x32(body, k0, k1, x0, x1):
+    """The Threefry-2x32 words of broadcast uint32 CuPy arrays ``k0, k1, x0, x1`` (one
+    kernel: ``body`` from :func:`cuvmap.lax.prng.threefry2x32_body`) as one array of
+    shape ``broadcast + (2,)``, or None when the kernel cannot be built (warned once)."""
+    if _threefry["failed"]:
+        return None
+    cp = backend.cupy_module()
+    try:
+        kernel = elementwise_kernel("uint32 k0, uint32 k1, uint32 x0, uint32 x1", "uint32 y0, uint32 y1",
+                                    body, "cuvmap_threefry2x32")
+        shape = cp.broadcast_shapes(k0.shape, k1.shape, x0.shape, x1.shape)
+        out = cp.empty(shape + (2,), dtype=cp.uint32)
+        kernel(k0, k1, x0, x1, out[..., 0], out[..., 1])
+        return out
+    except MemoryError:
+        raise
+    except Exception as err:  # compilation or launch
+        _threefry["failed"] = True
+        warnings.warn(f"random: the threefry kernel failed ({type(err).__name__}: {err}); the hash runs as "
+                      "separate kernels", FusedKernelWarning, stacklevel=3)
+        return None

@@ -1,7 +1,9 @@
 r"""Differentially private SGD on top of per-example gradients: clipping, noise, accounting.
 
 The package's modules: :mod:`~cuvmap.dp.clipping` (per-example norms, clipping, the clipped
-sum), :mod:`~cuvmap.dp.padding` (Poisson batches padded to a few sizes, for ``jit``),
+sum), :mod:`~cuvmap.dp.ghost` (``clipped_grad``: the clipped sum and the norms from the
+loss, by ghost clipping and book-keeping, its layer rules in one table),
+:mod:`~cuvmap.dp.padding` (Poisson batches padded to a few sizes, for ``jit``),
 :mod:`~cuvmap.dp.noise` (the Gaussian mechanism, the private gradient) and
 :mod:`~cuvmap.dp.accounting` (the RDP accountant); every name is available as
 ``cuvmap.dp.<name>``.
@@ -65,7 +67,7 @@ from cuvmap.dp.accounting import _log_a_frac  # noqa: F401  (the tests check its
 from cuvmap.dp.clipping import ClippedGradient, clip_per_example, clipped_sum, per_example_global_norms  # noqa: F401
 from cuvmap.dp.noise import add_noise, private_gradient, standard_normal_like  # noqa: F401
 from cuvmap.dp.padding import batch_buckets, bucket_for, pad_batch  # noqa: F401
-from cuvmap.transforms.ghost import clipped_grad  # noqa: F401
+from cuvmap.dp.ghost import clipped_grad  # noqa: F401
 
 __all__ = [
     "ClippedGradient",

@@ -13,8 +13,10 @@ under add/remove-one adjacency). A padded batch weights each example by its mask
 
 :func:`cuvmap.dp.clipped_grad` computes the same clipped sum and norms from the loss
 itself, without materialising every per-example gradient (ghost clipping and book-keeping,
-:mod:`cuvmap.transforms.ghost`).
+:mod:`cuvmap.dp.ghost`).
 """
+import math
+import numbers
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,6 +33,45 @@ class ClippedGradient(NamedTuple):
 
     summed: Any
     norms: Any
+
+    def num_dropped(self, mask=None):
+        """How many examples have a norm that is not finite (a NaN or an infinity in their
+        gradient): those that ``nan_safe=True`` gave a zero contribution (and that make
+        ``summed`` NaN without it). With ``mask``, only the real examples (``mask != 0``)
+        count. A 0-d integer array (traced under ``jit``)."""
+        bad = cnp.logical_not(finite_rows(self.norms))
+        if mask is not None:
+            bad = cnp.logical_and(bad, cnp.not_equal(mask, 0))
+        return cnp.sum(cnp.astype(bad, np.int64))
+
+
+def check_max_norm(max_norm, where, error=ValueError, hint=""):
+    """``max_norm`` as a float: a positive real number (a 0-d array too), else ``error``
+    naming ``where`` (and ``hint``, what to do instead)."""
+    shape = tuple(getattr(max_norm, "shape", ()))
+    dtype = getattr(max_norm, "dtype", None)
+    if (isinstance(max_norm, bool) or shape != () or (dtype is not None and np.dtype(dtype).kind not in "fiu")
+            or (dtype is None and not isinstance(max_norm, numbers.Real))):
+        got = f"an array of shape {shape}" if shape else f"{max_norm!r} of type {type(max_norm).__name__}"
+        raise error(f"{where}: max_norm must be a positive number (the clipping bound C), got {got}{hint}")
+    value = float(max_norm)
+    if not value > 0:
+        raise error(f"{where}: max_norm must be positive, got {max_norm!r}")
+    return value
+
+
+def finite_rows(norms):
+    """``(B,)`` booleans: the examples whose norm is finite (neither NaN nor infinite)."""
+    return cnp.less(cnp.abs(norms), math.inf)
+
+
+def zero_rows(x, keep):
+    """``x`` ``(B, ...)`` with the rows where ``keep`` ``(B,)`` is False set to zero (a NaN
+    or an infinity too); ``x`` itself when ``keep`` is None."""
+    if keep is None:
+        return x
+    rank = len(core.shape_of(x))
+    return cnp.where(lax.reshape(keep, tuple(core.shape_of(keep)) + (1,) * (rank - 1)), x, cnp.zeros_like(x))
 
 
 def _batched_leaves(grads, what):
@@ -123,8 +164,7 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
 
         clipped, norms = clip_per_example(per_ex, 1.0, return_norms=True)
     """
-    if not max_norm > 0:
-        raise ValueError(f"clip_per_example: max_norm must be positive, got {max_norm!r}")
+    max_norm = check_max_norm(max_norm, "clip_per_example")
     leaves, treedef, size = _batched_leaves(grads, "clip_per_example")
     norms = cnp.sqrt(squared_norms(leaves, size))
     scale = clip_scale(norms, max_norm, tiny)
@@ -137,7 +177,7 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     return (clipped, norms) if return_norms else clipped
 
 
-def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False):
+def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False, nan_safe=False):
     """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
     each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding).
 
@@ -156,6 +196,9 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
       mask: ``(B,)`` bool or numeric weights, or ``None`` for all ones.
       tiny: added to the norm in the denominator.
       return_norms: also return the ``(B,)`` norms before clipping (padding rows included).
+      nan_safe: an example whose gradient is not finite (a NaN or infinite norm)
+        contributes zero instead of making the sum NaN (as :func:`cuvmap.dp.clipped_grad`'s
+        ``nan_safe``); ``ClippedGradient(summed, norms).num_dropped(mask)`` counts them.
 
     Returns:
       A pytree shaped like one example's gradient (leaves without the batch dim, in their
@@ -166,17 +209,17 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
         (x, y), mask = pad_batch((xs, ys), bucket_for(len(ys), buckets))
         summed = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
     """
-    if not max_norm > 0:
-        raise ValueError(f"clipped_sum: max_norm must be positive, got {max_norm!r}")
+    max_norm = check_max_norm(max_norm, "clipped_sum")
     leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
     norms = cnp.sqrt(squared_norms(leaves, size))
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
                          f"gradients have batch size {size} (the mask needs shape ({size},))")
-    scale = clip_scale(norms, max_norm, tiny, mask)
+    finite = finite_rows(norms) if nan_safe else None
+    scale = zero_rows(clip_scale(norms, max_norm, tiny, mask), finite)
     out = []
     for leaf in leaves:
         s = cnp.astype(scale, core.dtype_of(leaf))
-        out.append(cnp.tensordot(s, leaf, axes=1))
+        out.append(cnp.tensordot(s, zero_rows(leaf, finite), axes=1))
     summed = tree.unflatten(treedef, out)
     return (summed, norms) if return_norms else summed

@@ -10,7 +10,7 @@ import numpy as np
 
 from cuvmap import backend, core, tree
 from cuvmap import numpy as cnp
-from cuvmap.dp.clipping import ClippedGradient, clipped_sum
+from cuvmap.dp.clipping import ClippedGradient, check_max_norm, clipped_sum
 
 
 def _rng_is_cupy(rng):
@@ -189,8 +189,7 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
     if noise is not None and rng is not None:
         raise ValueError("private_gradient: pass either rng (to draw the noise) or noise (drawn already), not both")
     if isinstance(per_example_grads, ClippedGradient):
-        if not max_norm > 0:
-            raise ValueError(f"private_gradient: max_norm must be positive, got {max_norm!r}")
+        max_norm = check_max_norm(max_norm, "private_gradient")
         summed, norms = per_example_grads
         size = core.shape_of(norms)[0]
         if mask is not None and tuple(core.shape_of(mask)) != (size,):

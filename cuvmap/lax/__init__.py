@@ -1,5 +1,9 @@
 """Primitive families, one module each: every primitive's declaration, public wrapper,
 shape rule, impl, batching rule, JVP rule and VJP rule live together."""
+import importlib
+import pkgutil
+
+from cuvmap import core
 from cuvmap.lax.elementwise import (  # noqa: F401
     abs, add, asinh, atan, atan2, ceil, convert_element_type, cos, cosh, div, eq, erf, erf_inv, exp, expm1,
     floor, floor_divide, ge, gt, integer_pow, le, log, log1p, log2, log10, logistic, lt, max, min,
@@ -34,11 +38,6 @@ def all_primitives():
     module of this package is imported, and the primitives that registered themselves
     from one of them are returned (NOTE [a registry that fills itself] in cuvmap/core.py;
     the registry test checks that each has every rule)."""
-    import importlib
-    import pkgutil
-
-    from cuvmap import core
-
     for module in pkgutil.walk_packages(__path__, prefix=__name__ + "."):
         importlib.import_module(module.name)
     package = __name__ + "."

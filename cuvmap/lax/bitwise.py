@@ -34,13 +34,6 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
 
-def _prim(name, impl, shape_rule):
-    p = Primitive(name, differentiable=False)
-    p.impl = impl
-    p.shape_rule = shape_rule
-    return p
-
-
 # ---------------------------------------------------------------------------------------
 # Shape rules
 # ---------------------------------------------------------------------------------------
@@ -134,14 +127,16 @@ def _bitcast_impl(x, *, new_dtype):
 # Declarations
 # ---------------------------------------------------------------------------------------
 
-bitwise_and_p = _prim("bitwise_and", np.bitwise_and, _logical_shape_rule)
-bitwise_or_p = _prim("bitwise_or", np.bitwise_or, _logical_shape_rule)
-bitwise_xor_p = _prim("bitwise_xor", np.bitwise_xor, _logical_shape_rule)
-bitwise_not_p = _prim("bitwise_not", np.invert, _logical_shape_rule)
-shift_left_p = _prim("shift_left", _shift_impl(np.left_shift), _shift_shape_rule)
-shift_right_logical_p = _prim("shift_right_logical", _shift_impl(_shift_right_logical), _shift_shape_rule)
-shift_right_arithmetic_p = _prim("shift_right_arithmetic", _shift_right_arithmetic_impl, _shift_shape_rule)
-bitcast_convert_type_p = _prim("bitcast_convert_type", _bitcast_impl, _bitcast_shape_rule)
+bitwise_and_p = Primitive("bitwise_and", False, impl=np.bitwise_and, shape_rule=_logical_shape_rule)
+bitwise_or_p = Primitive("bitwise_or", False, impl=np.bitwise_or, shape_rule=_logical_shape_rule)
+bitwise_xor_p = Primitive("bitwise_xor", False, impl=np.bitwise_xor, shape_rule=_logical_shape_rule)
+bitwise_not_p = Primitive("bitwise_not", False, impl=np.invert, shape_rule=_logical_shape_rule)
+shift_left_p = Primitive("shift_left", False, impl=_shift_impl(np.left_shift), shape_rule=_shift_shape_rule)
+shift_right_logical_p = Primitive("shift_right_logical", False, impl=_shift_impl(_shift_right_logical),
+                                  shape_rule=_shift_shape_rule)
+shift_right_arithmetic_p = Primitive("shift_right_arithmetic", False, impl=_shift_right_arithmetic_impl,
+                                     shape_rule=_shift_shape_rule)
+bitcast_convert_type_p = Primitive("bitcast_convert_type", False, impl=_bitcast_impl, shape_rule=_bitcast_shape_rule)
 
 
 # ---------------------------------------------------------------------------------------

@@ -985,14 +985,14 @@ def _backward_body(split, reads, nc, ncar, carry_d, ys_d, c_need, x_need, out_av
             (ct_carry_vars if k < ncar else ct_y_vars).append(v)
         else:  # no cotangent reaches it: zeros
             zero = ir.Literal(np.zeros((), out_avals[k].dtype))
-            head.append(ir.JaxprEqn(broadcast_in_dim_p, [zero], v,
+            head.append(ir.JaxprEqn(broadcast_in_dim_p, [zero], [v],
                                     {"shape": tuple(out_avals[k].shape), "broadcast_dimensions": ()}))
     outs = list(j.outvars)
     c_cts, outs = outs[:sum(c_need)], outs[sum(c_need):]
     carry_cts, x_cts = outs[:sum(carry_d)], outs[sum(carry_d):]
     acc_vars = [Var(a) for a, need in zip(split.forward.in_avals[:nc], c_need) if need]
     new_acc = [Var(v.aval) for v in acc_vars]
-    tail = [ir.JaxprEqn(elementwise.add_p, [a, c], n, {}) for a, c, n in zip(acc_vars, c_cts, new_acc)]
+    tail = [ir.JaxprEqn(elementwise.add_p, [a, c], [n], {}) for a, c, n in zip(acc_vars, c_cts, new_acc)]
     invars = ([read_vars[i] for i in reads if i < nc] + ct_carry_vars + acc_vars + saved_vars
               + [read_vars[i] for i in reads if nc <= i < nc + ncar] + [read_vars[i] for i in reads if i >= nc + ncar]
               + ct_y_vars)

@@ -30,18 +30,18 @@ im2col and keeps the faster, and float64 on the CPU always runs im2col (NOTE [co
 strategy]).
 """
 import os
-import threading
 import time
 import warnings
 
 import numpy as np
 
-from cuvmap import backend, core
+from cuvmap import backend, config, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import conv_gemm
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_in_dim, reshape, transpose
+from cuvmap.measured_choices import MeasuredChoices
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 from cuvmap.window import output_spatial, transposed_output_spatial
@@ -226,8 +226,12 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 #             warm-up call), on the GPU cuDNN against the CuPy unfold kernels (CUDA
 #             events: cuda.device.time_gpu of two calls after a warm-up call) — records
 #             the faster for the key and returns its result; later calls of the key run
-#             that kernel alone (measured_choices() lists the choices with both times).
-#             Where the vendor cannot run the operands (below), unfold runs untimed.
+#             that kernel alone (measured_choices() lists the choices with both times;
+#             two threads meeting a new key time it once: NOTE [measuring once per key]
+#             in cuvmap/measured_choices.py). Where the vendor cannot run the operands
+#             (below), unfold runs untimed. Under cv.config.deterministic, "auto" times
+#             nothing and takes a fixed rule: the vendor's kernels wherever they can run
+#             the operands, unfold elsewhere (NOTE [reproducible runs] in cuvmap/config.py).
 # Neither kernel wins everywhere, which is why "auto" measures: on the README CNN's layers
 # on the CPU, oneDNN is the faster for the 16→32 layer's forward and input gradient, im2col
 # for the 1-channel layer's gradients and for its folded per-example weight gradient
@@ -255,9 +259,8 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 _STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
 _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
-_measured = {}
-_failed = {}            # key -> the vendor error that put it on unfold (warned once)
-_lock = threading.Lock()
+_measured = MeasuredChoices()   # key -> (choice, times_ms) ("auto"'s measurements)
+_failed = MeasuredChoices()     # key -> the vendor error that put it on unfold (warned once)
 
 
 class VendorKernelWarning(RuntimeWarning):
@@ -289,32 +292,30 @@ def get_strategy():
 
 def measured_choices():
     """The per-key choices ``"auto"`` has measured so far: ``{key: (choice, times_ms)}``."""
-    with _lock:
-        return dict(_measured)
+    return _measured.snapshot()
 
 
 def clear_measured_choices():
     """Forgets the measured choices and the keys put on unfold by a vendor error."""
-    with _lock:
-        _measured.clear()
-        _failed.clear()
+    _measured.clear()
+    _failed.clear()
 
 
 def _vendor_for(device, dtype):
     """``(name, module)``: the vendor kernels of ``device`` for ``dtype``, the module None
     when they cannot run it (library missing, dtype unsupported)."""
     if device == "gpu":
-        from cuvmap.cuda import cudnn
+        from cuvmap.cuda import cudnn  # a vendor binding: imported at its device's first convolution
 
         return "cudnn", (cudnn if cudnn.available() else None)
-    from cuvmap.cpu import onednn
+    from cuvmap.cpu import onednn  # a vendor binding: imported at its device's first convolution
 
     return "onednn", (onednn if onednn.supports(dtype) and onednn.available() else None)
 
 
 def _strategy_key(op, device, args):
     """The strategy key of NOTE [conv strategy]: N, and the groups when N = 1, bucketed."""
-    from cuvmap.cpu.onednn import bucket
+    from cuvmap.cpu.onednn import bucket  # a vendor binding: imported at its device's first convolution
 
     groups = args[-1]
     params = tuple(tuple(p) for p in args[-4:-1])
@@ -361,7 +362,7 @@ def _time_kernel(module, op, args, bias, device):
     call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
     the median of two (their mean) by CUDA events on the GPU."""
     if device == "gpu":
-        from cuvmap.cuda import device as cuda_device
+        from cuvmap.cuda import device as cuda_device  # a vendor binding: imported at its device's first convolution
 
         result = []
         ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias)), repeats=2)
@@ -378,67 +379,24 @@ def _time_kernel(module, op, args, bias, device):
 
 def _fall_back(key, name, err, op, args):
     """Records that ``name`` failed on ``key`` and warns once per key."""
-    with _lock:
-        first = key not in _failed
-        _failed[key] = f"{type(err).__name__}: {err}"
-    if first:
+    if _failed.record(key, f"{type(err).__name__}: {err}"):
         shapes = ", ".join(str(tuple(a.shape)) for a in args[:2])
         warnings.warn(f"conv {op} on {shapes}: {name} failed ({type(err).__name__}: {err}); the unfold kernels "
                       f"run this shape instead (NOTE [conv strategy])", VendorKernelWarning, stacklevel=4)
 
 
-# NOTE [measuring once per key]
-# Two threads that meet a new key together must not both time it: each would measure
-# the kernels while the other's run shares the cores (timings of nothing in particular),
-# and the later record would overwrite the earlier one. _measure_once lets one thread
-# claim the key (an Event in _measuring, under _lock) and measure; the others wait for
-# that Event and then run the kernel it chose. If the measuring thread raises (a MemoryError
-# in the unfold kernels, say), its claim is dropped and a waiting thread claims the key in
-# turn. Only the bookkeeping holds _lock, never a kernel, so other keys are measured
-# meanwhile.
-_measuring = {}         # key -> threading.Event set when its measurement ends
-
-
-def _measure_once(key, name, vendor, op, args, bias, device):
-    """``(choice, result)`` for a key that "auto" has not measured yet: measured by this
-    thread (``result`` its output), or by another one that was measuring it already
-    (``result`` None: the caller runs the chosen kernel). NOTE [measuring once per key]."""
-    while True:
-        with _lock:
-            choice = _measured.get(key)
-            if choice is not None:
-                return choice, None
-            event = _measuring.get(key)
-            mine = event is None
-            if mine:
-                event = _measuring[key] = threading.Event()
-        if not mine:
-            event.wait()
-            continue
-        try:
-            return _measure(key, name, vendor, op, args, bias, device)
-        finally:
-            with _lock:
-                _measuring.pop(key, None)
-            event.set()
-
-
 def _measure(key, name, vendor, op, args, bias, device):
-    """Times the vendor's and the unfold kernels on ``args`` and records the faster for
-    ``key``; returns ``(choice, result)``."""
+    """Times the vendor's and the unfold kernels on ``args``; returns ``(choice, result)``,
+    the choice ``(the faster, times)`` for ``key`` (recorded by the caller, NOTE [measuring
+    once per key] in cuvmap/measured_choices.py)."""
     try:
         vendor_ms, out = _time_kernel(vendor, op, args, bias, device)
     except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [conv strategy])
         _fall_back(key, name, err, op, args)
-        choice = ("unfold", {name: None, "unfold": None})
-        with _lock:
-            _measured[key] = choice
-        return choice, _call(conv_gemm, op, args, bias)
+        return ("unfold", {name: None, "unfold": None}), _call(conv_gemm, op, args, bias)
     unfold_ms, unfold_out = _time_kernel(conv_gemm, op, args, bias, device)
     times = {name: vendor_ms, "unfold": unfold_ms}
     choice = (min(times, key=times.get), times)
-    with _lock:
-        _measured[key] = choice
     return choice, (out if choice[0] == name else unfold_out)
 
 
@@ -452,10 +410,8 @@ def _run_kernel(op, *args, bias=None):
     [conv strategy]); ``bias`` (forward only) is added to the result."""
     device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
     if device == "gpu":
-        from cuvmap.cuda import device as cuda_device
-
         named = list(zip(_OPERAND_NAMES[op], args[:2])) + ([("bias", bias)] if bias is not None else [])
-        cuda_device.check_current_device(f"conv {op}", named)
+        backend.check_current_device(f"conv {op}", named)
     if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
         return _empty_result(op, args, backend.xp_of(args[0]))
     strategy = get_strategy()
@@ -467,10 +423,10 @@ def _run_kernel(op, *args, bias=None):
     key = _strategy_key(op, device, args)
     if key in _failed:
         return _call(conv_gemm, op, args, bias)
-    if strategy == "auto":
+    if strategy == "auto" and not config.read("deterministic"):
         choice = _measured.get(key)
         if choice is None:
-            choice, out = _measure_once(key, name, vendor, op, args, bias, device)
+            choice, out = _measured.measure_once(key, lambda: _measure(key, name, vendor, op, args, bias, device))
             if out is not None:
                 return out
         if choice[0] == "unfold":

@@ -42,10 +42,7 @@ def _cumulative_impl(name):
 
 
 def _cumulative(name):
-    p = Primitive(name)
-    p.impl = _cumulative_impl(name)
-    p.shape_rule = _cumulative_shape_rule
-    return p
+    return Primitive(name, impl=_cumulative_impl(name), shape_rule=_cumulative_shape_rule)
 
 
 cumsum_p = _cumulative("cumsum")

@@ -85,18 +85,21 @@ def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **fact
         facts.setdefault("impl_into", impl)
     if facts.get("impl_into") is not None:
         facts.setdefault("owns_output", True)
-    p = Primitive(name, differentiable=differentiable, **facts)
-    p.impl = impl
-    p.shape_rule = shape_rule
-    return p
+    return Primitive(name, differentiable=differentiable, impl=impl, shape_rule=shape_rule, **facts)
 
 
 # NOTE [fused expressions]
 # The C expression of each fusible primitive (fused=, a CExpression) is the formula its
 # impl computes through CuPy's ufuncs, so a fused program gives the unfused bits (NOTE
 # [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py): rsqrt is a
-# reciprocal of sqrt as the impl, integer_pow is a square or pow(x, y) as the impl, and
-# max/min propagate NaN as NumPy's maximum/minimum (CUDA's fmax would drop it).
+# reciprocal of sqrt as the impl, integer_pow's square is a product as the impl, and
+# max/min are CuPy's maximum/minimum: CUDA's max/min (fmax/fmin for floats, so
+# max(-0.0, +0.0) is +0.0 in either order, as CuPy's and unlike a comparison) except that
+# a NaN operand gives a NaN (the sum of the operands: a NaN, its payload aside).
+# Powers other than squares (pow, integer_pow with y != 2) run unfused: CUDA's pow is
+# libdevice code whose multiply-adds NVRTC contracts or not by --fmad, and fused kernels
+# are compiled with --fmad=false while CuPy's own power kernel is not, so a fused pow could
+# differ from CuPy's in the last bit (float64 included).
 # logistic is left out (its impl goes through logaddexp), and so are erf_inv, round,
 # sign, floor_divide and remainder: without a C expression they run unfused.
 def _c_float(template):
@@ -123,9 +126,9 @@ add_p = _nary("add", np.add, fused=CExpression("({0} + {1})"))
 sub_p = _nary("sub", np.subtract, fused=CExpression("({0} - {1})"))
 mul_p = _nary("mul", np.multiply, fused=CExpression("({0} * {1})"))
 div_p = _nary("div", np.true_divide, _div_shape_rule, fused=_c_float("({0} / {1})"))
-pow_p = _nary("pow", np.power, fused=_c_float("pow({0}, {1})"))
-max_p = _nary("max", np.maximum, fused=CExpression("(({0} > {1} || {0} != {0}) ? {0} : {1})"))
-min_p = _nary("min", np.minimum, fused=CExpression("(({0} < {1} || {0} != {0}) ? {0} : {1})"))
+pow_p = _nary("pow", np.power)  # unfused: NOTE [fused expressions]
+max_p = _nary("max", np.maximum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : max({0}, {1}))"))
+min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : min({0}, {1}))"))
 # Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
 # sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
 floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
@@ -195,8 +198,7 @@ def _integer_pow_shape_rule(x, *, y):
 
 integer_pow_p = _nary(
     "integer_pow", _integer_pow_impl, _integer_pow_shape_rule,
-    fused=CExpression(lambda y: "({0} * {0})" if y == 2 else "pow({0}, (({T}){y}))",
-                      float_only=True, accepts=lambda y: isinstance(y, int)),
+    fused=CExpression("({0} * {0})", float_only=True, accepts=lambda y: y == 2),  # NOTE [fused expressions]
 )
 
 

@@ -19,6 +19,8 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.lax import elementwise as ew
+from cuvmap.lax.shape import broadcast_in_dim, reshape
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 
@@ -235,16 +237,11 @@ def check_index_bounds(idx, n, op, axis):
 
 
 def _normalize_indices(idx, n):
-    from cuvmap.lax import elementwise as ew
-
     return ew.select(ew.lt(idx, 0), ew.add(idx, n), idx)
 
 
 def _offset_indices(idx, size, n):
     """For indices batched at dim 0: ``idx[b] + b * n``, addressing a folded ``(B*n)`` axis."""
-    from cuvmap.lax import elementwise as ew
-    from cuvmap.lax.shape import reshape
-
     idx = _normalize_indices(check_index_bounds(idx, n, "take", "the gathered axis"), n)
     offsets = ew.mul(iota(size, core.dtype_of(idx), like=idx), n)
     rank = len(core.shape_of(idx))
@@ -279,8 +276,6 @@ def _take_transpose_batch(axis_size, vals, dims, *, axis, shape):
     n = shape[axis]
     idx = _offset_indices(move_bdim(idx, di, 0), size, n)
     if dc is not_mapped:
-        from cuvmap.lax.shape import broadcast_in_dim
-
         ct_shape = core.shape_of(ct)
         out_shape = ct_shape[:axis] + (size,) + ct_shape[axis:]
         dims_kept = tuple(i for i in range(len(out_shape)) if i != axis)

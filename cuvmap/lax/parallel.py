@@ -37,7 +37,7 @@ evenly between ties (as ``reduce_max``'s): ``ṫ = psum(w·t) / psum(w)`` with `
 """
 import numpy as np
 
-from cuvmap import backend, core
+from cuvmap import backend, core, tree
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing
@@ -185,10 +185,8 @@ pmin_p = CollectivePrimitive("pmin", "axes")
 
 def _tree_map(fn, x):
     """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf)."""
-    if isinstance(x, core.Tracer) or hasattr(x, "shape") or type(x) in core._PY_SCALAR_DTYPES:
+    if core.is_value(x):
         return fn(x)
-    from cuvmap import tree
-
     return tree.map(fn, x)
 
 

@@ -13,13 +13,6 @@ from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, physical_axis
 
 
-def _prim(name, impl, shape_rule):
-    p = Primitive(name)
-    p.impl = impl
-    p.shape_rule = shape_rule
-    return p
-
-
 # ---------------------------------------------------------------------------------------
 # reshape
 # ---------------------------------------------------------------------------------------
@@ -31,7 +24,8 @@ def _reshape_shape_rule(x, *, new_sizes):
     return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
 
-reshape_p = _prim("reshape", lambda x, *, new_sizes: core.as_array(x).reshape(new_sizes), _reshape_shape_rule)
+reshape_p = Primitive("reshape", impl=lambda x, *, new_sizes: core.as_array(x).reshape(new_sizes),
+                      shape_rule=_reshape_shape_rule)
 
 
 def reshape(x, new_sizes):
@@ -63,9 +57,8 @@ def _transpose_shape_rule(x, *, permutation):
     return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
 
 
-transpose_p = _prim(
-    "transpose", lambda x, *, permutation: core.as_array(x).transpose(permutation), _transpose_shape_rule
-)
+transpose_p = Primitive("transpose", impl=lambda x, *, permutation: core.as_array(x).transpose(permutation),
+                        shape_rule=_transpose_shape_rule)
 
 
 def transpose(x, permutation):
@@ -110,7 +103,7 @@ def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
     return backend.xp_of(x).broadcast_to(x.reshape(expanded), shape)
 
 
-broadcast_in_dim_p = _prim("broadcast_in_dim", _broadcast_in_dim_impl, _broadcast_in_dim_shape_rule)
+broadcast_in_dim_p = Primitive("broadcast_in_dim", impl=_broadcast_in_dim_impl, shape_rule=_broadcast_in_dim_shape_rule)
 
 
 def broadcast_in_dim(x, shape, broadcast_dimensions):
@@ -150,7 +143,7 @@ def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
         if d not in broadcast_dimensions
         or (x_shape[broadcast_dimensions.index(d)] == 1 and shape[d] != 1)
     )
-    from cuvmap.lax.reduction import reduce_sum
+    from cuvmap.lax.reduction import reduce_sum  # a cycle: reduce_sum's transpose is a broadcast
 
     return reshape(reduce_sum(ct, summed), x_shape)
 
@@ -162,7 +155,7 @@ vjp.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 def unbroadcast(ct, shape):
     """Sums ``ct`` down to ``shape``, undoing NumPy broadcasting (the transpose of
     :func:`broadcast_to`)."""
-    from cuvmap.lax.reduction import reduce_sum
+    from cuvmap.lax.reduction import reduce_sum  # a cycle: reduce_sum's transpose is a broadcast
 
     ct_shape = core.shape_of(ct)
     lead = len(ct_shape) - len(shape)
@@ -186,7 +179,8 @@ def _squeeze_shape_rule(x, *, dimensions):
     return ShapedArray(tuple(s for i, s in enumerate(x.shape) if i not in dimensions), x.dtype, x.weak_type)
 
 
-squeeze_p = _prim("squeeze", lambda x, *, dimensions: core.as_array(x).squeeze(dimensions), _squeeze_shape_rule)
+squeeze_p = Primitive("squeeze", impl=lambda x, *, dimensions: core.as_array(x).squeeze(dimensions),
+                      shape_rule=_squeeze_shape_rule)
 
 
 def squeeze(x, dimensions):
@@ -221,10 +215,10 @@ def _expand_dims_shape_rule(x, *, dimensions):
     return ShapedArray(_expand_dims_shape(x.shape, dimensions), x.dtype, x.weak_type)
 
 
-expand_dims_p = _prim(
+expand_dims_p = Primitive(
     "expand_dims",
-    lambda x, *, dimensions: core.as_array(x).reshape(_expand_dims_shape(np.shape(x), dimensions)),
-    _expand_dims_shape_rule,
+    impl=lambda x, *, dimensions: core.as_array(x).reshape(_expand_dims_shape(np.shape(x), dimensions)),
+    shape_rule=_expand_dims_shape_rule,
 )
 
 
@@ -275,7 +269,7 @@ def _concatenate_impl(*xs, dimension):
     return backend.xp_of(*xs).concatenate(xs, axis=dimension)
 
 
-concatenate_p = _prim("concatenate", _concatenate_impl, _concatenate_shape_rule)
+concatenate_p = Primitive("concatenate", impl=_concatenate_impl, shape_rule=_concatenate_shape_rule)
 
 
 def concatenate(xs, dimension):
@@ -297,7 +291,7 @@ def _concatenate_jvp(i, t, out, *xs, dimension):
 
 
 def _concatenate_vjp(i, ct, out, *xs, dimension):
-    from cuvmap.lax.indexing import slice_in_dim
+    from cuvmap.lax.indexing import slice_in_dim  # a cycle: indexing's rules reshape and broadcast
 
     start = sum(core.shape_of(x)[dimension] for x in xs[:i])
     return slice_in_dim(ct, start, start + core.shape_of(xs[i])[dimension], dimension)
@@ -327,7 +321,7 @@ def _pad_impl(x, *, pads, value):
     return backend.xp_of(x).pad(x, pads, mode="constant", constant_values=value)
 
 
-pad_p = _prim("pad", _pad_impl, _pad_shape_rule)
+pad_p = Primitive("pad", impl=_pad_impl, shape_rule=_pad_shape_rule)
 
 
 def pad(x, pads, value=0):
@@ -342,7 +336,7 @@ def _pad_batch(axis_size, vals, dims, *, pads, value):
 
 
 def _pad_vjp(ct, out, x, *, pads, value):
-    from cuvmap.lax.indexing import slice_p
+    from cuvmap.lax.indexing import slice_p  # a cycle: indexing's rules reshape and broadcast
 
     shape = core.shape_of(ct)
     slices = tuple((lo, n - hi, 1) for (lo, hi), n in zip(pads, shape))

@@ -7,7 +7,7 @@ from cuvmap import backend, core
 from cuvmap.core import Tracer
 from cuvmap.numpy._common import _holds_tracer
 from cuvmap.numpy._elementwise import astype
-from cuvmap.numpy._shapes import stack
+from cuvmap.numpy._shapes import broadcast_to, stack
 
 
 def asarray(x, dtype=None):
@@ -45,6 +45,10 @@ def ones_like(x, dtype=None):
 
 
 def full_like(x, fill_value, dtype=None):
+    """Constant unless ``fill_value`` is traced: then the fill value broadcast to ``x``'s
+    shape, so derivatives flow to it (as ``jnp.full_like``)."""
+    if isinstance(fill_value, Tracer):
+        return full(core.get_aval(x).shape, fill_value, dtype=core.get_aval(x).dtype if dtype is None else dtype)
     return core.full_like_concrete(x, fill_value, dtype=dtype)
 
 
@@ -63,6 +67,11 @@ def ones(shape, dtype=np.float64, like=None):
 
 
 def full(shape, fill_value, dtype=None, like=None):
+    """``fill_value`` everywhere; a traced ``fill_value`` is broadcast to ``shape`` (a
+    tracer, so derivatives flow to it, as ``jnp.full``)."""
+    if isinstance(fill_value, Tracer):
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        return broadcast_to(asarray(fill_value, dtype), shape)
     return _creation_module(like).full(shape, fill_value, dtype=dtype)
 
 

@@ -21,12 +21,26 @@ def _keep(out, x, axes, keepdims):
     return lax_shape.reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape(x))))
 
 
+def _accumulate_in(x, dtype):
+    """``x`` in the dtype NumPy accumulates ``sum``, ``prod``, ``cumsum`` and ``cumprod``
+    in: ``dtype`` when given, else booleans and signed integers narrower than the
+    platform integer in ``np.int_`` (int64), unsigned ones in ``np.uint``; floats and
+    complex numbers keep theirs (as NumPy and JAX with 64-bit types)."""
+    if dtype is not None:
+        return astype(x, dtype)
+    dt = np.dtype(core.dtype_of(x))
+    if dt == np.bool_ or (dt.kind == "i" and dt.itemsize < np.dtype(np.int_).itemsize):
+        return astype(x, np.int_)
+    if dt.kind == "u" and dt.itemsize < np.dtype(np.uint).itemsize:
+        return astype(x, np.uint)
+    return x
+
+
 def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
+    """The sum over ``axis``, accumulated in NumPy's dtype (:func:`_accumulate_in`)."""
     axes = _axes(x, axis, "sum")
-    if core.dtype_of(x) == np.bool_:
-        x = astype(x, np.int64)
-    out = _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
-    return out if dtype is None else astype(out, dtype)
+    x = _accumulate_in(x, dtype)
+    return _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
 
 
 def mean(x, axis=None, keepdims=False):
@@ -97,14 +111,11 @@ def _pairwise_product(y):
 
 
 def prod(x, axis=None, keepdims=False, dtype=None):
-    """The product over ``axis``; booleans multiply as int64. Computed as a tree of pairwise
+    """The product over ``axis``, in NumPy's dtype (:func:`_accumulate_in`). Computed as a tree of pairwise
     products (the tree JAX's ``reduce_prod`` differentiates), so its derivative — the
     product of the other elements — is exact where ``x`` has zeros, with no division."""
     axes = _axes(x, axis, "prod")
-    if dtype is not None:
-        x = astype(x, dtype)
-    elif core.dtype_of(x) == np.bool_:
-        x = astype(x, np.int64)
+    x = _accumulate_in(x, dtype)
     s = shape(x)
     kept = tuple(i for i in range(len(s)) if i not in axes)
     out_shape = tuple(s[i] for i in kept)
@@ -139,20 +150,19 @@ def _flattened(x, axis, name):
 
 
 def cumsum(x, axis=None, dtype=None):
-    """Running sums along ``axis`` (``None``: of the flattened array); booleans count in
-    int64, other dtypes keep theirs unless ``dtype`` is given."""
+    """Running sums along ``axis`` (``None``: of the flattened array), in NumPy's dtype
+    (:func:`_accumulate_in`)."""
     x, axis = _flattened(x, axis, "cumsum")
-    if dtype is not None:
-        x = astype(x, dtype)
+    x = _accumulate_in(x, dtype)
     return lax_cumulative.cumsum(x, axis)
 
 
 def cumprod(x, axis=None, dtype=None):
     """Running products along ``axis`` (``None``: of the flattened array); the derivative is
-    exact where ``x`` has zeros (NOTE [cumprod's derivatives without division])."""
+    exact where ``x`` has zeros (NOTE [cumprod's derivatives without division]); in
+    NumPy's dtype (:func:`_accumulate_in`)."""
     x, axis = _flattened(x, axis, "cumprod")
-    if dtype is not None:
-        x = astype(x, dtype)
+    x = _accumulate_in(x, dtype)
     return lax_cumulative.cumprod(x, axis)
 
 

@@ -21,8 +21,9 @@ families (elementwise with broadcasting, reductions) at once.
 """
 from contextlib import contextmanager
 
-from cuvmap import core
+from cuvmap import backend, core
 from cuvmap.core import MissingRuleError, Trace, Tracer
+from cuvmap.transforms import ir, staging
 
 not_mapped = None
 
@@ -140,8 +141,6 @@ def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):
     ``instantiate`` (one bool per output, JAX's name): when given, every batched output
     comes out with its batch dim at 0, and the unbatched outputs marked are broadcast to
     batched ones (control flow's bodies need a fixed layout for their carries)."""
-    from cuvmap.transforms import ir, staging
-
     instantiate = None if instantiate is None else tuple(instantiate)
     key = ("batch", axis.size, axis.name, tuple(dims), tuple(in_avals), instantiate)
     hit = closed.derived.get(key)
@@ -180,7 +179,7 @@ def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):
 
 def move_bdim(x, bdim, dst=0):
     """Moves the batch dim of ``x`` from ``bdim`` to ``dst`` (a physical axis)."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     if bdim == dst:
         return x
@@ -192,7 +191,7 @@ def move_bdim(x, bdim, dst=0):
 
 def bdim_at_front(x, bdim, size):
     """``x`` with its batch dim at axis 0, broadcasting an unbatched ``x`` to ``size``."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     if bdim is not_mapped:
         s = core.shape_of(x)
@@ -204,7 +203,7 @@ def pad_to_logical_rank(x, logical_rank, rank):
     """For ``x`` with its batch dim at 0 and logical rank ``logical_rank``: inserts size-1
     dims after the batch dim so that NumPy broadcasting against rank-``rank`` operands
     aligns the logical dims (functorch's ``maybe_pad_to_logical_rank``)."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     if logical_rank >= rank:
         return x
@@ -215,7 +214,7 @@ def pad_to_logical_rank(x, logical_rank, rank):
 def fold_bdim_into(x, bdim, dst):
     """Merges the batch dim of ``x`` into physical axis ``dst`` (of ``x`` without the batch
     dim), the batch index varying slowest: ``(..., B, n, ...) -> (..., B*n, ...)``."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     x = move_bdim(x, bdim, dst)
     s = tuple(x.shape)
@@ -226,7 +225,7 @@ def split_bdim_out_of(x, axis, size, rest):
     """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``size*rest`` into
     ``(size, rest)``; the batch dim is then at ``axis``. The caller gives ``rest`` (the
     logical size of that dim): an empty batch could not reveal it."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     s = tuple(x.shape)
     return lax.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
@@ -238,8 +237,6 @@ def empty_batch(primitive, vals, dims, params):
     folding would multiply a count by the batch size (a grouped convolution with
     ``groups * B`` groups), where ``B = 0`` is no valid operand; there is nothing to
     compute. The result is a constant to the transforms below, as an empty array is."""
-    from cuvmap import backend
-
     avals = [core.get_aval(v) if d is not_mapped else _logical_aval(v, d) for v, d in zip(vals, dims)]
     aval = primitive.shape_rule(*avals, **params)
     xp = backend.xp_of(*[v for v in vals if hasattr(v, "shape")])

@@ -37,7 +37,11 @@ import inspect
 from cuvmap import api_util, core, tree
 from cuvmap.core import CuvmapError, Tracer
 from cuvmap.transforms import ir
+from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim, new_batch_main
 from cuvmap.transforms.call import CallPrimitive, avals_of
+from cuvmap.transforms.program_call import call
+from cuvmap.transforms.staging import trace_to_jaxpr
+from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer, backward_pass, match_operand
 
 
 class CustomDerivativeError(CuvmapError, TypeError):
@@ -87,8 +91,6 @@ class CustomCallPrimitive(CallPrimitive):
     # would meet that value after its transform returned), so it is an error.
     def stage(self, trace, args, params):
         """Staging (NOTE [staging a custom derivative])."""
-        from cuvmap.transforms.staging import trace_to_jaxpr
-
         fun = params["fun"]
         closed = trace_to_jaxpr(fun, avals_of(args), name=trace.main.name)
         for c in closed.consts:
@@ -101,6 +103,11 @@ class CustomCallPrimitive(CallPrimitive):
         program = ir.optimize(closed)
         staged = dict(params, fun=StagedFun(program, fun.__name__))
         return trace.stage_equation(self, args, staged, program.out_avals)
+
+    def partial_eval(self, trace, args, params):
+        """Partial evaluation (``linearize``) with some operands unknown: staged whole, as
+        under ``jit``, so the rules stay with it."""
+        return self.stage(trace, args, params)
 
     def dce(self, params, used_outputs):
         return None  # the rules compute every output: the equation is kept whole
@@ -139,15 +146,12 @@ class CustomJVPCallPrimitive(CustomCallPrimitive):
     # part that is.
     def vjp(self, primals, needs_ct, params):
         """Reverse mode (NOTE [reverse mode of a custom_jvp function])."""
-        from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer, backward_pass, match_operand
-
         differentiated = [i for i, needed in enumerate(needs_ct) if needed]
         inner_tape = Tape()
         with core.new_main(VJPTrace, inner_tape, name="vjp") as inner:
             tangents = [core.full_like_concrete(p, 0) for p in primals]
             for i in differentiated:
-                tangents[i] = VJPTracer(inner, tangents[i], inner_tape.num_inputs)
-                inner_tape.num_inputs += 1
+                tangents[i] = VJPTracer(inner, tangents[i], inner_tape.new_input())
             out_primals, out_tangents = params["jvp"](primals, tangents)
         with_ct = [j for j, (p, t) in enumerate(zip(out_primals, out_tangents)) if core.is_float(p) and inner.owns(t)]
         seed_nodes = [out_tangents[j].node for j in with_ct]
@@ -177,8 +181,6 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
         """``fwd`` runs now, at the level below (its outputs and residuals are values
         there); the backward rule is ``bwd`` on the residuals and the outputs' cotangents
         (zeros for those that get none)."""
-        from cuvmap.transforms.vjp import match_operand
-
         out_primals, residuals = params["fwd"](*primals)
         with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
         out_avals = avals_of(out_primals)
@@ -211,8 +213,6 @@ class StagedFun:
         self.__name__ = name
 
     def __call__(self, *args):
-        from cuvmap.transforms.staging import call
-
         return call(self.program, args)
 
     def __repr__(self):
@@ -385,10 +385,6 @@ def _resolve_args(obj, args, kwargs):
 _LEAF = object()  # a placeholder leaf: the structure of the arguments without their values
 
 
-def _is_value(x):
-    return isinstance(x, Tracer) or hasattr(x, "shape") or type(x) in core._PY_SCALAR_DTYPES
-
-
 class _CallSite:
     """One call of a custom-derivative function: its arguments split into the nondiff
     ones and the leaves of the others, and the flat function and rules over those leaves.
@@ -421,7 +417,7 @@ class _CallSite:
         paths, self.leaves, self.in_tree = tree.flatten_with_path(dyn)
         self.in_paths = [(self.positions[p[0]],) + tuple(p[1:]) for p in paths]
         for path, leaf in zip(self.in_paths, self.leaves):
-            if not _is_value(leaf):
+            if not core.is_value(leaf):
                 raise CustomDerivativeError(
                     f"{kind} function {self.name}: {self.describe(path)} is a {type(leaf).__name__}; "
                     "arguments are arrays, Python numbers or pytrees of them; give a "
@@ -454,7 +450,7 @@ class _CallSite:
         against the others'."""
         paths, leaves, out_tree = tree.flatten_with_path(out)
         for path, leaf in zip(paths, leaves):
-            if not _is_value(leaf):
+            if not core.is_value(leaf):
                 raise self.error(f"{by} returned a {type(leaf).__name__} as {api_util.describe_out(path)}; "
                                  "outputs are arrays, Python numbers or pytrees of them")
         shapes = [core.shape_of(x) for x in leaves]
@@ -502,8 +498,8 @@ class _CallSite:
                 raise self.error(f"the JVP rule returned tangent_out of structure {t_tree}, but primal_out "
                                  f"has structure {self.out_tree}; they must agree")
             for path, p, t in zip(paths, p_leaves, t_leaves):
-                if not _is_value(t) or core.shape_of(t) != core.shape_of(p):
-                    got = f"shape {core.shape_of(t)}" if _is_value(t) else f"a {type(t).__name__}"
+                if not core.is_value(t) or core.shape_of(t) != core.shape_of(p):
+                    got = f"shape {core.shape_of(t)}" if core.is_value(t) else f"a {type(t).__name__}"
                     raise self.error(f"the JVP rule returned a tangent of {got} for {api_util.describe_out(path)} "
                                      f"of shape {core.shape_of(p)}; a tangent has its primal's shape")
             return p_leaves, t_leaves
@@ -541,7 +537,7 @@ class _CallSite:
             dyn = tree.unflatten(self.in_tree, [_LEAF] * len(self.in_shapes))
             for k, (c, arg) in enumerate(zip(cts, dyn)):
                 try:
-                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: x is None or _is_value(x) or x is _LEAF))
+                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: x is None or core.is_value(x) or x is _LEAF))
                 except tree.PrefixError as err:
                     raise self.error(f"bwd returned a cotangent for {self.describe((self.positions[k],) + err.path)} "
                                      f"that does not match the argument's structure: {err.reason}") from None
@@ -573,15 +569,11 @@ class _CallSite:
 # ``vmap(bwd)`` reads; ``vmap(bwd)`` returns each cotangent in its operand's layout, summed
 # over the batch for an unbatched operand (every example used it).
 def _wrap(main, vals, dims):
-    from cuvmap.transforms.batching import BatchTracer
-
     return [v if d is None else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
 
 
 def _out_at_front(x, main, size):
     """The physical value of an output of a batched function, batch dim at 0."""
-    from cuvmap.transforms.batching import bdim_at_front, move_bdim
-
     if main.owns(x):
         return move_bdim(x.val, x.bdim, 0)
     return bdim_at_front(x, None, size)
@@ -590,8 +582,7 @@ def _out_at_front(x, main, size):
 def _ct_in_layout(ct, main, size, dim):
     """A cotangent from ``vmap(bwd)`` in its operand's physical layout (batch dim ``dim``,
     or summed over the batch for an unbatched operand)."""
-    from cuvmap import lax
-    from cuvmap.transforms.batching import bdim_at_front, move_bdim
+    from cuvmap import lax  # a rule's primitive: lax imports the transforms
 
     if ct is None:
         return None
@@ -606,8 +597,6 @@ def _ct_in_layout(ct, main, size, dim):
 
 def batch_fun(fun, axis, dims, name):
     """``vmap(fun)`` over operands with batch dims ``dims``; outputs batched at 0."""
-    from cuvmap.transforms.batching import new_batch_main
-
     size = axis.size
 
     def batched(*vals):
@@ -621,8 +610,6 @@ def batch_fun(fun, axis, dims, name):
 
 def batch_jvp(jvp, axis, dims, name):
     """``vmap`` of a flat JVP rule; tangents have their primals' batch dims."""
-    from cuvmap.transforms.batching import new_batch_main
-
     size = axis.size
 
     def batched(primals, tangents):
@@ -647,8 +634,6 @@ class _BatchedResiduals:
 
 def batch_fwd(fwd, axis, dims, name):
     """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
-    from cuvmap.transforms.batching import new_batch_main
-
     size = axis.size
 
     def batched(*vals):
@@ -665,8 +650,6 @@ def batch_fwd(fwd, axis, dims, name):
 def batch_bwd(bwd, axis, dims, name):
     """``vmap`` of a flat ``bwd``: the output cotangents are batched at 0 (as the outputs
     are), the input cotangents come back in their operands' layouts."""
-    from cuvmap.transforms.batching import new_batch_main
-
     size = axis.size
 
     def batched(residuals, cts):

@@ -15,8 +15,9 @@ import threading
 
 import numpy as np
 
-from cuvmap import backend
-from cuvmap.transforms import fusion
+from cuvmap import backend, config
+from cuvmap.cuda import graphs as cuda_graphs, kernels
+from cuvmap.transforms import fusion, ir
 
 # step kinds (FUSED: a fused elementwise kernel; MULTI: an equation with several results,
 # NOTE [an equation with several results] in ir.py; the output of both is a tuple of slots)
@@ -155,6 +156,41 @@ def keep_host_memory():
     return _host_memory
 
 
+def release_host_memory():
+    """Hands the free memory at the top of glibc's heaps back to the operating system
+    (``malloc_trim(0)``) after a jitted function dropped buffers it kept; returns whether
+    the C library has ``malloc_trim`` (glibc on Linux)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim if sys.platform.startswith("linux") else False
+        except (OSError, AttributeError):
+            _malloc_trim = False
+        if _malloc_trim:
+            _malloc_trim.argtypes, _malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    if _malloc_trim:
+        _malloc_trim(0)
+    return bool(_malloc_trim)
+
+
+_malloc_trim = None
+
+
+def pool_bytes(p):
+    """The bytes held by plan ``p``'s pool (NOTE [buffer planning])."""
+    return sum(b.nbytes for buffers in list(p.pool.values()) for b in list(buffers))
+
+
+def empty_pool(p):
+    """Drops the buffers of plan ``p``'s pool; the lists stay (the plan's generated code
+    holds them), so the next call refills them. Returns the bytes dropped."""
+    dropped = 0
+    for buffers in list(p.pool.values()):
+        dropped += sum(b.nbytes for b in list(buffers))
+        buffers.clear()
+    return dropped
+
+
 def host_memory_setting():
     """What :func:`keep_host_memory` did (a sentence), or None before any CPU plan."""
     return _host_memory
@@ -224,8 +260,6 @@ def _is_gpu_program(closed):
 def graph_capturable(closed):
     """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
     its equations reads values on the host (``Primitive.host_sync``)."""
-    from cuvmap.transforms import ir
-
     def programs(value):
         if isinstance(value, ir.ClosedJaxpr):
             return [value]
@@ -261,8 +295,6 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     released to the pool and cleared after each step (:func:`_schedule_frees`), and the
     generated function (:class:`Plan`, :func:`_compile`).
     """
-    from cuvmap import config
-
     j = closed.jaxpr
     gpu = _is_gpu_program(closed)
     if fuse is None:
@@ -280,8 +312,6 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     if graphs is None:
         graphs = config.jit_cuda_graphs
     if graphs and graph_capturable(closed):
-        from cuvmap.cuda import graphs as cuda_graphs
-
         def make_program():  # a plan of its own: its buffers belong to the graph
             return plan(closed, donated, fuse, fused_callable, graphs=False).program
 
@@ -339,7 +369,7 @@ class _Slots:
 
     def _read(self, x):
         """The slot of a variable, or a new slot holding a literal's value."""
-        if type(x).__name__ == "Literal":
+        if isinstance(x, ir.Literal):
             s = self._new(x.val)
             self.literal_slots.add(s)
             return s
@@ -405,11 +435,11 @@ def _place_results(units, slots, groups, gpu, fused_callable):
             continue
         eqn = unit
         array_ins = [s for s in ins if s not in slots.literal_slots]
-        if type(eqn.out) is tuple:
+        if eqn.primitive.multiple_results:
             # a function of its own (a checkpointed region, a custom-derivative call): its
             # results may be views of its operands (an identity), so they join the
             # operands' groups
-            outs = tuple(slots.slot_of[v] for v in eqn.out)
+            outs = tuple(slots.slot_of[v] for v in eqn.outs)
             if array_ins:
                 groups.join(array_ins, outs)
             else:
@@ -423,8 +453,9 @@ def _place_results(units, slots, groups, gpu, fused_callable):
 
 def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
     """The step of equation ``k``, which has one result (NOTE [buffer planning])."""
-    out = slots.slot_of[eqn.out]
-    aval = eqn.out.aval
+    var = eqn.outs[0]
+    out = slots.slot_of[var]
+    aval = var.aval
     prim = eqn.primitive
     writes = prim.impl_into is not None
     reusable = (writes and not eqn.params and aval.shape and _nbytes(aval) >= MIN_REUSE_BYTES
@@ -480,8 +511,6 @@ def _schedule_frees(steps, slots, groups, gpu):
 
 
 def _cuda_fused_callable(group):
-    from cuvmap.cuda import kernels
-
     return kernels.fused_elementwise(group.cuda_kernel_source(), group.shape,
                                      [v.aval.dtype for v in group.outputs], group.reference)
 
@@ -613,8 +642,6 @@ def nested_plan(closed):
     """The plan of a program that another one runs (NOTE [graph replay]): made once and
     kept on ``closed``, never a CUDA graph; a fresh one while a graph is being captured on
     this thread."""
-    from cuvmap.cuda import graphs as cuda_graphs
-
     if cuda_graphs.capturing_here():
         return plan(closed, graphs=False)
     return plan_for(closed.plans, closed, graphs=False)
@@ -624,8 +651,6 @@ def plan_for(plans, closed, donated=(), graphs=None):
     """The plan of ``closed`` for the current jit settings, made once and kept in the dict
     ``plans`` (a program keeps one plan per combination of ``jit_gpu_fusion`` and
     ``jit_cuda_graphs``); ``graphs=False`` plans without CUDA graphs whatever the setting."""
-    from cuvmap import config
-
     key = (config.jit_gpu_fusion, config.jit_cuda_graphs if graphs is None else graphs)
     p = plans.get(key)
     if p is None:

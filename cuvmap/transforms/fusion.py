@@ -22,6 +22,8 @@ import dataclasses
 
 import numpy as np
 
+from cuvmap.transforms.ir import Literal
+
 # NOTE [fusion groups]
 # A group runs at the position of the event that closes it, so every member's inputs are
 # computed before it runs; the partition walks the program in order and keeps at most one
@@ -96,16 +98,16 @@ def _computation_dtype(eqn):
     comparison_dtype = eqn.primitive.fused.comparison_dtype
     if comparison_dtype is not None:
         return np.dtype(comparison_dtype(*[_operand_aval(x) for x in eqn.inputs]))
-    return eqn.out.aval.dtype
+    return eqn.outs[0].aval.dtype
 
 
 def fusible(eqn):
     """Whether ``eqn`` can be a member of a fused group."""
     expression = eqn.primitive.fused
     # an equation with several results (NOTE [an equation with several results] in ir.py) is a call
-    if expression is None or type(eqn.out) is tuple:
+    if expression is None or eqn.primitive.multiple_results:
         return False
-    aval = eqn.out.aval
+    aval = eqn.outs[0].aval
     if not aval.shape or aval.dtype not in C_TYPES:
         return False
     if any(_operand_aval(x).dtype not in C_TYPES for x in eqn.inputs):
@@ -137,7 +139,7 @@ class FusedGroup:
         env = {id(x): v for x, v in zip(self.inputs, values)}
         for eqn in self.eqns:
             ins = [env[id(x)] if id(x) in env else x.val for x in eqn.inputs]
-            env[id(eqn.out)] = eqn.primitive.impl(*ins, **eqn.params)
+            env[id(eqn.outs[0])] = eqn.primitive.impl(*ins, **eqn.params)
         return tuple(env[id(v)] for v in self.outputs)
 
     # -- CUDA source -------------------------------------------------------------------------
@@ -152,9 +154,9 @@ class FusedGroup:
             in_params.append(f"{x.aval.dtype.name} in{i}")
         lines = []
         for n, eqn in enumerate(self.eqns):
-            t = C_TYPES[eqn.out.aval.dtype]
+            t = C_TYPES[eqn.outs[0].aval.dtype]
             lines.append(f"{t} v{n} = {_c_expression(eqn, names)};")
-            names[id(eqn.out)] = f"v{n}"
+            names[id(eqn.outs[0])] = f"v{n}"
         out_params = []
         for j, v in enumerate(self.outputs):
             out_params.append(f"{v.aval.dtype.name} out{j}")
@@ -182,10 +184,6 @@ def _c_literal(value, dtype):
     return f"(({t}){int(value)}LL)" if dtype.kind == "i" else f"(({t}){int(value)}ULL)"
 
 
-def _is_literal(x):
-    return type(x).__name__ == "Literal"
-
-
 def _fits(value, dtype):
     info = np.iinfo(dtype)
     return isinstance(value, (bool, np.bool_)) or info.min <= int(value) <= info.max
@@ -202,7 +200,7 @@ def _c_expression(eqn, names):
         return _c_literal(x.val, as_type)
 
     if (expression.comparison_dtype is not None and comp.kind in "iu"
-            and any(_is_literal(x) and not _fits(x.val, comp) for x in eqn.inputs)):
+            and any(isinstance(x, Literal) and not _fits(x.val, comp) for x in eqn.inputs)):
         # NumPy compares an integer array with an out-of-range Python int by value
         # (uint8 < 300 holds everywhere); a cast of 300 to uint8 would wrap it
         comp = np.dtype(np.int64)
@@ -235,40 +233,40 @@ def fuse(eqns, outvars):
     def close(shape):
         members = open_groups.pop(shape)
         for k in members:
-            owner.pop(id(eqns[k].out), None)
+            owner.pop(id(eqns[k].outs[0]), None)
         if len(members) == 1:
             units.append(eqns[members[0]])
             return
         member_set = set(members)
-        inside = {id(eqns[k].out) for k in members}
+        inside = {id(eqns[k].outs[0]) for k in members}
         inputs, seen = [], set()
         for k in members:
             for x in eqns[k].inputs:
                 if id(x) in inside or id(x) in seen:
                     continue
-                if _is_literal(x):  # written into the source
+                if isinstance(x, Literal):  # written into the source
                     continue
                 seen.add(id(x))
                 inputs.append(x)
-        outputs = [eqns[k].out for k in members
-                   if id(eqns[k].out) in returned or readers.get(id(eqns[k].out), set()) - member_set]
+        outputs = [eqns[k].outs[0] for k in members
+                   if id(eqns[k].outs[0]) in returned or readers.get(id(eqns[k].outs[0]), set()) - member_set]
         units.append(FusedGroup([eqns[k] for k in members], inputs, outputs, shape))
 
     def argument_count(members):
         """Inputs plus outputs of a group of ``members`` (outputs as known so far: a later
         member can only turn an output into an internal value)."""
-        inside = {id(eqns[k].out) for k in members}
+        inside = {id(eqns[k].outs[0]) for k in members}
         ins = {id(x) for k in members for x in eqns[k].inputs
-               if id(x) not in inside and not _is_literal(x)}
+               if id(x) not in inside and not isinstance(x, Literal)}
         member_set = set(members)
         outs = sum(1 for k in members
-                   if id(eqns[k].out) in returned or readers.get(id(eqns[k].out), set()) - member_set)
+                   if id(eqns[k].outs[0]) in returned or readers.get(id(eqns[k].outs[0]), set()) - member_set)
         return len(ins) + outs
 
     for k, eqn in enumerate(eqns):
         produced_by = {owner[id(x)] for x in eqn.inputs if id(x) in owner}
         if fusible(eqn):
-            shape = eqn.out.aval.shape
+            shape = eqn.outs[0].aval.shape
             for s in produced_by - {shape}:
                 close(s)
             members = open_groups.get(shape)
@@ -279,7 +277,7 @@ def fuse(eqns, outvars):
             if members is None:
                 members = open_groups[shape] = []
             members.append(k)
-            owner[id(eqn.out)] = shape
+            owner[id(eqn.outs[0])] = shape
         else:
             for s in produced_by:
                 close(s)

@@ -1,6 +1,6 @@
 """The staged program: cuvmap's jaxpr.
 
-A :class:`Jaxpr` is a list of equations ``out = primitive(inputs, **params)`` over
+A :class:`Jaxpr` is a list of equations ``outs = primitive(inputs, **params)`` over
 variables, in the order they were traced; its inputs are ``constvars`` (values captured
 while tracing: arrays a function closed over, or tracers of transforms outside ``jit``)
 then ``invars`` (the arguments), and its ``outvars`` are variables or literals. A
@@ -75,9 +75,9 @@ class Literal:
 # so partial evaluation would keep its residuals and CSE would merge the backward pass's
 # recomputation with the forward computation), a custom-derivative call (it keeps rules
 # that its body does not imply), control flow (its body runs many times, or one branch of
-# several). Such an equation's ``out`` is a tuple of variables, one per result (``outs`` is
-# the tuple for every equation; an ordinary equation's ``out`` is one variable), and its
-# primitive's ``bind`` and impl return a list of that length (``multiple_results``). It
+# several). Such an equation's ``outs`` holds one variable per result (an ordinary
+# equation's holds one), and its primitive's ``bind`` and impl return a list of that
+# length (``multiple_results``, which is what tells the two kinds apart). It
 # prints as ``b:f32[3] c:f32[] = checkpoint[...] a``. The passes take the results
 # together: ``eval_jaxpr`` binds it once and reads the list; DCE drops the results nobody
 # reads where the primitive's ``dce`` can (a program call prunes its program) and keeps
@@ -88,22 +88,18 @@ class Literal:
 # ``r5, r6, = f3(r2)``, whose results join the buffer groups of its operands (they may be
 # views of them: a function returning its argument).
 class JaxprEqn:
-    """``out = primitive(inputs, **params)``. ``out`` is one :class:`Var`, or a tuple of
-    them for a primitive with several results (NOTE [an equation with several results]);
-    ``outs`` is always the tuple."""
+    """``outs = primitive(inputs, **params)``: ``outs`` is the list of the result
+    variables (JAX's ``outvars``), one for an ordinary primitive, one per result for a
+    primitive with several (``primitive.multiple_results``: NOTE [an equation with several
+    results])."""
 
-    __slots__ = ("primitive", "inputs", "out", "params")
+    __slots__ = ("primitive", "inputs", "outs", "params")
 
-    def __init__(self, primitive, inputs, out, params):
+    def __init__(self, primitive, inputs, outs, params):
         self.primitive = primitive
         self.inputs = inputs
-        self.out = out
+        self.outs = outs
         self.params = params
-
-    @property
-    def outs(self):
-        out = self.out
-        return out if type(out) is tuple else (out,)
 
 
 class Jaxpr:
@@ -213,9 +209,14 @@ def pp_jaxpr(jaxpr):
 # ---------------------------------------------------------------------------------------
 
 
-def eval_jaxpr(jaxpr, consts, args):
+def eval_jaxpr(jaxpr, consts, args, hook=None):
     """Runs ``jaxpr`` by binding each equation's primitive, so that the transforms owning
-    ``consts`` and ``args`` (tracers) process it as they would the traced function."""
+    ``consts`` and ``args`` (tracers) process it as they would the traced function.
+
+    ``hook(index, eqn, inputs, out)``, when given, sees each equation's index, its input
+    values and its result, and returns the result the program goes on with (ghost
+    clipping reads a layer's inputs and adds a zero to its output there: NOTE [ghost
+    clipping] in :mod:`cuvmap.dp.ghost`)."""
     env = {}
     for v, x in zip(jaxpr.constvars, consts):
         env[v] = x
@@ -225,12 +226,15 @@ def eval_jaxpr(jaxpr, consts, args):
     def read(v):
         return v.val if type(v) is Literal else env[v]
 
-    for eqn in jaxpr.eqns:
-        out = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
+    for k, eqn in enumerate(jaxpr.eqns):
+        ins = list(map(read, eqn.inputs))
+        out = eqn.primitive.bind(*ins, **eqn.params)
+        if hook is not None:
+            out = hook(k, eqn, ins, out)
         if eqn.primitive.multiple_results:
-            env.update(zip(eqn.out, out))
+            env.update(zip(eqn.outs, out))
         else:
-            env[eqn.out] = out
+            env[eqn.outs[0]] = out
     return [read(v) for v in jaxpr.outvars]
 
 
@@ -265,7 +269,7 @@ def _prune_results(eqn, used):
     if pruned is None:
         return eqn
     params, used_inputs, kept = pruned
-    outs = tuple(v for v, k in zip(eqn.out, kept) if k)
+    outs = [v for v, k in zip(eqn.outs, kept) if k]
     inputs = [x for x, u in zip(eqn.inputs, used_inputs) if u]
     return JaxprEqn(eqn.primitive, inputs, outs, params)
 
@@ -316,11 +320,12 @@ def fold_constants(closed):
         # equation with several results]) stays an equation
         # a collective is never folded: its value depends on the other members of its axis
         # (a vmap's examples, other processes), which only a run of the program meets
-        if (type(eqn.out) is not tuple and eqn.primitive.axis_mains is None
+        if (not eqn.primitive.multiple_results and eqn.primitive.axis_mains is None
                 and all(type(x) is Literal or x in known for x in eqn.inputs)):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
-            out_size = int(np.prod(eqn.out.aval.shape, dtype=np.int64))
+            out = eqn.outs[0]
+            out_size = int(np.prod(out.aval.shape, dtype=np.int64))
             if out_size <= max(in_size, _FOLD_MAX_GROWTH_ELEMENTS):
                 try:
                     # the impl, not bind: an outer jit may be tracing, and would stage it
@@ -330,8 +335,8 @@ def fold_constants(closed):
                 except Exception:
                     value = None  # it fails when run: leave it in the program, to fail there
                 if value is not None:
-                    known[eqn.out] = value
-                    new_consts[eqn.out] = value
+                    known[out] = value
+                    new_consts[out] = value
                     continue
         eqns.append(eqn)
     used = {x for e in eqns for x in e.inputs if type(x) is Var} | {v for v in jaxpr.outvars if type(v) is Var}
@@ -370,14 +375,11 @@ def cse(jaxpr):
             except TypeError:
                 key, prev = None, None
             if prev is not None:
-                if type(eqn.out) is tuple:
-                    rename.update(zip(eqn.out, prev))
-                else:
-                    rename[eqn.out] = prev
+                rename.update(zip(eqn.outs, prev))
                 continue
             if key is not None:
-                seen[key] = eqn.out
-        eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.out, eqn.params))
+                seen[key] = eqn.outs
+        eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.outs, eqn.params))
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [sub(v) for v in jaxpr.outvars])
 
 

@@ -12,6 +12,7 @@ output's (an operand that NumPy-broadcast) is broadcast to the output shape here
 """
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
+from cuvmap.transforms import ir, staging
 
 primitive_jvps = {}
 
@@ -80,8 +81,6 @@ def jvp_jaxpr(closed, nonzero, in_avals, instantiate=None):
     the returned ``out_nonzero``. ``instantiate`` (one bool per output): the outputs marked
     get a tangent even when it is zero (control flow's carries need one). Returns
     ``(ClosedJaxpr, out_nonzero)``, cached on ``closed``."""
-    from cuvmap.transforms import ir, staging
-
     instantiate = None if instantiate is None else tuple(instantiate)
     key = ("jvp", tuple(nonzero), tuple(in_avals), instantiate)
     hit = closed.derived.get(key)
@@ -121,7 +120,7 @@ def _with_tangent(main, x):
 def zeros_like(x):
     """Zeros with ``x``'s (logical) shape and dtype, as a primitive's result (under
     staging, a broadcast equation rather than a constant array)."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     return lax.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
 
@@ -141,7 +140,7 @@ def split_nonzero(main, values):
 
 
 def _add(a, b):
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     return lax.add(a, b)
 
@@ -156,7 +155,7 @@ def match_aval(x, like, fit_shape):
     """``x`` with the shape and dtype of ``like``: ``fit_shape(x, shape)`` makes the shape
     (broadcasting a tangent to its output, summing a cotangent back to its operand), and a
     cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype."""
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     shape = core.shape_of(like)
     if core.shape_of(x) != shape:
@@ -170,7 +169,7 @@ def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
     if has_aval_of(t, out):
         return t
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     return match_aval(t, out, lax.broadcast_to)
 

@@ -22,11 +22,13 @@ jitted function: ``jit(f_jvp)``, ``vmap(f_jvp)`` (a Jacobian, column by column) 
 ``grad`` through it all work, and where the constants are tracers of an outer transform
 (linearize under ``vmap``), that transform processes the call.
 """
-from cuvmap import core, tree
+from cuvmap import api_util, core, tree
+from cuvmap.api_util import TransformError
 from cuvmap.core import new_main
-from cuvmap.transforms import ir, staging
+from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Literal, Var
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
+from cuvmap.transforms.program_call import call
 from cuvmap.transforms.staging import JaxprBuilder, StagedTracer, StagingTrace
 
 
@@ -122,8 +124,6 @@ def linearize(f, *primals, has_aux=False):
         f_jvp(t)                 # == cnp.cos(x) * t, without computing sin or cos again
         vmap(f_jvp)(ts)          # many tangents at once
     """
-    from cuvmap import api_util
-
     api_util.check_callable(f, "linearize")
     where = f"linearize({api_util.fun_name(f)})"
 
@@ -137,13 +137,10 @@ def linearize(f, *primals, has_aux=False):
 
 
 def _linearize(f, primals, has_aux, where):
-    from cuvmap import api_util
-    from cuvmap.api_util import TransformError
-
     p_paths, p_leaves, p_tree = tree.flatten_with_path(tuple(primals))
     describe = [api_util.describe_arg(f, (0,) + tuple(path)) for path in p_paths]
     for what, x in zip(describe, p_leaves):
-        if not (isinstance(x, core.Tracer) or hasattr(x, "shape") or type(x) in (int, float, bool)):
+        if not core.is_value(x):
             raise TransformError(f"{what} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them")
 
     out_tree_box = []
@@ -181,7 +178,7 @@ def _linearize(f, primals, has_aux, where):
             raise TransformError(f"the tangents have structure {t_tree}, but the primals have structure {p_tree}")
         args = []
         for what, t, shape, dtype, weak, aval in zip(describe, t_leaves, p_shapes, p_dtypes, p_weak, in_avals):
-            if not (isinstance(t, core.Tracer) or hasattr(t, "shape") or type(t) in (int, float, bool)):
+            if not core.is_value(t):
                 raise TransformError(f"the tangent of {what} is a {type(t).__name__}; tangents must be arrays or scalars")
             if core.shape_of(t) != shape:
                 raise TransformError(
@@ -194,11 +191,11 @@ def _linearize(f, primals, has_aux, where):
                     "tangent must have its primal's dtype (as in JAX): cast it with .astype"
                 )
             if type(t) is not float and core.dtype_of(t) != aval.dtype:
-                from cuvmap import lax
+                from cuvmap import lax  # the cast primitive: lax imports the transforms
 
                 t = lax.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
             args.append(t)
-        outs = iter(staging.call(program, args) if program.jaxpr.outvars else ())
+        outs = iter(call(program, args) if program.jaxpr.outvars else ())
         results = [core.full_like_concrete(z, 0) if z is not None else next(outs) for z in zero_like]
         results = api_util.unaliased([api_util.to_array_result(r) for r in results], t_leaves)
         return tree.unflatten(out_tree, results)

@@ -37,11 +37,12 @@ rules carry the region through every transform:
   residuals from the inputs on each call instead of keeping them (JAX's remat partial
   evaluation).
 """
-from cuvmap import core, tree
-from cuvmap.transforms import ir
-from cuvmap.transforms.call import CallPrimitive
+from cuvmap import api_util, config, core, tree
+from cuvmap.api_util import TransformError
+from cuvmap.transforms import executor, ir, staging
 from cuvmap.transforms.ir import ClosedJaxpr
 from cuvmap.transforms.partial_eval import everything_saveable, nothing_saveable, partial_eval_jaxpr
+from cuvmap.transforms.program_call import ProgramCall
 
 
 # ---------------------------------------------------------------------------------------
@@ -102,9 +103,9 @@ checkpoint_policies = _Policies()
 _REGION_PLAN = "checkpoint"
 
 
-class RematCallPrimitive(CallPrimitive):
+class RematCallPrimitive(ProgramCall):
     """``checkpoint[program policy prevent_cse]``: a checkpointed region, a program call
-    (NOTE [call primitives] in :mod:`cuvmap.transforms.call`) whose reverse mode keeps only
+    (:mod:`cuvmap.transforms.program_call`) whose reverse mode keeps only
     what ``policy`` saves and whose derived programs (batched, JVP, forward and backward)
     are checkpointed regions again, so ``vmap(grad(checkpoint(f)))`` and ``grad(grad(...))``
     rematerialize too."""
@@ -113,9 +114,6 @@ class RematCallPrimitive(CallPrimitive):
     what = "a checkpointed function"
 
     def run(self, *args, program, policy, prevent_cse):
-        from cuvmap import config
-        from cuvmap.transforms import executor
-
         key = (_REGION_PLAN, config.jit_gpu_fusion)
         p = program.plans.get(key)
         if p is None:
@@ -218,9 +216,6 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
     """
     if fun is None:
         return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
-    from cuvmap import api_util
-    from cuvmap.api_util import TransformError
-
     api_util.check_callable(fun, "checkpoint")
     where = f"checkpoint({api_util.fun_name(fun)})"
     if not isinstance(prevent_cse, bool):
@@ -234,10 +229,10 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
 
     @api_util.with_context(where, fun)
     def checkpointed(*args, **kwargs):
-        key, leaves, paths, avals, rebuild = api_util.stage_arguments(fun, where, args, kwargs, static_nums, static_names)
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(fun, where, args, kwargs, static_nums, static_names)
         entry = cache.get(key)
         if entry is None:
-            closed, out_tree = api_util.trace_program(fun, where, leaves, paths, avals, rebuild)
+            closed, out_tree = staging.trace_program(fun, where, leaves, paths, avals, rebuild)
             entry = (ir.optimize(closed), out_tree)
             if not any(isinstance(c, core.Tracer) for c in entry[0].consts):
                 cache[key] = entry  # a program holding tracers of this call's transforms is for this call only

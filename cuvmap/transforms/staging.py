@@ -1,31 +1,27 @@
-"""Staging: the interpreter behind ``jit`` and ``make_jaxpr``.
+"""Staging: the interpreter behind ``jit``, ``make_jaxpr``, ``checkpoint`` and the
+programs the transforms derive.
 
 ``trace_to_jaxpr(f, avals)`` runs ``f`` once on :class:`StagedTracer` values, which have
 an aval (shape, dtype, weak type, device) and no value, and records every primitive
 applied to them as an equation of a :class:`~cuvmap.transforms.ir.Jaxpr` (JAX's dynamic
 trace). Values the function meets that are not its arguments — arrays it closed over,
-tracers of transforms outside the staging — become the program's constants.
+tracers of transforms outside the staging — become the program's constants. A call
+primitive met while staging (NOTE [call primitives] in :mod:`cuvmap.transforms.call`)
+becomes one equation with one result per output (:meth:`StagingTrace.stage_equation`),
+or its equations, where it inlines itself (``jit``'s call:
+:mod:`cuvmap.transforms.program_call`).
 
-A staged program runs through the call primitive :data:`jit_call_p` (NOTE [call
-primitives] in :mod:`cuvmap.transforms.call`): the eval interpreter runs it on the planned
-executor (:mod:`cuvmap.transforms.executor`), and each transform derives a program of its
-own from it instead of falling back to eager evaluation — ``vmap`` a batched program
-(:func:`cuvmap.transforms.batching.batch_jaxpr`), ``jvp`` a JVP program
-(:func:`cuvmap.transforms.jvp.jvp_jaxpr`), ``vjp``/``grad`` a forward and a backward
-program (:func:`cuvmap.transforms.vjp.vjp_programs`, by partial evaluation). Under staging
-(``jit`` of a function calling a jitted one) the program is inlined; the other call
-primitives (a checkpointed region, a custom-derivative call, control flow) are staged as
-one equation each (:meth:`StagingTrace.stage_equation`).
-
-Derived programs are cached on the program they come from, so ``vmap(jit(f))`` stages
-its batched program once per batch layout.
+:func:`stage_arguments` and :func:`trace_program` stage a user's function of pytrees
+(static arguments apart, the cache key, errors that name arguments by their path) for
+``jit``/``make_jaxpr`` (:mod:`cuvmap.jit_api`) and ``checkpoint``
+(:mod:`cuvmap.transforms.remat`).
 """
 import numpy as np
 
-from cuvmap import backend, core
+from cuvmap import api_util, backend, core, tree
+from cuvmap.api_util import TransformError
 from cuvmap.core import ConcretizationError, Trace, Tracer
 from cuvmap.transforms import ir
-from cuvmap.transforms.call import CallPrimitive
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 
@@ -145,7 +141,7 @@ class StagingTrace(Trace):
         out_aval = core.ShapedArray(out.shape, out.dtype, False, _out_device(avals))
         origin = next((v.origin for v in inputs if type(v) is Var and v.origin), None)
         var = Var(out_aval, origin)
-        builder.eqns.append(JaxprEqn(primitive, inputs, var, params))
+        builder.eqns.append(JaxprEqn(primitive, inputs, [var], params))
         return StagedTracer(self.main, var)
 
     def process_call(self, primitive, args, params):
@@ -160,16 +156,17 @@ class StagingTrace(Trace):
         builder = self.main.global_data
         inputs = [self.to_input(builder, x) for x in args]
         device = _out_device([v.aval for v in inputs])
-        outs = tuple(Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device)) for a in out_avals)
+        outs = [Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device)) for a in out_avals]
         builder.eqns.append(JaxprEqn(primitive, inputs, outs, params))
         return [StagedTracer(self.main, v) for v in outs]
 
 
 def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
-    """Stages ``f(*args)`` for arguments with ``in_avals``. Returns ``(ClosedJaxpr,
-    outputs)`` where ``outputs`` is what ``f`` returned, with each staged value replaced by
-    its program output index (``f``'s return value may hold other things: the caller
-    decides what to do with them)."""
+    """Stages ``f(*args)`` for arguments with ``in_avals`` (``origins``: for each, the text
+    that names it in errors; ``name``: the transform's, in errors). ``f`` returns a list of
+    values: staged ones, arrays it made or closed over (constants of the program) and
+    Python scalars (literals). Returns the :class:`~cuvmap.transforms.ir.ClosedJaxpr` from
+    the arguments to those values."""
     builder = JaxprBuilder()
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main):
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
@@ -188,27 +185,81 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
 
 
 # ---------------------------------------------------------------------------------------
-# jit's call primitive
+# A user's function of pytrees
 # ---------------------------------------------------------------------------------------
 
 
-class JitCallPrimitive(CallPrimitive):
-    """``jit_call[program]``: a jitted function's staged program applied to its operands
-    (the program's constants, then its arguments). Every transform derives a program of
-    its own from it (NOTE [call primitives] in :mod:`cuvmap.transforms.call`); staged into
-    another program (``jit`` of a function calling a jitted one) it is inlined."""
+def stage_arguments(f, where, args, kwargs, static_nums, static_names):
+    """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
+    avals, rebuild)``: the cache key, the traced leaves with their paths (in the user's
+    numbering of positional arguments) and avals, and ``rebuild(traced_leaves)``, which
+    gives ``f``'s arguments back."""
+    # as in JAX, a static position beyond the positional arguments given is ignored (the
+    # argument may come by keyword, with static_argnames, or take its default)
+    nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
+    statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
+    statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
+    key_static = api_util.static_key(f, where, statics)
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+    paths, leaves, treedef = tree.flatten_with_path((dyn_args, dyn_kwargs))
+    # paths in the user's numbering of positional arguments
+    dyn_positions = [i for i in range(len(args)) if i not in nums]
+    user_paths = [(0, dyn_positions[p[1]]) + tuple(p[2:]) if p[0] == 0 else p for p in paths]
+    avals = [api_util.leaf_aval(f, p, x, where) for p, x in zip(user_paths, leaves)]
 
-    __slots__ = ()
-    what = "a jit-compiled program"
+    def rebuild(traced):
+        d_args, d_kwargs = tree.unflatten(treedef, list(traced))
+        it = iter(d_args)
+        full = [args[i] if i in nums else next(it) for i in range(len(args))]
+        full_kwargs = dict(d_kwargs)
+        full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
+        return full, full_kwargs
 
-    def stage(self, trace, args, params):
-        closed = params["program"]
-        return ir.eval_jaxpr(closed.jaxpr, args[:len(closed.consts)], args[len(closed.consts):])
+    key = (treedef, tuple(avals), key_static, axis_env_key())
+    return key, leaves, user_paths, avals, rebuild
 
 
-jit_call_p = JitCallPrimitive("jit_call")
+def axis_env_key():
+    """The named axes in scope (NOTE [named axes] in cuvmap/core.py) as a hashable value:
+    their names, sizes and process groups. A program staged inside ``vmap(...,
+    axis_name=...)`` or ``data_parallel`` depends on them (``all_gather``'s output shape,
+    ``pmean``'s divisor), so staging caches key on it; ``()`` outside any."""
+    env = core.axis_env()
+    if not env:
+        return ()
+    return tuple((frame.name, frame.size, frame.communicator) for frame in env)
 
 
-def call(closed, args):
-    """Runs ``closed`` on ``args`` under whatever transforms own them (or its constants)."""
-    return jit_call_p.bind(*closed.consts, *args, program=closed)
+def trace_program(f, where, leaves, paths, avals, rebuild):
+    """Stages ``f`` on ``avals`` (the traced leaves of :func:`stage_arguments`, whose
+    ``paths`` name them in errors). Returns ``(ClosedJaxpr, out_tree)``."""
+    out_tree_box = []
+
+    def flat_fun(*traced):
+        full, full_kwargs = rebuild(traced)
+        out = f(*full, **full_kwargs)
+        out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
+        for path, leaf in zip(out_paths, out_leaves):
+            if not core.is_value(leaf):
+                raise TransformError(
+                    f"{api_util.describe_out(path)} of {api_util.fun_name(f)} is a {type(leaf).__name__}; a "
+                    "jitted function returns arrays, Python numbers or pytrees of them"
+                )
+        out_tree_box.append(out_tree)
+        return out_leaves
+
+    origins = [api_util.describe_arg(f, p) for p in paths]
+    closed = trace_to_jaxpr(flat_fun, avals, name=where, origins=origins)
+    return closed, out_tree_box[0]
+
+
+def __getattr__(name):
+    """The old home of jit's call primitive (``call``, ``jit_call_p``), for
+    lax/control_flow.py until it imports them from :mod:`cuvmap.transforms.program_call`;
+    then this goes."""
+    if name in ("call", "jit_call_p"):
+        from cuvmap.transforms import program_call  # an old name's new home, above this module
+
+        return getattr(program_call, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

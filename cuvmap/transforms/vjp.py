@@ -21,7 +21,9 @@ import dataclasses
 
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
+from cuvmap.transforms import ir, jvp, staging
 from cuvmap.transforms.jvp import has_aval_of, match_aval
+from cuvmap.transforms.partial_eval import partial_eval_jaxpr
 
 primitive_vjps = {}
 # NOTE [what the tape keeps]
@@ -62,6 +64,13 @@ class Tape:
         # staged programs' entries: index -> number of outputs (the entries after the
         # first output's are None; NOTE [a call on the tape])
         self.calls = {}
+
+    def new_input(self):
+        """A new input node (before any entry is recorded); returns its index."""
+        if self.entries:
+            raise AssertionError("a tape's inputs come before its entries")
+        self.num_inputs += 1
+        return self.num_inputs - 1
 
 
 class VJPTrace(Trace):
@@ -140,9 +149,11 @@ def record_call(main, primitive, params, rule, operand_avals, operand_nodes, out
 def _aval_of(x):
     """What the tape keeps of a value its rule does not read (NOTE [what the tape keeps]):
     its shape and dtype (built without the conversions of ``ShapedArray.__init__``: this
-    runs for every recorded operand)."""
-    if type(x) in core._PY_SCALAR_DTYPES:
-        return x
+    runs for every recorded operand). A Python scalar becomes its weak 0-d aval, so rules
+    may read ``x.shape`` and ``x.dtype`` of any operand they do not read the value of."""
+    scalar_dtype = core._PY_SCALAR_DTYPES.get(type(x))
+    if scalar_dtype is not None:
+        return core.ShapedArray((), scalar_dtype, weak_type=True)
     aval = object.__new__(core.ShapedArray)
     aval.shape = x.shape
     aval.dtype = x.dtype
@@ -159,7 +170,7 @@ def backward_pass(tape, output_cts):
     Returns:
       the cotangent of each input node (``None`` where no path reached it).
     """
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     n_in = tape.num_inputs
     cts = [None] * (n_in + len(tape.entries))
@@ -198,7 +209,7 @@ def backward_pass(tape, output_cts):
 # index to the number of outputs. Every output node is later than each input node, so
 # when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
 def _backward_call(entry, cts, node, num_outs):
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     group = cts[node:node + num_outs]
     if all(c is None for c in group):
@@ -218,7 +229,7 @@ def match_operand(ct, primal):
     and casts it to the operand's dtype."""
     if has_aval_of(ct, primal):
         return ct
-    from cuvmap import lax
+    from cuvmap import lax  # a rule helper's primitives: lax imports this module
 
     return match_aval(ct, primal, lax.unbroadcast)
 
@@ -260,8 +271,6 @@ def defderivative(primitive, *per_operand_rules, reads="all"):
     returns ``g * ∂out/∂x_i`` and serves as both the JVP rule (``g`` a tangent) and the
     VJP rule (``g`` a cotangent). ``reads`` as in :func:`defvjp` (for the VJP; the JVP
     rule always has every value)."""
-    from cuvmap.transforms import jvp
-
     defvjp(primitive, *per_operand_rules, reads=reads)
     jvp.defjvp(primitive, *per_operand_rules)
 
@@ -270,8 +279,6 @@ def deflinear(primitive, transpose):
     """A primitive linear in its single operand: its JVP applies it to the tangent, and
     ``transpose(ct, x, **params)`` is its VJP, where ``x`` is the operand's aval (a linear
     map's transpose needs its shape and dtype, never its value)."""
-    from cuvmap.transforms import jvp
-
     jvp.primitive_jvps[primitive] = lambda i, t, out, x, **params: primitive.bind(t, **params)
     defvjp(primitive, lambda ct, out, x, **params: transpose(ct, x, **params), reads=())
 
@@ -288,8 +295,6 @@ def joint_vjp_jaxpr(closed, needs_ct, in_avals):
     operands marked ``needs_ct``. It is staged by running ``vjp`` of ``eval_jaxpr`` on
     staged values. Returns ``(ClosedJaxpr, ct_outputs)``, with ``ct_outputs`` marking the
     outputs that take a cotangent."""
-    from cuvmap.transforms import ir, staging
-
     flat = ir.consts_as_inputs(closed)
     n = len(in_avals)
     out_avals = closed.out_avals
@@ -302,8 +307,7 @@ def joint_vjp_jaxpr(closed, needs_ct, in_avals):
             ins = []
             for p, needed in zip(primals, needs_ct):
                 if needed:
-                    ins.append(VJPTracer(main, p, tape.num_inputs))
-                    tape.num_inputs += 1
+                    ins.append(VJPTracer(main, p, tape.new_input()))
                 else:
                     ins.append(p)
             outs = ir.eval_jaxpr(flat, [], ins)
@@ -347,9 +351,6 @@ def vjp_programs(closed, needs_ct, in_avals, saveable):
     ``saveable`` is the policy: ``everything_saveable`` for a jitted program (the forward
     program returns every residual), a checkpoint's policy for a region (the backward
     program recomputes the rest). Returns a :class:`VJPPrograms`, cached on ``closed``."""
-    from cuvmap.transforms import ir
-    from cuvmap.transforms.partial_eval import partial_eval_jaxpr
-
     key = ("vjp", tuple(needs_ct), tuple(in_avals), saveable)
     hit = closed.derived.get(key)
     if hit is not None:

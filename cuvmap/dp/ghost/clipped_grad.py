@@ -1,0 +1,412 @@
+"""The driver of ghost clipping: :func:`clipped_grad` stages the per-example loss, runs
+the batched forward and backward pass once with the taps of
+:mod:`~cuvmap.dp.ghost.analysis`, and sums the clipped gradients with the rules of
+:mod:`~cuvmap.dp.ghost.rules` (NOTE [ghost clipping] in :mod:`cuvmap.dp.ghost`)."""
+import threading
+
+from cuvmap import api, api_util, core, lax, tree
+from cuvmap import numpy as cnp
+from cuvmap.api_util import TransformError
+from cuvmap.dp import clipping
+from cuvmap.dp.ghost import analysis, choice
+from cuvmap.dp.ghost.rules import per_row
+from cuvmap.transforms import ir, staging
+
+def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux=False, tiny=1e-6,
+                 nan_safe=False):
+    """The sum of clipped per-example gradients of ``loss`` and the per-example gradient
+    norms, by ghost clipping and book-keeping (NOTE [ghost clipping]).
+
+    ``clipped_grad(loss, C)(params, *batch, mask=m)`` returns ``ClippedGradient(summed,
+    norms)`` with ``summed = Σ_b m_b · min(1, C / (‖g_b‖ + tiny)) · g_b`` (a pytree like
+    ``params``) and ``norms[b] = ‖g_b‖``, ``g_b = grad(loss)(params, *example_b)``: the
+    values of ``dp.clipped_sum(vmap(grad(loss))(params, *batch), C, mask=m,
+    return_norms=True)``, without materialising the per-example gradients of dense,
+    convolution and embedding weights where their norms have a cheaper form. The ghost
+    norms are computed from rows scaled to at most 1, so they overflow only where the
+    per-example gradient's norm does (NOTE [ghost norms without overflow]).
+
+    Args:
+      loss: the loss of ONE example, ``loss(params, *example) -> scalar`` (or ``(scalar,
+        aux)`` with ``has_aux``), written exactly as for ``vmap(grad(loss))``.
+      max_norm: the clipping bound ``C > 0``, a number.
+      method: ``"auto"`` (each layer's cost model, timed where close), ``"ghost"`` (ghost
+        norms wherever a layer allows them) or ``"per_example"`` (every layer's explicit
+        per-example gradient, from the same single backward pass).
+      argnums: the argument(s) differentiated.
+      in_axes: for the other positional arguments, where their examples are, as ``vmap``'s
+        ``in_axes``: an int or None for all of them, or a tuple with one entry per
+        positional argument (None at ``argnums``), each an int (the axis of the examples,
+        size ``B`` for every batched leaf; ``B`` may be 0), None (one value that every
+        example shares: a frozen weight, a Python number, neither batched nor
+        differentiated) or a pytree prefix of them. The default 0: every argument not in
+        ``argnums`` is a batch along axis 0.
+      has_aux: ``loss`` returns ``(value, aux)``; the per-example aux comes back batched.
+      tiny: added to the norms in the clip factor, as in :func:`cuvmap.dp.clipped_sum`.
+      nan_safe: an example whose gradient is not finite (a NaN or an infinity anywhere, so
+        a norm that is NaN or infinite) contributes zero to ``summed`` instead of making
+        all of it NaN (as ``jax_privacy``'s ``nan_safe``); its sensitivity stays at most
+        ``C``. Its norm is reported as computed, and ``result.num_dropped(mask)`` counts
+        such examples. Off by default: a non-finite example then makes ``summed`` NaN, as
+        in Opacus and ``torch.func`` + clipping.
+
+    Returns:
+      a function ``(params, *batch, mask=None)`` returning a
+      :class:`~cuvmap.dp.ClippedGradient` ``(summed, norms)``, or ``(ClippedGradient,
+      aux)`` with ``has_aux``. ``mask``: ``(B,)`` weights (1 real, 0 padding; bool or
+      float), as :func:`cuvmap.dp.pad_batch` returns. It works eagerly and under ``jit``, on
+      NumPy and CuPy arrays; :func:`cuvmap.dp.private_gradient` takes its result. Its
+      ``methods(params, *batch)`` says how each parameter leaf is differentiated.
+
+    As under ``jit``, ``loss`` is traced (on one example's shapes) once per argument
+    structure and per-example shapes, whatever the batch size: Python side effects in it run
+    then, and arrays it closes over are read then (pass arrays that change as arguments).
+
+    Example::
+
+        clipped = dp.clipped_grad(loss, 1.0)
+        summed, norms = clipped(params, xs, ys, mask=mask)
+        g = dp.private_gradient(clipped(params, xs, ys), 1.0, 1.1, noise=z, expected_batch_size=256)
+        dp.clipped_grad(loss, 1.0, in_axes=(None, 0, None))(params, xs, 3)   # one label for all
+    """
+    api_util.check_callable(loss, "clipped_grad")
+    name = api_util.fun_name(loss)
+    where = f"clipped_grad({name})"
+    max_norm = clipping.check_max_norm(max_norm, where, TransformError, hint=(
+        f"; clipped_grad({name}, C) takes the bound, and the function it returns takes the parameters and the "
+        f"batch: clipped_grad({name}, 1.0)(params, xs, ys)"))
+    if method not in choice.METHODS:
+        raise TransformError(f"{where}: method must be one of {', '.join(map(repr, choice.METHODS))}, got {method!r}")
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    api_util.check_axes_spec(in_axes, f"{where}: in_axes")
+    settings = _Settings(loss, where, method, argnums, in_axes, has_aux)
+
+    @api_util.with_context(where, loss)
+    def clipped(*args, mask=None):
+        return _clipped(settings, args, mask, max_norm, tiny, bool(nan_safe))
+
+    @api_util.with_context(where, loss)
+    def methods(*args):
+        """How each parameter leaf of ``args`` would be differentiated, a pytree like the
+        parameters: ``"ghost"``, ``"per_example"``, ``"per_example, k uses"`` (a parameter
+        used k times), ``"vmap"`` (used some other way) or ``"unused"`` (NOTE [ghost
+        clipping])."""
+        return _Staged(settings, args).methods()
+
+    clipped.methods = methods
+    return clipped
+
+
+class _Settings:
+    """What a clipped_grad function was made with, and its per-example programs by argument
+    structure and per-example avals (:data:`_PROGRAMS_KEPT` of them), under their lock."""
+
+    def __init__(self, loss, where, method, argnums, in_axes, has_aux):
+        self.loss, self.where, self.method, self.argnums, self.in_axes = loss, where, method, argnums, in_axes
+        self.has_aux = has_aux
+        self.programs, self.lock = {}, threading.Lock()
+
+
+class _Program:
+    """The per-example program of a loss for one argument structure and per-example avals,
+    and how each parameter leaf is used in it: what does not depend on the batch size, so
+    one serves every batch."""
+
+    def __init__(self, program, params, taps, fallback, out_tree):
+        self.program, self.params, self.taps, self.fallback, self.out_tree = program, params, taps, fallback, out_tree
+
+
+#: per-example programs a clipped_grad function keeps (argument structures and shapes met)
+_PROGRAMS_KEPT = 8
+
+
+def _in_axes_for(settings, args, nums):
+    """One in_axes entry per positional argument: None at ``argnums`` (a tuple's entry there
+    must be None), the user's elsewhere."""
+    loss, in_axes = settings.loss, settings.in_axes
+    if not isinstance(in_axes, tuple):
+        return tuple(None if i in nums else in_axes for i in range(len(args)))
+    if len(in_axes) != len(args):
+        raise TransformError(f"in_axes has {len(in_axes)} entries but {api_util.fun_name(loss)} was called with "
+                             f"{len(args)} positional arguments; give one entry per positional argument")
+    for i in nums:
+        if any(a is not None for a in tree.leaves(in_axes[i], is_leaf=lambda x: x is None)):
+            raise TransformError(f"{api_util.describe_arg(loss, (0, i))} is differentiated (argnums), so its in_axes "
+                                 f"entry must be None, got {in_axes[i]!r}: clipped_grad batches the other arguments")
+    return in_axes
+
+
+def _suggested_in_axes(args, nums, scalar_arg):
+    entries = ["None" if i in nums or i == scalar_arg else "0" for i in range(len(args))]
+    return f"in_axes=({', '.join(entries)}{',' if len(entries) == 1 else ''})"
+
+
+class _Staged:
+    """A call: its parameter leaves, batched leaves (the examples along axis 0) and shared
+    leaves (in_axes None), the per-example program (traced, or found in the settings'
+    cache), and the method of each parameter with one use for this batch size."""
+
+    def __init__(self, settings, args):
+        loss, where = settings.loss, settings.where
+        self.single, nums = api_util.normalize_argnums(loss, settings.argnums, len(args))
+        api_util.check_float_inputs(loss, args, nums, "clipped_grad")
+        others = [i for i in range(len(args)) if i not in nums]
+        param_paths, self.param_leaves, self.param_tree = tree.flatten_with_path(tuple(args[i] for i in nums))
+        param_paths = [(0, nums[p[0]]) + tuple(p[1:]) for p in param_paths]
+        # the other arguments' leaves, in the order of a flattening of (args, {}), and their axes
+        axes = api_util.flat_in_axes(loss, _in_axes_for(settings, args, nums), args, {})
+        paths, leaves, _ = tree.flatten_with_path((args, {}))
+        other = [(tuple(p), x, a) for p, x, a in zip(paths, leaves, axes) if p[0] == 0 and p[1] not in nums]
+        batched = [k for k, (_, _, a) in enumerate(other) if a is not None]
+        if not others or not batched:
+            raise TransformError(f"{api_util.fun_name(loss)} was called with no batch argument: the positional "
+                                 "arguments not in argnums hold the examples (in_axes says along which axis; "
+                                 "an argument with in_axes None is shared by every example)")
+        for k in batched:
+            path, x, a = other[k]
+            if not (isinstance(x, core.Tracer) or hasattr(x, "shape")):
+                raise TransformError(
+                    f"{api_util.describe_arg(loss, path)} is a {type(x).__name__}, which has no axis {a} to take the "
+                    f"examples from: pass an array with one entry per example or, if every example shares the "
+                    f"value, give it in_axes None ({_suggested_in_axes(args, nums, path[1])})")
+        bpaths = [other[k][0] for k in batched]
+        baxes, self.size = api_util.check_mapped_sizes(loss, bpaths, [other[k][1] for k in batched],
+                                                       [other[k][2] for k in batched], None)
+        self.batch_leaves = [x if a == 0 else cnp.moveaxis(x, a, 0) for x, a in
+                             zip((other[k][1] for k in batched), baxes)]
+        shared = [k for k in range(len(other)) if other[k][2] is None]
+        self.shared_leaves = [other[k][1] for k in shared]
+        # the per-example program: the parameters, one example of the batch, the shared leaves
+        avals = [api_util.leaf_aval(loss, p, x, where) for p, x in zip(param_paths, self.param_leaves)]
+        for p, x in zip(bpaths, self.batch_leaves):
+            a = api_util.leaf_aval(loss, p, x, where)
+            avals.append(core.ShapedArray(a.shape[1:], a.dtype, False, a.device))
+        avals += [api_util.leaf_aval(loss, other[k][0], other[k][1], where) for k in shared]
+        key = (tree.structure(args), tuple(avals), tuple(batched))
+        with settings.lock:
+            program = settings.programs.get(key)
+        if program is None:
+            program = _trace(settings, args, nums, others, self.param_tree, batched + shared, len(batched),
+                             param_paths + bpaths + [other[k][0] for k in shared], avals)
+            if not any(isinstance(c, core.Tracer) for c in program.program.consts):
+                # (a program holding tracers of this call's transforms is for this call only)
+                with settings.lock:
+                    while len(settings.programs) >= _PROGRAMS_KEPT:
+                        settings.programs.pop(next(iter(settings.programs)))
+                    settings.programs[key] = program
+        self.program, self.params, self.taps = program.program, program.params, program.taps
+        self.fallback, self.out_tree = program.fallback, program.out_tree
+        device = avals[0].device if avals else None
+        self.method = [choice.choose(plan.uses[0][0], settings.method, self.size, device)
+                       if not plan.fallback and len(plan.uses) == 1 else None for plan in self.params]
+
+    def methods(self):
+        """How each parameter leaf is differentiated, a pytree like the parameters."""
+        names = []
+        for plan, method in zip(self.params, self.method):
+            if plan.fallback:
+                names.append("vmap")
+            elif not plan.uses:
+                names.append("unused")
+            elif len(plan.uses) == 1:
+                names.append(method)
+            else:
+                names.append(f"per_example, {len(plan.uses)} uses")
+        out = tree.unflatten(self.param_tree, names)
+        return out[0] if self.single else out
+
+
+def _trace(settings, args, nums, others, param_tree, order, num_batched, paths, avals):
+    """Stages the per-example loss on ``avals`` (the parameter leaves, then one example's
+    ``num_batched`` batch leaves, then the shared leaves; ``order`` gives the index of each
+    of the last two among the other arguments' leaves) and reads each parameter's uses: a
+    :class:`_Program`."""
+    loss, has_aux = settings.loss, settings.has_aux
+    num_params = param_tree.num_leaves
+    other_tree = tree.structure(tuple(args[i] for i in others))
+
+    def rebuild(traced):
+        full = list(args)
+        for i, v in zip(nums, tree.unflatten(param_tree, list(traced[:num_params]))):
+            full[i] = v
+        values = [None] * len(order)
+        for k, v in zip(order, traced[num_params:]):
+            values[k] = v
+        for i, v in zip(others, tree.unflatten(other_tree, values)):
+            full[i] = v
+        return full, {}
+
+    def per_example(*full):
+        value, aux = api_util.split_aux(loss, loss(*full), has_aux)
+        leaves = tree.leaves(value)
+        if len(leaves) != 1 or leaves[0] is not value or core.shape_of(value) != () or not core.is_float(value):
+            raise TransformError(f"{api_util.fun_name(loss)} must return a float scalar per example (the loss "
+                                 f"of one example), got {tree.describe(value)}")
+        return value, aux
+
+    per_example.__name__ = api_util.fun_name(loss)
+    closed, out_tree = staging.trace_program(per_example, settings.where, None, paths, avals, rebuild)
+    program = ir.optimize(closed)
+    consumers = analysis.consumers_of(program.jaxpr)
+    params = analysis.analyse(program.jaxpr, num_params, consumers)
+    taps = analysis.taps_of(program.jaxpr, params, consumers, num_params, num_batched)
+    fallback = [i for i, plan in enumerate(params) if plan.fallback]
+    return _Program(program, params, taps, fallback, out_tree)
+
+
+def _clipped(settings, args, mask, max_norm, tiny, nan_safe):
+    staged = _Staged(settings, args)
+    size = staged.size
+    if mask is not None and tuple(core.shape_of(mask)) != (size,):
+        raise TransformError(f"mask has shape {tuple(core.shape_of(mask))}, but the batch has {size} examples "
+                             f"(the mask needs shape ({size},))")
+    outs, kept, cts, fallback_grads = _forward_backward(staged)
+    summed, norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, max_norm, tiny, nan_safe)
+    del kept, cts, fallback_grads
+    summed = tree.unflatten(staged.param_tree, [api_util.to_array_result(s) for s in summed])
+    result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms))
+    if not settings.has_aux:
+        return result
+    return result, tree.unflatten(staged.out_tree, outs)[1]
+
+
+class _TapValues:
+    """The batched operands and output cotangent of each tap, released (set free for the
+    allocator) as soon as the last layer that reads them is done."""
+
+    def __init__(self, staged, kept, cts):
+        self.values, self.cts, self.readers = {}, {}, {}
+        for t, (k, tap) in enumerate(staged.taps.items()):
+            own = iter(kept[t])
+            self.values[k] = {}
+            for i in tap.operands:
+                if i in tap.from_batch:
+                    j, shape = tap.from_batch[i]
+                    self.values[k][i] = lax.reshape(staged.batch_leaves[j], (staged.size,) + shape)
+                else:
+                    self.values[k][i] = next(own)
+            kept[t] = None
+            self.cts[k] = cts[staged.taps[tap.ct_from].z]
+            self.readers[k] = len(tap.layers)
+        cts[:] = [None] * len(cts)
+
+    def inputs(self, layer):
+        k = layer.eqn_index
+        return [self.values[k][i] for i in layer.needs], self.cts[k]
+
+    def done(self, layer):
+        k = layer.eqn_index
+        self.readers[k] -= 1
+        if not self.readers[k]:
+            del self.values[k], self.cts[k]
+
+
+def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tiny, nan_safe):
+    """The per-example norms over every parameter, then each parameter's clipped sum (with
+    ``nan_safe``, the examples of non-finite norm zeroed in every operand of the sums). The
+    lists ``kept``, ``cts`` and ``fallback_grads`` are emptied, so that each array is freed
+    when its last use is done."""
+    taps = _TapValues(staged, kept, cts)
+    size, param_leaves = staged.size, staged.param_leaves
+    squares = []
+    ghost, explicit = [], []   # (param, layer, chain) and [param, per-example grads, chain]
+    for i, plan in enumerate(staged.params):
+        if plan.fallback:
+            j = staged.fallback.index(i)
+            explicit.append([i, fallback_grads[j], ()])
+            fallback_grads[j] = None
+        elif len(plan.uses) == 1 and staged.method[i] == "ghost":
+            layer, chain = plan.uses[0]
+            squares.append(layer.ghost_sq_norms(*taps.inputs(layer)))
+            ghost.append((i, layer, chain))
+        elif len(plan.uses) == 1:
+            layer, chain = plan.uses[0]
+            explicit.append([i, layer.per_example_grads(*taps.inputs(layer)), chain])
+            taps.done(layer)
+        elif plan.uses:
+            # several uses: the sum of the uses' gradients (cross terms included), in W's layout
+            total = None
+            for layer, chain in plan.uses:
+                g_use = analysis.pull_back(chain, layer.per_example_grads(*taps.inputs(layer)), batched=True)
+                taps.done(layer)
+                total = g_use if total is None else cnp.add(total, g_use)
+            explicit.append([i, total, ()])
+    for _, grads, _ in explicit:
+        squares.append(clipping.squared_norms([grads], size))
+    if squares:
+        total = squares[0]
+        for s in squares[1:]:
+            total = cnp.add(total, s)
+        norms = cnp.sqrt(cnp.maximum(total, 0))
+    else:  # no parameter reaches the loss
+        norms = cnp.zeros_like(losses)
+    finite = clipping.finite_rows(norms) if nan_safe else None
+    scale = clipping.zero_rows(clipping.clip_scale(norms, max_norm, tiny, mask), finite)
+    summed = [None] * len(param_leaves)
+    # the explicit sums first: a bias's per-example gradients may be its tap's cotangents,
+    # which the ghost layer's sum then releases
+    for entry in explicit:
+        i, grads, chain = entry
+        entry[1] = None
+        grads = clipping.zero_rows(grads, finite)
+        summed[i] = analysis.pull_back(chain, cnp.tensordot(cnp.astype(scale, core.dtype_of(grads)), grads, axes=1),
+                                       batched=False)
+        del grads
+    for i, layer, chain in ghost:
+        acts, g = taps.inputs(layer)
+        acts = [clipping.zero_rows(a, finite) if core.is_float(a) else a for a in acts]
+        weighted = layer.weighted_sum(acts, clipping.zero_rows(cnp.multiply(g, per_row(scale, g)), finite))
+        del acts, g
+        taps.done(layer)
+        summed[i] = analysis.pull_back(chain, weighted, batched=False)
+    for i, leaf in enumerate(param_leaves):
+        if summed[i] is None:
+            summed[i] = cnp.zeros_like(leaf)
+        elif core.dtype_of(summed[i]) != core.dtype_of(leaf):
+            summed[i] = cnp.astype(summed[i], core.dtype_of(leaf))
+    return summed, norms
+
+
+def _forward_backward(staged):
+    """One batched forward pass and one backward pass. Returns ``(outputs, kept, cts,
+    fallback_grads)``: the per-example outputs (losses, aux leaves), the taps' kept operands
+    and the cotangents of the z's (a leading batch dim each), and the per-example gradients
+    of the fallback parameters."""
+    jaxpr, consts = staged.program.jaxpr, staged.program.consts
+    param_leaves, batch_leaves, size, taps = staged.param_leaves, staged.batch_leaves, staged.size, staged.taps
+    fallback, shared = staged.fallback, staged.shared_leaves
+
+    def per_example(fallback_vals, zs, batch):
+        params = list(param_leaves)
+        for i, v in zip(fallback, fallback_vals):
+            params[i] = v
+        kept = {}
+
+        def tap(k, eqn, ins, out):
+            # each tap keeps its operands (but those read from the batch) and gets its z
+            t = taps.get(k)
+            if t is None:
+                return out
+            kept[k] = [ins[i] for i in t.operands if i not in t.from_batch]
+            return out if t.z is None else cnp.add(out, zs[t.z])
+
+        outs = ir.eval_jaxpr(jaxpr, consts, params + list(batch) + shared, hook=tap if taps else None)
+        return outs[0], (outs[1:], [kept[k] for k in taps])
+
+    batched = api.vmap(per_example)
+    if not taps and not fallback:
+        losses, (aux, kept) = batched([], [], batch_leaves)
+        return [losses] + list(aux), kept, [], []
+    # zeros on the batch's device, broadcast (no memory): the points the cotangents are taken at
+    z_avals = [jaxpr.eqns[k].outs[0].aval for k, tap in taps.items() if tap.z is not None]
+    zs = [cnp.broadcast_to(cnp.zeros((), a.dtype, like=batch_leaves[0]), (size,) + a.shape) for a in z_avals]
+    copies = [cnp.broadcast_to(param_leaves[i], (size,) + tuple(core.shape_of(param_leaves[i]))) for i in fallback]
+
+    def pass_(fallback_vals, zs_):
+        losses, (aux, kept) = batched(fallback_vals, zs_, batch_leaves)
+        return losses, (aux, kept)
+
+    losses, pullback, (aux, kept) = api.vjp(pass_, copies, zs, has_aux=True)
+    fallback_grads, cts = pullback(core.full_like_concrete(losses, 1))
+    return [losses] + list(aux), list(kept), list(cts), list(fallback_grads)
