@@ -179,7 +179,8 @@ def run(args):
             results["exit_status"] = 2
             return results
         print()
-        report = compare.compare_results(base, harness.jsonable(results), args.factor, args.confidence)
+        report = compare.compare_results(base, harness.jsonable(results), args.factor, args.confidence,
+                                         args.relative_to)
         compare.print_report(report, "BASE", "this run")
         print(f"\nBASE: {args.compare_to}")
         results["exit_status"] = max(results.get("exit_status", 0), report["status"])

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import zlib
 from math import comb
 
 import numpy as np
@@ -200,7 +201,7 @@ SCENARIOS = [  # name, n, sigma, head / base, extra, verdict
 
 @pytest.mark.parametrize("name, n, sigma, shift, extra, verdict", SCENARIOS, ids=[s[0] for s in SCENARIOS])
 def test_unpaired_verdicts_of_known_shifts(name, n, sigma, shift, extra, verdict):
-    rng = np.random.default_rng(abs(hash(name)) % 2 ** 32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))  # a seed per scenario, the same in every process
     base = _sample(rng, n, sigma, 1.0, **extra)
     head = _sample(rng, n, sigma, shift, **extra)
     assert stats.compare_unpaired(head, base).verdict == verdict
@@ -418,6 +419,37 @@ def test_compare_finds_nested_cases_and_flags_a_run_wide_drift(capsys, tmp_path)
     assert status == 0  # faster is not a failure
     assert "tables · gflops · layer conv2 · batch 32 · op forward · im2col" in out
     assert "4 cases: 0 SLOW, 4 FAST" in out and "every case moved" in out
+
+
+def _rounds(machine, slow_ghost, seed, n=12):
+    """dp-like rows timed in n interleaved rounds: every round's load ×0.7–1.4 hits all
+    cases alike; the whole machine ×``machine``; ghost ×``slow_ghost``."""
+    rng = np.random.default_rng(seed)
+    load = machine * np.exp(rng.uniform(-0.35, 0.35, n))
+    cases = {}
+    for key, ms in (("batched", 10.0), ("ghost", 12.0), ("jit_batched", 8.0)):
+        factor = slow_ghost if key == "ghost" else 1.0
+        cases[("mlp", 32, key)] = list(ms * factor * load * np.exp(rng.normal(0, 0.01, n)))
+    return _results("dp", cases)
+
+
+@pytest.mark.parametrize("slow_ghost, status, verdicts", [
+    (1.10, 1, {"batched": "REF", "ghost": "SLOW", "jit_batched": "SAME"}),
+    (1.00, 0, {"batched": "REF", "ghost": "SAME", "jit_batched": "SAME"}),
+])
+def test_compare_relative_to_a_case_cancels_a_slower_machine(capsys, tmp_path, slow_ghost, status, verdicts):
+    """The head run's machine is 1.5× slower throughout: by their times every case is
+    SLOW; by their per-round ratios to `batched` only a slowed ghost is."""
+    base = _write(tmp_path, "b.json", _rounds(1.0, 1.0, seed=1))
+    head = _write(tmp_path, "h.json", _rounds(1.5, slow_ghost, seed=2))
+    assert cli_main(["compare", base, head]) == 1
+    assert "every case moved" in capsys.readouterr().out
+    report = tmp_path / "r.json"
+    assert cli_main(["compare", base, head, "--relative-to", "batched", "--json", str(report)]) == status
+    rows = json.loads(report.read_text())["rows"]
+    got = {r["identity"][-1][1]: r["verdict"] for r in rows if r["identity"][0][0] == "network"}
+    assert got == verdicts
+    assert "the reference of --relative-to" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------
