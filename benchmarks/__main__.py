@@ -23,8 +23,10 @@ and the case is flagged ⚠); on the GPU with CUDA events after an L2 flush
 (``--l2-flush off``), or as CUDA-graph replays (``--cuda-graph``) (``benchmarks/timing.py``).
 Ratios between methods come with a confidence interval from the paired rounds and a
 verdict, FAST, SLOW or SAME (``benchmarks/stats.py``). ``compare BASE.json HEAD.json`` (or
-``--compare-to BASE.json`` after a run) gives a verdict per case between two runs and
-exits with status 1 on a SLOW (``benchmarks/compare.py``); ``selfcheck`` checks that a
+``--compare-to BASE.json`` after a run) gives a verdict per case between two runs
+(``--relative-to KEY``: by each case's per-round ratio to the case ``KEY`` of its group,
+which cancels a machine busier in one run) and exits with status 1 on a SLOW
+(``benchmarks/compare.py``); ``selfcheck`` checks that a
 slowdown of 10 % injected into one case (``--inject-slowdown CASE=0.1``, any suite) comes
 out SLOW and the other cases do not.
 

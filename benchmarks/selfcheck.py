@@ -24,7 +24,7 @@ import numpy as np
 from benchmarks import compare, harness
 from benchmarks import stats as bstats
 
-SUMMARY = "the harness's self-check: a 10% slowdown injected in one case is SLOW, the other cases are not"
+SUMMARY = "the harness's self-check: one case slowed by a tenth on purpose is SLOW, the other cases are not"
 DEFAULTS = dict(repeats=10, warmup=2)
 
 
