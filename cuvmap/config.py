@@ -21,6 +21,11 @@ Settings:
   program that needs no host synchronisation is captured as a CUDA graph on its second
   call and replayed afterwards (``cuvmap/cuda/graphs.py``).
 
+- ``collective_check`` (``True``; ``CUVMAP_COLLECTIVE_CHECK=0`` turns it off): before each
+  collective over an axis of processes, one small all-reduce checks that every process
+  calls the same one (NOTE [the collective check] in :mod:`cuvmap.distributed.check`).
+  Every process of a job must have the same value.
+
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
 
@@ -56,11 +61,13 @@ def _bool(value, name):
     raise ValueError(f"cuvmap.config: {name} must be True or False (or 1/0), got {value!r}")
 
 
-_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool}
+_CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
+           "collective_check": _bool}
 _values = {
     "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
     "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
     "jit_cuda_graphs": _bool(os.environ.get("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
+    "collective_check": _bool(os.environ.get("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }
 
 

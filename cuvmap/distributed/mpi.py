@@ -13,6 +13,8 @@ have no maximum.
 """
 import numpy as np
 
+from cuvmap.distributed import engine as engine_mod
+from cuvmap.distributed.engine import LocalEngine
 from cuvmap.distributed.watchdog import describe
 
 _PERMUTE_TAG = 7711
@@ -25,7 +27,8 @@ def _contiguous(x):
 
 class MPIEngine:
     """Collectives of one MPI communicator (``comm``, an ``mpi4py.MPI.Comm``) on NumPy
-    arrays; ``watchdog`` (or ``None``) times each call."""
+    arrays; ``watchdog`` (or ``None``) times each call. An
+    :class:`~cuvmap.distributed.engine.Engine`."""
 
     def __init__(self, comm, watchdog=None):
         from mpi4py import MPI
@@ -104,27 +107,9 @@ class MPIEngine:
         self.comm.Abort(code)
 
 
-class LocalEngine:
-    """The collectives of a job of one process (no MPI): each is the identity it is for
-    one member, on arrays of either backend."""
+def _make(group):
+    """The ``"cpu"`` engine of a group (NOTE [engines] in :mod:`cuvmap.distributed.engine`)."""
+    return LocalEngine() if group.comm is None else MPIEngine(group.comm, group.watchdog)
 
-    rank = 0
-    size = 1
 
-    def allreduce(self, x, op="sum", in_place=False):
-        return x if in_place else x.copy()
-
-    def allgather(self, x):
-        return x[None].copy()
-
-    def reduce_scatter(self, x):
-        return x[0].copy()
-
-    def alltoall(self, x):
-        return x.copy()
-
-    def permute(self, x, perm):
-        return x.copy() if perm else x * 0
-
-    def barrier(self):
-        pass
+engine_mod.register_engine("cpu", _make)
