@@ -168,22 +168,25 @@ class CollectiveCheck:
 
 def _message(found, rank):
     """The text of a mismatch: ``found[r] = (sequence number, description)`` of process r."""
+    end = describe_collective(END, None, None, None)
+    seqs = {seq for seq, _ in found}
     groups = {}
     for r, (seq, what) in enumerate(found):
         groups.setdefault((seq, what), []).append(r)
     parts = []
     for (seq, what), ranks in groups.items():
         who = f"process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-        if what == describe_collective(END, None, None, None):
+        if what == end:
             parts.append(f"{who} reached the end of {'their' if len(ranks) > 1 else 'its'} program after {seq} "
-                         "collectives")
+                         f"collective{'s' * (seq != 1)}")
         else:
-            parts.append(f"{who} called {what} (collective #{seq} of the group)")
-    seqs = {seq for seq, _ in found}
-    why = ("a process skipped or added a collective (a branch on its own data, an early return or exit)"
-           if len(seqs) > 1 or any(w == describe_collective(END, None, None, None) for _, w in found)
-           else "every process must call the same collectives (primitive, axis name, dtype and shape) in the "
-                "same order")
-    return (f"the {len(found)} processes of the group disagree about their next collective: {'; '.join(parts)}. "
-            f"No data was exchanged; {why}. (This is process {rank}; the check costs one small all-reduce per "
-            "collective: cuvmap.config.update('collective_check', False) or CUVMAP_COLLECTIVE_CHECK=0 turns it off.)")
+            parts.append(f"{who} called {what}" + (f" as collective #{seq}" if len(seqs) > 1 else ""))
+    about = f"collective #{seqs.pop()}" if len(seqs) == 1 else "their next collective"
+    if len(seqs) > 1 or any(what == end for _, what in found):
+        why = "a process skipped or added a collective (a branch on its own data, an early return or exit)"
+    else:
+        why = "every process must call the same collectives (primitive, axis name, dtype, shape) in the same order"
+    return (f"the {len(found)} processes of the group disagree about {about}: {', '.join(parts)}; no data was "
+            f"exchanged. {why[0].upper()}{why[1:]}. [This is process {rank}. The check costs one small all-reduce "
+            "per collective; cuvmap.config.update('collective_check', False) or CUVMAP_COLLECTIVE_CHECK=0 turns it "
+            "off.]")
