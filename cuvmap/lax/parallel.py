@@ -35,8 +35,6 @@ depends on every input), ``all_gather`` and ``psum_scatter`` transpose into each
 axes swapped. ``pmax``'s derivative goes to the members that attain the maximum, split
 evenly between ties (as ``reduce_max``'s): ``ṫ = psum(w·t) / psum(w)`` with ``w = [x = pmax(x)]``.
 """
-import reprlib
-
 import numpy as np
 
 from cuvmap import backend, core, tree
@@ -203,7 +201,8 @@ _VALUE_KINDS = frozenset("biufc")
 def _not_a_value(op, x, path=None):
     """The TypeError for a leaf ``x`` that is no value (JAX: "Argument 's' of type <class
     'str'> is not a valid JAX type")."""
-    text = reprlib.repr(x)
+    text = repr(x)
+    text = text if len(text) <= 80 else text[:77] + "..."
     at = "" if path is None else f" (at {path})"
     kind = f" of dtype {x.dtype}" if hasattr(x, "dtype") and hasattr(x, "shape") else ""
     return TypeError(f"{op}: Argument {text} of type {type(x)}{kind}{at} is not a valid cuvmap type: a collective "
