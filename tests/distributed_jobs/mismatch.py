@@ -1,9 +1,13 @@
 """Run under ``mpiexec -n 2``: the two processes call collectives that disagree (issue 24's
 cases: another primitive, shape, dtype or size, under jit too), each time catching the
-CollectiveMismatchError that every process must raise, and printing
-``case NAME R: MESSAGE``; after each, a matching psum shows that the processes are still in
+CollectiveMismatchError that every process must raise, and writing the messages to
+``DIR/R.json`` (``sys.argv[1]``; the launcher may interleave the processes' output); after each, a matching psum shows that the processes are still in
 step. Then collectives over non-array leaves raise TypeError on every process. Prints
 ``ok R``."""
+import json
+import os
+import sys
+
 import numpy as np
 
 import cuvmap as cv
@@ -19,13 +23,14 @@ CASES = {
     "int": lambda: lax.psum(np.ones(4) if R == 0 else np.ones(4, np.int64), "batch"),
     "size": lambda: lax.psum(np.ones(3) if R == 0 else np.ones(4), "batch"),
 }
+messages = {}
 after = distributed.data_parallel(lambda: lax.psum(np.ones(2), "batch"))
 for name, case in CASES.items():
     for how, fn in (("eager", case), ("jit", cv.jit(case))):
         try:
             out = distributed.data_parallel(fn)()
         except distributed.CollectiveMismatchError as err:
-            print(f"case {name} {how} {R}: {err}", flush=True)
+            messages[f"{name} {how}"] = str(err)
         else:
             raise AssertionError(f"case {name} ({how}): no error on process {R}, got {out}")
         assert np.array_equal(after(), [2.0, 2.0])
@@ -44,4 +49,6 @@ for name, call in LEAVES.items():
             assert f"{name}: Argument" in str(err) and "is not a valid cuvmap type" in str(err), str(err)
         else:
             raise AssertionError(f"{name} of a non-array leaf returned")
+with open(os.path.join(sys.argv[1], f"{R}.json"), "w") as fh:
+    json.dump(messages, fh)
 print(f"ok {R}", flush=True)
