@@ -210,10 +210,11 @@ def _not_a_value(op, x, path=None):
                      "or pytrees of them")
 
 
-def _tree_map(fn, x, op):
+def _tree_map(fn, x, op, names=None):
     """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf); a
     :class:`TypeError` names the first leaf that is not a value (JAX's "not a valid JAX
-    type")."""
+    type"). With ``names`` (an elementwise reduction's resolved axes), small leaves
+    reduced across processes share one collective (NOTE [buckets])."""
     if _is_value(x):
         return fn(x)
     if hasattr(x, "shape") or isinstance(x, (str, bytes)):
@@ -222,7 +223,66 @@ def _tree_map(fn, x, op):
     for path, leaf in zip(paths, leaves):
         if not _is_value(leaf):
             raise _not_a_value(op, leaf, "x" + tree.keystr(path) if path else None)
+    if names is not None and len(leaves) > 1 and _across_processes(names):
+        return tree.unflatten(treedef, _bucketed(fn, leaves))
     return tree.unflatten(treedef, [fn(leaf) for leaf in leaves])
+
+
+# NOTE [buckets]
+# An elementwise reduction (psum, pmean, pmax, pmin) of a pytree across processes reduces
+# its small leaves together: the leaves of one dtype and device of at most
+# _BUCKET_LEAF_BYTES each are flattened and concatenated into buffers of at most
+# _BUCKET_BYTES, each buffer is reduced by one collective, and the results are sliced
+# back into the leaves' shapes (torch's DDP buckets its gradients the same way). A
+# gradient of many small parameters then costs one all-reduce, and one collective check
+# (NOTE [the collective check] in cuvmap/distributed/check.py), instead of one per leaf:
+# each is a rendezvous of the processes, whose latency, not bandwidth, is what small
+# leaves pay. The values are those of leaf-by-leaf reductions (elementwise, so the
+# concatenation changes no element's terms). The pieces are primitives (reshape,
+# concatenate, slice), so jit stages them and grad and vmap see through them; a vmap's
+# own axis never buckets (its batching rule reduces in one primitive anyway), nor do
+# Python scalars or weakly typed values.
+_BUCKET_LEAF_BYTES = 1 << 20
+_BUCKET_BYTES = 4 << 20
+
+
+def _across_processes(names):
+    """Whether ``names`` are all axes of processes, more than one process in all."""
+    size = 1
+    for name in names:
+        if type(name) is not ProcessAxis:
+            return False
+        size *= name.size
+    return size > 1
+
+
+def _bucketed(fn, leaves):
+    """``[fn(leaf) for leaf in leaves]``, the small leaves reduced in buckets (NOTE [buckets])."""
+    outs = [None] * len(leaves)
+    groups = {}  # (dtype, device) -> [(index, shape, size)]
+    for i, leaf in enumerate(leaves):
+        if type(leaf) in core._PY_SCALAR_DTYPES:
+            continue
+        aval = core.get_aval(leaf)
+        size = int(np.prod(aval.shape, dtype=np.int64))
+        if aval.weak_type or size * aval.dtype.itemsize > _BUCKET_LEAF_BYTES:
+            continue
+        groups.setdefault((aval.dtype, aval.device), []).append((i, aval.shape, size))
+    for (dtype, _), members in groups.items():
+        bucket, nbytes = [], 0
+        for member in members + [None]:
+            if member is not None and nbytes + member[2] * dtype.itemsize <= _BUCKET_BYTES:
+                bucket.append(member)
+                nbytes += member[2] * dtype.itemsize
+                continue
+            if len(bucket) > 1:
+                flat = lax_shape.concatenate([lax_shape.reshape(leaves[i], (n,)) for i, _, n in bucket], 0)
+                out, start = fn(flat), 0
+                for i, shape, n in bucket:
+                    outs[i] = lax_shape.reshape(indexing.slice_in_dim(out, start, start + n, 0), shape)
+                    start += n
+            bucket, nbytes = ([member], member[2] * dtype.itemsize) if member is not None else ([], 0)
+    return [fn(leaf) if out is None else out for leaf, out in zip(leaves, outs)]
 
 
 def psum(x, axis_name):
@@ -247,7 +307,7 @@ def psum(x, axis_name):
             leaf = ew.convert_element_type(leaf, np.int64)
         return psum_p.bind(leaf, axes=names)
 
-    return _tree_map(one, x, "psum")
+    return _tree_map(one, x, "psum", names)
 
 
 def pmean(x, axis_name):
@@ -267,21 +327,21 @@ def pmean(x, axis_name):
             leaf = ew.convert_element_type(leaf, np.int64)
         return ew.div(psum_p.bind(leaf, axes=names), n)
 
-    return _tree_map(one, x, "pmean")
+    return _tree_map(one, x, "pmean", names)
 
 
 def pmax(x, axis_name):
     """The elementwise maximum over the members of the named axis (or axes). Its
     derivative goes to the members holding the maximum, split evenly between ties."""
     names = _names(axis_name, "pmax")
-    return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x, "pmax")
+    return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x, "pmax", names)
 
 
 def pmin(x, axis_name):
     """The elementwise minimum over the members of the named axis (or axes); derivative as
     :func:`pmax`'s."""
     names = _names(axis_name, "pmin")
-    return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x, "pmin")
+    return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x, "pmin", names)
 
 
 def _same_shape_rule(x, *, axes):
