@@ -30,9 +30,11 @@ The collective check (NOTE [the collective check] in cuvmap/distributed/check.py
 ``--check-steps N``: a job of ``--processes`` processes runs the main job's data-parallel
 step (``dp_step`` of ``examples/dp_sgd_digits.py``: ghost clipping, the noised sum, a
 ``psum`` of the gradient's leaves, Adam, under ``jit``) on its Poisson batches, each batch
-twice in a row, once with the check on and once off (the order alternating from step to
-step, a barrier before each), ``N`` batches after the warm-up; the cost is the median of
-the paired differences over the median step with the check off. Per collective, the
+three times in a row (the order rotating from batch to batch, a barrier before each): with
+the check on (the default), with it off, and with it off and no buckets (one psum per
+leaf, as before either existed: NOTE [buckets] in cuvmap/lax/parallel.py); ``N`` batches
+after the warm-up. The cost is the median of the paired differences over the median
+step with the check off. Per collective, the
 all-reduce table's psum rows with the check on and off give it by message size. With
 ``--check-runs R`` the whole example also runs ``R`` times with ``CUVMAP_COLLECTIVE_CHECK``
 1 and 0 alternately (``--dp-epochs`` each), each run's median ms per step.
@@ -196,6 +198,7 @@ def check_worker(out_path, steps, warmup):
 
     import cuvmap as cv
     from cuvmap import config, distributed, dp, lax, nn
+    from cuvmap.lax import parallel
 
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     spec = importlib.util.spec_from_file_location("dp_sgd_digits", os.path.join(ROOT, "examples", "dp_sgd_digits.py"))
@@ -217,33 +220,44 @@ def check_worker(out_path, steps, warmup):
         grads = dp.private_gradient(clipped, 1.0, 2.0, mask=mask, noise=noise, expected_batch_size=q * n)
         return opt.update(lax.psum(grads, "batch"), state, params)
 
-    step = distributed.data_parallel(cv.jit(dp_step), group=group)
+    # the step as cuvmap runs it (its gradient's small leaves reduced in one bucket, NOTE
+    # [buckets] in cuvmap/lax/parallel.py), and as it ran before buckets: one psum per leaf
+    steps_of = {True: distributed.data_parallel(cv.jit(dp_step), group=group),
+                False: distributed.data_parallel(cv.jit(dp_step), group=group)}
+    bucket_bytes = parallel._BUCKET_LEAF_BYTES
     buckets = dp.batch_buckets(q * len(y_train), len(y_train))
     comm = group.comm
-    times = {True: [], False: []}
-    collectives = None
+    times = {name: [] for name, _, _ in VARIANTS}
+    collectives = {}
     for k in range(warmup + steps):
         idx = np.flatnonzero((rng.random(n) < q)[group.rank::group.size])
         (xb, yb), mask = dp.pad_batch((x_train[idx], y_train[idx]), dp.bucket_for(len(idx), buckets))
         noise = ex._noise_once(params, noise_rng, group)
-        for checked in ((True, False) if k % 2 else (False, True)):
+        for j in range(len(VARIANTS)):  # each batch in every variant, the order rotating
+            name, checked, bucketed = VARIANTS[(k + j) % len(VARIANTS)]
             config.update("collective_check", checked)
+            parallel._BUCKET_LEAF_BYTES = bucket_bytes if bucketed else -1
             before = group.check.count
             comm.Barrier()
             t0 = time.perf_counter()
-            out = step(params, state, xb, yb, mask, noise)
+            out = steps_of[bucketed](params, state, xb, yb, mask, noise)
             elapsed = time.perf_counter() - t0
-            collectives = group.check.count - before
+            parallel._BUCKET_LEAF_BYTES = bucket_bytes
+            collectives[name] = group.check.count - before
             if k >= warmup:
-                times[checked].append(elapsed)
-            if checked:
+                times[name].append(elapsed)
+            if name == "on":
                 new_params, new_state = out
         params, state = new_params, new_state
     config.update("collective_check", True)
     if group.rank == 0:
         with open(out_path, "w") as fh:
-            json.dump(dict(on=times[True], off=times[False], collectives_per_step=collectives, processes=group.size,
+            json.dump(dict(times=times, collectives=collectives, processes=group.size,
                            leaves=len(cv.tree.leaves(params))), fh)
+
+
+# (name, collective check, buckets) of the check job's variants of the step
+VARIANTS = (("on", True, True), ("off", False, True), ("before", False, False))
 
 
 def _check_steps(args, progress):
@@ -262,17 +276,25 @@ def _check_steps(args, progress):
         with open(path) as fh:
             data = json.load(fh)
     progress.step("check on the DP step")
-    on, off = data["on"], data["off"]
-    diffs = [a - b for a, b in zip(on, off)]
-    cost = statistics.median(diffs)
-    # a spread for the median difference: the medians of the two halves of the steps
-    half = len(diffs) // 2
-    halves = [statistics.median(diffs[:half]), statistics.median(diffs[half:])] if half else []
-    base = statistics.median(off)
-    return dict(steps=len(on), collectives_per_step=data["collectives_per_step"], leaves=data["leaves"],
-                processes=data["processes"], median_on_ms=statistics.median(on) * 1e3, median_off_ms=base * 1e3,
-                paired_diff_ms=cost * 1e3, paired_diff_halves_ms=[h * 1e3 for h in halves], ratio=cost / base,
-                per_collective_us=cost / max(1, data["collectives_per_step"]) * 1e6)
+    t = data["times"]
+    base = statistics.median(t["off"])
+
+    def paired(a, b):
+        """The median paired difference a − b (ms) and those of the two halves of the steps."""
+        diffs = [x - y for x, y in zip(t[a], t[b])]
+        half = len(diffs) // 2
+        return (statistics.median(diffs) * 1e3,
+                [statistics.median(diffs[:half]) * 1e3, statistics.median(diffs[half:]) * 1e3] if half else [])
+
+    rows = []
+    for name, label in (("off", "check off (buckets)"), ("on", "check on (buckets): the default"),
+                        ("before", "check off, one psum per leaf: before the check and buckets")):
+        diff, halves = paired(name, "off")
+        rows.append(dict(variant=label, collectives=data["collectives"][name], median_ms=statistics.median(t[name]) * 1e3,
+                         diff_vs_off_ms=diff, diff_halves_ms=halves, ratio_vs_off=diff / 1e3 / base))
+    diff, halves = paired("on", "before")
+    return dict(steps=len(t["off"]), processes=data["processes"], leaves=data["leaves"], variants=rows,
+                on_vs_before_ms=diff, on_vs_before_halves_ms=halves, on_vs_before=diff / 1e3 / statistics.median(t["before"]))
 
 
 def _check_runs(args, progress):
@@ -350,17 +372,21 @@ def run(args, settings):
         if args.check_steps > 0:
             c = out["check_steps"] = _check_steps(args, progress)
             print()
-            print(f"The collective check on the main job's data-parallel step (jit, ghost clipping) on {c['processes']} "
-                  f"processes: {c['steps']} batches, each run with the check on and off in alternating order; "
-                  f"{c['collectives_per_step']} checked collectives per step (a psum per parameter leaf, "
-                  f"{c['leaves']} leaves)")
+            print(f"The collective check on the main job's data-parallel step (jit, ghost clipping, {c['leaves']} "
+                  f"parameter leaves) on {c['processes']} processes: {c['steps']} Poisson batches, each run in every "
+                  "variant (order rotating, a barrier before each); the paired difference to 'check off' is the "
+                  "median over batches (and over each half of them)")
             print()
             print(harness.markdown_table(
-                ["ms per step, check off", "ms per step, check on", "paired difference (ms)", "halves (ms)",
-                 "cost", "µs per collective"],
-                [(c["median_off_ms"], c["median_on_ms"], c["paired_diff_ms"],
-                  ", ".join(f"{h:.3f}" for h in c["paired_diff_halves_ms"]), f"{100 * c['ratio']:+.2f}%",
-                  c["per_collective_us"])]))
+                ["variant", "collectives per step", "ms per step (median)", "paired difference (ms)", "halves (ms)",
+                 "cost"],
+                [(v["variant"], v["collectives"], v["median_ms"], v["diff_vs_off_ms"],
+                  ", ".join(f"{h:.3f}" for h in v["diff_halves_ms"]), f"{100 * v['ratio_vs_off']:+.2f}%")
+                 for v in c["variants"]]))
+            print()
+            print(f"check on (the default) against before (no check, no buckets): {c['on_vs_before_ms']:+.3f} ms per "
+                  f"step (halves {', '.join(f'{h:+.3f}' for h in c['on_vs_before_halves_ms'])}), "
+                  f"{100 * c['on_vs_before']:+.2f}%")
         if args.check_runs > 0:
             c = out["check_runs"] = _check_runs(args, progress)
             print()
