@@ -290,11 +290,12 @@ def _check_steps(args, progress):
     for name, label in (("off", "check off (buckets)"), ("on", "check on (buckets): the default"),
                         ("before", "check off, one psum per leaf: before the check and buckets")):
         diff, halves = paired(name, "off")
-        rows.append(dict(variant=label, collectives=data["collectives"][name], median_ms=statistics.median(t[name]) * 1e3,
-                         diff_vs_off_ms=diff, diff_halves_ms=halves, ratio_vs_off=diff / 1e3 / base))
+        rows.append(dict(variant=label, collectives=data["collectives"][name],
+                         median_ms=statistics.median(t[name]) * 1e3, diff_vs_off_ms=diff, diff_halves_ms=halves, ratio_vs_off=diff / 1e3 / base))
     diff, halves = paired("on", "before")
     return dict(steps=len(t["off"]), processes=data["processes"], leaves=data["leaves"], variants=rows,
-                on_vs_before_ms=diff, on_vs_before_halves_ms=halves, on_vs_before=diff / 1e3 / statistics.median(t["before"]))
+                on_vs_before_ms=diff, on_vs_before_halves_ms=halves,
+                on_vs_before=diff / 1e3 / statistics.median(t["before"]))
 
 
 def _check_runs(args, progress):

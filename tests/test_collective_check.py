@@ -344,11 +344,13 @@ def test_nccl_on_several_processes_needs_a_bootstrap(monkeypatch):
 
 
 LEAVES = [
-    ("psum", lambda: lax.psum({"a": np.ones(3), "b": "s"}, "i"), r"psum: Argument 's' of type <class 'str'> \(at x\['b'\]\)"),
+    ("psum", lambda: lax.psum({"a": np.ones(3), "b": "s"}, "i"),
+     r"psum: Argument 's' of type <class 'str'> \(at x\['b'\]\)"),
     ("all_gather", lambda: lax.all_gather("s", "i"), r"all_gather: Argument 's' of type <class 'str'> is not"),
     ("pmax", lambda: lax.pmax(object(), "i"), r"pmax: Argument <object object.*> of type <class 'object'> is not"),
     ("ppermute", lambda: lax.ppermute("s", "i", [(0, 0)]), r"ppermute: Argument 's' of type <class 'str'> is not"),
-    ("pmean", lambda: lax.pmean([np.ones(2), None, b"b"], "i"), r"pmean: Argument b'b' of type <class 'bytes'> \(at x\[2\]\)"),
+    ("pmean", lambda: lax.pmean([np.ones(2), None, b"b"], "i"),
+     r"pmean: Argument b'b' of type <class 'bytes'> \(at x\[2\]\)"),
     ("psum_scatter", lambda: lax.psum_scatter(np.array(["a", "b"]), "i"), r"of dtype <U1 is not a valid"),
     ("all_to_all", lambda: lax.all_to_all(np.array([None, None]), "i", 0, 0), r"of dtype object is not a valid"),
 ]

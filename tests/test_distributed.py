@@ -147,7 +147,8 @@ def test_a_failing_process_ends_the_job(mode, says, status):
     exited = re.search(r"exit at ([\d.]+)", result.stdout)
     if mode not in ("raise", "kill"):
         assert exited, result.stdout
-        assert ended - float(exited.group(1)) < 2.0, f"the job ended {ended - float(exited.group(1)):.1f} s after the exit"
+        late = ended - float(exited.group(1))
+        assert late < 2.0, f"the job ended {late:.1f} s after the exit"
 
 
 @needs_mpiexec

@@ -11,7 +11,8 @@ from cuvmap.distributed import mpi as _mpi  # noqa: F401 - registers the "cpu" e
 from cuvmap.distributed import nccl as _nccl  # noqa: F401 - registers the "gpu" engine
 from cuvmap.distributed import threads as threads_mod
 from cuvmap.distributed import watchdog as watchdog_mod
-from cuvmap.distributed.engine import DistributedError, LocalBootstrap, MPIBootstrap  # noqa: F401 - DistributedError re-exported
+from cuvmap.distributed.engine import DistributedError  # noqa: F401 - re-exported (it lived here)
+from cuvmap.distributed.engine import LocalBootstrap, MPIBootstrap
 
 _ABORT_GRACE_SECONDS = 0.5
 _REDUCERS = {"sum": "psum", "max": "pmax", "min": "pmin"}

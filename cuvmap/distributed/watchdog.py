@@ -115,7 +115,8 @@ class Watchdog:
                 start, what, context = overdue
                 during = "" if context is None else f" ({context})"
                 self.on_timeout(
-                    f"cuvmap.distributed: {self.describe}{describe(what)}{during} has waited {time.monotonic() - start:.0f} s for the "
+                    f"cuvmap.distributed: {self.describe}{describe(what)}{during} has waited "
+                    f"{time.monotonic() - start:.0f} s for the "
                     f"other processes (the timeout is {self.timeout:g} s: CUVMAP_COLLECTIVE_TIMEOUT or "
                     "cuvmap.distributed.initialize(timeout=...)); another process has died, raised, or taken "
                     "another path; aborting the job")
