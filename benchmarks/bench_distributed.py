@@ -37,7 +37,7 @@ after the warm-up. The cost is the median of the paired differences over the med
 step with the check off. Per collective, the
 all-reduce table's psum rows with the check on and off give it by message size. With
 ``--check-runs R`` the whole example also runs ``R`` times with ``CUVMAP_COLLECTIVE_CHECK``
-1 and 0 alternately (``--dp-epochs`` each), each run's median ms per step.
+1 and 0 alternately (``--check-epochs`` each), each run's median ms per step.
 """
 import json
 import os
@@ -75,6 +75,7 @@ def add_arguments(parser):
     parser.add_argument("--check-runs", type=int, default=0,
                         help="runs of the whole example on --processes processes with the check on and off, "
                              "alternately (0: none)")
+    parser.add_argument("--check-epochs", type=float, default=10.0, help="epochs of each --check-runs run")
 
 
 def _job_env(processes, split):
@@ -303,12 +304,12 @@ def _check_runs(args, progress):
     for _ in range(args.check_runs):
         for checked in (True, False):
             progress.set(f"the example on {args.processes} processes, check {'on' if checked else 'off'}")
-            times[checked].append(_dp_run(args.processes, args.dp_epochs, args.threads_per_process == "split",
+            times[checked].append(_dp_run(args.processes, args.check_epochs, args.threads_per_process == "split",
                                           check=checked))
             progress.step("example run")
     on, off = statistics.median(times[True]), statistics.median(times[False])
     return dict(ms_per_step_on=times[True], ms_per_step_off=times[False], median_on=on, median_off=off,
-                ratio=on / off - 1, epochs=args.dp_epochs)
+                ratio=on / off - 1, epochs=args.check_epochs)
 
 
 def _fmt_bytes(n):
@@ -391,7 +392,7 @@ def run(args, settings):
         if args.check_runs > 0:
             c = out["check_runs"] = _check_runs(args, progress)
             print()
-            print(f"The whole example on {args.processes} processes ({args.dp_epochs:g} epochs per run), "
+            print(f"The whole example on {args.processes} processes ({args.check_epochs:g} epochs per run), "
                   f"CUVMAP_COLLECTIVE_CHECK=1 and 0 alternately, {args.check_runs} runs each: each run's median ms "
                   "per step")
             print()
