@@ -20,6 +20,12 @@ naming the processes and their collectives; no process has started the collectiv
 itself, so nothing was exchanged wrongly and the processes are still in step (a
 program that catches the error can go on).
 
+What it cannot see: a process that skips a collective pairs its next one with the
+others' current one, and when the two look alike (the same psum of the next step) the
+check passes; the difference shows at the first collective that differs, or at the end
+of the program (below), one step late instead of never. The sequence number catches a
+collective one process made without the check.
+
 The check rides on the group's ``"cpu"`` engine (MPI) for operands of every kind: on a
 GPU it is a host exchange that waits for no GPU work. Its cost is one small all-reduce
 per collective, which on 2 processes of one machine is a few microseconds, and the
