@@ -144,15 +144,13 @@ class CollectiveCheck:
         watchdog = self.watchdog
         if watchdog is not None:
             current = watchdog.context = _Current(key, seq, True)
+        want = [code, -code, seq, -seq]
         buf = self._buffer
-        buf[0] = code
-        buf[1] = -code
-        buf[2] = seq
-        buf[3] = -seq
+        buf[:] = want
         out = self.engine.allreduce(buf, "max", in_place=True)
         if watchdog is not None:
             current.checking = False
-        if out[0] != code or out[1] != -code or out[2] != seq or out[3] != -seq:
+        if out.tolist() != want:
             raise self.mismatch(key, seq)
 
     def mismatch(self, key, seq):

@@ -39,6 +39,8 @@ class MPIEngine:
         self.size = comm.Get_size()
         self.watchdog = watchdog
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self._labels = {op: f"all-reduce ({op})" for op in self._ops}
+        self._reductions = {}  # (op, dtype) -> MPI op, for the hot path of small all-reduces
 
     def _op(self, op, dtype, what):
         if dtype == np.bool_:
@@ -60,14 +62,27 @@ class MPIEngine:
             watchdog.end()
 
     def allreduce(self, x, op="sum", in_place=False):
-        what = (f"all-reduce ({op})", x.dtype, x.shape)
-        mpi_op = self._op(op, x.dtype, what)
-        if in_place and x.flags.c_contiguous and x.flags.writeable:
-            self._call(what, self.comm.Allreduce, self.MPI.IN_PLACE, x, op=mpi_op)
-            return x
-        x = _contiguous(x)
-        out = np.empty_like(x)
-        self._call(what, self.comm.Allreduce, x, out, op=mpi_op)
+        # (the collective check calls this before every collective: the common case
+        # costs a dict lookup, not a dtype test, an f-string or a call through _call)
+        dtype = x.dtype
+        mpi_op = self._reductions.get((op, dtype))
+        if mpi_op is None:
+            mpi_op = self._reductions[op, dtype] = self._op(op, dtype, (self._labels.get(op, op), dtype, x.shape))
+        flags = x.flags
+        if in_place and flags.c_contiguous and flags.writeable:
+            send, out = self.MPI.IN_PLACE, x
+        else:
+            send = x if flags.c_contiguous else x.copy(order="C")
+            out = np.empty_like(send)
+        watchdog = self.watchdog
+        if watchdog is None:
+            self.comm.Allreduce(send, out, mpi_op)
+            return out
+        watchdog.begin((self._labels[op], dtype, x.shape))
+        try:
+            self.comm.Allreduce(send, out, mpi_op)
+        finally:
+            watchdog.end()
         return out
 
     def allgather(self, x):
