@@ -356,7 +356,7 @@ def test_distributed_suite(capsys, tmp_path):
     assert len(methods) == 12 and methods[0].startswith("mpi4py Allreduce (preallocated")
     assert len(res["check_per_collective"]) == 4  # 2 sizes, eager and jit
     steps = res["check_steps"]
-    assert steps["steps"] == 2 and [v["collectives"] for v in steps["variants"]] == [1, 1, 6]
+    assert steps["steps"] == 2 and [v["collectives"] for v in steps["variants"]] == [1, 1, 6, 6]
     for r in res["allreduce"]:
         assert r["median_us"] > 0 and r["gb_per_s"] > 0 and r["rounds"] == 2
         assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")
