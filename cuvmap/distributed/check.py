@@ -28,10 +28,13 @@ collective one process made without the check.
 
 The check rides on the group's ``"cpu"`` engine (MPI) for operands of every kind: on a
 GPU it is a host exchange that waits for no GPU work. Its cost is one small all-reduce
-per collective, which on 2 processes of one machine is a few microseconds, and the
-processes wait there instead of in the collective that follows; ``python -m benchmarks
-distributed --check-steps`` measures it on the main job's data-parallel step. It is on
-by default; ``cuvmap.config.update("collective_check", False)`` or
+per collective (3–5 µs of work in one process; 6–7 µs more per small psum on 2 processes
+of the 2-core machine, more when other work shares the cores), and the processes wait
+there instead of in the collective that follows. Buckets keep the collectives of a step
+few (NOTE [buckets] in :mod:`cuvmap.lax.parallel`): on the main job's data-parallel step,
+one checked all-reduce, the check measured +0.9–1.1% (+3.5% in one run on a busier
+machine); ``python -m benchmarks distributed --check-steps N`` measures it. It is on by
+default; ``cuvmap.config.update("collective_check", False)`` or
 ``CUVMAP_COLLECTIVE_CHECK=0`` turns it off (on every process alike: a process that
 checks pairs its check with the other's collective).
 
