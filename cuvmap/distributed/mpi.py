@@ -124,7 +124,12 @@ class MPIEngine:
 
 def _make(group):
     """The ``"cpu"`` engine of a group (NOTE [engines] in :mod:`cuvmap.distributed.engine`)."""
-    return LocalEngine() if group.comm is None else MPIEngine(group.comm, group.watchdog)
+    if group.comm is not None:
+        return MPIEngine(group.comm, group.watchdog)
+    if group.size > 1:
+        raise engine_mod.DistributedError(f"{group.describe()}: the MPI engine needs the group's mpi4py communicator "
+                                          "(ProcessGroup(comm)), or give a \"cpu\" engine of your own (engines=)")
+    return LocalEngine()
 
 
 engine_mod.register_engine("cpu", _make)
