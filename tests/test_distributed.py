@@ -172,8 +172,8 @@ def test_processes_that_disagree_about_a_collective_all_raise(tmp_path):
     non-array leaves raise TypeError."""
     result = run_job(2, JOBS / "mismatch.py", tmp_path, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert sorted(re.findall(r"^ok (\d)$", out, re.M)) == ["0", "1"], out
+    # (each process writes its file last; their "ok" lines on stdout may interleave)
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["0.json", "1.json"], result.stdout
     wants = {
         "op": "process 0 called psum over 'batch' of float64[3], process 1 called pmax over 'batch' of float64[3]",
         "shape": "process 0 called psum over 'batch' of float64[2, 3], process 1 called psum over 'batch' of "
