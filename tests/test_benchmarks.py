@@ -365,9 +365,13 @@ def test_distributed_suite(capsys, tmp_path):
         pytest.skip("no mpiexec next to this Python or on PATH (pip install mpi4py mpich)")
     pytest.importorskip("mpi4py", reason="mpi4py is not installed")
     res, out = _run(capsys, tmp_path, ["distributed", "--sizes", "4096", "65536", "--repeats", "2", "--warmup", "1",
-                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--progress", "off"])
+                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--check-steps", "2", "--progress",
+                                       "off"])
     methods = [r["method"] for r in res["allreduce"]]
-    assert len(methods) == 8 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    assert len(methods) == 12 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    assert len(res["check_per_collective"]) == 4  # 2 sizes, eager and jit
+    steps = res["check_steps"]
+    assert steps["steps"] == 2 and [v["collectives"] for v in steps["variants"]] == [1, 1, 6, 6]
     for r in res["allreduce"]:
         assert r["median_us"] > 0 and r["gb_per_s"] > 0 and r["rounds"] == 2
         assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")
