@@ -6,6 +6,7 @@
     python -m benchmarks distributed
     python -m benchmarks control_flow --length 1000
     python -m benchmarks dp --batch 32 128 512
+    python -m benchmarks accounting
     python -m benchmarks selfcheck
     python -m benchmarks compare BASE.json HEAD.json
     python -m benchmarks SUITE --help
@@ -49,11 +50,12 @@ SUITES = {
     "distributed": "benchmarks.bench_distributed",
     "control_flow": "benchmarks.bench_control_flow",
     "dp": "benchmarks.bench_dp",
+    "accounting": "benchmarks.bench_accounting",
     "selfcheck": "benchmarks.selfcheck",
 }
-# suites that time their cases in their own way (rounds under mpiexec): the rounds'
-# options (--max-spread, --inject-slowdown, ...) do not reach them
-OWN_ROUNDS = {"distributed"}
+# suites that time their cases in their own way (rounds under mpiexec, the accountants'
+# single calls): the rounds' options (--max-spread, --inject-slowdown, ...) do not reach them
+OWN_ROUNDS = {"distributed", "accounting"}
 
 
 def add_common_arguments(parser, defaults):
@@ -127,7 +129,7 @@ def run(args):
         return None
     settings = harness.settings(args.device)
     if args.suite in OWN_ROUNDS:
-        settings["rounds"] = "the suite's own (under mpiexec; --max-spread and --inject-slowdown do not apply)"
+        settings["rounds"] = "the suite's own (--max-spread and --inject-slowdown do not apply)"
     else:
         settings["rounds"] = args.policy.describe()
     if args.device == "gpu":

@@ -12,8 +12,9 @@ size (Abadi et al. 2016), then takes an Adam step. The clipped sum comes from
 each layer's per-example gradient norm from its activations and output gradients, NOTE
 [ghost clipping] in cuvmap/dp/ghost/__init__.py) or, with ``--clipping per_example``, from
 every example's full gradient, ``vmap(grad(loss))``, clipped and summed
-(``dp.private_gradient``): the same values. The RDP accountant of the sampled Gaussian
-mechanism gives the (ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
+(``dp.private_gradient``): the same values. Two accountants of the Poisson-subsampled
+Gaussian mechanism give the (ε, δ) spent: the RDP accountant (an upper bound) and the PLD
+accountant (its privacy loss distributions composed by FFT: tight, and lower). ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
 comparison.
 
 The whole step — the clipped per-example gradients, the masked sum, the noise and the Adam
@@ -116,6 +117,7 @@ def main(argv=None):
     opt = nn.optim.adam(args.lr)
     state = opt.init(params)
     accountant = dp.RDPAccountant()
+    pld_accountant = dp.PLDAccountant()
     per_example_grad = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))
     clipped_grad = dp.clipped_grad(loss, args.max_norm)
     batch_grad = cv.grad(loss)
@@ -176,6 +178,7 @@ def main(argv=None):
                 noise = _noise_once(params, noise_rng, group)
                 params, state = step_fn(params, state, xb, yb, mask, noise)
                 accountant.step(args.noise, q)
+                pld_accountant.step(args.noise, q)
             step_times.append(time.perf_counter() - t0)
             if step % 20 == 0 or step == steps - 1:
                 info = f"test accuracy {accuracy(params, x_test, y_test):.3f}"
@@ -196,7 +199,9 @@ def main(argv=None):
     eps = None
     if not args.no_dp:
         eps = accountant.get_epsilon(args.delta)
-        say(f"privacy: (ε = {eps:.2f}, δ = {args.delta:g}) by the RDP accountant of the Poisson-subsampled Gaussian")
+        eps_pld = pld_accountant.get_epsilon(args.delta)
+        say(f"privacy: (ε = {eps:.2f}, δ = {args.delta:g}) by the RDP accountant of the Poisson-subsampled Gaussian, "
+            f"ε = {eps_pld:.2f} by its privacy loss distribution (PLD)")
     if args.save and not quiet:
         np.savez(args.save, **{"/".join(map(str, path)): cv.device_put(leaf, "cpu")
                                for path, leaf in zip(*cv.tree.flatten_with_path(params)[:2])})

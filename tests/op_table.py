@@ -1565,16 +1565,17 @@ def _doubling_while_ref(x):
 def _rows_control_flow():
     from cuvmap.lax import control_flow as cf
 
+    # (a batched predicate makes a cond a quiet_cond: vmap with p or i batched)
     sw_ref = _branches3_ref()
     return [
         Row("cond_closure", lambda p, x: lax.cond(p > 0, lambda x: cnp.sin(x) * p, lambda x: cnp.cos(x) - p, x),
             lambda p, x: np.sin(x) * p if p > 0 else np.cos(x) - p,
-            [A(domain="nonzero"), A(3)], covers=(cf.cond_p,)),
+            [A(domain="nonzero"), A(3)], covers=(cf.cond_p, cf.quiet_cond_p)),
         Row("cond_two_operands", lambda p, a, b: lax.cond(p > 0, lambda a, b: a @ b, lambda a, b: a @ (b * b), a, b),
             lambda p, a, b: a @ b if p > 0 else a @ (b * b),
-            [A(domain="nonzero"), A(2, 3), A(3)], tol32=(1e-5, 1e-5), covers=(cf.cond_p,)),
+            [A(domain="nonzero"), A(2, 3), A(3)], tol32=(1e-5, 1e-5), covers=(cf.cond_p, cf.quiet_cond_p)),
         Row("switch_clamped", lambda i, x: lax.switch(i, _branches3(), x),
-            lambda i, x: sw_ref[int(np.clip(i, 0, 2))](x), [I((), 4), A(2, 3)], covers=(cf.cond_p,)),
+            lambda i, x: sw_ref[int(np.clip(i, 0, 2))](x), [I((), 4), A(2, 3)], covers=(cf.cond_p, cf.quiet_cond_p)),
         Row("scan_rnn", _rnn, _rnn_ref, [A(3), A(5, 3), A(3, 3, domain="unit")], tol32=(1e-5, 1e-5), grad_tol=1e-4,
             covers=(cf.scan_p,)),
         Row("scan_rnn_unroll_2", lambda h, xs, w: _rnn(h, xs, w, unroll=2), _rnn_ref,  # 2 blocks and 1 step

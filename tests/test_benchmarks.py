@@ -215,6 +215,21 @@ def test_dp_suite(capsys, tmp_path):
     assert "## Ratios against the targets" in out and "| network | batch | method |" in out
 
 
+def test_accounting_suite(capsys, tmp_path):
+    """The accountants' suite on its cheapest recipe: ε by PLD matches the stored
+    dp_accounting value, PLD below RDP, calibrate_noise's σ reproduces ε_PLD."""
+    res, out = _run(capsys, tmp_path, ["accounting", "--recipes", "small_q", "--repeats", "1", "--warmup", "0",
+                                       "--no-dp-accounting", "--progress", "off"])
+    (row,) = res["rows"]
+    assert row["recipe"] == "small_q" and abs(row["rel_vs_dp_accounting"]) < 1e-6
+    assert row["eps_pld"] < row["eps_rdp"] and row["eps_pld"] <= row["eps_pld_coarse"]
+    assert row["calibrate"]["pld"]["sigma"] == pytest.approx(2.0, rel=2e-3)
+    assert row["calibrate"]["pld"]["sigma"] < row["calibrate"]["rdp"]["sigma"]
+    assert all(v > 0 for v in row["get_epsilon_ms"].values())
+    assert {t["check"] for t in res["targets"]} >= {"|ε_PLD / dp_accounting − 1| (small_q)"}
+    assert "## ε" in out and "## targets" in out
+
+
 def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     from benchmarks import bench_dispatch
 
@@ -390,9 +405,13 @@ def test_distributed_suite(capsys, tmp_path):
         pytest.skip("no mpiexec next to this Python or on PATH (pip install mpi4py mpich)")
     pytest.importorskip("mpi4py", reason="mpi4py is not installed")
     res, out = _run(capsys, tmp_path, ["distributed", "--sizes", "4096", "65536", "--repeats", "2", "--warmup", "1",
-                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--progress", "off"])
+                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--check-steps", "2", "--progress",
+                                       "off"])
     methods = [r["method"] for r in res["allreduce"]]
-    assert len(methods) == 8 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    assert len(methods) == 12 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    assert len(res["check_per_collective"]) == 4  # 2 sizes, eager and jit
+    steps = res["check_steps"]
+    assert steps["steps"] == 2 and [v["collectives"] for v in steps["variants"]] == [1, 1, 6, 6]
     for r in res["allreduce"]:
         assert r["median_us"] > 0 and r["gb_per_s"] > 0 and r["rounds"] == 2
         assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")

@@ -1,4 +1,4 @@
-"""Control flow (cuvmap/lax/control_flow.py) beyond the op table's generic tests (rows
+"""Control flow (the package cuvmap/lax/control_flow/) beyond the op table's generic tests (rows
 ``cond_*``, ``switch_*``, ``scan_*``, ``fori_loop_*``, ``map``, ``while_*`` in
 tests/op_table.py: impl against Python loops and branches, vmap for every in_axes at batch
 sizes 3, 1 and 0, derivatives against finite differences, jit both ways): the errors, one
@@ -7,8 +7,10 @@ jit/vmap/grad, checkpoint and custom derivatives, a batched predicate's guarded
 gradients, and a property test of random scan bodies against the unrolled loop.
 References: Python loops and branches over the same function, finite differences, closed
 forms."""
+import re
 import threading
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -267,10 +269,65 @@ def test_a_batched_predicate_keeps_the_untaken_branch_out_of_the_gradient():
 
 def test_without_the_guard_the_untaken_branch_would_leak_nan(monkeypatch):
     """The reference for the test above: the guard is what keeps the gradient finite."""
-    monkeypatch.setattr(control_flow, "_guard", lambda x, taken: x)
+    monkeypatch.setattr(control_flow.conditionals, "_guard", lambda x, taken: x)
     with np.errstate(invalid="ignore", divide="ignore"):
         g = cv.grad(lambda x: cnp.sum(cv.vmap(_sqrt_or_zero)(x)))(_mixed_batch())
     assert np.isnan(g).any()
+
+
+def _sqrt_or_neg_log(x):
+    return lax.cond(x > 0, lambda x: cnp.sqrt(x), lambda x: -cnp.log(-x), x)
+
+
+_X = np.array([1.0, -2.0, 4.0, -0.5])
+_VALUE = np.where(_X > 0, np.sqrt(np.abs(_X)), -np.log(np.abs(_X)))  # the branch taken, in closed form
+_D1 = np.where(_X > 0, 0.5 / np.sqrt(np.abs(_X)), -1.0 / _X)
+_D2 = np.where(_X > 0, -0.25 * np.abs(_X) ** -1.5, 1.0 / _X ** 2)
+_F = _sqrt_or_neg_log
+_QUIET_ROWS = [  # (id, function of _X, reference)
+    ("vmap", cv.vmap(_F), _VALUE),
+    ("jit(vmap)", cv.jit(cv.vmap(_F)), _VALUE),
+    ("vmap(grad)", cv.vmap(cv.grad(_F)), _D1),
+    ("jit(vmap(grad))", cv.jit(cv.vmap(cv.grad(_F))), _D1),
+    ("grad(vmap)", cv.grad(lambda x: cnp.sum(cv.vmap(_F)(x))), _D1),
+    ("vmap(jvp)", cv.vmap(lambda x: cv.jvp(_F, (x,), (1.0,))[1]), _D1),
+    ("vmap(hessian)", cv.vmap(cv.hessian(_F)), _D2),
+    ("vmap(vmap)", lambda x: cv.vmap(cv.vmap(_F))(np.stack([x, x[::-1]]))[1], _VALUE[::-1]),
+    ("vmap(linearize)", cv.vmap(lambda x: cv.linearize(_F, x)[1](1.0)), _D1),
+]
+
+
+@pytest.mark.parametrize("f, want", [r[1:] for r in _QUIET_ROWS], ids=[r[0] for r in _QUIET_ROWS])
+def test_a_batched_predicate_prints_no_warning_for_the_untaken_branch(f, want):
+    """The examples that take the other branch give sqrt and log NaN (and their
+    derivatives inf or NaN); select drops them, so nothing may warn about them, as in JAX
+    (NOTE [a batched predicate])."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any RuntimeWarning fails
+        got = f(_X)
+    _close(got, want)
+    assert np.geterr()["invalid"] == "warn"  # the errstate stays inside the batched cond
+
+
+def test_only_a_batched_predicate_makes_a_quiet_cond_and_warnings_elsewhere_stay():
+    """An unbatched cond runs one branch and pays nothing (a plain cond); a batched one is
+    one quiet_cond; a NaN outside the cond still warns."""
+    batched = str(cv.make_jaxpr(cv.vmap(_F))(_X))
+    assert "quiet_cond[" in batched and " cond[" not in batched
+    unbatched = str(cv.make_jaxpr(cv.vmap(lambda x, p: lax.cond(p > 0, cnp.sqrt, cnp.exp, x), in_axes=(0, None)))(
+        _X, 1.0))
+    assert "quiet_cond" not in unbatched and "cond[" in unbatched
+    with pytest.warns(RuntimeWarning, match="invalid value"):
+        cv.vmap(lambda x: cnp.sqrt(_F(x) - 10.0))(_X)
+
+
+def test_a_batched_predicate_is_a_quiet_cond_on_the_cpu_and_inline_on_the_gpu(backend):
+    """CuPy never warns, so on the GPU the branches and selects join the program around
+    them (where jit's fusion sees them); the values are the same either way."""
+    x = cv.device_put(_X, backend)
+    text = str(cv.make_jaxpr(cv.vmap(cv.grad(_F)))(x))
+    assert ("quiet_cond[" in text) == (backend == "cpu"), text
+    _close(cv.device_put(cv.jit(cv.vmap(cv.grad(_F)))(x), "cpu"), _D1)
 
 
 def test_a_batched_while_freezes_each_example_at_its_own_count():
@@ -372,6 +429,39 @@ def test_control_flow_inside_a_cond_branch_and_a_scan_inside_a_scan():
 def test_bad_control_flow_gets_an_error_naming_the_function_and_the_leaf(call, match):
     with pytest.raises(ControlFlowError, match=match):
         call()
+
+
+_STAGED = r"(staged|have no values|has none).*use cuvmap.numpy.where to choose per element, or lax.cond"
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: lax.scan(lambda c, x: (c if c > 0 else -c, x), 1.0, np.ones(3)),
+     r"scan\(<lambda>\): the truth value .* that depends on the carry: the body of a scan"),
+    (lambda: lax.scan(lambda c, x: ({"a": c["a"] * float(x)}, x), {"a": 1.0}, np.ones(3)),
+     r"scan\(<lambda>\): float\(\) of a traced value .* that depends on xs: the body of a scan"),
+    (lambda: cv.jit(lambda xs: lax.scan(lambda c, x: (c + 1.0 if x > 0 else c, x), 0.0, xs))(np.ones(3)),
+     r"scan\(<lambda>\): the truth value .* that depends on xs: the body of a scan"),
+    (lambda: lax.fori_loop(0, 3, lambda i, x: x if x > 0 else -x, 1.0),
+     r"scan\(<lambda>\): the truth value .* that depends on the carry\[1\]: the body of a scan \(fori_loop"),
+    (lambda: lax.while_loop(lambda c: c < 3 if c else False, lambda c: c + 1, 1),
+     r"while_loop\(<lambda>, <lambda>\): the truth value .* the loop's value: cond_fun and body_fun of a while_loop"),
+    (lambda: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + int(c[1]), c[1]), (0, 1)),
+     r"int\(\) of a traced value .* that depends on the loop's value\[1\]: cond_fun and body_fun"),
+    (lambda: lax.cond(True, lambda x, y: x if y > 0 else -x, lambda x, y: x, 1.0, 2.0),
+     r"cond\(<lambda>, <lambda>\): the truth value .* that depends on operand 1: the branches of a cond"),
+    (lambda: cv.vmap(lambda x: lax.switch(0, [lambda x: x if x.sum() > 0 else x], x))(np.ones((2, 3))),
+     r"switch\(<lambda>\): the truth value .*: the branches of a cond \(or switch\)"),
+], ids=["scan if", "scan float", "scan in jit", "fori_loop", "while cond_fun", "while int", "cond", "switch in vmap"])
+def test_python_control_flow_in_a_staged_body_names_the_stager(call, match):
+    """A Python if (or float(), int()) on a value of a scan, while_loop or cond body says
+    that the body is staged and what to use instead; not the advice for jit's arguments
+    (static_argnums), which the user did not write (NOTE [who staged a value])."""
+    with pytest.raises(cv.ConcretizationError) as info:
+        call()
+    message = str(info.value)
+    assert re.search(match, message), message
+    assert re.search(_STAGED, message), message
+    assert "static_arg" not in message and "under jit" not in message, message
 
 
 def test_reverse_mode_of_a_while_loop_raises_and_points_to_scan():

@@ -50,6 +50,9 @@ def test_dp_sgd_digits_runs_and_accounts(capsys):
     assert 0.0 <= acc <= 1.0 and np.isfinite(eps) and eps > 0
     out = capsys.readouterr().out
     assert "test accuracy" in out and "ε =" in out
+    # both accountants: the PLD's ε (tight) below the RDP's (an upper bound)
+    eps_rdp, eps_pld = (float(v) for v in re.search(r"ε = ([0-9.]+), δ = .*?ε = ([0-9.]+) by its privacy loss", out).groups())
+    assert eps_rdp == pytest.approx(eps, abs=0.006) and 0 < eps_pld < eps_rdp
 
 
 def test_dp_sgd_digits_jit_and_eager_agree(capsys):

@@ -1,5 +1,6 @@
-r"""The Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism (imports nothing
-from cuvmap).
+r"""The Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism, and the
+calibration of the noise multiplier by it or by the PLD accountant (imports nothing from
+cuvmap but :mod:`cuvmap.dp.pld`).
 
 One DP-SGD step on a batch drawn by Poisson sampling with rate ``q`` (every example in
 independently with probability ``q``) is the *sampled Gaussian mechanism* (SGM):
@@ -21,10 +22,13 @@ References:
 * C. Canonne, G. Kamath, T. Steinke. *The Discrete Gaussian for Differential Privacy.*
   NeurIPS 2020, arXiv:2004.00010 (Proposition 12).
 """
+import functools
 import math
 import warnings
 
 import numpy as np
+
+from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant, record_steps
 
 #: Opacus' default RDP orders: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -345,17 +349,7 @@ class RDPAccountant:
 
     def step(self, noise_multiplier, sample_rate, num_steps=1):
         """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``."""
-        noise_multiplier, sample_rate, num_steps = float(noise_multiplier), float(sample_rate), int(num_steps)
-        if num_steps < 0:
-            raise ValueError(f"RDPAccountant.step: num_steps must be >= 0, got {num_steps}")
-        if not 0 <= sample_rate <= 1:
-            raise ValueError(f"RDPAccountant.step: sample_rate must be in [0, 1], got {sample_rate}")
-        if not noise_multiplier >= 0:
-            raise ValueError(f"RDPAccountant.step: noise_multiplier must be >= 0, got {noise_multiplier}")
-        if self.history and self.history[-1][:2] == [noise_multiplier, sample_rate]:
-            self.history[-1][2] += num_steps
-        else:
-            self.history.append([noise_multiplier, sample_rate, num_steps])
+        record_steps(self.history, "RDPAccountant", noise_multiplier, sample_rate, num_steps)
 
     def __len__(self):
         """The number of steps recorded."""
@@ -414,3 +408,185 @@ def epsilon(dataset_size, batch_size, epochs, noise_multiplier, delta, *, orders
     rdp = rdp_sampled_gaussian(q, noise_multiplier, orders, steps=steps)
     eps, order = rdp_to_epsilon(orders, rdp, delta, conversion=conversion)
     return (eps, order) if return_order else eps
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration: the smallest noise multiplier for a target ε
+# ---------------------------------------------------------------------------------------
+
+# NOTE [calibrating the noise multiplier]
+# ε(σ) falls as σ grows (more noise, less loss), for both accountants. With g(u) =
+# log ε(e^u) − log ε_target, nearly linear in u = log σ, we bracket the root by steps of
+# ×2 from σ = 1, then shrink the bracket [lo, hi] (g(lo) > 0 ≥ g(hi)) by secant estimates
+# u*: each round evaluates u* ± ½·log(1 + rtol), so that a good estimate closes the
+# bracket to a ratio of 1 + rtol in one round (bisection when a round gains less than
+# half). The result is hi: it meets the target, and hi / (1 + rtol) does not.
+# Both accountants first run this on a cheaper ε that is never below theirs: the PLD
+# accountant on a grid ten times coarser (every evaluation about ten times cheaper: its
+# points are a subset of the fine grid's, so the coarse pair dominates the fine pair and
+# ε_coarse ≥ ε_fine), the RDP accountant on the integer orders alone (closed forms; a
+# minimum over fewer orders). The coarse answer is then an upper end of the fine bracket,
+# and the slope there predicts where the fine root lies, so the costly ε is evaluated three
+# or four times.
+
+_SIGMA_RANGE = (1e-3, 1e6)
+
+
+def _shrink(g, lo, glo, hi, ghi, rtol):
+    """Shrinks a bracket of the decreasing ``g`` (``glo > 0 ≥ ghi``, in log σ) to
+    ``hi − lo ≤ log(1 + rtol)`` (NOTE [calibrating the noise multiplier])."""
+    width = math.log1p(rtol)
+    while hi - lo > width:
+        before = hi - lo
+        u = hi - ghi * (hi - lo) / (ghi - glo) if glo != ghi else 0.5 * (lo + hi)
+        for c in (u + 0.45 * width, u - 0.45 * width):
+            if hi - lo <= width:
+                break
+            c = min(max(c, lo + 0.05 * (hi - lo)), hi - 0.05 * (hi - lo))
+            gc = g(c)
+            if gc > 0:
+                lo, glo = c, gc
+            else:
+                hi, ghi = c, gc
+        if hi - lo > 0.5 * before and hi - lo > width:
+            c = 0.5 * (lo + hi)
+            gc = g(c)
+            if gc > 0:
+                lo, glo = c, gc
+            else:
+                hi, ghi = c, gc
+    return lo, glo, hi, ghi
+
+
+def _bracket(g, u0, ghint=None):
+    """A bracket ``(lo, g(lo), hi, g(hi))`` of the decreasing ``g`` around its root, by
+    steps of ×2 in σ from ``e^{u0}``."""
+    step = math.log(2.0)
+    lo_lim, hi_lim = (math.log(s) for s in _SIGMA_RANGE)
+    u, gu = u0, (g(u0) if ghint is None else ghint)
+    if gu > 0:
+        while gu > 0:
+            lo, glo = u, gu
+            u += step
+            if u > hi_lim:
+                raise ValueError("calibrate_noise: no noise multiplier up to 1e6 meets the target")
+            gu = g(u)
+        return lo, glo, u, gu
+    while gu <= 0:
+        hi, ghi = u, gu
+        u -= step
+        if u < lo_lim:
+            raise ValueError("calibrate_noise: the target is met with a noise multiplier below 1e-3; "
+                             "no smaller one is searched")
+        gu = g(u)
+    return u, gu, hi, ghi
+
+
+#: The integer orders among :data:`DEFAULT_ORDERS` (closed forms: the cheap first stage of
+#: the RDP calibration).
+_INTEGER_ORDERS = tuple(a for a in DEFAULT_ORDERS if float(a).is_integer())
+
+
+def _rdp_eps(sigma, q, steps, delta, orders=DEFAULT_ORDERS):
+    acct = RDPAccountant(orders)
+    acct.step(sigma, q, steps)
+    return acct.get_epsilon(delta)
+
+
+def _pld_eps(sigma, q, steps, delta, h):
+    acct = PLDAccountant(discretization=h)
+    acct.step(sigma, q, steps)
+    return acct.get_epsilon(delta)
+
+
+def _log_gap(eps, target):
+    """``log ε − log target``, with ``ε = 0`` as −inf and ``ε = inf`` as +inf."""
+    return math.log(eps) - math.log(target) if eps > 0 else -math.inf
+
+
+def _two_stages(eps_coarse, eps_fine, target, rtol):
+    """The smallest σ with ``eps_fine(σ) ≤ target`` (to ``rtol``), given a cheaper
+    ``eps_coarse ≥ eps_fine`` (NOTE [calibrating the noise multiplier])."""
+    def g_coarse(u):
+        return _log_gap(eps_coarse(math.exp(u)), target)
+
+    def g_fine(u):
+        return _log_gap(eps_fine(math.exp(u)), target)
+
+    lo, glo, hi, ghi = _shrink(g_coarse, *_bracket(g_coarse, 0.0), rtol)
+    # the fine root lies at or below the coarse one: start there, jump by the slope
+    slope = (ghi - glo) / (hi - lo) if hi > lo and ghi < glo else -1.0
+    u, gu = hi, g_fine(hi)
+    if gu > 0:  # not expected (ε_coarse ≥ ε_fine); search upwards
+        return math.exp(_shrink(g_fine, *_bracket(g_fine, u, gu), rtol)[2])
+    margin = 0.45 * math.log1p(rtol)
+    while True:  # predicted root, less a margin that doubles while the guesses still pass
+        v = u - gu / slope - margin
+        if v < math.log(_SIGMA_RANGE[0]):
+            raise ValueError("calibrate_noise: the target is met with a noise multiplier below 1e-3; "
+                             "no smaller one is searched")
+        gv = g_fine(v)
+        if gv > 0:
+            lo, glo, hi, ghi = v, gv, u, gu
+            break
+        if gv > gu:  # a secant slope from the fine function itself
+            slope = (gv - gu) / (v - u)
+        u, gu = v, gv
+        margin *= 2
+    return math.exp(_shrink(g_fine, lo, glo, hi, ghi, rtol)[2])
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate(target, delta, q, steps, accountant, rtol, h):
+    if accountant == "rdp":  # first the integer orders only: a minimum over fewer orders
+        return _two_stages(lambda s: _rdp_eps(s, q, steps, delta, _INTEGER_ORDERS),
+                           lambda s: _rdp_eps(s, q, steps, delta), target, rtol)
+    coarse = min(10 * h, 0.05)  # a grid whose points are the fine grid's every tenth
+    return _two_stages(lambda s: _pld_eps(s, q, steps, delta, coarse),
+                       lambda s: _pld_eps(s, q, steps, delta, h), target, rtol)
+
+
+def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="pld", *, rtol=1e-3,
+                    discretization=None):
+    r"""The smallest noise multiplier ``σ`` with which ``num_steps`` Poisson-subsampled
+    Gaussian steps of rate ``sample_rate`` are ``(target_epsilon, delta)``-DP.
+
+    ``ε(σ)`` falls as ``σ`` grows; the result ``σ`` has ``ε(σ) ≤ target_epsilon`` and
+    ``ε(σ / (1 + rtol)) > target_epsilon``, ``ε`` by the chosen accountant (NOTE
+    [calibrating the noise multiplier]). Results are memoised: a repeated call is free.
+
+    Args:
+      target_epsilon: the ε to meet, > 0.
+      delta: the δ, in (0, 1).
+      sample_rate: the Poisson rate ``q``, in [0, 1] (``q = 0``: no loss, ``σ = 0``).
+      num_steps: the number of steps ``T ≥ 0``.
+      accountant: ``"pld"`` (default, :class:`~cuvmap.dp.PLDAccountant`, tight) or
+        ``"rdp"`` (:class:`RDPAccountant`, an upper bound: a larger σ).
+      rtol: the relative resolution of ``σ`` (keyword-only).
+      discretization: the PLD grid width (default the accountant's, 1e-4).
+
+    Returns:
+      ``σ`` as a float.
+
+    Example::
+
+        sigma = calibrate_noise(2.382, 1e-5, 256 / 60000, 14063)   # ≈ 1.1
+    """
+    target, delta, q, steps = float(target_epsilon), float(delta), float(sample_rate), int(num_steps)
+    if not target > 0:
+        raise ValueError(f"calibrate_noise: target_epsilon must be > 0, got {target_epsilon!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"calibrate_noise: delta must be in (0, 1), got {delta!r}")
+    if not 0 <= q <= 1:
+        raise ValueError(f"calibrate_noise: sample_rate must be in [0, 1], got {sample_rate!r}")
+    if steps < 0:
+        raise ValueError(f"calibrate_noise: num_steps must be >= 0, got {num_steps!r}")
+    if accountant not in ("pld", "rdp"):
+        raise ValueError(f"calibrate_noise: accountant must be 'pld' or 'rdp', got {accountant!r}")
+    if not 0 < rtol < 1:
+        raise ValueError(f"calibrate_noise: rtol must be in (0, 1), got {rtol!r}")
+    if q == 0 or steps == 0:
+        return 0.0
+    if discretization is None:
+        discretization = DEFAULT_DISCRETIZATION
+    return _calibrate(target, delta, q, steps, accountant, float(rtol), float(discretization))

@@ -281,6 +281,16 @@ def consts_as_inputs(closed):
     return Jaxpr([], j.constvars + j.invars, j.eqns, j.outvars)
 
 
+def hoist_consts(closed):
+    """``(program, consts)``: ``closed`` as a program without constants that takes them as
+    its leading arguments, and their values (what a call primitive's operands start
+    with). A program without constants is returned as it is, its derived programs and
+    plans kept."""
+    if not closed.consts and not closed.jaxpr.constvars:
+        return closed, []
+    return ClosedJaxpr(consts_as_inputs(closed), []), list(closed.consts)
+
+
 def dce_closed(closed, used_outputs):
     """``closed`` with only the outputs marked in ``used_outputs``, its dead equations
     dropped, and the constants and arguments nothing reads any more removed. Returns

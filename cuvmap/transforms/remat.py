@@ -40,7 +40,6 @@ rules carry the region through every transform:
 from cuvmap import api_util, config, core, tree
 from cuvmap.api_util import TransformError
 from cuvmap.transforms import executor, ir, staging
-from cuvmap.transforms.ir import ClosedJaxpr
 from cuvmap.transforms.partial_eval import everything_saveable, nothing_saveable, partial_eval_jaxpr
 from cuvmap.transforms.program_call import ProgramCall
 
@@ -150,7 +149,7 @@ class RematCallPrimitive(ProgramCall):
         key = ("partial_eval", unknown_ins, params["policy"])
         split = closed.derived.get(key)
         if split is None:
-            flat = ClosedJaxpr(ir.consts_as_inputs(closed), [])
+            flat, _ = ir.hoist_consts(closed)
             split = closed.derived[key] = partial_eval_jaxpr(flat, unknown_ins, saveable=self.saveable(params))
         known_args = [x for x, u in zip(args, unknown_ins) if not u]
         outs = self.rebind(split.known, known_args, params)

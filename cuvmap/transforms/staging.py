@@ -16,6 +16,8 @@ or its equations, where it inlines itself (``jit``'s call:
 ``jit``/``make_jaxpr`` (:mod:`cuvmap.jit_api`) and ``checkpoint``
 (:mod:`cuvmap.transforms.remat`).
 """
+import dataclasses
+
 import numpy as np
 
 from cuvmap import api_util, backend, core, tree
@@ -62,14 +64,34 @@ class StagedTracer(Tracer):
     def _concretization_error(self, what):
         origin = _origin_of(self.var)
         depends = f" that depends on {origin}" if origin else ""
-        hint = ("mark that argument static with static_argnums/static_argnames if it is a "
-                "configuration value, or use cuvmap.numpy.where to choose per element")
+        stager = self._main.global_data.stager
         return ConcretizationError(
-            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: under "
-            f"jit (and checkpoint, which stages its function too) the values of the arguments are not "
-            f"known while the function is traced; {hint}",
+            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: {stager.why}; {stager.hint}",
             where=self._main.name,
         )
+
+
+# NOTE [who staged a value]
+# A Python ``if``, ``float()`` or ``int()`` on a staged value has no answer: the function
+# is traced once, on avals, for every value it will run on. What to do instead depends on
+# who staged it: under ``jit`` a configuration argument can be made static, while the body
+# of a ``scan`` or the branch of a ``cond`` (staged even when the user wrote no ``jit``)
+# needs ``cnp.where`` or ``lax.cond``. So each stager passes ``trace_to_jaxpr`` a
+# :class:`Stager` whose two sentences the error prints.
+@dataclasses.dataclass(frozen=True)
+class Stager:
+    """Who stages a function, as the error of a staged value's Python conversion says it:
+    ``why`` its values are not known while it is traced, and the ``hint`` of what to do."""
+
+    why: str
+    hint: str
+
+
+JIT_STAGER = Stager(
+    why="under jit (and checkpoint, which stages its function too) the values of the arguments are not known "
+        "while the function is traced",
+    hint="mark that argument static with static_argnums/static_argnames if it is a configuration value, or use "
+         "cuvmap.numpy.where to choose per element")
 
 
 _witnesses = {}
@@ -97,9 +119,10 @@ def _origin_of(var):
 class JaxprBuilder:
     """The state of one staging: the equations so far and the constants met."""
 
-    __slots__ = ("eqns", "constvars", "consts", "const_ids")
+    __slots__ = ("eqns", "constvars", "consts", "const_ids", "stager")
 
-    def __init__(self):
+    def __init__(self, stager=JIT_STAGER):
+        self.stager = stager
         self.eqns = []
         self.constvars = []
         self.consts = []
@@ -161,13 +184,14 @@ class StagingTrace(Trace):
         return [StagedTracer(self.main, v) for v in outs]
 
 
-def trace_to_jaxpr(f, in_avals, name="jit", origins=None):
+def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER):
     """Stages ``f(*args)`` for arguments with ``in_avals`` (``origins``: for each, the text
-    that names it in errors; ``name``: the transform's, in errors). ``f`` returns a list of
-    values: staged ones, arrays it made or closed over (constants of the program) and
-    Python scalars (literals). Returns the :class:`~cuvmap.transforms.ir.ClosedJaxpr` from
-    the arguments to those values."""
-    builder = JaxprBuilder()
+    that names it in errors; ``name``: the transform's, and ``stager``: who staged the
+    values, in errors: NOTE [who staged a value]). ``f`` returns a list of values: staged
+    ones, arrays it made or closed over (constants of the program) and Python scalars
+    (literals). Returns the :class:`~cuvmap.transforms.ir.ClosedJaxpr` from the arguments
+    to those values."""
+    builder = JaxprBuilder(stager)
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main):
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
         tracers = [StagedTracer(main, v) for v in invars]
@@ -252,14 +276,3 @@ def trace_program(f, where, leaves, paths, avals, rebuild):
     origins = [api_util.describe_arg(f, p) for p in paths]
     closed = trace_to_jaxpr(flat_fun, avals, name=where, origins=origins)
     return closed, out_tree_box[0]
-
-
-def __getattr__(name):
-    """The old home of jit's call primitive (``call``, ``jit_call_p``), for
-    lax/control_flow.py until it imports them from :mod:`cuvmap.transforms.program_call`;
-    then this goes."""
-    if name in ("call", "jit_call_p"):
-        from cuvmap.transforms import program_call  # an old name's new home, above this module
-
-        return getattr(program_call, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

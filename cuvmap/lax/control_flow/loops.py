@@ -1,0 +1,282 @@
+"""``while_loop(cond_fun, body_fun, c)`` as the primitive ``while_p`` (JAX's
+``lax.while_loop``), and ``fori_loop`` and ``map`` built on it and on ``scan``.
+
+vmap with a batched predicate runs until every example is done and freezes the finished
+ones with ``select``; jvp by a fixpoint; no reverse mode (the number of iterations is not
+known in advance; as in JAX, use ``scan`` or ``fori_loop`` with static bounds).
+"""
+import numpy as np
+
+from cuvmap import api_util, tree
+from cuvmap.lax import elementwise, reduction
+from cuvmap.lax.control_flow.common import (
+    WHILE_STAGER, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry, depends,
+    describe, expand, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, scalar_aval, split3,
+    stage_body, trace_flat, with_program, zeros)
+from cuvmap.lax.control_flow.scan import scan
+from cuvmap.transforms import ir
+from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, not_mapped
+from cuvmap.transforms.call import avals_of
+from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
+from cuvmap.transforms.jvp import jvp_jaxpr
+
+
+class WhilePrimitive(ControlFlowPrimitive):
+    """``while[cond_nconsts cond_program body_nconsts body_program](*cond_consts,
+    *body_consts, *init)``: ``carry = body_program(*body_consts, *carry)`` while
+    ``cond_program(*cond_consts, *carry)`` (a boolean scalar) holds; the result is the
+    last carry."""
+
+    __slots__ = ()
+    what = "a while_loop"
+    host_sync = True  # the predicate is read on the host
+
+    def run(self, *args, cond_nconsts, cond_program, body_nconsts, body_program):
+        cond_consts, body_consts, carry = split3(args, cond_nconsts, body_nconsts)
+        keep_going, step = plan_of(cond_program).program, plan_of(body_program).program
+        while bool(keep_going(cond_consts + carry)[0]):
+            carry = step(body_consts + carry)
+        return list(carry)
+
+    def out_avals(self, params):
+        return params["body_program"].out_avals
+
+    def dce(self, params, used_outputs):
+        """The program optimizer: a carry is live if a result or the predicate reads it, or
+        a live carry's update does (a fixpoint)."""
+        ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
+        cond_prog, body = params["cond_program"], params["body_program"]
+        cond_reads = reads(cond_prog)
+
+        def step(used):
+            pruned = prune_outputs(body, used)
+            read = reads(pruned)
+            return (pruned, read), read[nbc:]
+
+        used, (pruned, read) = grow([u or r for u, r in zip(used_outputs, cond_reads[ncc:])], step)
+        body_consts_used = read[:nbc]
+        cond_consts_used = cond_reads[:ncc]
+        body = with_program(pruned, [i for i, u in enumerate(body_consts_used + used) if u])
+        cond_prog = with_program(cond_prog, [i for i, u in enumerate(cond_consts_used + used) if u])
+        new = dict(params, cond_nconsts=sum(cond_consts_used), cond_program=cond_prog,
+                   body_nconsts=sum(body_consts_used), body_program=body)
+        return new, cond_consts_used + body_consts_used + used, used
+
+    def batch(self, axis, vals, dims, params):
+        """vmap: which carries are batched by a fixpoint; with a batched predicate every
+        carry is batched, the loop runs while any example's predicate holds, and an example
+        whose predicate fails keeps its value (``select``)."""
+        ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
+        cond_prog, body = params["cond_program"], params["body_program"]
+        cc, bc, carry = split3(vals, ncc, nbc)
+        cc_d, bc_d, carry_d = split3(dims, ncc, nbc)
+
+        def step(batched):
+            carry_vals = [bdim_at_front(c, d, axis.size) if b else c for c, d, b in zip(carry, carry_d, batched)]
+            carry_dims = [0 if b else not_mapped for b in batched]
+            body_b, out_dims = batch_jaxpr(body, axis, bc_d + carry_dims, avals_of(bc) + avals_of(carry_vals),
+                                           instantiate=batched)
+            return (carry_vals, carry_dims, body_b), [d is not not_mapped for d in out_dims]
+
+        _, (carry_vals, carry_dims, body_b) = grow([d is not not_mapped for d in carry_d], step)
+        cond_avals = avals_of(cc) + avals_of(carry_vals)
+        cond_b, (pred_dim,) = batch_jaxpr(cond_prog, axis, cc_d + carry_dims, cond_avals)
+        if pred_dim is not_mapped:
+            return _bind_while(cc, cond_b, bc, body_b, carry_vals), carry_dims
+        # a batched predicate: every example's value is frozen once its own predicate fails
+        _, (carry_vals, carry_dims, body_b) = grow([True] * len(carry), step)
+        cond_avals = avals_of(cc) + avals_of(carry_vals)
+        cond_b, _ = batch_jaxpr(cond_prog, axis, cc_d + carry_dims, cond_avals, instantiate=[True])
+        ncc_b, nbc_b = len(cc), len(bc)
+
+        def any_running(*vals):
+            (pred,) = ir.eval_jaxpr(cond_b.jaxpr, cond_b.consts, vals)
+            # any(pred), as a count (a maximum of an empty batch has no value)
+            return [elementwise.gt(reduction.reduce_sum(elementwise.convert_element_type(pred, np.int32)), np.int32(0))]
+
+        def step_running(*vals):
+            c_consts, b_consts, cur = vals[:ncc_b], vals[ncc_b:ncc_b + nbc_b], list(vals[ncc_b + nbc_b:])
+            (pred,) = ir.eval_jaxpr(cond_b.jaxpr, cond_b.consts, list(c_consts) + cur)
+            new = ir.eval_jaxpr(body_b.jaxpr, body_b.consts, list(b_consts) + cur)
+            return [elementwise.select(expand(pred, n), n, c) for n, c in zip(new, cur)]
+
+        new_cond, new_cond_consts = trace_flat(any_running, cond_avals, "while_loop")
+        step_avals = avals_of(cc) + avals_of(bc) + avals_of(carry_vals)
+        new_body, new_body_consts = trace_flat(step_running, step_avals, "while_loop")
+        outs = _bind_while(new_cond_consts + cc, new_cond, new_body_consts + cc + bc, new_body, carry_vals)
+        return outs, [0] * len(outs)
+
+    def jvp(self, primals, tangents, params):
+        """jvp: the carries with nonzero tangents by a fixpoint; the loop of the body's JVP,
+        its predicate reading the primal carries."""
+        ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
+        cond_prog, body = params["cond_program"], params["body_program"]
+        cc, bc, carry = split3(primals, ncc, nbc)
+        _, bc_t, carry_t = split3(tangents, ncc, nbc)
+        bc_nz = [t is not None for t in bc_t]
+        carry_nz, program = grow([t is not None for t in carry_t],
+                                 lambda nz: jvp_jaxpr(body, bc_nz + nz, body.in_avals, instantiate=nz))
+        carry_t = [(t if t is not None else zeros(aval_of(p))) if nz else None
+                   for p, t, nz in zip(carry, carry_t, carry_nz)]
+        body_jvp, hoisted = loop_jvp_program(program, [nbc, len(carry)], bc_nz + carry_nz)
+        # the predicate ignores the tangent carries
+        cj = cond_prog.jaxpr
+        extra = [Var(aval_of(t)) for t in carry_t if t is not None]
+        cond_jvp = ClosedJaxpr(Jaxpr([], cj.invars + extra, cj.eqns, cj.outvars), [])
+        outs = _bind_while(cc, cond_jvp, hoisted + bc + [t for t in bc_t if t is not None],
+                           body_jvp, carry + [t for t in carry_t if t is not None])
+        out_p, out_t = outs[:len(carry)], iter(outs[len(carry):])
+        return out_p, [next(out_t) if nz else None for nz in carry_nz]
+
+    def vjp(self, primals, needs_ct, params):
+        raise ControlFlowError(
+            "reverse-mode differentiation (grad, vjp, jacrev) of a while_loop is not supported: the number of "
+            "iterations is not known in advance, so there is no fixed set of residuals to keep (as in JAX, "
+            "jax#2469). Use scan, or fori_loop with static (Python int) bounds, which is a scan; forward mode "
+            "(jvp, jacfwd) works")
+
+    def partial_eval(self, trace, args, params):
+        """Partial evaluation (under ``linearize``): when the predicate and the known
+        carries depend on known values only, the known carries come from a loop that runs
+        now; the unknown ones from the whole loop staged, which recomputes the known part
+        (JAX's rule: there is no fixed number of iterations whose residuals could be
+        kept)."""
+        ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
+        cond_prog, body = params["cond_program"], params["body_program"]
+        unknown = [trace.main.owns(x) for x in args]
+        cc_u, bc_u, carry_u = split3(unknown, ncc, nbc)
+        carry_u, _ = grow(carry_u, lambda u: (None, depends(body, bc_u + u)))
+        if any(depends(cond_prog, cc_u + carry_u)) or all(carry_u):
+            return self.stage(trace, args, params)
+        cc, bc, carry = split3(args, ncc, nbc)
+        known = [i for i, u in enumerate(carry_u) if not u]
+        body_known = prune_outputs(body, [not u for u in carry_u])
+        body_known = with_program(body_known, list(range(nbc)) + [nbc + i for i in known])
+        cond_known = with_program(cond_prog, list(range(ncc)) + [ncc + i for i in known])
+        known_outs = iter(self.bind(*cc, *bc, *[carry[i] for i in known], cond_nconsts=ncc, cond_program=cond_known,
+                                    body_nconsts=nbc, body_program=body_known))
+        staged = self.stage(trace, args, params)
+        return [s if u else next(known_outs) for s, u in zip(staged, carry_u)]
+
+
+while_p = WhilePrimitive("while")
+
+
+def _bind_while(cond_consts, cond_prog, body_consts, body_prog, carry):
+    """Binds ``while_p``, hoisting the programs' constants in front of their consts."""
+    cond_prog, cond_hoisted = ir.hoist_consts(cond_prog)
+    body_prog, body_hoisted = ir.hoist_consts(body_prog)
+    cc = cond_hoisted + list(cond_consts)
+    bc = body_hoisted + list(body_consts)
+    return while_p.bind(*cc, *bc, *carry, cond_nconsts=len(cc), cond_program=cond_prog,
+                        body_nconsts=len(bc), body_program=body_prog)
+
+
+# ---------------------------------------------------------------------------------------
+# The user's functions
+# ---------------------------------------------------------------------------------------
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    """``val = body_fun(val)`` while ``cond_fun(val)``, as one primitive (JAX's
+    ``lax.while_loop``)::
+
+        def while_loop(cond_fun, body_fun, init_val):
+            val = init_val
+            while cond_fun(val):
+                val = body_fun(val)
+            return val
+
+    Args:
+      cond_fun: ``cond_fun(val) -> bool`` scalar.
+      body_fun: ``body_fun(val) -> val``, keeping the structure, shapes and dtypes.
+      init_val: a pytree of arrays and numbers.
+    Returns:
+      the last value.
+
+    ``vmap`` with a batched predicate runs until every example is done, each example's
+    value frozen once its own predicate fails; ``jvp``/``jacfwd`` work; reverse mode does
+    not (the iterations are not known in advance): use :func:`scan` or :func:`fori_loop`
+    with Python int bounds.
+    """
+    for name, f in (("cond_fun", cond_fun), ("body_fun", body_fun)):
+        if not callable(f):
+            raise ControlFlowError(f"while_loop: {name} must be callable, got {f!r}")
+    where = f"while_loop({api_util.fun_name(cond_fun)}, {api_util.fun_name(body_fun)})"
+    paths, leaves, in_tree = flatten_values("init_val", init_val, where)
+    avals = [aval_of(x) for x in leaves]
+    origins = [f"the loop's value{tree.keystr(p)}" for p in paths]
+    for _ in range(2):  # a second trace when a weakly typed value took a dtype from body_fun
+        body = stage_body(body_fun, in_tree, avals, where, WHILE_STAGER, origins,
+                          fix_outputs=lambda out: cast_numbers(out, avals), splat=False)
+        if body.out_tree != in_tree:
+            raise ControlFlowError(f"{where}: body_fun returned structure {body.out_tree}, but init_val has "
+                                   f"structure {in_tree}; the value must keep its structure")
+        new_avals = check_carry(where, "body_fun", body.out_paths, avals, body.out_avals)
+        if new_avals is None:
+            break
+        avals = new_avals
+        leaves = as_carry(leaves, avals)
+    cond = stage_body(cond_fun, in_tree, avals, where, WHILE_STAGER, origins, splat=False)
+    pred = cond.out_avals
+    if len(pred) != 1 or pred[0].shape != () or pred[0].dtype != np.bool_:
+        got = ", ".join(describe(a) for a in pred) or "nothing"
+        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, got {got}")
+    outs = while_p.bind(*cond.consts, *body.consts, *leaves, cond_nconsts=len(cond.consts),
+                        cond_program=cond.program, body_nconsts=len(body.consts), body_program=body.program)
+    outs = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
+    return tree.unflatten(in_tree, outs)
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """``val = body_fun(i, val)`` for ``i`` in ``range(lower, upper)`` (JAX's
+    ``lax.fori_loop``). With Python (or NumPy) int bounds it is a :func:`scan` of
+    ``upper - lower`` steps, so reverse mode works; with traced bounds a
+    :func:`while_loop` (forward mode only).
+
+    Example::
+
+        x = fori_loop(0, 10, lambda i, x: x * 0.5 + i, x0)
+    """
+    if not callable(body_fun):
+        raise ControlFlowError(f"fori_loop: body_fun must be callable, got {body_fun!r}")
+    static = all(api_util.is_int(b) for b in (lower, upper))
+    if static:
+        lower, upper = int(lower), int(upper)
+
+        def step(carry, _):
+            i, val = carry
+            return (i + 1, body_fun(i, val)), None
+
+        step.__name__ = api_util.fun_name(body_fun)
+        (_, val), _ = scan(step, (lower, init_val), None, length=max(upper - lower, 0))
+        return val
+    for name, b in (("lower", lower), ("upper", upper)):
+        scalar_aval(b, "iu", f"fori_loop({api_util.fun_name(body_fun)})", f"{name} must be an integer scalar")
+
+    def cond_fun(carry):
+        return elementwise.lt(carry[0], carry[1])
+
+    def body(carry):
+        i, stop, val = carry
+        return i + 1, stop, body_fun(i, val)
+
+    cond_fun.__name__ = "i_below_upper"
+    body.__name__ = api_util.fun_name(body_fun)
+    _, _, val = while_loop(cond_fun, body, (lower, upper, init_val))
+    return val
+
+
+def map(f, xs):  # noqa: A001 - JAX's name
+    """``stack([f(x) for x in xs])`` over the leading axis of the pytree ``xs``, as a
+    :func:`scan` (JAX's ``lax.map``): one example at a time, so memory stays that of one
+    call of ``f``."""
+    if not callable(f):
+        raise ControlFlowError(f"map: f must be callable, got {f!r}")
+
+    def step(carry, x):
+        return carry, f(x)
+
+    step.__name__ = api_util.fun_name(f)
+    _, ys = scan(step, (), xs)
+    return ys
