@@ -1,13 +1,68 @@
 """Shared fixtures: the backend parameter, ``cpu`` always and ``gpu`` when CuPy sees a
-CUDA device (the gpu variants skip cleanly otherwise)."""
+CUDA device (the gpu variants skip cleanly otherwise).
+
+Without a GPU the gpu variants run on the strict CuPy stand-in (tests/strict_cupy: its
+docstring says what it checks and what it does not prove), installed here before anything
+imports ``cupy``: unless ``CUVMAP_STRICT_CUPY=0`` (tools/gpu_checks.sh sets it) or a real
+CuPy sees a device; ``CUVMAP_STRICT_CUPY=1`` installs it even then."""
+import importlib.util
+import os
+import sys
+
 import pytest
 
-from cuvmap import backend as cv_backend
+_STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "strict_cupy")
+
+
+def _real_cupy_has_a_device():
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no driver, no device: the stand-in serves
+        for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx", "cupy_backends")]:
+            del sys.modules[name]
+        return False
+
+
+def _install_strict_cupy():
+    setting = os.environ.get("CUVMAP_STRICT_CUPY", "")
+    if setting == "0" or (setting != "1" and _real_cupy_has_a_device()):
+        return False
+    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx", "cupy_backends")]:
+        del sys.modules[name]
+    sys.path.insert(0, _STANDIN)
+    from cuvmap import backend
+
+    backend._cupy, backend._cupy_probed = None, False  # probe again: the stand-in's device
+    return True
+
+
+STRICT_CUPY = _install_strict_cupy()
+
+from cuvmap import backend as cv_backend  # noqa: E402
+
+# gpu tests that fail under the stand-in for defects outside this suite's fixes (each a
+# strict xfail with its reason: a test that starts to pass must leave the list)
+KNOWN_GPU_FAILURES = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not STRICT_CUPY:
+        return
+    for item in items:
+        for pattern, reason in KNOWN_GPU_FAILURES.items():
+            if pattern in item.nodeid:
+                item.add_marker(pytest.mark.xfail(reason=f"strict CuPy stand-in: {reason}", strict=True))
+                break
 
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def backend(request):
-    """``"cpu"`` or ``"gpu"``; the gpu variant skips unless CuPy sees a CUDA device."""
+    """``"cpu"`` or ``"gpu"``; the gpu variant skips unless CuPy (or the strict stand-in)
+    sees a CUDA device."""
     if request.param == "gpu" and not cv_backend.gpu_available():
         pytest.skip("no CUDA device (or CuPy) available")
     return request.param

@@ -1,0 +1,11 @@
+"""``cupyx.scipy.special`` of the strict CuPy stand-in: SciPy's ufuncs as stand-in ufuncs
+(SciPy comes with the test extras, through scikit-learn)."""
+import numpy as _np
+import scipy.special as _sp
+
+from cupy._functions import ufunc
+
+for _name in ("erf", "erfc", "erfinv", "erfcinv", "erfcx", "gammaln", "digamma", "ndtr", "ndtri", "log_ndtr",
+              "expit", "logit", "xlogy", "xlog1py", "entr", "i0", "i1", "gamma", "zeta", "polygamma"):
+    if isinstance(getattr(_sp, _name, None), _np.ufunc):
+        globals()[_name] = ufunc(getattr(_sp, _name), _name)
