@@ -157,6 +157,45 @@ for _name in ("matmul", "dot", "vdot", "inner", "tensordot"):
 FUNCTIONS["einsum"] = _function("einsum", library=_einsum_library)
 
 
+def _stable(name):
+    """CuPy sorts stably whatever ``kind`` says (thrust's stable sort)."""
+    np_fn = getattr(np, name)
+    inner = _function(name, lambda a, axis=-1, kind=None, order=None: np_fn(a, axis=axis, kind="stable"))
+
+    def fn(a, axis=-1, kind=None, order=None):
+        if order is not None:
+            raise NotImplementedError(f"cupy.{name}: order is not supported")
+        return inner(a, axis=axis)
+
+    fn.__name__ = name
+    return fn
+
+
+FUNCTIONS["sort"] = _stable("sort")
+FUNCTIONS["argsort"] = _stable("argsort")
+
+
+def _with_device_indices(name, position):
+    """A function whose index operand may come from the host (CuPy's ``core.array``
+    copies it to the device, as an index in ``x[...]``)."""
+    inner = _function(name)
+
+    def fn(*args, **kwargs):
+        args = list(args)
+        if len(args) > position and type(args[position]) is np.ndarray:
+            args[position] = _index_one(args[position])
+        elif "indices" in kwargs and type(kwargs["indices"]) is np.ndarray:
+            kwargs["indices"] = _index_one(kwargs["indices"])
+        return inner(*args, **kwargs)
+
+    fn.__name__ = name
+    return fn
+
+
+FUNCTIONS["take"] = _with_device_indices("take", 1)
+FUNCTIONS["take_along_axis"] = _with_device_indices("take_along_axis", 1)
+
+
 def _data_dependent(name, np_fn=None):
     """A function whose output shape depends on the values: CuPy reads a count back."""
     inner = _function(name, np_fn)

@@ -167,8 +167,10 @@ def wrap(x):
         return ndarray._wrap(x)
     if isinstance(x, np.generic):
         return ndarray._wrap(np.asarray(x))
-    if t is tuple or t is list:
-        return t(wrap(e) for e in x)
+    if t is list:
+        return [wrap(e) for e in x]
+    if isinstance(x, tuple):  # NumPy's named results (SVDResult...) are CuPy's plain tuples
+        return tuple(wrap(e) for e in x)
     return x
 
 
@@ -512,10 +514,7 @@ class ndarray:
     __ne__ = _compare("not_equal")
     __hash__ = None
 
-    def __divmod__(self, other):
-        import cupy
-        return cupy.divmod(self, other)
-
+    __divmod__, __rdivmod__, _idivmod = _binop("divmod")
     def __neg__(self):
         import cupy
         return cupy.negative(self)
@@ -580,8 +579,11 @@ class ndarray:
         return cupy.dot(self, b, out=out)
 
     def sort(self, axis=-1, kind=None):
-        self._a.sort(axis=axis)
-        record("sort", lambda a: a.sort(axis=axis), (self,))
+        self._a.sort(axis=axis, kind="stable")
+        record("sort", lambda a: a.sort(axis=axis, kind="stable"), (self,))
+
+    def flatten(self, order="C"):
+        return launch("flatten", lambda a: a.flatten(order), (self,))
 
     def nonzero(self):
         import cupy
@@ -598,7 +600,7 @@ class ndarray:
 
 # ndarray methods that are cupy functions with the array first
 _METHODS = frozenset("""
-all any argmax argmin argsort clip conj conjugate cumprod cumsum diagonal flatten max mean min
+all any argmax argmin argsort clip conj conjugate cumprod cumsum diagonal max mean min
 prod ptp ravel repeat round squeeze std sum swapaxes take trace var partition argpartition
 """.split())
 
