@@ -467,7 +467,9 @@ def test_available_creates_a_handle_on_the_current_device():
     import json
 
     _needs_cudnn()
-    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+    # the checkout first, and whatever PYTHONPATH already holds (tools/gpu_checks.sh puts the wheels of .whl/ there)
+    path = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=dict(os.environ, PYTHONPATH=path),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
