@@ -44,9 +44,21 @@ STRICT_CUPY = _install_strict_cupy()
 
 from cuvmap import backend as cv_backend  # noqa: E402
 
-# gpu tests that fail under the stand-in for defects outside this suite's fixes (each a
-# strict xfail with its reason: a test that starts to pass must leave the list)
-KNOWN_GPU_FAILURES = {}
+# gpu tests that fail under the stand-in for defects not fixed yet (each a strict xfail with
+# its reason, matched as a substring of the test id: a test that starts to pass must leave
+# the list). The control-flow ones wait for the lax/control_flow package; the main job's
+# step for device-side bounds checks and GEMMs a capture allows (issue 23, item 3).
+_PYTHON_CARRY = ("control flow: a Python-number carry (a loop counter) becomes a NumPy 0-d array, which then "
+                 "meets the CuPy operands (CuPy refuses a NumPy operand)")
+KNOWN_GPU_FAILURES = {
+    "[gpu-fori_loop_static-": _PYTHON_CARRY,
+    "[gpu-fori_loop_traced_bound-": _PYTHON_CARRY,
+    "[gpu-while_counter": _PYTHON_CARRY,
+    "test_strict_cupy.py::test_the_main_jobs_jitted_step_reads_nothing_and_is_captured":
+        "every gather checks its bounds on the host (int(idx.min()) in lax/indexing.py: 4 device->host reads a "
+        "step), and check_index_bounds makes the program not capturable; a float matmul in a capture is a cuBLAS "
+        "call CuPy refuses",
+}
 
 
 def pytest_collection_modifyitems(config, items):
