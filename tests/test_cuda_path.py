@@ -397,11 +397,12 @@ def test_check_batching_with_an_unmapped_output():
 # ---------------------------------------------------------------------------------------
 
 _SCRIPT_TESTS = """
+import os
 import pytest
 
 @pytest.mark.gpu
 def test_passes():
-    pass
+    assert os.environ["CUVMAP_STRICT_CUPY"] == "0"  # the real CuPy, never the CPU stand-in
 
 @pytest.mark.gpu
 def test_skips():

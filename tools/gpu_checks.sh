@@ -19,6 +19,8 @@ else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONUNBUFFERED=1
+# the tests run on the real CuPy here, never on the strict CPU stand-in (tests/strict_cupy)
+export CUVMAP_STRICT_CUPY=0
 failed=()
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
