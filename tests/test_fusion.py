@@ -197,6 +197,24 @@ def test_fusion_knows_primitives_by_their_fused_expression():
     assert not any(isinstance(u, fusion.FusedGroup) and len(u.eqns) == 2 for u in units)
 
 
+# (dtype, the primitives fused in the group of sin(x) ** 3 * x ** 2 + x ** x): float64
+# powers stay unfused (NOTE [fused kernels round as the unfused ones]); squares fuse
+POWER_FUSION = [
+    (np.float32, ["sin", "integer_pow", "integer_pow", "mul", "pow", "add"]),
+    (np.float64, ["integer_pow", "mul", "add"]),  # x ** 2 * (sin(x) ** 3), then + x ** x
+]
+
+
+@pytest.mark.parametrize("dtype, fused", POWER_FUSION, ids=["float32", "float64"])
+def test_float64_powers_stay_unfused(dtype, fused):
+    x = np.linspace(0.5, 2.0, 8).astype(dtype)
+    units = _units(lambda x: cnp.sin(x) ** 3 * x ** 2 + x ** x, x)
+    names = [e.primitive.name for g in _groups(units) for e in g.eqns]
+    assert names == fused
+    got, _ = _run_fused_on_cpu(_program(lambda x: cnp.sin(x) ** 3 * x ** 2 + x ** x, x), [x])
+    np.testing.assert_array_equal(got[0], np.sin(x) ** 3 * x ** 2 + x ** x)
+
+
 # Random programs over two shapes that broadcast, with reductions, selects, comparisons,
 # casts and powers between the elementwise ops; fused (groups by their references) must
 # equal eager bit for bit, and every group must have two or more equations.
