@@ -71,6 +71,15 @@ def pytest_collection_modifyitems(config, items):
                 break
 
 
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get("CUVMAP_STRICT_CUPY_SURFACE")
+    if STRICT_CUPY and path:  # the CuPy names the session called, one a line, with their call counts
+        import strict_cupy
+
+        with open(path, "w") as fh:
+            fh.writelines(f"{name} {n}\n" for name, n in sorted(strict_cupy.surface().items()))
+
+
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def backend(request):
     """``"cpu"`` or ``"gpu"``; the gpu variant skips unless CuPy (or the strict stand-in)

@@ -57,6 +57,13 @@ def graphs():
     return _strict().graphs()
 
 
+def surface():
+    """{CuPy name: calls} of the functions, ufuncs and kernels called in this process (never
+    reset): the surface the stand-in has to implement (``CUVMAP_STRICT_CUPY_SURFACE=path``
+    writes it at the end of a pytest session)."""
+    return _strict().surface()
+
+
 def reset():
     """Clears the reads, refusals and graphs."""
     _strict().reset()

@@ -13,6 +13,7 @@ from cupy._strict import (
     ndarray,
     record,
     unwrap,
+    used,
     wrap,
 )
 
@@ -30,15 +31,17 @@ def _check_dtype(x):
 class ufunc:
     """``cupy.ufunc``: NumPy's ufunc of the same name on the unwrapped operands."""
 
-    def __init__(self, np_ufunc, name=None):
+    def __init__(self, np_ufunc, name=None, module="cupy"):
         self._u = np_ufunc
         self.__name__ = name or np_ufunc.__name__
+        self._qualname = f"{module}.{self.__name__}"
         self.nin, self.nout, self.nargs = np_ufunc.nin, np_ufunc.nout, np_ufunc.nargs
 
     def __repr__(self):
         return f"<ufunc '{self.__name__}'>"
 
     def _run(self, method, fn, args, kwargs):
+        used(self._qualname if method == "__call__" else f"{self._qualname}.{method}")
         out = kwargs.get("out")
         if isinstance(out, tuple):
             if len(out) != 1:
@@ -72,6 +75,7 @@ class ufunc:
         return self._run("outer", self._u.outer, args, kwargs)
 
     def at(self, a, indices, b=None):
+        used(f"{self._qualname}.at")
         if type(a) is not ndarray:
             raise TypeError(f"{self.__name__}.at: the first argument must be a cupy.ndarray")
         idx = _index(indices)
@@ -105,10 +109,12 @@ UFUNCS["atan2"], UFUNCS["pow"] = UFUNCS["arctan2"], UFUNCS["power"]
 # ---------------------------------------------------------------------------------------
 
 
-def _function(name, np_fn=None, library=None):
+def _function(name, np_fn=None, library=None, module="cupy"):
     np_fn = np_fn or getattr(np, name)
+    qualname = f"{module}.{name}"
 
     def fn(*args, **kwargs):
+        used(qualname)
         lib = library(*args, **kwargs) if callable(library) else library
         out = kwargs.get("out")
         if out is not None and type(out) is not ndarray:
@@ -119,7 +125,7 @@ def _function(name, np_fn=None, library=None):
         return _check_dtype(result) if type(result) is ndarray else result
 
     fn.__name__ = fn.__qualname__ = name
-    fn.__module__ = "cupy"
+    fn.__module__ = module
     return fn
 
 
@@ -213,6 +219,7 @@ for _name in ("nonzero", "argwhere", "flatnonzero", "unique", "compress", "extra
 
 
 def where(condition, x=None, y=None):
+    used("cupy.where")
     if x is None and y is None:
         return FUNCTIONS["nonzero"](condition)
     return launch("where", np.where, (condition, x, y))
@@ -222,6 +229,7 @@ FUNCTIONS["where"] = where
 
 
 def copyto(dst, src, casting="same_kind", where=None):
+    used("cupy.copyto")
     if type(dst) is not ndarray:
         raise TypeError("copyto: dst must be a cupy.ndarray")
     if type(src) is np.ndarray:
@@ -249,6 +257,7 @@ def _creation(name, np_fn=None):
     np_fn = np_fn or getattr(np, name)
 
     def fn(*args, **kwargs):
+        used(f"cupy.{name}")
         for v in list(args) + list(kwargs.values()):
             if type(v) is np.ndarray and v.ndim:
                 raise ValueError(f"cupy.{name}: a non-scalar numpy.ndarray argument")
@@ -277,6 +286,11 @@ def _is_all_cupy_sequence(obj):
 
 
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
+    used("cupy.array")
+    return _array(obj, dtype, copy, order, ndmin)
+
+
+def _array(obj, dtype=None, copy=True, order="K", ndmin=0):
     """CuPy's ``array``: a stand-in array (copied or cast on the device), a nested
     sequence of stand-in arrays (concatenated on the device), or host data (a host->device
     copy; a sequence mixing host and device data goes through ``numpy.array``, which
@@ -291,10 +305,13 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocki
     if _is_all_cupy_sequence(obj) is not None:
         flat = _flatten(obj, [])
         return launch("array", lambda *xs: _restack(obj, iter(xs), dtype), tuple(flat))
-    host_to_device("cupy.array of host data")
     a = np.array(obj, dtype=dtype, copy=True, ndmin=ndmin)
     if a.dtype.kind in "OUSMmV":
         raise ValueError(f"Unsupported dtype {a.dtype}")
+    if a.ndim == 0:  # CuPy fills a 0-d array with the value: a kernel, no copy
+        value = a[()]
+        return launch("fill", lambda: np.full((), value, dtype=a.dtype))
+    host_to_device("cupy.array of host data")
     return ndarray._wrap(a)
 
 
@@ -315,14 +332,17 @@ def _restack(obj, it, dtype):
 
 
 def asarray(a, dtype=None, order=None, *, copy=None, blocking=False):
-    return array(a, dtype=dtype, copy=bool(copy), order=order)
+    used("cupy.asarray")
+    return _array(a, dtype=dtype, copy=bool(copy), order=order)
 
 
 def asanyarray(a, dtype=None, order=None, *, copy=None, blocking=False):
-    return array(a, dtype=dtype, copy=bool(copy), order=order)
+    used("cupy.asanyarray")
+    return _array(a, dtype=dtype, copy=bool(copy), order=order)
 
 
 def ascontiguousarray(a, dtype=None):
+    used("cupy.ascontiguousarray")
     if type(a) is not ndarray:
         raise TypeError(f"Argument 'a' has incorrect type (expected cupy.ndarray, got {type(a).__name__})")
     if a.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
@@ -331,12 +351,14 @@ def ascontiguousarray(a, dtype=None):
 
 
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):
+    used("cupy.asnumpy")
     if type(a) is ndarray:
         return a.get(stream=stream, order=order, out=out)
     return np.asarray(a, order=order)
 
 
 def get_array_module(*args):
+    used("cupy.get_array_module")
     import cupy
     return cupy if any(type(a) is ndarray for a in args) else np
 
@@ -398,6 +420,7 @@ def _getitem(a, key):
 
 
 def getitem(x, key):
+    used("ndarray.__getitem__")
     key = _index(key)
     if _has_mask(key):
         host_read("boolean-mask indexing (a data-dependent shape)")
@@ -414,6 +437,7 @@ def _value(v):
 
 
 def setitem(x, key, value):
+    used("ndarray.__setitem__")
     key = _index(key)
     if _has_advanced(key):
         if _has_mask(key):

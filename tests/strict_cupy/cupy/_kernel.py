@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from cupy._strict import launch, ndarray
+from cupy._strict import launch, ndarray, used
 
 C_TYPES = {
     "bool": np.bool_, "signed char": np.int8, "char": np.int8, "unsigned char": np.uint8,
@@ -401,6 +401,7 @@ class ElementwiseKernel:
         return self._tokens
 
     def __call__(self, *args, size=None, block_size=None, stream=None):
+        used("cupy.ElementwiseKernel")
         if len(args) not in (self.nin, self.nin + self.nout):
             raise TypeError(f"Wrong number of arguments for {self.name!r}")
         for a in args:

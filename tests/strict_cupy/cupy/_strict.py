@@ -29,6 +29,7 @@ _lock = threading.Lock()
 _host_reads = collections.Counter()
 _refusals = []
 _graphs = []
+_used = collections.Counter()  # the CuPy names called (the surface cuvmap and the tests use)
 _tls = threading.local()
 
 
@@ -102,6 +103,17 @@ def library_call(lib, what):
         name = LIBRARIES[lib]
         refuse(name, what, NotImplementedError(
             f"calling {name} API during stream capture is currently unsupported ({what})"))
+
+
+def used(name):
+    _used[name] += 1
+
+
+def surface():
+    """{CuPy name: calls} of the functions, ufuncs and methods called since the process
+    started (never reset): the surface the stand-in must implement."""
+    with _lock:
+        return dict(_used)
 
 
 def host_reads():

@@ -9,7 +9,7 @@ _SOLVER = ("svd", "eigh", "eigvalsh", "eig", "eigvals", "qr", "cholesky", "inv",
            "slogdet", "matrix_rank", "tensorinv", "tensorsolve")
 
 for _name in _SOLVER:
-    globals()[_name] = _function(_name, getattr(np.linalg, _name), library="cusolver")
+    globals()[_name] = _function(_name, getattr(np.linalg, _name), library="cusolver", module="cupy.linalg")
 
 
 def _norm_library(x, ord=None, axis=None, keepdims=False):
@@ -17,9 +17,10 @@ def _norm_library(x, ord=None, axis=None, keepdims=False):
     return "cusolver" if two_dims and ord in (2, -2, "nuc") else None
 
 
-norm = _function("norm", np.linalg.norm, library=_norm_library)
-multi_dot = _function("multi_dot", np.linalg.multi_dot, library=lambda arrays, **kw: _float_gemm(*arrays))
-matmul = _function("matmul", np.linalg.matmul, library=_float_gemm)
-matrix_power = _function("matrix_power", np.linalg.matrix_power, library=_float_gemm)
+norm = _function("norm", np.linalg.norm, library=_norm_library, module="cupy.linalg")
+multi_dot = _function("multi_dot", np.linalg.multi_dot, library=lambda arrays, **kw: _float_gemm(*arrays),
+                      module="cupy.linalg")
+matmul = _function("matmul", np.linalg.matmul, library=_float_gemm, module="cupy.linalg")
+matrix_power = _function("matrix_power", np.linalg.matrix_power, library=_float_gemm, module="cupy.linalg")
 
 __all__ = list(_SOLVER) + ["norm", "multi_dot", "matmul", "matrix_power"]

@@ -3,7 +3,7 @@ capturable) over NumPy's generator, and the legacy functions (cuRAND through CuP
 ``RandomState``, refused during capture)."""
 import numpy as np
 
-from cupy._strict import launch, ndarray
+from cupy._strict import launch, ndarray, used
 
 
 class Generator:
@@ -22,6 +22,7 @@ class Generator:
         method = getattr(self._g, name)
 
         def draw(*args, **kwargs):
+            used(f"cupy.random.Generator.{name}")
             for v in list(args) + list(kwargs.values()):
                 if type(v) is np.ndarray:
                     raise TypeError(f"Unsupported type {type(v)}")
@@ -36,6 +37,7 @@ Generator.__module__ = "cupy.random"
 
 
 def default_rng(seed=None):
+    used("cupy.random.default_rng")
     if isinstance(seed, Generator):
         return seed
     return Generator(seed=seed)
@@ -51,6 +53,7 @@ class RandomState:
         method = getattr(self._r, name)
 
         def draw(*args, **kwargs):
+            used(f"cupy.random.RandomState.{name}")
             return launch(f"RandomState.{name}", method, args, kwargs, library="curand")
 
         return draw

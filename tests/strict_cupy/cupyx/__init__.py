@@ -3,11 +3,12 @@
 import numpy as _np
 
 from cupy._functions import _index, _value
-from cupy._strict import ndarray, record, unwrap
+from cupy._strict import ndarray, record, unwrap, used
 
 
 def _scatter(name, np_ufunc):
     def fn(a, slices, value):
+        used(f"cupyx.{name}")
         if type(a) is not ndarray:
             raise TypeError(f"cupyx.{name}: the first argument must be a cupy.ndarray")
         idx, val = _index(slices), _value(value)
