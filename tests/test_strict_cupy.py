@@ -27,7 +27,7 @@ import strict_cupy  # noqa: E402
 
 import cuvmap as cv  # noqa: E402
 from cuvmap import dp, nn  # noqa: E402
-from cuvmap.cuda import cudnn  # noqa: E402
+from cuvmap.cuda import cudnn, graphs as cuda_graphs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -299,6 +299,24 @@ def test_a_jitted_elementwise_program_is_captured_and_reads_nothing():
     reads = strict_cupy.host_reads()
     assert set(reads) == {next(iter(reads))} and sum(reads.values()) == 3  # the test's own .get() only
     assert len(strict_cupy.graphs()) == 1 and not strict_cupy.refusals()
+
+
+CAPTURE_FAILURES = [  # (what, a jitted function of a float32 matrix, its reference, what the warning names)
+    ("a float matmul", lambda x: cv.numpy.sin(x) @ x.T, lambda x: np.sin(x) @ x.T, "calling cuBLAS API"),
+    ("an SVD", lambda x: cv.numpy.linalg.svd(x * 2.0, compute_uv=False),
+     lambda x: np.linalg.svd(x * 2.0, compute_uv=False), "calling cuSOLVER API"),
+]
+
+
+@pytest.mark.parametrize("what, f, ref, cause", CAPTURE_FAILURES, ids=[c[0] for c in CAPTURE_FAILURES])
+def test_a_failed_capture_warns_with_its_cause_and_runs_op_by_op(what, f, ref, cause):
+    jitted = cv.jit(f)
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    jitted(_dev(x))
+    with pytest.warns(cuda_graphs.GraphCaptureWarning, match=re.escape(cause)):
+        got = jitted(_dev(x))
+    np.testing.assert_allclose(jitted(_dev(x)).get(), ref(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.get(), ref(x), rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ from cuvmap import backend
 # - a call whose arguments are not all CuPy arrays (a Python scalar would be baked into
 #   the graph as a constant) runs eagerly; any failure while capturing (a host
 #   synchronisation, an allocation the capture refuses, a library that cannot be captured)
-#   makes the runner eager for good, with one GraphCaptureWarning.
+#   makes the runner eager for good, with one GraphCaptureWarning that names that failure
+#   (not the cudaErrorStreamCaptureInvalidated that ending the capture then reports).
 #
 # A program run from inside the captured one (a custom rule's body, a batched program a
 # transform runs) is planned afresh for the capture (cuvmap.transforms.executor.run asks
@@ -120,11 +121,20 @@ class GraphRunner:
             program(inputs)  # outside the capture: fills the private pool and the plan's buffers
             stream.begin_capture(cp.cuda.runtime.streamCaptureModeThreadLocal)
             _capture_state.active = True
+            cause = None
             try:
                 outputs = program(inputs)
+            except Exception as err:  # noqa: BLE001 - re-raised below, after the capture ends
+                cause = err
             finally:
                 _capture_state.active = False
-                graph = stream.end_capture()
+                try:
+                    graph = stream.end_capture()
+                except Exception:
+                    if cause is None:
+                        raise
+            if cause is not None:  # what failed, not the cudaErrorStreamCaptureInvalidated it caused
+                raise cause
         stream.synchronize()
         self._pool, self._stream, self._program = pool, stream, program
         self._inputs, self._outputs = inputs, list(outputs)
