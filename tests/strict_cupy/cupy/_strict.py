@@ -602,10 +602,10 @@ class ndarray:
         return cupy.nonzero(self)
 
     def __getattr__(self, name):
-        # the rest of ndarray's methods: cupy's function of the same name, self first
+        # the rest of ndarray's methods (CuPy's ndarray API)
         if name in _METHODS:
-            import cupy
-            fn = getattr(cupy, name)
+            from cupy import _functions
+            fn = _functions._method(name)
             return lambda *args, **kwargs: fn(self, *args, **kwargs)
         raise AttributeError(f"'cupy.ndarray' object (strict CuPy stand-in) has no attribute {name!r}")
 

@@ -9,9 +9,7 @@ from cupy._strict import launch, ndarray, used
 class Generator:
     """``cupy.random.Generator``: NumPy's ``Generator`` whose draws are stand-in arrays."""
 
-    _METHODS = ("random", "standard_normal", "normal", "uniform", "integers", "standard_exponential",
-                "exponential", "gamma", "standard_gamma", "beta", "binomial", "poisson", "permutation",
-                "choice", "laplace", "logistic")
+    _METHODS = ("random", "standard_normal")  # NOTE [the stand-in's surface] in cupy/_functions.py
 
     def __init__(self, bit_generator=None, seed=None):
         self._g = np.random.default_rng(seed)
@@ -73,8 +71,6 @@ def _legacy(name):
     return fn
 
 
-for _name in ("rand", "randn", "random", "random_sample", "normal", "uniform", "randint", "standard_normal",
-              "permutation", "shuffle", "choice"):
-    globals()[_name] = _legacy(_name)
+standard_normal = _legacy("standard_normal")
 
-__all__ = ["Generator", "default_rng", "RandomState", "seed", "ndarray"]
+__all__ = ["Generator", "default_rng", "RandomState", "seed", "standard_normal", "ndarray"]

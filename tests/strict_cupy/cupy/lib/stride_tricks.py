@@ -4,5 +4,3 @@ import numpy as np
 from cupy._functions import _function
 
 as_strided = _function("as_strided", np.lib.stride_tricks.as_strided, module="cupy.lib.stride_tricks")
-sliding_window_view = _function("sliding_window_view", np.lib.stride_tricks.sliding_window_view,
-                                module="cupy.lib.stride_tricks")
