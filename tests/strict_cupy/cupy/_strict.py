@@ -200,12 +200,16 @@ def _arrays_in(x, out):
 
 class _Node:
     """One launch recorded in a graph: ``fn`` re-run on the current contents of its
-    operands, its fresh results written into the buffers they had when captured."""
+    operands, its fresh results written into the buffers they had when captured.
+    ``allocated``: the results that are new buffers (not views of an operand, not an
+    operand written in place), which hold garbage until the graph is launched."""
 
-    __slots__ = ("name", "fn", "args", "kwargs", "results")
+    __slots__ = ("name", "fn", "args", "kwargs", "results", "allocated")
 
     def __init__(self, name, fn, args, kwargs, results):
         self.name, self.fn, self.args, self.kwargs, self.results = name, fn, args, kwargs, results
+        inputs = [a._a for a in _arrays_in((args, kwargs), [])]
+        self.allocated = [r for r in results if not any(np.may_share_memory(r._a, i) for i in inputs)]
 
     def replay(self):
         args = unwrap(self.args, depth=3)
@@ -517,7 +521,7 @@ class ndarray:
     __xor__, __rxor__, __ixor__ = _binop("bitwise_xor")
     __lshift__, __rlshift__, __ilshift__ = _binop("left_shift")
     __rshift__, __rrshift__, __irshift__ = _binop("right_shift")
-    __matmul__, __rmatmul__, _imatmul = _binop("matmul")
+    __matmul__, __rmatmul__ = _binop("matmul")[:2]
     __lt__ = _compare("less")
     __le__ = _compare("less_equal")
     __gt__ = _compare("greater")
@@ -526,7 +530,7 @@ class ndarray:
     __ne__ = _compare("not_equal")
     __hash__ = None
 
-    __divmod__, __rdivmod__, _idivmod = _binop("divmod")
+    __divmod__, __rdivmod__ = _binop("divmod")[:2]
     def __neg__(self):
         import cupy
         return cupy.negative(self)

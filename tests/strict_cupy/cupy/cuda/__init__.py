@@ -178,10 +178,12 @@ class Stream:
 
 
 def _poison(nodes):
-    """A capture does not run the work it records: the buffers the graph owns hold
-    garbage until it is launched (here NaN, or 0x5a bytes for integers)."""
+    """A capture does not run the work it records: the buffers it allocated hold garbage
+    until the graph is launched (here NaN, or 0x5a bytes for integers). (Buffers written in
+    place were written during the capture, which a GPU would not do; a program that reads
+    them back before writing them would be wrong in a graph anyway.)"""
     for node in nodes:
-        for r in node.results:
+        for r in node.allocated:
             a = r._a
             if a.base is not None or not a.flags.writeable:
                 continue
