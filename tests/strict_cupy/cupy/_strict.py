@@ -467,7 +467,6 @@ class ndarray:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         import cupy
-        import cupyx.scipy.special
         inout = inputs
         if "out" in kwargs:
             out = kwargs["out"]
@@ -479,10 +478,13 @@ class ndarray:
             return NotImplemented
         name = ufunc.__name__
         try:
-            func = getattr(cupy, name, None) or getattr(cupyx.scipy.special, name)
+            func = getattr(cupy, name, None)
+            if func is None:  # SciPy's special functions are cupyx.scipy.special's
+                import cupyx.scipy.special
+                func = getattr(cupyx.scipy.special, name)
             if method != "__call__":
                 func = getattr(func, method)
-        except AttributeError:
+        except (AttributeError, ImportError):
             return NotImplemented
         for x in inout:
             if not (isinstance(x, (int, float, complex, bool, np.generic, ndarray, np.ndarray))):
