@@ -6,7 +6,7 @@ speed, numerics of CUDA's math functions or compilation), and the real-device te
 the truth. What it checks: ``tests/strict_cupy/__init__.py``."""
 import numpy as _np
 
-from cupy import _functions, _strict
+from cupy import _functions
 from cupy._kernel import ElementwiseKernel
 from cupy._strict import ndarray
 

@@ -3,7 +3,7 @@ capturable) over NumPy's generator, and the legacy functions (cuRAND through CuP
 ``RandomState``, refused during capture)."""
 import numpy as np
 
-from cupy._strict import launch, ndarray, used
+from cupy._strict import launch, used
 
 
 class Generator:
@@ -73,4 +73,4 @@ def _legacy(name):
 
 standard_normal = _legacy("standard_normal")
 
-__all__ = ["Generator", "default_rng", "RandomState", "seed", "standard_normal", "ndarray"]
+__all__ = ["Generator", "default_rng", "RandomState", "seed", "standard_normal"]

@@ -1,7 +1,7 @@
 """``cupy.cuda.graph.Graph`` of the stand-in: the launches recorded during a capture,
 replayed in order on the buffers they had (NOTE [graph replay] in cuvmap/cuda/graphs.py
 relies on exactly that)."""
-from cupy._strict import CUDARuntimeError, capture, refuse
+from cupy._strict import capture
 
 
 class Graph:
@@ -28,5 +28,3 @@ class Graph:
     def __repr__(self):
         return f"<stand-in CUDA graph of {len(self.nodes)} launches>"
 
-
-__all__ = ["Graph", "CUDARuntimeError", "refuse"]
