@@ -177,11 +177,11 @@ def run(args, settings):
                 known = set(conv_module.measured_choices())
                 forced("auto", fn)()
                 new = [c for k, c in conv_module.measured_choices().items() if k not in known]
-                row["auto"] = new[0][0] if new else ("(measured before)" if xp is np else "–")
+                row["auto_picks"] = new[0][0] if new else ("(measured before)" if xp is np else "–")
                 rows.append(row)
                 extra = ([row["im2col"]["ms"] / row["oneDNN"]["ms"], row.get("onednn_plan_ms")] if with_onednn
                          else [])
-                table.append([name, batch, op] + cells + [mm, max(cells[1::2]) / mm] + extra + [row["auto"]])
+                table.append([name, batch, op] + cells + [mm, max(cells[1::2]) / mm] + extra + [row["auto_picks"]])
                 progress.step(f"1. {name} batch {batch} {op}")
     results["tables"]["gflops"] = rows
     print("\n## 1. Convolution GFLOP/s per kernel against matmul GFLOP/s (same run)\n")

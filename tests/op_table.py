@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import cuvmap as cv
-from cuvmap import core, lax
+from cuvmap import backend, core, lax
 from cuvmap import numpy as cnp
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
@@ -544,12 +544,13 @@ def svd_shift(x):
     """A fixed matrix with well-separated singular values (2k + 1, ..., 5, 3), to add to a
     standard normal ``x`` scaled by 0.3 (whose spectral norm stays well below 1): the
     singular values of the sum keep apart from each other and from 0 (Weyl), as the
-    derivatives of the SVD need (NOTE [svd's derivatives])."""
+    derivatives of the SVD need (NOTE [svd's derivatives]). It lives on ``x``'s device (a
+    NumPy constant added to a CuPy array is an error, as in CuPy)."""
     m, n = np.shape(x)[-2:]
     k = min(m, n)
     d = np.zeros((m, n), dtype=x.dtype)
     d[np.arange(k), np.arange(k)] = 2.0 * np.arange(k, 0, -1) + 1
-    return d
+    return cv.device_put(d, "gpu") if backend.backend_name(x) == "gpu" else d
 
 
 def separated(x):

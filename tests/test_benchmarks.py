@@ -310,9 +310,29 @@ def test_gpu_timers_graph_replay_peak_memory_and_injection(capsys):
     assert status in (0, 1) and "self-check" in out and "| GPU timing |" in out
 
 
-def test_gpu_requested_without_one(capsys, tmp_path):
-    if cv_backend.gpu_available():
-        pytest.skip("a GPU is available")
+@pytest.mark.gpu
+def test_conv_dp_and_dispatch_suites_on_the_gpu(capsys, tmp_path):
+    """The suites tools/gpu_checks.sh runs, on the GPU at tiny sizes: each exits 0 (the conv
+    suite's "auto picks" column once overwrote its own timings) and its cuvmap rows agree
+    with their references."""
+    if not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    res, out = _run(capsys, tmp_path, ["conv", "--device", "gpu", "--batch", "1", "--repeats", "1",
+                                       "--loop-examples", "1", "--no-plot", "--progress", "off"], "conv")
+    assert all(row["auto"]["ms"] > 0 and "auto_picks" in row for row in res["tables"]["gflops"])
+    res, out = _run(capsys, tmp_path, ["dp", "--device", "gpu", "--batch", "2", "--models", "mlp", "--mlp-widths",
+                                       "784", "8", "10", "--repeats", "1", "--warmup", "1", "--progress", "off",
+                                       "--no-plot", "--no-torch"], "dp")
+    assert all(r["rel_diff"] < 1e-4 for r in res["rows"] if "rel_diff" in r)
+    res, out = _run(capsys, tmp_path, ["dispatch", "--device", "gpu", "--ops", "5", "--repeats", "1", "--no-plot"],
+                    "dispatch")
+    assert any(r["case"].startswith("jit") for r in res["rows"])
+
+
+def test_gpu_requested_without_one(capsys, tmp_path, monkeypatch):
+    # as if CuPy saw no device (a GPU, or the strict CuPy stand-in, may be present)
+    monkeypatch.setattr(cv_backend, "_cupy", None)
+    monkeypatch.setattr(cv_backend, "_cupy_probed", True)
     assert cli_main(["dispatch", "--device", "gpu", "--json", str(tmp_path / "x.json")]) == 2
     assert "sees no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()

@@ -751,9 +751,9 @@ def axis_index(axis_name, *, like=None):
     """The index of the member along the named axis, an int32 scalar: ``0 .. n-1`` over a
     vmap's examples, the rank in a process group. With a tuple of names, the index along
     the product axis (the first name major). ``like``: an array whose backend the index
-    lives on (NumPy by default)."""
+    lives on; by default that of the vmap's mapped operands (NumPy for a process axis)."""
     names = _names(axis_name, "axis_index")
-    device = backend.backend_name(like) if like is not None else "cpu"
+    device = backend.backend_name(like) if like is not None else None
     index, stride = None, 1
     for name in reversed(names):
         term = axis_index_p.bind(axis_name=name, device=device)
@@ -769,13 +769,14 @@ def _axis_index_shape_rule(*, axis_name, device):
 
 
 def _axis_index_impl(*, axis_name, device):
-    return backend.xp_for(device).asarray(_group(axis_name, "axis_index").rank, dtype=np.int32)
+    return backend.xp_for(device or "cpu").asarray(_group(axis_name, "axis_index").rank, dtype=np.int32)
 
 
 def _axis_index_batch(mapped, vals, dims, *, axis_name, device):
     if mapped.name != axis_name:  # (no operand: only the transform of its name processes it)
         return axis_index_p.bind(axis_name=axis_name, device=device), not_mapped
-    return indexing.iota_p.bind(size=mapped.size, dtype=np.dtype(np.int32), device=device), 0
+    # device None (no like=): the device of the vmap's own operands
+    return indexing.iota_p.bind(size=mapped.size, dtype=np.dtype(np.int32), device=device or mapped.device), 0
 
 
 _register(axis_index_p, _axis_index_impl, _axis_index_shape_rule, _axis_index_batch)
