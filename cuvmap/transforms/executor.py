@@ -550,7 +550,9 @@ def _compile(p, out_is_scalar):
     for step in p.steps:
         computed.update(step.outs)
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
-    namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
+    namespace = {"ndarray": np.ndarray, "generic": np.generic,
+                 # a scalar result becomes a 0-d array of the plan's device (CuPy refuses NumPy operands)
+                 "asarray": np.asarray if p.array_types[0] is np.ndarray else backend.xp_for("gpu").asarray,
                  "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]

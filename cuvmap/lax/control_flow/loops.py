@@ -12,7 +12,7 @@ from cuvmap.lax import elementwise, reduction
 from cuvmap.lax.control_flow.common import (
     WHILE_STAGER, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry, depends,
     describe, expand, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, scalar_aval, split3,
-    stage_body, trace_flat, with_program, zeros)
+    stage_body, trace_flat, with_program, zeros, carries_on_device, device_of)
 from cuvmap.lax.control_flow.scan import scan
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, not_mapped
@@ -33,6 +33,7 @@ class WhilePrimitive(ControlFlowPrimitive):
 
     def run(self, *args, cond_nconsts, cond_program, body_nconsts, body_program):
         cond_consts, body_consts, carry = split3(args, cond_nconsts, body_nconsts)
+        carry = carries_on_device(carry, device_of(args))
         keep_going, step = plan_of(cond_program).program, plan_of(body_program).program
         while bool(keep_going(cond_consts + carry)[0]):
             carry = step(body_consts + carry)
@@ -70,6 +71,8 @@ class WhilePrimitive(ControlFlowPrimitive):
         cond_prog, body = params["cond_program"], params["body_program"]
         cc, bc, carry = split3(vals, ncc, nbc)
         cc_d, bc_d, carry_d = split3(dims, ncc, nbc)
+
+        carry = carries_on_device(carry, axis.device)  # a Python-number counter broadcast on the GPU
 
         def step(batched):
             carry_vals = [bdim_at_front(c, d, axis.size) if b else c for c, d, b in zip(carry, carry_d, batched)]
