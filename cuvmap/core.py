@@ -113,6 +113,45 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
+class ShapeDtypeStruct:
+    """A shape and a dtype standing for an array that is not there (``jax.ShapeDtypeStruct``):
+    :func:`cuvmap.eval_shape` returns them, and ``eval_shape`` and ``make_jaxpr`` accept
+    them wherever an array goes, so a program can be staged or its output shapes known
+    without making any array (of any size). ``weak_type`` marks a Python scalar's aval;
+    ``device`` is ``"cpu"`` (the default) or a GPU's (``"gpu:0"``)."""
+
+    __slots__ = ("shape", "dtype", "weak_type", "device")
+
+    def __init__(self, shape, dtype, *, weak_type=False, device=None):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = bool(weak_type)
+        self.device = "cpu" if device is None else device
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def aval(self):
+        return ShapedArray(self.shape, self.dtype, self.weak_type, self.device)
+
+    def __repr__(self):
+        weak = ", weak_type=True" if self.weak_type else ""
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{weak})"
+
+    def __eq__(self, other):
+        return (type(other) is ShapeDtypeStruct and self.shape == other.shape and self.dtype == other.dtype
+                and self.weak_type == other.weak_type and self.device == other.device)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.weak_type, self.device))
+
+
 def is_value(x):
     """Whether ``x`` is a value the transforms take as a leaf: a tracer, an array (NumPy,
     CuPy, anything with a ``shape``) or a Python scalar (``bool``, ``int``, ``float``,
@@ -128,6 +167,8 @@ def get_aval(x):
     t = type(x)
     if t in _PY_SCALAR_DTYPES:
         return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
+    if t is ShapeDtypeStruct:
+        return x.aval
     return ShapedArray(x.shape, x.dtype, device=backend.device_of(x))
 
 
@@ -530,7 +571,7 @@ def registered_primitives():
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
-          "kind": None}
+          "kind": None, "effectful": False}
 
 
 class Primitive:
@@ -563,6 +604,10 @@ class Primitive:
     - ``kind``: what a policy may ask about it: ``"dot"`` for matrix products (the
       checkpoint policies ``dots_saveable`` and ``dots_with_no_batch_dims_saveable``),
       else None.
+    - ``effectful``: running it does something besides computing its result (a debug
+      print, a host callback), so a staged program keeps every such equation, in order,
+      even when nothing reads its result: no dead-code elimination, common
+      subexpressions or constant folding touch it.
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.
@@ -587,13 +632,13 @@ class Primitive:
     rule_methods = None
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
-                 impl_into_when=None, host_sync=None, fused=None, kind=None):
+                 impl_into_when=None, host_sync=None, fused=None, kind=None, effectful=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
-                     host_sync=host_sync, fused=fused, kind=kind)
+                     host_sync=host_sync, fused=fused, kind=kind, effectful=effectful)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

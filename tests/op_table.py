@@ -35,6 +35,7 @@ from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import bitwise as lax_bitwise
+from cuvmap.lax import callbacks as lax_callbacks
 from cuvmap.lax import parallel
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import prng as lax_prng
@@ -1594,6 +1595,8 @@ def _rows_control_flow():
             covers=(cf.while_p,)),
         Row("while_value", _doubling_while, _doubling_while_ref, [A(2, domain="positive")], modes=("fwd",),
             covers=(cf.while_p,)),
+        Row("debug_callback", lambda x: (cv.debug.callback(lambda v: None, x), x * cnp.sin(x))[1],
+            lambda x: x * np.sin(x), [A(2, 3)], covers=(lax_callbacks.debug_callback_p,)),
         Row("fori_loop_traced_bound", lambda x, n: lax.fori_loop(0, n, lambda i, x: x * 0.5 + cnp.cos(x), x),
             lambda x, n: _fori_traced_ref(x, n), [A(3), I((), 4)], modes=("fwd",), covers=(cf.while_p,)),
     ]
