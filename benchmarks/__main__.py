@@ -7,6 +7,8 @@
     python -m benchmarks control_flow --length 1000
     python -m benchmarks dp --batch 32 128 512
     python -m benchmarks accounting
+    python -m benchmarks selfcheck
+    python -m benchmarks compare BASE.json HEAD.json
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -14,6 +16,20 @@ Every suite prints its settings and markdown tables on stdout, writes its figure
 and, where it has a batch axis and matplotlib is installed, a PNG plot beside the JSON
 (``--plot PATH``). A progress bar goes to stderr on a terminal (``--progress on`` for one
 line per step in logs, ``off`` for none).
+
+The methods of a suite are timed side by side: each case's first call alone, warm-up,
+then rounds that time every case once, in rotating order, repeated until each case's
+IQR / median is below ``--max-spread`` (or ``--max-repeats`` / ``--max-seconds`` are spent
+and the case is flagged ⚠); on the GPU with CUDA events after an L2 flush
+(``--l2-flush off``), or as CUDA-graph replays (``--cuda-graph``) (``benchmarks/timing.py``).
+Ratios between methods come with a confidence interval from the paired rounds and a
+verdict, FAST, SLOW or SAME (``benchmarks/stats.py``). ``compare BASE.json HEAD.json`` (or
+``--compare-to BASE.json`` after a run) gives a verdict per case between two runs
+(``--relative-to KEY``: by each case's per-round ratio to the case ``KEY`` of its group,
+which cancels a machine busier in one run) and exits with status 1 on a SLOW
+(``benchmarks/compare.py``); ``selfcheck`` checks that a
+slowdown of 10 % injected into one case (``--inject-slowdown CASE=0.1``, any suite) comes
+out SLOW and the other cases do not.
 
 The benchmarks never change the threading environment (``OPENBLAS_CORETYPE``,
 ``OMP_NUM_THREADS``, ...): set or unset it in the command, e.g.
@@ -25,6 +41,8 @@ import importlib
 import os
 import sys
 
+from benchmarks import compare, timing
+
 SUITES = {
     "per_example": "benchmarks.suite_per_example",
     "conv": "benchmarks.bench_conv",
@@ -33,7 +51,11 @@ SUITES = {
     "control_flow": "benchmarks.bench_control_flow",
     "dp": "benchmarks.bench_dp",
     "accounting": "benchmarks.bench_accounting",
+    "selfcheck": "benchmarks.selfcheck",
 }
+# suites that time their cases in their own way (rounds under mpiexec, the accountants'
+# single calls): the rounds' options (--max-spread, --inject-slowdown, ...) do not reach them
+OWN_ROUNDS = {"distributed", "accounting"}
 
 
 def add_common_arguments(parser, defaults):
@@ -41,7 +63,25 @@ def add_common_arguments(parser, defaults):
     g.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
                    help="cpu (NumPy) or gpu (CuPy; timed with CUDA events)")
     g.add_argument("--repeats", type=int, default=defaults.get("repeats", 5),
-                   help="timed calls per case (median, min, max)")
+                   help="timed rounds at least (each case once per round)")
+    g.add_argument("--max-spread", type=float, default=timing.DEFAULT_MAX_SPREAD,
+                   help="more rounds while a case's IQR / median is above this (0: exactly --repeats rounds); "
+                        "cases still above it are flagged")
+    g.add_argument("--max-repeats", type=int, default=None,
+                   help="rounds at most while a case is above --max-spread (default max(20, 4 × --repeats))")
+    g.add_argument("--max-seconds", type=float, default=timing.DEFAULT_MAX_SECONDS,
+                   help="time budget of the adaptive rounds of one group of cases, in seconds")
+    compare.add_verdict_arguments(g)
+    g.add_argument("--compare-to", metavar="BASE.json", default=None,
+                   help="compare this run with a stored one (as `compare BASE.json HEAD.json`); exit status 1 on a "
+                        "SLOW")
+    g.add_argument("--inject-slowdown", metavar="CASE=FRACTION", action="append", default=None,
+                   help="self-check: make the timed calls of the case with this key or label slower by FRACTION of "
+                        "its own time (repeatable)")
+    g.add_argument("--l2-flush", choices=["on", "off"], default="on",
+                   help="gpu: flush the L2 cache (write twice its size) before each timed call")
+    g.add_argument("--cuda-graph", action="store_true",
+                   help="gpu: capture each CuPy/torch case as a CUDA graph and time its replays")
     g.add_argument("--warmup", type=int, default=defaults.get("warmup", 1),
                    help="untimed calls before the timed ones (the first is reported as 'first call')")
     g.add_argument("--json", metavar="PATH", default=None,
@@ -57,6 +97,9 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="suite", metavar="SUITE", required=True)
+    p = sub.add_parser("compare", help=compare.SUMMARY, description=compare.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    compare.add_arguments(p)
     for name, modname in SUITES.items():
         mod = importlib.import_module(modname)
         p = sub.add_parser(name, help=mod.SUMMARY, description=mod.__doc__,
@@ -78,7 +121,21 @@ def run(args):
             print("python -m benchmarks: --device gpu, but CuPy is not installed or sees no CUDA device; "
                   "nothing measured", file=sys.stderr)
             return None
+    timing.GPU_TIMING["l2_flush"] = getattr(args, "l2_flush", "on") == "on"
+    try:
+        args.policy = harness.Policy.from_args(args)
+    except ValueError as err:
+        print(f"python -m benchmarks {args.suite}: {err}", file=sys.stderr)
+        return None
     settings = harness.settings(args.device)
+    if args.suite in OWN_ROUNDS:
+        settings["rounds"] = "the suite's own (--max-spread and --inject-slowdown do not apply)"
+    else:
+        settings["rounds"] = args.policy.describe()
+    if args.device == "gpu":
+        settings["GPU timing"] = ("CUDA events after a device synchronisation" +
+                                  (", the L2 cache flushed before each call" if timing.GPU_TIMING["l2_flush"] else "") +
+                                  ("; CuPy/torch cases as CUDA-graph replays" if args.cuda_graph else ""))
     argv = getattr(args, "argv", None)
     results = dict(suite=args.suite, device=args.device, argv=argv if argv is not None else sys.argv[1:],
                    settings=settings)
@@ -86,6 +143,15 @@ def run(args):
     results.update(mod.run(args, settings))
     load = monitor.stop()
     results["machine_load"] = load
+    results["timing_policy"] = dict(repeats=args.policy.repeats, warmup=args.policy.warmup,
+                                    max_spread=args.policy.max_spread, max_repeats=args.policy.max_repeats,
+                                    max_seconds=args.policy.max_seconds, inject=args.policy.inject,
+                                    cuda_graph=args.policy.cuda_graph)
+    unmatched = args.policy.unmatched() if args.suite not in OWN_ROUNDS else []
+    if unmatched:
+        print(f"\n**--inject-slowdown**: no case is named {', '.join(map(repr, unmatched))} (a row's key or its "
+              "method label)")
+        results["exit_status"] = max(results.get("exit_status", 0), 2)
     plot = results.pop("plot", None)
 
     print(f"\nmachine load during the run: {harness.LoadMonitor.describe(load)}")
@@ -109,6 +175,19 @@ def run(args):
         results["json_path"] = json_path
         harness.write_json(json_path, results)
         print(f"JSON: {json_path}")
+    if getattr(args, "compare_to", None):
+        try:
+            base = compare.load(args.compare_to)
+        except (OSError, ValueError) as err:
+            print(f"\n--compare-to: cannot read {err}")
+            results["exit_status"] = 2
+            return results
+        print()
+        report = compare.compare_results(base, harness.jsonable(results), args.factor, args.confidence,
+                                         args.relative_to)
+        compare.print_report(report, "BASE", "this run")
+        print(f"\nBASE: {args.compare_to}")
+        results["exit_status"] = max(results.get("exit_status", 0), report["status"])
     return results
 
 
@@ -123,9 +202,11 @@ def main(argv=None):
         except ImportError:
             pass
     args = build_parser().parse_args(argv)
+    if args.suite == "compare":
+        return compare.main(args)
     args.argv = argv
     results = run(args)
-    return 0 if results is not None else 2
+    return results.get("exit_status", 0) if results is not None else 2
 
 
 if __name__ == "__main__":

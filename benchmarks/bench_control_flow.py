@@ -22,6 +22,7 @@ respect to ``a``. Reported, all in this run:
   loop (the floor: what a step's NumPy calls cost); the tiny-carry scan against its
   hand-written NumPy loop (target ≤ 3×).
 """
+import math
 import time
 
 import numpy as np
@@ -31,6 +32,7 @@ import cuvmap.numpy as cnp
 from cuvmap import backend, lax
 
 from benchmarks import harness
+from benchmarks import stats as bstats
 
 SUMMARY = "jit(grad) of a long scan (an RNN) against the unrolled loop: trace time and per-step run time"
 DEFAULTS = dict(repeats=5, warmup=1)
@@ -217,46 +219,58 @@ def run(args, settings):
         blocks_grad = cv.jit(cv.grad(loss_tiny_blocks))
         tiny_cases.append((f"cuvmap, carry of {tiny}, unrolled by hand, 8 steps a body",
                            lambda: blocks_grad(a, c0, txs)))
-    # the cell's three GEMMs: forward x @ w, backward x.T @ ct and ct @ w.T (NOTE [a loop's
-    # constant operand transposed once] in cuvmap/lax/linalg.py)
-    x_mat, w_mat = xs[0], w
-    gemm_cases = [("x @ w (forward)", lambda: x_mat @ w_mat), ("x.T @ ct (weight's cotangent)", lambda: x_mat.T @ x_mat),
-                  ("ct @ w.T (input's cotangent)", lambda: x_mat @ w_mat.T)]
-    timer_name, time_one = harness.timer_for(xp)
-    everything = cases + tiny_cases
-    for _, fn in everything:
-        fn()  # warm
-    times = [[] for _ in everything]
-    for _ in range(repeats):  # interleaved rounds: the machine's load reaches every case alike
-        for k, (_, fn) in enumerate(everything):
-            times[k].append(time_one(fn))
-    medians = [float(np.median(ts)) for ts in times]
-    gemm_times = [[] for _ in gemm_cases]
-    for _ in range(repeats):
-        for k, (_, fn) in enumerate(gemm_cases):
-            gemm_times[k].append(min(time_one(lambda: [fn() for _ in range(100)]) for _ in range(3)) / 100)
+    for _, fn in cases + tiny_cases:
+        fn()  # traced and planned, warm
+    timed = [harness.Case(name, name, fn, harness.timer_for(xp)) for name, fn in cases + tiny_cases]
+    policy = harness.policy_of(args).with_repeats(repeats, 1)
+    # the first calls above traced and planned; the rounds alternate the cases, so that
+    # the machine's load reaches every case alike
+    times, timing_notes = harness.timed_rounds(timed, policy)
+    stats = {c.key: harness.Stats(times[c.key], math.nan, c.timer.name + ", interleaved", 1, 1.0,
+                                  policy.max_spread if policy.adaptive else None, timing_notes[c.key])
+             for c in timed}
+    medians = [stats[name].median for name, _ in cases]
     rows = []
     table = []
-    for (name, _), ts, med in zip(cases, times, medians):
+    unrolled = stats[cases[1][0]]
+    numpy_loop = stats[cases[2][0]]
+    for (name, _), med in zip(cases, medians):
+        st = stats[name]
         per_step = med / n * 1e6
+        c = harness.compare_rows(dict(times_ms=st.times), dict(times_ms=unrolled.times), args)
         rows.append(dict(case=name, ms=med * 1e3, us_per_step=per_step, x_unrolled=med / medians[1],
-                         x_numpy=med / medians[2], times_s=ts))
-        table.append((name, med * 1e3, per_step, med / medians[1], med / medians[2]))
-    print(harness.markdown_table(["run (median)", "ms per call", "µs per step", "× unrolled", "× NumPy loop"], table))
+                         x_unrolled_comparison=c.as_dict(), x_numpy=med / medians[2], times_s=st.times,
+                         **st.as_dict()))
+        table.append((name, med * 1e3, per_step, harness.spread_text(st), len(st.times), med / medians[1],
+                      c.interval(), med / medians[2]))
+    print(harness.markdown_table(["run (median)", "ms per call", "µs per step", "IQR / median", "rounds",
+                                  "× unrolled", f"× unrolled, {100 * getattr(args, 'confidence', 0.95):g}% CI",
+                                  "× NumPy loop"],
+                                 table))
     print()
-    k0 = len(cases)
+    tiny_numpy = stats[tiny_cases[1][0]]
     tiny_rows = []
-    for (name, _), ts, med in zip(tiny_cases, times[k0:], medians[k0:]):
-        rows.append(dict(case=name, ms=med * 1e3, us_per_step=med / n * 1e6, x_numpy=med / medians[k0 + 1],
-                         times_s=ts))
-        tiny_rows.append((name, med * 1e3, med / n * 1e6, med / medians[k0 + 1]))
-    print(harness.markdown_table(["tiny carry (median)", "ms per call", "µs per step", "× NumPy loop"], tiny_rows))
+    for name, _ in tiny_cases:
+        st = stats[name]
+        rows.append(dict(case=name, ms=st.median * 1e3, us_per_step=st.median / n * 1e6,
+                         x_numpy=st.median / tiny_numpy.median, times_s=st.times, **st.as_dict()))
+        tiny_rows.append((name, st.median * 1e3, st.median / n * 1e6, harness.spread_text(st),
+                          st.median / tiny_numpy.median))
+    print(harness.markdown_table(["tiny carry (median)", "ms per call", "µs per step", "IQR / median",
+                                  "× NumPy loop"], tiny_rows))
     print()
-    gemm_medians = [float(np.median(ts)) for ts in gemm_times]
+    # the cell's three GEMMs: forward x @ w, backward x.T @ ct and ct @ w.T (NOTE [a loop's
+    # constant operand transposed once] in cuvmap/lax/linalg.py), 100 calls a timing
+    x_mat, w_mat = xs[0], w
+    gemms = [("x @ w (forward)", lambda: x_mat @ w_mat), ("x.T @ ct (weight's cotangent)", lambda: x_mat.T @ x_mat),
+             ("ct @ w.T (input's cotangent)", lambda: x_mat @ w_mat.T)]
+    gemm_cases = [harness.Case(name, name, (lambda f: lambda: [f() for _ in range(100)])(f), harness.timer_for(xp))
+                  for name, f in gemms]
+    gemm_times, _ = harness.timed_rounds(gemm_cases, policy)
+    gemm_us = {name: float(np.median(gemm_times[name])) / 100 * 1e6 for name, _ in gemms}
+    first = gemm_us[gemms[0][0]]
     print(harness.markdown_table([f"a GEMM of the cell ({batch}×{hidden} by {hidden}×{hidden}, median)", "µs",
-                                  "× x @ w"],
-                                 [(name, med * 1e6, med / gemm_medians[0])
-                                  for (name, _), med in zip(gemm_cases, gemm_medians)]))
+                                  "× x @ w"], [(name, us, us / first) for name, us in gemm_us.items()]))
     print()
     trace_rows = [("grad of the scan, full length", trace_scan * 1e3, trace_scan / trace_one),
                   ("grad of the scan, length 1", trace_scan_one * 1e3, trace_scan_one / trace_one),
@@ -264,23 +278,37 @@ def run(args, settings):
                   ("grad of the unrolled loop, full length", trace_unrolled * 1e3, trace_unrolled / trace_one)]
     print(harness.markdown_table(["trace (make_jaxpr)", "ms", "× one step"], trace_rows))
     print()
-    targets = [("scan trace, full length / length 1", trace_scan / trace_scan_one, 2.0),
-               ("scan trace / one-step (unrolled) trace", trace_scan / trace_one, 2.0),
-               ("scan per-step run / unrolled per-step run", medians[0] / medians[1], 1.5)]
+    scan_stats = stats[cases[0][0]]
+    # (name, measured, limit, numerator, denominator): run targets are judged beyond noise too
+    targets = [("scan trace, full length / length 1", trace_scan / trace_scan_one, 2.0, None, None),
+               ("scan trace / one-step (unrolled) trace", trace_scan / trace_one, 2.0, None, None),
+               ("scan per-step run / unrolled per-step run", medians[0] / medians[1], 1.5, scan_stats, unrolled)]
     if jax_fn is not None:
-        targets.append(("scan per-step run / JAX per-step run", medians[0] / medians[3], 1.5))
-    targets.append(("tiny-carry scan per-step run / its NumPy loop", medians[k0] / medians[k0 + 1], 3.0))
-    print(harness.markdown_table(["target", "measured", "≤", "met"],
-                                 [(name, value, limit, "yes" if value <= limit else "no")
-                                  for name, value, limit in targets]))
+        jax_stats = stats[cases[3][0]]
+        targets.append(("scan per-step run / JAX per-step run", medians[0] / medians[3], 1.5, scan_stats, jax_stats))
+    tiny_stats = stats[tiny_cases[0][0]]
+    targets.append(("tiny-carry scan per-step run / its NumPy loop", tiny_stats.median / tiny_numpy.median, 3.0,
+                    tiny_stats, tiny_numpy))
+    comparisons = {name: harness.compare_rows(dict(times_ms=num.times), dict(times_ms=den.times), args)
+                   for name, _, _, num, den in targets if num is not None}
+    met_ci = {name: bstats.target_met(c, "≤", limit) for (name, _, limit, _, _), c in
+              ((t, comparisons.get(t[0])) for t in targets) if c is not None}
+    print(harness.markdown_table(["target", "measured", "≤", "met", "met beyond noise (CI of the paired rounds)"],
+                                 [(name, value, limit, "yes" if value <= limit else "no",
+                                   met_ci.get(name, "(one trace per repeat: no pairs)"))
+                                  for name, value, limit, _, _ in targets], "lrrll"))
     print()
+    notes.append(f"the NumPy loops are NumPy calls only, the floor of a step: {numpy_loop.median / n * 1e6:.1f} µs "
+                 f"per step for the RNN, {tiny_numpy.median / n * 1e6:.2f} for the tiny carry")
     for note in notes:
         print(f"- {note}")
-    return dict(config=dict(length=n, hidden=hidden, batch=batch, tiny=tiny), rows=rows,
-                gemm_us={name: med * 1e6 for (name, _), med in zip(gemm_cases, gemm_medians)},
+    return dict(config=dict(length=n, hidden=hidden, batch=batch, tiny=tiny), rows=rows, gemm_us=gemm_us,
                 trace_ms=dict(scan=trace_scan * 1e3, scan_length_1=trace_scan_one * 1e3, one_step=trace_one * 1e3,
                               unrolled=trace_unrolled * 1e3),
-                targets={name: dict(measured=value, limit=limit) for name, value, limit in targets}, notes=notes)
+                targets={name: dict(measured=value, limit=limit,
+                                    **(dict(met_beyond_noise=met_ci[name], comparison=comparisons[name].as_dict())
+                                       if name in comparisons else {}))
+                         for name, value, limit, _, _ in targets}, notes=notes)
 
 
 def main(argv=None):

@@ -3,7 +3,7 @@
     python -m benchmarks conv [--device cpu|gpu] [--batch 32 128] [--repeats 5] [--im2col-variants] [--json out.json]
     python -m benchmarks.bench_conv ...   (the same)
 
-Tables (all on the shapes of the README CNN: 1→16→32 channels, 5×5 kernels, 28×28 input):
+Tables (all on the shapes of the benchmark CNN: 1→16→32 channels, 5×5 kernels, 28×28 input):
 
 1. conv forward / backward-input / backward-weight in GFLOP/s on each CPU kernel — the
    im2col + GEMM kernels and oneDNN's (when ``libdnnl`` loads; on the GPU: the kernels
@@ -123,10 +123,11 @@ def run(args, settings):
     results = {"tables": {}}
     put = (lambda a: a) if xp is np else xp.asarray
     rep, warm = args.repeats, args.warmup
+    policy = harness.policy_of(args)
     n_steps = len(args.batch) * len(LAYERS) * (3 + 4 + 1)
     progress = harness.Progress(n_steps, args.progress)
 
-    print(f"# cuvmap conv benchmark on {args.device}, float32, median of {rep}")
+    print(f"# cuvmap conv benchmark on {args.device}, float32, medians (at least {rep} calls: see rounds)")
     print()
     print(harness.settings_table(settings))
     from cuvmap.cpu import onednn
@@ -162,7 +163,7 @@ def run(args, settings):
                 cells = []
                 for label, strategy, gemm_settings in kernels:
                     created = onednn.cache_info() if label == "oneDNN" else None
-                    st = harness.measure(forced(strategy, fn, gemm_settings), repeats=rep, warmup=warm,
+                    st = harness.measure(forced(strategy, fn, gemm_settings), repeats=rep, warmup=warm, policy=policy,
                                          timer=harness.timer_for(xp))
                     gf = flops / st.median / 1e9
                     row[label] = dict(ms=st.median * 1e3, gflops=gf, **st.as_dict())
@@ -176,11 +177,11 @@ def run(args, settings):
                 known = set(conv_module.measured_choices())
                 forced("auto", fn)()
                 new = [c for k, c in conv_module.measured_choices().items() if k not in known]
-                row["auto"] = new[0][0] if new else ("(measured before)" if xp is np else "–")
+                row["auto_picks"] = new[0][0] if new else ("(measured before)" if xp is np else "–")
                 rows.append(row)
                 extra = ([row["im2col"]["ms"] / row["oneDNN"]["ms"], row.get("onednn_plan_ms")] if with_onednn
                          else [])
-                table.append([name, batch, op] + cells + [mm, max(cells[1::2]) / mm] + extra + [row["auto"]])
+                table.append([name, batch, op] + cells + [mm, max(cells[1::2]) / mm] + extra + [row["auto_picks"]])
                 progress.step(f"1. {name} batch {batch} {op}")
     results["tables"]["gflops"] = rows
     print("\n## 1. Convolution GFLOP/s per kernel against matmul GFLOP/s (same run)\n")
@@ -225,7 +226,8 @@ def run(args, settings):
             n_loop = max(1, min(batch, args.loop_examples))
             for case, f, operands, inner in cases:
                 progress.set(f"2. {name} batch {batch} {case}")
-                sv = harness.measure(lambda: f(*operands), repeats=rep, warmup=warm, timer=harness.timer_for(xp))
+                sv = harness.measure(lambda: f(*operands), repeats=rep, warmup=warm, timer=harness.timer_for(xp),
+                                     policy=policy)
                 sl = harness.measure(lambda: [inner(i) for i in range(n_loop)], repeats=max(1, rep // 2),
                                      warmup=warm, timer=harness.timer_for(xp), scale=batch / n_loop)
                 rows.append(dict(layer=name, batch=batch, case=case, vmap_ms=sv.median * 1e3, loop_ms=sl.median * 1e3,
@@ -271,7 +273,7 @@ def run(args, settings):
                                ("CuPy unfold + batched matmul", forced("unfold", grouped)),
                                ("explicit unfold + matmul", unfold_matmul)]
             progress.set(f"3. {name} batch {batch}")
-            timed = [(m, harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp)))
+            timed = [(m, harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp), policy=policy))
                      for m, fn in methods]
             best = min(st.median for _, st in timed)
             for m, st in timed:

@@ -80,37 +80,34 @@ def run(args, settings):
     ]
     cases += [(name, (lambda g, a: lambda: g(*a))(g, a)) for name, g, a in jitted]
     print(f"# dispatch overhead: {n}-op elementwise chain on float64[{args.size}] (vmap batch {args.batch}) "
-          f"on the {args.device}; median of {args.repeats} rounds, each timing every case once")
+          f"on the {args.device}; medians of interleaved rounds, each timing every case once")
     print()
     print(harness.settings_table(settings))
     print()
     # interleaved: every round times each case once, so that a change of the machine's
     # load during the run reaches every case alike (the ratios are what this reports)
-    timer_name, time_one = harness.timer_for(xp)
-    firsts = []
-    with harness.Progress(len(cases), args.progress) as progress:
-        for name, fn in cases:
-            progress.set(f"warm-up {name}")
-            firsts.append(time_one(fn))
-            for _ in range(max(0, args.warmup - 1)):
-                fn()
-            progress.step(name)
-    times = [[] for _ in cases]
-    for _ in range(max(1, args.repeats)):
-        for k, (_, fn) in enumerate(cases):
-            times[k].append(time_one(fn))
+    timer = harness.timer_for(xp)
+    keys = [name for name, _ in cases]
+    timed = [harness.Case(name, name, fn, timer) for name, fn in cases]
+    with harness.Progress(len(cases) + 1, args.progress) as progress:
+        stats = harness.run_cases(timed, harness.policy_of(args), progress)
+        progress.step("rounds")
     rows, table = [], []
-    base = None
-    for (name, _), ts, first in zip(cases, times, firsts):
-        st = harness.Stats(ts, first, timer_name, max(1, args.warmup), 1.0)
+    reference = stats[keys[0]]
+    for name in keys:
+        st = stats[name]
         per_op = st.median / n * 1e6
-        if base is None:
-            base = per_op
+        c = harness.compare_rows(dict(times_ms=st.times), dict(times_ms=reference.times), args)
         rows.append(dict(case=name, us_per_op=per_op, us_per_op_min=st.min / n * 1e6,
-                         us_per_op_max=st.max / n * 1e6, x_reference=per_op / base, **st.as_dict()))
-        table.append((name, per_op, st.min / n * 1e6, st.max / n * 1e6, per_op / base))
-    print(harness.markdown_table(["case", "µs per op (median)", "µs per op (min)", "µs per op (max)",
-                                  f"× {ref}"], table))
+                         us_per_op_max=st.max / n * 1e6, x_reference=per_op / (reference.median / n * 1e6),
+                         x_reference_comparison=c.as_dict(), **st.as_dict()))
+        table.append((name, per_op, st.min / n * 1e6, st.max / n * 1e6, harness.spread_text(st), len(st.times),
+                      per_op / (reference.median / n * 1e6), c.interval() if name != keys[0] else "(reference)"))
+    print(harness.markdown_table(["case", "µs per op (median)", "µs per op (min)", "µs per op (max)", "IQR / median",
+                                  "rounds", f"× {ref}", f"× {ref}, {100 * getattr(args, 'confidence', 0.95):g}% CI"],
+                                 table))
+    for line in harness.noisy_lines(rows, lambda r: r["case"], harness.policy_of(args).max_spread):
+        print(line)
     return dict(config=dict(ops=n, size=args.size, batch=args.batch), rows=rows)
 
 

@@ -1,8 +1,10 @@
 """More than one process: all-reduce bandwidth of cuvmap's collectives against mpi4py's own
-``Allreduce``, and the DP-SGD step of the main job on 1 and 2 processes.
+``Allreduce``, the DP-SGD step of the main job on 1 and 2 processes, and the cost of the
+collective check.
 
     python -m benchmarks distributed [--processes 2] [--sizes 4096 65536 1048576 4194304 16777216]
                                      [--repeats 15] [--dp-epochs 2] [--threads-per-process keep|split]
+                                     [--check-steps 400] [--check-runs 4]
 
 All-reduce: a job of ``--processes`` processes under ``mpiexec`` (``cuvmap.distributed.launch``)
 sums a float32 vector of each size, round after round, each round timing every method
@@ -10,7 +12,8 @@ once, in an order that rotates from round to round (``k`` calls between two barr
 10 ms of the round): mpi4py's ``comm.Allreduce(x, out)`` into a preallocated ``out`` (the
 ceiling), the same with a fresh ``out`` each call (what a function that returns a new
 array pays), and cuvmap's ``psum`` over the axis of processes (``data_parallel``), eagerly
-and under ``jit``. Reported: the median over rounds of process 0's time per call,
+and under ``jit``, each with the collective check on (the default) and off. Reported: the
+median over rounds of process 0's time per call,
 the algorithm bandwidth (bytes / time) and the ratio to the ceiling, of the medians and
 of the fastest rounds (the latter steadier on a busy machine).
 
@@ -22,6 +25,20 @@ machine with fewer cores than threads the processes share cores:
 BLAS/OpenMP threads (otherwise the environment stays as given, as everywhere in the
 benchmarks). The step of a job of 2 does half the examples' work per process plus one
 all-reduce of the gradient.
+
+The collective check (NOTE [the collective check] in cuvmap/distributed/check.py), with
+``--check-steps N``: a job of ``--processes`` processes runs the main job's data-parallel
+step (``dp_step`` of ``examples/dp_sgd_digits.py``: ghost clipping, the noised sum, a
+``psum`` of the gradient's leaves, Adam, under ``jit``) on its Poisson batches, each batch
+four times in a row (the order rotating from batch to batch, a barrier before each): with
+the check on (the default) and off, and both again without buckets (one psum per leaf,
+as before either existed: NOTE [buckets] in cuvmap/lax/parallel.py), ``N`` batches after
+the warm-up. The cost is the median of the paired differences (on − off, with the same
+buckets) over the median step with the check off; the per-leaf pair shows how it grows
+with the number of collectives. Per collective, the
+all-reduce table's psum rows with the check on and off give it by message size. With
+``--check-runs R`` the whole example also runs ``R`` times with ``CUVMAP_COLLECTIVE_CHECK``
+1 and 0 alternately (``--check-epochs`` each), each run's median ms per step.
 """
 import json
 import os
@@ -41,7 +58,9 @@ DEFAULTS = dict(repeats=15, warmup=2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4096, 65536, 1 << 20, 4 << 20, 16 << 20)
 METHODS = ("mpi4py Allreduce (preallocated out, the ceiling)", "mpi4py Allreduce (fresh out)",
-           "cuvmap psum (data_parallel)", "cuvmap psum (data_parallel of jit)")
+           "cuvmap psum (data_parallel)", "cuvmap psum (data_parallel of jit)",
+           "cuvmap psum (data_parallel), check off", "cuvmap psum (data_parallel of jit), check off")
+CHECKED = (None, None, True, True, False, False)  # the collective check of each method (None: no cuvmap)
 
 
 def add_arguments(parser):
@@ -51,6 +70,13 @@ def add_arguments(parser):
     parser.add_argument("--dp-repeats", type=int, default=2, help="runs of each process count, alternately")
     parser.add_argument("--threads-per-process", choices=["keep", "split"], default="keep",
                         help="BLAS/OpenMP threads of each process: the environment's, or the cores split evenly")
+    parser.add_argument("--check-steps", type=int, default=0,
+                        help="batches of the main job's data-parallel step, each run with the collective check on "
+                             "and off (0: no such job)")
+    parser.add_argument("--check-runs", type=int, default=0,
+                        help="runs of the whole example on --processes processes with the check on and off, "
+                             "alternately (0: none)")
+    parser.add_argument("--check-epochs", type=float, default=10.0, help="epochs of each --check-runs run")
 
 
 def _job_env(processes, split):
@@ -72,7 +98,7 @@ def worker(out_path, sizes, rounds, warmup):
     from mpi4py import MPI
 
     import cuvmap as cv
-    from cuvmap import distributed, lax
+    from cuvmap import config, distributed, lax
 
     group = distributed.initialize()
     comm = group.comm
@@ -87,10 +113,12 @@ def worker(out_path, sizes, rounds, warmup):
         x = np.full(nbytes // 4, group.rank + 1.0, np.float32)
         out = np.empty_like(x)
         calls = [lambda: comm.Allreduce(x, out), lambda: comm.Allreduce(x, np.empty_like(x)),
-                 lambda: eager(x), lambda: staged(x)]
-        for call in calls:
+                 lambda: eager(x), lambda: staged(x), lambda: eager(x), lambda: staged(x)]
+        for call, checked in zip(calls, CHECKED):
+            config.update("collective_check", checked is not False)
             for _ in range(warmup):
                 call()
+        config.update("collective_check", True)
         assert np.all(eager(x) == sum(range(1, group.size + 1)))
         comm.Barrier()
         t0 = time.perf_counter()
@@ -102,12 +130,14 @@ def worker(out_path, sizes, rounds, warmup):
             # the round's first barrier
             for m in [(r + j) % len(calls) for j in range(len(calls))]:
                 call = calls[m]
+                config.update("collective_check", CHECKED[m] is not False)
                 comm.Barrier()
                 t0 = time.perf_counter()
                 for _ in range(k):
                     call()
                 times[m].append((time.perf_counter() - t0) / k)
         results.append(dict(bytes=nbytes, calls_per_round=k, seconds=times))
+    config.update("collective_check", True)
     if group.rank == 0:
         with open(out_path, "w") as fh:
             json.dump(dict(results=results, processes=group.size, mpi=MPI.Get_library_version().strip()), fh)
@@ -142,6 +172,149 @@ def _allreduce(args, progress):
     return data, rows, table
 
 
+def _check_per_collective(data):
+    """The check's cost per psum by size: the median over rounds of the paired difference
+    (check on − off, timed in the same round), eagerly and under jit."""
+    rows, table = [], []
+    for r in data["results"]:
+        t = r["seconds"]
+        for how, on, off in (("eager", 2, 4), ("jit", 3, 5)):
+            diffs = [a - b for a, b in zip(t[on], t[off])]
+            cost, base = statistics.median(diffs), statistics.median(t[off])
+            rows.append(dict(bytes=r["bytes"], how=how, check_us=cost * 1e6, psum_off_us=base * 1e6,
+                             ratio=cost / base))
+            table.append((_fmt_bytes(r["bytes"]), how, base * 1e6, statistics.median(t[on]) * 1e6, cost * 1e6,
+                          f"{100 * cost / base:+.1f}%"))
+    return rows, table
+
+
+# ---------------------------------------------------------------------------------------
+# The collective check on the main job's data-parallel step (runs under mpiexec)
+# ---------------------------------------------------------------------------------------
+
+
+def check_worker(out_path, steps, warmup):
+    """Every process runs the main job's data-parallel step on its Poisson batches, each
+    batch with the collective check on and off; process 0 writes the times."""
+    import importlib.util
+
+    import cuvmap as cv
+    from cuvmap import config, distributed, dp, lax, nn
+    from cuvmap.lax import parallel
+
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    spec = importlib.util.spec_from_file_location("dp_sgd_digits", os.path.join(ROOT, "examples", "dp_sgd_digits.py"))
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    group = distributed.initialize()
+    x_train, y_train, _, _ = ex.load_digits("cpu")
+    n = len(y_train)
+    x_train, y_train = x_train[group.rank::group.size], y_train[group.rank::group.size]
+    q = min(1.0, 256 / n)
+    rng, noise_rng = np.random.default_rng(0), np.random.default_rng(1)
+    _, params = ex.MODEL.init(rng, (-1, 1, 8, 8))
+    opt = nn.optim.adam(3e-2)
+    state = opt.init(params)
+    clipped_grad = dp.clipped_grad(ex.loss, 1.0)
+
+    def dp_step(params, state, x, y, mask, noise):  # examples/dp_sgd_digits.py's, with its defaults
+        clipped = clipped_grad(params, x, y, mask=mask)
+        grads = dp.private_gradient(clipped, 1.0, 2.0, mask=mask, noise=noise, expected_batch_size=q * n)
+        return opt.update(lax.psum(grads, "batch"), state, params)
+
+    # the step as cuvmap runs it (its gradient's small leaves reduced in one bucket, NOTE
+    # [buckets] in cuvmap/lax/parallel.py), and as it ran before buckets: one psum per leaf
+    steps_of = {True: distributed.data_parallel(cv.jit(dp_step), group=group),
+                False: distributed.data_parallel(cv.jit(dp_step), group=group)}
+    bucket_bytes = parallel._BUCKET_LEAF_BYTES
+    buckets = dp.batch_buckets(q * len(y_train), len(y_train))
+    comm = group.comm
+    times = {name: [] for name, _, _ in VARIANTS}
+    collectives = {}
+    for k in range(warmup + steps):
+        idx = np.flatnonzero((rng.random(n) < q)[group.rank::group.size])
+        (xb, yb), mask = dp.pad_batch((x_train[idx], y_train[idx]), dp.bucket_for(len(idx), buckets))
+        noise = ex._noise_once(params, noise_rng, group)
+        for j in range(len(VARIANTS)):  # each batch in every variant, the order rotating
+            name, checked, bucketed = VARIANTS[(k + j) % len(VARIANTS)]
+            config.update("collective_check", checked)
+            parallel._BUCKET_LEAF_BYTES = bucket_bytes if bucketed else -1
+            before = group.check.count
+            comm.Barrier()
+            t0 = time.perf_counter()
+            out = steps_of[bucketed](params, state, xb, yb, mask, noise)
+            elapsed = time.perf_counter() - t0
+            parallel._BUCKET_LEAF_BYTES = bucket_bytes
+            collectives[name] = group.check.count - before
+            if k >= warmup:
+                times[name].append(elapsed)
+            if name == "on":
+                new_params, new_state = out
+        params, state = new_params, new_state
+    config.update("collective_check", True)
+    if group.rank == 0:
+        with open(out_path, "w") as fh:
+            json.dump(dict(times=times, collectives=collectives, processes=group.size,
+                           leaves=len(cv.tree.leaves(params))), fh)
+
+
+# (name, collective check, buckets) of the check job's variants of the step
+VARIANTS = (("on", True, True), ("off", False, True), ("on, per leaf", True, False), ("before", False, False))
+
+
+def _check_steps(args, progress):
+    from cuvmap import distributed
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "check.json")
+        progress.set(f"check on the DP step, {args.processes} processes")
+        result = distributed.launch(
+            args.processes, ["-m", "benchmarks.bench_distributed", "--check-worker", path, "--steps",
+                             str(args.check_steps), "--warmup", str(max(10, args.warmup))],
+            env=_job_env(args.processes, args.threads_per_process == "split"), cwd=ROOT, capture_output=True,
+            text=True, timeout=3600)
+        if result.returncode:
+            raise RuntimeError(f"the check job failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        with open(path) as fh:
+            data = json.load(fh)
+    progress.step("check on the DP step")
+    t = data["times"]
+
+    def paired(a, b):
+        """The median paired difference a − b (ms) and those of the two halves of the steps."""
+        diffs = [x - y for x, y in zip(t[a], t[b])]
+        half = len(diffs) // 2
+        return (statistics.median(diffs) * 1e3,
+                [statistics.median(diffs[:half]) * 1e3, statistics.median(diffs[half:]) * 1e3] if half else [])
+
+    rows = []
+    for name, label, against in (
+            ("off", "check off (buckets)", "off"), ("on", "check on (buckets): the default", "off"),
+            ("before", "check off, one psum per leaf: before the check and buckets", "before"),
+            ("on, per leaf", "check on, one psum per leaf", "before")):
+        diff, halves = paired(name, against)
+        rows.append(dict(variant=label, collectives=data["collectives"][name], against=against,
+                         median_ms=statistics.median(t[name]) * 1e3, diff_ms=diff, diff_halves_ms=halves,
+                         ratio=diff / 1e3 / statistics.median(t[against])))
+    diff, halves = paired("on", "before")
+    return dict(steps=len(t["off"]), processes=data["processes"], leaves=data["leaves"], variants=rows,
+                on_vs_before_ms=diff, on_vs_before_halves_ms=halves,
+                on_vs_before=diff / 1e3 / statistics.median(t["before"]))
+
+
+def _check_runs(args, progress):
+    times = {True: [], False: []}
+    for _ in range(args.check_runs):
+        for checked in (True, False):
+            progress.set(f"the example on {args.processes} processes, check {'on' if checked else 'off'}")
+            times[checked].append(_dp_run(args.processes, args.check_epochs, args.threads_per_process == "split",
+                                          check=checked))
+            progress.step("example run")
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    return dict(ms_per_step_on=times[True], ms_per_step_off=times[False], median_on=on, median_off=off,
+                ratio=on / off - 1, epochs=args.check_epochs)
+
+
 def _fmt_bytes(n):
     for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size and n % size == 0:
@@ -154,12 +327,13 @@ def _fmt_bytes(n):
 # ---------------------------------------------------------------------------------------
 
 
-def _dp_run(processes, epochs, split):
+def _dp_run(processes, epochs, split, check=True):
     from cuvmap import distributed
 
     argv = [os.path.join(ROOT, "examples", "dp_sgd_digits.py"), "--device", "cpu", "--epochs", str(epochs),
             "--progress", "off"]
     env = _job_env(processes, split)
+    env["CUVMAP_COLLECTIVE_CHECK"] = "1" if check else "0"
     if processes == 1:
         result = subprocess.run([sys.executable, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     else:
@@ -181,7 +355,7 @@ def run(args, settings):
     print()
     print(harness.settings_table(dict(settings, threads_per_process=args.threads_per_process)))
     print()
-    steps = 1 + (2 * args.dp_repeats if args.dp_epochs > 0 else 0)
+    steps = 1 + (2 * args.dp_repeats if args.dp_epochs > 0 else 0) + (args.check_steps > 0) + 2 * args.check_runs
     out = {}
     with harness.Progress(steps, args.progress) as progress:
         data, rows, table = _allreduce(args, progress)
@@ -193,6 +367,43 @@ def run(args, settings):
         print()
         print(harness.markdown_table(["size", "method", "µs per call", "µs (min)", "GB/s", "× ceiling",
                                       "× ceiling (mins)"], table))
+        check_rows, check_table = _check_per_collective(data)
+        out["check_per_collective"] = check_rows
+        print()
+        print("The collective check per psum (median over rounds of the paired difference, on − off)")
+        print()
+        print(harness.markdown_table(["size", "psum", "µs, check off", "µs, check on", "check µs", "cost"],
+                                     check_table))
+        if args.check_steps > 0:
+            c = out["check_steps"] = _check_steps(args, progress)
+            print()
+            print(f"The collective check on the main job's data-parallel step (jit, ghost clipping, {c['leaves']} "
+                  f"parameter leaves) on {c['processes']} processes: {c['steps']} Poisson batches, each run in every "
+                  "variant (order rotating, a barrier before each); the paired difference to the same step with "
+                  "the check off is the median over batches (and over each half of them)")
+            print()
+            print(harness.markdown_table(
+                ["variant", "collectives per step", "ms per step (median)", "against", "paired difference (ms)",
+                 "halves (ms)", "cost"],
+                [(v["variant"], v["collectives"], v["median_ms"], v["against"], v["diff_ms"],
+                  ", ".join(f"{h:.3f}" for h in v["diff_halves_ms"]), f"{100 * v['ratio']:+.2f}%")
+                 for v in c["variants"]]))
+            print()
+            print(f"check on (the default) against before (no check, no buckets): {c['on_vs_before_ms']:+.3f} ms per "
+                  f"step (halves {', '.join(f'{h:+.3f}' for h in c['on_vs_before_halves_ms'])}), "
+                  f"{100 * c['on_vs_before']:+.2f}%")
+        if args.check_runs > 0:
+            c = out["check_runs"] = _check_runs(args, progress)
+            print()
+            print(f"The whole example on {args.processes} processes ({args.check_epochs:g} epochs per run), "
+                  f"CUVMAP_COLLECTIVE_CHECK=1 and 0 alternately, {args.check_runs} runs each: each run's median ms "
+                  "per step")
+            print()
+            print(harness.markdown_table(
+                ["check", "runs (ms per step)", "median of runs", "cost"],
+                [("on", ", ".join(f"{t:.2f}" for t in c["ms_per_step_on"]), c["median_on"],
+                  f"{100 * c['ratio']:+.1f}%"),
+                 ("off", ", ".join(f"{t:.2f}" for t in c["ms_per_step_off"]), c["median_off"], "")]))
         if args.dp_epochs > 0:
             times = {1: [], 2: []}
             for _ in range(args.dp_repeats):
@@ -223,6 +434,16 @@ def main(argv=None):
     import argparse
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--check-worker" in argv:
+        import argparse
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--check-worker")
+        p.add_argument("--steps", type=int)
+        p.add_argument("--warmup", type=int)
+        a = p.parse_args(argv)
+        check_worker(a.check_worker, a.steps, a.warmup)
+        return 0
     if "--worker" in argv:
         p = argparse.ArgumentParser()
         p.add_argument("--worker")

@@ -5,7 +5,8 @@ gradients, every method side by side in one run.
         [--no-jit] [--no-torch] [--no-opacus] [--slow-seconds 2] [--repeats 5] [--json PATH]
 
 Two networks (``benchmarks/models.py``), float32, cross entropy with integer labels: the
-README CNN (conv 1→16 k5, relu, conv 16→32 k5, relu, dense 12800 → 10) and an MLP
+benchmark CNN (conv 1→16 k5, relu, conv 16→32 k5, relu, dense 12800 → 10; the
+per_example suite's, not the README's first snippet) and an MLP
 784 → 1024 → 1024 → 10 with relu (``--mlp-widths`` changes its widths). Every method but
 the first computes the sum over the batch of the per-example gradients clipped to L2 norm
 C = 1, and the per-example norms (no noise: it costs the same in every method):
@@ -22,18 +23,22 @@ C = 1, and the per-example norms (no noise: it costs the same in every method):
       and ``GradSampleModule``'s per-sample hooks then the clipped sum in torch.
 
 Timing: the methods of one (network, batch) run in turn, round after round (interleaved
-repeats, so a slow minute of the machine hits them alike), all under the host-memory
-setting that ``jit`` applies at its first CPU plan (NOTE [keeping freed host memory]),
-after ``--warmup`` calls each
-(the first timed alone: 'first call'); medians. A method whose first two calls take longer
-than ``--slow-seconds`` each is timed in two rounds only (the per-example gradients of the MLP
-at batch 512 are 3.8 GB). Peak memory: tracemalloc's peak during one call, which counts
-NumPy's buffers (not torch's, nor the GPU's: '–'), after the timed calls; under jit the
-program's buffer pool keeps buffers across calls, so its rows count less than they use.
+rounds in rotating order, so a slow minute of the machine hits them alike; more rounds
+while a method's IQR / median is above ``--max-spread``: ``benchmarks/timing.py``), all
+under the host-memory setting that ``jit`` applies at its first CPU plan (NOTE [keeping
+freed host memory]), after ``--warmup`` calls each (the first timed alone: 'first call');
+medians. A method whose first two calls take longer than ``--slow-seconds`` each is timed
+in two rounds only (the per-example gradients of the MLP at batch 512 are 3.8 GB). Each
+ratio comes with a confidence interval from the paired rounds and a verdict, FAST, SLOW or
+SAME (``benchmarks/stats.py``). Peak memory, after the timed calls: on the CPU
+tracemalloc's peak during one call, which counts NumPy's buffers (not torch's: '–'); on the
+GPU what CuPy's memory pool (cuvmap's rows) or torch's allocator (torch's and Opacus' rows)
+had to add for one call. Under jit the program's buffer pool keeps buffers across calls,
+so its rows count less than they use.
 Each clipped method's sum and norms are compared with (b)'s (with (c)'s where (b) did not
 run): the largest |difference| over the leaves, relative to the largest |value|.
 
-Targets (issue 18): (c) ≤ 1.3 × (a) on the MLP at batch 128 and ≤ 1.5 × on the README
+Targets (issue 18): (c) ≤ 1.3 × (a) on the MLP at batch 128 and ≤ 1.5 × on the benchmark
 CNN; (b) ≥ 2 × (c) on the MLP at batch 512; (c)'s peak memory ≤ 1.5 × (a)'s.
 The README's figures come from ``env -u OPENBLAS_CORETYPE python -m benchmarks dp``
 (``OPENBLAS_CORETYPE`` halves NumPy's GEMM rate on the project's machines).
@@ -44,6 +49,7 @@ import tracemalloc
 import numpy as np
 
 from benchmarks import harness, models
+from benchmarks import stats as bstats
 
 SUMMARY = "DP-SGD's clipped sum: dp.clipped_grad (ghost/BK) vs vmap(grad)+clip, the batched gradient, torch.func, Opacus"
 DEFAULTS = dict(repeats=5, warmup=2)
@@ -56,7 +62,7 @@ TARGETS = [  # network, batch, numerator, denominator, comparison, target
 ]
 PEAK_TARGET = 1.5
 
-NETWORKS = {"cnn": "README CNN (conv 1→16 k5, conv 16→32 k5, dense 12800→10)", "mlp": "MLP"}
+NETWORKS = {"cnn": "benchmark CNN (conv 1→16 k5, conv 16→32 k5, dense 12800→10)", "mlp": "MLP"}
 
 
 def add_arguments(parser):
@@ -249,6 +255,17 @@ def _peak_mib(fn):
         tracemalloc.stop()
 
 
+def _method_peak_mib(m, args, torch):
+    """The peak memory of one call of ``m`` (the module's docstring), None where not measured."""
+    if args.device == "cpu":
+        return _peak_mib(m.fn) if m.memory else None
+    if m.framework == "cuvmap":
+        from cuvmap import backend
+
+        return harness.cupy_pool_peak(m.fn, backend.cupy_module()) / 2 ** 20
+    return harness.torch_cuda_peak(m.fn, torch) / 2 ** 20
+
+
 def _relative_diff(got, want):
     """The largest |difference| over the sums' leaves and the norms, relative to the largest |value|."""
     summed, norms = got
@@ -261,14 +278,15 @@ def _relative_diff(got, want):
 
 
 def _time_interleaved(methods, args, progress, where):
-    """First calls and warm-up per method, then ``repeats`` rounds of one timed call each
-    (two for a slow method, which gets no warm-up beyond its first two calls). Returns the
-    timings and each method's output of its first call."""
-    stats, outputs = {}, {}
+    """First calls and warm-up per method, then the interleaved rounds of
+    ``benchmarks/timing.py`` (two rounds only for a slow method, which gets no warm-up
+    beyond its first two calls). Returns ``{key: Stats}`` and each method's output of its
+    first call."""
+    firsts, outputs, cases = {}, {}, []
     for m in methods:
         progress.set(f"{where}: {m.label} (first call)")
         gc.collect()
-        name, time_one = m.timer
+        time_one = m.timer[1]
         held = []
         first = time_one(lambda: held.append(m.fn()))
         outputs[m.key] = held[0]
@@ -276,16 +294,14 @@ def _time_interleaved(methods, args, progress, where):
         slow = first > args.slow_seconds and time_one(m.fn) > args.slow_seconds
         for _ in range(0 if slow else max(0, args.warmup - 1 - (first > args.slow_seconds))):
             m.fn()
-        stats[m.key] = dict(first=first, times=[], slow=slow, timer=name)
+        firsts[m.key] = first
+        cases.append(harness.Case(m.key, m.label, m.fn, m.timer, max_rounds=2 if slow else None))
         progress.step(f"{where}: {m.label} first call {first * 1e3:.1f} ms")
-    for r in range(max(1, args.repeats)):
-        progress.set(f"{where}: round {r + 1}/{args.repeats}")
-        for m in methods:
-            s = stats[m.key]
-            if s["slow"] and r >= 2:
-                continue
-            s["times"].append(m.timer[1](m.fn))
-        progress.step(f"{where}: round {r + 1}")
+    policy = harness.policy_of(args)
+    times, notes = harness.timed_rounds(cases, policy, progress, f"{where}: ")
+    progress.step(f"{where}: {len(times[methods[0].key])} rounds")
+    stats = {c.key: harness.Stats(times[c.key], firsts[c.key], c.timer.name + ", interleaved", max(1, args.warmup),
+                                  1.0, policy.max_spread if policy.adaptive else None, notes[c.key]) for c in cases}
     return stats, outputs
 
 
@@ -297,15 +313,17 @@ def run(args, settings):
 
         onednn.available()      # cuvmap's libdnnl (and its libgomp) before torch's, as benchmarks per_example
     torch = harness.setup_torch(args, notes, fw, "torch, torch.func and Opacus")
-    print(f"# DP-SGD's clipped gradient sum on the {args.device}: float32, C = {MAX_NORM:g}, the README CNN and an "
+    print(f"# DP-SGD's clipped gradient sum on the {args.device}: float32, C = {MAX_NORM:g}, the benchmark CNN and an "
           f"MLP {'→'.join(map(str, args.mlp_widths))}")
     print()
     run_settings = dict(settings)
     run_settings.update(fw)
-    run_settings["timing"] = (f"{args.warmup} warm-up call(s) per method (the first timed alone), then {args.repeats} "
-                              "interleaved rounds; medians; " + ("perf_counter" if args.device == "cpu" else
-                                                                 "CUDA events after a device synchronisation"))
-    run_settings["peak memory"] = "tracemalloc's peak during one call (NumPy buffers; not torch's, not the GPU's)"
+    run_settings["timing"] = (f"{args.warmup} warm-up call(s) per method (the first timed alone), then interleaved "
+                              "rounds (see 'rounds'); medians; " + ("perf_counter" if args.device == "cpu" else
+                                                                    "CUDA events after a device synchronisation"))
+    run_settings["peak memory"] = ("tracemalloc's peak during one call (NumPy buffers; not torch's)" if args.device == "cpu"
+                                   else "what CuPy's pool (cuvmap) or torch's allocator (torch, Opacus) had to add for "
+                                        "one call")
     if args.device == "cpu":
         from cuvmap.transforms import executor
 
@@ -316,7 +334,7 @@ def run(args, settings):
 
     cases = [(name, b) for name in args.models for b in args.batch]
     per_case = 3 * (1 + (not args.no_jit)) + (4 if torch is not None else 0)
-    progress = harness.Progress(len(cases) * (per_case + args.repeats), args.progress)
+    progress = harness.Progress(len(cases) * (per_case + 1), args.progress)
     rows, by_case, layer_methods = [], {}, {}
     for name, batch in cases:
         params, per_example_loss, batch_loss, data, make_module, torch_loss = _network(name, args)
@@ -331,14 +349,10 @@ def run(args, settings):
         results = {}
         for m in methods:
             progress.set(f"{where}: {m.label} (peak memory)")
-            peak = _peak_mib(m.fn) if m.memory else None
+            peak = _method_peak_mib(m, args, torch)
             results[m.key] = m.result(outputs.pop(m.key)) if m.result else None
-            s = stats[m.key]
             row = dict(network=name, batch=batch, key=m.key, method=m.label, framework=m.framework,
-                       median_ms=float(np.median(s["times"])) * 1e3, min_ms=min(s["times"]) * 1e3,
-                       max_ms=max(s["times"]) * 1e3, first_call_ms=s["first"] * 1e3, repeats=len(s["times"]),
-                       times_ms=[x * 1e3 for x in s["times"]],
-                       timer=s["timer"], peak_mib=peak, note=m.note)
+                       peak_mib=peak, note=m.note, **stats[m.key].as_dict())
             rows.append(row)
             by_case.setdefault((name, batch), {})[m.key] = row
         ref_key = "vmap_clip" if results.get("vmap_clip") is not None else "ghost"
@@ -356,10 +370,10 @@ def run(args, settings):
         table.append((r["network"], r["batch"], r["method"], r["median_ms"], r["min_ms"], r["max_ms"],
                       r["median_ms"] / base["median_ms"], r["first_call_ms"], r["peak_mib"],
                       None if r["peak_mib"] is None or not base["peak_mib"] else r["peak_mib"] / base["peak_mib"],
-                      r.get("rel_diff"), r["repeats"]))
+                      r.get("rel_diff"), r["repeats"], harness.spread_text(r["spread"]) + (" ⚠" if r["noisy"] else "")))
     print(harness.markdown_table(
         ["network", "batch", "method", "median ms", "min ms", "max ms", "× cuvmap batched", "first call ms",
-         "peak MiB", "× batched peak", "rel. diff", "timed calls"], table, "lrlrrrrrrrrr"))
+         "peak MiB", "× batched peak", "rel. diff", "timed calls", "IQR / median"], table, "lrlrrrrrrrrrr"))
     print("\n- rel. diff: the largest |difference| of the clipped sum's leaves and of the norms from cuvmap "
           "vmap(grad) + dp.clipped_sum's (from dp.clipped_grad's where that did not run), relative to the "
           "largest |value|")
@@ -367,35 +381,53 @@ def run(args, settings):
         print(f"- {name}: dp.clipped_grad's method per parameter (auto): {methods}")
     for n in notes:
         print(f"- {n}")
+    for line in harness.noisy_lines(rows, lambda r: f"{r['network']} batch {r['batch']}, {r['method']}",
+                                    harness.policy_of(args).max_spread):
+        print(line)
+    for r in rows:
+        for n in r["timing_notes"]:
+            print(f"- {r['network']} batch {r['batch']}, {r['method']}: {n}")
 
-    print("\n## Ratios against the targets (medians, this run)\n")
+    conf = f"{100 * getattr(args, 'confidence', bstats.DEFAULT_CONFIDENCE):g}% CI"
+    print(f"\n## Ratios against the targets (medians, this run; {conf} and verdict from the paired rounds)\n")
     ratio_rows, ratios = [], []
+
+    def add_ratio(label, num, den, cmp=None, target=None):
+        c = harness.compare_rows(num, den, args)
+        value = num["median_ms"] / den["median_ms"]
+        met = None if target is None else (value <= target if cmp == "≤" else value >= target)
+        met_ci = None if target is None else bstats.target_met(c, cmp, target)
+        ratio_rows.append((label, value, c.interval(), harness.verdict_text(c),
+                           "(for information)" if target is None else f"{cmp} {target:g}", met_ci or ""))
+        ratios.append(dict(ratio=label, value=value, target=None if target is None else f"{cmp} {target:g}", met=met,
+                           met_beyond_noise=met_ci, comparison=c.as_dict()))
+
     for name, batch, num, den, cmp, target in TARGETS:
         case = by_case.get((name, batch))
         label = f"{num} / {den} ({name}, batch {batch})"
         if case is None or num not in case or den not in case:
-            ratio_rows.append((label, None, f"{cmp} {target:g}", "not measured"))
+            ratio_rows.append((label, None, "–", "", f"{cmp} {target:g}", "not measured"))
             ratios.append(dict(ratio=label, value=None, target=f"{cmp} {target:g}", met=None))
             continue
-        value = case[num]["median_ms"] / case[den]["median_ms"]
-        met = value <= target if cmp == "≤" else value >= target
-        ratio_rows.append((label, value, f"{cmp} {target:g}", "yes" if met else "no"))
-        ratios.append(dict(ratio=label, value=value, target=f"{cmp} {target:g}", met=met))
+        add_ratio(label, case[num], case[den], cmp, target)
     for (name, batch), case in by_case.items():
         g, b = case["ghost"]["peak_mib"], case["batched"]["peak_mib"]
         label = f"ghost peak memory / batched peak memory ({name}, batch {batch})"
         value = None if g is None or not b else g / b
         met = None if value is None else value <= PEAK_TARGET
-        ratio_rows.append((label, value, f"≤ {PEAK_TARGET:g}", "not measured" if met is None else
+        ratio_rows.append((label, value, "", "", f"≤ {PEAK_TARGET:g}", "not measured" if met is None else
                            ("yes" if met else "no")))
         ratios.append(dict(ratio=label, value=value, target=f"≤ {PEAK_TARGET:g}", met=met))
         for num, den in (("vmap_clip", "ghost"), ("jit_ghost", "jit_batched"), ("opacus_ghost", "ghost"),
                          ("torch_func_clip", "ghost")):
             if num in case and den in case:
-                v = case[num]["median_ms"] / case[den]["median_ms"]
-                ratio_rows.append((f"{num} / {den} ({name}, batch {batch})", v, "(for information)", ""))
-                ratios.append(dict(ratio=f"{num} / {den} ({name}, batch {batch})", value=v, target=None, met=None))
-    print(harness.markdown_table(["ratio", "value", "target", "met"], ratio_rows, "lrll"))
+                add_ratio(f"{num} / {den} ({name}, batch {batch})", case[num], case[den])
+    print(harness.markdown_table(["ratio", "value (medians)", conf, "verdict", "target", "met"], ratio_rows,
+                                 "lrllll"))
+    print(f"\n- verdict: SLOW / FAST when the numerator is slower / faster than the denominator beyond the noise (the "
+          f"interval above / below 1) by more than ×{getattr(args, 'factor', bstats.DEFAULT_FACTOR):g}; SAME "
+          "otherwise (? when the interval is too wide to tell); met: yes / no when the whole interval is on one "
+          "side of the target (memory: one call, no interval)")
 
     series = {}
     for r in rows:

@@ -1,135 +1,37 @@
-"""The benchmark harness: timers, statistics, settings, markdown tables, JSON, plots and a
-progress bar. No dependency beyond NumPy; threadpoolctl, matplotlib and tqdm are used
-when installed and skipped with a note when not.
+"""The benchmark harness: settings, machine load, markdown tables, JSON, plots and a
+progress bar, with the timers and the runner of :mod:`benchmarks.timing` (re-exported
+here) and the statistics of :mod:`benchmarks.stats`. No dependency beyond NumPy;
+threadpoolctl, matplotlib and tqdm are used when installed and skipped with a note when
+not.
 
-Timing (:func:`measure`):
-
-- the first call is timed on its own and reported as ``first call`` (it includes tracing,
-  JAX's compilation, cuDNN's algorithm search, allocator growth);
-- ``warmup`` calls in all (the first included) are made before the timed ones;
-- then ``repeats`` timed calls give the median, min and max.
-
-On the CPU a call is timed with ``time.perf_counter``. On the GPU the device is
-synchronised first, then a CUDA event is recorded before and after the call on the current
-stream and the elapsed time between the two is read after the end event completes (CuPy's
-events for cuvmap, torch's for torch; JAX, which exposes no events, is timed by the wall
-clock around a call that ends with ``block_until_ready``).
+How a case is timed — first call alone, warm-up, interleaved rounds, adaptive repeats,
+CUDA events with an L2 flush — is :mod:`benchmarks.timing`'s docstring; how two cases'
+times become a ratio with a confidence interval and a verdict (FAST, SLOW, SAME) is
+:mod:`benchmarks.stats`'s; ``python -m benchmarks compare BASE.json HEAD.json`` compares
+two runs (:mod:`benchmarks.compare`).
 """
 import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
 
+from benchmarks import stats as bstats
+from benchmarks import timing
+from benchmarks.timing import (Case, Policy, Stats, Timer, as_timer, cpu_timer, cupy_event_timer,  # noqa: F401
+                               cupy_pool_peak, measure, run_cases, spread_text, timed_rounds, timer_for,
+                               torch_cuda_peak, torch_event_timer, warm_up)
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 # ---------------------------------------------------------------------------------------
-# Timers and statistics
+# Frameworks, the GEMM rate, ratios between cases
 # ---------------------------------------------------------------------------------------
-
-
-class Stats:
-    """Seconds of the timed calls of one case, with the first call and the timer's name.
-    ``scale`` multiplies every figure (a loop timed on a subset of the examples and scaled
-    to the batch)."""
-
-    def __init__(self, times, first, timer, warmup, scale=1.0):
-        self.raw = list(times)
-        self.scale = scale
-        self.times = [t * scale for t in times]
-        self.first = first * scale
-        self.timer = timer
-        self.warmup = warmup
-
-    @property
-    def median(self):
-        return statistics.median(self.times)
-
-    @property
-    def min(self):
-        return min(self.times)
-
-    @property
-    def max(self):
-        return max(self.times)
-
-    @property
-    def mean(self):
-        return statistics.fmean(self.times)
-
-    def as_dict(self, per=1):
-        """Milliseconds (divided by ``per``, e.g. the batch size for per-example figures)."""
-        ms = 1e3 / per
-        return dict(median_ms=self.median * ms, min_ms=self.min * ms, max_ms=self.max * ms,
-                    mean_ms=self.mean * ms, first_call_ms=self.first * ms, repeats=len(self.times),
-                    warmup=self.warmup, timer=self.timer, scale=self.scale,
-                    times_ms=[t * ms for t in self.times])
-
-
-def cpu_timer():
-    """``(name, time_one)``: wall-clock seconds of ``fn()``."""
-
-    def time_one(fn):
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-
-    return "perf_counter", time_one
-
-
-def cupy_event_timer(cp):
-    """``(name, time_one)``: seconds between CUDA events on CuPy's current stream, recorded
-    around ``fn()`` after a device-wide synchronisation."""
-
-    def time_one(fn):
-        cp.cuda.Device().synchronize()
-        stream = cp.cuda.get_current_stream()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        fn()
-        end.record(stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
-
-    return "CUDA events (CuPy)", time_one
-
-
-def torch_event_timer(torch):
-    """Like :func:`cupy_event_timer`, with torch's events on torch's current stream."""
-
-    def time_one(fn):
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-
-    return "CUDA events (torch)", time_one
-
-
-def timer_for(xp):
-    """The timer for arrays of module ``xp``: CUDA events for CuPy, perf_counter for NumPy."""
-    return cpu_timer() if xp is np else cupy_event_timer(xp)
-
-
-def measure(fn, *, repeats=5, warmup=1, timer=None, scale=1.0):
-    """Times ``fn()``: the first call alone, ``warmup - 1`` more untimed calls, then
-    ``repeats`` timed ones. Returns :class:`Stats` (seconds, times ``scale``)."""
-    name, time_one = timer or cpu_timer()
-    first = time_one(fn)
-    for _ in range(max(0, warmup - 1)):
-        fn()
-    times = [time_one(fn) for _ in range(max(1, repeats))]
-    return Stats(times, first, name, max(1, warmup), scale)
 
 
 def setup_torch(args, notes, fw, what):
@@ -167,6 +69,38 @@ def gemm_rate(xp, n=1024, repeats=5, warmup=1, dtype=np.float32, timer=None):
     b = xp.asarray(rng.standard_normal((n, n)).astype(dtype))
     stats = measure(lambda: xp.matmul(a, b), repeats=repeats, warmup=warmup, timer=timer or timer_for(xp))
     return 2.0 * n ** 3 / stats.median, stats
+
+
+def policy_of(args):
+    """The timing policy of a run: the CLI's (``args.policy``), or one from ``args``."""
+    policy = getattr(args, "policy", None)
+    return policy if policy is not None else Policy.from_args(args)
+
+
+def compare_rows(num, den, args=None, paired=True):
+    """``num / den`` of two rows' per-call times (``times_ms``), as a
+    :class:`benchmarks.stats.Comparison`: paired by round (the rows were timed in the same
+    interleaved rounds) or not; ``args`` gives ``--factor`` and ``--confidence``."""
+    return bstats.compare_samples(num["times_ms"], den["times_ms"], paired=paired,
+                                  confidence=getattr(args, "confidence", bstats.DEFAULT_CONFIDENCE),
+                                  factor=getattr(args, "factor", bstats.DEFAULT_FACTOR))
+
+
+def verdict_text(comparison):
+    """The verdict for a table (FAST and SLOW in bold), with ``?`` when unresolved."""
+    v = comparison.verdict
+    return (f"**{v}**" if v != bstats.SAME else v) + ("" if comparison.resolved else " ?")
+
+
+def noisy_lines(rows, name, target=None):
+    """Markdown lines (none or one) naming the rows flagged noisy (``row["noisy"]``) with
+    their IQR / median; ``name(row)`` names a row. torch.utils.benchmark's IQR warning, in
+    the harness's words."""
+    noisy = [f"{name(r)} {100 * r['spread']:.0f}%" for r in rows if r.get("noisy") and r.get("spread") is not None]
+    if not noisy:
+        return []
+    return [f"- ⚠ **noisy** (IQR / median above {100 * (target or timing.DEFAULT_MAX_SPREAD):g}% after the rounds "
+            f"allowed: the machine's load moved them, their intervals are wide): " + "; ".join(noisy)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -401,11 +335,11 @@ def default_json_path(suite, device):
     return os.path.join(RESULTS_DIR, f"{suite}-{device}-{stamp}.json")
 
 
-def _jsonable(x):
+def jsonable(x):
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, np.generic):
         return x.item()
     if isinstance(x, float) and not math.isfinite(x):
@@ -416,7 +350,7 @@ def _jsonable(x):
 def write_json(path, results):
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
     with open(path, "w") as fh:
-        json.dump(_jsonable(results), fh, indent=2)
+        json.dump(jsonable(results), fh, indent=2)
     return path
 
 

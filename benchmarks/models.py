@@ -1,6 +1,7 @@
 """The networks the benchmarks run, written once per framework with the same parameters.
 
-The README CNN (float32, one example is ``(1, 28, 28)``)::
+The benchmark CNN (float32, one example is ``(1, 28, 28)``; the suites call it so: the
+README's first snippet is another, smaller network)::
 
     conv 1→16, 5×5, no padding  + relu     (16, 24, 24)
     conv 16→32, 5×5, no padding + relu     (32, 20, 20)
@@ -218,7 +219,7 @@ def torch_mlp_per_example_loss(params, x, y):
 
 
 def torch_cnn_module(params):
-    """The README CNN as a ``torch.nn.Sequential`` holding ``params`` (for Opacus, whose
+    """The benchmark CNN as a ``torch.nn.Sequential`` holding ``params`` (for Opacus, whose
     hooks need modules): its Linear weight is ``w3ᵀ``."""
     import torch
 

@@ -1,12 +1,13 @@
-"""Per-example gradients of the README CNN, every method side by side in one run.
+"""Per-example gradients of the benchmark CNN, every method side by side in one run.
 
     python -m benchmarks per_example [--batch 32 128] [--device cpu|gpu] [--chunk-size 32]
-        [--loop-examples 16] [--no-torch] [--no-jax] [--torch-first] [--interleave] [--repeats 5] [--warmup 2]
+        [--loop-examples 16] [--no-torch] [--no-jax] [--torch-first] [--repeats 7] [--warmup 2]
         [--json PATH]
 
-The network (``benchmarks/models.py``), float32: input (1, 28, 28), conv 1→16 k5 + relu,
-conv 16→32 k5 + relu, flatten, dense 12800 → 10, cross entropy with integer labels. The
-same weights and data (NumPy, fixed seeds) go to every method:
+The benchmark CNN (``benchmarks/models.py``; not the README's first snippet), float32:
+input (1, 28, 28), conv 1→16 k5 + relu, conv 16→32 k5 + relu, flatten, dense 12800 → 10,
+cross entropy with integer labels. The same weights and data (NumPy, fixed seeds) go to
+every method:
 
   (a) a Python loop of cuvmap ``grad`` over the examples — only ``--loop-examples`` of
       them are timed and the time is scaled to the batch (the output says so);
@@ -20,6 +21,14 @@ same weights and data (NumPy, fixed seeds) go to every method:
       and torch's batched gradient for reference (when torch is installed);
   (f) JAX ``jit(vmap(grad))`` with ``lax.conv_general_dilated``, and ``jit(grad)`` of the
       mean loss for reference (when JAX is installed).
+
+The methods of a batch size are timed in interleaved rounds (each once per round, in
+rotating order; more rounds while a method's IQR / median is above ``--max-spread``:
+``benchmarks/timing.py``), and each ratio between two methods comes with a confidence
+interval from the paired rounds and a verdict, FAST, SLOW or SAME (``benchmarks/stats.py``);
+a target is met when the whole interval meets it. On the GPU each row also carries the
+device memory its call needed at its peak (CuPy's pool for cuvmap, torch's allocator for
+torch).
 
 Each row carries the largest absolute difference of its per-example gradients from
 cuvmap's ``vmap(grad)`` (for batched gradients: from the mean of cuvmap's per-example
@@ -63,8 +72,9 @@ import os
 import numpy as np
 
 from benchmarks import harness, models
+from benchmarks import stats as bstats
 
-SUMMARY = "per-example gradients of the README CNN: loop, vmap(grad), chunked, batched, jit(vmap(grad)), torch.func, JAX"
+SUMMARY = "per-example gradients of the benchmark CNN: loop, vmap(grad), chunked, batched, jit(vmap(grad)), torch.func, JAX"
 DEFAULTS = dict(repeats=7, warmup=2)
 
 # per-example gradients differing from cuvmap vmap(grad)'s by more than this times the
@@ -90,9 +100,8 @@ def add_arguments(parser):
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights (the data use seed + 1)")
     parser.add_argument("--interleave", action="store_true",
-                        help="time the methods of a batch size round by round (each method once per round) instead "
-                             "of each method's repeats in a row, so that a change in the machine's load hits every "
-                             "method alike")
+                        help="(the default, kept for old command lines) the methods of a batch size are timed round "
+                             "by round, each once per round")
     parser.add_argument("--torch-first", action="store_true",
                         help="import torch before NumPy and cuvmap, so that its libgomp (and the OpenMP wait policy "
                              "of the environment) serves cuvmap's oneDNN too; by default cuvmap loads oneDNN first "
@@ -289,21 +298,22 @@ def _minor_faults():
 
 def _measure_interleaved(methods, args, progress, batch):
     """``{key: (Stats, _FaultCounter)}``: every method's first call and warm-up calls, then
-    ``args.repeats`` rounds that time each method once, in order (``--interleave``)."""
-    counters, firsts = {}, {}
-    for m in methods:
-        progress.set(f"batch {batch}: {m.label} (warm-up)")
-        counted = counters[m.key] = _FaultCounter(m.fn)
-        firsts[m.key] = m.timer[1](counted)
-        for _ in range(max(0, args.warmup - 1)):
-            counted()
-    times = {m.key: [] for m in methods}
-    for r in range(max(1, args.repeats)):
-        progress.set(f"batch {batch}: interleaved round {r + 1}/{args.repeats}")
-        for m in methods:
-            times[m.key].append(m.timer[1](counters[m.key]))
-    return {m.key: (harness.Stats(times[m.key], firsts[m.key], m.timer[0] + ", interleaved", max(1, args.warmup),
-                                  m.scale), counters[m.key]) for m in methods}
+    rounds that time each method once (``benchmarks/timing.py``)."""
+    counters = {m.key: _FaultCounter(m.fn) for m in methods}
+    cases = [harness.Case(m.key, m.label, counters[m.key], m.timer, m.scale) for m in methods]
+    stats = harness.run_cases(cases, harness.policy_of(args), progress, f"batch {batch}: ")
+    return {m.key: (stats[m.key], counters[m.key]) for m in methods}
+
+
+def _device_peak_mib(m, torch):
+    """MiB of device memory one call of ``m`` needed at its peak (GPU; None for JAX)."""
+    if m.framework == "cuvmap":
+        from cuvmap import backend
+
+        return harness.cupy_pool_peak(m.fn, backend.cupy_module()) / 2 ** 20
+    if m.framework == "torch":
+        return harness.torch_cuda_peak(m.fn, torch) / 2 ** 20
+    return None
 
 
 def run(args, settings):
@@ -325,16 +335,15 @@ def run(args, settings):
     methods_per_batch = 5 + 2 * (torch is not None) + 2 * (jax is not None)
     progress = harness.Progress(len(args.batch) * methods_per_batch + 2, args.progress)
 
-    header = (f"# per-example gradients of the README CNN on the {args.device}: float32, input 1×28×28, "
+    header = (f"# per-example gradients of the benchmark CNN on the {args.device}: float32, input 1×28×28, "
               f"conv 1→16 k5 + relu, conv 16→32 k5 + relu, dense 12800→10, cross entropy")
     print(header)
     print()
     run_settings = dict(settings)
     for name, desc in fw.items():
         run_settings[name] = desc
-    run_settings["timing"] = (f"{args.warmup} warm-up call(s) (the first timed alone: 'first call'), then median/min/max "
-                              f"of {args.repeats}" + (" rounds, each method once per round (--interleave)"
-                                                      if args.interleave else "") + "; " +
+    run_settings["timing"] = (f"{args.warmup} warm-up call(s) (the first timed alone: 'first call'), then "
+                              "median/min/max of interleaved rounds (see 'rounds'); " +
                               ("perf_counter" if args.device == "cpu" else "CUDA events after a device synchronisation"))
     run_settings["import order"] = ("torch before NumPy and cuvmap (--torch-first)" if args.torch_first else
                                     "cuvmap's oneDNN loaded before torch is imported")
@@ -365,29 +374,25 @@ def run(args, settings):
             methods += _jax_methods(args, jax, params, xs, ys)
         reference = None
         results = {}
-        measured = _measure_interleaved(methods, args, progress, batch) if args.interleave else {}
+        gc.collect()
+        measured = _measure_interleaved(methods, args, progress, batch)
         for m in methods:
             progress.set(f"batch {batch}: {m.label}")
-            gc.collect()  # the previous method's garbage is not this one's cost
-            if args.interleave:
-                stats, counted = measured[m.key]
-            else:
-                counted = _FaultCounter(m.fn)
-                stats = harness.measure(counted, repeats=args.repeats, warmup=args.warmup, timer=m.timer,
-                                        scale=m.scale)
+            stats, counted = measured[m.key]
             faults = counted.per_call(skip=max(1, args.warmup))  # the timed calls
+            peak = _device_peak_mib(m, torch) if args.device == "gpu" else None
             grads = _tree_numpy(m.fn(), m.to_numpy)
             if m.key == "vmap":
                 reference = grads
                 ref_scale[batch] = max(float(np.max(np.abs(g))) for g in grads.values())
-            results[m.key] = (m, stats, grads, faults)
+            results[m.key] = (m, stats, grads, faults, peak)
             progress.step(f"batch {batch}: {m.label}: {stats.median * 1e3:.1f} ms")
         tol = DIFF_TOL * ref_scale[batch]
-        for key, (m, stats, grads, faults) in results.items():
+        for key, (m, stats, grads, faults, peak) in results.items():
             diff, n_off, n_cmp = _diff(m, grads, reference, tol)
             row = dict(batch=batch, key=key, method=m.label, framework=m.framework, kind=m.kind,
                        diff_vs_cuvmap_vmap=diff, examples_off=n_off, examples_compared=n_cmp, diff_tol=tol,
-                       note=m.note, minor_faults_per_call=faults, **stats.as_dict())
+                       note=m.note, minor_faults_per_call=faults, device_peak_mib=peak, **stats.as_dict())
             row["ms_per_example"] = row["median_ms"] / batch
             rows.append(row)
             by_batch.setdefault(batch, {})[key] = row
@@ -403,15 +408,25 @@ def run(args, settings):
     table = []
     for r in rows:
         base = by_batch[r["batch"]]["batched"]["median_ms"]
-        table.append((r["batch"], r["method"], r["median_ms"], r["min_ms"], r["max_ms"], r["ms_per_example"],
-                      r["ms_per_example"] / floor_ms, r["median_ms"] / base, r["first_call_ms"],
-                      r["diff_vs_cuvmap_vmap"],
-                      "–" if r["examples_off"] is None else f"{r['examples_off']}/{r['examples_compared']}",
-                      "–" if r["minor_faults_per_call"] is None else f"{r['minor_faults_per_call']:.0f}"))
+        table.append((r["batch"], r["method"], r["median_ms"], r["min_ms"], r["max_ms"],
+                       harness.spread_text(r["spread"]) + (" ⚠" if r["noisy"] else ""), r["repeats"],
+                       r["ms_per_example"], r["ms_per_example"] / floor_ms, r["median_ms"] / base, r["first_call_ms"],
+                       r["diff_vs_cuvmap_vmap"],
+                       "–" if r["examples_off"] is None else f"{r['examples_off']}/{r['examples_compared']}",
+                       "–" if r["minor_faults_per_call"] is None else f"{r['minor_faults_per_call']:.0f}")
+                      + ((r["device_peak_mib"],) if args.device == "gpu" else ()))
     print(harness.markdown_table(
-        ["batch", "method", "median ms", "min ms", "max ms", "ms / example", "× floor", "× cuvmap batched",
-         "first call ms", "max abs diff", "examples off", "page faults / call"], table, "rlrrrrrrrrrr"))
+        ["batch", "method", "median ms", "min ms", "max ms", "IQR / median", "rounds", "ms / example", "× floor",
+         "× cuvmap batched", "first call ms", "max abs diff", "examples off", "page faults / call"]
+        + (["device peak MiB"] if args.device == "gpu" else []), table,
+        "rlrrrrrrrrrrrr" + ("r" if args.device == "gpu" else "")))
     print()
+    for line in harness.noisy_lines(rows, lambda r: f"batch {r['batch']}, {r['method']}",
+                                    harness.policy_of(args).max_spread):
+        print(line)
+    for r in rows:
+        for n in r["timing_notes"]:
+            print(f"- batch {r['batch']}, {r['method']}: {n}")
     loop_rows = [r for r in rows if r["key"] == "loop" and r["note"]]
     for r in loop_rows:
         print(f"- batch {r['batch']}, loop (a): {r['note']} (median/min/max are of the scaled figure)")
@@ -463,19 +478,30 @@ def run(args, settings):
               f"libgomp: {', '.join(harness.libgomp_paths()) or 'not loaded'}")
 
     # -- ratios ----------------------------------------------------------------------------
-    print("\n## Ratios against the project's targets (medians, this run)\n")
+    conf = f"{100 * args.confidence:g}% CI" if hasattr(args, "confidence") else "95% CI"
+    print(f"\n## Ratios against the project's targets (medians, this run; {conf} and verdict from the paired "
+          "rounds)\n")
     ratio_rows = []
     ratios = []
+
+    def add_ratio(batch, name, num, den, cmp=None, target=None):
+        c = harness.compare_rows(num, den, args)
+        value = num["median_ms"] / den["median_ms"]
+        met = None if target is None else (value <= target if cmp == "≤" else value >= target)
+        met_ci = None if target is None else bstats.target_met(c, cmp, target)
+        ratio_rows.append((batch, name, value, c.interval(), harness.verdict_text(c),
+                           "(for information)" if target is None else f"{cmp} {target:g}", met_ci or ""))
+        ratios.append(dict(batch=batch, ratio=name, value=value, target=None if target is None else f"{cmp} {target:g}",
+                           met=met, met_beyond_noise=met_ci, comparison=c.as_dict()))
+
     for batch, rs in by_batch.items():
         for name, num, den, cmp, target in TARGETS:
             if num not in rs or den not in rs:
-                ratio_rows.append((batch, name, "–", f"{cmp} {target:g}", "not measured (torch.func skipped: see above)"))
+                ratio_rows.append((batch, name, "–", "–", "", f"{cmp} {target:g}",
+                                   "not measured (torch.func skipped: see above)"))
                 ratios.append(dict(batch=batch, ratio=name, value=None, target=f"{cmp} {target:g}", met=None))
                 continue
-            value = rs[num]["median_ms"] / rs[den]["median_ms"]
-            met = value <= target if cmp == "≤" else value >= target
-            ratio_rows.append((batch, name, value, f"{cmp} {target:g}", "yes" if met else "no"))
-            ratios.append(dict(batch=batch, ratio=name, value=value, target=f"{cmp} {target:g}", met=met))
+            add_ratio(batch, name, rs[num], rs[den], cmp, target)
         extra = [("vmap(grad, chunk_size) / vmap(grad)", "chunked", "vmap"),
                  ("cuvmap jit(vmap(grad)) / cuvmap vmap(grad)", "jit_vmap", "vmap"),
                  ("cuvmap jit(vmap(grad)) / JAX jit(vmap(grad))", "jit_vmap", "jax_vmap"),
@@ -485,24 +511,27 @@ def run(args, settings):
                  ("JAX jit(vmap(grad)) / JAX batched", "jax_vmap", "jax_batched")]
         for name, num, den in extra:
             if num in rs and den in rs:
-                value = rs[num]["median_ms"] / rs[den]["median_ms"]
-                ratio_rows.append((batch, name, value, "(for information)", ""))
-                ratios.append(dict(batch=batch, ratio=name, value=value, target=None, met=None))
+                add_ratio(batch, name, rs[num], rs[den])
         v = rs["vmap"]["ms_per_example"] / floor_ms
-        ratio_rows.append((batch, "cuvmap vmap(grad) / compute floor", v, "(for information)", ""))
+        ratio_rows.append((batch, "cuvmap vmap(grad) / compute floor", v, "", "", "(for information)", ""))
         ratios.append(dict(batch=batch, ratio="cuvmap vmap(grad) / compute floor", value=v, target=None, met=None))
-    print(harness.markdown_table(["batch", "ratio", "value", "target", "met"], ratio_rows, "rlrll"))
+    print(harness.markdown_table(["batch", "ratio", "value (medians)", conf, "verdict", "target", "met"],
+                                 ratio_rows, "rlrllll"))
+    print(f"\n- verdict: SLOW / FAST when the numerator is slower / faster than the denominator beyond the noise (the "
+          f"interval above / below 1) by more than ×{getattr(args, 'factor', bstats.DEFAULT_FACTOR):g}; SAME "
+          "otherwise (? when the interval is too wide to tell); met: yes / no when the whole interval is on one "
+          "side of the target")
 
     # -- plot data -------------------------------------------------------------------------
     series = {}
     for r in rows:
         series.setdefault(r["method"], []).append((r["batch"], r["ms_per_example"]))
-    title = (f"README CNN per-example gradients, {args.device} — {settings['device']}\n"
+    title = (f"benchmark CNN per-example gradients, {args.device} — {settings['device']}\n"
              f"OPENBLAS_CORETYPE={settings['OPENBLAS_CORETYPE']}; numpy {settings['numpy']}")
     return dict(
         config=dict(batch=args.batch, chunk_size=args.chunk_size, loop_examples=args.loop_examples,
                     repeats=args.repeats, warmup=args.warmup, seed=args.seed, dtype="float32",
-                    model="README CNN: conv 1→16 k5, relu, conv 16→32 k5, relu, dense 12800→10, cross entropy"),
+                    model="benchmark CNN: conv 1→16 k5, relu, conv 16→32 k5, relu, dense 12800→10, cross entropy"),
         frameworks=fw, notes=notes,
         flops=dict(flops, formula="train = 6 × multiply-adds (2 FLOPs per multiply-add, forward + backward = 3 × forward)"),
         gemm=dict(n=gemm_n, gflops_before=rate0 / 1e9, gflops_after=rate1 / 1e9, gflops_used=rate / 1e9,

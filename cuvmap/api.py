@@ -101,7 +101,8 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
 
 
 def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
-    with batching.new_batch_main(batching.AxisData(size, axis_name), where) as main:
+    device = next((backend.backend_name(x) for x, a in zip(leaves, axes) if a is not None), "cpu")
+    with batching.new_batch_main(batching.AxisData(size, axis_name, device), where) as main:
         traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
         args, kwargs = tree.unflatten(treedef, traced)
         out = f(*args, **kwargs)

@@ -35,6 +35,10 @@ Settings:
   elsewhere, ghost clipping's ``method="auto"`` takes each layer's cost-model estimate
   alone, and cuDNN runs only algorithms it marks deterministic, chosen by its heuristics
   (NOTE [reproducible runs]).
+- ``collective_check`` (``True``; ``CUVMAP_COLLECTIVE_CHECK=0`` turns it off): before each
+  collective over an axis of processes, one small all-reduce checks that every process
+  calls the same one (NOTE [the collective check] in :mod:`cuvmap.distributed.check`).
+  Every process of a job must have the same value.
 
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
@@ -82,7 +86,8 @@ def _count(value, name):
 
 
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
-           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "deterministic": _bool}
+           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "deterministic": _bool,
+           "collective_check": _bool}
 _values = {
     "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
     "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
@@ -90,6 +95,7 @@ _values = {
     "jit_pool_signatures": _count(os.environ.get("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
     "jit_pool_bytes": _count(os.environ.get("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
     "deterministic": _bool(os.environ.get("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
+    "collective_check": _bool(os.environ.get("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }
 
 # NOTE [reproducible runs]

@@ -71,7 +71,22 @@ class CrossThreadTracerError(CuvmapError, RuntimeError):
 # ---------------------------------------------------------------------------------------
 
 
-class ShapedArray:
+class _ShapeProperties:
+    """``ndim`` and ``size`` from ``shape``, as arrays have them (avals, shape structs,
+    tracers)."""
+
+    __slots__ = ()
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class ShapedArray(_ShapeProperties):
     """Shape, dtype and device of a value. ``weak_type`` marks Python scalars, which adopt
     the dtype of the arrays they meet (NumPy 2's NEP 50 rule, as in JAX). ``device`` is
     ``"cpu"``, ``"gpu:<id>"``, or ``None`` where it is not known (the avals shape rules
@@ -85,14 +100,6 @@ class ShapedArray:
         self.dtype = np.dtype(dtype)
         self.weak_type = weak_type
         self.device = device
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __eq__(self, other):
         return (
@@ -113,6 +120,37 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
+class ShapeDtypeStruct(_ShapeProperties):
+    """A shape and a dtype standing for an array that is not there (``jax.ShapeDtypeStruct``):
+    :func:`cuvmap.eval_shape` returns them, and ``eval_shape`` and ``make_jaxpr`` accept
+    them wherever an array goes, so a program can be staged or its output shapes known
+    without making any array (of any size). ``weak_type`` marks a Python scalar's aval;
+    ``device`` is ``"cpu"`` (the default) or a GPU's (``"gpu:0"``)."""
+
+    __slots__ = ("shape", "dtype", "weak_type", "device")
+
+    def __init__(self, shape, dtype, *, weak_type=False, device=None):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = bool(weak_type)
+        self.device = "cpu" if device is None else device
+
+    @property
+    def aval(self):
+        return ShapedArray(self.shape, self.dtype, self.weak_type, self.device)
+
+    def __repr__(self):
+        weak = ", weak_type=True" if self.weak_type else ""
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{weak})"
+
+    def __eq__(self, other):
+        return (type(other) is ShapeDtypeStruct and self.shape == other.shape and self.dtype == other.dtype
+                and self.weak_type == other.weak_type and self.device == other.device)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.weak_type, self.device))
+
+
 def is_value(x):
     """Whether ``x`` is a value the transforms take as a leaf: a tracer, an array (NumPy,
     CuPy, anything with a ``shape``) or a Python scalar (``bool``, ``int``, ``float``,
@@ -128,6 +166,8 @@ def get_aval(x):
     t = type(x)
     if t in _PY_SCALAR_DTYPES:
         return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
+    if t is ShapeDtypeStruct:
+        return x.aval
     return ShapedArray(x.shape, x.dtype, device=backend.device_of(x))
 
 
@@ -330,7 +370,7 @@ class Trace:
         raise MissingRuleError(f"{self.main.name} cannot process {primitive.name}, a call primitive")
 
 
-class Tracer:
+class Tracer(_ShapeProperties):
     """A value being traced by a transform. Subclasses hold the transform's data and
     define ``shape``, ``dtype`` and ``_concrete_value``. Operators and array methods are
     attached by :mod:`cuvmap.numpy`."""
@@ -342,14 +382,6 @@ class Tracer:
     # ``__array__`` and raise a ConcretizationError. (``__array_ufunc__ = None`` would
     # defer the operators too, but turn ``np.sin(tracer)`` into NumPy's bare TypeError.)
     __array_priority__ = 1000
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def aval(self):
@@ -530,7 +562,7 @@ def registered_primitives():
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
-          "kind": None, "impl_for": None}
+          "kind": None, "effectful": False, "impl_for": None}
 
 
 class Primitive:
@@ -563,6 +595,10 @@ class Primitive:
     - ``kind``: what a policy may ask about it: ``"dot"`` for matrix products (the
       checkpoint policies ``dots_saveable`` and ``dots_with_no_batch_dims_saveable``),
       else None.
+    - ``effectful``: running it does something besides computing its result (a debug
+      print, a host callback), so a staged program keeps every such equation, in order,
+      even when nothing reads its result: no dead-code elimination, common
+      subexpressions or constant folding touch it.
     - ``impl_for(*avals, **params)``: the impl for operands of these avals, a callable of
       the operands alone that a plan calls instead of ``impl(*operands, **params)``
       (dot_general works out its layout once: NOTE [a product's layout is worked out
@@ -591,13 +627,13 @@ class Primitive:
     rule_methods = None
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
-                 impl_into_when=None, host_sync=None, fused=None, kind=None, impl_for=None):
+                 impl_into_when=None, host_sync=None, fused=None, kind=None, effectful=None, impl_for=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
-                     host_sync=host_sync, fused=fused, kind=kind, impl_for=impl_for)
+                     host_sync=host_sync, fused=fused, kind=kind, effectful=effectful, impl_for=impl_for)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

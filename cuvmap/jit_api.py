@@ -72,6 +72,25 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
     return make
 
 
+def eval_shape(f, *args, **kwargs):
+    """The shapes and dtypes of ``f(*args, **kwargs)``, as a pytree of
+    :class:`~cuvmap.core.ShapeDtypeStruct`, without computing anything (``jax.eval_shape``):
+    ``f`` is staged on abstract values (as ``jit`` traces it) and nothing runs, so the
+    arguments may be :class:`~cuvmap.core.ShapeDtypeStruct` of any size as well as arrays
+    and Python numbers (weakly typed, as in JAX)::
+
+        cv.eval_shape(lambda x: x @ x.T, cv.ShapeDtypeStruct((100_000, 512), np.float32))
+        # ShapeDtypeStruct(shape=(100000, 100000), dtype=float32)
+    """
+    api_util.check_callable(f, "eval_shape")
+    where = f"eval_shape({api_util.fun_name(f)})"
+    _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, (), ())
+    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+    outs = [core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, device=a.device or None)
+            for a in closed.out_avals]
+    return tree.unflatten(out_tree, outs)
+
+
 def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     """Stages ``f`` into a program on its first call and runs that program afterwards.
 

@@ -45,14 +45,14 @@ def final_state(params, xs, h0):
 
 def loss(params, xs, y):
     """Cross entropy of one sequence: ``xs`` (length, FEATURES), ``y`` an integer label."""
-    h = final_state(params, xs, cnp.zeros(HIDDEN, dtype=xs.dtype))
+    h = final_state(params, xs, cnp.zeros(HIDDEN, dtype=xs.dtype, like=xs))  # on the device of xs
     logits = h @ params["w_out"] + params["b_out"]
     return nn.cross_entropy(logits[None], y[None])
 
 
 def predict(params, xs):
     """Labels of a batch of sequences ``xs`` (batch, length, FEATURES)."""
-    h = final_state(params, cnp.transpose(xs, (1, 0, 2)), cnp.zeros((xs.shape[0], HIDDEN), dtype=xs.dtype))
+    h = final_state(params, cnp.transpose(xs, (1, 0, 2)), cnp.zeros((xs.shape[0], HIDDEN), dtype=xs.dtype, like=xs))
     return cnp.argmax(h @ params["w_out"] + params["b_out"], axis=-1)
 
 

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 
 import cuvmap as cv
-from cuvmap import core, lax
+from cuvmap import backend, core, lax
 from cuvmap import numpy as cnp
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import bitwise as lax_bitwise
+from cuvmap.lax import callbacks as lax_callbacks
 from cuvmap.lax import parallel
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.lax import prng as lax_prng
@@ -544,12 +545,13 @@ def svd_shift(x):
     """A fixed matrix with well-separated singular values (2k + 1, ..., 5, 3), to add to a
     standard normal ``x`` scaled by 0.3 (whose spectral norm stays well below 1): the
     singular values of the sum keep apart from each other and from 0 (Weyl), as the
-    derivatives of the SVD need (NOTE [svd's derivatives])."""
+    derivatives of the SVD need (NOTE [svd's derivatives]). It lives on ``x``'s device (a
+    NumPy constant added to a CuPy array is an error, as in CuPy)."""
     m, n = np.shape(x)[-2:]
     k = min(m, n)
     d = np.zeros((m, n), dtype=x.dtype)
     d[np.arange(k), np.arange(k)] = 2.0 * np.arange(k, 0, -1) + 1
-    return d
+    return cv.device_put(d, "gpu") if backend.backend_name(x) == "gpu" else d
 
 
 def separated(x):
@@ -1593,6 +1595,8 @@ def _rows_control_flow():
             covers=(cf.while_p,)),
         Row("while_value", _doubling_while, _doubling_while_ref, [A(2, domain="positive")], modes=("fwd",),
             covers=(cf.while_p,)),
+        Row("debug_callback", lambda x: (cv.debug.callback(lambda v: None, x), x * cnp.sin(x))[1],
+            lambda x: x * np.sin(x), [A(2, 3)], covers=(lax_callbacks.debug_callback_p,)),
         Row("fori_loop_traced_bound", lambda x, n: lax.fori_loop(0, n, lambda i, x: x * 0.5 + cnp.cos(x), x),
             lambda x, n: _fori_traced_ref(x, n), [A(3), I((), 4)], modes=("fwd",), covers=(cf.while_p,)),
     ]

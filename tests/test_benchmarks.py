@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+import conftest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
     sys.path.insert(0, ROOT)
@@ -20,8 +22,8 @@ from benchmarks import harness, models  # noqa: E402
 from benchmarks.__main__ import main as cli_main  # noqa: E402
 from cuvmap import backend as cv_backend  # noqa: E402
 
-TINY_PER_EXAMPLE = ["--batch", "2", "3", "--repeats", "1", "--warmup", "1", "--loop-examples", "2",
-                    "--chunk-size", "2", "--gemm-size", "64", "--progress", "off"]
+TINY_PER_EXAMPLE = ["--batch", "2", "3", "--repeats", "1", "--max-repeats", "1", "--warmup", "1",
+                    "--loop-examples", "2", "--chunk-size", "2", "--gemm-size", "64", "--progress", "off"]
 
 
 def _run(capsys, tmp_path, argv, name="out"):
@@ -55,7 +57,7 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     for r in res["rows"]:
         assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
-        assert r["repeats"] == 1 and r["timer"] == "perf_counter"
+        assert r["repeats"] == 1 and r["timer"] == "perf_counter, interleaved"
         assert r["minor_faults_per_call"] is not None and r["minor_faults_per_call"] >= 0
     jit3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "jit_vmap")
     assert jit3["method"] == "cuvmap: jit(vmap(grad))" and jit3["examples_off"] == 0 and jit3["examples_compared"] == 3
@@ -86,15 +88,23 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
 
 
 def test_per_example_interleaved(capsys, tmp_path):
-    """--interleave: every method's repeats come from rounds that time each method once."""
-    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "3", "--warmup", "1",
-                                       "--loop-examples", "1", "--gemm-size", "64", "--progress", "off",
-                                       "--no-torch", "--no-jax", "--no-plot", "--interleave"])
+    """Every method's repeats come from rounds that time each method once (--interleave, now
+    the default, is still accepted); each ratio carries its interval and verdict from the
+    paired rounds."""
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "6", "--max-spread", "0",
+                                       "--warmup", "1", "--loop-examples", "1", "--gemm-size", "64", "--progress",
+                                       "off", "--no-torch", "--no-jax", "--no-plot", "--interleave"])
     assert [r["key"] for r in res["rows"]] == ["loop", "vmap", "chunked", "batched", "jit_vmap"]
     for r in res["rows"]:
-        assert r["repeats"] == 3 and r["timer"] == "perf_counter, interleaved" and r["diff_vs_cuvmap_vmap"] < 1e-4
-    assert "rounds, each method once per round (--interleave)" in out
+        assert r["repeats"] == 6 and r["timer"] == "perf_counter, interleaved" and r["diff_vs_cuvmap_vmap"] < 1e-4
+        assert len(r["times_ms"]) == 6 and r["spread"] is not None and isinstance(r["noisy"], bool)
+    assert "| rounds | 6 round(s), each case once per round in rotating order |" in out
     assert "| import order | cuvmap's oneDNN loaded before torch is imported |" in out
+    ratio = next(r for r in res["ratios"] if r["ratio"] == "vmap(grad) / batched gradient")
+    c = ratio["comparison"]
+    assert c["paired"] and c["n"] == 6 and c["ci_low"] <= c["ratio"] <= c["ci_high"]
+    assert c["verdict"] in ("FAST", "SLOW", "SAME") and ratio["met_beyond_noise"]
+    assert "| batch | ratio | value (medians) | 95% CI | verdict | target | met |" in out
 
 
 def test_per_example_torch(capsys, tmp_path):
@@ -115,8 +125,9 @@ def test_per_example_torch(capsys, tmp_path):
 
 def test_per_example_jax(capsys, tmp_path):
     pytest.importorskip("jax")
-    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--warmup", "1",
-                                       "--loop-examples", "1", "--gemm-size", "64", "--no-torch", "--no-plot"])
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--max-repeats", "1",
+                                       "--warmup", "1", "--loop-examples", "1", "--gemm-size", "64", "--no-torch",
+                                       "--no-plot"])
     rows = _rows(res, "jax")
     assert {r["key"] for r in rows} == {"jax_vmap", "jax_batched"}
     for r in rows:
@@ -129,8 +140,8 @@ def test_per_example_absent_frameworks_are_skipped(capsys, tmp_path, monkeypatch
     # as if torch and jax were not installed
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "jax", None)
-    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--loop-examples", "1",
-                                       "--gemm-size", "32", "--no-plot"])
+    res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--max-repeats", "1",
+                                       "--loop-examples", "1", "--gemm-size", "32", "--no-plot"])
     assert {r["framework"] for r in res["rows"]} == {"cuvmap"}
     assert "torch.func: skipped (torch is not installed)" in out
     assert "JAX: skipped (jax is not installed)" in out
@@ -153,7 +164,7 @@ def test_models_agree_with_the_spec():
 
 def test_conv_suite(capsys, tmp_path):
     res, out = _run(capsys, tmp_path, ["conv", "--batch", "1", "2", "--repeats", "1", "--loop-examples", "1",
-                                       "--no-plot", "--progress", "off"])
+                                       "--no-plot", "--progress", "off", "--max-spread", "0"])
     assert set(res["tables"]) == {"gflops", "vmap_vs_loop", "grouped_vs_unfold"}
     assert len(res["tables"]["gflops"]) == 2 * 2 * 3
     assert "## 1. Convolution GFLOP/s" in out and "## 3." in out
@@ -167,7 +178,7 @@ def test_conv_suite_im2col_variants(capsys, tmp_path):
 
     before = (conv_gemm.COLUMN_LAYOUT, conv_gemm.BLOCK_BYTES)
     res, out = _run(capsys, tmp_path, ["conv", "--batch", "2", "--repeats", "1", "--loop-examples", "1",
-                                       "--im2col-variants", "--no-plot", "--progress", "off"])
+                                       "--im2col-variants", "--no-plot", "--progress", "off", "--max-spread", "0"])
     assert (conv_gemm.COLUMN_LAYOUT, conv_gemm.BLOCK_BYTES) == before
     for label in ("im2col", "im2col channel-major", "im2col pixel-major", "im2col one piece"):
         assert all(row[label]["ms"] > 0 for row in res["tables"]["gflops"])
@@ -185,7 +196,8 @@ def test_dp_suite(capsys, tmp_path):
     except ImportError:
         has_torch = False
     res, out = _run(capsys, tmp_path, ["dp", "--batch", "2", "3", "--mlp-widths", "784", "8", "6", "10",
-                                       "--repeats", "2", "--warmup", "1", "--progress", "off", "--slow-seconds", "0"])
+                                       "--repeats", "2", "--warmup", "1", "--progress", "off", "--slow-seconds", "0",
+                                       "--max-repeats", "4"])
     keys = {(r["network"], r["batch"], r["key"]) for r in res["rows"]}
     cuvmap_keys = ("batched", "vmap_clip", "ghost", "jit_batched", "jit_vmap_clip", "jit_ghost")
     assert {(n, b, k) for n in ("mlp", "cnn") for b in (2, 3) for k in cuvmap_keys} <= keys
@@ -236,7 +248,7 @@ def test_control_flow_suite(capsys, tmp_path):
 
     path = tmp_path / "cf.json"
     assert bench_control_flow.main(["--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
-                                    "--no-jax", "--json", str(path)]) == 0
+                                    "--max-repeats", "8", "--no-jax", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     res = json.loads(path.read_text())
     assert [r["case"] for r in res["rows"]] == ["cuvmap jit(grad(scan))", "cuvmap jit(grad(unrolled loop))",
@@ -273,12 +285,64 @@ def test_per_example_gpu(capsys, tmp_path):
                                        "--loop-examples", "1", "--gemm-size", "256", "--no-plot"])
     for r in res["rows"]:
         assert r["diff_vs_cuvmap_vmap"] < 1e-3, r
-    assert next(r for r in res["rows"] if r["key"] == "vmap")["timer"] == "CUDA events (CuPy)"
+        if r["framework"] in ("cuvmap", "torch"):
+            assert r["device_peak_mib"] is not None and r["device_peak_mib"] >= 0
+    assert next(r for r in res["rows"] if r["key"] == "vmap")["timer"] == "CUDA events (CuPy), L2 flushed, interleaved"
+    assert "| GPU timing | CUDA events after a device synchronisation, the L2 cache flushed before each call |" in out
+    assert "| device peak MiB |" in out
 
 
-def test_gpu_requested_without_one(capsys, tmp_path):
-    if cv_backend.gpu_available():
-        pytest.skip("a GPU is available")
+@pytest.mark.gpu
+def test_gpu_timers_graph_replay_peak_memory_and_injection(capsys):
+    """The GPU parts of benchmarks/timing.py on a real device: CUDA events after an L2
+    flush, a CUDA graph of an elementwise call replayed, CuPy's pool growth as the peak,
+    a spinning kernel of 2 ms seen by the events; then the self-check on the GPU."""
+    if not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    if conftest.STRICT_CUPY:
+        pytest.skip("times a real device's kernels (events, a spinning RawKernel): the CPU stand-in has no clock")
+    from benchmarks import timing
+
+    cp = cv_backend.cupy_module()
+    a = cp.ones((1024, 1024), cp.float32)
+    timer = timing.cupy_event_timer(cp, l2_flush=True)
+    assert timer.name == "CUDA events (CuPy), L2 flushed"
+    assert 0 < timer.time_one(lambda: a * 2 + 1) < 1
+    replay, note = timing.cupy_graph(lambda: a * 2 + 1, cp)
+    assert replay is not None, note
+    assert 0 < timer.time_one(replay) < 1
+    assert timer.time_one(lambda: timing.spin_gpu(cp, 0.002)) >= 0.0019
+    assert timing.cupy_pool_peak(lambda: cp.empty(1 << 24, cp.uint8), cp) >= 1 << 24
+    slow = timing.slowed(lambda: a * 2, 0.002, timer)
+    assert timer.time_one(slow) >= 0.0019
+    status = cli_main(["selfcheck", "--device", "gpu", "--progress", "off", "--no-json", "--no-plot"])
+    out = capsys.readouterr().out
+    assert status in (0, 1) and "self-check" in out and "| GPU timing |" in out
+
+
+@pytest.mark.gpu
+def test_conv_dp_and_dispatch_suites_on_the_gpu(capsys, tmp_path):
+    """The suites tools/gpu_checks.sh runs, on the GPU at tiny sizes: each exits 0 (the conv
+    suite's "auto picks" column once overwrote its own timings) and its cuvmap rows agree
+    with their references."""
+    if not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    res, out = _run(capsys, tmp_path, ["conv", "--device", "gpu", "--batch", "1", "--repeats", "1",
+                                       "--loop-examples", "1", "--no-plot", "--progress", "off"], "conv")
+    assert all(row["auto"]["ms"] > 0 and "auto_picks" in row for row in res["tables"]["gflops"])
+    res, out = _run(capsys, tmp_path, ["dp", "--device", "gpu", "--batch", "2", "--models", "mlp", "--mlp-widths",
+                                       "784", "8", "10", "--repeats", "1", "--warmup", "1", "--progress", "off",
+                                       "--no-plot", "--no-torch"], "dp")
+    assert all(r["rel_diff"] < 1e-4 for r in res["rows"] if "rel_diff" in r)
+    res, out = _run(capsys, tmp_path, ["dispatch", "--device", "gpu", "--ops", "5", "--repeats", "1", "--no-plot"],
+                    "dispatch")
+    assert any(r["case"].startswith("jit") for r in res["rows"])
+
+
+def test_gpu_requested_without_one(capsys, tmp_path, monkeypatch):
+    # as if CuPy saw no device (a GPU, or the strict CuPy stand-in, may be present)
+    monkeypatch.setattr(cv_backend, "_cupy", None)
+    monkeypatch.setattr(cv_backend, "_cupy_probed", True)
     assert cli_main(["dispatch", "--device", "gpu", "--json", str(tmp_path / "x.json")]) == 2
     assert "sees no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
@@ -371,9 +435,13 @@ def test_distributed_suite(capsys, tmp_path):
         pytest.skip("no mpiexec next to this Python or on PATH (pip install mpi4py mpich)")
     pytest.importorskip("mpi4py", reason="mpi4py is not installed")
     res, out = _run(capsys, tmp_path, ["distributed", "--sizes", "4096", "65536", "--repeats", "2", "--warmup", "1",
-                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--progress", "off"])
+                                       "--dp-epochs", "0.1", "--dp-repeats", "1", "--check-steps", "2", "--progress",
+                                       "off"])
     methods = [r["method"] for r in res["allreduce"]]
-    assert len(methods) == 8 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    assert len(methods) == 12 and methods[0].startswith("mpi4py Allreduce (preallocated")
+    assert len(res["check_per_collective"]) == 4  # 2 sizes, eager and jit
+    steps = res["check_steps"]
+    assert steps["steps"] == 2 and [v["collectives"] for v in steps["variants"]] == [1, 1, 6, 6]
     for r in res["allreduce"]:
         assert r["median_us"] > 0 and r["gb_per_s"] > 0 and r["rounds"] == 2
         assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")

@@ -21,6 +21,7 @@ import pytest
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
+import cuvmap.test_util  # noqa: F401 - cv.test_util (run alone, nothing else imports it)
 from cuvmap import core, distributed, lax
 from cuvmap.distributed import launcher as launch_mod
 from cuvmap.distributed import watchdog as watchdog_mod
@@ -415,19 +416,19 @@ class ThreadCommunicator:
         ex.barrier.wait()
         return values
 
-    def allreduce(self, x, op="sum", in_place=False):
+    def allreduce(self, x, op="sum", in_place=False, axis_name=None):
         return {"sum": np.sum, "max": np.max, "min": np.min}[op](np.stack(self._all(x)), axis=0).astype(x.dtype)
 
-    def allgather(self, x):
+    def allgather(self, x, axis_name=None):
         return np.stack(self._all(x))
 
-    def reduce_scatter(self, x):
+    def reduce_scatter(self, x, axis_name=None):
         return np.sum(np.stack(self._all(x)), axis=0)[self.rank]
 
-    def alltoall(self, x):
+    def alltoall(self, x, axis_name=None):
         return np.stack([v[self.rank] for v in self._all(x)])
 
-    def permute(self, x, perm):
+    def permute(self, x, perm, axis_name=None):
         values = self._all(x)
         source = [s for s, t in perm if t == self.rank]
         return values[source[0]].copy() if source else np.zeros_like(x)

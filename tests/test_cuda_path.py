@@ -411,11 +411,12 @@ def test_check_batching_with_an_unmapped_output():
 # ---------------------------------------------------------------------------------------
 
 _SCRIPT_TESTS = """
+import os
 import pytest
 
 @pytest.mark.gpu
 def test_passes():
-    pass
+    assert os.environ["CUVMAP_STRICT_CUPY"] == "0"  # the real CuPy, never the CPU stand-in
 
 @pytest.mark.gpu
 def test_skips():
@@ -491,7 +492,9 @@ def test_available_creates_a_handle_on_the_current_device():
     import json
 
     _needs_cudnn()
-    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+    # the checkout first, and whatever PYTHONPATH already holds (tools/gpu_checks.sh puts the wheels of .whl/ there)
+    path = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=dict(os.environ, PYTHONPATH=path),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])

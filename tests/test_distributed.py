@@ -6,6 +6,7 @@ with a non-zero status within the collective timeout. Skipped, with the reason, 
 there is no mpiexec or mpi4py (``pip install -e '.[test]'`` installs both on Linux x86-64).
 NCCL on a GPU: one process, marked gpu."""
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -118,21 +119,76 @@ def test_processes_option_starts_the_job(tmp_path):
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("mode, says", [
-    ("raise", "process 1 of 2 raised RuntimeError; aborting the job"),
-    ("kill", ""),  # the launcher's own report
-    ("leave", "process 0 of 2: all-reduce (sum) of float64[3] has waited"),
+@pytest.mark.parametrize("mode, says, status", [
+    ("raise", "process 1 of 2 raised RuntimeError; aborting the job", None),
+    ("kill", "", None),  # the launcher's own report
+    ("exit3", "process 1 of 2 exited with status 3 (sys.exit); aborting the job", 3),
+    ("exit0", "process 0 called psum over 'batch' of float64[3], process 1 reached the end of its program after 1 "
+              "collective", None),
+    ("return", "process 0 called psum over 'batch' of float64[3], process 1 reached the end of its program after 1 "
+               "collective", None),
+    # process 1's steps pair with process 0's next ones (they look alike) until it ends
+    ("skip", "disagree about collective #6: process 0 called psum over 'batch' of float64[3], process 1 reached the "
+             "end of its program after 6 collectives", None),
 ])
-def test_a_failing_process_ends_the_job(mode, says):
-    """Process 1 raises, is killed, or exits early while process 0 waits in a psum: the
-    job exits non-zero within the collective timeout (3 s here), never hangs."""
-    start = time.monotonic()
-    result = run_job(2, JOBS / "faults.py", mode, timeout=120, CUVMAP_COLLECTIVE_TIMEOUT="3")
-    elapsed = time.monotonic() - start
+def test_a_failing_process_ends_the_job(mode, says, status):
+    """Process 1 raises, is killed, calls sys.exit(3) or sys.exit(0), returns, or skips a
+    step's collective, while process 0 goes on to a psum: the job exits non-zero (with
+    sys.exit's status), never hangs, and an exit ends it within 2 s of process 1's exit
+    (the collective timeout is 60 s here: the check's last exchange, not the watchdog,
+    reports it)."""
+    result = run_job(2, JOBS / "faults.py", mode, timeout=120, CUVMAP_COLLECTIVE_TIMEOUT="60")
+    ended = time.time()
     assert result.returncode != 0, result.stdout + result.stderr
+    if status is not None:
+        assert result.returncode == status, (result.returncode, result.stderr)
     assert "process 0 was not stopped" not in result.stdout
     assert says in result.stderr, result.stderr
-    assert elapsed < 60, f"the job took {elapsed:.0f} s to end"
+    exited = re.search(r"exit at ([\d.]+)", result.stdout)
+    if mode not in ("raise", "kill"):
+        assert exited, result.stdout
+        late = ended - float(exited.group(1))
+        assert late < 2.0, f"the job ended {late:.1f} s after the exit"
+
+
+@needs_mpiexec
+def test_without_the_check_the_watchdog_ends_the_job():
+    """With the collective check off, a process that ends while another waits in a
+    collective is found by the watchdog, after the collective timeout (3 s here)."""
+    start = time.monotonic()
+    result = run_job(2, JOBS / "faults.py", "exit0", timeout=120, CUVMAP_COLLECTIVE_TIMEOUT="3",
+                     CUVMAP_COLLECTIVE_CHECK="0")
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert re.search(r"process 0 of 2: all-reduce \(sum\) of float64\[3\] \(collective #1 of the group, psum over "
+                     r"'batch' of float64\[3\]\) has waited", result.stderr), result.stderr
+    assert time.monotonic() - start < 60
+
+
+@needs_mpiexec
+def test_processes_that_disagree_about_a_collective_all_raise(tmp_path):
+    """Issue 24's disagreements on 2 processes (psum against pmax, (2, 3) against (3, 2),
+    float64[4] against float32[8] and int64[4], (3,) against (4,)), eagerly and under jit:
+    both processes raise CollectiveMismatchError naming both collectives; collectives over
+    non-array leaves raise TypeError."""
+    result = run_job(2, JOBS / "mismatch.py", tmp_path, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # (each process writes its file last; their "ok" lines on stdout may interleave)
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["0.json", "1.json"], result.stdout
+    wants = {
+        "op": "process 0 called psum over 'batch' of float64[3], process 1 called pmax over 'batch' of float64[3]",
+        "shape": "process 0 called psum over 'batch' of float64[2, 3], process 1 called psum over 'batch' of "
+                 "float64[3, 2]",
+        "dtype": "process 0 called psum over 'batch' of float64[4], process 1 called psum over 'batch' of float32[8]",
+        "int": "process 0 called psum over 'batch' of float64[4], process 1 called psum over 'batch' of int64[4]",
+        "size": "process 0 called psum over 'batch' of float64[3], process 1 called psum over 'batch' of float64[4]",
+    }
+    for rank in (0, 1):
+        messages = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert sorted(messages) == sorted(f"{name} {how}" for name in wants for how in ("eager", "jit"))
+        for case, message in messages.items():
+            assert wants[case.split()[0]] in message and "the 2 processes of the group disagree" in message, \
+                (case, rank, message)
+            assert f"This is process {rank}" in message
 
 
 @pytest.mark.gpu

@@ -130,6 +130,32 @@ def test_rnn_per_example_grads_equal_a_loop_and_dp_training_runs(capsys):
     assert "per-example gradients by jit(vmap(grad)) over a scan" in out and "privacy: (ε =" in out
 
 
+# (name, arguments, check of what main returns): the examples on the GPU at tiny sizes (on
+# the strict CuPy stand-in without one: every array they make stays on the device)
+GPU_RUNS = [
+    ("quickstart", ["--steps", "2", "--batch", "8", "--dim", "8", "--hidden", "8"], lambda worst: worst < 1e-5),
+    ("per_example_grads", ["--batch", "4"], lambda worst: worst < 1e-4),
+    ("jacobians", ["--inputs", "4", "--hidden", "5", "--outputs", "2"], lambda worst: worst < 1e-6),
+    ("dp_sgd_digits", ["--limit", "128", "--epochs", "1", "--progress", "off"],
+     lambda r: 0.0 <= r[0] <= 1.0 and np.isfinite(r[1])),
+    ("ensemble", ["--members", "2", "--steps", "2", "--batch", "8", "--progress", "off"], lambda r: r[2] < 1e-5),
+    ("resnet_per_example", ["--steps", "2", "--batch", "4", "--width", "4", "--progress", "off"],
+     lambda r: r[1] < 1e-4),
+    ("rnn_per_example", ["--batch", "8", "--length", "5", "--train", "64", "--steps", "2"],
+     lambda r: r[0] < 1e-5 and r[2] > 0),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, args, check", GPU_RUNS, ids=[r[0] for r in GPU_RUNS])
+def test_examples_on_the_gpu(name, args, check):
+    import cuvmap as cv
+
+    if not cv.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
+    assert check(load(name).main(["--device", "gpu", *args]))
+
+
 # ---------------------------------------------------------------------------------------
 # As commands
 # ---------------------------------------------------------------------------------------

@@ -127,24 +127,33 @@ def _random(seed, shape):
 # Parameter lists
 # ---------------------------------------------------------------------------------------
 
-IMPL_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in ALL_ROWS for d in r.dtypes]
-SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in PRIMITIVE_ROWS for d in r.dtypes]
-VMAP_CASES = [
-    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}") for r in ALL_ROWS if r.args for c in in_axes_combos(r)
-]
-GRAD_ROWS = [r for r in ALL_ROWS if r.differentiable and r.diff_argnums and F64 in r.dtypes]
-REV_ROWS = [r for r in GRAD_ROWS if "rev" in r.modes]
-NONDIFF_ROWS = [r for r in ALL_ROWS if not r.differentiable and r.diff_argnums and F64 in r.dtypes]
-NESTED_ROWS = [ROWS_BY_NAME[n] for n in NESTED_SAMPLE]
-NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in REV_ROWS]
-
-
 def _sample(seq, k, seed):
     """The first element and ``k - 1`` others, deterministically."""
     seq = list(seq)
     if len(seq) <= k:
         return seq
     return [seq[0]] + random.Random(seed).sample(seq[1:], k - 1)
+
+
+IMPL_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in ALL_ROWS for d in r.dtypes]
+SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in PRIMITIVE_ROWS for d in r.dtypes]
+# vmap against the loop: every in_axes combination on the CPU; on the GPU (the strict CuPy
+# stand-in without one) a sample of GPU_VMAP_SAMPLE per row, the first combination (every
+# operand mapped at 0) among them: the batching rules are the CPU's, what the GPU variant
+# adds is the device discipline of the batched impls, and the whole set would add a quarter
+# to the suite's time
+GPU_VMAP_SAMPLE = 3
+VMAP_CASES = [
+    pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}") for r in ALL_ROWS if r.args for c in in_axes_combos(r)
+] + [
+    pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}", marks=pytest.mark.gpu)
+    for r in ALL_ROWS if r.args for c in _sample(in_axes_combos(r), GPU_VMAP_SAMPLE, r.seed("gpu"))
+]
+GRAD_ROWS = [r for r in ALL_ROWS if r.differentiable and r.diff_argnums and F64 in r.dtypes]
+REV_ROWS = [r for r in GRAD_ROWS if "rev" in r.modes]
+NONDIFF_ROWS = [r for r in ALL_ROWS if not r.differentiable and r.diff_argnums and F64 in r.dtypes]
+NESTED_ROWS = [ROWS_BY_NAME[n] for n in NESTED_SAMPLE]
+NESTED_GRAD_ROWS = [r for r in NESTED_ROWS if r in REV_ROWS]
 
 
 def _nested_cases():
@@ -305,8 +314,10 @@ def test_shape_rule_matches_impl(row, dtype):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("row,in_axes", VMAP_CASES)
+@pytest.mark.parametrize("row,in_axes,backend", VMAP_CASES)
 def test_vmap_matches_loop(row, in_axes, backend):
+    if backend == "gpu" and not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
     for size in (3, 1, 0):
         shapes = [batched_shape(a.shape, ax, size) for a, ax in zip(row.args, in_axes)]
         args = row.make_args(row.vmap_dtype, shapes, seed=size)

@@ -369,8 +369,9 @@ def test_gpu_matches_cpu_under_transforms():
     xs = _distinct(rng, (3, 2, 4, 7, 6)).astype(np.float32)
     w = rng.standard_normal((2, 4, 1, 1)).astype(np.float32)
 
-    def loss(w, x):
-        return cv.numpy.sum(cv.numpy.sin(lax.max_pool(x * w, (3, 2), 2, 1)) + lax.avg_pool(x * w, 2, 1, 1, False))
+    def loss(w, x):  # the two pools have different shapes ((2, 4, 4, 4) and (2, 4, 8, 7)): summed apart
+        return (cv.numpy.sum(cv.numpy.sin(lax.max_pool(x * w, (3, 2), 2, 1)))
+                + cv.numpy.sum(lax.avg_pool(x * w, 2, 1, 1, False)))
 
     f = cv.vmap(cv.grad(loss), in_axes=(None, 0))
     cpu = f(w, xs)

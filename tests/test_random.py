@@ -62,8 +62,6 @@ def _run_c_body(body, **inputs):
     text = re.sub(r"(\d+)u\b", r"U32(\1)", body.replace("unsigned int ", ""))
     names = dict(U32=U32, **{k: v.copy() for k, v in inputs.items()})
     for line in text.splitlines():
-        if line.startswith(("ks0 =", "a =")):  # "x = ..., y = ...;": declarations
-            line = line.replace(", ", "; ")
         for statement in filter(None, (s.strip() for s in line.split(";"))):
             exec(statement, names)
     return names["y0"], names["y1"]

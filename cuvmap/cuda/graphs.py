@@ -121,6 +121,7 @@ class GraphRunner:
             program(inputs)  # outside the capture: fills the private pool and the plan's buffers
             stream.begin_capture(cp.cuda.runtime.streamCaptureModeThreadLocal)
             _capture_state.active = True
+            cause = None
             try:
                 outputs = program(inputs)
             except BaseException:

@@ -16,7 +16,10 @@ from cuvmap.cuda import libs
 # the same program run op by op (the GPU tests compare them for equality); the math
 # functions (sin, exp, ...) are the same CUDA functions CuPy's ufuncs call. (NaN payloads
 # aside: CuPy's maximum/minimum may return a canonical NaN where the fused kernel returns
-# the operand's NaN; both are NaN.)
+# the operand's NaN; both are NaN.) The one function that does not follow: CUDA's double pow
+# is compiled code of its own whose rounding depends on the contraction, so a fused one can
+# differ from CuPy's power kernel (compiled with contraction) in the last bit; float64
+# powers (pow, and integer_pow other than squares) are never fused (CExpression.unfused).
 COMPILE_OPTIONS = ("--fmad=false",)
 
 

@@ -34,15 +34,26 @@ across processes, with the same results to rounding; ``jit`` stages the collecti
 equations that all-reduce each time the program runs, and ``grad`` transposes them.
 
 - :func:`initialize`, :class:`ProcessGroup`: the job (rank, size, engines, watchdog);
+- :mod:`cuvmap.distributed.engine`: the interface to a transport (:class:`Engine`,
+  :class:`Bootstrap`, :func:`register_engine`; NOTE [engines]);
+- the collective check: every process calls the same collectives in the same order, or
+  every process raises :class:`CollectiveMismatchError` (NOTE [the collective check] in
+  :mod:`cuvmap.distributed.check`; on by default, ``collective_check`` in
+  :mod:`cuvmap.config` turns it off);
 - :func:`data_parallel`: the named axis of processes;
 - :func:`launch`, :func:`find_mpiexec`, :func:`detect`: starting a job and reading the
   launcher's environment (:mod:`cuvmap.distributed.launcher`);
-- faults end the job with a non-zero status instead of hanging (NOTE [a job ends when
-  one process fails] in :mod:`cuvmap.distributed.watchdog`).
+- faults end the job with a non-zero status instead of hanging: an exception,
+  ``sys.exit(n)``, a process that ends while others wait in a collective, a collective
+  that waits too long (NOTE [a job ends when one process fails] in
+  :mod:`cuvmap.distributed.watchdog`).
 
 Install the CPU engine with ``pip install 'cuvmap[distributed]'`` (mpi4py, and on Linux
 x86-64 the ``mpich`` wheel, whose ``mpiexec`` lands next to the environment's
 ``python``); on GPUs NCCL comes with CuPy (``nvidia-nccl-cu12``).
 """
-from cuvmap.distributed.group import DistributedError, ProcessGroup, data_parallel, initialize  # noqa: F401
+from cuvmap.distributed.check import CollectiveMismatchError  # noqa: F401
+from cuvmap.distributed.engine import (Bootstrap, DistributedError, Engine, LocalEngine,  # noqa: F401
+                                       register_engine)
+from cuvmap.distributed.group import ProcessGroup, data_parallel, initialize  # noqa: F401
 from cuvmap.distributed.launcher import LaunchInfo, detect, find_mpiexec, launch  # noqa: F401

@@ -3,90 +3,124 @@ import os
 import sys
 import time
 
-from cuvmap import api_util, backend, core
+from cuvmap import api_util, backend, config, core
+from cuvmap.distributed import check as check_mod
+from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed import launcher as launch_mod
+from cuvmap.distributed import mpi as _mpi  # noqa: F401 - registers the "cpu" engine
+from cuvmap.distributed import nccl as _nccl  # noqa: F401 - registers the "gpu" engine
 from cuvmap.distributed import threads as threads_mod
 from cuvmap.distributed import watchdog as watchdog_mod
-from cuvmap.distributed.mpi import LocalEngine, MPIEngine
-
+from cuvmap.distributed.engine import DistributedError  # noqa: F401 - re-exported (it lived here)
+from cuvmap.distributed.engine import LocalBootstrap, MPIBootstrap
 
 _ABORT_GRACE_SECONDS = 0.5
-
-
-class DistributedError(core.CuvmapError, RuntimeError):
-    """The processes of a job cannot work together as asked (no MPI for a launched job,
-    a launcher and an MPI library that disagree)."""
+_REDUCERS = {"sum": "psum", "max": "pmax", "min": "pmin"}
 
 
 class ProcessGroup:
     """The processes of a job, ``size`` of them, this one ``rank`` (``local_rank`` on its
-    host), and the engines of their collectives: MPI (:mod:`cuvmap.distributed.mpi`) for
-    NumPy arrays, NCCL (:mod:`cuvmap.distributed.nccl`) for CuPy arrays, chosen per
-    operand. Bound to an axis name by :func:`data_parallel`; the collectives of
-    :mod:`cuvmap.lax.parallel` over that name call its methods (``allreduce``,
-    ``allgather``, ``reduce_scatter``, ``alltoall``, ``permute``), each timed by the
-    group's watchdog (NOTE [a job ends when one process fails]).
+    host), and the engines of their collectives, one per array kind (NOTE [engines] in
+    :mod:`cuvmap.distributed.engine`: MPI for NumPy arrays, NCCL for CuPy arrays). Bound
+    to an axis name by :func:`data_parallel`; the collectives of :mod:`cuvmap.lax.parallel`
+    over that name call its methods (``allreduce``, ``allgather``, ``reduce_scatter``,
+    ``alltoall``, ``permute``), each checked first (NOTE [the collective check] in
+    :mod:`cuvmap.distributed.check`) and timed by the group's watchdog (NOTE [a job ends
+    when one process fails]).
 
     Made by :func:`initialize`; ``ProcessGroup(comm)`` wraps an ``mpi4py`` communicator of
     your own (a sub-communicator of ``COMM_WORLD``, say), ``ProcessGroup()`` is a job of one.
+    ``engines`` (``{"cpu": engine, ...}``) gives engines of your own instead of the
+    registered ones (the group's rank and size are then the ``"cpu"`` engine's when there
+    is no ``comm``); ``bootstrap`` (:class:`~cuvmap.distributed.engine.Bootstrap`) how the
+    processes agree before an engine starts (default: ``comm``'s broadcast).
     """
 
-    def __init__(self, comm=None, *, local_rank=0, timeout=None, launcher=None):
+    def __init__(self, comm=None, *, local_rank=0, timeout=None, launcher=None, engines=None, bootstrap=None):
         self.comm = comm
-        self.rank = 0 if comm is None else comm.Get_rank()
-        self.size = 1 if comm is None else comm.Get_size()
+        self._engines = dict(engines or {})
+        if comm is not None:
+            self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        elif "cpu" in self._engines:
+            self.rank, self.size = self._engines["cpu"].rank, self._engines["cpu"].size
+        else:
+            self.rank, self.size = 0, 1
         self.local_rank = local_rank
         self.launcher = launcher
+        if bootstrap is None:
+            bootstrap = MPIBootstrap(comm) if comm is not None else LocalBootstrap() if self.size == 1 else None
+        self.bootstrap = bootstrap
         self.timeout = watchdog_mod.default_timeout() if timeout is None else float(timeout)
         self.watchdog = None
+        self.check = None
         if self.size > 1:
             self.watchdog = watchdog_mod.Watchdog(self.timeout, self._timed_out, describe=f"{self.describe()}: ")
-        self._cpu = LocalEngine() if comm is None else MPIEngine(comm, self.watchdog)
-        self._gpu = None
+            self.check = check_mod.CollectiveCheck(self._engine("cpu"), self.rank, self.size, self.describe(),
+                                                   self.watchdog)
 
     def describe(self):
         return f"process {self.rank} of {self.size}"
 
     def __repr__(self):
-        engine = "one process" if self.comm is None else "MPI"
-        return f"ProcessGroup(rank={self.rank}, size={self.size}, {engine})"
+        engines = ", ".join(f"{k}: {type(e).__name__}" for k, e in sorted(self._engines.items())) or "no engine yet"
+        return f"ProcessGroup(rank={self.rank}, size={self.size}, {engines})"
+
+    def _engine(self, kind):
+        engine = self._engines.get(kind)
+        if engine is None:
+            engine = self._engines[kind] = engine_mod.engine_factory(kind)(self)
+        return engine
 
     def engine(self, x):
-        """The engine for operand ``x``: NCCL for a CuPy array, MPI (or the job of one's)
-        for anything else."""
-        if not backend.is_cupy_array(x):
-            return self._cpu
-        if self._gpu is None:
-            try:
-                from cuvmap.distributed.nccl import NCCLEngine
+        """The engine for operand ``x``: the one registered for its array kind (NCCL for a
+        CuPy array, MPI, or the job of one's, for anything else), made on first use."""
+        return self._engine(engine_mod.array_kind(x))
 
-                self._gpu = NCCLEngine(self.rank, self.size, self.comm, self.watchdog)
-            except (ImportError, OSError) as err:  # CuPy without NCCL, or NCCL's library missing
-                if self.size > 1:
-                    raise DistributedError(f"{self.describe()}: a collective on a CuPy array needs NCCL "
-                                           f"(cupy.cuda.nccl: {err}); install CuPy with NCCL (nvidia-nccl-cu12)") from err
-                self._gpu = LocalEngine()
-        return self._gpu
+    def _checked(self, primitive, axis_name, x, extra=None):
+        """The collective check before a collective on ``x`` (NOTE [the collective check])."""
+        check = self.check
+        if check is not None:
+            if config.read("collective_check"):
+                check(primitive, axis_name, x.dtype, x.shape, extra)
+            else:
+                check.note(primitive, axis_name, x.dtype, x.shape, extra)
 
-    # the communicator interface of cuvmap.lax.parallel.ProcessAxis
-    def allreduce(self, x, op="sum", in_place=False):
+    # the communicator interface of cuvmap.lax.parallel.ProcessAxis; axis_name names the
+    # collective's axis in the check's messages
+    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None):
+        self._checked(_REDUCERS.get(op, op), axis_name, x)
         return self.engine(x).allreduce(x, op, in_place)
 
-    def allgather(self, x):
+    def allgather(self, x, *, axis_name=None):
+        self._checked("all_gather", axis_name, x)
         return self.engine(x).allgather(x)
 
-    def reduce_scatter(self, x):
+    def reduce_scatter(self, x, *, axis_name=None):
+        self._checked("psum_scatter", axis_name, x)
         return self.engine(x).reduce_scatter(x)
 
-    def alltoall(self, x):
+    def alltoall(self, x, *, axis_name=None):
+        self._checked("all_to_all", axis_name, x)
         return self.engine(x).alltoall(x)
 
-    def permute(self, x, perm):
+    def permute(self, x, perm, *, axis_name=None):
+        self._checked("ppermute", axis_name, x, tuple(tuple(p) for p in perm))
         return self.engine(x).permute(x, perm)
 
     def barrier(self):
         """Waits until every process of the group has called it."""
-        self._cpu.barrier()
+        check = self.check
+        if check is not None and config.read("collective_check"):
+            check("barrier")
+        self._engine("cpu").barrier()
+
+    def end(self):
+        """The end of this process's program (the exit hook calls it): with the collective
+        check on, returns once every process of the group has ended, and raises
+        :class:`~cuvmap.distributed.check.CollectiveMismatchError` when another waits in a
+        collective instead; without it, returns at once."""
+        if self.check is not None and config.read("collective_check"):
+            self.check.end()
 
     def abort(self, code=1):
         """Ends every process of the job now (``MPI_Abort``), with exit status ``code``."""
@@ -96,8 +130,9 @@ class ProcessGroup:
             # the launcher forwards a process's output asynchronously: a moment for it to
             # pass on the report before the abort ends the job
             time.sleep(_ABORT_GRACE_SECONDS)
-            if self._gpu is not None and hasattr(self._gpu, "abort"):
-                self._gpu.abort()
+            gpu = self._engines.get("gpu")
+            if gpu is not None:
+                gpu.abort(code)
         finally:
             try:
                 if self.comm is not None:
@@ -122,7 +157,9 @@ def initialize(*, timeout=None):
     job is this one process and needs no MPI; under one it joins ``mpi4py``'s
     ``COMM_WORLD`` and checks that it has the launcher's size. In a job of several it
     installs the guards of NOTE [a job ends when one process fails] (an uncaught exception
-    aborts the job; a collective that waits longer than ``timeout`` seconds aborts it),
+    or ``sys.exit(n)`` aborts the job; a process that ends while another waits in a
+    collective is reported on both at once; a collective that waits longer than
+    ``timeout`` seconds aborts it),
     shares this machine's cores between the job's processes on it unless the user chose
     thread counts (:func:`cuvmap.distributed.threads.share_cores`) and, when CuPy sees
     GPUs, makes GPU ``local_rank % count`` this process's device.
@@ -160,6 +197,7 @@ def initialize(*, timeout=None):
     group = ProcessGroup(comm, local_rank=info.local_rank, timeout=timeout, launcher=info.launcher)
     if group.size > 1:
         watchdog_mod.install_excepthook(group.describe(), group.abort)
+        watchdog_mod.install_exit_hooks(group.describe(), group.abort, group.end)
     threads_mod.share_cores(info.local_size)
     _select_gpu(info.local_rank)
     _group = group

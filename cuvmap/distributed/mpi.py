@@ -13,6 +13,8 @@ have no maximum.
 """
 import numpy as np
 
+from cuvmap.distributed import engine as engine_mod
+from cuvmap.distributed.engine import LocalEngine
 from cuvmap.distributed.watchdog import describe
 
 _PERMUTE_TAG = 7711
@@ -25,7 +27,8 @@ def _contiguous(x):
 
 class MPIEngine:
     """Collectives of one MPI communicator (``comm``, an ``mpi4py.MPI.Comm``) on NumPy
-    arrays; ``watchdog`` (or ``None``) times each call."""
+    arrays; ``watchdog`` (or ``None``) times each call. An
+    :class:`~cuvmap.distributed.engine.Engine`."""
 
     def __init__(self, comm, watchdog=None):
         from mpi4py import MPI
@@ -36,6 +39,8 @@ class MPIEngine:
         self.size = comm.Get_size()
         self.watchdog = watchdog
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self._labels = {op: f"all-reduce ({op})" for op in self._ops}
+        self._reductions = {}  # (op, dtype) -> MPI op, for the hot path of small all-reduces
 
     def _op(self, op, dtype, what):
         if dtype == np.bool_:
@@ -57,14 +62,27 @@ class MPIEngine:
             watchdog.end()
 
     def allreduce(self, x, op="sum", in_place=False):
-        what = (f"all-reduce ({op})", x.dtype, x.shape)
-        mpi_op = self._op(op, x.dtype, what)
-        if in_place and x.flags.c_contiguous and x.flags.writeable:
-            self._call(what, self.comm.Allreduce, self.MPI.IN_PLACE, x, op=mpi_op)
-            return x
-        x = _contiguous(x)
-        out = np.empty_like(x)
-        self._call(what, self.comm.Allreduce, x, out, op=mpi_op)
+        # (the collective check calls this before every collective: the common case
+        # costs a dict lookup, not a dtype test, an f-string or a call through _call)
+        dtype = x.dtype
+        mpi_op = self._reductions.get((op, dtype))
+        if mpi_op is None:
+            mpi_op = self._reductions[op, dtype] = self._op(op, dtype, (self._labels.get(op, op), dtype, x.shape))
+        flags = x.flags
+        if in_place and flags.c_contiguous and flags.writeable:
+            send, out = self.MPI.IN_PLACE, x
+        else:
+            send = x if flags.c_contiguous else x.copy(order="C")
+            out = np.empty_like(send)
+        watchdog = self.watchdog
+        if watchdog is None:
+            self.comm.Allreduce(send, out, mpi_op)
+            return out
+        watchdog.begin((self._labels[op], dtype, x.shape))
+        try:
+            self.comm.Allreduce(send, out, mpi_op)
+        finally:
+            watchdog.end()
         return out
 
     def allgather(self, x):
@@ -104,27 +122,14 @@ class MPIEngine:
         self.comm.Abort(code)
 
 
-class LocalEngine:
-    """The collectives of a job of one process (no MPI): each is the identity it is for
-    one member, on arrays of either backend."""
+def _make(group):
+    """The ``"cpu"`` engine of a group (NOTE [engines] in :mod:`cuvmap.distributed.engine`)."""
+    if group.comm is not None:
+        return MPIEngine(group.comm, group.watchdog)
+    if group.size > 1:
+        raise engine_mod.DistributedError(f"{group.describe()}: the MPI engine needs the group's mpi4py communicator "
+                                          "(ProcessGroup(comm)), or give a \"cpu\" engine of your own (engines=)")
+    return LocalEngine()
 
-    rank = 0
-    size = 1
 
-    def allreduce(self, x, op="sum", in_place=False):
-        return x if in_place else x.copy()
-
-    def allgather(self, x):
-        return x[None].copy()
-
-    def reduce_scatter(self, x):
-        return x[0].copy()
-
-    def alltoall(self, x):
-        return x.copy()
-
-    def permute(self, x, perm):
-        return x.copy() if perm else x * 0
-
-    def barrier(self):
-        pass
+engine_mod.register_engine("cpu", _make)

@@ -6,15 +6,18 @@ memory directly (no copy through the host), and returns at once; the result is a
 CuPy array from CuPy's pool, ordered after the collective by the stream, as any CuPy
 result is. The communicator is made on the first collective on a GPU array (every
 process reaches it at the same point, since all run the same collectives in the same
-order): process 0 draws NCCL's unique id, MPI broadcasts it, and each process joins with
-its rank on its current device (``initialize`` makes it GPU ``local_rank`` modulo the
-devices it sees, as one process per GPU wants). A job of one needs no MPI. Operands on
+order): process 0 draws NCCL's unique id, the group's bootstrap gives it to every process
+(MPI's broadcast by default, NOTE [engines] in :mod:`cuvmap.distributed.engine`), and
+each process joins with its rank on its current device (``initialize`` makes it GPU ``local_rank`` modulo the
+devices it sees, as one process per GPU wants). A job of one needs no bootstrap. Operands on
 another device than the communicator's raise. NCCL has no all-to-all or permutation of
 its own: they are grouped point-to-point sends and receives (``groupStart``/``groupEnd``).
 Booleans reduce as uint8 (max/min are or/and on 0/1), complex sums as pairs of floats.
 """
 import numpy as np
 
+from cuvmap.distributed import engine as engine_mod
+from cuvmap.distributed.engine import DistributedError, LocalEngine
 from cuvmap.distributed.watchdog import describe
 
 
@@ -31,10 +34,12 @@ _DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCC
 
 class NCCLEngine:
     """Collectives of a NCCL communicator over the ``size`` processes of a group on CuPy
-    arrays (NOTE [NCCL through CuPy]). ``mpi_comm`` broadcasts the unique id (``None`` for
-    one process); ``watchdog`` (or ``None``) times each collective until it completes."""
+    arrays (NOTE [NCCL through CuPy]), an :class:`~cuvmap.distributed.engine.Engine`.
+    ``bootstrap`` (a :class:`~cuvmap.distributed.engine.Bootstrap`) gives process 0's
+    unique id to the others (``None`` for one process); ``watchdog`` (or ``None``) times
+    each collective until it completes."""
 
-    def __init__(self, rank, size, mpi_comm=None, watchdog=None):
+    def __init__(self, rank, size, bootstrap=None, watchdog=None):
         import cupy
 
         nccl = _nccl()
@@ -43,7 +48,10 @@ class NCCLEngine:
         self.rank, self.size = rank, size
         uid = nccl.get_unique_id() if rank == 0 else None
         if size > 1:
-            uid = mpi_comm.bcast(uid, root=0)
+            if bootstrap is None:
+                raise DistributedError(f"NCCL on {size} processes needs a bootstrap to share its unique id "
+                                       "(cuvmap.distributed.engine.Bootstrap), got none")
+            uid = bootstrap.broadcast(uid, root=0)
         self.device = cupy.cuda.Device().id
         self.comm = nccl.NcclCommunicator(size, uid, rank)
         self.watchdog = watchdog
@@ -151,5 +159,29 @@ class NCCLEngine:
         self._exchange(what, dtype, [(t, buf) for s, t in perm if s == self.rank], [(s, out) for s in recvs])
         return self._shaped(out, x.dtype, x.shape)
 
-    def abort(self):
+    def barrier(self):
+        """Returns when every process has reached it and this device's work before it is
+        done (a one-element all-reduce, waited for)."""
+        token = self.cp.zeros(1, np.float32)
+        self.allreduce(token, "sum", in_place=True)
+        self._stream().synchronize()
+
+    def abort(self, code=1):
+        """Stops the communicator (``ncclCommAbort``; NCCL passes no status: the group's
+        MPI abort ends the job with ``code``)."""
         self.comm.abort()
+
+
+def _make(group):
+    """The ``"gpu"`` engine of a group (NOTE [engines] in :mod:`cuvmap.distributed.engine`);
+    a job of one without NCCL gets the local engine."""
+    try:
+        return NCCLEngine(group.rank, group.size, group.bootstrap, group.watchdog)
+    except (ImportError, OSError) as err:  # CuPy without NCCL, or NCCL's library missing
+        if group.size > 1:
+            raise DistributedError(f"{group.describe()}: a collective on a CuPy array needs NCCL "
+                                   f"(cupy.cuda.nccl: {err}); install CuPy with NCCL (nvidia-nccl-cu12)") from err
+        return LocalEngine()
+
+
+engine_mod.register_engine("gpu", _make)

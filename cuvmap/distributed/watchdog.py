@@ -10,8 +10,21 @@ guards end such a job with a non-zero status and a message that says why:
   the launcher (MPICH's Hydra, Open MPI's mpirun) kills the rest and exits non-zero;
 - an uncaught exception: :func:`install_excepthook` prints it as Python would, says that
   the job is being aborted, and calls ``MPI_Abort`` (the launcher then ends every process);
-- anything else — a process that returned early, took another branch, or waits for a
-  collective the others never reach: every collective is timed by a :class:`Watchdog`
+- ``sys.exit(n)`` with ``n != 0``: ``SystemExit`` never reaches ``sys.excepthook``, and the
+  process would wait in ``MPI_Finalize`` for the others, which wait in their collective.
+  :func:`install_exit_hooks` remembers the status of the main thread's last ``sys.exit``
+  and, at exit, aborts the job with it at once (as ``python -m mpi4py`` does);
+- a process that ends its program (returns, or ``sys.exit(0)``) while another waits in a
+  collective: at exit each process takes part in one last exchange of the collective
+  check, "the end of the program" (NOTE [the collective check] in
+  :mod:`cuvmap.distributed.check`). Where every process ends, it returns at once; where
+  another waits in a collective, both sides see the mismatch at once: the waiting one
+  raises :class:`~cuvmap.distributed.check.CollectiveMismatchError` naming the process
+  that ended, and the ending one prints the same and aborts the job with status 1. (With
+  the check turned off, the watchdog below ends such a job.) A ``raise SystemExit(n)``
+  that bypasses ``sys.exit`` is taken for a normal end;
+- anything else — a process that took another branch, waits for a collective the others
+  never reach, or computes for too long while the others wait: every collective is timed by a :class:`Watchdog`
   thread, and one that has waited longer than the group's timeout (600 s unless
   ``CUVMAP_COLLECTIVE_TIMEOUT`` or ``initialize(timeout=...)`` says otherwise) prints which
   collective it was and aborts the job. A blocking MPI call is timed from entry to return;
@@ -22,6 +35,7 @@ The timeout must exceed the longest time one process may legitimately spend betw
 collectives while the others wait in one (an evaluation on one process only, a slow first
 ``jit`` trace).
 """
+import atexit
 import collections
 import os
 import sys
@@ -62,20 +76,21 @@ class Watchdog:
         self.timeout = float(timeout)
         self.on_timeout = on_timeout
         self.describe = describe
-        self._blocking = None  # (start, what) of the blocking call in progress
+        self.context = None  # what the group is doing (its collective, as text on demand)
+        self._blocking = None  # (start, what, context) of the blocking call in progress
         self._pending = collections.deque()  # (start, what, event) of enqueued GPU collectives
         self._fired = False
         self._thread = threading.Thread(target=self._run, name="cuvmap-collective-watchdog", daemon=True)
         self._thread.start()
 
     def begin(self, what):
-        self._blocking = (time.monotonic(), what)
+        self._blocking = (time.monotonic(), what, self.context)
 
     def end(self):
         self._blocking = None
 
     def enqueued(self, what, event):
-        self._pending.append((time.monotonic(), what, event))
+        self._pending.append((time.monotonic(), what, event, self.context))
 
     def _overdue(self, now):
         blocking = self._blocking
@@ -83,11 +98,11 @@ class Watchdog:
             return blocking
         pending = self._pending
         while pending:
-            start, what, event = pending[0]
+            start, what, event, context = pending[0]
             if event.done:
                 pending.popleft()
                 continue
-            return (start, what) if now - start > self.timeout else None
+            return (start, what, context) if now - start > self.timeout else None
         return None
 
     def _run(self):
@@ -97,9 +112,11 @@ class Watchdog:
             overdue = self._overdue(time.monotonic())
             if overdue is not None:
                 self._fired = True
-                start, what = overdue
+                start, what, context = overdue
+                during = "" if context is None else f" ({context})"
                 self.on_timeout(
-                    f"cuvmap.distributed: {self.describe}{describe(what)} has waited {time.monotonic() - start:.0f} s for the "
+                    f"cuvmap.distributed: {self.describe}{describe(what)}{during} has waited "
+                    f"{time.monotonic() - start:.0f} s for the "
                     f"other processes (the timeout is {self.timeout:g} s: CUVMAP_COLLECTIVE_TIMEOUT or "
                     "cuvmap.distributed.initialize(timeout=...)); another process has died, raised, or taken "
                     "another path; aborting the job")
@@ -127,3 +144,58 @@ def install_excepthook(describe, abort):
 
     sys.excepthook = hook
     return hook
+
+
+def exit_status(status):
+    """The exit status Python gives ``sys.exit(status)``: 0 for None, the int itself, and 1
+    for anything else (which Python prints)."""
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status % 256
+    return 1
+
+
+class _ExitState:
+    status = None  # the argument of the main thread's last sys.exit
+
+
+def install_exit_hooks(describe, abort, end):
+    """Makes the end of this process's program end the job as NOTE [a job ends when one
+    process fails] says: ``sys.exit(n)`` with ``n != 0`` calls ``abort(n)`` at exit; any
+    other end calls ``end()`` (the collective check's last exchange, which raises
+    :class:`~cuvmap.distributed.check.CollectiveMismatchError` when another process waits
+    in a collective) and, when it raises, reports and calls ``abort(1)``. Returns the
+    :class:`_ExitState`, whose ``status`` is the last ``sys.exit``'s argument."""
+    state = _ExitState()
+    original = sys.exit
+    main = threading.main_thread()
+
+    def exit(status=None):  # noqa: A001 - stands in for sys.exit
+        if threading.current_thread() is main:
+            state.status = status
+        original(status)
+
+    exit.__doc__ = original.__doc__
+    exit.__wrapped__ = original
+    sys.exit = exit
+
+    def at_exit():
+        code = exit_status(state.status)
+        try:
+            if code != 0:
+                sys.stderr.write(f"cuvmap.distributed: {describe} exited with status {code} (sys.exit); aborting the "
+                                 "job so that the other processes do not wait for it\n")
+                sys.stderr.flush()
+            else:
+                end()
+                return
+        except BaseException as err:  # noqa: BLE001 - any failure of the last exchange ends the job
+            code = 1
+            sys.stderr.write(f"cuvmap.distributed: {describe} ended its program while another process did not: "
+                             f"{err}; aborting the job\n")
+            sys.stderr.flush()
+        abort(code)
+
+    atexit.register(at_exit)
+    return state

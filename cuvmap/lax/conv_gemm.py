@@ -54,7 +54,7 @@ def _size(shape):
 #       copy of x (G, N, spatial..., Cg), one copy of the input's size; a run is the last
 #       kernel dim's taps times the channels, k[-1]·Cg values when the last dilation is 1
 #       (else Cg values).
-# The kernels pick the layout with the longer runs. On the README CNN's second layer
+# The kernels pick the layout with the longer runs. On the benchmark CNN's second layer
 # (16→32 channels, 5×5 kernel, 20×20 output) the runs are 80 against 20 values and
 # pixel-major is the faster for every op (forward, input gradient, weight gradient, the
 # per-example weight gradient and the ensembling forward); on its first layer (1 channel)
@@ -267,7 +267,7 @@ def _backward_input_pixel_major(g, w, input_shape, stride, padding, dilation, gr
 # NOTE [cache blocking]
 # The unfolded columns are K times the size of the input (25x for a 5x5 kernel). Built in
 # one piece for a whole batch they are a large fresh allocation every call, and fresh pages
-# are slow to touch: on the README CNN's second layer at batch 128 the forward is faster
+# are slow to touch: on the benchmark CNN's second layer at batch 128 the forward is faster
 # when the columns are built in blocks of about 4 MiB, each block's GEMM writing its slice
 # of the output. So on the CPU the kernels split the work into blocks of examples (or, for
 # a single example with many groups — the folded per-example cases — blocks of groups)

@@ -232,7 +232,7 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 #             (below), unfold runs untimed. Under cv.config.deterministic, "auto" times
 #             nothing and takes a fixed rule: the vendor's kernels wherever they can run
 #             the operands, unfold elsewhere (NOTE [reproducible runs] in cuvmap/config.py).
-# Neither kernel wins everywhere, which is why "auto" measures: on the README CNN's layers
+# Neither kernel wins everywhere, which is why "auto" measures: on the benchmark CNN's layers
 # on the CPU, oneDNN is the faster for the 16→32 layer's forward and input gradient, im2col
 # for the 1-channel layer's gradients and for its folded per-example weight gradient
 # (groups·B of one channel each). `python -m benchmarks conv` prints both kernels side by

@@ -96,12 +96,16 @@ def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **fact
 # max/min are CuPy's maximum/minimum: CUDA's max/min (fmax/fmin for floats, so
 # max(-0.0, +0.0) is +0.0 in either order, as CuPy's and unlike a comparison) except that
 # a NaN operand gives a NaN (the sum of the operands: a NaN, its payload aside).
-# Powers other than squares (pow, integer_pow with y != 2) run unfused: CUDA's pow is
-# libdevice code whose multiply-adds NVRTC contracts or not by --fmad, and fused kernels
-# are compiled with --fmad=false while CuPy's own power kernel is not, so a fused pow could
-# differ from CuPy's in the last bit (float64 included).
+# Float64 powers other than squares run unfused (CExpression.unfused: _float64_pow).
 # logistic is left out (its impl goes through logaddexp), and so are erf_inv, round,
 # sign, floor_divide and remainder: without a C expression they run unfused.
+def _float64_pow(dtype, **params):
+    """CUDA's double ``pow`` compiled with --fmad=false (as the fused kernels are) can differ
+    in the last bit from CuPy's own power kernel, compiled with contraction: a float64 power
+    stays unfused (NOTE [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py)."""
+    return dtype == np.float64
+
+
 def _c_float(template):
     """An expression computed in floating point only: an integer operand is not fused."""
     return CExpression(template, float_only=True)
@@ -126,7 +130,7 @@ add_p = _nary("add", np.add, fused=CExpression("({0} + {1})"))
 sub_p = _nary("sub", np.subtract, fused=CExpression("({0} - {1})"))
 mul_p = _nary("mul", np.multiply, fused=CExpression("({0} * {1})"))
 div_p = _nary("div", np.true_divide, _div_shape_rule, fused=_c_float("({0} / {1})"))
-pow_p = _nary("pow", np.power)  # unfused: NOTE [fused expressions]
+pow_p = _nary("pow", np.power, fused=CExpression("pow({0}, {1})", float_only=True, unfused=_float64_pow))
 max_p = _nary("max", np.maximum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : max({0}, {1}))"))
 min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : min({0}, {1}))"))
 # Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
@@ -198,7 +202,9 @@ def _integer_pow_shape_rule(x, *, y):
 
 integer_pow_p = _nary(
     "integer_pow", _integer_pow_impl, _integer_pow_shape_rule,
-    fused=CExpression("({0} * {0})", float_only=True, accepts=lambda y: y == 2),  # NOTE [fused expressions]
+    fused=CExpression(lambda y: "({0} * {0})" if y == 2 else "pow({0}, (({T}){y}))",
+                      float_only=True, accepts=lambda y: isinstance(y, int),
+                      unfused=lambda dtype, y: y != 2 and _float64_pow(dtype)),
 )
 
 

@@ -59,10 +59,13 @@ class ProcessAxis:
     backward pass that runs after ``data_parallel`` returned, still reach the group.
 
     The communicator provides ``rank``, ``size`` and, on arrays of either backend,
-    ``allreduce(x, op)`` (``op`` one of ``"sum"``, ``"max"``, ``"min"``), ``allgather(x)``
-    (``(size, *x.shape)``), ``reduce_scatter(x)`` (``x`` of shape ``(size, *rest)``: the sum
-    over processes of ``x[rank]``), ``alltoall(x)`` (``out[c] = x_c[rank]``) and
-    ``permute(x, perm)`` (:class:`cuvmap.distributed.ProcessGroup`)."""
+    ``allreduce(x, op, in_place)`` (``op`` one of ``"sum"``, ``"max"``, ``"min"``),
+    ``allgather(x)`` (``(size, *x.shape)``), ``reduce_scatter(x)`` (``x`` of shape ``(size,
+    *rest)``: the sum over processes of ``x[rank]``), ``alltoall(x)`` (``out[c] =
+    x_c[rank]``) and ``permute(x, perm)``, each with a keyword ``axis_name`` that names the
+    axis in its messages (:class:`cuvmap.distributed.ProcessGroup`, which checks that the
+    processes agree on each collective; its engines are
+    :class:`cuvmap.distributed.engine.Engine`)."""
 
     __slots__ = ("name", "communicator")
 
@@ -183,11 +186,103 @@ pmax_p = CollectivePrimitive("pmax", "axes")
 pmin_p = CollectivePrimitive("pmin", "axes")
 
 
-def _tree_map(fn, x):
-    """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf)."""
-    if core.is_value(x):
+def _is_collective_value(x):
+    """Whether ``x`` is a value a collective takes: a tracer, a Python scalar, or an array
+    (NumPy or CuPy, or a NumPy scalar) of booleans or numbers."""
+    if isinstance(x, core.Tracer) or type(x) in core._PY_SCALAR_DTYPES:
+        return True
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and hasattr(x, "shape") and getattr(dtype, "kind", None) in _VALUE_KINDS
+
+
+_VALUE_KINDS = frozenset("biufc")
+
+
+def _not_a_value(op, x, path=None):
+    """The TypeError for a leaf ``x`` that is no value (JAX: "Argument 's' of type <class
+    'str'> is not a valid JAX type")."""
+    text = repr(x)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    at = "" if path is None else f" (at {path})"
+    kind = f" of dtype {x.dtype}" if hasattr(x, "dtype") and hasattr(x, "shape") else ""
+    return TypeError(f"{op}: Argument {text} of type {type(x)}{kind}{at} is not a valid cuvmap type: a collective "
+                     "takes arrays (NumPy or CuPy) of booleans or numbers, Python or NumPy scalars and tracers, "
+                     "or pytrees of them")
+
+
+def _tree_map(fn, x, op, names=None):
+    """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf); a
+    :class:`TypeError` names the first leaf that is not a value (JAX's "not a valid JAX
+    type"). With ``names`` (an elementwise reduction's resolved axes), small leaves
+    reduced across processes share one collective (NOTE [buckets])."""
+    if _is_collective_value(x):
         return fn(x)
-    return tree.map(fn, x)
+    if hasattr(x, "shape") or isinstance(x, (str, bytes)):
+        raise _not_a_value(op, x)
+    paths, leaves, treedef = tree.flatten_with_path(x)
+    for path, leaf in zip(paths, leaves):
+        if not _is_collective_value(leaf):
+            raise _not_a_value(op, leaf, "x" + tree.keystr(path) if path else None)
+    if names is not None and len(leaves) > 1 and _across_processes(names):
+        return tree.unflatten(treedef, _bucketed(fn, leaves))
+    return tree.unflatten(treedef, [fn(leaf) for leaf in leaves])
+
+
+# NOTE [buckets]
+# An elementwise reduction (psum, pmean, pmax, pmin) of a pytree across processes reduces
+# its small leaves together: the leaves of one dtype and device of at most
+# _BUCKET_LEAF_BYTES each are flattened and concatenated into buffers of at most
+# _BUCKET_BYTES, each buffer is reduced by one collective, and the results are sliced
+# back into the leaves' shapes (torch's DDP buckets its gradients the same way). A
+# gradient of many small parameters then costs one all-reduce, and one collective check
+# (NOTE [the collective check] in cuvmap/distributed/check.py), instead of one per leaf:
+# each is a rendezvous of the processes, whose latency, not bandwidth, is what small
+# leaves pay. The values are those of leaf-by-leaf reductions (elementwise, so the
+# concatenation changes no element's terms). The pieces are primitives (reshape,
+# concatenate, slice), so jit stages them and grad and vmap see through them; a vmap's
+# own axis never buckets (its batching rule reduces in one primitive anyway), nor do
+# Python scalars or weakly typed values.
+_BUCKET_LEAF_BYTES = 1 << 20
+_BUCKET_BYTES = 4 << 20
+
+
+def _across_processes(names):
+    """Whether ``names`` are all axes of processes, more than one process in all."""
+    size = 1
+    for name in names:
+        if type(name) is not ProcessAxis:
+            return False
+        size *= name.size
+    return size > 1
+
+
+def _bucketed(fn, leaves):
+    """``[fn(leaf) for leaf in leaves]``, the small leaves reduced in buckets (NOTE [buckets])."""
+    outs = [None] * len(leaves)
+    groups = {}  # (dtype, device) -> [(index, shape, size)]
+    for i, leaf in enumerate(leaves):
+        if type(leaf) in core._PY_SCALAR_DTYPES:
+            continue
+        aval = core.get_aval(leaf)
+        size = int(np.prod(aval.shape, dtype=np.int64))
+        if aval.weak_type or size * aval.dtype.itemsize > _BUCKET_LEAF_BYTES:
+            continue
+        groups.setdefault((aval.dtype, aval.device), []).append((i, aval.shape, size))
+    for (dtype, _), members in groups.items():
+        bucket, nbytes = [], 0
+        for member in members + [None]:
+            if member is not None and nbytes + member[2] * dtype.itemsize <= _BUCKET_BYTES:
+                bucket.append(member)
+                nbytes += member[2] * dtype.itemsize
+                continue
+            if len(bucket) > 1:
+                flat = lax_shape.concatenate([lax_shape.reshape(leaves[i], (n,)) for i, _, n in bucket], 0)
+                out, start = fn(flat), 0
+                for i, shape, n in bucket:
+                    outs[i] = lax_shape.reshape(indexing.slice_in_dim(out, start, start + n, 0), shape)
+                    start += n
+            bucket, nbytes = ([member], member[2] * dtype.itemsize) if member is not None else ([], 0)
+    return [fn(leaf) if out is None else out for leaf, out in zip(leaves, outs)]
 
 
 def psum(x, axis_name):
@@ -212,7 +307,7 @@ def psum(x, axis_name):
             leaf = ew.convert_element_type(leaf, np.int64)
         return psum_p.bind(leaf, axes=names)
 
-    return _tree_map(one, x)
+    return _tree_map(one, x, "psum", names)
 
 
 def pmean(x, axis_name):
@@ -232,21 +327,21 @@ def pmean(x, axis_name):
             leaf = ew.convert_element_type(leaf, np.int64)
         return ew.div(psum_p.bind(leaf, axes=names), n)
 
-    return _tree_map(one, x)
+    return _tree_map(one, x, "pmean", names)
 
 
 def pmax(x, axis_name):
     """The elementwise maximum over the members of the named axis (or axes). Its
     derivative goes to the members holding the maximum, split evenly between ties."""
     names = _names(axis_name, "pmax")
-    return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x)
+    return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x, "pmax", names)
 
 
 def pmin(x, axis_name):
     """The elementwise minimum over the members of the named axis (or axes); derivative as
     :func:`pmax`'s."""
     names = _names(axis_name, "pmin")
-    return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x)
+    return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x, "pmin", names)
 
 
 def _same_shape_rule(x, *, axes):
@@ -260,7 +355,7 @@ def _reducer_impl(name, op):
         x = core.as_array(x)
         for k, a in enumerate(axes):
             # after the first, the operand is this impl's own result: reduce it in place
-            x = _group(a, name).allreduce(x, op, in_place=k > 0)
+            x = _group(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name)
         return x
 
     return impl
@@ -352,7 +447,7 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
             out = lax_shape.reshape(out, shape[:a] + (int(np.prod(shape[a:a + k], dtype=np.int64)),) + shape[a + k:])
         return out
 
-    return _tree_map(one, x)
+    return _tree_map(one, x, "all_gather")
 
 
 # (the primitive stacks along a new axis of one name; the wrapper reshapes for tiled=True
@@ -364,7 +459,7 @@ def _all_gather_shape_rule(x, *, axis_name, axis, axis_size):
 
 
 def _all_gather_impl(x, *, axis_name, axis, axis_size):
-    return _moveaxis(_group(axis_name, "all_gather").allgather(core.as_array(x)), 0, axis)
+    return _moveaxis(_group(axis_name, "all_gather").allgather(core.as_array(x), axis_name=axis_name.name), 0, axis)
 
 
 def _all_gather_batch(mapped, vals, dims, *, axis_name, axis, axis_size):
@@ -426,7 +521,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False):
             out = psum_scatter_p.bind(out, axis_name=name, scatter_dimension=d, axis_size=n)
         return out
 
-    return _tree_map(one, x)
+    return _tree_map(one, x, "psum_scatter")
 
 
 # (the primitive scatters one slice per member of one name; the wrapper reshapes for
@@ -442,7 +537,7 @@ def _psum_scatter_shape_rule(x, *, axis_name, scatter_dimension, axis_size):
 
 def _psum_scatter_impl(x, *, axis_name, scatter_dimension, axis_size):
     x = _moveaxis(core.as_array(x), scatter_dimension, 0)
-    return _group(axis_name, "psum_scatter").reduce_scatter(x)
+    return _group(axis_name, "psum_scatter").reduce_scatter(x, axis_name=axis_name.name)
 
 
 def _psum_scatter_batch(mapped, vals, dims, *, axis_name, scatter_dimension, axis_size):
@@ -493,7 +588,7 @@ def ppermute(x, axis_name, perm):
         raise ShapeError(f"ppermute: perm {pairs} names a member outside 0..{n - 1} of the axis {axis_name!r}")
     if len(set(sources)) != len(sources) or len(set(dests)) != len(dests):
         raise ShapeError(f"ppermute: perm {pairs} sends from or to one member twice")
-    return _tree_map(lambda leaf: ppermute_p.bind(leaf, axis_name=name, perm=pairs), x)
+    return _tree_map(lambda leaf: ppermute_p.bind(leaf, axis_name=name, perm=pairs), x, "ppermute")
 
 
 def _ppermute_shape_rule(x, *, axis_name, perm):
@@ -501,7 +596,7 @@ def _ppermute_shape_rule(x, *, axis_name, perm):
 
 
 def _ppermute_impl(x, *, axis_name, perm):
-    return _group(axis_name, "ppermute").permute(core.as_array(x), perm)
+    return _group(axis_name, "ppermute").permute(core.as_array(x), perm, axis_name=axis_name.name)
 
 
 def _ppermute_batch(mapped, vals, dims, *, axis_name, perm):
@@ -563,7 +658,7 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
                              f"{'be a multiple of' if tiled else 'equal'} the number of members {n} of {axis_name!r}")
         return all_to_all_p.bind(leaf, axis_name=name, split_axis=s, concat_axis=c, axis_size=n, tiled=tiled)
 
-    return _tree_map(one, x)
+    return _tree_map(one, x, "all_to_all")
 
 
 def _all_to_all_shape(shape, split_axis, concat_axis, n, tiled):
@@ -608,7 +703,8 @@ def _blocks_first(x, d, n, tiled):
 
 def _all_to_all_impl(x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
     x = core.as_array(x)
-    y = _group(axis_name, "all_to_all").alltoall(_blocks_first(x, split_axis, axis_size, tiled))
+    y = _group(axis_name, "all_to_all").alltoall(_blocks_first(x, split_axis, axis_size, tiled),
+                                                 axis_name=axis_name.name)
     return _from_members(y, concat_axis, tiled)
 
 
@@ -655,9 +751,9 @@ def axis_index(axis_name, *, like=None):
     """The index of the member along the named axis, an int32 scalar: ``0 .. n-1`` over a
     vmap's examples, the rank in a process group. With a tuple of names, the index along
     the product axis (the first name major). ``like``: an array whose backend the index
-    lives on (NumPy by default)."""
+    lives on; by default that of the vmap's mapped operands (NumPy for a process axis)."""
     names = _names(axis_name, "axis_index")
-    device = backend.backend_name(like) if like is not None else "cpu"
+    device = backend.backend_name(like) if like is not None else None
     index, stride = None, 1
     for name in reversed(names):
         term = axis_index_p.bind(axis_name=name, device=device)
@@ -673,13 +769,14 @@ def _axis_index_shape_rule(*, axis_name, device):
 
 
 def _axis_index_impl(*, axis_name, device):
-    return backend.xp_for(device).asarray(_group(axis_name, "axis_index").rank, dtype=np.int32)
+    return backend.xp_for(device or "cpu").asarray(_group(axis_name, "axis_index").rank, dtype=np.int32)
 
 
 def _axis_index_batch(mapped, vals, dims, *, axis_name, device):
     if mapped.name != axis_name:  # (no operand: only the transform of its name processes it)
         return axis_index_p.bind(axis_name=axis_name, device=device), not_mapped
-    return indexing.iota_p.bind(size=mapped.size, dtype=np.dtype(np.int32), device=device), 0
+    # device None (no like=): the device of the vmap's own operands
+    return indexing.iota_p.bind(size=mapped.size, dtype=np.dtype(np.int32), device=device or mapped.device), 0
 
 
 _register(axis_index_p, _axis_index_impl, _axis_index_shape_rule, _axis_index_batch)

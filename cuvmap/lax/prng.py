@@ -105,12 +105,13 @@ def threefry2x32_body():
     """The C body of the GPU kernel: the rounds of :func:`threefry2x32_words` on the
     ``unsigned int`` (uint32) words ``a``, ``b`` from inputs ``k0, k1, x0, x1`` into the
     outputs ``y0, y1`` (generated from the same rotation table, so the two cannot drift)."""
-    lines = ["unsigned int ks0 = k0, ks1 = k1, ks2 = k0 ^ k1 ^ %du;" % int(_PARITY),
-             "unsigned int a = x0 + ks0, b = x1 + ks1;"]
+    lines = ["unsigned int ks0 = k0;", "unsigned int ks1 = k1;",
+             "unsigned int ks2 = k0 ^ k1 ^ %du;" % int(_PARITY),
+             "unsigned int a = x0 + ks0;", "unsigned int b = x1 + ks1;"]
     for i in range(5):
         for r in _ROTATIONS[i % 2]:
-            lines.append(f"a += b; b = (b << {r}u) | (b >> {32 - r}u); b ^= a;")
-        lines.append(f"a += ks{(i + 1) % 3}; b += ks{(i + 2) % 3}; b += {i + 1}u;")
+            lines.append(f"a = a + b; b = (b << {r}u) | (b >> {32 - r}u); b = b ^ a;")
+        lines.append(f"a = a + ks{(i + 1) % 3}; b = b + ks{(i + 2) % 3} + {i + 1}u;")
     lines.append("y0 = a; y1 = b;")
     return "\n".join(lines)
 

@@ -5,21 +5,42 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Tracer
-from cuvmap.numpy._common import _holds_tracer
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import broadcast_to, stack
 
 
+def _first_device_value(x):
+    """The first tracer or CuPy array in the nested lists and tuples ``x``, or None."""
+    if isinstance(x, Tracer) or backend.is_cupy_array(x):
+        return x
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            found = _first_device_value(e)
+            if found is not None:
+                return found
+    return None
+
+
+def _stacked(x, like):
+    """The nested lists ``x`` stacked; numbers and host arrays among them join ``like``'s
+    device (CuPy refuses a NumPy operand beside a CuPy one)."""
+    if isinstance(x, (list, tuple)):
+        return stack([_stacked(e, like) for e in x])
+    if isinstance(x, Tracer) or backend.is_cupy_array(x):
+        return x
+    return backend.xp_of(like).asarray(x)
+
+
 def asarray(x, dtype=None):
-    """Tracers pass through; nested lists and tuples that hold tracers are stacked into one
-    (as ``jnp.asarray([t.sum(), t.mean()])``); anything else becomes a NumPy array (or
-    stays a CuPy one). No copy is made when none is needed."""
+    """Tracers pass through; nested lists and tuples that hold tracers or CuPy arrays are
+    stacked into one (as ``jnp.asarray([t.sum(), t.mean()])``), on the device of the
+    first of them; anything else becomes a NumPy array (or stays a CuPy one). No copy is
+    made when none is needed."""
     if isinstance(x, Tracer):
         return x if dtype is None else astype(x, dtype)
-    if isinstance(x, (list, tuple)) and _holds_tracer(x):
-        if not x:
-            return np.asarray(x, dtype=dtype)
-        out = stack([asarray(e) for e in x])
+    like = _first_device_value(x) if isinstance(x, (list, tuple)) else None
+    if like is not None:
+        out = _stacked(x, like)
         return out if dtype is None else astype(out, dtype)
     if backend.is_cupy_array(x):
         return x if dtype is None else x.astype(dtype)
@@ -28,7 +49,7 @@ def asarray(x, dtype=None):
 
 def array(x, dtype=None):
     """Like :func:`asarray`, but a concrete array is always copied (as ``numpy.array``)."""
-    if isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _holds_tracer(x)):
+    if isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _first_device_value(x) is not None):
         return asarray(x, dtype)
     if backend.is_cupy_array(x):
         return x.astype(x.dtype if dtype is None else dtype, copy=True)

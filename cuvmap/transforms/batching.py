@@ -34,15 +34,18 @@ axis_primitive_batchers = {}
 
 
 class AxisData:
-    """What a ``vmap`` maps over: the axis ``size`` and its ``name`` (``None`` unless given
-    as ``vmap(..., axis_name=...)``: NOTE [named axes] in :mod:`cuvmap.core`). The
-    ``global_data`` of a batching transform's main."""
+    """What a ``vmap`` maps over: the axis ``size``, its ``name`` (``None`` unless given
+    as ``vmap(..., axis_name=...)``: NOTE [named axes] in :mod:`cuvmap.core`) and the
+    ``device`` of its mapped operands (``"cpu"`` or ``"gpu"``: where values made from the
+    axis alone, as ``axis_index``, live). The ``global_data`` of a batching transform's
+    main."""
 
-    __slots__ = ("size", "name")
+    __slots__ = ("size", "name", "device")
 
-    def __init__(self, size, name=None):
+    def __init__(self, size, name=None, device="cpu"):
         self.size = size
         self.name = name
+        self.device = device
 
     def __repr__(self):
         return f"AxisData(size={self.size}, name={self.name!r})"

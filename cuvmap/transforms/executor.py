@@ -95,7 +95,7 @@ MIN_REUSE_BYTES = 4096
 # on what else the heap holds. Buffer planning keeps the results that a writer puts into
 # the plan's buffers; the rest are the results of primitives without a writer
 # (dot_general, the convolutions) and the program's outputs. The per-example gradient of
-# the README CNN's dense layer is both: 62.5 MiB at batch 128, and every page fault of a
+# the benchmark CNN's dense layer is both: 62.5 MiB at batch 128, and every page fault of a
 # jit(vmap(grad)) call is in the one dot_general step that writes it (inside a jitted DP
 # step two copies of its transposed view, for the norms and the weighted sum, fault as
 # well). It stays that way, for two reasons:
@@ -110,7 +110,7 @@ MIN_REUSE_BYTES = 4096
 #   process from the heap, where a block freed below a live one never goes back to the
 #   system: the process would keep its peak memory. That is the user's decision to make.
 #
-# What a user can do: keep each large array of a call at or below 32 MiB (the README CNN
+# What a user can do: keep each large array of a call at or below 32 MiB (the benchmark CNN
 # at batch 64: its dense gradient is 31.25 MiB, which the heap keeps: no page faults), or
 # set ``MALLOC_MMAP_MAX_=0`` and a ``MALLOC_TRIM_THRESHOLD_`` above the program's
 # footprint in the environment (cuvmap then leaves malloc as it is: no page faults per
@@ -580,7 +580,9 @@ def _compile(p, out_is_scalar, loop=None):
     for step in p.steps:
         computed.update(step.outs)
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
-    namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
+    namespace = {"ndarray": np.ndarray, "generic": np.generic,
+                 # a scalar result becomes a 0-d array of the plan's device (CuPy refuses NumPy operands)
+                 "asarray": np.asarray if p.array_types[0] is np.ndarray else backend.xp_for("gpu").asarray,
                  "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]

@@ -72,17 +72,21 @@ class CExpression:
 
     ``float_only``: fused only where the computation type is a float. ``accepts(**params)
     -> bool``: which params the template handles (by default none: an equation with
-    params is not fused).
+    params is not fused). ``unfused(dtype, **params) -> bool``: where the template would
+    not give the unfused bits in the computation type ``dtype`` (NOTE [fused kernels round
+    as the unfused ones] in cuvmap/cuda/kernels.py), so the equation runs unfused.
     """
 
-    __slots__ = ("template", "float_only", "comparison_dtype", "bool_operands", "accepts")
+    __slots__ = ("template", "float_only", "comparison_dtype", "bool_operands", "accepts", "unfused")
 
-    def __init__(self, template, *, float_only=False, comparison_dtype=None, bool_operands=(), accepts=None):
+    def __init__(self, template, *, float_only=False, comparison_dtype=None, bool_operands=(), accepts=None,
+                 unfused=None):
         self.template = template
         self.float_only = float_only
         self.comparison_dtype = comparison_dtype
         self.bool_operands = tuple(bool_operands)
         self.accepts = accepts
+        self.unfused = unfused
 
     def __repr__(self):
         return f"CExpression({self.template!r})"
@@ -113,6 +117,8 @@ def fusible(eqn):
     if any(_operand_aval(x).dtype not in C_TYPES for x in eqn.inputs):
         return False
     if eqn.params and (expression.accepts is None or not expression.accepts(**eqn.params)):
+        return False
+    if expression.unfused is not None and expression.unfused(_computation_dtype(eqn), **eqn.params):
         return False
     return not expression.float_only or _computation_dtype(eqn).kind == "f"
 

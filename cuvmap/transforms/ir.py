@@ -245,15 +245,15 @@ def eval_jaxpr(jaxpr, consts, args, hook=None):
 
 def dce(jaxpr):
     """Dead-code elimination: drops the equations whose output no output depends on.
-    (Every primitive is pure; a bounds check's failure only matters when its checked
-    index is used.) An equation with several results whose primitive has a ``dce``
+    (Every primitive is pure but the ``effectful`` ones, which stay; a bounds check's
+    failure only matters when its checked index is used.) An equation with several results whose primitive has a ``dce``
     method (a call primitive: NOTE [call primitives] in :mod:`cuvmap.transforms.call`)
     loses its dead results, and the operands only they needed."""
     live = {v for v in jaxpr.outvars if type(v) is Var}
     kept = []
     for eqn in reversed(jaxpr.eqns):
         used = [v in live for v in eqn.outs]
-        if not any(used):
+        if not any(used) and not eqn.primitive.effectful:
             continue
         if eqn.primitive.multiple_results and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
             eqn = _prune_results(eqn, used)
@@ -331,6 +331,7 @@ def fold_constants(closed):
         # a collective is never folded: its value depends on the other members of its axis
         # (a vmap's examples, other processes), which only a run of the program meets
         if (not eqn.primitive.multiple_results and eqn.primitive.axis_mains is None
+                and not eqn.primitive.effectful  # an effect runs with the program, not once now
                 and all(type(x) is Literal or x in known for x in eqn.inputs)):
             vals = [x.val if type(x) is Literal else known[x] for x in eqn.inputs]
             in_size = sum(int(np.size(v)) for v in vals)
@@ -376,7 +377,7 @@ def cse(jaxpr):
 
     for eqn in jaxpr.eqns:
         inputs = [sub(x) for x in eqn.inputs]
-        params = _param_key(eqn.params)
+        params = None if eqn.primitive.effectful else _param_key(eqn.params)  # each effect runs
         if params is not None:
             key = (eqn.primitive, params, tuple(
                 x if type(x) is Var else x.key() for x in inputs))

@@ -1,0 +1,1 @@
+"""``cupyx.scipy`` of the strict CuPy stand-in (``special`` only)."""

@@ -1,0 +1,366 @@
+"""The strict CuPy stand-in (tests/strict_cupy) refuses what CuPy 14 refuses, evaluates
+``ElementwiseKernel`` bodies as C, records captures and replays them, and counts
+device->host reads; and, through it, the device discipline of cuvmap's jitted programs:
+what a step reads back and whether it is captured as a graph.
+
+The references are CuPy's documented behaviour (its messages, quoted) and closed forms of
+C's arithmetic. Every test here needs the stand-in (the module skips on a real GPU, where
+tools/gpu_checks.sh runs the gpu tests on CuPy itself).
+"""
+import importlib.util
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import conftest
+
+if not conftest.STRICT_CUPY:
+    pytest.skip("the strict CuPy stand-in is not installed (a real GPU, or CUVMAP_STRICT_CUPY=0)",
+                allow_module_level=True)
+
+import cupy  # noqa: E402  (the stand-in: conftest put it first on sys.path)
+import cupyx  # noqa: E402
+import strict_cupy  # noqa: E402
+
+import cuvmap as cv  # noqa: E402
+from cuvmap import dp, nn  # noqa: E402
+from cuvmap.cuda import cudnn, graphs as cuda_graphs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _dev(a):
+    return cupy.asarray(np.asarray(a))
+
+
+# ---------------------------------------------------------------------------------------
+# What it is, and what is unavailable under it
+# ---------------------------------------------------------------------------------------
+
+
+def test_it_is_the_cupy_cuvmap_sees_and_it_has_no_cudnn_or_nccl():
+    assert strict_cupy.active() and cupy.__file__.startswith(strict_cupy.HERE)
+    assert cv.gpu_available() and cv.backend.xp_for("gpu") is cupy
+    assert not cudnn.available()
+    with pytest.raises(ImportError):
+        importlib.import_module("cupy.cuda.nccl")
+    with pytest.raises(AttributeError, match="stand-in"):
+        cupy.fft  # noqa: B018 - not a surface cuvmap calls
+
+
+# ---------------------------------------------------------------------------------------
+# What it refuses (CuPy's messages)
+# ---------------------------------------------------------------------------------------
+
+IMPLICIT = "Implicit conversion to a NumPy array is not allowed"
+UNSUPPORTED = "Unsupported type <class 'numpy.ndarray'>"
+A = np.arange(6.0).reshape(2, 3)
+
+REFUSED = [  # (what, function of a device array, exception, message)
+    ("numpy.asarray", lambda a: np.asarray(a), TypeError, IMPLICIT),
+    ("numpy.array", lambda a: np.array(a), TypeError, IMPLICIT),
+    ("a NumPy function CuPy lacks", lambda a: np.nanargmax(a), TypeError, "no implementation found"),
+    ("np.testing on a device array", lambda a: np.testing.assert_allclose(a, A), TypeError, IMPLICIT),
+    ("device + host", lambda a: a + A, TypeError, UNSUPPORTED),
+    ("host + device", lambda a: A + a, TypeError, UNSUPPORTED),
+    ("device + host 0-d", lambda a: a + np.asarray(1.0), TypeError, UNSUPPORTED),
+    ("numpy ufunc, host operand", lambda a: np.multiply(a, A), TypeError, UNSUPPORTED),
+    ("cupy ufunc, host operand", lambda a: cupy.maximum(a, A), TypeError, UNSUPPORTED),
+    ("concatenate with a host array", lambda a: cupy.concatenate([a, A]), TypeError, UNSUPPORTED),
+    ("where with a host operand", lambda a: cupy.where(a > 1, a, A), TypeError, UNSUPPORTED),
+    ("a list mixing device arrays and numbers", lambda a: cupy.asarray([a[0, 0], 1.0]), TypeError, IMPLICIT),
+    ("fill from a host array", lambda a: a.__setitem__(slice(None), A), ValueError, "non-scalar numpy.ndarray"),
+    ("copyto from a host array", lambda a: cupy.copyto(a, A), ValueError, "non-scalar numpy.ndarray"),
+    ("ascontiguousarray of a host array", lambda a: cupy.ascontiguousarray(A), TypeError, "incorrect type"),
+    ("an object dtype", lambda a: cupy.asarray(np.array([None])), ValueError, "Unsupported dtype"),
+    ("the array interface", lambda a: a.__array_interface__, AttributeError, "__array_interface__"),
+    ("the buffer protocol", lambda a: memoryview(a), TypeError, "bytes-like object"),
+    ("an index", lambda a: [1, 2, 3][a[0, 1].astype(int)], TypeError, "indices"),
+]
+
+
+@pytest.mark.parametrize("what, fn, exc, message", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refuses_what_cupy_refuses(what, fn, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        fn(_dev(A))
+
+
+ALLOWED = [  # (what, function of a device array, its value on the host) -- CuPy allows these
+    ("NumPy scalars", lambda a: a * np.float32(2), A * 2),
+    ("Python scalars", lambda a: 2.0 - a, 2.0 - A),
+    ("a comparison with a host 0-d array (CuPy's workaround)", lambda a: a > np.asarray(2.0), A > 2),
+    ("NumPy functions CuPy has", lambda a: np.sum(np.exp(a), axis=0), np.exp(A).sum(0)),
+    ("host index arrays", lambda a: a[np.array([1, 0])], A[[1, 0]]),
+    ("take with host indices", lambda a: cupy.take(a, np.array([2, 0]), axis=1), A[:, [2, 0]]),
+    ("a list of device arrays", lambda a: cupy.asarray([a[0], a[1]]), A),
+    ("assigning a host array through an index array", lambda a: _assign(a, [1], A[:1]), A[[0, 0]]),
+]
+
+
+def _assign(a, idx, value):
+    a[cupy.asarray(np.array(idx))] = value
+    return a
+
+
+@pytest.mark.parametrize("what, fn, want", ALLOWED, ids=[r[0] for r in ALLOWED])
+def test_allows_what_cupy_allows(what, fn, want):
+    got = fn(_dev(A))
+    assert type(got) is cupy.ndarray
+    np.testing.assert_array_equal(got.get(), want)
+
+
+def test_results_are_device_arrays_never_numpy_scalars():
+    a = _dev(A)
+    for got in (a.sum(), a[0, 1], np.max(a), cupy.linalg.norm(a), a.mean(axis=None)):
+        assert type(got) is cupy.ndarray and got.shape == ()
+    view = a[1, 2]
+    a[1, 2] = 7.0
+    assert float(view) == 7.0  # a 0-d view, as CuPy's
+
+
+class _Deferring:
+    """An operand with a higher ``__array_priority__`` (and no ``__array_ufunc__``)."""
+    __array_priority__ = 1000
+
+    def __radd__(self, other):
+        return "deferred"
+
+
+class _OptedOut:
+    __array_ufunc__ = None
+
+    def __rmul__(self, other):
+        return "opted out"
+
+
+def test_binary_operators_defer_as_cupy_does():
+    a = _dev(A)
+    assert a + _Deferring() == "deferred"
+    assert a * _OptedOut() == "opted out"
+
+
+def test_sorts_are_stable():
+    keys = _dev([1.0, 0.0, 1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(cupy.argsort(keys).get(), [1, 3, 0, 2, 4])
+
+
+# ---------------------------------------------------------------------------------------
+# ElementwiseKernel: the body evaluated as C, with the declared dtypes
+# ---------------------------------------------------------------------------------------
+
+C_CASES = [  # (in params, body, inputs, out dtype, expected by C's rules)
+    ("int32 a, int32 b", "out0 = a / b;", ([-7, 7, -8], [2, -2, 3]), np.int32, [-3, -3, -2]),  # truncation
+    ("int32 a, int32 b", "out0 = a % b;", ([-7, 7], [2, -2]), np.int32, [-1, 1]),
+    ("uint8 a, uint8 b", "out0 = a + b;", ([200], [100]), np.int32, [300]),  # promoted to int
+    ("uint8 a, uint8 b", "unsigned char v = a + b; out0 = v;", ([200], [100]), np.int32, [44]),
+    ("float32 a", "out0 = a * 0.1;", ([3.0],), np.float64, [np.float64(np.float32(3.0)) * 0.1]),  # a double literal
+    ("float32 a", "out0 = a * 0.1f;", ([3.0],), np.float64, [np.float64(np.float32(3.0) * np.float32(0.1))]),
+    ("float32 a, float32 b", "float v = a * b + a; out0 = v;", ([1.1], [2.3]), np.float32,
+     [np.float32(1.1) * np.float32(2.3) + np.float32(1.1)]),
+    ("int32 a", "out0 = (a > 1 || a < -1) ? a : -a;", ([0, 2, -3, 1],), np.int32, [0, 2, -3, -1]),
+    ("float64 a", "out0 = ((double)(long long)a);", ([-2.7, 2.7],), np.float64, [-2.0, 2.0]),
+    ("int32 a", "out0 = __int_as_float(0x7f800000) * a;", ([1, -1],), np.float32, [np.inf, -np.inf]),
+    ("float64 a", "out0 = pow(a, ((double)3));", ([2.0],), np.float64, [8.0]),
+    ("uint32 a", "out0 = a - 1;", ([0],), np.uint32, [4294967295]),  # unsigned arithmetic wraps
+    ("int32 a", "bool v = a; out0 = !v;", ([0, 5],), np.bool_, [True, False]),
+]
+
+
+@pytest.mark.parametrize("in_params, body, inputs, out_dtype, want", C_CASES, ids=[c[1] for c in C_CASES])
+def test_elementwise_kernel_bodies_follow_c(in_params, body, inputs, out_dtype, want):
+    dtypes = [p.split()[0] for p in in_params.split(",")]
+    args = [_dev(np.asarray(x, dtype=d)) for x, d in zip(inputs, dtypes)]
+    kernel = cupy.ElementwiseKernel(in_params, f"{np.dtype(out_dtype).name} out0", body, "k")
+    out = kernel(*args)
+    assert out.dtype == out_dtype
+    np.testing.assert_array_equal(out.get(), np.asarray(want, dtype=out_dtype))
+
+
+def test_elementwise_kernel_enforces_the_declared_dtypes():
+    kernel = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x * 2;", "k")
+    with pytest.raises(TypeError, match="Type is mismatched"):
+        kernel(_dev(np.ones(3)))  # float64
+    with pytest.raises(TypeError, match=re.escape(UNSUPPORTED)):
+        kernel(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="Type is mismatched"):
+        kernel(_dev(np.ones(3, np.float32)), cupy.empty(3, np.float64))
+    np.testing.assert_array_equal(kernel(2.5).get(), 5.0)  # a Python scalar takes the declared type
+
+
+def test_a_body_outside_c_does_not_compile():
+    kernel = cupy.ElementwiseKernel("float32 x", "float32 y", "y = undefined_function(x);", "k")
+    with pytest.raises(cupy.cuda.compiler.CompileException):
+        kernel(_dev(np.ones(2, np.float32)))
+
+
+# ---------------------------------------------------------------------------------------
+# Device->host reads, stream capture and graphs
+# ---------------------------------------------------------------------------------------
+
+
+def test_host_reads_are_counted_per_call_site():
+    a = _dev(A)
+    with strict_cupy.recording() as log:
+        for _ in range(3):
+            float(a.sum())
+        a.get()
+    sites = sorted(log["host_reads"].items())
+    assert [count for _, count in sites] == [3, 1]
+    assert all(site.startswith("tests/test_strict_cupy.py:") for site, _ in sites)
+
+
+CAPTURE_REFUSED = [  # (what, function of a float32 device array, exception, kind recorded)
+    ("a device->host read", lambda a: a.get(), cupy.cuda.runtime.CUDARuntimeError, "host read"),
+    ("a Python bool of a device value", lambda a: bool(a[0] > 0), cupy.cuda.runtime.CUDARuntimeError, "host read"),
+    ("a boolean mask (a data-dependent shape)", lambda a: a[a > 0], cupy.cuda.runtime.CUDARuntimeError, "host read"),
+    ("a host->device copy", lambda a: a + cupy.asarray(np.ones(4, np.float32)), cupy.cuda.runtime.CUDARuntimeError,
+     "host->device copy"),
+    ("a float matmul (cuBLAS)", lambda a: a[:, None] @ a[None], NotImplementedError, "cuBLAS"),
+    ("an SVD (cuSOLVER)", lambda a: cupy.linalg.svd(a.reshape(2, 2)), NotImplementedError, "cuSOLVER"),
+    ("a legacy random draw (cuRAND)", lambda a: cupy.random.standard_normal(4), NotImplementedError, "cuRAND"),
+]
+
+
+@pytest.mark.parametrize("what, fn, exc, kind", CAPTURE_REFUSED, ids=[r[0] for r in CAPTURE_REFUSED])
+def test_a_capture_refuses_reads_copies_and_libraries(what, fn, exc, kind):
+    a = _dev(np.arange(4, dtype=np.float32))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    strict_cupy.reset()
+    with stream:
+        stream.begin_capture()
+        try:
+            with pytest.raises(exc):
+                fn(a)
+        finally:
+            with pytest.raises(cupy.cuda.runtime.CUDARuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+                stream.end_capture()
+    assert [r["kind"] for r in strict_cupy.refusals()] == [kind]
+
+
+def test_a_capture_allows_kernels_integer_matmuls_and_generator_draws():
+    a = _dev(np.arange(4, dtype=np.int64))
+    rng = cupy.random.default_rng(0)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    strict_cupy.reset()
+    with stream:
+        stream.begin_capture()
+        a[:, None] @ a[None]
+        rng.standard_normal(3)
+        cupy.sort(a * 2)
+        graph = stream.end_capture()
+    assert graph.names() == ["getitem", "getitem", "matmul", "Generator.standard_normal", "multiply", "sort"]
+    assert not strict_cupy.refusals()
+
+
+def test_a_graph_replays_its_launches_on_the_captured_buffers():
+    """Captured work does not run until the graph is launched (the outputs hold garbage),
+    and each launch recomputes from the current contents of the captured inputs."""
+    x = _dev(np.arange(4.0))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    strict_cupy.reset()
+    with stream:
+        stream.begin_capture()
+        y = cupy.sin(x) * 2.0 + x[::-1]
+        graph = stream.end_capture()
+    assert np.isnan(y.get()).all()
+    for values in (np.arange(4.0), np.full(4, -1.5)):
+        cupy.copyto(x, _dev(values))
+        graph.launch(stream=stream)
+        np.testing.assert_array_equal(y.get(), np.sin(values) * 2.0 + values[::-1])
+    assert strict_cupy.graphs() == [graph] and graph.launches == 2
+
+
+def test_scatter_add_and_setitem_are_replayed():
+    x = _dev(np.zeros(3))
+    idx = _dev(np.array([0, 2, 0]))
+    v = _dev(np.ones(3))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        cupyx.scatter_add(x, idx, v)
+        x[1] = 5.0
+        graph = stream.end_capture()
+    x[...] = 0.0
+    graph.launch()
+    graph.launch()
+    np.testing.assert_array_equal(x.get(), [4.0, 5.0, 2.0])
+
+
+def test_a_jitted_elementwise_program_is_captured_and_reads_nothing():
+    f = cv.jit(lambda x, y: cv.numpy.sin(x) * y + 1.0)
+    x, y = _dev(np.linspace(0, 1, 64)), _dev(np.full(64, 0.5))
+    strict_cupy.reset()
+    for k in range(3):
+        got = f(x, y + k)
+        np.testing.assert_allclose(got.get(), np.sin(np.linspace(0, 1, 64)) * (0.5 + k) + 1.0, rtol=1e-15)
+    reads = strict_cupy.host_reads()
+    assert set(reads) == {next(iter(reads))} and sum(reads.values()) == 3  # the test's own .get() only
+    assert len(strict_cupy.graphs()) == 1 and not strict_cupy.refusals()
+
+
+CAPTURE_FAILURES = [  # (what, a jitted function of a float32 matrix, its reference, what the warning names)
+    ("a float matmul", lambda x: cv.numpy.sin(x) @ x.T, lambda x: np.sin(x) @ x.T, "calling cuBLAS API"),
+    ("an SVD", lambda x: cv.numpy.linalg.svd(x * 2.0, compute_uv=False),
+     lambda x: np.linalg.svd(x * 2.0, compute_uv=False), "calling cuSOLVER API"),
+]
+
+
+@pytest.mark.parametrize("what, f, ref, cause", CAPTURE_FAILURES, ids=[c[0] for c in CAPTURE_FAILURES])
+def test_a_failed_capture_warns_with_its_cause_and_runs_op_by_op(what, f, ref, cause):
+    jitted = cv.jit(f)
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    jitted(_dev(x))
+    with pytest.warns(cuda_graphs.GraphCaptureWarning, match=re.escape(cause)):
+        got = jitted(_dev(x))
+    np.testing.assert_allclose(jitted(_dev(x)).get(), ref(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.get(), ref(x), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# The main job's step (examples/dp_sgd_digits.py: DP-SGD with ghost clipping, under jit)
+# ---------------------------------------------------------------------------------------
+
+
+def _main_job():
+    spec = importlib.util.spec_from_file_location("example_dp_sgd_digits",
+                                                  os.path.join(ROOT, "examples", "dp_sgd_digits.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_main_jobs_jitted_step_reads_nothing_and_is_captured():
+    """The step of examples/dp_sgd_digits.py (ghost-clipped per-example gradients of the
+    CNN, the masked sum, noise, Adam) under jit on the GPU: from its second call it is one
+    CUDA graph, and no call reads anything back from the device."""
+    job = _main_job()
+    rng = cupy.random.default_rng(0)
+    _, params = job.MODEL.init(rng, (-1, 1, 8, 8))
+    opt = nn.optim.adam(1e-3)
+    state = opt.init(params)
+    clipped_grad = dp.clipped_grad(job.loss, 1.0)
+
+    def dp_step(params, state, x, y, mask, noise):
+        clipped = clipped_grad(params, x, y, mask=mask)
+        grads = dp.private_gradient(clipped, 1.0, 1.0, mask=mask, noise=noise, expected_batch_size=16.0)
+        return opt.update(grads, state, params)
+
+    step = cv.jit(dp_step)
+    r = np.random.default_rng(1)
+    x = _dev(r.standard_normal((16, 1, 8, 8)).astype(np.float32))
+    y = _dev(r.integers(0, 10, 16))
+    mask = _dev((r.random(16) < 0.8).astype(np.float32))
+    reads, graphs = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a capture that fails warns: fail instead
+        for _ in range(3):
+            noise = dp.standard_normal_like(params, rng)
+            strict_cupy.reset()
+            params, state = step(params, state, x, y, mask, noise)
+            reads.append(strict_cupy.host_reads())
+            graphs.append(len(strict_cupy.graphs()))
+    assert reads == [{}, {}, {}]
+    assert graphs == [0, 1, 0] and not strict_cupy.refusals()
