@@ -9,6 +9,7 @@
     python -m benchmarks accounting
     python -m benchmarks selfcheck
     python -m benchmarks compare BASE.json HEAD.json
+    python -m benchmarks loaded --load 1 --pairs 2 dp --batch 32 128
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -41,7 +42,7 @@ import importlib
 import os
 import sys
 
-from benchmarks import compare, timing
+from benchmarks import background, compare, loaded, timing
 
 SUITES = {
     "per_example": "benchmarks.suite_per_example",
@@ -78,6 +79,9 @@ def add_common_arguments(parser, defaults):
     g.add_argument("--inject-slowdown", metavar="CASE=FRACTION", action="append", default=None,
                    help="self-check: make the timed calls of the case with this key or label slower by FRACTION of "
                         "its own time (repeatable)")
+    g.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="start N busy-loop processes before the suite and stop them after it (a machine with N "
+                        "cores busy with other work); printed with the settings")
     g.add_argument("--l2-flush", choices=["on", "off"], default="on",
                    help="gpu: flush the L2 cache (write twice its size) before each timed call")
     g.add_argument("--cuda-graph", action="store_true",
@@ -100,6 +104,9 @@ def build_parser():
     p = sub.add_parser("compare", help=compare.SUMMARY, description=compare.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     compare.add_arguments(p)
+    p = sub.add_parser("loaded", help=loaded.SUMMARY, description=loaded.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    loaded.add_arguments(p)
     for name, modname in SUITES.items():
         mod = importlib.import_module(modname)
         p = sub.add_parser(name, help=mod.SUMMARY, description=mod.__doc__,
@@ -124,10 +131,25 @@ def run(args):
     timing.GPU_TIMING["l2_flush"] = getattr(args, "l2_flush", "on") == "on"
     try:
         args.policy = harness.Policy.from_args(args)
+        load = background.BackgroundLoad(getattr(args, "background_load", 0) or 0)
     except ValueError as err:
         print(f"python -m benchmarks {args.suite}: {err}", file=sys.stderr)
         return None
+    try:
+        load.start()
+        return _run_loaded(args, mod, load)
+    finally:
+        load.stop()
+
+
+def _run_loaded(args, mod, load):
+    from benchmarks import harness
+    from cuvmap.cpu import threads as cpu_threads  # after main()'s --torch-first import of torch
+
     settings = harness.settings(args.device)
+    settings["background load"] = load.describe()
+    if args.device == "cpu":
+        settings["cuvmap CPU threads"] = cpu_threads.describe()
     if args.suite in OWN_ROUNDS:
         settings["rounds"] = "the suite's own (--max-spread and --inject-slowdown do not apply)"
     else:
@@ -141,8 +163,9 @@ def run(args):
                    settings=settings)
     monitor = harness.LoadMonitor()
     results.update(mod.run(args, settings))
-    load = monitor.stop()
-    results["machine_load"] = load
+    machine = monitor.stop()
+    results["machine_load"] = machine
+    results["background_load"] = load.stop()
     results["timing_policy"] = dict(repeats=args.policy.repeats, warmup=args.policy.warmup,
                                     max_spread=args.policy.max_spread, max_repeats=args.policy.max_repeats,
                                     max_seconds=args.policy.max_seconds, inject=args.policy.inject,
@@ -154,9 +177,13 @@ def run(args):
         results["exit_status"] = max(results.get("exit_status", 0), 2)
     plot = results.pop("plot", None)
 
-    print(f"\nmachine load during the run: {harness.LoadMonitor.describe(load)}")
-    if load["warning"]:
-        print(f"\n**warning**: {load['warning']}")
+    print(f"\nmachine load during the run: {harness.LoadMonitor.describe(machine)}")
+    if background.BackgroundLoad.describe_result(results["background_load"]):
+        print(f"{background.BackgroundLoad.describe_result(results['background_load'])} (counted in the load above)")
+    if args.device == "cpu":
+        print(f"cuvmap's CPU threads: {cpu_threads.describe()}")
+    if machine["warning"]:
+        print(f"\n**warning**: {machine['warning']}")
 
     json_path = None
     if not args.no_json:
@@ -204,6 +231,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.suite == "compare":
         return compare.main(args)
+    if args.suite == "loaded":
+        return loaded.main(args)
     args.argv = argv
     results = run(args)
     return results.get("exit_status", 0) if results is not None else 2
