@@ -9,7 +9,7 @@
     python -m benchmarks accounting
     python -m benchmarks selfcheck
     python -m benchmarks compare BASE.json HEAD.json
-    python -m benchmarks loaded --load 1 --pairs 2 dp --batch 32 128
+    python -m benchmarks dp --batch 32 128 --background-load 1 --alternate-load
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -42,7 +42,8 @@ import importlib
 import os
 import sys
 
-from benchmarks import background, compare, loaded, timing
+from benchmarks import background, compare, timing
+from benchmarks import stats as bstats
 
 SUITES = {
     "per_example": "benchmarks.suite_per_example",
@@ -82,6 +83,9 @@ def add_common_arguments(parser, defaults):
     g.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="start N busy-loop processes before the suite and stop them after it (a machine with N "
                         "cores busy with other work); printed with the settings")
+    g.add_argument("--alternate-load", action="store_true",
+                   help="with --background-load N: time each round twice, the loops paused and running, and report "
+                        "each case's loaded / quiet ratio and cuvmap / torch under load, paired by round")
     g.add_argument("--l2-flush", choices=["on", "off"], default="on",
                    help="gpu: flush the L2 cache (write twice its size) before each timed call")
     g.add_argument("--cuda-graph", action="store_true",
@@ -104,9 +108,6 @@ def build_parser():
     p = sub.add_parser("compare", help=compare.SUMMARY, description=compare.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     compare.add_arguments(p)
-    p = sub.add_parser("loaded", help=loaded.SUMMARY, description=loaded.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    loaded.add_arguments(p)
     for name, modname in SUITES.items():
         mod = importlib.import_module(modname)
         p = sub.add_parser(name, help=mod.SUMMARY, description=mod.__doc__,
@@ -131,10 +132,13 @@ def run(args):
     timing.GPU_TIMING["l2_flush"] = getattr(args, "l2_flush", "on") == "on"
     try:
         args.policy = harness.Policy.from_args(args)
-        load = background.BackgroundLoad(getattr(args, "background_load", 0) or 0)
+        load = background.BackgroundLoad(getattr(args, "background_load", 0) or 0,
+                                         alternate=getattr(args, "alternate_load", False))
     except ValueError as err:
         print(f"python -m benchmarks {args.suite}: {err}", file=sys.stderr)
         return None
+    if load.alternate:
+        args.policy.load = load
     try:
         load.start()
         return _run_loaded(args, mod, load)
@@ -166,6 +170,13 @@ def _run_loaded(args, mod, load):
     machine = monitor.stop()
     results["machine_load"] = machine
     results["background_load"] = load.stop()
+    if load.alternate:
+        rows = load.report(getattr(mod, "TORCH_COUNTERPART", {}), factor=getattr(args, "factor", bstats.DEFAULT_FACTOR),
+                           confidence=getattr(args, "confidence", bstats.DEFAULT_CONFIDENCE))
+        results["alternate_load"] = rows
+        print()
+        print("\n".join(background.report_lines(rows, load.n, confidence=getattr(args, "confidence",
+                                                                                   bstats.DEFAULT_CONFIDENCE))))
     results["timing_policy"] = dict(repeats=args.policy.repeats, warmup=args.policy.warmup,
                                     max_spread=args.policy.max_spread, max_repeats=args.policy.max_repeats,
                                     max_seconds=args.policy.max_seconds, inject=args.policy.inject,
@@ -231,8 +242,6 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.suite == "compare":
         return compare.main(args)
-    if args.suite == "loaded":
-        return loaded.main(args)
     args.argv = argv
     results = run(args)
     return results.get("exit_status", 0) if results is not None else 2

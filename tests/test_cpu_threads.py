@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import background, loaded  # noqa: E402
+from benchmarks import background, harness  # noqa: E402
 from benchmarks.__main__ import main as cli_main  # noqa: E402
 
 
@@ -286,19 +286,40 @@ def test_suite_option_starts_prints_and_stops_the_loops(capsys, tmp_path):
     assert res["background_load"]["processes"] == 1
 
 
-def _result(rows):
-    return dict(suite="dp", rows=[dict(network="mlp", batch=32, key=k, method=k, framework=fw, times_ms=t)
-                                  for k, fw, t in rows])
+def test_alternate_load_report():
+    """--alternate-load: rounds timed with the loops paused and running; the report pairs
+    them by round, and holds cuvmap's case against its torch counterpart under load."""
+    load = background.BackgroundLoad(1, alternate=True, settle=0.0)
+    load.procs = []     # no processes: record() reads only the state
+    cases = {k: harness.Case(k, k, None, None) for k in ("batched", "torch_batched")}
+    for r in range(8):
+        for running in (False, True):
+            load.running = running
+            load.record("mlp batch 32: ", cases["batched"], (13.0 if running else 10.0 + 0.1 * r) * 1e-3)
+            load.record("mlp batch 32: ", cases["torch_batched"], (20.0 if running else 12.0) * 1e-3)
+    rows = {r["key"]: r for r in load.report({"batched": "torch_batched"})}
+    mine = rows["batched"]
+    assert mine["where"] == "mlp batch 32" and mine["rounds"] == 8
+    assert mine["quiet_ms"] == pytest.approx(10.35) and mine["loaded_ms"] == pytest.approx(13.0)
+    assert 1.2 < mine["slowdown"]["ratio"] < 1.35 and mine["slowdown_met"] == "yes"
+    assert mine["vs_torch"]["ratio"] == pytest.approx(0.65) and mine["vs_torch_met"] == "yes"
+    assert "vs_torch" not in rows["torch_batched"]
+    lines = "\n".join(background.report_lines(list(rows.values()), 1))
+    assert "| mlp batch 32 | batched | 8 |" in lines
+    with pytest.raises(ValueError, match="--alternate-load"):
+        background.BackgroundLoad(0, alternate=True)
 
 
-def test_loaded_summary():
-    quiet = [_result([("batched", "cuvmap", [10.0, 10.2, 9.9, 10.1] * 3),
-                      ("torch_batched", "torch", [12.0, 12.1, 11.9, 12.2] * 3)])]
-    busy = [_result([("batched", "cuvmap", [13.0, 13.2, 12.9, 13.1] * 3),
-                     ("torch_batched", "torch", [20.0, 21.0, 19.5, 20.5] * 3)])]
-    rows = {r["case"]: r for r in loaded.summarize(quiet, busy, {"batched": "torch_batched"})}
-    mine = rows["network mlp · batch 32: batched"]
-    assert mine["slowdown"]["ratio"] == pytest.approx(1.3, abs=0.02) and mine["slowdown_met"] == "yes"
-    assert mine["torch_loaded_ms"] == pytest.approx(20.25)
-    assert mine["vs_torch"]["ratio"] < 1 and mine["vs_torch_met"] == "yes"
-    assert "vs_torch" not in rows["network mlp · batch 32: torch_batched"]
+def test_alternate_load_pauses_and_resumes(capsys, tmp_path):
+    path = tmp_path / "out.json"
+    argv = ["dp", "--models", "mlp", "--batch", "2", "--mlp-widths", "16", "8", "4", "--no-jit", "--no-torch",
+            "--repeats", "2", "--warmup", "1", "--max-spread", "0", "--progress", "off", "--background-load", "1",
+            "--alternate-load", "--json", str(path), "--no-plot"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert "## Under 1 busy core(s)" in out
+    rows = {r["key"]: r for r in res["alternate_load"]}
+    assert set(rows) == {"batched", "vmap_clip", "ghost"}
+    assert all(r["rounds"] == 2 and len(r["loaded_times_ms"]) == 2 for r in rows.values())
+    assert all(len(r["times_ms"]) == 2 for r in res["rows"])     # the suite's own rows: the quiet halves
