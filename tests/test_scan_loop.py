@@ -293,3 +293,21 @@ def test_eager_grad_of_a_scan_compiles_its_plans_once():
     for _ in range(3):
         np.testing.assert_array_equal(g(xs), first)
     assert executor._code_cache.misses == misses
+
+
+def test_the_loop_runs_on_either_device(backend):
+    """On the GPU (the strict CuPy stand-in without one) the loop slices, writes rows with
+    ``out=`` and transposes its constant as on the CPU: the same results as NumPy."""
+    w, u = np.asarray(W, np.float32), np.asarray(U, np.float32)
+    h0 = np.zeros((3, 4), np.float32)
+    xs = _rng(17).standard_normal((6, 3, 4)).astype(np.float32)
+
+    def loss(w, u, h0, xs):
+        h, hs = lax.scan(lambda h, x: (cnp.tanh(h @ w + x @ u), h * 2.0), h0, xs, reverse=True)
+        return cnp.sum(h * h) + cnp.sum(hs)
+
+    want = cv.jit(cv.grad(loss, argnums=(0, 1)))(w, u, h0, xs)
+    args = [cv.device_put(v, backend) for v in (w, u, h0, xs)]
+    got = cv.jit(cv.grad(loss, argnums=(0, 1)))(*args)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(np.asarray(cv.device_put(g, "cpu")), r, rtol=1e-5, atol=1e-6)

@@ -22,6 +22,7 @@ import operator
 import numpy as np
 
 from cuvmap import backend, core
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
@@ -86,12 +87,14 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
         # a product of two matrices: the transposes are views, no reshape
         x_t, y_t = x_perm != (0, 1), y_perm != (0, 1)
         if x_t and y_t:
-            return _prepared(lambda x, y: x.T @ y.T, (None, _transposed), lambda x, y: x.T @ y)
-        if x_t:
-            return lambda x, y: x.T @ y
-        if y_t:
-            return _prepared(lambda x, y: x @ y.T, (None, _transposed), operator.matmul)
-        return operator.matmul
+            fn = _prepared(lambda x, y: x.T @ y.T, (None, _transposed), lambda x, y: x.T @ y)
+        elif x_t:
+            fn = lambda x, y: x.T @ y  # noqa: E731
+        elif y_t:
+            fn = _prepared(lambda x, y: x @ y.T, (None, _transposed), operator.matmul)
+        else:
+            fn = operator.matmul
+        return _with_threads(fn, m, n, k)
     if k == 1:
         # an outer product (per-example gradients of a dense layer): a broadcast multiply
         # writes the output once; a stack of rank-1 GEMMs is several times slower. NumPy's
@@ -113,7 +116,7 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
     def product(x, y):
         return (x.transpose(x_perm).reshape(x_mat) @ y.transpose(y_perm).reshape(y_mat)).reshape(out_shape)
 
-    return product
+    return _with_threads(product, m, n, k)
 
 
 # NOTE [a loop's constant operand transposed once]
@@ -133,6 +136,24 @@ def _transposed(w):
 def _prepared(fn, prepare, prepared):
     fn.prepare, fn.prepared = prepare, prepared
     return fn
+
+
+def _with_threads(fn, m, n, k):
+    """``fn``, a GEMM of ``m × k`` by ``k × n``, run on NumPy operands with the thread count
+    that NOTE [threads under a busy machine] (cuvmap/cpu/threads.py) asks for; ``fn`` itself
+    where OpenBLAS would use one thread anyway (the small GEMMs of a loop's body pay
+    nothing)."""
+    if m * n * k < cpu_threads.MIN_PARALLEL_MNK:
+        return fn
+
+    def threaded(x, y):
+        limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
+        with cpu_threads.limited(limit):
+            return fn(x, y)
+
+    if hasattr(fn, "prepare"):
+        _prepared(threaded, fn.prepare, _with_threads(fn.prepared, m, n, k))
+    return threaded
 
 
 def _dot_general_impl(x, y, *, dimension_numbers):
