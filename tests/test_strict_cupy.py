@@ -301,6 +301,31 @@ def test_a_jitted_elementwise_program_is_captured_and_reads_nothing():
     assert len(strict_cupy.graphs()) == 1 and not strict_cupy.refusals()
 
 
+STATIC_LOOPS = [  # (what, a jitted function of a float64 vector, its reference by a Python loop)
+    ("fori_loop with static bounds (an int64 counter carry)",
+     lambda x: cv.lax.fori_loop(1, 4, lambda i, v: v * 0.5 + i, x), lambda x: ((x * 0.5 + 1) * 0.5 + 2) * 0.5 + 3),
+    ("scan with stacked outputs", lambda x: cv.lax.scan(lambda c, y: (c + y, c * y), x[0], x[1:])[1],
+     lambda x: np.array([sum(x[:i + 1]) * x[i + 1] for i in range(len(x) - 1)])),
+    ("map", lambda x: cv.lax.map(lambda r: cv.numpy.sin(r) * r, x.reshape(2, -1)).reshape(-1),
+     lambda x: np.sin(x) * x),
+]
+
+
+@pytest.mark.parametrize("what, f, ref", STATIC_LOOPS, ids=[c[0] for c in STATIC_LOOPS])
+def test_a_loop_with_a_static_length_is_captured_and_replays_its_steps(what, f, ref):
+    """A loop of a static length unrolls into the graph; every replay computes the current
+    arguments' values (not those of the capture)."""
+    jitted = cv.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(4):
+            x = np.linspace(-1.0, 1.0, 6) + k
+            strict_cupy.reset()
+            got = jitted(_dev(x))
+            assert len(strict_cupy.graphs()) == (k == 1) and not strict_cupy.refusals()
+            np.testing.assert_allclose(got.get(), ref(x), rtol=1e-14)
+
+
 CAPTURE_FAILURES = [  # (what, a jitted function of a float32 matrix, its reference, what the warning names)
     ("a float matmul", lambda x: cv.numpy.sin(x) @ x.T, lambda x: np.sin(x) @ x.T, "calling cuBLAS API"),
     ("an SVD", lambda x: cv.numpy.linalg.svd(x * 2.0, compute_uv=False),

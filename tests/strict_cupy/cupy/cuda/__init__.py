@@ -190,7 +190,7 @@ def _poison(nodes):
             if a.dtype.kind in "fc":
                 a.fill(np.nan)
             else:
-                a.view(np.uint8).fill(0x5A)
+                a.reshape(-1).view(np.uint8).fill(0x5A)  # (a 0-d array has no byte view)
 
 
 Stream.null = Stream(null=True)
