@@ -7,6 +7,7 @@ The references are CuPy's documented behaviour (its messages, quoted) and closed
 C's arithmetic. Every test here needs the stand-in (the module skips on a real GPU, where
 tools/gpu_checks.sh runs the gpu tests on CuPy itself).
 """
+import ctypes
 import importlib.util
 import os
 import re
@@ -97,7 +98,17 @@ ALLOWED = [  # (what, function of a device array, its value on the host) -- CuPy
     ("take with host indices", lambda a: cupy.take(a, np.array([2, 0]), axis=1), A[:, [2, 0]]),
     ("a list of device arrays", lambda a: cupy.asarray([a[0], a[1]]), A),
     ("assigning a host array through an index array", lambda a: _assign(a, [1], A[:1]), A[[0, 0]]),
+    # CuPy wraps integer index arrays around the axis where NumPy raises (NOTE [CuPy wraps
+    # integer-array indices] in tests/strict_cupy/cupy/_functions.py)
+    ("an index array wraps", lambda a: a[:, _dev(np.array([3, -4, 7]))], A[:, [0, 2, 1]]),
+    ("take wraps", lambda a: cupy.take(a, _dev(np.array([5, -1])), axis=1), A[:, [2, 2]]),
+    ("scatter_add wraps", lambda a: _scatter(a, [4, -3]), A + np.array([[1.0, 1, 0], [0, 0, 0]])),
 ]
+
+
+def _scatter(a, idx):
+    cupyx.scatter_add(a, (_dev(np.zeros(2, np.int64)), _dev(np.array(idx))), 1.0)
+    return a
 
 
 def _assign(a, idx, value):
@@ -199,6 +210,31 @@ def test_a_body_outside_c_does_not_compile():
 # ---------------------------------------------------------------------------------------
 # Device->host reads, stream capture and graphs
 # ---------------------------------------------------------------------------------------
+
+
+def test_pinned_host_memory_is_shared_by_the_device_and_the_host():
+    """Pinned memory wrapped as a device array (unified addressing: one address for both):
+    a kernel's writes are the host's reads, and no device->host read is counted."""
+    ptr = cupy.cuda.runtime.hostAlloc(16, cupy.cuda.runtime.hostAllocPortable | cupy.cuda.runtime.hostAllocMapped)
+    try:
+        mem = cupy.cuda.UnownedMemory(ptr, 16, None, 0)
+        dev = cupy.ndarray((4,), np.int32, cupy.cuda.MemoryPointer(mem, 0))
+        host = np.ctypeslib.as_array((ctypes.c_int32 * 4).from_address(ptr))
+        strict_cupy.reset()
+        cupy.maximum(dev, _dev(np.array([0, 7, 0, -1], np.int32)), out=dev)
+        np.testing.assert_array_equal(host, [0, 7, 0, 0])
+        host[0] = 3
+        assert int(dev.sum()) == 10 and sum(strict_cupy.host_reads().values()) == 1  # the int() only
+    finally:
+        cupy.cuda.runtime.freeHost(ptr)
+
+
+def test_an_address_outside_every_buffer_is_an_illegal_access():
+    a = _dev(np.zeros(4))
+    ptr = a.data.ptr
+    cupy.ndarray((4,), np.float64, cupy.cuda.MemoryPointer(ptr))  # the same buffer: fine
+    with pytest.raises(cupy.cuda.runtime.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        cupy.ndarray((5,), np.float64, cupy.cuda.MemoryPointer(ptr))
 
 
 def test_host_reads_are_counted_per_call_site():
