@@ -362,6 +362,23 @@ def test_a_loop_with_a_static_length_is_captured_and_replays_its_steps(what, f, 
             np.testing.assert_allclose(got.get(), ref(x), rtol=1e-14)
 
 
+def test_a_donated_argument_is_copied_into_the_graphs_input_buffer():
+    """NOTE [graph replay]: a donated argument is copied like the others; a step that
+    writes its result over the donated buffer replays correctly, call after call."""
+    step = cv.jit(lambda w, g: (w - 0.5 * g, (w * w).sum()), donate_argnums=0)
+    w, g = np.linspace(-1.0, 1.0, 8), np.linspace(0.0, 1.0, 8)
+    dw = _dev(w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(4):
+            strict_cupy.reset()
+            dw, norm = step(dw, _dev(g))
+            assert len(strict_cupy.graphs()) == (k == 1)
+            np.testing.assert_allclose(float(norm), (w * w).sum(), rtol=1e-15)
+            w = w - 0.5 * g
+            np.testing.assert_allclose(dw.get(), w, rtol=1e-15)
+
+
 def _reads_back_impl(x):
     return x * float(x.sum())
 
@@ -496,6 +513,22 @@ def _surface_delta(fn):
     fn()
     after = strict_cupy.surface()
     return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+def test_without_libcublas_a_gemm_fails_the_capture_with_cupys_cause(monkeypatch):
+    from cupy import _libcublas
+    monkeypatch.setattr(cublas, "_library_candidates", lambda: ["/nonexistent/libcublas.so.13"])
+    cublas.use_library(None)
+    try:
+        assert not cublas.available() and "/nonexistent/libcublas.so.13" in cublas.load_error()
+        jitted = cv.jit(lambda x: cv.numpy.sin(x) @ x.T)
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+        jitted(_dev(x))
+        with pytest.warns(cuda_graphs.GraphCaptureWarning, match="calling cuBLAS API during stream capture"):
+            got = jitted(_dev(x))
+        np.testing.assert_allclose(got.get(), np.sin(x) @ x.T, rtol=1e-6)
+    finally:
+        cublas.use_library(_libcublas.LIBRARY)
 
 
 def test_the_emulated_cublas_checks_what_cublas_checks():

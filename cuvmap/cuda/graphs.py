@@ -46,6 +46,24 @@ from cuvmap.cuda import device_errors
 # The capture uses the thread-local capture mode: an unsafe CUDA call from this thread (a
 # synchronous copy, a cudaMalloc) fails the capture instead of silently reading values
 # that have not been computed.
+#
+# What the captured work addresses besides the program's buffers lives in the runner's
+# resources (graph_resources(), a dict set during the run before the capture and the
+# capture itself): cuBLAS's workspace (NOTE [cuBLAS in a capture] in cuvmap/cuda/cublas.py);
+# float GEMMs go to cuvmap's own cuBLAS handle during both runs, so that the first one
+# makes the handle and the workspace outside the capture. The device's bounds checks write
+# an error word the host reads before every call (NOTE [device-side bounds checks] in
+# cuvmap/cuda/device_errors.py): a replay raises what an earlier one found.
+#
+# Donated arguments (jit's donate_argnums) are copied into the input buffers like the
+# others. Using the caller's buffer as the graph's input would need the graph to read the
+# address the caller's array has, which changes from call to call (a graph reads the
+# addresses it was captured with); and handing the graph's own buffers out as results, so
+# that a step's donated output comes back as the next call's input at the same address,
+# would let the next replay overwrite an array the caller still holds whenever it does not
+# pass that array back (or writes into it in between) -- nothing a runner can see without
+# a synchronisation. The copies are device-to-device, on the caller's stream, and part of
+# no graph.
 
 
 _capture_state = threading.local()

@@ -125,8 +125,8 @@ def host_reads():
 
 def refusals():
     """The refusals recorded during captures since the last :func:`reset`: dicts with
-    ``kind`` (host read, cuBLAS, cuSOLVER, cuRAND, host->device copy), ``what`` and
-    ``site``."""
+    ``kind`` (host read, cuBLAS, cuSOLVER, cuRAND, host->device copy, allocation, cuBLAS on
+    a stream that is not captured), ``what`` and ``site``."""
     with _lock:
         return list(_refusals)
 
