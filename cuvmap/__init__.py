@@ -12,7 +12,7 @@ from cuvmap.api_util import TransformError  # noqa: F401
 from cuvmap.jit_api import RetraceWarning, eval_shape, jit, make_jaxpr  # noqa: F401
 from cuvmap.transforms.linearize import linearize  # noqa: F401
 from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
-from cuvmap.backend import device_put, gpu_available  # noqa: F401
+from cuvmap.backend import block_until_ready, device_put, gpu_available  # noqa: F401
 from cuvmap.transforms.custom_derivatives import CustomDerivativeError, custom_jvp, custom_vjp  # noqa: F401
 from cuvmap.core import (  # noqa: F401
     ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeDtypeStruct, ShapeError,

@@ -561,8 +561,8 @@ def registered_primitives():
 # The facts of a primitive (the docstring of Primitive) and their defaults, the safe
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
-_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
-          "kind": None, "effectful": False}
+_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
+          "fused": None, "kind": None, "effectful": False}
 
 
 class Primitive:
@@ -588,8 +588,13 @@ class Primitive:
       operand's buffer or a pooled one (NOTE [buffer planning] in
       cuvmap/transforms/executor.py). ``impl_into_when(aval, gpu) -> bool``, where given,
       says for which outputs the writer applies (select's blend: NumPy floats only).
-    - ``host_sync``: the impl reads operand values on the host (a bounds check: a GPU
-      synchronisation), so a program with it is never captured as a CUDA graph.
+    - ``host_sync``: the impl reads operand values on the GPU on the host (a predicate, a
+      branch index: a synchronisation), so a program with it is never captured as a CUDA
+      graph.
+    - ``capturable``: whether its GPU impl can run inside a CUDA stream capture (no host
+      read, no library call a capture refuses: cuSOLVER's SVD is not); None (the default)
+      means ``not host_sync``. :func:`cuvmap.transforms.executor.graph_capturable` asks it
+      of every equation, those of nested programs included.
     - ``fused``: how a generated elementwise kernel computes it (a
       :class:`cuvmap.transforms.fusion.CExpression`), or None: it is never fused.
     - ``kind``: what a policy may ask about it: ``"dot"`` for matrix products (the
@@ -623,13 +628,13 @@ class Primitive:
     rule_methods = None
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
-                 impl_into_when=None, host_sync=None, fused=None, kind=None, effectful=None):
+                 impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
-                     host_sync=host_sync, fused=fused, kind=kind, effectful=effectful)
+                     host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

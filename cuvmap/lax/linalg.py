@@ -22,6 +22,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.reduction import reduce_sum
@@ -84,10 +85,16 @@ def _dot_general_impl(x, y, *, dimension_numbers):
         limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
         with cpu_threads.limited(limit):
             if xb:
-                out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
+                out = _matmul(xt.reshape(b, m, k), yt.reshape(b, k, n))
             else:
-                out = xt.reshape(m, k) @ yt.reshape(k, n)
+                out = _matmul(xt.reshape(m, k), yt.reshape(k, n))
     return out.reshape(batch_shape + m_shape + n_shape)
+
+
+def _matmul(x, y):
+    """``x @ y``; on CuPy arrays through :func:`cuvmap.cuda.cublas.matmul`, which a CUDA
+    graph can capture (NOTE [cuBLAS in a capture])."""
+    return cublas.matmul(x, y) if backend.is_cupy_array(x) else x @ y
 
 
 dot_general_p = Primitive("dot_general", owns_output=True, kind="dot")
@@ -222,7 +229,7 @@ vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 
 # of U (or rows of Vh) are any orthonormal completion, with no derivative at all: the
 # rules raise, and ask for ``full_matrices=False``.
 
-svd_p = Primitive("svd")
+svd_p = Primitive("svd", capturable=False)  # cuSOLVER: CuPy refuses it inside a stream capture
 
 
 def svd(x, full_matrices=True, compute_uv=True):

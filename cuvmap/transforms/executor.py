@@ -257,9 +257,15 @@ def _is_gpu_program(closed):
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
+def _capturable(p):
+    """``Primitive.capturable``, whose default (None) is ``not host_sync``."""
+    return (not p.host_sync) if p.capturable is None else bool(p.capturable)
+
+
 def graph_capturable(closed):
-    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
-    its equations reads values on the host (``Primitive.host_sync``)."""
+    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and every
+    equation, those of the programs it calls included, is ``capturable`` (a primitive
+    fact: no host read, no library a capture refuses)."""
     def programs(value):
         if isinstance(value, ir.ClosedJaxpr):
             return [value]
@@ -269,7 +275,7 @@ def graph_capturable(closed):
 
     def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, loops, ...) included
         for e in jaxpr.eqns:
-            if e.primitive.host_sync:  # NOTE [graph replay] in cuvmap/cuda/graphs.py
+            if not _capturable(e.primitive):  # NOTE [graph replay] in cuvmap/cuda/graphs.py
                 return True
             if any(syncs_in(p.jaxpr) for v in e.params.values() for p in programs(v)):
                 return True
