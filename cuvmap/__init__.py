@@ -10,6 +10,7 @@ from cuvmap import debug, flatten_util, random  # noqa: F401
 from cuvmap.api import grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap  # noqa: F401
 from cuvmap.api_util import TransformError  # noqa: F401
 from cuvmap.jit_api import RetraceWarning, eval_shape, jit, make_jaxpr  # noqa: F401
+from cuvmap.scope import named_scope  # noqa: F401
 from cuvmap.transforms.linearize import linearize  # noqa: F401
 from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
 from cuvmap.backend import device_put, gpu_available  # noqa: F401
