@@ -11,6 +11,7 @@ from cuvmap.api import grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_
 from cuvmap.api_util import TransformError  # noqa: F401
 from cuvmap.jit_api import RetraceWarning, eval_shape, jit, make_jaxpr  # noqa: F401
 from cuvmap.scope import named_scope  # noqa: F401
+from cuvmap.lax.callbacks import CallbackError, pure_callback  # noqa: F401
 from cuvmap.transforms.linearize import linearize  # noqa: F401
 from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
 from cuvmap.backend import device_put, gpu_available  # noqa: F401
