@@ -163,11 +163,11 @@ class _UserRule:
         for path, leaf, b, aval in zip(paths, leaves, flags, self.out_avals):
             want = ((axis_size,) if b else ()) + aval.shape
             if not core.is_value(leaf) or core.shape_of(leaf) != want or core.dtype_of(leaf) != aval.dtype:
-                got = (f"{core.dtype_of(leaf).name}{list(core.shape_of(leaf))}" if core.is_value(leaf)
+                got = (ir.pp_aval(core.ShapedArray(core.shape_of(leaf), core.dtype_of(leaf))) if core.is_value(leaf)
                        else f"a {type(leaf).__name__}")
                 raise self.error(
                     f"the vmap rule returned {got} as output{tree.keystr(path)}, which it marks "
-                    f"{'batched' if b else 'unbatched'}, so it must be {aval.dtype.name}{list(want)}")
+                    f"{'batched' if b else 'unbatched'}, so it must be {ir.pp_aval(core.ShapedArray(want, aval.dtype))}")
         return leaves, flags
 
 

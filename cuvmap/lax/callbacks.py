@@ -26,7 +26,7 @@ import numpy as np
 from cuvmap import api_util, backend, core, tree
 from cuvmap.core import CuvmapError, MissingRuleError, Primitive, ShapedArray
 from cuvmap.lax import indexing, shape as lax_shape
-from cuvmap.transforms import batching
+from cuvmap.transforms import batching, ir
 from cuvmap.transforms.call import CallPrimitive
 
 # ---------------------------------------------------------------------------------------
@@ -284,8 +284,8 @@ def _checked_results(callback, result, result_avals, device):
         x = _to_device(leaf, device)
         if tuple(x.shape) != aval.shape or x.dtype != aval.dtype:
             raise CallbackError(
-                f"pure_callback({callback.name}) returned {x.dtype.name}{list(x.shape)} as result"
-                f"{tree.keystr(path)}, but result_shape_dtypes declares {aval.dtype.name}{list(aval.shape)}")
+                f"pure_callback({callback.name}) returned {ir.pp_aval(ShapedArray(x.shape, x.dtype))} as result"
+                f"{tree.keystr(path)}, but result_shape_dtypes declares {ir.pp_aval(aval)}")
         outs.append(x)
     return outs
 
