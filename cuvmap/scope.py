@@ -10,9 +10,10 @@ equations as ``transpose(<scope>)``)::
         return cnp.tanh(x @ w)
 
     print(cv.make_jaxpr(cv.grad(lambda w, x: cnp.sum(dense(w, x))))(w, x))
-    #     c:f32[4] = dot_general[...] b a  # [dense]
+    #     c:f64[4] = dot_general[...] b a  # [dense]
+    #     d:f64[4] = tanh c  # [dense]
     #     ...
-    #     g:f32[3,4] = dot_general[...] f b  # [transpose(dense)]
+    #     k:f64[3,4] = transpose[permutation=(1, 0)] j  # [transpose(dense)]
 """
 import contextlib
 
