@@ -630,3 +630,33 @@ def test_host_callbacks_are_never_replayed_by_a_cuda_graph():
     so the executor never captures a program holding one as a CUDA graph."""
     assert lax_callbacks.debug_callback_p.host_sync and lax_callbacks.pure_callback_p.host_sync
     assert not lax_callbacks.pure_callback_p.effectful and lax_callbacks.debug_callback_p.effectful
+
+
+def test_callbacks_under_jit_run_on_every_call_on_each_backend(backend):
+    """On the GPU (the strict CuPy stand-in without one) a jitted program with a callback
+    is never replayed as a CUDA graph, which would skip the Python call: each of four
+    calls runs it (a graph is captured on the second call), the callbacks get the
+    device's arrays and the pure callback's results come back on the device."""
+    xp = cv.backend.xp_for(backend)
+    seen = []
+
+    def host(x):
+        seen.append(("pure", type(x).__module__.split(".")[0]))
+        return cv.backend.xp_of(x).sin(x)  # computed on the device: nothing read on the host
+
+    @cv.jit
+    def printing(x):
+        cv.debug.callback(lambda v: seen.append(("debug", type(v).__module__.split(".")[0])), x)
+        return cnp.sin(x) * 2.0
+
+    @cv.jit
+    def calling(x):
+        return cv.pure_callback(host, S(x.shape, x.dtype), x) * 2.0
+
+    x = xp.asarray(X)
+    for f in (printing, calling):
+        for _ in range(4):
+            got = f(x)
+        assert type(got).__module__.split(".")[0] == xp.__name__
+        np.testing.assert_allclose(cv.backend.device_put(got, "cpu"), np.sin(X) * 2.0, rtol=1e-15)
+    assert seen == [("debug", xp.__name__)] * 4 + [("pure", xp.__name__)] * 4
