@@ -71,7 +71,22 @@ class CrossThreadTracerError(CuvmapError, RuntimeError):
 # ---------------------------------------------------------------------------------------
 
 
-class ShapedArray:
+class _ShapeProperties:
+    """``ndim`` and ``size`` from ``shape``, as arrays have them (avals, shape structs,
+    tracers)."""
+
+    __slots__ = ()
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class ShapedArray(_ShapeProperties):
     """Shape, dtype and device of a value. ``weak_type`` marks Python scalars, which adopt
     the dtype of the arrays they meet (NumPy 2's NEP 50 rule, as in JAX). ``device`` is
     ``"cpu"``, ``"gpu:<id>"``, or ``None`` where it is not known (the avals shape rules
@@ -85,14 +100,6 @@ class ShapedArray:
         self.dtype = np.dtype(dtype)
         self.weak_type = weak_type
         self.device = device
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __eq__(self, other):
         return (
@@ -113,7 +120,7 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
-class ShapeDtypeStruct:
+class ShapeDtypeStruct(_ShapeProperties):
     """A shape and a dtype standing for an array that is not there (``jax.ShapeDtypeStruct``):
     :func:`cuvmap.eval_shape` returns them, and ``eval_shape`` and ``make_jaxpr`` accept
     them wherever an array goes, so a program can be staged or its output shapes known
@@ -127,14 +134,6 @@ class ShapeDtypeStruct:
         self.dtype = np.dtype(dtype)
         self.weak_type = bool(weak_type)
         self.device = "cpu" if device is None else device
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def aval(self):
@@ -421,7 +420,7 @@ class Trace:
         raise MissingRuleError(f"{self.main.name} cannot process {primitive.name}, a call primitive")
 
 
-class Tracer:
+class Tracer(_ShapeProperties):
     """A value being traced by a transform. Subclasses hold the transform's data and
     define ``shape``, ``dtype`` and ``_concrete_value``. Operators and array methods are
     attached by :mod:`cuvmap.numpy`."""
@@ -433,14 +432,6 @@ class Tracer:
     # ``__array__`` and raise a ConcretizationError. (``__array_ufunc__ = None`` would
     # defer the operators too, but turn ``np.sin(tracer)`` into NumPy's bare TypeError.)
     __array_priority__ = 1000
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def aval(self):

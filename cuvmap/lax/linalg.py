@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from cuvmap import backend, core
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
@@ -78,10 +79,14 @@ def _dot_general_impl(x, y, *, dimension_numbers):
             out = (yt.reshape(b, n, 1) * xt.reshape(b, 1, m)).transpose(0, 2, 1)
         else:
             out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
-    elif xb:
-        out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
     else:
-        out = xt.reshape(m, k) @ yt.reshape(k, n)
+        # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
+        limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
+        with cpu_threads.limited(limit):
+            if xb:
+                out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
+            else:
+                out = xt.reshape(m, k) @ yt.reshape(k, n)
     return out.reshape(batch_shape + m_shape + n_shape)
 
 
