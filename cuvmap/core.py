@@ -268,6 +268,8 @@ class _ThreadState(threading.local):
         self.staging_main = None
         # the named axes in scope, innermost last (NOTE [named axes])
         self.axis_env = []
+        # the names of the named scopes entered, outermost first (NOTE [named scopes])
+        self.name_stack = ()
 
 
 _state = _ThreadState()
@@ -349,6 +351,54 @@ def axis_frame(name, what="a collective"):
     raise UnboundAxisError(
         f"{what} uses the axis name {name!r}, which is not bound here (axis names in scope: {bound}); "
         "bind it with vmap(..., axis_name=...) or cuvmap.distributed.data_parallel(..., axis_name=...)")
+
+
+# NOTE [named scopes]
+# ``cuvmap.named_scope("layer1")`` (as ``jax.named_scope``) pushes a name on the thread's
+# name stack for the duration of a block; staging records the stack on every equation it
+# stages (``JaxprEqn.name_stack``, a tuple of names, outermost first), and the text form
+# of a program shows it (``c:f32[3] = sin b  # [layer1]``). Names never change what is
+# computed, and eagerly they cost one tuple per scope entered. A staged program's names
+# are relative to the function staged (staging starts from an empty stack), and running
+# a program under the transforms (``ir.eval_jaxpr``: an inlined ``jit``, the programs
+# that ``vmap``, ``jvp`` and ``grad`` derive) re-enters each equation's names below the
+# current ones, so a jitted function called inside ``named_scope("outer")`` of another
+# staged function shows ``outer/...``. Reverse mode records the stack with each tape
+# entry and runs that entry's backward rules under ``transpose(<names>)``, the names
+# below the stack at the backward pass's start (as JAX's ``transpose(jvp(...))``).
+def name_stack():
+    """The calling thread's name stack (NOTE [named scopes]): a tuple, outermost first."""
+    return _state.name_stack
+
+
+@contextmanager
+def extend_name_stack(names):
+    """Runs the block with ``names`` (a tuple) below the current name stack."""
+    previous = _state.name_stack
+    _state.name_stack = previous + tuple(names)
+    try:
+        yield
+    finally:
+        _state.name_stack = previous
+
+
+def set_name_stack(names):
+    """Makes ``names`` (a tuple) the thread's name stack; returns the previous one (for
+    a loop that switches names per step, as the backward pass does)."""
+    previous = _state.name_stack
+    _state.name_stack = names
+    return previous
+
+
+@contextmanager
+def new_name_stack(names=()):
+    """Runs the block with the name stack ``names`` (staging starts from ``()``)."""
+    previous = _state.name_stack
+    _state.name_stack = tuple(names)
+    try:
+        yield
+    finally:
+        _state.name_stack = previous
 
 
 class Trace:
