@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from cuvmap import api_util, backend, core, tree
+from cuvmap import memory_budget as memory_budget_mod
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.lax import elementwise, indexing, shape as lax_shape
@@ -25,7 +26,7 @@ from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
 # ---------------------------------------------------------------------------------------
 
 
-def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=None):
+def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=None, memory_budget=None):
     """Vectorizing map: ``vmap(f)(xs)[b] == f(xs[b])``, computed with batched primitives.
 
     Args:
@@ -40,7 +41,15 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
         size of 0 is allowed: the results are empty arrays of the right shapes.
       chunk_size: when set, maps ``chunk_size`` examples at a time and concatenates the
         results (identical results, bounded memory). Not with ``axis_name``: a collective
-        needs every example of its axis at once.
+        needs every example of its axis at once. ``"auto"``: the largest chunk whose
+        planned memory fits ``memory_budget`` (:mod:`cuvmap.memory_budget`): ``f`` is then
+        staged as under ``jit``, once per argument signature, and the chunks run its
+        planned program.
+      memory_budget: what the call may allocate, its results included: an int of bytes,
+        or a float in (0, 1], that fraction of the memory free on the operands' device
+        (``chunk_size="auto"`` without it: half the free memory). Setting it implies
+        ``chunk_size="auto"``; raises :class:`~cuvmap.memory_budget.MemoryBudgetError`
+        when even one example at a time does not fit.
       axis_name: a name for the mapped axis (a string), which collectives inside ``f``
         act along (``cuvmap.lax.psum(x, "i")`` sums over the examples, ``axis_index("i")``
         is the example's index; :mod:`cuvmap.lax.parallel`). Nested vmaps with different
@@ -65,8 +74,7 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
     where = f"vmap({fname}{', ' + spec if spec else ''})"
     if axis_size is not None and (not api_util.is_int(axis_size) or axis_size < 0):
         raise TransformError(f"{where}: axis_size must be a non-negative int, got {axis_size!r}")
-    if chunk_size is not None and (not api_util.is_int(chunk_size) or chunk_size < 1):
-        raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
+    chunk_size = memory_budget_mod.check_chunk_spec(chunk_size, memory_budget, where)
     if axis_name is not None:
         try:
             hash(axis_name)
@@ -80,11 +88,17 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
                 f"{where}: chunk_size={chunk_size} cannot be combined with axis_name: the collectives over "
                 f"{axis_name!r} need every example of the axis at once, and a chunked vmap maps "
                 f"{chunk_size} at a time; drop chunk_size (or axis_name)")
-    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name)
+    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name, memory_budget=memory_budget)
 
 
-def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None):
-    """:func:`vmap` named ``where`` (other transforms use it internally under their name)."""
+def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None, memory_budget=None,
+          cache_programs=True):
+    """:func:`vmap` named ``where`` (other transforms use it internally under their name).
+    ``chunk_size="auto"`` maps in chunks chosen by ``memory_budget`` (``cache_programs``:
+    whether the staged chunk programs may serve later calls: not when ``f`` closes over
+    values of one call, as the Jacobians' functions do)."""
+    chunked = (memory_budget_mod.ChunkedMap(where, _vmap_combine(out_axes), cache_programs)
+               if chunk_size == memory_budget_mod.AUTO else None)
 
     @api_util.with_context(where, f, name)
     def vmapped(*args, **kwargs):
@@ -93,11 +107,56 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
         paths, leaves, treedef = tree.flatten_with_path((args, kwargs))
         axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
         axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
+        if chunked is not None:
+            return _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget)
         if chunk_size is None or size <= chunk_size:
             return _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name)
         return _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size)
 
+    if chunked is not None:
+        @api_util.with_context(where, f, name)
+        def memory_plan(*args, **kwargs):
+            """The :class:`~cuvmap.memory_budget.ChunkPlan` a call with these arguments
+            follows: its chunk, budget and planned peak (nothing runs)."""
+            paths, leaves, treedef = tree.flatten_with_path((args, kwargs))
+            axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
+            axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
+            return chunked.plan(_vmap_body(f, where, treedef, axes, out_axes), leaves, axes, size,
+                                memory_budget_mod.AUTO, memory_budget, key=(treedef, repr(out_axes)))
+
+        vmapped.memory_plan = memory_plan
     return vmapped
+
+
+def _vmap_body(f, where, treedef, axes, out_axes):
+    """The body of a budgeted vmap: ``b`` examples of the flat arguments to flat outputs."""
+
+    def body(b, chunk_leaves):
+        return tree.flatten(_vmap_once(f, where, chunk_leaves, treedef, axes, b, out_axes))
+
+    return body
+
+
+def _vmap_combine(out_axes):
+    """How the chunks of a budgeted vmap combine: each output stacked along its out axis
+    (an output with out_axes None is the same in every chunk)."""
+
+    def combine(out_tree, out_avals):
+        placeholder = tree.unflatten(out_tree, list(range(len(out_avals))))
+        flat_axes = tree.broadcast_prefix(out_axes, placeholder, api_util.is_axis)
+        return [(memory_budget_mod.SHARED,) if oa is None else (memory_budget_mod.STACK, oa % max(1, len(a.shape)))
+                for oa, a in zip(flat_axes, out_avals)]
+
+    return combine
+
+
+def _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget):
+    """``vmap`` in chunks chosen by the memory budget (:mod:`cuvmap.memory_budget`)."""
+
+    outs, out_tree = chunked(_vmap_body(f, where, treedef, axes, out_axes), leaves, axes, size, memory_budget_mod.AUTO, memory_budget,
+                             key=(treedef, repr(out_axes)))
+    return tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs],
+                                                       [x for x in leaves if not isinstance(x, memory_budget_mod.Generated)]))
 
 
 def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):

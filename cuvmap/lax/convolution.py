@@ -50,9 +50,36 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 # Declarations and public wrappers
 # ---------------------------------------------------------------------------------------
 
-conv_p = Primitive("conv", owns_output=True)
-conv_backward_input_p = Primitive("conv_backward_input", owns_output=True)
-conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True)
+
+
+def _conv_workspace(in_avals, out_avals, params):
+    """What a convolution allocates besides its result (NOTE [planned peak memory] in
+    cuvmap/transforms/executor.py): the unfolded columns (``N·C·K·out`` elements; on the CPU
+    built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``: NOTE [cache blocking]), and
+    a second result while the ``auto`` strategy times both kernels on a shape's first call.
+    One bound for the three primitives, from the largest batch, channel count and spatial
+    size among the operands and the result (the columns have the input's channels and the
+    output's spatial size)."""
+    out = out_avals[0]
+    shapes = [a.shape for a in in_avals[:2] if a is not None] + [out.shape]
+    shapes = [s for s in shapes if len(s) >= 3]
+    if not shapes:
+        return 0
+    itemsize = out.dtype.itemsize
+    n = max(s[0] for s in shapes)
+    channels = max(s[1] for s in shapes)
+    kernel = params.get("weight_shape") or next((a.shape for a in in_avals[1:2] if a is not None), None)
+    k = int(np.prod(kernel[2:], dtype=np.int64)) if kernel is not None and len(kernel) >= 3 else 1
+    spatial = max(int(np.prod(s[2:], dtype=np.int64)) for s in shapes)
+    columns = n * channels * k * spatial * itemsize  # (whatever the groups: C/G channels per group)
+    if out.device is None or not str(out.device).startswith("gpu"):
+        columns = min(columns, 2 * conv_gemm.BLOCK_BYTES)
+    return columns + out.size * itemsize
+
+
+conv_p = Primitive("conv", owns_output=True, workspace=_conv_workspace)
+conv_backward_input_p = Primitive("conv_backward_input", owns_output=True, workspace=_conv_workspace)
+conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True, workspace=_conv_workspace)
 
 
 def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):

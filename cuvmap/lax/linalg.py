@@ -85,7 +85,13 @@ def _dot_general_impl(x, y, *, dimension_numbers):
     return out.reshape(batch_shape + m_shape + n_shape)
 
 
-dot_general_p = Primitive("dot_general", owns_output=True, kind="dot")
+def _dot_general_workspace(in_avals, out_avals, params):
+    """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
+    laid out for it (the plan cannot see strides, so both count: NOTE [planned peak memory])."""
+    return sum(a.size * a.dtype.itemsize for a in in_avals if a is not None)
+
+
+dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
