@@ -611,7 +611,8 @@ class Primitive:
     - ``workspace``: ``workspace(in_avals, out_avals, params) -> bytes``, the memory its
       impl allocates for itself while it runs, besides its result (the unfolded columns of
       a convolution), for the plan's memory estimate (NOTE [planned peak memory] in
-      cuvmap/transforms/executor.py); None: nothing worth counting.
+      cuvmap/transforms/executor.py; an operand given twice comes once, then as None);
+      None: nothing worth counting.
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.

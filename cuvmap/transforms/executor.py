@@ -576,8 +576,9 @@ class _MemoryFacts:
                 allocs = [(group_of[outs[0]], sizes[0], None)] if fresh else []
             if step.kind != FUSED and getattr(unit, "primitive", None) is not None:
                 estimate = unit.primitive.workspace
-                if estimate is not None:
-                    work = int(estimate([slots.aval_of.get(s) for s in step.ins],
+                if estimate is not None:  # (an operand read twice is one array: its aval once, then None)
+                    work = int(estimate([slots.aval_of.get(s) if s not in step.ins[:i] else None
+                                         for i, s in enumerate(step.ins)],
                                         [slots.aval_of[o] for o in outs], unit.params))
             self.allocs.append(allocs)
             self.workspace.append(work)
