@@ -612,7 +612,7 @@ def registered_primitives():
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
-          "fused": None, "kind": None, "effectful": False}
+          "fused": None, "kind": None, "effectful": False, "workspace": None}
 
 
 class Primitive:
@@ -654,6 +654,11 @@ class Primitive:
       print, a host callback), so a staged program keeps every such equation, in order,
       even when nothing reads its result: no dead-code elimination, common
       subexpressions or constant folding touch it.
+    - ``workspace``: ``workspace(in_avals, out_avals, params) -> bytes``, the memory its
+      impl allocates for itself while it runs, besides its result (the unfolded columns of
+      a convolution), for the plan's memory estimate (NOTE [planned peak memory] in
+      cuvmap/transforms/executor.py; an operand given twice comes once, then as None);
+      None: nothing worth counting.
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.
@@ -678,13 +683,15 @@ class Primitive:
     rule_methods = None
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
-                 impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None):
+                 impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None,
+                 workspace=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
-                     host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful)
+                     host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful,
+                     workspace=workspace)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

@@ -97,7 +97,13 @@ def _matmul(x, y):
     return cublas.matmul(x, y) if backend.is_cupy_array(x) else x @ y
 
 
-dot_general_p = Primitive("dot_general", owns_output=True, kind="dot")
+def _dot_general_workspace(in_avals, out_avals, params):
+    """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
+    laid out for it (the plan cannot see strides, so both count: NOTE [planned peak memory])."""
+    return sum(a.size * a.dtype.itemsize for a in in_avals if a is not None)
+
+
+dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
