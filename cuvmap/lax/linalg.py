@@ -13,7 +13,9 @@ one (batched) BLAS matmul. The batching rule turns a batch dim of one operand in
 dim of it, and a batch dim of both into one more paired batch dim. It is bilinear, so the
 JVP is the sum of ``dot_general(t_x, y)`` and ``dot_general(x, t_y)``, and each VJP is a
 ``dot_general`` of the cotangent with the other operand followed by a transpose (the
-derivation follows JAX's ``_dot_general_transpose_lhs``).
+derivation follows JAX's ``_dot_general_transpose_lhs``; the right operand's contracts the
+left operand with the cotangent, so that for ``x @ y`` it is ``x.T @ ct`` with no transpose
+after it).
 """
 import functools
 import math
@@ -24,6 +26,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.reduction import reduce_sum
@@ -68,9 +71,12 @@ def _dot_general_shape_rule(x, y, *, dimension_numbers):
 # asks for, nothing else. The planned executor asks for that function when it plans the
 # step (``impl_for``), so a jitted program does not even look it up.
 @functools.lru_cache(maxsize=4096)
-def _dot_layout(x_shape, y_shape, dimension_numbers):
+def _dot_layout(x_shape, y_shape, dimension_numbers, gpu=False):
     """The function ``f(x, y)`` that computes ``dot_general(x, y, dimension_numbers)`` for
-    operands of these shapes (NOTE [a product's layout is worked out once])."""
+    operands of these shapes (NOTE [a product's layout is worked out once]), NumPy arrays
+    or with ``gpu`` CuPy ones, whose GEMMs go through :func:`cuvmap.cuda.cublas.matmul`
+    (which a CUDA graph can capture: NOTE [cuBLAS in a capture])."""
+    mm = cublas.matmul if gpu else operator.matmul
     (xc, yc), (xb, yb) = dimension_numbers
     x_ndim, y_ndim = len(x_shape), len(y_shape)
     x_free = _free_dims(x_ndim, xc, xb)
@@ -85,16 +91,21 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
     y_perm = tuple(yb) + tuple(yc) + tuple(y_free)
     if k != 1 and not xb and len(xc) == 1 and x_ndim == 2 and y_ndim == 2:
         # a product of two matrices: the transposes are views, no reshape
+        # (cuBLAS takes a transposed operand as it is: only OpenBLAS's is prepared)
         x_t, y_t = x_perm != (0, 1), y_perm != (0, 1)
         if x_t and y_t:
-            fn = _prepared(lambda x, y: x.T @ y.T, (None, _transposed), lambda x, y: x.T @ y)
+            fn = lambda x, y: mm(x.T, y.T)  # noqa: E731
+            if not gpu:
+                _prepared(fn, (None, _transposed), lambda x, y: x.T @ y)
         elif x_t:
-            fn = lambda x, y: x.T @ y  # noqa: E731
+            fn = lambda x, y: mm(x.T, y)  # noqa: E731
         elif y_t:
-            fn = _prepared(lambda x, y: x @ y.T, (None, _transposed), operator.matmul)
+            fn = lambda x, y: mm(x, y.T)  # noqa: E731
+            if not gpu:
+                _prepared(fn, (None, _transposed), operator.matmul)
         else:
-            fn = operator.matmul
-        return _with_threads(fn, m, n, k)
+            fn = mm
+        return fn if gpu else _with_threads(fn, m, n, k)
     if k == 1:
         # an outer product (per-example gradients of a dense layer): a broadcast multiply
         # writes the output once; a stack of rank-1 GEMMs is several times slower. NumPy's
@@ -114,9 +125,9 @@ def _dot_layout(x_shape, y_shape, dimension_numbers):
     y_mat = (b, k, n) if xb else (k, n)
 
     def product(x, y):
-        return (x.transpose(x_perm).reshape(x_mat) @ y.transpose(y_perm).reshape(y_mat)).reshape(out_shape)
+        return mm(x.transpose(x_perm).reshape(x_mat), y.transpose(y_perm).reshape(y_mat)).reshape(out_shape)
 
-    return _with_threads(product, m, n, k)
+    return product if gpu else _with_threads(product, m, n, k)
 
 
 # NOTE [a loop's constant operand transposed once]
@@ -147,8 +158,7 @@ def _with_threads(fn, m, n, k):
         return fn
 
     def threaded(x, y):
-        limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
-        with cpu_threads.limited(limit):
+        with cpu_threads.limited(cpu_threads.gemm_limit(m, n, k)):
             return fn(x, y)
 
     if hasattr(fn, "prepare"):
@@ -157,7 +167,7 @@ def _with_threads(fn, m, n, k):
 
 
 def _dot_general_impl(x, y, *, dimension_numbers):
-    return _dot_layout(x.shape, y.shape, dimension_numbers)(x, y)
+    return _dot_layout(x.shape, y.shape, dimension_numbers, backend.is_cupy_array(x))(x, y)
 
 
 def _dot_general_impl_for(x, y, *, dimension_numbers):
@@ -165,10 +175,18 @@ def _dot_general_impl_for(x, y, *, dimension_numbers):
     while ``impl`` is not the one above (a test counting its calls patched it)."""
     if dot_general_p.impl is not _dot_general_impl:
         return None
-    return _dot_layout(tuple(x.shape), tuple(y.shape), dimension_numbers)
+    gpu = bool(x.device and x.device.startswith("gpu"))
+    return _dot_layout(tuple(x.shape), tuple(y.shape), dimension_numbers, gpu)
 
 
-dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", impl_for=_dot_general_impl_for)
+def _dot_general_workspace(in_avals, out_avals, params):
+    """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
+    laid out for it (the plan cannot see strides, so both count: NOTE [planned peak memory])."""
+    return sum(a.size * a.dtype.itemsize for a in in_avals if a is not None)
+
+
+dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace,
+                          impl_for=_dot_general_impl_for)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
@@ -311,7 +329,7 @@ vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 
 # of U (or rows of Vh) are any orthonormal completion, with no derivative at all: the
 # rules raise, and ask for ``full_matrices=False``.
 
-svd_p = Primitive("svd")
+svd_p = Primitive("svd", capturable=False)  # cuSOLVER: CuPy refuses it inside a stream capture
 
 
 def svd(x, full_matrices=True, compute_uv=True):

@@ -6,6 +6,7 @@ ones with ``select``; jvp by a fixpoint; no reverse mode (the number of iteratio
 known in advance; as in JAX, use ``scan`` or ``fori_loop`` with static bounds).
 """
 import math
+import weakref
 
 import numpy as np
 
@@ -333,16 +334,63 @@ def fori_loop(lower, upper, body_fun, init_val):
     return val
 
 
-def map(f, xs):  # noqa: A001 - JAX's name
-    """``stack([f(x) for x in xs])`` over the leading axis of the pytree ``xs``, as a
-    :func:`scan` (JAX's ``lax.map``): one example at a time, so memory stays that of one
-    call of ``f``."""
+def map(f, xs, *, batch_size=None, memory_budget=None):  # noqa: A001 - JAX's name
+    """``stack([f(x) for x in xs])`` over the leading axis of the pytree ``xs`` (JAX's
+    ``lax.map``).
+
+    Without ``batch_size`` it is a :func:`scan`: one example at a time, so memory stays
+    that of one call of ``f``. With ``batch_size=k`` (as in JAX) it is ``vmap(f)`` over
+    chunks of ``k`` examples plus one chunk of the remainder; ``batch_size="auto"`` (or a
+    ``memory_budget``: an int of bytes, or a float fraction of the memory free on ``xs``'s
+    device) takes the largest chunk whose staged program plans its peak within the budget
+    (:mod:`cuvmap.memory_budget`). Eagerly each chunk runs its staged program; under a
+    transform the chunks are a scan (and one call for the remainder)::
+
+        lax.map(lambda x: jnp_fn(x), xs, batch_size=64)
+        lax.map(per_example_grad, (xs, ys), memory_budget=2 << 30)
+    """
     if not callable(f):
         raise ControlFlowError(f"map: f must be callable, got {f!r}")
+    if batch_size is None and memory_budget is None:
+        def step(carry, x):
+            return carry, f(x)
 
-    def step(carry, x):
-        return carry, f(x)
+        step.__name__ = api_util.fun_name(f)
+        _, ys = scan(step, (), xs)
+        return ys
+    return _map_in_chunks(f, xs, batch_size, memory_budget)
 
-    step.__name__ = api_util.fun_name(f)
-    _, ys = scan(step, (), xs)
-    return ys
+
+# f -> its ChunkedMap: the chunk choice per signature; the programs are staged on every
+# call, as a scan's body is (f may read values that change between calls)
+_map_chunked = weakref.WeakKeyDictionary()
+
+
+def _map_in_chunks(f, xs, batch_size, memory_budget):
+    """``map`` with a batch size or a budget (NOTE [choosing a chunk] in cuvmap/memory_budget.py)."""
+    # memory_budget and api import control_flow (scan), which imports this module: a cycle
+    from cuvmap import api, memory_budget as mb
+
+    where = f"map({api_util.fun_name(f)})"
+    spec = mb.check_chunk_spec(batch_size, memory_budget, where)
+    paths, leaves, treedef = flatten_values("xs", xs, where)
+    if not leaves:
+        raise ControlFlowError(f"{where}: xs has no arrays to map over")
+    sizes = {tuple(getattr(x, "shape", ()))[:1] for x in leaves}
+    if len(sizes) != 1 or sizes == {()}:
+        shapes = ", ".join(f"{tree.keystr(p) or 'xs'}: {tuple(getattr(x, 'shape', ()))}" for p, x in zip(paths, leaves))
+        raise ControlFlowError(f"{where}: the leaves of xs must share their leading axis (the examples), got {shapes}")
+    size = sizes.pop()[0]
+    try:
+        chunked = _map_chunked.get(f)
+        if chunked is None:
+            chunked = _map_chunked.setdefault(f, mb.ChunkedMap(where, api.vmap_combine(0), cache_programs=False))
+    except TypeError:  # f cannot be weakly referenced: a map of its own
+        chunked = mb.ChunkedMap(where, api.vmap_combine(0), cache_programs=False)
+    mapped = api.vmap(f)
+
+    def body(b, chunk_leaves):
+        return tree.flatten(mapped(tree.unflatten(treedef, chunk_leaves)))
+
+    outs, out_tree = chunked(body, leaves, [0] * len(leaves), size, spec, memory_budget, key=treedef)
+    return tree.unflatten(out_tree, outs)
