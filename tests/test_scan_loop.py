@@ -53,6 +53,10 @@ def _passthrough(c, x):
     return c + x, (c, x)
 
 
+def _constant_y(c, x):
+    return c + x, (np.float64(1.5), c)
+
+
 def _counter(c, x):
     i, v = c
     return (i + 1, v * x + i), i
@@ -71,6 +75,7 @@ CASES = [
     ("a_constant_as_carry", _constant_carry, np.ones(4), _rng(6).standard_normal((5, 4)), {}),
     ("a_number_as_carry", _number_carry, np.ones(4), _rng(7).standard_normal((5, 4)), {}),
     ("ys_are_the_carry_and_x", _passthrough, np.zeros(4), _rng(8).standard_normal((5, 4)), dict(reverse=True)),
+    ("a_constant_as_y", _constant_y, np.zeros(3), _rng(18).standard_normal((4, 3)), {}),
     ("an_integer_counter", _counter, (np.int64(0), np.ones(4)), _rng(9).standard_normal((5, 4)), {}),
     ("scalar_carry_and_ys", _scalar, np.float64(0.5), _rng(10).standard_normal((6, 3)), dict(unroll=True)),
     ("length_1", _rnn, np.zeros((3, 4)), _rng(11).standard_normal((1, 3, 4)), {}),
