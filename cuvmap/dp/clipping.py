@@ -17,32 +17,149 @@ itself, without materialising every per-example gradient (ghost clipping and boo
 """
 import math
 import numbers
-from typing import Any, NamedTuple
-
 import numpy as np
 
 from cuvmap import core, lax, tree
 from cuvmap import numpy as cnp
 
 
-class ClippedGradient(NamedTuple):
-    """What :func:`cuvmap.dp.clipped_grad` returns: ``summed``, the sum over the batch of the
-    clipped per-example gradients (a pytree like the parameters), and ``norms``, the ``(B,)``
-    per-example gradient norms before clipping. :func:`cuvmap.dp.private_gradient` accepts
-    it in place of per-example gradients."""
+#: The neighbouring relations a clipped sum's sensitivity is stated for, with the factor of
+#: the clipping bound each gives (NOTE [sensitivity as data]).
+RELATIONS = {"add_remove": 1.0, "replace": 2.0}
+_RELATION_WORDS = {"add_remove": "add/remove-one", "replace": "replace-one"}
+_UNITS = ("example", "user")
 
-    summed: Any
-    norms: Any
+
+# NOTE [sensitivity as data]
+# The Gaussian mechanism's noise must be calibrated to the L2 sensitivity of the exact value
+# it is added to: Δ = max ‖S(D) − S(D')‖ over neighbouring datasets D, D'. For the clipped sum
+# S = Σ_u clip(g_u) over the units u of a batch (examples, or users with user-level
+# clipping), each unit's contribution has norm at most C, so
+#   add/remove-one unit (D' = D with one unit more or less):  Δ = C;
+#   replace-one unit (D' = D with one unit swapped):           Δ = 2C;
+# and with group-wise clipping (bound C_k on the part of a unit's gradient in group k)
+# the unit's contribution has norm at most √(Σ_k C_k²), which replaces C. The noise std is
+# then σ·Δ and the accountant's noise multiplier is σ (noise std over sensitivity).
+# Every peer library leaves Δ to the user, who passes a C that may not be the one the
+# sum was clipped with, adds noise for a sum to a mean (jax_privacy#383: B times too much)
+# or for add/remove-one to a replace-one sum (half the noise needed). So the clipped sum is
+# a value that carries Δ: ClippedGradient holds the sum, the norms and, as static data
+# (pytree metadata, so it survives jit and vmap and is checked when tracing), the bound,
+# the relation, the unit and the groups; add_noise and private_gradient take σ and derive
+# the noise from Δ, refusing a max_norm that is not the sum's own bound. There is no
+# arithmetic on a ClippedGradient: the normalisation happens after the noise, in
+# private_gradient, by a number said by name (NOTE [normalising the private gradient]);
+# the one operation is +, the clipped sums of disjoint microbatches (gradient accumulation:
+# noise once on the total, the sensitivity unchanged).
+class ClippedGradient:
+    """A sum of clipped gradients and the facts its privacy rests on: what
+    :func:`cuvmap.dp.clipped_grad` and :func:`cuvmap.dp.clipped_sum` return, and what
+    :func:`cuvmap.dp.private_gradient` and :func:`cuvmap.dp.add_noise` take.
+
+    Arrays: ``summed``, the sum over the batch's units of their clipped gradients (a
+    pytree like the parameters), ``norms``, each unit's gradient norm before clipping
+    (``(B,)`` per example; per user slot with user-level clipping) and, with groups,
+    ``group_norms``, one such array per group. Static facts (kept through ``jit`` and
+    ``vmap`` as pytree metadata): ``max_norm``, the bound on one unit's contribution
+    (the clipping bound ``C``, or ``√(Σ_k C_k²)`` with groups), ``relation``
+    (``"add_remove"`` or ``"replace"``), ``unit`` (``"example"`` or ``"user"``) and
+    ``groups`` (``((label, C_k), ...)`` or None). ``sensitivity`` is the sum's L2
+    sensitivity under its relation: ``C`` for add/remove-one, ``2C`` for replace-one
+    (NOTE [sensitivity as data]).
+
+    It unpacks as ``summed, norms = result`` (and ``result[0]``, ``result[1]`` are those two).
+    """
+
+    __slots__ = ("summed", "norms", "group_norms", "max_norm", "relation", "unit", "groups")
+
+    def __init__(self, summed, norms, group_norms=None, *, max_norm, relation="add_remove", unit="example",
+                 groups=None):
+        self.summed, self.norms, self.group_norms = summed, norms, group_norms
+        self.max_norm = float(max_norm)
+        self.relation = check_relation(relation, "ClippedGradient")
+        if unit not in _UNITS:
+            raise ValueError(f"ClippedGradient: unit must be one of {_UNITS}, got {unit!r}")
+        self.unit = unit
+        self.groups = None if groups is None else tuple((label, float(c)) for label, c in groups)
+
+    @property
+    def sensitivity(self):
+        """The L2 sensitivity of ``summed`` under ``relation``: ``max_norm`` for add/remove-one,
+        ``2 · max_norm`` for replace-one (a Python float)."""
+        return RELATIONS[self.relation] * self.max_norm
+
+    def describe(self):
+        """The sensitivity in words, for messages."""
+        bound = f"C={self.max_norm:g}" if self.groups is None else \
+            f"√(Σ C_k²)={self.max_norm:g} over {len(self.groups)} groups"
+        return (f"L2 sensitivity {self.sensitivity:g}: each {self.unit} clipped to {bound}, "
+                f"{_RELATION_WORDS[self.relation]} {self.unit}s")
+
+    def __iter__(self):
+        yield self.summed
+        yield self.norms
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return (self.summed, self.norms)[i]
+
+    def __repr__(self):
+        return (f"ClippedGradient(summed={tree.describe(self.summed)}, norms={tree.describe(self.norms)}, "
+                f"{self.describe()})")
+
+    def __add__(self, other):
+        """The clipped sum of two disjoint batches (gradient accumulation over microbatches):
+        the sums added, the norms concatenated, the sensitivity unchanged, since each example
+        is in one of them. Both must carry the same bound, relation and groups; user-level
+        sums are refused (a user split over two sums would contribute up to 2C)."""
+        if not isinstance(other, ClippedGradient):
+            return NotImplemented
+        mine, theirs = _flatten_clipped(self)[1], _flatten_clipped(other)[1]
+        if mine != theirs:
+            raise ValueError(f"ClippedGradient + ClippedGradient: the two clipped sums have different sensitivities "
+                             f"({self.describe()}; {other.describe()}); accumulate sums clipped the same way")
+        if self.unit != "example":
+            raise ValueError("ClippedGradient + ClippedGradient: user-level clipped sums cannot be accumulated (a "
+                             "user whose examples are split over the two sums would contribute up to 2C): clip "
+                             "each user's examples in one call")
+        summed = tree.map(cnp.add, self.summed, other.summed)
+        norms = cnp.concatenate([self.norms, other.norms])
+        group_norms = None if self.group_norms is None else \
+            tuple(cnp.concatenate([a, b]) for a, b in zip(self.group_norms, other.group_norms))
+        return ClippedGradient(summed, norms, group_norms, max_norm=self.max_norm, relation=self.relation,
+                               unit=self.unit, groups=self.groups)
 
     def num_dropped(self, mask=None):
-        """How many examples have a norm that is not finite (a NaN or an infinity in their
+        """How many units have a norm that is not finite (a NaN or an infinity in their
         gradient): those that ``nan_safe=True`` gave a zero contribution (and that make
-        ``summed`` NaN without it). With ``mask``, only the real examples (``mask != 0``)
+        ``summed`` NaN without it). With ``mask``, only the real ones (``mask != 0``)
         count. A 0-d integer array (traced under ``jit``)."""
         bad = cnp.logical_not(finite_rows(self.norms))
         if mask is not None:
             bad = cnp.logical_and(bad, cnp.not_equal(mask, 0))
         return cnp.sum(cnp.astype(bad, np.int64))
+
+
+def _flatten_clipped(c):
+    return (c.summed, c.norms, c.group_norms), (c.max_norm, c.relation, c.unit, c.groups)
+
+
+def _unflatten_clipped(meta, children):
+    max_norm, relation, unit, groups = meta
+    return ClippedGradient(*children, max_norm=max_norm, relation=relation, unit=unit, groups=groups)
+
+
+tree.register_pytree_node(ClippedGradient, _flatten_clipped, _unflatten_clipped)
+
+
+def check_relation(relation, where):
+    """``relation`` checked to be one of :data:`RELATIONS`."""
+    if relation not in RELATIONS:
+        raise ValueError(f"{where}: relation must be one of {', '.join(map(repr, RELATIONS))} (the neighbouring "
+                         f"relation the sensitivity is stated for), got {relation!r}")
+    return relation
 
 
 def check_max_norm(max_norm, where, error=ValueError, hint=""):
@@ -177,9 +294,11 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     return (clipped, norms) if return_norms else clipped
 
 
-def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False, nan_safe=False):
+def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=True, nan_safe=False,
+                relation="add_remove"):
     """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
-    each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding).
+    each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding), as a
+    :class:`ClippedGradient` that carries its L2 sensitivity (NOTE [sensitivity as data]).
 
     Each example's scale ``s_b = m_b · min(1, C / (‖g_b‖₂ + tiny))`` (as in
     :func:`clip_per_example`) is applied in the sum itself: one contraction
@@ -195,21 +314,27 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
       max_norm: the clipping bound ``C > 0``.
       mask: ``(B,)`` bool or numeric weights, or ``None`` for all ones.
       tiny: added to the norm in the denominator.
-      return_norms: also return the ``(B,)`` norms before clipping (padding rows included).
+      return_norms: kept for compatibility: the result always carries the norms (and
+        unpacks as ``summed, norms``).
       nan_safe: an example whose gradient is not finite (a NaN or infinite norm)
         contributes zero instead of making the sum NaN (as :func:`cuvmap.dp.clipped_grad`'s
-        ``nan_safe``); ``ClippedGradient(summed, norms).num_dropped(mask)`` counts them.
+        ``nan_safe``); ``result.num_dropped(mask)`` counts them.
+      relation: the neighbouring relation the sensitivity is stated for:
+        ``"add_remove"`` (``Δ = C``) or ``"replace"`` (``Δ = 2C``).
 
     Returns:
-      A pytree shaped like one example's gradient (leaves without the batch dim, in their
-      dtypes), or ``(summed, norms)``.
+      A :class:`ClippedGradient`: ``summed`` (a pytree shaped like one example's gradient,
+      leaves in their dtypes), ``norms`` (``(B,)``, padding rows included) and the
+      sensitivity.
 
     Example::
 
         (x, y), mask = pad_batch((xs, ys), bucket_for(len(ys), buckets))
-        summed = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
+        clipped = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
+        clipped.sensitivity   # 1.0
     """
     max_norm = check_max_norm(max_norm, "clipped_sum")
+    relation = check_relation(relation, "clipped_sum")
     leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
     norms = cnp.sqrt(squared_norms(leaves, size))
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
@@ -221,5 +346,4 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
     for leaf in leaves:
         s = cnp.astype(scale, core.dtype_of(leaf))
         out.append(cnp.tensordot(s, zero_rows(leaf, finite), axes=1))
-    summed = tree.unflatten(treedef, out)
-    return (summed, norms) if return_norms else summed
+    return ClippedGradient(tree.unflatten(treedef, out), norms, max_norm=max_norm, relation=relation)

@@ -13,7 +13,7 @@ from cuvmap.dp.ghost.rules import per_row
 from cuvmap.transforms import ir, staging
 
 def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux=False, tiny=1e-6,
-                 nan_safe=False):
+                 nan_safe=False, relation="add_remove"):
     """The sum of clipped per-example gradients of ``loss`` and the per-example gradient
     norms, by ghost clipping and book-keeping (NOTE [ghost clipping]).
 
@@ -49,6 +49,9 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
         ``C``. Its norm is reported as computed, and ``result.num_dropped(mask)`` counts
         such examples. Off by default: a non-finite example then makes ``summed`` NaN, as
         in Opacus and ``torch.func`` + clipping.
+      relation: the neighbouring relation the result's sensitivity is stated for:
+        ``"add_remove"`` (``Δ = C``) or ``"replace"`` (``Δ = 2C``) (NOTE [sensitivity as
+        data] in :mod:`cuvmap.dp.clipping`).
 
     Returns:
       a function ``(params, *batch, mask=None)`` returning a
@@ -75,6 +78,7 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
     max_norm = clipping.check_max_norm(max_norm, where, TransformError, hint=(
         f"; clipped_grad({name}, C) takes the bound, and the function it returns takes the parameters and the "
         f"batch: clipped_grad({name}, 1.0)(params, xs, ys)"))
+    relation = clipping.check_relation(relation, where)
     if method not in choice.METHODS:
         raise TransformError(f"{where}: method must be one of {', '.join(map(repr, choice.METHODS))}, got {method!r}")
     if isinstance(in_axes, list):
@@ -84,7 +88,7 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
 
     @api_util.with_context(where, loss)
     def clipped(*args, mask=None):
-        return _clipped(settings, args, mask, max_norm, tiny, bool(nan_safe))
+        return _clipped(settings, args, mask, max_norm, tiny, bool(nan_safe), relation)
 
     @api_util.with_context(where, loss)
     def methods(*args):
@@ -255,7 +259,7 @@ def _trace(settings, args, nums, others, param_tree, order, num_batched, paths, 
     return _Program(program, params, taps, fallback, out_tree)
 
 
-def _clipped(settings, args, mask, max_norm, tiny, nan_safe):
+def _clipped(settings, args, mask, max_norm, tiny, nan_safe, relation):
     staged = _Staged(settings, args)
     size = staged.size
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
@@ -265,7 +269,8 @@ def _clipped(settings, args, mask, max_norm, tiny, nan_safe):
     summed, norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, max_norm, tiny, nan_safe)
     del kept, cts, fallback_grads
     summed = tree.unflatten(staged.param_tree, [api_util.to_array_result(s) for s in summed])
-    result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms))
+    result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms),
+                                      max_norm=max_norm, relation=relation)
     if not settings.has_aux:
         return result
     return result, tree.unflatten(staged.out_tree, outs)[1]
