@@ -67,6 +67,7 @@ from cuvmap.dp.accounting import _log_a_frac  # noqa: F401  (the tests check its
 from cuvmap.dp.clipping import ClippedGradient, clip_per_example, clipped_sum, per_example_global_norms  # noqa: F401
 from cuvmap.dp.noise import add_noise, private_gradient, standard_normal_like  # noqa: F401
 from cuvmap.dp.padding import batch_buckets, bucket_for, pad_batch  # noqa: F401
+from cuvmap.dp.sampling import poisson_sample, sample_users  # noqa: F401
 from cuvmap.dp.ghost import clipped_grad  # noqa: F401
 
 __all__ = [
@@ -81,9 +82,11 @@ __all__ = [
     "clipped_sum",
     "epsilon",
     "pad_batch",
+    "poisson_sample",
     "per_example_global_norms",
     "private_gradient",
     "rdp_sampled_gaussian",
     "rdp_to_epsilon",
+    "sample_users",
     "standard_normal_like",
 ]

@@ -21,6 +21,7 @@ import numpy as np
 
 from cuvmap import core, lax, tree
 from cuvmap import numpy as cnp
+from cuvmap.lax import indexing
 
 
 #: The neighbouring relations a clipped sum's sensitivity is stated for, with the factor of
@@ -294,11 +295,148 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     return (clipped, norms) if return_norms else clipped
 
 
+# NOTE [clipping by group and by user]
+# Two refinements of the per-example clipping, shared by clipped_sum and clipped_grad.
+#
+# Groups (fastDP's layer-wise, param-wise and block-wise clipping; Opacus' per-layer
+# clipping): the parameter leaves are split into groups k = 1..K with bounds C_k, and
+# each example's gradient is clipped group by group::
+#
+#     ḡ_b^k = g_b^k · min(1, C_k / (‖g_b^k‖₂ + tiny))
+#
+# so one example's contribution has norm at most √(Σ_k C_k²): the sum's sensitivity under
+# add/remove-one (Opacus' DPPerLayerOptimizer states the same bound). A single number
+# C gives every group C / √K (the total bound stays C); a mapping {label: C_k}
+# gives each its own.
+#
+# Users (user-level DP): examples carry a user id u_b; each user's summed gradient
+# G_u = Σ_{b: u_b = u} m_b g_b is clipped to C, and the clipped sum is
+# Σ_u min(1, C / (‖G_u‖ + tiny)) · G_u: adding or removing one user (all their examples)
+# changes it by at most C, so the sensitivity is C per user, and the sampler must
+# sample users (:func:`cuvmap.dp.sample_users`). Because Σ_u s_u G_u = Σ_b s_{u_b} m_b g_b,
+# only the users' norms need the users' sums; the clipped sum is the per-example one with
+# each example weighted by its user's factor (book-keeping carries over unchanged). User ids
+# are slots 0 .. B−1 of the batch (sample_users relabels them), so every shape is
+# static and the step runs under jit; NOTE [user norms from factored gradients] in
+# :mod:`cuvmap.dp.ghost` says how ghost norms extend to users.
+
+GROUP_STYLES = ("param", "layer")
+
+
+class Groups:
+    """The groups of a parameter pytree: ``of_leaf[i]`` the group of leaf ``i``, ``labels``
+    and ``bounds`` (``C_k``) in the order of first appearance, ``total = √(Σ_k C_k²)``, and
+    ``spec``, the ``((label, C_k), ...)`` a :class:`ClippedGradient` carries (None for the
+    flat clipping of every leaf together)."""
+
+    def __init__(self, of_leaf, labels, bounds, flat):
+        self.of_leaf, self.labels, self.bounds = list(of_leaf), tuple(labels), tuple(bounds)
+        self.total = math.sqrt(sum(c * c for c in self.bounds))
+        self.spec = None if flat else tuple(zip(self.labels, self.bounds))
+
+    def __len__(self):
+        return len(self.labels)
+
+
+def _label(path):
+    return tree.keystr(path) or "(root)"
+
+
+def resolve_groups(params, groups, max_norm, where):
+    """The :class:`Groups` of the leaves of ``params`` (a pytree; per-example gradients have
+    its structure) for ``groups`` (NOTE [clipping by group and by user]):
+
+    * None: one group, every leaf (bound ``max_norm``);
+    * ``"param"``: each leaf its own group, labelled by its path (``"['w']"``);
+    * ``"layer"``: the leaves that share a parent node (a layer's weight and bias),
+      labelled by the parent's path;
+    * a pytree prefix of ``params`` whose leaves are labels (strings or ints): block-wise,
+      every leaf under one prefix leaf in that label's group.
+
+    ``max_norm``: a number ``C`` (each of ``K`` groups gets ``C / √K``) or, with groups, a
+    dict ``{label: C_k}`` naming every group."""
+    paths, leaves, _ = tree.flatten_with_path(params)
+    if groups is None:
+        if isinstance(max_norm, dict):
+            raise ValueError(f"{where}: max_norm is a dict of group bounds, but groups is None (pass groups=)")
+        return Groups([0] * len(leaves), ("(all)",), (check_max_norm(max_norm, where),), flat=True)
+    if isinstance(groups, str):
+        if groups not in GROUP_STYLES:
+            raise ValueError(f"{where}: groups must be None, one of {', '.join(map(repr, GROUP_STYLES))} or a pytree "
+                             f"prefix of the parameters whose leaves are group labels, got {groups!r}")
+        names = [_label(p) if groups == "param" else _label(p[:-1]) for p in paths]
+    else:
+        try:
+            names = tree.broadcast_prefix(groups, params, lambda x: isinstance(x, (str, numbers.Integral)))
+        except ValueError as err:
+            raise ValueError(f"{where}: groups must be a pytree prefix of the parameters whose leaves are group "
+                             f"labels (strings or ints): {err}") from None
+    labels = list(dict.fromkeys(names))
+    of_leaf = [labels.index(n) for n in names]
+    if isinstance(max_norm, dict):
+        missing = [lb for lb in labels if lb not in max_norm]
+        extra = [lb for lb in max_norm if lb not in labels]
+        if missing or extra:
+            raise ValueError(f"{where}: max_norm must give a bound for every group: the groups are {labels}"
+                             + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+        bounds = [check_max_norm(max_norm[lb], f"{where}: group {lb!r}") for lb in labels]
+    else:
+        c = check_max_norm(max_norm, where)
+        bounds = [c / math.sqrt(len(labels))] * len(labels)
+    return Groups(of_leaf, labels, bounds, flat=False)
+
+
+def check_users(users, size, where):
+    """``users``, ``(B,)`` integer user slots in ``[0, B)``: the shape and dtype always, the
+    range when the values are known (under ``jit`` an id past the end is an IndexError
+    when the program runs; a negative one is not caught)."""
+    shape = tuple(core.shape_of(users))
+    if shape != (size,):
+        raise ValueError(f"{where}: users has shape {shape}, but the batch has {size} examples (one user id per "
+                         f"example, shape ({size},))")
+    if core.dtype_of(users).kind not in "iu":
+        raise ValueError(f"{where}: users must be integer user slots, got dtype {core.dtype_of(users)}")
+    if not isinstance(users, core.Tracer) and size:
+        lo, hi = int(users.min()), int(users.max())
+        if lo < 0 or hi >= size:
+            raise ValueError(f"{where}: user ids must be slots 0 .. {size - 1} of the batch (relabel them, as "
+                             f"dp.sample_users does), got ids from {lo} to {hi}")
+    return users
+
+
+def per_user(x, users, mask):
+    """``G[u] = Σ_{b: users_b = u} m_b x[b]``: the rows of ``x`` ``(B, ...)`` summed into ``B``
+    user slots (one scatter-add, no ``B × B`` one-hot)."""
+    shape = tuple(core.shape_of(x))
+    if mask is not None:
+        m = cnp.astype(cnp.reshape(mask, (shape[0],) + (1,) * (len(shape) - 1)), core.dtype_of(x))
+        x = cnp.multiply(x, m)
+    return indexing.take_transpose_p.bind(x, users, axis=0, shape=shape)
+
+
+def group_clip(squares, groups, tiny, mask=None):
+    """From each group's squared norms (a list of ``(B,)`` arrays, one per group) the unit
+    norms ``√(Σ_k sq_k)``, the group norms (None without groups) and each group's clip
+    factors ``m_b · min(1, C_k / (‖·‖_k + tiny))``."""
+    group_norms = [cnp.sqrt(cnp.maximum(sq, 0)) for sq in squares]
+    if len(squares) == 1:
+        norms = group_norms[0]
+    else:
+        total = squares[0]
+        for sq in squares[1:]:
+            total = cnp.add(total, sq)
+        norms = cnp.sqrt(cnp.maximum(total, 0))
+    scales = [clip_scale(n, c, tiny, mask) for n, c in zip(group_norms, groups.bounds)]
+    return norms, (None if groups.spec is None else tuple(group_norms)), scales
+
+
 def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=True, nan_safe=False,
-                relation="add_remove"):
+                relation="add_remove", groups=None, users=None):
     """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
     each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding), as a
-    :class:`ClippedGradient` that carries its L2 sensitivity (NOTE [sensitivity as data]).
+    :class:`ClippedGradient` that carries its L2 sensitivity (NOTE [sensitivity as data]);
+    with ``groups``, clipped group by group, and with ``users``, each user's summed
+    gradient clipped (NOTE [clipping by group and by user]).
 
     Each example's scale ``s_b = m_b · min(1, C / (‖g_b‖₂ + tiny))`` (as in
     :func:`clip_per_example`) is applied in the sum itself: one contraction
@@ -311,39 +449,51 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
     Args:
       per_example_grads: a pytree of arrays with a common leading batch dim ``B`` (``B``
         may be 0: the sum is then zeros).
-      max_norm: the clipping bound ``C > 0``.
+      max_norm: the clipping bound ``C > 0``; with ``groups``, a number (each of ``K``
+        groups gets ``C / √K``) or a dict ``{label: C_k}``.
       mask: ``(B,)`` bool or numeric weights, or ``None`` for all ones.
       tiny: added to the norm in the denominator.
       return_norms: kept for compatibility: the result always carries the norms (and
         unpacks as ``summed, norms``).
-      nan_safe: an example whose gradient is not finite (a NaN or infinite norm)
-        contributes zero instead of making the sum NaN (as :func:`cuvmap.dp.clipped_grad`'s
-        ``nan_safe``); ``result.num_dropped(mask)`` counts them.
+      nan_safe: a unit (example, or user) whose gradient is not finite (a NaN or infinite
+        norm) contributes zero instead of making the sum NaN (as
+        :func:`cuvmap.dp.clipped_grad`'s ``nan_safe``); ``result.num_dropped()`` counts them.
       relation: the neighbouring relation the sensitivity is stated for:
         ``"add_remove"`` (``Δ = C``) or ``"replace"`` (``Δ = 2C``).
+      groups: None (one global norm), ``"param"``, ``"layer"`` or a pytree prefix of the
+        gradients' structure with group labels at its leaves (block-wise).
+      users: ``(B,)`` integer user slots in ``[0, B)`` (as :func:`cuvmap.dp.sample_users`
+        gives them): user-level clipping, the norms then per user slot.
 
     Returns:
       A :class:`ClippedGradient`: ``summed`` (a pytree shaped like one example's gradient,
-      leaves in their dtypes), ``norms`` (``(B,)``, padding rows included) and the
-      sensitivity.
+      leaves in their dtypes), ``norms`` (``(B,)``: per example, padding rows included, or
+      per user slot), ``group_norms`` with groups, and the sensitivity.
 
     Example::
 
         (x, y), mask = pad_batch((xs, ys), bucket_for(len(ys), buckets))
         clipped = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
         clipped.sensitivity   # 1.0
+        clipped_sum(per_example, {"['w']": 0.8, "['b']": 0.6}, groups="param").sensitivity   # 1.0
     """
-    max_norm = check_max_norm(max_norm, "clipped_sum")
     relation = check_relation(relation, "clipped_sum")
     leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
-    norms = cnp.sqrt(squared_norms(leaves, size))
+    grp = resolve_groups(per_example_grads, groups, max_norm, "clipped_sum")
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
                          f"gradients have batch size {size} (the mask needs shape ({size},))")
+    unit_mask = mask
+    if users is not None:
+        check_users(users, size, "clipped_sum")
+        leaves = [per_user(leaf, users, mask) for leaf in leaves]
+        unit_mask = None   # the mask is in the users' sums
+    squares = [squared_norms([x for x, k in zip(leaves, grp.of_leaf) if k == g], size) for g in range(len(grp))]
+    norms, group_norms, scales = group_clip(squares, grp, tiny, unit_mask)
     finite = finite_rows(norms) if nan_safe else None
-    scale = zero_rows(clip_scale(norms, max_norm, tiny, mask), finite)
     out = []
-    for leaf in leaves:
-        s = cnp.astype(scale, core.dtype_of(leaf))
+    for leaf, k in zip(leaves, grp.of_leaf):
+        s = cnp.astype(zero_rows(scales[k], finite), core.dtype_of(leaf))
         out.append(cnp.tensordot(s, zero_rows(leaf, finite), axes=1))
-    return ClippedGradient(tree.unflatten(treedef, out), norms, max_norm=max_norm, relation=relation)
+    return ClippedGradient(tree.unflatten(treedef, out), norms, group_norms, max_norm=grp.total, relation=relation,
+                           unit="example" if users is None else "user", groups=grp.spec)
