@@ -68,9 +68,11 @@ from cuvmap.dp.clipping import ClippedGradient, clip_per_example, clipped_sum, p
 from cuvmap.dp.noise import add_noise, private_gradient, standard_normal_like  # noqa: F401
 from cuvmap.dp.padding import batch_buckets, bucket_for, pad_batch  # noqa: F401
 from cuvmap.dp.sampling import poisson_sample, sample_users  # noqa: F401
+from cuvmap.dp.plan import ACCOUNTANTS, Plan, register_accountant  # noqa: F401
 from cuvmap.dp.ghost import clipped_grad  # noqa: F401
 
 __all__ = [
+    "ACCOUNTANTS",
     "ClippedGradient",
     "DEFAULT_ORDERS",
     "RDPAccountant",
@@ -84,9 +86,11 @@ __all__ = [
     "pad_batch",
     "poisson_sample",
     "per_example_global_norms",
+    "Plan",
     "private_gradient",
     "rdp_sampled_gaussian",
     "rdp_to_epsilon",
+    "register_accountant",
     "sample_users",
     "standard_normal_like",
 ]
