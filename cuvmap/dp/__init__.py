@@ -1,12 +1,15 @@
 r"""Differentially private SGD on top of per-example gradients: clipping, noise, accounting.
 
 The package's modules: :mod:`~cuvmap.dp.clipping` (per-example norms, clipping, the clipped
-sum), :mod:`~cuvmap.dp.ghost` (``clipped_grad``: the clipped sum and the norms from the
-loss, by ghost clipping and book-keeping, its layer rules in one table),
-:mod:`~cuvmap.dp.padding` (Poisson batches padded to a few sizes, for ``jit``),
-:mod:`~cuvmap.dp.noise` (the Gaussian mechanism, the private gradient) and
-:mod:`~cuvmap.dp.accounting` (the RDP accountant); every name is available as
-``cuvmap.dp.<name>``.
+sum by example, group or user, as a ``ClippedGradient`` that carries its sensitivity),
+:mod:`~cuvmap.dp.ghost` (``clipped_grad``: the clipped sum and the norms from the loss, by
+ghost clipping and book-keeping, its layer rules in one table), :mod:`~cuvmap.dp.padding`
+(Poisson batches padded to a few sizes, for ``jit``), :mod:`~cuvmap.dp.sampling` (the
+Poisson samplers of examples and of users), :mod:`~cuvmap.dp.noise` (the Gaussian
+mechanism calibrated to the sensitivity, once over a data-parallel axis, the private
+gradient), :mod:`~cuvmap.dp.accounting` (the RDP accountant) and :mod:`~cuvmap.dp.plan`
+(``Plan``: all of them built once from ``(N, q, σ, C, steps)``); every name is available
+as ``cuvmap.dp.<name>``.
 
 ``vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)`` gives a pytree shaped like
 ``params`` whose leaves carry a leading batch dimension ``B``: one gradient per example.
@@ -59,6 +62,11 @@ Example::
     acct = dp.RDPAccountant()
     acct.step(noise_multiplier=1.1, sample_rate=256 / 60000, num_steps=steps)
     eps = acct.get_epsilon(delta=1e-5)
+
+    # or all of it from one plan (NOTE [one plan] in cuvmap/dp/plan.py)
+    plan = dp.Plan(dataset_size=60000, sample_rate=256 / 60000, noise_multiplier=1.1, max_norm=1.0,
+                   steps=steps, expected_batch_size=256)
+    eps = plan.epsilon(1e-5)
 """
 from cuvmap.dp.accounting import (  # noqa: F401
     DEFAULT_ORDERS, RDPAccountant, epsilon, rdp_sampled_gaussian, rdp_to_epsilon,
