@@ -210,6 +210,24 @@ def test_group_and_user_errors(call, pattern):
         call(g)
 
 
+@pytest.mark.parametrize("users", [[0, -1, 1, 2], [0, 1, 4, 2]])
+def test_user_slots_out_of_range_fail_under_jit_too(users):
+    """An id out of 0..B-1 would merge two users (a negative one wraps around): under jit the
+    staged bounds check raises when the program runs, in both entry points."""
+    g = {"w": np.ones((4, 3))}
+    params = {"w": np.ones(3)}
+
+    def loss(p, x):
+        return (p["w"] * x).sum()
+
+    by_sum = cv.jit(lambda g, u: dp.clipped_sum(g, 1.0, users=u).summed)
+    by_loss = cv.jit(lambda p, x, u: dp.clipped_grad(loss, 1.0)(p, x, users=u).summed)
+    np.testing.assert_allclose(by_sum(g, np.array([0, 1, 1, 2]))["w"], by_loss(params, g["w"], np.array([0, 1, 1, 2]))["w"])
+    for run in (lambda: by_sum(g, np.array(users)), lambda: by_loss(params, g["w"], np.array(users))):
+        with pytest.raises(IndexError, match=r"user slots u \(as 2·u − 4; u must be in 0 \.\. 3\)"):
+            run()
+
+
 def test_sample_users_is_poisson_over_users():
     """Each user is in a batch with probability q, with all its examples, numbered 0..k-1."""
     rng = np.random.default_rng(14)

@@ -19,7 +19,7 @@ import math
 import numbers
 import numpy as np
 
-from cuvmap import core, lax, tree
+from cuvmap import backend, core, lax, tree
 from cuvmap import numpy as cnp
 from cuvmap.lax import indexing
 
@@ -47,11 +47,11 @@ _UNITS = ("example", "user")
 # a value that carries Δ: ClippedGradient holds the sum, the norms and, as static data
 # (pytree metadata, so it survives jit and vmap and is checked when tracing), the bound,
 # the relation, the unit and the groups; add_noise and private_gradient take σ and derive
-# the noise from Δ, refusing a max_norm that is not the sum's own bound. There is no
-# arithmetic on a ClippedGradient: the normalisation happens after the noise, in
-# private_gradient, by a number said by name (NOTE [normalising the private gradient]);
-# the one operation is +, the clipped sums of disjoint microbatches (gradient accumulation:
-# noise once on the total, the sensitivity unchanged).
+# the noise from Δ, refusing a max_norm that is not the sum's own bound. A ClippedGradient
+# cannot be scaled (no "mean" whose sensitivity would be stale): the normalisation happens
+# after the noise, in private_gradient, by a number said by name (NOTE [normalising the
+# private gradient]). Its one operation is +, the clipped sums of disjoint microbatches
+# (gradient accumulation: the noise once on the total, the sensitivity unchanged).
 class ClippedGradient:
     """A sum of clipped gradients and the facts its privacy rests on: what
     :func:`cuvmap.dp.clipped_grad` and :func:`cuvmap.dp.clipped_sum` return, and what
@@ -387,20 +387,29 @@ def resolve_groups(params, groups, max_norm, where):
 
 
 def check_users(users, size, where):
-    """``users``, ``(B,)`` integer user slots in ``[0, B)``: the shape and dtype always, the
-    range when the values are known (under ``jit`` an id past the end is an IndexError
-    when the program runs; a negative one is not caught)."""
+    """``users``, ``(B,)`` integer user slots in ``[0, B)``: the shape and dtype when
+    called, the range where the values are (a ValueError for NumPy arrays now; an
+    IndexError from the bounds-check primitive for CuPy arrays, and under ``jit`` when the
+    program runs: an id out of range would merge two users and break the per-user bound)."""
     shape = tuple(core.shape_of(users))
     if shape != (size,):
         raise ValueError(f"{where}: users has shape {shape}, but the batch has {size} examples (one user id per "
                          f"example, shape ({size},))")
     if core.dtype_of(users).kind not in "iu":
         raise ValueError(f"{where}: users must be integer user slots, got dtype {core.dtype_of(users)}")
-    if not isinstance(users, core.Tracer) and size:
-        lo, hi = int(users.min()), int(users.max())
-        if lo < 0 or hi >= size:
-            raise ValueError(f"{where}: user ids must be slots 0 .. {size - 1} of the batch (relabel them, as "
-                             f"dp.sample_users does), got ids from {lo} to {hi}")
+    if not size:
+        return users
+    if isinstance(users, core.Tracer) or backend.is_cupy_array(users):
+        # 2·u − B lies in [-B, B) exactly when u lies in [0, B); the slots are then read back
+        # from the checked values, so that the check stays in a staged program
+        twice = cnp.subtract(cnp.multiply(users, 2), size)
+        checked = indexing.check_index_bounds(twice, size, where, f"the user slots u (as 2·u − {size}; u must be "
+                                                                  f"in 0 .. {size - 1})")
+        return cnp.floor_divide(cnp.add(checked, size), 2)
+    lo, hi = int(np.min(users)), int(np.max(users))
+    if lo < 0 or hi >= size:
+        raise ValueError(f"{where}: user ids must be slots 0 .. {size - 1} of the batch (relabel them, as "
+                         f"dp.sample_users does), got ids from {lo} to {hi}")
     return users
 
 
@@ -485,7 +494,7 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
                          f"gradients have batch size {size} (the mask needs shape ({size},))")
     unit_mask = mask
     if users is not None:
-        check_users(users, size, "clipped_sum")
+        users = check_users(users, size, "clipped_sum")
         leaves = [per_user(leaf, users, mask) for leaf in leaves]
         unit_mask = None   # the mask is in the users' sums
     squares = [squared_norms([x for x, k in zip(leaves, grp.of_leaf) if k == g], size) for g in range(len(grp))]

@@ -278,7 +278,7 @@ def _clipped(settings, args, mask, users, max_norm, groups, tiny, nan_safe, rela
         raise TransformError(f"mask has shape {tuple(core.shape_of(mask))}, but the batch has {size} examples "
                              f"(the mask needs shape ({size},))")
     if users is not None:
-        clipping.check_users(users, size, settings.where)
+        users = clipping.check_users(users, size, settings.where)
     params = tree.unflatten(staged.param_tree, staged.param_leaves)
     grp = clipping.resolve_groups(params[0] if staged.single else params, groups, max_norm, settings.where)
     outs, kept, cts, fallback_grads = _forward_backward(staged)
