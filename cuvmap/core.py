@@ -612,7 +612,7 @@ def registered_primitives():
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
-          "fused": None, "kind": None, "effectful": False, "workspace": None}
+          "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None}
 
 
 class Primitive:
@@ -659,6 +659,10 @@ class Primitive:
       a convolution), for the plan's memory estimate (NOTE [planned peak memory] in
       cuvmap/transforms/executor.py; an operand given twice comes once, then as None);
       None: nothing worth counting.
+    - ``impl_for(*avals, **params)``: the impl for operands of these avals, a callable of
+      the operands alone that a plan calls instead of ``impl(*operands, **params)``
+      (dot_general works out its layout once: NOTE [a product's layout is worked out
+      once] in cuvmap/lax/linalg.py), or None.
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.
@@ -684,14 +688,14 @@ class Primitive:
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
                  impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None,
-                 workspace=None):
+                 workspace=None, impl_for=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful,
-                     workspace=workspace)
+                     workspace=workspace, impl_for=impl_for)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

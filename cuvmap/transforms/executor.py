@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from cuvmap import backend, config
+from cuvmap import backend, config, lru
 from cuvmap.cuda import graphs as cuda_graphs, kernels
 from cuvmap.transforms import fusion, ir
 
@@ -207,7 +207,9 @@ class Step:
     ``aux``, a ``(shape, dtype)``), FUSED (a fused kernel) or MULTI (an equation with
     several results); ``out`` is a slot, or a tuple of slots for FUSED and MULTI.
     ``release``: the ``(slot, pool key)`` pairs whose buffers go back to the pool after
-    the step; ``clear``: the slots dropped after it (their last use)."""
+    the step; ``clear``: the slots dropped after it (their last use). ``direct``: a writer
+    that may put the result into any buffer of its aval, such as the row of a loop's
+    stacked result (NOTE [a loop runs as generated Python]), or None."""
 
     kind: int
     impl: object
@@ -218,6 +220,7 @@ class Step:
     release: tuple = ()
     clear: tuple = ()
     writer: object = None
+    direct: object = None
 
     @property
     def outs(self):
@@ -231,13 +234,15 @@ class Plan:
     that runs it (NOTE [a plan runs as generated Python])."""
 
     __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "empty", "num_reused_steps",
-                 "source", "program", "memory", "_peak")
+                 "source", "program", "memory", "_peak", "out_is_scalar", "loops")
 
     def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar, memory=None):
         self.steps = steps
         self.init = init
         self.in_slots = in_slots
         self.out_slots = out_slots
+        self.out_is_scalar = out_is_scalar
+        self.loops = {}  # (num_consts, num_carry) -> (source, loop): NOTE [a loop runs as generated Python]
         self.pool = {}
         self.array_types = array_types
         self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
@@ -245,7 +250,7 @@ class Plan:
         self.memory = memory  # what planned_peak_bytes reads (NOTE [planned peak memory])
         self._peak = None
         self.source, namespace = _compile(self, out_is_scalar)
-        exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
+        exec(_code(self.source, "<cuvmap plan>"), namespace)
         self.program = namespace["program"]
 
 
@@ -479,10 +484,12 @@ def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
                 members.add(out)
                 groups.group_of[out] = g
                 groups.groups[g][1] = [out]
-                return Step(IN_PLACE, prim.impl, ins, out, eqn.params, aux=s, writer=prim.impl_into)
+                return Step(IN_PLACE, prim.impl, ins, out, eqn.params, aux=s, writer=prim.impl_into,
+                            direct=_direct_writer(eqn, gpu))
         if not gpu:
             groups.new(out, [out], True)
-            return Step(POOLED, prim.impl, ins, out, eqn.params, aux=(aval.shape, aval.dtype), writer=prim.impl_into)
+            return Step(POOLED, prim.impl, ins, out, eqn.params, aux=(aval.shape, aval.dtype), writer=prim.impl_into,
+                        direct=_direct_writer(eqn, gpu))
         # on the GPU only in place: a buffer pooled across calls could still be read by a
         # kernel of the previous call on another stream (CuPy's own pool, which a fresh
         # result comes from, orders its blocks by stream)
@@ -491,7 +498,28 @@ def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
         groups.new(out, [out] if writes else [], writes)
     else:
         groups.join(array_ins, (out,))
-    return Step(PLAIN, prim.impl, ins, out, eqn.params)
+    impl, params = prim.impl, eqn.params
+    if params and prim.impl_for is not None:
+        specialized = prim.impl_for(*(x.aval for x in eqn.inputs), **params)
+        if specialized is not None:
+            impl, params = specialized, {}
+    return Step(PLAIN, impl, ins, out, params, direct=_direct_writer(eqn, gpu))
+
+
+def _direct_writer(eqn, gpu):
+    """The writer of ``eqn``'s result into any buffer of its aval (``Step.direct``), or
+    None: a primitive with a writer and without params whose operands have the result's
+    dtype (or are Python numbers), so that NumPy picks the same loop with ``out=`` as
+    without."""
+    prim, aval = eqn.primitive, eqn.outs[0].aval
+    if prim.impl_into is None or eqn.params or not (prim.impl_into_when is None or prim.impl_into_when(aval, gpu)):
+        return None
+    for x in eqn.inputs:
+        if isinstance(x, ir.Literal) and not hasattr(x.val, "dtype"):
+            continue
+        if x.aval.dtype != aval.dtype:
+            return None
+    return prim.impl_into
 
 
 def _schedule_frees(steps, slots, groups, gpu):
@@ -674,8 +702,10 @@ def _fresh(value):
     return value.copy() if hasattr(value, "copy") and hasattr(value, "shape") else value
 
 
-def _compile(p, out_is_scalar):
-    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+def _compile(p, out_is_scalar, loop=None):
+    """The source of ``p``'s straight-line function, and the namespace it runs in; with
+    ``loop``, a :class:`_LoopShape`, the source of the loop that runs it step after step
+    (NOTE [a loop runs as generated Python])."""
     computed = set()
     for step in p.steps:
         computed.update(step.outs)
@@ -695,9 +725,15 @@ def _compile(p, out_is_scalar):
             namespace[name] = p.pool.setdefault(key, [])
         return pool_names[key]
 
-    lines = ["def program(args):"]
-    if p.in_slots:
-        lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
+    if loop is None:
+        pad = "    "
+        lines = ["def program(args):"]
+        if p.in_slots:
+            lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
+        direct = {}
+    else:
+        pad = "        "
+        lines, direct, prepared = _loop_head(p, loop, constant_slots, namespace)
     for k, step in enumerate(p.steps):
         kind, impl, ins, params, aux, writer = step.kind, step.impl, step.ins, step.params, step.aux, step.writer
         namespace[f"f{k}"] = impl
@@ -708,19 +744,30 @@ def _compile(p, out_is_scalar):
         plain = _call(k, ins, params, constant_slots)
         outs = step.outs
         r = f"r{outs[0]}"
-        if kind in (FUSED, MULTI):
-            lines.append(f"    {', '.join(f'r{o}' for o in outs)}, = {plain}")
+        if k in direct:
+            # a loop's y, written by the step's writer into its row of the stacked result
+            namespace[f"w{k}"] = step.direct
+            y = f"Y{direct[k]}[i]"
+            lines += [f"{pad}try:",
+                      f"{pad}    {r} = {_call(k, ins, params, constant_slots, out=y)}",
+                      f"{pad}except (TypeError, ValueError):",
+                      f"{pad}    {r} = {plain}",
+                      f"{pad}    {y} = {r}"]
+        elif loop is not None and k in prepared:
+            lines.append(f"{pad}{r} = G{k}({', '.join(prepared[k])})")
+        elif kind in (FUSED, MULTI):
+            lines.append(f"{pad}{', '.join(f'r{o}' for o in outs)}, = {plain}")
         elif kind == PLAIN:
-            lines.append(f"    {r} = {plain}")
+            lines.append(f"{pad}{r} = {plain}")
         elif kind == IN_PLACE:
             t = f"r{aux}"
-            lines += [f"    if type({t}) in ARRAY_TYPES and {t}.base is None:",
-                      "        try:",
-                      f"            {r} = {_call(k, ins, params, constant_slots, out=t)}",
-                      "        except (TypeError, ValueError):",
-                      f"            {r} = {plain}",
-                      "    else:",
-                      f"        {r} = {plain}"]
+            lines += [f"{pad}if type({t}) in ARRAY_TYPES and {t}.base is None:",
+                      f"{pad}    try:",
+                      f"{pad}        {r} = {_call(k, ins, params, constant_slots, out=t)}",
+                      f"{pad}    except (TypeError, ValueError):",
+                      f"{pad}        {r} = {plain}",
+                      f"{pad}else:",
+                      f"{pad}    {r} = {plain}"]
         else:
             pl = pool_list(aux)
             if writer is not impl and aux[1].kind == "f" and p.array_types[0] is np.ndarray:
@@ -730,29 +777,148 @@ def _compile(p, out_is_scalar):
                 # sqrt of uint8 is float16, where the aval says float64.)
                 key = f"K{pl[1:]}"
                 namespace[key] = aux
-                lines += ["    try:",
-                          f"        {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
-                          "    except (TypeError, ValueError, IndexError):",
-                          f"        {r} = {plain}"]
+                lines += [f"{pad}try:",
+                          f"{pad}    {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
+                          f"{pad}except (TypeError, ValueError, IndexError):",
+                          f"{pad}    {r} = {plain}"]
             else:
-                lines += [f"    if {pl}:",
-                          "        try:",
-                          f"            {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
-                          "        except (TypeError, ValueError, IndexError):",
-                          f"            {r} = {plain}",
-                          "    else:",
-                          f"        {r} = {plain}"]
+                lines += [f"{pad}if {pl}:",
+                          f"{pad}    try:",
+                          f"{pad}        {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
+                          f"{pad}    except (TypeError, ValueError, IndexError):",
+                          f"{pad}        {r} = {plain}",
+                          f"{pad}else:",
+                          f"{pad}    {r} = {plain}"]
         if out_is_scalar[k]:
             for o in outs:
-                lines.append(f"    if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
+                lines.append(f"{pad}if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
         for s, key in step.release:
-            lines.append(f"    if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
+            lines.append(f"{pad}if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
         cleared = [f"r{s}" for s in step.clear if s not in constant_slots]
         if cleared:
-            lines.append(f"    del {', '.join(cleared)}")
+            lines.append(f"{pad}del {', '.join(cleared)}")
     # a constant returned is copied: the caller owns its results, and may write into them
-    lines.append(f"    return [{', '.join(f'FRESH(c{s})' if s in constant_slots else f'r{s}' for s in p.out_slots)}]")
+    results = [f"FRESH(c{s})" if s in constant_slots else f"r{s}" for s in p.out_slots]
+    if loop is None:
+        lines.append(f"    return [{', '.join(results)}]")
+    else:
+        lines += _loop_tail(p, loop, results, direct)
     return "\n".join(lines) + "\n", namespace
+
+
+# NOTE [a loop runs as generated Python]
+# A scan calls its body once per step. Calling the body's plan each time pays, per step,
+# for building the argument list, the call, unpacking, and copying each ``y`` into its row
+# of the stacked result. So a plan also compiles into a loop (:func:`loop_of`): the same
+# straight-line body inside ``for i in indices:``, its arguments split into the constants
+# (bound once, before the loop), the carries and the rows of ``xs`` (``r3 = X0[i]``, a
+# view). A ``y`` computed by a step with a direct writer (``Step.direct``: a ufunc whose
+# operands have the result's dtype) is written into its row of the stacked result
+# (``out=Y0[i]``), the others are copied there (``Y1[i] = r2``); then the carries' slots
+# take the new carries, all at once (``r2, r5, = r9, r2,``), and the next step begins. The
+# pool is the plan's: the buffers a step releases serve the next one, so a steady state
+# allocates only what the impls allocate themselves (and the new carries, which are the
+# next step's arguments and so never written over). A step whose impl (from ``impl_for``)
+# carries ``prepare`` and ``prepared`` and whose prepared operands are constants of the
+# body calls ``prepare`` on them once, before the loop, and ``prepared`` at every step
+# (NOTE [a loop's constant operand transposed once] in cuvmap/lax/linalg.py).
+
+@dataclasses.dataclass(frozen=True)
+class _LoopShape:
+    num_consts: int
+    num_carry: int
+
+
+def _loop_head(p, loop, constant_slots, namespace):
+    """The loop's first lines, the steps that write a ``y`` directly (``{step: y
+    index}``) and the steps that read an operand prepared before the loop (``{step: their
+    operands' names}``: NOTE [a loop runs as generated Python])."""
+    nc, ncar = loop.num_consts, loop.num_carry
+    c_slots, carry_slots, x_slots = p.in_slots[:nc], p.in_slots[nc:nc + ncar], p.in_slots[nc + ncar:]
+    y_slots = p.out_slots[ncar:]
+    lines = ["def loop(consts, carry, xs, ys, indices):"]
+    for names, source in (([f"r{s}" for s in c_slots], "consts"), ([f"r{s}" for s in carry_slots], "carry"),
+                          ([f"X{j}" for j in range(len(x_slots))], "xs"), ([f"Y{m}" for m in range(len(y_slots))], "ys")):
+        if names:
+            lines.append(f"    {', '.join(names)}, = {source}")
+    invariant = set(c_slots) | set(constant_slots)
+    prepared = {}
+    for k, step in enumerate(p.steps):
+        prepare = getattr(step.impl, "prepare", None)
+        if step.kind != PLAIN or step.params or prepare is None:
+            continue
+        if not all(f is None or s in invariant for f, s in zip(prepare, step.ins)):
+            continue
+        operands = [_operand(s, constant_slots) for s in step.ins]
+        for j, f in enumerate(prepare):
+            if f is not None:
+                namespace[f"PR{k}_{j}"] = f
+                lines.append(f"    q{k}_{j} = PR{k}_{j}({operands[j]})")
+                operands[j] = f"q{k}_{j}"
+        namespace[f"G{k}"] = step.impl.prepared
+        prepared[k] = operands
+    lines.append("    for i in indices:")
+    lines += [f"        r{s} = X{j}[i]" for j, s in enumerate(x_slots)]
+    writes = {}
+    for k, step in enumerate(p.steps):
+        if step.direct is not None and step.kind != FUSED and step.kind != MULTI:
+            writes[step.out] = k
+    direct = {}
+    for m, s in enumerate(y_slots):
+        if s in writes and p.out_slots.count(s) == 1 and s not in constant_slots:
+            direct[writes[s]] = m
+    return lines, direct, prepared
+
+
+def _loop_tail(p, loop, results, direct):
+    """The loop's last lines: the ``y``\\ s not written directly copied into their rows, the
+    carries updated, and after the loop the last carries returned."""
+    ncar = loop.num_carry
+    carry_slots = p.in_slots[loop.num_consts:loop.num_consts + ncar]
+    written = set(direct.values())
+    lines = [f"        Y{m}[i] = {r[6:-1] if r.startswith('FRESH(') else r}"
+             for m, r in enumerate(results[ncar:]) if m not in written]
+    if ncar:
+        lines.append(f"        {', '.join(f'r{s}' for s in carry_slots)}, = {', '.join(results[:ncar])},")
+    lines.append(f"    return [{', '.join(f'r{s}' for s in carry_slots)}]")
+    return lines
+
+
+def loop_of(p, num_consts, num_carry):
+    """Plan ``p`` compiled as a loop (NOTE [a loop runs as generated Python]):
+    ``loop(consts, carry, xs, ys, indices)`` runs the program once for each ``i`` of
+    ``indices`` on ``consts``, the carries and the rows ``x[i]`` of ``xs``, writes its
+    ``y``\\ s into the rows ``y[i]`` of ``ys`` (arrays the caller made, one per output after
+    the carries) and passes its first ``num_carry`` outputs on as the next carries; it
+    returns the last carries. Compiled once per plan and shape."""
+    key = (num_consts, num_carry)
+    hit = p.loops.get(key)
+    if hit is None:
+        source, namespace = _compile(p, p.out_is_scalar, _LoopShape(num_consts, num_carry))
+        exec(_code(source, "<cuvmap loop>"), namespace)
+        hit = p.loops.setdefault(key, (source, namespace["loop"]))
+    return hit[1]
+
+
+# NOTE [generated code is compiled once per text]
+# Python's ``compile`` is most of the cost of a small plan, and eager transforms make the
+# same plans again and again: ``grad`` of a function that calls ``lax.scan`` stages the
+# body anew at every call, and derives and plans its forward and backward bodies anew, and
+# their text is the same each time (the slots are numbered in program order; the
+# functions, params and constants are names bound in the namespace, not text). So the code
+# objects are kept by their text, a bounded cache (:data:`CODE_CACHE_SIZE` entries), and a
+# plan made again costs its planning and an ``exec`` of code already compiled.
+CODE_CACHE_SIZE = 512
+_code_cache = lru.LRU(CODE_CACHE_SIZE)
+
+
+def _code(source, filename):
+    """The code object of ``source`` (NOTE [generated code is compiled once per text])."""
+    key = (source, filename)
+    code = _code_cache.get(key)
+    if code is None:
+        code = _code_cache.put(key, compile(source, filename, "exec"))
+    return code
 
 
 def source(p):

@@ -305,6 +305,12 @@ def plan_of(program):
     return executor.nested_plan(program)
 
 
+def loop_of(program, num_consts, num_carry):
+    """The loop of ``program``'s plan (:func:`cuvmap.transforms.executor.loop_of`):
+    ``loop(consts, carry, xs, ys, indices)``."""
+    return executor.loop_of(plan_of(program), num_consts, num_carry)
+
+
 def run_plan(program, args):
     """Runs ``program`` (no constants) on concrete ``args`` with its plan."""
     return plan_of(program).program(args)
