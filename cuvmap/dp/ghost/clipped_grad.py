@@ -482,6 +482,7 @@ def _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max
     if plan_only:
         return chunked.plan(body, leaves, axes, size, chunks, memory_budget, key=key)
     outs, out_tree = chunked(body, leaves, axes, size, chunks, memory_budget, key=key)
-    summed, norms, aux = tree.unflatten(out_tree, [api_util.to_array_result(o) for o in outs])
+    outs = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
+    summed, norms, aux = tree.unflatten(out_tree, outs)
     result = clipping.ClippedGradient(summed, norms, *stated)
     return (result, aux) if settings.has_aux else result
