@@ -79,7 +79,7 @@ def test_registered_accountants_are_reported():
     try:
         plan = _plan(accountant="half")
         assert plan.epsilon(1e-5) == pytest.approx(plan.epsilon(1e-5, accountant="rdp") / 2, rel=1e-13)
-        assert set(plan.epsilons(1e-5)) == {"rdp", "half"}
+        assert set(plan.epsilons(1e-5)) == {"rdp", "pld", "half"}
     finally:
         del dp.ACCOUNTANTS["half"]
 
