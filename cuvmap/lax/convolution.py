@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from cuvmap import backend, config, core
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import conv_gemm
 from cuvmap.lax import elementwise as ew
@@ -50,9 +51,42 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 # Declarations and public wrappers
 # ---------------------------------------------------------------------------------------
 
-conv_p = Primitive("conv", owns_output=True)
-conv_backward_input_p = Primitive("conv_backward_input", owns_output=True)
-conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True)
+
+
+def _conv_workspace(in_avals, out_avals, params):
+    """What a convolution allocates besides its result (NOTE [planned peak memory] in
+    cuvmap/transforms/executor.py): the unfolded columns (``N·C·K·spatial`` elements; on
+    the CPU built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``: NOTE [cache
+    blocking]), and a second result while the ``auto`` strategy times both kernels on a
+    shape's first call. One bound for the three primitives: the data operands (the input
+    or grad_output first, the input of a weight gradient second) and the result give the
+    batch, the larger channel count and spatial size; the weight (or ``weight_shape``)
+    the kernel."""
+    out = out_avals[0]
+    first = in_avals[0]
+    if first is None or len(first.shape) < 3:
+        return 0
+    weight_shape = params.get("weight_shape")
+    data = [first.shape, out.shape]
+    if weight_shape is not None:
+        if in_avals[1] is not None:
+            data.append(in_avals[1].shape)
+    elif in_avals[1] is not None:
+        weight_shape = in_avals[1].shape
+    k = int(np.prod(weight_shape[2:], dtype=np.int64)) if weight_shape is not None else 1
+    data = [s for s in data if len(s) >= 3]
+    channels = max(s[1] for s in data)
+    spatial = max(int(np.prod(s[2:], dtype=np.int64)) for s in data)
+    itemsize = out.dtype.itemsize
+    columns = first.shape[0] * channels * k * spatial * itemsize  # (whatever the groups: C/G channels per group)
+    if out.device is None or not str(out.device).startswith("gpu"):
+        columns = min(columns, 2 * conv_gemm.BLOCK_BYTES)
+    return columns + out.size * itemsize
+
+
+conv_p = Primitive("conv", owns_output=True, workspace=_conv_workspace)
+conv_backward_input_p = Primitive("conv_backward_input", owns_output=True, workspace=_conv_workspace)
+conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True, workspace=_conv_workspace)
 
 
 def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):
@@ -414,6 +448,15 @@ def _run_kernel(op, *args, bias=None):
         backend.check_current_device(f"conv {op}", named)
     if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
         return _empty_result(op, args, backend.xp_of(args[0]))
+    if device == "gpu":
+        return _pick_and_run(op, device, args, bias)
+    # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
+    with cpu_threads.limited(cpu_threads.target(), openmp=True):
+        return _pick_and_run(op, device, args, bias)
+
+
+def _pick_and_run(op, device, args, bias):
+    """:func:`_run_kernel` past its checks: the strategy's kernels on ``args``."""
     strategy = get_strategy()
     if strategy == "unfold" or (strategy != "auto" and strategy != _VENDOR_OF_DEVICE[device]):
         return _call(conv_gemm, op, args, bias)

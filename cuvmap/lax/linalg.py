@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from cuvmap import backend, core
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
@@ -79,10 +80,14 @@ def _dot_general_impl(x, y, *, dimension_numbers):
             out = (yt.reshape(b, n, 1) * xt.reshape(b, 1, m)).transpose(0, 2, 1)
         else:
             out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
-    elif xb:
-        out = _matmul(xt.reshape(b, m, k), yt.reshape(b, k, n))
     else:
-        out = _matmul(xt.reshape(m, k), yt.reshape(k, n))
+        # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
+        limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
+        with cpu_threads.limited(limit):
+            if xb:
+                out = _matmul(xt.reshape(b, m, k), yt.reshape(b, k, n))
+            else:
+                out = _matmul(xt.reshape(m, k), yt.reshape(k, n))
     return out.reshape(batch_shape + m_shape + n_shape)
 
 
@@ -92,7 +97,13 @@ def _matmul(x, y):
     return cublas.matmul(x, y) if backend.is_cupy_array(x) else x @ y
 
 
-dot_general_p = Primitive("dot_general", owns_output=True, kind="dot")
+def _dot_general_workspace(in_avals, out_avals, params):
+    """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
+    laid out for it (the plan cannot see strides, so both count: NOTE [planned peak memory])."""
+    return sum(a.size * a.dtype.itemsize for a in in_avals if a is not None)
+
+
+dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
