@@ -80,13 +80,14 @@ def _dot_general_impl(x, y, *, dimension_numbers):
         else:
             out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
     else:
+        xt, yt = (xt.reshape(b, m, k), yt.reshape(b, k, n)) if xb else (xt.reshape(m, k), yt.reshape(k, n))
         # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
         limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
-        with cpu_threads.limited(limit):
-            if xb:
-                out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
-            else:
-                out = xt.reshape(m, k) @ yt.reshape(k, n)
+        if limit is None:
+            out = xt @ yt
+        else:
+            with cpu_threads.limited(limit):
+                out = xt @ yt
     return out.reshape(batch_shape + m_shape + n_shape)
 
 
