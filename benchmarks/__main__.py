@@ -59,6 +59,7 @@ SUITES = {
     "control_flow": "benchmarks.bench_control_flow",
     "dp": "benchmarks.bench_dp",
     "accounting": "benchmarks.bench_accounting",
+    "memory": "benchmarks.bench_memory",
     "selfcheck": "benchmarks.selfcheck",
 }
 # suites that time their cases in their own way (rounds under mpiexec, the accountants'

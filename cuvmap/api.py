@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from cuvmap import api_util, backend, core, tree
+from cuvmap import memory_budget as memory_budget_mod
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.lax import elementwise, indexing, shape as lax_shape
@@ -25,7 +26,7 @@ from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
 # ---------------------------------------------------------------------------------------
 
 
-def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=None):
+def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=None, memory_budget=None):
     """Vectorizing map: ``vmap(f)(xs)[b] == f(xs[b])``, computed with batched primitives.
 
     Args:
@@ -40,7 +41,15 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
         size of 0 is allowed: the results are empty arrays of the right shapes.
       chunk_size: when set, maps ``chunk_size`` examples at a time and concatenates the
         results (identical results, bounded memory). Not with ``axis_name``: a collective
-        needs every example of its axis at once.
+        needs every example of its axis at once. ``"auto"``: the largest chunk whose
+        planned memory fits ``memory_budget`` (:mod:`cuvmap.memory_budget`): ``f`` is then
+        staged as under ``jit``, once per argument signature, and the chunks run its
+        planned program.
+      memory_budget: what the call may allocate, its results included: an int of bytes,
+        or a float in (0, 1], that fraction of the memory free on the operands' device
+        (``chunk_size="auto"`` without it: half the free memory). Setting it implies
+        ``chunk_size="auto"``; raises :class:`~cuvmap.memory_budget.MemoryBudgetError`
+        when even one example at a time does not fit.
       axis_name: a name for the mapped axis (a string), which collectives inside ``f``
         act along (``cuvmap.lax.psum(x, "i")`` sums over the examples, ``axis_index("i")``
         is the example's index; :mod:`cuvmap.lax.parallel`). Nested vmaps with different
@@ -65,8 +74,7 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
     where = f"vmap({fname}{', ' + spec if spec else ''})"
     if axis_size is not None and (not api_util.is_int(axis_size) or axis_size < 0):
         raise TransformError(f"{where}: axis_size must be a non-negative int, got {axis_size!r}")
-    if chunk_size is not None and (not api_util.is_int(chunk_size) or chunk_size < 1):
-        raise TransformError(f"{where}: chunk_size must be a positive int, got {chunk_size!r}")
+    chunk_size = memory_budget_mod.check_chunk_spec(chunk_size, memory_budget, where)
     if axis_name is not None:
         try:
             hash(axis_name)
@@ -80,11 +88,18 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
                 f"{where}: chunk_size={chunk_size} cannot be combined with axis_name: the collectives over "
                 f"{axis_name!r} need every example of the axis at once, and a chunked vmap maps "
                 f"{chunk_size} at a time; drop chunk_size (or axis_name)")
-    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name)
+    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name, memory_budget=memory_budget)
 
 
-def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None):
-    """:func:`vmap` named ``where`` (other transforms use it internally under their name)."""
+def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None, memory_budget=None,
+          chunked=None, key_extra=None):
+    """:func:`vmap` named ``where`` (other transforms use it internally under their name).
+    ``chunk_size="auto"`` maps in chunks chosen by ``memory_budget``, with the
+    :class:`~cuvmap.memory_budget.ChunkedMap` ``chunked`` when given (the Jacobians keep one
+    per transformed function, whose programs serve one call only: their functions close
+    over the call's values) and ``key_extra`` added to its cache key."""
+    if chunked is None and chunk_size == memory_budget_mod.AUTO:
+        chunked = memory_budget_mod.ChunkedMap(where, vmap_combine(out_axes))
 
     @api_util.with_context(where, f, name)
     def vmapped(*args, **kwargs):
@@ -93,11 +108,55 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
         paths, leaves, treedef = tree.flatten_with_path((args, kwargs))
         axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
         axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
+        if chunked is not None:
+            return _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra)
         if chunk_size is None or size <= chunk_size:
             return _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name)
         return _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size)
 
+    if chunked is not None:
+        @api_util.with_context(where, f, name)
+        def memory_plan(*args, **kwargs):
+            """The :class:`~cuvmap.memory_budget.ChunkPlan` a call with these arguments
+            follows: its chunk, budget and planned peak (nothing runs)."""
+            paths, leaves, treedef = tree.flatten_with_path((args, kwargs))
+            axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
+            axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
+            return chunked.plan(_vmap_body(f, where, treedef, axes, out_axes), leaves, axes, size,
+                                memory_budget_mod.AUTO, memory_budget, key=(treedef, repr(out_axes), key_extra))
+
+        vmapped.memory_plan = memory_plan
     return vmapped
+
+
+def _vmap_body(f, where, treedef, axes, out_axes):
+    """The body of a budgeted vmap: ``b`` examples of the flat arguments to flat outputs."""
+
+    def body(b, chunk_leaves):
+        return tree.flatten(_vmap_once(f, where, chunk_leaves, treedef, axes, b, out_axes))
+
+    return body
+
+
+def vmap_combine(out_axes):
+    """How the chunks of a budgeted vmap combine: each output stacked along its out axis
+    (an output with out_axes None is the same in every chunk)."""
+
+    def combine(out_tree, out_avals):
+        placeholder = tree.unflatten(out_tree, list(range(len(out_avals))))
+        flat_axes = tree.broadcast_prefix(out_axes, placeholder, api_util.is_axis)
+        return [(memory_budget_mod.SHARED,) if oa is None else (memory_budget_mod.STACK, oa % max(1, len(a.shape)))
+                for oa, a in zip(flat_axes, out_avals)]
+
+    return combine
+
+
+def _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra=None):
+    """``vmap`` in chunks chosen by the memory budget (:mod:`cuvmap.memory_budget`)."""
+    outs, out_tree = chunked(_vmap_body(f, where, treedef, axes, out_axes), leaves, axes, size, memory_budget_mod.AUTO,
+                             memory_budget, key=(treedef, repr(out_axes), key_extra))
+    return tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs],
+                                                       [x for x in leaves if not isinstance(x, memory_budget_mod.Generated)]))
 
 
 def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
@@ -411,6 +470,47 @@ def _std_basis(leaves):
     return blocks, sizes
 
 
+def _generated_basis(leaves):
+    """:func:`_std_basis` made per chunk: one :class:`~cuvmap.memory_budget.Generated` input
+    per leaf, whose rows ``start:stop`` are those of the identity's block."""
+    sizes = [int(np.prod(core.shape_of(x), dtype=np.int64)) for x in leaves]
+    total = sum(sizes)
+    blocks = []
+    offset = 0
+    for x, n in zip(leaves, sizes):
+        xp = backend.xp_of(x)
+        dtype = core.dtype_of(x) if core.is_float(x) else np.float64
+        shape = tuple(core.shape_of(x))
+
+        def make(start, stop, xp=xp, dtype=dtype, shape=shape, offset=offset, n=n):
+            rows = xp.zeros((stop - start, n), dtype=dtype)
+            first, last = max(start, offset), min(stop, offset + n)
+            if first < last:
+                rows[np.arange(first - start, last - start), np.arange(first - offset, last - offset)] = 1
+            return rows.reshape((stop - start,) + shape)
+
+        device = x.aval.device if isinstance(x, Tracer) else core.get_aval(x).device
+        blocks.append(memory_budget_mod.Generated((total,) + shape, dtype, device, make))
+        offset += n
+    return blocks, sizes
+
+
+def _jacobian_chunks(where, chunk_size, memory_budget, out_axes):
+    """A Jacobian's chunk spec and, for ``"auto"``, its ChunkedMap (kept by the transformed
+    function, so that the choice is made once per signature; its programs serve one call:
+    the pushed-forward or pulled-back function closes over the call's values)."""
+    spec = memory_budget_mod.check_chunk_spec(chunk_size, memory_budget, where)
+    if spec != memory_budget_mod.AUTO:
+        return spec, None
+    return spec, memory_budget_mod.ChunkedMap(where, vmap_combine(out_axes), cache_programs=False)
+
+
+def _signature(args, kwargs):
+    """A cache key of a call's arguments: structure and avals (values of other leaves)."""
+    leaves, treedef = tree.flatten((args, kwargs))
+    return (treedef,) + tuple(core.get_aval(x) if core.is_value(x) else repr(x) for x in leaves)
+
+
 def _differentiated_args(f, args, kwargs, argnums, where):
     """For the jacobians: ``(single, argnums, dyn, f_dyn)`` with ``dyn`` the arguments to
     differentiate (checked to be floating point) and ``f_dyn(*dyn)`` calling ``f``."""
@@ -420,31 +520,37 @@ def _differentiated_args(f, args, kwargs, argnums, where):
     return single, nums, dyn, api_util.dyn_function(f, args, kwargs, nums)
 
 
-def jacfwd(f, argnums=0, has_aux=False):
+def jacfwd(f, argnums=0, has_aux=False, chunk_size=None, memory_budget=None):
     """The Jacobian of ``f`` by forward mode (``vmap`` of ``jvp`` over the input basis).
 
     Returns a function giving, for each output leaf, a pytree like the differentiated
-    argument(s) whose leaves have shape ``out.shape + in.shape``.
+    argument(s) whose leaves have shape ``out.shape + in.shape``. ``chunk_size`` and
+    ``memory_budget`` chunk the map over the basis as :func:`vmap`'s do (torch.func's
+    ``chunk_size``; with ``"auto"`` the basis is made chunk by chunk, never whole).
     """
     api_util.check_callable(f, "jacfwd")
-    return _jacfwd(f, argnums, has_aux, f"jacfwd({api_util.fun_name(f)})")
+    return _jacfwd(f, argnums, has_aux, f"jacfwd({api_util.fun_name(f)})", chunk_size=chunk_size,
+                   memory_budget=memory_budget)
 
 
-def _jacfwd(f, argnums, has_aux, where, name=None):
+def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None):
     """:func:`jacfwd` whose errors and traces are named ``where``."""
+    # aux is computed from the primals only, so it is unbatched (out_axes None)
+    out_axes = (-1, None) if has_aux else -1
+    spec, chunked = _jacobian_chunks(where, chunk_size, memory_budget, out_axes)
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
         single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
         in_leaves, in_tree = tree.flatten(dyn)
-        basis, sizes = _std_basis(in_leaves)
+        basis, sizes = (_generated_basis if chunked is not None else _std_basis)(in_leaves)
 
         def pushfwd(*basis_leaves):
             res = _jvp(f_dyn, dyn, tree.unflatten(in_tree, list(basis_leaves)), has_aux, where)
             return res[1:] if has_aux else res[1]
 
-        # aux is computed from the primals only, so it is unbatched (out_axes None)
-        pushed = _vmap(pushfwd, 0, (-1, None) if has_aux else -1, None, None, where)(*basis)
+        pushed = _vmap(pushfwd, 0, out_axes, None, spec, where, memory_budget=memory_budget, chunked=chunked,
+                       key_extra=_signature(args, kwargs) if chunked is not None else None)(*basis)
         aux = None
         if has_aux:
             pushed, aux = pushed
@@ -466,18 +572,23 @@ def _jacfwd(f, argnums, has_aux, where, name=None):
     return jac
 
 
-def jacrev(f, argnums=0, has_aux=False):
+def jacrev(f, argnums=0, has_aux=False, chunk_size=None, memory_budget=None):
     """The Jacobian of ``f`` by reverse mode (``vmap`` of the VJP over the output basis).
 
     Same output structure as :func:`jacfwd`: for each output leaf, a pytree like the
     differentiated argument(s) with leaves of shape ``out.shape + in.shape``.
+    ``chunk_size`` and ``memory_budget`` chunk the map over the basis as :func:`vmap`'s
+    do (the budget covers the pullbacks and the Jacobian, not the forward pass's
+    residuals, which exist before the map starts).
     """
     api_util.check_callable(f, "jacrev")
-    return _jacrev(f, argnums, has_aux, f"jacrev({api_util.fun_name(f)})")
+    return _jacrev(f, argnums, has_aux, f"jacrev({api_util.fun_name(f)})", chunk_size=chunk_size,
+                   memory_budget=memory_budget)
 
 
-def _jacrev(f, argnums, has_aux, where, name=None):
+def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None):
     """:func:`jacrev` whose errors and traces are named ``where``."""
+    spec, chunked = _jacobian_chunks(where, chunk_size, memory_budget, 0)
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
@@ -489,8 +600,10 @@ def _jacrev(f, argnums, has_aux, where, name=None):
         for o in out_leaves:
             if not core.is_float(o):
                 raise TransformError(f"output of dtype {core.dtype_of(o)}: jacrev needs floating-point outputs")
-        basis, sizes = _std_basis(out_leaves)
-        cts = _vmap(lambda *b: vjp_fun(tree.unflatten(out_tree, list(b))), 0, 0, None, None, where)(*basis)
+        basis, sizes = (_generated_basis if chunked is not None else _std_basis)(out_leaves)
+        cts = _vmap(lambda *b: vjp_fun(tree.unflatten(out_tree, list(b))), 0, 0, None, spec, where,
+                    memory_budget=memory_budget, chunked=chunked,
+                    key_extra=_signature(args, kwargs) if chunked is not None else None)(*basis)
         ct_leaves, ct_tree = tree.flatten(cts)
         jac_leaves = []
         offset = 0
@@ -509,12 +622,15 @@ def _jacrev(f, argnums, has_aux, where, name=None):
     return jac
 
 
-def hessian(f, argnums=0):
+def hessian(f, argnums=0, chunk_size=None, memory_budget=None):
     """``jacfwd(jacrev(f))``: the matrix of second derivatives of a scalar ``f``
-    (shape ``in.shape + in.shape`` for one array argument)."""
+    (shape ``in.shape + in.shape`` for one array argument). ``chunk_size`` and
+    ``memory_budget`` chunk the outer map (jacfwd's, over the input basis), each chunk
+    running the whole inner jacrev."""
     api_util.check_callable(f, "hessian")
     where = f"hessian({api_util.fun_name(f)})"
-    return _jacfwd(_jacrev(f, argnums, False, where, name=api_util.fun_name(f)), argnums, False, where)
+    return _jacfwd(_jacrev(f, argnums, False, where, name=api_util.fun_name(f)), argnums, False, where,
+                   chunk_size=chunk_size, memory_budget=memory_budget)
 
 
 def stop_gradient(x):

@@ -34,9 +34,13 @@ def _install_strict_cupy():
     for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx", "cupy_backends")]:
         del sys.modules[name]
     sys.path.insert(0, _STANDIN)
+    from cupy import _libcublas
+
     from cuvmap import backend
+    from cuvmap.cuda import cublas
 
     backend._cupy, backend._cupy_probed = None, False  # probe again: the stand-in's device
+    cublas.use_library(_libcublas.LIBRARY)  # cuvmap's own cuBLAS binding calls the emulated libcublas
     return True
 
 
@@ -45,25 +49,8 @@ STRICT_CUPY = _install_strict_cupy()
 from cuvmap import backend as cv_backend  # noqa: E402
 
 # gpu tests that fail under the stand-in for defects not fixed yet: {test id: reason}, each a
-# strict xfail (a test that starts to pass must leave the list). The control-flow ones wait
-# for the lax/control_flow package; the main job's step for device-side bounds checks and
-# GEMMs a capture allows (issue 23, item 3).
-_PYTHON_CARRY = ("control flow: a Python-number carry (a loop counter) becomes a NumPy 0-d array, which then "
-                 "meets the CuPy operands (CuPy refuses a NumPy operand)")
-_BATCHED_BOUND = [f"in_axes=({x},{n})" for x in ("0", "1", "-1", "N") for n in ("0", "-1")]  # the bound n batched
-KNOWN_GPU_FAILURES = {
-    "tests/test_jit.py::test_jit_on_each_backend[gpu-while_counter]": _PYTHON_CARRY,
-    **{f"tests/test_ops.py::test_impl_matches_numpy[gpu-fori_loop_static-{d}]": _PYTHON_CARRY
-       for d in ("float32", "float64")},
-    **{f"tests/test_ops.py::test_vmap_matches_loop[gpu-fori_loop_static-in_axes=({a})]": _PYTHON_CARRY
-       for a in ("0", "1", "-1")},
-    **{f"tests/test_ops.py::test_vmap_matches_loop[gpu-{row}-{axes}]": _PYTHON_CARRY
-       for row in ("while_counter", "fori_loop_traced_bound") for axes in _BATCHED_BOUND},
-    "tests/test_strict_cupy.py::test_the_main_jobs_jitted_step_reads_nothing_and_is_captured":
-        "every gather checks its bounds on the host (int(idx.min()) in lax/indexing.py: 4 device->host reads a "
-        "step), and check_index_bounds makes the program not capturable; a float matmul in a capture is a cuBLAS "
-        "call CuPy refuses",
-}
+# strict xfail (a test that starts to pass must leave the list). None at present.
+KNOWN_GPU_FAILURES = {}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -510,3 +510,21 @@ def test_custom_calls_inside_a_region():
         hc = checkpoint(h, **VARIANTS[variant])
         for grad in (cv.grad(hc), cv.jit(cv.grad(hc)), cv.grad(cv.jit(hc))):
             np.testing.assert_allclose(grad(x), dhdx, rtol=1e-12)
+
+
+# name: (a jitted function whose checkpointed region closes over the jit's arguments, its
+# arguments, the value of the same function run eagerly)
+CLOSING_OVER_JIT_ARGUMENTS = {
+    "closure": (lambda a: cv.checkpoint(lambda x: x * a)(2.0), (3.0,)),
+    "closure and argument": (lambda a, b: cv.checkpoint(lambda x: cnp.sin(x) * a)(b), (3.0, 2.0)),
+    "grad": (cv.grad(lambda a: cv.checkpoint(lambda x: x * a * a)(2.0)), (3.0,)),
+    "vmap": (cv.vmap(lambda a: cv.checkpoint(lambda x: x * a)(2.0)), (np.arange(3.0),)),
+}
+
+
+@pytest.mark.parametrize("name", CLOSING_OVER_JIT_ARGUMENTS)
+def test_a_checkpointed_function_closing_over_a_jits_arguments(name):
+    """The region's program holds the jit's tracers as constants: they become its operands
+    (a plan run later holding a tracer raised ConcretizationError)."""
+    f, args = CLOSING_OVER_JIT_ARGUMENTS[name]
+    np.testing.assert_allclose(cv.jit(f)(*args), f(*args), rtol=1e-15)

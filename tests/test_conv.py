@@ -922,7 +922,7 @@ def test_conv_module_has_all_rules():
 
 
 @pytest.mark.parametrize("cg, out_sp, og, pixel", [
-    (16, (20, 20), 32, True),     # the README CNN's conv2: runs of 80 against 20 values
+    (16, (20, 20), 32, True),     # the benchmark CNN's conv2: runs of 80 against 20 values
     (1, (24, 24), 16, False),     # its conv1: runs of 5 against 24
     (16, (20, 20), 1024, False),  # 32 weights folded into the output channels: Og ≥ K·Cg
     (16, (20, 20), None, True),   # a weight gradient transposes no (N, O, out) operand

@@ -406,8 +406,11 @@ def test_private_gradient_with_mask_and_drawn_noise():
     ref = tree.map(lambda s, zl: (s + sigma * c * zl) / n, _loop_clipped_sum(g, c), z)
     _assert_tree_close(out, ref, rtol=1e-13, atol=1e-14)
     _assert_tree_close(dp.private_gradient(g, c, sigma, _rng(43), expected_batch_size=n), ref, rtol=1e-13, atol=1e-14)
-    # a mask without expected_batch_size normalises by the number of real examples
-    mean = dp.private_gradient(padded, c, 0.0, mask=mask, noise=z)
+    # a mask without expected_batch_size: refused (the number of real examples leaks under
+    # Poisson sampling) unless asked for by name, which normalises by that number
+    with pytest.raises(ValueError, match=r"a mask marks a padded \(Poisson\) batch.*opacus#571"):
+        dp.private_gradient(padded, c, 0.0, mask=mask, noise=z)
+    mean = dp.private_gradient(padded, c, 0.0, mask=mask, noise=z, normalize="actual")
     _assert_tree_close(mean, tree.map(lambda s: s / 6, _loop_clipped_sum(g, c)), rtol=1e-13, atol=1e-15)
     with pytest.raises(ValueError, match="either rng .* or noise"):
         dp.private_gradient(padded, c, sigma, _rng(), mask=mask, noise=z)
@@ -796,5 +799,55 @@ def test_a_padded_batch_without_real_examples_is_noise_over_one():
     is the noise normalised by 1 (not 0/0)."""
     grads = {"w": np.random.default_rng(0).standard_normal((4, 3))}
     noise = {"w": np.full(3, 0.5)}
-    g = dp.private_gradient(grads, 1.0, 2.0, mask=np.zeros(4, bool), noise=noise)
+    g = dp.private_gradient(grads, 1.0, 2.0, mask=np.zeros(4, bool), noise=noise, normalize="actual")
     np.testing.assert_allclose(g["w"], np.full(3, 0.5 * 2.0 * 1.0))
+
+
+# ---------------------------------------------------------------------------------------
+# Sensitivity as data (NOTE [sensitivity as data] in cuvmap/dp/noise.py)
+# ---------------------------------------------------------------------------------------
+
+def _clipped_problem(relation="add_remove", jitted=False):
+    g = _pytree(_rng(70), 5)
+    make = lambda g: dp.clipped_sum(g, 0.7, return_norms=True, relation=relation)  # noqa: E731
+    return g, (cv.jit(make) if jitted else make)(g)
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("relation, factor", [("add_remove", 1.0), ("replace", 2.0)])
+def test_a_clipped_sum_carries_its_sensitivity(relation, factor, jitted):
+    g, clipped = _clipped_problem(relation, jitted)
+    summed, norms = clipped  # still unpacks as a pair
+    assert (clipped.sensitivity, clipped.relation) == (0.7 * factor, relation)
+    z = dp.standard_normal_like(summed, _rng(71))
+    # the noise is sigma times the sum's sensitivity, with max_norm given or taken from it
+    want = tree.map(lambda s, zl: (s + 1.5 * 0.7 * factor * zl) / 4.0, _loop_clipped_sum(g, 0.7), z)
+    for max_norm in (0.7, None):
+        out = dp.private_gradient(clipped, max_norm, 1.5, noise=z, expected_batch_size=4.0)
+        _assert_tree_close(out, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
+def test_a_max_norm_that_is_not_the_sums_bound_is_refused(jitted):
+    g, clipped = _clipped_problem()
+    z = dp.standard_normal_like(clipped.summed, _rng(72))
+    step = lambda c: dp.private_gradient(c, 1.0, 1.1, noise=z, expected_batch_size=4.0)  # noqa: E731
+    with pytest.raises(ValueError, match=r"max_norm=1\.0 differs from the clipping bound C=0\.7 of the clipped sum"):
+        (cv.jit(step) if jitted else step)(clipped)
+    with pytest.raises(ValueError, match=r"add_noise: max_norm=2\.0 differs from the clipping bound C=0\.7"):
+        dp.add_noise(clipped, 1.1, 2.0, _rng(73))
+
+
+def test_clipped_grad_states_its_sensitivity_under_jit():
+    rng = np.random.default_rng(74)
+    params = {"w": rng.standard_normal((3, 2))}
+    xs, ys = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+
+    def loss(p, x, y):
+        return cnp.sum((x @ p["w"] - y) ** 2)
+
+    for relation, factor in (("add_remove", 1.0), ("replace", 2.0)):
+        clipped = cv.jit(dp.clipped_grad(loss, 0.5, relation=relation))(params, xs, ys)
+        assert (clipped.sensitivity, clipped.relation) == (0.5 * factor, relation)
+    with pytest.raises(cv.TransformError, match="relation must be one of"):
+        dp.clipped_grad(loss, 0.5, relation="swap")

@@ -344,15 +344,16 @@ def test_private_gradient_takes_it():
     (px, py), mask = dp.pad_batch((xs, ys), 8)
     z = dp.standard_normal_like(params, np.random.default_rng(8))
     per_example = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, px, py)
-    want, want_norms = dp.private_gradient(per_example, 1.0, 1.3, noise=z, mask=mask, return_norms=True)
+    want, want_norms = dp.private_gradient(per_example, 1.0, 1.3, noise=z, mask=mask, return_norms=True,
+                                           normalize="actual")
     clipped = dp.clipped_grad(loss, 1.0)(params, px, py, mask=mask)
-    got, norms = dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask, return_norms=True)
+    got, norms = dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask, return_norms=True, normalize="actual")
     _assert_matches((got, norms), (want, want_norms))
     got = dp.private_gradient(clipped, 1.0, 1.3, noise=z, expected_batch_size=6.0)
     want = dp.private_gradient(per_example, 1.0, 1.3, noise=z, mask=mask, expected_batch_size=6.0)
     _assert_matches((got, norms), (want, want_norms))
     with pytest.raises(ValueError, match=r"mask has shape \(6,\).*8 per-example norms"):
-        dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask[:6])
+        dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask[:6], normalize="actual")
 
 
 def _wide_dense(rng):

@@ -7,7 +7,7 @@
   escaped tracers, closures, values made from nothing;
 - the planner: outputs that alias, views, broadcasting, donated arguments, buffer reuse
   across calls, threads, and a property test of planned against unplanned execution;
-- the examples' workloads (per-example gradients of the README CNN, a DP-SGD step, an
+- the examples' workloads (per-example gradients of the benchmark CNN, a DP-SGD step, an
   ensemble, jacobians) jitted against eager.
 """
 import os
@@ -669,7 +669,7 @@ def _cnn_params(rng):
 
 
 def _cnn_loss(params, x, y):
-    """The README CNN (smaller): one example (1, 16, 16)."""
+    """The benchmark CNN (smaller): one example (1, 16, 16)."""
     h = nn.relu(nn.conv(x, params["conv1"]["w"], params["conv1"]["b"], stride=2, padding=1))
     h = nn.relu(nn.conv(h, params["conv2"]["w"], params["conv2"]["b"], stride=2, padding=1))
     logits = h.reshape(-1) @ params["dense"]["w"] + params["dense"]["b"]

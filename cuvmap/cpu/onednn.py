@@ -181,7 +181,7 @@ def _libgomp_loaded():
 # matters is what OpenMP's workers do between convolutions: by default (OMP_WAIT_POLICY
 # unset) an idle worker spins for GOMP_SPINCOUNT iterations before it sleeps, and
 # OMP_WAIT_POLICY=ACTIVE spins for good. A spinning worker holds a core that the OpenBLAS
-# GEMM or the NumPy op right after a convolution wants. On the README CNN's vmap(grad),
+# GEMM or the NumPy op right after a convolution wants. On the benchmark CNN's vmap(grad),
 # spinning workers make the step several times slower than passive ones, and its times
 # far more spread out (`OMP_WAIT_POLICY=ACTIVE python -m benchmarks per_example` against
 # `OMP_WAIT_POLICY=PASSIVE python -m benchmarks per_example`, each setting in its own

@@ -17,6 +17,7 @@ itself, without materialising every per-example gradient (ghost clipping and boo
 """
 import math
 import numbers
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,14 +26,38 @@ from cuvmap import core, lax, tree
 from cuvmap import numpy as cnp
 
 
-class ClippedGradient(NamedTuple):
-    """What :func:`cuvmap.dp.clipped_grad` returns: ``summed``, the sum over the batch of the
-    clipped per-example gradients (a pytree like the parameters), and ``norms``, the ``(B,)``
-    per-example gradient norms before clipping. :func:`cuvmap.dp.private_gradient` accepts
-    it in place of per-example gradients."""
-
+class _ClippedPair(NamedTuple):
     summed: Any
     norms: Any
+
+
+# the neighbouring relations a clipped sum's sensitivity is stated for: adding or removing
+# one example changes the sum by at most C; replacing one by another, by at most 2C
+RELATIONS = {"add_remove": 1.0, "replace": 2.0}
+
+
+class ClippedGradient(_ClippedPair):
+    """What :func:`cuvmap.dp.clipped_grad` (and :func:`clipped_sum` with ``return_norms``)
+    return: ``summed``, the sum over the batch of the clipped per-example gradients (a
+    pytree like the parameters), and ``norms``, the ``(B,)`` per-example gradient norms
+    before clipping; it unpacks as ``summed, norms``. It carries its L2 ``sensitivity``
+    (the most the sum changes between neighbouring batches: ``C`` for adding or removing
+    one example, ``2C`` for replacing one) and that ``relation``, as data
+    (NOTE [sensitivity as data] in cuvmap/dp/noise.py): :func:`cuvmap.dp.private_gradient`
+    and :func:`cuvmap.dp.add_noise` scale the noise by it and refuse a ``max_norm`` that
+    disagrees. Both are static (pytree metadata): they survive ``jit``."""
+
+    def __new__(cls, summed, norms, sensitivity=None, relation="add_remove"):
+        if relation not in RELATIONS:
+            raise ValueError(f"ClippedGradient: relation must be one of {sorted(RELATIONS)}, got {relation!r}")
+        self = super().__new__(cls, summed, norms)
+        self.sensitivity = None if sensitivity is None else float(sensitivity)
+        self.relation = relation
+        return self
+
+    def __repr__(self):
+        return (f"ClippedGradient(summed={self.summed!r}, norms={self.norms!r}, sensitivity={self.sensitivity}, "
+                f"relation={self.relation!r})")
 
     def num_dropped(self, mask=None):
         """How many examples have a norm that is not finite (a NaN or an infinity in their
@@ -43,6 +68,20 @@ class ClippedGradient(NamedTuple):
         if mask is not None:
             bad = cnp.logical_and(bad, cnp.not_equal(mask, 0))
         return cnp.sum(cnp.astype(bad, np.int64))
+
+
+with warnings.catch_warnings():  # a namedtuple's subclass with metadata of its own, in cuvmap's namespace
+    warnings.simplefilter("ignore", UserWarning)
+    tree.register_pytree_node(
+        ClippedGradient, lambda c: ((c.summed, c.norms), (c.sensitivity, c.relation)),
+        lambda meta, children: ClippedGradient(*children, sensitivity=meta[0], relation=meta[1]))
+
+
+def sensitivity_of(max_norm, relation):
+    """The L2 sensitivity of a sum of gradients clipped to ``max_norm`` under ``relation``."""
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
+    return RELATIONS[relation] * max_norm
 
 
 def check_max_norm(max_norm, where, error=ValueError, hint=""):
@@ -177,7 +216,8 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     return (clipped, norms) if return_norms else clipped
 
 
-def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False, nan_safe=False):
+def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False, nan_safe=False,
+                relation="add_remove"):
     """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
     each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding).
 
@@ -199,10 +239,13 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
       nan_safe: an example whose gradient is not finite (a NaN or infinite norm)
         contributes zero instead of making the sum NaN (as :func:`cuvmap.dp.clipped_grad`'s
         ``nan_safe``); ``ClippedGradient(summed, norms).num_dropped(mask)`` counts them.
+      relation: the neighbouring relation the sensitivity is stated for, ``"add_remove"``
+        (``C``) or ``"replace"`` (``2C``).
 
     Returns:
       A pytree shaped like one example's gradient (leaves without the batch dim, in their
-      dtypes), or ``(summed, norms)``.
+      dtypes), or with ``return_norms`` a :class:`ClippedGradient` (``summed, norms``,
+      carrying its sensitivity).
 
     Example::
 
@@ -210,6 +253,7 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
         summed = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
     """
     max_norm = check_max_norm(max_norm, "clipped_sum")
+    sensitivity_of(max_norm, relation)  # checks the relation before any work
     leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
     norms = cnp.sqrt(squared_norms(leaves, size))
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
@@ -222,4 +266,6 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
         s = cnp.astype(scale, core.dtype_of(leaf))
         out.append(cnp.tensordot(s, zero_rows(leaf, finite), axes=1))
     summed = tree.unflatten(treedef, out)
-    return (summed, norms) if return_norms else summed
+    if not return_norms:
+        return summed
+    return ClippedGradient(summed, norms, sensitivity_of(max_norm, relation), relation)

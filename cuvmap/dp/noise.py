@@ -5,12 +5,27 @@ sensitivity ``C``, so Gaussian noise of standard deviation ``σ·C`` (``σ`` the
 multiplier*) makes it a sampled Gaussian mechanism, whose privacy loss
 :mod:`cuvmap.dp.accounting` bounds; ``n`` normalises by the batch size (under Poisson
 sampling by the *expected* batch size ``q·N``, see :func:`private_gradient`).
+
+NOTE [sensitivity as data]
+Every peer has shipped a mis-scaled DP step: noise scaled by a clipping bound that is not
+the one the sum was clipped to, calibrated for a sum but added to a mean, or normalised by a
+batch size the data decides. Here the clipped sum states its own scale: a
+:class:`~cuvmap.dp.ClippedGradient` (from ``clipped_grad``, or ``clipped_sum(...,
+return_norms=True)``) carries its L2 ``sensitivity`` (``C`` for adding or removing one
+example, ``2C`` for replacing one) as pytree metadata, so it survives ``jit``. Given one,
+:func:`add_noise` and :func:`private_gradient` draw noise of standard deviation ``σ ×
+sensitivity`` and refuse (ValueError naming both values) a ``max_norm`` that differs from the
+sum's ``C``, eagerly and while ``jit`` traces (``max_norm=None`` takes the sum's own). And
+under Poisson sampling, which a ``mask`` (a padded batch) signals, :func:`private_gradient`
+refuses to divide by the number of real examples (data-dependent, so it leaks: opacus#571)
+unless asked by name (``normalize="actual"``); ``expected_batch_size=q·N`` is the default
+recipe.
 """
 import numpy as np
 
 from cuvmap import backend, core, tree
 from cuvmap import numpy as cnp
-from cuvmap.dp.clipping import ClippedGradient, check_max_norm, clipped_sum
+from cuvmap.dp.clipping import RELATIONS, ClippedGradient, check_max_norm, clipped_sum
 
 
 def _rng_is_cupy(rng):
@@ -112,10 +127,34 @@ def add_noise(summed_grads, noise_multiplier, max_norm, rng=None):
     """
     if not noise_multiplier >= 0:
         raise ValueError(f"add_noise: noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    if not max_norm > 0:
-        raise ValueError(f"add_noise: max_norm must be positive, got {max_norm!r}")
+    if isinstance(summed_grads, ClippedGradient):  # NOTE [sensitivity as data]
+        sensitivity = stated_sensitivity(summed_grads, max_norm, "add_noise")
+        summed_grads = summed_grads.summed
+    else:
+        if max_norm is None or not max_norm > 0:
+            raise ValueError(f"add_noise: max_norm must be positive, got {max_norm!r}")
+        sensitivity = float(max_norm)
     z = _normal_like(summed_grads, rng, "add_noise")
-    return _scaled_add(summed_grads, z, float(noise_multiplier) * float(max_norm))
+    return _scaled_add(summed_grads, z, float(noise_multiplier) * sensitivity)
+
+
+def stated_sensitivity(clipped, max_norm, where):
+    """The sensitivity ``clipped`` (a :class:`ClippedGradient`) states, checked against the
+    ``max_norm`` the caller gives (``None``: the sum's own); a sum of unknown sensitivity
+    (made by hand) takes ``max_norm`` (NOTE [sensitivity as data])."""
+    if clipped.sensitivity is None:
+        if max_norm is None:
+            raise ValueError(f"{where}: this ClippedGradient states no sensitivity; pass max_norm")
+        return check_max_norm(max_norm, where)
+    bound = clipped.sensitivity / RELATIONS[clipped.relation]
+    if max_norm is not None:
+        given = check_max_norm(max_norm, where)
+        if not abs(given - bound) <= 1e-12 * bound:
+            raise ValueError(
+                f"{where}: max_norm={given!r} differs from the clipping bound C={bound!r} of the clipped sum "
+                f"it is given (sensitivity {clipped.sensitivity!r}, relation {clipped.relation!r}): the noise "
+                f"would be scaled for another bound; pass max_norm={bound!r}, or max_norm=None to use the sum's")
+    return clipped.sensitivity
 
 
 def _scaled_add(summed, z, std):
@@ -139,7 +178,8 @@ def _check_noise(noise, summed):
 
 
 def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
-                     expected_batch_size=None, mask=None, noise=None, tiny=1e-6, return_norms=False):
+                     expected_batch_size=None, mask=None, noise=None, tiny=1e-6, return_norms=False,
+                     normalize=None):
     """The DP-SGD gradient: clip each example, sum over the batch, add noise, normalise.
 
     ``g̃ = (Σ_b m_b · clip(g_b, C) + σ C z) / n`` with ``z ~ N(0, I)``, the mask ``m``
@@ -152,7 +192,10 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
       the batch independently with probability ``q``, which is what the RDP accountant
       assumes) the batch size itself depends on the data, so dividing by it would leak;
       divide by its expectation instead (Opacus' ``expected_batch_size``). An empty batch
-      (``B = 0``, or a mask of zeros) is then valid and yields pure noise.
+      (``B = 0``, or a mask of zeros) is then valid and yields pure noise. With a ``mask``
+      (a padded Poisson batch) and no ``expected_batch_size`` it raises, unless
+      ``normalize="actual"`` asks by name for the number of real examples
+      (NOTE [sensitivity as data]).
 
     A batch padded by :func:`pad_batch` (with its ``mask``) gives the gradient of the
     unpadded batch (NOTE [padding Poisson batches]).
@@ -179,6 +222,11 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
         :func:`standard_normal_like`), scaled here by ``σ·C``; ``None`` draws them from ``rng``.
       tiny: as in :func:`clip_per_example`.
       return_norms: also return the per-example norms before clipping.
+      normalize: ``"actual"`` divides a masked batch by its number of real examples (only
+        right for batches whose size does not depend on the data); ``None`` refuses to.
+
+    With a :class:`ClippedGradient`, the noise std is ``σ`` times the sensitivity it
+    carries, and a ``max_norm`` other than its bound raises (``max_norm=None`` takes it).
 
     Returns:
       A pytree shaped like one example's gradient (leaves without the batch dim), or
@@ -188,15 +236,18 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
         raise ValueError(f"private_gradient: noise_multiplier must be >= 0, got {noise_multiplier!r}")
     if noise is not None and rng is not None:
         raise ValueError("private_gradient: pass either rng (to draw the noise) or noise (drawn already), not both")
+    if normalize not in (None, "actual"):
+        raise ValueError(f"private_gradient: normalize must be None or 'actual', got {normalize!r}")
     if isinstance(per_example_grads, ClippedGradient):
-        max_norm = check_max_norm(max_norm, "private_gradient")
+        sensitivity = stated_sensitivity(per_example_grads, max_norm, "private_gradient")
         summed, norms = per_example_grads
         size = core.shape_of(norms)[0]
         if mask is not None and tuple(core.shape_of(mask)) != (size,):
             raise ValueError(f"private_gradient: mask has shape {tuple(core.shape_of(mask))}, but the clipped "
                              f"gradient has {size} per-example norms (the mask needs shape ({size},))")
     else:
-        summed, norms = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny, return_norms=True)
+        summed, norms = clipped = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny, return_norms=True)
+        sensitivity = clipped.sensitivity
         size = core.shape_of(norms)[0]
     if expected_batch_size is not None:
         if not expected_batch_size > 0:
@@ -208,15 +259,20 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
             raise ValueError(f"private_gradient: the normalisation must be positive; got a batch of size {size} "
                              "(pass expected_batch_size under Poisson sampling)")
         n = size
+    elif normalize != "actual":
+        raise ValueError(
+            "private_gradient: a mask marks a padded (Poisson) batch, whose number of real examples depends on "
+            "the data: dividing by it leaks it (opacus#571). Pass expected_batch_size=q*N (the sampling rate "
+            "times the dataset size), or normalize='actual' if the batches have a fixed size")
     else:
         # the real examples (traced under jit); a batch without any (possible under Poisson
         # sampling) is normalised by 1, not 0: its sum is the noise alone
         n = cnp.maximum(cnp.sum(cnp.astype(mask, core.dtype_of(norms))), 1)
     if noise is None:
-        noisy = add_noise(summed, noise_multiplier, max_norm, rng)
+        noisy = add_noise(summed, noise_multiplier, sensitivity, rng)
     else:
         _check_noise(noise, summed)
-        noisy = _scaled_add(summed, noise, float(noise_multiplier) * float(max_norm))
+        noisy = _scaled_add(summed, noise, float(noise_multiplier) * sensitivity)
     if isinstance(n, (int, float)):
         out = tree.map(lambda leaf: cnp.divide(leaf, core.dtype_of(leaf).type(n)), noisy)
     else:

@@ -51,9 +51,42 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 # Declarations and public wrappers
 # ---------------------------------------------------------------------------------------
 
-conv_p = Primitive("conv", owns_output=True)
-conv_backward_input_p = Primitive("conv_backward_input", owns_output=True)
-conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True)
+
+
+def _conv_workspace(in_avals, out_avals, params):
+    """What a convolution allocates besides its result (NOTE [planned peak memory] in
+    cuvmap/transforms/executor.py): the unfolded columns (``N·C·K·spatial`` elements; on
+    the CPU built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``: NOTE [cache
+    blocking]), and a second result while the ``auto`` strategy times both kernels on a
+    shape's first call. One bound for the three primitives: the data operands (the input
+    or grad_output first, the input of a weight gradient second) and the result give the
+    batch, the larger channel count and spatial size; the weight (or ``weight_shape``)
+    the kernel."""
+    out = out_avals[0]
+    first = in_avals[0]
+    if first is None or len(first.shape) < 3:
+        return 0
+    weight_shape = params.get("weight_shape")
+    data = [first.shape, out.shape]
+    if weight_shape is not None:
+        if in_avals[1] is not None:
+            data.append(in_avals[1].shape)
+    elif in_avals[1] is not None:
+        weight_shape = in_avals[1].shape
+    k = int(np.prod(weight_shape[2:], dtype=np.int64)) if weight_shape is not None else 1
+    data = [s for s in data if len(s) >= 3]
+    channels = max(s[1] for s in data)
+    spatial = max(int(np.prod(s[2:], dtype=np.int64)) for s in data)
+    itemsize = out.dtype.itemsize
+    columns = first.shape[0] * channels * k * spatial * itemsize  # (whatever the groups: C/G channels per group)
+    if out.device is None or not str(out.device).startswith("gpu"):
+        columns = min(columns, 2 * conv_gemm.BLOCK_BYTES)
+    return columns + out.size * itemsize
+
+
+conv_p = Primitive("conv", owns_output=True, workspace=_conv_workspace)
+conv_backward_input_p = Primitive("conv_backward_input", owns_output=True, workspace=_conv_workspace)
+conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True, workspace=_conv_workspace)
 
 
 def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):
@@ -233,7 +266,7 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 #             (below), unfold runs untimed. Under cv.config.deterministic, "auto" times
 #             nothing and takes a fixed rule: the vendor's kernels wherever they can run
 #             the operands, unfold elsewhere (NOTE [reproducible runs] in cuvmap/config.py).
-# Neither kernel wins everywhere, which is why "auto" measures: on the README CNN's layers
+# Neither kernel wins everywhere, which is why "auto" measures: on the benchmark CNN's layers
 # on the CPU, oneDNN is the faster for the 16→32 layer's forward and input gradient, im2col
 # for the 1-channel layer's gradients and for its folded per-example weight gradient
 # (groups·B of one channel each). `python -m benchmarks conv` prints both kernels side by

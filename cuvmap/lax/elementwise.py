@@ -441,7 +441,14 @@ def select_into(pred, on_true, on_false, *, out):
     return out
 
 
-select_p = _nary("select", select_impl, _select_shape_rule, impl_into=select_into,
+def _select_workspace(in_avals, out_avals, params):
+    """The blend's one-byte mask, and the second operand's bits unless it is a positive zero
+    (the plan's memory estimate cannot tell, so it counts them: NOTE [planned peak memory])."""
+    out = out_avals[0]
+    return out.size + out.size * out.dtype.itemsize
+
+
+select_p = _nary("select", select_impl, _select_shape_rule, impl_into=select_into, workspace=_select_workspace,
                  impl_into_when=lambda aval, gpu: not gpu and aval.dtype.kind == "f",  # the blend's operands
                  fused=CExpression("({0} ? {1} : {2})", bool_operands=(0,)))
 

@@ -22,6 +22,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.reduction import reduce_sum
@@ -84,14 +85,26 @@ def _dot_general_impl(x, y, *, dimension_numbers):
         # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
         limit = cpu_threads.gemm_limit(m, n, k) if isinstance(x, np.ndarray) else None
         if limit is None:
-            out = xt @ yt
+            out = _matmul(xt, yt)
         else:
             with cpu_threads.limited(limit):
-                out = xt @ yt
+                out = _matmul(xt, yt)
     return out.reshape(batch_shape + m_shape + n_shape)
 
 
-dot_general_p = Primitive("dot_general", owns_output=True, kind="dot")
+def _matmul(x, y):
+    """``x @ y``; on CuPy arrays through :func:`cuvmap.cuda.cublas.matmul`, which a CUDA
+    graph can capture (NOTE [cuBLAS in a capture])."""
+    return cublas.matmul(x, y) if backend.is_cupy_array(x) else x @ y
+
+
+def _dot_general_workspace(in_avals, out_avals, params):
+    """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
+    laid out for it (the plan cannot see strides, so both count: NOTE [planned peak memory])."""
+    return sum(a.size * a.dtype.itemsize for a in in_avals if a is not None)
+
+
+dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
@@ -223,7 +236,7 @@ vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 
 # of U (or rows of Vh) are any orthonormal completion, with no derivative at all: the
 # rules raise, and ask for ``full_matrices=False``.
 
-svd_p = Primitive("svd")
+svd_p = Primitive("svd", capturable=False)  # cuSOLVER: CuPy refuses it inside a stream capture
 
 
 def svd(x, full_matrices=True, compute_uv=True):

@@ -95,7 +95,7 @@ MIN_REUSE_BYTES = 4096
 # on what else the heap holds. Buffer planning keeps the results that a writer puts into
 # the plan's buffers; the rest are the results of primitives without a writer
 # (dot_general, the convolutions) and the program's outputs. The per-example gradient of
-# the README CNN's dense layer is both: 62.5 MiB at batch 128, and every page fault of a
+# the benchmark CNN's dense layer is both: 62.5 MiB at batch 128, and every page fault of a
 # jit(vmap(grad)) call is in the one dot_general step that writes it (inside a jitted DP
 # step two copies of its transposed view, for the norms and the weighted sum, fault as
 # well). It stays that way, for two reasons:
@@ -110,7 +110,7 @@ MIN_REUSE_BYTES = 4096
 #   process from the heap, where a block freed below a live one never goes back to the
 #   system: the process would keep its peak memory. That is the user's decision to make.
 #
-# What a user can do: keep each large array of a call at or below 32 MiB (the README CNN
+# What a user can do: keep each large array of a call at or below 32 MiB (the benchmark CNN
 # at batch 64: its dense gradient is 31.25 MiB, which the heap keeps: no page faults), or
 # set ``MALLOC_MMAP_MAX_=0`` and a ``MALLOC_TRIM_THRESHOLD_`` above the program's
 # footprint in the environment (cuvmap then leaves malloc as it is: no page faults per
@@ -231,9 +231,9 @@ class Plan:
     that runs it (NOTE [a plan runs as generated Python])."""
 
     __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "empty", "num_reused_steps",
-                 "source", "program")
+                 "source", "program", "memory", "_peak")
 
-    def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar):
+    def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar, memory=None):
         self.steps = steps
         self.init = init
         self.in_slots = in_slots
@@ -242,6 +242,8 @@ class Plan:
         self.array_types = array_types
         self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
         self.num_reused_steps = sum(1 for s in steps if s.kind != PLAIN)
+        self.memory = memory  # what planned_peak_bytes reads (NOTE [planned peak memory])
+        self._peak = None
         self.source, namespace = _compile(self, out_is_scalar)
         exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
         self.program = namespace["program"]
@@ -257,9 +259,15 @@ def _is_gpu_program(closed):
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
+def _capturable(p):
+    """``Primitive.capturable``, whose default (None) is ``not host_sync``."""
+    return (not p.host_sync) if p.capturable is None else bool(p.capturable)
+
+
 def graph_capturable(closed):
-    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
-    its equations reads values on the host (``Primitive.host_sync``)."""
+    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and every
+    equation, those of the programs it calls included, is ``capturable`` (a primitive
+    fact: no host read, no library a capture refuses)."""
     def programs(value):
         if isinstance(value, ir.ClosedJaxpr):
             return [value]
@@ -269,7 +277,7 @@ def graph_capturable(closed):
 
     def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, loops, ...) included
         for e in jaxpr.eqns:
-            if e.primitive.host_sync:  # NOTE [graph replay] in cuvmap/cuda/graphs.py
+            if not _capturable(e.primitive):  # NOTE [graph replay] in cuvmap/cuda/graphs.py
                 return True
             if any(syncs_in(p.jaxpr) for v in e.params.values() for p in programs(v)):
                 return True
@@ -308,7 +316,8 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     if not gpu and _host_memory is None:
         keep_host_memory()
     out_is_scalar = [any(v.aval.shape == () for v in _unit_outputs(u)) for u in units]
-    p = Plan(steps, slots.init, slots.in_slots, slots.out_slots, array_types, out_is_scalar)
+    p = Plan(steps, slots.init, slots.in_slots, slots.out_slots, array_types, out_is_scalar,
+             _MemoryFacts(units, steps, slots, groups))
     if graphs is None:
         graphs = config.jit_cuda_graphs
     if graphs and graph_capturable(closed):
@@ -510,6 +519,127 @@ def _schedule_frees(steps, slots, groups, gpu):
         step.clear = tuple(s for s in clear_at[k] if s not in released) + tuple(released)
 
 
+# NOTE [planned peak memory]
+# A plan knows, before it runs, every buffer its steps allocate and when each dies, so it
+# can say how much memory one run needs at its peak (``planned_peak_bytes``): the arrays
+# the run itself allocates, its outputs included, over what already exists (its arguments
+# and constants, the caller's). It follows the buffer groups of NOTE [buffer planning]: a
+# step's result is a new allocation of its aval's size when its primitive has a writer or
+# owns its output (a fused kernel's, a call's results as well), a pooled step takes a free
+# buffer of the pool when there is one (and allocates otherwise), an in-place step and a
+# result that joins its operands' group (a view: a reshape, a slice) allocate nothing; a
+# group's allocations are freed after its last member's last use, except the roots that go
+# back to the pool, which stay allocated (the pool is memory the plan holds). While a step
+# runs it holds its operands, its new result, and whatever its impl allocates for itself
+# besides: for a call (a scan, a cond, a checkpointed region, a nested jit) the planned
+# peak of its programs beyond their outputs, for a primitive with a ``workspace`` fact what
+# that says. The pool outlives the run, so the second run, which starts with the first
+# one's pool, is followed too and the larger peak is the plan's. The figure is an estimate
+# of the arrays, not of the process: a NumPy temporary inside an impl without a
+# ``workspace`` fact and a vendor library's own scratch memory (oneDNN's, cuDNN's
+# workspace) are not in it, which is why a memory budget plans to a margin below it
+# (NOTE [choosing a chunk] in cuvmap/memory.py).
+
+def _programs_in(params):
+    """The programs in a call's params (a ClosedJaxpr, or a tuple of them: cond's branches)."""
+    found = []
+    for value in params.values():
+        if isinstance(value, ir.ClosedJaxpr):
+            found.append(value)
+        elif isinstance(value, tuple):
+            found.extend(v for v in value if isinstance(v, ir.ClosedJaxpr))
+    return found
+
+
+class _MemoryFacts:
+    """What :func:`planned_peak_bytes` follows (NOTE [planned peak memory]): for each step,
+    the ``(group, bytes, pool key or None)`` allocations of its results, its extra working
+    memory (a workspace, or nested programs to ask later), the groups that die after it
+    and the bytes each root it releases to the pool."""
+
+    __slots__ = ("allocs", "workspace", "nested", "dies", "released")
+
+    def __init__(self, units, steps, slots, groups):
+        group_of = groups.group_of
+        self.allocs, self.workspace, self.nested, self.released = [], [], [], []
+        for unit, step in zip(units, steps):
+            outs = step.outs
+            sizes = [_nbytes(slots.aval_of[o]) for o in outs]
+            nested, work = (), 0
+            if step.kind == FUSED:
+                allocs = [(group_of[o], b, None) for o, b in zip(outs, sizes)]
+            elif step.kind == MULTI:
+                allocs = [(group_of[o], b, None) for o, b in zip(outs, sizes)]
+                nested = tuple(_programs_in(unit.params))
+            elif step.kind == IN_PLACE:
+                allocs = []
+            elif step.kind == POOLED:
+                allocs = [(group_of[outs[0]], sizes[0], step.aux)]
+            else:
+                prim = unit.primitive
+                array_ins = [s for s in step.ins if s not in slots.literal_slots]
+                fresh = prim.impl_into is not None or prim.owns_output or not array_ins
+                allocs = [(group_of[outs[0]], sizes[0], None)] if fresh else []
+            if step.kind != FUSED and getattr(unit, "primitive", None) is not None:
+                estimate = unit.primitive.workspace
+                if estimate is not None:  # (an operand read twice is one array: its aval once, then None)
+                    work = int(estimate([slots.aval_of.get(s) if s not in step.ins[:i] else None
+                                         for i, s in enumerate(step.ins)],
+                                        [slots.aval_of[o] for o in outs], unit.params))
+            self.allocs.append(allocs)
+            self.workspace.append(work)
+            self.nested.append(nested)
+            self.released.append([(group_of[s], _nbytes(slots.aval_of[s]), key) for s, key in step.release])
+        self.dies = [[] for _ in steps]
+        never = slots.never
+        for g, (members, _, _) in groups.groups.items():
+            death = max(slots.last_use.get(m, -1) for m in members)
+            if 0 <= death < never:
+                self.dies[death].append(g)
+
+
+def planned_peak_bytes(p):
+    """The bytes plan ``p`` allocates at the peak of a run, its outputs included, over its
+    arguments and constants (NOTE [planned peak memory]); computed once per plan."""
+    if p._peak is None:
+        p._peak = _follow_memory(p.memory) if p.memory is not None else 0
+    return p._peak
+
+
+def _nested_peak(programs, out_bytes):
+    """A call's working memory beyond its results: its largest program's planned peak."""
+    peak = 0
+    for program in programs:
+        peak = max(peak, planned_peak_bytes(nested_plan(program)))
+    return max(0, peak - out_bytes)
+
+
+def _follow_memory(facts):
+    pool = {}          # pool key -> free buffers
+    live = peak = 0    # bytes allocated (the pool's free buffers included)
+    extra = [w + (_nested_peak(n, sum(b for _, b, _ in a)) if n else 0)
+             for w, n, a in zip(facts.workspace, facts.nested, facts.allocs)]
+    for _ in range(2):  # the second run starts with the first one's pool
+        owned = {}
+        for k, allocs in enumerate(facts.allocs):
+            new = 0
+            for g, b, key in allocs:
+                if key is not None and pool.get(key):
+                    pool[key] -= 1             # a free buffer of the pool: allocated already
+                else:
+                    new += b
+                owned[g] = owned.get(g, 0) + b
+            peak = max(peak, live + new + extra[k])
+            live += new
+            for g, b, key in facts.released[k]:
+                owned[g] = owned.get(g, 0) - b  # stays allocated, in the pool
+                pool[key] = pool.get(key, 0) + 1
+            for g in facts.dies[k]:
+                live -= owned.pop(g, 0)
+        live -= sum(owned.values())  # the outputs go to the caller; the pool stays
+    return peak
+
+
 def _cuda_fused_callable(group):
     return kernels.fused_elementwise(group.cuda_kernel_source(), group.shape,
                                      [v.aval.dtype for v in group.outputs], group.reference)
@@ -550,7 +680,9 @@ def _compile(p, out_is_scalar):
     for step in p.steps:
         computed.update(step.outs)
     constant_slots = {s for s in range(len(p.init)) if s not in computed and s not in p.in_slots}
-    namespace = {"ndarray": np.ndarray, "generic": np.generic, "asarray": np.asarray,
+    namespace = {"ndarray": np.ndarray, "generic": np.generic,
+                 # a scalar result becomes a 0-d array of the plan's device (CuPy refuses NumPy operands)
+                 "asarray": np.asarray if p.array_types[0] is np.ndarray else backend.xp_for("gpu").asarray,
                  "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]

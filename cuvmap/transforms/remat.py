@@ -236,7 +236,13 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
             if not any(isinstance(c, core.Tracer) for c in entry[0].consts):
                 cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
         program, out_tree = entry
-        outs = checkpoint_p.bind(*program.consts, *leaves, program=program, policy=policy, prevent_cse=prevent_cse)
+        consts = program.consts
+        if any(isinstance(c, core.Tracer) for c in consts):
+            # values of transforms around this call (a jit's arguments it closes over): the
+            # program takes them as operands, so that those transforms see them (and its
+            # plan, run later, never holds a tracer)
+            program, consts = ir.hoist_consts(program)
+        outs = checkpoint_p.bind(*consts, *leaves, program=program, policy=policy, prevent_cse=prevent_cse)
         results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(out_tree, results)
 

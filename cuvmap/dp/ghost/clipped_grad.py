@@ -5,6 +5,7 @@ the batched forward and backward pass once with the taps of
 import threading
 
 from cuvmap import api, api_util, core, lax, tree
+from cuvmap import memory_budget as memory_budget_mod
 from cuvmap import numpy as cnp
 from cuvmap.api_util import TransformError
 from cuvmap.dp import clipping
@@ -13,7 +14,7 @@ from cuvmap.dp.ghost.rules import per_row
 from cuvmap.transforms import ir, staging
 
 def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux=False, tiny=1e-6,
-                 nan_safe=False):
+                 nan_safe=False, relation="add_remove", chunk_size=None, memory_budget=None):
     """The sum of clipped per-example gradients of ``loss`` and the per-example gradient
     norms, by ghost clipping and book-keeping (NOTE [ghost clipping]).
 
@@ -49,6 +50,16 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
         ``C``. Its norm is reported as computed, and ``result.num_dropped(mask)`` counts
         such examples. Off by default: a non-finite example then makes ``summed`` NaN, as
         in Opacus and ``torch.func`` + clipping.
+      relation: the neighbouring relation of the result's ``sensitivity``:
+        ``"add_remove"`` (``C``, the default) or ``"replace"`` (``2C``).
+      chunk_size: the examples processed at a time (jax_privacy's ``microbatch_size``,
+        Opacus's ``max_physical_batch_size``): the sums of the chunks are added and their
+        norms joined, so the result is that of the whole batch; ``"auto"``: the largest
+        chunk whose planned memory fits ``memory_budget``. Each chunk runs the staged
+        program of its size (:mod:`cuvmap.memory_budget`).
+      memory_budget: what a call may allocate, its results included: an int of bytes, or a
+        float in (0, 1], that fraction of the memory free on the batch's device (with
+        ``chunk_size="auto"`` and no budget: half of it); implies ``chunk_size="auto"``.
 
     Returns:
       a function ``(params, *batch, mask=None)`` returning a
@@ -75,16 +86,25 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
     max_norm = clipping.check_max_norm(max_norm, where, TransformError, hint=(
         f"; clipped_grad({name}, C) takes the bound, and the function it returns takes the parameters and the "
         f"batch: clipped_grad({name}, 1.0)(params, xs, ys)"))
+    try:
+        sensitivity = clipping.sensitivity_of(max_norm, relation)
+    except ValueError as err:
+        raise TransformError(f"{where}: {err}") from None
     if method not in choice.METHODS:
         raise TransformError(f"{where}: method must be one of {', '.join(map(repr, choice.METHODS))}, got {method!r}")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     api_util.check_axes_spec(in_axes, f"{where}: in_axes")
     settings = _Settings(loss, where, method, argnums, in_axes, has_aux)
+    chunks = memory_budget_mod.check_chunk_spec(chunk_size, memory_budget, where)
+    chunked = memory_budget_mod.ChunkedMap(where, _chunk_combine) if chunks is not None else None
 
     @api_util.with_context(where, loss)
     def clipped(*args, mask=None):
-        return _clipped(settings, args, mask, max_norm, tiny, bool(nan_safe))
+        if chunked is not None:
+            return _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny,
+                                      bool(nan_safe), (sensitivity, relation))
+        return _clipped(settings, args, mask, max_norm, tiny, bool(nan_safe), (sensitivity, relation))
 
     @api_util.with_context(where, loss)
     def methods(*args):
@@ -95,6 +115,15 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
         return _Staged(settings, args).methods()
 
     clipped.methods = methods
+    if chunked is not None:
+        @api_util.with_context(where, loss)
+        def memory_plan(*args, mask=None):
+            """The :class:`~cuvmap.memory_budget.ChunkPlan` a call with these arguments
+            follows (nothing runs)."""
+            return _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny,
+                                      bool(nan_safe), (sensitivity, relation), plan_only=True)
+
+        clipped.memory_plan = memory_plan
     return clipped
 
 
@@ -255,7 +284,7 @@ def _trace(settings, args, nums, others, param_tree, order, num_batched, paths, 
     return _Program(program, params, taps, fallback, out_tree)
 
 
-def _clipped(settings, args, mask, max_norm, tiny, nan_safe):
+def _clipped(settings, args, mask, max_norm, tiny, nan_safe, stated):
     staged = _Staged(settings, args)
     size = staged.size
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
@@ -265,7 +294,7 @@ def _clipped(settings, args, mask, max_norm, tiny, nan_safe):
     summed, norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, max_norm, tiny, nan_safe)
     del kept, cts, fallback_grads
     summed = tree.unflatten(staged.param_tree, [api_util.to_array_result(s) for s in summed])
-    result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms))
+    result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms), *stated)
     if not settings.has_aux:
         return result
     return result, tree.unflatten(staged.out_tree, outs)[1]
@@ -410,3 +439,49 @@ def _forward_backward(staged):
     losses, pullback, (aux, kept) = api.vjp(pass_, copies, zs, has_aux=True)
     fallback_grads, cts = pullback(core.full_like_concrete(losses, 1))
     return [losses] + list(aux), list(kept), list(cts), list(fallback_grads)
+
+
+# ---------------------------------------------------------------------------------------
+# In chunks (chunk_size, memory_budget)
+# ---------------------------------------------------------------------------------------
+
+
+def _chunk_combine(out_tree, out_avals):
+    """A chunk returns ``(summed, norms, aux)``: the sums add up, norms and aux stack."""
+    summed, _, _ = tree.unflatten(out_tree, list(range(len(out_avals))))
+    sums = set(tree.leaves(summed))
+    return [(memory_budget_mod.SUM,) if i in sums else (memory_budget_mod.STACK, 0) for i in range(len(out_avals))]
+
+
+def _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny, nan_safe, stated,
+                       plan_only=False):
+    """:func:`_clipped` over chunks of the batch (:mod:`cuvmap.memory_budget`): each chunk
+    is a call of its own on a slice of every batched leaf (and of the mask)."""
+    loss = settings.loss
+    _, nums = api_util.normalize_argnums(loss, settings.argnums, len(args))
+    paths, leaves, treedef = tree.flatten_with_path((args, {}))
+    axes = api_util.flat_in_axes(loss, _in_axes_for(settings, args, nums), args, {})
+    if not any(a is not None for a in axes):
+        raise TransformError(f"{api_util.fun_name(loss)} was called with no batch argument: the positional "
+                             "arguments not in argnums hold the examples")
+    axes, size = api_util.check_mapped_sizes(loss, paths, leaves, axes, None)
+    if mask is not None:
+        if tuple(core.shape_of(mask)) != (size,):
+            raise TransformError(f"mask has shape {tuple(core.shape_of(mask))}, but the batch has {size} examples "
+                                 f"(the mask needs shape ({size},))")
+        leaves, axes = list(leaves) + [mask], list(axes) + [0]
+
+    def body(b, chunk_leaves):
+        m = chunk_leaves[-1] if mask is not None else None
+        a, _ = tree.unflatten(treedef, chunk_leaves[:len(chunk_leaves) - (mask is not None)])
+        res = _clipped(settings, a, m, max_norm, tiny, nan_safe, stated)
+        res, aux = res if settings.has_aux else (res, ())
+        return tree.flatten((res.summed, res.norms, aux))
+
+    key = (treedef, mask is not None, max_norm, tiny, nan_safe)
+    if plan_only:
+        return chunked.plan(body, leaves, axes, size, chunks, memory_budget, key=key)
+    outs, out_tree = chunked(body, leaves, axes, size, chunks, memory_budget, key=key)
+    summed, norms, aux = tree.unflatten(out_tree, [api_util.to_array_result(o) for o in outs])
+    result = clipping.ClippedGradient(summed, norms, *stated)
+    return (result, aux) if settings.has_aux else result

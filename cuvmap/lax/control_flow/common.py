@@ -313,3 +313,21 @@ def run_plan(program, args):
 def xp_of(values):
     arrays = [v for v in values if hasattr(v, "shape")]
     return backend.xp_of(*arrays) if arrays else np
+
+
+def carries_on_device(carry, device):
+    """``carry`` with its host values (Python numbers, NumPy arrays) moved to the GPU when
+    ``device`` is ``"gpu"``: a loop's carries often start as Python numbers (a counter, an
+    accumulator's 0), and inside the loop they meet the body's values, which CuPy refuses to
+    mix with NumPy ones. A number becomes a 0-d array of its aval's dtype (what a carry is
+    after one step anyway)."""
+    if device != "gpu":
+        return list(carry)
+    cp = backend.xp_for("gpu")
+    return [cp.asarray(c, dtype=core.get_aval(c).dtype) if type(c) in core._PY_SCALAR_DTYPES
+            or isinstance(c, (np.ndarray, np.generic)) else c for c in carry]
+
+
+def device_of(values):
+    """``"gpu"`` when any of the concrete ``values`` is a CuPy array, else ``"cpu"``."""
+    return "gpu" if any(backend.is_cupy_array(v) for v in values) else "cpu"

@@ -5,20 +5,25 @@ vmap with a batched predicate runs until every example is done and freezes the f
 ones with ``select``; jvp by a fixpoint; no reverse mode (the number of iterations is not
 known in advance; as in JAX, use ``scan`` or ``fori_loop`` with static bounds).
 """
+import math
+import weakref
+
 import numpy as np
 
 from cuvmap import api_util, tree
-from cuvmap.lax import elementwise, reduction
+from cuvmap.lax import bitwise, elementwise, reduction
+from cuvmap.lax.control_flow.conditionals import cond
 from cuvmap.lax.control_flow.common import (
     WHILE_STAGER, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry, depends,
     describe, expand, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, scalar_aval, split3,
-    stage_body, trace_flat, with_program, zeros)
+    stage_body, trace_flat, with_program, zeros, carries_on_device, device_of)
 from cuvmap.lax.control_flow.scan import scan
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, not_mapped
 from cuvmap.transforms.call import avals_of
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.jvp import jvp_jaxpr
+from cuvmap.transforms.remat import checkpoint
 
 
 class WhilePrimitive(ControlFlowPrimitive):
@@ -33,6 +38,7 @@ class WhilePrimitive(ControlFlowPrimitive):
 
     def run(self, *args, cond_nconsts, cond_program, body_nconsts, body_program):
         cond_consts, body_consts, carry = split3(args, cond_nconsts, body_nconsts)
+        carry = carries_on_device(carry, device_of(args))
         keep_going, step = plan_of(cond_program).program, plan_of(body_program).program
         while bool(keep_going(cond_consts + carry)[0]):
             carry = step(body_consts + carry)
@@ -70,6 +76,8 @@ class WhilePrimitive(ControlFlowPrimitive):
         cond_prog, body = params["cond_program"], params["body_program"]
         cc, bc, carry = split3(vals, ncc, nbc)
         cc_d, bc_d, carry_d = split3(dims, ncc, nbc)
+
+        carry = carries_on_device(carry, axis.device)  # a Python-number counter broadcast on the GPU
 
         def step(batched):
             carry_vals = [bdim_at_front(c, d, axis.size) if b else c for c, d, b in zip(carry, carry_d, batched)]
@@ -132,8 +140,9 @@ class WhilePrimitive(ControlFlowPrimitive):
         raise ControlFlowError(
             "reverse-mode differentiation (grad, vjp, jacrev) of a while_loop is not supported: the number of "
             "iterations is not known in advance, so there is no fixed set of residuals to keep (as in JAX, "
-            "jax#2469). Use scan, or fori_loop with static (Python int) bounds, which is a scan; forward mode "
-            "(jvp, jacfwd) works")
+            "jax#2469). Give the loop a bound, while_loop(cond_fun, body_fun, init_val, max_steps=N), which is "
+            "differentiable in reverse mode (checkpointed), or use scan, or fori_loop with static (Python int) "
+            "bounds; forward mode (jvp, jacfwd) works")
 
     def partial_eval(self, trace, args, params):
         """Partial evaluation (under ``linearize``): when the predicate and the known
@@ -177,7 +186,7 @@ def _bind_while(cond_consts, cond_prog, body_consts, body_prog, carry):
 # ---------------------------------------------------------------------------------------
 
 
-def while_loop(cond_fun, body_fun, init_val):
+def while_loop(cond_fun, body_fun, init_val, max_steps=None):
     """``val = body_fun(val)`` while ``cond_fun(val)``, as one primitive (JAX's
     ``lax.while_loop``)::
 
@@ -191,14 +200,18 @@ def while_loop(cond_fun, body_fun, init_val):
       cond_fun: ``cond_fun(val) -> bool`` scalar.
       body_fun: ``body_fun(val) -> val``, keeping the structure, shapes and dtypes.
       init_val: a pytree of arrays and numbers.
+      max_steps: ``None``, or a Python int ``N``: the loop stops after at most ``N``
+        iterations, returning the value it has then, and is differentiable in reverse mode
+        (NOTE [a bounded while loop]).
     Returns:
       the last value.
 
     ``vmap`` with a batched predicate runs until every example is done, each example's
     value frozen once its own predicate fails; ``jvp``/``jacfwd`` work; reverse mode does
-    not (the iterations are not known in advance): use :func:`scan` or :func:`fori_loop`
-    with Python int bounds.
+    not without ``max_steps`` (the iterations are not known in advance).
     """
+    if max_steps is not None:
+        return _bounded_while(cond_fun, body_fun, init_val, max_steps)
     for name, f in (("cond_fun", cond_fun), ("body_fun", body_fun)):
         if not callable(f):
             raise ControlFlowError(f"while_loop: {name} must be callable, got {f!r}")
@@ -226,6 +239,60 @@ def while_loop(cond_fun, body_fun, init_val):
                         cond_program=cond.program, body_nconsts=len(body.consts), body_program=body.program)
     outs = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
     return tree.unflatten(in_tree, outs)
+
+
+# NOTE [a bounded while loop]
+# while_loop(cond, body, init, max_steps=N) (equinox's checkpointed while_loop; jax#2469)
+# runs as a scan of ⌈N/K⌉ blocks of K = ⌈√N⌉ guarded steps: a step applies body only
+# while the loop runs (cond(carry) held at every step so far, and fewer than N steps
+# taken), through lax.cond, so a finished loop's carry never goes through body again; a
+# block is skipped altogether (cond) once the loop has finished, so at most K - 1 steps
+# are wasted; and each block is checkpointed. Reverse mode then keeps the ⌈N/K⌉ carries
+# at the blocks' starts and, block by block on the way back, recomputes one block's K
+# carries: about 2√N carries instead of N, for one more forward pass. The gradient is
+# the exact gradient of the iterations actually run. Under vmap with a batched predicate
+# each example stops at its own count (the guards become per-example selects, which run
+# body on a finished example's value and discard it: a body that is NaN there makes its
+# derivative NaN too, as jnp.where's does).
+
+
+def _bounded_while(cond_fun, body_fun, init_val, max_steps):
+    where = f"while_loop({api_util.fun_name(cond_fun)}, {api_util.fun_name(body_fun)}, max_steps={max_steps!r})"
+    if not api_util.is_int(max_steps) or int(max_steps) < 0:
+        raise ControlFlowError(f"{where}: max_steps must be a non-negative Python int")
+    max_steps = int(max_steps)
+    if max_steps == 0:
+        return init_val
+    block = math.isqrt(max_steps - 1) + 1  # ⌈√N⌉
+    num_blocks = -(-max_steps // block)
+
+    def guarded_step(state, _):
+        val, running, count = state
+        running = bitwise.bitwise_and(running, elementwise.lt(count, max_steps))
+        running = bitwise.bitwise_and(running, _predicate(cond_fun(val), where))
+        val = cond(running, body_fun, lambda v: v, val)
+        return (val, running, count + 1), None
+
+    guarded_step.__name__ = api_util.fun_name(body_fun)
+
+    @checkpoint
+    def run_block(state):
+        state, _ = scan(guarded_step, state, None, length=block)
+        return state
+
+    def outer(state, _):
+        return cond(state[1], run_block, lambda s: s, state), None
+
+    (val, _, _), _ = scan(outer, (init_val, True, 0), None, length=num_blocks)
+    return val
+
+
+def _predicate(pred, where):
+    """``cond_fun``'s result, checked to be a boolean scalar."""
+    aval = aval_of(pred)
+    if aval.shape != () or aval.dtype != np.bool_:
+        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, got {describe(aval)}")
+    return pred
 
 
 def fori_loop(lower, upper, body_fun, init_val):
@@ -267,16 +334,63 @@ def fori_loop(lower, upper, body_fun, init_val):
     return val
 
 
-def map(f, xs):  # noqa: A001 - JAX's name
-    """``stack([f(x) for x in xs])`` over the leading axis of the pytree ``xs``, as a
-    :func:`scan` (JAX's ``lax.map``): one example at a time, so memory stays that of one
-    call of ``f``."""
+def map(f, xs, *, batch_size=None, memory_budget=None):  # noqa: A001 - JAX's name
+    """``stack([f(x) for x in xs])`` over the leading axis of the pytree ``xs`` (JAX's
+    ``lax.map``).
+
+    Without ``batch_size`` it is a :func:`scan`: one example at a time, so memory stays
+    that of one call of ``f``. With ``batch_size=k`` (as in JAX) it is ``vmap(f)`` over
+    chunks of ``k`` examples plus one chunk of the remainder; ``batch_size="auto"`` (or a
+    ``memory_budget``: an int of bytes, or a float fraction of the memory free on ``xs``'s
+    device) takes the largest chunk whose staged program plans its peak within the budget
+    (:mod:`cuvmap.memory_budget`). Eagerly each chunk runs its staged program; under a
+    transform the chunks are a scan (and one call for the remainder)::
+
+        lax.map(lambda x: jnp_fn(x), xs, batch_size=64)
+        lax.map(per_example_grad, (xs, ys), memory_budget=2 << 30)
+    """
     if not callable(f):
         raise ControlFlowError(f"map: f must be callable, got {f!r}")
+    if batch_size is None and memory_budget is None:
+        def step(carry, x):
+            return carry, f(x)
 
-    def step(carry, x):
-        return carry, f(x)
+        step.__name__ = api_util.fun_name(f)
+        _, ys = scan(step, (), xs)
+        return ys
+    return _map_in_chunks(f, xs, batch_size, memory_budget)
 
-    step.__name__ = api_util.fun_name(f)
-    _, ys = scan(step, (), xs)
-    return ys
+
+# f -> its ChunkedMap: the chunk choice per signature; the programs are staged on every
+# call, as a scan's body is (f may read values that change between calls)
+_map_chunked = weakref.WeakKeyDictionary()
+
+
+def _map_in_chunks(f, xs, batch_size, memory_budget):
+    """``map`` with a batch size or a budget (NOTE [choosing a chunk] in cuvmap/memory_budget.py)."""
+    # memory_budget and api import control_flow (scan), which imports this module: a cycle
+    from cuvmap import api, memory_budget as mb
+
+    where = f"map({api_util.fun_name(f)})"
+    spec = mb.check_chunk_spec(batch_size, memory_budget, where)
+    paths, leaves, treedef = flatten_values("xs", xs, where)
+    if not leaves:
+        raise ControlFlowError(f"{where}: xs has no arrays to map over")
+    sizes = {tuple(getattr(x, "shape", ()))[:1] for x in leaves}
+    if len(sizes) != 1 or sizes == {()}:
+        shapes = ", ".join(f"{tree.keystr(p) or 'xs'}: {tuple(getattr(x, 'shape', ()))}" for p, x in zip(paths, leaves))
+        raise ControlFlowError(f"{where}: the leaves of xs must share their leading axis (the examples), got {shapes}")
+    size = sizes.pop()[0]
+    try:
+        chunked = _map_chunked.get(f)
+        if chunked is None:
+            chunked = _map_chunked.setdefault(f, mb.ChunkedMap(where, api.vmap_combine(0), cache_programs=False))
+    except TypeError:  # f cannot be weakly referenced: a map of its own
+        chunked = mb.ChunkedMap(where, api.vmap_combine(0), cache_programs=False)
+    mapped = api.vmap(f)
+
+    def body(b, chunk_leaves):
+        return tree.flatten(mapped(tree.unflatten(treedef, chunk_leaves)))
+
+    outs, out_tree = chunked(body, leaves, [0] * len(leaves), size, spec, memory_budget, key=treedef)
+    return tree.unflatten(out_tree, outs)

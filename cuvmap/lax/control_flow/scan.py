@@ -16,7 +16,7 @@ from cuvmap.lax import elementwise, shape as lax_shape
 from cuvmap.lax.control_flow.common import (
     SCAN_STAGER, Body, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry,
     depends, extend_outputs, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, split3,
-    stage_flat, trace_flat, with_program, xp_of, zeros)
+    stage_flat, trace_flat, with_program, xp_of, zeros, carries_on_device, device_of)
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, move_bdim, not_mapped
 from cuvmap.transforms.call import avals_of
@@ -37,6 +37,7 @@ class ScanPrimitive(ControlFlowPrimitive):
 
     def run(self, *args, length, num_consts, num_carry, program, reverse, unroll):
         consts, carry, xs = split3(args, num_consts, num_carry)
+        carry = carries_on_device(carry, device_of(args))
         y_avals = program.out_avals[num_carry:]
         xp = xp_of(args)
         ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in y_avals]
