@@ -63,14 +63,20 @@ Example::
     acct.step(noise_multiplier=1.1, sample_rate=256 / 60000, num_steps=steps)
     eps = acct.get_epsilon(delta=1e-5)
 
+
+    # :class:`PLDAccountant` has the same interface and is tight (privacy loss distributions
+    # composed by FFT on a pessimistic grid, :mod:`~cuvmap.dp.pld`); :func:`calibrate_noise`
+    # gives the smallest noise multiplier meeting a target ε by either accountant.
+
     # or all of it from one plan (NOTE [one plan] in cuvmap/dp/plan.py)
     plan = dp.Plan(dataset_size=60000, sample_rate=256 / 60000, noise_multiplier=1.1, max_norm=1.0,
                    steps=steps, expected_batch_size=256)
     eps = plan.epsilon(1e-5)
 """
 from cuvmap.dp.accounting import (  # noqa: F401
-    DEFAULT_ORDERS, RDPAccountant, epsilon, rdp_sampled_gaussian, rdp_to_epsilon,
+    DEFAULT_ORDERS, RDPAccountant, calibrate_noise, epsilon, rdp_sampled_gaussian, rdp_to_epsilon,
 )
+from cuvmap.dp.pld import PLDAccountant  # noqa: F401
 from cuvmap.dp.accounting import _log_a_frac  # noqa: F401  (the tests check its series as cuvmap.dp._log_a_frac)
 from cuvmap.dp.clipping import ClippedGradient, clip_per_example, clipped_sum, per_example_global_norms  # noqa: F401
 from cuvmap.dp.noise import add_noise, private_gradient, standard_normal_like  # noqa: F401
@@ -83,10 +89,12 @@ __all__ = [
     "ACCOUNTANTS",
     "ClippedGradient",
     "DEFAULT_ORDERS",
+    "PLDAccountant",
     "RDPAccountant",
     "add_noise",
     "batch_buckets",
     "bucket_for",
+    "calibrate_noise",
     "clip_per_example",
     "clipped_grad",
     "clipped_sum",
