@@ -32,6 +32,12 @@ which cancels a machine busier in one run) and exits with status 1 on a SLOW
 slowdown of 10 % injected into one case (``--inject-slowdown CASE=0.1``, any suite) comes
 out SLOW and the other cases do not.
 
+``--background-load N`` starts N busy-loop processes before the suite and stops them
+after it (a machine with N cores busy with other work; printed with the settings, and the
+CPU the loops got is printed with the machine's load); with ``--alternate-load`` every
+round is timed twice, the loops paused and running, and a table gives each case's loaded /
+quiet ratio and cuvmap / torch under load, paired by round (``benchmarks/background.py``).
+
 The benchmarks never change the threading environment (``OPENBLAS_CORETYPE``,
 ``OMP_NUM_THREADS``, ...): set or unset it in the command, e.g.
 ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example``; the

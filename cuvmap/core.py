@@ -638,9 +638,9 @@ class Primitive:
       operand's buffer or a pooled one (NOTE [buffer planning] in
       cuvmap/transforms/executor.py). ``impl_into_when(aval, gpu) -> bool``, where given,
       says for which outputs the writer applies (select's blend: NumPy floats only).
-    - ``host_sync``: the impl reads operand values on the GPU on the host (a predicate, a
-      branch index: a synchronisation), so a program with it is never captured as a CUDA
-      graph.
+    - ``host_sync``: the impl reads operand values on the host (a while_loop's predicate,
+      a cond's branch index: on the GPU a synchronisation), so a program with it is never
+      captured as a CUDA graph.
     - ``capturable``: whether its GPU impl can run inside a CUDA stream capture (no host
       read, no library call a capture refuses: cuSOLVER's SVD is not); None (the default)
       means ``not host_sync``. :func:`cuvmap.transforms.executor.graph_capturable` asks it

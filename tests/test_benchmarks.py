@@ -263,6 +263,25 @@ def test_control_flow_suite(capsys, tmp_path):
         assert float(out.split(note)[1].split()[0]) < 1e-5, out
 
 
+def test_memory_suite(capsys, tmp_path):
+    from benchmarks import bench_memory
+
+    path = tmp_path / "memory.json"
+    assert bench_memory.main(["--batch", "24", "--chunks", "4", "8", "--cases", "mlp_dp", "mlp_norms",
+                              "--mlp-widths", "16", "32", "4", "--fraction", "0.5", "--repeats", "1",
+                              "--max-repeats", "1", "--progress", "off", "--no-plot", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert {r["run"] for r in res["rows"]} == {"unchunked", "auto", "chunk 4", "chunk 8"}
+    assert sorted(t.split(" (")[0] for t in res["targets"]) == [
+        "mlp_dp: peak / budget", "mlp_dp: time / best in-budget chunk", "mlp_norms: peak / budget",
+        "mlp_norms: time / best in-budget chunk"]
+    for name in ("mlp_dp", "mlp_norms"):
+        fig = res["figures"][name]
+        assert fig["budget"] < fig["unchunked_peak"] and fig["chunk"] < 24
+    assert "memory_budget** → chunk" in out and "results differ from the unchunked call's" in out
+
+
 def test_python_dash_m_entry_points(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for argv in (["-m", "benchmarks", "dispatch"], ["-m", "benchmarks.bench_dispatch"]):

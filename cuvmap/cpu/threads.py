@@ -137,33 +137,18 @@ def _openmp_functions():
 
 
 # NOTE [threads under a busy machine]
-# Measured on the project's 2-core machine (KVM, AMD EPYC; OpenBLAS 0.3.31 pthreads,
-# OPENBLAS_CORETYPE unset), the MLP 784→1024→1024→10 of `benchmarks dp` at batch 32, one
-# busy-loop process started beside it, loaded and quiet phases alternated in one process:
-# - cuvmap's batched gradient took 4.5–6.6 ms quiet and 12.6–14.8 ms loaded (medians;
-#   a tenth of the calls 30–60 ms) on OpenBLAS's default 2 threads, against 7.7–9.2 ms
-#   with 1 thread, quiet or loaded alike. The process used 2.0 cores per second of wall
-#   time quiet: OpenBLAS's idle worker spins (sched_yield) for its THREAD_TIMEOUT, about
-#   0.1 s, after each GEMM, and GEMMs come more often than that. Loaded, that worker, the
-#   caller and the loop are three runnable threads on two cores.
-# - One GEMM at the MLP's shapes (32×784×1024 to 1024×32×1024, 51–67 MFLOP) took the
-#   same median on 2 threads loaded as quiet (0.43–0.73 ms, against 0.80–1.28 ms on one
-#   thread), but its slowest tenth 4.5–16 ms: the half of the split whose thread the
-#   scheduler put behind the loop waits a time slice, and the call with it. On 1 thread
-#   the tail stayed within 1.4 ms. Smaller GEMMs (32×1024×10) run on one thread anyway.
-# - OPENBLAS_THREAD_TIMEOUT=4 (idle workers sleep at once; OpenBLAS reads it when NumPy
-#   loads it, so only a variable set before `import numpy` works) made quiet 2-thread
-#   GEMMs 1.3–1.5× slower (waking a sleeping worker) and left the loaded tail, and whole
-#   steps went bimodal loaded (9 or 76–138 ms): no help.
-# - torch (2.13 CPU, MKL + GNU OpenMP, 2 threads) degrades the same way in the same test
-#   (3.7–5.4 ms quiet, 8.0–9.2 ms loaded; 5.5–6.5 ms on one thread, quiet or loaded).
-# So under load the remedy is fewer threads, not another wait policy: the split then has
-# no part that waits for a core it does not get. Lowering the count only while others
-# hold cores keeps the quiet speed; the count is measured from /proc/stat (not the load
-# average, a one-minute mean that counts this process's own spinning threads) every
-# INTERVAL, with hysteresis so that cuvmap's own threads taking a share from the loop
-# (others read 0.7 core beside a loop while cuvmap runs 2 threads) still count as busy.
-# With the rule, the same test gave 7.0–8.4 ms loaded against 5.9–6.2 quiet.
+# Measured on the project's 2-core machine beside one busy-loop process (the figures are in
+# the README's performance section, `--background-load 1`): on OpenBLAS's default 2
+# threads cuvmap's batched MLP gradient became 2-3x slower with a long tail, while 1
+# thread kept the same time quiet or loaded. OpenBLAS's idle worker spins after each GEMM,
+# so loaded there are three runnable threads on two cores, and the half of a GEMM's split
+# whose thread the scheduler puts behind the loop waits a time slice, and the call with it.
+# OPENBLAS_THREAD_TIMEOUT (sleeping workers) slowed quiet GEMMs and left the loaded tail;
+# torch (MKL + OpenMP) degrades the same way. So under load the remedy is fewer threads,
+# not another wait policy. Lowering the count only while others hold cores keeps the
+# quiet speed; the free cores are measured from /proc/stat (not the load average, a
+# one-minute mean that counts this process's own spinning threads) every INTERVAL, with
+# hysteresis so that cuvmap's own threads taking a share from the loop still count as busy.
 # Not covered: other threads of this process (a data-loading thread counts as this
 # process's own time), cgroup CPU quotas (only the affinity mask is read), MKL or BLIS
 # as NumPy's BLAS (no OpenBLAS functions found: BLAS is left alone).

@@ -392,4 +392,4 @@ def _map_in_chunks(f, xs, batch_size, memory_budget):
         return tree.flatten(mapped(tree.unflatten(treedef, chunk_leaves)))
 
     outs, out_tree = chunked(body, leaves, [0] * len(leaves), size, spec, memory_budget, key=treedef)
-    return tree.unflatten(out_tree, outs)
+    return tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
