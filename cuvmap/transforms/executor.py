@@ -209,7 +209,7 @@ class Step:
     ``release``: the ``(slot, pool key)`` pairs whose buffers go back to the pool after
     the step; ``clear``: the slots dropped after it (their last use). ``direct``: a writer
     that may put the result into any buffer of its aval, such as the row of a loop's
-    stacked result (NOTE [a loop runs as generated Python]), or None."""
+    stacked result (NOTE [a loop runs as generated Python] in loop_plans.py), or None."""
 
     kind: int
     impl: object
