@@ -1,9 +1,11 @@
 """A scan runs its body as one generated loop (NOTE [a loop runs as generated Python] in
-cuvmap/transforms/executor.py): its results equal, bit for bit, those of the same steps
+cuvmap/transforms/loop_plans.py), a while loop its predicate and body in one loop: a
+scan's results equal, bit for bit, those of the same steps
 unrolled into one jitted program (a table of bodies: several carries passed around,
 constants and numbers as carries, ys that are carries or xs, integers, reverse, unroll,
 lengths 0 and 1); the ys a ufunc computes are written into their rows and a constant
-right operand of a product is transposed once; staging time does not grow with the
+right operand of a product is transposed once; a while loop equals the Python loop
+(a table); staging time does not grow with the
 length; a step costs about what its NumPy calls cost (a ratio to the same forward and
 backward passes written by hand as NumPy loops, measured in the test).
 References: the unrolled loop under jit, hand-written NumPy loops."""
@@ -15,7 +17,7 @@ import pytest
 import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import lax
-from cuvmap.transforms import executor
+from cuvmap.transforms import executor, loop_plans
 
 
 def _rng(seed=0):
@@ -53,6 +55,10 @@ def _passthrough(c, x):
     return c + x, (c, x)
 
 
+def _constant_y(c, x):
+    return c + x, (np.float64(1.5), c)
+
+
 def _counter(c, x):
     i, v = c
     return (i + 1, v * x + i), i
@@ -71,6 +77,7 @@ CASES = [
     ("a_constant_as_carry", _constant_carry, np.ones(4), _rng(6).standard_normal((5, 4)), {}),
     ("a_number_as_carry", _number_carry, np.ones(4), _rng(7).standard_normal((5, 4)), {}),
     ("ys_are_the_carry_and_x", _passthrough, np.zeros(4), _rng(8).standard_normal((5, 4)), dict(reverse=True)),
+    ("a_constant_as_y", _constant_y, np.zeros(3), _rng(18).standard_normal((4, 3)), {}),
     ("an_integer_counter", _counter, (np.int64(0), np.ones(4)), _rng(9).standard_normal((5, 4)), {}),
     ("scalar_carry_and_ys", _scalar, np.float64(0.5), _rng(10).standard_normal((6, 3)), dict(unroll=True)),
     ("length_1", _rnn, np.zeros((3, 4)), _rng(11).standard_normal((1, 3, 4)), {}),
@@ -137,19 +144,22 @@ def test_eager_and_jitted_scans_agree_with_the_unrolled_loop_under_vmap():
 def _loop_sources(f, *args):
     """The sources of the loops that running ``jit(f)(*args)`` compiles."""
     sources = []
-    original = executor._compile
+    originals = {name: getattr(loop_plans, name) for name in ("_scan_source", "_while_source")}
 
-    def spy(p, out_is_scalar, loop=None):
-        source, namespace = original(p, out_is_scalar, loop)
-        if loop is not None:
+    def spy(original):
+        def generate(*a):
+            source, namespace = original(*a)
             sources.append(source)
-        return source, namespace
+            return source, namespace
+        return generate
 
-    executor._compile = spy
     try:
+        for name, original in originals.items():
+            setattr(loop_plans, name, spy(original))
         cv.jit(f)(*args)
     finally:
-        executor._compile = original
+        for name, original in originals.items():
+            setattr(loop_plans, name, original)
     return sources
 
 
@@ -182,6 +192,53 @@ def test_a_scan_in_a_scan_and_a_while_in_a_scan_equal_their_unrolled_loops():
     halve = lambda c, x: (lax.while_loop(lambda v: cnp.max(v) > 1.0, lambda v: v * 0.5, c + x), c)
     _exactly(cv.jit(lambda xs: lax.scan(halve, np.zeros(2), xs))(xs[:, 0] * 4.0),
              cv.jit(lambda xs: _unrolled(halve, np.zeros(2), xs))(xs[:, 0] * 4.0))
+
+
+# ---------------------------------------------------------------------------------------
+# while_loop: the predicate's and the body's code in one loop
+# ---------------------------------------------------------------------------------------
+
+T = np.array([0.5, 2.0, 1.5])
+
+# (name, cond_fun, body_fun, initial value)
+WHILE_CASES = [
+    ("consts_in_both", lambda v: cnp.max(v) > T[0] * 2.0, lambda v: v * T[1] * 0.25, np.array([4.0, 3.0, 9.0])),
+    ("two_carries_swapped", lambda c: c[0] < 40.0, lambda c: (c[1] + 1.0, c[0] * 2.0), (np.float64(1.0), np.float64(0.0))),
+    ("no_iteration", lambda v: cnp.sum(v) < 0.0, lambda v: v * 2.0, np.ones(3)),
+    ("integer_counter", lambda c: c[0] < 7, lambda c: (c[0] + 1, cnp.sin(c[1]) + c[0]), (0, np.zeros(3))),
+]
+
+
+def _python_while(cond_fun, body_fun, value):
+    while bool(cond_fun(value)):
+        value = body_fun(value)
+    return value
+
+
+@pytest.mark.parametrize("name,cond_fun,body_fun,init", WHILE_CASES, ids=[c[0] for c in WHILE_CASES])
+def test_a_while_loop_equals_the_python_loop_bit_for_bit(name, cond_fun, body_fun, init):
+    got = cv.jit(lambda v: lax.while_loop(cond_fun, body_fun, v))(init)
+    _exactly(got, cv.tree.map(np.asarray, _python_while(cond_fun, body_fun, init)))
+
+
+def test_fori_loop_with_a_traced_bound_equals_the_python_loop_under_jit_and_vmap():
+    f = lambda n, v: lax.fori_loop(0, n, lambda i, v: v * 0.5 + i, v)
+    _exactly(cv.jit(f)(np.int64(5), np.ones(3)), _python_fori(5, np.ones(3)))
+    got = cv.jit(cv.vmap(f, in_axes=(0, None)))(np.array([0, 3, 6]), np.ones(3))
+    _exactly(got, np.stack([_python_fori(k, np.ones(3)) for k in (0, 3, 6)]))
+
+
+def _python_fori(n, v):
+    for i in range(n):
+        v = v * 0.5 + i
+    return v
+
+
+def test_a_while_loop_runs_one_generated_loop():
+    (source,) = _loop_sources(lambda v, t: lax.while_loop(lambda v: cnp.max(v) > t, lambda v: v * 0.5, v),
+                              np.array([4.0, 3.0]), 1.0)
+    assert "while True:" in source and "a_r" in source and "break" in source, source
+    assert "program(" not in source  # neither plan's function is called
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,13 +330,27 @@ def test_a_step_costs_about_what_its_numpy_calls_cost():
 
     rnn = cv.jit(cv.grad(rnn_loss, argnums=(0, 1)))
     tiny = cv.jit(cv.grad(tiny_loss))
+    # a while loop (fori_loop with a traced bound): its counter and predicate are work of
+    # their own, a comparison and an addition per step beside the body's ufuncs
+    counted = cv.jit(lambda a, c, n: lax.fori_loop(0, n, lambda i, c: cnp.tanh(c * a + 1.0), c))
+
+    def numpy_counted(a, c, n):
+        i = np.int64(0)
+        while i < n:
+            c = np.tanh(c * a + 1.0)
+            i = i + 1
+        return c
+
+    np.testing.assert_allclose(counted(a, c0, n), numpy_counted(a, c0, n), rtol=1e-6)
     for got, want in zip(rnn(w, u, h0, xs), _numpy_rnn_grad(w, u, h0, xs)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(tiny(a, c0, txs), _numpy_tiny_grad(a, c0, txs), rtol=1e-4, atol=1e-6)
     times = _min_seconds([lambda: rnn(w, u, h0, xs), lambda: _numpy_rnn_grad(w, u, h0, xs),
-                          lambda: tiny(a, c0, txs), lambda: _numpy_tiny_grad(a, c0, txs)], rounds=15)
+                          lambda: tiny(a, c0, txs), lambda: _numpy_tiny_grad(a, c0, txs),
+                          lambda: counted(a, c0, n), lambda: numpy_counted(a, c0, n)], rounds=15)
     assert times[0] < 2.5 * times[1], f"RNN: {times[0] / n * 1e6:.1f} µs a step, NumPy {times[1] / n * 1e6:.1f}"
     assert times[2] < 4.0 * times[3], f"tiny carry: {times[2] / n * 1e6:.1f} µs a step, NumPy {times[3] / n * 1e6:.1f}"
+    assert times[4] < 4.0 * times[5], f"while: {times[4] / n * 1e6:.1f} µs a step, NumPy {times[5] / n * 1e6:.1f}"
 
 
 def test_eager_grad_of_a_scan_compiles_its_plans_once():

@@ -139,7 +139,7 @@ def _dot_layout(x_shape, y_shape, dimension_numbers, gpu=False):
 # into a contiguous copy once, before its first step: the function of such a product
 # carries ``prepare`` (per operand, None or the function applied once to a loop-invariant
 # operand) and ``prepared`` (the function that takes the prepared operand in its place):
-# NOTE [a loop runs as generated Python] in cuvmap/transforms/executor.py.
+# NOTE [a loop runs as generated Python] in cuvmap/transforms/loop_plans.py.
 def _transposed(w):
     return w.T.copy()
 
@@ -158,7 +158,10 @@ def _with_threads(fn, m, n, k):
         return fn
 
     def threaded(x, y):
-        with cpu_threads.limited(cpu_threads.gemm_limit(m, n, k)):
+        limit = cpu_threads.gemm_limit(m, n, k)
+        if limit is None:  # (a quiet machine: no context manager)
+            return fn(x, y)
+        with cpu_threads.limited(limit):
             return fn(x, y)
 
     if hasattr(fn, "prepare"):

@@ -209,7 +209,7 @@ class Step:
     ``release``: the ``(slot, pool key)`` pairs whose buffers go back to the pool after
     the step; ``clear``: the slots dropped after it (their last use). ``direct``: a writer
     that may put the result into any buffer of its aval, such as the row of a loop's
-    stacked result (NOTE [a loop runs as generated Python]), or None."""
+    stacked result (NOTE [a loop runs as generated Python] in loop_plans.py), or None."""
 
     kind: int
     impl: object
@@ -242,15 +242,15 @@ class Plan:
         self.in_slots = in_slots
         self.out_slots = out_slots
         self.out_is_scalar = out_is_scalar
-        self.loops = {}  # (num_consts, num_carry) -> (source, loop): NOTE [a loop runs as generated Python]
+        self.loops = {}  # the loops that run it: NOTE [a loop runs as generated Python] in loop_plans.py
         self.pool = {}
         self.array_types = array_types
         self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
         self.num_reused_steps = sum(1 for s in steps if s.kind != PLAIN)
         self.memory = memory  # what planned_peak_bytes reads (NOTE [planned peak memory])
         self._peak = None
-        self.source, namespace = _compile(self, out_is_scalar)
-        exec(_code(self.source, "<cuvmap plan>"), namespace)
+        self.source, namespace = _compile(self)
+        exec(code_of(self.source, "<cuvmap plan>"), namespace)
         self.program = namespace["program"]
 
 
@@ -702,10 +702,9 @@ def _fresh(value):
     return value.copy() if hasattr(value, "copy") and hasattr(value, "shape") else value
 
 
-def _compile(p, out_is_scalar, loop=None):
-    """The source of ``p``'s straight-line function, and the namespace it runs in; with
-    ``loop``, a :class:`_LoopShape`, the source of the loop that runs it step after step
-    (NOTE [a loop runs as generated Python])."""
+def namespace_of(p):
+    """The names every generated function of plan ``p`` reads, and its constants
+    (``c{slot}``); returns ``(namespace, constant slots)``."""
     computed = set()
     for step in p.steps:
         computed.update(step.outs)
@@ -716,6 +715,24 @@ def _compile(p, out_is_scalar, loop=None):
                  "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]
+    return namespace, constant_slots
+
+
+def results_of(p, constant_slots):
+    """The expressions of ``p``'s results: a constant returned is copied (the caller owns
+    its results, and may write into them)."""
+    return [f"FRESH(c{s})" if s in constant_slots else f"r{s}" for s in p.out_slots]
+
+
+def step_lines(p, namespace, constant_slots, pad, direct=None, prepared=None):
+    """The lines of ``p``'s steps, indented by ``pad``, their names bound in ``namespace``
+    (NOTE [a plan runs as generated Python]). ``direct``: ``{step: expression}``, the
+    steps whose writer puts the result into that buffer; ``prepared``: ``{step: operand
+    names}``, the steps that call their impl's ``prepared`` on those operands (NOTE [a loop
+    runs as generated Python] in cuvmap/transforms/loop_plans.py)."""
+    direct, prepared = direct or {}, prepared or {}
+    out_is_scalar = p.out_is_scalar
+    lines = []
     pool_names = {}
 
     def pool_list(key):
@@ -725,15 +742,6 @@ def _compile(p, out_is_scalar, loop=None):
             namespace[name] = p.pool.setdefault(key, [])
         return pool_names[key]
 
-    if loop is None:
-        pad = "    "
-        lines = ["def program(args):"]
-        if p.in_slots:
-            lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
-        direct = {}
-    else:
-        pad = "        "
-        lines, direct, prepared = _loop_head(p, loop, constant_slots, namespace)
     for k, step in enumerate(p.steps):
         kind, impl, ins, params, aux, writer = step.kind, step.impl, step.ins, step.params, step.aux, step.writer
         namespace[f"f{k}"] = impl
@@ -745,15 +753,15 @@ def _compile(p, out_is_scalar, loop=None):
         outs = step.outs
         r = f"r{outs[0]}"
         if k in direct:
-            # a loop's y, written by the step's writer into its row of the stacked result
+            # the step's writer puts its result where the caller asks (a loop's y, into its row)
             namespace[f"w{k}"] = step.direct
-            y = f"Y{direct[k]}[i]"
+            y = direct[k]
             lines += [f"{pad}try:",
                       f"{pad}    {r} = {_call(k, ins, params, constant_slots, out=y)}",
                       f"{pad}except (TypeError, ValueError):",
                       f"{pad}    {r} = {plain}",
                       f"{pad}    {y} = {r}"]
-        elif loop is not None and k in prepared:
+        elif k in prepared:
             lines.append(f"{pad}{r} = G{k}({', '.join(prepared[k])})")
         elif kind in (FUSED, MULTI):
             lines.append(f"{pad}{', '.join(f'r{o}' for o in outs)}, = {plain}")
@@ -797,107 +805,18 @@ def _compile(p, out_is_scalar, loop=None):
         cleared = [f"r{s}" for s in step.clear if s not in constant_slots]
         if cleared:
             lines.append(f"{pad}del {', '.join(cleared)}")
-    # a constant returned is copied: the caller owns its results, and may write into them
-    results = [f"FRESH(c{s})" if s in constant_slots else f"r{s}" for s in p.out_slots]
-    if loop is None:
-        lines.append(f"    return [{', '.join(results)}]")
-    else:
-        lines += _loop_tail(p, loop, results, direct)
-    return "\n".join(lines) + "\n", namespace
-
-
-# NOTE [a loop runs as generated Python]
-# A scan calls its body once per step. Calling the body's plan each time pays, per step,
-# for building the argument list, the call, unpacking, and copying each ``y`` into its row
-# of the stacked result. So a plan also compiles into a loop (:func:`loop_of`): the same
-# straight-line body inside ``for i in indices:``, its arguments split into the constants
-# (bound once, before the loop), the carries and the rows of ``xs`` (``r3 = X0[i]``, a
-# view). A ``y`` computed by a step with a direct writer (``Step.direct``: a ufunc whose
-# operands have the result's dtype) is written into its row of the stacked result
-# (``out=Y0[i]``), the others are copied there (``Y1[i] = r2``); then the carries' slots
-# take the new carries, all at once (``r2, r5, = r9, r2,``), and the next step begins. The
-# pool is the plan's: the buffers a step releases serve the next one, so a steady state
-# allocates only what the impls allocate themselves (and the new carries, which are the
-# next step's arguments and so never written over). A step whose impl (from ``impl_for``)
-# carries ``prepare`` and ``prepared`` and whose prepared operands are constants of the
-# body calls ``prepare`` on them once, before the loop, and ``prepared`` at every step
-# (NOTE [a loop's constant operand transposed once] in cuvmap/lax/linalg.py).
-
-@dataclasses.dataclass(frozen=True)
-class _LoopShape:
-    num_consts: int
-    num_carry: int
-
-
-def _loop_head(p, loop, constant_slots, namespace):
-    """The loop's first lines, the steps that write a ``y`` directly (``{step: y
-    index}``) and the steps that read an operand prepared before the loop (``{step: their
-    operands' names}``: NOTE [a loop runs as generated Python])."""
-    nc, ncar = loop.num_consts, loop.num_carry
-    c_slots, carry_slots, x_slots = p.in_slots[:nc], p.in_slots[nc:nc + ncar], p.in_slots[nc + ncar:]
-    y_slots = p.out_slots[ncar:]
-    lines = ["def loop(consts, carry, xs, ys, indices):"]
-    for names, source in (([f"r{s}" for s in c_slots], "consts"), ([f"r{s}" for s in carry_slots], "carry"),
-                          ([f"X{j}" for j in range(len(x_slots))], "xs"), ([f"Y{m}" for m in range(len(y_slots))], "ys")):
-        if names:
-            lines.append(f"    {', '.join(names)}, = {source}")
-    invariant = set(c_slots) | set(constant_slots)
-    prepared = {}
-    for k, step in enumerate(p.steps):
-        prepare = getattr(step.impl, "prepare", None)
-        if step.kind != PLAIN or step.params or prepare is None:
-            continue
-        if not all(f is None or s in invariant for f, s in zip(prepare, step.ins)):
-            continue
-        operands = [_operand(s, constant_slots) for s in step.ins]
-        for j, f in enumerate(prepare):
-            if f is not None:
-                namespace[f"PR{k}_{j}"] = f
-                lines.append(f"    q{k}_{j} = PR{k}_{j}({operands[j]})")
-                operands[j] = f"q{k}_{j}"
-        namespace[f"G{k}"] = step.impl.prepared
-        prepared[k] = operands
-    lines.append("    for i in indices:")
-    lines += [f"        r{s} = X{j}[i]" for j, s in enumerate(x_slots)]
-    writes = {}
-    for k, step in enumerate(p.steps):
-        if step.direct is not None and step.kind != FUSED and step.kind != MULTI:
-            writes[step.out] = k
-    direct = {}
-    for m, s in enumerate(y_slots):
-        if s in writes and p.out_slots.count(s) == 1 and s not in constant_slots:
-            direct[writes[s]] = m
-    return lines, direct, prepared
-
-
-def _loop_tail(p, loop, results, direct):
-    """The loop's last lines: the ``y``\\ s not written directly copied into their rows, the
-    carries updated, and after the loop the last carries returned."""
-    ncar = loop.num_carry
-    carry_slots = p.in_slots[loop.num_consts:loop.num_consts + ncar]
-    written = set(direct.values())
-    lines = [f"        Y{m}[i] = {r[6:-1] if r.startswith('FRESH(') else r}"
-             for m, r in enumerate(results[ncar:]) if m not in written]
-    if ncar:
-        lines.append(f"        {', '.join(f'r{s}' for s in carry_slots)}, = {', '.join(results[:ncar])},")
-    lines.append(f"    return [{', '.join(f'r{s}' for s in carry_slots)}]")
     return lines
 
 
-def loop_of(p, num_consts, num_carry):
-    """Plan ``p`` compiled as a loop (NOTE [a loop runs as generated Python]):
-    ``loop(consts, carry, xs, ys, indices)`` runs the program once for each ``i`` of
-    ``indices`` on ``consts``, the carries and the rows ``x[i]`` of ``xs``, writes its
-    ``y``\\ s into the rows ``y[i]`` of ``ys`` (arrays the caller made, one per output after
-    the carries) and passes its first ``num_carry`` outputs on as the next carries; it
-    returns the last carries. Compiled once per plan and shape."""
-    key = (num_consts, num_carry)
-    hit = p.loops.get(key)
-    if hit is None:
-        source, namespace = _compile(p, p.out_is_scalar, _LoopShape(num_consts, num_carry))
-        exec(_code(source, "<cuvmap loop>"), namespace)
-        hit = p.loops.setdefault(key, (source, namespace["loop"]))
-    return hit[1]
+def _compile(p):
+    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+    namespace, constant_slots = namespace_of(p)
+    lines = ["def program(args):"]
+    if p.in_slots:
+        lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
+    lines += step_lines(p, namespace, constant_slots, "    ")
+    lines.append(f"    return [{', '.join(results_of(p, constant_slots))}]")
+    return "\n".join(lines) + "\n", namespace
 
 
 # NOTE [generated code is compiled once per text]
@@ -912,7 +831,7 @@ CODE_CACHE_SIZE = 512
 _code_cache = lru.LRU(CODE_CACHE_SIZE)
 
 
-def _code(source, filename):
+def code_of(source, filename):
     """The code object of ``source`` (NOTE [generated code is compiled once per text])."""
     key = (source, filename)
     code = _code_cache.get(key)

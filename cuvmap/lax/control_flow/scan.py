@@ -37,7 +37,7 @@ class ScanPrimitive(ControlFlowPrimitive):
 
     def run(self, *args, length, num_consts, num_carry, program, reverse, unroll):
         """Eval: the body's plan compiled as a loop (NOTE [a loop runs as generated
-        Python] in cuvmap/transforms/executor.py) writes each step's ``y``\\ s into the
+        Python] in cuvmap/transforms/loop_plans.py) writes each step's ``y``\\ s into the
         stacked results, made here; ``unroll`` changes nothing (NOTE [scan's
         unroll])."""
         consts, carry, xs = split3(args, num_consts, num_carry)
@@ -327,7 +327,7 @@ def _backward_body(split, nc, ncar, carry_d, ys_d, c_need, out_avals):
 # NOTE [scan's unroll]
 # ``unroll`` (JAX's) asks for several steps per iteration of the loop; the results are the
 # same. In cuvmap a step of the loop costs its body's impls and a few bytecodes (NOTE [a
-# loop runs as generated Python] in cuvmap/transforms/executor.py): there is no
+# loop runs as generated Python] in cuvmap/transforms/loop_plans.py): there is no
 # per-iteration dispatch left for unrolling to save. Unrolling by staging ``k`` steps into
 # one program, as cuvmap did before, costs more than it saves: the program slices each
 # step's ``x`` out of its block and concatenates the ``y``\ s back. ``python -m benchmarks
