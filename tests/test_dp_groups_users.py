@@ -246,3 +246,29 @@ def test_sample_users_is_poisson_over_users():
     assert np.all(np.abs(freq - q) < 5 * math.sqrt(q * (1 - q) / draws))
     with pytest.raises(ValueError, match=r"sample_rate must be in \(0, 1\]"):
         dp.sample_users(user_of_example, 0.0, rng)
+
+
+def test_groups_users_and_noise_once_on_backend(backend):
+    """The same computations on CuPy arrays (gpu; cpu checks the NumPy path): user slots
+    checked on the device, the per-user scatter, group clipping, the noise kept on member 0
+    of a named vmap, all on the operands' device and equal to the NumPy results."""
+    from cuvmap import backend as cv_backend
+
+    rng = np.random.default_rng(15)
+    params, loss, make_batch = NETWORKS["mlp"](rng)
+    batch = make_batch(rng, 8)
+    want = dp.clipped_grad(loss, 0.5, groups="layer")(params, *batch, users=USERS)
+    p_dev, b_dev, u_dev = cv.device_put((params, batch, USERS), backend)
+    got = dp.clipped_grad(loss, 0.5, groups="layer")(p_dev, *b_dev, users=u_dev)
+    assert all(cv_backend.backend_name(x) == backend for x in tree.leaves(got.summed))
+    _close(cv.device_put(got.summed, "cpu"), want.summed, rtol=1e-7)
+    per_example = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(p_dev, *b_dev)
+    _close(cv.device_put(dp.clipped_sum(per_example, 0.5, groups="layer", users=u_dev).summed, "cpu"), want.summed,
+           rtol=1e-7)
+    with pytest.raises((ValueError, IndexError), match="0 .. 7"):
+        # on the GPU the bounds check raises at the next synchronisation (NOTE [device-side bounds checks])
+        cv.block_until_ready(dp.clipped_sum(per_example, 0.5, users=cv.device_put(np.arange(1, 9), backend)))
+    z = cv.device_put({"w": np.ones((3, 5))}, backend)
+    out = cv.vmap(lambda zm: dp.private_gradient({"w": zm[None] * 0}, 1.0, 2.0, noise={"w": zm},
+                                                 expected_batch_size=4.0), axis_name="batch")(z["w"])
+    np.testing.assert_allclose(cv.device_put(out["w"], "cpu"), [[0.5] * 5, [0] * 5, [0] * 5])

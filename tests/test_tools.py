@@ -76,7 +76,8 @@ NAMED_SCOPES = {
         lambda: cv.make_jaxpr(cv.grad(_loss))(W, X),
         lambda eqns: eqns[:5] == _FORWARD
         and {s for _, s in eqns[5:]} == {"transpose(loss)", "transpose(loss/dense)"}
-        and ("dot_general", "transpose(loss/dense)") in eqns[5:]),
+        and ("dot_general", "transpose(loss/dense)") in eqns[5:]
+        and all(s == "transpose(loss/dense)" for p, s in eqns[5:] if p in ("dot_general", "transpose"))),
     "vmap(grad(jit(f))): derived programs keep them": (
         lambda: cv.make_jaxpr(cv.vmap(cv.grad(_JITTED_LOSS), in_axes=(None, 0)))(W, XS),
         lambda eqns: ("tanh", "loss/dense") in eqns and ("dot_general", "transpose(loss/dense)") in eqns),

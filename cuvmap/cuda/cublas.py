@@ -134,8 +134,8 @@ def _load():
 
 
 def _preload_note():
-    text = libs.describe(_preloaded)
-    return f" (CUDA wheels: {text})" if text else ""
+    """What the wheel preload missed, for the error messages (empty when nothing)."""
+    return libs.preload_note(_preloaded)
 
 
 def use_library(lib):
