@@ -174,8 +174,8 @@ class _Program:
 class _Choice:
     """A signature's chunk, its programs by chunk size, and the figures of the choice."""
 
-    def __init__(self, chunk, budget, reserve, programs, cacheable):
-        self.chunk, self.budget, self.reserve, self.programs, self.cacheable = chunk, budget, reserve, programs, cacheable
+    def __init__(self, chunk, budget, reserve, programs):
+        self.chunk, self.budget, self.reserve, self.programs = chunk, budget, reserve, programs
 
     def info(self, size):
         """The choice as a :class:`ChunkPlan`."""
@@ -270,7 +270,7 @@ class ChunkedMap:
             return programs[b]
 
         if spec != AUTO:
-            return _Choice(min(spec, size), None, 0, programs, True), program
+            return _Choice(min(spec, size), None, 0, programs), program
         budget = budget_bytes(budget_spec, device)
         probe = min(size, PROBES[0])
         first = program(probe)
@@ -282,7 +282,7 @@ class ChunkedMap:
             return program(size).peak - reserve <= room
         if size == probe:
             if whole_fits():
-                return _Choice(size, budget, reserve, programs, True), program
+                return _Choice(size, budget, reserve, programs), program
             per, fixed = max(1.0, first.peak / probe), 0.0
         else:
             second_size = min(size, PROBES[1])
@@ -290,7 +290,7 @@ class ChunkedMap:
             per = max(1.0, (second.peak - first.peak) / (second_size - probe))
             fixed = first.peak - per * probe
             if fixed + per * size - reserve <= room and whole_fits():
-                return _Choice(size, budget, reserve, programs, True), program
+                return _Choice(size, budget, reserve, programs), program
         chunk = int((room - fixed) // per) if room > fixed else 1
         chunk = max(1, min(chunk, size - 1))
         for _ in range(8):
@@ -307,7 +307,7 @@ class ChunkedMap:
                 f"{fmt_bytes(reserve + one / MARGIN)}")
         if traced and size % chunk:
             chunk = self._divisor_choice(chunk, size, stacked, other, budget)
-        return _Choice(chunk, budget, reserve, programs, True), program
+        return _Choice(chunk, budget, reserve, programs), program
 
     @staticmethod
     def _divisor_choice(chunk, size, stacked, other, budget):
@@ -355,7 +355,7 @@ class ChunkedMap:
             choice = self.choices.get(sig)
         if choice is not None and not self.cache_programs:
             # the body reads values of its call besides its inputs: fresh programs, same chunk
-            choice = _Choice(choice.chunk, choice.budget, choice.reserve, {}, False)
+            choice = _Choice(choice.chunk, choice.budget, choice.reserve, {})
             program = self._program_of(choice, body, leaves, axes)
             if size and _holds_tracers(program(max(1, min(choice.chunk, size)))):
                 traced = True
@@ -371,7 +371,7 @@ class ChunkedMap:
             while len(self.choices) >= KEPT:
                 self.choices.pop(next(iter(self.choices)))
             self.choices[sig] = choice if self.cache_programs else _Choice(
-                choice.chunk, choice.budget, choice.reserve, {}, False)
+                choice.chunk, choice.budget, choice.reserve, {})
         return choice, (self._program_of(choice, body, leaves, axes) if self.cache_programs else program), traced
 
     def _program_of(self, choice, body, leaves, axes):

@@ -52,7 +52,7 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 
 
 
-def _conv_workspace(in_avals, out_avals, params):
+def _conv_workspace(in_avals, out_avals, params, strided):
     """What a convolution allocates besides its result (NOTE [planned peak memory] in
     cuvmap/transforms/executor.py): the unfolded columns (``N·C·K·spatial`` elements; on
     the CPU built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``: NOTE [cache

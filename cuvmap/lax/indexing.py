@@ -76,7 +76,7 @@ def _slice_impl(x, *, slices):
     return core.as_array(x)[tuple(_pyslice(*s) for s in slices)]
 
 
-slice_p = Primitive("slice")
+slice_p = Primitive("slice", layout=lambda strided, *_: (False, True))  # a view, maybe strided
 slice_p.impl = _slice_impl
 slice_p.shape_rule = _slice_shape_rule
 
@@ -218,7 +218,8 @@ def _check_index_bounds_impl(idx, *, n, op, where):
 # The bounds check is a primitive (an identity on the indices that raises IndexError), so
 # that it runs where the indices have values: eagerly at once, in a staged program when the
 # program runs, under vmap on the whole batch of indices.
-check_index_bounds_p = Primitive("check_index_bounds", differentiable=False, host_sync=True)
+check_index_bounds_p = Primitive("check_index_bounds", differentiable=False, host_sync=True,
+                                 layout=lambda strided, *_: (False, strided[0]))  # its operand itself
 check_index_bounds_p.impl = _check_index_bounds_impl
 check_index_bounds_p.shape_rule = lambda idx, **params: ShapedArray(idx.shape, idx.dtype, idx.weak_type)
 batching.primitive_batchers[check_index_bounds_p] = (
