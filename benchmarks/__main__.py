@@ -9,6 +9,7 @@
     python -m benchmarks accounting
     python -m benchmarks selfcheck
     python -m benchmarks compare BASE.json HEAD.json
+    python -m benchmarks dp --batch 32 128 --background-load 1 --alternate-load
     python -m benchmarks SUITE --help
 
 Every suite prints its settings and markdown tables on stdout, writes its figures as JSON
@@ -31,6 +32,12 @@ which cancels a machine busier in one run) and exits with status 1 on a SLOW
 slowdown of 10 % injected into one case (``--inject-slowdown CASE=0.1``, any suite) comes
 out SLOW and the other cases do not.
 
+``--background-load N`` starts N busy-loop processes before the suite and stops them
+after it (a machine with N cores busy with other work; printed with the settings, and the
+CPU the loops got is printed with the machine's load); with ``--alternate-load`` every
+round is timed twice, the loops paused and running, and a table gives each case's loaded /
+quiet ratio and cuvmap / torch under load, paired by round (``benchmarks/background.py``).
+
 The benchmarks never change the threading environment (``OPENBLAS_CORETYPE``,
 ``OMP_NUM_THREADS``, ...): set or unset it in the command, e.g.
 ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example``; the
@@ -41,7 +48,8 @@ import importlib
 import os
 import sys
 
-from benchmarks import compare, timing
+from benchmarks import background, compare, timing
+from benchmarks import stats as bstats
 
 SUITES = {
     "per_example": "benchmarks.suite_per_example",
@@ -79,6 +87,12 @@ def add_common_arguments(parser, defaults):
     g.add_argument("--inject-slowdown", metavar="CASE=FRACTION", action="append", default=None,
                    help="self-check: make the timed calls of the case with this key or label slower by FRACTION of "
                         "its own time (repeatable)")
+    g.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="start N busy-loop processes before the suite and stop them after it (a machine with N "
+                        "cores busy with other work); printed with the settings")
+    g.add_argument("--alternate-load", action="store_true",
+                   help="with --background-load N: time each round twice, the loops paused and running, and report "
+                        "each case's loaded / quiet ratio and cuvmap / torch under load, paired by round")
     g.add_argument("--l2-flush", choices=["on", "off"], default="on",
                    help="gpu: flush the L2 cache (write twice its size) before each timed call")
     g.add_argument("--cuda-graph", action="store_true",
@@ -125,10 +139,28 @@ def run(args):
     timing.GPU_TIMING["l2_flush"] = getattr(args, "l2_flush", "on") == "on"
     try:
         args.policy = harness.Policy.from_args(args)
+        load = background.BackgroundLoad(getattr(args, "background_load", 0) or 0,
+                                         alternate=getattr(args, "alternate_load", False))
     except ValueError as err:
         print(f"python -m benchmarks {args.suite}: {err}", file=sys.stderr)
         return None
+    if load.alternate:
+        args.policy.load = load
+    try:
+        load.start()
+        return _run_loaded(args, mod, load)
+    finally:
+        load.stop()
+
+
+def _run_loaded(args, mod, load):
+    from benchmarks import harness
+    from cuvmap.cpu import threads as cpu_threads  # after main()'s --torch-first import of torch
+
     settings = harness.settings(args.device)
+    settings["background load"] = load.describe()
+    if args.device == "cpu":
+        settings["cuvmap CPU threads"] = cpu_threads.describe()
     if args.suite in OWN_ROUNDS:
         settings["rounds"] = "the suite's own (--max-spread and --inject-slowdown do not apply)"
     else:
@@ -142,8 +174,16 @@ def run(args):
                    settings=settings)
     monitor = harness.LoadMonitor()
     results.update(mod.run(args, settings))
-    load = monitor.stop()
-    results["machine_load"] = load
+    machine = monitor.stop()
+    results["machine_load"] = machine
+    results["background_load"] = load.stop()
+    if load.alternate:
+        rows = load.report(getattr(mod, "TORCH_COUNTERPART", {}), factor=getattr(args, "factor", bstats.DEFAULT_FACTOR),
+                           confidence=getattr(args, "confidence", bstats.DEFAULT_CONFIDENCE))
+        results["alternate_load"] = rows
+        print()
+        print("\n".join(background.report_lines(rows, load.n, confidence=getattr(args, "confidence",
+                                                                                   bstats.DEFAULT_CONFIDENCE))))
     results["timing_policy"] = dict(repeats=args.policy.repeats, warmup=args.policy.warmup,
                                     max_spread=args.policy.max_spread, max_repeats=args.policy.max_repeats,
                                     max_seconds=args.policy.max_seconds, inject=args.policy.inject,
@@ -155,9 +195,13 @@ def run(args):
         results["exit_status"] = max(results.get("exit_status", 0), 2)
     plot = results.pop("plot", None)
 
-    print(f"\nmachine load during the run: {harness.LoadMonitor.describe(load)}")
-    if load["warning"]:
-        print(f"\n**warning**: {load['warning']}")
+    print(f"\nmachine load during the run: {harness.LoadMonitor.describe(machine)}")
+    if background.BackgroundLoad.describe_result(results["background_load"]):
+        print(f"{background.BackgroundLoad.describe_result(results['background_load'])} (counted in the load above)")
+    if args.device == "cpu":
+        print(f"cuvmap's CPU threads: {cpu_threads.describe()}")
+    if machine["warning"]:
+        print(f"\n**warning**: {machine['warning']}")
 
     json_path = None
     if not args.no_json:

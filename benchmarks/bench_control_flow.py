@@ -1,20 +1,27 @@
 """Control flow: the gradient of an RNN over a long sequence as a ``lax.scan`` against the
-same recurrence as an unrolled Python loop, both under ``jit``.
+same recurrence as an unrolled Python loop, both under ``jit``, against JAX and against the
+forward and backward passes written by hand as a NumPy loop; and the same for a scan over a
+tiny carry, where a step costs little more than the interpreter's own work.
 
-    python -m benchmarks control_flow [--length 1000] [--hidden 64] [--batch 32] [--repeats 5] [--no-jax]
+    python -m benchmarks control_flow [--length 1000] [--hidden 64] [--batch 32] [--tiny 8] [--repeats 5] [--no-jax]
 
 The loss is ``sum(h_T ** 2)`` of ``h_t = tanh(h_{t-1} @ W + x_t @ U)`` over ``length``
 steps, hidden size ``hidden``, a batch of ``batch`` sequences, float32; the gradient is
-taken with respect to ``W`` and ``U``. Reported, all in this run:
+taken with respect to ``W`` and ``U``. The tiny-carry scan is ``c_t = tanh(c_{t-1} * a +
+x_t)`` on vectors of ``tiny`` float32 entries, its loss ``sum(c_T ** 2)``, the gradient with
+respect to ``a``. Reported, all in this run:
 
-- trace time: staging ``grad(loss)`` into a program (``make_jaxpr``), for the scan at the
-  full length and at length 1, the one-step recurrence (the unrolled loop of length 1),
-  and the unrolled loop at the full length; the scan's should not grow with the length
+- trace time (the least of interleaved rounds): staging ``grad(loss)`` into a program
+  (``make_jaxpr``), for the scan at the full length and at length 1, the one-step
+  recurrence (the unrolled loop of length 1), and the unrolled loop at the full length
+  (once); the scan's should not grow with the length
   (full length ≤ 2× length 1) and stay near the one-step trace (≤ 2×: the scan also stages
   its body alone and derives the body's forward and backward programs from it);
-- run time per step of the jitted gradient, scan against the unrolled loop (interleaved
-  rounds; target ≤ 1.5×), and JAX's ``jit(grad)`` of its ``lax.scan`` where JAX is
-  installed (``--no-jax`` skips it).
+- run time per step of the jitted gradient (interleaved rounds): the scan against the
+  unrolled loop (target ≤ 1.5×), against JAX's ``jit(grad)`` of its ``lax.scan`` where JAX
+  is installed (``--no-jax`` skips it; target ≤ 1.5×), and against the hand-written NumPy
+  loop (the floor: what a step's NumPy calls cost); the tiny-carry scan against its
+  hand-written NumPy loop (target ≤ 3×).
 """
 import math
 import time
@@ -36,6 +43,7 @@ def add_arguments(parser):
     parser.add_argument("--length", type=int, default=1000, help="sequence length (scan steps)")
     parser.add_argument("--hidden", type=int, default=64, help="hidden size")
     parser.add_argument("--batch", type=int, default=32, help="sequences per batch")
+    parser.add_argument("--tiny", type=int, default=8, help="size of the tiny-carry scan's carry")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
 
 
@@ -55,20 +63,90 @@ def loss_unrolled(w, u, h0, xs):
     return cnp.sum(h * h)
 
 
+def numpy_rnn_grad(w, u, h0, xs):
+    """The gradient of :func:`loss_scan` with respect to ``w`` and ``u``, written by hand as
+    two NumPy loops (forward, keeping every ``h_t``; backward): the floor of a step."""
+    xp = backend.xp_of(xs)
+    n = xs.shape[0]
+    hs = xp.empty((n + 1,) + h0.shape, h0.dtype)
+    hs[0] = h0
+    h = h0
+    for t in range(n):
+        h = xp.tanh(h @ w + xs[t] @ u)
+        hs[t + 1] = h
+    dh = 2 * h
+    dw, du = xp.zeros_like(w), xp.zeros_like(u)
+    wt = w.T
+    for t in range(n - 1, -1, -1):
+        ht = hs[t + 1]
+        ds = dh * (1 - ht * ht)
+        dw += hs[t].T @ ds
+        du += xs[t].T @ ds
+        dh = ds @ wt
+    return dw, du
+
+
+def _tiny_cell(a, c, x):
+    return cnp.tanh(c * a + x)
+
+
+def loss_tiny(a, c0, xs):
+    c, _ = lax.scan(lambda c, x: (_tiny_cell(a, c, x), None), c0, xs)
+    return cnp.sum(c * c)
+
+
+def loss_tiny_blocks(a, c0, xs, k=8):
+    """:func:`loss_tiny` unrolled by hand: a scan over blocks of ``k`` steps whose body
+    runs the ``k`` cells (what ``unroll=k`` staged before: NOTE [scan's unroll] in
+    cuvmap/lax/control_flow/scan.py)."""
+    def block(c, xb):
+        for j in range(k):
+            c = _tiny_cell(a, c, xb[j])
+        return c, None
+
+    c, _ = lax.scan(block, c0, xs.reshape((xs.shape[0] // k, k) + xs.shape[1:]))
+    return cnp.sum(c * c)
+
+
+def numpy_tiny_grad(a, c0, xs):
+    """The gradient of :func:`loss_tiny` with respect to ``a``, by hand as NumPy loops."""
+    xp = backend.xp_of(xs)
+    n = xs.shape[0]
+    cs = xp.empty((n + 1,) + c0.shape, c0.dtype)
+    cs[0] = c0
+    c = c0
+    for t in range(n):
+        c = xp.tanh(c * a + xs[t])
+        cs[t + 1] = c
+    dc = 2 * c
+    da = xp.zeros_like(a)
+    for t in range(n - 1, -1, -1):
+        ct = cs[t + 1]
+        ds = dc * (1 - ct * ct)
+        da += ds * cs[t]
+        dc = ds * a
+    return da
+
+
 def _host(x):
     return np.asarray(backend.device_put(x, "cpu"))
 
 
-def _trace_seconds(f, args, repeats):
-    """The median time of staging ``grad(f)`` on ``args`` (the first call of a jitted
-    function pays it)."""
-    grad_f = cv.grad(f, argnums=(0, 1))
-    times = []
+def _trace_seconds(cases, repeats):
+    """The least time of staging ``grad(f)`` on ``args`` (the first call of a jitted
+    function pays it), for each ``(f, args)`` of ``cases``, over ``repeats`` interleaved
+    rounds after one untimed staging each: a staging of a few milliseconds is often
+    preempted on a busy machine, and the least is the one that was not."""
+    stagings = [(cv.grad(f, argnums=(0, 1)), args) for f, args in cases]
+    for g, args in stagings:
+        cv.make_jaxpr(g)(*args)
+    best = [float("inf")] * len(stagings)
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        cv.make_jaxpr(grad_f)(*args)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        for k, (g, args) in enumerate(stagings):
+            t0 = time.perf_counter()
+            cv.make_jaxpr(g)(*args)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best
 
 
 def _jax_case(args, w, u, h0, xs, notes):
@@ -111,25 +189,45 @@ def run(args, settings):
     print()
 
     repeats = max(1, args.repeats)
-    trace_scan = _trace_seconds(loss_scan, (w, u, h0, xs), repeats)
-    trace_scan_one = _trace_seconds(loss_scan, (w, u, h0, xs[:1]), repeats)
-    trace_one = _trace_seconds(loss_unrolled, (w, u, h0, xs[:1]), repeats)
-    trace_unrolled = _trace_seconds(loss_unrolled, (w, u, h0, xs), 1)
+    trace_scan, trace_scan_one, trace_one = _trace_seconds(
+        [(loss_scan, (w, u, h0, xs)), (loss_scan, (w, u, h0, xs[:1])), (loss_unrolled, (w, u, h0, xs[:1]))],
+        max(repeats, 5))
+    (trace_unrolled,) = _trace_seconds([(loss_unrolled, (w, u, h0, xs))], 1)
     scan_grad = cv.jit(cv.grad(loss_scan, argnums=(0, 1)))
     unrolled_grad = cv.jit(cv.grad(loss_unrolled, argnums=(0, 1)))
     for g in (scan_grad, unrolled_grad):
         g(w, u, h0, xs)  # traced and planned
     ref = cv.grad(loss_unrolled, argnums=(0, 1))(w, u, h0, xs[:8])
     got = cv.grad(loss_scan, argnums=(0, 1))(w, u, h0, xs[:8])
+    by_hand = numpy_rnn_grad(w, u, h0, xs[:8])
     worst = max(float(np.abs(_host(a) - _host(b)).max()) for a, b in zip(got, ref))
-    notes = [f"scan and unrolled gradients agree to {worst:.1e} (8 steps, float32)"]
+    worst_hand = max(float(np.abs(_host(a) - _host(b)).max()) for a, b in zip(got, by_hand))
+    notes = [f"scan and unrolled gradients agree to {worst:.1e}, scan and the NumPy loop to {worst_hand:.1e} "
+             "(8 steps, float32)"]
     cases = [("cuvmap jit(grad(scan))", lambda: scan_grad(w, u, h0, xs)),
-             ("cuvmap jit(grad(unrolled loop))", lambda: unrolled_grad(w, u, h0, xs))]
+             ("cuvmap jit(grad(unrolled loop))", lambda: unrolled_grad(w, u, h0, xs)),
+             ("NumPy loop (forward and backward by hand)", lambda: numpy_rnn_grad(w, u, h0, xs))]
     jax_fn = _jax_case(args, _host(w), _host(u), _host(h0), _host(xs),
                        notes)
     if jax_fn is not None:
         cases.append(("JAX jit(grad(scan))", jax_fn))
-    timed = [harness.Case(name, name, fn, harness.timer_for(xp)) for name, fn in cases]
+    # the tiny-carry scan
+    tiny = args.tiny
+    a = xp.asarray(rng.uniform(0.5, 1.0, tiny).astype(np.float32))
+    c0 = xp.zeros(tiny, np.float32)
+    txs = xp.asarray(rng.standard_normal((n, tiny)).astype(np.float32))
+    tiny_grad = cv.jit(cv.grad(loss_tiny))
+    worst_tiny = float(np.abs(_host(tiny_grad(a, c0, txs[:8])) - _host(numpy_tiny_grad(a, c0, txs[:8]))).max())
+    notes.append(f"tiny-carry scan and its NumPy loop agree to {worst_tiny:.1e} (8 steps, float32)")
+    tiny_cases = [(f"cuvmap jit(grad(scan)), carry of {tiny}", lambda: tiny_grad(a, c0, txs)),
+                  (f"NumPy loop, carry of {tiny} (by hand)", lambda: numpy_tiny_grad(a, c0, txs))]
+    if n % 8 == 0:
+        blocks_grad = cv.jit(cv.grad(loss_tiny_blocks))
+        tiny_cases.append((f"cuvmap, carry of {tiny}, unrolled by hand, 8 steps a body",
+                           lambda: blocks_grad(a, c0, txs)))
+    for _, fn in cases + tiny_cases:
+        fn()  # traced and planned, warm
+    timed = [harness.Case(name, name, fn, harness.timer_for(xp)) for name, fn in cases + tiny_cases]
     policy = harness.policy_of(args).with_repeats(repeats, 1)
     # the first calls above traced and planned; the rounds alternate the cases, so that
     # the machine's load reaches every case alike
@@ -141,17 +239,44 @@ def run(args, settings):
     rows = []
     table = []
     unrolled = stats[cases[1][0]]
+    numpy_loop = stats[cases[2][0]]
     for (name, _), med in zip(cases, medians):
         st = stats[name]
         per_step = med / n * 1e6
         c = harness.compare_rows(dict(times_ms=st.times), dict(times_ms=unrolled.times), args)
         rows.append(dict(case=name, ms=med * 1e3, us_per_step=per_step, x_unrolled=med / medians[1],
-                         x_unrolled_comparison=c.as_dict(), times_s=st.times, **st.as_dict()))
+                         x_unrolled_comparison=c.as_dict(), x_numpy=med / medians[2], times_s=st.times,
+                         **st.as_dict()))
         table.append((name, med * 1e3, per_step, harness.spread_text(st), len(st.times), med / medians[1],
-                      c.interval()))
+                      c.interval(), med / medians[2]))
     print(harness.markdown_table(["run (median)", "ms per call", "µs per step", "IQR / median", "rounds",
-                                  "× unrolled", f"× unrolled, {100 * getattr(args, 'confidence', 0.95):g}% CI"],
+                                  "× unrolled", f"× unrolled, {100 * getattr(args, 'confidence', 0.95):g}% CI",
+                                  "× NumPy loop"],
                                  table))
+    print()
+    tiny_numpy = stats[tiny_cases[1][0]]
+    tiny_rows = []
+    for name, _ in tiny_cases:
+        st = stats[name]
+        rows.append(dict(case=name, ms=st.median * 1e3, us_per_step=st.median / n * 1e6,
+                         x_numpy=st.median / tiny_numpy.median, times_s=st.times, **st.as_dict()))
+        tiny_rows.append((name, st.median * 1e3, st.median / n * 1e6, harness.spread_text(st),
+                          st.median / tiny_numpy.median))
+    print(harness.markdown_table(["tiny carry (median)", "ms per call", "µs per step", "IQR / median",
+                                  "× NumPy loop"], tiny_rows))
+    print()
+    # the cell's three GEMMs: forward x @ w, backward x.T @ ct and ct @ w.T (NOTE [a loop's
+    # constant operand transposed once] in cuvmap/lax/linalg.py), 100 calls a timing
+    x_mat, w_mat = xs[0], w
+    gemms = [("x @ w (forward)", lambda: x_mat @ w_mat), ("x.T @ ct (weight's cotangent)", lambda: x_mat.T @ x_mat),
+             ("ct @ w.T (input's cotangent)", lambda: x_mat @ w_mat.T)]
+    gemm_cases = [harness.Case(name, name, (lambda f: lambda: [f() for _ in range(100)])(f), harness.timer_for(xp))
+                  for name, f in gemms]
+    gemm_times, _ = harness.timed_rounds(gemm_cases, policy)
+    gemm_us = {name: float(np.median(gemm_times[name])) / 100 * 1e6 for name, _ in gemms}
+    first = gemm_us[gemms[0][0]]
+    print(harness.markdown_table([f"a GEMM of the cell ({batch}×{hidden} by {hidden}×{hidden}, median)", "µs",
+                                  "× x @ w"], [(name, us, us / first) for name, us in gemm_us.items()]))
     print()
     trace_rows = [("grad of the scan, full length", trace_scan * 1e3, trace_scan / trace_one),
                   ("grad of the scan, length 1", trace_scan_one * 1e3, trace_scan_one / trace_one),
@@ -159,25 +284,37 @@ def run(args, settings):
                   ("grad of the unrolled loop, full length", trace_unrolled * 1e3, trace_unrolled / trace_one)]
     print(harness.markdown_table(["trace (make_jaxpr)", "ms", "× one step"], trace_rows))
     print()
-    targets = [("scan trace, full length / length 1", trace_scan / trace_scan_one, 2.0),
-               ("scan trace / one-step (unrolled) trace", trace_scan / trace_one, 2.0),
-               ("scan per-step run / unrolled per-step run", medians[0] / medians[1], 1.5)]
-    run_ratio = rows[0]["x_unrolled_comparison"]
-    met_ci = bstats.target_met(harness.compare_rows(dict(times_ms=stats[cases[0][0]].times),
-                                                    dict(times_ms=unrolled.times), args), "≤", targets[2][2])
+    scan_stats = stats[cases[0][0]]
+    # (name, measured, limit, numerator, denominator): run targets are judged beyond noise too
+    targets = [("scan trace, full length / length 1", trace_scan / trace_scan_one, 2.0, None, None),
+               ("scan trace / one-step (unrolled) trace", trace_scan / trace_one, 2.0, None, None),
+               ("scan per-step run / unrolled per-step run", medians[0] / medians[1], 1.5, scan_stats, unrolled)]
+    if jax_fn is not None:
+        jax_stats = stats[cases[3][0]]
+        targets.append(("scan per-step run / JAX per-step run", medians[0] / medians[3], 1.5, scan_stats, jax_stats))
+    tiny_stats = stats[tiny_cases[0][0]]
+    targets.append(("tiny-carry scan per-step run / its NumPy loop", tiny_stats.median / tiny_numpy.median, 3.0,
+                    tiny_stats, tiny_numpy))
+    comparisons = {name: harness.compare_rows(dict(times_ms=num.times), dict(times_ms=den.times), args)
+                   for name, _, _, num, den in targets if num is not None}
+    met_ci = {name: bstats.target_met(c, "≤", limit) for (name, _, limit, _, _), c in
+              ((t, comparisons.get(t[0])) for t in targets) if c is not None}
     print(harness.markdown_table(["target", "measured", "≤", "met", "met beyond noise (CI of the paired rounds)"],
                                  [(name, value, limit, "yes" if value <= limit else "no",
-                                   met_ci if k == 2 else "(one trace per repeat: no pairs)")
-                                  for k, (name, value, limit) in enumerate(targets)], "lrrll"))
+                                   met_ci.get(name, "(one trace per repeat: no pairs)"))
+                                  for name, value, limit, _, _ in targets], "lrrll"))
     print()
+    notes.append(f"the NumPy loops are NumPy calls only, the floor of a step: {numpy_loop.median / n * 1e6:.1f} µs "
+                 f"per step for the RNN, {tiny_numpy.median / n * 1e6:.2f} for the tiny carry")
     for note in notes:
         print(f"- {note}")
-    return dict(config=dict(length=n, hidden=hidden, batch=batch), rows=rows,
+    return dict(config=dict(length=n, hidden=hidden, batch=batch, tiny=tiny), rows=rows, gemm_us=gemm_us,
                 trace_ms=dict(scan=trace_scan * 1e3, scan_length_1=trace_scan_one * 1e3, one_step=trace_one * 1e3,
                               unrolled=trace_unrolled * 1e3),
-                targets={name: dict(measured=value, limit=limit, **(dict(met_beyond_noise=met_ci, comparison=run_ratio)
-                                                                     if k == 2 else {}))
-                         for k, (name, value, limit) in enumerate(targets)}, notes=notes)
+                targets={name: dict(measured=value, limit=limit,
+                                    **(dict(met_beyond_noise=met_ci[name], comparison=comparisons[name].as_dict())
+                                       if name in comparisons else {}))
+                         for name, value, limit, _, _ in targets}, notes=notes)
 
 
 def main(argv=None):

@@ -234,7 +234,9 @@ def check_worker(out_path, steps, warmup):
     for k in range(warmup + steps):
         idx = np.flatnonzero((rng.random(n) < q)[group.rank::group.size])
         (xb, yb), mask = dp.pad_batch((x_train[idx], y_train[idx]), dp.bucket_for(len(idx), buckets))
-        noise = ex._noise_once(params, noise_rng, group)
+        # every process draws; private_gradient keeps the noise of member 0 of the axis
+        # (NOTE [noise once over a data-parallel axis] in cuvmap/dp/noise.py)
+        noise = dp.standard_normal_like(params, noise_rng)
         for j in range(len(VARIANTS)):  # each batch in every variant, the order rotating
             name, checked, bucketed = VARIANTS[(k + j) % len(VARIANTS)]
             config.update("collective_check", checked)

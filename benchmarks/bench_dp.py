@@ -55,6 +55,10 @@ SUMMARY = "DP-SGD's clipped sum: dp.clipped_grad (ghost/BK) vs vmap(grad)+clip, 
 DEFAULTS = dict(repeats=5, warmup=2)
 MAX_NORM = 1.0
 
+# the torch row each cuvmap row is held against under load (--alternate-load)
+TORCH_COUNTERPART = {"batched": "torch_batched", "jit_batched": "torch_batched", "vmap_clip": "torch_func_clip",
+                     "jit_vmap_clip": "torch_func_clip", "ghost": "opacus_ghost", "jit_ghost": "opacus_ghost"}
+
 TARGETS = [  # network, batch, numerator, denominator, comparison, target
     ("mlp", 128, "ghost", "batched", "≤", 1.3),
     ("cnn", 128, "ghost", "batched", "≤", 1.5),

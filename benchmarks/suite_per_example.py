@@ -81,6 +81,11 @@ DEFAULTS = dict(repeats=7, warmup=2)
 # largest |per-example gradient| count as "off" (float32 agreement is ~1e-6 of it)
 DIFF_TOL = 1e-4
 
+# the torch row each cuvmap row is held against under load (--alternate-load; the loop of
+# single-example grads has none)
+TORCH_COUNTERPART = {"vmap": "torch_vmap", "chunked": "torch_vmap", "jit_vmap": "torch_vmap",
+                     "batched": "torch_batched"}
+
 TARGETS = [  # key, numerator, denominator, comparison, target
     ("vmap(grad) / batched gradient", "vmap", "batched", "≤", 1.5),
     ("loop / vmap(grad)", "loop", "vmap", "≥", 5.0),

@@ -392,6 +392,7 @@ class Policy:
         self.inject = dict(inject or {})
         self.matched = set()
         self.cuda_graph = cuda_graph
+        self.load = None   # a BackgroundLoad of --alternate-load (benchmarks/background.py): rounds timed twice
 
     @property
     def adaptive(self):
@@ -416,6 +417,7 @@ class Policy:
                    self.inject, self.cuda_graph)
         p.max_repeats = max(p.repeats, self.max_repeats)
         p.matched = self.matched
+        p.load = self.load
         return p
 
     def injection(self, case):
@@ -509,16 +511,27 @@ def timed_rounds(cases, policy, progress=None, where="", clock=time.perf_counter
     fns, notes = _prepare(cases, policy)
     times = {c.key: [] for c in cases}
     k = len(cases)
+    # --alternate-load: each round twice, the background loops paused and running, the
+    # order alternating so that one change of state serves two rounds (benchmarks/background.py);
+    # the quiet halves are the rounds' times, the load records both
+    load = getattr(policy, "load", None)
     start = clock()
     r = 0
     while True:
         if progress is not None:
             progress.set(f"{where}round {r + 1}" + (f"/{policy.repeats}" if r < policy.repeats else ""))
-        for i in range(k):
-            c = cases[(r + i) % k]
-            if c.max_rounds is not None and len(times[c.key]) >= c.max_rounds:
-                continue
-            times[c.key].append(c.timer.time_one(fns[c.key]))
+        for running in ((None,) if load is None else (False, True) if r % 2 == 0 else (True, False)):
+            if load is not None:
+                load.set_running(running)
+            for i in range(k):
+                c = cases[(r + i) % k]
+                if c.max_rounds is not None and len(times[c.key]) >= c.max_rounds:
+                    continue
+                t = c.timer.time_one(fns[c.key])
+                if load is not None:
+                    load.record(where, c, t)
+                if not running:
+                    times[c.key].append(t)
         r += 1
         if r < policy.repeats:
             continue

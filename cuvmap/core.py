@@ -71,7 +71,22 @@ class CrossThreadTracerError(CuvmapError, RuntimeError):
 # ---------------------------------------------------------------------------------------
 
 
-class ShapedArray:
+class _ShapeProperties:
+    """``ndim`` and ``size`` from ``shape``, as arrays have them (avals, shape structs,
+    tracers)."""
+
+    __slots__ = ()
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class ShapedArray(_ShapeProperties):
     """Shape, dtype and device of a value. ``weak_type`` marks Python scalars, which adopt
     the dtype of the arrays they meet (NumPy 2's NEP 50 rule, as in JAX). ``device`` is
     ``"cpu"``, ``"gpu:<id>"``, or ``None`` where it is not known (the avals shape rules
@@ -85,14 +100,6 @@ class ShapedArray:
         self.dtype = np.dtype(dtype)
         self.weak_type = weak_type
         self.device = device
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     def __eq__(self, other):
         return (
@@ -113,7 +120,7 @@ class ShapedArray:
 _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
 
 
-class ShapeDtypeStruct:
+class ShapeDtypeStruct(_ShapeProperties):
     """A shape and a dtype standing for an array that is not there (``jax.ShapeDtypeStruct``):
     :func:`cuvmap.eval_shape` returns them, and ``eval_shape`` and ``make_jaxpr`` accept
     them wherever an array goes, so a program can be staged or its output shapes known
@@ -127,14 +134,6 @@ class ShapeDtypeStruct:
         self.dtype = np.dtype(dtype)
         self.weak_type = bool(weak_type)
         self.device = "cpu" if device is None else device
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def aval(self):
@@ -269,6 +268,8 @@ class _ThreadState(threading.local):
         self.staging_main = None
         # the named axes in scope, innermost last (NOTE [named axes])
         self.axis_env = []
+        # the names of the named scopes entered, outermost first (NOTE [named scopes])
+        self.name_stack = ()
 
 
 _state = _ThreadState()
@@ -352,6 +353,54 @@ def axis_frame(name, what="a collective"):
         "bind it with vmap(..., axis_name=...) or cuvmap.distributed.data_parallel(..., axis_name=...)")
 
 
+# NOTE [named scopes]
+# ``cuvmap.named_scope("layer1")`` (as ``jax.named_scope``) pushes a name on the thread's
+# name stack for the duration of a block; staging records the stack on every equation it
+# stages (``JaxprEqn.name_stack``, a tuple of names, outermost first), and the text form
+# of a program shows it (``c:f32[3] = sin b  # [layer1]``). Names never change what is
+# computed, and eagerly they cost one tuple per scope entered. A staged program's names
+# are relative to the function staged (staging starts from an empty stack), and running
+# a program under the transforms (``ir.eval_jaxpr``: an inlined ``jit``, the programs
+# that ``vmap``, ``jvp`` and ``grad`` derive) re-enters each equation's names below the
+# current ones, so a jitted function called inside ``named_scope("outer")`` of another
+# staged function shows ``outer/...``. Reverse mode records the stack with each tape
+# entry and runs that entry's backward rules under ``transpose(<names>)``, the names
+# below the stack at the backward pass's start (as JAX's ``transpose(jvp(...))``).
+def name_stack():
+    """The calling thread's name stack (NOTE [named scopes]): a tuple, outermost first."""
+    return _state.name_stack
+
+
+@contextmanager
+def extend_name_stack(names):
+    """Runs the block with ``names`` (a tuple) below the current name stack."""
+    previous = _state.name_stack
+    _state.name_stack = previous + tuple(names)
+    try:
+        yield
+    finally:
+        _state.name_stack = previous
+
+
+def set_name_stack(names):
+    """Makes ``names`` (a tuple) the thread's name stack; returns the previous one (for
+    a loop that switches names per step, as the backward pass does)."""
+    previous = _state.name_stack
+    _state.name_stack = names
+    return previous
+
+
+@contextmanager
+def new_name_stack(names=()):
+    """Runs the block with the name stack ``names`` (staging starts from ``()``)."""
+    previous = _state.name_stack
+    _state.name_stack = tuple(names)
+    try:
+        yield
+    finally:
+        _state.name_stack = previous
+
+
 class Trace:
     """Processes primitives for one ``MainTrace``. Subclasses define ``process_primitive``
     (an ordinary primitive: the transform's rule for it) and ``process_call`` (a call
@@ -371,7 +420,7 @@ class Trace:
         raise MissingRuleError(f"{self.main.name} cannot process {primitive.name}, a call primitive")
 
 
-class Tracer:
+class Tracer(_ShapeProperties):
     """A value being traced by a transform. Subclasses hold the transform's data and
     define ``shape``, ``dtype`` and ``_concrete_value``. Operators and array methods are
     attached by :mod:`cuvmap.numpy`."""
@@ -383,14 +432,6 @@ class Tracer:
     # ``__array__`` and raise a ConcretizationError. (``__array_ufunc__ = None`` would
     # defer the operators too, but turn ``np.sin(tracer)`` into NumPy's bare TypeError.)
     __array_priority__ = 1000
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def aval(self):
@@ -570,8 +611,8 @@ def registered_primitives():
 # The facts of a primitive (the docstring of Primitive) and their defaults, the safe
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
-_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "fused": None,
-          "kind": None, "effectful": False, "workspace": None, "layout": None}
+_FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
+          "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None}
 
 
 class Primitive:
@@ -597,8 +638,13 @@ class Primitive:
       operand's buffer or a pooled one (NOTE [buffer planning] in
       cuvmap/transforms/executor.py). ``impl_into_when(aval, gpu) -> bool``, where given,
       says for which outputs the writer applies (select's blend: NumPy floats only).
-    - ``host_sync``: the impl reads operand values on the host (a bounds check: a GPU
-      synchronisation), so a program with it is never captured as a CUDA graph.
+    - ``host_sync``: the impl reads operand values on the host (a while_loop's predicate,
+      a cond's branch index: on the GPU a synchronisation), so a program with it is never
+      captured as a CUDA graph.
+    - ``capturable``: whether its GPU impl can run inside a CUDA stream capture (no host
+      read, no library call a capture refuses: cuSOLVER's SVD is not); None (the default)
+      means ``not host_sync``. :func:`cuvmap.transforms.executor.graph_capturable` asks it
+      of every equation, those of nested programs included.
     - ``fused``: how a generated elementwise kernel computes it (a
       :class:`cuvmap.transforms.fusion.CExpression`), or None: it is never fused.
     - ``kind``: what a policy may ask about it: ``"dot"`` for matrix products (the
@@ -619,6 +665,10 @@ class Primitive:
       an operand) and whether it may be laid out other than in C order. None: a primitive
       with a writer allocates, in its operands' layout (NumPy's ``order="K"``); any other
       allocates a C-ordered result (a view must say so: ``reshape``, ``transpose``, ...).
+    - ``impl_for(*avals, **params)``: the impl for operands of these avals, a callable of
+      the operands alone that a plan calls instead of ``impl(*operands, **params)``
+      (dot_general works out its layout once: NOTE [a product's layout is worked out
+      once] in cuvmap/lax/linalg.py), or None.
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.
@@ -643,15 +693,15 @@ class Primitive:
     rule_methods = None
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
-                 impl_into_when=None, host_sync=None, fused=None, kind=None, effectful=None, workspace=None,
-                 layout=None):
+                 impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None,
+                 workspace=None, impl_for=None, layout=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
-                     host_sync=host_sync, fused=fused, kind=kind, effectful=effectful, workspace=workspace,
-                     layout=layout)
+                     host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful,
+                     workspace=workspace, impl_for=impl_for, layout=layout)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

@@ -144,6 +144,23 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                     pools.used(entry)
                 return tree.unflatten(entry.out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))
         key, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        entry = entry_for(key, leaves, paths, avals, rebuild)
+        program = entry.program
+        eager = (core._state.staging_main is None and not entry.named
+                 and not any(isinstance(x, Tracer) for x in leaves)
+                 and not any(isinstance(c, Tracer) for c in program.consts))
+        if eager:
+            _check_concrete(leaves, paths, f, where)
+            outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
+            if pools.last is not entry:
+                pools.used(entry)
+        else:
+            outs = call(program, leaves)
+        results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
+        return tree.unflatten(entry.out_tree, results)
+
+    def entry_for(key, leaves, paths, avals, rebuild):
+        """The cache entry of the signature ``key``, staged now if it is new."""
         entry = cache.get(key)
         if entry is None:
             with flights.flight(key) as first:
@@ -161,18 +178,30 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                             if signature is not None:
                                 fast[(key[0], signature, key[3])] = entry
                         _warn_retraces(len(cache), where)
-        program = entry.program
-        eager = (core._state.staging_main is None and not entry.named
-                 and not any(isinstance(x, Tracer) for x in leaves)
-                 and not any(isinstance(c, Tracer) for c in program.consts))
-        if eager:
-            outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
-            if pools.last is not entry:
-                pools.used(entry)
-        else:
-            outs = call(program, leaves)
-        results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
-        return tree.unflatten(entry.out_tree, results)
+        return entry
+
+    @api_util.with_context(where, f)
+    def trace(*args, **kwargs):
+        """``f`` staged on these arguments (arrays, Python numbers or
+        :class:`~cuvmap.core.ShapeDtypeStruct`), as :func:`make_jaxpr` stages it: a
+        :class:`Traced` (``.jaxpr``, ``.out_info``, ``.lower()``). Runs nothing."""
+        _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+        return Traced(closed, out_tree, lambda: lower(*args, **kwargs))
+
+    @api_util.with_context(where, f)
+    def lower(*args, **kwargs):
+        """The program the jitted function runs for arguments like these (arrays, Python
+        numbers or :class:`~cuvmap.core.ShapeDtypeStruct`): a :class:`Lowered`
+        (``.as_text()``, ``.out_info``, ``.compile()``). Nothing runs, and the program is
+        kept: a later call with arrays of these shapes and dtypes runs it without tracing."""
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
+        return Lowered(entry_for(key, leaves, paths, avals, rebuild), key, jitted, where)
+
+    def jitted_eval_shape(*args, **kwargs):
+        """The shapes and dtypes of the results, as :func:`eval_shape` (the program is kept
+        for later calls, as by :meth:`lower`)."""
+        return lower(*args, **kwargs).out_info
 
     def clear_cache():
         cache.clear()
@@ -182,7 +211,81 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     jitted.trace_count = 0
     jitted.clear_cache = clear_cache
     jitted.kept_pools = pools.info
+    jitted.trace = trace
+    jitted.lower = lower
+    jitted.eval_shape = jitted_eval_shape
+    jitted._signature_key = lambda *args, **kwargs: staging.stage_arguments(
+        f, where, args, kwargs, static_nums, static_names)[0]
     return jitted
+
+
+def _check_concrete(leaves, paths, f, where):
+    """A jitted function runs on arrays: a :class:`~cuvmap.core.ShapeDtypeStruct` argument
+    (shapes only) is for its ``.lower``/``.trace``/``.eval_shape`` and :func:`eval_shape`."""
+    for leaf, path in zip(leaves, paths):
+        if type(leaf) is core.ShapeDtypeStruct:
+            raise api_util.TransformError(
+                f"{api_util.describe_arg(f, path)} is a {leaf!r}, which has a shape but no values; a jitted "
+                f"function runs on arrays. Use {where}.lower(...), .trace(...) or .eval_shape(...), or "
+                "cv.eval_shape, to stage it on shapes alone")
+
+
+def _out_info(program, out_tree):
+    return tree.unflatten(out_tree, [core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type,
+                                                           device=a.device or None) for a in program.out_avals])
+
+
+class Traced:
+    """``jit(f).trace(*args)``: the staged program before optimization (``jaxpr``, as
+    :func:`make_jaxpr` gives it), the shapes of the results (``out_info``, a pytree of
+    :class:`~cuvmap.core.ShapeDtypeStruct`), and :meth:`lower`."""
+
+    def __init__(self, jaxpr, out_tree, lower):
+        self.jaxpr = jaxpr
+        self.out_info = _out_info(jaxpr, out_tree)
+        self._lower = lower
+
+    def lower(self):
+        return self._lower()
+
+
+class Lowered:
+    """``jit(f).lower(*args)``: the optimized program that ``jit`` runs for one argument
+    signature. ``as_text()`` prints it, ``out_info`` holds the results' shapes and dtypes,
+    ``compile()`` gives the function that runs it (arguments of that signature only)."""
+
+    def __init__(self, entry, key, jitted, where):
+        self.program = entry.program
+        self.out_info = _out_info(entry.program, entry.out_tree)
+        self.in_avals = list(entry.program.in_avals)
+        self._key = key
+        self._jitted = jitted
+        self._where = where
+
+    def as_text(self):
+        return str(self.program)
+
+    def compile(self):
+        return Compiled(self)
+
+
+class Compiled:
+    """``jit(f).lower(*args).compile()``: runs the lowered program on arguments of the
+    signature it was lowered for; other arguments raise a ``TypeError``, as in JAX."""
+
+    def __init__(self, lowered):
+        self.lowered = lowered
+        self.out_info = lowered.out_info
+
+    def as_text(self):
+        return self.lowered.as_text()
+
+    def __call__(self, *args, **kwargs):
+        lowered = self.lowered
+        if lowered._jitted._signature_key(*args, **kwargs) != lowered._key:
+            raise TypeError(f"{lowered._where}: the compiled function was lowered for arguments of avals "
+                            f"{lowered.in_avals}; these arguments differ (structure, shapes, dtypes or statics)")
+        return lowered._jitted(*args, **kwargs)
 
 
 # NOTE [one trace per signature]

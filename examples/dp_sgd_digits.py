@@ -7,14 +7,17 @@
 Each step draws a Poisson-sampled batch (every training example independently with
 probability q = batch / N), clips each example's gradient to L2 norm C over the whole
 parameter pytree, sums, adds Gaussian noise N(0, σ²C²) and divides by the expected batch
-size (Abadi et al. 2016), then takes an Adam step. The clipped sum comes from
+size (Abadi et al. 2016), then takes an Adam step. One ``dp.Plan``, built once from
+(N, q, σ, C, steps) and the public expected batch size, gives the sampler, the padding
+buckets, the clipping, the noise, the normalisation and the accountant, so that they
+cannot disagree (NOTE [one plan] in cuvmap/dp/plan.py). The clipped sum comes from
 ``dp.clipped_grad`` (the default, ``--clipping ghost``: ghost clipping and book-keeping,
 each layer's per-example gradient norm from its activations and output gradients, NOTE
 [ghost clipping] in cuvmap/dp/ghost/__init__.py) or, with ``--clipping per_example``, from
 every example's full gradient, ``vmap(grad(loss))``, clipped and summed
-(``dp.private_gradient``): the same values. Two accountants of the Poisson-subsampled
-Gaussian mechanism give the (ε, δ) spent: the RDP accountant (an upper bound) and the PLD
-accountant (its privacy loss distributions composed by FFT: tight, and lower). ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
+(``plan.clipped_sum``): the same values; either carries its sensitivity, which the plan's
+``private_gradient`` checks. The plan's accountant (RDP of the sampled Gaussian mechanism,
+and any other registered in ``dp.ACCOUNTANTS``) gives the (ε, δ) spent. ``--no-dp`` trains the same network with ordinary mini-batch gradients, for
 comparison.
 
 The whole step — the clipped per-example gradients, the masked sum, the noise and the Adam
@@ -31,11 +34,13 @@ holds the training examples ``r, r + P, ...``. Every process draws the same Pois
 over all ``N`` training examples (the same generator and seed everywhere) and keeps its own
 examples of it, so the processes' batches together are the one-process batch. Each
 computes its share of the private gradient ``(Σ_b clip(g_b) + σCz) / (qN)`` over its
-examples, with the noise ``z`` on process 0 only (zeros elsewhere), and a ``psum`` over the
-axis of processes adds the shares (``cuvmap.distributed.data_parallel``): the noise enters
-once in total, not once per process, and every process takes the same Adam step. The
-accountant is unchanged (same q, σ and steps), and the run equals the one-process run
-to float rounding.
+examples; every process draws ``z`` from the same generator, and ``private_gradient``,
+which sees the axis of processes, keeps process 0's draw alone (NOTE [noise once over a
+data-parallel axis] in cuvmap/dp/noise.py), so that the ``psum`` over the axis of processes
+that adds the shares (``cuvmap.distributed.data_parallel``) carries the noise once in
+total, not once per process, and every process takes the same Adam step. The accountant
+is unchanged (same q, σ and steps), and the run equals the one-process run to float
+rounding.
 """
 import os
 import sys
@@ -110,28 +115,27 @@ def main(argv=None):
     x_train, y_train = x_train[group.rank::group.size], y_train[group.rank::group.size]  # this process's examples
     q = min(1.0, args.batch / n)
     steps = int(np.ceil(args.epochs / q))
+    # the public normalisation: the expected batch size chosen (the whole set when --batch exceeds it)
+    plan = dp.Plan(dataset_size=n, sample_rate=q, noise_multiplier=args.noise, max_norm=args.max_norm, steps=steps,
+                   expected_batch_size=min(args.batch, n))
     rng = np.random.default_rng(0)
     noise_rng = cv.backend.xp_for(args.device).random.default_rng(1)
     init_rng = noise_rng if args.device == "gpu" else rng
     _, params = MODEL.init(init_rng, (-1, 1, 8, 8))
     opt = nn.optim.adam(args.lr)
     state = opt.init(params)
-    accountant = dp.RDPAccountant()
-    pld_accountant = dp.PLDAccountant()
     per_example_grad = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))
-    clipped_grad = dp.clipped_grad(loss, args.max_norm)
+    clipped_grad = plan.clipped_grad(loss)
     batch_grad = cv.grad(loss)
-    expected = q * n
 
     def dp_step(params, state, x, y, mask, noise):
         """One DP-SGD step: ``mask`` marks the real examples of the (padded) batch, ``noise``
         holds standard normal draws shaped like the parameters."""
         if args.clipping == "ghost":
             clipped = clipped_grad(params, x, y, mask=mask)   # the clipped sum and the norms
-        else:
-            clipped = per_example_grad(params, x, y)          # every example's gradient
-        grads = dp.private_gradient(clipped, args.max_norm, args.noise, mask=mask, noise=noise,
-                                    expected_batch_size=expected)
+        else:                                                 # from every example's gradient
+            clipped = plan.clipped_sum(per_example_grad(params, x, y), mask=mask)
+        grads = plan.private_gradient(clipped, noise=noise)   # σ·Δ·z, then / the expected batch size
         if group.size > 1:  # the processes' shares of the gradient (the noise is process 0's alone)
             grads = lax.psum(grads, "batch")
         return opt.update(grads, state, params)
@@ -149,7 +153,7 @@ def main(argv=None):
     jitted = step_fn
     if group.size > 1:
         step_fn = distributed.data_parallel(step_fn, axis_name="batch", group=group)
-    buckets = dp.batch_buckets(q * len(y_train), len(y_train))
+    buckets = plan.buckets_for(len(y_train))    # this process's examples
     mode = "ordinary SGD (no privacy)" if args.no_dp else \
         f"DP-SGD (C={args.max_norm}, σ={args.noise}, q={q:.4f}, {args.clipping} clipping)"
     how = "eager" if args.eager else ("jit" if args.no_dp else "jit, batches padded to " +
@@ -169,16 +173,14 @@ def main(argv=None):
                 idx = _own(rng.choice(n, size=min(args.batch, n), replace=False), group)
                 params, state = step_fn(params, state, x_train[idx], y_train[idx])
             else:
-                # Poisson sampling: the same mask on every process, each keeps its examples
-                idx = np.flatnonzero((rng.random(n) < q)[group.rank::group.size])
+                # the plan's Poisson sample: the same on every process, each keeps its examples
+                idx = _own(plan.sample(rng), group)
                 size = len(idx) if args.eager else dp.bucket_for(len(idx), buckets)
                 batch_sizes.append(len(idx))
                 padded_sizes.add(size)
                 (xb, yb), mask = dp.pad_batch((x_train[idx], y_train[idx]), size)
-                noise = _noise_once(params, noise_rng, group)
+                noise = plan.noise(params, noise_rng)   # drawn everywhere, kept on process 0
                 params, state = step_fn(params, state, xb, yb, mask, noise)
-                accountant.step(args.noise, q)
-                pld_accountant.step(args.noise, q)
             step_times.append(time.perf_counter() - t0)
             if step % 20 == 0 or step == steps - 1:
                 info = f"test accuracy {accuracy(params, x_test, y_test):.3f}"
@@ -198,10 +200,13 @@ def main(argv=None):
                 f"{', '.join(map(str, sorted(padded_sizes)))}")
     eps = None
     if not args.no_dp:
-        eps = accountant.get_epsilon(args.delta)
-        eps_pld = pld_accountant.get_epsilon(args.delta)
+        epsilons = plan.epsilons(args.delta)    # every accountant of the plan's sampler, for its steps
+        eps = epsilons.pop("rdp")
+        eps_pld = epsilons.pop("pld")
         say(f"privacy: (ε = {eps:.2f}, δ = {args.delta:g}) by the RDP accountant of the Poisson-subsampled Gaussian, "
             f"ε = {eps_pld:.2f} by its privacy loss distribution (PLD)")
+        for name, value in epsilons.items():
+            say(f"privacy: (ε = {value:.2f}, δ = {args.delta:g}) by the {name.upper()} accountant")
     if args.save and not quiet:
         np.savez(args.save, **{"/".join(map(str, path)): cv.device_put(leaf, "cpu")
                                for path, leaf in zip(*cv.tree.flatten_with_path(params)[:2])})
@@ -221,15 +226,6 @@ def _own(idx, group):
     holds (``r, r + P, ...``), as indices into its own examples."""
     mine = idx[idx % group.size == group.rank]
     return mine // group.size
-
-
-def _noise_once(params, rng, group):
-    """Standard normal draws shaped like the parameters on process 0 (from the generator a
-    one-process run draws from), zeros on the others: the psum of the processes' shares
-    of the gradient then carries the noise once."""
-    if group.rank == 0:
-        return dp.standard_normal_like(params, rng)
-    return cv.tree.map(cnp.zeros_like, params)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,13 @@ def _install_strict_cupy():
     for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx", "cupy_backends")]:
         del sys.modules[name]
     sys.path.insert(0, _STANDIN)
+    from cupy import _libcublas
+
     from cuvmap import backend
+    from cuvmap.cuda import cublas
 
     backend._cupy, backend._cupy_probed = None, False  # probe again: the stand-in's device
+    cublas.use_library(_libcublas.LIBRARY)  # cuvmap's own cuBLAS binding calls the emulated libcublas
     return True
 
 
@@ -45,14 +49,8 @@ STRICT_CUPY = _install_strict_cupy()
 from cuvmap import backend as cv_backend  # noqa: E402
 
 # gpu tests that fail under the stand-in for defects not fixed yet: {test id: reason}, each a
-# strict xfail (a test that starts to pass must leave the list). The main job's step waits
-# for device-side bounds checks and GEMMs a capture allows (issue 23, item 3).
-KNOWN_GPU_FAILURES = {
-    "tests/test_strict_cupy.py::test_the_main_jobs_jitted_step_reads_nothing_and_is_captured":
-        "every gather checks its bounds on the host (int(idx.min()) in lax/indexing.py: 4 device->host reads a "
-        "step), and check_index_bounds makes the program not capturable; a float matmul in a capture is a cuBLAS "
-        "call CuPy refuses",
-}
+# strict xfail (a test that starts to pass must leave the list). None at present.
+KNOWN_GPU_FAILURES = {}
 
 
 def pytest_collection_modifyitems(config, items):

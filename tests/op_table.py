@@ -20,6 +20,7 @@ Adding a primitive means adding a row here; the generic tests then check its imp
 against NumPy, its shape rule, its batching rule for every ``in_axes`` combination, and
 its derivatives against finite differences.
 """
+import functools
 import importlib
 import itertools
 import math
@@ -1599,7 +1600,23 @@ def _rows_control_flow():
             lambda x: x * np.sin(x), [A(2, 3)], covers=(lax_callbacks.debug_callback_p,)),
         Row("fori_loop_traced_bound", lambda x, n: lax.fori_loop(0, n, lambda i, x: x * 0.5 + cnp.cos(x), x),
             lambda x, n: _fori_traced_ref(x, n), [A(3), I((), 4)], modes=("fwd",), covers=(cf.while_p,)),
+    ] + [
+        # a host function under each vmap_method (not differentiable: cv.pure_callback raises)
+        Row(f"pure_callback_{method}", functools.partial(_host_sin_mul, method=method),
+            lambda x, y: np.sin(x) * y, [A(2, 3), A(3)], differentiable=False, diff_argnums=(),
+            covers=(lax_callbacks.pure_callback_p,))
+        for method in ("sequential", "expand_dims", "broadcast_all")
     ]
+
+
+def _host_sin_mul(x, y, method):
+    """``sin(x) * y`` by a host callback; under expand_dims/broadcast_all the callback
+    gets leading batch dims (size 1 where unbatched), which ``y[..., None, :]`` aligns."""
+    def host(x, y):
+        return backend.xp_of(x).sin(x) * (y if method == "sequential" else y[..., None, :])
+
+    out = cv.ShapeDtypeStruct(np.broadcast_shapes(x.shape, y.shape), np.result_type(x.dtype, y.dtype))
+    return cv.pure_callback(host, out, x, y, vmap_method=method)
 
 
 def _fori_ref(x):

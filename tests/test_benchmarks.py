@@ -251,10 +251,16 @@ def test_control_flow_suite(capsys, tmp_path):
                                     "--max-repeats", "8", "--no-jax", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     res = json.loads(path.read_text())
-    assert [r["case"] for r in res["rows"]] == ["cuvmap jit(grad(scan))", "cuvmap jit(grad(unrolled loop))"]
+    assert [r["case"] for r in res["rows"]] == ["cuvmap jit(grad(scan))", "cuvmap jit(grad(unrolled loop))",
+                                                "NumPy loop (forward and backward by hand)",
+                                                "cuvmap jit(grad(scan)), carry of 8", "NumPy loop, carry of 8 (by hand)"]
     assert set(res["targets"]) == {"scan trace, full length / length 1", "scan trace / one-step (unrolled) trace",
-                                   "scan per-step run / unrolled per-step run"}
+                                   "scan per-step run / unrolled per-step run",
+                                   "tiny-carry scan per-step run / its NumPy loop"}
     assert "scan and unrolled gradients agree" in out and "JAX: skipped (--no-jax)" in out
+    # the hand-written NumPy loops compute the same gradients (float32, a few steps)
+    for note in ("scan and the NumPy loop to", "tiny-carry scan and its NumPy loop agree to"):
+        assert float(out.split(note)[1].split()[0]) < 1e-5, out
 
 
 def test_memory_suite(capsys, tmp_path):

@@ -659,3 +659,106 @@ def test_check_batching_keeps_every_leaf_on_the_gpu():
     assert len(seen) == 3
     for x, q, w_seen in seen:
         assert all(type(a) is cupy.ndarray for a in (x, q["a"], q["b"])) and w_seen is w
+
+
+# ---------------------------------------------------------------------------------------
+# What a CUDA graph captures: GEMMs on cuvmap's own cuBLAS handle (NOTE [cuBLAS in a
+# capture]) and bounds checks on the device (NOTE [device-side bounds checks]). These run on
+# a real device (tools/gpu_checks.sh) and on the strict stand-in; tests/test_strict_cupy.py
+# covers every operand layout against the emulated libcublas.
+# ---------------------------------------------------------------------------------------
+
+GEMM_CASES = [  # (a's shape, its view, b's shape, its view, dtype)
+    ((64, 48), lambda v: v, (48, 33), lambda v: v, np.float32),
+    ((48, 64), lambda v: v.T, (33, 48), lambda v: v.T, np.float64),
+    ((5, 17, 9), lambda v: v, (9, 12), lambda v: v, np.float32),
+    ((5, 9, 17), lambda v: v.transpose(0, 2, 1), (5, 9, 12), lambda v: v, np.complex64),
+]
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_shape, a_view, b_shape, b_view, dtype", GEMM_CASES)
+def test_a_captured_gemm_on_cuvmaps_cublas_handle_equals_cupys(a_shape, a_view, b_shape, b_view, dtype):
+    import cupy
+
+    from cuvmap.cuda import cublas
+
+    if not cublas.available():
+        pytest.skip(f"cuvmap's cuBLAS binding is unavailable: {cublas.load_error()}")
+    rng = np.random.default_rng(7)
+    a = cupy.asarray(rng.standard_normal(a_shape).astype(dtype))
+    b = cupy.asarray(rng.standard_normal(b_shape).astype(dtype))
+    want = cupy.asnumpy(cupy.matmul(a_view(a), b_view(b)))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        cublas.prepare()
+        stream.begin_capture()
+        try:
+            out = cublas.matmul(a_view(a), b_view(b))
+        finally:
+            graph = stream.end_capture()
+        for _ in range(2):
+            graph.launch(stream=stream)
+        stream.synchronize()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(cupy.asnumpy(out), want, rtol=tol, atol=tol)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_an_out_of_range_index_on_the_gpu_raises_at_block_until_ready():
+    import cupy
+
+    import cuvmap as cv
+
+    x = cupy.arange(12.0).reshape(4, 3)
+    with pytest.raises(IndexError, match=r"take_along_axis: an index is out of bounds for axis 1 with size 3 "
+                                         r"\(found on the GPU"):  # by take's own check, or at the synchronisation
+        cv.block_until_ready(cv.numpy.take_along_axis(x, cupy.asarray([[0], [3], [1], [2]]), 1))
+    good = cv.block_until_ready(cv.numpy.take_along_axis(x, cupy.asarray([[0], [2], [1], [2]]), 1))
+    np.testing.assert_array_equal(cupy.asnumpy(good)[:, 0], [0.0, 5.0, 7.0, 11.0])
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_a_jitted_step_with_gemms_and_gathers_becomes_one_graph(monkeypatch):
+    """A dense network's SGD step (matmuls, cross_entropy's gather, their gradients) is
+    captured on its second call without a warning and computes what the CPU computes."""
+    import warnings
+
+    import cuvmap as cv
+    from cuvmap import nn
+    from cuvmap.cuda import graphs
+
+    def loss(p, x, y):
+        h = nn.relu(x @ p["w1"] + p["b1"])
+        return nn.cross_entropy(h @ p["w2"], y).mean()
+
+    def step(p, x, y):
+        g = cv.grad(loss)(p, x, y)
+        return {k: p[k] - 0.1 * g[k] for k in p}
+
+    rng = np.random.default_rng(8)
+    p = {"w1": rng.standard_normal((10, 16)).astype(np.float32) * 0.3, "b1": np.zeros(16, np.float32),
+         "w2": rng.standard_normal((16, 5)).astype(np.float32) * 0.3}
+    x, y = rng.standard_normal((32, 10)).astype(np.float32), rng.integers(0, 5, 32)
+    captured = []
+    capture = graphs.GraphRunner._capture
+
+    def counting(self, cp, args):
+        capture(self, cp, args)
+        captured.append(self)
+
+    monkeypatch.setattr(graphs.GraphRunner, "_capture", counting)
+    jstep = cv.jit(step)
+    dp, dx, dy = cv.device_put((p, x, y), "gpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", graphs.GraphCaptureWarning)
+        for _ in range(3):
+            dp = jstep(dp, dx, dy)
+            p = step(p, x, y)
+    got = cv.device_put(cv.block_until_ready(dp), "cpu")
+    for k in p:
+        np.testing.assert_allclose(got[k], p[k], rtol=1e-4, atol=1e-5)
+    assert len(captured) == 1 and captured[0].captured

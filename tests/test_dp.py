@@ -195,7 +195,7 @@ def test_add_noise_zero_multiplier_and_errors():
 def test_private_gradient_without_noise_is_clipped_mean():
     g = _pytree(_rng(8), 6)
     ref = tree.map(lambda x: x.sum(0) / 6, _loop_clip(g, 0.8))
-    out, norms = dp.private_gradient(g, 0.8, 0.0, _rng(), return_norms=True)
+    out, norms = dp.private_gradient(g, 0.8, 0.0, _rng(), return_norms=True, normalize_by="batch_size")
     _assert_tree_close(out, ref, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(norms, _loop_norms(g), rtol=1e-13)
     # Poisson sampling: normalise by the expected batch size instead.
@@ -339,15 +339,15 @@ def test_padded_masked_clipped_sum_equals_unpadded(b):
     assert all(s.shape == x.shape[1:] for s, x in zip(tree.leaves(summed), tree.leaves(g)))
     np.testing.assert_allclose(norms[:b], _loop_norms(g) if b else np.zeros(0), rtol=1e-13)
     # unpadded, the same sum
-    _assert_tree_close(dp.clipped_sum(g, 1.5), _loop_clipped_sum_or_zeros(g, 1.5), rtol=1e-13, atol=1e-14)
+    _assert_tree_close(dp.clipped_sum(g, 1.5).summed, _loop_clipped_sum_or_zeros(g, 1.5), rtol=1e-13, atol=1e-14)
     # other padding (any finite values) gives exactly the same sum
     junk = tree.map(lambda x: np.where(mask.reshape((-1,) + (1,) * (x.ndim - 1)), x, 1e6 * _rng(b).standard_normal(x.shape)),
                     padded)
-    again = dp.clipped_sum(junk, 1.5, mask=mask)
+    again = dp.clipped_sum(junk, 1.5, mask=mask).summed
     for u, v in zip(tree.leaves(summed), tree.leaves(again)):
         np.testing.assert_array_equal(u, v)
     # a float mask of 0/1 weights is the same mask
-    _assert_tree_close(dp.clipped_sum(padded, 1.5, mask=mask.astype(np.float64)), summed, rtol=0, atol=0)
+    _assert_tree_close(dp.clipped_sum(padded, 1.5, mask=mask.astype(np.float64)).summed, summed, rtol=0, atol=0)
 
 
 def test_padding_keeps_the_sensitivity():
@@ -361,7 +361,7 @@ def test_padding_keeps_the_sensitivity():
         for batch in (small, g):
             n = tree.leaves(batch)[0].shape[0]
             padded, mask = dp.pad_batch(batch, dp.bucket_for(n, BUCKETS))
-            sums.append(dp.clipped_sum(padded, 1.0, mask=mask))
+            sums.append(dp.clipped_sum(padded, 1.0, mask=mask).summed)
         diff = tree.map(lambda u, v: u - v, sums[1], sums[0])
         added = tree.map(lambda x: x[-1:], g)
         _assert_tree_close(diff, _loop_clipped_sum(added, 1.0), rtol=1e-11, atol=1e-13)
@@ -378,9 +378,10 @@ def test_clipped_sum_errors_and_transformability():
     two = tree.map(lambda x: np.stack([x, 2 * x]), g)
     mask = np.array([True, True, False, True])
     stacked = cv.vmap(lambda t: dp.clipped_sum(t, 1.0, mask=mask))(two)
+    assert isinstance(stacked, dp.ClippedGradient) and stacked.sensitivity == 1.0
     for i, scale in enumerate((1, 2)):
-        _assert_tree_close(tree.map(lambda s: s[i], stacked),
-                           dp.clipped_sum(tree.map(lambda x: scale * x, g), 1.0, mask=mask), rtol=1e-13)
+        _assert_tree_close(tree.map(lambda s: s[i], stacked.summed),
+                           dp.clipped_sum(tree.map(lambda x: scale * x, g), 1.0, mask=mask).summed, rtol=1e-13)
 
 
 def test_standard_normal_like_draws_what_add_noise_draws():
@@ -406,11 +407,8 @@ def test_private_gradient_with_mask_and_drawn_noise():
     ref = tree.map(lambda s, zl: (s + sigma * c * zl) / n, _loop_clipped_sum(g, c), z)
     _assert_tree_close(out, ref, rtol=1e-13, atol=1e-14)
     _assert_tree_close(dp.private_gradient(g, c, sigma, _rng(43), expected_batch_size=n), ref, rtol=1e-13, atol=1e-14)
-    # a mask without expected_batch_size: refused (the number of real examples leaks under
-    # Poisson sampling) unless asked for by name, which normalises by that number
-    with pytest.raises(ValueError, match=r"a mask marks a padded \(Poisson\) batch.*opacus#571"):
-        dp.private_gradient(padded, c, 0.0, mask=mask, noise=z)
-    mean = dp.private_gradient(padded, c, 0.0, mask=mask, noise=z, normalize="actual")
+    # normalize_by="batch_size" (asked by name) normalises by the number of real examples
+    mean = dp.private_gradient(padded, c, 0.0, mask=mask, noise=z, normalize_by="batch_size")
     _assert_tree_close(mean, tree.map(lambda s: s / 6, _loop_clipped_sum(g, c)), rtol=1e-13, atol=1e-15)
     with pytest.raises(ValueError, match="either rng .* or noise"):
         dp.private_gradient(padded, c, sigma, _rng(), mask=mask, noise=z)
@@ -501,7 +499,7 @@ def test_padding_on_backend(backend):
     padded, mask = dp.pad_batch(g, 8)
     assert cv_backend.backend_name(mask) == backend
     assert all(cv_backend.backend_name(x) == backend for x in tree.leaves(padded))
-    summed = cv.jit(lambda t, m: dp.clipped_sum(t, 1.0, mask=m))(padded, mask)
+    summed = cv.jit(lambda t, m: dp.clipped_sum(t, 1.0, mask=m))(padded, mask).summed
     ref = _loop_clipped_sum(tree.map(lambda x: x.astype(np.float64), g_np), 1.0)
     _assert_tree_close(cv.device_put(summed, "cpu"), ref, rtol=1e-5, atol=1e-6)
 
@@ -799,55 +797,5 @@ def test_a_padded_batch_without_real_examples_is_noise_over_one():
     is the noise normalised by 1 (not 0/0)."""
     grads = {"w": np.random.default_rng(0).standard_normal((4, 3))}
     noise = {"w": np.full(3, 0.5)}
-    g = dp.private_gradient(grads, 1.0, 2.0, mask=np.zeros(4, bool), noise=noise, normalize="actual")
+    g = dp.private_gradient(grads, 1.0, 2.0, mask=np.zeros(4, bool), noise=noise, normalize_by="batch_size")
     np.testing.assert_allclose(g["w"], np.full(3, 0.5 * 2.0 * 1.0))
-
-
-# ---------------------------------------------------------------------------------------
-# Sensitivity as data (NOTE [sensitivity as data] in cuvmap/dp/noise.py)
-# ---------------------------------------------------------------------------------------
-
-def _clipped_problem(relation="add_remove", jitted=False):
-    g = _pytree(_rng(70), 5)
-    make = lambda g: dp.clipped_sum(g, 0.7, return_norms=True, relation=relation)  # noqa: E731
-    return g, (cv.jit(make) if jitted else make)(g)
-
-
-@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("relation, factor", [("add_remove", 1.0), ("replace", 2.0)])
-def test_a_clipped_sum_carries_its_sensitivity(relation, factor, jitted):
-    g, clipped = _clipped_problem(relation, jitted)
-    summed, norms = clipped  # still unpacks as a pair
-    assert (clipped.sensitivity, clipped.relation) == (0.7 * factor, relation)
-    z = dp.standard_normal_like(summed, _rng(71))
-    # the noise is sigma times the sum's sensitivity, with max_norm given or taken from it
-    want = tree.map(lambda s, zl: (s + 1.5 * 0.7 * factor * zl) / 4.0, _loop_clipped_sum(g, 0.7), z)
-    for max_norm in (0.7, None):
-        out = dp.private_gradient(clipped, max_norm, 1.5, noise=z, expected_batch_size=4.0)
-        _assert_tree_close(out, want, rtol=1e-12, atol=1e-14)
-
-
-@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
-def test_a_max_norm_that_is_not_the_sums_bound_is_refused(jitted):
-    g, clipped = _clipped_problem()
-    z = dp.standard_normal_like(clipped.summed, _rng(72))
-    step = lambda c: dp.private_gradient(c, 1.0, 1.1, noise=z, expected_batch_size=4.0)  # noqa: E731
-    with pytest.raises(ValueError, match=r"max_norm=1\.0 differs from the clipping bound C=0\.7 of the clipped sum"):
-        (cv.jit(step) if jitted else step)(clipped)
-    with pytest.raises(ValueError, match=r"add_noise: max_norm=2\.0 differs from the clipping bound C=0\.7"):
-        dp.add_noise(clipped, 1.1, 2.0, _rng(73))
-
-
-def test_clipped_grad_states_its_sensitivity_under_jit():
-    rng = np.random.default_rng(74)
-    params = {"w": rng.standard_normal((3, 2))}
-    xs, ys = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
-
-    def loss(p, x, y):
-        return cnp.sum((x @ p["w"] - y) ** 2)
-
-    for relation, factor in (("add_remove", 1.0), ("replace", 2.0)):
-        clipped = cv.jit(dp.clipped_grad(loss, 0.5, relation=relation))(params, xs, ys)
-        assert (clipped.sensitivity, clipped.relation) == (0.5 * factor, relation)
-    with pytest.raises(cv.TransformError, match="relation must be one of"):
-        dp.clipped_grad(loss, 0.5, relation="swap")

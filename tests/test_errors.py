@@ -133,7 +133,7 @@ def test_out_axes_out_of_range_or_not_a_prefix():
 
 
 def test_bad_chunk_size_and_non_callable():
-    with raises(cuvmap.TransformError, re.escape("vmap(f): chunk_size must be a positive int, got 0")):
+    with raises(cuvmap.TransformError, re.escape("vmap(f): chunk_size must be a positive int or 'auto', got 0")):
         vmap(f, chunk_size=0)
     for transform in (vmap, grad, value_and_grad, jacfwd, jacrev, hessian):
         with raises(TypeError, re.escape(f"{transform.__name__}(3): the function to transform must be callable")):

@@ -530,14 +530,38 @@ def test_cpu_plans_neither_fuse_nor_capture():
     assert not executor.graph_capturable(_program(lambda x: cnp.sin(x), x))
 
 
-def test_a_program_with_a_host_synchronisation_is_not_captured():
-    """The bounds check reads the indices on the host."""
+def _on_gpu(closed):
+    for v in closed.jaxpr.invars:
+        v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
+    return closed
+
+
+def test_a_gather_with_its_bounds_check_is_capturable():
+    """On the GPU the bounds check reads nothing on the host (NOTE [device-side bounds
+    checks]), so a program with a gather can be captured."""
     closed = _program(lambda x, i: cnp.take_along_axis(x, i, axis=0), np.ones((4, 3)), np.zeros((2, 3), int))
     assert any(e.primitive.name == "check_index_bounds" for e in closed.jaxpr.eqns)
-    gpu_like = ir.ClosedJaxpr(closed.jaxpr, closed.consts)
-    for v in gpu_like.jaxpr.invars:
-        v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
-    assert executor._is_gpu_program(gpu_like) and not executor.graph_capturable(gpu_like)
+    gpu_like = _on_gpu(ir.ClosedJaxpr(closed.jaxpr, closed.consts))
+    assert executor._is_gpu_program(gpu_like) and executor.graph_capturable(gpu_like)
+
+
+CAPTURABLE_FACTS = [  # (facts of the primitive, whether a program with it is capturable)
+    ({}, True),
+    ({"host_sync": True}, False),          # capturable's default: not host_sync
+    ({"capturable": False}, False),        # a library a capture refuses (cuSOLVER)
+    ({"host_sync": False, "capturable": True}, True),
+]
+
+
+@pytest.mark.parametrize("facts, capturable", CAPTURABLE_FACTS, ids=[str(f) for f, _ in CAPTURABLE_FACTS])
+def test_whether_a_program_is_capturable_comes_from_its_primitives_facts(facts, capturable):
+    """``capturable`` (by default ``not host_sync``) marks what a capture may run, whoever
+    defines the primitive, in nested programs too."""
+    x = np.ones(4)
+    probe = _probe_primitive("probe_capturable", **facts)
+    assert executor.graph_capturable(_on_gpu(_program(lambda x: cnp.sin(probe.bind(x)), x))) is capturable
+    nested = _on_gpu(_program(lambda x: cv.checkpoint(lambda y: cnp.sin(probe.bind(y)))(x), x))
+    assert executor.graph_capturable(nested) is capturable
 
 
 def test_a_primitive_that_reads_the_host_prevents_the_capture():
@@ -546,9 +570,7 @@ def test_a_primitive_that_reads_the_host_prevents_the_capture():
     x = np.ones(4)
     for host_sync in (False, True):
         probe = _probe_primitive("probe_host_read", host_sync=host_sync)
-        closed = _program(lambda x: cnp.sin(probe.bind(x)), x)
-        for v in closed.jaxpr.invars:
-            v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
+        closed = _on_gpu(_program(lambda x: cnp.sin(probe.bind(x)), x))
         assert executor.graph_capturable(closed) is not host_sync
 
     class HostReading(core.Primitive):  # a class of primitives states it in its body
@@ -682,14 +704,16 @@ def test_per_example_gradients_jitted_on_the_gpu_equal_eager():
 
 
 def test_a_host_synchronisation_inside_a_region_prevents_the_capture():
-    def f(x, i):
+    def gather(x, i):
         return cv.checkpoint(lambda x, i: cnp.take_along_axis(x, i, axis=0))(x, i) * 2.0
 
-    closed = _program(f, np.ones((4, 3)), np.zeros((2, 3), int))
-    assert not any(e.primitive.name == "check_index_bounds" for e in closed.jaxpr.eqns)
-    for v in closed.jaxpr.invars:
-        v.aval = type(v.aval)(v.aval.shape, v.aval.dtype, v.aval.weak_type, device="gpu:0")
-    assert executor._is_gpu_program(closed) and not executor.graph_capturable(closed)
+    def loop(x, i):  # a while_loop reads its predicate on the host
+        return cv.checkpoint(lambda x: cv.lax.while_loop(lambda v: v.sum() < 9.0, lambda v: v * 2.0, x))(x) * 2.0
+
+    for f, capturable in ((gather, True), (loop, False)):
+        closed = _on_gpu(_program(f, np.ones((4, 3)), np.zeros((2, 3), int)))
+        assert not any(e.primitive.name in ("check_index_bounds", "while") for e in closed.jaxpr.eqns)
+        assert executor._is_gpu_program(closed) and executor.graph_capturable(closed) is capturable
 
 
 def test_programs_run_during_a_capture_are_planned_afresh(monkeypatch):

@@ -345,15 +345,16 @@ def test_private_gradient_takes_it():
     z = dp.standard_normal_like(params, np.random.default_rng(8))
     per_example = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, px, py)
     want, want_norms = dp.private_gradient(per_example, 1.0, 1.3, noise=z, mask=mask, return_norms=True,
-                                           normalize="actual")
+                                           normalize_by="batch_size")
     clipped = dp.clipped_grad(loss, 1.0)(params, px, py, mask=mask)
-    got, norms = dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask, return_norms=True, normalize="actual")
+    got, norms = dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask, return_norms=True,
+                                     normalize_by="batch_size")
     _assert_matches((got, norms), (want, want_norms))
     got = dp.private_gradient(clipped, 1.0, 1.3, noise=z, expected_batch_size=6.0)
     want = dp.private_gradient(per_example, 1.0, 1.3, noise=z, mask=mask, expected_batch_size=6.0)
     _assert_matches((got, norms), (want, want_norms))
     with pytest.raises(ValueError, match=r"mask has shape \(6,\).*8 per-example norms"):
-        dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask[:6], normalize="actual")
+        dp.private_gradient(clipped, 1.0, 1.3, noise=z, mask=mask[:6], expected_batch_size=6.0)
 
 
 def _wide_dense(rng):
@@ -564,7 +565,7 @@ def test_nan_safe_drops_the_non_finite_examples(method, bad):
     _assert_matches((masked.summed, masked.norms[keep]), (want_summed, want_norms))
     # the vmap(grad) path offers the same option
     per_example = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, *batch)
-    ref = dp.clipped_sum(per_example, 1.0, nan_safe=True)
+    ref = dp.clipped_sum(per_example, 1.0, nan_safe=True).summed
     for k in want_summed:
         np.testing.assert_allclose(ref[k], want_summed[k], rtol=RTOL, atol=1e-12)
 

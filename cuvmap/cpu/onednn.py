@@ -335,6 +335,12 @@ def _bind_openmp(lib):
     _omp.update(get=get, set=set_)
 
 
+def openmp_functions():
+    """``(omp_get_max_threads, omp_set_num_threads)`` of the libgomp libdnnl uses (the
+    calling thread's count), ``(None, None)`` where not found or libdnnl is not loaded."""
+    return _omp.get("get"), _omp.get("set")
+
+
 def available():
     """True when oneDNN is enabled (``CUVMAP_DISABLE_ONEDNN`` unset, :func:`set_enabled`)
     and ``libdnnl.so.3`` loads with a CPU engine."""

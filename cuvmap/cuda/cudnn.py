@@ -246,8 +246,7 @@ def _load():
 
 def _preload_note():
     """What the wheel preload missed, for the error messages (empty when nothing)."""
-    text = libs.describe(_preloaded)
-    return f" (CUDA wheels: {text})" if text else ""
+    return libs.preload_note(_preloaded)
 
 
 def _initialised():

@@ -11,6 +11,7 @@ import threading
 import warnings
 
 from cuvmap import backend
+from cuvmap.cuda import device_errors
 
 # NOTE [graph replay]
 # A graph replays the kernels on the device addresses they had when captured, so:
@@ -45,6 +46,24 @@ from cuvmap import backend
 # The capture uses the thread-local capture mode: an unsafe CUDA call from this thread (a
 # synchronous copy, a cudaMalloc) fails the capture instead of silently reading values
 # that have not been computed.
+#
+# What the captured work addresses besides the program's buffers lives in the runner's
+# resources (graph_resources(), a dict set during the run before the capture and the
+# capture itself): cuBLAS's workspace (NOTE [cuBLAS in a capture] in cuvmap/cuda/cublas.py);
+# float GEMMs go to cuvmap's own cuBLAS handle during both runs, so that the first one
+# makes the handle and the workspace outside the capture. The device's bounds checks write
+# an error word the host reads before every call (NOTE [device-side bounds checks] in
+# cuvmap/cuda/device_errors.py): a replay raises what an earlier one found.
+#
+# Donated arguments (jit's donate_argnums) are copied into the input buffers like the
+# others. Using the caller's buffer as the graph's input would need the graph to read the
+# address the caller's array has, which changes from call to call (a graph reads the
+# addresses it was captured with); and handing the graph's own buffers out as results, so
+# that a step's donated output comes back as the next call's input at the same address,
+# would let the next replay overwrite an array the caller still holds whenever it does not
+# pass that array back (or writes into it in between) -- nothing a runner can see without
+# a synchronisation. The copies are device-to-device, on the caller's stream, and part of
+# no graph.
 
 
 _capture_state = threading.local()
@@ -54,6 +73,14 @@ def capturing_here():
     """Whether a :class:`GraphRunner` of this thread is capturing right now (programs run
     meanwhile, from inside the captured one, must take their buffers from its pool)."""
     return getattr(_capture_state, "active", False)
+
+
+def graph_resources():
+    """While a :class:`GraphRunner` of this thread prepares a capture (the run before it,
+    on the capture's stream and pool) or captures: a dict that lives as long as the graph,
+    where a library binding keeps what the captured work addresses (cuBLAS's workspace:
+    NOTE [cuBLAS in a capture] in cuvmap/cuda/cublas.py); else None."""
+    return getattr(_capture_state, "resources", None)
 
 
 def _capturing(cp):
@@ -82,6 +109,7 @@ class GraphRunner:
         self.failure = None
         self.lock = threading.Lock()
         self._pool = self._stream = self._inputs = self._outputs = self._program = None
+        self._resources = None
         self._done = None
 
     @property
@@ -89,6 +117,7 @@ class GraphRunner:
         return self.graph is not None
 
     def __call__(self, args):
+        device_errors.raise_pending()  # NOTE [device-side bounds checks]: a graph's checks run no Python
         cp = self.cp if self.cp is not None else backend.cupy_module()
         if self.failure is not None or not all(type(a) is cp.ndarray for a in args):
             return self.eager(args)
@@ -103,7 +132,7 @@ class GraphRunner:
                     self._capture(cp, args)
                 except Exception as err:  # noqa: BLE001 - any failure means: do not capture
                     self.failure = err
-                    self._pool = self._stream = self._inputs = self._outputs = self._program = None
+                    self._pool = self._stream = self._inputs = self._outputs = self._program = self._resources = None
                     warnings.warn(f"{self.name}: the program could not be captured as a CUDA graph "
                                   f"({type(err).__name__}: {err}); it runs op by op", GraphCaptureWarning,
                                   stacklevel=3)
@@ -116,26 +145,31 @@ class GraphRunner:
         program = self.make_program()
         caller = cp.cuda.get_current_stream()
         stream.wait_event(caller.record())
-        with cp.cuda.using_allocator(pool.malloc), stream:
-            inputs = [cp.array(a, copy=True) for a in args]
-            program(inputs)  # outside the capture: fills the private pool and the plan's buffers
-            stream.begin_capture(cp.cuda.runtime.streamCaptureModeThreadLocal)
-            _capture_state.active = True
-            cause = None
-            try:
-                outputs = program(inputs)
-            except BaseException:
-                # the cause, not the cudaErrorStreamCaptureInvalidated that ending the
-                # broken capture raises (a host read or a refused library call inside)
-                _capture_state.active = False
+        resources = {}
+        _capture_state.resources = resources
+        try:
+            with cp.cuda.using_allocator(pool.malloc), stream:
+                inputs = [cp.array(a, copy=True) for a in args]
+                program(inputs)  # outside the capture: fills the private pool and the plan's buffers
+                stream.begin_capture(cp.cuda.runtime.streamCaptureModeThreadLocal)
+                _capture_state.active = True
                 try:
-                    stream.end_capture()
-                except Exception:  # noqa: BLE001 - the capture is invalid: expected
-                    pass
-                raise
-            _capture_state.active = False
-            graph = stream.end_capture()
+                    outputs = program(inputs)
+                except BaseException:
+                    # the cause, not the cudaErrorStreamCaptureInvalidated that ending the
+                    # broken capture raises (a host read or a refused library call inside)
+                    _capture_state.active = False
+                    try:
+                        stream.end_capture()
+                    except Exception:  # noqa: BLE001 - the capture is invalid: expected
+                        pass
+                    raise
+                _capture_state.active = False
+                graph = stream.end_capture()
+        finally:
+            _capture_state.resources = None
         stream.synchronize()
+        self._resources = resources
         self._pool, self._stream, self._program = pool, stream, program
         self._inputs, self._outputs = inputs, list(outputs)
         self.graph = graph

@@ -120,6 +120,13 @@ def preload(prefixes, *, majors=None, search_path=None, loader=None):
     return records
 
 
+def preload_note(records):
+    """`` (CUDA wheels: ...)`` naming what :func:`preload` missed, to append to a load
+    error, or the empty string when nothing was missed."""
+    text = describe(records)
+    return f" (CUDA wheels: {text})" if text else ""
+
+
 def describe(records):
     """A short text of :func:`preload`'s records that did not load (for error messages)."""
     missing = [r["name"] for r in records if r["path"] is None]

@@ -1,13 +1,15 @@
 r"""Differentially private SGD on top of per-example gradients: clipping, noise, accounting.
 
 The package's modules: :mod:`~cuvmap.dp.clipping` (per-example norms, clipping, the clipped
-sum), :mod:`~cuvmap.dp.ghost` (``clipped_grad``: the clipped sum and the norms from the
-loss, by ghost clipping and book-keeping, its layer rules in one table),
-:mod:`~cuvmap.dp.padding` (Poisson batches padded to a few sizes, for ``jit``),
-:mod:`~cuvmap.dp.noise` (the Gaussian mechanism, the private gradient),
-:mod:`~cuvmap.dp.accounting` (the RDP accountant, ``calibrate_noise``) and
-:mod:`~cuvmap.dp.pld` (the PLD accountant); every name is available as
-``cuvmap.dp.<name>``.
+sum by example, group or user, as a ``ClippedGradient`` that carries its sensitivity),
+:mod:`~cuvmap.dp.ghost` (``clipped_grad``: the clipped sum and the norms from the loss, by
+ghost clipping and book-keeping, its layer rules in one table), :mod:`~cuvmap.dp.padding`
+(Poisson batches padded to a few sizes, for ``jit``), :mod:`~cuvmap.dp.sampling` (the
+Poisson samplers of examples and of users), :mod:`~cuvmap.dp.noise` (the Gaussian
+mechanism calibrated to the sensitivity, once over a data-parallel axis, the private
+gradient), :mod:`~cuvmap.dp.accounting` (the RDP accountant) and :mod:`~cuvmap.dp.plan`
+(``Plan``: all of them built once from ``(N, q, σ, C, steps)``); every name is available
+as ``cuvmap.dp.<name>``.
 
 ``vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)`` gives a pytree shaped like
 ``params`` whose leaves carry a leading batch dimension ``B``: one gradient per example.
@@ -33,11 +35,6 @@ Poisson sampling with rate ``q`` (every example in independently with probabilit
   see :func:`rdp_sampled_gaussian` for the integer and fractional formulas;
 * RDP composes additively (Mironov 2017, Prop. 1): ``T`` steps give ``T·ε_α``;
 * RDP converts to ``(ε, δ)``-DP by minimising over the orders, see :func:`rdp_to_epsilon`.
-
-:class:`PLDAccountant` has the same interface and is tight instead of an upper bound: it
-composes the privacy loss distributions of the two neighbouring pairs (add, remove) by FFT
-on a pessimistic grid (:mod:`~cuvmap.dp.pld`). :func:`calibrate_noise` returns the smallest
-noise multiplier meeting a target ε by either accountant.
 
 References:
 
@@ -65,6 +62,16 @@ Example::
     acct = dp.RDPAccountant()
     acct.step(noise_multiplier=1.1, sample_rate=256 / 60000, num_steps=steps)
     eps = acct.get_epsilon(delta=1e-5)
+
+
+    # :class:`PLDAccountant` has the same interface and is tight (privacy loss distributions
+    # composed by FFT on a pessimistic grid, :mod:`~cuvmap.dp.pld`); :func:`calibrate_noise`
+    # gives the smallest noise multiplier meeting a target ε by either accountant.
+
+    # or all of it from one plan (NOTE [one plan] in cuvmap/dp/plan.py)
+    plan = dp.Plan(dataset_size=60000, sample_rate=256 / 60000, noise_multiplier=1.1, max_norm=1.0,
+                   steps=steps, expected_batch_size=256)
+    eps = plan.epsilon(1e-5)
 """
 from cuvmap.dp.accounting import (  # noqa: F401
     DEFAULT_ORDERS, RDPAccountant, calibrate_noise, epsilon, rdp_sampled_gaussian, rdp_to_epsilon,
@@ -74,9 +81,12 @@ from cuvmap.dp.accounting import _log_a_frac  # noqa: F401  (the tests check its
 from cuvmap.dp.clipping import ClippedGradient, clip_per_example, clipped_sum, per_example_global_norms  # noqa: F401
 from cuvmap.dp.noise import add_noise, private_gradient, standard_normal_like  # noqa: F401
 from cuvmap.dp.padding import batch_buckets, bucket_for, pad_batch  # noqa: F401
+from cuvmap.dp.sampling import poisson_sample, sample_users  # noqa: F401
+from cuvmap.dp.plan import ACCOUNTANTS, Plan, register_accountant  # noqa: F401
 from cuvmap.dp.ghost import clipped_grad  # noqa: F401
 
 __all__ = [
+    "ACCOUNTANTS",
     "ClippedGradient",
     "DEFAULT_ORDERS",
     "PLDAccountant",
@@ -90,9 +100,13 @@ __all__ = [
     "clipped_sum",
     "epsilon",
     "pad_batch",
+    "poisson_sample",
     "per_example_global_norms",
+    "Plan",
     "private_gradient",
     "rdp_sampled_gaussian",
     "rdp_to_epsilon",
+    "register_accountant",
+    "sample_users",
     "standard_normal_like",
 ]

@@ -17,52 +17,125 @@ itself, without materialising every per-example gradient (ghost clipping and boo
 """
 import math
 import numbers
-import warnings
-from typing import Any, NamedTuple
-
 import numpy as np
 
-from cuvmap import core, lax, tree
+from cuvmap import backend, core, lax, tree
 from cuvmap import numpy as cnp
+from cuvmap.lax import indexing
 
 
-class _ClippedPair(NamedTuple):
-    summed: Any
-    norms: Any
-
-
-# the neighbouring relations a clipped sum's sensitivity is stated for: adding or removing
-# one example changes the sum by at most C; replacing one by another, by at most 2C
+#: The neighbouring relations a clipped sum's sensitivity is stated for, with the factor of
+#: the clipping bound each gives (NOTE [sensitivity as data]).
 RELATIONS = {"add_remove": 1.0, "replace": 2.0}
+_RELATION_WORDS = {"add_remove": "add/remove-one", "replace": "replace-one"}
+_UNITS = ("example", "user")
 
 
-class ClippedGradient(_ClippedPair):
-    """What :func:`cuvmap.dp.clipped_grad` (and :func:`clipped_sum` with ``return_norms``)
-    return: ``summed``, the sum over the batch of the clipped per-example gradients (a
-    pytree like the parameters), and ``norms``, the ``(B,)`` per-example gradient norms
-    before clipping; it unpacks as ``summed, norms``. It carries its L2 ``sensitivity``
-    (the most the sum changes between neighbouring batches: ``C`` for adding or removing
-    one example, ``2C`` for replacing one) and that ``relation``, as data
-    (NOTE [sensitivity as data] in cuvmap/dp/noise.py): :func:`cuvmap.dp.private_gradient`
-    and :func:`cuvmap.dp.add_noise` scale the noise by it and refuse a ``max_norm`` that
-    disagrees. Both are static (pytree metadata): they survive ``jit``."""
+# NOTE [sensitivity as data]
+# The Gaussian mechanism's noise must be calibrated to the L2 sensitivity of the exact value
+# it is added to: Δ = max ‖S(D) − S(D')‖ over neighbouring datasets D, D'. For the clipped sum
+# S = Σ_u clip(g_u) over the units u of a batch (examples, or users with user-level
+# clipping), each unit's contribution has norm at most C, so
+#   add/remove-one unit (D' = D with one unit more or less):  Δ = C;
+#   replace-one unit (D' = D with one unit swapped):           Δ = 2C;
+# and with group-wise clipping (bound C_k on the part of a unit's gradient in group k)
+# the unit's contribution has norm at most √(Σ_k C_k²), which replaces C. The noise std is
+# then σ·Δ and the accountant's noise multiplier is σ (noise std over sensitivity).
+# Every peer library leaves Δ to the user, who passes a C that may not be the one the
+# sum was clipped with, adds noise for a sum to a mean (jax_privacy#383: B times too much)
+# or for add/remove-one to a replace-one sum (half the noise needed). So the clipped sum is
+# a value that carries Δ: ClippedGradient holds the sum, the norms and, as static data
+# (pytree metadata, so it survives jit and vmap and is checked when tracing), the bound,
+# the relation, the unit and the groups; add_noise and private_gradient take σ and derive
+# the noise from Δ, refusing a max_norm that is not the sum's own bound. A ClippedGradient
+# cannot be scaled (no "mean" whose sensitivity would be stale): the normalisation happens
+# after the noise, in private_gradient, by a number said by name (NOTE [normalising the
+# private gradient]). Its one operation is +, the clipped sums of disjoint microbatches
+# (gradient accumulation: the noise once on the total, the sensitivity unchanged).
+class ClippedGradient:
+    """A sum of clipped gradients and the facts its privacy rests on: what
+    :func:`cuvmap.dp.clipped_grad` and :func:`cuvmap.dp.clipped_sum` return, and what
+    :func:`cuvmap.dp.private_gradient` and :func:`cuvmap.dp.add_noise` take.
 
-    def __new__(cls, summed, norms, sensitivity=None, relation="add_remove"):
-        if relation not in RELATIONS:
-            raise ValueError(f"ClippedGradient: relation must be one of {sorted(RELATIONS)}, got {relation!r}")
-        self = super().__new__(cls, summed, norms)
-        self.sensitivity = None if sensitivity is None else float(sensitivity)
-        self.relation = relation
-        return self
+    Arrays: ``summed``, the sum over the batch's units of their clipped gradients (a
+    pytree like the parameters), ``norms``, each unit's gradient norm before clipping
+    (``(B,)`` per example; per user slot with user-level clipping) and, with groups,
+    ``group_norms``, one such array per group. Static facts (kept through ``jit`` and
+    ``vmap`` as pytree metadata): ``max_norm``, the bound on one unit's contribution
+    (the clipping bound ``C``, or ``√(Σ_k C_k²)`` with groups), ``relation``
+    (``"add_remove"`` or ``"replace"``), ``unit`` (``"example"`` or ``"user"``) and
+    ``groups`` (``((label, C_k), ...)`` or None). ``sensitivity`` is the sum's L2
+    sensitivity under its relation: ``C`` for add/remove-one, ``2C`` for replace-one
+    (NOTE [sensitivity as data]).
+
+    It unpacks as ``summed, norms = result`` (and ``result[0]``, ``result[1]`` are those two).
+    """
+
+    __slots__ = ("summed", "norms", "group_norms", "max_norm", "relation", "unit", "groups")
+
+    def __init__(self, summed, norms, group_norms=None, *, max_norm, relation="add_remove", unit="example",
+                 groups=None):
+        self.summed, self.norms, self.group_norms = summed, norms, group_norms
+        self.max_norm = float(max_norm)
+        self.relation = check_relation(relation, "ClippedGradient")
+        if unit not in _UNITS:
+            raise ValueError(f"ClippedGradient: unit must be one of {_UNITS}, got {unit!r}")
+        self.unit = unit
+        self.groups = None if groups is None else tuple((label, float(c)) for label, c in groups)
+
+    @property
+    def sensitivity(self):
+        """The L2 sensitivity of ``summed`` under ``relation``: ``max_norm`` for add/remove-one,
+        ``2 · max_norm`` for replace-one (a Python float)."""
+        return RELATIONS[self.relation] * self.max_norm
+
+    def describe(self):
+        """The sensitivity in words, for messages."""
+        bound = f"C={self.max_norm:g}" if self.groups is None else \
+            f"√(Σ C_k²)={self.max_norm:g} over {len(self.groups)} groups"
+        return (f"L2 sensitivity {self.sensitivity:g}: each {self.unit} clipped to {bound}, "
+                f"{_RELATION_WORDS[self.relation]} {self.unit}s")
+
+    def __iter__(self):
+        yield self.summed
+        yield self.norms
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return (self.summed, self.norms)[i]
 
     def __repr__(self):
-        return (f"ClippedGradient(summed={self.summed!r}, norms={self.norms!r}, sensitivity={self.sensitivity}, "
-                f"relation={self.relation!r})")
+        return (f"ClippedGradient(summed={tree.describe(self.summed)}, norms={tree.describe(self.norms)}, "
+                f"{self.describe()})")
+
+    def __add__(self, other):
+        """The clipped sum of two disjoint batches (gradient accumulation over microbatches):
+        the sums added, the norms concatenated, the sensitivity unchanged, since each example
+        is in one of them. Both must carry the same bound, relation and groups; user-level
+        sums are refused (a user split over two sums would contribute up to 2C)."""
+        if not isinstance(other, ClippedGradient):
+            return NotImplemented
+        mine, theirs = _flatten_clipped(self)[1], _flatten_clipped(other)[1]
+        if mine != theirs:
+            raise ValueError(f"ClippedGradient + ClippedGradient: the two clipped sums have different sensitivities "
+                             f"({self.describe()}; {other.describe()}); accumulate sums clipped the same way")
+        if self.unit != "example":
+            raise ValueError("ClippedGradient + ClippedGradient: user-level clipped sums cannot be accumulated (a "
+                             "user whose examples are split over the two sums would contribute up to 2C): clip "
+                             "each user's examples in one call")
+        summed = tree.map(cnp.add, self.summed, other.summed)
+        norms = cnp.concatenate([self.norms, other.norms])
+        group_norms = None if self.group_norms is None else \
+            tuple(cnp.concatenate([a, b]) for a, b in zip(self.group_norms, other.group_norms))
+        return ClippedGradient(summed, norms, group_norms, max_norm=self.max_norm, relation=self.relation,
+                               unit=self.unit, groups=self.groups)
 
     def num_dropped(self, mask=None):
-        """How many examples have a norm that is not finite (a NaN or an infinity in their
+        """How many units have a norm that is not finite (a NaN or an infinity in their
         gradient): those that ``nan_safe=True`` gave a zero contribution (and that make
-        ``summed`` NaN without it). With ``mask``, only the real examples (``mask != 0``)
+        ``summed`` NaN without it). With ``mask``, only the real ones (``mask != 0``)
         count. A 0-d integer array (traced under ``jit``)."""
         bad = cnp.logical_not(finite_rows(self.norms))
         if mask is not None:
@@ -70,18 +143,24 @@ class ClippedGradient(_ClippedPair):
         return cnp.sum(cnp.astype(bad, np.int64))
 
 
-with warnings.catch_warnings():  # a namedtuple's subclass with metadata of its own, in cuvmap's namespace
-    warnings.simplefilter("ignore", UserWarning)
-    tree.register_pytree_node(
-        ClippedGradient, lambda c: ((c.summed, c.norms), (c.sensitivity, c.relation)),
-        lambda meta, children: ClippedGradient(*children, sensitivity=meta[0], relation=meta[1]))
+def _flatten_clipped(c):
+    return (c.summed, c.norms, c.group_norms), (c.max_norm, c.relation, c.unit, c.groups)
 
 
-def sensitivity_of(max_norm, relation):
-    """The L2 sensitivity of a sum of gradients clipped to ``max_norm`` under ``relation``."""
+def _unflatten_clipped(meta, children):
+    max_norm, relation, unit, groups = meta
+    return ClippedGradient(*children, max_norm=max_norm, relation=relation, unit=unit, groups=groups)
+
+
+tree.register_pytree_node(ClippedGradient, _flatten_clipped, _unflatten_clipped)
+
+
+def check_relation(relation, where):
+    """``relation`` checked to be one of :data:`RELATIONS`."""
     if relation not in RELATIONS:
-        raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
-    return RELATIONS[relation] * max_norm
+        raise ValueError(f"{where}: relation must be one of {', '.join(map(repr, RELATIONS))} (the neighbouring "
+                         f"relation the sensitivity is stated for), got {relation!r}")
+    return relation
 
 
 def check_max_norm(max_norm, where, error=ValueError, hint=""):
@@ -216,10 +295,157 @@ def clip_per_example(grads, max_norm, *, tiny=1e-6, return_norms=False):
     return (clipped, norms) if return_norms else clipped
 
 
-def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=False, nan_safe=False,
-                relation="add_remove"):
+# NOTE [clipping by group and by user]
+# Two refinements of the per-example clipping, shared by clipped_sum and clipped_grad.
+#
+# Groups (fastDP's layer-wise, param-wise and block-wise clipping; Opacus' per-layer
+# clipping): the parameter leaves are split into groups k = 1..K with bounds C_k, and
+# each example's gradient is clipped group by group::
+#
+#     ḡ_b^k = g_b^k · min(1, C_k / (‖g_b^k‖₂ + tiny))
+#
+# so one example's contribution has norm at most √(Σ_k C_k²): the sum's sensitivity under
+# add/remove-one (Opacus' DPPerLayerOptimizer states the same bound). A single number
+# C gives every group C / √K (the total bound stays C); a mapping {label: C_k}
+# gives each its own.
+#
+# Users (user-level DP): examples carry a user id u_b; each user's summed gradient
+# G_u = Σ_{b: u_b = u} m_b g_b is clipped to C, and the clipped sum is
+# Σ_u min(1, C / (‖G_u‖ + tiny)) · G_u: adding or removing one user (all their examples)
+# changes it by at most C, so the sensitivity is C per user, and the sampler must
+# sample users (:func:`cuvmap.dp.sample_users`). Because Σ_u s_u G_u = Σ_b s_{u_b} m_b g_b,
+# only the users' norms need the users' sums; the clipped sum is the per-example one with
+# each example weighted by its user's factor (book-keeping carries over unchanged). User ids
+# are slots 0 .. B−1 of the batch (sample_users relabels them), so every shape is
+# static and the step runs under jit; NOTE [user norms from factored gradients] in
+# :mod:`cuvmap.dp.ghost` says how ghost norms extend to users.
+
+GROUP_STYLES = ("param", "layer")
+
+
+class Groups:
+    """The groups of a parameter pytree: ``of_leaf[i]`` the group of leaf ``i``, ``labels``
+    and ``bounds`` (``C_k``) in the order of first appearance, ``total = √(Σ_k C_k²)``, and
+    ``spec``, the ``((label, C_k), ...)`` a :class:`ClippedGradient` carries (None for the
+    flat clipping of every leaf together)."""
+
+    def __init__(self, of_leaf, labels, bounds, flat):
+        self.of_leaf, self.labels, self.bounds = list(of_leaf), tuple(labels), tuple(bounds)
+        self.total = math.sqrt(sum(c * c for c in self.bounds))
+        self.spec = None if flat else tuple(zip(self.labels, self.bounds))
+
+    def __len__(self):
+        return len(self.labels)
+
+
+def _label(path):
+    return tree.keystr(path) or "(root)"
+
+
+def resolve_groups(params, groups, max_norm, where):
+    """The :class:`Groups` of the leaves of ``params`` (a pytree; per-example gradients have
+    its structure) for ``groups`` (NOTE [clipping by group and by user]):
+
+    * None: one group, every leaf (bound ``max_norm``);
+    * ``"param"``: each leaf its own group, labelled by its path (``"['w']"``);
+    * ``"layer"``: the leaves that share a parent node (a layer's weight and bias),
+      labelled by the parent's path;
+    * a pytree prefix of ``params`` whose leaves are labels (strings or ints): block-wise,
+      every leaf under one prefix leaf in that label's group.
+
+    ``max_norm``: a number ``C`` (each of ``K`` groups gets ``C / √K``) or, with groups, a
+    dict ``{label: C_k}`` naming every group."""
+    paths, leaves, _ = tree.flatten_with_path(params)
+    if groups is None:
+        if isinstance(max_norm, dict):
+            raise ValueError(f"{where}: max_norm is a dict of group bounds, but groups is None (pass groups=)")
+        return Groups([0] * len(leaves), ("(all)",), (check_max_norm(max_norm, where),), flat=True)
+    if isinstance(groups, str):
+        if groups not in GROUP_STYLES:
+            raise ValueError(f"{where}: groups must be None, one of {', '.join(map(repr, GROUP_STYLES))} or a pytree "
+                             f"prefix of the parameters whose leaves are group labels, got {groups!r}")
+        names = [_label(p) if groups == "param" else _label(p[:-1]) for p in paths]
+    else:
+        try:
+            names = tree.broadcast_prefix(groups, params, lambda x: isinstance(x, (str, numbers.Integral)))
+        except ValueError as err:
+            raise ValueError(f"{where}: groups must be a pytree prefix of the parameters whose leaves are group "
+                             f"labels (strings or ints): {err}") from None
+    labels = list(dict.fromkeys(names))
+    of_leaf = [labels.index(n) for n in names]
+    if isinstance(max_norm, dict):
+        missing = [lb for lb in labels if lb not in max_norm]
+        extra = [lb for lb in max_norm if lb not in labels]
+        if missing or extra:
+            raise ValueError(f"{where}: max_norm must give a bound for every group: the groups are {labels}"
+                             + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+        bounds = [check_max_norm(max_norm[lb], f"{where}: group {lb!r}") for lb in labels]
+    else:
+        c = check_max_norm(max_norm, where)
+        bounds = [c / math.sqrt(len(labels))] * len(labels)
+    return Groups(of_leaf, labels, bounds, flat=False)
+
+
+def check_users(users, size, where):
+    """``users``, ``(B,)`` integer user slots in ``[0, B)``: the shape and dtype when
+    called, the range where the values are (a ValueError for NumPy arrays now; an
+    IndexError from the bounds-check primitive for CuPy arrays, and under ``jit`` when the
+    program runs: an id out of range would merge two users and break the per-user bound)."""
+    shape = tuple(core.shape_of(users))
+    if shape != (size,):
+        raise ValueError(f"{where}: users has shape {shape}, but the batch has {size} examples (one user id per "
+                         f"example, shape ({size},))")
+    if core.dtype_of(users).kind not in "iu":
+        raise ValueError(f"{where}: users must be integer user slots, got dtype {core.dtype_of(users)}")
+    if not size:
+        return users
+    if isinstance(users, core.Tracer) or backend.is_cupy_array(users):
+        # 2·u − B lies in [-B, B) exactly when u lies in [0, B); the slots are then read back
+        # from the checked values, so that the check stays in a staged program
+        twice = cnp.subtract(cnp.multiply(users, 2), size)
+        checked = indexing.check_index_bounds(twice, size, where, f"the user slots u (as 2·u − {size}; u must be "
+                                                                  f"in 0 .. {size - 1})")
+        return cnp.floor_divide(cnp.add(checked, size), 2)
+    lo, hi = int(np.min(users)), int(np.max(users))
+    if lo < 0 or hi >= size:
+        raise ValueError(f"{where}: user ids must be slots 0 .. {size - 1} of the batch (relabel them, as "
+                         f"dp.sample_users does), got ids from {lo} to {hi}")
+    return users
+
+
+def per_user(x, users, mask):
+    """``G[u] = Σ_{b: users_b = u} m_b x[b]``: the rows of ``x`` ``(B, ...)`` summed into ``B``
+    user slots (one scatter-add, no ``B × B`` one-hot)."""
+    shape = tuple(core.shape_of(x))
+    if mask is not None:
+        m = cnp.astype(cnp.reshape(mask, (shape[0],) + (1,) * (len(shape) - 1)), core.dtype_of(x))
+        x = cnp.multiply(x, m)
+    return indexing.take_transpose_p.bind(x, users, axis=0, shape=shape)
+
+
+def group_clip(squares, groups, tiny, mask=None):
+    """From each group's squared norms (a list of ``(B,)`` arrays, one per group) the unit
+    norms ``√(Σ_k sq_k)``, the group norms (None without groups) and each group's clip
+    factors ``m_b · min(1, C_k / (‖·‖_k + tiny))``."""
+    group_norms = [cnp.sqrt(cnp.maximum(sq, 0)) for sq in squares]
+    if len(squares) == 1:
+        norms = group_norms[0]
+    else:
+        total = squares[0]
+        for sq in squares[1:]:
+            total = cnp.add(total, sq)
+        norms = cnp.sqrt(cnp.maximum(total, 0))
+    scales = [clip_scale(n, c, tiny, mask) for n, c in zip(group_norms, groups.bounds)]
+    return norms, (None if groups.spec is None else tuple(group_norms)), scales
+
+
+def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_norms=True, nan_safe=False,
+                relation="add_remove", groups=None, users=None):
     """``Σ_b m_b · clip(g_b, C)``: the clipped per-example gradients summed over the batch,
-    each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding).
+    each weighted by its mask entry ``m_b`` (1 for a real example, 0 for padding), as a
+    :class:`ClippedGradient` that carries its L2 sensitivity (NOTE [sensitivity as data]);
+    with ``groups``, clipped group by group, and with ``users``, each user's summed
+    gradient clipped (NOTE [clipping by group and by user]).
 
     Each example's scale ``s_b = m_b · min(1, C / (‖g_b‖₂ + tiny))`` (as in
     :func:`clip_per_example`) is applied in the sum itself: one contraction
@@ -232,40 +458,51 @@ def clipped_sum(per_example_grads, max_norm, *, mask=None, tiny=1e-6, return_nor
     Args:
       per_example_grads: a pytree of arrays with a common leading batch dim ``B`` (``B``
         may be 0: the sum is then zeros).
-      max_norm: the clipping bound ``C > 0``.
+      max_norm: the clipping bound ``C > 0``; with ``groups``, a number (each of ``K``
+        groups gets ``C / √K``) or a dict ``{label: C_k}``.
       mask: ``(B,)`` bool or numeric weights, or ``None`` for all ones.
       tiny: added to the norm in the denominator.
-      return_norms: also return the ``(B,)`` norms before clipping (padding rows included).
-      nan_safe: an example whose gradient is not finite (a NaN or infinite norm)
-        contributes zero instead of making the sum NaN (as :func:`cuvmap.dp.clipped_grad`'s
-        ``nan_safe``); ``ClippedGradient(summed, norms).num_dropped(mask)`` counts them.
-      relation: the neighbouring relation the sensitivity is stated for, ``"add_remove"``
-        (``C``) or ``"replace"`` (``2C``).
+      return_norms: kept for compatibility: the result always carries the norms (and
+        unpacks as ``summed, norms``).
+      nan_safe: a unit (example, or user) whose gradient is not finite (a NaN or infinite
+        norm) contributes zero instead of making the sum NaN (as
+        :func:`cuvmap.dp.clipped_grad`'s ``nan_safe``); ``result.num_dropped()`` counts them.
+      relation: the neighbouring relation the sensitivity is stated for:
+        ``"add_remove"`` (``Δ = C``) or ``"replace"`` (``Δ = 2C``).
+      groups: None (one global norm), ``"param"``, ``"layer"`` or a pytree prefix of the
+        gradients' structure with group labels at its leaves (block-wise).
+      users: ``(B,)`` integer user slots in ``[0, B)`` (as :func:`cuvmap.dp.sample_users`
+        gives them): user-level clipping, the norms then per user slot.
 
     Returns:
-      A pytree shaped like one example's gradient (leaves without the batch dim, in their
-      dtypes), or with ``return_norms`` a :class:`ClippedGradient` (``summed, norms``,
-      carrying its sensitivity).
+      A :class:`ClippedGradient`: ``summed`` (a pytree shaped like one example's gradient,
+      leaves in their dtypes), ``norms`` (``(B,)``: per example, padding rows included, or
+      per user slot), ``group_norms`` with groups, and the sensitivity.
 
     Example::
 
         (x, y), mask = pad_batch((xs, ys), bucket_for(len(ys), buckets))
-        summed = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
+        clipped = clipped_sum(vmap(grad(loss), in_axes=(None, 0, 0))(params, x, y), 1.0, mask=mask)
+        clipped.sensitivity   # 1.0
+        clipped_sum(per_example, {"['w']": 0.8, "['b']": 0.6}, groups="param").sensitivity   # 1.0
     """
-    max_norm = check_max_norm(max_norm, "clipped_sum")
-    sensitivity_of(max_norm, relation)  # checks the relation before any work
+    relation = check_relation(relation, "clipped_sum")
     leaves, treedef, size = _batched_leaves(per_example_grads, "clipped_sum")
-    norms = cnp.sqrt(squared_norms(leaves, size))
+    grp = resolve_groups(per_example_grads, groups, max_norm, "clipped_sum")
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise ValueError(f"clipped_sum: mask has shape {tuple(core.shape_of(mask))}, but the per-example "
                          f"gradients have batch size {size} (the mask needs shape ({size},))")
+    unit_mask = mask
+    if users is not None:
+        users = check_users(users, size, "clipped_sum")
+        leaves = [per_user(leaf, users, mask) for leaf in leaves]
+        unit_mask = None   # the mask is in the users' sums
+    squares = [squared_norms([x for x, k in zip(leaves, grp.of_leaf) if k == g], size) for g in range(len(grp))]
+    norms, group_norms, scales = group_clip(squares, grp, tiny, unit_mask)
     finite = finite_rows(norms) if nan_safe else None
-    scale = zero_rows(clip_scale(norms, max_norm, tiny, mask), finite)
     out = []
-    for leaf in leaves:
-        s = cnp.astype(scale, core.dtype_of(leaf))
+    for leaf, k in zip(leaves, grp.of_leaf):
+        s = cnp.astype(zero_rows(scales[k], finite), core.dtype_of(leaf))
         out.append(cnp.tensordot(s, zero_rows(leaf, finite), axes=1))
-    summed = tree.unflatten(treedef, out)
-    if not return_norms:
-        return summed
-    return ClippedGradient(summed, norms, sensitivity_of(max_norm, relation), relation)
+    return ClippedGradient(tree.unflatten(treedef, out), norms, group_norms, max_norm=grp.total, relation=relation,
+                           unit="example" if users is None else "user", groups=grp.spec)

@@ -6,26 +6,16 @@ multiplier*) makes it a sampled Gaussian mechanism, whose privacy loss
 :mod:`cuvmap.dp.accounting` bounds; ``n`` normalises by the batch size (under Poisson
 sampling by the *expected* batch size ``q·N``, see :func:`private_gradient`).
 
-NOTE [sensitivity as data]
-Every peer has shipped a mis-scaled DP step: noise scaled by a clipping bound that is not
-the one the sum was clipped to, calibrated for a sum but added to a mean, or normalised by a
-batch size the data decides. Here the clipped sum states its own scale: a
-:class:`~cuvmap.dp.ClippedGradient` (from ``clipped_grad``, or ``clipped_sum(...,
-return_norms=True)``) carries its L2 ``sensitivity`` (``C`` for adding or removing one
-example, ``2C`` for replacing one) as pytree metadata, so it survives ``jit``. Given one,
-:func:`add_noise` and :func:`private_gradient` draw noise of standard deviation ``σ ×
-sensitivity`` and refuse (ValueError naming both values) a ``max_norm`` that differs from the
-sum's ``C``, eagerly and while ``jit`` traces (``max_norm=None`` takes the sum's own). And
-under Poisson sampling, which a ``mask`` (a padded batch) signals, :func:`private_gradient`
-refuses to divide by the number of real examples (data-dependent, so it leaks: opacus#571)
-unless asked by name (``normalize="actual"``); ``expected_batch_size=q·N`` is the default
-recipe.
+The noise is calibrated to the sensitivity the clipped sum carries (NOTE [sensitivity as
+data] in :mod:`cuvmap.dp.clipping`), drawn once for the sum over a data-parallel axis
+(NOTE [noise once over a data-parallel axis]), and the normalisation is said by name
+(NOTE [normalising the private gradient]).
 """
 import numpy as np
 
-from cuvmap import backend, core, tree
+from cuvmap import backend, core, lax, tree
 from cuvmap import numpy as cnp
-from cuvmap.dp.clipping import RELATIONS, ClippedGradient, check_max_norm, clipped_sum
+from cuvmap.dp.clipping import ClippedGradient, check_max_norm, check_relation, clipped_sum
 
 
 def _rng_is_cupy(rng):
@@ -99,62 +89,115 @@ def standard_normal_like(like, rng=None):
     return _normal_like(like, rng, "standard_normal_like")
 
 
-def add_noise(summed_grads, noise_multiplier, max_norm, rng=None):
-    """Adds ``N(0, (noise_multiplier · max_norm)²)`` noise to every leaf (the Gaussian
-    mechanism applied to the sum of clipped gradients, whose L2 sensitivity is ``max_norm``).
+
+# NOTE [noise once over a data-parallel axis]
+# Under cuvmap.distributed.data_parallel (an axis of processes) or vmap(f, axis_name=...)
+# every member m of the axis holds a share S_m of the batch (its examples' clipped sum),
+# and the released gradient is the combination of the members' results: a psum of
+# (S_m + noise_m) / n, or a pmean of (S_m + noise_m) / (n / P), both (Σ_m S_m + Σ_m noise_m) / n.
+# The mechanism needs Σ_m noise_m ~ N(0, σ²Δ²) once. Drawing σΔ·z_m on every member (the
+# obvious code) gives P·σ²Δ² (measured 2.003× on 2 processes before this note); drawing it
+# from a key shared by all gives P²·σ²Δ² after a psum. So add_noise and private_gradient
+# read the named axes in scope (core.axis_env(): the processes' axis and vmap's named axes)
+# and keep the noise of member 0 of them alone, z · [axis_index == 0]: whether the members
+# drew independent noise, the same noise, or zeros (the README's recipe: noise on process 0,
+# zeros elsewhere), the combination carries σ²Δ² once, and with σ = 0 it is the global
+# clipped sum / n exactly (neither function all-reduces: the user's psum or pmean does).
+# axis_name=None turns this off (each member's result is released on its own: an ensemble
+# of private models under a named vmap); axis_name="name" (or a tuple) picks the axes.
+# The input is each member's own share: to noise a sum already reduced over the axis
+# (the same value on every member), pass axis_name=None and the same noise everywhere.
+
+
+def data_parallel_axes(axis_name, where):
+    """The names of the data-parallel axes: with ``"auto"`` every named axis in scope
+    (innermost last, each once), with None none, else ``axis_name`` (a name or a tuple of
+    names), each checked to be bound (NOTE [noise once over a data-parallel axis])."""
+    if axis_name is None:
+        return ()
+    if isinstance(axis_name, str) and axis_name == "auto":
+        return tuple(dict.fromkeys(frame.name for frame in core.axis_env()))
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    for name in names:
+        core.axis_frame(name, f"{where} (axis_name={axis_name!r})")
+    return names
+
+
+def noise_once(z, names):
+    """``z`` on member 0 of the axes ``names``, zeros on the others (nothing to do without
+    axes): the noise of a sum over those axes, once."""
+    if not names:
+        return z
+    leaves = tree.leaves(z)
+    if not leaves:
+        return z
+    first = cnp.equal(lax.axis_index(names, like=leaves[0]), 0)
+    return tree.map(lambda leaf: cnp.multiply(leaf, cnp.astype(first, core.dtype_of(leaf))), z)
+
+
+def _sensitivity(clipped_or_tree, max_norm, where):
+    """``(summed, Δ)``: from a :class:`ClippedGradient` its sum and sensitivity, ``max_norm``
+    (if given) checked against its bound; from a plain pytree the pytree and ``max_norm``."""
+    if isinstance(clipped_or_tree, ClippedGradient):
+        c = clipped_or_tree
+        if max_norm is not None:
+            value = check_max_norm(max_norm, where)
+            if value != c.max_norm:
+                raise ValueError(
+                    f"{where}: max_norm={max_norm!r} differs from the clipped sum's sensitivity bound "
+                    f"{c.max_norm:g} ({c.describe()}); the noise must be calibrated to the sum it is added to: "
+                    "omit max_norm (the clipped sum carries it) or clip with the bound you mean")
+        return c.summed, c.sensitivity
+    if max_norm is None:
+        raise ValueError(f"{where}: max_norm is needed for a plain pytree (the L2 sensitivity of the sum it "
+                         "holds); pass what dp.clipped_sum or dp.clipped_grad returns to have it checked")
+    return clipped_or_tree, check_max_norm(max_norm, where)
+
+
+def add_noise(summed_grads, noise_multiplier, max_norm=None, rng=None, *, axis_name="auto"):
+    """Adds ``N(0, (σ·Δ)²)`` noise to every leaf: the Gaussian mechanism on a sum of
+    clipped gradients of L2 sensitivity ``Δ``, with ``σ`` the noise multiplier.
+
+    Given a :class:`~cuvmap.dp.ClippedGradient` (what :func:`~cuvmap.dp.clipped_sum` and
+    :func:`~cuvmap.dp.clipped_grad` return), ``Δ`` is its ``sensitivity`` (``C``, or ``2C``
+    under replace-one; NOTE [sensitivity as data]) and ``max_norm``, if given, must be its
+    bound (a ValueError names both values otherwise, eagerly and under ``jit``). Given a
+    plain pytree, ``Δ = max_norm``, which the caller vouches for.
 
     Each leaf gets independent noise of its own shape and dtype, drawn on the leaf's device:
     NumPy leaves from a ``numpy.random.Generator``, CuPy leaves from a
     ``cupy.random.Generator`` (``cupy.random.default_rng(seed)``). Passing a generator of
-    the other kind raises, rather than silently drawing on the host and copying.
+    the other kind raises, rather than silently drawing on the host and copying. Under a
+    data-parallel axis only member 0's draw is kept (NOTE [noise once over a
+    data-parallel axis]).
 
     Note: NumPy's and CuPy's generators are not cryptographically secure; the formal
     guarantee assumes ideal Gaussian samples (as TF Privacy and Opacus outside its secure
     mode do).
 
     Args:
-      summed_grads: a pytree of arrays (typically ``Σ_b`` of the clipped gradients).
-      noise_multiplier: ``σ ≥ 0``, the ratio of the noise std to the clipping norm.
-      max_norm: the clipping norm ``C``.
+      summed_grads: a :class:`~cuvmap.dp.ClippedGradient`, or a pytree of arrays (a sum of
+        clipped gradients).
+      noise_multiplier: ``σ ≥ 0``, the ratio of the noise std to the sensitivity.
+      max_norm: the bound ``C``: checked against a ClippedGradient's, or the sensitivity of
+        a plain pytree.
       rng: a NumPy/CuPy ``Generator``; ``None`` draws a fresh, OS-seeded one per backend.
+      axis_name: the data-parallel axes over which the results are summed: ``"auto"``
+        (every named axis in scope), a name or tuple of names, or None.
 
     Returns:
-      The noisy pytree, same structure, shapes and dtypes.
+      The noisy pytree (the sum's structure, shapes and dtypes).
 
     Example::
 
-        noisy = add_noise(summed, 1.1, 1.0, np.random.default_rng(0))
+        noisy = add_noise(clipped_sum(per_example, 1.0), 1.1, rng=np.random.default_rng(0))
     """
     if not noise_multiplier >= 0:
         raise ValueError(f"add_noise: noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    if isinstance(summed_grads, ClippedGradient):  # NOTE [sensitivity as data]
-        sensitivity = stated_sensitivity(summed_grads, max_norm, "add_noise")
-        summed_grads = summed_grads.summed
-    else:
-        if max_norm is None or not max_norm > 0:
-            raise ValueError(f"add_noise: max_norm must be positive, got {max_norm!r}")
-        sensitivity = float(max_norm)
-    z = _normal_like(summed_grads, rng, "add_noise")
-    return _scaled_add(summed_grads, z, float(noise_multiplier) * sensitivity)
-
-
-def stated_sensitivity(clipped, max_norm, where):
-    """The sensitivity ``clipped`` (a :class:`ClippedGradient`) states, checked against the
-    ``max_norm`` the caller gives (``None``: the sum's own); a sum of unknown sensitivity
-    (made by hand) takes ``max_norm`` (NOTE [sensitivity as data])."""
-    if clipped.sensitivity is None:
-        if max_norm is None:
-            raise ValueError(f"{where}: this ClippedGradient states no sensitivity; pass max_norm")
-        return check_max_norm(max_norm, where)
-    bound = clipped.sensitivity / RELATIONS[clipped.relation]
-    if max_norm is not None:
-        given = check_max_norm(max_norm, where)
-        if not abs(given - bound) <= 1e-12 * bound:
-            raise ValueError(
-                f"{where}: max_norm={given!r} differs from the clipping bound C={bound!r} of the clipped sum "
-                f"it is given (sensitivity {clipped.sensitivity!r}, relation {clipped.relation!r}): the noise "
-                f"would be scaled for another bound; pass max_norm={bound!r}, or max_norm=None to use the sum's")
-    return clipped.sensitivity
+    summed, sensitivity = _sensitivity(summed_grads, max_norm, "add_noise")
+    names = data_parallel_axes(axis_name, "add_noise")
+    z = noise_once(_normal_like(summed, rng, "add_noise"), names)
+    return _scaled_add(summed, z, float(noise_multiplier) * sensitivity)
 
 
 def _scaled_add(summed, z, std):
@@ -177,33 +220,77 @@ def _check_noise(noise, summed):
             )
 
 
-def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
-                     expected_batch_size=None, mask=None, noise=None, tiny=1e-6, return_norms=False,
-                     normalize=None):
+# NOTE [normalising the private gradient]
+# DP-SGD releases a noisy *sum*; optimisers want a mean, so private_gradient divides by n
+# after the noise. n must not depend on the private data: under Poisson sampling the batch
+# size B ~ Binomial(N, q) is a function of which examples were drawn, and dividing by it
+# (or by q·N with N the private dataset's size, Opacus' expected_batch_size) makes the
+# released value's scale differ between neighbouring datasets, which the accountant of the
+# sampled Gaussian does not cover (opacus#571: ε reported 1.2, audited 2.5; opacus#819).
+# So the normalisation is never chosen silently: expected_batch_size=n (a public number,
+# fixed before seeing the data: the expected batch size of the sampler) or, by name,
+# normalize_by="batch_size": the actual number of real examples, right for fixed-size
+# batches only. A batch without examples is then normalised by 1 (its sum is the noise).
+
+
+def _normalisation(expected_batch_size, normalize_by, clipped, mask, size):
+    if expected_batch_size is not None and normalize_by is not None:
+        raise ValueError("private_gradient: pass expected_batch_size or normalize_by, not both")
+    if normalize_by is None:
+        normalize_by = expected_batch_size
+    if normalize_by is None:
+        raise ValueError(
+            "private_gradient: say what the noisy sum is divided by: expected_batch_size=n (a public number fixed "
+            "before seeing the data, such as the expected batch size you chose, q = n / N: Poisson sampling) or "
+            "normalize_by='batch_size' (the number of real examples: fixed-size batches only; under Poisson "
+            "sampling it depends on the data and leaks, opacus#571) (NOTE [normalising the private gradient])")
+    if isinstance(normalize_by, str):
+        if normalize_by != "batch_size":
+            raise ValueError(f"private_gradient: normalize_by must be a positive number or 'batch_size', "
+                             f"got {normalize_by!r}")
+        if clipped.unit != "example":
+            raise ValueError(f"private_gradient: normalize_by='batch_size' counts examples, but the clipped sum "
+                             f"is {clipped.unit}-level; pass the expected number of {clipped.unit}s per batch")
+        if mask is None:
+            return max(size, 1)
+        # the real examples (traced under jit); a batch without any is normalised by 1, not 0
+        return cnp.maximum(cnp.sum(cnp.astype(mask, core.dtype_of(clipped.norms))), 1)
+    if isinstance(normalize_by, bool) or not normalize_by > 0:
+        raise ValueError(f"private_gradient: the normalisation must be a positive number, got {normalize_by!r}")
+    return normalize_by
+
+
+def private_gradient(per_example_grads, max_norm=None, noise_multiplier=None, rng=None, *,
+                     expected_batch_size=None, normalize_by=None, mask=None, noise=None, tiny=1e-6,
+                     return_norms=False, relation=None, axis_name="auto"):
     """The DP-SGD gradient: clip each example, sum over the batch, add noise, normalise.
 
-    ``g̃ = (Σ_b m_b · clip(g_b, C) + σ C z) / n`` with ``z ~ N(0, I)``, the mask ``m``
-    (all ones without one) and ``n`` the normalisation:
+    ``g̃ = (Σ_b m_b · clip(g_b, C) + σ Δ z) / n`` with ``z ~ N(0, I)``, the mask ``m`` (all
+    ones without one), ``Δ`` the clipped sum's L2 sensitivity (``C``; ``2C`` under
+    replace-one; NOTE [sensitivity as data]) and ``n`` the normalisation, always said by
+    name (NOTE [normalising the private gradient]):
 
-    * ``expected_batch_size=None``: ``n`` is the actual batch size: ``B`` (the leading dim),
-      or with a ``mask`` the number of real examples ``Σ_b m_b``. Right for fixed-size
-      batches (shuffled, or sampled without replacement).
-    * ``expected_batch_size=q·N``: under Poisson sampling (each of the ``N`` examples is in
-      the batch independently with probability ``q``, which is what the RDP accountant
-      assumes) the batch size itself depends on the data, so dividing by it would leak;
-      divide by its expectation instead (Opacus' ``expected_batch_size``). An empty batch
-      (``B = 0``, or a mask of zeros) is then valid and yields pure noise. With a ``mask``
-      (a padded Poisson batch) and no ``expected_batch_size`` it raises, unless
-      ``normalize="actual"`` asks by name for the number of real examples
-      (NOTE [sensitivity as data]).
+    * ``expected_batch_size=n``: a public number fixed before seeing the data. Under
+      Poisson sampling (each of the ``N`` examples in the batch independently with
+      probability ``q``, which the accountant assumes) the batch size depends on the data,
+      so divide by its expectation ``q·N`` instead. An empty batch (``B = 0``, or a mask of
+      zeros) is then valid and yields pure noise.
+    * ``normalize_by="batch_size"``: the actual number of examples, ``B`` or with a mask
+      ``Σ_b m_b``: right for fixed-size batches only.
 
     A batch padded by :func:`pad_batch` (with its ``mask``) gives the gradient of the
     unpadded batch (NOTE [padding Poisson batches]).
 
-    In place of per-example gradients it takes what :func:`cuvmap.dp.clipped_grad` returns
-    (a :class:`ClippedGradient`: the clipped sum and the norms, computed for the same
-    ``max_norm`` and mask); the clipping is then done already, and ``mask`` only sets the
-    normalisation.
+    In place of per-example gradients it takes a :class:`~cuvmap.dp.ClippedGradient` (what
+    :func:`cuvmap.dp.clipped_grad` and :func:`cuvmap.dp.clipped_sum` return, computed for
+    the same mask); the clipping is then done already, ``max_norm`` may be omitted (if
+    given it must be the clipped sum's bound: a ValueError names both, eagerly and under
+    ``jit``), and ``mask`` only sets ``normalize_by="batch_size"``.
+
+    Under ``cuvmap.distributed.data_parallel`` or ``vmap(..., axis_name=)`` each member's
+    result is its share, and the noise is kept on member 0 alone, so that a ``psum`` of
+    the shares (each normalised by the global ``n``) or a ``pmean`` (each by ``n / P``)
+    carries it once (NOTE [noise once over a data-parallel axis]); it never all-reduces.
 
     The whole computation is made of cuvmap primitives once ``z`` is given, so it runs
     under ``jit``: pass ``noise=standard_normal_like(params, rng)`` drawn outside the
@@ -211,70 +298,64 @@ def private_gradient(per_example_grads, max_norm, noise_multiplier, rng=None, *,
 
     Args:
       per_example_grads: pytree of arrays with a common leading batch dim ``B``, or a
-        :class:`ClippedGradient` from :func:`cuvmap.dp.clipped_grad`.
-      max_norm: clipping norm ``C``.
-      noise_multiplier: ``σ``; the noise std is ``σ·C``.
+        :class:`~cuvmap.dp.ClippedGradient`.
+      max_norm: clipping norm ``C`` (optional with a ClippedGradient).
+      noise_multiplier: ``σ``; the noise std is ``σ·Δ``.
       rng: generator for the noise, as in :func:`add_noise` (not with ``noise``).
-      expected_batch_size: the normalisation ``n`` (see above); keyword-only.
+      expected_batch_size: the public normalisation ``n``; keyword-only.
+      normalize_by: a positive number (as ``expected_batch_size``) or ``"batch_size"``.
       mask: ``(B,)`` weights, 1 for a real example and 0 for padding (bool or float), as
         :func:`pad_batch` returns; ``None`` for all ones.
       noise: standard normal draws shaped like one example's gradient (see
-        :func:`standard_normal_like`), scaled here by ``σ·C``; ``None`` draws them from ``rng``.
+        :func:`standard_normal_like`), scaled here by ``σ·Δ``; ``None`` draws them from ``rng``.
       tiny: as in :func:`clip_per_example`.
       return_norms: also return the per-example norms before clipping.
-      normalize: ``"actual"`` divides a masked batch by its number of real examples (only
-        right for batches whose size does not depend on the data); ``None`` refuses to.
-
-    With a :class:`ClippedGradient`, the noise std is ``σ`` times the sensitivity it
-    carries, and a ``max_norm`` other than its bound raises (``max_norm=None`` takes it).
+      relation: for per-example gradients, the neighbouring relation (``"add_remove"``, the
+        default, or ``"replace"``); a ClippedGradient carries its own.
+      axis_name: the data-parallel axes: ``"auto"`` (every named axis in scope), a name or
+        a tuple of names, or None (NOTE [noise once over a data-parallel axis]).
 
     Returns:
       A pytree shaped like one example's gradient (leaves without the batch dim), or
       ``(gradient, norms)``.
+
+    Example::
+
+        g = private_gradient(clipped_grad(loss, 1.0)(params, x, y, mask=mask), noise_multiplier=1.1,
+                             noise=z, expected_batch_size=256)
     """
-    if not noise_multiplier >= 0:
-        raise ValueError(f"private_gradient: noise_multiplier must be >= 0, got {noise_multiplier!r}")
+    if noise_multiplier is None or not noise_multiplier >= 0:
+        raise ValueError(f"private_gradient: noise_multiplier must be a number >= 0, got {noise_multiplier!r}")
     if noise is not None and rng is not None:
         raise ValueError("private_gradient: pass either rng (to draw the noise) or noise (drawn already), not both")
-    if normalize not in (None, "actual"):
-        raise ValueError(f"private_gradient: normalize must be None or 'actual', got {normalize!r}")
     if isinstance(per_example_grads, ClippedGradient):
-        sensitivity = stated_sensitivity(per_example_grads, max_norm, "private_gradient")
-        summed, norms = per_example_grads
-        size = core.shape_of(norms)[0]
+        clipped = per_example_grads
+        if relation is not None and check_relation(relation, "private_gradient") != clipped.relation:
+            raise ValueError(f"private_gradient: relation={relation!r}, but the clipped sum's sensitivity is stated "
+                             f"for {clipped.relation!r} ({clipped.describe()})")
+        summed, sensitivity = _sensitivity(clipped, max_norm, "private_gradient")
+        size = core.shape_of(clipped.norms)[0]
         if mask is not None and tuple(core.shape_of(mask)) != (size,):
             raise ValueError(f"private_gradient: mask has shape {tuple(core.shape_of(mask))}, but the clipped "
                              f"gradient has {size} per-example norms (the mask needs shape ({size},))")
     else:
-        summed, norms = clipped = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny, return_norms=True)
-        sensitivity = clipped.sensitivity
-        size = core.shape_of(norms)[0]
-    if expected_batch_size is not None:
-        if not expected_batch_size > 0:
-            raise ValueError(f"private_gradient: the normalisation must be positive; got "
-                             f"expected_batch_size={expected_batch_size!r}")
-        n = expected_batch_size
-    elif mask is None:
-        if not size > 0:
-            raise ValueError(f"private_gradient: the normalisation must be positive; got a batch of size {size} "
-                             "(pass expected_batch_size under Poisson sampling)")
-        n = size
-    elif normalize != "actual":
-        raise ValueError(
-            "private_gradient: a mask marks a padded (Poisson) batch, whose number of real examples depends on "
-            "the data: dividing by it leaks it (opacus#571). Pass expected_batch_size=q*N (the sampling rate "
-            "times the dataset size), or normalize='actual' if the batches have a fixed size")
-    else:
-        # the real examples (traced under jit); a batch without any (possible under Poisson
-        # sampling) is normalised by 1, not 0: its sum is the noise alone
-        n = cnp.maximum(cnp.sum(cnp.astype(mask, core.dtype_of(norms))), 1)
+        if max_norm is None:
+            raise ValueError("private_gradient: max_norm (the clipping bound C) is needed to clip per-example "
+                             "gradients")
+        clipped = clipped_sum(per_example_grads, max_norm, mask=mask, tiny=tiny,
+                              relation="add_remove" if relation is None else relation)
+        summed, sensitivity = clipped.summed, clipped.sensitivity
+        size = core.shape_of(clipped.norms)[0]
+    n = _normalisation(expected_batch_size, normalize_by, clipped, mask, size)
+    names = data_parallel_axes(axis_name, "private_gradient")
     if noise is None:
-        noisy = add_noise(summed, noise_multiplier, sensitivity, rng)
+        z = _normal_like(summed, rng, "private_gradient")
     else:
         _check_noise(noise, summed)
-        noisy = _scaled_add(summed, noise, float(noise_multiplier) * sensitivity)
+        z = noise
+    noisy = _scaled_add(summed, noise_once(z, names), float(noise_multiplier) * sensitivity)
     if isinstance(n, (int, float)):
         out = tree.map(lambda leaf: cnp.divide(leaf, core.dtype_of(leaf).type(n)), noisy)
     else:
         out = tree.map(lambda leaf: cnp.divide(leaf, cnp.astype(n, core.dtype_of(leaf))), noisy)
-    return (out, norms) if return_norms else out
+    return (out, clipped.norms) if return_norms else out

@@ -22,6 +22,7 @@ strategy] for how these kernels and the vendors' (oneDNN's, cuDNN's) are chosen,
 """
 import numpy as np
 
+from cuvmap.cuda import cublas
 from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, tap_slices, taps
 
 
@@ -31,6 +32,12 @@ def _xp(x):
 
         return cupy
     return np
+
+
+def _matmul(xp, a, b):
+    """``a @ b``; on CuPy through :func:`cuvmap.cuda.cublas.matmul`, which a CUDA graph can
+    capture (NOTE [cuBLAS in a capture])."""
+    return np.matmul(a, b) if xp is np else cublas.matmul(a, b)
 
 
 def _as_strided(xp, x, shape, strides):
@@ -141,7 +148,7 @@ def _forward_channel_major(x, w, stride, padding, dilation, groups):
     kernel = tuple(w.shape[2:])
     cols, out_sp = _columns(xp, x, kernel, stride, padding, dilation, groups)
     wm = w.reshape(groups, o // groups, -1)
-    out = xp.matmul(wm, cols)  # (G, Og, N·out)
+    out = _matmul(xp, wm, cols)  # (G, Og, N·out)
     out = out.reshape((groups, o // groups, n) + out_sp)
     perm = (2, 0, 1) + tuple(range(3, 3 + len(out_sp)))
     return out.transpose(perm).reshape((n, o) + out_sp)
@@ -152,7 +159,7 @@ def _backward_weight_channel_major(g, x, weight_shape, stride, padding, dilation
     xp = _xp(x)
     kernel = tuple(weight_shape[2:])
     cols, _ = _columns(xp, x, kernel, stride, padding, dilation, groups)
-    return xp.matmul(_grad_as_gemm_operand(g, groups), cols.transpose(0, 2, 1))
+    return _matmul(xp, _grad_as_gemm_operand(g, groups), cols.transpose(0, 2, 1))
 
 
 def _backward_input_channel_major(g, w, input_shape, stride, padding, dilation, groups):
@@ -167,7 +174,7 @@ def _backward_input_channel_major(g, w, input_shape, stride, padding, dilation, 
     out_sp = tuple(g.shape[2:])
     gm = _grad_as_gemm_operand(g, groups)  # (G, Og, N·out)
     wm = w.reshape(groups, o // groups, -1)
-    cols = xp.matmul(wm.transpose(0, 2, 1), gm)  # (G, Cg·K, N·out)
+    cols = _matmul(xp, wm.transpose(0, 2, 1), gm)  # (G, Cg·K, N·out)
     cols = cols.reshape((groups, cg) + kernel + (n,) + out_sp)
     padded = padded_spatial(spatial, padding)
     gx = xp.zeros((n, groups, cg) + padded, dtype=cols.dtype)

@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from cuvmap import backend, config, core
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import conv_gemm
 from cuvmap.lax import elementwise as ew
@@ -447,6 +448,15 @@ def _run_kernel(op, *args, bias=None):
         backend.check_current_device(f"conv {op}", named)
     if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
         return _empty_result(op, args, backend.xp_of(args[0]))
+    if device == "gpu":
+        return _pick_and_run(op, device, args, bias)
+    # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
+    with cpu_threads.limited(cpu_threads.target(), openmp=True):
+        return _pick_and_run(op, device, args, bias)
+
+
+def _pick_and_run(op, device, args, bias):
+    """:func:`_run_kernel` past its checks: the strategy's kernels on ``args``."""
     strategy = get_strategy()
     if strategy == "unfold" or (strategy != "auto" and strategy != _VENDOR_OF_DEVICE[device]):
         return _call(conv_gemm, op, args, bias)

@@ -19,6 +19,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.cuda import device_errors
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.shape import broadcast_in_dim, reshape
 from cuvmap.transforms import batching, jvp, vjp
@@ -206,6 +207,9 @@ take_transpose_p.shape_rule = _take_transpose_shape_rule
 
 def _check_index_bounds_impl(idx, *, n, op, where):
     idx = core.as_array(idx)
+    if backend.is_cupy_array(idx):  # NOTE [device-side bounds checks] in cuvmap/cuda/device_errors.py
+        device_errors.check_on_device(idx, n, f"{op}: an index is out of bounds for {where} with size {n}")
+        return idx
     if idx.size == 0:
         return idx
     lo, hi = int(idx.min()), int(idx.max())
@@ -217,8 +221,11 @@ def _check_index_bounds_impl(idx, *, n, op, where):
 
 # The bounds check is a primitive (an identity on the indices that raises IndexError), so
 # that it runs where the indices have values: eagerly at once, in a staged program when the
-# program runs, under vmap on the whole batch of indices.
-check_index_bounds_p = Primitive("check_index_bounds", differentiable=False, host_sync=True,
+# program runs, under vmap on the whole batch of indices. On the CPU it reads the indices
+# on the host and raises at once; on the GPU it reads nothing on the host (so a CUDA graph
+# captures it): its kernels set an error word that a later call raises (NOTE [device-side
+# bounds checks] in cuvmap/cuda/device_errors.py).
+check_index_bounds_p = Primitive("check_index_bounds", differentiable=False,
                                  layout=lambda strided, *_: (False, strided[0]))  # its operand itself
 check_index_bounds_p.impl = _check_index_bounds_impl
 check_index_bounds_p.shape_rule = lambda idx, **params: ShapedArray(idx.shape, idx.dtype, idx.weak_type)

@@ -13,14 +13,20 @@ one (batched) BLAS matmul. The batching rule turns a batch dim of one operand in
 dim of it, and a batch dim of both into one more paired batch dim. It is bilinear, so the
 JVP is the sum of ``dot_general(t_x, y)`` and ``dot_general(x, t_y)``, and each VJP is a
 ``dot_general`` of the cotangent with the other operand followed by a transpose (the
-derivation follows JAX's ``_dot_general_transpose_lhs``).
+derivation follows JAX's ``_dot_general_transpose_lhs``; the right operand's contracts the
+left operand with the cotangent, so that for ``x @ y`` it is ``x.T @ ct`` with no transpose
+after it).
 """
+import functools
 import math
+import operator
 
 import numpy as np
 
 from cuvmap import backend, core
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.reduction import reduce_sum
@@ -55,19 +61,51 @@ def _dot_general_shape_rule(x, y, *, dimension_numbers):
     return ShapedArray(shape, np.result_type(x.dtype, y.dtype))
 
 
-def _dot_general_impl(x, y, *, dimension_numbers):
+# NOTE [a product's layout is worked out once]
+# The impl's bookkeeping (which dims are free, the permutations, the products of sizes)
+# costs more in Python than a small GEMM (a 32×64 by 64×64 product in float32 is a few
+# microseconds), and a loop body pays it at every step. It depends only on the operands'
+# shapes and the dimension numbers, so :func:`_dot_layout` works it out once per
+# combination (a bounded cache) and returns the function that does the rest: for a
+# product of two matrices, ``x @ y`` on the views ``x.T``/``y.T`` that the contraction
+# asks for, nothing else. The planned executor asks for that function when it plans the
+# step (``impl_for``), so a jitted program does not even look it up.
+@functools.lru_cache(maxsize=4096)
+def _dot_layout(x_shape, y_shape, dimension_numbers, gpu=False):
+    """The function ``f(x, y)`` that computes ``dot_general(x, y, dimension_numbers)`` for
+    operands of these shapes (NOTE [a product's layout is worked out once]), NumPy arrays
+    or with ``gpu`` CuPy ones, whose GEMMs go through :func:`cuvmap.cuda.cublas.matmul`
+    (which a CUDA graph can capture: NOTE [cuBLAS in a capture])."""
+    mm = cublas.matmul if gpu else operator.matmul
     (xc, yc), (xb, yb) = dimension_numbers
-    x_free = _free_dims(x.ndim, xc, xb)
-    y_free = _free_dims(y.ndim, yc, yb)
-    batch_shape = tuple(x.shape[i] for i in xb)
-    m_shape = tuple(x.shape[i] for i in x_free)
-    n_shape = tuple(y.shape[i] for i in y_free)
-    b = int(np.prod(batch_shape, dtype=np.int64))
-    m = int(np.prod(m_shape, dtype=np.int64))
-    n = int(np.prod(n_shape, dtype=np.int64))
-    k = int(np.prod([x.shape[i] for i in xc], dtype=np.int64))
-    xt = x.transpose(tuple(xb) + tuple(x_free) + tuple(xc))
-    yt = y.transpose(tuple(yb) + tuple(yc) + tuple(y_free))
+    x_ndim, y_ndim = len(x_shape), len(y_shape)
+    x_free = _free_dims(x_ndim, xc, xb)
+    y_free = _free_dims(y_ndim, yc, yb)
+    batch_shape = tuple(x_shape[i] for i in xb)
+    m_shape = tuple(x_shape[i] for i in x_free)
+    n_shape = tuple(y_shape[i] for i in y_free)
+    b, m, n = math.prod(batch_shape), math.prod(m_shape), math.prod(n_shape)
+    k = math.prod(x_shape[i] for i in xc)
+    out_shape = batch_shape + m_shape + n_shape
+    x_perm = tuple(xb) + tuple(x_free) + tuple(xc)
+    y_perm = tuple(yb) + tuple(yc) + tuple(y_free)
+    if k != 1 and not xb and len(xc) == 1 and x_ndim == 2 and y_ndim == 2:
+        # a product of two matrices: the transposes are views, no reshape
+        # (cuBLAS takes a transposed operand as it is: only OpenBLAS's is prepared)
+        x_t, y_t = x_perm != (0, 1), y_perm != (0, 1)
+        if x_t and y_t:
+            fn = lambda x, y: mm(x.T, y.T)  # noqa: E731
+            if not gpu:
+                _prepared(fn, (None, _transposed), lambda x, y: x.T @ y)
+        elif x_t:
+            fn = lambda x, y: mm(x.T, y)  # noqa: E731
+        elif y_t:
+            fn = lambda x, y: mm(x, y.T)  # noqa: E731
+            if not gpu:
+                _prepared(fn, (None, _transposed), operator.matmul)
+        else:
+            fn = mm
+        return fn if gpu else _with_threads(fn, m, n, k)
     if k == 1:
         # an outer product (per-example gradients of a dense layer): a broadcast multiply
         # writes the output once; a stack of rank-1 GEMMs is several times slower. NumPy's
@@ -75,14 +113,73 @@ def _dot_general_impl(x, y, *, dimension_numbers):
         # n < m the product is written as (b, n, m) and returned as its transposed view
         # (12800 × 10 per example: 11 ms against 27 ms at batch 128).
         if n < m:
-            out = (yt.reshape(b, n, 1) * xt.reshape(b, 1, m)).transpose(0, 2, 1)
+            def outer(x, y):
+                xt, yt = x.transpose(x_perm), y.transpose(y_perm)
+                return (yt.reshape(b, n, 1) * xt.reshape(b, 1, m)).transpose(0, 2, 1).reshape(out_shape)
         else:
-            out = xt.reshape(b, m, 1) * yt.reshape(b, 1, n)
-    elif xb:
-        out = xt.reshape(b, m, k) @ yt.reshape(b, k, n)
-    else:
-        out = xt.reshape(m, k) @ yt.reshape(k, n)
-    return out.reshape(batch_shape + m_shape + n_shape)
+            def outer(x, y):
+                xt, yt = x.transpose(x_perm), y.transpose(y_perm)
+                return (xt.reshape(b, m, 1) * yt.reshape(b, 1, n)).reshape(out_shape)
+        return outer
+    x_mat = (b, m, k) if xb else (m, k)
+    y_mat = (b, k, n) if xb else (k, n)
+
+    def product(x, y):
+        return mm(x.transpose(x_perm).reshape(x_mat), y.transpose(y_perm).reshape(y_mat)).reshape(out_shape)
+
+    return product if gpu else _with_threads(product, m, n, k)
+
+
+# NOTE [a loop's constant operand transposed once]
+# OpenBLAS multiplies ``x @ w.T`` (the right operand transposed) about twice as slowly as
+# ``x @ w`` for the small matrices of a recurrent cell (32×64 by 64×64 in float32 on the
+# project's CPU; a transposed left operand costs little: ``python -m benchmarks
+# control_flow`` times the three), and the backward pass of ``h @ w`` is exactly that
+# product, ``ct @ w.T``. When ``w`` is a constant of a loop's body, the loop transposes it
+# into a contiguous copy once, before its first step: the function of such a product
+# carries ``prepare`` (per operand, None or the function applied once to a loop-invariant
+# operand) and ``prepared`` (the function that takes the prepared operand in its place):
+# NOTE [a loop runs as generated Python] in cuvmap/transforms/loop_plans.py.
+def _transposed(w):
+    return w.T.copy()
+
+
+def _prepared(fn, prepare, prepared):
+    fn.prepare, fn.prepared = prepare, prepared
+    return fn
+
+
+def _with_threads(fn, m, n, k):
+    """``fn``, a GEMM of ``m × k`` by ``k × n``, run on NumPy operands with the thread count
+    that NOTE [threads under a busy machine] (cuvmap/cpu/threads.py) asks for; ``fn`` itself
+    where OpenBLAS would use one thread anyway (the small GEMMs of a loop's body pay
+    nothing)."""
+    if m * n * k < cpu_threads.MIN_PARALLEL_MNK:
+        return fn
+
+    def threaded(x, y):
+        limit = cpu_threads.gemm_limit(m, n, k)
+        if limit is None:  # (a quiet machine: no context manager)
+            return fn(x, y)
+        with cpu_threads.limited(limit):
+            return fn(x, y)
+
+    if hasattr(fn, "prepare"):
+        _prepared(threaded, fn.prepare, _with_threads(fn.prepared, m, n, k))
+    return threaded
+
+
+def _dot_general_impl(x, y, *, dimension_numbers):
+    return _dot_layout(x.shape, y.shape, dimension_numbers, backend.is_cupy_array(x))(x, y)
+
+
+def _dot_general_impl_for(x, y, *, dimension_numbers):
+    """The impl for operands of avals ``x`` and ``y`` (the executor's ``impl_for``); None
+    while ``impl`` is not the one above (a test counting its calls patched it)."""
+    if dot_general_p.impl is not _dot_general_impl:
+        return None
+    gpu = bool(x.device and x.device.startswith("gpu"))
+    return _dot_layout(tuple(x.shape), tuple(y.shape), dimension_numbers, gpu)
 
 
 def _gemm_order(ndim, contract, batch, contract_last):
@@ -95,11 +192,14 @@ def _dot_general_workspace(in_avals, out_avals, params, strided):
     in C order or whose axes the GEMM wants in another order (NOTE [planned peak memory]
     in cuvmap/transforms/executor.py)."""
     (xc, yc), (xb, yb) = params["dimension_numbers"]
+    avals = [in_avals[0], in_avals[1] if in_avals[1] is not None else in_avals[0]]  # (x · x: both sides copy)
+    # a product of two matrices passes its transposes to the GEMM as views (_dot_layout)
+    matrices = not xb and len(xc) == 1 and all(len(a.shape) == 2 for a in avals)
     copies = 0
     for i, (contract, batch, last) in enumerate(((xc, xb, True), (yc, yb, False))):
-        a = in_avals[i] if in_avals[i] is not None else in_avals[0]  # (x · x: both sides copy)
+        a = avals[i]
         moved = [d for d in _gemm_order(len(a.shape), contract, batch, last) if a.shape[d] != 1]
-        if strided[i] or moved != sorted(moved):  # (moving size-1 axes copies nothing)
+        if strided[i] or (moved != sorted(moved) and not matrices):  # (moving size-1 axes copies nothing)
             copies += a.size * a.dtype.itemsize
     return copies
 
@@ -116,7 +216,7 @@ def _dot_general_layout(strided, in_avals, out_avals, params):
 
 
 dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace,
-                          layout=_dot_general_layout)
+                          impl_for=_dot_general_impl_for, layout=_dot_general_layout)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
@@ -201,9 +301,20 @@ def _dot_general_vjp_lhs(ct, out, x, y, *, dimension_numbers):
 
 
 def _dot_general_vjp_rhs(ct, out, x, y, *, dimension_numbers):
+    """Cotangent of ``y``: ``dot_general(x, ct)`` contracting ``x``'s free dims with the
+    cotangent's, so that for ``x @ y`` it is ``x.T @ ct`` in ``y``'s layout, with no
+    transpose after the product (JAX's rule, which contracts ``ct`` with ``x``, yields
+    ``(ct.T @ x).T``: a strided view that every later sum reads slowly)."""
     (xc, yc), (xb, yb) = dimension_numbers
-    swapped = ((yc, xc), (yb, xb))
-    return _transpose_lhs(ct, len(core.shape_of(y)), x, swapped, swap_ans=True)
+    x_kept = _free_dims(len(core.shape_of(x)), xc, xb)
+    y_kept = _free_dims(len(core.shape_of(y)), yc, yb)
+    ans_batch, ans_x, ans_y = _ranges_like(xb, x_kept, y_kept)
+    dims = ((tuple(x_kept), ans_x), (tuple(xb), ans_batch))
+    # the product's dims: the batch dims (y's yb), x's contracted dims in x's order (y's
+    # paired yc), then the cotangent's y dims (y's free dims)
+    yc_by_x = tuple(yc[xc.index(d)] for d in sorted(xc))
+    out_axes = np.argsort(tuple(yb) + yc_by_x + tuple(y_kept))
+    return transpose(dot_general(x, ct, dims), tuple(int(i) for i in out_axes))
 
 
 jvp.defjvp(
@@ -248,7 +359,7 @@ vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 
 # of U (or rows of Vh) are any orthonormal completion, with no derivative at all: the
 # rules raise, and ask for ``full_matrices=False``.
 
-svd_p = Primitive("svd")
+svd_p = Primitive("svd", capturable=False)  # cuSOLVER: CuPy refuses it inside a stream capture
 
 
 def svd(x, full_matrices=True, compute_uv=True):

@@ -288,6 +288,9 @@ class custom_jvp:  # noqa: N801 - JAX's name
 
         self.jvp = jvp
 
+    def __getattr__(self, name):
+        return forward_def(self, name)
+
     def __call__(self, *args, **kwargs):
         site = _CallSite(self, "custom_jvp", _resolve_args(self, args, kwargs))
         leaves, site.leaves = site.leaves, None
@@ -336,11 +339,25 @@ class custom_vjp:  # noqa: N801 - JAX's name
         self.fwd = fwd
         self.bwd = bwd
 
+    def __getattr__(self, name):
+        return forward_def(self, name)
+
     def __call__(self, *args, **kwargs):
         site = _CallSite(self, "custom_vjp", _resolve_args(self, args, kwargs))
         leaves, site.leaves = site.leaves, None
         outs = custom_vjp_call_p.bind(*leaves, fun=site.flat_fun(), fwd=site.flat_fwd(), bwd=site.flat_bwd())
         return tree.unflatten(site.out_tree, outs)
+
+
+def forward_def(obj, name):
+    """A ``def*`` method of the custom function that ``obj`` decorates (JAX's
+    ``forward_attr``): ``f.def_vmap`` of ``custom_vjp(custom_vmap(g))`` reaches the inner
+    ``custom_vmap``, as ``f.defjvp`` of ``custom_vmap(custom_jvp(g))`` reaches the inner
+    ``custom_jvp``. Called for the attributes that ``obj`` lacks."""
+    fun = obj.__dict__.get("fun")
+    if name.startswith("def") and fun is not None and callable(getattr(type(fun), name, None)):
+        return getattr(fun, name)
+    raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
 def _init_custom(obj, fun, nondiff_argnums, kind):

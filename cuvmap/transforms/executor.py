@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from cuvmap import backend, config
+from cuvmap import backend, config, lru
 from cuvmap.cuda import graphs as cuda_graphs, kernels
 from cuvmap.transforms import fusion, ir
 
@@ -207,7 +207,9 @@ class Step:
     ``aux``, a ``(shape, dtype)``), FUSED (a fused kernel) or MULTI (an equation with
     several results); ``out`` is a slot, or a tuple of slots for FUSED and MULTI.
     ``release``: the ``(slot, pool key)`` pairs whose buffers go back to the pool after
-    the step; ``clear``: the slots dropped after it (their last use)."""
+    the step; ``clear``: the slots dropped after it (their last use). ``direct``: a writer
+    that may put the result into any buffer of its aval, such as the row of a loop's
+    stacked result (NOTE [a loop runs as generated Python] in loop_plans.py), or None."""
 
     kind: int
     impl: object
@@ -218,6 +220,7 @@ class Step:
     release: tuple = ()
     clear: tuple = ()
     writer: object = None
+    direct: object = None
 
     @property
     def outs(self):
@@ -231,21 +234,23 @@ class Plan:
     that runs it (NOTE [a plan runs as generated Python])."""
 
     __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "empty", "num_reused_steps",
-                 "source", "program", "memory", "_peak")
+                 "source", "program", "memory", "_peak", "out_is_scalar", "loops")
 
     def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar, memory=None):
         self.steps = steps
         self.init = init
         self.in_slots = in_slots
         self.out_slots = out_slots
+        self.out_is_scalar = out_is_scalar
+        self.loops = {}  # the loops that run it: NOTE [a loop runs as generated Python] in loop_plans.py
         self.pool = {}
         self.array_types = array_types
         self.empty = backend.xp_for("gpu").empty if array_types[0] is not np.ndarray else np.empty
         self.num_reused_steps = sum(1 for s in steps if s.kind != PLAIN)
         self.memory = memory  # what planned_peak_bytes reads (NOTE [planned peak memory])
         self._peak = None
-        self.source, namespace = _compile(self, out_is_scalar)
-        exec(compile(self.source, "<cuvmap plan>", "exec"), namespace)
+        self.source, namespace = _compile(self)
+        exec(code_of(self.source, "<cuvmap plan>"), namespace)
         self.program = namespace["program"]
 
 
@@ -259,9 +264,15 @@ def _is_gpu_program(closed):
     return any(a.device and a.device.startswith("gpu") for a in avals)
 
 
+def _capturable(p):
+    """``Primitive.capturable``, whose default (None) is ``not host_sync``."""
+    return (not p.host_sync) if p.capturable is None else bool(p.capturable)
+
+
 def graph_capturable(closed):
-    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and none of
-    its equations reads values on the host (``Primitive.host_sync``)."""
+    """Whether ``closed`` may be captured as a CUDA graph: it runs on the GPU and every
+    equation, those of the programs it calls included, is ``capturable`` (a primitive
+    fact: no host read, no library a capture refuses)."""
     def programs(value):
         if isinstance(value, ir.ClosedJaxpr):
             return [value]
@@ -271,7 +282,7 @@ def graph_capturable(closed):
 
     def syncs_in(jaxpr):  # the programs of calls (checkpointed regions, loops, ...) included
         for e in jaxpr.eqns:
-            if e.primitive.host_sync:  # NOTE [graph replay] in cuvmap/cuda/graphs.py
+            if not _capturable(e.primitive):  # NOTE [graph replay] in cuvmap/cuda/graphs.py
                 return True
             if any(syncs_in(p.jaxpr) for v in e.params.values() for p in programs(v)):
                 return True
@@ -473,10 +484,12 @@ def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
                 members.add(out)
                 groups.group_of[out] = g
                 groups.groups[g][1] = [out]
-                return Step(IN_PLACE, prim.impl, ins, out, eqn.params, aux=s, writer=prim.impl_into)
+                return Step(IN_PLACE, prim.impl, ins, out, eqn.params, aux=s, writer=prim.impl_into,
+                            direct=_direct_writer(eqn, gpu))
         if not gpu:
             groups.new(out, [out], True)
-            return Step(POOLED, prim.impl, ins, out, eqn.params, aux=(aval.shape, aval.dtype), writer=prim.impl_into)
+            return Step(POOLED, prim.impl, ins, out, eqn.params, aux=(aval.shape, aval.dtype), writer=prim.impl_into,
+                        direct=_direct_writer(eqn, gpu))
         # on the GPU only in place: a buffer pooled across calls could still be read by a
         # kernel of the previous call on another stream (CuPy's own pool, which a fresh
         # result comes from, orders its blocks by stream)
@@ -485,7 +498,28 @@ def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
         groups.new(out, [out] if writes else [], writes)
     else:
         groups.join(array_ins, (out,))
-    return Step(PLAIN, prim.impl, ins, out, eqn.params)
+    impl, params = prim.impl, eqn.params
+    if params and prim.impl_for is not None:
+        specialized = prim.impl_for(*(x.aval for x in eqn.inputs), **params)
+        if specialized is not None:
+            impl, params = specialized, {}
+    return Step(PLAIN, impl, ins, out, params, direct=_direct_writer(eqn, gpu))
+
+
+def _direct_writer(eqn, gpu):
+    """The writer of ``eqn``'s result into any buffer of its aval (``Step.direct``), or
+    None: a primitive with a writer and without params whose operands have the result's
+    dtype (or are Python numbers), so that NumPy picks the same loop with ``out=`` as
+    without."""
+    prim, aval = eqn.primitive, eqn.outs[0].aval
+    if prim.impl_into is None or eqn.params or not (prim.impl_into_when is None or prim.impl_into_when(aval, gpu)):
+        return None
+    for x in eqn.inputs:
+        if isinstance(x, ir.Literal) and not hasattr(x.val, "dtype"):
+            continue
+        if x.aval.dtype != aval.dtype:
+            return None
+    return prim.impl_into
 
 
 def _schedule_frees(steps, slots, groups, gpu):
@@ -714,8 +748,9 @@ def _fresh(value):
     return value.copy() if hasattr(value, "copy") and hasattr(value, "shape") else value
 
 
-def _compile(p, out_is_scalar):
-    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+def namespace_of(p):
+    """The names every generated function of plan ``p`` reads, and its constants
+    (``c{slot}``); returns ``(namespace, constant slots)``."""
     computed = set()
     for step in p.steps:
         computed.update(step.outs)
@@ -726,6 +761,24 @@ def _compile(p, out_is_scalar):
                  "ARRAY_TYPES": p.array_types, "EMPTY": p.empty, "FRESH": _fresh}
     for s in constant_slots:
         namespace[f"c{s}"] = p.init[s]
+    return namespace, constant_slots
+
+
+def results_of(p, constant_slots):
+    """The expressions of ``p``'s results: a constant returned is copied (the caller owns
+    its results, and may write into them)."""
+    return [f"FRESH(c{s})" if s in constant_slots else f"r{s}" for s in p.out_slots]
+
+
+def step_lines(p, namespace, constant_slots, pad, direct=None, prepared=None):
+    """The lines of ``p``'s steps, indented by ``pad``, their names bound in ``namespace``
+    (NOTE [a plan runs as generated Python]). ``direct``: ``{step: expression}``, the
+    steps whose writer puts the result into that buffer; ``prepared``: ``{step: operand
+    names}``, the steps that call their impl's ``prepared`` on those operands (NOTE [a loop
+    runs as generated Python] in cuvmap/transforms/loop_plans.py)."""
+    direct, prepared = direct or {}, prepared or {}
+    out_is_scalar = p.out_is_scalar
+    lines = []
     pool_names = {}
 
     def pool_list(key):
@@ -735,9 +788,6 @@ def _compile(p, out_is_scalar):
             namespace[name] = p.pool.setdefault(key, [])
         return pool_names[key]
 
-    lines = ["def program(args):"]
-    if p.in_slots:
-        lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
     for k, step in enumerate(p.steps):
         kind, impl, ins, params, aux, writer = step.kind, step.impl, step.ins, step.params, step.aux, step.writer
         namespace[f"f{k}"] = impl
@@ -748,19 +798,30 @@ def _compile(p, out_is_scalar):
         plain = _call(k, ins, params, constant_slots)
         outs = step.outs
         r = f"r{outs[0]}"
-        if kind in (FUSED, MULTI):
-            lines.append(f"    {', '.join(f'r{o}' for o in outs)}, = {plain}")
+        if k in direct:
+            # the step's writer puts its result where the caller asks (a loop's y, into its row)
+            namespace[f"w{k}"] = step.direct
+            y = direct[k]
+            lines += [f"{pad}try:",
+                      f"{pad}    {r} = {_call(k, ins, params, constant_slots, out=y)}",
+                      f"{pad}except (TypeError, ValueError):",
+                      f"{pad}    {r} = {plain}",
+                      f"{pad}    {y} = {r}"]
+        elif k in prepared:
+            lines.append(f"{pad}{r} = G{k}({', '.join(prepared[k])})")
+        elif kind in (FUSED, MULTI):
+            lines.append(f"{pad}{', '.join(f'r{o}' for o in outs)}, = {plain}")
         elif kind == PLAIN:
-            lines.append(f"    {r} = {plain}")
+            lines.append(f"{pad}{r} = {plain}")
         elif kind == IN_PLACE:
             t = f"r{aux}"
-            lines += [f"    if type({t}) in ARRAY_TYPES and {t}.base is None:",
-                      "        try:",
-                      f"            {r} = {_call(k, ins, params, constant_slots, out=t)}",
-                      "        except (TypeError, ValueError):",
-                      f"            {r} = {plain}",
-                      "    else:",
-                      f"        {r} = {plain}"]
+            lines += [f"{pad}if type({t}) in ARRAY_TYPES and {t}.base is None:",
+                      f"{pad}    try:",
+                      f"{pad}        {r} = {_call(k, ins, params, constant_slots, out=t)}",
+                      f"{pad}    except (TypeError, ValueError):",
+                      f"{pad}        {r} = {plain}",
+                      f"{pad}else:",
+                      f"{pad}    {r} = {plain}"]
         else:
             pl = pool_list(aux)
             if writer is not impl and aux[1].kind == "f" and p.array_types[0] is np.ndarray:
@@ -770,29 +831,59 @@ def _compile(p, out_is_scalar):
                 # sqrt of uint8 is float16, where the aval says float64.)
                 key = f"K{pl[1:]}"
                 namespace[key] = aux
-                lines += ["    try:",
-                          f"        {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
-                          "    except (TypeError, ValueError, IndexError):",
-                          f"        {r} = {plain}"]
+                lines += [f"{pad}try:",
+                          f"{pad}    {r} = {_call(k, ins, params, constant_slots, out=f'({pl}.pop() if {pl} else EMPTY(*{key}))')}",
+                          f"{pad}except (TypeError, ValueError, IndexError):",
+                          f"{pad}    {r} = {plain}"]
             else:
-                lines += [f"    if {pl}:",
-                          "        try:",
-                          f"            {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
-                          "        except (TypeError, ValueError, IndexError):",
-                          f"            {r} = {plain}",
-                          "    else:",
-                          f"        {r} = {plain}"]
+                lines += [f"{pad}if {pl}:",
+                          f"{pad}    try:",
+                          f"{pad}        {r} = {_call(k, ins, params, constant_slots, out=f'{pl}.pop()')}",
+                          f"{pad}    except (TypeError, ValueError, IndexError):",
+                          f"{pad}        {r} = {plain}",
+                          f"{pad}else:",
+                          f"{pad}    {r} = {plain}"]
         if out_is_scalar[k]:
             for o in outs:
-                lines.append(f"    if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
+                lines.append(f"{pad}if type(r{o}) is not ndarray and isinstance(r{o}, generic): r{o} = asarray(r{o})")
         for s, key in step.release:
-            lines.append(f"    if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
+            lines.append(f"{pad}if type(r{s}) in ARRAY_TYPES and r{s}.base is None: {pool_list(key)}.append(r{s})")
         cleared = [f"r{s}" for s in step.clear if s not in constant_slots]
         if cleared:
-            lines.append(f"    del {', '.join(cleared)}")
-    # a constant returned is copied: the caller owns its results, and may write into them
-    lines.append(f"    return [{', '.join(f'FRESH(c{s})' if s in constant_slots else f'r{s}' for s in p.out_slots)}]")
+            lines.append(f"{pad}del {', '.join(cleared)}")
+    return lines
+
+
+def _compile(p):
+    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+    namespace, constant_slots = namespace_of(p)
+    lines = ["def program(args):"]
+    if p.in_slots:
+        lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
+    lines += step_lines(p, namespace, constant_slots, "    ")
+    lines.append(f"    return [{', '.join(results_of(p, constant_slots))}]")
     return "\n".join(lines) + "\n", namespace
+
+
+# NOTE [generated code is compiled once per text]
+# Python's ``compile`` is most of the cost of a small plan, and eager transforms make the
+# same plans again and again: ``grad`` of a function that calls ``lax.scan`` stages the
+# body anew at every call, and derives and plans its forward and backward bodies anew, and
+# their text is the same each time (the slots are numbered in program order; the
+# functions, params and constants are names bound in the namespace, not text). So the code
+# objects are kept by their text, a bounded cache (:data:`CODE_CACHE_SIZE` entries), and a
+# plan made again costs its planning and an ``exec`` of code already compiled.
+CODE_CACHE_SIZE = 512
+_code_cache = lru.LRU(CODE_CACHE_SIZE)
+
+
+def code_of(source, filename):
+    """The code object of ``source`` (NOTE [generated code is compiled once per text])."""
+    key = (source, filename)
+    code = _code_cache.get(key)
+    if code is None:
+        code = _code_cache.put(key, compile(source, filename, "exec"))
+    return code
 
 
 def source(p):

@@ -91,15 +91,17 @@ class JaxprEqn:
     """``outs = primitive(inputs, **params)``: ``outs`` is the list of the result
     variables (JAX's ``outvars``), one for an ordinary primitive, one per result for a
     primitive with several (``primitive.multiple_results``: NOTE [an equation with several
-    results])."""
+    results]). ``name_stack``: the named scopes it was staged in (NOTE [named scopes] in
+    cuvmap/core.py)."""
 
-    __slots__ = ("primitive", "inputs", "outs", "params")
+    __slots__ = ("primitive", "inputs", "outs", "params", "name_stack")
 
-    def __init__(self, primitive, inputs, outs, params):
+    def __init__(self, primitive, inputs, outs, params, name_stack=()):
         self.primitive = primitive
         self.inputs = inputs
         self.outs = outs
         self.params = params
+        self.name_stack = name_stack
 
 
 class Jaxpr:
@@ -198,7 +200,8 @@ def pp_jaxpr(jaxpr):
         ins = " ".join(name(x) for x in eqn.inputs)
         head = eqn.primitive.name + (f"[{params}]" if params else "")
         outs = " ".join(decl(v) for v in eqn.outs)
-        lines.append(f"    {outs} = {head} {ins}".rstrip())
+        scope = f"  # [{'/'.join(eqn.name_stack)}]" if eqn.name_stack else ""
+        lines.append(f"    {outs} = {head} {ins}".rstrip() + scope)
     outs = ", ".join(name(v) for v in jaxpr.outvars)
     lines.append(f"  in ({outs}{',' if len(jaxpr.outvars) == 1 else ''}) }}")
     return "\n".join(lines)
@@ -228,7 +231,11 @@ def eval_jaxpr(jaxpr, consts, args, hook=None):
 
     for k, eqn in enumerate(jaxpr.eqns):
         ins = list(map(read, eqn.inputs))
-        out = eqn.primitive.bind(*ins, **eqn.params)
+        if eqn.name_stack:  # NOTE [named scopes] in cuvmap/core.py
+            with core.extend_name_stack(eqn.name_stack):
+                out = eqn.primitive.bind(*ins, **eqn.params)
+        else:
+            out = eqn.primitive.bind(*ins, **eqn.params)
         if hook is not None:
             out = hook(k, eqn, ins, out)
         if eqn.primitive.multiple_results:
@@ -245,17 +252,22 @@ def eval_jaxpr(jaxpr, consts, args, hook=None):
 
 def dce(jaxpr):
     """Dead-code elimination: drops the equations whose output no output depends on.
-    (Every primitive is pure but the ``effectful`` ones, which stay; a bounds check's
-    failure only matters when its checked index is used.) An equation with several results whose primitive has a ``dce``
-    method (a call primitive: NOTE [call primitives] in :mod:`cuvmap.transforms.call`)
-    loses its dead results, and the operands only they needed."""
+    (Every primitive is pure but the ``effectful`` ones: an equation with effects, its
+    own or its programs' (:func:`has_effects`), stays whole; a bounds check's failure only
+    matters when its checked index is used.) An equation with several results whose
+    primitive has a ``dce`` method (a call primitive: NOTE [call primitives] in
+    :mod:`cuvmap.transforms.call`) loses its dead results, and the operands only they
+    needed."""
     live = {v for v in jaxpr.outvars if type(v) is Var}
     kept = []
     for eqn in reversed(jaxpr.eqns):
         used = [v in live for v in eqn.outs]
-        if not any(used) and not eqn.primitive.effectful:
+        if not all(used) and has_effects(eqn):  # kept whole: its effect runs
+            used = None
+        elif not any(used):
             continue
-        if eqn.primitive.multiple_results and not all(used) and getattr(eqn.primitive, "dce", None) is not None:
+        if (used is not None and eqn.primitive.multiple_results and not all(used)
+                and getattr(eqn.primitive, "dce", None) is not None):
             eqn = _prune_results(eqn, used)
         kept.append(eqn)
         live.update(x for x in eqn.inputs if type(x) is Var)
@@ -271,7 +283,32 @@ def _prune_results(eqn, used):
     params, used_inputs, kept = pruned
     outs = [v for v, k in zip(eqn.outs, kept) if k]
     inputs = [x for x, u in zip(eqn.inputs, used_inputs) if u]
-    return JaxprEqn(eqn.primitive, inputs, outs, params)
+    return JaxprEqn(eqn.primitive, inputs, outs, params, eqn.name_stack)
+
+
+def has_effects(eqn):
+    """Whether running ``eqn`` does something besides computing its results: its
+    primitive is ``effectful`` (a debug callback), or a program among its params (a
+    ``cond``'s branch, a loop's body, a call's program) has such an equation. The passes
+    keep those equations whole, in order, and never merge or fold them."""
+    if eqn.primitive.effectful:
+        return True
+    if not eqn.primitive.multiple_results:
+        return False
+    for value in eqn.params.values():
+        programs = value if isinstance(value, tuple) else (value,)
+        for program in programs:
+            program = getattr(program, "program", program)  # (a staged custom-derivative function)
+            if isinstance(program, ClosedJaxpr) and _program_has_effects(program):
+                return True
+    return False
+
+
+def _program_has_effects(closed):
+    hit = closed.derived.get("effects")
+    if hit is None:
+        hit = closed.derived["effects"] = any(has_effects(e) for e in closed.jaxpr.eqns)
+    return hit
 
 
 def consts_as_inputs(closed):
@@ -377,7 +414,7 @@ def cse(jaxpr):
 
     for eqn in jaxpr.eqns:
         inputs = [sub(x) for x in eqn.inputs]
-        params = None if eqn.primitive.effectful else _param_key(eqn.params)  # each effect runs
+        params = None if has_effects(eqn) else _param_key(eqn.params)  # each effect runs
         if params is not None:
             key = (eqn.primitive, params, tuple(
                 x if type(x) is Var else x.key() for x in inputs))
@@ -390,7 +427,7 @@ def cse(jaxpr):
                 continue
             if key is not None:
                 seen[key] = eqn.outs
-        eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.outs, eqn.params))
+        eqns.append(JaxprEqn(eqn.primitive, inputs, eqn.outs, eqn.params, eqn.name_stack))
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [sub(v) for v in jaxpr.outvars])
 
 

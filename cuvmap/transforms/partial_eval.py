@@ -131,7 +131,7 @@ def partial_eval_jaxpr(closed, unknown_ins, instantiate=None, saveable=everythin
     def sub(x):
         return rename.get(x, x) if type(x) is Var else x
 
-    staged_eqns = [ir.JaxprEqn(e.primitive, [sub(x) for x in e.inputs], e.outs, e.params) for e in body]
+    staged_eqns = [ir.JaxprEqn(e.primitive, [sub(x) for x in e.inputs], e.outs, e.params, e.name_stack) for e in body]
     staged = ir.optimize(ClosedJaxpr(
         Jaxpr(j.constvars, [known_invars[i] for i in known_read] + res_vars + unknown_invars, staged_eqns,
               [sub(v) for v, u in zip(j.outvars, out_unknown) if u]),

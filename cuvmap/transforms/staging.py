@@ -164,7 +164,7 @@ class StagingTrace(Trace):
         out_aval = core.ShapedArray(out.shape, out.dtype, False, _out_device(avals))
         origin = next((v.origin for v in inputs if type(v) is Var and v.origin), None)
         var = Var(out_aval, origin)
-        builder.eqns.append(JaxprEqn(primitive, inputs, [var], params))
+        builder.eqns.append(JaxprEqn(primitive, inputs, [var], params, core._state.name_stack))
         return StagedTracer(self.main, var)
 
     def process_call(self, primitive, args, params):
@@ -180,7 +180,7 @@ class StagingTrace(Trace):
         inputs = [self.to_input(builder, x) for x in args]
         device = _out_device([v.aval for v in inputs])
         outs = [Var(core.ShapedArray(a.shape, a.dtype, a.weak_type, a.device or device)) for a in out_avals]
-        builder.eqns.append(JaxprEqn(primitive, inputs, outs, params))
+        builder.eqns.append(JaxprEqn(primitive, inputs, outs, params, core._state.name_stack))
         return [StagedTracer(self.main, v) for v in outs]
 
 
@@ -192,7 +192,8 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER):
     (literals). Returns the :class:`~cuvmap.transforms.ir.ClosedJaxpr` from the arguments
     to those values."""
     builder = JaxprBuilder(stager)
-    with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main):
+    # a program's names are relative to the function staged (NOTE [named scopes] in core.py)
+    with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main), core.new_name_stack():
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
         tracers = [StagedTracer(main, v) for v in invars]
         outs = f(*tracers)

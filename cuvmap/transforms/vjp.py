@@ -56,7 +56,7 @@ class Tape:
     """The record of a reverse-mode trace. Nodes ``0 .. num_inputs-1`` are the inputs;
     node ``k >= num_inputs`` is ``entries[k - num_inputs]``."""
 
-    __slots__ = ("entries", "num_inputs", "calls")
+    __slots__ = ("entries", "num_inputs", "calls", "names")
 
     def __init__(self):
         self.entries = []
@@ -64,6 +64,9 @@ class Tape:
         # staged programs' entries: index -> number of outputs (the entries after the
         # first output's are None; NOTE [a call on the tape])
         self.calls = {}
+        # entry index -> the name stack it was recorded under, where not empty (NOTE
+        # [named scopes] in cuvmap/core.py)
+        self.names = {}
 
     def new_input(self):
         """A new input node (before any entry is recorded); returns its index."""
@@ -97,6 +100,9 @@ class VJPTrace(Trace):
             kept_out = out if read_out else None
         tape = main.global_data
         node = tape.num_inputs + len(tape.entries)
+        names = core._state.name_stack
+        if names:
+            tape.names[len(tape.entries)] = names
         tape.entries.append((primitive, params, rule, kept, kept_out, operand_nodes))
         return VJPTracer(main, out, node)
 
@@ -138,6 +144,9 @@ def record_call(main, primitive, params, rule, operand_avals, operand_nodes, out
     tape = main.global_data
     node = tape.num_inputs + len(tape.entries)
     tape.calls[len(tape.entries)] = len(with_ct)
+    names = core._state.name_stack
+    if names:
+        tape.names[len(tape.entries)] = names
     tape.entries.append((primitive, params, rule, operand_avals, None, operand_nodes))
     tape.entries.extend([None] * (len(with_ct) - 1))
     results = list(out_primals)
@@ -178,27 +187,44 @@ def backward_pass(tape, output_cts):
         cts[node] = ct if cts[node] is None else lax.add(cts[node], ct)
     entries = tape.entries
     calls = tape.calls
-    for k in range(len(entries) - 1, -1, -1):
-        node = n_in + k
-        if calls and k in calls:
-            _backward_call(entries[k], cts, node, calls[k])
-            continue
-        ct = cts[node]
-        if ct is None:
-            continue
-        entry = entries[k]
-        if entry is None:  # a later output of a staged call: its first entry takes it
-            continue
-        cts[node] = None
-        primitive, params, rule, primals, out, operand_nodes = entry
-        for i, operand_node in operand_nodes:
-            ct_i = rule(i, ct, out, *primals, **params)
-            if ct_i is None:
+    names = tape.names
+    base = core.name_stack()
+    try:
+        for k in range(len(entries) - 1, -1, -1):
+            if names:  # each entry's rules under its names, transposed (NOTE [named scopes] in core.py)
+                core.set_name_stack(_transposed_names(base, names.get(k)))
+            node = n_in + k
+            if calls and k in calls:
+                _backward_call(entries[k], cts, node, calls[k])
                 continue
-            ct_i = match_operand(ct_i, primals[i])
-            prev = cts[operand_node]
-            cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
+            ct = cts[node]
+            if ct is None:
+                continue
+            entry = entries[k]
+            if entry is None:  # a later output of a staged call: its first entry takes it
+                continue
+            cts[node] = None
+            primitive, params, rule, primals, out, operand_nodes = entry
+            for i, operand_node in operand_nodes:
+                ct_i = rule(i, ct, out, *primals, **params)
+                if ct_i is None:
+                    continue
+                ct_i = match_operand(ct_i, primals[i])
+                prev = cts[operand_node]
+                cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
+    finally:
+        if names:
+            core.set_name_stack(base)
     return cts[:n_in]
+
+
+def _transposed_names(base, recorded):
+    """The name stack of a backward rule: ``base`` (the stack when the backward pass
+    started) and ``transpose(<the names the entry was recorded under, below base>)``."""
+    if not recorded:
+        return base
+    inner = recorded[len(base):] if recorded[:len(base)] == base else recorded
+    return base + (f"transpose({'/'.join(inner)})",) if inner else base
 
 
 # NOTE [a call on the tape]

@@ -13,9 +13,16 @@ What it checks:
 - ``ElementwiseKernel`` bodies are evaluated as C, with the declared dtypes enforced;
 - every device->host read is counted per call site (:func:`host_reads`);
 - stream capture: a device->host read, a synchronisation, a host->device copy and any
-  cuBLAS, cuSOLVER or cuRAND call raise (as CuPy 14 and CUDA do) and are recorded
-  (:func:`refusals`); the launches are recorded into a graph (:func:`graphs`) that
-  replays them on the captured buffers, which hold garbage until it is launched.
+  cuBLAS (through CuPy), cuSOLVER or cuRAND call raise (as CuPy 14 and CUDA do) and are
+  recorded (:func:`refusals`); the launches are recorded into a graph (:func:`graphs`) that
+  replays them on the captured buffers, which hold garbage until it is launched;
+- integer index arrays wrap around the axis, as CuPy's gathers and scatters do;
+- addresses: ``ndarray.data.ptr`` is the NumPy buffer's address, ``ndarray(memptr=...)``
+  views registered memory, pinned host memory (``runtime.hostAlloc``) is shared with the
+  device, and ``libcublas`` is emulated on the bytes at the addresses cuvmap's own cuBLAS
+  binding passes (``cupy/_libcublas.py``: column-major, cuBLAS's argument checks, an
+  illegal address outside every buffer, a GEMM in a capture only on the capturing stream);
+  tests/conftest.py hands it to ``cuvmap.cuda.cublas.use_library``.
 
 What it does not prove: anything about a GPU's speed, CUDA's math functions, kernel
 compilation (NVRTC), cuDNN or NCCL (both unavailable under it), memory, or streams

@@ -123,3 +123,25 @@ from cuvmap.dp.ghost.rules import RULES, Rule, rule  # noqa: F401
 # where ‖a_b‖ itself is. It costs one max-reduction and one division over a and g per
 # ghost layer.
 
+
+# NOTE [user norms from factored gradients]
+# Under user-level clipping (clipped_grad(loss, C)(params, *batch, users=u), NOTE [clipping
+# by group and by user] in cuvmap/dp/clipping.py) the norm that is clipped is a user's,
+# ‖Σ_{b∈u} m_b ∇_W L_b‖, the norm of a sum of per-example gradients, which the per-example
+# ghost norms do not give. For a factored layer (∇_W L_b = A_bᵀ G_b per batch index h)
+#     ‖Σ_{b∈u} m_b A_bᵀ G_b‖² = Σ_{b,b'∈u} m_b m_b' ⟨A_b A_b'ᵀ, G_b G_b'ᵀ⟩:
+# the ghost norm of one "example" whose positions are all its user's examples' positions.
+# The T×T Grams of one example become the (B·T)×(B·T) Grams of the whole batch, of which
+# the pairs of one user are kept and summed per user slot (rules.Dot.ghost_user_sq_norms,
+# rows scaled as in NOTE [ghost norms without overflow], the cross terms by both examples'
+# scales). That costs H·(B·T)²·(d + p): quadratic in the batch instead of linear, so the
+# cost model (Rule.user_costs, estimates only, nothing timed) takes it for wide dense
+# layers without positions (T = 1) while B·(d + p) stays below d·p, and otherwise the
+# explicit form: the layer's per-example gradients from the same backward pass, summed per
+# user by one scatter-add into B user slots. Rules without a user form (convolutions,
+# embeddings, biases, scales, tied and fallback parameters) always take the explicit form;
+# a conv's user Gram would need its unfolded positions across examples, a block of
+# (B·positions)² entries. Book-keeping carries over unchanged: Σ_u s_u G_u = Σ_b s_{u_b} m_b
+# ∇L_b, so a ghost layer's clipped sum is its batched weight gradient with every cotangent
+# weighted by its user's clip factor; no per-user gradient of a ghost layer exists. With
+# nan_safe a user whose norm is not finite is dropped, every one of its examples zeroed.

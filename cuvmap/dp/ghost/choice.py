@@ -53,6 +53,18 @@ def choose(layer, method, size, device):
     return _measured.measure_once(key, measure)[0][0]
 
 
+def choose_for_users(layer, method, size, device):
+    """``"ghost"`` or ``"per_example"`` for a parameter's only use under user-level clipping
+    (NOTE [user norms from factored gradients]): the ghost form only where the rule has
+    one, chosen by the estimates of ``layer.user_costs`` (nothing is timed)."""
+    if not layer.has_user_ghost or method == "per_example":
+        return "per_example"
+    if method == "ghost":
+        return "ghost"
+    ghost, explicit = layer.user_costs(size)
+    return "ghost" if ghost <= explicit else "per_example"
+
+
 def _time_both(layer, size, device):
     """Milliseconds of each method's work for ``layer`` (norms, then the weighted sum) on
     random operands of its shapes for a batch of ``size``, on ``device``: the faster of two

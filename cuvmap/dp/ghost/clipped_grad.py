@@ -14,7 +14,7 @@ from cuvmap.dp.ghost.rules import per_row
 from cuvmap.transforms import ir, staging
 
 def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux=False, tiny=1e-6,
-                 nan_safe=False, relation="add_remove", chunk_size=None, memory_budget=None):
+                 nan_safe=False, relation="add_remove", groups=None, chunk_size=None, memory_budget=None):
     """The sum of clipped per-example gradients of ``loss`` and the per-example gradient
     norms, by ghost clipping and book-keeping (NOTE [ghost clipping]).
 
@@ -50,22 +50,32 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
         ``C``. Its norm is reported as computed, and ``result.num_dropped(mask)`` counts
         such examples. Off by default: a non-finite example then makes ``summed`` NaN, as
         in Opacus and ``torch.func`` + clipping.
-      relation: the neighbouring relation of the result's ``sensitivity``:
-        ``"add_remove"`` (``C``, the default) or ``"replace"`` (``2C``).
+      relation: the neighbouring relation the result's sensitivity is stated for:
+        ``"add_remove"`` (``Δ = C``) or ``"replace"`` (``Δ = 2C``) (NOTE [sensitivity as
+        data] in :mod:`cuvmap.dp.clipping`).
+      groups: group-wise clipping (NOTE [clipping by group and by user]): None (one norm
+        over every parameter), ``"param"`` (each leaf), ``"layer"`` (the leaves under one
+        parent node) or a pytree prefix of the parameters with a group label at each leaf
+        (block-wise); ``max_norm`` is then a number (``C / √K`` per group) or a dict
+        ``{label: C_k}``.
       chunk_size: the examples processed at a time (jax_privacy's ``microbatch_size``,
         Opacus's ``max_physical_batch_size``): the sums of the chunks are added and their
         norms joined, so the result is that of the whole batch; ``"auto"``: the largest
         chunk whose planned memory fits ``memory_budget``. Each chunk runs the staged
-        program of its size (:mod:`cuvmap.memory_budget`).
+        program of its size (:mod:`cuvmap.memory_budget`). Not with ``groups`` or
+        ``users`` (a user's examples must be clipped together).
       memory_budget: what a call may allocate, its results included: an int of bytes, or a
         float in (0, 1], that fraction of the memory free on the batch's device (with
         ``chunk_size="auto"`` and no budget: half of it); implies ``chunk_size="auto"``.
 
     Returns:
-      a function ``(params, *batch, mask=None)`` returning a
+      a function ``(params, *batch, mask=None, users=None)`` returning a
       :class:`~cuvmap.dp.ClippedGradient` ``(summed, norms)``, or ``(ClippedGradient,
       aux)`` with ``has_aux``. ``mask``: ``(B,)`` weights (1 real, 0 padding; bool or
-      float), as :func:`cuvmap.dp.pad_batch` returns. It works eagerly and under ``jit``, on
+      float), as :func:`cuvmap.dp.pad_batch` returns. ``users``: ``(B,)`` integer user
+      slots in ``[0, B)`` (as :func:`cuvmap.dp.sample_users` gives them): each user's summed
+      gradient is clipped, the norms are per user slot and the sensitivity is per user
+      (NOTE [user norms from factored gradients] in :mod:`cuvmap.dp.ghost`). It works eagerly and under ``jit``, on
       NumPy and CuPy arrays; :func:`cuvmap.dp.private_gradient` takes its result. Its
       ``methods(params, *batch)`` says how each parameter leaf is differentiated.
 
@@ -83,13 +93,11 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
     api_util.check_callable(loss, "clipped_grad")
     name = api_util.fun_name(loss)
     where = f"clipped_grad({name})"
-    max_norm = clipping.check_max_norm(max_norm, where, TransformError, hint=(
-        f"; clipped_grad({name}, C) takes the bound, and the function it returns takes the parameters and the "
-        f"batch: clipped_grad({name}, 1.0)(params, xs, ys)"))
-    try:
-        sensitivity = clipping.sensitivity_of(max_norm, relation)
-    except ValueError as err:
-        raise TransformError(f"{where}: {err}") from None
+    if groups is None or not isinstance(max_norm, dict):
+        clipping.check_max_norm(max_norm, where, TransformError, hint=(
+            f"; clipped_grad({name}, C) takes the bound, and the function it returns takes the parameters and the "
+            f"batch: clipped_grad({name}, 1.0)(params, xs, ys)"))
+    relation = clipping.check_relation(relation, where)
     if method not in choice.METHODS:
         raise TransformError(f"{where}: method must be one of {', '.join(map(repr, choice.METHODS))}, got {method!r}")
     if isinstance(in_axes, list):
@@ -100,19 +108,22 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
     chunked = memory_budget_mod.ChunkedMap(where, _chunk_combine) if chunks is not None else None
 
     @api_util.with_context(where, loss)
-    def clipped(*args, mask=None):
+    def clipped(*args, mask=None, users=None):
         if chunked is not None:
+            if users is not None or groups is not None:
+                raise TransformError(f"{where}: chunk_size/memory_budget do not combine with users= or groups= "
+                                     "(a user's examples, and a group's bound, are clipped over the whole batch)")
             return _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny,
-                                      bool(nan_safe), (sensitivity, relation))
-        return _clipped(settings, args, mask, max_norm, tiny, bool(nan_safe), (sensitivity, relation))
+                                      bool(nan_safe), relation)
+        return _clipped(settings, args, mask, users, max_norm, groups, tiny, bool(nan_safe), relation)
 
     @api_util.with_context(where, loss)
-    def methods(*args):
-        """How each parameter leaf of ``args`` would be differentiated, a pytree like the
-        parameters: ``"ghost"``, ``"per_example"``, ``"per_example, k uses"`` (a parameter
-        used k times), ``"vmap"`` (used some other way) or ``"unused"`` (NOTE [ghost
-        clipping])."""
-        return _Staged(settings, args).methods()
+    def methods(*args, users=None):
+        """How each parameter leaf of ``args`` would be differentiated (with ``users``: for
+        user-level clipping), a pytree like the parameters: ``"ghost"``, ``"per_example"``,
+        ``"per_example, k uses"`` (a parameter used k times), ``"vmap"`` (used some other
+        way) or ``"unused"`` (NOTE [ghost clipping])."""
+        return _Staged(settings, args, users is not None).methods()
 
     clipped.methods = methods
     if chunked is not None:
@@ -121,7 +132,7 @@ def clipped_grad(loss, max_norm, *, method="auto", argnums=0, in_axes=0, has_aux
             """The :class:`~cuvmap.memory_budget.ChunkPlan` a call with these arguments
             follows (nothing runs)."""
             return _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny,
-                                      bool(nan_safe), (sensitivity, relation), plan_only=True)
+                                      bool(nan_safe), relation, plan_only=True)
 
         clipped.memory_plan = memory_plan
     return clipped
@@ -176,7 +187,7 @@ class _Staged:
     leaves (in_axes None), the per-example program (traced, or found in the settings'
     cache), and the method of each parameter with one use for this batch size."""
 
-    def __init__(self, settings, args):
+    def __init__(self, settings, args, by_user=False):
         loss, where = settings.loss, settings.where
         self.single, nums = api_util.normalize_argnums(loss, settings.argnums, len(args))
         api_util.check_float_inputs(loss, args, nums, "clipped_grad")
@@ -227,8 +238,11 @@ class _Staged:
         self.program, self.params, self.taps = program.program, program.params, program.taps
         self.fallback, self.out_tree = program.fallback, program.out_tree
         device = avals[0].device if avals else None
-        self.method = [choice.choose(plan.uses[0][0], settings.method, self.size, device)
-                       if not plan.fallback and len(plan.uses) == 1 else None for plan in self.params]
+        # user-level clipping: NOTE [user norms from factored gradients]
+        self.by_user = by_user
+        self.method = [(choice.choose_for_users if by_user else choice.choose)(
+            plan.uses[0][0], settings.method, self.size, device)
+            if not plan.fallback and len(plan.uses) == 1 else None for plan in self.params]
 
     def methods(self):
         """How each parameter leaf is differentiated, a pytree like the parameters."""
@@ -284,17 +298,25 @@ def _trace(settings, args, nums, others, param_tree, order, num_batched, paths, 
     return _Program(program, params, taps, fallback, out_tree)
 
 
-def _clipped(settings, args, mask, max_norm, tiny, nan_safe, stated):
-    staged = _Staged(settings, args)
+def _clipped(settings, args, mask, users, max_norm, groups, tiny, nan_safe, relation):
+    staged = _Staged(settings, args, users is not None)
     size = staged.size
     if mask is not None and tuple(core.shape_of(mask)) != (size,):
         raise TransformError(f"mask has shape {tuple(core.shape_of(mask))}, but the batch has {size} examples "
                              f"(the mask needs shape ({size},))")
+    if users is not None:
+        users = clipping.check_users(users, size, settings.where)
+    params = tree.unflatten(staged.param_tree, staged.param_leaves)
+    grp = clipping.resolve_groups(params[0] if staged.single else params, groups, max_norm, settings.where)
     outs, kept, cts, fallback_grads = _forward_backward(staged)
-    summed, norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, max_norm, tiny, nan_safe)
+    summed, norms, group_norms = _clip_and_sum(staged, outs[0], kept, cts, fallback_grads, mask, users, grp, tiny,
+                                               nan_safe)
     del kept, cts, fallback_grads
     summed = tree.unflatten(staged.param_tree, [api_util.to_array_result(s) for s in summed])
-    result = clipping.ClippedGradient(summed[0] if staged.single else summed, api_util.to_array_result(norms), *stated)
+    result = clipping.ClippedGradient(
+        summed[0] if staged.single else summed, api_util.to_array_result(norms),
+        None if group_norms is None else tuple(api_util.to_array_result(n) for n in group_norms),
+        max_norm=grp.total, relation=relation, unit="example" if users is None else "user", groups=grp.spec)
     if not settings.has_aux:
         return result
     return result, tree.unflatten(staged.out_tree, outs)[1]
@@ -331,15 +353,16 @@ class _TapValues:
             del self.values[k], self.cts[k]
 
 
-def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tiny, nan_safe):
-    """The per-example norms over every parameter, then each parameter's clipped sum (with
-    ``nan_safe``, the examples of non-finite norm zeroed in every operand of the sums). The
-    lists ``kept``, ``cts`` and ``fallback_grads`` are emptied, so that each array is freed
-    when its last use is done."""
+def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, users, grp, tiny, nan_safe):
+    """The norms of the units (examples, or user slots with ``users``) per group of ``grp``,
+    then each parameter's clipped sum (with ``nan_safe``, the units of non-finite norm zeroed
+    in every operand of the sums). The lists ``kept``, ``cts`` and ``fallback_grads`` are
+    emptied, so that each array is freed when its last use is done. Returns ``(summed,
+    norms, group_norms)``."""
     taps = _TapValues(staged, kept, cts)
     size, param_leaves = staged.size, staged.param_leaves
-    squares = []
-    ghost, explicit = [], []   # (param, layer, chain) and [param, per-example grads, chain]
+    squares = [None] * len(param_leaves)
+    ghost, explicit = [], []   # (param, layer, chain) and [param, per-example (or per-user) grads, chain]
     for i, plan in enumerate(staged.params):
         if plan.fallback:
             j = staged.fallback.index(i)
@@ -347,7 +370,9 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
             fallback_grads[j] = None
         elif len(plan.uses) == 1 and staged.method[i] == "ghost":
             layer, chain = plan.uses[0]
-            squares.append(layer.ghost_sq_norms(*taps.inputs(layer)))
+            acts, g = taps.inputs(layer)
+            squares[i] = layer.ghost_sq_norms(acts, g) if users is None else \
+                layer.ghost_user_sq_norms(acts, g, users, mask)
             ghost.append((i, layer, chain))
         elif len(plan.uses) == 1:
             layer, chain = plan.uses[0]
@@ -361,17 +386,28 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
                 taps.done(layer)
                 total = g_use if total is None else cnp.add(total, g_use)
             explicit.append([i, total, ()])
-    for _, grads, _ in explicit:
-        squares.append(clipping.squared_norms([grads], size))
-    if squares:
-        total = squares[0]
-        for s in squares[1:]:
-            total = cnp.add(total, s)
-        norms = cnp.sqrt(cnp.maximum(total, 0))
-    else:  # no parameter reaches the loss
-        norms = cnp.zeros_like(losses)
+    for entry in explicit:
+        if users is not None:   # each user's sum of its examples' gradients, in B user slots
+            entry[1] = clipping.per_user(entry[1], users, mask)
+        squares[entry[0]] = clipping.squared_norms([entry[1]], size)
+    group_squares = []
+    for k in range(len(grp)):
+        parts = [sq for sq, g in zip(squares, grp.of_leaf) if g == k and sq is not None]
+        total = parts[0] if parts else cnp.zeros_like(losses)   # (no parameter of the group reaches the loss)
+        for sq in parts[1:]:
+            total = cnp.add(total, sq)
+        group_squares.append(total)
+    norms, group_norms, scales = clipping.group_clip(group_squares, grp, tiny, mask if users is None else None)
     finite = clipping.finite_rows(norms) if nan_safe else None
-    scale = clipping.zero_rows(clipping.clip_scale(norms, max_norm, tiny, mask), finite)
+    if users is not None:
+        # a ghost layer's sum weights each example by its user's factor (and its mask entry);
+        # the explicit sums are already per user
+        example_finite = None if finite is None else cnp.take(finite, users)
+        example_scales = [cnp.take(s, users) for s in scales]
+        if mask is not None:
+            example_scales = [cnp.multiply(s, cnp.astype(mask, core.dtype_of(s))) for s in example_scales]
+    else:
+        example_finite, example_scales = finite, scales
     summed = [None] * len(param_leaves)
     # the explicit sums first: a bias's per-example gradients may be its tap's cotangents,
     # which the ghost layer's sum then releases
@@ -379,13 +415,15 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
         i, grads, chain = entry
         entry[1] = None
         grads = clipping.zero_rows(grads, finite)
+        scale = clipping.zero_rows(scales[grp.of_leaf[i]], finite)
         summed[i] = analysis.pull_back(chain, cnp.tensordot(cnp.astype(scale, core.dtype_of(grads)), grads, axes=1),
                                        batched=False)
         del grads
     for i, layer, chain in ghost:
         acts, g = taps.inputs(layer)
-        acts = [clipping.zero_rows(a, finite) if core.is_float(a) else a for a in acts]
-        weighted = layer.weighted_sum(acts, clipping.zero_rows(cnp.multiply(g, per_row(scale, g)), finite))
+        acts = [clipping.zero_rows(a, example_finite) if core.is_float(a) else a for a in acts]
+        scale = clipping.zero_rows(example_scales[grp.of_leaf[i]], example_finite)
+        weighted = layer.weighted_sum(acts, clipping.zero_rows(cnp.multiply(g, per_row(scale, g)), example_finite))
         del acts, g
         taps.done(layer)
         summed[i] = analysis.pull_back(chain, weighted, batched=False)
@@ -394,7 +432,7 @@ def _clip_and_sum(staged, losses, kept, cts, fallback_grads, mask, max_norm, tin
             summed[i] = cnp.zeros_like(leaf)
         elif core.dtype_of(summed[i]) != core.dtype_of(leaf):
             summed[i] = cnp.astype(summed[i], core.dtype_of(leaf))
-    return summed, norms
+    return summed, norms, group_norms
 
 
 def _forward_backward(staged):
@@ -453,7 +491,7 @@ def _chunk_combine(out_tree, out_avals):
     return [(memory_budget_mod.SUM,) if i in sums else (memory_budget_mod.STACK, 0) for i in range(len(out_avals))]
 
 
-def _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny, nan_safe, stated,
+def _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max_norm, tiny, nan_safe, relation,
                        plan_only=False):
     """:func:`_clipped` over chunks of the batch (:mod:`cuvmap.memory_budget`): each chunk
     is a call of its own on a slice of every batched leaf (and of the mask)."""
@@ -474,7 +512,7 @@ def _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max
     def body(b, chunk_leaves):
         m = chunk_leaves[-1] if mask is not None else None
         a, _ = tree.unflatten(treedef, chunk_leaves[:len(chunk_leaves) - (mask is not None)])
-        res = _clipped(settings, a, m, max_norm, tiny, nan_safe, stated)
+        res = _clipped(settings, a, m, None, max_norm, None, tiny, nan_safe, relation)
         res, aux = res if settings.has_aux else (res, ())
         return tree.flatten((res.summed, res.norms, aux))
 
@@ -484,5 +522,5 @@ def _clipped_in_chunks(settings, chunked, chunks, memory_budget, args, mask, max
     outs, out_tree = chunked(body, leaves, axes, size, chunks, memory_budget, key=key)
     outs = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
     summed, norms, aux = tree.unflatten(out_tree, outs)
-    result = clipping.ClippedGradient(summed, norms, *stated)
+    result = clipping.ClippedGradient(summed, norms, None, max_norm=float(max_norm), relation=relation, unit="example")
     return (result, aux) if settings.has_aux else result

@@ -11,6 +11,9 @@ input ``a_b``) and the cotangent ``g_b = ∂L_b/∂y_b`` of the equation's outpu
   multiplied by the clip weight ``s_b``), without the per-example gradients;
 * where ``has_ghost``, ``ghost_sq_norms``: ``‖∇_W L_b‖²`` from ``a_b`` and ``g_b`` alone
   (Goodfellow 2015, Li et al. 2021), ``(B,)``;
+* where ``has_user_ghost``, ``ghost_user_sq_norms``: each user's ``‖Σ_{b∈u} ∇_W L_b‖²``
+  from the same ``a`` and ``g`` (NOTE [user norms from factored gradients] in
+  :mod:`cuvmap.dp.ghost`), ``(B,)`` user slots, and ``user_costs(B)`` for choosing it;
 * ``dims = (H, T, d, p)`` and ``costs()`` for the cost model (NOTE [ghost clipping] in
   :mod:`cuvmap.dp.ghost`), ``example_inputs`` for timing it.
 
@@ -116,6 +119,7 @@ class Rule:
     equation's params (for the keys of measured choices)."""
 
     has_ghost = True
+    has_user_ghost = False
     needs = ()
     unfolded = 0
     static = {}
@@ -188,6 +192,44 @@ class Dot(Rule):
         gram_a = lax.dot_general(a, a, ((shift(self.a_contract),) * 2, ((0,) + shift(self.a_batch),) * 2))
         gram_g = lax.dot_general(g, g, ((shift(self.g_wfree),) * 2, ((0,) + shift(self.g_batch),) * 2))
         return unscaled(batched_inner(gram_a, gram_g), ma, mg)
+
+    has_user_ghost = True
+
+    def ghost_user_sq_norms(self, acts, g, users, mask):
+        """``‖Σ_{b∈u} m_b A_bᵀ G_b‖² = Σ_{b,b'∈u} m_b m_b' Σ_h ⟨A_{b,h} A_{b',h}ᵀ, G_{b,h} G_{b',h}ᵀ⟩``
+        for each user slot ``u``: the ``(B·T) × (B·T)`` Grams of every position of every
+        example per batch index ``h``, their product summed within each pair of examples,
+        masked to the pairs of one user, summed per user (NOTE [user norms from factored
+        gradients]). Rows scaled to at most 1 as in :meth:`ghost_sq_norms`."""
+        (a, ma), (g, mg) = scaled_rows(acts[0]), scaled_rows(g)
+        h, t, d, p = self.dims
+        size = core.shape_of(a)[0]
+        a = lax.reshape(lax.transpose(a, (0,) + shift(self.a_batch) + shift(self.a_free) + shift(self.a_contract)),
+                        (size, h, t, d))
+        g = lax.reshape(lax.transpose(g, (0,) + shift(self.g_batch) + shift(self.g_afree) + shift(self.g_wfree)),
+                        (size, h, t, p))
+        grams = []
+        for x, k in ((a, d), (g, p)):
+            rows = lax.reshape(lax.transpose(x, (1, 0, 2, 3)), (h, size * t, k))
+            grams.append(lax.dot_general(rows, rows, (((2,), (2,)), ((0,), (0,)))))
+        pairs = lax.reduce_sum(lax.reshape(lax.reduce_sum(cnp.multiply(*grams), (0,)), (size, t, size, t)), (1, 3))
+        w = cnp.multiply(cnp.astype(ma, core.dtype_of(pairs)), cnp.astype(mg, core.dtype_of(pairs)))
+        if mask is not None:
+            w = cnp.multiply(w, cnp.astype(mask, core.dtype_of(pairs)))
+        pairs = cnp.multiply(pairs, cnp.multiply(lax.reshape(w, (size, 1)), lax.reshape(w, (1, size))))
+        # (a select, not a product: a NaN example must not reach the other users' sums)
+        same = cnp.equal(lax.reshape(users, (size, 1)), lax.reshape(users, (1, size)))
+        pairs = cnp.where(same, pairs, cnp.zeros_like(pairs))
+        return indexing.take_transpose_p.bind(lax.reduce_sum(pairs, (1,)), users, axis=0, shape=(size,))
+
+    def user_costs(self, size):
+        """``(ghost, explicit)`` multiply-adds for a batch of ``size`` under user-level clipping:
+        the Grams of all ``B·T`` positions against the per-example gradients, summed per user."""
+        h, t, d, p = self.dims
+        bt = size * t
+        ghost = h * bt * bt * (d + p) + ELEMENT_COST * (2 * h * bt * bt + size * size) + size * h * t * d * p
+        explicit = size * (h * t * d * p + ELEMENT_COST * 4 * h * d * p)
+        return ghost, explicit
 
     def per_example_grads(self, acts, g):
         (a,) = acts

@@ -12,7 +12,7 @@ import numpy as np
 from cuvmap import backend, core, tree
 from cuvmap.core import CuvmapError, is_value  # noqa: F401 (is_value: for the package's modules)
 from cuvmap.lax import elementwise, shape as lax_shape
-from cuvmap.transforms import executor, ir, staging
+from cuvmap.transforms import executor, ir, loop_plans, staging
 from cuvmap.transforms.call import CallPrimitive
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.partial_eval import split_by_unknown
@@ -303,6 +303,18 @@ def plan_of(program):
     program: its pool of buffers serves every iteration. ``plan_of(p).program(args)``
     runs it."""
     return executor.nested_plan(program)
+
+
+def loop_of(program, num_consts, num_carry):
+    """The scan loop of ``program``'s plan (:func:`cuvmap.transforms.loop_plans.loop_of`):
+    ``loop(consts, carry, xs, ys, indices)``."""
+    return loop_plans.loop_of(plan_of(program), num_consts, num_carry)
+
+
+def while_of(cond_program, body_program, cond_nconsts, body_nconsts):
+    """The while loop of the two programs' plans (:func:`cuvmap.transforms.loop_plans.while_of`):
+    ``loop(cond_consts, body_consts, carry)``."""
+    return loop_plans.while_of(plan_of(cond_program), plan_of(body_program), cond_nconsts, body_nconsts)
 
 
 def run_plan(program, args):

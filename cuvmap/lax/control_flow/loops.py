@@ -15,8 +15,8 @@ from cuvmap.lax import bitwise, elementwise, reduction
 from cuvmap.lax.control_flow.conditionals import cond
 from cuvmap.lax.control_flow.common import (
     WHILE_STAGER, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry, depends,
-    describe, expand, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, scalar_aval, split3,
-    stage_body, trace_flat, with_program, zeros, carries_on_device, device_of)
+    describe, expand, flatten_values, grow, loop_jvp_program, prune_outputs, reads, scalar_aval, split3,
+    stage_body, trace_flat, while_of, with_program, zeros, carries_on_device, device_of)
 from cuvmap.lax.control_flow.scan import scan
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, not_mapped
@@ -39,10 +39,9 @@ class WhilePrimitive(ControlFlowPrimitive):
     def run(self, *args, cond_nconsts, cond_program, body_nconsts, body_program):
         cond_consts, body_consts, carry = split3(args, cond_nconsts, body_nconsts)
         carry = carries_on_device(carry, device_of(args))
-        keep_going, step = plan_of(cond_program).program, plan_of(body_program).program
-        while bool(keep_going(cond_consts + carry)[0]):
-            carry = step(body_consts + carry)
-        return list(carry)
+        # the predicate's and the body's plans run as one generated loop (NOTE [a loop runs
+        # as generated Python] in cuvmap/transforms/loop_plans.py)
+        return while_of(cond_program, body_program, cond_nconsts, body_nconsts)(cond_consts, body_consts, carry)
 
     def out_avals(self, params):
         return params["body_program"].out_avals

@@ -15,7 +15,7 @@ from cuvmap import api_util, core, tree
 from cuvmap.lax import elementwise, shape as lax_shape
 from cuvmap.lax.control_flow.common import (
     SCAN_STAGER, Body, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry,
-    depends, extend_outputs, flatten_values, grow, loop_jvp_program, plan_of, prune_outputs, reads, split3,
+    depends, extend_outputs, flatten_values, grow, loop_jvp_program, loop_of, prune_outputs, reads, split3,
     stage_flat, trace_flat, with_program, xp_of, zeros, carries_on_device, device_of)
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, move_bdim, not_mapped
@@ -36,32 +36,19 @@ class ScanPrimitive(ControlFlowPrimitive):
     what = "a scan"
 
     def run(self, *args, length, num_consts, num_carry, program, reverse, unroll):
+        """Eval: the body's plan compiled as a loop (NOTE [a loop runs as generated
+        Python] in cuvmap/transforms/loop_plans.py) writes each step's ``y``\\ s into the
+        stacked results, made here; ``unroll`` changes nothing (NOTE [scan's
+        unroll])."""
         consts, carry, xs = split3(args, num_consts, num_carry)
         carry = carries_on_device(carry, device_of(args))
-        y_avals = program.out_avals[num_carry:]
         xp = xp_of(args)
-        ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in y_avals]
+        ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in program.out_avals[num_carry:]]
         if not length:
             return list(carry) + ys
-        # ``unroll`` steps per call of an unrolled program, then the rest one by one
-        blocks = length // unroll if unroll > 1 else 0
-        if blocks:
-            block = plan_of(_unrolled(program, num_consts, num_carry, unroll, reverse)).program
-            for b in range(blocks):
-                start = length - (b + 1) * unroll if reverse else b * unroll
-                window = slice(start, start + unroll)
-                outs = block(consts + carry + [x[window] for x in xs])
-                carry = outs[:num_carry]
-                for stacked, y in zip(ys, outs[num_carry:]):
-                    stacked[window] = y
-        step = plan_of(program).program
-        rest = range(length - blocks * unroll - 1, -1, -1) if reverse else range(blocks * unroll, length)
-        for i in rest:
-            outs = step(consts + carry + [x[i] for x in xs])
-            carry = outs[:num_carry]
-            for stacked, y in zip(ys, outs[num_carry:]):
-                stacked[i] = y
-        return list(carry) + ys
+        loop = loop_of(program, num_consts, num_carry)
+        carry = loop(consts, carry, xs, ys, range(length - 1, -1, -1) if reverse else range(length))
+        return carry + ys
 
     def out_avals(self, params):
         n, length = params["num_carry"], params["length"]
@@ -337,33 +324,17 @@ def _backward_body(split, nc, ncar, carry_d, ys_d, c_need, out_avals):
     return ir.hoist_consts(program)
 
 
-def _unrolled(program, num_consts, num_carry, k, reverse):
-    """The program of ``k`` steps of a scan's body: ``(*consts, *carry, *x_block) ->
-    (*carry, *y_block)``, the blocks holding ``k`` slices (walked backwards with
-    ``reverse``). Cached on ``program``."""
-    key = ("unrolled", num_consts, num_carry, k, reverse)
-    hit = program.derived.get(key)
-    if hit is not None:
-        return hit
-    in_avals = program.in_avals
-    block_avals = [core.ShapedArray((k,) + tuple(a.shape), a.dtype, False, a.device)
-                   for a in in_avals[num_consts + num_carry:]]
-
-    def steps(*vals):
-        consts, carry, blocks = split3(vals, num_consts, num_carry)
-        ys = [None] * k
-        for j in (range(k - 1, -1, -1) if reverse else range(k)):
-            outs = ir.eval_jaxpr(program.jaxpr, program.consts, consts + carry + [b[j] for b in blocks])
-            carry, ys[j] = outs[:num_carry], outs[num_carry:]
-        stacked = [lax_shape.concatenate([lax_shape.expand_dims(y[i], (0,)) for y in ys], 0)
-                   for i in range(len(program.out_avals) - num_carry)]
-        return list(carry) + stacked
-
-    unrolled, consts = trace_flat(steps, in_avals[:num_consts + num_carry] + block_avals, "scan")
-    if consts:  # (a staged body captures none; the hoisting would change the operands)
-        raise AssertionError("an unrolled scan body captured constants")
-    program.derived[key] = unrolled
-    return unrolled
+# NOTE [scan's unroll]
+# ``unroll`` (JAX's) asks for several steps per iteration of the loop; the results are the
+# same. In cuvmap a step of the loop costs its body's impls and a few bytecodes (NOTE [a
+# loop runs as generated Python] in cuvmap/transforms/loop_plans.py): there is no
+# per-iteration dispatch left for unrolling to save. Unrolling by staging ``k`` steps into
+# one program, as cuvmap did before, costs more than it saves: the program slices each
+# step's ``x`` out of its block and concatenates the ``y``\ s back. ``python -m benchmarks
+# control_flow`` measures it on the tiny-carry scan (the row "unrolled by hand, 8 steps a
+# body": the same scan over blocks of 8 steps, several times slower per step than step by
+# step). So ``unroll`` is checked and kept in the params (the program text shows it, and a
+# transform passes it on), but the loop runs one step at a time whatever it says.
 
 
 def _bind_scan(consts, carry, xs, program, params, **changes):
@@ -411,7 +382,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
       length: the number of iterations, checked against ``xs``.
       reverse: walk the leading axis backwards (``ys`` still indexed like ``xs``).
       unroll: how many iterations one step of the loop runs (a positive int, or True for
-        all of them); the results are the same.
+        all of them), as JAX's; checked and kept, but the loop runs step by step whatever
+        it says, which measures faster (NOTE [scan's unroll]); the results are the same.
     Returns:
       ``(carry, ys)``: the last carry and the stacked ``y``\\ s.
 

@@ -77,10 +77,11 @@ class ufunc:
         used(f"{self._qualname}.at")
         if type(a) is not ndarray:
             raise TypeError(f"{self.__name__}.at: the first argument must be a cupy.ndarray")
-        idx = _index(indices)
-        args = (a._a, unwrap(idx)) if b is None else (a._a, unwrap(idx), _value(b))
+        idx = _index(indices)  # wrapped as CuPy's scatter does (NOTE [CuPy wraps integer-array indices])
+        args = (a._a, _wrapped(a.shape, unwrap(idx))) if b is None else (a._a, _wrapped(a.shape, unwrap(idx)), _value(b))
         self._u.at(*args)
-        record(f"{self.__name__}.at", lambda *xs: self._u.at(*xs), (a, idx) if b is None else (a, idx, b))
+        record(f"{self.__name__}.at", lambda x, i, *v: self._u.at(x, _wrapped(x.shape, i), *v),
+               (a, idx) if b is None else (a, idx, b))
 
 
 # NOTE [the stand-in's surface]
@@ -164,10 +165,10 @@ FUNCTIONS["sort"] = _stable("sort")
 FUNCTIONS["argsort"] = _stable("argsort")
 
 
-def _with_device_indices(name, position):
+def _with_device_indices(name, position, np_fn=None):
     """A function whose index operand may come from the host (CuPy's ``core.array``
     copies it to the device, as an index in ``x[...]``)."""
-    inner = _function(name)
+    inner = _function(name, np_fn)
 
     def fn(*args, **kwargs):
         args = list(args)
@@ -181,7 +182,7 @@ def _with_device_indices(name, position):
     return fn
 
 
-FUNCTIONS["take"] = _with_device_indices("take", 1)
+FUNCTIONS["take"] = _with_device_indices("take", 1, lambda *a, **k: _take(*a, **k))
 
 
 def _data_dependent(name, np_fn=None):
@@ -390,7 +391,40 @@ def _has_advanced(key):
     return any(type(k) is ndarray for k in keys)
 
 
+# NOTE [CuPy wraps integer-array indices]
+# CuPy does not check integer index arrays against the axis: its gather (``take``, ``x[i]``)
+# and scatter kernels (``x[i] = v``, ``cupyx.scatter_add``) take the index modulo the
+# axis's size (``_routines_indexing.pyx``: ``out_i = indices % index_range; if (out_i < 0)
+# out_i += index_range``; docs/source/user_guide/difference.rst: "CuPy wraps around
+# them"), where NumPy raises IndexError. A scalar integer index is still checked.
+def _wrapped(shape, key):
+    """``key`` with each integer index array taken modulo the size of the axis it indexes."""
+    keys = key if isinstance(key, tuple) else (key,)
+    consumed = sum(k.ndim if isinstance(k, np.ndarray) and k.dtype == np.bool_ else
+                   0 if k is None or k is Ellipsis else 1 for k in keys)
+    out, d = [], 0
+    for k in keys:
+        if k is Ellipsis:
+            d += len(shape) - consumed
+        elif k is None:
+            pass
+        elif isinstance(k, np.ndarray) and k.dtype == np.bool_:
+            d += k.ndim
+        else:
+            if isinstance(k, np.ndarray) and k.dtype.kind in "iu" and d < len(shape) and shape[d] > 0:
+                k = np.mod(k, shape[d])
+            d += 1
+        out.append(k)
+    return tuple(out) if isinstance(key, tuple) else out[0]
+
+
+def _take(a, indices, axis=None, out=None):
+    """CuPy's ``take``: indices wrap (NOTE [CuPy wraps integer-array indices])."""
+    return np.take(a, indices, axis=axis, out=out, mode="wrap")
+
+
 def _getitem(a, key):
+    key = _wrapped(a.shape, key)
     out = a[key]
     if isinstance(out, np.generic):  # CuPy returns a 0-d view
         keys = key if isinstance(key, tuple) else (key,)
@@ -430,7 +464,7 @@ def setitem(x, key, value):
         raise TypeError(f"Unsupported type {type(value)}")
 
     def run(a, k, v):
-        a[k] = v
+        a[_wrapped(a.shape, k)] = v
 
     run(x._a, unwrap(key), unwrap(value))
     record("setitem", run, (x, key, value))

@@ -16,6 +16,7 @@ import collections
 import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -124,8 +125,8 @@ def host_reads():
 
 def refusals():
     """The refusals recorded during captures since the last :func:`reset`: dicts with
-    ``kind`` (host read, cuBLAS, cuSOLVER, cuRAND, host->device copy), ``what`` and
-    ``site``."""
+    ``kind`` (host read, cuBLAS, cuSOLVER, cuRAND, host->device copy, allocation, cuBLAS on
+    a stream that is not captured), ``what`` and ``site``."""
     with _lock:
         return list(_refusals)
 
@@ -146,6 +147,65 @@ def reset():
 def _add_graph(g):
     with _lock:
         _graphs.append(g)
+
+
+# ---------------------------------------------------------------------------------------
+# Memory by address
+# ---------------------------------------------------------------------------------------
+
+# NOTE [the stand-in's addresses]
+# A stand-in array's device address (``ndarray.data.ptr``) is the address of its NumPy
+# buffer, and pinned host memory (``runtime.hostAlloc``) is a NumPy buffer too, so an
+# address handed to an emulated C library (cuBLAS: cupy/_libcublas.py) or wrapped by
+# ``ndarray(memptr=...)`` is found here: the arrays whose address was taken are registered
+# (weakly; strongly while a capture records, since its graph replays on those addresses),
+# and an access outside every registered buffer is an illegal address, as on a GPU.
+_memory = {}  # start address -> (end address, a callable giving the owning NumPy array or None)
+
+
+def _owner(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def register_memory(a, keep=False):
+    """Registers the buffer of the NumPy array ``a`` (its owner's whole buffer)."""
+    root = _owner(a)
+    start = root.__array_interface__["data"][0]
+    if keep:
+        ref = (lambda r=root: r)
+    else:
+        ref = weakref.ref(root)
+    with _lock:
+        if len(_memory) > 4096:
+            for k in [k for k, (_, r) in _memory.items() if r() is None]:
+                del _memory[k]
+        _memory[start] = (start + root.nbytes, ref)
+    cap = capture()
+    if cap is not None:
+        cap.keep.append(root)
+
+
+def forget_memory(start):
+    with _lock:
+        _memory.pop(start, None)
+
+
+def memory_at(ptr, nbytes):
+    """``(owner, offset)``: the registered NumPy array whose buffer holds the ``nbytes``
+    bytes at ``ptr``, and the byte offset of ``ptr`` in it; an address outside every
+    registered buffer raises ``cudaErrorIllegalAddress``."""
+    with _lock:
+        items = list(_memory.items())
+    for start, (end, ref) in items:
+        if start <= ptr and ptr + max(int(nbytes), 0) <= end:
+            root = ref()
+            if root is not None:
+                return root, ptr - start
+    raise CUDARuntimeError("cudaErrorIllegalAddress",
+                           f"an illegal memory access was encountered ({int(nbytes)} bytes at {ptr:#x} lie outside "
+                           "every device buffer)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -317,12 +377,27 @@ class _Flags:
                 "OWNDATA": self.owndata}[key]
 
 
-class MemoryPointer:
-    """``cupy.cuda.MemoryPointer``: a device address (here the NumPy buffer's)."""
+class UnownedMemory:
+    """``cupy.cuda.UnownedMemory``: memory allocated elsewhere (``owner`` keeps it alive)."""
 
-    def __init__(self, ptr, device_id=0):
-        self.ptr = ptr
-        self.device_id = device_id
+    def __init__(self, ptr, size, owner, device_id=None):
+        self.ptr, self.size, self.owner = int(ptr), int(size), owner
+        self.device_id = 0 if device_id is None else int(device_id)
+
+
+class MemoryPointer:
+    """``cupy.cuda.MemoryPointer``: a device address (here the NumPy buffer's, NOTE [the
+    stand-in's addresses]); ``MemoryPointer(mem, offset)`` as CuPy's, or a bare address."""
+
+    def __init__(self, mem, offset=0, device_id=0):
+        if hasattr(mem, "ptr"):
+            self.mem = mem
+            self.ptr = mem.ptr + int(offset)
+            self.device_id = getattr(mem, "device_id", device_id)
+        else:
+            self.mem = None
+            self.ptr = int(mem) + int(offset)
+            self.device_id = device_id
 
     def __int__(self):
         return self.ptr
@@ -335,7 +410,16 @@ class ndarray:
     __array_priority__ = 100
 
     def __init__(self, shape, dtype=float, memptr=None, strides=None, order="C"):
-        self._a = np.empty(shape, dtype=dtype, order=order)
+        if memptr is None:
+            self._a = np.empty(shape, dtype=dtype, order=order)
+            return
+        # an array on memory allocated elsewhere (NOTE [the stand-in's addresses])
+        probe = np.empty(shape, dtype=dtype, order=order) if strides is None else None
+        strides = probe.strides if strides is None else tuple(strides)
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+        extent = max([0] + [(n - 1) * abs(st) for n, st in zip(shape, strides) if n]) + np.dtype(dtype).itemsize
+        root, offset = memory_at(memptr.ptr, extent)
+        self._a = np.ndarray(shape, dtype=dtype, buffer=root, offset=offset, strides=strides)
 
     @classmethod
     def _wrap(cls, a):
@@ -359,7 +443,10 @@ class ndarray:
     nbytes = property(lambda self: self._a.nbytes)
     strides = property(lambda self: self._a.strides)
     flags = property(lambda self: _Flags(self._a))
-    data = property(lambda self: MemoryPointer(self._a.ctypes.data))
+    @property
+    def data(self):
+        register_memory(self._a)  # NOTE [the stand-in's addresses]
+        return MemoryPointer(self._a.__array_interface__["data"][0])
     base = property(lambda self: None if self._a.base is None else ndarray._wrap(self._a.base))
 
     @shape.setter

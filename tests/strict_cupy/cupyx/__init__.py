@@ -2,7 +2,7 @@
 ``cupyx.scipy.special``."""
 import numpy as _np
 
-from cupy._functions import _index, _value
+from cupy._functions import _index, _value, _wrapped
 from cupy._strict import ndarray, record, unwrap, used
 
 
@@ -12,8 +12,8 @@ def _scatter(name, np_ufunc):
         if type(a) is not ndarray:
             raise TypeError(f"cupyx.{name}: the first argument must be a cupy.ndarray")
         idx, val = _index(slices), _value(value)
-        np_ufunc.at(a._a, unwrap(idx), unwrap(val))
-        record(name, lambda x, i, v: np_ufunc.at(x, i, v), (a, idx, val))
+        np_ufunc.at(a._a, _wrapped(a.shape, unwrap(idx)), unwrap(val))  # NOTE [CuPy wraps integer-array indices]
+        record(name, lambda x, i, v: np_ufunc.at(x, _wrapped(x.shape, i), v), (a, idx, val))
     fn.__name__ = name
     return fn
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from cupy import _strict
-from cupy._strict import CUDARuntimeError, MemoryPointer, capture, refuse
+from cupy._strict import CUDARuntimeError, MemoryPointer, UnownedMemory, capture, refuse
 from cupy.cuda import compiler, graph, runtime  # noqa: F401
 
 _tls = threading.local()
@@ -67,6 +67,7 @@ class _Capture:
         self.stream, self.mode = stream, mode
         self.nodes = []
         self.invalidated = None
+        self.keep = []  # the buffers whose addresses the capture took (NOTE [the stand-in's addresses])
 
 
 class Event:
@@ -162,7 +163,7 @@ class Stream:
         if cap.invalidated:
             raise CUDARuntimeError("cudaErrorStreamCaptureInvalidated",
                                    "operation failed due to a previous error during capture")
-        g = graph.Graph(cap.nodes, self)
+        g = graph.Graph(cap.nodes, self, keep=cap.keep)
         _poison(cap.nodes)
         _strict._add_graph(g)
         return g
@@ -190,7 +191,7 @@ def _poison(nodes):
             if a.dtype.kind in "fc":
                 a.fill(np.nan)
             else:
-                a.view(np.uint8).fill(0x5A)
+                a.reshape(-1).view(np.uint8).fill(0x5A)  # (a 0-d array has no byte view)
 
 
 Stream.null = Stream(null=True)
@@ -273,5 +274,5 @@ def is_available():
     return True
 
 
-__all__ = ["Device", "Stream", "Event", "MemoryPool", "MemoryPointer", "using_allocator", "get_current_stream",
+__all__ = ["Device", "Stream", "Event", "MemoryPool", "MemoryPointer", "UnownedMemory", "using_allocator", "get_current_stream",
            "get_elapsed_time", "runtime", "graph", "compiler", "CUDARuntimeError"]

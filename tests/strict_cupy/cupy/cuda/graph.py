@@ -5,8 +5,9 @@ from cupy._strict import capture
 
 
 class Graph:
-    def __init__(self, nodes, stream):
+    def __init__(self, nodes, stream, keep=()):
         self.nodes = list(nodes)
+        self.keep = list(keep)  # the buffers the launches address (NOTE [the stand-in's addresses])
         self.stream = stream
         self.launches = 0
 

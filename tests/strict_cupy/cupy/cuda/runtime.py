@@ -1,6 +1,11 @@
 """``cupy.cuda.runtime`` of the stand-in: one device (0), CUDA 13's version numbers, the
-capture modes, and the calls cuvmap makes; a synchronisation during capture is refused."""
-from cupy._strict import CUDARuntimeError, capture, refuse
+capture modes, and the calls cuvmap makes; a synchronisation during capture is refused.
+Pinned host memory (``hostAlloc``) is a NumPy buffer at its address: the device reads and
+writes it through ``ndarray(memptr=...)`` (as unified addressing lets a GPU), the host
+through the address (NOTE [the stand-in's addresses] in cupy/_strict.py)."""
+import numpy as _np
+
+from cupy._strict import CUDARuntimeError, capture, forget_memory, refuse, register_memory
 
 streamCaptureModeGlobal = 0
 streamCaptureModeThreadLocal = 1
@@ -57,3 +62,25 @@ def streamIsCapturing(ptr):
 def _check_device(device):
     if not 0 <= int(device) < _DEVICE_COUNT:
         raise CUDARuntimeError("cudaErrorInvalidDevice", "invalid device ordinal")
+
+
+hostAllocPortable = 1
+hostAllocMapped = 2
+_pinned = {}
+
+
+def hostAlloc(size, flags):
+    if capture() is not None:
+        refuse("allocation", "cudaHostAlloc", CUDARuntimeError(
+            "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"))
+    buf = _np.zeros(max(int(size), 1), _np.uint8)
+    ptr = buf.__array_interface__["data"][0]
+    _pinned[ptr] = buf
+    register_memory(buf, keep=True)
+    return ptr
+
+
+def freeHost(ptr):
+    if _pinned.pop(ptr, None) is None:
+        raise CUDARuntimeError("cudaErrorInvalidValue", "invalid argument")
+    forget_memory(ptr)

@@ -1,0 +1,325 @@
+"""cuvmap's CPU thread rule (cuvmap/cpu/threads.py) and the benchmarks' background load.
+
+- the rule, as a table: free cores and the current count in, the next count out;
+- the measurement, on fed /proc/stat and CPU-time readings: a busy machine lowers the
+  count, a quiet one leaves the libraries alone, the user's settings switch it off;
+- ``limited``: lowers a default count for its body and gives it back, leaves a count
+  the user chose alone (fake libraries, then NumPy's real OpenBLAS);
+- ``--background-load N``: the suite starts N loops, prints them, and stops them; a loop
+  exits by itself when the benchmark that started it dies.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+from cuvmap.cpu import threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import background, harness  # noqa: E402
+from benchmarks.__main__ import main as cli_main  # noqa: E402
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    """A rule state of its own (set_adaptive(None) resets it), no user setting in the
+    environment, and the rule back as it was after the test."""
+    for k in threads.USER_SETTINGS + ("CUVMAP_CPU_THREADS",):
+        monkeypatch.delenv(k, raising=False)
+    threads.set_adaptive(None)
+    yield threads._state
+    threads.set_adaptive(None)
+
+
+# ---------------------------------------------------------------------------------------
+# The rule
+# ---------------------------------------------------------------------------------------
+
+RULE = [  # free cores, current, maximum, expected
+    (2.0, 2, 2, 2),      # quiet 2-core machine
+    (1.7, 2, 2, 2),      # a little work elsewhere: keep both
+    (1.49, 2, 2, 1),     # half a core taken: one thread
+    (1.3, 2, 2, 1),      # one busy loop seen while cuvmap still runs 2 threads (it takes a share)
+    (1.0, 2, 2, 1),      # one busy loop
+    (0.2, 2, 2, 1),      # never below one
+    (1.6, 1, 2, 1),      # hysteresis: back to 2 only above 1.7
+    (1.75, 1, 2, 2),
+    (16.0, 16, 16, 16),  # 16 cores
+    (12.0, 16, 16, 12),  # 4 busy elsewhere
+    (12.0, 4, 16, 12),   # back up in one look
+    (11.8, 12, 16, 12),  # inside the band: unchanged
+    (3.0, 4, 2, 2),      # current above the maximum: clamped
+    (1.0, 1, 1, 1),      # one core: nothing to lower
+]
+
+
+@pytest.mark.parametrize("free,current,maximum,expected", RULE)
+def test_rule(free, current, maximum, expected):
+    assert threads.rule(free, current, maximum) == expected
+
+
+def _feed(monkeypatch, readings):
+    """Makes _update read ``readings``: a list of (busy seconds of the cores, own CPU
+    seconds), one per look."""
+    it = iter(readings)
+    cur = {}
+
+    def busy(cpus):
+        cur["r"] = next(it)
+        return cur["r"][0]
+
+    monkeypatch.setattr(threads, "_busy_seconds", busy)
+    monkeypatch.setattr(threads.time, "process_time", lambda: cur["r"][1])
+    monkeypatch.setattr(threads, "_affinity", lambda: {0, 1})
+
+
+def _looks(times):
+    return [threads._update(t) or threads._state.limit for t in times]
+
+
+def test_busy_machine_lowers_and_quiet_restores(fresh_state, monkeypatch):
+    # looks every 0.25 s on 2 cores; this process uses 1 core throughout; others: 0 then 1
+    # core (busy = own + others), then 0 again
+    readings, busy, own = [], 0.0, 0.0
+    for others in (0, 0, 0, 1, 1, 1, 0.3, 0, 0):
+        busy += 0.25 * (1 + others)
+        own += 0.25
+        readings.append((busy, own))
+    _feed(monkeypatch, readings)
+    limits = _looks([0.25 * (i + 1) for i in range(len(readings))])
+    assert limits == [None, None, None, 1, 1, 1, 1, None, None]
+    assert fresh_state.free == pytest.approx(2.0)
+
+
+def test_a_stale_window_starts_afresh(fresh_state, monkeypatch):
+    _feed(monkeypatch, [(0.0, 0.0), (10.0, 0.0), (10.5, 0.25)])
+    # 10 s between the first two looks: the second only starts a new window
+    assert _looks([1.0, 1.0 + 10 * threads.STALE, 1.25 + 10 * threads.STALE]) == [None, None, 1]
+
+
+@pytest.mark.parametrize("var", threads.USER_SETTINGS)
+def test_user_environment_switches_the_rule_off(fresh_state, monkeypatch, var):
+    monkeypatch.setenv(var, "2")
+    _feed(monkeypatch, [(0.5 * i, 0.0) for i in range(5)])   # 2 cores busy elsewhere
+    assert _looks([0.25 * i for i in range(1, 6)]) == [None] * 5
+    assert "the user's thread settings" in threads.describe() and var in threads.describe()
+
+
+def test_set_adaptive_and_environment(fresh_state, monkeypatch):
+    monkeypatch.setenv("CUVMAP_CPU_THREADS", "fixed")
+    assert "CUVMAP_CPU_THREADS=fixed" in threads.describe()
+    assert threads.set_adaptive(True) is None
+    assert threads.describe().startswith("adaptive")       # set_adaptive wins over the environment
+    assert threads.set_adaptive(False) is True
+    assert "set_adaptive(False)" in threads.describe()
+    monkeypatch.setenv("CUVMAP_CPU_THREADS", "sometimes")
+    threads.set_adaptive(None)
+    with pytest.raises(ValueError, match="CUVMAP_CPU_THREADS"):
+        threads.describe()
+
+
+# ---------------------------------------------------------------------------------------
+# limited(): asks per call, gives back, leaves the user's counts alone
+# ---------------------------------------------------------------------------------------
+
+
+class FakeLibrary:
+    def __init__(self, n):
+        self.n, self.calls = n, []
+
+    def get(self):
+        return self.n
+
+    def set(self, n):
+        self.calls.append(n)
+        self.n = n
+
+
+LIMITED = [  # BLAS and OpenMP counts before, the limit, the counts inside, sets per library
+    (4, 4, 2, 2, 2, 2, 2),        # defaults: lowered, then given back
+    (4, 4, None, 4, 4, 0, 0),     # quiet machine: nothing asked
+    (3, 4, 2, 3, 2, 0, 2),        # BLAS limited by the user (threadpoolctl): left alone; OpenMP lowered
+    (4, 1, 2, 2, 1, 2, 0),        # OpenMP chosen by the user (torch.set_num_threads, share_cores): left alone
+    (4, 4, 4, 4, 4, 0, 0),        # no lower than the default: nothing to do
+]
+
+
+@pytest.mark.parametrize("blas_n,omp_n,limit,blas_in,omp_in,blas_sets,omp_sets", LIMITED)
+def test_limited_gives_back_and_respects_the_user(monkeypatch, blas_n, omp_n, limit, blas_in, omp_in, blas_sets,
+                                                  omp_sets):
+    blas, omp = FakeLibrary(blas_n), FakeLibrary(omp_n)
+    monkeypatch.setitem(threads._blas, "get", blas.get)
+    monkeypatch.setitem(threads._blas, "set", blas.set)
+    monkeypatch.setitem(threads._blas, "defaults", (4, 4))
+    monkeypatch.setattr(threads, "_openmp_functions", lambda: (omp.get, omp.set))
+    with threads.limited(limit, openmp=True):
+        assert (blas.n, omp.n) == (blas_in, omp_in)
+    assert (blas.n, omp.n) == (blas_n, omp_n)
+    assert (len(blas.calls), len(omp.calls)) == (blas_sets, omp_sets)
+
+
+def test_limited_on_numpys_openblas():
+    default = threads.blas_threads()
+    if default is None or default < 2 or default != threads._defaults()[0]:
+        pytest.skip(f"NumPy's BLAS is not OpenBLAS at its default count of ≥ 2 threads ({default})")
+    a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    with threads.limited(1):
+        assert threads.blas_threads() == 1
+        inside = a @ a
+    assert threads.blas_threads() == default
+    np.testing.assert_array_equal(inside, a @ a)
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(default - 1 if default > 2 else 1, "blas"):
+        user = threads.blas_threads()
+        with threads.limited(1):
+            assert threads.blas_threads() == user    # the user's limit stands
+        assert threads.blas_threads() == user
+    assert threads.blas_threads() == default
+
+
+def test_gemm_limit_skips_small_gemms(fresh_state, monkeypatch):
+    monkeypatch.setattr(threads, "target", lambda: 1)
+    assert threads.gemm_limit(32, 64, 64) is None           # OpenBLAS runs it on one thread anyway
+    assert threads.gemm_limit(32, 1024, 1024) == 1
+
+
+def test_dot_general_and_conv_run_under_the_rule(fresh_state, monkeypatch):
+    """With the rule asking for one thread, cuvmap's GEMMs and convolutions enter
+    ``limited`` with it and give the count back; results are unchanged."""
+    entered = []
+    real = threads.limited
+
+    class Spy(real):
+        __slots__ = ()
+
+        def __enter__(self):
+            entered.append((self.n, self.openmp))
+            return super().__enter__()
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 128)), rng.standard_normal((128, 96))
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    want_mm = a @ b
+    want_conv = cv.nn.conv(x, w, None, padding=1)
+    monkeypatch.setattr(threads, "limited", Spy)
+    monkeypatch.setattr(threads, "target", lambda: 1)
+    before = threads.blas_threads()
+    np.testing.assert_allclose(cv.numpy.matmul(a, b), want_mm, rtol=1e-12)
+    np.testing.assert_allclose(cv.nn.conv(x, w, None, padding=1), want_conv, rtol=1e-6, atol=1e-6)
+    assert (1, False) in entered and (1, True) in entered
+    assert threads.blas_threads() == before
+
+
+def test_a_real_busy_loop_is_seen(fresh_state):
+    cores = threads.available_cores()
+    if cores < 2 or threads._busy_seconds(None) is None:
+        pytest.skip("needs 2 cores and /proc/stat")
+    with background.BackgroundLoad(1):
+        deadline = time.monotonic() + 3.0
+        limit = None
+        while time.monotonic() < deadline and limit is None:
+            time.sleep(0.3)
+            limit = threads.target()
+    assert limit is not None and limit <= cores - 1, threads.stats()
+
+
+# ---------------------------------------------------------------------------------------
+# The benchmarks' background load
+# ---------------------------------------------------------------------------------------
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_background_load_starts_and_stops():
+    with background.BackgroundLoad(2) as load:
+        pids = load.pids
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        time.sleep(0.3)
+        assert all(background._cpu_seconds(p) > 0 for p in pids)
+    assert not any(_alive(p) for p in pids)
+    assert load.result["processes"] == 2 and load.result["cores_used"] > 0
+    assert load.stop() is load.result                    # idempotent
+    with pytest.raises(ValueError):
+        background.BackgroundLoad(-1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_background_loops_outlive_no_killed_benchmark(tmp_path):
+    code = ("import os, sys\nsys.path.insert(0, %r)\nfrom benchmarks import background\n"
+            "load = background.BackgroundLoad(1).start()\nprint(load.pids[0], flush=True)\nos._exit(0)\n" % ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_suite_option_starts_prints_and_stops_the_loops(capsys, tmp_path):
+    path = tmp_path / "out.json"
+    argv = ["dp", "--models", "mlp", "--batch", "2", "--mlp-widths", "16", "8", "4", "--no-jit", "--no-torch",
+            "--repeats", "2", "--warmup", "1", "--max-repeats", "2", "--progress", "off", "--background-load", "1",
+            "--json", str(path), "--no-plot"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert "| background load | 1 busy-loop process(es) started by the benchmark (pids" in out
+    assert "| cuvmap CPU threads |" in out and "cuvmap's CPU threads:" in out
+    pid = int(res["settings"]["background load"].split("pids ")[1].split(")")[0])
+    assert not _alive(pid)
+    assert res["background_load"]["processes"] == 1
+
+
+def test_alternate_load_report():
+    """--alternate-load: rounds timed with the loops paused and running; the report pairs
+    them by round, and holds cuvmap's case against its torch counterpart under load."""
+    load = background.BackgroundLoad(1, alternate=True, settle=0.0)
+    load.procs = []     # no processes: record() reads only the state
+    cases = {k: harness.Case(k, k, None, None) for k in ("batched", "torch_batched")}
+    for r in range(8):
+        for running in (False, True):
+            load.running = running
+            load.record("mlp batch 32: ", cases["batched"], (13.0 if running else 10.0 + 0.1 * r) * 1e-3)
+            load.record("mlp batch 32: ", cases["torch_batched"], (20.0 if running else 12.0) * 1e-3)
+    rows = {r["key"]: r for r in load.report({"batched": "torch_batched"})}
+    mine = rows["batched"]
+    assert mine["where"] == "mlp batch 32" and mine["rounds"] == 8
+    assert mine["quiet_ms"] == pytest.approx(10.35) and mine["loaded_ms"] == pytest.approx(13.0)
+    assert 1.2 < mine["slowdown"]["ratio"] < 1.35 and mine["slowdown_met"] == "yes"
+    assert mine["vs_torch"]["ratio"] == pytest.approx(0.65) and mine["vs_torch_met"] == "yes"
+    assert "vs_torch" not in rows["torch_batched"]
+    lines = "\n".join(background.report_lines(list(rows.values()), 1))
+    assert "| mlp batch 32 | batched | 8 |" in lines
+    with pytest.raises(ValueError, match="--alternate-load"):
+        background.BackgroundLoad(0, alternate=True)
+
+
+def test_alternate_load_pauses_and_resumes(capsys, tmp_path):
+    path = tmp_path / "out.json"
+    argv = ["dp", "--models", "mlp", "--batch", "2", "--mlp-widths", "16", "8", "4", "--no-jit", "--no-torch",
+            "--repeats", "2", "--warmup", "1", "--max-spread", "0", "--progress", "off", "--background-load", "1",
+            "--alternate-load", "--json", str(path), "--no-plot"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert "## Under 1 busy core(s)" in out
+    rows = {r["key"]: r for r in res["alternate_load"]}
+    assert set(rows) == {"batched", "vmap_clip", "ghost"}
+    assert all(r["rounds"] == 2 and len(r["loaded_times_ms"]) == 2 for r in rows.values())
+    assert all(len(r["times_ms"]) == 2 for r in res["rows"])     # the suite's own rows: the quiet halves
