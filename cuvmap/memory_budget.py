@@ -69,9 +69,11 @@ AUTO = "auto"
 # chunks are a ``scan`` over the full chunks plus one call for the remainder (JAX's
 # ``lax.map(batch_size=)``): the scan writes each chunk's results into its stacked outputs
 # and carries the sums, and the remainder's results are joined by a concatenation, which
-# holds the stacked results twice for a moment; so under a transform the choice prefers a
-# chunk that divides B (within half of the largest that fits), and takes one whenever the
-# concatenation would not fit. Eagerly a divisor within 10% is taken (one program fewer).
+# holds the stacked results twice for a moment. So the choice prefers a chunk that divides
+# B when one is within half of the largest that fits (no remainder program to stage, no
+# small last chunk; on the CPU a smaller chunk is often faster besides, its working set
+# closer to the caches: ``python -m benchmarks memory`` sweeps the sizes), and under a
+# transform takes one whatever its size when the concatenation would not fit.
 
 
 class MemoryBudgetError(TransformError):
@@ -311,12 +313,12 @@ class ChunkedMap:
 
     @staticmethod
     def _divisor_choice(chunk, size, stacked, other, budget, traced):
-        """A chunk dividing ``size`` (no remainder: one program fewer to stage and run) when
-        one is within 10% of ``chunk``; under a transform within half of it, or whatever it
+        """A chunk dividing ``size`` when one is within half of ``chunk`` (no remainder: one
+        program fewer to stage and no small last chunk), and under a transform whatever it
         is when the remainder's concatenation (the stacked results twice) would not fit
         (NOTE [choosing a chunk])."""
         divisor = max(d for d in range(1, chunk + 1) if size % d == 0)
-        if 10 * divisor >= 9 * chunk or (traced and (2 * divisor >= chunk or 2 * stacked + other > budget)):
+        if 2 * divisor >= chunk or (traced and 2 * stacked + other > budget):
             return divisor
         return chunk
 
