@@ -70,10 +70,15 @@ AUTO = "auto"
 # ``lax.map(batch_size=)``): the scan writes each chunk's results into its stacked outputs
 # and carries the sums, and the remainder's results are joined by a concatenation, which
 # holds the stacked results twice for a moment. So the choice prefers a chunk that divides
-# B when one is within half of the largest that fits (no remainder program to stage, no
-# small last chunk; on the CPU a smaller chunk is often faster besides, its working set
-# closer to the caches: ``python -m benchmarks memory`` sweeps the sizes), and under a
-# transform takes one whatever its size when the concatenation would not fit.
+# B when one is within a quarter of the largest that fits (no remainder program to stage,
+# no small last chunk; a smaller chunk costs more calls: the benchmark CNN's per-example
+# gradients at batch 512 take 466 ms in chunks of 8, 380 in chunks of 15), under a
+# transform within half of it, and there whatever its size when the concatenation would
+# not fit. On the CPU
+# a chunk whose arrays stay within glibc's mmap threshold (32 MiB) is preferred likewise,
+# when it is at least half of the largest that fits: a larger array is mapped afresh and
+# faults its pages in on every chunk (the benchmark CNN's DP step at batch 512: chunks of
+# 64, 100 and 128 in 369, 432 and 569 ms).
 
 
 class MemoryBudgetError(TransformError):
@@ -307,18 +312,34 @@ class ChunkedMap:
                 f"{fmt_bytes(one)} at its peak, besides {fmt_bytes(reserve)} for the results of all {size} examples "
                 f"(a chunk is planned to {MARGIN:.0%} of what the results leave); give at least "
                 f"{fmt_bytes(reserve + one / MARGIN)}")
+        if device == "cpu":
+            chunk = self._heap_choice(chunk, programs)
         if size % chunk:
             chunk = self._divisor_choice(chunk, size, stacked, other, budget, traced)
         return _Choice(chunk, budget, reserve, programs), program
 
     @staticmethod
+    def _heap_choice(chunk, programs):
+        """On the CPU, the largest chunk whose arrays stay within glibc's mmap threshold
+        (NOTE [large results are mapped afresh] in cuvmap/transforms/executor.py: a larger
+        array faults its pages in again on every chunk), when that is at least half of
+        ``chunk``; the largest array per example from the largest program staged."""
+        b, prog = max(programs.items(), key=lambda item: item[0])
+        largest = max((v.aval.size * v.aval.dtype.itemsize for e in prog.program.jaxpr.eqns for v in e.outs),
+                      default=0)
+        if not largest or largest <= executor.MMAP_THRESHOLD_BYTES * b / max(b, chunk):
+            return chunk
+        fitting = int(executor.MMAP_THRESHOLD_BYTES // (largest / b))
+        return fitting if 2 * fitting >= chunk else chunk
+
+    @staticmethod
     def _divisor_choice(chunk, size, stacked, other, budget, traced):
-        """A chunk dividing ``size`` when one is within half of ``chunk`` (no remainder: one
-        program fewer to stage and no small last chunk), and under a transform whatever it
-        is when the remainder's concatenation (the stacked results twice) would not fit
-        (NOTE [choosing a chunk])."""
+        """A chunk dividing ``size`` (no remainder: one program fewer to stage, no small last
+        chunk) when one is within a quarter of ``chunk``; under a transform within half of
+        it, or whatever it is when the remainder's concatenation (the stacked results
+        twice) would not fit (NOTE [choosing a chunk])."""
         divisor = max(d for d in range(1, chunk + 1) if size % d == 0)
-        if 2 * divisor >= chunk or (traced and 2 * stacked + other > budget):
+        if 4 * divisor >= 3 * chunk or (traced and (2 * divisor >= chunk or 2 * stacked + other > budget)):
             return divisor
         return chunk
 
