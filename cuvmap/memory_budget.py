@@ -50,13 +50,14 @@ AUTO = "auto"
 # The chunk's planned peak is close to affine in c (activations and per-example results
 # grow with c; the convolutions' blocked columns, constants and the arguments' views do
 # not), so the choice stages the program at two small sizes (PROBES), fits peak(c) =
-# fixed + c · per_example, solves for the largest c within MARGIN · budget - results(B),
-# stages that c and shrinks it while its planned peak is over (each staging is a trace
-# and a plan: nothing runs). MARGIN (0.85) leaves room for what the plan does not see:
-# temporaries of impls without a ``workspace`` fact and allocator slack, which stay
-# within about 10% on the benchmark networks (``python -m benchmarks memory``). When
-# even one example at a time does not fit, the call raises MemoryBudgetError with the
-# figures. A budget that holds every example runs the program of all B in one piece.
+# fixed + c · per_example, solves for the largest c with peak(c) <= MARGIN · (budget -
+# results(B)), stages that c and shrinks it while its planned peak is over (each staging
+# is a trace and a plan: nothing runs). MARGIN (0.85) leaves room for what the plan does
+# not see: temporaries of impls that declare none, and allocator slack; on the benchmark
+# networks the measured peaks are 0.54 to 0.98 of the budget (``python -m benchmarks
+# memory``). When even one example at a time does not fit, the call raises
+# MemoryBudgetError with the figures. A budget that holds every example runs the program
+# of all B in one piece.
 #
 # The choice is cached per signature (argument structure, avals, axes, the budget as
 # given: a fraction is resolved against the free memory once, when the signature is first
@@ -69,16 +70,18 @@ AUTO = "auto"
 # chunks are a ``scan`` over the full chunks plus one call for the remainder (JAX's
 # ``lax.map(batch_size=)``): the scan writes each chunk's results into its stacked outputs
 # and carries the sums, and the remainder's results are joined by a concatenation, which
-# holds the stacked results twice for a moment. So the choice prefers a chunk that divides
-# B when one is within a quarter of the largest that fits (no remainder program to stage,
-# no small last chunk; a smaller chunk costs more calls: the benchmark CNN's per-example
-# gradients at batch 512 take 466 ms in chunks of 8, 380 in chunks of 15), under a
-# transform within half of it, and there whatever its size when the concatenation would
-# not fit. On the CPU
-# a chunk whose arrays stay within glibc's mmap threshold (32 MiB) is preferred likewise,
-# when it is at least half of the largest that fits: a larger array is mapped afresh and
-# faults its pages in on every chunk (the benchmark CNN's DP step at batch 512: chunks of
-# 64, 100 and 128 in 369, 432 and 569 ms).
+# holds the stacked results twice for a moment.
+#
+# Two preferences then trade a smaller chunk for time. A chunk that divides B (no
+# remainder program to stage, no small last chunk) is taken when one is within a quarter
+# of the largest that fits (a smaller chunk costs more calls: the benchmark CNN's
+# per-example gradients at batch 512 take 466 ms in chunks of 8, 380 in chunks of 15);
+# under a transform within half of it, and there whatever its size when the concatenation
+# would not fit. On the CPU a chunk whose arrays stay within glibc's mmap threshold
+# (32 MiB) is taken when it is at least half of the largest that fits: a larger array is
+# mapped afresh and faults its pages in on every chunk (NOTE [large results are mapped
+# afresh] in cuvmap/transforms/executor.py; the benchmark CNN's DP step at batch 512 runs
+# chunks of 64, 100 and 128 in 369, 432 and 569 ms).
 
 
 class MemoryBudgetError(TransformError):
