@@ -74,14 +74,15 @@ AUTO = "auto"
 #
 # Two preferences then trade a smaller chunk for time. A chunk that divides B (no
 # remainder program to stage, no small last chunk) is taken when one is within a quarter
-# of the largest that fits (a smaller chunk costs more calls: the benchmark CNN's
-# per-example gradients at batch 512 take 466 ms in chunks of 8, 380 in chunks of 15);
-# under a transform within half of it, and there whatever its size when the concatenation
-# would not fit. On the CPU a chunk whose arrays stay within glibc's mmap threshold
-# (32 MiB) is taken when it is at least half of the largest that fits: a larger array is
-# mapped afresh and faults its pages in on every chunk (NOTE [large results are mapped
-# afresh] in cuvmap/transforms/executor.py; the benchmark CNN's DP step at batch 512 runs
-# chunks of 64, 100 and 128 in 369, 432 and 569 ms).
+# of the largest that fits (a smaller chunk costs more calls: halving the chunk of the
+# benchmark CNN's per-example gradients slows them down); under a transform within half
+# of it, and there whatever its size when the concatenation would not fit. On the CPU a
+# chunk whose arrays stay within glibc's mmap threshold (32 MiB) is taken when it is at
+# least half of the largest that fits: a larger array is mapped afresh and faults its
+# pages in on every chunk (NOTE [large results are mapped afresh] in
+# cuvmap/transforms/executor.py), which makes the benchmark CNN's DP step slower in
+# chunks of 100 or 128 than of 64. ``python -m benchmarks memory`` sweeps chunk sizes
+# beside the choice.
 
 
 class MemoryBudgetError(TransformError):
