@@ -28,7 +28,8 @@ warm call (the choice made, the conv strategies measured). Times come from inter
 rounds of the budgeted call, the sweep and the unchunked call.
 
 Targets: the budgeted call's peak at most the budget + 10%; its time at most 1.15 × the
-best time of the sweep's chunk sizes whose peak is within the budget (+10%).
+best time of the sweep's chunk sizes whose peak is within the budget (the hand-picked
+sizes a user could keep).
 """
 import gc
 import math
@@ -163,17 +164,17 @@ def _run_case(name, args, xp, policy):
     cases += [harness.Case(f"chunk {c}", f"chunk {c}", call(f), harness.timer_for(xp)) for c, f in fixed.items()]
     times, timing_notes = harness.timed_rounds(cases, policy)
     med = {k: float(np.median(v)) for k, v in times.items()}
-    in_budget = [c for c in sweep if sweep_peaks[c] <= PEAK_LIMIT * budget]
+    in_budget = [c for c in sweep if sweep_peaks[c] <= budget]  # what a user picking by hand must keep to
     best = min(in_budget, key=lambda c: med[f"chunk {c}"]) if in_budget else None
     best_key = f"chunk {best}" if best is not None else None
 
     def row(key, chunk, peak):
         ratio = med[key] / med[best_key] if best_key else math.nan
         rows.append(dict(case=name, run=key, chunk=chunk, peak_bytes=peak, peak_over_budget=peak / budget,
-                         within_budget=peak <= PEAK_LIMIT * budget, ms=med[key] * 1e3, x_best_in_budget=ratio,
+                         within_budget=peak <= budget, ms=med[key] * 1e3, x_best_in_budget=ratio,
                          times_s=times[key], notes=timing_notes[key]))
         return (key if key != "auto" else f"**memory_budget** → chunk {chunk}", chunk, peak / 2 ** 20,
-                peak / budget, "yes" if peak <= PEAK_LIMIT * budget else "no", med[key] * 1e3, ratio)
+                peak / budget, "yes" if peak <= budget else "no", med[key] * 1e3, ratio)
 
     table = [row("unchunked", batch, unchunked), row("auto", plan.chunk, auto_peak)]
     table += [row(f"chunk {c}", c, sweep_peaks[c]) for c in sweep]
@@ -184,7 +185,7 @@ def _run_case(name, args, xp, policy):
           f"{mb.fmt_bytes(unchunked)}; planned: chunk {plan.chunk}, one chunk's program "
           f"{mb.fmt_bytes(plan.planned_peak or 0)}, results {mb.fmt_bytes(plan.results)}")
     print()
-    print(harness.markdown_table(["run", "chunk", "peak MiB", "× budget", "within budget +10%", "ms (median)",
+    print(harness.markdown_table(["run", "chunk", "peak MiB", "× budget", "within the budget", "ms (median)",
                                   "× best in-budget chunk"], table))
     print()
     comparison = (harness.compare_rows(dict(times_ms=times["auto"]), dict(times_ms=times[best_key]))

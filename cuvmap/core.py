@@ -612,7 +612,7 @@ def registered_primitives():
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
-          "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None}
+          "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None}
 
 
 class Primitive:
@@ -654,11 +654,17 @@ class Primitive:
       print, a host callback), so a staged program keeps every such equation, in order,
       even when nothing reads its result: no dead-code elimination, common
       subexpressions or constant folding touch it.
-    - ``workspace``: ``workspace(in_avals, out_avals, params) -> bytes``, the memory its
-      impl allocates for itself while it runs, besides its result (the unfolded columns of
-      a convolution), for the plan's memory estimate (NOTE [planned peak memory] in
-      cuvmap/transforms/executor.py; an operand given twice comes once, then as None);
-      None: nothing worth counting.
+    - ``workspace``: ``workspace(in_avals, out_avals, params, strided) -> bytes``, the
+      memory its impl allocates for itself while it runs, besides its result (the unfolded
+      columns of a convolution, a copy of an operand not laid out for a GEMM), for the
+      plan's memory estimate (NOTE [planned peak memory] in cuvmap/transforms/executor.py;
+      an operand given twice comes once, then as None; ``strided[i]``: whether operand
+      ``i`` may be laid out other than in C order); None: nothing worth counting.
+    - ``layout``: ``layout(strided, in_avals, out_avals, params) -> (allocates,
+      strided_out)`` for that estimate: whether the result is a new array (else a view of
+      an operand) and whether it may be laid out other than in C order. None: a primitive
+      with a writer allocates, in its operands' layout (NumPy's ``order="K"``); any other
+      allocates a C-ordered result (a view must say so: ``reshape``, ``transpose``, ...).
     - ``impl_for(*avals, **params)``: the impl for operands of these avals, a callable of
       the operands alone that a plan calls instead of ``impl(*operands, **params)``
       (dot_general works out its layout once: NOTE [a product's layout is worked out
@@ -688,14 +694,14 @@ class Primitive:
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
                  impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None,
-                 workspace=None, impl_for=None):
+                 workspace=None, impl_for=None, layout=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful,
-                     workspace=workspace, impl_for=impl_for)
+                     workspace=workspace, impl_for=impl_for, layout=layout)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

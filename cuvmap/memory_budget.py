@@ -50,13 +50,14 @@ AUTO = "auto"
 # The chunk's planned peak is close to affine in c (activations and per-example results
 # grow with c; the convolutions' blocked columns, constants and the arguments' views do
 # not), so the choice stages the program at two small sizes (PROBES), fits peak(c) =
-# fixed + c · per_example, solves for the largest c within MARGIN · budget - results(B),
-# stages that c and shrinks it while its planned peak is over (each staging is a trace
-# and a plan: nothing runs). MARGIN (0.85) leaves room for what the plan does not see:
-# temporaries of impls without a ``workspace`` fact and allocator slack, which stay
-# within about 10% on the benchmark networks (``python -m benchmarks memory``). When
-# even one example at a time does not fit, the call raises MemoryBudgetError with the
-# figures. A budget that holds every example runs the program of all B in one piece.
+# fixed + c · per_example, solves for the largest c with peak(c) <= MARGIN · (budget -
+# results(B)), stages that c and shrinks it while its planned peak is over (each staging
+# is a trace and a plan: nothing runs). MARGIN (0.85) leaves room for what the plan does
+# not see: temporaries of impls that declare none, and allocator slack; on the benchmark
+# networks the measured peaks are 0.54 to 0.98 of the budget (``python -m benchmarks
+# memory``). When even one example at a time does not fit, the call raises
+# MemoryBudgetError with the figures. A budget that holds every example runs the program
+# of all B in one piece.
 #
 # The choice is cached per signature (argument structure, avals, axes, the budget as
 # given: a fraction is resolved against the free memory once, when the signature is first
@@ -69,9 +70,19 @@ AUTO = "auto"
 # chunks are a ``scan`` over the full chunks plus one call for the remainder (JAX's
 # ``lax.map(batch_size=)``): the scan writes each chunk's results into its stacked outputs
 # and carries the sums, and the remainder's results are joined by a concatenation, which
-# holds the stacked results twice for a moment; so under a transform the choice prefers a
-# chunk that divides B (within half of the largest that fits), and takes one whenever the
-# concatenation would not fit.
+# holds the stacked results twice for a moment.
+#
+# Two preferences then trade a smaller chunk for time. A chunk that divides B (no
+# remainder program to stage, no small last chunk) is taken when one is within a quarter
+# of the largest that fits (a smaller chunk costs more calls: halving the chunk of the
+# benchmark CNN's per-example gradients slows them down); under a transform within half
+# of it, and there whatever its size when the concatenation would not fit. On the CPU a
+# chunk whose arrays stay within glibc's mmap threshold (32 MiB) is taken when it is at
+# least half of the largest that fits: a larger array is mapped afresh and faults its
+# pages in on every chunk (NOTE [large results are mapped afresh] in
+# cuvmap/transforms/executor.py), which makes the benchmark CNN's DP step slower in
+# chunks of 100 or 128 than of 64. ``python -m benchmarks memory`` sweeps chunk sizes
+# beside the choice.
 
 
 class MemoryBudgetError(TransformError):
@@ -174,8 +185,8 @@ class _Program:
 class _Choice:
     """A signature's chunk, its programs by chunk size, and the figures of the choice."""
 
-    def __init__(self, chunk, budget, reserve, programs, cacheable):
-        self.chunk, self.budget, self.reserve, self.programs, self.cacheable = chunk, budget, reserve, programs, cacheable
+    def __init__(self, chunk, budget, reserve, programs):
+        self.chunk, self.budget, self.reserve, self.programs = chunk, budget, reserve, programs
 
     def info(self, size):
         """The choice as a :class:`ChunkPlan`."""
@@ -270,7 +281,7 @@ class ChunkedMap:
             return programs[b]
 
         if spec != AUTO:
-            return _Choice(min(spec, size), None, 0, programs, True), program
+            return _Choice(min(spec, size), None, 0, programs), program
         budget = budget_bytes(budget_spec, device)
         probe = min(size, PROBES[0])
         first = program(probe)
@@ -282,7 +293,7 @@ class ChunkedMap:
             return program(size).peak - reserve <= room
         if size == probe:
             if whole_fits():
-                return _Choice(size, budget, reserve, programs, True), program
+                return _Choice(size, budget, reserve, programs), program
             per, fixed = max(1.0, first.peak / probe), 0.0
         else:
             second_size = min(size, PROBES[1])
@@ -290,7 +301,7 @@ class ChunkedMap:
             per = max(1.0, (second.peak - first.peak) / (second_size - probe))
             fixed = first.peak - per * probe
             if fixed + per * size - reserve <= room and whole_fits():
-                return _Choice(size, budget, reserve, programs, True), program
+                return _Choice(size, budget, reserve, programs), program
         chunk = int((room - fixed) // per) if room > fixed else 1
         chunk = max(1, min(chunk, size - 1))
         for _ in range(8):
@@ -305,17 +316,34 @@ class ChunkedMap:
                 f"{fmt_bytes(one)} at its peak, besides {fmt_bytes(reserve)} for the results of all {size} examples "
                 f"(a chunk is planned to {MARGIN:.0%} of what the results leave); give at least "
                 f"{fmt_bytes(reserve + one / MARGIN)}")
-        if traced and size % chunk:
-            chunk = self._divisor_choice(chunk, size, stacked, other, budget)
-        return _Choice(chunk, budget, reserve, programs, True), program
+        if device == "cpu":
+            chunk = self._heap_choice(chunk, programs)
+        if size % chunk:
+            chunk = self._divisor_choice(chunk, size, stacked, other, budget, traced)
+        return _Choice(chunk, budget, reserve, programs), program
 
     @staticmethod
-    def _divisor_choice(chunk, size, stacked, other, budget):
-        """Under a transform: a chunk dividing ``size`` when one is within half of
-        ``chunk``, or whenever the remainder's concatenation (the stacked results twice)
-        would not fit (NOTE [choosing a chunk])."""
+    def _heap_choice(chunk, programs):
+        """On the CPU, the largest chunk whose arrays stay within glibc's mmap threshold
+        (NOTE [large results are mapped afresh] in cuvmap/transforms/executor.py: a larger
+        array faults its pages in again on every chunk), when that is at least half of
+        ``chunk``; the largest array per example from the largest program staged."""
+        b, prog = max(programs.items(), key=lambda item: item[0])
+        largest = max((v.aval.size * v.aval.dtype.itemsize for e in prog.program.jaxpr.eqns for v in e.outs),
+                      default=0)
+        if not largest or largest <= executor.MMAP_THRESHOLD_BYTES * b / max(b, chunk):
+            return chunk
+        fitting = int(executor.MMAP_THRESHOLD_BYTES // (largest / b))
+        return fitting if 2 * fitting >= chunk else chunk
+
+    @staticmethod
+    def _divisor_choice(chunk, size, stacked, other, budget, traced):
+        """A chunk dividing ``size`` (no remainder: one program fewer to stage, no small last
+        chunk) when one is within a quarter of ``chunk``; under a transform within half of
+        it, or whatever it is when the remainder's concatenation (the stacked results
+        twice) would not fit (NOTE [choosing a chunk])."""
         divisor = max(d for d in range(1, chunk + 1) if size % d == 0)
-        if 2 * divisor >= chunk or 2 * stacked + other > budget:
+        if 4 * divisor >= 3 * chunk or (traced and (2 * divisor >= chunk or 2 * stacked + other > budget)):
             return divisor
         return chunk
 
@@ -355,7 +383,7 @@ class ChunkedMap:
             choice = self.choices.get(sig)
         if choice is not None and not self.cache_programs:
             # the body reads values of its call besides its inputs: fresh programs, same chunk
-            choice = _Choice(choice.chunk, choice.budget, choice.reserve, {}, False)
+            choice = _Choice(choice.chunk, choice.budget, choice.reserve, {})
             program = self._program_of(choice, body, leaves, axes)
             if size and _holds_tracers(program(max(1, min(choice.chunk, size)))):
                 traced = True
@@ -371,7 +399,7 @@ class ChunkedMap:
             while len(self.choices) >= KEPT:
                 self.choices.pop(next(iter(self.choices)))
             self.choices[sig] = choice if self.cache_programs else _Choice(
-                choice.chunk, choice.budget, choice.reserve, {}, False)
+                choice.chunk, choice.budget, choice.reserve, {})
         return choice, (self._program_of(choice, body, leaves, axes) if self.cache_programs else program), traced
 
     def _program_of(self, choice, body, leaves, axes):

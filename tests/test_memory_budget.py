@@ -358,3 +358,13 @@ def test_a_quarter_of_the_unchunked_peak(name, kind, make, stacked):
     for a, b in zip(cv.tree.leaves(out), cv.tree.leaves(ref)):  # (float32; one pass over large arrays)
         a, b = np.asarray(a), np.asarray(b)
         assert np.abs(a - b).max() <= 1e-5 * (np.abs(b).max() + 1.0)
+
+
+def test_a_function_that_cannot_be_staged_says_why():
+    def f(x, s):
+        return x * 2.0 if float(s) > 0 else x  # Python control flow on a shared argument's value
+
+    s = np.array(1.0)
+    with pytest.raises(cv.core.ConcretizationError, match="plan the memory of a chunk"):
+        cv.vmap(f, in_axes=(0, None), memory_budget=1 << 20)(X, s)
+    _close(cv.vmap(f, in_axes=(0, None), chunk_size=8)(X, s), X * 2.0)  # a fixed chunk_size stays eager

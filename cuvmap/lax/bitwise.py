@@ -136,7 +136,8 @@ shift_right_logical_p = Primitive("shift_right_logical", False, impl=_shift_impl
                                   shape_rule=_shift_shape_rule)
 shift_right_arithmetic_p = Primitive("shift_right_arithmetic", False, impl=_shift_right_arithmetic_impl,
                                      shape_rule=_shift_shape_rule)
-bitcast_convert_type_p = Primitive("bitcast_convert_type", False, impl=_bitcast_impl, shape_rule=_bitcast_shape_rule)
+bitcast_convert_type_p = Primitive("bitcast_convert_type", False, impl=_bitcast_impl, shape_rule=_bitcast_shape_rule,
+                                   layout=lambda strided, *_: (False, strided[0]))  # a view
 
 
 # ---------------------------------------------------------------------------------------

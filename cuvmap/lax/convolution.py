@@ -53,32 +53,38 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 
 
 
-def _conv_workspace(in_avals, out_avals, params):
+def _conv_workspace(in_avals, out_avals, params, strided):
     """What a convolution allocates besides its result (NOTE [planned peak memory] in
-    cuvmap/transforms/executor.py): the unfolded columns (``N·C·K·spatial`` elements; on
-    the CPU built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``: NOTE [cache
-    blocking]), and a second result while the ``auto`` strategy times both kernels on a
-    shape's first call. One bound for the three primitives: the data operands (the input
-    or grad_output first, the input of a weight gradient second) and the result give the
-    batch, the larger channel count and spatial size; the weight (or ``weight_shape``)
-    the kernel."""
+    cuvmap/transforms/executor.py): the unfolded columns of the unfold kernels,
+    ``N · C_in · K · out`` elements (the input's channels, the kernel's size, the output's
+    spatial size; on the CPU built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``:
+    NOTE [cache blocking]), and a second result while the ``auto`` strategy times both
+    kernels on a shape's first call. The data operands: the input (``conv``), grad_output
+    and the input (``conv_backward_weight``), grad_output and the input's shape
+    (``conv_backward_input``); a transposed convolution counts the larger channel count
+    and spatial size of input and output."""
     out = out_avals[0]
     first = in_avals[0]
     if first is None or len(first.shape) < 3:
         return 0
     weight_shape = params.get("weight_shape")
-    data = [first.shape, out.shape]
-    if weight_shape is not None:
-        if in_avals[1] is not None:
-            data.append(in_avals[1].shape)
-    elif in_avals[1] is not None:
-        weight_shape = in_avals[1].shape
+    if weight_shape is not None:  # conv_backward_weight(grad_output, lhs)
+        lhs = in_avals[1] if in_avals[1] is not None else first
+        inputs, outputs = lhs.shape, first.shape
+    elif "input_shape" in params:  # conv_backward_input(grad_output, rhs)
+        weight_shape = in_avals[1].shape if in_avals[1] is not None else None
+        inputs, outputs = tuple(params["input_shape"]), first.shape
+    else:  # conv(lhs, rhs, bias)
+        weight_shape = in_avals[1].shape if in_avals[1] is not None else None
+        inputs, outputs = first.shape, out.shape
     k = int(np.prod(weight_shape[2:], dtype=np.int64)) if weight_shape is not None else 1
-    data = [s for s in data if len(s) >= 3]
-    channels = max(s[1] for s in data)
-    spatial = max(int(np.prod(s[2:], dtype=np.int64)) for s in data)
+    channels = inputs[1]
+    spatial = int(np.prod(outputs[2:], dtype=np.int64))
+    if params.get("transposed"):
+        channels = max(inputs[1], outputs[1])
+        spatial = max(spatial, int(np.prod(inputs[2:], dtype=np.int64)))
     itemsize = out.dtype.itemsize
-    columns = first.shape[0] * channels * k * spatial * itemsize  # (whatever the groups: C/G channels per group)
+    columns = inputs[0] * channels * k * spatial * itemsize  # (whatever the groups: C/G channels per group)
     if out.device is None or not str(out.device).startswith("gpu"):
         columns = min(columns, 2 * conv_gemm.BLOCK_BYTES)
     return columns + out.size * itemsize

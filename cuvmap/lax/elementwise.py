@@ -441,7 +441,7 @@ def select_into(pred, on_true, on_false, *, out):
     return out
 
 
-def _select_workspace(in_avals, out_avals, params):
+def _select_workspace(in_avals, out_avals, params, strided):
     """The blend's one-byte mask, and the second operand's bits unless it is a positive zero
     (the plan's memory estimate cannot tell, so it counts them: NOTE [planned peak memory])."""
     out = out_avals[0]
@@ -469,7 +469,8 @@ convert_element_type_p = _nary(
     fused=CExpression("{0}", accepts=lambda new_dtype: True),
 )
 
-stop_gradient_p = _nary("stop_gradient", lambda x: x, _same_shape_rule, differentiable=False, fused=CExpression("{0}"))
+stop_gradient_p = _nary("stop_gradient", lambda x: x, _same_shape_rule, differentiable=False, fused=CExpression("{0}"),
+                        layout=lambda strided, *_: (False, strided[0]))  # its operand itself
 
 
 # ---------------------------------------------------------------------------------------

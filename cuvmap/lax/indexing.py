@@ -77,7 +77,7 @@ def _slice_impl(x, *, slices):
     return core.as_array(x)[tuple(_pyslice(*s) for s in slices)]
 
 
-slice_p = Primitive("slice")
+slice_p = Primitive("slice", layout=lambda strided, *_: (False, True))  # a view, maybe strided
 slice_p.impl = _slice_impl
 slice_p.shape_rule = _slice_shape_rule
 
@@ -225,7 +225,8 @@ def _check_index_bounds_impl(idx, *, n, op, where):
 # on the host and raises at once; on the GPU it reads nothing on the host (so a CUDA graph
 # captures it): its kernels set an error word that a later call raises (NOTE [device-side
 # bounds checks] in cuvmap/cuda/device_errors.py).
-check_index_bounds_p = Primitive("check_index_bounds", differentiable=False)
+check_index_bounds_p = Primitive("check_index_bounds", differentiable=False,
+                                 layout=lambda strided, *_: (False, strided[0]))  # its operand itself
 check_index_bounds_p.impl = _check_index_bounds_impl
 check_index_bounds_p.shape_rule = lambda idx, **params: ShapedArray(idx.shape, idx.dtype, idx.weak_type)
 batching.primitive_batchers[check_index_bounds_p] = (

@@ -182,14 +182,41 @@ def _dot_general_impl_for(x, y, *, dimension_numbers):
     return _dot_layout(tuple(x.shape), tuple(y.shape), dimension_numbers, gpu)
 
 
-def _dot_general_workspace(in_avals, out_avals, params):
+def _gemm_order(ndim, contract, batch, contract_last):
+    free = _free_dims(ndim, contract, batch)
+    return tuple(batch) + ((tuple(free) + tuple(contract)) if contract_last else (tuple(contract) + tuple(free)))
+
+
+def _dot_general_workspace(in_avals, out_avals, params, strided):
     """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
-    laid out for it (the plan cannot see strides, so both count: NOTE [planned peak memory])."""
-    return sum(a.size * a.dtype.itemsize for a in in_avals if a is not None)
+    in C order or whose axes the GEMM wants in another order (NOTE [planned peak memory]
+    in cuvmap/transforms/executor.py)."""
+    (xc, yc), (xb, yb) = params["dimension_numbers"]
+    avals = [in_avals[0], in_avals[1] if in_avals[1] is not None else in_avals[0]]  # (x · x: both sides copy)
+    # a product of two matrices passes its transposes to the GEMM as views (_dot_layout)
+    matrices = not xb and len(xc) == 1 and all(len(a.shape) == 2 for a in avals)
+    copies = 0
+    for i, (contract, batch, last) in enumerate(((xc, xb, True), (yc, yb, False))):
+        a = avals[i]
+        moved = [d for d in _gemm_order(len(a.shape), contract, batch, last) if a.shape[d] != 1]
+        if strided[i] or (moved != sorted(moved) and not matrices):  # (moving size-1 axes copies nothing)
+            copies += a.size * a.dtype.itemsize
+    return copies
+
+
+def _dot_general_layout(strided, in_avals, out_avals, params):
+    """A new array, in C order but for an outer product with fewer columns than rows, which
+    the impl writes transposed (``_dot_general_impl``)."""
+    (xc, yc), (xb, yb) = params["dimension_numbers"]
+    x, y = in_avals[0], in_avals[1]
+    k = int(np.prod([x.shape[i] for i in xc], dtype=np.int64))
+    m = int(np.prod([x.shape[i] for i in _free_dims(len(x.shape), xc, xb)], dtype=np.int64))
+    n = int(np.prod([y.shape[i] for i in _free_dims(len(y.shape), yc, yb)], dtype=np.int64))
+    return True, k == 1 and n < m
 
 
 dot_general_p = Primitive("dot_general", owns_output=True, kind="dot", workspace=_dot_general_workspace,
-                          impl_for=_dot_general_impl_for)
+                          impl_for=_dot_general_impl_for, layout=_dot_general_layout)
 dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 

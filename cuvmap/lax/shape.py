@@ -24,8 +24,27 @@ def _reshape_shape_rule(x, *, new_sizes):
     return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
 
+# The layouts of the views, for the plan's memory estimate (the ``layout`` fact of
+# cuvmap.core.Primitive; NOTE [planned peak memory] in cuvmap/transforms/executor.py):
+# ``(allocates, strided)``.
+
+def _view_keeps_layout(strided, in_avals, out_avals, params):
+    """A view in its operand's layout (squeeze, size-1 dims added)."""
+    return False, strided[0]
+
+
+def _view_strided(strided, in_avals, out_avals, params):
+    """A view that may not be in C order (a transpose, a broadcast, a slice)."""
+    return False, True
+
+
+def _reshape_layout(strided, in_avals, out_avals, params):
+    """A view of an operand in C order; of any other, a copy (in C order)."""
+    return strided[0], False
+
+
 reshape_p = Primitive("reshape", impl=lambda x, *, new_sizes: core.as_array(x).reshape(new_sizes),
-                      shape_rule=_reshape_shape_rule)
+                      shape_rule=_reshape_shape_rule, layout=_reshape_layout)
 
 
 def reshape(x, new_sizes):
@@ -58,7 +77,7 @@ def _transpose_shape_rule(x, *, permutation):
 
 
 transpose_p = Primitive("transpose", impl=lambda x, *, permutation: core.as_array(x).transpose(permutation),
-                        shape_rule=_transpose_shape_rule)
+                        shape_rule=_transpose_shape_rule, layout=_view_strided)
 
 
 def transpose(x, permutation):
@@ -103,7 +122,8 @@ def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
     return backend.xp_of(x).broadcast_to(x.reshape(expanded), shape)
 
 
-broadcast_in_dim_p = Primitive("broadcast_in_dim", impl=_broadcast_in_dim_impl, shape_rule=_broadcast_in_dim_shape_rule)
+broadcast_in_dim_p = Primitive("broadcast_in_dim", impl=_broadcast_in_dim_impl, shape_rule=_broadcast_in_dim_shape_rule,
+                               layout=_view_strided)
 
 
 def broadcast_in_dim(x, shape, broadcast_dimensions):
@@ -180,7 +200,7 @@ def _squeeze_shape_rule(x, *, dimensions):
 
 
 squeeze_p = Primitive("squeeze", impl=lambda x, *, dimensions: core.as_array(x).squeeze(dimensions),
-                      shape_rule=_squeeze_shape_rule)
+                      shape_rule=_squeeze_shape_rule, layout=_view_keeps_layout)
 
 
 def squeeze(x, dimensions):
@@ -219,6 +239,7 @@ expand_dims_p = Primitive(
     "expand_dims",
     impl=lambda x, *, dimensions: core.as_array(x).reshape(_expand_dims_shape(np.shape(x), dimensions)),
     shape_rule=_expand_dims_shape_rule,
+    layout=_view_keeps_layout,  # (size-1 dims added: always a view)
 )
 
 
