@@ -79,6 +79,9 @@ def add_arguments(parser):
     parser.add_argument("--no-jit", action="store_true", help="skip the jitted cuvmap rows")
     parser.add_argument("--no-torch", action="store_true", help="skip torch and torch.func even when installed")
     parser.add_argument("--no-opacus", action="store_true", help="skip Opacus even when installed")
+    parser.add_argument("--scopes", action="store_true",
+                        help="after the timings, the time per named scope (the layers, the loss and their "
+                             "transpose(...)) of cuvmap's jit(dp.clipped_grad) for each case (cuvmap.profiler)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights (the data use seed + 1)")
 
 
@@ -433,13 +436,24 @@ def run(args, settings):
           "otherwise (? when the interval is too wide to tell); met: yes / no when the whole interval is on one "
           "side of the target (memory: one call, no interval)")
 
+    scopes = []
+    if getattr(args, "scopes", False):
+        import cuvmap as cv
+        from cuvmap import dp
+
+        for name, batch in cases:
+            params, per_example_loss, _, data, _, _ = _network(name, args)
+            operands = cv.device_put((params, *data(batch)), args.device)
+            scopes.append(harness.time_per_scope(f"cuvmap jit(dp.clipped_grad), {name} at batch {batch}",
+                                                 dp.clipped_grad(per_example_loss, MAX_NORM), operands))
+
     series = {}
     for r in rows:
         series.setdefault(f"{r['network']}: {r['method']}", []).append((r["batch"], r["median_ms"] / r["batch"]))
     title = f"DP-SGD clipped sums, {args.device} — {settings['device']}"
     return dict(config=dict(batch=args.batch, models=args.models, mlp_widths=args.mlp_widths, repeats=args.repeats,
                             warmup=args.warmup, seed=args.seed, max_norm=MAX_NORM, dtype="float32"),
-                frameworks=fw, notes=notes, layer_methods=layer_methods, rows=rows, ratios=ratios,
+                frameworks=fw, notes=notes, layer_methods=layer_methods, rows=rows, ratios=ratios, scopes=scopes,
                 plot=dict(series=series, title=title, dashed={s for s in series if "batched" in s or "backward" in s}))
 
 

@@ -321,6 +321,23 @@ def markdown_table(headers, rows, align=None):
     return "\n".join(lines)
 
 
+def time_per_scope(label, fn, args, rounds=10):
+    """``--scopes``: the median time per call of each named scope of ``fn(*args)``, staged
+    as ``jit`` stages it (``cuvmap.profiler.time_by_scope``, NOTE [time per scope] in
+    cuvmap/profiler.py). Prints a table; returns it as a dict for the JSON."""
+    import cuvmap as cv
+
+    times = cv.profiler.time_by_scope(fn, *args, rounds=rounds)
+    total = sum(times.seconds.values()) or 1.0
+    rows = [dict(scope=k, steps=times.steps[k], ms=t * 1e3, share=t / total) for k, t in times.seconds.items()]
+    print(f"\n## Time per named scope: {label} ({times.rounds} rounds, medians; cuvmap.profiler)\n")
+    print(markdown_table(["scope", "steps", "ms", "share"],
+                         [(r["scope"], r["steps"], r["ms"], f"{r['share']:.1%}") for r in rows], "lrrr"))
+    print(f"\nthe steps take {times.total * 1e3:.3g} ms together, the untimed call {times.call * 1e3:.3g} ms "
+          "(the difference: the clock reads around every step)")
+    return dict(label=label, rows=rows, total_ms=times.total * 1e3, call_ms=times.call * 1e3)
+
+
 def settings_table(settings_dict):
     return markdown_table(["setting", "value"], [(k, str(v)) for k, v in settings_dict.items()], "ll")
 

@@ -127,52 +127,59 @@ def mlp_data(batch, widths=MLP_WIDTHS, seed=1, dtype=np.float32):
 # ---------------------------------------------------------------------------------------
 
 
+# The cuvmap networks name their layers (cuvmap.named_scope: free when not staged) so that
+# ``--scopes`` can report the time per layer (cuvmap.profiler).
+
+
 def cuvmap_forward(params, x):
     """Logits ``(N, 10)`` of ``x`` ``(N, 1, 28, 28)``."""
-    from cuvmap import nn
+    from cuvmap import named_scope, nn
 
-    h = nn.relu(nn.conv(x, params["w1"], params["b1"]))
-    h = nn.relu(nn.conv(h, params["w2"], params["b2"]))
-    h = h.reshape(h.shape[0], -1)
-    return h @ params["w3"] + params["b3"]
+    with named_scope("conv1"):
+        h = nn.relu(nn.conv(x, params["w1"], params["b1"]))
+    with named_scope("conv2"):
+        h = nn.relu(nn.conv(h, params["w2"], params["b2"]))
+    with named_scope("dense"):
+        h = h.reshape(h.shape[0], -1)
+        return h @ params["w3"] + params["b3"]
+
+
+def _cross_entropy(logits, labels):
+    from cuvmap import named_scope, nn
+
+    with named_scope("loss"):
+        return nn.cross_entropy(logits, labels)
 
 
 def cuvmap_per_example_loss(params, x, y):
     """Cross entropy of one example: ``x`` ``(1, 28, 28)``, ``y`` a 0-d integer."""
-    from cuvmap import nn
-
-    return nn.cross_entropy(cuvmap_forward(params, x[None]), y[None])
+    return _cross_entropy(cuvmap_forward(params, x[None]), y[None])
 
 
 def cuvmap_batch_loss(params, xs, ys):
     """Mean cross entropy over a batch: ``xs`` ``(N, 1, 28, 28)``, ``ys`` ``(N,)``."""
-    from cuvmap import nn
-
-    return nn.cross_entropy(cuvmap_forward(params, xs), ys)
+    return _cross_entropy(cuvmap_forward(params, xs), ys)
 
 
 def cuvmap_mlp_forward(params, x):
     """Logits ``(N, out)`` of ``x`` ``(N, in)``: dense layers with relu between them."""
-    from cuvmap import nn
+    from cuvmap import named_scope, nn
 
     n = len(params) // 2
     for i in range(1, n + 1):
-        x = x @ params[f"w{i}"] + params[f"b{i}"]
-        if i < n:
-            x = nn.relu(x)
+        with named_scope(f"dense{i}"):
+            x = x @ params[f"w{i}"] + params[f"b{i}"]
+            if i < n:
+                x = nn.relu(x)
     return x
 
 
 def cuvmap_mlp_per_example_loss(params, x, y):
-    from cuvmap import nn
-
-    return nn.cross_entropy(cuvmap_mlp_forward(params, x[None]), y[None])
+    return _cross_entropy(cuvmap_mlp_forward(params, x[None]), y[None])
 
 
 def cuvmap_mlp_batch_loss(params, xs, ys):
-    from cuvmap import nn
-
-    return nn.cross_entropy(cuvmap_mlp_forward(params, xs), ys)
+    return _cross_entropy(cuvmap_mlp_forward(params, xs), ys)
 
 
 # ---------------------------------------------------------------------------------------

@@ -111,6 +111,9 @@ def add_arguments(parser):
                         help="import torch before NumPy and cuvmap, so that its libgomp (and the OpenMP wait policy "
                              "of the environment) serves cuvmap's oneDNN too; by default cuvmap loads oneDNN first "
                              "and torch shares the libgomp it loaded")
+    parser.add_argument("--scopes", action="store_true",
+                        help="after the timings, the time per named scope (conv1, conv2, dense, loss and their "
+                             "transpose(...)) of cuvmap's jit(vmap(grad)) at each batch size (cuvmap.profiler)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -527,6 +530,17 @@ def run(args, settings):
           "otherwise (? when the interval is too wide to tell); met: yes / no when the whole interval is on one "
           "side of the target")
 
+    # -- time per named scope (--scopes) -----------------------------------------------
+    scopes = []
+    if getattr(args, "scopes", False):
+        import cuvmap as cv
+
+        per_example = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0))
+        for batch in args.batch:
+            xs, ys = models.cnn_data(batch, seed=args.seed + 1)
+            operands = cv.device_put((params, xs, ys), args.device)
+            scopes.append(harness.time_per_scope(f"cuvmap jit(vmap(grad)) at batch {batch}", per_example, operands))
+
     # -- plot data -------------------------------------------------------------------------
     series = {}
     for r in rows:
@@ -542,7 +556,7 @@ def run(args, settings):
         gemm=dict(n=gemm_n, gflops_before=rate0 / 1e9, gflops_after=rate1 / 1e9, gflops_used=rate / 1e9,
                   before=gemm0.as_dict(), after=gemm1.as_dict()),
         floor_ms_per_example=floor_ms,
-        rows=rows, ratios=ratios,
+        rows=rows, ratios=ratios, scopes=scopes,
         plot=dict(series=series, title=title, hlines={f"compute floor {floor_ms * 1e3:.1f} µs": floor_ms},
                   dashed={r["method"] for r in rows if r["kind"] == "batched"}),
     )

@@ -6,7 +6,7 @@ NumPy-like functions and ``cuvmap.lax`` for the primitives.
 from cuvmap import config, lax, tree  # noqa: F401
 from cuvmap import dp, nn  # noqa: F401
 from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
-from cuvmap import custom_batching, debug, flatten_util, random  # noqa: F401
+from cuvmap import custom_batching, debug, flatten_util, profiler, random  # noqa: F401
 from cuvmap.api import grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap  # noqa: F401
 from cuvmap.api_util import TransformError  # noqa: F401
 from cuvmap.jit_api import RetraceWarning, eval_shape, jit, make_jaxpr  # noqa: F401

@@ -66,7 +66,7 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
     @api_util.with_context(where, f)
     def make(*args, **kwargs):
         _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
-        closed, _ = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+        closed, _ = staging.trace_program(f, where, leaves, paths, avals, rebuild, True)
         return closed
 
     return make
@@ -85,7 +85,7 @@ def eval_shape(f, *args, **kwargs):
     api_util.check_callable(f, "eval_shape")
     where = f"eval_shape({api_util.fun_name(f)})"
     _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, (), ())
-    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild, True)
     outs = [core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, device=a.device or None)
             for a in closed.out_avals]
     return tree.unflatten(out_tree, outs)
@@ -166,7 +166,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
             with flights.flight(key) as first:
                 entry = None if first else cache.get(key)
                 if entry is None:
-                    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+                    closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild, True)
                     program = ir.optimize(closed)
                     donated = tuple(i for i, p in enumerate(paths) if p[0] == 0 and p[1] in donated_nums)
                     entry = _Staged(program, out_tree, donated)
@@ -186,7 +186,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         :class:`~cuvmap.core.ShapeDtypeStruct`), as :func:`make_jaxpr` stages it: a
         :class:`Traced` (``.jaxpr``, ``.out_info``, ``.lower()``). Runs nothing."""
         _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
-        closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild)
+        closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild, True)
         return Traced(closed, out_tree, lambda: lower(*args, **kwargs))
 
     @api_util.with_context(where, f)

@@ -157,3 +157,53 @@ def test_shape_dtype_struct_is_a_value_like_jaxs():
     assert s == S((2, 3), np.float32) and hash(s) == hash(S((2, 3), np.float32)) and s != S((2, 3), np.float64)
     assert repr(s) == "ShapeDtypeStruct(shape=(2, 3), dtype=float32)"
     assert str(cv.make_jaxpr(lambda x: cnp.sin(x))(s)).splitlines()[0] == "{ lambda ; a:f32[2,3]. let"
+
+
+# ---------------------------------------------------------------------------------------
+# Weak types (NOTE [a weak value meets a strong one] in cuvmap/transforms/staging.py)
+# ---------------------------------------------------------------------------------------
+
+F32 = np.ones(3, np.float32)
+U8 = np.arange(3, dtype=np.uint8)
+I32 = np.arange(3, dtype=np.int32)
+
+# name: (f, arguments, what eval_shape gives: JAX's weak types with NumPy's float64 default).
+# The Python-number arguments run the same lines eagerly as Python arithmetic, whose
+# results are the reference for jit's dtypes.
+WEAK_TYPES = {
+    "a Python number's arithmetic stays weak": (lambda x: x + 1, (2.0,), S((), np.float64, weak_type=True)),
+    "a weak int and a weak float: a weak float": (lambda i, x: i * x + 1, (2, 3.0), S((), np.float64, weak_type=True)),
+    "a weak value takes float32 from an array": (lambda x, a: (x + 1) * a, (2.0, F32), S((3,), np.float32)),
+    "a weak int takes uint8": (lambda i, a: i * 2 + a, (3, U8), S((3,), np.uint8)),
+    "a weak float with int32 is float64": (lambda x, a: x * 2 + a, (2.0, I32), S((3,), np.float64)),
+    "a weak value in where": (lambda x, a: cnp.where(a > 0, x * 2, a), (2.0, F32), S((3,), np.float32)),
+    "a weak value in maximum": (lambda x, a: cnp.maximum(x - 1, a), (2.0, F32), S((3,), np.float32)),
+    "a weak value under vmap": (lambda a, x: cv.vmap(lambda r: (x * 2.0) * r)(a), (np.ones((2, 3), np.float32), 3.0),
+                                S((2, 3), np.float32)),
+    "a weak value into a checkpointed region": (
+        lambda x, a: cv.checkpoint(lambda y, b: cnp.sin(b) * y)(x + 1, a), (2.0, F32), S((3,), np.float32)),
+    "a weak value under grad": (lambda x, a: cv.grad(lambda b: cnp.sum((x + 1) * b))(a), (2.0, F32), S((3,), np.float32)),
+}
+
+
+@pytest.mark.parametrize("name", WEAK_TYPES)
+def test_weak_types_follow_jax_and_the_run_has_the_staged_dtype(name):
+    f, args, want = WEAK_TYPES[name]
+    assert cv.eval_shape(f, *args) == want
+    out = cv.jit(f)(*args)
+    assert (np.shape(out), np.asarray(out).dtype) == (want.shape, want.dtype)
+    eager = f(*args)
+    assert np.asarray(eager).dtype == want.dtype, "the same lines run eagerly"
+
+
+def test_a_weak_struct_keeps_its_dtype():
+    """JAX's lattice: a weakly typed float32 meeting a Python int stays a weak float32."""
+    assert cv.eval_shape(lambda x: x + 1, S((), np.float32, weak_type=True)) == S((), np.float32, weak_type=True)
+    assert cv.eval_shape(lambda x: x * 2.5, S((), np.int32, weak_type=True)) == S((), np.float64, weak_type=True)
+
+
+def test_only_a_computed_weak_value_is_cast():
+    """jit's Python-number arguments are Python numbers when it runs (NumPy keeps them
+    weak): no cast; a weak value the program computed is a NumPy scalar: cast once."""
+    text = str(cv.make_jaxpr(lambda x, a: (x * a, (x + 1) * a))(2.0, F32))
+    assert text.count("convert_element_type[new_dtype=float32]") == 1, text

@@ -12,6 +12,7 @@ operand, ``g * ∂out/∂x_i``, serves as both its JVP rule and its VJP rule
 (:func:`cuvmap.transforms.vjp.defderivative`). The transforms sum or broadcast the
 result back to each operand's shape.
 """
+import builtins
 import math
 
 import numpy as np
@@ -44,9 +45,16 @@ def broadcast_shapes(*shapes):
 
 
 def _naryop_shape_rule(*avals, **params):
+    """NumPy's broadcasting and promotion, a weakly typed operand taking the others' dtype
+    (NEP 50); operands all weakly typed promote their dtypes and stay weak (JAX's
+    ``weak f32 + 1`` is a weak float32)."""
     shape = broadcast_shapes(*(a.shape for a in avals))
-    dtype = np.result_type(*(_dtype_operand(a) for a in avals))
-    return ShapedArray(shape, dtype, weak_type=all(a.weak_type for a in avals))
+    if all(a.weak_type for a in avals):
+        # JAX's lattice: a weak float over a weak int, then the widest of that kind
+        top = builtins.max("biufc".index(a.dtype.kind) for a in avals)
+        dtype = np.result_type(*(a.dtype for a in avals if "biufc".index(a.dtype.kind) == top))
+        return ShapedArray(shape, dtype, weak_type=True)
+    return ShapedArray(shape, np.result_type(*(_dtype_operand(a) for a in avals)))
 
 
 def _div_shape_rule(x, y):

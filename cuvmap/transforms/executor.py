@@ -234,10 +234,13 @@ class Plan:
     that runs it (NOTE [a plan runs as generated Python])."""
 
     __slots__ = ("steps", "init", "in_slots", "out_slots", "pool", "array_types", "empty", "num_reused_steps",
-                 "source", "program", "memory", "_peak", "out_is_scalar", "loops")
+                 "source", "program", "memory", "_peak", "out_is_scalar", "loops", "scopes")
 
-    def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar, memory=None):
+    def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar, memory=None, scopes=None):
         self.steps = steps
+        # each step's named scope (NOTE [named scopes] in core.py): its equation's name
+        # stack, a fused group's the part its equations share; cuvmap.profiler reads them
+        self.scopes = scopes if scopes is not None else [()] * len(steps)
         self.init = init
         self.in_slots = in_slots
         self.out_slots = out_slots
@@ -322,7 +325,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
         keep_host_memory()
     out_is_scalar = [any(v.aval.shape == () for v in _unit_outputs(u)) for u in units]
     p = Plan(steps, slots.init, slots.in_slots, slots.out_slots, array_types, out_is_scalar,
-             _MemoryFacts(units, steps, slots, groups))
+             _MemoryFacts(units, steps, slots, groups), [_unit_scope(u) for u in units])
     if graphs is None:
         graphs = config.jit_cuda_graphs
     if graphs and graph_capturable(closed):
@@ -331,6 +334,19 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
 
         p.program = cuda_graphs.GraphRunner(p.program, make_program)
     return p
+
+
+def _unit_scope(unit):
+    """The name stack of a unit: its equation's, or the part its equations share."""
+    if not isinstance(unit, fusion.FusedGroup):
+        return unit.name_stack
+    shared = unit.eqns[0].name_stack
+    for eqn in unit.eqns[1:]:
+        n = 0
+        while n < min(len(shared), len(eqn.name_stack)) and shared[n] == eqn.name_stack[n]:
+            n += 1
+        shared = shared[:n]
+    return shared
 
 
 def _unit_outputs(unit):
@@ -770,12 +786,14 @@ def results_of(p, constant_slots):
     return [f"FRESH(c{s})" if s in constant_slots else f"r{s}" for s in p.out_slots]
 
 
-def step_lines(p, namespace, constant_slots, pad, direct=None, prepared=None):
+def step_lines(p, namespace, constant_slots, pad, direct=None, prepared=None, timed=False):
     """The lines of ``p``'s steps, indented by ``pad``, their names bound in ``namespace``
     (NOTE [a plan runs as generated Python]). ``direct``: ``{step: expression}``, the
     steps whose writer puts the result into that buffer; ``prepared``: ``{step: operand
     names}``, the steps that call their impl's ``prepared`` on those operands (NOTE [a loop
-    runs as generated Python] in cuvmap/transforms/loop_plans.py)."""
+    runs as generated Python] in cuvmap/transforms/loop_plans.py). ``timed``: each step
+    reads ``CLOCK()`` before and after and adds the difference to ``TIMES[k]`` (names the
+    caller binds: :func:`timed_program`)."""
     direct, prepared = direct or {}, prepared or {}
     out_is_scalar = p.out_is_scalar
     lines = []
@@ -790,6 +808,8 @@ def step_lines(p, namespace, constant_slots, pad, direct=None, prepared=None):
 
     for k, step in enumerate(p.steps):
         kind, impl, ins, params, aux, writer = step.kind, step.impl, step.ins, step.params, step.aux, step.writer
+        if timed:
+            lines.append(f"{pad}t = CLOCK()")
         namespace[f"f{k}"] = impl
         if writer is not None:
             namespace[f"w{k}"] = writer
@@ -851,18 +871,32 @@ def step_lines(p, namespace, constant_slots, pad, direct=None, prepared=None):
         cleared = [f"r{s}" for s in step.clear if s not in constant_slots]
         if cleared:
             lines.append(f"{pad}del {', '.join(cleared)}")
+        if timed:
+            lines.append(f"{pad}TIMES[{k}] += CLOCK() - t")
     return lines
 
 
-def _compile(p):
-    """The source of ``p``'s straight-line function, and the namespace it runs in."""
+def _compile(p, timed=False):
+    """The source of ``p``'s straight-line function, and the namespace it runs in
+    (``timed``: each step timed, :func:`timed_program`)."""
     namespace, constant_slots = namespace_of(p)
     lines = ["def program(args):"]
     if p.in_slots:
         lines.append(f"    {', '.join(f'r{s}' for s in p.in_slots)}, = args")
-    lines += step_lines(p, namespace, constant_slots, "    ")
+    lines += step_lines(p, namespace, constant_slots, "    ", timed=timed)
     lines.append(f"    return [{', '.join(results_of(p, constant_slots))}]")
     return "\n".join(lines) + "\n", namespace
+
+
+def timed_program(p, clock):
+    """A function that runs plan ``p`` as its program does (same steps, same buffer pool)
+    and adds the time of each step, read by ``clock()`` before and after it, to
+    ``times[k]``: returns ``(program, times)``, ``times`` a list of floats (cuvmap.profiler)."""
+    source, namespace = _compile(p, timed=True)
+    times = [0.0] * len(p.steps)
+    namespace.update(CLOCK=clock, TIMES=times)
+    exec(code_of(source, "<cuvmap timed plan>"), namespace)
+    return namespace["program"], times
 
 
 # NOTE [generated code is compiled once per text]

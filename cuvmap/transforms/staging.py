@@ -119,10 +119,13 @@ def _origin_of(var):
 class JaxprBuilder:
     """The state of one staging: the equations so far and the constants met."""
 
-    __slots__ = ("eqns", "constvars", "consts", "const_ids", "stager")
+    __slots__ = ("eqns", "constvars", "consts", "const_ids", "stager", "python_number_args")
 
     def __init__(self, stager=JIT_STAGER):
         self.stager = stager
+        # the weakly typed arguments that are Python numbers when the program runs
+        # (NOTE [a weak value meets a strong one])
+        self.python_number_args = ()
         self.eqns = []
         self.constvars = []
         self.consts = []
@@ -146,6 +149,44 @@ def _out_device(avals):
     return "cpu"
 
 
+# NOTE [a weak value meets a strong one]
+# A Python number is weakly typed (JAX's weak types, NumPy's NEP 50): ``x_f32 * 2.0`` is
+# float32. A staged value computed only from weakly typed ones (``x + 1`` for a Python
+# float argument ``x``, ``2.0 * y`` for a Python number ``y``) stays weakly typed, as in
+# JAX, so ``eval_shape`` and ``make_jaxpr`` show ``~f64[]`` and a later ``* x_f32`` gives
+# float32, as the same lines run eagerly on Python numbers do. When the program runs, that
+# value is a NumPy (or CuPy) scalar or 0-d array, which NumPy treats as strongly typed
+# (``np.float64(3.0) * x_f32`` is float64). So where a primitive's result is strongly
+# typed and a weakly typed operand decides its dtype (the shape rule gives another dtype
+# for the operand made strong), staging casts that operand to the result's dtype first
+# (one ``convert_element_type`` equation, as JAX's jaxprs show them), and the program
+# computes in the dtype its avals say. The arguments of a program that ``jit`` (or
+# ``make_jaxpr``, ``eval_shape``) stages for a Python number are that Python number when
+# it runs, weakly typed for NumPy too: they are not cast (``mul c b`` for ``sin(x) * 2.0``
+# with ``b`` the 2.0), while a sub-program's arguments (a checkpointed region's, a loop
+# body's) may be NumPy scalars computed by the program that calls it, and are.
+def _cast_weak_operands(main, builder, primitive, inputs, avals, params, dtype):
+    """``inputs`` and ``avals`` with each weakly typed variable that decides the dtype of
+    ``primitive``'s result cast to ``dtype``, staged in ``main`` (NOTE [a weak value meets
+    a strong one])."""
+    from cuvmap import lax  # the cast: lax imports this module
+
+    inputs, avals = list(inputs), list(avals)
+    for i, v in enumerate(inputs):
+        if type(v) is not Var or not v.aval.weak_type or v in builder.python_number_args:
+            continue
+        strong = core.ShapedArray(v.aval.shape, v.aval.dtype, False, v.aval.device)
+        try:
+            as_strong = primitive.shape_rule(*avals[:i], strong, *avals[i + 1:], **params).dtype
+        except core.ShapeError:
+            continue
+        if as_strong == dtype:
+            continue
+        cast = lax.convert_element_type(StagedTracer(main, v), dtype).var
+        inputs[i], avals[i] = cast, cast.aval
+    return inputs, avals
+
+
 class StagingTrace(Trace):
     __slots__ = ()
 
@@ -161,7 +202,9 @@ class StagingTrace(Trace):
         inputs = [self.to_input(builder, x) for x in args]
         avals = [v.aval for v in inputs]
         out = primitive.shape_rule(*avals, **params)
-        out_aval = core.ShapedArray(out.shape, out.dtype, False, _out_device(avals))
+        if not out.weak_type and any(type(v) is Var and v.aval.weak_type for v in inputs):
+            inputs, avals = _cast_weak_operands(self.main, builder, primitive, inputs, avals, params, out.dtype)
+        out_aval = core.ShapedArray(out.shape, out.dtype, out.weak_type, _out_device(avals))
         origin = next((v.origin for v in inputs if type(v) is Var and v.origin), None)
         var = Var(out_aval, origin)
         builder.eqns.append(JaxprEqn(primitive, inputs, [var], params, core._state.name_stack))
@@ -184,17 +227,20 @@ class StagingTrace(Trace):
         return [StagedTracer(self.main, v) for v in outs]
 
 
-def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER):
+def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER, python_number_args=False):
     """Stages ``f(*args)`` for arguments with ``in_avals`` (``origins``: for each, the text
     that names it in errors; ``name``: the transform's, and ``stager``: who staged the
     values, in errors: NOTE [who staged a value]). ``f`` returns a list of values: staged
     ones, arrays it made or closed over (constants of the program) and Python scalars
     (literals). Returns the :class:`~cuvmap.transforms.ir.ClosedJaxpr` from the arguments
-    to those values."""
+    to those values. ``python_number_args``: the weakly typed arguments will be Python
+    numbers when the program runs (NOTE [a weak value meets a strong one])."""
     builder = JaxprBuilder(stager)
     # a program's names are relative to the function staged (NOTE [named scopes] in core.py)
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main), core.new_name_stack():
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
+        if python_number_args:
+            builder.python_number_args = {v for v in invars if v.aval.weak_type}
         tracers = [StagedTracer(main, v) for v in invars]
         outs = f(*tracers)
         outvars = []
@@ -256,9 +302,11 @@ def axis_env_key():
     return tuple((frame.name, frame.size, frame.communicator) for frame in env)
 
 
-def trace_program(f, where, leaves, paths, avals, rebuild):
+def trace_program(f, where, leaves, paths, avals, rebuild, python_number_args=False):
     """Stages ``f`` on ``avals`` (the traced leaves of :func:`stage_arguments`, whose
-    ``paths`` name them in errors). Returns ``(ClosedJaxpr, out_tree)``."""
+    ``paths`` name them in errors). Returns ``(ClosedJaxpr, out_tree)``.
+    ``python_number_args``: the program runs on the leaves themselves, whose weakly typed
+    ones are Python numbers (``jit``: NOTE [a weak value meets a strong one])."""
     out_tree_box = []
 
     def flat_fun(*traced):
@@ -275,5 +323,5 @@ def trace_program(f, where, leaves, paths, avals, rebuild):
         return out_leaves
 
     origins = [api_util.describe_arg(f, p) for p in paths]
-    closed = trace_to_jaxpr(flat_fun, avals, name=where, origins=origins)
+    closed = trace_to_jaxpr(flat_fun, avals, name=where, origins=origins, python_number_args=python_number_args)
     return closed, out_tree_box[0]
