@@ -149,6 +149,12 @@ def _openmp_functions():
 # quiet speed; the free cores are measured from /proc/stat (not the load average, a
 # one-minute mean that counts this process's own spinning threads) every INTERVAL, with
 # hysteresis so that cuvmap's own threads taking a share from the loop still count as busy.
+# The floor: with one of two cores busy, one core is what this process gets (more threads
+# do not take more: Linux's autogroup shares the CPU between sessions, and GEMMs split into
+# blocks on a pool of two single-threaded workers took the one-thread time too), so a
+# loaded call takes its single-thread time, and a GEMM-bound call that two threads ran
+# 1.75-1.85x faster than one is that much slower under load (measured: loaded = one thread
+# quiet, to within the noise; README "Under one busy core").
 # Not covered: other threads of this process (a data-loading thread counts as this
 # process's own time), cgroup CPU quotas (only the affinity mask is read), MKL or BLIS
 # as NumPy's BLAS (no OpenBLAS functions found: BLAS is left alone).
