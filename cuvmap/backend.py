@@ -108,6 +108,28 @@ def device_put(x, device="cpu"):
     return tree.map(put, x)
 
 
+# NOTE [host arrays meet device arrays]
+# A NumPy array that meets CuPy arrays in an operation (``x_gpu + cnp.zeros(3)``, a weight
+# closed over as a NumPy array, ``cnp.arange(n)`` inside a model) goes to their device, as
+# JAX moves a NumPy array to the device of the computation: CuPy itself refuses NumPy
+# operands. Eagerly, an op whose impl fails on such a mix is run again with the NumPy
+# operands put on the CuPy operands' device (nothing is checked on the way of an op that
+# succeeds); a staged program's result takes the GPU device of any operand, and a GPU
+# program's NumPy constants are put on its device once, when it is planned
+# (cuvmap/transforms/executor.py). NumPy scalars and Python numbers are CuPy operands as
+# they are. Only in this direction: a CuPy array never goes to the host without
+# ``device_put`` (a silent device-to-host copy would stall the GPU).
+def host_operands_on_device(operands):
+    """``operands`` with each NumPy array put on the device of the CuPy arrays among them,
+    or None when they do not mix the two (NOTE [host arrays meet device arrays])."""
+    device = next((x.device.id for x in operands if is_cupy_array(x)), None)
+    if device is None or not any(type(x) is np.ndarray for x in operands):
+        return None
+    cp = xp_for("gpu")
+    with cp.cuda.Device(device):
+        return [cp.asarray(x) if type(x) is np.ndarray else x for x in operands]
+
+
 def block_until_ready(x):
     """Waits until the GPU has computed every CuPy leaf of the pytree ``x`` (it synchronises
     the current device), raises the IndexError a bounds check on the GPU has found since

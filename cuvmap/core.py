@@ -732,6 +732,10 @@ class Primitive:
         except _PASS_THROUGH:
             raise
         except Exception as err:
+            if top is None:
+                moved = backend.host_operands_on_device(args)  # NOTE [host arrays meet device arrays]
+                if moved is not None:
+                    return self.bind(*moved, **params)
             # NOTE [errors keep their kind]
             raise self.bind_error(args, params, err, top)
 

@@ -20,6 +20,8 @@ import threading
 import numpy as np
 import pytest
 
+import cuvmap as cv
+import cuvmap.numpy as cnp
 from cuvmap import backend, core
 from cuvmap.cuda import cudnn
 from cuvmap.cuda import device as cuda_device
@@ -718,6 +720,44 @@ def test_an_out_of_range_index_on_the_gpu_raises_at_block_until_ready():
         cv.block_until_ready(cv.numpy.take_along_axis(x, cupy.asarray([[0], [3], [1], [2]]), 1))
     good = cv.block_until_ready(cv.numpy.take_along_axis(x, cupy.asarray([[0], [2], [1], [2]]), 1))
     np.testing.assert_array_equal(cupy.asnumpy(good)[:, 0], [0.0, 5.0, 7.0, 11.0])
+
+
+# NOTE [host arrays meet device arrays] in cuvmap/backend.py: NumPy arrays made or closed
+# over inside a transformed function meet the GPU operands. name: (f of GPU operands, the
+# operands as NumPy arrays); the reference is the same call on the CPU.
+_X = np.arange(6.0).reshape(2, 3)
+_W = np.ones((1, 1, 3, 3)) * 0.5
+_IMG = np.arange(50.0).reshape(2, 1, 5, 5)
+HOST_ARRAYS_IN_DEVICE_PROGRAMS = {
+    "vmap, a NumPy constant": (lambda x: cv.vmap(lambda r: r * np.arange(3.0))(x), (_X,)),
+    "grad, cnp.zeros": (lambda x: cv.grad(lambda x: cnp.sum(x + cnp.zeros(3)) * 2)(x), (_X,)),
+    "vmap(grad), cnp.arange": (lambda x: cv.vmap(cv.grad(lambda r: cnp.sum(r * cnp.arange(3) ** 2)))(x), (_X,)),
+    "grad of a conv, NumPy weights": (lambda img: cv.grad(lambda i: cnp.sum(cv.nn.conv(i, _W) ** 2))(img), (_IMG,)),
+    "jit, a NumPy constant first": (lambda x: cv.jit(lambda x: np.ones(3) * 2 + x)(x), (_X,)),
+    "jit(grad), eye @ x": (lambda x: cv.jit(cv.grad(lambda x: cnp.sum(cnp.eye(2) @ x)))(x), (_X,)),
+}
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", HOST_ARRAYS_IN_DEVICE_PROGRAMS)
+def test_host_arrays_go_to_the_device_of_the_computation(name):
+    import cupy
+
+    f, args = HOST_ARRAYS_IN_DEVICE_PROGRAMS[name]
+    want = f(*args)
+    got = f(*[cupy.asarray(a) for a in args])
+    assert isinstance(got, cupy.ndarray), type(got)
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-12)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_a_constant_the_program_only_returns_stays_on_the_host():
+    import cupy
+
+    doubled, index = cv.jit(lambda x: (x * 2, np.arange(3)))(cupy.ones(3))
+    assert isinstance(doubled, cupy.ndarray) and isinstance(index, np.ndarray)
 
 
 @needs_gpu

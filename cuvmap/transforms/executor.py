@@ -261,10 +261,26 @@ def _nbytes(aval):
     return int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
 
 
-def _is_gpu_program(closed):
+def _gpu_device(closed):
+    """The device (``"gpu:<id>"``) of a GPU program, or None for a CPU one."""
     avals = [v.aval for v in closed.jaxpr.constvars + closed.jaxpr.invars]
     avals += [v.aval for e in closed.jaxpr.eqns for v in e.outs]
-    return any(a.device and a.device.startswith("gpu") for a in avals)
+    return next((a.device for a in avals if a.device and a.device.startswith("gpu")), None)
+
+
+def _is_gpu_program(closed):
+    return _gpu_device(closed) is not None
+
+
+def _constants_on_device(closed, units):
+    """A GPU program's constants, each NumPy array that a step reads put on the program's
+    device once (NOTE [host arrays meet device arrays] in cuvmap/backend.py); a constant
+    that the program only returns stays where it is."""
+    read = {v for u in units for v in u.inputs if not isinstance(v, ir.Literal)}
+    cp = backend.xp_for("gpu")
+    with cp.cuda.Device(int(_gpu_device(closed).split(":")[1])):
+        return [cp.asarray(c) if type(c) is np.ndarray and v in read else c
+                for v, c in zip(closed.jaxpr.constvars, closed.consts)]
 
 
 def _capturable(p):
@@ -316,7 +332,7 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     if fuse is None:
         fuse = gpu and config.jit_gpu_fusion
     units = fusion.fuse(j.eqns, j.outvars) if fuse else list(j.eqns)
-    slots = _Slots(closed, units)
+    slots = _Slots(closed, units, _constants_on_device(closed, units) if gpu else closed.consts)
     groups = _Groups(slots, donated)
     steps = _place_results(units, slots, groups, gpu, fused_callable or _cuda_fused_callable)
     _schedule_frees(steps, slots, groups, gpu)
@@ -363,12 +379,12 @@ class _Slots:
     __slots__ = ("init", "slot_of", "const_slots", "in_slots", "literal_slots", "unit_ins", "out_slots", "aval_of",
                  "last_use", "never")
 
-    def __init__(self, closed, units):
+    def __init__(self, closed, units, consts):
         j = closed.jaxpr
         self.init = []
         self.slot_of = {}
         self.literal_slots = set()
-        for v, c in zip(j.constvars, closed.consts):
+        for v, c in zip(j.constvars, consts):
             self.slot_of[v] = self._new(c)
         self.const_slots = [self.slot_of[v] for v in j.constvars]
         self.in_slots = []

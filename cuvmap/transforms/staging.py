@@ -143,8 +143,10 @@ class JaxprBuilder:
 
 
 def _out_device(avals):
+    """The device of a result: a GPU operand's (a NumPy constant meeting it goes there:
+    NOTE [host arrays meet device arrays] in cuvmap/backend.py), else the CPU."""
     for a in avals:
-        if a.device is not None:
+        if a.device is not None and a.device != "cpu":
             return a.device
     return "cpu"
 
