@@ -219,6 +219,63 @@ def test_dot_general_and_conv_run_under_the_rule(fresh_state, monkeypatch):
     assert threads.blas_threads() == before
 
 
+# NOTE [two thread pools]: which sequences shut OpenBLAS's pool down before a convolution.
+# name: (the calls, in order, and whether another Python thread is alive) -> shutdowns
+_A, _B = np.ones((64, 128)), np.ones((128, 96))   # m·n·k above OpenBLAS's one-thread size
+_X, _W = np.ones((2, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32)
+_GEMM = lambda: cv.numpy.matmul(_A, _B)  # noqa: E731
+_SMALL_GEMM = lambda: cv.numpy.matmul(_A[:4, :8], _B[:8, :4])  # noqa: E731
+_CONV = lambda: cv.nn.conv(_X, _W, None, padding=1)  # noqa: E731
+TWO_POOLS = {
+    "a conv after a threaded GEMM": ([_GEMM, _CONV], False, 1),
+    "two convs after it: one shutdown": ([_GEMM, _CONV, _CONV], False, 1),
+    "each GEMM -> conv switch": ([_GEMM, _CONV, _GEMM, _CONV], False, 2),
+    "GEMMs only (an MLP)": ([_GEMM, _GEMM, _GEMM], False, 0),
+    "a small GEMM wakes no worker": ([_SMALL_GEMM, _CONV], False, 0),
+    "another Python thread alive: left alone": ([_GEMM, _CONV], True, 0),
+}
+
+
+@pytest.mark.parametrize("name", TWO_POOLS)
+def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, monkeypatch):
+    import threading
+
+    from cuvmap.cpu import onednn
+    from cuvmap.lax import convolution
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    # the convolutions on OpenMP's threads every time (the strategy is given back after the test)
+    monkeypatch.setattr(convolution, "_strategy", ["onednn"])
+    calls, other_thread, want = TWO_POOLS[name]
+    shutdowns = []
+    monkeypatch.setitem(threads._blas, "shutdown", lambda: shutdowns.append(1))
+    monkeypatch.setitem(threads._pool, "awake", False)
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, name="a data loader") if other_thread else None
+    if helper is not None:
+        helper.start()
+    try:
+        for call in calls:
+            call()
+    finally:
+        stop.set()
+        if helper is not None:
+            helper.join()
+    assert len(shutdowns) == want
+
+
+def test_the_real_shutdown_keeps_gemms_and_convs_right():
+    """NumPy's OpenBLAS shut down between calls: its next threaded GEMM starts its workers
+    again, and every result is the same as before."""
+    threads._pool["awake"] = False
+    want = (_GEMM(), _CONV())
+    for _ in range(3):
+        np.testing.assert_array_equal(_GEMM(), want[0])
+        np.testing.assert_array_equal(_CONV(), want[1])
+    assert threads._blas.get("shutdown") is not None or not threads.loaded_libraries("openblas")
+
+
 def test_a_real_busy_loop_is_seen(fresh_state):
     cores = threads.available_cores()
     if cores < 2 or threads._busy_seconds(None) is None:

@@ -323,6 +323,45 @@ class limited:
         return False
 
 
+# NOTE [two thread pools]
+# NumPy's OpenBLAS (pthreads) and oneDNN (OpenMP) each keep a pool of threads, one per
+# core. oneDNN's OpenMP threads sleep as soon as a convolution ends (OMP_WAIT_POLICY=PASSIVE,
+# set by cuvmap/cpu/onednn.py), but OpenBLAS's idle workers spin (sched_yield) for about a
+# tenth of a second after each threaded GEMM before they sleep. A program that alternates
+# GEMMs and convolutions (every CNN: a dense layer, then the convolutions' backward pass)
+# thus runs its convolutions beside a spinning worker: two OpenMP threads and the spinner
+# on two cores, and the convolutions take their one-thread time. Measured on the project's
+# 2-core machine, jit(grad) of the benchmark CNN at batch 128: 62 ms, 53 ms with every
+# library on one thread, 39 ms with OpenBLAS on one thread and the convolutions on two.
+# So a convolution on OpenMP's threads that follows a threaded GEMM first shuts OpenBLAS's
+# pool down (``blas_thread_shutdown_``, 0.1 ms; the next threaded GEMM starts its workers
+# again, 0.25 ms); GEMM-only programs (an MLP) never pay it. Shutting the pool down while
+# another thread runs a GEMM on it would break that GEMM, so it is done only while this is
+# the process's one Python thread (cuvmap's own helper threads, named cuvmap-*, run no
+# GEMMs); with more threads the convolutions run as before.
+_pool = {"awake": False}   # a threaded GEMM ran since OpenBLAS's pool was last shut down
+
+
+def blas_pool_used():
+    """Marks that a GEMM ran on OpenBLAS's threads (NOTE [two thread pools])."""
+    _pool["awake"] = True
+
+
+def quiet_blas_pool():
+    """Before work on OpenMP's threads: shuts OpenBLAS's pool down if a threaded GEMM woke
+    it and no other Python thread could be running a GEMM on it (NOTE [two thread pools])."""
+    if not _pool["awake"]:
+        return
+    current = threading.current_thread()
+    if any(t is not current and not t.name.startswith("cuvmap-") for t in threading.enumerate()):
+        return
+    if "shutdown" not in _blas:
+        _blas["shutdown"] = find_function(loaded_libraries("openblas"), ("blas_thread_shutdown_",))
+    if _blas["shutdown"] is not None:
+        _blas["shutdown"]()
+    _pool["awake"] = False
+
+
 def set_adaptive(flag):
     """Turns the rule on (``True``), off (``False``: the libraries' own counts) or back to
     ``CUVMAP_CPU_THREADS`` (``None``); returns the previous setting."""

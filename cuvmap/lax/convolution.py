@@ -387,6 +387,8 @@ def _call(module, op, args, bias):
     """``module.<op>(*args)``, the bias added inside oneDNN's forward or after the others'."""
     if bias is not None and getattr(module, "FORWARD_TAKES_BIAS", False):
         return module.forward(*args, bias=bias)
+    if module is conv_gemm:
+        cpu_threads.blas_pool_used()  # im2col + GEMM: OpenBLAS's threads (NOTE [two thread pools])
     out = getattr(module, op)(*args)
     return out if bias is None else _add_bias(out, bias)
 
@@ -456,7 +458,8 @@ def _run_kernel(op, *args, bias=None):
         return _empty_result(op, args, backend.xp_of(args[0]))
     if device == "gpu":
         return _pick_and_run(op, device, args, bias)
-    # NOTE [threads under a busy machine] in cuvmap/cpu/threads.py
+    # NOTE [threads under a busy machine] and NOTE [two thread pools] in cuvmap/cpu/threads.py
+    cpu_threads.quiet_blas_pool()
     with cpu_threads.limited(cpu_threads.target(), openmp=True):
         return _pick_and_run(op, device, args, bias)
 
