@@ -330,12 +330,12 @@ class limited:
 # tenth of a second after each threaded GEMM before they sleep. A program that alternates
 # GEMMs and convolutions (every CNN: a dense layer, then the convolutions' backward pass)
 # thus runs its convolutions beside a spinning worker: two OpenMP threads and the spinner
-# on two cores, and the convolutions take their one-thread time. Measured on the project's
-# 2-core machine, jit(grad) of the benchmark CNN at batch 128: 62 ms, 53 ms with every
-# library on one thread, 39 ms with OpenBLAS on one thread and the convolutions on two.
-# So a convolution on OpenMP's threads that follows a threaded GEMM first shuts OpenBLAS's
-# pool down (``blas_thread_shutdown_``, 0.1 ms; the next threaded GEMM starts its workers
-# again, 0.25 ms); GEMM-only programs (an MLP) never pay it. Shutting the pool down while
+# on two cores, and the convolutions take their one-thread time or more (the benchmark
+# CNN's gradient was slower on two threads than with every library on one; the README's
+# performance section has the figures). So a convolution on OpenMP's threads that follows
+# a threaded GEMM first shuts OpenBLAS's pool down (``blas_thread_shutdown_``: a fraction
+# of a GEMM's time, and the next threaded GEMM starts its workers again); GEMM-only
+# programs (an MLP) never pay it. Shutting the pool down while
 # another thread runs a GEMM on it would break that GEMM, so it is done only while this is
 # the process's one Python thread (cuvmap's own helper threads, named cuvmap-*, run no
 # GEMMs); with more threads the convolutions run as before.
