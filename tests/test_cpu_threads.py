@@ -236,8 +236,11 @@ TWO_POOLS = {
 }
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["quiet", "the rule limiting"])
 @pytest.mark.parametrize("name", TWO_POOLS)
-def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, monkeypatch):
+def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, busy, fresh_state, monkeypatch):
+    """Under load the rule runs GEMMs on fewer threads: nothing to shut down (and setting
+    the count would start a shut pool again), so no shutdown at all."""
     import threading
 
     from cuvmap.cpu import onednn
@@ -247,7 +250,10 @@ def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, monk
         pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
     # the convolutions on OpenMP's threads every time (the strategy is given back after the test)
     monkeypatch.setattr(convolution, "_strategy", ["onednn"])
+    monkeypatch.setattr(threads, "target", lambda: 1 if busy else None)
+    fresh_state.limit = 1 if busy else None
     calls, other_thread, want = TWO_POOLS[name]
+    want = 0 if busy else want
     shutdowns = []
     monkeypatch.setitem(threads._blas, "shutdown", lambda: shutdowns.append(1))
     monkeypatch.setitem(threads._pool, "awake", False)

@@ -338,13 +338,18 @@ class limited:
 # programs (an MLP) never pay it. Shutting the pool down while
 # another thread runs a GEMM on it would break that GEMM, so it is done only while this is
 # the process's one Python thread (cuvmap's own helper threads, named cuvmap-*, run no
-# GEMMs); with more threads the convolutions run as before.
+# GEMMs); with more threads the convolutions run as before. Not while the rule asks for
+# fewer threads (NOTE [threads under a busy machine]): a GEMM limited to one thread gives
+# the workers nothing to spin after, and setting OpenBLAS's thread count starts a pool that
+# was shut down, whose new workers spin too.
 _pool = {"awake": False}   # a threaded GEMM ran since OpenBLAS's pool was last shut down
 
 
 def blas_pool_used():
-    """Marks that a GEMM ran on OpenBLAS's threads (NOTE [two thread pools])."""
-    _pool["awake"] = True
+    """Marks that a GEMM ran on OpenBLAS's threads, unless the rule has them limited (NOTE
+    [two thread pools])."""
+    if _state.limit is None:
+        _pool["awake"] = True
 
 
 def quiet_blas_pool():
