@@ -445,7 +445,8 @@ def run(args, settings):
             params, per_example_loss, _, data, _, _ = _network(name, args)
             operands = cv.device_put((params, *data(batch)), args.device)
             scopes.append(harness.time_per_scope(f"cuvmap jit(dp.clipped_grad), {name} at batch {batch}",
-                                                 dp.clipped_grad(per_example_loss, MAX_NORM), operands))
+                                                 dp.clipped_grad(per_example_loss, MAX_NORM), operands,
+                                                 policy=getattr(args, "policy", None)))
 
     series = {}
     for r in rows:

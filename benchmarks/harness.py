@@ -321,12 +321,17 @@ def markdown_table(headers, rows, align=None):
     return "\n".join(lines)
 
 
-def time_per_scope(label, fn, args, rounds=10):
+def time_per_scope(label, fn, args, rounds=10, policy=None):
     """``--scopes``: the median time per call of each named scope of ``fn(*args)``, staged
     as ``jit`` stages it (``cuvmap.profiler.time_by_scope``, NOTE [time per scope] in
-    cuvmap/profiler.py). Prints a table; returns it as a dict for the JSON."""
+    cuvmap/profiler.py), with the background loops of ``--alternate-load`` (``policy.load``)
+    paused. Prints a table; returns it as a dict for the JSON."""
     import cuvmap as cv
 
+    load = getattr(policy, "load", None)
+    if load is not None:
+        load.set_running(False)
+        label += ", the background loops paused"
     times = cv.profiler.time_by_scope(fn, *args, rounds=rounds)
     total = sum(times.seconds.values()) or 1.0
     rows = [dict(scope=k, steps=times.steps[k], ms=t * 1e3, share=t / total) for k, t in times.seconds.items()]

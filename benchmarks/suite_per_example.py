@@ -539,7 +539,8 @@ def run(args, settings):
         for batch in args.batch:
             xs, ys = models.cnn_data(batch, seed=args.seed + 1)
             operands = cv.device_put((params, xs, ys), args.device)
-            scopes.append(harness.time_per_scope(f"cuvmap jit(vmap(grad)) at batch {batch}", per_example, operands))
+            scopes.append(harness.time_per_scope(f"cuvmap jit(vmap(grad)) at batch {batch}", per_example, operands,
+                                                 policy=getattr(args, "policy", None)))
 
     # -- plot data -------------------------------------------------------------------------
     series = {}

@@ -87,6 +87,24 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
         assert os.path.exists(res["plot_path"]) and res["plot_path"].endswith(".png")
 
 
+@pytest.mark.parametrize("suite, extra, label", [
+    ("per_example", TINY_PER_EXAMPLE + ["--no-torch", "--no-jax"], "cuvmap jit(vmap(grad)) at batch 3"),
+    ("dp", ["--batch", "3", "--models", "cnn", "--repeats", "1", "--max-repeats", "1", "--warmup", "1",
+            "--progress", "off", "--no-torch"], "cuvmap jit(dp.clipped_grad), cnn at batch 3"),
+])
+def test_scopes_report_the_time_per_layer(suite, extra, label, capsys, tmp_path):
+    """``--scopes``: the benchmark networks' named scopes, forward and transpose(...), each
+    with its steps and time (cuvmap.profiler), the background loops paused meanwhile."""
+    res, out = _run(capsys, tmp_path, [suite] + extra + ["--scopes", "--background-load", "1", "--alternate-load"])
+    table = next(t for t in res["scopes"] if t["label"].startswith(label))
+    assert table["label"].endswith(", the background loops paused")
+    scopes = {r["scope"]: r for r in table["rows"]}
+    assert {"conv1", "conv2", "dense", "transpose(conv1)", "transpose(conv2)"} <= set(scopes)
+    assert all(r["steps"] >= 1 and r["ms"] >= 0 for r in table["rows"])
+    assert sum(r["share"] for r in table["rows"]) == pytest.approx(1.0)
+    assert f"## Time per named scope: {label}" in out
+
+
 def test_per_example_interleaved(capsys, tmp_path):
     """Every method's repeats come from rounds that time each method once (--interleave, now
     the default, is still accepted); each ratio carries its interval and verdict from the
