@@ -130,6 +130,18 @@ def host_operands_on_device(operands):
         return [cp.asarray(x) if type(x) is np.ndarray else x for x in operands]
 
 
+def arguments_on_device(leaves, indices, device):
+    """``leaves`` with each NumPy array at ``indices`` put on ``device`` (``"gpu:<id>"``):
+    a jitted GPU program's host arguments (NOTE [host arrays meet device arrays])."""
+    cp = xp_for("gpu")
+    leaves = list(leaves)
+    with cp.cuda.Device(int(device.split(":")[1])):
+        for i in indices:
+            if type(leaves[i]) is np.ndarray:
+                leaves[i] = cp.asarray(leaves[i])
+    return leaves
+
+
 def block_until_ready(x):
     """Waits until the GPU has computed every CuPy leaf of the pytree ``x`` (it synchronises
     the current device), raises the IndexError a bounds check on the GPU has found since

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from cuvmap import api_util, config, core, tree
+from cuvmap import api_util, backend, config, core, tree
 from cuvmap.core import Tracer
 from cuvmap.transforms import executor, ir, staging
 from cuvmap.transforms.call import axis_names_in
@@ -34,13 +34,16 @@ class _Staged:
     executor's plans (made on the first eager run, with the donated arguments; one per
     combination of the jit settings)."""
 
-    __slots__ = ("program", "out_tree", "plans", "donated", "named")
+    __slots__ = ("program", "out_tree", "plans", "donated", "named", "host_args", "device")
 
     def __init__(self, program, out_tree, donated):
         self.program = program
         self.out_tree = out_tree
         self.plans = {}
         self.donated = donated
+        # a GPU program's NumPy arguments, put on its device at each call (NOTE [host
+        # arrays meet device arrays] in cuvmap/backend.py)
+        self.host_args, self.device = executor.host_arguments(program)
         # the program has collectives over a vmap's axis: that vmap must process the call
         # even when it owns no argument (NOTE [named axes] in cuvmap/core.py)
         self.named = bool(axis_names_in({"program": program}))
@@ -139,6 +142,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
             signature = _fast_signature(leaves)
             entry = fast.get((treedef, signature, staging.axis_env_key())) if signature is not None else None
             if entry is not None and core._state.staging_main is None and not entry.named:
+                if entry.host_args:
+                    leaves = backend.arguments_on_device(leaves, entry.host_args, entry.device)
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
                 if pools.last is not entry:
                     pools.used(entry)
@@ -151,6 +156,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                  and not any(isinstance(c, Tracer) for c in program.consts))
         if eager:
             _check_concrete(leaves, paths, f, where)
+            if entry.host_args:
+                leaves = backend.arguments_on_device(leaves, entry.host_args, entry.device)
             outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
             if pools.last is not entry:
                 pools.used(entry)

@@ -753,6 +753,20 @@ def test_host_arrays_go_to_the_device_of_the_computation(name):
 
 @needs_gpu
 @pytest.mark.gpu
+def test_a_jitted_gpu_program_takes_numpy_arguments_to_its_device():
+    import cupy
+
+    f = cv.jit(lambda a, b: cnp.sum(a * b) + a)
+    a, b = np.arange(3.0), np.arange(3.0) + 1
+    for _ in range(2):  # the first call stages, the second takes the fast path
+        out = f(a, cupy.asarray(b))
+        assert isinstance(out, cupy.ndarray)
+        np.testing.assert_allclose(cupy.asnumpy(out), np.sum(a * b) + a, rtol=1e-12)
+    assert isinstance(a, np.ndarray)  # the caller's array stays where it was
+
+
+@needs_gpu
+@pytest.mark.gpu
 def test_a_constant_the_program_only_returns_stays_on_the_host():
     import cupy
 

@@ -272,6 +272,16 @@ def _is_gpu_program(closed):
     return _gpu_device(closed) is not None
 
 
+def host_arguments(closed):
+    """``(indices, device)``: the arguments of a GPU program that are NumPy arrays, which
+    ``jit`` puts on the program's device at each call (NOTE [host arrays meet device
+    arrays] in cuvmap/backend.py), and that device; ``((), None)`` for other programs."""
+    device = _gpu_device(closed)
+    if device is None:
+        return (), None
+    return tuple(i for i, v in enumerate(closed.jaxpr.invars) if v.aval.device == "cpu"), device
+
+
 def _constants_on_device(closed, units):
     """A GPU program's constants, each NumPy array that a step reads put on the program's
     device once (NOTE [host arrays meet device arrays] in cuvmap/backend.py); a constant
