@@ -158,9 +158,9 @@ def _with_threads(fn, m, n, k):
         return fn
 
     def threaded(x, y):
-        cpu_threads.blas_pool_used()  # NOTE [two thread pools]
         limit = cpu_threads.gemm_limit(m, n, k)
         if limit is None:  # (a quiet machine: no context manager)
+            cpu_threads.blas_pool_used()  # NOTE [two thread pools]
             return fn(x, y)
         with cpu_threads.limited(limit):
             return fn(x, y)
