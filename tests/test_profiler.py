@@ -113,3 +113,22 @@ def test_under_a_transform_it_refuses():
 
     with pytest.raises(TransformError, match="outside every transform"):
         cv.vmap(inside)(np.ones((2, 3)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cv.gpu_available(), reason="no CUDA device visible to CuPy")
+def test_on_the_gpu_fused_steps_count_for_the_scope_their_equations_share():
+    import cupy
+
+    def f(w, x):
+        with cv.named_scope("layer"):
+            with cv.named_scope("inner"):
+                h = cnp.tanh(x @ w)
+            with cv.named_scope("other"):
+                h = h * 2.0 + 1.0
+        return cnp.sum(h)
+
+    w, x = cupy.asarray(W[:8, :8]), cupy.asarray(X[:4, :8])
+    times = cv.profiler.time_by_scope(f, w, x, rounds=2)
+    assert set(times.seconds) <= {"layer", "layer/inner", "layer/other", "(no scope)"}
+    assert any(k.startswith("layer") for k in times.seconds) and times.call > 0
