@@ -120,6 +120,9 @@ def test_set_adaptive_and_environment(fresh_state, monkeypatch):
     assert threads.describe().startswith("adaptive")       # set_adaptive wins over the environment
     assert threads.set_adaptive(False) is True
     assert "set_adaptive(False)" in threads.describe()
+    monkeypatch.setenv("CUVMAP_CPU_THREADS", "")  # `CUVMAP_CPU_THREADS= python ...`: the default
+    threads.set_adaptive(None)
+    assert threads.describe().startswith("adaptive")
     monkeypatch.setenv("CUVMAP_CPU_THREADS", "sometimes")
     threads.set_adaptive(None)
     with pytest.raises(ValueError, match="CUVMAP_CPU_THREADS"):

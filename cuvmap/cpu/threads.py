@@ -219,7 +219,7 @@ def _why_fixed():
     """Why the rule does nothing now (a phrase), or None when it adapts."""
     if _state.adaptive is False:
         return "set_adaptive(False)"
-    env = os.environ.get("CUVMAP_CPU_THREADS", "adaptive")
+    env = os.environ.get("CUVMAP_CPU_THREADS") or "adaptive"  # set but empty: the default
     if _state.adaptive is None and env == "fixed":
         return "CUVMAP_CPU_THREADS=fixed"
     if env not in ("adaptive", "fixed"):
