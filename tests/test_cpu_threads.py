@@ -274,10 +274,11 @@ def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, busy
     assert len(shutdowns) == want
 
 
-def test_the_real_shutdown_keeps_gemms_and_convs_right():
+def test_the_real_shutdown_keeps_gemms_and_convs_right(fresh_state, monkeypatch):
     """NumPy's OpenBLAS shut down between calls: its next threaded GEMM starts its workers
     again, and every result is the same as before."""
-    threads._pool["awake"] = False
+    monkeypatch.setattr(threads, "target", lambda: None)  # a quiet machine, whatever CI's load
+    monkeypatch.setitem(threads._pool, "awake", False)
     want = (_GEMM(), _CONV())
     for _ in range(3):
         np.testing.assert_array_equal(_GEMM(), want[0])
