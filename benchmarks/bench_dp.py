@@ -388,12 +388,8 @@ def run(args, settings):
         print(f"- {name}: dp.clipped_grad's method per parameter (auto): {methods}")
     for n in notes:
         print(f"- {n}")
-    for line in harness.noisy_lines(rows, lambda r: f"{r['network']} batch {r['batch']}, {r['method']}",
-                                    harness.policy_of(args).max_spread):
+    for line in harness.timing_lines(rows, lambda r: f"{r['network']} batch {r['batch']}, {r['method']}", args):
         print(line)
-    for r in rows:
-        for n in r["timing_notes"]:
-            print(f"- {r['network']} batch {r['batch']}, {r['method']}: {n}")
 
     conf = f"{100 * getattr(args, 'confidence', bstats.DEFAULT_CONFIDENCE):g}% CI"
     print(f"\n## Ratios against the targets (medians, this run; {conf} and verdict from the paired rounds)\n")

@@ -103,6 +103,13 @@ def noisy_lines(rows, name, target=None):
             f"allowed: the machine's load moved them, their intervals are wide): " + "; ".join(noisy)]
 
 
+def timing_lines(rows, name, args):
+    """The lines a suite prints after its table of times: the noisy rows
+    (:func:`noisy_lines`) and each row's timing notes, ``name(row)`` naming a row."""
+    lines = noisy_lines(rows, name, policy_of(args).max_spread)
+    return lines + [f"- {name(r)}: {n}" for r in rows for n in r["timing_notes"]]
+
+
 # ---------------------------------------------------------------------------------------
 # Settings printed with the figures
 # ---------------------------------------------------------------------------------------

@@ -429,12 +429,8 @@ def run(args, settings):
         + (["device peak MiB"] if args.device == "gpu" else []), table,
         "rlrrrrrrrrrrrr" + ("r" if args.device == "gpu" else "")))
     print()
-    for line in harness.noisy_lines(rows, lambda r: f"batch {r['batch']}, {r['method']}",
-                                    harness.policy_of(args).max_spread):
+    for line in harness.timing_lines(rows, lambda r: f"batch {r['batch']}, {r['method']}", args):
         print(line)
-    for r in rows:
-        for n in r["timing_notes"]:
-            print(f"- batch {r['batch']}, {r['method']}: {n}")
     loop_rows = [r for r in rows if r["key"] == "loop" and r["note"]]
     for r in loop_rows:
         print(f"- batch {r['batch']}, loop (a): {r['note']} (median/min/max are of the scaled figure)")

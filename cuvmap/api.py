@@ -456,23 +456,16 @@ def _jvp(f, primals, tangents, has_aux, where):
 
 
 def _std_basis(leaves):
-    """The identity, split into one ``(N, *shape)`` block per leaf (N = total size)."""
-    sizes = [int(np.prod(core.shape_of(x), dtype=np.int64)) for x in leaves]
-    total = sum(sizes)
-    blocks = []
-    offset = 0
-    for x, n in zip(leaves, sizes):
-        xp = backend.xp_of(x)
-        block = xp.zeros((total, n), dtype=core.dtype_of(x) if core.is_float(x) else np.float64)
-        block[offset:offset + n, :] = xp.eye(n, dtype=block.dtype)
-        blocks.append(block.reshape((total,) + tuple(core.shape_of(x))))
-        offset += n
-    return blocks, sizes
+    """The identity, split into one ``(N, *shape)`` block per leaf (N = total size): the
+    blocks of :func:`_generated_basis` made whole."""
+    generated, sizes = _generated_basis(leaves)
+    return [g.make(0, g.shape[0]) for g in generated], sizes
 
 
 def _generated_basis(leaves):
-    """:func:`_std_basis` made per chunk: one :class:`~cuvmap.memory_budget.Generated` input
-    per leaf, whose rows ``start:stop`` are those of the identity's block."""
+    """The identity, split into one block per leaf (see :func:`_std_basis`), made per chunk:
+    one :class:`~cuvmap.memory_budget.Generated` input per leaf, whose rows ``start:stop``
+    are those of the identity's block."""
     sizes = [int(np.prod(core.shape_of(x), dtype=np.int64)) for x in leaves]
     total = sum(sizes)
     blocks = []
