@@ -1,4 +1,4 @@
-"""The project's writing conventions, checked over its tracked sources (DESIGN.md's
+"""The project's writing conventions, checked over its tracked sources (docs/dev/architecture.md's
 "Conventions"): NOTEs cited by title exist, NOTEs state conclusions and the command that
 measures them rather than logs of timings, and functorch's file is named by its name."""
 import os
@@ -64,7 +64,7 @@ def test_every_cited_note_exists():
 
 def test_notes_are_not_logs_of_timings():
     """A NOTE keeps its conclusion and the command that measures it; the figures belong to
-    the benchmarks' output (DESIGN.md: performance claims live in benchmarks/)."""
+    the benchmarks' output (docs/dev/architecture.md: performance claims live in benchmarks/)."""
     timed = {}
     for p, t in _sources().items():
         if p.endswith(".py"):

@@ -1,5 +1,5 @@
 """The README stays true: its two commands (the first runs an example that exists, CI
-(.ci/run) runs exactly the second), its Python example, and its Layout, which names every
+(.ci/run) runs exactly the second), its Python example, and docs/dev/layout.md, which names every
 module of the tree."""
 import pathlib
 import re
@@ -38,11 +38,11 @@ def test_readme_python_example_runs(capsys):
 
 
 def _layout_entries():
-    """The paths the README's Layout block names: a line at the margin names paths (a
+    """The paths docs/dev/layout.md block names: a line at the margin names paths (a
     folder ends with ``/``; several are separated by commas), a line indented by two
     spaces names a file of the folder above it, deeper lines continue a description."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Layout\n\n```\n(.*?)```", text, re.S).group(1)
+    text = (ROOT / "docs" / "dev" / "layout.md").read_text()
+    block = re.search(r"```\n(.*?)```", text, re.S).group(1)
     paths, folder = [], None
     for line in block.splitlines():
         if not line.strip() or line.startswith("   "):
@@ -57,7 +57,7 @@ def _layout_entries():
 
 
 def test_the_layout_names_every_module_and_nothing_else():
-    """Every module of the package has its line in the README's Layout (a folder's
+    """Every module of the package has its line in docs/dev/layout.md (a folder's
     ``__init__.py`` is the folder's line), every top-level entry of the tree is named,
     and every path named exists."""
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
@@ -67,10 +67,10 @@ def test_the_layout_names_every_module_and_nothing_else():
     named = _layout_entries()
     missing = [f for f in files if f.startswith("cuvmap/") and f.endswith(".py")
                and f not in named and not (f.endswith("/__init__.py") and f[:-len("__init__.py")] in named)]
-    assert not missing, f"modules the README's Layout does not name: {missing}"
+    assert not missing, f"modules docs/dev/layout.md does not name: {missing}"
     tops = {f.split("/")[0] + ("/" if "/" in f else "") for f in files}
     unnamed = sorted(t for t in tops if not any(n == t or n.startswith(t) for n in named)
                      and t not in ("README.md", ".gitignore"))
-    assert not unnamed, f"top-level entries the README's Layout does not name: {unnamed}"
+    assert not unnamed, f"top-level entries docs/dev/layout.md does not name: {unnamed}"
     stale = [n for n in named if not (ROOT / n).exists()]
-    assert not stale, f"the README's Layout names paths that do not exist: {stale}"
+    assert not stale, f"docs/dev/layout.md names paths that do not exist: {stale}"
