@@ -116,7 +116,7 @@ def device_put(x, device="cpu"):
 # operands put on the CuPy operands' device (nothing is checked on the way of an op that
 # succeeds); a staged program's result takes the GPU device of any operand, and a GPU
 # program's NumPy constants are put on its device once, when it is planned
-# (cuvmap/transforms/executor.py). NumPy scalars and Python numbers are CuPy operands as
+# (cuvmap/transforms/executor/planner.py). NumPy scalars and Python numbers are CuPy operands as
 # they are. Only in this direction: a CuPy array never goes to the host without
 # ``device_put`` (a silent device-to-host copy would stall the GPU).
 def host_operands_on_device(operands):

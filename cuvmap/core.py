@@ -636,7 +636,7 @@ class Primitive:
       TypeError or ValueError to decline; a ufunc impl is its own writer. A primitive with
       a writer returns arrays of its own, so a plan may write its results into a dead
       operand's buffer or a pooled one (NOTE [buffer planning] in
-      cuvmap/transforms/executor.py). ``impl_into_when(aval, gpu) -> bool``, where given,
+      cuvmap/transforms/executor/buffers.py). ``impl_into_when(aval, gpu) -> bool``, where given,
       says for which outputs the writer applies (select's blend: NumPy floats only).
     - ``host_sync``: the impl reads operand values on the host (a while_loop's predicate,
       a cond's branch index: on the GPU a synchronisation), so a program with it is never
@@ -657,7 +657,7 @@ class Primitive:
     - ``workspace``: ``workspace(in_avals, out_avals, params, strided) -> bytes``, the
       memory its impl allocates for itself while it runs, besides its result (the unfolded
       columns of a convolution, a copy of an operand not laid out for a GEMM), for the
-      plan's memory estimate (NOTE [planned peak memory] in cuvmap/transforms/executor.py;
+      plan's memory estimate (NOTE [planned peak memory] in cuvmap/transforms/executor/peak_memory.py;
       an operand given twice comes once, then as None; ``strided[i]``: whether operand
       ``i`` may be laid out other than in C order); None: nothing worth counting.
     - ``layout``: ``layout(strided, in_avals, out_avals, params) -> (allocates,

@@ -338,7 +338,7 @@ class _SingleFlight:
 # and a generated function, about as much as JAX's compiled code per shape) and, on the
 # CPU, each plan's pool: the buffers of its intermediates, reused across calls so that a
 # steady state allocates almost only the outputs (NOTE [buffer planning] in
-# cuvmap/transforms/executor.py); about the size of the program's live intermediates. The
+# cuvmap/transforms/executor/buffers.py); about the size of the program's live intermediates. The
 # pools are kept for the most recently used ``jit_pool_signatures`` signatures (8) while
 # they hold at most ``jit_pool_bytes`` (1 GiB) in all: when a call switches to another
 # signature, the least recently used pools beyond those bounds are emptied (never the one

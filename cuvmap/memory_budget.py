@@ -7,7 +7,7 @@ at a time, with ``c`` the largest chunk whose run fits in the budget:
     planned_peak(c) + results(B) <= MARGIN · budget
 
 where ``planned_peak(c)`` is what the staged program of one chunk allocates at its peak
-(NOTE [planned peak memory] in cuvmap/transforms/executor.py) and ``results(B)`` the
+(NOTE [planned peak memory] in cuvmap/transforms/executor/peak_memory.py) and ``results(B)`` the
 arrays the whole call returns (NOTE [choosing a chunk]). The budget is an int of bytes, or
 a float in (0, 1]: that fraction of the memory free on the operands' device when the
 choice is made. Nothing here runs a chunk to find out: the chunk comes from staged
@@ -65,7 +65,7 @@ AUTO = "auto"
 # the chunks run on the planned executor, one plan for the chunk size and one for the
 # remainder; each plan's buffer pool serves its chunks and is emptied when its last chunk is
 # done, so the call holds nothing afterwards (its page faults are the price: NOTE [keeping
-# freed host memory] in cuvmap/transforms/executor.py). Under a transform (an enclosing
+# freed host memory] in cuvmap/transforms/executor/host_memory.py). Under a transform (an enclosing
 # jit, grad or vmap: traced arguments, or a function closing over traced values) the
 # chunks are a ``scan`` over the full chunks plus one call for the remainder (JAX's
 # ``lax.map(batch_size=)``): the scan writes each chunk's results into its stacked outputs
@@ -80,7 +80,7 @@ AUTO = "auto"
 # chunk whose arrays stay within glibc's mmap threshold (32 MiB) is taken when it is at
 # least half of the largest that fits: a larger array is mapped afresh and faults its
 # pages in on every chunk (NOTE [large results are mapped afresh] in
-# cuvmap/transforms/executor.py), which makes the benchmark CNN's DP step slower in
+# cuvmap/transforms/executor/host_memory.py), which makes the benchmark CNN's DP step slower in
 # chunks of 100 or 128 than of 64. ``python -m benchmarks memory`` sweeps chunk sizes
 # beside the choice.
 
@@ -325,7 +325,7 @@ class ChunkedMap:
     @staticmethod
     def _heap_choice(chunk, programs):
         """On the CPU, the largest chunk whose arrays stay within glibc's mmap threshold
-        (NOTE [large results are mapped afresh] in cuvmap/transforms/executor.py: a larger
+        (NOTE [large results are mapped afresh] in cuvmap/transforms/executor/host_memory.py: a larger
         array faults its pages in again on every chunk), when that is at least half of
         ``chunk``; the largest array per example from the largest program staged."""
         b, prog = max(programs.items(), key=lambda item: item[0])

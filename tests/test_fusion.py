@@ -542,7 +542,7 @@ def test_a_gather_with_its_bounds_check_is_capturable():
     closed = _program(lambda x, i: cnp.take_along_axis(x, i, axis=0), np.ones((4, 3)), np.zeros((2, 3), int))
     assert any(e.primitive.name == "check_index_bounds" for e in closed.jaxpr.eqns)
     gpu_like = _on_gpu(ir.ClosedJaxpr(closed.jaxpr, closed.consts))
-    assert executor._is_gpu_program(gpu_like) and executor.graph_capturable(gpu_like)
+    assert executor.is_gpu_program(gpu_like) and executor.graph_capturable(gpu_like)
 
 
 CAPTURABLE_FACTS = [  # (facts of the primitive, whether a program with it is capturable)
@@ -713,7 +713,7 @@ def test_a_host_synchronisation_inside_a_region_prevents_the_capture():
     for f, capturable in ((gather, True), (loop, False)):
         closed = _on_gpu(_program(f, np.ones((4, 3)), np.zeros((2, 3), int)))
         assert not any(e.primitive.name in ("check_index_bounds", "while") for e in closed.jaxpr.eqns)
-        assert executor._is_gpu_program(closed) and executor.graph_capturable(closed) is capturable
+        assert executor.is_gpu_program(closed) and executor.graph_capturable(closed) is capturable
 
 
 def test_programs_run_during_a_capture_are_planned_afresh(monkeypatch):
@@ -725,7 +725,7 @@ def test_programs_run_during_a_capture_are_planned_afresh(monkeypatch):
     cached = dict(closed.plans)
     plans_made = []
     original = executor.plan
-    monkeypatch.setattr(executor, "plan", lambda *a, **k: plans_made.append(1) or original(*a, **k))
+    monkeypatch.setattr(executor.planner, "plan", lambda *a, **k: plans_made.append(1) or original(*a, **k))
     monkeypatch.setattr(graphs._capture_state, "active", True, raising=False)
     for _ in range(2):
         np.testing.assert_array_equal(executor.run(closed, args)[0], np.exp(args[0]) * 2.0)

@@ -1,5 +1,5 @@
 """The executor keeps freed host memory mapped (NOTE [keeping freed host memory] in
-cuvmap/transforms/executor.py): a jitted program whose temporaries come and go in every
+cuvmap/transforms/executor/host_memory.py): a jitted program whose temporaries come and go in every
 call stops faulting their pages in once it has run, unless the user chose glibc's
 thresholds, whose choice is kept.
 

@@ -88,7 +88,7 @@ GPU_SAMPLE = [pytest.param(r, id=r.name) for r in ALL_ROWS if r.name in set(NEST
 
 @pytest.mark.parametrize("row", GPU_SAMPLE)
 def test_jit_on_each_backend(row, backend, monkeypatch):
-    monkeypatch.setattr(executor, "MIN_REUSE_BYTES", 0)
+    monkeypatch.setattr(executor.buffers, "MIN_REUSE_BYTES", 0)
     args = _on(backend, row.make_args(row.vmap_dtype))
     jf = cv.jit(row.fun)
     want = _to_host(row.fun(*args))
@@ -203,7 +203,7 @@ def test_jit_under_grad_runs_staged_programs_not_eager_ops(monkeypatch):
     primitive of f is bound eagerly."""
     calls = []
     original = executor.execute
-    monkeypatch.setattr(executor, "execute", lambda p, args: calls.append(p) or original(p, args))
+    monkeypatch.setattr(executor.planner, "execute", lambda p, args: calls.append(p) or original(p, args))
     f = cv.jit(lambda x: cnp.sum(cnp.sin(x) * cnp.cos(x)))
     x = np.linspace(0, 1, 5)
     g = cv.grad(f)(x)
@@ -426,7 +426,7 @@ def test_passes():
 @pytest.fixture
 def reuse_everything(monkeypatch):
     """Buffer reuse also for the small arrays of these tests."""
-    monkeypatch.setattr(executor, "MIN_REUSE_BYTES", 0)
+    monkeypatch.setattr(executor.buffers, "MIN_REUSE_BYTES", 0)
 
 
 def _plan(f, *args):
@@ -639,7 +639,7 @@ BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, cnp.maximu
 @settings(max_examples=60, deadline=None)
 @given(spec=programs(len(UNARY), len(BINARY), num_inputs=1, max_steps=12))
 def test_planned_execution_equals_eager(spec):
-    executor.MIN_REUSE_BYTES, saved = 0, executor.MIN_REUSE_BYTES
+    executor.buffers.MIN_REUSE_BYTES, saved = 0, executor.buffers.MIN_REUSE_BYTES
     try:
         f = program_fun(spec, UNARY, BINARY)
         x = np.linspace(-1, 1, 12).reshape(3, 4)
@@ -651,7 +651,7 @@ def test_planned_execution_equals_eager(spec):
             assert_same(jf(x), want)
         np.testing.assert_array_equal(x, before)
     finally:
-        executor.MIN_REUSE_BYTES = saved
+        executor.buffers.MIN_REUSE_BYTES = saved
 
 
 # ---------------------------------------------------------------------------------------

@@ -356,14 +356,14 @@ def test_a_step_costs_about_what_its_numpy_calls_cost():
 def test_eager_grad_of_a_scan_compiles_its_plans_once():
     """Eager grad stages the body and plans its forward and backward loops at every call;
     their generated code is compiled once (NOTE [generated code is compiled once per
-    text] in cuvmap/transforms/executor.py)."""
+    text] in cuvmap/transforms/executor/codegen.py)."""
     xs = _rng(16).standard_normal((5, 3, 4))
     g = cv.grad(lambda xs: _loss(lax.scan(_rnn, np.zeros((3, 4)), xs)))
     first = g(xs)
-    misses = executor._code_cache.misses
+    misses = executor.codegen._code_cache.misses
     for _ in range(3):
         np.testing.assert_array_equal(g(xs), first)
-    assert executor._code_cache.misses == misses
+    assert executor.codegen._code_cache.misses == misses
 
 
 def test_the_loop_runs_on_either_device(backend):

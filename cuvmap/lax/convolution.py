@@ -55,7 +55,7 @@ from cuvmap.window import output_spatial, transposed_output_spatial
 
 def _conv_workspace(in_avals, out_avals, params, strided):
     """What a convolution allocates besides its result (NOTE [planned peak memory] in
-    cuvmap/transforms/executor.py): the unfolded columns of the unfold kernels,
+    cuvmap/transforms/executor/peak_memory.py): the unfolded columns of the unfold kernels,
     ``N · C_in · K · out`` elements (the input's channels, the kernel's size, the output's
     spatial size; on the CPU built in blocks of at most twice ``conv_gemm.BLOCK_BYTES``:
     NOTE [cache blocking]), and a second result while the ``auto`` strategy times both

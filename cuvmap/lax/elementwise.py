@@ -426,7 +426,7 @@ def _select_shape_rule(pred, on_true, on_false):
 
 def select_into(pred, on_true, on_false, *, out):
     """``select`` written into ``out``, a buffer of the result's shape and dtype that the
-    jit executor owns (NOTE [buffer planning] in cuvmap/transforms/executor.py): the
+    jit executor owns (NOTE [buffer planning] in cuvmap/transforms/executor/buffers.py): the
     branch-free blend of NOTE [branch-free select] with a one-byte mask, so that relu's
     select (``on_false`` a positive zero) allocates nothing of the result's size (another
     ``on_false`` needs one temporary). ``out`` may be ``on_true``'s or ``on_false``'s

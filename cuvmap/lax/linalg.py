@@ -191,7 +191,7 @@ def _gemm_order(ndim, contract, batch, contract_last):
 def _dot_general_workspace(in_avals, out_avals, params, strided):
     """The impl's transposes reshaped into GEMM operands: a copy of each operand that is not
     in C order or whose axes the GEMM wants in another order (NOTE [planned peak memory]
-    in cuvmap/transforms/executor.py)."""
+    in cuvmap/transforms/executor/peak_memory.py)."""
     (xc, yc), (xb, yb) = params["dimension_numbers"]
     avals = [in_avals[0], in_avals[1] if in_avals[1] is not None else in_avals[0]]  # (x · x: both sides copy)
     # a product of two matrices passes its transposes to the GEMM as views (_dot_layout)

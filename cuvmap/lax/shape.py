@@ -25,7 +25,7 @@ def _reshape_shape_rule(x, *, new_sizes):
 
 
 # The layouts of the views, for the plan's memory estimate (the ``layout`` fact of
-# cuvmap.core.Primitive; NOTE [planned peak memory] in cuvmap/transforms/executor.py):
+# cuvmap.core.Primitive; NOTE [planned peak memory] in cuvmap/transforms/executor/peak_memory.py):
 # ``(allocates, strided)``.
 
 def _view_keeps_layout(strided, in_avals, out_avals, params):

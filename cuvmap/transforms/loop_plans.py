@@ -3,15 +3,15 @@ into one function (NOTE [a loop runs as generated Python]).
 
 ``scan`` runs its body ``length`` times, ``for i in indices``; ``while_loop`` runs its
 predicate's plan and its body's plan one after the other, ``while True``. Either way the
-per-step work is the body's straight-line code of :mod:`cuvmap.transforms.executor` and a
+per-step work is the body's straight-line code (:mod:`cuvmap.transforms.executor.codegen`) and a
 few bytecodes: no argument lists, no calls of a plan's function, no copies beyond the ys'
 rows. The loops are compiled once per plan (and their code once per text: NOTE
-[generated code is compiled once per text] in executor.py) and kept on the plan.
+[generated code is compiled once per text] in executor/codegen.py) and kept on the plan.
 """
 import re
 
-from cuvmap.transforms import executor
-from cuvmap.transforms.executor import FUSED, MULTI, PLAIN
+from cuvmap.transforms.executor import codegen
+from cuvmap.transforms.executor.buffers import FUSED, MULTI, PLAIN
 
 
 # NOTE [a loop runs as generated Python]
@@ -48,7 +48,7 @@ def _prepared_steps(p, invariant, constant_slots, namespace, pad):
             continue
         if not all(f is None or s in invariant for f, s in zip(prepare, step.ins)):
             continue
-        operands = [executor._operand(s, constant_slots) for s in step.ins]
+        operands = [codegen.operand(s, constant_slots) for s in step.ins]
         for j, f in enumerate(prepare):
             if f is not None:
                 namespace[f"PR{k}_{j}"] = f
@@ -65,7 +65,7 @@ def _names(slots):
 
 def _scan_source(p, num_consts, num_carry):
     """The source of the scan loop of plan ``p`` and its namespace."""
-    namespace, constant_slots = executor.namespace_of(p)
+    namespace, constant_slots = codegen.namespace_of(p)
     nc, ncar = num_consts, num_carry
     c_slots, carry_slots, x_slots = p.in_slots[:nc], p.in_slots[nc:nc + ncar], p.in_slots[nc + ncar:]
     y_slots = p.out_slots[ncar:]
@@ -84,9 +84,9 @@ def _scan_source(p, num_consts, num_carry):
               if step.direct is not None and step.kind not in (FUSED, MULTI)}
     direct = {writes[s]: m for m, s in enumerate(y_slots)
               if s in writes and p.out_slots.count(s) == 1 and s not in constant_slots}
-    lines += executor.step_lines(p, namespace, constant_slots, "        ",
+    lines += codegen.step_lines(p, namespace, constant_slots, "        ",
                                  {k: f"Y{m}[i]" for k, m in direct.items()}, prepared)
-    results = executor.results_of(p, constant_slots)
+    results = codegen.results_of(p, constant_slots)
     written = set(direct.values())
     lines += [f"        Y{m}[i] = {r[6:-1] if r.startswith('FRESH(') else r}"
               for m, r in enumerate(results[ncar:]) if m not in written]
@@ -107,7 +107,7 @@ def loop_of(p, num_consts, num_carry):
     hit = p.loops.get(key)
     if hit is None:
         source, namespace = _scan_source(p, num_consts, num_carry)
-        exec(executor.code_of(source, "<cuvmap scan loop>"), namespace)
+        exec(codegen.code_of(source, "<cuvmap scan loop>"), namespace)
         hit = p.loops.setdefault(key, (source, namespace["loop"]))
     return hit[1]
 
@@ -123,8 +123,8 @@ def _prefixed(lines, namespace, prefix):
 
 
 def _while_source(cond_p, body_p, cond_nconsts, body_nconsts):
-    namespace, constant_slots = executor.namespace_of(body_p)
-    c_namespace, c_constant_slots = executor.namespace_of(cond_p)
+    namespace, constant_slots = codegen.namespace_of(body_p)
+    c_namespace, c_constant_slots = codegen.namespace_of(cond_p)
     cc_slots, c_carry_slots = cond_p.in_slots[:cond_nconsts], cond_p.in_slots[cond_nconsts:]
     bc_slots, carry_slots = body_p.in_slots[:body_nconsts], body_p.in_slots[body_nconsts:]
     # the predicate's code, its names prefixed; its carries are the body's (the names
@@ -132,8 +132,8 @@ def _while_source(cond_p, body_p, cond_nconsts, body_nconsts):
     cond_lines = []
     if cc_slots:
         cond_lines.append(f"    {_names(cc_slots)}, = cond_consts")
-    cond_lines += executor.step_lines(cond_p, c_namespace, c_constant_slots, "        ")
-    (keep_going,) = executor.results_of(cond_p, c_constant_slots)
+    cond_lines += codegen.step_lines(cond_p, c_namespace, c_constant_slots, "        ")
+    (keep_going,) = codegen.results_of(cond_p, c_constant_slots)
     cond_lines += [f"        if not {keep_going}:", "            break"]
     cond_lines, c_namespace = _prefixed(cond_lines, c_namespace, "a_")
     top = ["    while True:"]
@@ -148,8 +148,8 @@ def _while_source(cond_p, body_p, cond_nconsts, body_nconsts):
         lines.append(f"    {_names(carry_slots)}, = carry")
     head, prepared = _prepared_steps(body_p, bc_slots, constant_slots, namespace, "    ")
     lines += head + cond_lines
-    lines += executor.step_lines(body_p, namespace, constant_slots, "        ", None, prepared)
-    results = executor.results_of(body_p, constant_slots)
+    lines += codegen.step_lines(body_p, namespace, constant_slots, "        ", None, prepared)
+    results = codegen.results_of(body_p, constant_slots)
     if carry_slots:
         lines.append(f"        {_names(carry_slots)}, = {', '.join(results)},")
     lines.append(f"    return [{_names(carry_slots)}]")
@@ -166,6 +166,6 @@ def while_of(cond_p, body_p, cond_nconsts, body_nconsts):
     hit = body_p.loops.get(key)
     if hit is None or hit[0] is not cond_p:
         source, namespace = _while_source(cond_p, body_p, cond_nconsts, body_nconsts)
-        exec(executor.code_of(source, "<cuvmap while loop>"), namespace)
+        exec(codegen.code_of(source, "<cuvmap while loop>"), namespace)
         hit = body_p.loops[key] = (cond_p, source, namespace["loop"])
     return hit[2]
