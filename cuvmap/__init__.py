@@ -7,14 +7,16 @@ from cuvmap import config, lax, tree  # noqa: F401
 from cuvmap import dp, nn  # noqa: F401
 from cuvmap import numpy  # noqa: F401  (attaches the tracer operators)
 from cuvmap import custom_batching, debug, flatten_util, profiler, random  # noqa: F401
-from cuvmap.api import grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap  # noqa: F401
+from cuvmap.api import (  # noqa: F401
+    block_until_ready, grad, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp, vmap,
+)
 from cuvmap.api_util import TransformError  # noqa: F401
 from cuvmap.jit_api import RetraceWarning, eval_shape, jit, make_jaxpr  # noqa: F401
 from cuvmap.scope import named_scope  # noqa: F401
 from cuvmap.lax.callbacks import CallbackError, pure_callback  # noqa: F401
 from cuvmap.transforms.linearize import linearize  # noqa: F401
 from cuvmap.transforms.remat import checkpoint, checkpoint_policies, remat  # noqa: F401
-from cuvmap.backend import block_until_ready, device_put, gpu_available  # noqa: F401
+from cuvmap.backend import device_put, gpu_available  # noqa: F401
 from cuvmap.transforms.custom_derivatives import CustomDerivativeError, custom_jvp, custom_vjp  # noqa: F401
 from cuvmap.core import (  # noqa: F401
     ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeDtypeStruct, ShapeError,

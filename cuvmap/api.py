@@ -1,5 +1,6 @@
 """The user-facing transforms: ``vmap``, ``grad``, ``value_and_grad``, ``vjp``, ``jvp``,
-``jacfwd``, ``jacrev``, ``hessian``, ``stop_gradient``.
+``jacfwd``, ``jacrev``, ``hessian``, ``stop_gradient``, and ``block_until_ready`` (JAX's
+``jax.block_until_ready``, in its API module too).
 
 Each entry point checks its arguments, pushes its interpreter (:mod:`cuvmap.transforms`)
 for the duration of the call and turns the results back into arrays; what they share
@@ -16,6 +17,7 @@ from cuvmap import api_util, backend, core, tree
 from cuvmap import memory_budget as memory_budget_mod
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
+from cuvmap.cuda import device_errors
 from cuvmap.lax import elementwise, indexing, shape as lax_shape
 from cuvmap.transforms import batching, vjp as vjp_mod
 from cuvmap.transforms.batching import BatchTracer
@@ -629,3 +631,19 @@ def hessian(f, argnums=0, chunk_size=None, memory_budget=None):
 def stop_gradient(x):
     """Treats every leaf of ``x`` as a constant for the derivative transforms."""
     return tree.map(elementwise.stop_gradient, x)
+
+
+def block_until_ready(x):
+    """Waits until the GPU has computed every CuPy leaf of the pytree ``x`` (it synchronises
+    the current device), raises the IndexError a bounds check on the GPU has found since
+    the last report (NOTE [device-side bounds checks] in cuvmap/cuda/device_errors.py), and
+    returns ``x``. NumPy leaves are ready already; on the CPU it only returns ``x``
+    (``jax.block_until_ready``).
+
+    Example::
+
+        loss = cuvmap.block_until_ready(step(params, x, y))
+    """
+    if any(backend.is_cupy_array(leaf) for leaf in tree.leaves(x)):
+        device_errors.check()
+    return x

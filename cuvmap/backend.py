@@ -142,23 +142,6 @@ def arguments_on_device(leaves, indices, device):
     return leaves
 
 
-def block_until_ready(x):
-    """Waits until the GPU has computed every CuPy leaf of the pytree ``x`` (it synchronises
-    the current device), raises the IndexError a bounds check on the GPU has found since
-    the last report (NOTE [device-side bounds checks] in cuvmap/cuda/device_errors.py), and
-    returns ``x``. NumPy leaves are ready already; on the CPU it only returns ``x``.
-
-    Example::
-
-        loss = cuvmap.block_until_ready(step(params, x, y))
-    """
-    if any(is_cupy_array(leaf) for leaf in tree.leaves(x)):
-        from cuvmap.cuda import device_errors  # GPU-only; it imports this module
-
-        device_errors.check()
-    return x
-
-
 def device_mismatch(what, operands, current):
     """The error text when an operand is not on the current GPU, else None.
 

@@ -26,44 +26,9 @@ from contextlib import contextmanager
 import numpy as np
 
 from cuvmap import backend
-
-
-# ---------------------------------------------------------------------------------------
-# Errors
-# ---------------------------------------------------------------------------------------
-
-
-class CuvmapError(Exception):
-    """Base class of cuvmap's errors. ``where`` is filled in by the innermost transform
-    wrapper (``"vmap(loss)"``) and printed first."""
-
-    def __init__(self, message, where=None):
-        super().__init__(message)
-        self.message = message
-        self.where = where
-
-    def __str__(self):
-        return f"{self.where}: {self.message}" if self.where else self.message
-
-
-class ShapeError(CuvmapError, ValueError):
-    """An operation was applied to operands of incompatible shapes, dtypes or parameters."""
-
-
-class MissingRuleError(CuvmapError, NotImplementedError):
-    """A primitive has no rule for the transform that reached it."""
-
-
-class EscapedTracerError(CuvmapError):
-    """A tracer was used after the transform that created it had returned."""
-
-
-class ConcretizationError(CuvmapError, TypeError):
-    """A traced value was converted to a concrete Python or NumPy value."""
-
-
-class CrossThreadTracerError(CuvmapError, RuntimeError):
-    """A tracer was used in a thread other than the one whose transform created it."""
+from cuvmap.errors import (  # noqa: F401
+    ConcretizationError, CrossThreadTracerError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeError,
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -210,17 +175,6 @@ def common_float_dtype(*avals):
     if dtype.kind != "f":
         raise ShapeError(f"operands must be floating point, got {dtype}")
     return dtype
-
-
-def spatial_tuple(value, nd, name, op):
-    """An int or a sequence as one int per spatial dim (``stride=2`` -> ``(2, 2)``);
-    raises :class:`ShapeError` naming ``op`` and ``name`` when the length is wrong."""
-    if isinstance(value, (int, np.integer)):
-        return (int(value),) * nd
-    value = tuple(int(i) for i in value)
-    if len(value) != nd:
-        raise ShapeError(f"{op}: {name} {value} must have one entry per spatial dim ({nd})")
-    return value
 
 
 # ---------------------------------------------------------------------------------------

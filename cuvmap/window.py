@@ -17,10 +17,26 @@ of it (:func:`tap_slices`), so loops run over the ``Π k`` taps, never over pixe
 
 Used by the shape rules and impls of ``cuvmap/lax/convolution.py`` and ``cuvmap/lax/pooling.py``,
 the im2col kernels of ``cuvmap/lax/conv_gemm.py`` and the vendor bindings in
-``cuvmap/cpu/`` and ``cuvmap/cuda/``; it imports nothing of cuvmap, so the bindings can use
-it without loading the primitives.
+``cuvmap/cpu/`` and ``cuvmap/cuda/``, and the layers of ``cuvmap/nn/``; it imports nothing of
+cuvmap but its errors (``cuvmap/errors.py``), so the bindings can use it without loading
+the primitives.
 """
 import itertools
+
+import numpy as np
+
+from cuvmap.errors import ShapeError
+
+
+def spatial_tuple(value, nd, name, op):
+    """An int or a sequence as one int per spatial dim (``stride=2`` -> ``(2, 2)``);
+    raises :class:`ShapeError` naming ``op`` and ``name`` when the length is wrong."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * nd
+    value = tuple(int(i) for i in value)
+    if len(value) != nd:
+        raise ShapeError(f"{op}: {name} {value} must have one entry per spatial dim ({nd})")
+    return value
 
 
 def output_spatial(spatial, kernel, stride, padding, dilation=None):

@@ -45,7 +45,7 @@ from cuvmap.lax.shape import broadcast_in_dim, reshape, transpose
 from cuvmap.measured_choices import MeasuredChoices
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
-from cuvmap.window import output_spatial, transposed_output_spatial
+from cuvmap.window import output_spatial, spatial_tuple, transposed_output_spatial
 
 # ---------------------------------------------------------------------------------------
 # Declarations and public wrappers
@@ -98,11 +98,11 @@ conv_backward_weight_p = Primitive("conv_backward_weight", owns_output=True, wor
 def conv_params(nd, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1):
     """Normalizes the static parameters of the conv family to hashable tuples."""
     return dict(
-        stride=core.spatial_tuple(stride, nd, "stride", "conv"),
-        padding=core.spatial_tuple(padding, nd, "padding", "conv"),
-        dilation=core.spatial_tuple(dilation, nd, "dilation", "conv"),
+        stride=spatial_tuple(stride, nd, "stride", "conv"),
+        padding=spatial_tuple(padding, nd, "padding", "conv"),
+        dilation=spatial_tuple(dilation, nd, "dilation", "conv"),
         transposed=bool(transposed),
-        output_padding=core.spatial_tuple(output_padding, nd, "output_padding", "conv"),
+        output_padding=spatial_tuple(output_padding, nd, "output_padding", "conv"),
         groups=int(groups),
     )
 

@@ -53,7 +53,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.elementwise import select_impl, select_into
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
-from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, tap_slices, taps
+from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, spatial_tuple, tap_slices, taps
 
 # ---------------------------------------------------------------------------------------
 # Declarations and public wrappers
@@ -69,9 +69,9 @@ avg_pool_transpose_p = Primitive("avg_pool_transpose")
 def pool_params(nd, window, stride=None, padding=0):
     """Normalizes the static parameters of the pooling family to tuples of ``nd`` ints;
     ``stride=None`` means ``stride = window`` (non-overlapping windows, torch's default)."""
-    window = core.spatial_tuple(window, nd, "window", "pooling")
-    stride = window if stride is None else core.spatial_tuple(stride, nd, "stride", "pooling")
-    return dict(window=window, stride=stride, padding=core.spatial_tuple(padding, nd, "padding", "pooling"))
+    window = spatial_tuple(window, nd, "window", "pooling")
+    stride = window if stride is None else spatial_tuple(stride, nd, "stride", "pooling")
+    return dict(window=window, stride=stride, padding=spatial_tuple(padding, nd, "padding", "pooling"))
 
 
 def _nd_of(x):

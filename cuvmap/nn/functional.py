@@ -56,6 +56,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import pooling as lax_pooling
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.convolution import conv as lax_conv_op
+from cuvmap.window import spatial_tuple
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,8 +101,8 @@ def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     nd, unbatched = _spatial_rank(x, w, "conv")
     if unbatched:
         x = lax_shape.expand_dims(x, (0,))
-    stride = core.spatial_tuple(stride, nd, "stride", "conv")
-    dilation = core.spatial_tuple(dilation, nd, "dilation", "conv")
+    stride = spatial_tuple(stride, nd, "stride", "conv")
+    dilation = spatial_tuple(dilation, nd, "dilation", "conv")
     if isinstance(padding, str):
         if padding == "valid":
             padding = (0,) * nd
@@ -168,8 +169,8 @@ def check_transpose_padding(padding, kernel, stride, dilation, what):
     if not isinstance(padding, str):
         return
     nd = len(kernel)
-    stride = core.spatial_tuple(stride, nd, "stride", what)
-    dilation = core.spatial_tuple(dilation, nd, "dilation", what)
+    stride = spatial_tuple(stride, nd, "stride", what)
+    dilation = spatial_tuple(dilation, nd, "dilation", what)
     pads, output_pads = [], []
     for k, s, d in zip(kernel, stride, dilation):
         total = d * (k - 1) + 1 - s
@@ -260,9 +261,9 @@ def _pool(op, x, kernel_size, stride, padding, spatial_dims, what, **extra):
     nd, batched = _pool_rank(x, kernel_size, spatial_dims, what)
     if not batched:
         x = lax_shape.expand_dims(x, (0,))
-    params = dict(window=core.spatial_tuple(kernel_size, nd, "kernel_size", what),
-                  stride=None if stride is None else core.spatial_tuple(stride, nd, "stride", what),
-                  padding=core.spatial_tuple(padding, nd, "padding", what))
+    params = dict(window=spatial_tuple(kernel_size, nd, "kernel_size", what),
+                  stride=None if stride is None else spatial_tuple(stride, nd, "stride", what),
+                  padding=spatial_tuple(padding, nd, "padding", what))
     params = lax_pooling.pool_params(nd, **params)
     out = op(x, params["window"], params["stride"], params["padding"], **extra)
     return out if batched else lax_shape.squeeze(out, (0,))

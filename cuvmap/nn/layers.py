@@ -68,6 +68,7 @@ from cuvmap.lax import pooling as lax_pooling
 from cuvmap.lax.convolution import conv_output_shape, conv_params
 from cuvmap.nn import functional as F
 from cuvmap.nn.attention import dot_product_attention
+from cuvmap.window import spatial_tuple
 
 Layer = collections.namedtuple("Layer", ["init", "apply"])
 Layer.__doc__ = """A layer: ``init(rng, input_shape, dtype=None) -> (output_shape, params)`` and
@@ -217,12 +218,12 @@ def Conv(out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, b
         c = input_shape[1]
         if c % groups or out_channels % groups:
             raise ShapeError(f"Conv: channels in {c} and out {out_channels} must be divisible by groups {groups}")
-        kernel = core.spatial_tuple(kernel_size, nd, "kernel_size", "Conv")
+        kernel = spatial_tuple(kernel_size, nd, "kernel_size", "Conv")
         weight_shape = (out_channels, c // groups) + kernel
         if isinstance(padding, str) and padding not in ("same", "valid"):
             raise ShapeError(f"Conv: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
         if padding == "same":
-            if any(s != 1 for s in core.spatial_tuple(stride, nd, "stride", "Conv")):
+            if any(s != 1 for s in spatial_tuple(stride, nd, "stride", "Conv")):
                 raise ShapeError(f"Conv: padding='same' needs stride 1, got {stride}")
             out_shape = input_shape[:1] + (out_channels,) + tuple(input_shape[2:])
         else:
@@ -256,7 +257,7 @@ def ConvTranspose(out_channels, kernel_size, stride=1, padding=0, output_padding
         if c % groups or out_channels % groups:
             raise ShapeError(
                 f"ConvTranspose: channels in {c} and out {out_channels} must be divisible by groups {groups}")
-        kernel = core.spatial_tuple(kernel_size, nd, "kernel_size", "ConvTranspose")
+        kernel = spatial_tuple(kernel_size, nd, "kernel_size", "ConvTranspose")
         F.check_transpose_padding(padding, kernel, stride, dilation, "ConvTranspose")
         weight_shape = (c, out_channels // groups) + kernel
         out_shape = conv_output_shape(
@@ -339,9 +340,9 @@ def _pool_layer(name, pool_fn, kernel_size, stride, padding, **extra):
     def init(rng, input_shape, dtype=None):
         input_shape, nd = _spatial_input(input_shape, name)
         params = lax_pooling.pool_params(
-            nd, core.spatial_tuple(kernel_size, nd, "kernel_size", name),
-            None if stride is None else core.spatial_tuple(stride, nd, "stride", name),
-            core.spatial_tuple(padding, nd, "padding", name))
+            nd, spatial_tuple(kernel_size, nd, "kernel_size", name),
+            None if stride is None else spatial_tuple(stride, nd, "stride", name),
+            spatial_tuple(padding, nd, "padding", name))
         out_shape = lax_pooling.pool_output_shape(input_shape, **params)
         return out_shape, ExampleRank(len(input_shape) - 1)
 

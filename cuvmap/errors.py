@@ -1,0 +1,36 @@
+"""cuvmap's errors (re-exported by :mod:`cuvmap.core` and :mod:`cuvmap`). This module
+imports nothing, so the lowest modules (``cuvmap/window.py``) raise them too.
+"""
+
+
+class CuvmapError(Exception):
+    """Base class of cuvmap's errors. ``where`` is filled in by the innermost transform
+    wrapper (``"vmap(loss)"``) and printed first."""
+
+    def __init__(self, message, where=None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+
+    def __str__(self):
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class ShapeError(CuvmapError, ValueError):
+    """An operation was applied to operands of incompatible shapes, dtypes or parameters."""
+
+
+class MissingRuleError(CuvmapError, NotImplementedError):
+    """A primitive has no rule for the transform that reached it."""
+
+
+class EscapedTracerError(CuvmapError):
+    """A tracer was used after the transform that created it had returned."""
+
+
+class ConcretizationError(CuvmapError, TypeError):
+    """A traced value was converted to a concrete Python or NumPy value."""
+
+
+class CrossThreadTracerError(CuvmapError, RuntimeError):
+    """A tracer was used in a thread other than the one whose transform created it."""
