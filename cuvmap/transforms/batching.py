@@ -182,23 +182,23 @@ def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):
 
 def move_bdim(x, bdim, dst=0):
     """Moves the batch dim of ``x`` from ``bdim`` to ``dst`` (a physical axis)."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     if bdim == dst:
         return x
     ndim = len(x.shape)
     perm = [i for i in range(ndim) if i != bdim]
     perm.insert(dst, bdim)
-    return lax.transpose(x, tuple(perm))
+    return lax_shape.transpose(x, tuple(perm))
 
 
 def bdim_at_front(x, bdim, size):
     """``x`` with its batch dim at axis 0, broadcasting an unbatched ``x`` to ``size``."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     if bdim is not_mapped:
         s = core.shape_of(x)
-        return lax.broadcast_in_dim(x, (size,) + s, tuple(range(1, len(s) + 1)))
+        return lax_shape.broadcast_in_dim(x, (size,) + s, tuple(range(1, len(s) + 1)))
     return move_bdim(x, bdim, 0)
 
 
@@ -206,32 +206,32 @@ def pad_to_logical_rank(x, logical_rank, rank):
     """For ``x`` with its batch dim at 0 and logical rank ``logical_rank``: inserts size-1
     dims after the batch dim so that NumPy broadcasting against rank-``rank`` operands
     aligns the logical dims (functorch's ``maybe_pad_to_logical_rank``)."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     if logical_rank >= rank:
         return x
     s = x.shape
-    return lax.reshape(x, (s[0],) + (1,) * (rank - logical_rank) + tuple(s[1:]))
+    return lax_shape.reshape(x, (s[0],) + (1,) * (rank - logical_rank) + tuple(s[1:]))
 
 
 def fold_bdim_into(x, bdim, dst):
     """Merges the batch dim of ``x`` into physical axis ``dst`` (of ``x`` without the batch
     dim), the batch index varying slowest: ``(..., B, n, ...) -> (..., B*n, ...)``."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     x = move_bdim(x, bdim, dst)
     s = tuple(x.shape)
-    return lax.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
+    return lax_shape.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
 
 
 def split_bdim_out_of(x, axis, size, rest):
     """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``size*rest`` into
     ``(size, rest)``; the batch dim is then at ``axis``. The caller gives ``rest`` (the
     logical size of that dim): an empty batch could not reveal it."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     s = tuple(x.shape)
-    return lax.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
+    return lax_shape.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])
 
 
 def empty_batch(primitive, vals, dims, params):

@@ -599,13 +599,13 @@ def _out_at_front(x, main, size):
 def _ct_in_layout(ct, main, size, dim):
     """A cotangent from ``vmap(bwd)`` in its operand's physical layout (batch dim ``dim``,
     or summed over the batch for an unbatched operand)."""
-    from cuvmap import lax  # a rule's primitive: lax imports the transforms
+    from cuvmap.lax import reduction  # a rule's primitive: lax imports the transforms
 
     if ct is None:
         return None
     if main.owns(ct):
         if dim is None:
-            return lax.reduce_sum(ct.val, (ct.bdim,))
+            return reduction.reduce_sum(ct.val, (ct.bdim,))
         return move_bdim(ct.val, ct.bdim, dim)
     if dim is None:
         return ct

@@ -120,9 +120,9 @@ def _with_tangent(main, x):
 def zeros_like(x):
     """Zeros with ``x``'s (logical) shape and dtype, as a primitive's result (under
     staging, a broadcast equation rather than a constant array)."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
-    return lax.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
+    return lax_shape.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
 
 
 def split_nonzero(main, values):
@@ -140,9 +140,9 @@ def split_nonzero(main, values):
 
 
 def _add(a, b):
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
 
-    return lax.add(a, b)
+    return elementwise.add(a, b)
 
 
 def has_aval_of(x, like):
@@ -155,13 +155,13 @@ def match_aval(x, like, fit_shape):
     """``x`` with the shape and dtype of ``like``: ``fit_shape(x, shape)`` makes the shape
     (broadcasting a tangent to its output, summing a cotangent back to its operand), and a
     cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype."""
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
 
     shape = core.shape_of(like)
     if core.shape_of(x) != shape:
         x = fit_shape(x, shape)
     if type(like) is not float and core.dtype_of(x) != core.dtype_of(like):
-        x = lax.convert_element_type(x, core.dtype_of(like))
+        x = elementwise.convert_element_type(x, core.dtype_of(like))
     return x
 
 
@@ -169,9 +169,9 @@ def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
     if has_aval_of(t, out):
         return t
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
-    return match_aval(t, out, lax.broadcast_to)
+    return match_aval(t, out, lax_shape.broadcast_to)
 
 
 def defjvp(primitive, *per_operand_rules):

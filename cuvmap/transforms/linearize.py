@@ -191,9 +191,9 @@ def _linearize(f, primals, has_aux, where):
                     "tangent must have its primal's dtype (as in JAX): cast it with .astype"
                 )
             if type(t) is not float and core.dtype_of(t) != aval.dtype:
-                from cuvmap import lax  # the cast primitive: lax imports the transforms
+                from cuvmap.lax import elementwise  # the cast primitive: lax imports the transforms
 
-                t = lax.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
+                t = elementwise.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
             args.append(t)
         outs = iter(call(program, args) if program.jaxpr.outvars else ())
         results = [core.full_like_concrete(z, 0) if z is not None else next(outs) for z in zero_like]

@@ -171,7 +171,7 @@ def _cast_weak_operands(main, builder, primitive, inputs, avals, params, dtype):
     """``inputs`` and ``avals`` with each weakly typed variable that decides the dtype of
     ``primitive``'s result cast to ``dtype``, staged in ``main`` (NOTE [a weak value meets
     a strong one])."""
-    from cuvmap import lax  # the cast: lax imports this module
+    from cuvmap.lax import elementwise  # the cast: lax imports this module
 
     inputs, avals = list(inputs), list(avals)
     for i, v in enumerate(inputs):
@@ -184,7 +184,7 @@ def _cast_weak_operands(main, builder, primitive, inputs, avals, params, dtype):
             continue
         if as_strong == dtype:
             continue
-        cast = lax.convert_element_type(StagedTracer(main, v), dtype).var
+        cast = elementwise.convert_element_type(StagedTracer(main, v), dtype).var
         inputs[i], avals[i] = cast, cast.aval
     return inputs, avals
 

@@ -179,12 +179,12 @@ def backward_pass(tape, output_cts):
     Returns:
       the cotangent of each input node (``None`` where no path reached it).
     """
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
 
     n_in = tape.num_inputs
     cts = [None] * (n_in + len(tape.entries))
     for node, ct in output_cts:
-        cts[node] = ct if cts[node] is None else lax.add(cts[node], ct)
+        cts[node] = ct if cts[node] is None else elementwise.add(cts[node], ct)
     entries = tape.entries
     calls = tape.calls
     names = tape.names
@@ -211,7 +211,7 @@ def backward_pass(tape, output_cts):
                     continue
                 ct_i = match_operand(ct_i, primals[i])
                 prev = cts[operand_node]
-                cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
+                cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
     finally:
         if names:
             core.set_name_stack(base)
@@ -235,7 +235,7 @@ def _transposed_names(base, recorded):
 # index to the number of outputs. Every output node is later than each input node, so
 # when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
 def _backward_call(entry, cts, node, num_outs):
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
 
     group = cts[node:node + num_outs]
     if all(c is None for c in group):
@@ -247,7 +247,7 @@ def _backward_call(entry, cts, node, num_outs):
         if ct_i is None:  # (a custom rule's zero cotangent)
             continue
         prev = cts[operand_node]
-        cts[operand_node] = ct_i if prev is None else lax.add(prev, ct_i)
+        cts[operand_node] = ct_i if prev is None else elementwise.add(prev, ct_i)
 
 
 def match_operand(ct, primal):
@@ -255,9 +255,9 @@ def match_operand(ct, primal):
     and casts it to the operand's dtype."""
     if has_aval_of(ct, primal):
         return ct
-    from cuvmap import lax  # a rule helper's primitives: lax imports this module
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
-    return match_aval(ct, primal, lax.unbroadcast)
+    return match_aval(ct, primal, lax_shape.unbroadcast)
 
 
 def declare_reads(primitive, reads, num_operands=None):
