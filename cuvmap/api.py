@@ -15,12 +15,12 @@ import numpy as np
 
 from cuvmap import api_util, backend, core, tree
 from cuvmap import memory_budget as memory_budget_mod
+from cuvmap.memory_budget import vmap_combine
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.cuda import device_errors
 from cuvmap.lax import elementwise, indexing, shape as lax_shape
 from cuvmap.transforms import batching, vjp as vjp_mod
-from cuvmap.transforms.batching import BatchTracer
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer
 # ---------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
         if chunked is not None:
             return _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra)
         if chunk_size is None or size <= chunk_size:
-            return _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name)
+            return batching.vmap_flat(f, where, leaves, treedef, axes, size, out_axes, axis_name)
         return _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size)
 
     if chunked is not None:
@@ -135,22 +135,9 @@ def _vmap_body(f, where, treedef, axes, out_axes):
     """The body of a budgeted vmap: ``b`` examples of the flat arguments to flat outputs."""
 
     def body(b, chunk_leaves):
-        return tree.flatten(_vmap_once(f, where, chunk_leaves, treedef, axes, b, out_axes))
+        return tree.flatten(batching.vmap_flat(f, where, chunk_leaves, treedef, axes, b, out_axes))
 
     return body
-
-
-def vmap_combine(out_axes):
-    """How the chunks of a budgeted vmap combine: each output stacked along its out axis
-    (an output with out_axes None is the same in every chunk)."""
-
-    def combine(out_tree, out_avals):
-        placeholder = tree.unflatten(out_tree, list(range(len(out_avals))))
-        flat_axes = tree.broadcast_prefix(out_axes, placeholder, api_util.is_axis)
-        return [(memory_budget_mod.SHARED,) if oa is None else (memory_budget_mod.STACK, oa % max(1, len(a.shape)))
-                for oa, a in zip(flat_axes, out_avals)]
-
-    return combine
 
 
 def _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra=None):
@@ -161,40 +148,6 @@ def _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, mem
                                                        [x for x in leaves if not isinstance(x, memory_budget_mod.Generated)]))
 
 
-def _vmap_once(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
-    device = next((backend.backend_name(x) for x, a in zip(leaves, axes) if a is not None), "cpu")
-    with batching.new_batch_main(batching.AxisData(size, axis_name, device), where) as main:
-        traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
-        args, kwargs = tree.unflatten(treedef, traced)
-        out = f(*args, **kwargs)
-    out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
-    try:
-        out_axes_flat = tree.broadcast_prefix(out_axes, out, api_util.is_axis)
-    except tree.PrefixError as err:
-        raise api_util.prefix_error("out_axes", out_axes, "outputs", err, api_util.describe_out) from None
-    results = []
-    for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
-        batched = main.owns(leaf)
-        if batched:
-            if oa is None:
-                raise TransformError(
-                    f"out_axes is None for {api_util.describe_out(path)} of shape {leaf.shape}, but it "
-                    "depends on the mapped inputs (it is batched); give it an axis"
-                )
-            ndim = len(leaf.val.shape)
-            value = batching.move_bdim(leaf.val, leaf.bdim, api_util.normalize_out_axis(oa, ndim, path, leaf.shape))
-        elif oa is None:
-            value = leaf
-        else:
-            shape = core.shape_of(leaf)
-            axis = api_util.normalize_out_axis(oa, len(shape) + 1, path, shape)
-            out_shape = shape[:axis] + (size,) + shape[axis:]
-            kept = tuple(i for i in range(len(out_shape)) if i != axis)
-            value = lax_shape.broadcast_in_dim(leaf, out_shape, kept)
-        results.append(api_util.to_array_result(value))
-    return tree.unflatten(out_tree, api_util.unaliased(results, leaves))
-
-
 def _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size):
     chunks = []
     for start in range(0, size, chunk_size):
@@ -202,7 +155,7 @@ def _vmap_chunked(f, where, leaves, treedef, axes, size, out_axes, chunk_size):
         sliced = [
             x if a is None else indexing.slice_in_dim(x, start, stop, a) for x, a in zip(leaves, axes)
         ]
-        chunks.append(_vmap_once(f, where, sliced, treedef, axes, stop - start, out_axes))
+        chunks.append(batching.vmap_flat(f, where, sliced, treedef, axes, stop - start, out_axes))
     first = chunks[0]
     out_axes_flat = tree.broadcast_prefix(out_axes, first, api_util.is_axis)
     per_chunk = [tree.leaves(c) for c in chunks]

@@ -219,6 +219,22 @@ def test_no_import_cycle_but_the_transforms_and_their_rule_helpers_families():
         assert not outside, f"modules in the transforms <-> lax cycle that do not belong there: {outside}"
 
 
+def test_the_lower_floors_never_reach_up_to_the_api():
+    """core, the transforms, the primitive families and the vendor bindings import nothing
+    of the API layer above them (the floors: core -> transforms -> lax -> numpy, api -> nn,
+    dp), not even inside a function: ``lax.map`` in chunks runs vmap's flat core
+    (transforms/batching.py) and ChunkedMap (lax/control_flow/chunked.py) rather than
+    ``cuvmap.api`` and ``cuvmap.memory_budget``."""
+    above = ("cuvmap.api", "cuvmap.jit_api", "cuvmap.memory_budget", "cuvmap.profiler", "cuvmap.nn", "cuvmap.dp",
+             "cuvmap.numpy")
+    below = ("cuvmap.core", "cuvmap.transforms", "cuvmap.lax", "cuvmap.cpu", "cuvmap.cuda")
+    found = [f"{module}:{line}: {target}" for module, edges in _import_graph().items()
+             if module in below or module.startswith(tuple(b + "." for b in below))
+             for target, line, _ in edges
+             if target in above or target.startswith(tuple(a + "." for a in above))]
+    assert not found, "imports from below the API layer up into it:\n" + "\n".join(found)
+
+
 def test_the_transforms_import_lax_only_in_their_rule_helpers():
     """What the planned executor, fusion and the checkpoint policies need to know about a
     primitive are its attributes (cuvmap.core.Primitive, NOTE [a registry that fills

@@ -21,7 +21,7 @@ families (elementwise with broadcasting, reductions) at once.
 """
 from contextlib import contextmanager
 
-from cuvmap import backend, core
+from cuvmap import api_util, backend, core, tree
 from cuvmap.core import MissingRuleError, Trace, Tracer
 from cuvmap.transforms import ir, staging
 
@@ -133,6 +133,48 @@ class BatchTrace(Trace):
         vals, dims = self.unwrap(args)
         outs, out_dims = primitive.batch(main.global_data, vals, dims, params)
         return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(outs, out_dims)]
+
+
+def vmap_flat(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
+    """vmap's flat core: ``f(*args, **kwargs)`` for ``(args, kwargs) = unflatten(treedef,
+    leaves)`` under a batching transform named ``where`` that maps ``size`` examples along
+    ``axes`` (one per leaf: an axis, or None for a leaf every example shares), and the
+    results with their batch dim moved to ``out_axes`` (a pytree prefix of the outputs;
+    None: the same for every example). :func:`cuvmap.vmap` checks its arguments and calls
+    it; ``lax.map`` in chunks calls it on each chunk."""
+    from cuvmap.lax import shape as lax_shape  # a rule helper's primitive (the broadcast): lax imports this module
+
+    device = next((backend.backend_name(x) for x, a in zip(leaves, axes) if a is not None), "cpu")
+    with new_batch_main(AxisData(size, axis_name, device), where) as main:
+        traced = [x if a is None else BatchTracer(main, x, a) for x, a in zip(leaves, axes)]
+        args, kwargs = tree.unflatten(treedef, traced)
+        out = f(*args, **kwargs)
+    out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
+    try:
+        out_axes_flat = tree.broadcast_prefix(out_axes, out, api_util.is_axis)
+    except tree.PrefixError as err:
+        raise api_util.prefix_error("out_axes", out_axes, "outputs", err, api_util.describe_out) from None
+    results = []
+    for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
+        batched = main.owns(leaf)
+        if batched:
+            if oa is None:
+                raise api_util.TransformError(
+                    f"out_axes is None for {api_util.describe_out(path)} of shape {leaf.shape}, but it "
+                    "depends on the mapped inputs (it is batched); give it an axis"
+                )
+            ndim = len(leaf.val.shape)
+            value = move_bdim(leaf.val, leaf.bdim, api_util.normalize_out_axis(oa, ndim, path, leaf.shape))
+        elif oa is None:
+            value = leaf
+        else:
+            shape = core.shape_of(leaf)
+            axis = api_util.normalize_out_axis(oa, len(shape) + 1, path, shape)
+            out_shape = shape[:axis] + (size,) + shape[axis:]
+            kept = tuple(i for i in range(len(out_shape)) if i != axis)
+            value = lax_shape.broadcast_in_dim(leaf, out_shape, kept)
+        results.append(api_util.to_array_result(value))
+    return tree.unflatten(out_tree, api_util.unaliased(results, leaves))
 
 
 def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):

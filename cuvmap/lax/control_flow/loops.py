@@ -12,13 +12,14 @@ import numpy as np
 
 from cuvmap import api_util, tree
 from cuvmap.lax import bitwise, elementwise, reduction
+from cuvmap.lax.control_flow.chunked import ChunkedMap, check_chunk_spec, vmap_combine
 from cuvmap.lax.control_flow.conditionals import cond
 from cuvmap.lax.control_flow.common import (
     WHILE_STAGER, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry, depends,
     describe, expand, flatten_values, grow, loop_jvp_program, prune_outputs, reads, scalar_aval, split3,
     stage_body, trace_flat, while_of, with_program, zeros, carries_on_device, device_of)
 from cuvmap.lax.control_flow.scan import scan
-from cuvmap.transforms import ir
+from cuvmap.transforms import batching, ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, not_mapped
 from cuvmap.transforms.call import avals_of
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
@@ -366,12 +367,10 @@ _map_chunked = weakref.WeakKeyDictionary()
 
 
 def _map_in_chunks(f, xs, batch_size, memory_budget):
-    """``map`` with a batch size or a budget (NOTE [choosing a chunk] in cuvmap/memory_budget.py)."""
-    # memory_budget and api import control_flow (scan), which imports this module: a cycle
-    from cuvmap import api, memory_budget as mb
-
+    """``map`` with a batch size or a budget (NOTE [choosing a chunk] in
+    cuvmap/lax/control_flow/chunked.py): ``vmap(f)`` over each chunk."""
     where = f"map({api_util.fun_name(f)})"
-    spec = mb.check_chunk_spec(batch_size, memory_budget, where)
+    spec = check_chunk_spec(batch_size, memory_budget, where)
     paths, leaves, treedef = flatten_values("xs", xs, where)
     if not leaves:
         raise ControlFlowError(f"{where}: xs has no arrays to map over")
@@ -383,13 +382,19 @@ def _map_in_chunks(f, xs, batch_size, memory_budget):
     try:
         chunked = _map_chunked.get(f)
         if chunked is None:
-            chunked = _map_chunked.setdefault(f, mb.ChunkedMap(where, api.vmap_combine(0), cache_programs=False))
+            chunked = _map_chunked.setdefault(f, ChunkedMap(where, vmap_combine(0), cache_programs=False))
     except TypeError:  # f cannot be weakly referenced: a map of its own
-        chunked = mb.ChunkedMap(where, api.vmap_combine(0), cache_programs=False)
-    mapped = api.vmap(f)
+        chunked = ChunkedMap(where, vmap_combine(0), cache_programs=False)
+    vmap_where = f"vmap({api_util.fun_name(f)})"
+    axes = [0] * len(leaves)
+
+    @api_util.with_context(vmap_where, f)
+    def mapped(b, chunk_leaves):  # vmap(f) of a chunk of b examples (as cuvmap.vmap(f) runs it)
+        call_leaves, call_tree = tree.flatten(((tree.unflatten(treedef, chunk_leaves),), {}))
+        return batching.vmap_flat(f, vmap_where, call_leaves, call_tree, [0] * len(call_leaves), b, 0)
 
     def body(b, chunk_leaves):
-        return tree.flatten(mapped(tree.unflatten(treedef, chunk_leaves)))
+        return tree.flatten(mapped(b, chunk_leaves))
 
-    outs, out_tree = chunked(body, leaves, [0] * len(leaves), size, spec, memory_budget, key=treedef)
+    outs, out_tree = chunked(body, leaves, axes, size, spec, memory_budget, key=treedef)
     return tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves))

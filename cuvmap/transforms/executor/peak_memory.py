@@ -25,7 +25,7 @@ from cuvmap.transforms.executor.buffers import FUSED, IN_PLACE, MULTI, PLAIN, PO
 # plan's. The figure is an estimate of the arrays, not of the process: a vendor library's
 # own scratch memory (oneDNN's, cuDNN's workspace) and temporaries of impls that declare
 # none are not in it, which is why a memory budget plans to a margin below it (NOTE
-# [choosing a chunk] in cuvmap/memory_budget.py).
+# [choosing a chunk] in cuvmap/lax/control_flow/chunked.py).
 
 def _programs_in(params):
     """The programs in a call's params (a ClosedJaxpr, or a tuple of them: cond's branches)."""
