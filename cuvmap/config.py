@@ -100,7 +100,7 @@ _values = {
 
 # NOTE [reproducible runs]
 # Where cuvmap picks between equivalent computations by timing them — the "auto"
-# convolution strategy (NOTE [conv strategy] in cuvmap/lax/convolution.py), ghost
+# convolution strategy (NOTE [conv strategy] in cuvmap/lax/conv_strategy.py), ghost
 # clipping's per-layer method (NOTE [ghost clipping] in cuvmap/dp/ghost/__init__.py),
 # cuDNN's algorithm under cudnn.set_benchmark(True) — the pick depends on the machine's
 # load at the first call, and the candidates round float32 differently (a sum in another

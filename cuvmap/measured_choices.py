@@ -1,5 +1,5 @@
 """Choices settled by measuring, kept per key for the process: which convolution kernels
-run a shape (NOTE [conv strategy] in :mod:`cuvmap.lax.convolution`) and whether ghost
+run a shape (NOTE [conv strategy] in :mod:`cuvmap.lax.conv_strategy`) and whether ghost
 clipping takes a layer's ghost norm or its per-example gradient (NOTE [ghost clipping] in
 :mod:`cuvmap.dp.ghost`). Both time candidates on the first call of a key and keep the
 faster; :class:`MeasuredChoices` is the one table, lock and single flight they share.

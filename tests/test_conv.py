@@ -21,6 +21,7 @@ import pytest
 import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend, lax, nn
+from cuvmap.lax import conv_strategy
 from cuvmap.lax import convolution as conv_mod
 from cuvmap.measured_choices import MeasuredChoices
 from cuvmap.test_util import check_batching, check_grads
@@ -164,12 +165,12 @@ def _force_onednn(monkeypatch):
 
     if not onednn.available():
         pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
-    monkeypatch.setattr(conv_mod, "_strategy", ["onednn"])
+    monkeypatch.setattr(conv_strategy, "_strategy", ["onednn"])
 
     def no_fallback(key, name, err, op, args):
         raise AssertionError(f"oneDNN {op} failed on {[tuple(a.shape) for a in args[:2]]}: {err!r}")
 
-    monkeypatch.setattr(conv_mod, "_fall_back", no_fallback)
+    monkeypatch.setattr(conv_strategy, "_fall_back", no_fallback)
 
 
 @pytest.fixture(params=KERNEL_SETTINGS, ids=KERNEL_IDS)
@@ -179,7 +180,7 @@ def cpu_kernels(request, monkeypatch):
     if layout == "onednn":
         _force_onednn(monkeypatch)
         return request.param
-    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    monkeypatch.setattr(conv_strategy, "_strategy", ["unfold"])
     gemm = importlib.import_module("cuvmap.lax.conv_gemm")
     monkeypatch.setattr(gemm, "COLUMN_LAYOUT", layout)
     if block_bytes is not None:
@@ -275,7 +276,7 @@ def batch_kernels(request, monkeypatch):
     if request.param.startswith("onednn"):
         _force_onednn(monkeypatch)
         return np.float32, dict(atol=1e-4, rtol=1e-5)
-    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    monkeypatch.setattr(conv_strategy, "_strategy", ["unfold"])
     return np.float64, dict(atol=1e-10, rtol=1e-10)
 
 
@@ -585,18 +586,18 @@ def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, g
     vendor's and the unfold kernels' outputs agree with the naive loops and each other.
     A vendor failure fails the test (no silent fallback to unfold), and every result stays
     on the operands' device."""
-    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
     timed = []
-    real_time_kernel = conv_mod._time_kernel
+    real_time_kernel = conv_strategy._time_kernel
 
     def spy(module, op, *rest):
         timed.append((module.__name__.rsplit(".", 1)[-1], op))
         return real_time_kernel(module, op, *rest)
 
-    monkeypatch.setattr(conv_mod, "_time_kernel", spy)
-    vendor_module = conv_mod._vendor_for(device, np.dtype(np.float32))[1]
+    monkeypatch.setattr(conv_strategy, "_time_kernel", spy)
+    vendor_module = conv_strategy._vendor_for(device, np.dtype(np.float32))[1]
     vendor_calls = []
     _spy_kernels(monkeypatch, vendor_module, vendor_calls, vendor)
     rng = np.random.default_rng(15)
@@ -627,11 +628,11 @@ def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, g
         conv(5)                                                      # bucket 8: measured anew
         assert len(timed) == 4 and len(conv_mod.measured_choices()) == 2
         # both kernels, forced, against the loops and each other
-        monkeypatch.setattr(conv_mod, "_strategy", [vendor])
+        monkeypatch.setattr(conv_strategy, "_strategy", [vendor])
         del vendor_calls[:]
         by_vendor = conv(5)
         assert vendor_calls == [(vendor, "forward")]
-        monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+        monkeypatch.setattr(conv_strategy, "_strategy", ["unfold"])
         by_unfold = conv(5)
         assert vendor_calls == [(vendor, "forward")]
     np.testing.assert_allclose(by_vendor, by_unfold, rtol=1e-5, atol=1e-5)
@@ -666,10 +667,10 @@ def test_strategy_override_is_validated(monkeypatch):
     assert conv_mod.get_strategy() == "unfold"
     conv_mod.set_strategy(previous)
     # the environment variable: read at the first convolution, rejected there
-    monkeypatch.setattr(conv_mod, "_strategy", [None])
+    monkeypatch.setattr(conv_strategy, "_strategy", [None])
     monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "onednn")
     assert conv_mod.get_strategy() == "onednn"
-    monkeypatch.setattr(conv_mod, "_strategy", [None])
+    monkeypatch.setattr(conv_strategy, "_strategy", [None])
     monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "fast")
     with pytest.raises(ValueError, match="one of auto, unfold, onednn, cudnn; CUVMAP_CONV_STRATEGY is 'fast'"):
         lax.conv(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)))
@@ -702,7 +703,7 @@ def test_forced_strategies_are_honoured(monkeypatch, strategy, dtype, expected):
     calls = []
     _spy_kernels(monkeypatch, onednn, calls, "onednn")
     _spy_kernels(monkeypatch, conv_gemm, calls, "conv_gemm")
-    monkeypatch.setattr(conv_mod, "_strategy", [strategy])
+    monkeypatch.setattr(conv_strategy, "_strategy", [strategy])
     rng = np.random.default_rng(17)
     x, w, b, params = make_operands(CONFIGS[3], rng)
     with warnings.catch_warnings():
@@ -727,10 +728,10 @@ class _RaisingKernels:
 
 @pytest.mark.parametrize("strategy", ["auto", "onednn"])
 def test_a_failing_vendor_kernel_falls_back_with_one_warning(monkeypatch, strategy):
-    monkeypatch.setattr(conv_mod, "_strategy", [strategy])
-    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
-    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
+    monkeypatch.setattr(conv_strategy, "_strategy", [strategy])
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
     rng = np.random.default_rng(18)
     x, w, b, params = make_operands(CONFIGS[4], rng)
     x32, w32, b32 = (a.astype(np.float32) for a in (x, w, b))
@@ -769,11 +770,11 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     once — one vendor and one unfold timing — and both threads get the reference result."""
     import threading
 
-    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
     vendor = _StandInKernels()
-    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
     timed = []
     inside = threading.Barrier(2)
 
@@ -783,10 +784,10 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
             inside.wait(timeout=1.0)      # a second measurement would meet the first here
         except threading.BrokenBarrierError:
             pass
-        out = conv_mod._call(module, op, args, bias)
+        out = conv_strategy._call(module, op, args, bias)
         return (1.0 if module is vendor else 2.0), out
 
-    monkeypatch.setattr(conv_mod, "_time_kernel", counting_timer)
+    monkeypatch.setattr(conv_strategy, "_time_kernel", counting_timer)
     rng = np.random.default_rng(19)
     x, w, _, params = make_operands(CONFIGS[4], rng)
     want = reference_conv(x, w, None, params)
@@ -812,30 +813,30 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     assert len(results) == 2
     for out in results:
         np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)
-    assert not conv_mod._measured.in_flight()
+    assert not conv_strategy._measured.in_flight()
 
 
 def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
     """A measurement that raises (here a MemoryError from the stand-in timer) records no
     choice and leaves no claim behind: the next call measures the key."""
-    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
     vendor = _StandInKernels()
-    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
     calls = []
 
     def timer(module, op, args, bias, device):
         calls.append(module is vendor)
         if len(calls) == 2:
             raise MemoryError("stand-in: no memory for the unfold columns")
-        return 1.0, conv_mod._call(module, op, args, bias)
+        return 1.0, conv_strategy._call(module, op, args, bias)
 
-    monkeypatch.setattr(conv_mod, "_time_kernel", timer)
+    monkeypatch.setattr(conv_strategy, "_time_kernel", timer)
     x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(20))
     with pytest.raises(MemoryError):
         lax.conv(x, w, **params)
-    assert not conv_mod.measured_choices() and not conv_mod._measured.in_flight()
+    assert not conv_mod.measured_choices() and not conv_strategy._measured.in_flight()
     np.testing.assert_allclose(lax.conv(x, w, **params), reference_conv(x, w, None, params), rtol=1e-10,
                                atol=1e-10)
     assert calls == [True, False, True, False] and len(conv_mod.measured_choices()) == 1
@@ -845,18 +846,18 @@ def test_deterministic_times_nothing_and_runs_the_vendor(monkeypatch):
     """Under cv.config.deterministic (NOTE [reproducible runs]) "auto" times no kernel: each
     key runs the vendor's kernels where they can run the operands, whatever any timing would
     say, so the same program gives the same bits; float64 on the CPU stays on unfold."""
-    monkeypatch.setattr(conv_mod, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_mod, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_mod, "_failed", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
     ran = []
     vendor = _StandInKernels()
     vendor.forward = lambda *args: (ran.append("vendor"), conv_mod.conv_gemm.forward(*args))[1]
-    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
 
     def no_timing(*args):
         raise AssertionError("a kernel was timed under deterministic")
 
-    monkeypatch.setattr(conv_mod, "_time_kernel", no_timing)
+    monkeypatch.setattr(conv_strategy, "_time_kernel", no_timing)
     x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(21))
     with cv.config.override(deterministic=True):
         assert cv.config.deterministic
@@ -874,7 +875,7 @@ def test_zero_size_operands_reach_no_kernel(monkeypatch):
     without calling any kernel."""
     from cuvmap.lax import conv_gemm
 
-    monkeypatch.setattr(conv_mod, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
+    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", _RaisingKernels()))
     for op in ("forward", "backward_input", "backward_weight"):
         monkeypatch.setattr(conv_gemm, op, _RaisingKernels()._fail)
     params = conv_mod.conv_params(2, stride=2, padding=1, groups=2)
@@ -907,7 +908,7 @@ def test_transposed_conv_hands_the_kernel_consistent_shapes(cfg, monkeypatch):
         return real(g, w, input_shape, stride, padding, dilation, groups)
 
     monkeypatch.setattr(conv_gemm, "backward_input", strict_backward_input)
-    monkeypatch.setattr(conv_mod, "_strategy", ["unfold"])
+    monkeypatch.setattr(conv_strategy, "_strategy", ["unfold"])
     rng = np.random.default_rng(19)
     x, w, b, params = make_operands(cfg, rng)
     _assert_close_to_reference(lax.conv(x, w, b, **params), reference_conv(x, w, b, params), np.float64)

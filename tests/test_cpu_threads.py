@@ -247,12 +247,12 @@ def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, busy
     import threading
 
     from cuvmap.cpu import onednn
-    from cuvmap.lax import convolution
+    from cuvmap.lax import conv_strategy
 
     if not onednn.available():
         pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
     # the convolutions on OpenMP's threads every time (the strategy is given back after the test)
-    monkeypatch.setattr(convolution, "_strategy", ["onednn"])
+    monkeypatch.setattr(conv_strategy, "_strategy", ["onednn"])
     monkeypatch.setattr(threads, "target", lambda: 1 if busy else None)
     fresh_state.limit = 1 if busy else None
     calls, other_thread, want = TWO_POOLS[name]

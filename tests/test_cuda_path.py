@@ -231,7 +231,7 @@ def test_wheel_libraries_are_found_where_the_wheels_put_them(tmp_path):
 
 @pytest.mark.parametrize("major, files", [(12, WHEELS_CU12), (13, WHEELS_CU13)], ids=["cu12", "cu13"])
 def test_cudnn_loads_after_cublaslt_cublas_and_nvrtc(tmp_path, monkeypatch, major, files):
-    """cudnn._load on a fake site-packages with a stand-in loader: cuBLASLt, cuBLAS and
+    """cudnn._load (libs.WheelLibrary) on a fake site-packages with a stand-in loader: cuBLASLt, cuBLAS and
     NVRTC load from the wheels, in that order and with RTLD_GLOBAL, before libcudnn.so.9
     (whose stand-in fails here, so the error names what was tried)."""
     site = _fake_site_packages(tmp_path, files)
@@ -248,18 +248,19 @@ def test_cudnn_loads_after_cublaslt_cublas_and_nvrtc(tmp_path, monkeypatch, majo
         raise OSError(f"{path}: stand-in, no cuDNN here")
 
     monkeypatch.setattr(libs, "_dlopen_global", stand_in_global_loader)
-    monkeypatch.setattr(cudnn, "_open_library", stand_in_cudnn_loader)
+    monkeypatch.setattr(cudnn._library, "opener", stand_in_cudnn_loader)
+    monkeypatch.setattr(cudnn._library, "lib", None)
+    monkeypatch.setattr(cudnn._library, "error", None)
+    monkeypatch.setattr(cudnn._library, "preloaded", [])
     monkeypatch.setattr(cudnn, "_lib", None)
-    monkeypatch.setattr(cudnn, "_load_error", None)
-    monkeypatch.setattr(cudnn, "_preloaded", [])
     assert cudnn._load() is None
     wheel = [os.path.join(site, f) for f in files]
     assert opened == wheel + ["libcudnn.so.9"]
-    assert cudnn._load_error.startswith(f"libcudnn.so.9 did not load: {wheel[3]}: ")
-    assert [(r["name"], r["loaded"]) for r in cudnn._preloaded] == [
+    assert cudnn._library.error.startswith(f"libcudnn.so.9 did not load: {wheel[3]}: ")
+    assert [(r["name"], r["loaded"]) for r in cudnn._library.preloaded] == [
         (f"libcublasLt.so.{major}", True), (f"libcublas.so.{major}", True), (f"libnvrtc.so.{major}", True)]
     # once per process: a second load attempt does not load the wheels again
-    monkeypatch.setattr(cudnn, "_load_error", None)
+    monkeypatch.setattr(cudnn._library, "error", None)
     del opened[:]
     cudnn._load()
     assert opened == [wheel[3], "libcudnn.so.9"]

@@ -15,7 +15,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from cuvmap.cpu import onednn
+from cuvmap.cpu import onednn, openmp
+from cuvmap.lax import conv_strategy
 from cuvmap.lru import LRU
 from cuvmap.lax import conv_gemm
 
@@ -94,7 +95,7 @@ def test_binary_pieces_and_buckets():
     assert onednn._binary_pieces(37) == [(0, 32), (32, 4), (36, 1)]
     assert onednn._binary_pieces(64) == [(0, 64)]
     assert onednn._binary_pieces(0) == []
-    assert [onednn.bucket(n) for n in (0, 1, 2, 3, 37, 64, 65)] == [1, 1, 2, 4, 64, 64, 128]
+    assert [conv_strategy.bucket(n) for n in (0, 1, 2, 3, 37, 64, 65)] == [1, 1, 2, 4, 64, 64, 128]
     # the groups are split only with one example
     assert [(s.start, s.stop, g0, gg) for s, g0, gg in onednn._pieces(5, 3)] == [(0, 4, 0, 3), (4, 5, 0, 3)]
     assert [(s.start, s.stop, g0, gg) for s, g0, gg in onednn._pieces(1, 6)] == [(0, 1, 0, 4), (0, 1, 4, 2)]
@@ -122,7 +123,7 @@ def test_odd_batch_sizes_run_as_power_of_two_pieces(monkeypatch):
     """N = 37 (forward, both gradients) and groups = 13 with N = 1 (the per-example weight
     gradient's layout) against the loops; the plans made are for power-of-two sizes only."""
     monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
-    monkeypatch.setitem(onednn._settings, "threading", "openmp")     # the pieces of one call, unsplit
+    monkeypatch.setitem(openmp._settings, "threading", "openmp")     # the pieces of one call, unsplit
     _check_odd_batch(seed=1)
     # one example, 13 groups of 2 → 3 channels
     rng = np.random.default_rng(1)
@@ -200,8 +201,8 @@ def test_the_threads_mode_splits_each_call_over_cuvmaps_threads(monkeypatch):
     one chunk per OpenMP thread of the caller, run on cuvmap's threads with OpenMP
     single-threaded; the results equal the loops', the weight gradient sums its chunks, and
     the calling thread's OpenMP thread count is left as it was."""
-    monkeypatch.setitem(onednn._settings, "threading", "threads")
-    get, set_ = onednn._omp["get"], onednn._omp["set"]
+    monkeypatch.setitem(openmp._settings, "threading", "threads")
+    get, set_ = onednn.openmp_functions()
     before = get()
     set_(2)                                   # two chunks, on any machine
     ran = []
@@ -253,7 +254,7 @@ def test_the_plan_cache_is_bounded_and_leaks_nothing(monkeypatch):
     are freed (oneDNN's own primitive cache is off), and neither the process's memory nor
     Python's allocations grow with the number of shapes."""
     monkeypatch.setattr(onednn, "_plans", LRU(8))
-    monkeypatch.setitem(onednn._settings, "threading", "openmp")     # one plan per shape
+    monkeypatch.setitem(openmp._settings, "threading", "openmp")     # one plan per shape
     rng = np.random.default_rng(3)
 
     def run(i):

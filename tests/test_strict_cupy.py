@@ -517,7 +517,7 @@ def _surface_delta(fn):
 
 def test_without_libcublas_a_gemm_fails_the_capture_with_cupys_cause(monkeypatch):
     from cupy import _libcublas
-    monkeypatch.setattr(cublas, "_library_candidates", lambda: ["/nonexistent/libcublas.so.13"])
+    monkeypatch.setattr(cublas._library, "candidates", lambda: ["/nonexistent/libcublas.so.13"])
     cublas.use_library(None)
     try:
         assert not cublas.available() and "/nonexistent/libcublas.so.13" in cublas.load_error()

@@ -1,9 +1,11 @@
-"""oneDNN convolutions through ctypes on ``libdnnl.so.3``.
+"""oneDNN convolutions: the convolution plans on ``libdnnl.so.3``, the CPU binding's face.
 
-The library comes from the ``onednn-cpu-gomp`` wheel (oneDNN 3.2, built on GNU OpenMP),
-which puts it in the environment's ``lib/``; ``CUVMAP_ONEDNN_LIBRARY`` names another file.
-oneDNN's CPU convolutions are the kernels torch runs on the CPU (through ideep). The
-design follows :mod:`cuvmap.cuda.cudnn` and torch's ideep wrapper:
+The ctypes layer (the C API, loading the library, engine, streams, arenas) is
+:mod:`cuvmap.cpu.libdnnl`, the OpenMP environment it loads in and the threading modes
+:mod:`cuvmap.cpu.openmp`; this module re-exports their public names (:func:`available`,
+:func:`describe`, :func:`set_threading`, ...). oneDNN's CPU convolutions are the kernels
+torch runs on the CPU (through ideep). The design follows :mod:`cuvmap.cuda.cudnn` and
+torch's ideep wrapper:
 
 - one CPU engine per process (oneDNN engines may be shared by threads), one stream per
   thread (thread-local);
@@ -26,483 +28,48 @@ transposed ones are expressed through them by ``cuvmap/lax/convolution.py``), pl
 
     out[n, g·Og + o, y] = b[g·Og + o] + Σ_{c, k} x[n, g·Cg + c, y·s − p + k·d] · w[g·Og + o, c, k]
 
-Only float32 runs here: oneDNN has no float64 convolution, and this CPU's float16 and
-bfloat16 paths have no NumPy dtype worth adding (:func:`supports` says which dtypes).
-This module never imports the transforms or the primitives (only ``cuvmap/window.py`` and ``cuvmap/lru.py``).
+Only float32 runs here (:func:`supports` says which dtypes). This module never imports the
+transforms or the primitives (only ``cuvmap/window.py``, ``cuvmap/lru.py`` and the CPU
+binding's other modules).
 """
 import ctypes
-import os
-import sys
 import threading
 
 import numpy as np
 
+from cuvmap.cpu import libdnnl, openmp
+from cuvmap.cpu.libdnnl import (
+    DNNL_ARG_BIAS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_FROM,
+    DNNL_ARG_SCRATCHPAD, DNNL_ARG_SRC, DNNL_ARG_TO, DNNL_ARG_WEIGHTS, DNNL_CONVOLUTION_DIRECT,
+    DNNL_FORWARD_TRAINING, DNNL_QUERY_DIFF_DST_MD, DNNL_QUERY_DIFF_SRC_MD,
+    DNNL_QUERY_DIFF_WEIGHTS_MD, DNNL_QUERY_DST_MD, DNNL_QUERY_SRC_MD, DNNL_QUERY_WEIGHTS_MD, ExecArg,
+)
+from cuvmap.cpu.libdnnl import (  # noqa: F401  (the binding's public names)
+    OnednnError, arena_bytes, available, load_error, loaded, set_enabled, supports, version,
+)
+from cuvmap.cpu.openmp import functions as openmp_functions, set_threading  # noqa: F401
 from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
 
-# ---------------------------------------------------------------------------------------
-# The C API's constants (oneDNN 3.2: dnnl_common_types.h, dnnl_types.h)
-# ---------------------------------------------------------------------------------------
-
-DNNL_SUCCESS = 0
-_STATUS = {1: "out_of_memory", 2: "invalid_arguments", 3: "unimplemented", 4: "last_impl_reached",
-           5: "runtime_error", 6: "not_required"}
-DNNL_CPU = 1                         # dnnl_engine_kind_t
-DNNL_STREAM_DEFAULT_FLAGS = 0x1      # dnnl_stream_in_order
-DNNL_F32 = 3                         # dnnl_data_type_t
-DNNL_FORMAT_TAG_ANY = 1              # dnnl_format_tag_t
-DNNL_FORWARD_TRAINING = 64           # dnnl_prop_kind_t
-DNNL_CONVOLUTION_DIRECT = 0x1        # dnnl_alg_kind_t
-DNNL_SCRATCHPAD_MODE_USER = 1        # dnnl_scratchpad_mode_t
-DNNL_QUERY_IMPL_INFO_STR = 8         # dnnl_query_t
-DNNL_QUERY_SRC_MD = 129
-DNNL_QUERY_DIFF_SRC_MD = 130
-DNNL_QUERY_WEIGHTS_MD = 131
-DNNL_QUERY_DIFF_WEIGHTS_MD = 132
-DNNL_QUERY_DST_MD = 133
-DNNL_QUERY_DIFF_DST_MD = 134
-DNNL_QUERY_SCRATCHPAD_MD = 136
-DNNL_ARG_SRC = 1                     # DNNL_ARG_* (execution arguments)
-DNNL_ARG_DST = 17
-DNNL_ARG_WEIGHTS = 33
-DNNL_ARG_BIAS = 41
-DNNL_ARG_SCRATCHPAD = 80
-DNNL_ARG_DIFF_SRC = 129
-DNNL_ARG_DIFF_DST = 145
-DNNL_ARG_DIFF_WEIGHTS = 161
-DNNL_ARG_FROM, DNNL_ARG_TO = DNNL_ARG_SRC, DNNL_ARG_DST
-DNNL_MAX_NDIMS = 12
-
-_DATA_TYPES = {np.dtype(np.float32): DNNL_F32}
 FORWARD_TAKES_BIAS = True  # forward(..., bias=b) adds the bias inside the primitive
-_Dims = ctypes.c_int64 * DNNL_MAX_NDIMS
-
-
-class ExecArg(ctypes.Structure):
-    """``dnnl_exec_arg_t``."""
-
-    _fields_ = [("arg", ctypes.c_int), ("memory", ctypes.c_void_p)]
-
-
-class Version(ctypes.Structure):
-    """``dnnl_version_t``."""
-
-    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
-                ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint), ("gpu_runtime", ctypes.c_uint)]
-
-
-class OnednnError(RuntimeError):
-    pass
-
-
-_P = ctypes.c_void_p
-_PP = ctypes.POINTER(ctypes.c_void_p)
-_DIMS = ctypes.POINTER(ctypes.c_int64)
-_SIGNATURES = {  # name: (restype, argtypes)
-    "dnnl_engine_create": (ctypes.c_int, [_PP, ctypes.c_int, ctypes.c_size_t]),
-    "dnnl_stream_create": (ctypes.c_int, [_PP, _P, ctypes.c_uint]),
-    "dnnl_stream_wait": (ctypes.c_int, [_P]),
-    "dnnl_stream_destroy": (ctypes.c_int, [_P]),
-    "dnnl_memory_desc_create_with_strides": (ctypes.c_int, [_PP, ctypes.c_int, _DIMS, ctypes.c_int, _DIMS]),
-    "dnnl_memory_desc_create_with_tag": (ctypes.c_int, [_PP, ctypes.c_int, _DIMS, ctypes.c_int, ctypes.c_int]),
-    "dnnl_memory_desc_destroy": (ctypes.c_int, [_P]),
-    "dnnl_memory_desc_equal": (ctypes.c_int, [_P, _P]),
-    "dnnl_memory_desc_get_size": (ctypes.c_size_t, [_P]),
-    "dnnl_memory_create": (ctypes.c_int, [_PP, _P, _P, _P]),
-    "dnnl_memory_destroy": (ctypes.c_int, [_P]),
-    "dnnl_primitive_attr_create": (ctypes.c_int, [_PP]),
-    "dnnl_primitive_attr_set_scratchpad_mode": (ctypes.c_int, [_P, ctypes.c_int]),
-    "dnnl_primitive_attr_destroy": (ctypes.c_int, [_P]),
-    # (pd*, engine, prop_kind, alg_kind, src, weights, bias, dst, strides, dilates, pad_l, pad_r, attr)
-    "dnnl_convolution_forward_primitive_desc_create": (
-        ctypes.c_int, [_PP, _P, ctypes.c_int, ctypes.c_int, _P, _P, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _P]),
-    # (pd*, engine, alg_kind, diff_src, weights, diff_dst, strides, dilates, pad_l, pad_r, hint, attr)
-    "dnnl_convolution_backward_data_primitive_desc_create": (
-        ctypes.c_int, [_PP, _P, ctypes.c_int, _P, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _P, _P]),
-    # (pd*, engine, alg_kind, src, diff_weights, diff_bias, diff_dst, strides, dilates, pad_l, pad_r, hint, attr)
-    "dnnl_convolution_backward_weights_primitive_desc_create": (
-        ctypes.c_int, [_PP, _P, ctypes.c_int, _P, _P, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _P, _P]),
-    # (pd*, src_md, src_engine, dst_md, dst_engine, attr)
-    "dnnl_reorder_primitive_desc_create": (ctypes.c_int, [_PP, _P, _P, _P, _P, _P]),
-    "dnnl_primitive_desc_query_md": (_P, [_P, ctypes.c_int, ctypes.c_int]),
-    "dnnl_primitive_desc_query": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _P]),
-    "dnnl_primitive_desc_destroy": (ctypes.c_int, [_P]),
-    "dnnl_primitive_create": (ctypes.c_int, [_PP, _P]),
-    "dnnl_primitive_execute": (ctypes.c_int, [_P, _P, ctypes.c_int, ctypes.POINTER(ExecArg)]),
-    "dnnl_primitive_destroy": (ctypes.c_int, [_P]),
-    "dnnl_version": (ctypes.POINTER(Version), []),
-    "dnnl_set_primitive_cache_capacity": (ctypes.c_int, [ctypes.c_int]),
-}
-
-# ---------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------
-
-_lock = threading.RLock()
-_lib = None
-_load_error = None
-_engine = None
-_thread = threading.local()   # .stream, .arena
-_settings = {"enabled": os.environ.get("CUVMAP_DISABLE_ONEDNN", "") == "",
-             "threading": None}   # "openmp" or "threads" (NOTE [oneDNN beside another OpenMP user])
-_thread_settings = {}         # what _prepare_openmp set (for describe())
-_omp = {}                     # omp_get_max_threads / omp_set_num_threads of libdnnl's libgomp
-
-
-def _library_candidates():
-    """``CUVMAP_ONEDNN_LIBRARY`` alone when set; else the wheel's ``<prefix>/lib/libdnnl.so.3``,
-    then the loader's search path."""
-    override = os.environ.get("CUVMAP_ONEDNN_LIBRARY")
-    if override:
-        return [override]
-    found = []
-    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
-        path = os.path.join(prefix, "lib", "libdnnl.so.3")
-        if os.path.exists(path):
-            found.append(path)
-    found.append("libdnnl.so.3")
-    return found
-
-
-def _libgomp_loaded():
-    """Whether the system's GNU OpenMP (``libgomp.so.1``, the one libdnnl links) is already
-    in this process: its settings are then fixed. (Wheels such as torch's bring their own
-    copies under other names, ``libgomp-<hash>.so.1``, which libdnnl does not use.)"""
-    try:
-        with open("/proc/self/maps") as fh:
-            return any(os.path.basename(line.split()[-1]).startswith("libgomp.so") for line in fh if "/" in line)
-    except OSError:
-        return False
-
-
-# NOTE [OpenMP threads beside OpenBLAS]
-# oneDNN runs its convolutions on GNU OpenMP's thread pool; NumPy's GEMMs and element-wise
-# work run on OpenBLAS's pthreads pool and the calling thread, on the same cores. What
-# matters is what OpenMP's workers do between convolutions: by default (OMP_WAIT_POLICY
-# unset) an idle worker spins for GOMP_SPINCOUNT iterations before it sleeps, and
-# OMP_WAIT_POLICY=ACTIVE spins for good. A spinning worker holds a core that the OpenBLAS
-# GEMM or the NumPy op right after a convolution wants. On the benchmark CNN's vmap(grad),
-# spinning workers make the step several times slower than passive ones, and its times
-# far more spread out (`OMP_WAIT_POLICY=ACTIVE python -m benchmarks per_example` against
-# `OMP_WAIT_POLICY=PASSIVE python -m benchmarks per_example`, each setting in its own
-# process; the policy in force is printed with the figures). A lone small convolution is
-# slower with PASSIVE (a sleeping worker takes a fraction of a millisecond to wake), but
-# a training step is many operations in a row, and there PASSIVE wins. Matching the
-# thread counts changes nothing here: both pools default to one thread per core.
-# So cuvmap loads libdnnl (whose libgomp reads its environment once, when it loads) with
-# OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
-# user's subprocesses nor other libraries see the change. It does nothing when the user set
-# OMP_WAIT_POLICY or GOMP_SPINCOUNT (theirs wins), or when libgomp.so.1 is already loaded
-# (its settings are fixed then: NOTE [oneDNN beside another OpenMP user] says what cuvmap
-# does instead). describe() says which applied.
-
-
-def _prepare_openmp():
-    """The environment variables to set while libdnnl loads (NOTE [OpenMP threads beside
-    OpenBLAS]), and the threading mode (NOTE [oneDNN beside another OpenMP user])."""
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        _thread_settings["OMP_WAIT_POLICY"] = f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')} (the user's)"
-        _default_threading("openmp")
-        return {}
-    if _libgomp_loaded():
-        _thread_settings["OMP_WAIT_POLICY"] = "(libgomp.so.1 was already loaded: its own setting)"
-        _default_threading("threads")
-        return {}
-    _thread_settings["OMP_WAIT_POLICY"] = "PASSIVE (set by cuvmap while libdnnl loaded)"
-    _default_threading("openmp")
-    return {"OMP_WAIT_POLICY": "PASSIVE"}
-
-
-# NOTE [oneDNN beside another OpenMP user]
-# When libgomp.so.1 is already in the process as libdnnl loads — torch imported first
-# brings its own copy under that soname, and the loader hands it to libdnnl — its wait
-# policy was read from the environment when it loaded, before cuvmap could set PASSIVE:
-# by default its threads spin at every barrier and after every parallel region. GNU
-# OpenMP has no call that changes the policy afterwards (omp_set_dynamic and the thread
-# counts do not touch it; GOMP_SPINCOUNT is read once), so cuvmap's own calls stop using
-# OpenMP's thread team instead: in the "threads" mode each convolution is split into
-# contiguous chunks — of the examples N, or of the groups when N = 1 (the per-example
-# weight gradient's groups·B) — one per thread that OpenMP would have used
-# (omp_get_max_threads() of the calling thread: OMP_NUM_THREADS, torch.set_num_threads),
-# and the chunks run at once on cuvmap's own worker threads, each of which has set
-# omp_set_num_threads(1) for itself, so that oneDNN runs them without a parallel region:
-# no OpenMP thread of anyone's spins for cuvmap, and the caller waits on a condition
-# variable. A weight gradient over several chunks of N sums their partial gradients.
-# The other threads' OpenMP settings (torch's included) are never changed. The mode is
-# "threads" only where libgomp was loaded first and the user set neither OMP_WAIT_POLICY
-# nor GOMP_SPINCOUNT (their policy wins: OpenMP runs as they asked); it is "openmp" where
-# cuvmap loaded libgomp itself (PASSIVE). CUVMAP_ONEDNN_THREADING=openmp|threads or
-# set_threading() chooses it. Plans are keyed on the creating thread's OpenMP thread count
-# too, since oneDNN sizes a primitive's work split and scratchpad for the threads it is
-# made with. `python -m benchmarks per_example --torch-first` measures the mode.
-_THREADING = ("openmp", "threads")
-
-
-def _default_threading(mode):
-    if _settings["threading"] is None:
-        env = os.environ.get("CUVMAP_ONEDNN_THREADING", "")
-        _settings["threading"] = _validate_threading(env, "CUVMAP_ONEDNN_THREADING") if env else mode
-
-
-def _validate_threading(mode, source):
-    if mode not in _THREADING:
-        raise ValueError(f"oneDNN threading must be one of {', '.join(_THREADING)}; {source} is {mode!r}")
-    return mode
-
-
-def set_threading(mode):
-    """How oneDNN's convolutions use threads: ``"openmp"`` (oneDNN's own OpenMP team) or
-    ``"threads"`` (chunks on cuvmap's threads, OpenMP single-threaded in each: NOTE [oneDNN
-    beside another OpenMP user]). Returns the previous mode (None before libdnnl loads)."""
-    previous = _settings["threading"]
-    _settings["threading"] = _validate_threading(mode, "set_threading's argument")
-    return previous
+_lock = threading.Lock()
 
 
 def threading_mode():
-    """The mode in force (loads libdnnl)."""
-    _load()
-    return _settings["threading"] or "openmp"
-
-
-def _dlopen(path, env):
-    """``ctypes.CDLL(path)`` with ``env`` set in the environment during the load only."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return ctypes.CDLL(path)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _load():
-    global _lib, _load_error, _engine
-    if _lib is not None or _load_error is not None:
-        return _lib
-    with _lock:
-        if _lib is not None or _load_error is not None:
-            return _lib
-        env = _prepare_openmp()
-        errors = []
-        for path in _library_candidates():
-            try:
-                lib = _dlopen(path, env)
-            except OSError as err:
-                errors.append(f"{path}: {err}")
-                continue
-            try:
-                for name, (restype, argtypes) in _SIGNATURES.items():
-                    fn = getattr(lib, name)
-                    fn.restype = restype
-                    fn.argtypes = argtypes
-            except AttributeError as err:
-                errors.append(f"{path}: not oneDNN 3 ({err})")
-                continue
-            v = lib.dnnl_version().contents
-            if v.major != 3:
-                errors.append(f"{path}: oneDNN {v.major}.{v.minor}.{v.patch}, cuvmap needs oneDNN 3")
-                continue
-            engine = ctypes.c_void_p()
-            status = lib.dnnl_engine_create(ctypes.byref(engine), DNNL_CPU, 0)
-            if status != DNNL_SUCCESS:
-                errors.append(f"{path}: dnnl_engine_create(cpu, 0) failed: {_STATUS.get(status, status)}")
-                continue
-            if "DNNL_PRIMITIVE_CACHE_CAPACITY" not in os.environ:
-                # NOTE [plan cache]: cuvmap's cache is the one that bounds the primitives
-                lib.dnnl_set_primitive_cache_capacity(0)
-            _engine = engine
-            _bind_openmp(lib)
-            _lib = lib
-            return _lib
-        _load_error = "; ".join(errors)
-        return None
-
-
-def _bind_openmp(lib):
-    """omp_get_max_threads and omp_set_num_threads of the libgomp libdnnl uses (found
-    through libdnnl's dependencies); without them only the "openmp" mode runs."""
-    try:
-        get, set_ = lib.omp_get_max_threads, lib.omp_set_num_threads
-    except AttributeError:
-        _settings["threading"] = "openmp"
-        return
-    get.argtypes, get.restype = [], ctypes.c_int
-    set_.argtypes, set_.restype = [ctypes.c_int], None
-    _omp.update(get=get, set=set_)
-
-
-def openmp_functions():
-    """``(omp_get_max_threads, omp_set_num_threads)`` of the libgomp libdnnl uses (the
-    calling thread's count), ``(None, None)`` where not found or libdnnl is not loaded."""
-    return _omp.get("get"), _omp.get("set")
-
-
-def available():
-    """True when oneDNN is enabled (``CUVMAP_DISABLE_ONEDNN`` unset, :func:`set_enabled`)
-    and ``libdnnl.so.3`` loads with a CPU engine."""
-    return _settings["enabled"] and _load() is not None
-
-
-def set_enabled(flag):
-    """Turns oneDNN off (the im2col + GEMM kernels run instead) or back on."""
-    _settings["enabled"] = bool(flag)
-
-
-def load_error():
-    """Why ``libdnnl.so.3`` did not load (None when it did or was not tried yet)."""
-    return _load_error
-
-
-def version():
-    """``"3.2.0"`` or None."""
-    lib = _load()
-    if lib is None:
-        return None
-    v = lib.dnnl_version().contents
-    return f"{v.major}.{v.minor}.{v.patch}"
-
-
-def supports(dtype):
-    """Whether oneDNN's kernels take this dtype (float32 only; float64 stays on NumPy)."""
-    return np.dtype(dtype) in _DATA_TYPES
-
-
-def loaded():
-    """Whether libdnnl has been loaded (or its loading tried) in this process."""
-    return _lib is not None or _load_error is not None
+    """The mode in force (loads libdnnl): NOTE [oneDNN beside another OpenMP user]."""
+    libdnnl.load()
+    return openmp.mode()
 
 
 def describe():
     """One line: the version and threading, or why oneDNN is unavailable (loads libdnnl)."""
     if not available():
         return "oneDNN unavailable: " + (load_error() or "disabled")
-    threads = ", ".join(f"{k}={v}" for k, v in _thread_settings.items())
+    threads = openmp.settings_description()
     mode = threading_mode()
     mode = ("OpenMP's threads" if mode == "openmp" else
             "cuvmap's threads, OpenMP single-threaded in each (NOTE [oneDNN beside another OpenMP user])")
     return f"oneDNN {version()} (GNU OpenMP; {threads}; convolutions on {mode})"
-
-
-def _check(status, what):
-    if status != DNNL_SUCCESS:
-        raise OnednnError(f"oneDNN {what} failed: {_STATUS.get(status, 'status')} ({status})")
-
-
-def _stream():
-    stream = getattr(_thread, "stream", None)
-    if stream is None:
-        stream = _Stream()
-        _thread.stream = stream
-    return stream.handle
-
-
-class _Stream:
-    """A thread's stream, destroyed with the thread's locals."""
-
-    def __init__(self):
-        self.handle = ctypes.c_void_p()
-        _check(_lib.dnnl_stream_create(ctypes.byref(self.handle), _engine, DNNL_STREAM_DEFAULT_FLAGS),
-               "dnnl_stream_create")
-
-    def __del__(self):
-        if _lib is not None and self.handle:
-            _lib.dnnl_stream_destroy(self.handle)
-
-
-def _arena(slot, nbytes):
-    """A per-thread buffer of at least ``nbytes`` for ``slot``, 64-byte aligned: its pages
-    are touched once and reused by every later call in this thread."""
-    arena = getattr(_thread, "arena", None)
-    if arena is None:
-        arena = _thread.arena = {}
-    buf = arena.get(slot)
-    if buf is None or buf[1] < nbytes:
-        raw = np.empty(nbytes + 64, dtype=np.uint8)
-        offset = (-raw.ctypes.data) % 64
-        buf = (raw, nbytes, raw.ctypes.data + offset)
-        arena[slot] = buf
-    return buf[2]
-
-
-def arena_bytes():
-    """Bytes held by this thread's arena."""
-    return sum(b[1] for b in getattr(_thread, "arena", {}).values())
-
-
-# ---------------------------------------------------------------------------------------
-# Memory descriptors and primitives
-# ---------------------------------------------------------------------------------------
-
-
-def _dims(values):
-    return _Dims(*[int(v) for v in values])
-
-
-def _plain_md(shape, strides, dtype):
-    """A plain memory descriptor over an array of ``shape`` with element ``strides``."""
-    md = ctypes.c_void_p()
-    _check(_lib.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(shape), _dims(shape),
-                                                     _DATA_TYPES[dtype], _dims(strides)),
-           f"dnnl_memory_desc_create_with_strides{tuple(shape)}, strides {tuple(strides)}")
-    return md
-
-
-def _any_md(shape, dtype):
-    md = ctypes.c_void_p()
-    _check(_lib.dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(shape), _dims(shape), _DATA_TYPES[dtype],
-                                                 DNNL_FORMAT_TAG_ANY),
-           f"dnnl_memory_desc_create_with_tag{tuple(shape)}")
-    return md
-
-
-def _user_attr():
-    attr = ctypes.c_void_p()
-    _check(_lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "dnnl_primitive_attr_create")
-    _check(_lib.dnnl_primitive_attr_set_scratchpad_mode(attr, DNNL_SCRATCHPAD_MODE_USER),
-           "dnnl_primitive_attr_set_scratchpad_mode")
-    return attr
-
-
-class _Primitive:
-    """A primitive with its descriptor (kept: its memory descriptors are queried at every
-    call) and scratchpad size."""
-
-    def __init__(self, pd, what):
-        """Takes ownership of ``pd`` once the primitive exists (the caller keeps it when
-        creation fails)."""
-        self.pd = self.handle = None
-        handle = ctypes.c_void_p()
-        _check(_lib.dnnl_primitive_create(ctypes.byref(handle), pd), f"dnnl_primitive_create ({what})")
-        self.pd, self.handle = pd, handle
-        self.scratchpad_md = _lib.dnnl_primitive_desc_query_md(pd, DNNL_QUERY_SCRATCHPAD_MD, 0)
-        self.scratchpad = int(_lib.dnnl_memory_desc_get_size(self.scratchpad_md)) if self.scratchpad_md else 0
-
-    def impl(self):
-        name = ctypes.c_char_p()
-        _lib.dnnl_primitive_desc_query(self.pd, DNNL_QUERY_IMPL_INFO_STR, 0, ctypes.byref(name))
-        return name.value.decode() if name.value else "?"
-
-    def __del__(self):
-        if _lib is not None:
-            if self.handle:
-                _lib.dnnl_primitive_destroy(self.handle)
-            if self.pd:
-                _lib.dnnl_primitive_desc_destroy(self.pd)
-
-
-def _reorder(src_md, dst_md, attr, what):
-    pd = ctypes.c_void_p()
-    _check(_lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src_md, _engine, dst_md, _engine, attr),
-           f"dnnl_reorder_primitive_desc_create ({what})")
-    try:
-        return _Primitive(pd, f"reorder {what}")
-    except OnednnError:
-        _lib.dnnl_primitive_desc_destroy(pd)
-        raise
 
 
 class _Operand:
@@ -514,14 +81,14 @@ class _Operand:
         self.user_md = user_md
         self.conv_md = conv_md
         self.reorder = None
-        self.size = int(_lib.dnnl_memory_desc_get_size(conv_md))
-        if not _lib.dnnl_memory_desc_equal(user_md, conv_md):
+        self.size = int(libdnnl.lib.dnnl_memory_desc_get_size(conv_md))
+        if not libdnnl.lib.dnnl_memory_desc_equal(user_md, conv_md):
             src, dst = (conv_md, user_md) if output else (user_md, conv_md)
-            self.reorder = _reorder(src, dst, attr, name)
+            self.reorder = libdnnl.reorder(src, dst, attr, name)
 
     def __del__(self):
-        if _lib is not None and self.user_md:
-            _lib.dnnl_memory_desc_destroy(self.user_md)
+        if libdnnl.lib is not None and self.user_md:
+            libdnnl.lib.dnnl_memory_desc_destroy(self.user_md)
 
 
 def _padding_r(in_sp, out_sp, kernel, stride, padding, dilation):
@@ -541,21 +108,21 @@ class _Plan:
         self.op = op
         x_shape, w_shape, y_shape = (operands[k][0] for k in ("x", "w", "y"))
         kernel = w_shape[-len(stride):]
-        strides = _dims(stride)
-        dilates = _dims(d - 1 for d in dilation)  # oneDNN counts dilation from 0
-        pad_l = _dims(padding)
-        pad_r = _dims(_padding_r(x_shape[2:], y_shape[2:], kernel, stride, padding, dilation))
-        attr = _user_attr()
-        anys = [_any_md(operands[k][0], dtype) for k in ("x", "w", "y")]
-        users = {k: _plain_md(shape, st, dtype) for k, (shape, st) in operands.items()}
+        strides = libdnnl.dims(stride)
+        dilates = libdnnl.dims(d - 1 for d in dilation)  # oneDNN counts dilation from 0
+        pad_l = libdnnl.dims(padding)
+        pad_r = libdnnl.dims(_padding_r(x_shape[2:], y_shape[2:], kernel, stride, padding, dilation))
+        attr = libdnnl.user_attr()
+        anys = [libdnnl.any_md(operands[k][0], dtype) for k in ("x", "w", "y")]
+        users = {k: libdnnl.plain_md(shape, st, dtype) for k, (shape, st) in operands.items()}
         bias_md = users.get("b")
         hint = pd = ctypes.c_void_p()
         what = (f"convolution {op}: input {tuple(x_shape)}, weight {tuple(w_shape)}, output {tuple(y_shape)}, "
                 f"stride {tuple(stride)}, padding {tuple(padding)}, dilation {tuple(dilation)}")
         try:
             hint = ctypes.c_void_p()
-            _check(_lib.dnnl_convolution_forward_primitive_desc_create(
-                ctypes.byref(hint), _engine, DNNL_FORWARD_TRAINING, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1],
+            libdnnl.check(libdnnl.lib.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(hint), libdnnl.engine, DNNL_FORWARD_TRAINING, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1],
                 bias_md, anys[2], strides, dilates, pad_l, pad_r, attr), what)
             if op == "forward":
                 pd, hint = hint, ctypes.c_void_p()
@@ -565,33 +132,33 @@ class _Plan:
                     roles.append((DNNL_ARG_BIAS, "b", False, None))
             elif op == "backward_input":
                 pd = ctypes.c_void_p()
-                _check(_lib.dnnl_convolution_backward_data_primitive_desc_create(
-                    ctypes.byref(pd), _engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], anys[2], strides, dilates,
+                libdnnl.check(libdnnl.lib.dnnl_convolution_backward_data_primitive_desc_create(
+                    ctypes.byref(pd), libdnnl.engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], anys[2], strides, dilates,
                     pad_l, pad_r, hint, attr), what)
                 roles = [(DNNL_ARG_DIFF_DST, "y", False, DNNL_QUERY_DIFF_DST_MD),
                          (DNNL_ARG_WEIGHTS, "w", False, DNNL_QUERY_WEIGHTS_MD),
                          (DNNL_ARG_DIFF_SRC, "x", True, DNNL_QUERY_DIFF_SRC_MD)]
             else:
                 pd = ctypes.c_void_p()
-                _check(_lib.dnnl_convolution_backward_weights_primitive_desc_create(
-                    ctypes.byref(pd), _engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], None, anys[2], strides,
+                libdnnl.check(libdnnl.lib.dnnl_convolution_backward_weights_primitive_desc_create(
+                    ctypes.byref(pd), libdnnl.engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], None, anys[2], strides,
                     dilates, pad_l, pad_r, hint, attr), what)
                 roles = [(DNNL_ARG_SRC, "x", False, DNNL_QUERY_SRC_MD),
                          (DNNL_ARG_DIFF_DST, "y", False, DNNL_QUERY_DIFF_DST_MD),
                          (DNNL_ARG_DIFF_WEIGHTS, "w", True, DNNL_QUERY_DIFF_WEIGHTS_MD)]
-            self.conv = _Primitive(pd, what)
+            self.conv = libdnnl.Primitive(pd, what)
             pd = ctypes.c_void_p()  # owned by self.conv now
             self.operands = []
             for arg, name, output, query in roles:
-                conv_md = users[name] if query is None else _lib.dnnl_primitive_desc_query_md(self.conv.pd, query, 0)
+                conv_md = users[name] if query is None else libdnnl.lib.dnnl_primitive_desc_query_md(self.conv.pd, query, 0)
                 self.operands.append(_Operand(arg, name, output, users.pop(name), conv_md, attr))
         finally:
             for md in anys + list(users.values()):
-                _lib.dnnl_memory_desc_destroy(md)
+                libdnnl.lib.dnnl_memory_desc_destroy(md)
             for p in (hint, pd):
                 if p:
-                    _lib.dnnl_primitive_desc_destroy(p)
-            _lib.dnnl_primitive_attr_destroy(attr)
+                    libdnnl.lib.dnnl_primitive_desc_destroy(p)
+            libdnnl.lib.dnnl_primitive_attr_destroy(attr)
         self.scratchpad = max([self.conv.scratchpad] + [o.reorder.scratchpad for o in self.operands if o.reorder])
 
     def describe(self):
@@ -604,14 +171,14 @@ class _Plan:
         strides; the output's is written). ``reordered`` (a dict shared by the calls of
         one kernel call) skips the reorder of an input that an earlier call already
         reordered into the same layout from the same array."""
-        lib = _lib
-        stream = _stream()
-        scratch = _arena("scratchpad", self.scratchpad) if self.scratchpad else None
+        lib = libdnnl.lib
+        stream = libdnnl.stream()
+        scratch = libdnnl.arena("scratchpad", self.scratchpad) if self.scratchpad else None
         memories = []
 
         def memory(md, ptr):
             m = ctypes.c_void_p()
-            _check(lib.dnnl_memory_create(ctypes.byref(m), md, _engine, ctypes.c_void_p(ptr)), "dnnl_memory_create")
+            libdnnl.check(lib.dnnl_memory_create(ctypes.byref(m), md, libdnnl.engine, ctypes.c_void_p(ptr)), "dnnl_memory_create")
             memories.append(m)
             return m
 
@@ -619,7 +186,7 @@ class _Plan:
             if primitive.scratchpad:
                 args = args + [(DNNL_ARG_SCRATCHPAD, memory(primitive.scratchpad_md, scratch))]
             packed = (ExecArg * len(args))(*[ExecArg(a, m) for a, m in args])
-            _check(lib.dnnl_primitive_execute(primitive.handle, stream, len(args), packed),
+            libdnnl.check(lib.dnnl_primitive_execute(primitive.handle, stream, len(args), packed),
                    f"dnnl_primitive_execute ({self.op})")
 
         try:
@@ -630,7 +197,7 @@ class _Plan:
                 if o.reorder is None:
                     conv_args.append((o.arg, user))
                     continue
-                inner = memory(o.conv_md, _arena(o.name, o.size))
+                inner = memory(o.conv_md, libdnnl.arena(o.name, o.size))
                 conv_args.append((o.arg, inner))
                 if o.output:
                     after.append((o.reorder, inner, user))
@@ -645,7 +212,7 @@ class _Plan:
             execute(self.conv, conv_args)
             for reorder, inner, user in after:
                 execute(reorder, [(DNNL_ARG_FROM, inner), (DNNL_ARG_TO, user)])
-            _check(lib.dnnl_stream_wait(stream), "dnnl_stream_wait")
+            libdnnl.check(lib.dnnl_stream_wait(stream), "dnnl_stream_wait")
         finally:
             for m in memories:
                 lib.dnnl_memory_destroy(m)
@@ -683,7 +250,8 @@ def clear_cache():
 
 
 def _plan(op, dtype, operands, stride, padding, dilation):
-    threads = _omp["get"]() if _omp else 0    # oneDNN sizes a primitive for its creating thread's team
+    get_threads = openmp.functions()[0]
+    threads = get_threads() if get_threads is not None else 0    # oneDNN sizes a primitive for its creating team
     key = (op, dtype.str, tuple(sorted(operands.items())), tuple(stride), tuple(padding), tuple(dilation), threads)
     plan = _plans.get(key)
     if plan is not None:
@@ -792,18 +360,12 @@ def _pieces(n, groups):
     return [(slice(n0, n0 + nn), g0, gg) for n0, nn in ns for g0, gg in gs]
 
 
-def bucket(size):
-    """The power of two at or above ``size`` (1 for 0): the size class of a batch-like dim
-    in strategy keys (NOTE [batch buckets])."""
-    return 1 << max(0, int(size) - 1).bit_length()
-
-
 def _dtype_of(op, *arrays):
     dtypes = {np.dtype(a.dtype) for a in arrays}
     if len(dtypes) != 1 or not supports(next(iter(dtypes))):
         raise OnednnError(f"oneDNN {op}: operands of dtype {', '.join(sorted(d.name for d in dtypes))}; "
                           f"oneDNN runs float32 only")
-    if _load() is None:
+    if libdnnl.load() is None:
         raise OnednnError(f"oneDNN {op}: libdnnl.so.3 is not available: {load_error()}")
     return dtypes.pop()
 
@@ -828,41 +390,6 @@ def _chunk_pieces(chunk):
     return [(slice(ns.start + a, ns.start + a + size), g0, gg) for a, size in _binary_pieces(n)]
 
 
-class _Workers:
-    """cuvmap's worker threads for the "threads" mode, each with OpenMP single-threaded
-    (omp_set_num_threads(1) in the thread itself)."""
-
-    def __init__(self):
-        self.pool = None
-        self.size = 0
-        self.pid = None
-
-    def get(self, size):
-        with _lock:
-            forked = self.pid != os.getpid()     # a fork's child has none of the parent's threads
-            if self.pool is None or self.size < size or forked:
-                import concurrent.futures
-
-                old = None if forked else self.pool
-                self.pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=size, thread_name_prefix="cuvmap-onednn", initializer=_omp["set"],
-                    initargs=(1,))
-                self.size = size
-                self.pid = os.getpid()
-                if old is not None:
-                    old.shutdown(wait=False)
-            return self.pool
-
-
-_workers = _Workers()
-
-
-def _split_parts():
-    """How many chunks a call runs as (1: oneDNN's own OpenMP team runs it whole)."""
-    if _settings["threading"] != "threads" or not _omp:
-        return 1
-    return max(1, int(_omp["get"]()))
-
 
 def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation, accumulate=None):
     """Runs ``op`` piece by piece. ``arrays``: ``{name: array}`` — each piece takes the
@@ -870,7 +397,7 @@ def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation,
     ``og`` for y and the weight's first dim). ``accumulate`` names the output summed over
     example pieces (the weight gradient). In the "threads" mode the pieces are grouped in
     chunks that run at once on cuvmap's threads (NOTE [oneDNN beside another OpenMP user])."""
-    parts = _split_parts()
+    parts = openmp.split_parts()
     chunks = _chunks(n, groups, parts) if parts > 1 else []
     if len(chunks) < 2:
         _run_serial(op, dtype, _pieces(n, groups), cg, og, arrays, stride, padding, dilation, accumulate)
@@ -884,7 +411,7 @@ def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation,
             chunk_arrays[accumulate] = np.empty(arrays[accumulate].shape, dtype)
             partials.append(chunk_arrays[accumulate])
         jobs.append((_chunk_pieces(chunk), chunk_arrays))
-    pool = _workers.get(len(jobs))
+    pool = openmp.workers.get(len(jobs))
     futures = [pool.submit(_run_serial, op, dtype, pieces, cg, og, a, stride, padding, dilation, accumulate)
                for pieces, a in jobs]
     for f in futures:

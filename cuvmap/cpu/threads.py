@@ -28,6 +28,8 @@ import os
 import threading
 import time
 
+from cuvmap.cpu import openmp
+
 # a user who set any of these chose the thread counts: they are left alone
 USER_SETTINGS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GOTO_NUM_THREADS")
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
@@ -131,9 +133,7 @@ def _defaults():
 def _openmp_functions():
     """``omp_get_max_threads`` and ``omp_set_num_threads`` of the libgomp oneDNN uses, or
     ``(None, None)`` before oneDNN loads (or without it)."""
-    from cuvmap.cpu import onednn  # the vendor binding: only once it has loaded libdnnl
-
-    return onednn.openmp_functions() if onednn.loaded() else (None, None)
+    return openmp.functions()
 
 
 # NOTE [threads under a busy machine]

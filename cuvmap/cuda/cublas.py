@@ -88,10 +88,7 @@ class CublasError(RuntimeError):
     pass
 
 
-_lock = threading.Lock()
-_lib = None
-_load_error = None
-_preloaded = []
+_lib = None                     # the loaded library (_load sets it; use_library replaces it)
 _local = threading.local()      # .handles: {device id: handle (int)} of this thread
 _workspaces = {}                # (device, stream ptr) -> workspace, for captures made outside a GraphRunner
 
@@ -106,47 +103,34 @@ def _library_candidates():
     return found
 
 
+def _bind(lib):
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    lib.cublasGetStatusString.argtypes = [ctypes.c_int]
+    lib.cublasGetStatusString.restype = ctypes.c_char_p
+
+
+# cuBLASLt from the wheels first (NOTE [preloading the CUDA wheels] in cuvmap/cuda/libs.py)
+_library = libs.WheelLibrary("libcublas", _library_candidates, _bind, preload=libs.CUBLAS)
+
+
 def _load():
-    global _lib, _load_error
-    if _lib is not None or _load_error is not None:
-        return _lib
-    with _lock:
-        if _lib is not None or _load_error is not None:
-            return _lib
-        _preloaded[:] = libs.preload(libs.CUBLAS)
-        errors = []
-        for path in _library_candidates():
-            try:
-                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                for name, argtypes in _SIGNATURES.items():
-                    fn = getattr(lib, name)
-                    fn.argtypes = argtypes
-                    fn.restype = ctypes.c_int
-                lib.cublasGetStatusString.argtypes = [ctypes.c_int]
-                lib.cublasGetStatusString.restype = ctypes.c_char_p
-            except (OSError, AttributeError) as err:
-                errors.append(f"{path}: {err}")
-                continue
-            _lib = lib
-            return _lib
-        _load_error = "libcublas did not load: " + "; ".join(errors) + _preload_note()
-        return None
-
-
-def _preload_note():
-    """What the wheel preload missed, for the error messages (empty when nothing)."""
-    return libs.preload_note(_preloaded)
+    global _lib
+    _lib = _library.load()
+    return _lib
 
 
 def use_library(lib):
     """Replaces libcublas by ``lib``, an object with the same C functions (the strict CuPy
     stand-in's emulation, tests/strict_cupy/cupy/_libcublas.py); None loads the real one
     again. Forgets the handles and workspaces made so far."""
-    global _lib, _load_error
-    with _lock:
-        _lib, _load_error = lib, None
-        _local.__dict__.clear()
-        _workspaces.clear()
+    global _lib
+    _library.use(lib)
+    _lib = lib
+    _local.__dict__.clear()
+    _workspaces.clear()
 
 
 def available():
@@ -160,7 +144,7 @@ def load_error():
         return None
     if not backend.gpu_available():
         return "no CUDA device visible to CuPy (CuPy not installed, no driver or no device)"
-    return _load_error
+    return _library.error
 
 
 def _check(status, what):

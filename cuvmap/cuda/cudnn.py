@@ -78,9 +78,7 @@ class CudnnError(RuntimeError):
 
 
 _lock = threading.Lock()
-_preloaded = []                         # libs.preload's records (NOTE [preloading the CUDA wheels])
-_lib = None
-_load_error = None
+_lib = None                             # the loaded library (_load sets it)
 _init = {"ok": None, "error": None}     # the first cudnnCreate (in available())
 _local = threading.local()              # .handles: {device id: _Handle} of this thread
 _exiting = [False]
@@ -160,10 +158,6 @@ def _library_candidates():
     return found
 
 
-def _open_library(path):
-    return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-
-
 _SIGNATURES = {
     "cudnnCreate": [ctypes.POINTER(ctypes.c_void_p)],
     "cudnnDestroy": [ctypes.c_void_p],
@@ -204,49 +198,36 @@ _SIGNATURES = {
 }
 
 
+def _bind(lib):
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    lib.cudnnGetErrorString.argtypes = [ctypes.c_int]
+    lib.cudnnGetErrorString.restype = ctypes.c_char_p
+    lib.cudnnGetVersion.argtypes = []
+    lib.cudnnGetVersion.restype = ctypes.c_size_t
+    try:    # cuDNN 9's description of the latest error on this thread (optional)
+        lib.cudnnGetLastErrorString.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.cudnnGetLastErrorString.restype = None
+    except AttributeError:
+        pass
+
+
+# cuBLAS(Lt) and NVRTC from the wheels first: cuDNN loads them by soname (NOTE [preloading
+# the CUDA wheels] in cuvmap/cuda/libs.py)
+_library = libs.WheelLibrary("libcudnn.so.9", _library_candidates, _bind, preload=libs.CUBLAS + libs.NVRTC)
+
+
 def _load():
-    global _lib, _load_error
-    if _lib is not None or _load_error is not None:
-        return _lib
-    with _lock:
-        if _lib is not None or _load_error is not None:
-            return _lib
-        # cuBLAS(Lt) and NVRTC from the wheels first: cuDNN loads them by soname
-        # (NOTE [preloading the CUDA wheels])
-        _preloaded[:] = libs.preload(libs.CUBLAS + libs.NVRTC)
-        errors = []
-        for path in _library_candidates():
-            try:
-                lib = _open_library(path)
-            except OSError as err:
-                errors.append(f"{path}: {err}")
-                continue
-            try:
-                for name, argtypes in _SIGNATURES.items():
-                    fn = getattr(lib, name)
-                    fn.argtypes = argtypes
-                    fn.restype = ctypes.c_int
-                lib.cudnnGetErrorString.argtypes = [ctypes.c_int]
-                lib.cudnnGetErrorString.restype = ctypes.c_char_p
-                lib.cudnnGetVersion.argtypes = []
-                lib.cudnnGetVersion.restype = ctypes.c_size_t
-            except AttributeError as err:
-                errors.append(f"{path}: {err}")
-                continue
-            try:    # cuDNN 9's description of the latest error on this thread (optional)
-                lib.cudnnGetLastErrorString.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-                lib.cudnnGetLastErrorString.restype = None
-            except AttributeError:
-                pass
-            _lib = lib
-            return _lib
-        _load_error = "libcudnn.so.9 did not load: " + "; ".join(errors) + _preload_note()
-        return None
+    global _lib
+    _lib = _library.load()
+    return _lib
 
 
 def _preload_note():
     """What the wheel preload missed, for the error messages (empty when nothing)."""
-    return libs.preload_note(_preloaded)
+    return _library.preload_note()
 
 
 def _initialised():
@@ -290,7 +271,7 @@ def load_error():
         return "cuDNN is disabled (set_enabled(False) or CUVMAP_DISABLE_CUDNN)"
     if not backend.gpu_available():
         return "no CUDA device visible to CuPy (CuPy not installed, no driver or no device)"
-    return _load_error or _init["error"]
+    return _library.error or _init["error"]
 
 
 def _last_error_string():
@@ -384,8 +365,8 @@ def _contiguous_strides(shape):
 # cuDNN's heuristics even under set_benchmark(True), and only the records cuDNN marks
 # CUDNN_DETERMINISTIC are kept (its backward algorithms with atomics give other bits from
 # run to run). If none fits, the call fails with a CudnnError saying what the smallest
-# would need, and cuvmap/lax/convolution.py runs the unfold kernels instead, with one
-# VendorKernelWarning for the key (NOTE [conv strategy]).
+# would need, and cuvmap/lax/conv_strategy.py runs the unfold kernels instead, with one
+# VendorKernelWarning for the key (NOTE [choosing conv kernels]).
 def usable_algorithms(perfs, *, strict, max_workspace, deterministic=False):
     """The perf records cuvmap may run, in cuDNN's order (NOTE [cuDNN algorithm choice]).
 
@@ -554,8 +535,8 @@ def _as_2d(x_shape, w_shape, y_shape, stride, padding, dilation):
 # another device's memory). Operands with a zero-size dim (an empty batch, no channels)
 # never reach cuDNN, which rejects zero-size descriptors: the result is all zeros (empty
 # for the forward and input gradient; zeros for a weight gradient over no examples).
-# cuvmap/lax/convolution.py already returns before any kernel for those and checks the device
-# before choosing kernels (NOTE [conv strategy]); the binding checks again for direct
+# cuvmap/lax/conv_strategy.py already returns before any kernel for those and checks the device
+# before choosing kernels (NOTE [choosing conv kernels]); the binding checks again for direct
 # callers.
 def data_pointer(a):
     """The address of ``a``'s first element (a NumPy or CuPy array)."""

@@ -13,6 +13,10 @@ with ``RTLD_GLOBAL`` — cuBLASLt before cuBLAS, so that cuBLAS never picks up a
 cuBLASLt of another version — and a later ``dlopen("libcublasLt.so.12")`` by cuDNN finds
 the loaded library by its soname (NOTE [preloading the CUDA wheels]).
 
+:class:`WheelLibrary` is the loader the cuBLAS and cuDNN bindings share: once per process,
+the wheel libraries it needs preloaded, then the first of its candidates that loads and
+binds, or an error naming every path tried and what the preload missed.
+
 This module never imports CuPy itself, the transforms or the primitives.
 """
 import ctypes
@@ -137,3 +141,55 @@ def describe(records):
     if missing:
         parts.append("not in any NVIDIA wheel on sys.path: " + ", ".join(missing))
     return "; ".join(parts)
+
+
+class WheelLibrary:
+    """A CUDA library bound through ctypes (cuBLAS, cuDNN), loaded once per process by
+    :meth:`load`: the wheel libraries named by ``preload`` (prefixes, as :func:`preload`
+    takes them) first, then each path of ``candidates()`` in turn, opened by ``opener``
+    (default ``ctypes.CDLL(path, RTLD_GLOBAL)``) and handed to ``bind(lib)``, which sets
+    the C functions' types (an ``AttributeError`` for a missing one, as an ``OSError`` for
+    a file that does not load, moves on to the next path). ``lib`` is the library loaded,
+    ``error`` why none did (``"<name> did not load: <path>: <error>; ..."`` and what the
+    preload missed), ``preloaded`` :func:`preload`'s records."""
+
+    def __init__(self, name, candidates, bind, *, preload=(), opener=None):
+        self.name, self.candidates, self.bind, self.prefixes = name, candidates, bind, tuple(preload)
+        self.opener = opener
+        self.lib = None
+        self.error = None
+        self.preloaded = []
+        self._lock = threading.Lock()
+
+    def load(self):
+        """The library, loaded on the first call; None when no candidate loads (:attr:`error`)."""
+        if self.lib is not None or self.error is not None:
+            return self.lib
+        with self._lock:
+            if self.lib is not None or self.error is not None:
+                return self.lib
+            if self.prefixes:
+                # the wheels first: the library loads them by soname (NOTE [preloading the CUDA wheels])
+                self.preloaded[:] = preload(self.prefixes)
+            errors = []
+            for path in self.candidates():
+                try:
+                    lib = (self.opener or _dlopen_global)(path)
+                    self.bind(lib)
+                except (OSError, AttributeError) as err:
+                    errors.append(f"{path}: {err}")
+                    continue
+                self.lib = lib
+                return lib
+            self.error = f"{self.name} did not load: " + "; ".join(errors) + self.preload_note()
+            return None
+
+    def preload_note(self):
+        """What the wheel preload missed, for error messages (empty when nothing)."""
+        return preload_note(self.preloaded)
+
+    def use(self, lib):
+        """Replaces the library by ``lib`` (an object with the same C functions); None loads
+        the real one again at the next :meth:`load`."""
+        with self._lock:
+            self.lib, self.error = lib, None

@@ -1,6 +1,6 @@
 """Convolution kernels by im2col + batched GEMM, written once against the array module
 ``xp`` (NumPy on the CPU, CuPy on the GPU): the "unfold" kernels of NOTE [conv strategy]
-in ``cuvmap/lax/convolution.py``.
+in ``cuvmap/lax/conv_strategy.py``.
 
 All three kernels are for the *regular* (non-transposed) convolution with symmetric
 zero padding, in the layout ``N C spatial...`` with weight ``O C/groups kernel...``:

@@ -27,22 +27,20 @@ Impls: on NumPy arrays oneDNN's convolutions (``cuvmap/cpu/onednn.py``, float32,
 loads), and im2col + batched GEMM (``cuvmap/lax/conv_gemm.py``) on either; by default the
 first call of each shape (its batch dims bucketed) times the vendor's kernels against
 im2col and keeps the faster, and float64 on the CPU always runs im2col (NOTE [conv
-strategy]).
+strategy] in cuvmap/lax/conv_strategy.py, whose :func:`set_strategy`,
+:func:`measured_choices` and :class:`VendorKernelWarning` this module re-exports).
 """
-import os
-import time
-import warnings
-
 import numpy as np
 
-from cuvmap import backend, config, core
-from cuvmap.cpu import threads as cpu_threads
+from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import conv_gemm
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax.conv_strategy import (  # noqa: F401  (the strategy's public names, re-exported)
+    VendorKernelWarning, add_bias, clear_measured_choices, get_strategy, measured_choices, run_kernel, set_strategy,
+)
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_in_dim, reshape, transpose
-from cuvmap.measured_choices import MeasuredChoices
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 from cuvmap.window import output_spatial, spatial_tuple, transposed_output_spatial
@@ -248,261 +246,19 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 # ---------------------------------------------------------------------------------------
 
 
-# NOTE [conv strategy]
-# functorch's BatchRulesConvolution.cpp leaves a TODO: "unfold + matmul is actually faster
-# than group convolution in many cases". The batched cases fold the vmap dim into N or into
-# the groups (groups·B), so which kernels run a given shape matters here. Strategies:
-#   "unfold": im2col + batched GEMM (cuvmap/lax/conv_gemm.py) on NumPy or CuPy, a grouped
-#             convolution as one batched matmul over the groups; on the CPU the columns
-#             take the layout with the longer contiguous runs and are built in blocks
-#             (NOTEs [column layouts] and [cache blocking] there). The only kernels for
-#             float64 on the CPU.
-#   "onednn": oneDNN's direct convolutions on the CPU (cuvmap/cpu/onednn.py; float32), the
-#             kernels torch uses, in oneDNN's blocked layouts.
-#   "cudnn":  cuDNN's grouped convolutions on the GPU (cuvmap/cuda/cudnn.py).
-#   "auto":   the default. The first call of each key (below) runs the device's vendor
-#             kernels and the unfold ones on its operands and times them — on the CPU
-#             oneDNN against im2col (perf_counter: the faster of two calls after a
-#             warm-up call), on the GPU cuDNN against the CuPy unfold kernels (CUDA
-#             events: cuda.device.time_gpu of two calls after a warm-up call) — records
-#             the faster for the key and returns its result; later calls of the key run
-#             that kernel alone (measured_choices() lists the choices with both times;
-#             two threads meeting a new key time it once: NOTE [measuring once per key]
-#             in cuvmap/measured_choices.py). Where the vendor cannot run the operands
-#             (below), unfold runs untimed. Under cv.config.deterministic, "auto" times
-#             nothing and takes a fixed rule: the vendor's kernels wherever they can run
-#             the operands, unfold elsewhere (NOTE [reproducible runs] in cuvmap/config.py).
-# Neither kernel wins everywhere, which is why "auto" measures: on the benchmark CNN's layers
-# on the CPU, oneDNN is the faster for the 16→32 layer's forward and input gradient, im2col
-# for the 1-channel layer's gradients and for its folded per-example weight gradient
-# (groups·B of one channel each). `python -m benchmarks conv` prints both kernels side by
-# side and what "auto" picked.
-# The key is (op, device, dtype, the per-group channels, the spatial and kernel sizes, the
-# parameters, and the batch-like dims): N in power-of-two buckets, and the group count,
-# bucketed too when N = 1 (the per-example weight gradient's groups·B; exact otherwise). A
-# Poisson-sampled batch of a new size therefore reuses its bucket's measurement, and on the
-# CPU oneDNN's primitives are made for power-of-two pieces of those dims, never for the
-# exact size (NOTE [batch buckets] in cuvmap/cpu/onednn.py).
-# Choosing: set_strategy(name) or CUVMAP_CONV_STRATEGY=auto|unfold|onednn|cudnn; anything
-# else is rejected with a ValueError naming the valid settings (from the environment at
-# the first convolution, so that importing cuvmap never fails). A vendor strategy applies
-# to its own device — "onednn" to NumPy arrays, "cudnn" to CuPy arrays — and the unfold
-# kernels run on the other device, and where the vendor cannot run the operands: float64
-# (or float16) under oneDNN, a library that did not load (load_error() says why), or a
-# vendor error. No setting makes a convolution fail that the unfold kernels can run: when
-# a vendor call raises (under "auto", measuring or not, or a forced vendor strategy), the
-# unfold kernels give the result and a VendorKernelWarning says so once per key, naming
-# the error; that key stays on unfold. Operands with a zero-size dim (an empty batch)
-# reach no kernel: the result is the zero (or empty) array of the right shape. CuPy operands
-# on another GPU than the current one are a ValueError naming the op and the devices, before
-# any kernel runs (so that it is not mistaken for a vendor failure).
-_STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
-_VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
-_strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
-_measured = MeasuredChoices()   # key -> (choice, times_ms) ("auto"'s measurements)
-_failed = MeasuredChoices()     # key -> the vendor error that put it on unfold (warned once)
-
-
-class VendorKernelWarning(RuntimeWarning):
-    """A cuDNN or oneDNN convolution failed and the unfold kernels ran instead."""
-
-
-def _validate(strategy, source):
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"conv strategy must be one of {', '.join(_STRATEGIES)}; {source} is {strategy!r}")
-    return strategy
-
-
-def set_strategy(strategy):
-    """Chooses the convolution kernels: ``"auto"`` (default), ``"unfold"``, ``"onednn"``
-    or ``"cudnn"`` (see NOTE [conv strategy]). Returns the previous setting."""
-    _validate(strategy, "set_strategy's argument")
-    previous = get_strategy()
-    _strategy[0] = strategy
-    return previous
-
-
-def get_strategy():
-    """The strategy in force: :func:`set_strategy`'s, else ``CUVMAP_CONV_STRATEGY``'s, else
-    ``"auto"``."""
-    if _strategy[0] is None:
-        _strategy[0] = _validate(os.environ.get("CUVMAP_CONV_STRATEGY", "auto"), "CUVMAP_CONV_STRATEGY")
-    return _strategy[0]
-
-
-def measured_choices():
-    """The per-key choices ``"auto"`` has measured so far: ``{key: (choice, times_ms)}``."""
-    return _measured.snapshot()
-
-
-def clear_measured_choices():
-    """Forgets the measured choices and the keys put on unfold by a vendor error."""
-    _measured.clear()
-    _failed.clear()
-
-
-def _vendor_for(device, dtype):
-    """``(name, module)``: the vendor kernels of ``device`` for ``dtype``, the module None
-    when they cannot run it (library missing, dtype unsupported)."""
-    if device == "gpu":
-        from cuvmap.cuda import cudnn  # a vendor binding: imported at its device's first convolution
-
-        return "cudnn", (cudnn if cudnn.available() else None)
-    from cuvmap.cpu import onednn  # a vendor binding: imported at its device's first convolution
-
-    return "onednn", (onednn if onednn.supports(dtype) and onednn.available() else None)
-
-
-def _strategy_key(op, device, args):
-    """The strategy key of NOTE [conv strategy]: N, and the groups when N = 1, bucketed."""
-    from cuvmap.cpu.onednn import bucket  # a vendor binding: imported at its device's first convolution
-
-    groups = args[-1]
-    params = tuple(tuple(p) for p in args[-4:-1])
-    if op == "forward":
-        x, w = args[:2]
-        n, c, spatial, o = x.shape[0], x.shape[1], tuple(x.shape[2:]), w.shape[0]
-    elif op == "backward_input":
-        g, w, input_shape = args[:3]
-        n, c, spatial, o = g.shape[0], input_shape[1], tuple(input_shape[2:]), w.shape[0]
-    else:
-        g, x, weight_shape = args[:3]
-        n, c, spatial, o = x.shape[0], x.shape[1], tuple(x.shape[2:]), weight_shape[0]
-    kernel = tuple(args[1].shape[2:]) if op != "backward_weight" else tuple(args[2][2:])
-    g_key = bucket(groups) if n == 1 else groups
-    return (op, device, args[0].dtype.str, bucket(n), g_key, c // groups, o // groups, spatial, kernel) + params
-
-
-def _empty_result(op, args, xp):
-    """The result of ``op`` when an operand has a zero-size dim: zeros of its shape."""
-    if op == "forward":
-        x, w, stride, padding, dilation, _ = args
-        shape = (x.shape[0], w.shape[0]) + output_spatial(x.shape[2:], w.shape[2:], stride, padding, dilation)
-    else:
-        shape = tuple(args[2])
-    return xp.zeros(shape, dtype=args[0].dtype)
-
-
-def _call(module, op, args, bias):
-    """``module.<op>(*args)``, the bias added inside oneDNN's forward or after the others'."""
-    if bias is not None and getattr(module, "FORWARD_TAKES_BIAS", False):
-        return module.forward(*args, bias=bias)
-    if module is conv_gemm:
-        cpu_threads.blas_pool_used()  # im2col + GEMM: OpenBLAS's threads (NOTE [two thread pools])
-    out = getattr(module, op)(*args)
-    return out if bias is None else _add_bias(out, bias)
-
-
-def _add_bias(out, bias):
-    """``out`` ``(N, O, S...)`` with ``bias`` ``(O,)`` added in place."""
-    out += bias.reshape((1, -1) + (1,) * (out.ndim - 2))
-    return out
-
-
-def _time_kernel(module, op, args, bias, device):
-    """``(milliseconds, result)`` of ``module``'s ``op`` after a warm-up call (the first
-    call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
-    the median of two (their mean) by CUDA events on the GPU."""
-    if device == "gpu":
-        from cuvmap.cuda import device as cuda_device  # a vendor binding: imported at its device's first convolution
-
-        result = []
-        ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias)), repeats=2)
-        return ms, result[-1]
-    out = _call(module, op, args, bias)
-    best = None
-    for _ in range(2):
-        t0 = time.perf_counter()
-        out = _call(module, op, args, bias)
-        elapsed = (time.perf_counter() - t0) * 1e3
-        best = elapsed if best is None else min(best, elapsed)
-    return best, out
-
-
-def _fall_back(key, name, err, op, args):
-    """Records that ``name`` failed on ``key`` and warns once per key."""
-    if _failed.record(key, f"{type(err).__name__}: {err}"):
-        shapes = ", ".join(str(tuple(a.shape)) for a in args[:2])
-        warnings.warn(f"conv {op} on {shapes}: {name} failed ({type(err).__name__}: {err}); the unfold kernels "
-                      f"run this shape instead (NOTE [conv strategy])", VendorKernelWarning, stacklevel=4)
-
-
-def _measure(key, name, vendor, op, args, bias, device):
-    """Times the vendor's and the unfold kernels on ``args``; returns ``(choice, result)``,
-    the choice ``(the faster, times)`` for ``key`` (recorded by the caller, NOTE [measuring
-    once per key] in cuvmap/measured_choices.py)."""
-    try:
-        vendor_ms, out = _time_kernel(vendor, op, args, bias, device)
-    except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [conv strategy])
-        _fall_back(key, name, err, op, args)
-        return ("unfold", {name: None, "unfold": None}), _call(conv_gemm, op, args, bias)
-    unfold_ms, unfold_out = _time_kernel(conv_gemm, op, args, bias, device)
-    times = {name: vendor_ms, "unfold": unfold_ms}
-    choice = (min(times, key=times.get), times)
-    return choice, (out if choice[0] == name else unfold_out)
-
-
-_OPERAND_NAMES = {"forward": ("input", "weight"), "backward_input": ("grad_output", "weight"),
-                  "backward_weight": ("grad_output", "input")}
-
-
-def _run_kernel(op, *args, bias=None):
-    """Runs ``op`` (``forward``, ``backward_input`` or ``backward_weight``, the signatures
-    of ``conv_gemm``'s) on the operands' device, on the kernels the strategy picks (NOTE
-    [conv strategy]); ``bias`` (forward only) is added to the result."""
-    device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
-    if device == "gpu":
-        named = list(zip(_OPERAND_NAMES[op], args[:2])) + ([("bias", bias)] if bias is not None else [])
-        backend.check_current_device(f"conv {op}", named)
-    if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
-        return _empty_result(op, args, backend.xp_of(args[0]))
-    if device == "gpu":
-        return _pick_and_run(op, device, args, bias)
-    # NOTE [threads under a busy machine] and NOTE [two thread pools] in cuvmap/cpu/threads.py
-    cpu_threads.quiet_blas_pool()
-    with cpu_threads.limited(cpu_threads.target(), openmp=True):
-        return _pick_and_run(op, device, args, bias)
-
-
-def _pick_and_run(op, device, args, bias):
-    """:func:`_run_kernel` past its checks: the strategy's kernels on ``args``."""
-    strategy = get_strategy()
-    if strategy == "unfold" or (strategy != "auto" and strategy != _VENDOR_OF_DEVICE[device]):
-        return _call(conv_gemm, op, args, bias)
-    name, vendor = _vendor_for(device, args[0].dtype)
-    if vendor is None:
-        return _call(conv_gemm, op, args, bias)
-    key = _strategy_key(op, device, args)
-    if key in _failed:
-        return _call(conv_gemm, op, args, bias)
-    if strategy == "auto" and not config.read("deterministic"):
-        choice = _measured.get(key)
-        if choice is None:
-            choice, out = _measured.measure_once(key, lambda: _measure(key, name, vendor, op, args, bias, device))
-            if out is not None:
-                return out
-        if choice[0] == "unfold":
-            return _call(conv_gemm, op, args, bias)
-    try:
-        return _call(vendor, op, args, bias)
-    except Exception as err:  # noqa: BLE001
-        _fall_back(key, name, err, op, args)
-        return _call(conv_gemm, op, args, bias)
-
-
 def _conv_impl(lhs, rhs, *maybe_bias, stride, padding, dilation, transposed, output_padding, groups):
     params = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
                   output_padding=output_padding, groups=groups)
     out_shape = conv_p.check(lhs, rhs, *maybe_bias, **params).shape
     bias = maybe_bias[0] if maybe_bias else None
     if not transposed:
-        return _run_kernel("forward", lhs, rhs, stride, padding, dilation, groups, bias=bias)
+        return run_kernel("forward", lhs, rhs, stride, padding, dilation, groups, bias=bias)
     # a transposed conv is the input-gradient of the regular conv from its output space;
     # its input plays that conv's grad_output, zero-padded to the regular conv's extent
     # (NOTE [output_padding in the transposed backward])
     lhs = _zero_pad_to(lhs, output_spatial(out_shape[2:], rhs.shape[2:], stride, padding, dilation))
-    out = _run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
-    return out if bias is None else _add_bias(out, bias)
+    out = run_kernel("backward_input", lhs, rhs, out_shape, stride, padding, dilation, groups)
+    return out if bias is None else add_bias(out, bias)
 
 
 def _zero_pad_to(x, extent):
@@ -533,12 +289,12 @@ def _conv_backward_input_impl(grad_output, rhs, *, input_shape, stride, padding,
     if transposed:
         # adjoint of the transposed conv in its input: the regular conv (NOTE [output_padding
         # in the transposed backward]: keep its first input_shape positions)
-        out = _run_kernel("forward", grad_output, rhs, stride, padding, dilation, groups)
+        out = run_kernel("forward", grad_output, rhs, stride, padding, dilation, groups)
         if tuple(out.shape[2:]) != tuple(input_shape[2:]):
             crop = (slice(None), slice(None)) + tuple(slice(0, s) for s in input_shape[2:])
             out = backend.xp_of(out).ascontiguousarray(out[crop])
         return out
-    return _run_kernel("backward_input", grad_output, rhs, input_shape, stride, padding, dilation, groups)
+    return run_kernel("backward_input", grad_output, rhs, input_shape, stride, padding, dilation, groups)
 
 
 def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, padding, dilation, transposed,
@@ -552,8 +308,8 @@ def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, paddin
         # plays the regular conv's output, zero-padded to its extent (NOTE [output_padding
         # in the transposed backward]).
         lhs = _zero_pad_to(lhs, output_spatial(grad_output.shape[2:], weight_shape[2:], stride, padding, dilation))
-        return _run_kernel("backward_weight", lhs, grad_output, weight_shape, stride, padding, dilation, groups)
-    return _run_kernel("backward_weight", grad_output, lhs, weight_shape, stride, padding, dilation, groups)
+        return run_kernel("backward_weight", lhs, grad_output, weight_shape, stride, padding, dilation, groups)
+    return run_kernel("backward_weight", grad_output, lhs, weight_shape, stride, padding, dilation, groups)
 
 
 conv_p.impl = _conv_impl
