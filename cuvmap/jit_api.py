@@ -45,7 +45,7 @@ class _Staged:
         # arrays meet device arrays] in cuvmap/backend.py)
         self.host_args, self.device = executor.host_arguments(program)
         # the program has collectives over a vmap's axis: that vmap must process the call
-        # even when it owns no argument (NOTE [named axes] in cuvmap/core.py)
+        # even when it owns no argument (NOTE [named axes] in cuvmap/core/tracers.py)
         self.named = bool(axis_names_in({"program": program}))
 
 

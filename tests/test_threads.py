@@ -1,4 +1,4 @@
-"""Transforms in several threads (NOTE [one stack per thread] in ``cuvmap/core.py``).
+"""Transforms in several threads (NOTE [one stack per thread] in ``cuvmap/core/tracers.py``).
 
 - deterministic: two threads interleaved with events at the moments that broke a
   process-global stack (another thread's transform returning while this one is open);

@@ -36,7 +36,7 @@ from cuvmap.lax.shape import (  # noqa: F401
 def all_primitives():
     """Every primitive that cuvmap's families define, in the order they were made: every
     module of this package is imported, and the primitives that registered themselves
-    from one of them are returned (NOTE [a registry that fills itself] in cuvmap/core.py;
+    from one of them are returned (NOTE [a registry that fills itself] in cuvmap/core/primitive.py;
     the registry test checks that each has every rule)."""
     for module in pkgutil.walk_packages(__path__, prefix=__name__ + "."):
         importlib.import_module(module.name)

@@ -61,7 +61,7 @@ def _no_out(name, out):
 # NOTE [NumPy functions on tracers]: ``np.sum(tracer)``, ``np.mean``, ``np.max``, ``np.argmax``
 # ... call the method of the same name with NumPy's signature (``axis, dtype, out``), so the
 # methods take those arguments; NumPy's ufuncs (``np.sin(tracer)``) raise a
-# ConcretizationError instead (see NOTE [binary operators with arrays] in core.py).
+# ConcretizationError instead (see NOTE [binary operators with arrays] in core/tracers.py).
 
 
 def _tracer_sum(self, axis=None, dtype=None, out=None, keepdims=False):

@@ -65,7 +65,7 @@ class CallPrimitive(core.Primitive):
         """The batching transforms of the named axes that collectives inside the call's
         programs act along: a call whose operands no vmap owns (a scan whose body sums a
         constant over ``"i"``) must still reach the vmap of ``"i"`` (NOTE [named axes] in
-        cuvmap/core.py). Nothing for a call without collectives."""
+        cuvmap/core/tracers.py). Nothing for a call without collectives."""
         names = axis_names_in(params)
         return [core.axis_frame(name, self.name).main for name in names] if names else ()
 

@@ -92,7 +92,7 @@ class JaxprEqn:
     variables (JAX's ``outvars``), one for an ordinary primitive, one per result for a
     primitive with several (``primitive.multiple_results``: NOTE [an equation with several
     results]). ``name_stack``: the named scopes it was staged in (NOTE [named scopes] in
-    cuvmap/core.py)."""
+    cuvmap/core/tracers.py)."""
 
     __slots__ = ("primitive", "inputs", "outs", "params", "name_stack")
 
@@ -231,7 +231,7 @@ def eval_jaxpr(jaxpr, consts, args, hook=None):
 
     for k, eqn in enumerate(jaxpr.eqns):
         ins = list(map(read, eqn.inputs))
-        if eqn.name_stack:  # NOTE [named scopes] in cuvmap/core.py
+        if eqn.name_stack:  # NOTE [named scopes] in cuvmap/core/tracers.py
             with core.extend_name_stack(eqn.name_stack):
                 out = eqn.primitive.bind(*ins, **eqn.params)
         else:

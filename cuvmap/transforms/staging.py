@@ -238,7 +238,7 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER, pyt
     to those values. ``python_number_args``: the weakly typed arguments will be Python
     numbers when the program runs (NOTE [a weak value meets a strong one])."""
     builder = JaxprBuilder(stager)
-    # a program's names are relative to the function staged (NOTE [named scopes] in core.py)
+    # a program's names are relative to the function staged (NOTE [named scopes] in core/tracers.py)
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main), core.new_name_stack():
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
         if python_number_args:
@@ -294,7 +294,7 @@ def stage_arguments(f, where, args, kwargs, static_nums, static_names):
 
 
 def axis_env_key():
-    """The named axes in scope (NOTE [named axes] in cuvmap/core.py) as a hashable value:
+    """The named axes in scope (NOTE [named axes] in cuvmap/core/tracers.py) as a hashable value:
     their names, sizes and process groups. A program staged inside ``vmap(...,
     axis_name=...)`` or ``data_parallel`` depends on them (``all_gather``'s output shape,
     ``pmean``'s divisor), so staging caches key on it; ``()`` outside any."""

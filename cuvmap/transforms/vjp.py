@@ -65,7 +65,7 @@ class Tape:
         # first output's are None; NOTE [a call on the tape])
         self.calls = {}
         # entry index -> the name stack it was recorded under, where not empty (NOTE
-        # [named scopes] in cuvmap/core.py)
+        # [named scopes] in cuvmap/core/tracers.py)
         self.names = {}
 
     def new_input(self):
@@ -191,7 +191,7 @@ def backward_pass(tape, output_cts):
     base = core.name_stack()
     try:
         for k in range(len(entries) - 1, -1, -1):
-            if names:  # each entry's rules under its names, transposed (NOTE [named scopes] in core.py)
+            if names:  # each entry's rules under its names, transposed (NOTE [named scopes] in core/tracers.py)
                 core.set_name_stack(_transposed_names(base, names.get(k)))
             node = n_in + k
             if calls and k in calls:

@@ -21,7 +21,7 @@ class Plan:
 
     def __init__(self, steps, init, in_slots, out_slots, array_types, out_is_scalar, memory=None, scopes=None):
         self.steps = steps
-        # each step's named scope (NOTE [named scopes] in core.py): its equation's name
+        # each step's named scope (NOTE [named scopes] in core/tracers.py): its equation's name
         # stack, a fused group's the part its equations share; cuvmap.profiler reads them
         self.scopes = scopes if scopes is not None else [()] * len(steps)
         self.init = init
