@@ -445,7 +445,7 @@ def test_grad_of_vmap_matches_finite_differences(row, in_axes):
                 eps=row.grad_eps)
 
 
-# The branch-free select (NOTE [branch-free select] in cuvmap/lax/elementwise.py) blends
+# The branch-free select (NOTE [branch-free select] in cuvmap/lax/elementwise/comparisons.py) blends
 # bit patterns and reuses its mask's buffer when it can: its result must equal np.where
 # bit for bit, special values included, whichever operand broadcasts.
 SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -2.5, 3.0])

@@ -27,7 +27,7 @@ import numpy as np
 
 from cuvmap import core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
-from cuvmap.lax.elementwise import _naryop_shape_rule
+from cuvmap.lax.elementwise.common import _naryop_shape_rule
 from cuvmap.transforms import batching
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

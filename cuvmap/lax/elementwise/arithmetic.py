@@ -1,0 +1,223 @@
+"""Arithmetic: ``neg``, ``add``, ``sub``, ``mul``, ``div``, ``floor_divide``,
+``remainder``, ``integer_pow``, ``max``, ``min``, ``abs``, ``sign`` and rounding (``floor``,
+``ceil``, ``round``).
+
+Derivatives: one rule per operand, ``g * ∂out/∂x_i`` (see the package's docstring);
+rounding, ``sign`` and ``floor_divide`` are piecewise constant and carry none.
+"""
+import numpy as np
+
+from cuvmap import backend, core
+from cuvmap.core import ShapedArray, ShapeError
+from cuvmap.lax.elementwise.common import _c_float, _div_shape_rule, _float64_pow, _nary, _same_shape_rule
+from cuvmap.lax.elementwise.comparisons import _where_nonzero, eq, gt, lt, select
+from cuvmap.transforms import batching, vjp
+from cuvmap.transforms.fusion import CExpression
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations and impls
+# ---------------------------------------------------------------------------------------
+
+neg_p = _nary("neg", np.negative, _same_shape_rule, fused=CExpression("(-{0})"))
+add_p = _nary("add", np.add, fused=CExpression("({0} + {1})"))
+sub_p = _nary("sub", np.subtract, fused=CExpression("({0} - {1})"))
+mul_p = _nary("mul", np.multiply, fused=CExpression("({0} * {1})"))
+div_p = _nary("div", np.true_divide, _div_shape_rule, fused=_c_float("({0} / {1})"))
+max_p = _nary("max", np.maximum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : max({0}, {1}))"))
+min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) ? ({0} + {1}) : min({0}, {1}))"))
+
+
+# Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
+# sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
+floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
+remainder_p = _nary("remainder", np.remainder)
+abs_p = _nary("abs", np.abs, _same_shape_rule, fused=_c_float("fabs({0})"))
+sign_p = _nary("sign", np.sign, _same_shape_rule, differentiable=False)
+
+
+# Rounding: piecewise constant, so no derivative (zero tangents and cotangents, as JAX's
+# defjvp_zero). The wrappers return integer and boolean operands unchanged, as jnp does;
+# the primitives take floating operands only.
+def _rounding_shape_rule(x, **params):
+    if x.dtype.kind != "f":
+        raise ShapeError(f"operand must be floating point, got {x.dtype}")
+    return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
+
+
+def _round_impl(x, *, decimals):
+    x = core.as_array(x)
+    return backend.xp_of(x).round(x, decimals)
+
+
+floor_p = _nary("floor", np.floor, _rounding_shape_rule, differentiable=False, fused=_c_float("floor({0})"))
+ceil_p = _nary("ceil", np.ceil, _rounding_shape_rule, differentiable=False, fused=_c_float("ceil({0})"))
+round_p = _nary("round", _round_impl, _rounding_shape_rule, differentiable=False)
+
+
+def _integer_pow_impl(x, *, y):
+    if y == 2:  # the same products, 1.4x faster than np.power (squared norms in DP clipping)
+        return np.square(x)
+    return np.power(x, y)
+
+
+def _integer_pow_shape_rule(x, *, y):
+    if not isinstance(y, (int, np.integer)):
+        raise ShapeError(f"exponent must be a Python int, got {y!r}")
+    return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
+
+
+integer_pow_p = _nary(
+    "integer_pow", _integer_pow_impl, _integer_pow_shape_rule,
+    fused=CExpression(lambda y: "({0} * {0})" if y == 2 else "pow({0}, (({T}){y}))",
+                      float_only=True, accepts=lambda y: isinstance(y, int),
+                      unfused=lambda dtype, y: y != 2 and _float64_pow(dtype)),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Public wrappers
+# ---------------------------------------------------------------------------------------
+
+def neg(x):
+    """``-x``."""
+    return neg_p.bind(x)
+
+
+def add(x, y):
+    """``x + y`` with NumPy broadcasting."""
+    return add_p.bind(x, y)
+
+
+def sub(x, y):
+    """``x - y``."""
+    return sub_p.bind(x, y)
+
+
+def mul(x, y):
+    """``x * y``."""
+    return mul_p.bind(x, y)
+
+
+def div(x, y):
+    """``x / y`` (true division)."""
+    return div_p.bind(x, y)
+
+
+def floor_divide(x, y):
+    """``x // y``: ``⌊x / y⌋``, in the operands' common dtype (integers stay integers).
+    Piecewise constant, so its derivative is zero."""
+    return floor_divide_p.bind(x, y)
+
+
+def remainder(x, y):
+    """``x % y = x − y·⌊x / y⌋``, with the sign of ``y``. Its derivatives are 1 for ``x``
+    and ``−⌊x / y⌋`` for ``y`` (away from the jumps where ``x / y`` is an integer)."""
+    return remainder_p.bind(x, y)
+
+
+def integer_pow(x, y):
+    """``x ** y`` for a static Python int ``y``."""
+    return integer_pow_p.bind(x, y=int(y))
+
+
+def max(x, y):  # noqa: A001
+    """Elementwise maximum; at ties the derivative is split evenly."""
+    return max_p.bind(x, y)
+
+
+def min(x, y):  # noqa: A001
+    """Elementwise minimum; at ties the derivative is split evenly."""
+    return min_p.bind(x, y)
+
+
+def _is_integer_or_bool(x):
+    return core.dtype_of(x).kind in "biu"
+
+
+def floor(x):
+    """``⌊x⌋``; integers and booleans are returned as they are. No derivative (zero)."""
+    return x if _is_integer_or_bool(x) else floor_p.bind(x)
+
+
+def ceil(x):
+    """``⌈x⌉``; integers and booleans are returned as they are. No derivative (zero)."""
+    return x if _is_integer_or_bool(x) else ceil_p.bind(x)
+
+
+def round(x, decimals=0):  # noqa: A001 - lax vocabulary
+    """Rounds to ``decimals`` decimal places, halves to even (``numpy.round``); integers
+    and booleans are returned as they are. No derivative (zero)."""
+    if _is_integer_or_bool(x):
+        return x
+    return round_p.bind(x, decimals=int(decimals))
+
+
+def abs(x):  # noqa: A001
+    """``|x|``; its derivative at 0 is 0 (``sign(0)``)."""
+    return abs_p.bind(x)
+
+
+def sign(x):
+    """-1, 0 or 1; carries no derivative."""
+    return sign_p.bind(x)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules
+# ---------------------------------------------------------------------------------------
+
+batching.defbroadcasting(add_p, sub_p, mul_p, div_p, max_p, min_p, floor_divide_p, remainder_p)
+batching.defunary(neg_p, abs_p, sign_p, integer_pow_p, floor_p, ceil_p, round_p)
+
+
+# ---------------------------------------------------------------------------------------
+# Derivative rules (each serves as JVP and VJP)
+# ---------------------------------------------------------------------------------------
+
+vjp.defderivative(neg_p, lambda g, out, x: neg(g), reads=())
+vjp.defderivative(add_p, lambda g, out, x, y: g, lambda g, out, x, y: g, reads=())
+vjp.defderivative(sub_p, lambda g, out, x, y: g, lambda g, out, x, y: neg(g), reads=())
+vjp.defderivative(mul_p, lambda g, out, x, y: mul(g, y), lambda g, out, x, y: mul(g, x), reads=(0, 1))
+vjp.defderivative(
+    div_p,
+    lambda g, out, x, y: div(g, y),
+    lambda g, out, x, y: neg(mul(g, div(out, y))),
+    reads=(1, "out"),
+)
+
+
+def _integer_pow_derivative(g, out, x, *, y):
+    if y == 0:
+        return mul(g, 0)
+    if y == 1:
+        return g
+    return mul(g, mul(y, x if y == 2 else integer_pow(x, y - 1)))
+
+
+vjp.defderivative(integer_pow_p, _integer_pow_derivative, reads=(0,))
+
+
+def _minmax_derivative(pick):
+    """∂max(x, y)/∂x is 1 where x wins, 1/2 at ties (as JAX does), 0 elsewhere."""
+
+    def wins(g, out, x, y):
+        return select(pick(x, y), g, _where_nonzero(eq(x, y), mul(g, 0.5)))
+
+    def loses(g, out, x, y):
+        return select(pick(y, x), g, _where_nonzero(eq(x, y), mul(g, 0.5)))
+
+    return wins, loses
+
+
+vjp.defderivative(
+    remainder_p,
+    lambda g, out, x, y: g,
+    lambda g, out, x, y: neg(mul(g, floor_divide(x, y))),
+    reads=(0, 1),
+)
+
+
+vjp.defderivative(max_p, *_minmax_derivative(gt), reads=(0, 1))
+vjp.defderivative(min_p, *_minmax_derivative(lt), reads=(0, 1))
+vjp.defderivative(abs_p, lambda g, out, x: mul(g, sign(x)), reads=(0,))

@@ -1,0 +1,111 @@
+"""What the elementwise families share: their shape rules (NumPy's broadcasting and NEP 50
+promotion), the constructor of an elementwise primitive (:func:`_nary`) and the C
+expressions that fused kernels compute (NOTE [fused expressions]).
+"""
+import builtins
+
+import numpy as np
+
+from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.transforms.fusion import CExpression
+
+
+def _dtype_operand(aval):
+    """What ``np.result_type`` needs to apply NEP 50: a Python scalar for weak avals."""
+    if aval.weak_type:
+        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[aval.dtype.kind]
+    return aval.dtype
+
+
+def broadcast_shapes(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(
+            "shapes " + ", ".join(str(tuple(s)) for s in shapes) + " do not broadcast"
+        ) from None
+
+
+def _naryop_shape_rule(*avals, **params):
+    """NumPy's broadcasting and promotion, a weakly typed operand taking the others' dtype
+    (NEP 50); operands all weakly typed promote their dtypes and stay weak (JAX's
+    ``weak f32 + 1`` is a weak float32)."""
+    shape = broadcast_shapes(*(a.shape for a in avals))
+    if all(a.weak_type for a in avals):
+        # JAX's lattice: a weak float over a weak int, then the widest of that kind
+        top = builtins.max("biufc".index(a.dtype.kind) for a in avals)
+        dtype = np.result_type(*(a.dtype for a in avals if "biufc".index(a.dtype.kind) == top))
+        return ShapedArray(shape, dtype, weak_type=True)
+    return ShapedArray(shape, np.result_type(*(_dtype_operand(a) for a in avals)))
+
+
+def _div_shape_rule(x, y):
+    """True division: integer and boolean operands give float64 (NumPy's ``true_divide``)."""
+    out = _naryop_shape_rule(x, y)
+    if out.dtype.kind not in "fc":
+        out.dtype = np.dtype(np.float64)
+    return out
+
+
+def _float_dtype(dtype):
+    """The float dtype of a transcendental function of ``dtype``: NumPy's ufunc rule, the
+    smallest float that holds the integers exactly (bool, (u)int8 -> float16, (u)int16 ->
+    float32, wider -> float64; a weak Python int -> float64)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind in "fc" else np.promote_types(dtype, np.float16)
+
+
+def _float_unary_shape_rule(x, **params):
+    return ShapedArray(x.shape, _float_dtype(x.dtype), weak_type=x.weak_type)
+
+
+def _same_shape_rule(x, **params):
+    return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
+
+
+def _comparison_shape_rule(*avals, **params):
+    return ShapedArray(broadcast_shapes(*(a.shape for a in avals)), np.bool_)
+
+
+def _nary(name, impl, shape_rule=_naryop_shape_rule, differentiable=True, **facts):
+    """An elementwise primitive. A ufunc impl is its own writer into a buffer (``out=``),
+    so the jit executor may write its results into buffers it owns (``impl_into``:
+    :class:`~cuvmap.core.Primitive`); ``facts`` are the other attributes (``fused``)."""
+    if isinstance(impl, np.ufunc):
+        facts.setdefault("impl_into", impl)
+    if facts.get("impl_into") is not None:
+        facts.setdefault("owns_output", True)
+    return Primitive(name, differentiable=differentiable, impl=impl, shape_rule=shape_rule, **facts)
+
+
+# NOTE [fused expressions]
+# The C expression of each fusible primitive (fused=, a CExpression) is the formula its
+# impl computes through CuPy's ufuncs, so a fused program gives the unfused bits (NOTE
+# [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py): rsqrt is a
+# reciprocal of sqrt as the impl, integer_pow's square is a product as the impl, and
+# max/min are CuPy's maximum/minimum: CUDA's max/min (fmax/fmin for floats, so
+# max(-0.0, +0.0) is +0.0 in either order, as CuPy's and unlike a comparison) except that
+# a NaN operand gives a NaN (the sum of the operands: a NaN, its payload aside).
+# Float64 powers other than squares run unfused (CExpression.unfused: _float64_pow).
+# logistic is left out (its impl goes through logaddexp), and so are erf_inv, round,
+# sign, floor_divide and remainder: without a C expression they run unfused.
+def _float64_pow(dtype, **params):
+    """CUDA's double ``pow`` compiled with --fmad=false (as the fused kernels are) can differ
+    in the last bit from CuPy's own power kernel, compiled with contraction: a float64 power
+    stays unfused (NOTE [fused kernels round as the unfused ones] in cuvmap/cuda/kernels.py)."""
+    return dtype == np.float64
+
+
+def _c_float(template):
+    """An expression computed in floating point only: an integer operand is not fused."""
+    return CExpression(template, float_only=True)
+
+
+def _comparison_operands_dtype(*avals):
+    """The dtype a comparison computes in: its operands' common dtype (weak literals take
+    the array's)."""
+    return _naryop_shape_rule(*avals).dtype
+
+
+def _c_comparison(operator):
+    return CExpression("({0} %s {1})" % operator, comparison_dtype=_comparison_operands_dtype)
