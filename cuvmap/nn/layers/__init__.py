@@ -22,7 +22,7 @@ NOTE [single examples in apply]
 How does ``apply`` tell a batch from a single example? From ranks, as torch does for
 unbatched inputs: a layer knows the rank of one example's input and accepts that rank or
 one more (the functional ops need the same information: NOTE [batch or one example] in
-``functional.py``). Convolutions read it from their weight (``C, S...`` for a weight of
+``cuvmap/nn/functional.py``). Convolutions read it from their weight (``C, S...`` for a weight of
 rank ``2 + len(S)``); Dense, LayerNorm and the elementwise layers act on trailing dims and
 need no rank. Pooling, Flatten and GroupNorm have no such weight, so their ``init``
 records the example rank in the params as an :class:`ExampleRank`: a pytree node

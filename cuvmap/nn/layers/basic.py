@@ -79,7 +79,7 @@ def ConvTranspose(out_channels, kernel_size, stride=1, padding=0, output_padding
     ``nn.ConvTransposeNd``); weight ``(C, O/groups, K...)``. ``apply`` accepts
     ``(N, C, S...)`` or one example ``(C, S...)``. ``padding`` is an int or one per spatial
     dim: a string raises in ``init`` (NOTE [no same padding for
-    conv_transpose] in ``functional.py``)."""
+    conv_transpose] in ``cuvmap/nn/functional.py``)."""
 
     def init(rng, input_shape, dtype=None):
         input_shape, nd = _spatial_input(input_shape, "ConvTranspose")
