@@ -104,16 +104,12 @@ def _library_candidates():
 
 
 def _bind(lib):
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = argtypes
-        fn.restype = ctypes.c_int
     lib.cublasGetStatusString.argtypes = [ctypes.c_int]
     lib.cublasGetStatusString.restype = ctypes.c_char_p
 
 
 # cuBLASLt from the wheels first (NOTE [preloading the CUDA wheels] in cuvmap/cuda/libs.py)
-_library = libs.WheelLibrary("libcublas", _library_candidates, _bind, preload=libs.CUBLAS)
+_library = libs.WheelLibrary("libcublas", _library_candidates, _SIGNATURES, bind=_bind, preload=libs.CUBLAS)
 
 
 def _load():

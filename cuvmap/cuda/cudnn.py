@@ -199,10 +199,6 @@ _SIGNATURES = {
 
 
 def _bind(lib):
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = argtypes
-        fn.restype = ctypes.c_int
     lib.cudnnGetErrorString.argtypes = [ctypes.c_int]
     lib.cudnnGetErrorString.restype = ctypes.c_char_p
     lib.cudnnGetVersion.argtypes = []
@@ -216,7 +212,8 @@ def _bind(lib):
 
 # cuBLAS(Lt) and NVRTC from the wheels first: cuDNN loads them by soname (NOTE [preloading
 # the CUDA wheels] in cuvmap/cuda/libs.py)
-_library = libs.WheelLibrary("libcudnn.so.9", _library_candidates, _bind, preload=libs.CUBLAS + libs.NVRTC)
+_library = libs.WheelLibrary("libcudnn.so.9", _library_candidates, _SIGNATURES, bind=_bind,
+                             preload=libs.CUBLAS + libs.NVRTC)
 
 
 def _load():

@@ -147,14 +147,16 @@ class WheelLibrary:
     """A CUDA library bound through ctypes (cuBLAS, cuDNN), loaded once per process by
     :meth:`load`: the wheel libraries named by ``preload`` (prefixes, as :func:`preload`
     takes them) first, then each path of ``candidates()`` in turn, opened by ``opener``
-    (default ``ctypes.CDLL(path, RTLD_GLOBAL)``) and handed to ``bind(lib)``, which sets
-    the C functions' types (an ``AttributeError`` for a missing one, as an ``OSError`` for
-    a file that does not load, moves on to the next path). ``lib`` is the library loaded,
+    (default ``ctypes.CDLL(path, RTLD_GLOBAL)``), its C functions typed: those of
+    ``signatures`` (``{name: argtypes}``, returning a C ``int`` status), then whatever
+    ``bind(lib)`` sets. A missing function (``AttributeError``), as a file that does not
+    load (``OSError``), moves on to the next path. ``lib`` is the library loaded,
     ``error`` why none did (``"<name> did not load: <path>: <error>; ..."`` and what the
     preload missed), ``preloaded`` :func:`preload`'s records."""
 
-    def __init__(self, name, candidates, bind, *, preload=(), opener=None):
-        self.name, self.candidates, self.bind, self.prefixes = name, candidates, bind, tuple(preload)
+    def __init__(self, name, candidates, signatures, *, bind=None, preload=(), opener=None):
+        self.name, self.candidates, self.signatures, self.prefixes = name, candidates, signatures, tuple(preload)
+        self.bind = bind
         self.opener = opener
         self.lib = None
         self.error = None
@@ -175,7 +177,12 @@ class WheelLibrary:
             for path in self.candidates():
                 try:
                     lib = (self.opener or _dlopen_global)(path)
-                    self.bind(lib)
+                    for name, argtypes in self.signatures.items():
+                        fn = getattr(lib, name)
+                        fn.argtypes = argtypes
+                        fn.restype = ctypes.c_int
+                    if self.bind is not None:
+                        self.bind(lib)
                 except (OSError, AttributeError) as err:
                     errors.append(f"{path}: {err}")
                     continue
