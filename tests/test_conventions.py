@@ -1,6 +1,8 @@
 """The project's writing conventions, checked over its tracked sources (docs/dev/architecture.md's
 "Conventions"): NOTEs cited by title exist, NOTEs state conclusions and the command that
-measures them rather than logs of timings, and functorch's file is named by its name."""
+measures them rather than logs of timings, functorch's file is named by its name; and the
+shape of cuvmap/: its import graph (no cycle but the transforms <-> lax rule helpers', the
+floors kept), function-local imports that say why, no module over 700 lines."""
 import os
 import re
 import subprocess
@@ -89,7 +91,7 @@ def test_functorchs_file_is_named_not_called_the_seed():
 
 
 # ---------------------------------------------------------------------------------------
-# The import graph of cuvmap/ (NOTE-free: the rules are stated here)
+# The import graph of cuvmap/ (the rules are stated here, in the tests' docstrings)
 # ---------------------------------------------------------------------------------------
 
 # The rule helpers of the transforms (vmap's moves of a batch dim, the tangent and
