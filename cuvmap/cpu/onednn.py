@@ -106,6 +106,7 @@ class _Plan:
 
     def __init__(self, op, dtype, operands, stride, padding, dilation):
         self.op = op
+        lib, engine = libdnnl.lib, libdnnl.engine
         x_shape, w_shape, y_shape = (operands[k][0] for k in ("x", "w", "y"))
         kernel = w_shape[-len(stride):]
         strides = libdnnl.dims(stride)
@@ -121,8 +122,8 @@ class _Plan:
                 f"stride {tuple(stride)}, padding {tuple(padding)}, dilation {tuple(dilation)}")
         try:
             hint = ctypes.c_void_p()
-            libdnnl.check(libdnnl.lib.dnnl_convolution_forward_primitive_desc_create(
-                ctypes.byref(hint), libdnnl.engine, DNNL_FORWARD_TRAINING, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1],
+            libdnnl.check(lib.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(hint), engine, DNNL_FORWARD_TRAINING, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1],
                 bias_md, anys[2], strides, dilates, pad_l, pad_r, attr), what)
             if op == "forward":
                 pd, hint = hint, ctypes.c_void_p()
@@ -132,16 +133,16 @@ class _Plan:
                     roles.append((DNNL_ARG_BIAS, "b", False, None))
             elif op == "backward_input":
                 pd = ctypes.c_void_p()
-                libdnnl.check(libdnnl.lib.dnnl_convolution_backward_data_primitive_desc_create(
-                    ctypes.byref(pd), libdnnl.engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], anys[2], strides, dilates,
+                libdnnl.check(lib.dnnl_convolution_backward_data_primitive_desc_create(
+                    ctypes.byref(pd), engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], anys[2], strides, dilates,
                     pad_l, pad_r, hint, attr), what)
                 roles = [(DNNL_ARG_DIFF_DST, "y", False, DNNL_QUERY_DIFF_DST_MD),
                          (DNNL_ARG_WEIGHTS, "w", False, DNNL_QUERY_WEIGHTS_MD),
                          (DNNL_ARG_DIFF_SRC, "x", True, DNNL_QUERY_DIFF_SRC_MD)]
             else:
                 pd = ctypes.c_void_p()
-                libdnnl.check(libdnnl.lib.dnnl_convolution_backward_weights_primitive_desc_create(
-                    ctypes.byref(pd), libdnnl.engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], None, anys[2], strides,
+                libdnnl.check(lib.dnnl_convolution_backward_weights_primitive_desc_create(
+                    ctypes.byref(pd), engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], None, anys[2], strides,
                     dilates, pad_l, pad_r, hint, attr), what)
                 roles = [(DNNL_ARG_SRC, "x", False, DNNL_QUERY_SRC_MD),
                          (DNNL_ARG_DIFF_DST, "y", False, DNNL_QUERY_DIFF_DST_MD),
@@ -150,15 +151,15 @@ class _Plan:
             pd = ctypes.c_void_p()  # owned by self.conv now
             self.operands = []
             for arg, name, output, query in roles:
-                conv_md = users[name] if query is None else libdnnl.lib.dnnl_primitive_desc_query_md(self.conv.pd, query, 0)
+                conv_md = users[name] if query is None else lib.dnnl_primitive_desc_query_md(self.conv.pd, query, 0)
                 self.operands.append(_Operand(arg, name, output, users.pop(name), conv_md, attr))
         finally:
             for md in anys + list(users.values()):
-                libdnnl.lib.dnnl_memory_desc_destroy(md)
+                lib.dnnl_memory_desc_destroy(md)
             for p in (hint, pd):
                 if p:
-                    libdnnl.lib.dnnl_primitive_desc_destroy(p)
-            libdnnl.lib.dnnl_primitive_attr_destroy(attr)
+                    lib.dnnl_primitive_desc_destroy(p)
+            lib.dnnl_primitive_attr_destroy(attr)
         self.scratchpad = max([self.conv.scratchpad] + [o.reorder.scratchpad for o in self.operands if o.reorder])
 
     def describe(self):
@@ -178,7 +179,8 @@ class _Plan:
 
         def memory(md, ptr):
             m = ctypes.c_void_p()
-            libdnnl.check(lib.dnnl_memory_create(ctypes.byref(m), md, libdnnl.engine, ctypes.c_void_p(ptr)), "dnnl_memory_create")
+            libdnnl.check(lib.dnnl_memory_create(ctypes.byref(m), md, libdnnl.engine, ctypes.c_void_p(ptr)),
+                          "dnnl_memory_create")
             memories.append(m)
             return m
 
@@ -187,7 +189,7 @@ class _Plan:
                 args = args + [(DNNL_ARG_SCRATCHPAD, memory(primitive.scratchpad_md, scratch))]
             packed = (ExecArg * len(args))(*[ExecArg(a, m) for a, m in args])
             libdnnl.check(lib.dnnl_primitive_execute(primitive.handle, stream, len(args), packed),
-                   f"dnnl_primitive_execute ({self.op})")
+                          f"dnnl_primitive_execute ({self.op})")
 
         try:
             conv_args, after = [], []
