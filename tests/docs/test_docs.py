@@ -7,7 +7,7 @@
 - every relative link of a page leads to a file that exists (within docs/ for a page of the
   site) and every ``#anchor`` to a heading of its page;
 - docs/dev/architecture.md's NOTE index lists every NOTE the code defines, with its file
-  (``python tests/test_docs.py --write-note-index`` rewrites it);
+  (``python tests/docs/test_docs.py --write-note-index`` rewrites it);
 - the API reference (docs/api/) renders every public name of cuvmap's public modules.
 
 This file needs no MkDocs: it reads the Markdown itself.
@@ -35,7 +35,7 @@ def _root():
 ROOT = _root()
 DOCS = ROOT / "docs"
 ARCHITECTURE = DOCS / "dev" / "architecture.md"
-NOTE_INDEX_BEGIN = "<!-- note-index:begin (generated: python tests/test_docs.py --write-note-index) -->"
+NOTE_INDEX_BEGIN = "<!-- note-index:begin (generated: python tests/docs/test_docs.py --write-note-index) -->"
 NOTE_INDEX_END = "<!-- note-index:end -->"
 
 
@@ -239,9 +239,10 @@ def _python_sources():
 
 
 def notes():
-    """``{title: [files]}`` of the NOTEs the code defines: a line ``# NOTE [title]`` (or
-    ``# NOTE [title]: ...``), or a docstring line ``NOTE [title]``; test modules, which
-    cite NOTEs, are left out (the strict CuPy stand-in's are kept)."""
+    """``{title: [files]}`` of the NOTEs the code defines: a comment line ``# NOTE`` with
+    the title in brackets (and maybe a colon and text after it), or a docstring line
+    ``NOTE`` and the bracketed title; test modules, which cite NOTEs, are left out (the
+    strict CuPy stand-in's are kept)."""
     found = {}
     for path in _python_sources():
         if pathlib.PurePath(path).name.startswith("test_"):
@@ -271,7 +272,7 @@ def test_the_note_index_is_current():
     text = ARCHITECTURE.read_text(encoding="utf-8")
     start, end = _index_in(text)
     assert text[start:end] == note_index(), \
-        "docs/dev/architecture.md's NOTE index is stale: run `python tests/test_docs.py --write-note-index`"
+        "docs/dev/architecture.md's NOTE index is stale: run `python tests/docs/test_docs.py --write-note-index`"
     assert len(notes()) > 50
 
 
@@ -352,4 +353,4 @@ if __name__ == "__main__":
         write_note_index()
         print(f"wrote the NOTE index of {ARCHITECTURE.relative_to(ROOT)}: {len(notes())} NOTEs")
     else:
-        sys.exit("usage: python tests/test_docs.py --write-note-index")
+        sys.exit("usage: python tests/docs/test_docs.py --write-note-index")
