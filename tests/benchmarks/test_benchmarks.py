@@ -14,7 +14,7 @@ import pytest
 
 import conftest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
     sys.path.insert(0, ROOT)
 

@@ -20,7 +20,7 @@ import pytest
 import cuvmap as cv
 from cuvmap.cpu import threads
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

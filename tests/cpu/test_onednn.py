@@ -1,9 +1,9 @@
 """The oneDNN binding (cuvmap/cpu/onednn.py): loading, batch buckets, the bounded plan
 cache, threads. Every result is checked against the naive float64 loops of
-tests/test_conv.py or against the im2col kernels, never against oneDNN itself.
+tests/lax/test_conv.py or against the im2col kernels, never against oneDNN itself.
 
 The kernels' agreement with the loops over every configuration, and every batching case
-on oneDNN, are in tests/test_conv.py (the ``onednn`` parametrisations).
+on oneDNN, are in tests/lax/test_conv.py (the ``onednn`` parametrisations).
 """
 import json
 import os
@@ -19,9 +19,9 @@ from cuvmap.cpu import onednn
 from cuvmap.lru import LRU
 from cuvmap.lax import conv_gemm
 
-from test_conv import CONFIGS, make_operands, naive_backward_weight, naive_conv, reference_conv
+from conv_references import CONFIGS, make_operands, naive_backward_weight, naive_conv, reference_conv
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason=f"oneDNN not loadable: {onednn.load_error()}")
 

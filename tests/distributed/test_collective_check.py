@@ -2,7 +2,7 @@
 stand in for the processes of a group (each thread a ``ProcessGroup`` over a thread
 engine), so that every disagreement of issue 24 (another primitive, shape, dtype or
 size, a skipped collective, a process that ends) is checked on every CI run; the same
-cases under ``mpiexec -n 2`` are in ``tests/test_distributed.py``. Collectives over
+cases under ``mpiexec -n 2`` are in ``tests/distributed/test_distributed.py``. Collectives over
 non-array leaves raise TypeError (JAX: "not a valid JAX type")."""
 import os
 import pathlib
@@ -20,7 +20,7 @@ from cuvmap.distributed import check as check_mod
 from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed import watchdog as watchdog_mod
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 
 
 class ThreadEngine:

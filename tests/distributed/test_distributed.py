@@ -20,7 +20,7 @@ import pytest
 from cuvmap import backend as cv_backend
 from cuvmap import distributed
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 JOBS = ROOT / "tests" / "distributed_jobs"
 MPIEXEC = distributed.find_mpiexec()
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 EXAMPLES = ROOT / "examples"
 
 

@@ -18,7 +18,7 @@ import pytest
 import cuvmap as cv
 from cuvmap import core, distributed, dp, lax, tree
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 C, SIGMA, N = 0.5, 1.3, 32.0
 
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 
 # Three 4 MiB temporaries from a non-elementwise primitive (cumsum allocates its output,
 # so the plan's pool cannot hold it), alive together, freed by the end of each call.

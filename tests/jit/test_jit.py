@@ -27,9 +27,8 @@ from cuvmap import core, dp, lax, nn
 from cuvmap.core import ConcretizationError, EscapedTracerError
 from cuvmap.transforms import executor, ir
 
-from op_table import ALL_ROWS, F64, NESTED_SAMPLE
+from op_table import ALL_ROWS, F64, NESTED_SAMPLE, closed_over_nondiff, weighted_sum
 from random_programs import program_fun, programs
-from test_ops import closed_over_nondiff, weighted_sum
 
 
 def assert_same(got, want, rtol=1e-12, atol=1e-12):
@@ -817,7 +816,7 @@ print(start, after, rss_mb(), f.kept_pools()["bytes"])
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_a_stream_of_shapes_keeps_bounded_memory():
-    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parent.parent))
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-c", STREAM_OF_SHAPES], capture_output=True, text=True, env=env,
                          timeout=300, check=True).stdout
     start, after, cleared, kept = (float(v) for v in out.split())

@@ -27,7 +27,7 @@ from cuvmap.transforms.call import CallPrimitive
 from cuvmap.transforms.program_call import jit_call_p
 from cuvmap.transforms.remat import checkpoint_p
 
-from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
+from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS, closed_over_nondiff, weighted_sum
 
 ROWS_BY_NAME = {r.name: r for r in ALL_ROWS}
 
@@ -96,27 +96,6 @@ def batched_shape(shape, axis, size):
 
 def axes_id(in_axes):
     return "in_axes=(" + ",".join("N" if a is None else str(a) for a in in_axes) + ")"
-
-
-def closed_over_nondiff(row, args, fun=None):
-    """``(f, diff_args)``: ``row.fun`` (or ``fun``, over the same operands) as a function
-    of the row's differentiable operands only, the others (indices, predicates, Python
-    scalars) fixed at their values in ``args``."""
-    args = list(args)
-    fun = row.fun if fun is None else fun
-
-    def f(*diff):
-        full = list(args)
-        for i, d in zip(row.diff_argnums, diff):
-            full[i] = d
-        return fun(*full)
-
-    return f, tuple(args[i] for i in row.diff_argnums)
-
-
-def weighted_sum(fun, weights):
-    """``x ↦ Σ fun(x) · weights``: a scalar function whose gradient sees every output."""
-    return lambda *args: lax.reduce_sum(lax.mul(fun(*args), weights))
 
 
 def _random(seed, shape):
