@@ -3,6 +3,8 @@ tests/cpu/test_onednn.py and tests/gpu/test_cuda_path.py: naive direct convoluti
 with explicit loops over every output (or input) element in float64, and the table of
 configurations (1/2/3-d, stride, padding, dilation, groups 1 / 2 / depthwise, transposed)
 with their operands."""
+import itertools
+
 import numpy as np
 
 # ---------------------------------------------------------------------------------------
