@@ -228,7 +228,7 @@ integer_pow_p = _nary(
 # from these closed forms (and math.erf for d_0); evaluating is one Horner pass whose
 # coefficients are gathered by center: about 35 whole-array operations (20 in float32)
 # and no Python loop over elements, as fast as SciPy's erf on large arrays. Results are
-# within a few units in the last place of math.erf's (tests/test_numpy.py). On the GPU,
+# within a few units in the last place of math.erf's (tests/numpy/test_numpy.py). On the GPU,
 # CuPy's own erf kernel (cupyx.scipy.special.erf) runs instead.
 _ERF_STEP = 1.0 / 16
 _ERF_LAST = 6.0
@@ -373,7 +373,7 @@ erf_inv_p = _nary("erf_inv", _erf_inv_impl, _float_unary_shape_rule)
 # m = -pred as an integer mask (all ones where pred holds),
 # select = (bits(on_true) & m) | (bits(on_false) & ~m), exact for every value (inf, NaN
 # and -0.0 included) and several times faster than np.where, most with a zero operand
-# (relu's). tests/test_ops.py checks it bit for bit against np.where.
+# (relu's). tests/lax/test_ops.py checks it bit for bit against np.where.
 _SAME_SIZE_INT = {2: np.int16, 4: np.int32, 8: np.int64}
 
 
