@@ -222,6 +222,7 @@ def test_three_processes_name_who_disagrees():
         assert re.search(r"processes 0, 2 called psum over 'batch' of float64\[2\], process 1 called pmin", str(err))
 
 
+@pytest.mark.slow
 def test_the_check_digest_is_the_same_in_every_process():
     """The digest must not use Python's hash of strings (randomised per process)."""
     key = ("psum", "batch", np.dtype(np.float32), (np.int64(3), 4), None)

@@ -25,6 +25,10 @@ JOBS = ROOT / "tests" / "distributed_jobs"
 MPIEXEC = distributed.find_mpiexec()
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
 
+# every job here starts processes: seconds each (tests/distributed/test_collective_check.py checks the
+# same disagreements in one process, with threads for the processes)
+pytestmark = pytest.mark.slow
+
 needs_mpiexec = pytest.mark.skipif(
     MPIEXEC is None or not HAVE_MPI4PY,
     reason=("no mpiexec next to this Python or on PATH" if MPIEXEC is None else "mpi4py is not installed")

@@ -204,6 +204,7 @@ def _dp_sgd_example_eps(num_epochs, sigma, delta, microbatching, q, fractional="
     return dp.rdp_to_epsilon(DP_ACCOUNTING_ORDERS, rdp, delta)[0]
 
 
+@pytest.mark.slow
 def test_tf_privacy_example_privacy_and_statement():
     # compute_dp_sgd_privacy_test.py, test_compute_dp_sgd_example_privacy (RDP rows;
     # num_epochs=1.2, noise 0.7, δ=1e-5; improved conversion, dp_accounting orders).

@@ -280,6 +280,7 @@ def test_sigma_zero_gives_the_global_clipped_sum_exactly():
 HAVE_MPI = distributed.find_mpiexec() is not None and importlib.util.find_spec("mpi4py") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_MPI, reason="no mpiexec or mpi4py: pip install mpi4py mpich (the test extra)")
 def test_noise_once_on_two_processes():
     """Under mpiexec -n 2, every recipe's update carries (σC/n)² once (within 2%), the

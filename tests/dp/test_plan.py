@@ -41,6 +41,7 @@ def test_plan_construction_errors(kwargs, pattern):
         _plan(**kwargs)
 
 
+@pytest.mark.slow
 def test_the_plan_derives_every_piece_from_the_same_numbers():
     """The sampler, buckets and accountant all come from (N, q, σ, C, T), and the expected
     batch size is the public one given (or asked for by name): two of jax_privacy's critical
@@ -65,6 +66,7 @@ def test_the_plan_derives_every_piece_from_the_same_numbers():
     assert "q=0.25" in repr(plan) and "n=10" in repr(plan)
 
 
+@pytest.mark.slow
 def test_registered_accountants_are_reported():
     class Half(dp.RDPAccountant):
         def get_epsilon(self, delta, **kw):

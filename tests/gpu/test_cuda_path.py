@@ -427,6 +427,7 @@ def test_skips():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
 def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
     tests = tmp_path / "test_probe.py"

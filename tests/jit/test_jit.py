@@ -814,6 +814,7 @@ print(start, after, rss_mb(), f.kept_pools()["bytes"])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_a_stream_of_shapes_keeps_bounded_memory():
     env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
