@@ -131,9 +131,9 @@ SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in PRIMITIVE_RO
 GPU_VMAP_SAMPLE = 3
 DEFAULT_VMAP_SAMPLE = 2
 VMAP_CASES = [
-    pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}",
-                 marks=_slow_unless(_sample(in_axes_combos(r), DEFAULT_VMAP_SAMPLE, r.seed("cpu")), c))
-    for r in ALL_ROWS if r.args for c in in_axes_combos(r)
+    pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}", marks=_slow_unless(chosen, c))
+    for r in ALL_ROWS if r.args for combos in [in_axes_combos(r)]
+    for chosen in [_sample(combos, DEFAULT_VMAP_SAMPLE, r.seed("cpu"))] for c in combos
 ] + [
     pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}", marks=[pytest.mark.gpu, *_slow_unless(combos[:1], c)])
     for r in ALL_ROWS if r.args for combos in [_sample(in_axes_combos(r), GPU_VMAP_SAMPLE, r.seed("gpu"))]
