@@ -54,6 +54,13 @@ DIFF_ROWS = [pytest.param(r, id=r.name) for r in ALL_ROWS
 REV_ROWS = [p for p in DIFF_ROWS if "rev" in p.values[0].modes]
 
 
+def _nested_sample_by_default(params):
+    """The nestings with jit check every row in the full suite; -m "not slow" takes the op
+    table's nested sample (NESTED_SAMPLE: rows of every family), the others are marked slow."""
+    return [p if p.values[0].name in NESTED_SAMPLE else pytest.param(*p.values, id=p.id, marks=pytest.mark.slow)
+            for p in params]
+
+
 def _vmap_axes(row):
     return tuple(None if a.is_pyscalar else 0 for a in row.args)
 
@@ -99,7 +106,7 @@ def test_jit_on_each_backend(row, backend, monkeypatch):
                 _to_host(cv.vmap(row.fun, in_axes=axes)(*xs)), 1e-6, 1e-6)
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.name) for r in ALL_ROWS if r.args])
+@pytest.mark.parametrize("row", _nested_sample_by_default([pytest.param(r, id=r.name) for r in ALL_ROWS if r.args]))
 def test_vmap_and_jit_nest_both_ways(row):
     args = _batched_args(row)
     axes = _vmap_axes(row)
@@ -108,7 +115,7 @@ def test_vmap_and_jit_nest_both_ways(row):
     assert_same(cv.jit(cv.vmap(row.fun, in_axes=axes))(*args), want)
 
 
-@pytest.mark.parametrize("row", REV_ROWS)
+@pytest.mark.parametrize("row", _nested_sample_by_default(REV_ROWS))
 def test_grad_and_jit_nest_both_ways(row):
     args = row.make_args(F64)
     weights = np.random.default_rng(row.seed("w")).standard_normal(np.shape(row.fun(*args)))
@@ -119,7 +126,7 @@ def test_grad_and_jit_nest_both_ways(row):
     assert_same(cv.jit(cv.grad(f, argnums=argnums))(*diff), want, 1e-10, 1e-10)
 
 
-@pytest.mark.parametrize("row", DIFF_ROWS)
+@pytest.mark.parametrize("row", _nested_sample_by_default(DIFF_ROWS))
 def test_jvp_and_jit_nest_both_ways(row):
     args = row.make_args(F64)
     f, diff = closed_over_nondiff(row, args)
