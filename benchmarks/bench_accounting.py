@@ -7,7 +7,7 @@ For each recipe (σ, q, steps, δ) — the anchors of issue 25 (MNIST: σ = 1.1,
 60 epochs = 14,063 steps; CIFAR-10: σ = 3, q = 4096/50000, 2,500 steps; δ = 1e-5) and two
 more — it reports ε by ``dp.RDPAccountant`` and by ``dp.PLDAccountant`` at its default
 grid (1e-4) and at 1e-3, against the values Google's ``dp_accounting`` 0.6.0 gives (stored
-here, as in tests/test_pld.py); then the time of one ``get_epsilon`` from scratch (a new
+here, as in tests/dp/test_pld.py); then the time of one ``get_epsilon`` from scratch (a new
 accountant, the per-step PLD cache cleared: what a training loop pays once at its end) and
 of one ``calibrate_noise(ε_PLD, δ, q, steps)`` from scratch (its memo cleared) for each
 accountant, with the σ it returns, and the time of a memoised call. When ``dp_accounting``

@@ -1,4 +1,4 @@
-"""The op table: the data that drives the generic tests in ``test_ops.py``.
+"""The op table: the data that drives the generic tests in ``tests/lax/test_ops.py``.
 
 One :class:`Row` per case. ``PRIMITIVE_ROWS`` holds at least one row per primitive of
 :func:`cuvmap.lax.all_primitives` (a registry test fails when a primitive has none), the
@@ -247,6 +247,27 @@ class Row:
 
 def prim_row(name, prim, params, fun, ref, args, **kw):
     return Row(name, fun, ref, args, prim=prim, params=dict(params), **kw)
+
+
+def closed_over_nondiff(row, args, fun=None):
+    """``(f, diff_args)``: ``row.fun`` (or ``fun``, over the same operands) as a function
+    of the row's differentiable operands only, the others (indices, predicates, Python
+    scalars) fixed at their values in ``args``."""
+    args = list(args)
+    fun = row.fun if fun is None else fun
+
+    def f(*diff):
+        full = list(args)
+        for i, d in zip(row.diff_argnums, diff):
+            full[i] = d
+        return fun(*full)
+
+    return f, tuple(args[i] for i in row.diff_argnums)
+
+
+def weighted_sum(fun, weights):
+    """``x ↦ Σ fun(x) · weights``: a scalar function whose gradient sees every output."""
+    return lambda *args: lax.reduce_sum(lax.mul(fun(*args), weights))
 
 
 def _rows_elementwise():

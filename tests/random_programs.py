@@ -1,5 +1,5 @@
 """Random programs for property tests of the staged-program machinery (the planner in
-tests/test_jit.py, fusion in tests/test_fusion.py).
+tests/jit/test_jit.py, fusion in tests/jit/test_fusion.py).
 
 A program takes ``num_inputs`` arrays; each step applies a unary or binary op (from the
 lists the test passes) to earlier values, and the outputs are a few of the values.

@@ -232,7 +232,7 @@ class _Plan:
 # evicted primitive again: ~20 KiB of JIT code and descriptors each, so the process grew
 # without bound across many shapes. cuvmap sets its capacity to 0 when libdnnl loads
 # (unless DNNL_PRIMITIVE_CACHE_CAPACITY is set), so this cache alone bounds them;
-# tests/test_onednn.py checks the bound and the process's memory.
+# tests/cpu/test_onednn.py checks the bound and the process's memory.
 CACHE_SIZE = 256
 _plans = LRU(CACHE_SIZE)
 _stats = {"created": 0, "create_seconds": 0.0}

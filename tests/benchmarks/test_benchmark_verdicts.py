@@ -16,7 +16,7 @@ from math import comb
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
     sys.path.insert(0, ROOT)
 
@@ -486,7 +486,7 @@ def test_an_injection_that_names_no_case_is_an_error(capsys):
 
 
 # ---------------------------------------------------------------------------------------
-# GPU timers on a fake CuPy (the real one: tests/test_benchmarks.py, marked gpu)
+# GPU timers on a fake CuPy (the real one: tests/benchmarks/test_benchmarks.py, marked gpu)
 # ---------------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import conftest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
     sys.path.insert(0, ROOT)
 
@@ -43,6 +43,7 @@ def _rows(results, framework=None):
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")  # reported as given, never changed
     res, out = _run(capsys, tmp_path, ["per_example"] + TINY_PER_EXAMPLE + ["--no-torch", "--no-jax"])
@@ -87,6 +88,7 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
         assert os.path.exists(res["plot_path"]) and res["plot_path"].endswith(".png")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suite, extra, label", [
     ("per_example", TINY_PER_EXAMPLE + ["--no-torch", "--no-jax"], "cuvmap jit(vmap(grad)) at batch 3"),
     ("dp", ["--batch", "3", "--models", "cnn", "--repeats", "1", "--max-repeats", "1", "--warmup", "1",
@@ -105,6 +107,7 @@ def test_scopes_report_the_time_per_layer(suite, extra, label, capsys, tmp_path)
     assert f"## Time per named scope: {label}" in out
 
 
+@pytest.mark.slow
 def test_per_example_interleaved(capsys, tmp_path):
     """Every method's repeats come from rounds that time each method once (--interleave, now
     the default, is still accepted); each ratio carries its interval and verdict from the
@@ -125,6 +128,7 @@ def test_per_example_interleaved(capsys, tmp_path):
     assert "| batch | ratio | value (medians) | 95% CI | verdict | target | met |" in out
 
 
+@pytest.mark.slow
 def test_per_example_torch(capsys, tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch.func")
@@ -141,6 +145,7 @@ def test_per_example_torch(capsys, tmp_path):
     assert jit_ratio["value"] > 0
 
 
+@pytest.mark.slow
 def test_per_example_jax(capsys, tmp_path):
     pytest.importorskip("jax")
     res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "1", "--max-repeats", "1",
@@ -154,6 +159,7 @@ def test_per_example_jax(capsys, tmp_path):
     assert jit_ratio["value"] > 0
 
 
+@pytest.mark.slow
 def test_per_example_absent_frameworks_are_skipped(capsys, tmp_path, monkeypatch):
     # as if torch and jax were not installed
     monkeypatch.setitem(sys.modules, "torch", None)
@@ -180,6 +186,7 @@ def test_models_agree_with_the_spec():
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_conv_suite(capsys, tmp_path):
     res, out = _run(capsys, tmp_path, ["conv", "--batch", "1", "2", "--repeats", "1", "--loop-examples", "1",
                                        "--no-plot", "--progress", "off", "--max-spread", "0"])
@@ -188,6 +195,7 @@ def test_conv_suite(capsys, tmp_path):
     assert "## 1. Convolution GFLOP/s" in out and "## 3." in out
 
 
+@pytest.mark.slow
 def test_conv_suite_im2col_variants(capsys, tmp_path):
     """--im2col-variants times the im2col kernels forced to each column layout and to one
     piece (the measurements behind NOTEs [column layouts] and [cache blocking]), and leaves
@@ -204,6 +212,7 @@ def test_conv_suite_im2col_variants(capsys, tmp_path):
         assert any(r["method"] == f"{label} grouped conv (groups·B)" for r in res["tables"]["grouped_vs_unfold"])
 
 
+@pytest.mark.slow
 def test_dp_suite(capsys, tmp_path):
     """The DP suite at tiny sizes: every cuvmap row, eager and jitted, agrees with vmap(grad)
     + dp.clipped_sum; the targets' ratios are reported (not measured at these sizes); torch
@@ -235,6 +244,7 @@ def test_dp_suite(capsys, tmp_path):
     assert "## Ratios against the targets" in out and "| network | batch | method |" in out
 
 
+@pytest.mark.slow
 def test_accounting_suite(capsys, tmp_path):
     """The accountants' suite on its cheapest recipe: ε by PLD matches the stored
     dp_accounting value, PLD below RDP, calibrate_noise's σ reproduces ε_PLD."""
@@ -250,6 +260,7 @@ def test_accounting_suite(capsys, tmp_path):
     assert "## ε" in out and "## targets" in out
 
 
+@pytest.mark.slow
 def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     from benchmarks import bench_dispatch
 
@@ -261,6 +272,7 @@ def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
     assert "× numpy" in out and "no plot" in out
 
 
+@pytest.mark.slow
 def test_control_flow_suite(capsys, tmp_path):
     from benchmarks import bench_control_flow
 
@@ -281,6 +293,7 @@ def test_control_flow_suite(capsys, tmp_path):
         assert float(out.split(note)[1].split()[0]) < 1e-5, out
 
 
+@pytest.mark.slow
 def test_memory_suite(capsys, tmp_path):
     from benchmarks import bench_memory
 
@@ -300,6 +313,7 @@ def test_memory_suite(capsys, tmp_path):
     assert "memory_budget** → chunk" in out and "results differ from the unchunked call's" in out
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_points(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for argv in (["-m", "benchmarks", "dispatch"], ["-m", "benchmarks.bench_dispatch"]):
@@ -314,6 +328,7 @@ def test_python_dash_m_entry_points(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_per_example_gpu(capsys, tmp_path):
     if not cv_backend.gpu_available():
@@ -329,6 +344,7 @@ def test_per_example_gpu(capsys, tmp_path):
     assert "| device peak MiB |" in out
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_gpu_timers_graph_replay_peak_memory_and_injection(capsys):
     """The GPU parts of benchmarks/timing.py on a real device: CUDA events after an L2
@@ -357,6 +373,7 @@ def test_gpu_timers_graph_replay_peak_memory_and_injection(capsys):
     assert status in (0, 1) and "self-check" in out and "| GPU timing |" in out
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_conv_dp_and_dispatch_suites_on_the_gpu(capsys, tmp_path):
     """The suites tools/gpu_checks.sh runs, on the GPU at tiny sizes: each exits 0 (the conv
@@ -465,6 +482,7 @@ def test_load_monitor():
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_distributed_suite(capsys, tmp_path):
     from cuvmap import distributed
 

@@ -20,7 +20,7 @@ import pytest
 import cuvmap as cv
 from cuvmap.cpu import threads
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -286,6 +286,7 @@ def test_the_real_shutdown_keeps_gemms_and_convs_right(fresh_state, monkeypatch)
     assert threads._blas.get("shutdown") is not None or not threads.loaded_libraries("openblas")
 
 
+@pytest.mark.slow
 def test_a_real_busy_loop_is_seen(fresh_state):
     cores = threads.available_cores()
     if cores < 2 or threads._busy_seconds(None) is None:
@@ -312,6 +313,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_background_load_starts_and_stops():
     with background.BackgroundLoad(2) as load:
@@ -338,6 +340,7 @@ def test_background_loops_outlive_no_killed_benchmark(tmp_path):
     assert not _alive(pid)
 
 
+@pytest.mark.slow
 def test_suite_option_starts_prints_and_stops_the_loops(capsys, tmp_path):
     path = tmp_path / "out.json"
     argv = ["dp", "--models", "mlp", "--batch", "2", "--mlp-widths", "16", "8", "4", "--no-jit", "--no-torch",
@@ -377,6 +380,7 @@ def test_alternate_load_report():
         background.BackgroundLoad(0, alternate=True)
 
 
+@pytest.mark.slow
 def test_alternate_load_pauses_and_resumes(capsys, tmp_path):
     path = tmp_path / "out.json"
     argv = ["dp", "--models", "mlp", "--batch", "2", "--mlp-widths", "16", "8", "4", "--no-jit", "--no-torch",

@@ -1,9 +1,9 @@
 """The oneDNN binding (cuvmap/cpu/onednn.py): loading, batch buckets, the bounded plan
 cache, threads. Every result is checked against the naive float64 loops of
-tests/test_conv.py or against the im2col kernels, never against oneDNN itself.
+tests/lax/test_conv.py or against the im2col kernels, never against oneDNN itself.
 
 The kernels' agreement with the loops over every configuration, and every batching case
-on oneDNN, are in tests/test_conv.py (the ``onednn`` parametrisations).
+on oneDNN, are in tests/lax/test_conv.py (the ``onednn`` parametrisations).
 """
 import json
 import os
@@ -20,9 +20,9 @@ from cuvmap.lax import conv_strategy
 from cuvmap.lru import LRU
 from cuvmap.lax import conv_gemm
 
-from test_conv import CONFIGS, make_operands, naive_backward_weight, naive_conv, reference_conv
+from conv_references import CONFIGS, make_operands, naive_backward_weight, naive_conv, reference_conv
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason=f"oneDNN not loadable: {onednn.load_error()}")
 
@@ -50,7 +50,8 @@ print(json.dumps(dict(available=onednn.available(), error=onednn.load_error(), d
 """
 
 
-@pytest.mark.parametrize("library", ["/nonexistent/libdnnl.so.3", "libm.so.6"], ids=["missing", "not-onednn"])
+@pytest.mark.parametrize("library", ["/nonexistent/libdnnl.so.3", pytest.param("libm.so.6", marks=pytest.mark.slow)],
+                         ids=["missing", "not-onednn"])  # a fresh interpreter each: the second is slow
 def test_a_bad_library_gives_a_clear_load_error_and_the_numpy_kernels(library, tmp_path):
     path = tmp_path / "out.npy"
     env = dict(os.environ, CUVMAP_ONEDNN_LIBRARY=library, PYTHONPATH=ROOT)
@@ -176,13 +177,15 @@ print(json.dumps(dict(available=onednn.available(), mode=onednn.threading_mode()
 
 
 @needs_onednn
+# a fresh interpreter each: the first case by default, the others slow
 @pytest.mark.parametrize("order, env, mode", [
     ("libgomp-first", {}, "threads"),
-    ("libgomp-first", {"OMP_WAIT_POLICY": "ACTIVE"}, "openmp"),       # the user's policy wins
-    ("libgomp-first", {"GOMP_SPINCOUNT": "1000"}, "openmp"),
-    ("libgomp-first", {"CUVMAP_ONEDNN_THREADING": "openmp"}, "openmp"),
-    ("cuvmap-first", {}, "openmp"),
-    ("cuvmap-first", {"CUVMAP_ONEDNN_THREADING": "threads"}, "threads"),
+    # the user's policy wins
+    pytest.param("libgomp-first", {"OMP_WAIT_POLICY": "ACTIVE"}, "openmp", marks=pytest.mark.slow),
+    pytest.param("libgomp-first", {"GOMP_SPINCOUNT": "1000"}, "openmp", marks=pytest.mark.slow),
+    pytest.param("libgomp-first", {"CUVMAP_ONEDNN_THREADING": "openmp"}, "openmp", marks=pytest.mark.slow),
+    pytest.param("cuvmap-first", {}, "openmp", marks=pytest.mark.slow),
+    pytest.param("cuvmap-first", {"CUVMAP_ONEDNN_THREADING": "threads"}, "threads", marks=pytest.mark.slow),
 ], ids=["libgomp-first", "user-policy", "user-spincount", "forced-openmp", "cuvmap-first", "forced-threads"])
 def test_the_threading_mode_follows_who_loaded_openmp(order, env, mode):
     base = {k: v for k, v in os.environ.items()
@@ -248,6 +251,7 @@ def _rss_mib():
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
+@pytest.mark.slow
 @needs_onednn
 def test_the_plan_cache_is_bounded_and_leaks_nothing(monkeypatch):
     """Many shapes through an LRU of 8 plans: the cache stays at its bound, evicted plans

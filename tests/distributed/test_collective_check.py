@@ -2,7 +2,7 @@
 stand in for the processes of a group (each thread a ``ProcessGroup`` over a thread
 engine), so that every disagreement of issue 24 (another primitive, shape, dtype or
 size, a skipped collective, a process that ends) is checked on every CI run; the same
-cases under ``mpiexec -n 2`` are in ``tests/test_distributed.py``. Collectives over
+cases under ``mpiexec -n 2`` are in ``tests/distributed/test_distributed.py``. Collectives over
 non-array leaves raise TypeError (JAX: "not a valid JAX type")."""
 import os
 import pathlib
@@ -20,7 +20,7 @@ from cuvmap.distributed import check as check_mod
 from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed import watchdog as watchdog_mod
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 
 
 class ThreadEngine:
@@ -222,6 +222,7 @@ def test_three_processes_name_who_disagrees():
         assert re.search(r"processes 0, 2 called psum over 'batch' of float64\[2\], process 1 called pmin", str(err))
 
 
+@pytest.mark.slow
 def test_the_check_digest_is_the_same_in_every_process():
     """The digest must not use Python's hash of strings (randomised per process)."""
     key = ("psum", "batch", np.dtype(np.float32), (np.int64(3), 4), None)

@@ -20,10 +20,14 @@ import pytest
 from cuvmap import backend as cv_backend
 from cuvmap import distributed
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 JOBS = ROOT / "tests" / "distributed_jobs"
 MPIEXEC = distributed.find_mpiexec()
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
+
+# every job here starts processes: seconds each (tests/distributed/test_collective_check.py checks the
+# same disagreements in one process, with threads for the processes)
+pytestmark = pytest.mark.slow
 
 needs_mpiexec = pytest.mark.skipif(
     MPIEXEC is None or not HAVE_MPI4PY,

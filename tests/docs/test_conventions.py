@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 
 
 def _sources():
@@ -20,7 +20,7 @@ def _sources():
         pytest.skip("not a git checkout")
     texts = {}
     for p in paths:
-        if p.endswith((".py", ".md", ".sh", ".cfg")) and p != "tests/test_conventions.py":  # (this file quotes them)
+        if p.endswith((".py", ".md", ".sh", ".cfg")) and p != "tests/docs/test_conventions.py":  # (this file quotes them)
             with open(os.path.join(ROOT, p), encoding="utf-8") as fh:
                 texts[p] = fh.read()
     return texts
@@ -80,7 +80,7 @@ def test_notes_are_not_logs_of_timings():
 def test_functorchs_file_is_named_not_called_the_seed():
     found = []
     # a random number generator's seed is another word (cuvmap.random, its hash)
-    rng_files = ("cuvmap/random.py", "cuvmap/lax/prng.py", "tests/test_random.py")
+    rng_files = ("cuvmap/random.py", "cuvmap/lax/prng.py", "tests/lax/test_random.py")
     for p, t in _sources().items():
         if p.endswith(rng_files):
             continue

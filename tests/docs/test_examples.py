@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 EXAMPLES = ROOT / "examples"
 
 
@@ -45,6 +45,8 @@ def test_jacobians():
     assert load("jacobians").main(["--device", "cpu", "--inputs", "4", "--hidden", "5", "--outputs", "2"]) < 1e-6
 
 
+# The main job (dp_sgd_digits) is slow: scikit-learn and its digits take a second to load.
+@pytest.mark.slow
 def test_dp_sgd_digits_runs_and_accounts(capsys):
     acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--limit", "256", "--epochs", "1", "--progress", "off"])
     assert 0.0 <= acc <= 1.0 and np.isfinite(eps) and eps > 0
@@ -55,6 +57,7 @@ def test_dp_sgd_digits_runs_and_accounts(capsys):
     assert eps_rdp == pytest.approx(eps, abs=0.006) and 0 < eps_pld < eps_rdp
 
 
+@pytest.mark.slow
 def test_dp_sgd_digits_jit_and_eager_agree(capsys):
     """The main job's step under jit (the default: Poisson batches padded to a few sizes,
     masked) and with --eager (unpadded batches, op by op) reaches the same test accuracy and
@@ -81,6 +84,7 @@ def test_dp_sgd_digits_jit_and_eager_agree(capsys):
     assert "[eager]" in eager_out and "jit:" not in eager_out
 
 
+@pytest.mark.slow
 def test_dp_sgd_digits_ghost_and_per_example_clipping_agree(capsys):
     """The default clipping (dp.clipped_grad: ghost norms and book-keeping) and --clipping
     per_example (every example's vmap(grad) gradient, clipped) compute the same clipped sums,
@@ -96,6 +100,7 @@ def test_dp_sgd_digits_ghost_and_per_example_clipping_agree(capsys):
     assert eps_ghost == eps_per_example
 
 
+@pytest.mark.slow
 def test_dp_sgd_digits_without_dp():
     acc, eps = load("dp_sgd_digits").main(["--device", "cpu", "--no-dp", "--epochs", "4", "--limit", "256",
                                            "--progress", "off"])
@@ -108,6 +113,7 @@ def test_ensemble_vmapped_training_equals_one_by_one():
     assert len(accs) == 3 and worst < 1e-5
 
 
+@pytest.mark.slow
 def test_ensemble_in_float64_matches_one_by_one_to_rounding(capsys):
     accs, ens_acc, worst = load("ensemble").main(["--device", "cpu", "--members", "8", "--steps", "20", "--batch", "8",
                                                   "--dtype", "float64", "--progress", "off"])
@@ -136,18 +142,18 @@ GPU_RUNS = [
     ("quickstart", ["--steps", "2", "--batch", "8", "--dim", "8", "--hidden", "8"], lambda worst: worst < 1e-5),
     ("per_example_grads", ["--batch", "4"], lambda worst: worst < 1e-4),
     ("jacobians", ["--inputs", "4", "--hidden", "5", "--outputs", "2"], lambda worst: worst < 1e-6),
-    ("dp_sgd_digits", ["--limit", "128", "--epochs", "1", "--progress", "off"],
-     lambda r: 0.0 <= r[0] <= 1.0 and np.isfinite(r[1])),
+    pytest.param("dp_sgd_digits", ["--limit", "128", "--epochs", "1", "--progress", "off"],
+                 lambda r: 0.0 <= r[0] <= 1.0 and np.isfinite(r[1]), marks=pytest.mark.slow),
     ("ensemble", ["--members", "2", "--steps", "2", "--batch", "8", "--progress", "off"], lambda r: r[2] < 1e-5),
-    ("resnet_per_example", ["--steps", "2", "--batch", "4", "--width", "4", "--progress", "off"],
-     lambda r: r[1] < 1e-4),
-    ("rnn_per_example", ["--batch", "8", "--length", "5", "--train", "64", "--steps", "2"],
-     lambda r: r[0] < 1e-5 and r[2] > 0),
+    pytest.param("resnet_per_example", ["--steps", "2", "--batch", "4", "--width", "4", "--progress", "off"],
+                 lambda r: r[1] < 1e-4, marks=pytest.mark.slow),
+    pytest.param("rnn_per_example", ["--batch", "8", "--length", "5", "--train", "64", "--steps", "2"],
+                 lambda r: r[0] < 1e-5 and r[2] > 0, marks=pytest.mark.slow),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, args, check", GPU_RUNS, ids=[r[0] for r in GPU_RUNS])
+@pytest.mark.parametrize("name, args, check", GPU_RUNS, ids=[getattr(r, "values", r)[0] for r in GPU_RUNS])
 def test_examples_on_the_gpu(name, args, check):
     import cuvmap as cv
 
@@ -172,6 +178,12 @@ COMMAND_CASES = [
 ]
 
 
+def first_case_only(cases):
+    """The cases of a sweep of subprocesses (a fresh interpreter each): the first runs by
+    default, the others are marked slow."""
+    return [case if i == 0 else pytest.param(*case, marks=pytest.mark.slow) for i, case in enumerate(cases)]
+
+
 def option_help(help_text):
     """``{option: its help text}`` from ``--help``'s options section."""
     blocks, current = {}, None
@@ -187,7 +199,7 @@ def option_help(help_text):
     return blocks
 
 
-@pytest.mark.parametrize("name,sizes,default", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
+@pytest.mark.parametrize("name,sizes,default", first_case_only(COMMAND_CASES), ids=[c[0] for c in COMMAND_CASES])
 def test_help_shows_defaults(name, sizes, default):
     result = run_example(name, "--help")
     assert result.returncode == 0, result.stderr
@@ -205,7 +217,7 @@ BAD_VALUES = [(c[0], option, "0") for c in COMMAND_CASES for option in c[1]] + [
 ]
 
 
-@pytest.mark.parametrize("name,option,value", BAD_VALUES)
+@pytest.mark.parametrize("name,option,value", first_case_only(BAD_VALUES))
 def test_bad_sizes_are_argparse_errors(name, option, value):
     result = run_example(name, option, value)
     assert result.returncode == 2, result.stderr
@@ -213,6 +225,7 @@ def test_bad_sizes_are_argparse_errors(name, option, value):
     assert f"error: argument {option}:" in result.stderr and value in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "on"])
 def test_progress_to_a_pipe_has_no_carriage_returns(mode):
     result = run_example("dp_sgd_digits", "--device", "cpu", "--limit", "128", "--epochs", "1", "--batch", "16",

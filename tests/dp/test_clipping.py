@@ -1,19 +1,141 @@
-"""Clipping by group (per-layer bounds: fastDP's param-wise, layer-wise and block-wise
-styles) and by user (each user's summed gradient clipped), through ``dp.clipped_sum`` and
-``dp.clipped_grad`` (ghost norms, their user form, and the explicit fallbacks), and the
-user sampler (NOTE [clipping by group and by user] in cuvmap/dp/clipping.py, NOTE [user
-norms from factored gradients] in cuvmap/dp/ghost).
+"""Per-example clipping (cuvmap/dp/clipping.py): the global norms, ``clip_per_example``
+and ``clipped_sum``; clipping by group (per-layer bounds: fastDP's param-wise, layer-wise
+and block-wise styles) and by user (each user's summed gradient clipped), through
+``dp.clipped_sum`` and ``dp.clipped_grad`` (ghost norms, their user form, and the explicit
+fallbacks), and the user sampler (NOTE [clipping by group and by user] in
+cuvmap/dp/clipping.py, NOTE [user norms from factored gradients] in cuvmap/dp/ghost).
 
-Independent references: NumPy loops over examples, groups and users of ``cv.grad`` of one
-example at a time (float64): each group's or user's norm, its clip factor, the sum."""
+Independent references: per-example Python loops in NumPy (tests/dp_references.py); for
+groups and users, NumPy loops over examples, groups and users of ``cv.grad`` of one example
+at a time (float64): each group's or user's norm, its clip factor, the sum."""
 import math
 
 import numpy as np
 import pytest
 
 import cuvmap as cv
+import cuvmap.numpy as cnp
 from cuvmap import dp, tree
+from dp_references import assert_tree_close, loop_clip, loop_norms, per_example_pytree
 from test_ghost import NETWORKS
+
+# No fallback (cancellation) warning and no NumPy overflow may go unnoticed.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+# ---------------------------------------------------------------------------------------
+# Per-example norms and clipping
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("b", [1, 7])
+def test_global_norms_match_loop(b):
+    g = per_example_pytree(_rng(1), b)
+    norms = dp.per_example_global_norms(g)
+    assert norms.shape == (b,)
+    np.testing.assert_allclose(norms, loop_norms(g), rtol=1e-13)
+
+
+def test_clip_matches_loop_and_bounds_norms():
+    rng = _rng(2)
+    g = per_example_pytree(rng, 9)
+    # Scale examples so that some are far under, some near, some far over the bound.
+    scales = np.array([0.01, 0.1, 0.5, 0.999, 1.0, 1.5, 3.0, 10.0, 1e3])
+    norms0 = loop_norms(g)
+    g = tree.map(lambda x: x * (scales / norms0).reshape((-1,) + (1,) * (x.ndim - 1)), g)
+    max_norm = 1.0
+    clipped, norms = dp.clip_per_example(g, max_norm, return_norms=True)
+    np.testing.assert_allclose(norms, scales, rtol=1e-13)
+    assert_tree_close(clipped, loop_clip(g, max_norm), rtol=1e-14, atol=0)
+    after = loop_norms(clipped)
+    assert np.all(after <= max_norm * (1 + 1e-12))
+    over = scales > max_norm
+    np.testing.assert_allclose(after[over], max_norm, rtol=1e-5)
+    # Examples under the bound come back bit-for-bit unchanged.
+    under = np.flatnonzero(scales + 1e-6 <= max_norm)
+    for x, y in zip(tree.leaves(g), tree.leaves(clipped)):
+        np.testing.assert_array_equal(y[under], x[under])
+    # Clipping only rescales: each example keeps its direction.
+    for i in np.flatnonzero(over):
+        c = max_norm / (scales[i] + 1e-6)
+        for x, y in zip(tree.leaves(g), tree.leaves(clipped)):
+            np.testing.assert_allclose(y[i], c * x[i], rtol=1e-14)
+
+
+def test_clip_float32_zero_gradient_and_structure():
+    g = per_example_pytree(_rng(3), 5, np.float32)
+    g = tree.map(lambda x: np.concatenate([np.zeros_like(x[:1]), x[1:] * 10]), g)
+    clipped = dp.clip_per_example(g, 0.5)
+    assert tree.structure(clipped) == tree.structure(g)
+    for x, y in zip(tree.leaves(g), tree.leaves(clipped)):
+        assert y.dtype == np.float32 and y.shape == x.shape
+        np.testing.assert_array_equal(y[0], 0.0)  # an all-zero example: no NaN, stays zero
+    after = loop_norms(tree.map(lambda x: x.astype(np.float64), clipped))
+    assert np.all(after <= 0.5 * (1 + 1e-6))
+    assert_tree_close(clipped, loop_clip(tree.map(lambda x: x.astype(np.float64), g), 0.5), rtol=2e-6, atol=1e-7)
+
+
+def test_clip_of_vmap_grad_matches_per_example_loop():
+    rng = _rng(4)
+    params = {"w1": rng.standard_normal((3, 4)), "b1": rng.standard_normal(4), "w2": rng.standard_normal(4)}
+    xs, ys = rng.standard_normal((6, 3)) * 3, rng.standard_normal(6)
+
+    def loss(p, x, y):
+        return cnp.square(cnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] - y)
+
+    per_ex = cv.vmap(cv.grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+    loop = [cv.grad(loss)(params, xs[i], ys[i]) for i in range(6)]
+    stacked = tree.map(lambda *ls: np.stack(ls), *loop)
+    np.testing.assert_allclose(dp.per_example_global_norms(per_ex), loop_norms(stacked), rtol=1e-12)
+    max_norm = float(np.median(loop_norms(stacked)))
+    assert_tree_close(dp.clip_per_example(per_ex, max_norm), loop_clip(stacked, max_norm), rtol=1e-12, atol=1e-14)
+
+
+def test_norms_are_transformable():
+    # d/dg Σ_b ‖g_b‖ = g_b / ‖g_b‖, leaf by leaf: the norms are built from cuvmap primitives.
+    g = per_example_pytree(_rng(5), 4)
+    d = cv.grad(lambda t: cnp.sum(dp.per_example_global_norms(t)))(g)
+    norms = loop_norms(g)
+    assert_tree_close(d, tree.map(lambda x: x / norms.reshape((-1,) + (1,) * (x.ndim - 1)), g), rtol=1e-12)
+
+
+def test_clip_errors():
+    g = per_example_pytree(_rng(6), 3)
+    with pytest.raises(ValueError, match="positive"):
+        dp.clip_per_example(g, 0.0)
+    bad = dict(g, scale=np.ones(4))
+    with pytest.raises(ValueError, match=r"\['scale'\] has batch size 4"):
+        dp.per_example_global_norms(bad)
+    with pytest.raises(ValueError, match="scalar"):
+        dp.clip_per_example({"a": np.ones((3, 2)), "s": np.float64(1.0)}, 1.0)
+    with pytest.raises(ValueError, match="no array leaves"):
+        dp.per_example_global_norms({})
+
+
+def test_clipped_sum_errors_and_transformability():
+    g = per_example_pytree(_rng(40), 4)
+    with pytest.raises(ValueError, match=r"mask has shape \(3,\), but the per-example gradients have batch size 4"):
+        dp.clipped_sum(g, 1.0, mask=np.ones(3, bool))
+    with pytest.raises(ValueError, match="max_norm must be positive"):
+        dp.clipped_sum(g, 0.0)
+    # made of primitives: vmap over a stack of two batches equals each batch on its own
+    two = tree.map(lambda x: np.stack([x, 2 * x]), g)
+    mask = np.array([True, True, False, True])
+    stacked = cv.vmap(lambda t: dp.clipped_sum(t, 1.0, mask=mask))(two)
+    assert isinstance(stacked, dp.ClippedGradient) and stacked.sensitivity == 1.0
+    for i, scale in enumerate((1, 2)):
+        assert_tree_close(tree.map(lambda s: s[i], stacked.summed),
+                           dp.clipped_sum(tree.map(lambda x: scale * x, g), 1.0, mask=mask).summed, rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------
+# Clipping by group and by user (NOTE [clipping by group and by user])
+# ---------------------------------------------------------------------------------------
+
 
 TINY = 1e-6
 

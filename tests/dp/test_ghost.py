@@ -376,7 +376,7 @@ def _wide_conv(rng):
     return params, loss, lambda b: (rng.standard_normal((b, 64, 4, 4)), rng.integers(0, 10, b)), params["w"]
 
 
-@pytest.mark.parametrize("make", [_wide_dense, _wide_conv])
+@pytest.mark.parametrize("make", [_wide_dense, pytest.param(_wide_conv, marks=pytest.mark.slow)])
 def test_the_ghost_path_never_forms_a_per_example_weight_gradient(make):
     """Peak memory of the ghost path (tracemalloc, which counts NumPy's buffers) stays far
     below one per-example gradient of the wide weight, which the explicit path writes."""

@@ -10,18 +10,8 @@ import numpy as np
 import pytest
 
 import cuvmap as cv
-import cuvmap.numpy as cnp
-from cuvmap import dp, nn, tree
-
-
-def _loss(params, x, y):
-    return nn.cross_entropy((cnp.tanh(x @ params["w"] + params["b"]) @ params["v"])[None], y[None])
-
-
-def _problem(seed=0, n=40):
-    rng = np.random.default_rng(seed)
-    params = {"w": rng.standard_normal((5, 6)) * 0.5, "b": np.zeros(6), "v": rng.standard_normal((6, 3)) * 0.5}
-    return params, rng.standard_normal((n, 5)), rng.integers(0, 3, n)
+from cuvmap import dp, tree
+from dp_references import tanh_net_loss, tanh_net_problem
 
 
 def _plan(**kw):
@@ -51,7 +41,13 @@ def test_plan_construction_errors(kwargs, pattern):
         _plan(**kwargs)
 
 
+@pytest.mark.slow
 def test_the_plan_derives_every_piece_from_the_same_numbers():
+    """The sampler, buckets and accountant all come from (N, q, σ, C, T), and the expected
+    batch size is the public one given (or asked for by name): two of jax_privacy's critical
+    pitfalls (accounting and batch selection; public vs private metadata, with the
+    expected_batch_size rows of CONSTRUCTION_ERRORS), as tests/dp/test_sensitivity.py lists
+    them."""
     plan = _plan()
     assert plan.buckets == dp.batch_buckets(10.0, 40) and plan.expected_batch_size == 10.0
     assert _plan(expected_batch_size="from_dataset_size").expected_batch_size == 10.0
@@ -70,6 +66,7 @@ def test_the_plan_derives_every_piece_from_the_same_numbers():
     assert "q=0.25" in repr(plan) and "n=10" in repr(plan)
 
 
+@pytest.mark.slow
 def test_registered_accountants_are_reported():
     class Half(dp.RDPAccountant):
         def get_epsilon(self, delta, **kw):
@@ -87,20 +84,20 @@ def test_registered_accountants_are_reported():
 def test_a_plan_step_equals_the_pieces_and_a_loop():
     """plan.private_gradient(plan.clipped_grad(loss)(...)) on a padded batch, eagerly and
     under jit, is (Σ_b clip(g_b) + σCz) / n by a per-example loop."""
-    params, xs, ys = _problem()
+    params, xs, ys = tanh_net_problem(n=40)
     plan = _plan()
     idx = plan.sample(np.random.default_rng(3))
     (x, y), mask = plan.pad((xs[idx], ys[idx]))
     assert len(mask) in plan.buckets and int(mask.sum()) == len(idx)
     z = plan.noise(params, np.random.default_rng(4))
-    clipped_grad = plan.clipped_grad(_loss)
+    clipped_grad = plan.clipped_grad(tanh_net_loss)
 
     def step(p, x, y, m, z):
         return plan.private_gradient(clipped_grad(p, x, y, mask=m), noise=z)
 
     want = {k: 1.2 * 0.7 * z[k] for k in params}
     for i in idx:
-        g = cv.grad(_loss)(params, xs[i], ys[i])
+        g = cv.grad(tanh_net_loss)(params, xs[i], ys[i])
         norm = math.sqrt(sum(float(np.sum(v ** 2)) for v in g.values()))
         for k in params:
             want[k] = want[k] + g[k] * min(1.0, 0.7 / (norm + 1e-6))
@@ -123,10 +120,10 @@ MISMATCHED = [
 @pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("make, pattern", MISMATCHED)
 def test_the_plan_refuses_a_clipped_sum_it_did_not_make(make, pattern, jitted):
-    params, xs, ys = _problem()
+    params, xs, ys = tanh_net_problem(n=40)
     plan = _plan()
     z = plan.noise(params, np.random.default_rng(5))
-    per_example = cv.vmap(cv.grad(_loss), in_axes=(None, 0, 0))
+    per_example = cv.vmap(cv.grad(tanh_net_loss), in_axes=(None, 0, 0))
 
     def step(p, x, y, z):
         return plan.private_gradient(make(p, per_example(p, x, y)), noise=z)
@@ -136,9 +133,9 @@ def test_the_plan_refuses_a_clipped_sum_it_did_not_make(make, pattern, jitted):
 
 
 def test_a_grouped_plan_and_a_user_plan():
-    params, xs, ys = _problem()
+    params, xs, ys = tanh_net_problem(n=40)
     grouped = _plan(groups="param", max_norm={"['b']": 0.1, "['v']": 0.4, "['w']": 0.3})
-    clipped = grouped.clipped_grad(_loss)(params, xs[:6], ys[:6])
+    clipped = grouped.clipped_grad(tanh_net_loss)(params, xs[:6], ys[:6])
     assert clipped.sensitivity == pytest.approx(math.sqrt(0.01 + 0.16 + 0.09))
     z = grouped.noise(params, np.random.default_rng(6))
     g = grouped.private_gradient(clipped, noise=z)
@@ -146,20 +143,20 @@ def test_a_grouped_plan_and_a_user_plan():
     for k in params:
         np.testing.assert_allclose(g[k], want[k], rtol=1e-12)
     with pytest.raises(ValueError, match="by group"):
-        grouped.private_gradient(dp.clipped_grad(_loss, clipped.sensitivity)(params, xs[:6], ys[:6]), noise=z)
+        grouped.private_gradient(dp.clipped_grad(tanh_net_loss, clipped.sensitivity)(params, xs[:6], ys[:6]), noise=z)
     # user level: 10 users of 4 examples; the sampler samples users
     users = np.repeat(np.arange(10), 4)
     plan = _plan(dataset_size=10, unit="user", num_examples=40, expected_batch_size=2.5)
     idx, slots = plan.sample(np.random.default_rng(7), users)
     assert len(idx) % 4 == 0 and np.all(np.diff(slots) >= 0)
     (x, y, u), mask = plan.pad((xs[idx], ys[idx], slots))
-    clipped = plan.clipped_grad(_loss)(params, x, y, mask=mask, users=u)
+    clipped = plan.clipped_grad(tanh_net_loss)(params, x, y, mask=mask, users=u)
     assert clipped.unit == "user"
     g = plan.private_gradient(clipped, noise=z)
     assert tree.structure(g) == tree.structure(params)
     with pytest.raises(ValueError, match="samples users: pass user_of_example"):
         plan.sample(np.random.default_rng(7))
     with pytest.raises(ValueError, match="each example clipped"):
-        plan.private_gradient(plan.clipped_grad(_loss)(params, x, y, mask=mask), noise=z)
+        plan.private_gradient(plan.clipped_grad(tanh_net_loss)(params, x, y, mask=mask), noise=z)
     with pytest.raises(ValueError, match="max_norm is the plan's"):
-        plan.clipped_grad(_loss, max_norm=2.0)
+        plan.clipped_grad(tanh_net_loss, max_norm=2.0)

@@ -55,7 +55,8 @@ def _eps(sigma, q, steps, delta, h=pld.DEFAULT_DISCRETIZATION):
 # (σ, steps, δ): no subsampling, the composition of `steps` Gaussian mechanisms
 GAUSSIAN = [
     (1.0, 1, 1e-5), (2.0, 1, 1e-5), (0.8, 1, 1e-3), (1.5, 1, 1e-9),
-    (5.0, 10, 1e-5), (10.0, 100, 1e-3), (3.0, 7, 1e-6),
+    (5.0, 10, 1e-5), pytest.param(10.0, 100, 1e-3, marks=pytest.mark.slow),
+    pytest.param(3.0, 7, 1e-6, marks=pytest.mark.slow),
 ]
 
 
@@ -112,6 +113,7 @@ def test_one_subsampled_step_against_quadrature(sigma, q):
             assert got <= ref * (1 + rel) + 1e-13, (pair, eps)
 
 
+@pytest.mark.slow
 def test_two_subsampled_steps_against_quadrature_in_the_plane():
     sigma, q = 1.0, 0.2
     x, g0, g1 = _grid(sigma, 3001)
@@ -136,11 +138,12 @@ def test_two_subsampled_steps_against_quadrature_in_the_plane():
 # magnitudes: an upper bound a little above cuvmap's exact series).
 DP_ACCOUNTING = [
     ((1.1, 256 / 60000, 14063, 1e-5), 2.381778813, 2.390623414, 2.59665553),   # MNIST, 60 epochs
-    ((3.0, 4096 / 50000, 2500, 1e-5), 6.578903907, 6.579700497, 7.098494143),  # CIFAR-10
-    ((0.8, 0.01, 1000, 1e-5), 3.141018319, 3.141435247, 3.695613193),
-    ((2.0, 0.001, 50000, 1e-6), 0.4828017598, 0.619414948, 0.5213005766),
-    ((1.0, 0.1, 100, 1e-5), 7.046602877, 7.046628943, 7.903850224),
-    ((5.0, 0.5, 200, 1e-5), 6.701169897, 6.70123287, 7.23178224),
+    pytest.param((3.0, 4096 / 50000, 2500, 1e-5), 6.578903907, 6.579700497, 7.098494143,  # CIFAR-10
+                 marks=pytest.mark.slow),
+    pytest.param((0.8, 0.01, 1000, 1e-5), 3.141018319, 3.141435247, 3.695613193, marks=pytest.mark.slow),
+    pytest.param((2.0, 0.001, 50000, 1e-6), 0.4828017598, 0.619414948, 0.5213005766, marks=pytest.mark.slow),
+    pytest.param((1.0, 0.1, 100, 1e-5), 7.046602877, 7.046628943, 7.903850224, marks=pytest.mark.slow),
+    pytest.param((5.0, 0.5, 200, 1e-5), 6.701169897, 6.70123287, 7.23178224, marks=pytest.mark.slow),
     ((1.5, 1.0, 1, 1e-5), 2.753381385, 2.753382206, 2.984800045),
 ]
 
@@ -167,6 +170,7 @@ def test_issue_anchors_within_one_percent():
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_monotone_in_every_parameter():
     base = dict(sigma=1.2, q=0.01, steps=500, delta=1e-5)
 
@@ -295,11 +299,12 @@ def test_edge_cases_and_errors():
 # ---------------------------------------------------------------------------------------
 
 # (target ε, δ, q, steps)
+# each a bisection of PLD compositions: the last (the cheapest) by default, the others slow
 CALIBRATION = [
-    (2.382, 1e-5, 256 / 60000, 14063),
-    (6.58, 1e-5, 4096 / 50000, 2500),
-    (1.0, 1e-5, 0.01, 1000),
-    (8.0, 1e-5, 1.0, 1),
+    pytest.param(2.382, 1e-5, 256 / 60000, 14063, marks=pytest.mark.slow),
+    pytest.param(6.58, 1e-5, 4096 / 50000, 2500, marks=pytest.mark.slow),
+    pytest.param(1.0, 1e-5, 0.01, 1000, marks=pytest.mark.slow),
+    pytest.param(8.0, 1e-5, 1.0, 1, marks=pytest.mark.slow),
     (0.5, 1e-6, 0.001, 50000),
 ]
 

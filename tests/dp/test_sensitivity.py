@@ -13,37 +13,12 @@ import pytest
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
-from cuvmap import dp, nn, tree
+from cuvmap import dp, tree
+from dp_references import assert_tree_close, loop_clipped_sum, tanh_net_loss, tanh_net_problem
 
 
 def _grads(rng, b, scale=1.0):
     return {"w": scale * rng.standard_normal((b, 3, 4)), "b": scale * rng.standard_normal((b, 4))}
-
-
-def _loop_clipped_sum(grads, c):
-    leaves, treedef = tree.flatten(grads)
-    out = [np.zeros(x.shape[1:]) for x in leaves]
-    for i in range(leaves[0].shape[0]):
-        norm = math.sqrt(sum(float(np.sum(x[i] ** 2)) for x in leaves))
-        for o, x in zip(out, leaves):
-            o += x[i] * min(1.0, c / (norm + 1e-6))
-    return tree.unflatten(treedef, out)
-
-
-def _close(a, b, **kw):
-    assert tree.structure(a) == tree.structure(b)
-    for x, y in zip(tree.leaves(a), tree.leaves(b)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), **kw)
-
-
-def _loss(params, x, y):
-    return nn.cross_entropy((cnp.tanh(x @ params["w"] + params["b"]) @ params["v"])[None], y[None])
-
-
-def _problem(seed=0, n=8):
-    rng = np.random.default_rng(seed)
-    params = {"w": rng.standard_normal((5, 6)) * 0.5, "b": np.zeros(6), "v": rng.standard_normal((6, 3)) * 0.5}
-    return params, rng.standard_normal((n, 5)), rng.integers(0, 3, n)
 
 
 def _std_of(noisy, clean, n=1.0):
@@ -71,20 +46,20 @@ SENSITIVITY_CASES = [
 
 @pytest.mark.parametrize("how, relation, c, want", SENSITIVITY_CASES)
 def test_the_clipped_sum_carries_its_sensitivity(how, relation, c, want):
-    params, xs, ys = _problem()
-    per_example = cv.vmap(cv.grad(_loss), in_axes=(None, 0, 0))(params, xs, ys)
+    params, xs, ys = tanh_net_problem()
+    per_example = cv.vmap(cv.grad(tanh_net_loss), in_axes=(None, 0, 0))(params, xs, ys)
     if how.endswith("clipped_sum)") or how == "clipped_sum":
         fn = lambda g: dp.clipped_sum(g, c, relation=relation)  # noqa: E731
         arg = (per_example,)
     else:
-        clipped = dp.clipped_grad(_loss, c, relation=relation)
+        clipped = dp.clipped_grad(tanh_net_loss, c, relation=relation)
         fn, arg = (lambda p, x, y: clipped(p, x, y)), (params, xs, ys)
     if how.startswith("jit"):
         fn = cv.jit(fn)
     got = fn(*arg)
     assert isinstance(got, dp.ClippedGradient)
     assert got.sensitivity == pytest.approx(want, rel=1e-15) and got.max_norm == c and got.relation == relation
-    _close(got.summed, _loop_clipped_sum(tree.map(np.asarray, per_example), c), rtol=1e-10, atol=1e-12)
+    assert_tree_close(got.summed, loop_clipped_sum(tree.map(np.asarray, per_example), c), rtol=1e-10, atol=1e-12)
     summed, norms = got                       # unpacks as before
     assert norms.shape == (8,) and got[0] is summed
     assert f"L2 sensitivity {want:g}" in repr(got)
@@ -94,7 +69,7 @@ def test_a_relation_that_is_not_one_is_refused():
     with pytest.raises(ValueError, match=r"relation must be one of 'add_remove', 'replace'.*'zero_out'"):
         dp.clipped_sum(_grads(np.random.default_rng(0), 2), 1.0, relation="zero_out")
     with pytest.raises(ValueError, match="relation must be one of"):
-        dp.clipped_grad(_loss, 1.0, relation="replace_one")
+        dp.clipped_grad(tanh_net_loss, 1.0, relation="replace_one")
 
 
 @pytest.mark.parametrize("relation, factor", [("add_remove", 1.0), ("replace", 2.0)])
@@ -126,8 +101,8 @@ MISMATCHES = [
 @pytest.mark.parametrize("case", range(len(MISMATCHES)))
 def test_a_max_norm_other_than_the_sums_is_refused_eagerly_and_under_jit(case, jitted):
     call, pattern = MISMATCHES[case]
-    params, xs, ys = _problem()
-    clipped = dp.clipped_grad(_loss, 1.0)
+    params, xs, ys = tanh_net_problem()
+    clipped = dp.clipped_grad(tanh_net_loss, 1.0)
     z = dp.standard_normal_like(params, np.random.default_rng(3))
 
     def step(p, x, y, z):
@@ -139,7 +114,7 @@ def test_a_max_norm_other_than_the_sums_is_refused_eagerly_and_under_jit(case, j
     g = dp.private_gradient(clipped(params, xs, ys), 1.0, 1.1, noise=z, expected_batch_size=8.0)
     assert tree.structure(g) == tree.structure(params)
     g2 = dp.private_gradient(clipped(params, xs, ys), noise_multiplier=1.1, noise=z, expected_batch_size=8.0)
-    _close(g, g2, rtol=0, atol=0)
+    assert_tree_close(g, g2, rtol=0, atol=0)
 
 
 def test_a_plain_pytree_needs_its_bound():
@@ -173,25 +148,25 @@ def test_the_normalisation_is_said_by_name(kwargs, masked, want):
         return
     out = dp.private_gradient(g, 1.0, 0.0, mask=mask, noise=tree.map(lambda x: x[0] * 0, g), **kwargs)
     kept = g if mask is None else tree.map(lambda x: x[mask], g)
-    _close(out, tree.map(lambda s: s / want, _loop_clipped_sum(kept, 1.0)), rtol=1e-12, atol=1e-14)
+    assert_tree_close(out, tree.map(lambda s: s / want, loop_clipped_sum(kept, 1.0)), rtol=1e-12, atol=1e-14)
 
 
 def test_accumulated_clipped_sums():
     """Gradient accumulation: the clipped sums of disjoint microbatches add up to the clipped
     sum of the whole batch (sensitivity unchanged, norms concatenated); sums clipped
     differently are refused."""
-    params, xs, ys = _problem(n=9)
-    clipped = dp.clipped_grad(_loss, 0.4)
+    params, xs, ys = tanh_net_problem(n=9)
+    clipped = dp.clipped_grad(tanh_net_loss, 0.4)
     whole = clipped(params, xs, ys)
     parts = [clipped(params, xs[i:i + 3], ys[i:i + 3]) for i in (0, 3, 6)]
     total = parts[0] + parts[1] + parts[2]
     assert total.sensitivity == 0.4
-    _close(total.summed, whole.summed, rtol=1e-12, atol=1e-14)
+    assert_tree_close(total.summed, whole.summed, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(total.norms, whole.norms, rtol=1e-12)
     with pytest.raises(ValueError, match="different sensitivities"):
-        parts[0] + dp.clipped_grad(_loss, 0.5)(params, xs[:3], ys[:3])
+        parts[0] + dp.clipped_grad(tanh_net_loss, 0.5)(params, xs[:3], ys[:3])
     with pytest.raises(ValueError, match="different sensitivities"):
-        parts[0] + dp.clipped_grad(_loss, 0.4, relation="replace")(params, xs[:3], ys[:3])
+        parts[0] + dp.clipped_grad(tanh_net_loss, 0.4, relation="replace")(params, xs[:3], ys[:3])
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,8 +191,8 @@ def pitfall_division_by_batch_size():
 
 def pitfall_sensitivity_alignment():
     """Noise calibrated to an assumed sensitivity that is not the clipping's: refused."""
-    params, xs, ys = _problem()
-    clipped = dp.clipped_grad(_loss, 1.0)(params, xs, ys)
+    params, xs, ys = tanh_net_problem()
+    clipped = dp.clipped_grad(tanh_net_loss, 1.0)(params, xs, ys)
     with pytest.raises(ValueError, match=r"max_norm=0\.1 differs from the clipped sum's sensitivity bound 1"):
         dp.private_gradient(clipped, 0.1, 1.0, rng=np.random.default_rng(0), expected_batch_size=8.0)
 
@@ -240,21 +215,21 @@ def pitfall_zero_sized_batches_and_non_finite_gradients():
     """A step that fails on an empty batch but not on a batch of one leaks; a NaN in one
     example's gradient must not corrupt the sum. cuvmap: an empty batch (eager, padded,
     under jit) is pure noise; nan_safe drops the example (its sensitivity is 0)."""
-    params, xs, ys = _problem()
-    clipped = dp.clipped_grad(_loss, 1.0, nan_safe=True)
+    params, xs, ys = tanh_net_problem()
+    clipped = dp.clipped_grad(tanh_net_loss, 1.0, nan_safe=True)
     z = dp.standard_normal_like(params, np.random.default_rng(7))
     empty = dp.private_gradient(clipped(params, xs[:0], ys[:0]), noise_multiplier=1.0, noise=z,
                                 expected_batch_size=4.0)
-    _close(empty, tree.map(lambda zl: zl / 4.0, z), rtol=1e-15, atol=0)
+    assert_tree_close(empty, tree.map(lambda zl: zl / 4.0, z), rtol=1e-15, atol=0)
     (px, py), mask = dp.pad_batch((xs[:0], ys[:0]), 8)
     step = cv.jit(lambda p, x, y, m, z: dp.private_gradient(clipped(p, x, y, mask=m), noise_multiplier=1.0,
                                                              noise=z, expected_batch_size=4.0))
-    _close(step(params, px, py, mask, z), empty, rtol=1e-15, atol=0)
+    assert_tree_close(step(params, px, py, mask, z), empty, rtol=1e-15, atol=0)
     bad = xs.copy()
     bad[2] = np.nan
     got = clipped(params, bad, ys)
     keep = np.arange(8) != 2
-    _close(got.summed, clipped(params, xs[keep], ys[keep]).summed, rtol=1e-12, atol=1e-14)
+    assert_tree_close(got.summed, clipped(params, xs[keep], ys[keep]).summed, rtol=1e-12, atol=1e-14)
     assert int(got.num_dropped()) == 1
 
 
@@ -263,13 +238,13 @@ def pitfall_gradient_accumulation():
     bound. cuvmap: the clipped sums of microbatches add (sensitivity unchanged) and the noise
     is added once to the total; user-level sums, where a user could straddle two
     microbatches, are refused."""
-    params, xs, ys = _problem(n=8)
-    clipped = dp.clipped_grad(_loss, 1.0)
+    params, xs, ys = tanh_net_problem(n=8)
+    clipped = dp.clipped_grad(tanh_net_loss, 1.0)
     total = clipped(params, xs[:4], ys[:4]) + clipped(params, xs[4:], ys[4:])
     z = dp.standard_normal_like(params, np.random.default_rng(8))
     once = dp.private_gradient(total, noise_multiplier=1.5, noise=z, expected_batch_size=8.0)
     whole = dp.private_gradient(clipped(params, xs, ys), noise_multiplier=1.5, noise=z, expected_batch_size=8.0)
-    _close(once, whole, rtol=1e-12, atol=1e-14)
+    assert_tree_close(once, whole, rtol=1e-12, atol=1e-14)
     users = dp.clipped_sum(_grads(np.random.default_rng(9), 4), 1.0, users=np.array([0, 0, 1, 1]))
     with pytest.raises(ValueError, match="user-level clipped sums cannot be accumulated"):
         users + users
@@ -279,11 +254,11 @@ def pitfall_cross_example_operations():
     """A batch statistic (batch norm) couples the examples, so one example's gradient depends
     on the others. cuvmap: clipped_grad stages the loss on ONE example, so every example's
     gradient is its own whatever the others hold: changing example 5 changes no other norm."""
-    params, xs, ys = _problem()
+    params, xs, ys = tanh_net_problem()
 
     def normalised_loss(p, x, y):     # "batch norm" written per example: statistics of x alone
         x = (x - cnp.mean(x)) / cnp.sqrt(cnp.var(x) + 1e-5)
-        return _loss(p, x, y)
+        return tanh_net_loss(p, x, y)
 
     clipped = dp.clipped_grad(normalised_loss, 1.0)
     before = clipped(params, xs, ys).norms
@@ -298,45 +273,23 @@ def pitfall_cross_example_operations():
 def pitfall_auxiliary_information():
     """Diagnostics aggregated without noise are not private. cuvmap: clipped_grad returns the
     aux values and norms per example (not aggregated), so an exact mean is a visible choice."""
-    params, xs, ys = _problem()
+    params, xs, ys = tanh_net_problem()
 
     def loss_with_aux(p, x, y):
-        value = _loss(p, x, y)
+        value = tanh_net_loss(p, x, y)
         return value, {"loss": value}
 
     clipped, aux = dp.clipped_grad(loss_with_aux, 1.0, has_aux=True)(params, xs, ys)
     assert aux["loss"].shape == (8,) and clipped.norms.shape == (8,)
 
 
-def pitfall_accounting_and_batch_selection():
-    """The accountant assumes a sampler it is not given (fixed-size batches accounted as
-    Poisson). cuvmap: the plan builds the sampler and the accountant from the same (q, σ,
-    steps), and its ε is the accountant's for that sampler."""
-    plan = dp.Plan(dataset_size=1000, sample_rate=0.05, noise_multiplier=1.1, max_norm=1.0, steps=300,
-                   expected_batch_size=50)
-    sizes = [len(plan.sample(np.random.default_rng(s))) for s in range(400)]
-    assert abs(np.mean(sizes) - 50) < 4 * math.sqrt(1000 * 0.05 * 0.95 / 400)
-    acct = dp.RDPAccountant()
-    acct.step(noise_multiplier=1.1, sample_rate=0.05, num_steps=300)
-    assert plan.epsilon(1e-5) == pytest.approx(acct.get_epsilon(1e-5), rel=1e-12)
-
-
-def pitfall_public_vs_private_metadata():
-    """A data-dependent value (the dataset's size, a batch's size) used as if public. cuvmap:
-    the plan divides by the public expected batch size it is given, never by q·N of the
-    private dataset size unless asked by name, nor by a batch's size."""
-    with pytest.raises(ValueError, match="expected_batch_size"):
-        dp.Plan(dataset_size=1000, sample_rate=0.05, noise_multiplier=1.1, max_norm=1.0, steps=10)
-    plan = dp.Plan(dataset_size=1000, sample_rate=0.05, noise_multiplier=1.1, max_norm=1.0, steps=10,
-                   expected_batch_size="from_dataset_size")
-    assert plan.expected_batch_size == 50.0
-
-
+# Two more critical pitfalls are the plan's to prevent, and tests/dp/test_plan.py checks them:
+# accounting and batch selection (the accountant assumes a sampler it is not given) and public
+# vs private metadata (a data-dependent batch size used as public): its
+# test_the_plan_derives_every_piece_from_the_same_numbers and CONSTRUCTION_ERRORS.
 PITFALLS = [
     pitfall_division_by_batch_size,
     pitfall_sensitivity_alignment,
-    pitfall_accounting_and_batch_selection,
-    pitfall_public_vs_private_metadata,
     pitfall_neighbouring_relation,
     pitfall_zero_sized_batches_and_non_finite_gradients,
     pitfall_gradient_accumulation,

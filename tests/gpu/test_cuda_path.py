@@ -9,7 +9,7 @@ stand-ins for what only a GPU machine has (a fake site-packages tree and loader 
 wheel preload, a plan factory for the plan cache, CuPy's event API for ``time_gpu``). The tests marked
 ``gpu`` need CuPy, a CUDA device and (most) a loadable cuDNN, and skip otherwise, with the
 reason, so that ``tools/gpu_checks.sh`` lists them. Convolution results are checked
-against the naive float64 loops of tests/test_conv.py.
+against the naive float64 loops of tests/lax/test_conv.py.
 """
 import os
 import re
@@ -29,9 +29,9 @@ from cuvmap.cuda import libs
 from cuvmap.lru import LRU
 from cuvmap.test_util import check_batching
 
-from test_conv import naive_backward_weight, naive_conv
+from conv_references import naive_backward_weight, naive_conv
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 
 needs_gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no CUDA device visible to CuPy")
 
@@ -428,6 +428,7 @@ def test_skips():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
 def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
     tests = tmp_path / "test_probe.py"
@@ -667,7 +668,7 @@ def test_check_batching_keeps_every_leaf_on_the_gpu():
 # ---------------------------------------------------------------------------------------
 # What a CUDA graph captures: GEMMs on cuvmap's own cuBLAS handle (NOTE [cuBLAS in a
 # capture]) and bounds checks on the device (NOTE [device-side bounds checks]). These run on
-# a real device (tools/gpu_checks.sh) and on the strict stand-in; tests/test_strict_cupy.py
+# a real device (tools/gpu_checks.sh) and on the strict stand-in; tests/gpu/test_strict_cupy.py
 # covers every operand layout against the emulated libcublas.
 # ---------------------------------------------------------------------------------------
 

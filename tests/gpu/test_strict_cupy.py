@@ -30,7 +30,7 @@ import cuvmap as cv  # noqa: E402
 from cuvmap import dp, nn  # noqa: E402
 from cuvmap.cuda import cublas, cudnn, graphs as cuda_graphs  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 
 
 def _dev(a):
@@ -245,7 +245,7 @@ def test_host_reads_are_counted_per_call_site():
         a.get()
     sites = sorted(log["host_reads"].items())
     assert [count for _, count in sites] == [3, 1]
-    assert all(site.startswith("tests/test_strict_cupy.py:") for site, _ in sites)
+    assert all(site.startswith("tests/gpu/test_strict_cupy.py:") for site, _ in sites)
 
 
 CAPTURE_REFUSED = [  # (what, function of a float32 device array, exception, kind recorded)

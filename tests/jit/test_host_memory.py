@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/<area>/this file
 
 # Three 4 MiB temporaries from a non-elementwise primitive (cumsum allocates its output,
 # so the plan's pool cannot hold it), alive together, freed by the end of each call.
@@ -71,6 +71,7 @@ def test_jitted_program_stops_faulting_in_its_temporaries():
     assert faults < 300, (faults, setting)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _glibc(), reason="the setting is glibc's malloc's (Linux)")
 def test_the_users_malloc_settings_win():
     faults, setting = _run({"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"})

@@ -27,9 +27,8 @@ from cuvmap import core, dp, lax, nn
 from cuvmap.core import ConcretizationError, EscapedTracerError
 from cuvmap.transforms import executor, ir
 
-from op_table import ALL_ROWS, F64, NESTED_SAMPLE
+from op_table import ALL_ROWS, F64, NESTED_SAMPLE, closed_over_nondiff, weighted_sum
 from random_programs import program_fun, programs
-from test_ops import closed_over_nondiff, weighted_sum
 
 
 def assert_same(got, want, rtol=1e-12, atol=1e-12):
@@ -53,6 +52,13 @@ ROWS = [pytest.param(r, id=r.name) for r in ALL_ROWS]
 DIFF_ROWS = [pytest.param(r, id=r.name) for r in ALL_ROWS
              if r.differentiable and r.diff_argnums and F64 in r.dtypes]
 REV_ROWS = [p for p in DIFF_ROWS if "rev" in p.values[0].modes]
+
+
+def _nested_sample_by_default(params):
+    """The nestings with jit check every row in the full suite; -m "not slow" takes the op
+    table's nested sample (NESTED_SAMPLE: rows of every family), the others are marked slow."""
+    return [p if p.values[0].name in NESTED_SAMPLE else pytest.param(*p.values, id=p.id, marks=pytest.mark.slow)
+            for p in params]
 
 
 def _vmap_axes(row):
@@ -100,7 +106,7 @@ def test_jit_on_each_backend(row, backend, monkeypatch):
                 _to_host(cv.vmap(row.fun, in_axes=axes)(*xs)), 1e-6, 1e-6)
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.name) for r in ALL_ROWS if r.args])
+@pytest.mark.parametrize("row", _nested_sample_by_default([pytest.param(r, id=r.name) for r in ALL_ROWS if r.args]))
 def test_vmap_and_jit_nest_both_ways(row):
     args = _batched_args(row)
     axes = _vmap_axes(row)
@@ -109,7 +115,7 @@ def test_vmap_and_jit_nest_both_ways(row):
     assert_same(cv.jit(cv.vmap(row.fun, in_axes=axes))(*args), want)
 
 
-@pytest.mark.parametrize("row", REV_ROWS)
+@pytest.mark.parametrize("row", _nested_sample_by_default(REV_ROWS))
 def test_grad_and_jit_nest_both_ways(row):
     args = row.make_args(F64)
     weights = np.random.default_rng(row.seed("w")).standard_normal(np.shape(row.fun(*args)))
@@ -120,7 +126,7 @@ def test_grad_and_jit_nest_both_ways(row):
     assert_same(cv.jit(cv.grad(f, argnums=argnums))(*diff), want, 1e-10, 1e-10)
 
 
-@pytest.mark.parametrize("row", DIFF_ROWS)
+@pytest.mark.parametrize("row", _nested_sample_by_default(DIFF_ROWS))
 def test_jvp_and_jit_nest_both_ways(row):
     args = row.make_args(F64)
     f, diff = closed_over_nondiff(row, args)
@@ -815,9 +821,10 @@ print(start, after, rss_mb(), f.kept_pools()["bytes"])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_a_stream_of_shapes_keeps_bounded_memory():
-    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parent.parent))
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-c", STREAM_OF_SHAPES], capture_output=True, text=True, env=env,
                          timeout=300, check=True).stdout
     start, after, cleared, kept = (float(v) for v in out.split())

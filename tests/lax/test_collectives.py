@@ -520,6 +520,7 @@ class _Event:
         self.done = done
 
 
+@pytest.mark.slow
 def test_the_watchdog_fires_on_a_collective_that_waits_too_long():
     fired = []
     dog = watchdog_mod.Watchdog(0.2, fired.append, describe="process 1 of 2: ")

@@ -612,6 +612,7 @@ def test_a_bounded_while_loop_under_vmap_stops_each_example_at_its_count():
     np.testing.assert_allclose(want, 0.5 / np.sqrt(a), rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_a_bounded_while_loop_keeps_about_two_root_n_carries():
     """N = 2,500 steps of a 32 KB carry: reverse mode over all of them would keep 80 MB;
     the checkpointed loop keeps ~2√N = 100 carries (3.2 MB) and the body's own."""

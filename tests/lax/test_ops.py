@@ -27,7 +27,7 @@ from cuvmap.transforms.call import CallPrimitive
 from cuvmap.transforms.program_call import jit_call_p
 from cuvmap.transforms.remat import checkpoint_p
 
-from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS
+from op_table import ALL_ROWS, F32, F64, NESTED_SAMPLE, PRIMITIVE_ROWS, closed_over_nondiff, weighted_sum
 
 ROWS_BY_NAME = {r.name: r for r in ALL_ROWS}
 
@@ -98,27 +98,6 @@ def axes_id(in_axes):
     return "in_axes=(" + ",".join("N" if a is None else str(a) for a in in_axes) + ")"
 
 
-def closed_over_nondiff(row, args, fun=None):
-    """``(f, diff_args)``: ``row.fun`` (or ``fun``, over the same operands) as a function
-    of the row's differentiable operands only, the others (indices, predicates, Python
-    scalars) fixed at their values in ``args``."""
-    args = list(args)
-    fun = row.fun if fun is None else fun
-
-    def f(*diff):
-        full = list(args)
-        for i, d in zip(row.diff_argnums, diff):
-            full[i] = d
-        return fun(*full)
-
-    return f, tuple(args[i] for i in row.diff_argnums)
-
-
-def weighted_sum(fun, weights):
-    """``x ↦ Σ fun(x) · weights``: a scalar function whose gradient sees every output."""
-    return lambda *args: lax.reduce_sum(lax.mul(fun(*args), weights))
-
-
 def _random(seed, shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
@@ -135,19 +114,30 @@ def _sample(seq, k, seed):
     return [seq[0]] + random.Random(seed).sample(seq[1:], k - 1)
 
 
+def _slow_unless(chosen, case):
+    """The marks of a case of a sweep: none when it is among the chosen, else ``slow``."""
+    return () if case in chosen else (pytest.mark.slow,)
+
+
 IMPL_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in ALL_ROWS for d in r.dtypes]
 SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in PRIMITIVE_ROWS for d in r.dtypes]
 # vmap against the loop: every in_axes combination on the CPU; on the GPU (the strict CuPy
 # stand-in without one) a sample of GPU_VMAP_SAMPLE per row, the first combination (every
 # operand mapped at 0) among them: the batching rules are the CPU's, what the GPU variant
 # adds is the device discipline of the batched impls, and the whole set would add a quarter
-# to the suite's time
+# to the suite's time. -m "not slow" takes DEFAULT_VMAP_SAMPLE of each row's combinations on
+# the CPU (the first among them) and the first on the GPU: every row's batching rule, in a
+# fifth of the time; the combinations marked slow run in the full suite.
 GPU_VMAP_SAMPLE = 3
+DEFAULT_VMAP_SAMPLE = 2
 VMAP_CASES = [
-    pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}") for r in ALL_ROWS if r.args for c in in_axes_combos(r)
+    pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}", marks=_slow_unless(chosen, c))
+    for r in ALL_ROWS if r.args for combos in [in_axes_combos(r)]
+    for chosen in [_sample(combos, DEFAULT_VMAP_SAMPLE, r.seed("cpu"))] for c in combos
 ] + [
-    pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}", marks=pytest.mark.gpu)
-    for r in ALL_ROWS if r.args for c in _sample(in_axes_combos(r), GPU_VMAP_SAMPLE, r.seed("gpu"))
+    pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}", marks=[pytest.mark.gpu, *_slow_unless(combos[:1], c)])
+    for r in ALL_ROWS if r.args for combos in [_sample(in_axes_combos(r), GPU_VMAP_SAMPLE, r.seed("gpu"))]
+    for c in combos
 ]
 GRAD_ROWS = [r for r in ALL_ROWS if r.differentiable and r.diff_argnums and F64 in r.dtypes]
 REV_ROWS = [r for r in GRAD_ROWS if "rev" in r.modes]
@@ -168,18 +158,21 @@ def _nested_cases():
             outers = [c for c in itertools.product(*outer_choices) if any(ax is not None for ax in c)]
             for outer in _sample(outers, 2, row.seed("outer", inner)):
                 name = f"{row.name}-inner{axes_id(inner)[7:]}-outer{axes_id(outer)[7:]}"
-                cases.append(pytest.param(row, inner, outer, id=name))
+                first_of_row = not cases or cases[-1].values[0] is not row
+                marks = () if first_of_row else (pytest.mark.slow,)
+                cases.append(pytest.param(row, inner, outer, id=name, marks=marks))
     return cases
 
 
 NESTED_CASES = _nested_cases()
+# a sample of each row's combinations, the first by default (-m "not slow")
 VMAP_GRAD_CASES = [
-    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}")
-    for r in NESTED_GRAD_ROWS for c in _sample(in_axes_combos(r), 3, r.seed("vmap_grad"))
+    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}", marks=_slow_unless(combos[:1], c))
+    for r in NESTED_GRAD_ROWS for combos in [_sample(in_axes_combos(r), 3, r.seed("vmap_grad"))] for c in combos
 ]
 GRAD_VMAP_CASES = [
-    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}")
-    for r in NESTED_GRAD_ROWS for c in _sample(in_axes_combos(r), 2, r.seed("grad_vmap"))
+    pytest.param(r, c, id=f"{r.name}-{axes_id(c)}", marks=_slow_unless(combos[:1], c))
+    for r in NESTED_GRAD_ROWS for combos in [_sample(in_axes_combos(r), 2, r.seed("grad_vmap"))] for c in combos
 ]
 
 
@@ -324,10 +317,11 @@ def test_vmap_matches_loop(row, in_axes, backend):
         check_batching(row.fun, put(args, backend), in_axes=in_axes, atol=1e-10, rtol=1e-10)
 
 
+# two combinations per dtype, the first by default (-m "not slow")
 OTHER_DTYPE_VMAP_CASES = [
-    pytest.param(r, d, c, id=f"{r.name}-{d.name}-{axes_id(c)}")
+    pytest.param(r, d, c, id=f"{r.name}-{d.name}-{axes_id(c)}", marks=_slow_unless(combos[:1], c))
     for r in ALL_ROWS if r.args for d in r.dtypes if d != r.vmap_dtype
-    for c in _sample(in_axes_combos(r), 2, r.seed("dtype", d.name))
+    for combos in [_sample(in_axes_combos(r), 2, r.seed("dtype", d.name))] for c in combos
 ]
 
 

@@ -266,6 +266,7 @@ def test_diag_diagonal_tril_cross_errors():
     np.testing.assert_array_equal(cnp.cross(np.array([1.0, 2.0]), np.array([3.0, 4.0])), -2.0)
 
 
+@pytest.mark.slow
 def test_numpy_is_a_package_whose_linalg_is_a_module_of_its_own():
     """``cuvmap.numpy.linalg`` is a module file that imports on its own, first thing in a
     fresh interpreter, in each way people write it; the package's names are unchanged."""

@@ -249,6 +249,7 @@ def test_the_tape_holds_the_inputs_of_a_checkpointed_region_not_its_intermediate
     np.testing.assert_allclose(pull_ckpt(ct)[0], pull_plain(ct)[0], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["eager", "jit(grad)", "grad(jit)"])
 def test_checkpointed_segments_bound_the_peak_memory_of_a_long_chain(how):
     """256 nonlinear steps on 800 kB arrays: the gradient without checkpoint holds a
@@ -264,6 +265,7 @@ def test_checkpointed_segments_bound_the_peak_memory_of_a_long_chain(how):
     assert peak_ckpt < peak_plain / 3.5, f"peaks: {peak_ckpt / nbytes:.0f} vs {peak_plain / nbytes:.0f} arrays"
 
 
+@pytest.mark.slow
 def test_eager_segments_stay_below_a_fifth_of_the_plain_peak():
     """The brief's bound for the eager gradient of tanh/sin chains: < 1/5 of the peak."""
     x = X_LONG

@@ -295,10 +295,13 @@ def test_axis_name_refuses_auto():
 PLANNED_CASES = [
     ("mlp per-example gradients", lambda p, x, y: cv.vmap(cv.grad(models.cuvmap_mlp_per_example_loss),
                                                         in_axes=(None, 0, 0))(p, x, y), "mlp"),
-    ("mlp clipped per-example", dp.clipped_grad(models.cuvmap_mlp_per_example_loss, 1.0, method="per_example"), "mlp"),
+    pytest.param("mlp clipped per-example",
+                 dp.clipped_grad(models.cuvmap_mlp_per_example_loss, 1.0, method="per_example"), "mlp",
+                 marks=pytest.mark.slow),
     ("cnn per-example gradients", lambda p, x, y: cv.vmap(cv.grad(models.cuvmap_per_example_loss),
                                                         in_axes=(None, 0, 0))(p, x, y), "cnn"),
-    ("cnn clipped per-example", dp.clipped_grad(models.cuvmap_per_example_loss, 1.0, method="per_example"), "cnn"),
+    pytest.param("cnn clipped per-example", dp.clipped_grad(models.cuvmap_per_example_loss, 1.0, method="per_example"),
+                 "cnn", marks=pytest.mark.slow),
 ]
 _NARROW = (784, 128, 128, 10)
 
@@ -309,7 +312,7 @@ def _net(kind, batch):
     return (models.cnn_params(),) + models.cnn_data(batch)
 
 
-@pytest.mark.parametrize("name, f, kind", PLANNED_CASES, ids=[c[0] for c in PLANNED_CASES])
+@pytest.mark.parametrize("name, f, kind", PLANNED_CASES, ids=[getattr(c, "values", c)[0] for c in PLANNED_CASES])
 def test_planned_peak_covers_the_run(name, f, kind):
     args = _net(kind, 48)
     closed = ir.optimize(cv.make_jaxpr(f)(*args))
@@ -339,6 +342,7 @@ BUDGET_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, kind, make, stacked", BUDGET_CASES, ids=[c[0] for c in BUDGET_CASES])
 def test_a_quarter_of_the_unchunked_peak(name, kind, make, stacked):
     """At batch 512 with a budget of a quarter of the unchunked call's peak, the call's peak

@@ -37,7 +37,7 @@ ge_p = _nary("ge", np.greater_equal, _comparison_shape_rule, differentiable=Fals
 # m = -pred as an integer mask (all ones where pred holds),
 # select = (bits(on_true) & m) | (bits(on_false) & ~m), exact for every value (inf, NaN
 # and -0.0 included) and several times faster than np.where, most with a zero operand
-# (relu's). tests/test_ops.py checks it bit for bit against np.where.
+# (relu's). tests/lax/test_ops.py checks it bit for bit against np.where.
 _SAME_SIZE_INT = {2: np.int16, 4: np.int32, 8: np.int64}
 
 

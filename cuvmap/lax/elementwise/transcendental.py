@@ -65,7 +65,7 @@ atan2_p = _nary("atan2", np.arctan2, _div_shape_rule, fused=_c_float("atan2({0},
 # from these closed forms (and math.erf for d_0); evaluating is one Horner pass whose
 # coefficients are gathered by center: about 35 whole-array operations (20 in float32)
 # and no Python loop over elements, as fast as SciPy's erf on large arrays. Results are
-# within a few units in the last place of math.erf's (tests/test_numpy.py). On the GPU,
+# within a few units in the last place of math.erf's (tests/numpy/test_numpy.py). On the GPU,
 # CuPy's own erf kernel (cupyx.scipy.special.erf) runs instead.
 _ERF_STEP = 1.0 / 16
 _ERF_LAST = 6.0
