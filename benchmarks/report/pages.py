@@ -27,6 +27,7 @@ import os
 from benchmarks.report import results as results_files
 from benchmarks.report.tables import fmt, markdown_table
 from benchmarks.rounds import stats as bstats
+from benchmarks.rounds.ratios import interval_text, verdict_cell
 from benchmarks.suites import SUITES
 
 SUMMARY = "the docs' performance pages and the README's table, from the runs saved with --save-to-docs"
@@ -134,8 +135,9 @@ def run_header(run):
     m, load = run["machine"], run["machine_load"]
     lines = []
     if load.get("warning"):
-        lines += [f"> **Not a quiet machine.** During this run {load['warning']}. The command below, run again on a "
-                  "quiet machine, replaces these figures.", ""]
+        lines += [f"> **Not a quiet machine.** The load measured during this run: {_load(load)}. These figures are "
+                  "slower and noisier than this machine can do; the command below, run again on a quiet machine, "
+                  "replaces them.", ""]
     rows = [("machine", f"{m['cpu']}, {m['cores']} logical cores; {m['platform']}"),
             ("device", m["device"]),
             ("BLAS", _blas(m)),
@@ -155,18 +157,6 @@ def run_header(run):
 # ---------------------------------------------------------------------------------------
 
 
-def _verdict(c):
-    if not c:
-        return ""
-    return (f"**{c['verdict']}**" if c["verdict"] != bstats.SAME else c["verdict"]) + ("" if c["resolved"] else " ?")
-
-
-def _interval(c):
-    if not c or c.get("ci_low") is None:
-        return "–"
-    return f"[{c['ci_low']:.3g}, {c['ci_high']:.3g}]"
-
-
 def ratios_table(run):
     """The run's ratios between its methods, as it judged them: value (medians), interval
     and verdict from the rounds the two shared, target and whether it is met beyond the
@@ -178,9 +168,10 @@ def ratios_table(run):
     rows = []
     for e in entries:
         c = e.get("comparison")
-        met = e.get("met_beyond_noise") or ("" if e.get("met") is None else ("yes" if e["met"] else "no"))
+        met = e.get("met_beyond_noise") or ("yes" if e.get("met") else "no" if e.get("met") is False else
+                                            "not measured" if e["value"] is None else "")
         rows.append(((e["batch"],) if by_batch else ()) + (
-            e["ratio"], e["value"], _interval(c), _verdict(c), e.get("target") or "(for information)", met))
+            e["ratio"], e["value"], interval_text(c), verdict_cell(c), e.get("target") or "(for information)", met))
     headers = (["batch"] if by_batch else []) + ["ratio", "value (medians)", "95% CI", "verdict", "target", "met"]
     return ["### Ratios", "",
             markdown_table(headers, rows, ("r" if by_batch else "") + "lrllll"), "",
@@ -243,7 +234,7 @@ def _headline_row(runs, what, suite, where, mine, peer):
         return None, run
     a, b = found[mine], found[peer]
     c = bstats.compare_paired(a["times_ms"], b["times_ms"])
-    return (what, a["median_ms"], b["median_ms"], c.ratio, c.interval(), _verdict(c.as_dict())), run
+    return (what, a["median_ms"], b["median_ms"], c.ratio, c.interval(), verdict_cell(c.as_dict())), run
 
 
 def headline(runs):
@@ -292,7 +283,7 @@ def readme_with_table(text, runs):
         raise ValueError(f"the README has no block between {BEGIN} and {END} (one of each, in that order)")
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
-    block = "\n".join(["", "<!-- made by `python -m benchmarks report` from docs/performance/data/: do not edit -->"]
+    block = "\n".join(["", "<!-- made by `python -m benchmarks report` from docs/performance/data/: do not edit -->", ""]
                       + headline(runs)
                       + ["", "Every suite, machine and command: [docs/performance](docs/performance/index.md).", ""])
     return head + BEGIN + block + END + tail

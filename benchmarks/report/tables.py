@@ -82,3 +82,13 @@ class DocTable:
 
     def cells(self, row, run):
         return [cell(row, run) for cell in self._cells]
+
+
+def targets_doc_table():
+    """The docs table of a suite whose ``targets`` are ``{name: {measured, limit,
+    met_beyond_noise}}`` (a target ``measured ≤ limit``)."""
+    return DocTable("Targets", lambda run: [dict(v, name=k) for k, v in (run.get("targets") or {}).items()], [
+        ("target", "name", "l"), ("measured", "measured", "r"), ("≤", "limit", "r"),
+        ("met", lambda row, run: "yes" if row["measured"] is not None and row["measured"] <= row["limit"] else "no",
+         "l"),
+        ("met beyond noise", lambda row, run: row.get("met_beyond_noise") or "–", "l")])

@@ -19,9 +19,23 @@ def compare_rows(num, den, args=None, paired=True):
 
 
 def verdict_text(comparison):
-    """The verdict for a table (FAST and SLOW in bold), with ``?`` when unresolved."""
-    v = comparison.verdict
-    return (f"**{v}**" if v != bstats.SAME else v) + ("" if comparison.resolved else " ?")
+    """The verdict of a :class:`~benchmarks.rounds.stats.Comparison` for a table (FAST and
+    SLOW in bold), with ``?`` when unresolved."""
+    return verdict_cell(comparison.as_dict())
+
+
+def verdict_cell(c):
+    """:func:`verdict_text` of a comparison as the JSON keeps it (a dict; "" for none)."""
+    if not c:
+        return ""
+    return (f"**{c['verdict']}**" if c["verdict"] != bstats.SAME else c["verdict"]) + ("" if c["resolved"] else " ?")
+
+
+def interval_text(c):
+    """The interval of a comparison as the JSON keeps it (a dict), ``–`` when it has none."""
+    if not c or c.get("ci_low") is None:
+        return "–"
+    return f"[{c['ci_low']:.3g}, {c['ci_high']:.3g}]"
 
 
 def judge(name, num, den, args=None, cmp=None, target=None):

@@ -27,7 +27,7 @@ from cuvmap.dp import pld as _pld
 
 from benchmarks.methods import dp_accounting_methods
 from benchmarks.report.progress import Progress
-from benchmarks.report.tables import markdown_table, settings_table
+from benchmarks.report.tables import DocTable, markdown_table, settings_table
 
 SUMMARY = "privacy accountants: ε by PLD and RDP on the anchor recipes, time of get_epsilon and calibrate_noise"
 DEFAULTS = dict(repeats=3, warmup=1)
@@ -41,6 +41,21 @@ RECIPES = {
 }
 CALIBRATE_TARGET_S = 1.0
 REL_TARGET = 0.01
+
+
+DOC_TABLES = [
+    DocTable("ε", "rows", [
+        ("recipe", "recipe", "l"), ("σ", "sigma", "r"), ("q", "q", "r"), ("steps", "steps", "r"), ("δ", "delta", "r"),
+        ("ε RDP", "eps_rdp", "r"), ("ε PLD (1e-4)", "eps_pld", "r"), ("dp_accounting PLD", "dp_accounting_pld", "r"),
+        ("PLD / dp_accounting − 1", "rel_vs_dp_accounting", "r")]),
+    DocTable("Time (ms, medians; calibrate from scratch to the recipe's ε_PLD)", "rows", [
+        ("recipe", "recipe", "l"), ("get_epsilon RDP", lambda row, run: row["get_epsilon_ms"]["rdp"], "r"),
+        ("get_epsilon PLD", lambda row, run: row["get_epsilon_ms"]["pld"], "r"),
+        ("calibrate PLD", lambda row, run: row["calibrate"]["pld"]["ms"], "r"),
+        ("calibrate RDP", lambda row, run: row["calibrate"]["rdp"]["ms"], "r")]),
+    DocTable("Targets", "targets", [("check", "check", "l"), ("value", "value", "r"), ("target", "target", "l"),
+                                    ("met", lambda row, run: "yes" if row["met"] else "no", "l")]),
+]
 
 
 def add_arguments(parser):

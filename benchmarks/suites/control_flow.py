@@ -33,13 +33,24 @@ from cuvmap import backend, lax
 
 from benchmarks.methods import jax_methods, max_abs_diff
 from benchmarks.methods.cuvmap_methods import to_numpy
-from benchmarks.report.tables import markdown_table, settings_table
+from benchmarks.report.tables import DocTable, markdown_table, settings_table, spread_cell, targets_doc_table
 from benchmarks.rounds import ratios, runner
 from benchmarks.rounds import stats as bstats
 from benchmarks.rounds.timers import timer_for
 
 SUMMARY = "jit(grad) of a long scan (an RNN) against the unrolled loop: trace time and per-step run time"
 DEFAULTS = dict(repeats=5, warmup=1)
+
+
+DOC_TABLES = [
+    DocTable("Run time of the jitted gradients", "rows", [
+        ("run (median)", "case", "l"), ("ms per call", "ms", "r"), ("µs per step", "us_per_step", "r"),
+        ("× unrolled", "x_unrolled", "r"), ("× NumPy loop", "x_numpy", "r"),
+        ("IQR / median", lambda row, run: spread_cell(row), "r"), ("rounds", "repeats", "r")]),
+    DocTable("Trace time (make_jaxpr)", lambda run: list(run["trace_ms"].items()), [
+        ("staging", lambda row, run: row[0], "l"), ("ms", lambda row, run: row[1], "r")]),
+    targets_doc_table(),
+]
 
 
 def add_arguments(parser):

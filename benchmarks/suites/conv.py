@@ -34,7 +34,7 @@ from cuvmap.lax import convolution as conv_module
 
 from benchmarks.machine.gemm import gemm_rate
 from benchmarks.report.progress import Progress
-from benchmarks.report.tables import markdown_table, settings_table
+from benchmarks.report.tables import DocTable, markdown_table, settings_table
 from benchmarks.rounds import runner
 from benchmarks.rounds.timers import timer_for
 
@@ -94,6 +94,27 @@ def cpu_kernels(im2col_variants=False):
 
 def conv_flops(n, c, o, out_hw, k, groups=1):
     return 2.0 * n * o * (c // groups) * k * k * out_hw * out_hw
+
+
+def _kernel(label, field):
+    return lambda row, run: (row.get(label) or {}).get(field)
+
+
+DOC_TABLES = [
+    DocTable("1. Convolution GFLOP/s per kernel against matmul GFLOP/s", lambda run: run["tables"]["gflops"], [
+        ("layer", "layer", "l"), ("batch", "batch", "r"), ("op", "op", "l"),
+        ("im2col ms", _kernel("im2col", "ms"), "r"), ("im2col GFLOP/s", _kernel("im2col", "gflops"), "r"),
+        ("oneDNN ms", _kernel("oneDNN", "ms"), "r"), ("oneDNN GFLOP/s", _kernel("oneDNN", "gflops"), "r"),
+        ("GPU (auto) ms", _kernel("auto", "ms"), "r"), ("matmul GFLOP/s", "matmul_gflops", "r"),
+        ("auto picks", "auto_picks", "l")]),
+    DocTable("2. vmap-folded batching cases against a Python loop over examples",
+             lambda run: run["tables"]["vmap_vs_loop"], [
+                 ("layer", "layer", "l"), ("batch", "batch", "r"), ("case", "case", "l"), ("vmap ms", "vmap_ms", "r"),
+                 ("loop ms", "loop_ms", "r"), ("loop / vmap", lambda row, run: row["loop_ms"] / row["vmap_ms"], "r")]),
+    DocTable("3. Per-example weight gradient: folded grouped conv against unfold + batched matmul",
+             lambda run: run["tables"]["grouped_vs_unfold"], [
+                 ("layer", "layer", "l"), ("batch", "batch", "r"), ("method", "method", "l"), ("ms", "ms", "r")]),
+]
 
 
 def add_arguments(parser):

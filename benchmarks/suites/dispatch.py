@@ -16,7 +16,7 @@ import cuvmap.numpy as cnp
 from cuvmap import backend
 
 from benchmarks.report.progress import Progress
-from benchmarks.report.tables import markdown_table, noisy_lines, settings_table
+from benchmarks.report.tables import DocTable, markdown_table, noisy_lines, settings_table, spread_cell
 from benchmarks.rounds import ratios, runner
 from benchmarks.rounds.timers import timer_for
 
@@ -41,6 +41,15 @@ def chain(x, ops, lib):
         else:
             y = lib.tanh(y)
     return lib.sum(y)
+
+
+DOC_TABLES = [
+    DocTable("Overhead per op of the chain", "rows", [
+        ("case", "case", "l"), ("µs per op (median)", "us_per_op", "r"), ("µs per op (min)", "us_per_op_min", "r"),
+        ("× reference", "x_reference", "r"),
+        ("95% CI", lambda row, run: ratios.interval_text(row.get("x_reference_comparison")), "l"),
+        ("IQR / median", lambda row, run: spread_cell(row), "r"), ("rounds", "repeats", "r")]),
+]
 
 
 def add_arguments(parser):

@@ -58,7 +58,7 @@ from cuvmap import config, distributed, dp, lax, nn
 from cuvmap.lax import parallel
 
 from benchmarks.report.progress import Progress
-from benchmarks.report.tables import markdown_table, settings_table
+from benchmarks.report.tables import DocTable, markdown_table, settings_table
 
 SUMMARY = "all-reduce bandwidth against mpi4py's Allreduce, and the DP-SGD step on 1 and 2 processes (mpiexec)"
 DEFAULTS = dict(repeats=15, warmup=2)
@@ -68,6 +68,18 @@ METHODS = ("mpi4py Allreduce (preallocated out, the ceiling)", "mpi4py Allreduce
            "cuvmap psum (data_parallel)", "cuvmap psum (data_parallel of jit)",
            "cuvmap psum (data_parallel), check off", "cuvmap psum (data_parallel of jit), check off")
 CHECKED = (None, None, True, True, False, False)  # the collective check of each method (None: no cuvmap)
+
+
+DOC_TABLES = [
+    DocTable("All-reduce (sum) of float32, process 0's time per call", "allreduce", [
+        ("size", lambda row, run: _fmt_bytes(row["bytes"]), "l"), ("method", "method", "l"),
+        ("µs per call", "median_us", "r"), ("GB/s", "gb_per_s", "r"), ("× ceiling", "x_ceiling", "r"),
+        ("× ceiling (mins)", "x_ceiling_min", "r")]),
+    DocTable("The DP-SGD step of the main job on 1 and 2 processes",
+             lambda run: [run["dp_step"]] if run.get("dp_step") else [], [
+                 ("ms per step, 1 process", "median_1", "r"), ("ms per step, 2 processes", "median_2", "r"),
+                 ("speedup (medians)", "speedup", "r"), ("speedup (best runs)", "speedup_best", "r")]),
+]
 
 
 def add_arguments(parser):

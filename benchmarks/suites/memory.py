@@ -42,7 +42,7 @@ from cuvmap import api, backend, dp, memory_budget as mb
 from benchmarks import models
 from benchmarks.methods import max_abs_diff
 from benchmarks.methods.cuvmap_methods import to_numpy
-from benchmarks.report.tables import markdown_table, settings_table
+from benchmarks.report.tables import DocTable, markdown_table, settings_table, targets_doc_table
 from benchmarks.rounds import peaks, ratios, runner
 from benchmarks.rounds import stats as bstats
 from benchmarks.rounds.timers import timer_for
@@ -52,6 +52,16 @@ DEFAULTS = dict(repeats=5, warmup=1)
 CASES = ("cnn_dp", "mlp_dp", "mlp_norms", "cnn_grads")
 PEAK_LIMIT = 1.10   # the budgeted call's peak over the budget
 TIME_LIMIT = 1.15   # its time over the best in-budget chunk of the sweep
+
+
+DOC_TABLES = [
+    DocTable("Peak memory and time: the budgeted call, the unchunked call, the sweep", "rows", [
+        ("case", "case", "l"), ("run", "run", "l"), ("chunk", "chunk", "r"),
+        ("peak MiB", lambda row, run: row["peak_bytes"] / 2 ** 20, "r"), ("× budget", "peak_over_budget", "r"),
+        ("within the budget", lambda row, run: "yes" if row["within_budget"] else "no", "l"),
+        ("ms (median)", "ms", "r"), ("× best in-budget chunk", "x_best_in_budget", "r")]),
+    targets_doc_table(),
+]
 
 
 def add_arguments(parser):

@@ -27,13 +27,20 @@ from cuvmap import backend
 
 from benchmarks.report import compare
 from benchmarks.report.progress import Progress
-from benchmarks.report.tables import settings_table
+from benchmarks.report.tables import DocTable, settings_table
 from benchmarks.rounds import runner
 from benchmarks.rounds import stats as bstats
 from benchmarks.rounds.timers import Timer, timer_for
 
 SUMMARY = "the harness's self-check: one case slowed by a tenth on purpose is SLOW, the other cases are not"
 DEFAULTS = dict(repeats=10, warmup=2)
+
+
+DOC_TABLES = [
+    DocTable("The two runs compared", lambda run: run["comparison"]["rows"], [
+        ("case", "case", "l"), ("run 1 median ms", "base_median_ms", "r"), ("run 2 median ms", "head_median_ms", "r"),
+        ("run 2 / run 1", "ratio", "r"), ("95% CI", "interval", "l"), ("verdict", "verdict", "l")]),
+]
 
 
 def add_arguments(parser):
