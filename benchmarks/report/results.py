@@ -43,9 +43,10 @@ def write_json(path, results):
     return path
 
 
-def docs_json_path(suite, device, data_dir=DOCS_DATA_DIR):
-    """The committed JSON of a suite on a device, which ``report`` reads."""
-    return os.path.join(data_dir, f"{suite}-{device}.json")
+def docs_json_path(suite, device, data_dir=None):
+    """The committed JSON of a suite on a device (in ``data_dir``, by default
+    :data:`DOCS_DATA_DIR`), which ``report`` reads."""
+    return os.path.join(data_dir or DOCS_DATA_DIR, f"{suite}-{device}.json")
 
 
 def load(path):

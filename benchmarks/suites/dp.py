@@ -61,7 +61,7 @@ from benchmarks.rounds import stats as bstats
 from benchmarks.rounds.scopes import time_per_scope
 
 SUMMARY = "DP-SGD's clipped sum: dp.clipped_grad (ghost/BK) vs vmap(grad)+clip, the batched gradient, torch.func, Opacus"
-DEFAULTS = dict(repeats=5, warmup=2)
+DEFAULTS = dict(repeats=7, warmup=2)  # 7 rounds at least: a 95 % interval of a paired ratio needs 6
 MAX_NORM = 1.0
 
 # the torch row each cuvmap row is held against under load (--alternate-load)
