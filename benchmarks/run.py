@@ -82,12 +82,13 @@ def _run_loaded(args, mod, load):
     argv = getattr(args, "argv", None)
     argv = argv if argv is not None else sys.argv[1:]
     results = dict(suite=args.suite, device=args.device, argv=argv, settings=settings)
+    git = machine_settings.git_commit()  # the code that runs: the tree as it is now
     monitor = LoadMonitor()
     results.update(mod.run(args, settings))
     machine = monitor.stop()
     results["machine_load"] = machine
     results["background_load"] = load.stop()
-    results.update(record(args, argv))
+    results.update(record(args, argv), git=git)
     confidence = getattr(args, "confidence", bstats.DEFAULT_CONFIDENCE)
     if load.alternate:
         rows = load.report(getattr(mod, "TORCH_COUNTERPART", {}), factor=getattr(args, "factor", bstats.DEFAULT_FACTOR),
