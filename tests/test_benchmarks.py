@@ -408,6 +408,7 @@ def test_measure_counts_calls_and_scales():
 def test_markdown_table_and_fmt():
     t = tables.markdown_table(["a", "b"], [("x", 1.23456), ("y", None)])
     assert t.splitlines() == ["| a | b |", "|---|---:|", "| x | 1.23 |", "| y | – |"]
+    assert tables.markdown_table(["check"], [("|x − 1|",)], "l").splitlines()[2] == "| \\|x − 1\\| |"
     assert tables.fmt(12345.6) == "12346" and tables.fmt(0.000123) == "1.23e-04" and tables.fmt(3) == "3"
 
 

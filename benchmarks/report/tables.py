@@ -28,12 +28,13 @@ def fmt(x, digits=3):
 
 
 def markdown_table(headers, rows, align=None):
-    """A markdown table; ``align`` is a string of ``l``/``r`` per column (numbers right)."""
+    """A markdown table; ``align`` is a string of ``l``/``r`` per column (numbers right); a
+    ``|`` inside a cell is escaped (``\\|``), as markdown asks."""
     align = align or "l" + "r" * (len(headers) - 1)
     lines = ["| " + " | ".join(headers) + " |",
              "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
     for row in rows:
-        lines.append("| " + " | ".join(fmt(c) for c in row) + " |")
+        lines.append("| " + " | ".join(fmt(c).replace("|", "\\|") for c in row) + " |")  # a | in a cell: \|
     return "\n".join(lines)
 
 
