@@ -1,7 +1,7 @@
 """Command-line helpers shared by the examples: an argument parser whose ``--help`` shows
 the defaults, argument types that reject non-positive sizes with an argparse error (exit
 status 2, no traceback), and a progress bar that follows the benchmarks' rule for
-terminals and logs (``benchmarks/harness.py``'s ``Progress``).
+terminals and logs (``benchmarks/report/progress.py``'s ``Progress``).
 
 The examples import it with their own directory on ``sys.path``::
 
@@ -67,7 +67,7 @@ def open_unit_interval(text):
 class Progress:
     """``with Progress(total, "train", mode) as bar: bar.update(info="loss 0.3")``, on stderr.
 
-    ``mode`` is the benchmarks' (``benchmarks/harness.py``): ``"auto"`` draws a bar that
+    ``mode`` is the benchmarks' (``benchmarks/report/progress.py``): ``"auto"`` draws a bar that
     redraws itself with carriage returns on a terminal and writes nothing otherwise;
     ``"on"`` draws on a terminal and, when stderr is a file or a pipe, writes plain lines
     instead (at most about 20, never a ``\\r``); ``"off"`` writes nothing.

@@ -60,7 +60,7 @@ if [ "$part" = tests ]; then
       grep -E '^SKIPPED ' "$LOGS/gpu_tests.txt"
       tail -1 "$LOGS/gpu_tests.txt"; } | tee -a "$SUMMARY"
 else
-    step bench_conv 100 python3 -m benchmarks.bench_conv --device gpu --json "$LOGS/bench_conv_gpu.json"
+    step bench_conv 100 python3 -m benchmarks conv --device gpu --json "$LOGS/bench_conv_gpu.json"
     step per_example 90 python3 -m benchmarks per_example --device gpu --batch 32 128 --no-plot \
         --json "$LOGS/per_example_gpu.json"
     step dp 90 python3 -m benchmarks dp --device gpu --batch 32 128 --no-plot --json "$LOGS/dp_gpu.json"

@@ -1,5 +1,5 @@
-"""The benchmark harness's statistics and verdicts (benchmarks/stats.py, timing.py,
-compare.py, selfcheck.py), on synthetic timings with known answers: exact null
+"""The benchmark harness's statistics and verdicts (benchmarks/rounds/: stats.py, runner.py,
+timers.py; benchmarks/report/compare.py, benchmarks/suites/selfcheck.py), on synthetic timings with known answers: exact null
 distributions against their closed forms, critical values against the published tables,
 Hodges–Lehmann estimates worked by hand, verdicts of known shifts under known noise,
 the runner on a scripted timer and clock, ``compare`` on JSON files written here, the
@@ -20,8 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
     sys.path.insert(0, ROOT)
 
-from benchmarks import compare, stats, timing  # noqa: E402
-from benchmarks.__main__ import main as cli_main  # noqa: E402
+from benchmarks.cli import main as cli_main  # noqa: E402
+from benchmarks.report import compare  # noqa: E402
+from benchmarks.rounds import peaks, runner, stats, timers  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # Null distributions and critical counts
@@ -264,7 +265,7 @@ class Script:
             self.now += t
             return t
 
-        return timing.Case(key, f"case {key}", lambda: self.calls.append(key), timing.Timer("script", time_one), **kw)
+        return runner.Case(key, f"case {key}", lambda: self.calls.append(key), timers.Timer("script", time_one), **kw)
 
     def clock(self):
         return self.now
@@ -292,17 +293,17 @@ RUNNER = [  # policy kwargs, scripted times, max_rounds, expected rounds per cas
 def test_runner_rounds(policy, times, limited, rounds, noisy):
     script = Script(times)
     cases = [script.case(k, max_rounds=limited.get(k)) for k in times]
-    got, notes = timing.timed_rounds(cases, timing.Policy(**policy), clock=script.clock)
+    got, notes = runner.timed_rounds(cases, runner.Policy(**policy), clock=script.clock)
     assert {k: len(v) for k, v in got.items()} == rounds
     flagged = {k for k, v in got.items()
-               if timing.Stats(v, 0.0, "script", 1, max_spread=policy["max_spread"]).noisy}
+               if runner.Stats(v, 0.0, "script", 1, max_spread=policy["max_spread"]).noisy}
     assert flagged == noisy
 
 
 def test_rounds_rotate_the_order_of_the_cases():
     script = Script({"a": [1.0], "b": [1.0], "c": [1.0]})
     cases = [script.case(k) for k in "abc"]
-    timing.timed_rounds(cases, timing.Policy.fixed(4), clock=script.clock)
+    runner.timed_rounds(cases, runner.Policy.fixed(4), clock=script.clock)
     assert "".join(script.calls) == "abc" + "bca" + "cab" + "abc"
 
 
@@ -313,8 +314,8 @@ def test_measure_with_a_policy_times_until_the_spread_is_met():
         fn()
         return next(seq)
 
-    st = timing.measure(lambda: None, repeats=3, warmup=1, timer=("fake", time_one),
-                        policy=timing.Policy(max_spread=0.05, max_repeats=100))
+    st = runner.measure(lambda: None, repeats=3, warmup=1, timer=("fake", time_one),
+                        policy=runner.Policy(max_spread=0.05, max_repeats=100))
     assert st.first == 9.0 and 6 < len(st.times) < 40 and st.spread <= 0.05 and not st.noisy
 
 
@@ -323,26 +324,26 @@ PARSE = [(["vmap=0.1"], {"vmap": 0.1}), (["a=b=0.2", "x=1"], {"a=b": 0.2, "x": 1
 
 @pytest.mark.parametrize("items, parsed", PARSE)
 def test_parse_injections(items, parsed):
-    assert timing.parse_injections(items) == parsed
+    assert runner.parse_injections(items) == parsed
 
 
 def test_parse_injections_rejects_a_missing_fraction():
     with pytest.raises(ValueError, match="CASE=FRACTION"):
-        timing.parse_injections(["vmap"])
+        runner.parse_injections(["vmap"])
 
 
 def test_an_injected_slowdown_adds_its_fraction_of_the_case_time():
-    from benchmarks.selfcheck import Simulated
+    from benchmarks.suites.selfcheck import Simulated
 
     sim = Simulated(sigma=0.0, outliers=0.0)
-    case = timing.Case("w", "simulated 2 ms", sim.case(0.002), sim.timer())
-    policy = timing.Policy(repeats=5, max_spread=None, inject={"simulated 2 ms": 0.5})
-    times, notes = timing.timed_rounds([case], policy)
+    case = runner.Case("w", "simulated 2 ms", sim.case(0.002), sim.timer())
+    policy = runner.Policy(repeats=5, max_spread=None, inject={"simulated 2 ms": 0.5})
+    times, notes = runner.timed_rounds([case], policy)
     np.testing.assert_allclose(times["w"], 0.003)
     assert "INJECTED SLOWDOWN: +50%" in notes["w"][0] and policy.unmatched() == []
-    assert timing.Policy(inject={"nothing": 0.1}).unmatched() == ["nothing"]
+    assert runner.Policy(inject={"nothing": 0.1}).unmatched() == ["nothing"]
     # on the CPU the wait is a busy loop of the wall clock
-    assert timing.cpu_timer().time_one(lambda: timing.slowed(lambda: None, 0.002, timing.cpu_timer())()) >= 0.002
+    assert timers.cpu_timer().time_one(lambda: timers.slowed(lambda: None, 0.002, timers.cpu_timer())()) >= 0.002
 
 
 # ---------------------------------------------------------------------------------------
@@ -593,7 +594,7 @@ class FakeCupy:
 
 def test_cupy_event_timer_flushes_l2_outside_the_timed_span():
     cp = FakeCupy()
-    timer = timing.cupy_event_timer(cp, l2_flush=True)
+    timer = timers.cupy_event_timer(cp, l2_flush=True)
     assert timer.kind == "cupy" and timer.name == "CUDA events (CuPy), L2 flushed"
     assert timer.time_one(lambda: cp.log.append("call")) == pytest.approx(2.5e-3)
     assert timer.time_one(lambda: cp.log.append("call")) == pytest.approx(2.5e-3)
@@ -601,14 +602,14 @@ def test_cupy_event_timer_flushes_l2_outside_the_timed_span():
     assert cp.log == ["sync device", f"alloc {100 << 20}", "flush", "record", "call", "record", "sync event",
                       "sync device", "flush", "record", "call", "record", "sync event"]
     unflushed = FakeCupy()
-    timing.cupy_event_timer(unflushed, l2_flush=False).time_one(lambda: None)
+    timers.cupy_event_timer(unflushed, l2_flush=False).time_one(lambda: None)
     assert "flush" not in unflushed.log
 
 
 @pytest.mark.parametrize("fails", [False, True])
 def test_cupy_graph_replays_or_says_why_not(fails):
     cp = FakeCupy(capture_fails=fails)
-    replay, note = timing.cupy_graph(lambda: cp.log.append("call"), cp)
+    replay, note = timers.cupy_graph(lambda: cp.log.append("call"), cp)
     assert cp.log[:3] == ["call", "begin capture", "call"]
     if fails:
         assert replay is None and "not captured as a CUDA graph (RuntimeError" in note
@@ -624,11 +625,11 @@ def test_cupy_pool_peak_and_gpu_injection():
         cp.total += 4096  # the pool grew by a block during the call
         return "out"
 
-    assert timing.cupy_pool_peak(call, cp) == 4096 and cp.log[:2] == ["sync device", "free blocks"]
-    timer = timing.cupy_event_timer(cp, l2_flush=False)
-    slow = timing.slowed(lambda: cp.log.append("call"), 0.0015, timer)
+    assert peaks.cupy_pool_peak(call, cp) == 4096 and cp.log[:2] == ["sync device", "free blocks"]
+    timer = timers.cupy_event_timer(cp, l2_flush=False)
+    slow = timers.slowed(lambda: cp.log.append("call"), 0.0015, timer)
     slow()
     assert cp.log[-2:] == ["call", "spin 1500000 ns"]
     with pytest.raises(ValueError, match="cannot be slowed"):
-        timing.slowed(lambda: None, 0.001, timing.Timer("CUDA events (torch)", None, "torch"))
-    assert timing.Timer("x", None, "torch").wait is None and timing.Timer("x", None).wait is timing.spin_cpu
+        timers.slowed(lambda: None, 0.001, timers.Timer("CUDA events (torch)", None, "torch"))
+    assert timers.Timer("x", None, "torch").wait is None and timers.Timer("x", None).wait is timers.spin_cpu

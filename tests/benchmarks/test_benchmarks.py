@@ -18,8 +18,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package lives at the root
     sys.path.insert(0, ROOT)
 
-from benchmarks import harness, models  # noqa: E402
-from benchmarks.__main__ import main as cli_main  # noqa: E402
+from benchmarks import models  # noqa: E402
+from benchmarks.cli import main as cli_main  # noqa: E402
+from benchmarks.machine import settings as machine_settings  # noqa: E402
+from benchmarks.machine.load import LoadMonitor  # noqa: E402
+from benchmarks.methods import Method  # noqa: E402
+from benchmarks.report import plots, tables  # noqa: E402
+from benchmarks.report.progress import Progress  # noqa: E402
+from benchmarks.rounds import runner  # noqa: E402
 from cuvmap import backend as cv_backend  # noqa: E402
 
 TINY_PER_EXAMPLE = ["--batch", "2", "3", "--repeats", "1", "--max-repeats", "1", "--warmup", "1",
@@ -137,7 +143,7 @@ def test_per_example_torch(capsys, tmp_path):
     assert {r["key"] for r in rows} == {"torch_vmap", "torch_batched"}
     for r in rows:
         assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
-    assert torch.get_num_threads() == harness.blas_threads()[0]
+    assert torch.get_num_threads() == machine_settings.blas_threads()[0]
     assert "torch.set_num_threads" in res["frameworks"]["torch"]
     ratio = next(r for r in res["ratios"] if r["ratio"] == "vmap(grad) / torch.func vmap(grad)")
     assert ratio["value"] > 0
@@ -261,11 +267,9 @@ def test_accounting_suite(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
-    from benchmarks import bench_dispatch
-
+def test_dispatch_suite(capsys, tmp_path):
     path = tmp_path / "d.json"
-    assert bench_dispatch.main(["--ops", "5", "--repeats", "2", "--json", str(path)]) == 0
+    assert cli_main(["dispatch", "--ops", "5", "--repeats", "2", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     res = json.loads(path.read_text())
     assert [r["case"] for r in res["rows"]][:2] == ["numpy (reference)", "cuvmap eval"]
@@ -274,10 +278,8 @@ def test_dispatch_suite_and_standalone_module(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_control_flow_suite(capsys, tmp_path):
-    from benchmarks import bench_control_flow
-
     path = tmp_path / "cf.json"
-    assert bench_control_flow.main(["--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
+    assert cli_main(["control_flow", "--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
                                     "--max-repeats", "8", "--no-jax", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     res = json.loads(path.read_text())
@@ -295,10 +297,8 @@ def test_control_flow_suite(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_memory_suite(capsys, tmp_path):
-    from benchmarks import bench_memory
-
     path = tmp_path / "memory.json"
-    assert bench_memory.main(["--batch", "24", "--chunks", "4", "8", "--cases", "mlp_dp", "mlp_norms",
+    assert cli_main(["memory", "--batch", "24", "--chunks", "4", "8", "--cases", "mlp_dp", "mlp_norms",
                               "--mlp-widths", "16", "32", "4", "--fraction", "0.5", "--repeats", "1",
                               "--max-repeats", "1", "--progress", "off", "--no-plot", "--json", str(path)]) == 0
     out = capsys.readouterr().out
@@ -314,13 +314,12 @@ def test_memory_suite(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_python_dash_m_entry_points(tmp_path):
+def test_python_dash_m_entry_point(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for argv in (["-m", "benchmarks", "dispatch"], ["-m", "benchmarks.bench_dispatch"]):
-        proc = subprocess.run([sys.executable] + argv + ["--ops", "3", "--repeats", "1", "--no-json"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        assert "| cuvmap eval |" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "dispatch", "--ops", "3", "--repeats", "1", "--no-json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "| cuvmap eval |" in proc.stdout
 
 
 # ---------------------------------------------------------------------------------------
@@ -347,26 +346,26 @@ def test_per_example_gpu(capsys, tmp_path):
 @pytest.mark.slow
 @pytest.mark.gpu
 def test_gpu_timers_graph_replay_peak_memory_and_injection(capsys):
-    """The GPU parts of benchmarks/timing.py on a real device: CUDA events after an L2
+    """The GPU parts of benchmarks/rounds/ on a real device: CUDA events after an L2
     flush, a CUDA graph of an elementwise call replayed, CuPy's pool growth as the peak,
     a spinning kernel of 2 ms seen by the events; then the self-check on the GPU."""
     if not cv_backend.gpu_available():
         pytest.skip("no CUDA device (or CuPy) available")
     if conftest.STRICT_CUPY:
         pytest.skip("times a real device's kernels (events, a spinning RawKernel): the CPU stand-in has no clock")
-    from benchmarks import timing
+    from benchmarks.rounds import peaks, timers
 
     cp = cv_backend.cupy_module()
     a = cp.ones((1024, 1024), cp.float32)
-    timer = timing.cupy_event_timer(cp, l2_flush=True)
+    timer = timers.cupy_event_timer(cp, l2_flush=True)
     assert timer.name == "CUDA events (CuPy), L2 flushed"
     assert 0 < timer.time_one(lambda: a * 2 + 1) < 1
-    replay, note = timing.cupy_graph(lambda: a * 2 + 1, cp)
+    replay, note = timers.cupy_graph(lambda: a * 2 + 1, cp)
     assert replay is not None, note
     assert 0 < timer.time_one(replay) < 1
-    assert timer.time_one(lambda: timing.spin_gpu(cp, 0.002)) >= 0.0019
-    assert timing.cupy_pool_peak(lambda: cp.empty(1 << 24, cp.uint8), cp) >= 1 << 24
-    slow = timing.slowed(lambda: a * 2, 0.002, timer)
+    assert timer.time_one(lambda: timers.spin_gpu(cp, 0.002)) >= 0.0019
+    assert peaks.cupy_pool_peak(lambda: cp.empty(1 << 24, cp.uint8), cp) >= 1 << 24
+    slow = timers.slowed(lambda: a * 2, 0.002, timer)
     assert timer.time_one(slow) >= 0.0019
     status = cli_main(["selfcheck", "--device", "gpu", "--progress", "off", "--no-json", "--no-plot"])
     out = capsys.readouterr().out
@@ -415,7 +414,7 @@ def test_measure_counts_calls_and_scales():
         fn()
         return float(next(ticks) + 1)
 
-    stats = harness.measure(lambda: calls.append(1), repeats=3, warmup=2, timer=("fake", fake_timer), scale=2.0)
+    stats = runner.measure(lambda: calls.append(1), repeats=3, warmup=2, timer=("fake", fake_timer), scale=2.0)
     assert len(calls) == 1 + 1 + 3  # first (timed alone), one more warm-up, three timed
     assert stats.first == 2.0 and stats.times == [4.0, 6.0, 8.0]
     assert (stats.median, stats.min, stats.max) == (6.0, 4.0, 8.0)
@@ -424,57 +423,59 @@ def test_measure_counts_calls_and_scales():
 
 
 def test_markdown_table_and_fmt():
-    t = harness.markdown_table(["a", "b"], [("x", 1.23456), ("y", None)])
+    t = tables.markdown_table(["a", "b"], [("x", 1.23456), ("y", None)])
     assert t.splitlines() == ["| a | b |", "|---|---:|", "| x | 1.23 |", "| y | – |"]
-    assert harness.fmt(12345.6) == "12346" and harness.fmt(0.000123) == "1.23e-04" and harness.fmt(3) == "3"
+    assert tables.markdown_table(["check"], [("|x − 1|",)], "l").splitlines()[2] == "| \\|x − 1\\| |"
+    assert tables.fmt(12345.6) == "12346" and tables.fmt(0.000123) == "1.23e-04" and tables.fmt(3) == "3"
 
 
 def test_progress_lines_and_silence():
     buf = io.StringIO()  # not a terminal
-    with harness.Progress(2, "on", stream=buf) as p:
+    with Progress(2, "on", stream=buf) as p:
         p.set("a")
         p.step("a done")
         p.step("b done")
     assert buf.getvalue().splitlines()[0].startswith("[1/2 ") and "b done" in buf.getvalue()
     quiet = io.StringIO()
-    with harness.Progress(2, "auto", stream=quiet) as p:
+    with Progress(2, "auto", stream=quiet) as p:
         p.step("x")
     assert quiet.getvalue() == ""
 
 
 def test_plot_without_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    path, note = harness.plot_lines(str(tmp_path / "p.png"), {"m": [(1, 1.0), (2, 0.5)]}, title="t")
+    path, note = plots.plot_lines(str(tmp_path / "p.png"), {"m": [(1, 1.0), (2, 0.5)]}, title="t")
     assert path is None and "matplotlib is not installed" in note
 
 
 def test_settings_without_threadpoolctl(monkeypatch):
     monkeypatch.setitem(sys.modules, "threadpoolctl", None)
-    s = harness.settings("cpu")
+    s = machine_settings.settings("cpu")
     assert "threadpoolctl not installed" in s["BLAS"]
-    assert harness.blas_threads()[0] == (os.cpu_count() or 1)
+    assert machine_settings.blas_threads()[0] == (os.cpu_count() or 1)
+    assert machine_settings.machine_record("cpu")["blas"] is None
 
 
 def test_diff_counts_examples_off():
-    from benchmarks import suite_per_example as pe
+    from benchmarks.suites import per_example as pe
 
     ref = {k: np.zeros((4, 2), np.float32) for k in models.PARAM_NAMES}
     got = {k: v.copy() for k, v in ref.items()}
     got["w2"][3, 1] = 0.5
-    m = pe.Method("x", "x", "cuvmap", None, None, "per_example", np.asarray)
+    m = Method("x", "x", "cuvmap", None, None, "per_example")
     assert pe._diff(m, got, ref, tol=1e-3) == (0.5, 1, 4)
-    loop = pe.Method("l", "l", "cuvmap", None, None, "loop", np.asarray)
+    loop = Method("l", "l", "cuvmap", None, None, "loop")
     assert pe._diff(loop, [{k: v[i] for k, v in got.items()} for i in range(2)], ref, tol=1e-3) == (0.0, 0, 2)
-    batched = pe.Method("b", "b", "cuvmap", None, None, "batched", np.asarray)
+    batched = Method("b", "b", "cuvmap", None, None, "batched")
     assert pe._diff(batched, {k: v.mean(0) for k, v in got.items()}, ref, tol=1e-3) == (0.125, None, None)
 
 
 def test_load_monitor():
-    mon = harness.LoadMonitor()
+    mon = LoadMonitor()
     sum(i * i for i in range(200000))  # our own CPU time is not "others"
     load = mon.stop()
     assert set(load) >= {"others_cores", "steal_cores", "loadavg_start", "loadavg_end", "cores", "wall_s", "warning"}
-    assert load["wall_s"] > 0 and isinstance(harness.LoadMonitor.describe(load), str)
+    assert load["wall_s"] > 0 and isinstance(LoadMonitor.describe(load), str)
 
 
 # ---------------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import background, harness  # noqa: E402
-from benchmarks.__main__ import main as cli_main  # noqa: E402
+from benchmarks.cli import main as cli_main  # noqa: E402
+from benchmarks.machine import background  # noqa: E402
+from benchmarks.rounds.runner import Case  # noqa: E402
 
 
 @pytest.fixture
@@ -330,7 +331,7 @@ def test_background_load_starts_and_stops():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_background_loops_outlive_no_killed_benchmark(tmp_path):
-    code = ("import os, sys\nsys.path.insert(0, %r)\nfrom benchmarks import background\n"
+    code = ("import os, sys\nsys.path.insert(0, %r)\nfrom benchmarks.machine import background\n"
             "load = background.BackgroundLoad(1).start()\nprint(load.pids[0], flush=True)\nos._exit(0)\n" % ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     pid = int(out.stdout.split()[0])
@@ -361,7 +362,7 @@ def test_alternate_load_report():
     them by round, and holds cuvmap's case against its torch counterpart under load."""
     load = background.BackgroundLoad(1, alternate=True, settle=0.0)
     load.procs = []     # no processes: record() reads only the state
-    cases = {k: harness.Case(k, k, None, None) for k in ("batched", "torch_batched")}
+    cases = {k: Case(k, k, None, None) for k in ("batched", "torch_batched")}
     for r in range(8):
         for running in (False, True):
             load.running = running

@@ -2,7 +2,6 @@
 transform level, eagerly and under ``jit``, against the same chain in plain NumPy.
 
     python -m benchmarks dispatch [--ops 100] [--size 16] [--batch 8] [--repeats 30] [--device cpu|gpu]
-    python -m benchmarks.bench_dispatch ...   (the same)
 
 Reported per op of the chain (the user's op; under a transform one user op is several
 binds: the transform's rule plus the primitives it binds below) in microseconds, with the
@@ -16,7 +15,10 @@ import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend
 
-from benchmarks import harness
+from benchmarks.report.progress import Progress
+from benchmarks.report.tables import DocTable, markdown_table, noisy_lines, settings_table, spread_cell
+from benchmarks.rounds import ratios, runner
+from benchmarks.rounds.timers import timer_for
 
 SUMMARY = "Python overhead of cuvmap's dispatch: an elementwise chain under each transform, against NumPy"
 DEFAULTS = dict(repeats=30, warmup=1)
@@ -41,10 +43,13 @@ def chain(x, ops, lib):
     return lib.sum(y)
 
 
-def timeit(fn, repeats, warmup=1):
-    """Median and min seconds of ``fn()`` (perf_counter)."""
-    stats = harness.measure(fn, repeats=repeats, warmup=warmup)
-    return stats.median, stats.min
+DOC_TABLES = [
+    DocTable("Overhead per op of the chain", "rows", [
+        ("case", "case", "l"), ("µs per op (median)", "us_per_op", "r"), ("µs per op (min)", "us_per_op_min", "r"),
+        ("× reference", "x_reference", "r"),
+        ("95% CI", lambda row, run: ratios.interval_text(row.get("x_reference_comparison")), "l"),
+        ("IQR / median", lambda row, run: spread_cell(row), "r"), ("rounds", "repeats", "r")]),
+]
 
 
 def add_arguments(parser):
@@ -82,43 +87,30 @@ def run(args, settings):
     print(f"# dispatch overhead: {n}-op elementwise chain on float64[{args.size}] (vmap batch {args.batch}) "
           f"on the {args.device}; medians of interleaved rounds, each timing every case once")
     print()
-    print(harness.settings_table(settings))
+    print(settings_table(settings))
     print()
     # interleaved: every round times each case once, so that a change of the machine's
     # load during the run reaches every case alike (the ratios are what this reports)
-    timer = harness.timer_for(xp)
+    timer = timer_for(xp)
     keys = [name for name, _ in cases]
-    timed = [harness.Case(name, name, fn, timer) for name, fn in cases]
-    with harness.Progress(len(cases) + 1, args.progress) as progress:
-        stats = harness.run_cases(timed, harness.policy_of(args), progress)
+    timed = [runner.Case(name, name, fn, timer) for name, fn in cases]
+    with Progress(len(cases) + 1, args.progress) as progress:
+        stats = runner.run_cases(timed, runner.policy_of(args), progress)
         progress.step("rounds")
     rows, table = [], []
     reference = stats[keys[0]]
     for name in keys:
         st = stats[name]
         per_op = st.median / n * 1e6
-        c = harness.compare_rows(dict(times_ms=st.times), dict(times_ms=reference.times), args)
+        c = ratios.compare_rows(dict(times_ms=st.times), dict(times_ms=reference.times), args)
         rows.append(dict(case=name, us_per_op=per_op, us_per_op_min=st.min / n * 1e6,
                          us_per_op_max=st.max / n * 1e6, x_reference=per_op / (reference.median / n * 1e6),
                          x_reference_comparison=c.as_dict(), **st.as_dict()))
-        table.append((name, per_op, st.min / n * 1e6, st.max / n * 1e6, harness.spread_text(st), len(st.times),
+        table.append((name, per_op, st.min / n * 1e6, st.max / n * 1e6, runner.spread_text(st), len(st.times),
                       per_op / (reference.median / n * 1e6), c.interval() if name != keys[0] else "(reference)"))
-    print(harness.markdown_table(["case", "µs per op (median)", "µs per op (min)", "µs per op (max)", "IQR / median",
+    print(markdown_table(["case", "µs per op (median)", "µs per op (min)", "µs per op (max)", "IQR / median",
                                   "rounds", f"× {ref}", f"× {ref}, {100 * getattr(args, 'confidence', 0.95):g}% CI"],
                                  table))
-    for line in harness.noisy_lines(rows, lambda r: r["case"], harness.policy_of(args).max_spread):
+    for line in noisy_lines(rows, lambda r: r["case"], runner.policy_of(args).max_spread):
         print(line)
     return dict(config=dict(ops=n, size=args.size, batch=args.batch), rows=rows)
-
-
-def main(argv=None):
-    """``python -m benchmarks.bench_dispatch ARGS`` is ``python -m benchmarks dispatch ARGS``."""
-    import sys
-
-    from benchmarks.__main__ import main as cli_main
-
-    return cli_main(["dispatch"] + list(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -40,6 +40,8 @@ all-reduce table's psum rows with the check on and off give it by message size. 
 ``--check-runs R`` the whole example also runs ``R`` times with ``CUVMAP_COLLECTIVE_CHECK``
 1 and 0 alternately (``--check-epochs`` each), each run's median ms per step.
 """
+import argparse
+import importlib.util
 import json
 import os
 import re
@@ -51,16 +53,33 @@ import time
 
 import numpy as np
 
-from benchmarks import harness
+import cuvmap as cv
+from cuvmap import config, distributed, dp, lax, nn
+from cuvmap.lax import parallel
+
+from benchmarks.report.progress import Progress
+from benchmarks.report.tables import DocTable, markdown_table, settings_table
 
 SUMMARY = "all-reduce bandwidth against mpi4py's Allreduce, and the DP-SGD step on 1 and 2 processes (mpiexec)"
 DEFAULTS = dict(repeats=15, warmup=2)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZES = (4096, 65536, 1 << 20, 4 << 20, 16 << 20)
 METHODS = ("mpi4py Allreduce (preallocated out, the ceiling)", "mpi4py Allreduce (fresh out)",
            "cuvmap psum (data_parallel)", "cuvmap psum (data_parallel of jit)",
            "cuvmap psum (data_parallel), check off", "cuvmap psum (data_parallel of jit), check off")
 CHECKED = (None, None, True, True, False, False)  # the collective check of each method (None: no cuvmap)
+
+
+DOC_TABLES = [
+    DocTable("All-reduce (sum) of float32, process 0's time per call", "allreduce", [
+        ("size", lambda row, run: _fmt_bytes(row["bytes"]), "l"), ("method", "method", "l"),
+        ("µs per call", "median_us", "r"), ("GB/s", "gb_per_s", "r"), ("× ceiling", "x_ceiling", "r"),
+        ("× ceiling (mins)", "x_ceiling_min", "r")]),
+    DocTable("The DP-SGD step of the main job on 1 and 2 processes",
+             lambda run: [run["dp_step"]] if run.get("dp_step") else [], [
+                 ("ms per step, 1 process", "median_1", "r"), ("ms per step, 2 processes", "median_2", "r"),
+                 ("speedup (medians)", "speedup", "r"), ("speedup (best runs)", "speedup_best", "r")]),
+]
 
 
 def add_arguments(parser):
@@ -95,10 +114,7 @@ def _job_env(processes, split):
 
 def worker(out_path, sizes, rounds, warmup):
     """Every process times every method; process 0 writes its figures to ``out_path``."""
-    from mpi4py import MPI
-
-    import cuvmap as cv
-    from cuvmap import config, distributed, lax
+    from mpi4py import MPI  # optional: the distributed extra, under mpiexec only
 
     group = distributed.initialize()
     comm = group.comm
@@ -143,21 +159,25 @@ def worker(out_path, sizes, rounds, warmup):
             json.dump(dict(results=results, processes=group.size, mpi=MPI.Get_library_version().strip()), fh)
 
 
-def _allreduce(args, progress):
-    from cuvmap import distributed
-
+def _job(args, what, job_argv, timeout):
+    """Runs one of this module's jobs (:func:`job_main`) on ``--processes`` processes under
+    mpiexec; returns what its process 0 wrote."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "allreduce.json")
-        progress.set(f"all-reduce job of {args.processes} processes")
+        path = os.path.join(tmp, "job.json")
         result = distributed.launch(
-            args.processes, ["-m", "benchmarks.bench_distributed", "--worker", path, "--sizes", *map(str, args.sizes),
-                             "--rounds", str(max(1, args.repeats)), "--warmup", str(max(1, args.warmup))],
+            args.processes, ["-m", "benchmarks.suites.distributed", *job_argv, "--out", path],
             env=_job_env(args.processes, args.threads_per_process == "split"), cwd=ROOT, capture_output=True,
-            text=True, timeout=1800)
+            text=True, timeout=timeout)
         if result.returncode:
-            raise RuntimeError(f"the all-reduce job failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+            raise RuntimeError(f"the {what} job failed ({result.returncode}):\n{result.stdout}{result.stderr}")
         with open(path) as fh:
-            data = json.load(fh)
+            return json.load(fh)
+
+
+def _allreduce(args, progress):
+    progress.set(f"all-reduce job of {args.processes} processes")
+    data = _job(args, "all-reduce", ["allreduce", "--sizes", *map(str, args.sizes), "--rounds",
+                                     str(max(1, args.repeats)), "--warmup", str(max(1, args.warmup))], 1800)
     progress.step("all-reduce")
     rows, table = [], []
     for r in data["results"]:
@@ -196,12 +216,6 @@ def _check_per_collective(data):
 def check_worker(out_path, steps, warmup):
     """Every process runs the main job's data-parallel step on its Poisson batches, each
     batch with the collective check on and off; process 0 writes the times."""
-    import importlib.util
-
-    import cuvmap as cv
-    from cuvmap import config, distributed, dp, lax, nn
-    from cuvmap.lax import parallel
-
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     spec = importlib.util.spec_from_file_location("dp_sgd_digits", os.path.join(ROOT, "examples", "dp_sgd_digits.py"))
     ex = importlib.util.module_from_spec(spec)
@@ -265,20 +279,9 @@ VARIANTS = (("on", True, True), ("off", False, True), ("on, per leaf", True, Fal
 
 
 def _check_steps(args, progress):
-    from cuvmap import distributed
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "check.json")
-        progress.set(f"check on the DP step, {args.processes} processes")
-        result = distributed.launch(
-            args.processes, ["-m", "benchmarks.bench_distributed", "--check-worker", path, "--steps",
-                             str(args.check_steps), "--warmup", str(max(10, args.warmup))],
-            env=_job_env(args.processes, args.threads_per_process == "split"), cwd=ROOT, capture_output=True,
-            text=True, timeout=3600)
-        if result.returncode:
-            raise RuntimeError(f"the check job failed ({result.returncode}):\n{result.stdout}{result.stderr}")
-        with open(path) as fh:
-            data = json.load(fh)
+    progress.set(f"check on the DP step, {args.processes} processes")
+    data = _job(args, "check", ["check", "--steps", str(args.check_steps), "--warmup", str(max(10, args.warmup))],
+                3600)
     progress.step("check on the DP step")
     t = data["times"]
 
@@ -330,8 +333,6 @@ def _fmt_bytes(n):
 
 
 def _dp_run(processes, epochs, split, check=True):
-    from cuvmap import distributed
-
     argv = [os.path.join(ROOT, "examples", "dp_sgd_digits.py"), "--device", "cpu", "--epochs", str(epochs),
             "--progress", "off"]
     env = _job_env(processes, split)
@@ -347,19 +348,17 @@ def _dp_run(processes, epochs, split, check=True):
 
 
 def run(args, settings):
-    from cuvmap import distributed
-
     if distributed.find_mpiexec() is None:
         raise SystemExit("python -m benchmarks distributed: no mpiexec next to this Python or on PATH "
                          "(pip install mpi4py mpich)")
     print(f"# more than one process: all-reduce of float32 vectors on {args.processes} processes, and the DP-SGD "
           "step of examples/dp_sgd_digits.py on 1 and 2")
     print()
-    print(harness.settings_table(dict(settings, threads_per_process=args.threads_per_process)))
+    print(settings_table(dict(settings, threads_per_process=args.threads_per_process)))
     print()
     steps = 1 + (2 * args.dp_repeats if args.dp_epochs > 0 else 0) + (args.check_steps > 0) + 2 * args.check_runs
     out = {}
-    with harness.Progress(steps, args.progress) as progress:
+    with Progress(steps, args.progress) as progress:
         data, rows, table = _allreduce(args, progress)
         out.update(allreduce=rows, mpi=data["mpi"])
         print(f"MPI: {data['mpi'].splitlines()[0]}")
@@ -367,14 +366,14 @@ def run(args, settings):
         print(f"All-reduce (sum) of float32 on {data['processes']} processes: median of {max(1, args.repeats)} rounds, "
               "process 0's time per call")
         print()
-        print(harness.markdown_table(["size", "method", "µs per call", "µs (min)", "GB/s", "× ceiling",
+        print(markdown_table(["size", "method", "µs per call", "µs (min)", "GB/s", "× ceiling",
                                       "× ceiling (mins)"], table))
         check_rows, check_table = _check_per_collective(data)
         out["check_per_collective"] = check_rows
         print()
         print("The collective check per psum (median over rounds of the paired difference, on − off)")
         print()
-        print(harness.markdown_table(["size", "psum", "µs, check off", "µs, check on", "check µs", "cost"],
+        print(markdown_table(["size", "psum", "µs, check off", "µs, check on", "check µs", "cost"],
                                      check_table))
         if args.check_steps > 0:
             c = out["check_steps"] = _check_steps(args, progress)
@@ -384,7 +383,7 @@ def run(args, settings):
                   "variant (order rotating, a barrier before each); the paired difference to the same step with "
                   "the check off is the median over batches (and over each half of them)")
             print()
-            print(harness.markdown_table(
+            print(markdown_table(
                 ["variant", "collectives per step", "ms per step (median)", "against", "paired difference (ms)",
                  "halves (ms)", "cost"],
                 [(v["variant"], v["collectives"], v["median_ms"], v["against"], v["diff_ms"],
@@ -401,7 +400,7 @@ def run(args, settings):
                   f"CUVMAP_COLLECTIVE_CHECK=1 and 0 alternately, {args.check_runs} runs each: each run's median ms "
                   "per step")
             print()
-            print(harness.markdown_table(
+            print(markdown_table(
                 ["check", "runs (ms per step)", "median of runs", "cost"],
                 [("on", ", ".join(f"{t:.2f}" for t in c["ms_per_step_on"]), c["median_on"],
                   f"{100 * c['ratio']:+.1f}%"),
@@ -422,7 +421,7 @@ def run(args, settings):
             print()
             best1, best2 = min(times[1]), min(times[2])
             out["dp_step"].update(best_1=best1, best_2=best2, speedup_best=best1 / best2)
-            print(harness.markdown_table(
+            print(markdown_table(
                 ["processes", "ms per step (median of runs)", "best run", "runs", "speedup (medians)",
                  "speedup (best runs)"],
                 [(1, one, best1, ", ".join(f"{t:.1f}" for t in times[1]), 1.0, 1.0),
@@ -430,35 +429,23 @@ def run(args, settings):
     return out
 
 
-def main(argv=None):
-    """``python -m benchmarks.bench_distributed ARGS`` is ``python -m benchmarks distributed
-    ARGS``; with ``--worker PATH`` it is one process of the all-reduce job."""
-    import argparse
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--check-worker" in argv:
-        import argparse
-
-        p = argparse.ArgumentParser()
-        p.add_argument("--check-worker")
-        p.add_argument("--steps", type=int)
-        p.add_argument("--warmup", type=int)
-        a = p.parse_args(argv)
-        check_worker(a.check_worker, a.steps, a.warmup)
-        return 0
-    if "--worker" in argv:
-        p = argparse.ArgumentParser()
-        p.add_argument("--worker")
-        p.add_argument("--sizes", type=int, nargs="+")
-        p.add_argument("--rounds", type=int)
-        p.add_argument("--warmup", type=int)
-        a = p.parse_args(argv)
-        worker(a.worker, a.sizes, a.rounds, a.warmup)
-        return 0
-    from benchmarks.__main__ import main as cli_main
-
-    return cli_main(["distributed"] + argv)
+def job_main(argv):
+    """One process of the suite's jobs under mpiexec: ``allreduce`` (:func:`worker`) or
+    ``check`` (:func:`check_worker`), process 0 writing to ``--out``."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suites.distributed")
+    parser.add_argument("job", choices=["allreduce", "check"])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sizes", type=int, nargs="+")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--warmup", type=int)
+    a = parser.parse_args(argv)
+    if a.job == "allreduce":
+        worker(a.out, a.sizes, a.rounds, a.warmup)
+    else:
+        check_worker(a.out, a.steps, a.warmup)
+    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(job_main(sys.argv[1:]))

@@ -3,7 +3,7 @@
     python -m benchmarks selfcheck [--workload arrays|simulated] [--slowdown 0.1] [--slow-case KEY] [--device cpu|gpu]
 
 A few cases are timed twice in this process, as two runs of a suite would be (warm-up and
-interleaved rounds each time, ``benchmarks/timing.py``): the second time, the timed calls of
+interleaved rounds each time, ``benchmarks/rounds/runner.py``): the second time, the timed calls of
 one case (``--slow-case``, by default the second) are made slower by ``--slowdown`` of their
 own time (``--inject-slowdown``'s mechanism: a busy wait on the CPU, a spinning kernel on
 the GPU). The two runs are then compared as ``python -m benchmarks compare`` compares two
@@ -21,11 +21,26 @@ can disturb, which the tests run.
 """
 import numpy as np
 
-from benchmarks import compare, harness
-from benchmarks import stats as bstats
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import backend
+
+from benchmarks.report import compare
+from benchmarks.report.progress import Progress
+from benchmarks.report.tables import DocTable, settings_table
+from benchmarks.rounds import runner
+from benchmarks.rounds import stats as bstats
+from benchmarks.rounds.timers import Timer, timer_for
 
 SUMMARY = "the harness's self-check: one case slowed by a tenth on purpose is SLOW, the other cases are not"
 DEFAULTS = dict(repeats=10, warmup=2)
+
+
+DOC_TABLES = [
+    DocTable("The two runs compared", lambda run: run["comparison"]["rows"], [
+        ("case", "case", "l"), ("run 1 median ms", "base_median_ms", "r"), ("run 2 median ms", "head_median_ms", "r"),
+        ("run 2 / run 1", "ratio", "r"), ("95% CI", "interval", "l"), ("verdict", "verdict", "l")]),
+]
 
 
 def add_arguments(parser):
@@ -62,21 +77,16 @@ class Simulated:
             fn()
             return self.now - start
 
-        return harness.Timer("simulated clock", time_one, "simulated", wait=self.wait)
+        return Timer("simulated clock", time_one, "simulated", wait=self.wait)
 
 
 def _cases(args):
-    from cuvmap import backend
-
     if args.workload == "simulated":
         sim = Simulated()
-        return [harness.Case(f"sim_{ms:g}ms", f"simulated {ms:g} ms", sim.case(ms / 1e3), sim.timer())
+        return [runner.Case(f"sim_{ms:g}ms", f"simulated {ms:g} ms", sim.case(ms / 1e3), sim.timer())
                 for ms in (0.5, 1.0, 2.0)]
     xp = backend.xp_for(args.device)
-    timer = harness.timer_for(xp)
-    import cuvmap as cv
-    import cuvmap.numpy as cnp
-
+    timer = timer_for(xp)
     rng = np.random.default_rng(0)
     n = args.size
     a = xp.asarray(rng.standard_normal((n, n)).astype(np.float32))
@@ -86,10 +96,10 @@ def _cases(args):
     x = xp.asarray(rng.standard_normal((32, 64)).astype(np.float32))
     grad = cv.grad(lambda w: cnp.sum(cnp.tanh(cnp.tanh(x @ w) @ w)))
     return [
-        harness.Case("gemm", f"{xp.__name__}.matmul {n}×{n} float32", lambda: xp.matmul(a, b), timer),
-        harness.Case("elementwise", f"{xp.__name__} sin(v) * v + v, 2^18 float32", lambda: xp.sin(v) * v + v, timer),
-        harness.Case("reduction", f"{xp.__name__}.sum(v * v), 2^18 float32", lambda: xp.sum(v * v), timer),
-        harness.Case("cuvmap_grad", "cuvmap grad of a 2-layer tanh net (32×64)", lambda: grad(w), timer),
+        runner.Case("gemm", f"{xp.__name__}.matmul {n}×{n} float32", lambda: xp.matmul(a, b), timer),
+        runner.Case("elementwise", f"{xp.__name__} sin(v) * v + v, 2^18 float32", lambda: xp.sin(v) * v + v, timer),
+        runner.Case("reduction", f"{xp.__name__}.sum(v * v), 2^18 float32", lambda: xp.sum(v * v), timer),
+        runner.Case("cuvmap_grad", "cuvmap grad of a 2-layer tanh net (32×64)", lambda: grad(w), timer),
     ]
 
 
@@ -98,7 +108,7 @@ def _rows(cases, stats):
 
 
 def run(args, settings):
-    policy = harness.policy_of(args)
+    policy = runner.policy_of(args)
     cases = _cases(args)
     slow = args.slow_case or cases[1].key
     if slow not in {c.key for c in cases}:
@@ -107,15 +117,15 @@ def run(args, settings):
     print(f"# self-check of the harness on the {args.device}: the {args.workload} workload timed twice, "
           f"+{100 * args.slowdown:g}% injected into {slow!r} the second time")
     print()
-    print(harness.settings_table(settings))
-    progress = harness.Progress(2, args.progress)
+    print(settings_table(settings))
+    progress = Progress(2, args.progress)
     plain = policy.with_repeats(policy.repeats)
     plain.inject = {}
     injected = policy.with_repeats(policy.repeats)
     injected.inject = {slow: args.slowdown}
-    base = _rows(cases, harness.run_cases(cases, plain, progress, "run 1: "))
+    base = _rows(cases, runner.run_cases(cases, plain, progress, "run 1: "))
     progress.step("run 1")
-    head = _rows(cases, harness.run_cases(cases, injected, progress, "run 2: "))
+    head = _rows(cases, runner.run_cases(cases, injected, progress, "run 2: "))
     progress.step("run 2")
     progress.close()
     report = compare.compare_results(dict(suite="selfcheck", rows=base), dict(suite="selfcheck", rows=head),

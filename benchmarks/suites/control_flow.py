@@ -23,7 +23,6 @@ respect to ``a``. Reported, all in this run:
   loop (the floor: what a step's NumPy calls cost); the tiny-carry scan against its
   hand-written NumPy loop (target ≤ 3×).
 """
-import math
 import time
 
 import numpy as np
@@ -32,11 +31,26 @@ import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend, lax
 
-from benchmarks import harness
-from benchmarks import stats as bstats
+from benchmarks.methods import jax_methods, max_abs_diff
+from benchmarks.methods.cuvmap_methods import to_numpy
+from benchmarks.report.tables import DocTable, markdown_table, settings_table, spread_cell, targets_doc_table
+from benchmarks.rounds import ratios, runner
+from benchmarks.rounds import stats as bstats
+from benchmarks.rounds.timers import timer_for
 
 SUMMARY = "jit(grad) of a long scan (an RNN) against the unrolled loop: trace time and per-step run time"
 DEFAULTS = dict(repeats=5, warmup=1)
+
+
+DOC_TABLES = [
+    DocTable("Run time of the jitted gradients", "rows", [
+        ("run (median)", "case", "l"), ("ms per call", "ms", "r"), ("µs per step", "us_per_step", "r"),
+        ("× unrolled", "x_unrolled", "r"), ("× NumPy loop", "x_numpy", "r"),
+        ("IQR / median", lambda row, run: spread_cell(row), "r"), ("rounds", "repeats", "r")]),
+    DocTable("Trace time (make_jaxpr)", lambda run: list(run["trace_ms"].items()), [
+        ("staging", lambda row, run: row[0], "l"), ("ms", lambda row, run: row[1], "r")]),
+    targets_doc_table(),
+]
 
 
 def add_arguments(parser):
@@ -63,18 +77,24 @@ def loss_unrolled(w, u, h0, xs):
     return cnp.sum(h * h)
 
 
+def _states(step, c0, xs):
+    """The forward loop of a recurrence by hand: ``(n + 1, ...)`` states ``c_0 .. c_n`` of
+    ``c_t = step(c_{t-1}, x_t)``, kept for the backward loop."""
+    xp = backend.xp_of(xs)
+    cs = xp.empty((xs.shape[0] + 1,) + c0.shape, c0.dtype)
+    cs[0] = c = c0
+    for t in range(xs.shape[0]):
+        cs[t + 1] = c = step(c, xs[t])
+    return cs
+
+
 def numpy_rnn_grad(w, u, h0, xs):
     """The gradient of :func:`loss_scan` with respect to ``w`` and ``u``, written by hand as
     two NumPy loops (forward, keeping every ``h_t``; backward): the floor of a step."""
     xp = backend.xp_of(xs)
     n = xs.shape[0]
-    hs = xp.empty((n + 1,) + h0.shape, h0.dtype)
-    hs[0] = h0
-    h = h0
-    for t in range(n):
-        h = xp.tanh(h @ w + xs[t] @ u)
-        hs[t + 1] = h
-    dh = 2 * h
+    hs = _states(lambda h, x: xp.tanh(h @ w + x @ u), h0, xs)
+    dh = 2 * hs[n]
     dw, du = xp.zeros_like(w), xp.zeros_like(u)
     wt = w.T
     for t in range(n - 1, -1, -1):
@@ -112,13 +132,8 @@ def numpy_tiny_grad(a, c0, xs):
     """The gradient of :func:`loss_tiny` with respect to ``a``, by hand as NumPy loops."""
     xp = backend.xp_of(xs)
     n = xs.shape[0]
-    cs = xp.empty((n + 1,) + c0.shape, c0.dtype)
-    cs[0] = c0
-    c = c0
-    for t in range(n):
-        c = xp.tanh(c * a + xs[t])
-        cs[t + 1] = c
-    dc = 2 * c
+    cs = _states(lambda c, x: xp.tanh(c * a + x), c0, xs)
+    dc = 2 * cs[n]
     da = xp.zeros_like(a)
     for t in range(n - 1, -1, -1):
         ct = cs[t + 1]
@@ -126,10 +141,6 @@ def numpy_tiny_grad(a, c0, xs):
         da += ds * cs[t]
         dc = ds * a
     return da
-
-
-def _host(x):
-    return np.asarray(backend.device_put(x, "cpu"))
 
 
 def _trace_seconds(cases, repeats):
@@ -149,31 +160,6 @@ def _trace_seconds(cases, repeats):
     return best
 
 
-def _jax_case(args, w, u, h0, xs, notes):
-    if args.no_jax:
-        notes.append("JAX: skipped (--no-jax)")
-        return None
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        notes.append("JAX: skipped (jax is not installed)")
-        return None
-    if args.device == "gpu":
-        notes.append("JAX: skipped on --device gpu (its CPU build is what this machine has)")
-        return None
-
-    def loss(w, u, h0, xs):
-        h, _ = jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x @ u), None), h0, xs)
-        return jnp.sum(h * h)
-
-    g = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    jargs = [jnp.asarray(a) for a in (w, u, h0, xs)]
-    jax.block_until_ready(g(*jargs))
-    notes.append(f"JAX {jax.__version__}: jit(grad) of jax.lax.scan, the same loss")
-    return lambda: jax.block_until_ready(g(*jargs))
-
-
 def run(args, settings):
     xp = backend.xp_for(args.device)
     rng = np.random.default_rng(0)
@@ -185,7 +171,7 @@ def run(args, settings):
     print(f"# control flow: jit(grad) of an RNN (hidden {hidden}, batch {batch}, float32) over {n} steps, "
           f"lax.scan against the unrolled loop, on the {args.device}")
     print()
-    print(harness.settings_table(settings))
+    print(settings_table(settings))
     print()
 
     repeats = max(1, args.repeats)
@@ -197,19 +183,19 @@ def run(args, settings):
     unrolled_grad = cv.jit(cv.grad(loss_unrolled, argnums=(0, 1)))
     for g in (scan_grad, unrolled_grad):
         g(w, u, h0, xs)  # traced and planned
-    ref = cv.grad(loss_unrolled, argnums=(0, 1))(w, u, h0, xs[:8])
-    got = cv.grad(loss_scan, argnums=(0, 1))(w, u, h0, xs[:8])
-    by_hand = numpy_rnn_grad(w, u, h0, xs[:8])
-    worst = max(float(np.abs(_host(a) - _host(b)).max()) for a, b in zip(got, ref))
-    worst_hand = max(float(np.abs(_host(a) - _host(b)).max()) for a, b in zip(got, by_hand))
+    ref, got, by_hand = ([to_numpy(g) for g in f(w, u, h0, xs[:8])]
+                         for f in (cv.grad(loss_unrolled, argnums=(0, 1)), cv.grad(loss_scan, argnums=(0, 1)),
+                                   numpy_rnn_grad))
+    worst, worst_hand = max_abs_diff(got, ref), max_abs_diff(got, by_hand)
     notes = [f"scan and unrolled gradients agree to {worst:.1e}, scan and the NumPy loop to {worst_hand:.1e} "
              "(8 steps, float32)"]
     cases = [("cuvmap jit(grad(scan))", lambda: scan_grad(w, u, h0, xs)),
              ("cuvmap jit(grad(unrolled loop))", lambda: unrolled_grad(w, u, h0, xs)),
              ("NumPy loop (forward and backward by hand)", lambda: numpy_rnn_grad(w, u, h0, xs))]
-    jax_fn = _jax_case(args, _host(w), _host(u), _host(h0), _host(xs),
-                       notes)
+    jax = jax_methods.setup(args, notes, {})
+    jax_fn = None if jax is None else jax_methods.rnn_scan_grad(jax, *(to_numpy(v) for v in (w, u, h0, xs)))
     if jax_fn is not None:
+        notes.append(f"JAX {jax.__version__}: jit(grad) of jax.lax.scan, the same loss")
         cases.append(("JAX jit(grad(scan))", jax_fn))
     # the tiny-carry scan
     tiny = args.tiny
@@ -217,7 +203,7 @@ def run(args, settings):
     c0 = xp.zeros(tiny, np.float32)
     txs = xp.asarray(rng.standard_normal((n, tiny)).astype(np.float32))
     tiny_grad = cv.jit(cv.grad(loss_tiny))
-    worst_tiny = float(np.abs(_host(tiny_grad(a, c0, txs[:8])) - _host(numpy_tiny_grad(a, c0, txs[:8]))).max())
+    worst_tiny = max_abs_diff(to_numpy(tiny_grad(a, c0, txs[:8])), to_numpy(numpy_tiny_grad(a, c0, txs[:8])))
     notes.append(f"tiny-carry scan and its NumPy loop agree to {worst_tiny:.1e} (8 steps, float32)")
     tiny_cases = [(f"cuvmap jit(grad(scan)), carry of {tiny}", lambda: tiny_grad(a, c0, txs)),
                   (f"NumPy loop, carry of {tiny} (by hand)", lambda: numpy_tiny_grad(a, c0, txs))]
@@ -225,16 +211,11 @@ def run(args, settings):
         blocks_grad = cv.jit(cv.grad(loss_tiny_blocks))
         tiny_cases.append((f"cuvmap, carry of {tiny}, unrolled by hand, 8 steps a body",
                            lambda: blocks_grad(a, c0, txs)))
-    for _, fn in cases + tiny_cases:
-        fn()  # traced and planned, warm
-    timed = [harness.Case(name, name, fn, harness.timer_for(xp)) for name, fn in cases + tiny_cases]
-    policy = harness.policy_of(args).with_repeats(repeats, 1)
-    # the first calls above traced and planned; the rounds alternate the cases, so that
-    # the machine's load reaches every case alike
-    times, timing_notes = harness.timed_rounds(timed, policy)
-    stats = {c.key: harness.Stats(times[c.key], math.nan, c.timer.name + ", interleaved", 1, 1.0,
-                                  policy.max_spread if policy.adaptive else None, timing_notes[c.key])
-             for c in timed}
+    timed = [runner.Case(name, name, fn, timer_for(xp)) for name, fn in cases + tiny_cases]
+    policy = runner.policy_of(args).with_repeats(repeats, 1)
+    # the jitted gradients were traced and planned above; the rounds alternate the cases, so
+    # that the machine's load reaches every case alike
+    stats = runner.run_cases(timed, policy)
     medians = [stats[name].median for name, _ in cases]
     rows = []
     table = []
@@ -243,13 +224,13 @@ def run(args, settings):
     for (name, _), med in zip(cases, medians):
         st = stats[name]
         per_step = med / n * 1e6
-        c = harness.compare_rows(dict(times_ms=st.times), dict(times_ms=unrolled.times), args)
+        c = ratios.compare_rows(dict(times_ms=st.times), dict(times_ms=unrolled.times), args)
         rows.append(dict(case=name, ms=med * 1e3, us_per_step=per_step, x_unrolled=med / medians[1],
                          x_unrolled_comparison=c.as_dict(), x_numpy=med / medians[2], times_s=st.times,
                          **st.as_dict()))
-        table.append((name, med * 1e3, per_step, harness.spread_text(st), len(st.times), med / medians[1],
+        table.append((name, med * 1e3, per_step, runner.spread_text(st), len(st.times), med / medians[1],
                       c.interval(), med / medians[2]))
-    print(harness.markdown_table(["run (median)", "ms per call", "µs per step", "IQR / median", "rounds",
+    print(markdown_table(["run (median)", "ms per call", "µs per step", "IQR / median", "rounds",
                                   "× unrolled", f"× unrolled, {100 * getattr(args, 'confidence', 0.95):g}% CI",
                                   "× NumPy loop"],
                                  table))
@@ -260,9 +241,9 @@ def run(args, settings):
         st = stats[name]
         rows.append(dict(case=name, ms=st.median * 1e3, us_per_step=st.median / n * 1e6,
                          x_numpy=st.median / tiny_numpy.median, times_s=st.times, **st.as_dict()))
-        tiny_rows.append((name, st.median * 1e3, st.median / n * 1e6, harness.spread_text(st),
+        tiny_rows.append((name, st.median * 1e3, st.median / n * 1e6, runner.spread_text(st),
                           st.median / tiny_numpy.median))
-    print(harness.markdown_table(["tiny carry (median)", "ms per call", "µs per step", "IQR / median",
+    print(markdown_table(["tiny carry (median)", "ms per call", "µs per step", "IQR / median",
                                   "× NumPy loop"], tiny_rows))
     print()
     # the cell's three GEMMs: forward x @ w, backward x.T @ ct and ct @ w.T (NOTE [a loop's
@@ -270,19 +251,19 @@ def run(args, settings):
     x_mat, w_mat = xs[0], w
     gemms = [("x @ w (forward)", lambda: x_mat @ w_mat), ("x.T @ ct (weight's cotangent)", lambda: x_mat.T @ x_mat),
              ("ct @ w.T (input's cotangent)", lambda: x_mat @ w_mat.T)]
-    gemm_cases = [harness.Case(name, name, (lambda f: lambda: [f() for _ in range(100)])(f), harness.timer_for(xp))
+    gemm_cases = [runner.Case(name, name, (lambda f: lambda: [f() for _ in range(100)])(f), timer_for(xp))
                   for name, f in gemms]
-    gemm_times, _ = harness.timed_rounds(gemm_cases, policy)
+    gemm_times, _ = runner.timed_rounds(gemm_cases, policy)
     gemm_us = {name: float(np.median(gemm_times[name])) / 100 * 1e6 for name, _ in gemms}
     first = gemm_us[gemms[0][0]]
-    print(harness.markdown_table([f"a GEMM of the cell ({batch}×{hidden} by {hidden}×{hidden}, median)", "µs",
+    print(markdown_table([f"a GEMM of the cell ({batch}×{hidden} by {hidden}×{hidden}, median)", "µs",
                                   "× x @ w"], [(name, us, us / first) for name, us in gemm_us.items()]))
     print()
     trace_rows = [("grad of the scan, full length", trace_scan * 1e3, trace_scan / trace_one),
                   ("grad of the scan, length 1", trace_scan_one * 1e3, trace_scan_one / trace_one),
                   ("grad of one step (unrolled, length 1)", trace_one * 1e3, 1.0),
                   ("grad of the unrolled loop, full length", trace_unrolled * 1e3, trace_unrolled / trace_one)]
-    print(harness.markdown_table(["trace (make_jaxpr)", "ms", "× one step"], trace_rows))
+    print(markdown_table(["trace (make_jaxpr)", "ms", "× one step"], trace_rows))
     print()
     scan_stats = stats[cases[0][0]]
     # (name, measured, limit, numerator, denominator): run targets are judged beyond noise too
@@ -295,11 +276,11 @@ def run(args, settings):
     tiny_stats = stats[tiny_cases[0][0]]
     targets.append(("tiny-carry scan per-step run / its NumPy loop", tiny_stats.median / tiny_numpy.median, 3.0,
                     tiny_stats, tiny_numpy))
-    comparisons = {name: harness.compare_rows(dict(times_ms=num.times), dict(times_ms=den.times), args)
+    comparisons = {name: ratios.compare_rows(dict(times_ms=num.times), dict(times_ms=den.times), args)
                    for name, _, _, num, den in targets if num is not None}
     met_ci = {name: bstats.target_met(c, "≤", limit) for (name, _, limit, _, _), c in
               ((t, comparisons.get(t[0])) for t in targets) if c is not None}
-    print(harness.markdown_table(["target", "measured", "≤", "met", "met beyond noise (CI of the paired rounds)"],
+    print(markdown_table(["target", "measured", "≤", "met", "met beyond noise (CI of the paired rounds)"],
                                  [(name, value, limit, "yes" if value <= limit else "no",
                                    met_ci.get(name, "(one trace per repeat: no pairs)"))
                                   for name, value, limit, _, _ in targets], "lrrll"))
@@ -315,16 +296,3 @@ def run(args, settings):
                                     **(dict(met_beyond_noise=met_ci[name], comparison=comparisons[name].as_dict())
                                        if name in comparisons else {}))
                          for name, value, limit, _, _ in targets}, notes=notes)
-
-
-def main(argv=None):
-    """``python -m benchmarks.bench_control_flow ARGS`` is ``python -m benchmarks control_flow ARGS``."""
-    import sys
-
-    from benchmarks.__main__ import main as cli_main
-
-    return cli_main(["control_flow"] + list(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,6 @@
 """Convolution throughput, measured side by side in one run.
 
     python -m benchmarks conv [--device cpu|gpu] [--batch 32 128] [--repeats 5] [--im2col-variants] [--json out.json]
-    python -m benchmarks.bench_conv ...   (the same)
 
 Tables (all on the shapes of the benchmark CNN: 1→16→32 channels, 5×5 kernels, 28×28 input):
 
@@ -23,8 +22,8 @@ Tables (all on the shapes of the benchmark CNN: 1→16→32 channels, 5×5 kerne
 On the CPU set ``OPENBLAS_CORETYPE`` as you wish before running (it changes NumPy's GEMM
 speed on some machines; ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m
 benchmarks conv`` runs without it); the value in force is printed with the figures, and
-every ratio compares methods under the same setting. Timing, settings, JSON and the plot (table 1 as
-ms per example against the batch size) come from ``benchmarks/harness.py``.
+every ratio compares methods under the same setting. The plot is table 1 as ms per example
+against the batch size.
 """
 
 import numpy as np
@@ -33,7 +32,11 @@ import cuvmap as cv
 from cuvmap import backend, lax
 from cuvmap.lax import convolution as conv_module
 
-from benchmarks import harness
+from benchmarks.machine.gemm import gemm_rate
+from benchmarks.report.progress import Progress
+from benchmarks.report.tables import DocTable, markdown_table, settings_table
+from benchmarks.rounds import runner
+from benchmarks.rounds.timers import timer_for
 
 SUMMARY = "conv forward/backward GFLOP/s against matmul, vmap-folded cases against a loop, grouped conv against unfold"
 DEFAULTS = dict(repeats=5, warmup=1)
@@ -89,21 +92,29 @@ def cpu_kernels(im2col_variants=False):
     return kernels
 
 
-def timeit(fn, repeats, xp=np, warmup=1):
-    """Median and min seconds of ``fn()`` (CUDA events on the GPU)."""
-    stats = harness.measure(fn, repeats=repeats, warmup=warmup, timer=harness.timer_for(xp))
-    return stats.median, stats.min
-
-
 def conv_flops(n, c, o, out_hw, k, groups=1):
     return 2.0 * n * o * (c // groups) * k * k * out_hw * out_hw
 
 
-def matmul_gflops(xp, dtype, m, k, n, repeats, warmup=1):
-    a = xp.asarray(np.random.default_rng(0).standard_normal((m, k)).astype(dtype))
-    b = xp.asarray(np.random.default_rng(1).standard_normal((k, n)).astype(dtype))
-    med, _ = timeit(lambda: a @ b, repeats, xp, warmup)
-    return 2.0 * m * k * n / med / 1e9
+def _kernel(label, field):
+    return lambda row, run: (row.get(label) or {}).get(field)
+
+
+DOC_TABLES = [
+    DocTable("1. Convolution GFLOP/s per kernel against matmul GFLOP/s", lambda run: run["tables"]["gflops"], [
+        ("layer", "layer", "l"), ("batch", "batch", "r"), ("op", "op", "l"),
+        ("im2col ms", _kernel("im2col", "ms"), "r"), ("im2col GFLOP/s", _kernel("im2col", "gflops"), "r"),
+        ("oneDNN ms", _kernel("oneDNN", "ms"), "r"), ("oneDNN GFLOP/s", _kernel("oneDNN", "gflops"), "r"),
+        ("GPU (auto) ms", _kernel("auto", "ms"), "r"), ("matmul GFLOP/s", "matmul_gflops", "r"),
+        ("auto picks", "auto_picks", "l")]),
+    DocTable("2. vmap-folded batching cases against a Python loop over examples",
+             lambda run: run["tables"]["vmap_vs_loop"], [
+                 ("layer", "layer", "l"), ("batch", "batch", "r"), ("case", "case", "l"), ("vmap ms", "vmap_ms", "r"),
+                 ("loop ms", "loop_ms", "r"), ("loop / vmap", lambda row, run: row["loop_ms"] / row["vmap_ms"], "r")]),
+    DocTable("3. Per-example weight gradient: folded grouped conv against unfold + batched matmul",
+             lambda run: run["tables"]["grouped_vs_unfold"], [
+                 ("layer", "layer", "l"), ("batch", "batch", "r"), ("method", "method", "l"), ("ms", "ms", "r")]),
+]
 
 
 def add_arguments(parser):
@@ -123,13 +134,13 @@ def run(args, settings):
     results = {"tables": {}}
     put = (lambda a: a) if xp is np else xp.asarray
     rep, warm = args.repeats, args.warmup
-    policy = harness.policy_of(args)
+    policy = runner.policy_of(args)
     n_steps = len(args.batch) * len(LAYERS) * (3 + 4 + 1)
-    progress = harness.Progress(n_steps, args.progress)
+    progress = Progress(n_steps, args.progress)
 
     print(f"# cuvmap conv benchmark on {args.device}, float32, medians (at least {rep} calls: see rounds)")
     print()
-    print(harness.settings_table(settings))
+    print(settings_table(settings))
     from cuvmap.cpu import onednn
 
     kernels = cpu_kernels(args.im2col_variants) if xp is np else [("auto", "auto", None)]
@@ -151,7 +162,7 @@ def run(args, settings):
                           output_padding=(0, 0), groups=1)
             flops = conv_flops(batch, c, o, out_hw, k)
             # the GEMM each op reduces to: (O × CK) @ (CK × N·out) and its transposes
-            mm = matmul_gflops(xp, dtype, o, c * k * k, batch * out_hw * out_hw, rep, warm)
+            mm = gemm_rate(xp, o, c * k * k, batch * out_hw * out_hw, repeats=rep, warmup=warm)[0] / 1e9
             ops = [
                 ("forward", lambda: lax.conv(x, w, **params)),
                 ("backward_input", lambda: lax.conv_backward_input(g, w, x.shape, **params)),
@@ -163,8 +174,8 @@ def run(args, settings):
                 cells = []
                 for label, strategy, gemm_settings in kernels:
                     created = onednn.cache_info() if label == "oneDNN" else None
-                    st = harness.measure(forced(strategy, fn, gemm_settings), repeats=rep, warmup=warm, policy=policy,
-                                         timer=harness.timer_for(xp))
+                    st = runner.measure(forced(strategy, fn, gemm_settings), repeats=rep, warmup=warm, policy=policy,
+                                         timer=timer_for(xp))
                     gf = flops / st.median / 1e9
                     row[label] = dict(ms=st.median * 1e3, gflops=gf, **st.as_dict())
                     cells += [st.median * 1e3, gf]
@@ -192,7 +203,7 @@ def run(args, settings):
     if with_onednn:
         headers += ["im2col / oneDNN", "oneDNN plan ms"]
     headers += ["auto picks"]
-    print(harness.markdown_table(headers, table, "lrl" + "r" * (len(headers) - 4) + "l"))
+    print(markdown_table(headers, table, "lrl" + "r" * (len(headers) - 4) + "l"))
     if with_onednn:
         print("\n- oneDNN plan ms: making one oneDNN plan (the convolution primitive and its reorders) for the "
               "shape, once per shape and power-of-two batch bucket; best / matmul: the faster kernel's rate")
@@ -226,17 +237,17 @@ def run(args, settings):
             n_loop = max(1, min(batch, args.loop_examples))
             for case, f, operands, inner in cases:
                 progress.set(f"2. {name} batch {batch} {case}")
-                sv = harness.measure(lambda: f(*operands), repeats=rep, warmup=warm, timer=harness.timer_for(xp),
+                sv = runner.measure(lambda: f(*operands), repeats=rep, warmup=warm, timer=timer_for(xp),
                                      policy=policy)
-                sl = harness.measure(lambda: [inner(i) for i in range(n_loop)], repeats=max(1, rep // 2),
-                                     warmup=warm, timer=harness.timer_for(xp), scale=batch / n_loop)
+                sl = runner.measure(lambda: [inner(i) for i in range(n_loop)], repeats=max(1, rep // 2),
+                                     warmup=warm, timer=timer_for(xp), scale=batch / n_loop)
                 rows.append(dict(layer=name, batch=batch, case=case, vmap_ms=sv.median * 1e3, loop_ms=sl.median * 1e3,
                                  loop_examples=n_loop, vmap=sv.as_dict(), loop=sl.as_dict()))
                 table.append((name, batch, case, sv.median * 1e3, sl.median * 1e3, sl.median / sv.median))
                 progress.step(f"2. {name} batch {batch} {case}")
     results["tables"]["vmap_vs_loop"] = rows
     print("\n## 2. vmap-folded batching cases against a Python loop over examples\n")
-    print(harness.markdown_table(["layer", "batch", "case", "vmap ms", "loop ms", "loop / vmap"], table, "lrlrrr"))
+    print(markdown_table(["layer", "batch", "case", "vmap ms", "loop ms", "loop / vmap"], table, "lrlrrr"))
     print(f"\n(the loop runs {args.loop_examples} examples, or the batch if smaller, and is scaled to the batch)")
 
     # -- 3. grouped conv against unfold + matmul (the TODO of BatchRulesConvolution.cpp) --
@@ -273,7 +284,7 @@ def run(args, settings):
                                ("CuPy unfold + batched matmul", forced("unfold", grouped)),
                                ("explicit unfold + matmul", unfold_matmul)]
             progress.set(f"3. {name} batch {batch}")
-            timed = [(m, harness.measure(fn, repeats=rep, warmup=warm, timer=harness.timer_for(xp), policy=policy))
+            timed = [(m, runner.measure(fn, repeats=rep, warmup=warm, timer=timer_for(xp), policy=policy))
                      for m, fn in methods]
             best = min(st.median for _, st in timed)
             for m, st in timed:
@@ -283,7 +294,7 @@ def run(args, settings):
     progress.close()
     results["tables"]["grouped_vs_unfold"] = rows
     print("\n## 3. Per-example weight gradient: folded grouped conv (groups·B) against unfold + batched matmul\n")
-    print(harness.markdown_table(["layer", "batch", "method", "ms", "× fastest"], table, "lrlrr"))
+    print(markdown_table(["layer", "batch", "method", "ms", "× fastest"], table, "lrlrr"))
 
     series = {}
     for r in results["tables"]["gflops"]:
@@ -292,16 +303,3 @@ def run(args, settings):
     results["plot"] = dict(series=series, title=f"cuvmap conv ops, {args.device}: {settings['device']}\n"
                                                  f"OPENBLAS_CORETYPE={settings['OPENBLAS_CORETYPE']}")
     return results
-
-
-def main(argv=None):
-    """``python -m benchmarks.bench_conv ARGS`` is ``python -m benchmarks conv ARGS``."""
-    import sys
-
-    from benchmarks.__main__ import main as cli_main
-
-    return cli_main(["conv"] + list(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

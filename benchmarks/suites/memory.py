@@ -31,9 +31,7 @@ Targets: the budgeted call's peak at most the budget + 10%; its time at most 1.1
 best time of the sweep's chunk sizes whose peak is within the budget (the hand-picked
 sizes a user could keep).
 """
-import gc
 import math
-import tracemalloc
 
 import numpy as np
 
@@ -41,14 +39,29 @@ import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import api, backend, dp, memory_budget as mb
 
-from benchmarks import harness, models
-from benchmarks import stats as bstats
+from benchmarks import models
+from benchmarks.methods import max_abs_diff
+from benchmarks.methods.cuvmap_methods import to_numpy
+from benchmarks.report.tables import DocTable, markdown_table, settings_table, targets_doc_table
+from benchmarks.rounds import peaks, ratios, runner
+from benchmarks.rounds import stats as bstats
+from benchmarks.rounds.timers import timer_for
 
 SUMMARY = "memory_budget=: the chosen chunk's peak and time against the unchunked call and a sweep of chunk sizes"
 DEFAULTS = dict(repeats=5, warmup=1)
 CASES = ("cnn_dp", "mlp_dp", "mlp_norms", "cnn_grads")
 PEAK_LIMIT = 1.10   # the budgeted call's peak over the budget
 TIME_LIMIT = 1.15   # its time over the best in-budget chunk of the sweep
+
+
+DOC_TABLES = [
+    DocTable("Peak memory and time: the budgeted call, the unchunked call, the sweep", "rows", [
+        ("case", "case", "l"), ("run", "run", "l"), ("chunk", "chunk", "r"),
+        ("peak MiB", lambda row, run: row["peak_bytes"] / 2 ** 20, "r"), ("× budget", "peak_over_budget", "r"),
+        ("within the budget", lambda row, run: "yes" if row["within_budget"] else "no", "l"),
+        ("ms (median)", "ms", "r"), ("× best in-budget chunk", "x_best_in_budget", "r")]),
+    targets_doc_table(),
+]
 
 
 def add_arguments(parser):
@@ -112,28 +125,11 @@ def _case(name, args):
 
 def _peak(fn, xp):
     """Bytes allocated at the peak of one call of ``fn`` over what existed before."""
-    if xp is not np:
-        return harness.cupy_pool_peak(fn, xp)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        out = fn()
-        peak = tracemalloc.get_traced_memory()[1] - base
-        del out
-        return peak
-    finally:
-        tracemalloc.stop()
+    return peaks.host_peak(fn) if xp is np else peaks.cupy_pool_peak(fn, xp)
 
 
 def _results_bytes(out):
     return sum(int(getattr(v, "nbytes", 0)) for v in cv.tree.leaves(out))
-
-
-def _max_diff(a, b):
-    return max(float(np.abs(np.asarray(backend.device_put(x, "cpu")) - np.asarray(backend.device_put(y, "cpu"))).max())
-               for x, y in zip(cv.tree.leaves(a), cv.tree.leaves(b)))
 
 
 def _run_case(name, args, xp, policy):
@@ -152,17 +148,17 @@ def _run_case(name, args, xp, policy):
     plan = auto.memory_plan(*data)
     auto(*data)  # the choice and the first chunks' plans
     auto_peak = _peak(call(auto), xp)
-    diff = _max_diff(auto(*data), ref)
+    diff = max_abs_diff(*([to_numpy(v) for v in cv.tree.leaves(out)] for out in (auto(*data), ref)))
     sweep = [c for c in sorted(set(args.chunks)) if c < batch]
     fixed = {c: make(chunk=c) for c in sweep}
     sweep_peaks = {}
     for c, f in fixed.items():
         f(*data)
         sweep_peaks[c] = _peak(call(f), xp)
-    cases = [harness.Case("auto", f"memory_budget (chunk {plan.chunk})", call(auto), harness.timer_for(xp)),
-             harness.Case("unchunked", "unchunked", call(plain), harness.timer_for(xp))]
-    cases += [harness.Case(f"chunk {c}", f"chunk {c}", call(f), harness.timer_for(xp)) for c, f in fixed.items()]
-    times, timing_notes = harness.timed_rounds(cases, policy)
+    cases = [runner.Case("auto", f"memory_budget (chunk {plan.chunk})", call(auto), timer_for(xp)),
+             runner.Case("unchunked", "unchunked", call(plain), timer_for(xp))]
+    cases += [runner.Case(f"chunk {c}", f"chunk {c}", call(f), timer_for(xp)) for c, f in fixed.items()]
+    times, timing_notes = runner.timed_rounds(cases, policy)
     med = {k: float(np.median(v)) for k, v in times.items()}
     in_budget = [c for c in sweep if sweep_peaks[c] <= budget]  # what a user picking by hand must keep to
     best = min(in_budget, key=lambda c: med[f"chunk {c}"]) if in_budget else None
@@ -185,10 +181,10 @@ def _run_case(name, args, xp, policy):
           f"{mb.fmt_bytes(unchunked)}; planned: chunk {plan.chunk}, one chunk's program "
           f"{mb.fmt_bytes(plan.planned_peak or 0)}, results {mb.fmt_bytes(plan.results)}")
     print()
-    print(harness.markdown_table(["run", "chunk", "peak MiB", "× budget", "within the budget", "ms (median)",
+    print(markdown_table(["run", "chunk", "peak MiB", "× budget", "within the budget", "ms (median)",
                                   "× best in-budget chunk"], table))
     print()
-    comparison = (harness.compare_rows(dict(times_ms=times["auto"]), dict(times_ms=times[best_key]))
+    comparison = (ratios.compare_rows(dict(times_ms=times["auto"]), dict(times_ms=times[best_key]))
                   if best_key else None)
     targets = [(f"{name}: peak / budget", auto_peak / budget, PEAK_LIMIT, "–"),
                (f"{name}: time / best in-budget chunk ({best_key or 'none'})",
@@ -204,9 +200,9 @@ def run(args, settings):
     print(f"# memory budgets on the {args.device}: batch {args.batch}, a budget of {args.fraction:g} × the unchunked "
           f"peak, chunk sweep {', '.join(map(str, sorted(set(args.chunks))))}")
     print()
-    print(harness.settings_table(settings))
+    print(settings_table(settings))
     print()
-    policy = harness.policy_of(args)
+    policy = runner.policy_of(args)
     all_rows, all_targets, all_notes, figures = [], [], [], {}
     for name in args.cases:
         rows, targets, notes, fig = _run_case(name, args, xp, policy)
@@ -214,7 +210,7 @@ def run(args, settings):
         all_targets += targets
         all_notes += notes
         figures[name] = fig
-    print(harness.markdown_table(["target", "measured", "≤", "met", "met beyond noise (CI of the paired rounds)"],
+    print(markdown_table(["target", "measured", "≤", "met", "met beyond noise (CI of the paired rounds)"],
                                  [(t, v, lim, "yes" if v <= lim else "no", ci) for t, v, lim, ci in all_targets],
                                  "lrrll"))
     print()
@@ -227,16 +223,3 @@ def run(args, settings):
                 rows=all_rows, figures=figures,
                 targets={t: dict(measured=v, limit=lim, met_beyond_noise=ci) for t, v, lim, ci in all_targets},
                 notes=all_notes)
-
-
-def main(argv=None):
-    """``python -m benchmarks.bench_memory ARGS`` is ``python -m benchmarks memory ARGS``."""
-    import sys
-
-    from benchmarks.__main__ import main as cli_main
-
-    return cli_main(["memory"] + list(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

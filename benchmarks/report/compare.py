@@ -12,7 +12,7 @@ only is listed, not compared.
 For each case the ratio HEAD / BASE is the two-sample Hodges–Lehmann estimate of the
 per-call times, with a distribution-free confidence interval (Mann–Whitney), and the
 verdict is SLOW when the interval lies above 1 and the estimate is at least ``--factor``,
-FAST in the mirror case, SAME otherwise (:mod:`benchmarks.stats`). With ``--relative-to
+FAST in the mirror case, SAME otherwise (:mod:`benchmarks.rounds.stats`). With ``--relative-to
 KEY`` a case is judged by its ratios to the case ``KEY`` of its group, round by round (the
 two were timed in the same rounds), so that a machine that is slower during one run than
 the other — the load of a shared machine — does not make every case SLOW. The settings that
@@ -24,11 +24,12 @@ Exit status: 1 when a case is SLOW, 2 when the files cannot be compared (differe
 suites, no case in common, unreadable), 0 otherwise — a gate for CI, as asv's
 ``continuous -f`` and pytest-benchmark's ``--benchmark-compare-fail``.
 """
-import json
 import math
 
-from benchmarks import harness
-from benchmarks import stats as bstats
+from benchmarks.machine.load import LoadMonitor
+from benchmarks.report import results as results_files
+from benchmarks.report.tables import markdown_table
+from benchmarks.rounds import stats as bstats
 
 SUMMARY = "compare two JSON runs of a suite: FAST / SLOW / SAME per case, exit status 1 on a SLOW"
 
@@ -191,12 +192,12 @@ def print_report(report, base_name="BASE", head_name="HEAD"):
     print()
     if report["settings"]:
         print("Settings that differ:\n")
-        print(harness.markdown_table(["setting", base_name, head_name],
+        print(markdown_table(["setting", base_name, head_name],
                                      [(k, str(b), str(h)) for k, (b, h) in report["settings"].items()], "lll"))
         print()
     for name, load in zip((base_name, head_name), report["load"]):
         if load:
-            print(f"- machine load during {name}: {harness.LoadMonitor.describe(load)}"
+            print(f"- machine load during {name}: {LoadMonitor.describe(load)}"
                   + (" **(busy)**" if load.get("warning") else ""))
     conf = f"{100 * report['confidence']:g}% CI"
     table = [(r["case"], r["base_median_ms"], r["head_median_ms"], r["ratio"], r["interval"],
@@ -204,7 +205,7 @@ def print_report(report, base_name="BASE", head_name="HEAD"):
              for r in report["rows"]]
     print()
     ratio = "head / base" + (f" of the ratio to {report['relative_to']}" if report.get("relative_to") else "")
-    print(harness.markdown_table(["case", f"{base_name} median ms", f"{head_name} median ms", ratio, conf,
+    print(markdown_table(["case", f"{base_name} median ms", f"{head_name} median ms", ratio, conf,
                                   "verdict", "note"], table, "lrrrlll"))
     print()
     c = report["counts"]
@@ -224,15 +225,10 @@ def print_report(report, base_name="BASE", head_name="HEAD"):
         print(f"\n**cannot compare**: {report['problem']}")
 
 
-def load(path):
-    with open(path) as fh:
-        return json.load(fh)
-
-
 def main(args):
     """``python -m benchmarks compare``: prints the report; returns the exit status."""
     try:
-        base, head = load(args.base), load(args.head)
+        base, head = results_files.load(args.base), results_files.load(args.head)
     except (OSError, ValueError) as err:
         print(f"python -m benchmarks compare: cannot read {err}")
         return 2
@@ -240,6 +236,6 @@ def main(args):
     print_report(report, "BASE", "HEAD")
     print(f"\nBASE: {args.base}\nHEAD: {args.head}")
     if args.json:
-        harness.write_json(args.json, dict(report, base_path=args.base, head_path=args.head))
+        results_files.write_json(args.json, dict(report, base_path=args.base, head_path=args.head))
         print(f"JSON: {args.json}")
     return report["status"]

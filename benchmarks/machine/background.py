@@ -25,8 +25,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks import harness
-from benchmarks import stats as bstats
+from benchmarks.report.tables import markdown_table
+from benchmarks.rounds import stats as bstats
 
 SETTLE = 1.0          # seconds in a new state (loops paused or running) before timing resumes
 MAX_SLOWDOWN = 1.5    # issue 27's target: a case under one busy core at most 1.5 × its quiet time
@@ -61,7 +61,7 @@ class BackgroundLoad:
     (and waits :data:`SETTLE` seconds when that changes anything); ``load.stop()``
     (idempotent) stops and reaps them and returns ``dict(processes, cores_used, wall_s)``,
     the CPU the loops used in cores on average over their lifetime (None where /proc is
-    unavailable). With ``alternate=True`` the rounds of ``benchmarks/timing.py`` time each
+    unavailable). With ``alternate=True`` the rounds of ``benchmarks/rounds/runner.py`` time each
     case with the loops paused and running (:meth:`record`, :meth:`report`)."""
 
     def __init__(self, n, alternate=False, settle=SETTLE):
@@ -152,7 +152,7 @@ class BackgroundLoad:
     # -----------------------------------------------------------------------------------
 
     def record(self, where, case, seconds):
-        """Keeps one timed call of ``case`` (a :class:`benchmarks.timing.Case`) in the
+        """Keeps one timed call of ``case`` (a :class:`benchmarks.rounds.runner.Case`) in the
         current state of the loops."""
         entry = self.records.setdefault((where, case.key), dict(label=case.label, scale=case.scale, quiet=[],
                                                                 loaded=[]))
@@ -162,7 +162,7 @@ class BackgroundLoad:
                confidence=bstats.DEFAULT_CONFIDENCE):
         """Per case, a dict: ``where``, ``key``, ``label``, the medians ``quiet_ms`` and
         ``loaded_ms``, ``slowdown`` (loaded / quiet, paired by round: a
-        :class:`benchmarks.stats.Comparison` as a dict) and whether it meets
+        :class:`benchmarks.rounds.stats.Comparison` as a dict) and whether it meets
         ``≤ max_slowdown`` beyond the noise; for a case whose key has a counterpart in
         ``counterparts`` (``{cuvmap key: torch key}``) timed in the same rounds, ``vs_torch``
         (cuvmap / torch, both loaded, paired by round) and whether it is ``≤ 1``."""
@@ -211,11 +211,11 @@ def report_lines(rows, n, max_slowdown=MAX_SLOWDOWN, confidence=bstats.DEFAULT_C
                       _ratio_text(t) if t else "–", r.get("vs_torch_met") or "–"))
     return [f"## Under {n} busy core(s): each case loaded / quiet, and cuvmap / torch loaded "
             f"({100 * confidence:g}% CI, paired by round)", "",
-            harness.markdown_table(["case", "method", "rounds", "quiet ms", "loaded ms", "loaded / quiet", "verdict",
+            markdown_table(["case", "method", "rounds", "quiet ms", "loaded ms", "loaded / quiet", "verdict",
                                     f"≤ {max_slowdown:g}", "torch loaded ms", "cuvmap / torch loaded", "≤ 1"], table,
                                    "llrrrllllll"), "",
             "- each round timed every case twice, with the loops paused (quiet) and running (loaded), the order "
             "alternating between rounds; ratios: Hodges–Lehmann estimates of the per-round ratios with Wilcoxon "
-            "intervals (benchmarks/stats.py); met: yes / no when the whole interval is on one side of the target",
+            "intervals (benchmarks/rounds/stats.py); met: yes / no when the whole interval is on one side of the target",
             "- cuvmap / torch loaded: each cuvmap row against its torch counterpart (the suite's TORCH_COUNTERPART), "
             "timed in the same loaded halves"]

@@ -21,10 +21,13 @@ and ``calibrate_noise`` under a second.
 """
 import time
 
-from benchmarks import harness
 from cuvmap import dp
 from cuvmap.dp import accounting as _accounting
 from cuvmap.dp import pld as _pld
+
+from benchmarks.methods import dp_accounting_methods
+from benchmarks.report.progress import Progress
+from benchmarks.report.tables import DocTable, markdown_table, settings_table
 
 SUMMARY = "privacy accountants: ε by PLD and RDP on the anchor recipes, time of get_epsilon and calibrate_noise"
 DEFAULTS = dict(repeats=3, warmup=1)
@@ -38,6 +41,21 @@ RECIPES = {
 }
 CALIBRATE_TARGET_S = 1.0
 REL_TARGET = 0.01
+
+
+DOC_TABLES = [
+    DocTable("ε", "rows", [
+        ("recipe", "recipe", "l"), ("σ", "sigma", "r"), ("q", "q", "r"), ("steps", "steps", "r"), ("δ", "delta", "r"),
+        ("ε RDP", "eps_rdp", "r"), ("ε PLD (1e-4)", "eps_pld", "r"), ("dp_accounting PLD", "dp_accounting_pld", "r"),
+        ("PLD / dp_accounting − 1", "rel_vs_dp_accounting", "r")]),
+    DocTable("Time (ms, medians; calibrate from scratch to the recipe's ε_PLD)", "rows", [
+        ("recipe", "recipe", "l"), ("get_epsilon RDP", lambda row, run: row["get_epsilon_ms"]["rdp"], "r"),
+        ("get_epsilon PLD", lambda row, run: row["get_epsilon_ms"]["pld"], "r"),
+        ("calibrate PLD", lambda row, run: row["calibrate"]["pld"]["ms"], "r"),
+        ("calibrate RDP", lambda row, run: row["calibrate"]["rdp"]["ms"], "r")]),
+    DocTable("Targets", "targets", [("check", "check", "l"), ("value", "value", "r"), ("target", "target", "l"),
+                                    ("met", lambda row, run: "yes" if row["met"] else "no", "l")]),
+]
 
 
 def add_arguments(parser):
@@ -64,21 +82,6 @@ def _fresh_calibrate(kind, target, delta, q, steps):
     return dp.calibrate_noise(target, delta, q, steps, accountant=kind)
 
 
-def _dp_accounting():
-    try:
-        import dp_accounting  # noqa: PLC0415  (optional: the reference, when installed)
-        from dp_accounting.pld import pld_privacy_accountant  # noqa: PLC0415
-    except ImportError:
-        return None
-
-    def eps(sigma, q, steps, delta):
-        acct = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
-        acct.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
-        return acct.get_epsilon(delta)
-
-    return eps
-
-
 def _median_time(fn, repeats):
     """Median wall-clock and CPU (this process) seconds of ``fn()``, and its last value."""
     walls, cpus = [], []
@@ -92,14 +95,14 @@ def _median_time(fn, repeats):
 
 
 def run(args, settings):
-    reference = None if args.no_dp_accounting else _dp_accounting()
+    reference = None if args.no_dp_accounting else dp_accounting_methods.pld_epsilon()
     print("# privacy accountants of the Poisson-subsampled Gaussian (add/remove-one)")
     print()
-    print(harness.settings_table(settings))
+    print(settings_table(settings))
     print()
     rows, eps_table, time_table = [], [], []
     cases = [(name, *RECIPES[name]) for name in args.recipes]
-    with harness.Progress(len(cases), args.progress) as progress:
+    with Progress(len(cases), args.progress) as progress:
         for name, (sigma, q, steps, delta), (ref_fine, ref_coarse, ref_rdp) in cases:
             progress.set(name)
             for _ in range(max(0, args.warmup)):
@@ -145,10 +148,10 @@ def run(args, settings):
                                cal["pld"][2] * 1e6))
             progress.step(name)
     print("## ε\n")
-    print(harness.markdown_table(["recipe", "parameters", "ε RDP", "ε PLD (1e-4)", "dp_accounting PLD",
+    print(markdown_table(["recipe", "parameters", "ε RDP", "ε PLD (1e-4)", "dp_accounting PLD",
                                   "PLD vs dp_accounting", "ε PLD (1e-3)", "PLD / RDP"], eps_table))
     print("\n## time (ms, medians; calibrate from scratch to the recipe's ε_PLD)\n")
-    print(harness.markdown_table(["recipe", "get_epsilon RDP", "get_epsilon PLD", "PLD (1e-3)",
+    print(markdown_table(["recipe", "get_epsilon RDP", "get_epsilon PLD", "PLD (1e-3)",
                                   "dp_accounting PLD", "calibrate PLD", "(CPU)", "σ (PLD)", "calibrate RDP", "(CPU)",
                                   "σ (RDP)",
                                   "memoised call (µs)"], time_table))
@@ -162,21 +165,8 @@ def run(args, settings):
                 checks.append((f"calibrate_noise {kind} seconds, {clock} ({r['recipe']})", s,
                                f"< {CALIBRATE_TARGET_S:g}", "yes" if s < CALIBRATE_TARGET_S else "no"))
     print("\n## targets\n")
-    print(harness.markdown_table(["check", "value", "target", "met"], checks, "lrll"))
+    print(markdown_table(["check", "value", "target", "met"], checks, "lrll"))
     if reference is None and not args.no_dp_accounting:
         print("\n(dp_accounting is not installed: its column holds the stored 0.6.0 values only)")
     return dict(config=dict(recipes=args.recipes), rows=rows,
                 targets=[dict(check=c, value=v, target=t, met=m == "yes") for c, v, t, m in checks])
-
-
-def main(argv=None):
-    """``python -m benchmarks.bench_accounting ARGS`` is ``python -m benchmarks accounting ARGS``."""
-    import sys  # noqa: PLC0415
-
-    from benchmarks.__main__ import main as cli_main  # noqa: PLC0415
-
-    return cli_main(["accounting"] + list(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

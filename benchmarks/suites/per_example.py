@@ -24,8 +24,8 @@ every method:
 
 The methods of a batch size are timed in interleaved rounds (each once per round, in
 rotating order; more rounds while a method's IQR / median is above ``--max-spread``:
-``benchmarks/timing.py``), and each ratio between two methods comes with a confidence
-interval from the paired rounds and a verdict, FAST, SLOW or SAME (``benchmarks/stats.py``);
+``benchmarks/rounds/runner.py``), and each ratio between two methods comes with a confidence
+interval from the paired rounds and a verdict, FAST, SLOW or SAME (``benchmarks/rounds/stats.py``);
 a target is met when the whole interval meets it. On the GPU each row also carries the
 device memory its call needed at its peak (CuPy's pool for cuvmap, torch's allocator for
 torch).
@@ -61,18 +61,30 @@ cuvmap/cpu/onednn.py). ``--torch-first`` imports torch before NumPy and cuvmap, 
 script that starts with ``import torch`` does: oneDNN then gets torch's libgomp with the
 command line's policy, and cuvmap runs its convolutions on its own threads unless the
 command line set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (NOTE [oneDNN beside another
-OpenMP user]; ``CUVMAP_ONEDNN_THREADING=openmp`` keeps OpenMP's team instead). The figures in the README come from
-``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example --batch 32 128``
-(``OPENBLAS_CORETYPE`` halves NumPy's GEMM rate on the project's machines), with and
-without ``OMP_WAIT_POLICY=PASSIVE``.
+OpenMP user]; ``CUVMAP_ONEDNN_THREADING=openmp`` keeps OpenMP's team instead).
+
+The figures of ``docs/performance/per_example.md`` and of the README's table come from
+``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example --batch 32 128
+--save-to-docs`` (``OPENBLAS_CORETYPE`` halves NumPy's GEMM rate on some machines), then
+``python -m benchmarks report``; the page says which command made them.
 """
 import gc
-import os
 
 import numpy as np
 
-from benchmarks import harness, models
-from benchmarks import stats as bstats
+import cuvmap as cv
+from cuvmap import backend
+from cuvmap.cpu import onednn
+from cuvmap.transforms import executor
+
+from benchmarks import models
+from benchmarks.machine import settings as machine_settings
+from benchmarks.machine.gemm import gemm_rate
+from benchmarks.methods import cuvmap_methods, jax_methods, torch_methods
+from benchmarks.report.progress import Progress
+from benchmarks.report.tables import DocTable, markdown_table, settings_table, spread_cell, timing_lines
+from benchmarks.rounds import peaks, ratios, runner
+from benchmarks.rounds.scopes import time_per_scope
 
 SUMMARY = "per-example gradients of the benchmark CNN: loop, vmap(grad), chunked, batched, jit(vmap(grad)), torch.func, JAX"
 DEFAULTS = dict(repeats=7, warmup=2)
@@ -86,11 +98,43 @@ DIFF_TOL = 1e-4
 TORCH_COUNTERPART = {"vmap": "torch_vmap", "chunked": "torch_vmap", "jit_vmap": "torch_vmap",
                      "batched": "torch_batched"}
 
-TARGETS = [  # key, numerator, denominator, comparison, target
+TARGETS = [  # name, numerator, denominator, comparison, target
     ("vmap(grad) / batched gradient", "vmap", "batched", "≤", 1.5),
     ("loop / vmap(grad)", "loop", "vmap", "≥", 5.0),
     ("vmap(grad) / torch.func vmap(grad)", "vmap", "torch_vmap", "≤", 1.0),
     ("batched gradient / torch batched gradient", "batched", "torch_batched", "≤", 1.25),
+]
+INFO_RATIOS = [  # name, numerator, denominator: reported where both ran, no target
+    ("vmap(grad, chunk_size) / vmap(grad)", "chunked", "vmap"),
+    ("cuvmap jit(vmap(grad)) / cuvmap vmap(grad)", "jit_vmap", "vmap"),
+    ("cuvmap jit(vmap(grad)) / JAX jit(vmap(grad))", "jit_vmap", "jax_vmap"),
+    ("cuvmap jit(vmap(grad)) / torch.func vmap(grad)", "jit_vmap", "torch_vmap"),
+    ("cuvmap vmap(grad) / JAX jit(vmap(grad))", "vmap", "jax_vmap"),
+    ("torch.func vmap(grad) / torch batched", "torch_vmap", "torch_batched"),
+    ("JAX jit(vmap(grad)) / JAX batched", "jax_vmap", "jax_batched"),
+]
+
+
+
+def _x_batched(row, run):
+    base = next(r for r in run["rows"] if r["batch"] == row["batch"] and r["key"] == "batched")
+    return row["median_ms"] / base["median_ms"]
+
+
+DOC_TABLES = [
+    DocTable("Time per batch, every method on the same weights and data", "rows", [
+        ("batch", "batch", "r"), ("method", "method", "l"), ("median ms", "median_ms", "r"),
+        ("ms / example", "ms_per_example", "r"), ("× cuvmap batched", _x_batched, "r"),
+        ("IQR / median", lambda row, run: spread_cell(row), "r"), ("rounds", "repeats", "r"),
+        ("first call ms", "first_call_ms", "r"), ("max abs diff", "diff_vs_cuvmap_vmap", "r")],
+        note="max abs diff: the largest |difference| over all parameters from cuvmap `vmap(grad)`'s per-example "
+             "gradients (batched rows: from their mean). The loop times some of the examples and is scaled to the "
+             "batch; first call: tracing, compilation, the kernels' choice."),
+    DocTable("Compute floor", lambda run: [run], [
+        ("MFLOP per example (forward + backward)", lambda row, run: run["flops"]["train"] / 1e6, "r"),
+        ("float32 GEMM GFLOP/s, this run", lambda row, run: run["gemm"]["gflops_used"], "r"),
+        ("floor µs per example", lambda row, run: run["floor_ms_per_example"] * 1e3, "r")],
+        note="The floor is the network's FLOPs per example over the machine's GEMM rate measured in the same run."),
 ]
 
 
@@ -117,27 +161,8 @@ def add_arguments(parser):
 
 
 # ---------------------------------------------------------------------------------------
-# The methods
+# Comparing the methods' gradients, counting page faults
 # ---------------------------------------------------------------------------------------
-
-
-class Method:
-    """One row: ``fn()`` runs the method and returns its gradients; ``kind`` says how they
-    compare with cuvmap's per-example gradients (``per_example``, ``loop`` — the first
-    ``n`` examples — or ``batched``, the mean)."""
-
-    def __init__(self, key, label, framework, fn, timer, kind, to_numpy, scale=1.0, n=None, note=None):
-        self.key, self.label, self.framework = key, label, framework
-        self.fn, self.timer, self.kind, self.to_numpy = fn, timer, kind, to_numpy
-        self.scale, self.n, self.note = scale, n, note
-
-
-def _tree_numpy(tree, leaf_to_numpy):
-    if isinstance(tree, dict):
-        return {k: _tree_numpy(v, leaf_to_numpy) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return [_tree_numpy(v, leaf_to_numpy) for v in tree]
-    return leaf_to_numpy(tree)
 
 
 def _diff(method, grads, reference, tol):
@@ -167,108 +192,6 @@ def _diff(method, grads, reference, tol):
     if per_example is None:
         return worst, None, None
     return worst, int(np.sum(per_example > tol)), len(per_example)
-
-
-def _cuvmap_methods(args, params, xs, ys, batch):
-    import cuvmap as cv
-    from cuvmap import backend
-
-    xp = backend.xp_for(args.device)
-    timer = harness.timer_for(xp)
-    p = cv.device_put(params, args.device)
-    x = cv.device_put(xs, args.device)
-    y = cv.device_put(ys, args.device)
-
-    def to_numpy(a):
-        return a.get() if backend.is_cupy_array(a) else np.asarray(a)
-
-    grad_one = cv.grad(models.cuvmap_per_example_loss)
-    n_loop = max(1, min(batch, args.loop_examples))
-
-    def loop():
-        return [grad_one(p, x[i], y[i]) for i in range(n_loop)]
-
-    per_example = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0))
-    chunked = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0), chunk_size=args.chunk_size)
-    batched = cv.grad(models.cuvmap_batch_loss)
-    jitted = cv.jit(per_example)
-    chunk_note = (f"chunk_size {args.chunk_size} ≥ batch: one chunk, the same call as vmap(grad)"
-                  if args.chunk_size >= batch else f"{-(-batch // args.chunk_size)} chunks")
-    loop_note = f"{n_loop} of {batch} examples timed, scaled ×{batch / n_loop:g}" if n_loop < batch else None
-    return [
-        Method("loop", "cuvmap: Python loop of grad", "cuvmap", loop, timer, "loop", to_numpy,
-               scale=batch / n_loop, n=n_loop, note=loop_note),
-        Method("vmap", "cuvmap: vmap(grad)", "cuvmap", lambda: per_example(p, x, y), timer, "per_example",
-               to_numpy),
-        Method("chunked", f"cuvmap: vmap(grad, chunk_size={args.chunk_size})", "cuvmap",
-               lambda: chunked(p, x, y), timer, "per_example", to_numpy, note=chunk_note),
-        Method("batched", "cuvmap: grad of the mean loss (batched)", "cuvmap", lambda: batched(p, x, y), timer,
-               "batched", to_numpy, note="the ordinary batched backward pass: no per-example gradients"),
-        Method("jit_vmap", "cuvmap: jit(vmap(grad))", "cuvmap", lambda: jitted(p, x, y), timer, "per_example",
-               to_numpy, note="staged: the first call includes the tracing and planning"),
-    ]
-
-
-def _torch_methods(args, torch, params, xs, ys):
-    from torch.func import grad, vmap
-
-    dev = "cuda" if args.device == "gpu" else "cpu"
-    timer = harness.torch_event_timer(torch) if dev == "cuda" else harness.cpu_timer()
-    p = {k: torch.tensor(v, device=dev) for k, v in params.items()}
-    x = torch.tensor(xs, device=dev)
-    y = torch.tensor(ys, device=dev)
-    per_example = vmap(grad(models.torch_per_example_loss), in_dims=(None, 0, 0))
-    batched = grad(models.torch_batch_loss)
-
-    def to_numpy(t):
-        return t.detach().cpu().numpy()
-
-    return [
-        Method("torch_vmap", "torch.func: vmap(grad)", "torch", lambda: per_example(p, x, y), timer,
-               "per_example", to_numpy),
-        Method("torch_batched", "torch: grad of the mean loss (batched, reference)", "torch",
-               lambda: batched(p, x, y), timer, "batched", to_numpy),
-    ]
-
-
-def _setup_jax(args, notes, fw):
-    if args.no_jax:
-        notes.append("JAX: skipped (--no-jax)")
-        return None
-    if args.device == "gpu":
-        # do not let JAX take 75 % of the GPU memory that CuPy's and torch's pools share
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    try:
-        import jax
-    except ImportError:
-        notes.append("JAX: skipped (jax is not installed)")
-        return None
-    backend = jax.default_backend()
-    if (args.device == "gpu") != (backend in ("gpu", "cuda", "rocm")):
-        notes.append(f"JAX: skipped (its default backend is {backend}, the benchmark runs on {args.device})")
-        return None
-    jax.config.update("jax_default_matmul_precision", "highest")  # strict float32 (no TF32)
-    fw["jax"] = (f"{jax.__version__}, backend {backend} ({jax.devices()[0].device_kind}); XLA's own threading "
-                 f"(not set); matmul precision 'highest'; timed by the wall clock around block_until_ready")
-    return jax
-
-
-def _jax_methods(args, jax, params, xs, ys):
-    import jax.numpy as jnp
-
-    p = {k: jnp.asarray(v) for k, v in params.items()}
-    x = jnp.asarray(xs)
-    y = jnp.asarray(ys.astype(np.int32))
-    per_example = jax.jit(jax.vmap(jax.grad(models.jax_per_example_loss), in_axes=(None, 0, 0)))
-    batched = jax.jit(jax.grad(models.jax_batch_loss))
-    timer = harness.cpu_timer()
-
-    return [
-        Method("jax_vmap", "JAX: jit(vmap(grad))", "jax", lambda: jax.block_until_ready(per_example(p, x, y)),
-               timer, "per_example", np.asarray, note="compiled: the first call includes XLA's compilation"),
-        Method("jax_batched", "JAX: jit(grad) of the mean loss (batched, reference)", "jax",
-               lambda: jax.block_until_ready(batched(p, x, y)), timer, "batched", np.asarray),
-    ]
 
 
 class _FaultCounter:
@@ -306,42 +229,27 @@ def _minor_faults():
 
 def _measure_interleaved(methods, args, progress, batch):
     """``{key: (Stats, _FaultCounter)}``: every method's first call and warm-up calls, then
-    rounds that time each method once (``benchmarks/timing.py``)."""
+    rounds that time each method once (:mod:`benchmarks.rounds.runner`)."""
     counters = {m.key: _FaultCounter(m.fn) for m in methods}
-    cases = [harness.Case(m.key, m.label, counters[m.key], m.timer, m.scale) for m in methods]
-    stats = harness.run_cases(cases, harness.policy_of(args), progress, f"batch {batch}: ")
+    stats = runner.run_cases([m.case(counters[m.key]) for m in methods], runner.policy_of(args), progress,
+                             f"batch {batch}: ")
     return {m.key: (stats[m.key], counters[m.key]) for m in methods}
 
 
-def _device_peak_mib(m, torch):
-    """MiB of device memory one call of ``m`` needed at its peak (GPU; None for JAX)."""
-    if m.framework == "cuvmap":
-        from cuvmap import backend
-
-        return harness.cupy_pool_peak(m.fn, backend.cupy_module()) / 2 ** 20
-    if m.framework == "torch":
-        return harness.torch_cuda_peak(m.fn, torch) / 2 ** 20
-    return None
-
-
 def run(args, settings):
-    from cuvmap import backend
-
     xp = backend.xp_for(args.device)
     params = models.cnn_params(seed=args.seed)
     flops = models.cnn_flops()
     notes = []
     fw = {}
     if args.device == "cpu" and not args.torch_first:
-        from cuvmap.cpu import onednn
-
         onednn.available()      # cuvmap's libdnnl (and its libgomp) before torch's
-    torch = harness.setup_torch(args, notes, fw, "torch.func")
-    jax = _setup_jax(args, notes, fw)
+    torch = torch_methods.setup(args, notes, fw, "torch.func")
+    jax = jax_methods.setup(args, notes, fw)
     gemm_n = args.gemm_size or (4096 if args.device == "gpu" else 1024)
 
     methods_per_batch = 5 + 2 * (torch is not None) + 2 * (jax is not None)
-    progress = harness.Progress(len(args.batch) * methods_per_batch + 2, args.progress)
+    progress = Progress(len(args.batch) * methods_per_batch + 2, args.progress)
 
     header = (f"# per-example gradients of the benchmark CNN on the {args.device}: float32, input 1×28×28, "
               f"conv 1→16 k5 + relu, conv 16→32 k5 + relu, dense 12800→10, cross entropy")
@@ -358,16 +266,14 @@ def run(args, settings):
     run_settings["loop (a)"] = (f"{args.loop_examples} examples (or the batch, if smaller) timed per call, "
                                 f"the time scaled to the batch")
     if args.device == "cpu":
-        from cuvmap.transforms import executor
-
         run_settings["host memory"] = executor.keep_host_memory()
-    print(harness.settings_table(run_settings))
+    print(settings_table(run_settings))
     for n in notes:
         print(f"\n- {n}")
 
     # -- the machine's GEMM rate, before the methods -------------------------------------
     progress.set(f"float32 GEMM {gemm_n}³")
-    rate0, gemm0 = harness.gemm_rate(xp, gemm_n, repeats=args.repeats, warmup=args.warmup)
+    rate0, gemm0 = gemm_rate(xp, gemm_n, repeats=args.repeats, warmup=args.warmup)
     progress.step("GEMM (before)")
 
     rows = []
@@ -375,11 +281,11 @@ def run(args, settings):
     ref_scale = {}
     for batch in args.batch:
         xs, ys = models.cnn_data(batch, seed=args.seed + 1)
-        methods = _cuvmap_methods(args, params, xs, ys, batch)
+        methods = cuvmap_methods.per_example_methods(args, params, xs, ys, batch)
         if torch is not None:
-            methods += _torch_methods(args, torch, params, xs, ys)
+            methods += torch_methods.per_example_methods(args, torch, params, xs, ys)
         if jax is not None:
-            methods += _jax_methods(args, jax, params, xs, ys)
+            methods += jax_methods.per_example_methods(args, jax, params, xs, ys)
         reference = None
         results = {}
         gc.collect()
@@ -388,8 +294,8 @@ def run(args, settings):
             progress.set(f"batch {batch}: {m.label}")
             stats, counted = measured[m.key]
             faults = counted.per_call(skip=max(1, args.warmup))  # the timed calls
-            peak = _device_peak_mib(m, torch) if args.device == "gpu" else None
-            grads = _tree_numpy(m.fn(), m.to_numpy)
+            peak = m.peak_mib(args.device, torch) if args.device == "gpu" else None
+            grads = m.numpy(m.fn())
             if m.key == "vmap":
                 reference = grads
                 ref_scale[batch] = max(float(np.max(np.abs(g))) for g in grads.values())
@@ -405,7 +311,7 @@ def run(args, settings):
             rows.append(row)
             by_batch.setdefault(batch, {})[key] = row
 
-    rate1, gemm1 = harness.gemm_rate(xp, gemm_n, repeats=args.repeats, warmup=args.warmup)
+    rate1, gemm1 = gemm_rate(xp, gemm_n, repeats=args.repeats, warmup=args.warmup)
     progress.step("GEMM (after)")
     progress.close()
     rate = max(rate0, rate1)
@@ -417,19 +323,19 @@ def run(args, settings):
     for r in rows:
         base = by_batch[r["batch"]]["batched"]["median_ms"]
         table.append((r["batch"], r["method"], r["median_ms"], r["min_ms"], r["max_ms"],
-                       harness.spread_text(r["spread"]) + (" ⚠" if r["noisy"] else ""), r["repeats"],
+                       spread_cell(r), r["repeats"],
                        r["ms_per_example"], r["ms_per_example"] / floor_ms, r["median_ms"] / base, r["first_call_ms"],
                        r["diff_vs_cuvmap_vmap"],
                        "–" if r["examples_off"] is None else f"{r['examples_off']}/{r['examples_compared']}",
                        "–" if r["minor_faults_per_call"] is None else f"{r['minor_faults_per_call']:.0f}")
                       + ((r["device_peak_mib"],) if args.device == "gpu" else ()))
-    print(harness.markdown_table(
+    print(markdown_table(
         ["batch", "method", "median ms", "min ms", "max ms", "IQR / median", "rounds", "ms / example", "× floor",
          "× cuvmap batched", "first call ms", "max abs diff", "examples off", "page faults / call"]
         + (["device peak MiB"] if args.device == "gpu" else []), table,
         "rlrrrrrrrrrrrr" + ("r" if args.device == "gpu" else "")))
     print()
-    for line in harness.timing_lines(rows, lambda r: f"batch {r['batch']}, {r['method']}", args):
+    for line in timing_lines(rows, lambda r: f"batch {r['batch']}, {r['method']}", args):
         print(line)
     loop_rows = [r for r in rows if r["key"] == "loop" and r["note"]]
     for r in loop_rows:
@@ -475,68 +381,45 @@ def run(args, settings):
           f"({floor_ms * 1e3:.1f} µs)")
 
     if args.device == "cpu":
-        from cuvmap.cpu import onednn
-
         fw["onednn"] = onednn.describe()
         print(f"- cuvmap's CPU convolutions: {fw['onednn']}; "
-              f"libgomp: {', '.join(harness.libgomp_paths()) or 'not loaded'}")
+              f"libgomp: {', '.join(machine_settings.libgomp_paths()) or 'not loaded'}")
 
     # -- ratios ----------------------------------------------------------------------------
     conf = f"{100 * args.confidence:g}% CI" if hasattr(args, "confidence") else "95% CI"
     print(f"\n## Ratios against the project's targets (medians, this run; {conf} and verdict from the paired "
           "rounds)\n")
-    ratio_rows = []
-    ratios = []
-
-    def add_ratio(batch, name, num, den, cmp=None, target=None):
-        c = harness.compare_rows(num, den, args)
-        value = num["median_ms"] / den["median_ms"]
-        met = None if target is None else (value <= target if cmp == "≤" else value >= target)
-        met_ci = None if target is None else bstats.target_met(c, cmp, target)
-        ratio_rows.append((batch, name, value, c.interval(), harness.verdict_text(c),
-                           "(for information)" if target is None else f"{cmp} {target:g}", met_ci or ""))
-        ratios.append(dict(batch=batch, ratio=name, value=value, target=None if target is None else f"{cmp} {target:g}",
-                           met=met, met_beyond_noise=met_ci, comparison=c.as_dict()))
-
+    ratio_rows, judged = [], []
     for batch, rs in by_batch.items():
         for name, num, den, cmp, target in TARGETS:
-            if num not in rs or den not in rs:
-                ratio_rows.append((batch, name, "–", "–", "", f"{cmp} {target:g}",
-                                   "not measured (torch.func skipped: see above)"))
-                ratios.append(dict(batch=batch, ratio=name, value=None, target=f"{cmp} {target:g}", met=None))
-                continue
-            add_ratio(batch, name, rs[num], rs[den], cmp, target)
-        extra = [("vmap(grad, chunk_size) / vmap(grad)", "chunked", "vmap"),
-                 ("cuvmap jit(vmap(grad)) / cuvmap vmap(grad)", "jit_vmap", "vmap"),
-                 ("cuvmap jit(vmap(grad)) / JAX jit(vmap(grad))", "jit_vmap", "jax_vmap"),
-                 ("cuvmap jit(vmap(grad)) / torch.func vmap(grad)", "jit_vmap", "torch_vmap"),
-                 ("cuvmap vmap(grad) / JAX jit(vmap(grad))", "vmap", "jax_vmap"),
-                 ("torch.func vmap(grad) / torch batched", "torch_vmap", "torch_batched"),
-                 ("JAX jit(vmap(grad)) / JAX batched", "jax_vmap", "jax_batched")]
-        for name, num, den in extra:
             if num in rs and den in rs:
-                add_ratio(batch, name, rs[num], rs[den])
+                cells, entry = ratios.judge(name, rs[num], rs[den], args, cmp, target)
+            else:
+                cells, entry = ratios.not_measured(name, cmp, target, "not measured (torch.func skipped: see above)")
+            ratio_rows.append((batch, name) + cells)
+            judged.append(dict(batch=batch, **entry))
+        for name, num, den in INFO_RATIOS:
+            if num in rs and den in rs:
+                cells, entry = ratios.judge(name, rs[num], rs[den], args)
+                ratio_rows.append((batch, name) + cells)
+                judged.append(dict(batch=batch, **entry))
         v = rs["vmap"]["ms_per_example"] / floor_ms
         ratio_rows.append((batch, "cuvmap vmap(grad) / compute floor", v, "", "", "(for information)", ""))
-        ratios.append(dict(batch=batch, ratio="cuvmap vmap(grad) / compute floor", value=v, target=None, met=None))
-    print(harness.markdown_table(["batch", "ratio", "value (medians)", conf, "verdict", "target", "met"],
-                                 ratio_rows, "rlrllll"))
-    print(f"\n- verdict: SLOW / FAST when the numerator is slower / faster than the denominator beyond the noise (the "
-          f"interval above / below 1) by more than ×{getattr(args, 'factor', bstats.DEFAULT_FACTOR):g}; SAME "
-          "otherwise (? when the interval is too wide to tell); met: yes / no when the whole interval is on one "
-          "side of the target")
+        judged.append(dict(batch=batch, ratio="cuvmap vmap(grad) / compute floor", value=v, target=None, met=None))
+    print(markdown_table(["batch", "ratio", "value (medians)", conf, "verdict", "target", "met"], ratio_rows,
+                         "rlrllll"))
+    print()
+    print(ratios.verdict_legend(args))
 
     # -- time per named scope (--scopes) -----------------------------------------------
     scopes = []
     if getattr(args, "scopes", False):
-        import cuvmap as cv
-
         per_example = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0))
         for batch in args.batch:
             xs, ys = models.cnn_data(batch, seed=args.seed + 1)
             operands = cv.device_put((params, xs, ys), args.device)
-            scopes.append(harness.time_per_scope(f"cuvmap jit(vmap(grad)) at batch {batch}", per_example, operands,
-                                                 policy=getattr(args, "policy", None)))
+            scopes.append(time_per_scope(f"cuvmap jit(vmap(grad)) at batch {batch}", per_example, operands,
+                                         policy=getattr(args, "policy", None)))
 
     # -- plot data -------------------------------------------------------------------------
     series = {}
@@ -553,17 +436,7 @@ def run(args, settings):
         gemm=dict(n=gemm_n, gflops_before=rate0 / 1e9, gflops_after=rate1 / 1e9, gflops_used=rate / 1e9,
                   before=gemm0.as_dict(), after=gemm1.as_dict()),
         floor_ms_per_example=floor_ms,
-        rows=rows, ratios=ratios, scopes=scopes,
+        rows=rows, ratios=judged, scopes=scopes,
         plot=dict(series=series, title=title, hlines={f"compute floor {floor_ms * 1e3:.1f} µs": floor_ms},
                   dashed={r["method"] for r in rows if r["kind"] == "batched"}),
     )
-
-
-def main(argv=None):
-    from benchmarks.__main__ import main as cli_main
-
-    return cli_main(["per_example"] + list(argv if argv is not None else __import__("sys").argv[1:]))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
