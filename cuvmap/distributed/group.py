@@ -85,8 +85,8 @@ class ProcessGroup:
             else:
                 check.note(primitive, axis_name, x.dtype, x.shape, extra)
 
-    # the communicator interface of cuvmap.lax.parallel.ProcessAxis; axis_name names the
-    # collective's axis in the check's messages
+    # the Communicator protocol (cuvmap.distributed.engine) that a ProcessAxis of
+    # cuvmap.lax.process_axes holds; axis_name names the collective's axis in the messages
     def allreduce(self, x, op="sum", in_place=False, *, axis_name=None):
         self._checked(_REDUCERS.get(op, op), axis_name, x)
         return self.engine(x).allreduce(x, op, in_place)

@@ -38,121 +38,15 @@ evenly between ties (as ``reduce_max``'s): ``ṫ = psum(w·t) / psum(w)`` with `
 import numpy as np
 
 from cuvmap import backend, core, tree
-from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.core import ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing
 from cuvmap.lax import reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax.process_axes import (CollectivePrimitive, ProcessAxis, axis_size, communicator_of,  # noqa: F401
+                                     resolve_names)
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
-
-
-# ---------------------------------------------------------------------------------------
-# Axis names
-# ---------------------------------------------------------------------------------------
-
-
-class ProcessAxis:
-    """A named axis whose members are processes: the name and the process group
-    (``communicator``) that ``cuvmap.distributed.data_parallel`` bound it to. A collective
-    binds it in place of the name, so that the staged equation of a jitted program, and a
-    backward pass that runs after ``data_parallel`` returned, still reach the group.
-
-    The communicator provides ``rank``, ``size`` and, on arrays of either backend,
-    ``allreduce(x, op, in_place)`` (``op`` one of ``"sum"``, ``"max"``, ``"min"``),
-    ``allgather(x)`` (``(size, *x.shape)``), ``reduce_scatter(x)`` (``x`` of shape ``(size,
-    *rest)``: the sum over processes of ``x[rank]``), ``alltoall(x)`` (``out[c] =
-    x_c[rank]``) and ``permute(x, perm)``, each with a keyword ``axis_name`` that names the
-    axis in its messages (:class:`cuvmap.distributed.ProcessGroup`, which checks that the
-    processes agree on each collective; its engines are
-    :class:`cuvmap.distributed.engine.Engine`)."""
-
-    __slots__ = ("name", "communicator")
-
-    def __init__(self, name, communicator):
-        self.name = name
-        self.communicator = communicator
-
-    @property
-    def size(self):
-        return self.communicator.size
-
-    def __eq__(self, other):
-        return type(other) is ProcessAxis and other.name == self.name and other.communicator is self.communicator
-
-    def __hash__(self):
-        return hash((self.name, id(self.communicator)))
-
-    def __repr__(self):
-        return f"{self.name!r}(processes={self.communicator.size})"
-
-
-def _names(axis_name, op, single=False):
-    """``axis_name`` (a name or a tuple of names) as a tuple of names, each resolved in the
-    axis environment: a name bound to processes becomes its :class:`ProcessAxis`. Raises
-    :class:`~cuvmap.core.UnboundAxisError` naming an unbound name."""
-    if type(axis_name) is str:  # the common case: one name
-        frame = core.axis_frame(axis_name, op)
-        return (axis_name if frame.communicator is None else ProcessAxis(axis_name, frame.communicator),)
-    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    if not names:
-        raise ShapeError(f"{op}: axis_name must name at least one axis, got {axis_name!r}")
-    if single and len(names) != 1:
-        raise ShapeError(f"{op} acts along one named axis, got the names {names!r}")
-    if len(set(names)) != len(names):
-        raise ShapeError(f"{op}: axis_name {axis_name!r} repeats a name")
-    out = []
-    for name in names:
-        if type(name) is ProcessAxis:
-            out.append(name)
-            continue
-        if name is None:
-            raise ShapeError(f"{op}: axis_name must be a name (a string), got None")
-        frame = core.axis_frame(name, op)
-        out.append(name if frame.communicator is None else ProcessAxis(name, frame.communicator))
-    return tuple(out)
-
-
-def axis_size(axis):
-    """The number of members of a resolved axis name (a vmap's name or a ProcessAxis)."""
-    if type(axis) is ProcessAxis:
-        return axis.size
-    return core.axis_frame(axis).size
-
-
-def _group(axis, op):
-    """The communicator of ``axis`` for an eval impl; a vmap's name never reaches one (its
-    batching rule consumes it), except when a program is evaluated outside that vmap."""
-    if type(axis) is ProcessAxis:
-        return axis.communicator
-    raise core.UnboundAxisError(
-        f"{op} over the axis {axis!r} was evaluated outside the vmap that binds that name (a "
-        "collective over a vmap's axis is computed by that vmap's batching rule)")
-
-
-class CollectivePrimitive(Primitive):
-    """A primitive acting along named axes: ``axis_mains`` returns the batching transforms
-    that bind the names in ``params[names_param]``, so that ``bind`` lets them process it
-    (NOTE [named axes] in :mod:`cuvmap.core`). ``host_sync``: a program with a collective
-    is never captured as a CUDA graph (its order across processes is the program's order
-    of calls, and NCCL's kernels read the host-side communicator)."""
-
-    __slots__ = ("names_param",)
-    host_sync = True
-
-    def __init__(self, name, names_param, differentiable=True):
-        super().__init__(name, differentiable)
-        self.names_param = names_param
-
-    def axis_names(self, params):
-        """The names in ``params`` that vmaps bind (not the process axes)."""
-        names = params[self.names_param]
-        if type(names) is not tuple:
-            names = (names,)
-        return {n for n in names if type(n) is not ProcessAxis}
-
-    def axis_mains(self, params):
-        return [core.axis_frame(n, self.name).main for n in self.axis_names(params)]
 
 
 def _register(primitive, impl, shape_rule, batch, transpose=None):
@@ -300,7 +194,7 @@ def psum(x, axis_name):
 
         vmap(lambda x: x / psum(x, "i"), axis_name="i")(xs)      # xs / xs.sum(0)
     """
-    names = _names(axis_name, "psum")
+    names = resolve_names(axis_name, "psum")
 
     def one(leaf):
         if core.dtype_of(leaf) == np.bool_:
@@ -318,7 +212,7 @@ def pmean(x, axis_name):
 
         grads = pmean(grad(loss)(params, x_shard, y_shard), "batch")   # data parallel
     """
-    names = _names(axis_name, "pmean")
+    names = resolve_names(axis_name, "pmean")
     # (an axis of no members has no mean to observe: its results are empty)
     n = max(1, int(np.prod([axis_size(a) for a in names], dtype=np.int64)))
 
@@ -333,14 +227,14 @@ def pmean(x, axis_name):
 def pmax(x, axis_name):
     """The elementwise maximum over the members of the named axis (or axes). Its
     derivative goes to the members holding the maximum, split evenly between ties."""
-    names = _names(axis_name, "pmax")
+    names = resolve_names(axis_name, "pmax")
     return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x, "pmax", names)
 
 
 def pmin(x, axis_name):
     """The elementwise minimum over the members of the named axis (or axes); derivative as
     :func:`pmax`'s."""
-    names = _names(axis_name, "pmin")
+    names = resolve_names(axis_name, "pmin")
     return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x, "pmin", names)
 
 
@@ -355,7 +249,7 @@ def _reducer_impl(name, op):
         x = core.as_array(x)
         for k, a in enumerate(axes):
             # after the first, the operand is this impl's own result: reduce it in place
-            x = _group(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name)
+            x = communicator_of(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name)
         return x
 
     return impl
@@ -430,7 +324,7 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
 
         vmap(lambda x: all_gather(x, "i"), axis_name="i")(xs)     # xs, on every example
     """
-    names = _names(axis_name, "all_gather")
+    names = resolve_names(axis_name, "all_gather")
 
     def one(leaf):
         ndim = len(core.shape_of(leaf))
@@ -459,7 +353,7 @@ def _all_gather_shape_rule(x, *, axis_name, axis, axis_size):
 
 
 def _all_gather_impl(x, *, axis_name, axis, axis_size):
-    return _moveaxis(_group(axis_name, "all_gather").allgather(core.as_array(x), axis_name=axis_name.name), 0, axis)
+    return _moveaxis(communicator_of(axis_name, "all_gather").allgather(core.as_array(x), axis_name=axis_name.name), 0, axis)
 
 
 def _all_gather_batch(mapped, vals, dims, *, axis_name, axis, axis_size):
@@ -502,7 +396,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False):
 
         vmap(lambda x: psum_scatter(x, "i"), axis_name="i")(xs)   # row m: xs.sum(0)[m]
     """
-    names = _names(axis_name, "psum_scatter")
+    names = resolve_names(axis_name, "psum_scatter")
     sizes = [axis_size(a) for a in names]
     total = int(np.prod(sizes, dtype=np.int64))
 
@@ -537,7 +431,7 @@ def _psum_scatter_shape_rule(x, *, axis_name, scatter_dimension, axis_size):
 
 def _psum_scatter_impl(x, *, axis_name, scatter_dimension, axis_size):
     x = _moveaxis(core.as_array(x), scatter_dimension, 0)
-    return _group(axis_name, "psum_scatter").reduce_scatter(x, axis_name=axis_name.name)
+    return communicator_of(axis_name, "psum_scatter").reduce_scatter(x, axis_name=axis_name.name)
 
 
 def _psum_scatter_batch(mapped, vals, dims, *, axis_name, scatter_dimension, axis_size):
@@ -577,7 +471,7 @@ def ppermute(x, axis_name, perm):
         shift = [(m, (m + 1) % n) for m in range(n)]
         vmap(lambda x: ppermute(x, "i", shift), axis_name="i")(xs)   # roll(xs, 1, 0)
     """
-    (name,) = _names(axis_name, "ppermute", single=True)
+    (name,) = resolve_names(axis_name, "ppermute", single=True)
     n = axis_size(name)
     try:
         pairs = tuple((int(s), int(t)) for s, t in perm)
@@ -596,7 +490,7 @@ def _ppermute_shape_rule(x, *, axis_name, perm):
 
 
 def _ppermute_impl(x, *, axis_name, perm):
-    return _group(axis_name, "ppermute").permute(core.as_array(x), perm, axis_name=axis_name.name)
+    return communicator_of(axis_name, "ppermute").permute(core.as_array(x), perm, axis_name=axis_name.name)
 
 
 def _ppermute_batch(mapped, vals, dims, *, axis_name, perm):
@@ -646,7 +540,7 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
 
         vmap(lambda x: all_to_all(x, "i", 0, 0), axis_name="i")(xs)   # xs.swapaxes(0, 1)
     """
-    (name,) = _names(axis_name, "all_to_all", single=True)
+    (name,) = resolve_names(axis_name, "all_to_all", single=True)
     n = axis_size(name)
 
     def one(leaf):
@@ -703,7 +597,7 @@ def _blocks_first(x, d, n, tiled):
 
 def _all_to_all_impl(x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
     x = core.as_array(x)
-    y = _group(axis_name, "all_to_all").alltoall(_blocks_first(x, split_axis, axis_size, tiled),
+    y = communicator_of(axis_name, "all_to_all").alltoall(_blocks_first(x, split_axis, axis_size, tiled),
                                                  axis_name=axis_name.name)
     return _from_members(y, concat_axis, tiled)
 
@@ -752,7 +646,7 @@ def axis_index(axis_name, *, like=None):
     vmap's examples, the rank in a process group. With a tuple of names, the index along
     the product axis (the first name major). ``like``: an array whose backend the index
     lives on; by default that of the vmap's mapped operands (NumPy for a process axis)."""
-    names = _names(axis_name, "axis_index")
+    names = resolve_names(axis_name, "axis_index")
     device = backend.backend_name(like) if like is not None else None
     index, stride = None, 1
     for name in reversed(names):
@@ -769,7 +663,7 @@ def _axis_index_shape_rule(*, axis_name, device):
 
 
 def _axis_index_impl(*, axis_name, device):
-    return backend.xp_for(device or "cpu").asarray(_group(axis_name, "axis_index").rank, dtype=np.int32)
+    return backend.xp_for(device or "cpu").asarray(communicator_of(axis_name, "axis_index").rank, dtype=np.int32)
 
 
 def _axis_index_batch(mapped, vals, dims, *, axis_name, device):
