@@ -12,7 +12,9 @@ four int64 on the host, that every process is at the same collective:
     [c, -c, k, -k]  reduced with max  →  [max c, -min c, max k, -min k]
 
 where ``c`` is a 62-bit digest of the collective (primitive, axis name, dtype, shape and,
-for ``ppermute``, the permutation) and ``k`` its sequence number in the group. Every
+for ``ppermute``, the permutation; for a bucket, the shapes of its leaves, NOTE [buckets]
+in :mod:`cuvmap.lax.parallel`: the buffer alone would let leaves ``(f64[2], f64[3])`` on
+one process meet ``(f64[3], f64[2])`` on another) and ``k`` its sequence number in the group. Every
 process gets the same four numbers, so all of them see at once whether the minimum and
 maximum of both agree. When they do not, every process gathers every process's
 description (a second, rare exchange) and raises :class:`CollectiveMismatchError`
@@ -63,16 +65,29 @@ def enabled():
     return config.read("collective_check")
 
 
+_BUCKETED = ("psum", "pmax", "pmin")
+_SHAPES_SHOWN = 12
+
+
 def describe_collective(primitive, axis_name, dtype, shape, extra=None):
-    """``"psum over 'batch' of float32[3]"``."""
+    """``"psum over 'batch' of float32[3]"``; a bucket's ``extra`` is the shapes of its
+    leaves (NOTE [buckets] in :mod:`cuvmap.lax.parallel`): ``"psum over 'batch' of
+    float64[5] (a bucket of 2 leaves: float64[2], float64[3])"``."""
     if primitive == END:
         return "the end of its program"
     text = primitive if axis_name is None else f"{primitive} over {axis_name!r}"
     if dtype is not None:
         text += f" of {np.dtype(dtype).name}{list(shape)}"
-    if extra is not None:
-        text += f" with perm={list(extra)}" if primitive == "ppermute" else f" ({extra})"
-    return text
+    if extra is None:
+        return text
+    if primitive == "ppermute":
+        return text + f" with perm={list(extra)}"
+    if primitive in _BUCKETED and dtype is not None:
+        name = np.dtype(dtype).name
+        shown = ", ".join(f"{name}{list(s)}" for s in extra[:_SHAPES_SHOWN])
+        more = f", ... ({len(extra) - _SHAPES_SHOWN} more)" if len(extra) > _SHAPES_SHOWN else ""
+        return text + f" (a bucket of {len(extra)} leaves: {shown}{more})"
+    return text + f" ({extra})"
 
 
 def _digest(key):
@@ -192,7 +207,8 @@ def _message(found, rank):
     if len(seqs) > 1 or any(what == end for _, what in found):
         why = "a process skipped or added a collective (a branch on its own data, an early return or exit)"
     else:
-        why = "every process must call the same collectives (primitive, axis name, dtype, shape) in the same order"
+        why = ("every process must call the same collectives (primitive, axis name, dtype, shape; the leaves of a "
+               "pytree) in the same order")
     return (f"the {len(found)} processes of the group disagree about {about}: {', '.join(parts)}; no data was "
             f"exchanged. {why[0].upper()}{why[1:]}. [This is process {rank}. The check costs one small all-reduce "
             "per collective; cuvmap.config.update('collective_check', False) or CUVMAP_COLLECTIVE_CHECK=0 turns it "

@@ -85,8 +85,10 @@ class Communicator(Protocol):
     operand's array kind and checks first that every process makes the same collective
     (NOTE [the collective check] in :mod:`cuvmap.distributed.check`).
 
-    - ``allreduce(x, op="sum", in_place=False, *, axis_name=None)``,
-      ``allgather(x, *, axis_name=None)``, ``reduce_scatter(x, *, axis_name=None)``,
+    - ``allreduce(x, op="sum", in_place=False, *, axis_name=None, leaves=None)``: ``leaves``,
+      the shapes of the leaves a bucket ``x`` holds (NOTE [buckets] in
+      :mod:`cuvmap.lax.parallel`), or None for one leaf: the check compares them too;
+    - ``allgather(x, *, axis_name=None)``, ``reduce_scatter(x, *, axis_name=None)``,
       ``alltoall(x, *, axis_name=None)``, ``permute(x, perm, *, axis_name=None)``: as
       :class:`Engine`'s.
 
@@ -97,7 +99,7 @@ class Communicator(Protocol):
     rank: int
     size: int
 
-    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None): ...
+    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None, leaves=None): ...
 
     def allgather(self, x, *, axis_name=None): ...
 

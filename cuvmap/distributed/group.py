@@ -87,8 +87,8 @@ class ProcessGroup:
 
     # the Communicator protocol (cuvmap.distributed.engine) that a ProcessAxis of
     # cuvmap.lax.process_axes holds; axis_name names the collective's axis in the messages
-    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None):
-        self._checked(_REDUCERS.get(op, op), axis_name, x)
+    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None, leaves=None):
+        self._checked(_REDUCERS.get(op, op), axis_name, x, leaves)
         return self.engine(x).allreduce(x, op, in_place)
 
     def allgather(self, x, *, axis_name=None):

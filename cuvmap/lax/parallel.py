@@ -132,7 +132,11 @@ def _tree_map(fn, x, op, names=None):
 # (NOTE [the collective check] in cuvmap/distributed/check.py), instead of one per leaf:
 # each is a rendezvous of the processes, whose latency, not bandwidth, is what small
 # leaves pay. The values are those of leaf-by-leaf reductions (elementwise, so the
-# concatenation changes no element's terms). The pieces are primitives (reshape,
+# concatenation changes no element's terms). The buffer alone would hide the leaves from
+# the check (f64[2] + f64[3] on one process, f64[3] + f64[2] or one f64[5] on another: the
+# same buffer, misaligned sums), so the reduction carries the leaves' shapes as the
+# parameter `leaves` (only on a bucket: a single leaf's equation is unchanged), and the
+# check's digest covers them. The pieces are primitives (reshape,
 # concatenate, slice), so jit stages them and grad and vmap see through them; a vmap's
 # own axis never buckets (its batching rule reduces in one primitive anyway), nor do
 # Python scalars or weakly typed values.
@@ -151,7 +155,8 @@ def _across_processes(names):
 
 
 def _bucketed(fn, leaves):
-    """``[fn(leaf) for leaf in leaves]``, the small leaves reduced in buckets (NOTE [buckets])."""
+    """``[fn(leaf) for leaf in leaves]``, the small leaves reduced in buckets, each as
+    ``fn(buffer, shapes)`` with the shapes of the leaves it holds (NOTE [buckets])."""
     outs = [None] * len(leaves)
     groups = {}  # (dtype, device) -> [(index, shape, size)]
     for i, leaf in enumerate(leaves):
@@ -171,7 +176,7 @@ def _bucketed(fn, leaves):
                 continue
             if len(bucket) > 1:
                 flat = lax_shape.concatenate([lax_shape.reshape(leaves[i], (n,)) for i, _, n in bucket], 0)
-                out, start = fn(flat), 0
+                out, start = fn(flat, tuple(tuple(int(d) for d in shape) for _, shape, _ in bucket)), 0
                 for i, shape, n in bucket:
                     outs[i] = lax_shape.reshape(indexing.slice_in_dim(out, start, start + n, 0), shape)
                     start += n
@@ -196,10 +201,10 @@ def psum(x, axis_name):
     """
     names = resolve_names(axis_name, "psum")
 
-    def one(leaf):
+    def one(leaf, leaves=None):
         if core.dtype_of(leaf) == np.bool_:
             leaf = ew.convert_element_type(leaf, np.int64)
-        return psum_p.bind(leaf, axes=names)
+        return _reduce(psum_p, leaf, names, leaves)
 
     return _tree_map(one, x, "psum", names)
 
@@ -216,10 +221,10 @@ def pmean(x, axis_name):
     # (an axis of no members has no mean to observe: its results are empty)
     n = max(1, int(np.prod([axis_size(a) for a in names], dtype=np.int64)))
 
-    def one(leaf):
+    def one(leaf, leaves=None):
         if core.dtype_of(leaf) == np.bool_:
             leaf = ew.convert_element_type(leaf, np.int64)
-        return ew.div(psum_p.bind(leaf, axes=names), n)
+        return ew.div(_reduce(psum_p, leaf, names, leaves), n)
 
     return _tree_map(one, x, "pmean", names)
 
@@ -228,28 +233,34 @@ def pmax(x, axis_name):
     """The elementwise maximum over the members of the named axis (or axes). Its
     derivative goes to the members holding the maximum, split evenly between ties."""
     names = resolve_names(axis_name, "pmax")
-    return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x, "pmax", names)
+    return _tree_map(lambda leaf, leaves=None: _reduce(pmax_p, leaf, names, leaves), x, "pmax", names)
 
 
 def pmin(x, axis_name):
     """The elementwise minimum over the members of the named axis (or axes); derivative as
     :func:`pmax`'s."""
     names = resolve_names(axis_name, "pmin")
-    return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x, "pmin", names)
+    return _tree_map(lambda leaf, leaves=None: _reduce(pmin_p, leaf, names, leaves), x, "pmin", names)
 
 
-def _same_shape_rule(x, *, axes):
+def _reduce(primitive, x, axes, leaves=None):
+    """psum/pmax/pmin of ``x`` over ``axes``; ``leaves``: the shapes of the leaves a bucket
+    holds (NOTE [buckets]), a parameter only where there is one."""
+    return primitive.bind(x, axes=axes) if leaves is None else primitive.bind(x, axes=axes, leaves=leaves)
+
+
+def _same_shape_rule(x, *, axes, leaves=None):
     return ShapedArray(x.shape, x.dtype, x.weak_type)
 
 
 def _reducer_impl(name, op):
     """The eval impl of psum/pmax/pmin: an all-reduce (``op``) over each process axis."""
 
-    def impl(x, *, axes):
+    def impl(x, *, axes, leaves=None):
         x = core.as_array(x)
         for k, a in enumerate(axes):
             # after the first, the operand is this impl's own result: reduce it in place
-            x = communicator_of(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name)
+            x = communicator_of(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name, leaves=leaves)
         return x
 
     return impl
@@ -260,35 +271,35 @@ def _reducer_batcher(primitive, reduce, unbatched):
     batch dim (or ``unbatched(x, n)`` for a value every member shares) and bind the rest
     of the names below; a name that is not the transform's passes the batch dim through."""
 
-    def rule(mapped, vals, dims, *, axes):
+    def rule(mapped, vals, dims, *, axes, leaves=None):
         (x,), (d,) = vals, dims
         if mapped.name not in axes:
-            return primitive.bind(x, axes=axes), d
+            return _reduce(primitive, x, axes, leaves), d
         rest = tuple(a for a in axes if a != mapped.name)
         out = unbatched(x, mapped.size) if d is not_mapped else reduce(x, (d,))
         if rest:
-            out = primitive.bind(out, axes=rest)
+            out = _reduce(primitive, out, rest, leaves)
         return out, not_mapped
 
     return rule
 
 
-def _psum_transpose(ct, x, *, axes):
-    return psum_p.bind(ct, axes=axes)
+def _psum_transpose(ct, x, *, axes, leaves=None):
+    return _reduce(psum_p, ct, axes, leaves)
 
 
-def _extremum_weights(out, x, axes):
+def _extremum_weights(out, x, axes, leaves):
     """``w / psum(w)`` with ``w = [x = out]``: the members' shares of the derivative."""
     hit = ew.convert_element_type(ew.eq(x, out), core.dtype_of(x))
-    return ew.div(hit, psum_p.bind(hit, axes=axes))
+    return ew.div(hit, _reduce(psum_p, hit, axes, leaves))
 
 
-def _extremum_jvp(t, out, x, *, axes):
-    return psum_p.bind(ew.mul(_extremum_weights(out, x, axes), t), axes=axes)
+def _extremum_jvp(t, out, x, *, axes, leaves=None):
+    return _reduce(psum_p, ew.mul(_extremum_weights(out, x, axes, leaves), t), axes, leaves)
 
 
-def _extremum_vjp(ct, out, x, *, axes):
-    return ew.mul(_extremum_weights(out, x, axes), psum_p.bind(ct, axes=axes))
+def _extremum_vjp(ct, out, x, *, axes, leaves=None):
+    return ew.mul(_extremum_weights(out, x, axes, leaves), _reduce(psum_p, ct, axes, leaves))
 
 
 for _p, _op in ((psum_p, "sum"), (pmax_p, "max"), (pmin_p, "min")):

@@ -1,0 +1,48 @@
+"""Run under ``mpiexec -n 2`` (tests/test_collective_digest.py): what the collective check
+compares, in the mode ``sys.argv[1]`` says; writes what each process saw to
+``DIR/R.json`` (``sys.argv[2]``) and prints ``ok R``.
+
+- ``buckets``: pytrees whose small leaves make the same buffer on both processes but
+  differ in their leaves ((f64[2], f64[3]) against (f64[3], f64[2]); two f64[3] against
+  one f64[6]), eagerly and under jit: every process raises CollectiveMismatchError (no
+  misaligned sum), and stays in step.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+import cuvmap as cv
+from cuvmap import distributed, lax
+
+mode, out_dir = sys.argv[1], sys.argv[2]
+group = distributed.initialize()
+R = group.rank
+seen = {}
+
+
+def caught(name, call):
+    try:
+        out = call()
+    except distributed.CollectiveMismatchError as err:
+        seen[name] = str(err)
+    else:
+        raise AssertionError(f"{name}: no error on process {R}, got {out}")
+
+
+if mode == "buckets":
+    trees = {"order": ((np.ones(2), np.ones(3)) if R == 0 else (np.ones(3), np.ones(2))),
+             "split": ([np.ones(3), np.ones(3)] if R == 0 else [np.ones(6)])}
+    after = distributed.data_parallel(lambda t: lax.psum(t, "batch"))
+    for name, t in trees.items():
+        for how, fn in (("eager", lambda t: lax.psum(t, "batch")), ("jit", cv.jit(lambda t: lax.psum(t, "batch")))):
+            caught(f"{name} {how}", lambda: distributed.data_parallel(fn)(t))
+            total = after((np.full(2, 1.0 + R), np.full(3, 2.0)))
+            assert np.array_equal(total[0], [3.0, 3.0]) and np.array_equal(total[1], [4.0, 4.0, 4.0]), total
+else:
+    raise SystemExit(f"unknown mode {mode!r}")
+
+with open(os.path.join(out_dir, f"{R}.json"), "w") as fh:
+    json.dump(seen, fh)
+print(f"ok {R}", flush=True)

@@ -1,0 +1,232 @@
+"""What the collective check compares (issue 34, items 1-3): the leaves of a bucket, the
+step (data_parallel's calls and ``distributed.step``), and the settings the processes
+agreed on at ``initialize``. Threads stand in for the processes (each a ``ProcessGroup``
+over a shared exchange); the same cases under ``mpiexec -n 2`` run in
+``tests/distributed_jobs/digest.py`` (marked slow)."""
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+from cuvmap import config, distributed, lax
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+JOBS = ROOT / "tests" / "distributed_jobs"
+
+
+class ThreadEngine:
+    """The collectives a check needs (allreduce, allgather) over threads of one process,
+    from their definitions; ``calls`` counts the exchanges."""
+
+    class Exchange:
+        def __init__(self, size):
+            self.size = size
+            self.slots = [None] * size
+            self.barrier = threading.Barrier(size, timeout=30)
+            self.calls = [0] * size
+
+    def __init__(self, exchange, rank):
+        self.exchange, self.rank, self.size = exchange, rank, exchange.size
+
+    def _all(self, x):
+        ex = self.exchange
+        ex.calls[self.rank] += 1
+        ex.slots[self.rank] = np.array(x)
+        ex.barrier.wait()
+        values = list(ex.slots)
+        ex.barrier.wait()
+        return values
+
+    def allreduce(self, x, op="sum", in_place=False):
+        return {"sum": np.sum, "max": np.max, "min": np.min}[op](np.stack(self._all(x)), axis=0).astype(x.dtype)
+
+    def allgather(self, x):
+        return np.stack(self._all(x))
+
+    def reduce_scatter(self, x):
+        return np.sum(np.stack(self._all(x)), axis=0)[self.rank]
+
+    def alltoall(self, x):
+        return np.stack([v[self.rank] for v in self._all(x)])
+
+    def permute(self, x, perm):
+        values = self._all(x)
+        source = [s for s, t in perm if t == self.rank]
+        return values[source[0]].copy() if source else np.zeros_like(x)
+
+    def barrier(self):
+        self._all(np.zeros(()))
+
+    def abort(self, code=1):
+        self.exchange.barrier.abort()
+
+
+def run_group(programs, timeout=60, **group_kwargs):
+    """``programs[r](group)`` in thread ``r``, each over its own ProcessGroup of one exchange:
+    ``(results, errors, exchange)`` by rank."""
+    size = len(programs)
+    exchange = ThreadEngine.Exchange(size)
+    results, errors = [None] * size, [None] * size
+
+    def run(rank):
+        try:
+            kwargs = group_kwargs.get(rank, {})
+            group = distributed.ProcessGroup(engines={"cpu": ThreadEngine(exchange, rank)},
+                                             **{"timeout": 120, **kwargs})
+            results[rank] = programs[rank](group)
+        except Exception as err:  # noqa: BLE001 - returned to the test
+            errors[rank] = err
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a thread of the group hangs"
+    return results, errors, exchange
+
+
+def dp(f, *args):
+    return lambda group: distributed.data_parallel(f, group=group)(*args)
+
+
+def both_raise(errors, *patterns):
+    for rank, err in enumerate(errors):
+        assert isinstance(err, distributed.CollectiveMismatchError), errors
+        for pattern in patterns:
+            assert re.search(pattern, str(err)), str(err)
+        assert f"This is process {rank}" in str(err)
+
+
+# ---------------------------------------------------------------------------------------
+# 1. the leaves of a bucket
+# ---------------------------------------------------------------------------------------
+
+# (rank 0's pytree, rank 1's, what the message says of each): each pair makes the same buffer
+BUCKETS = {
+    "(f64[2], f64[3]) vs (f64[3], f64[2])": (
+        (np.ones(2), np.ones(3)), (np.ones(3), np.ones(2)),
+        r"process 0 called psum over 'batch' of float64\[5\] \(a bucket of 2 leaves: float64\[2\], float64\[3\]\), "
+        r"process 1 called psum over 'batch' of float64\[5\] \(a bucket of 2 leaves: float64\[3\], float64\[2\]\)"),
+    "two f64[3] vs one f64[6]": (
+        [np.ones(3), np.ones(3)], [np.ones(6)],
+        r"process 0 called psum over 'batch' of float64\[6\] \(a bucket of 2 leaves: float64\[3\], float64\[3\]\), "
+        r"process 1 called psum over 'batch' of float64\[6\];"),
+    "f64[2, 3] vs f64[3, 2] in buckets": (
+        {"a": np.ones((2, 3)), "b": np.ones(1)}, {"a": np.ones((3, 2)), "b": np.ones(1)},
+        r"a bucket of 2 leaves: float64\[2, 3\], float64\[1\]\), .*a bucket of 2 leaves: float64\[3, 2\], "
+        r"float64\[1\]\)"),
+}
+
+
+@pytest.mark.parametrize("op", ["psum", "pmean", "pmax", "pmin"])
+@pytest.mark.parametrize("how", ["eager", "jit"])
+@pytest.mark.parametrize("case", BUCKETS)
+def test_buckets_that_differ_in_their_leaves_all_raise(case, how, op):
+    """Leaves that concatenate into the same buffer on both processes, in another order or
+    split otherwise: every process raises, naming each one's leaves (no misaligned sum)."""
+    first, second, says = BUCKETS[case]
+    fn = getattr(lax, op)
+    if op != "psum":
+        says = says.replace("psum", op if op != "pmean" else "psum")
+
+    def program(tree_):
+        f = (lambda t: fn(t, "batch"))
+        f = cv.jit(f) if how == "jit" else f
+
+        def run(group):
+            with pytest.raises(distributed.CollectiveMismatchError) as info:
+                dp(f, tree_)(group)
+            # still in step: a matching bucket works, and sums
+            after = dp(lambda t: lax.psum(t, "batch"), [np.full(2, 1.0), np.full(3, 2.0)])(group)
+            return str(info.value), after
+
+        return run
+
+    results, errors, _ = run_group([program(first), program(second)])
+    assert errors == [None, None], errors
+    for rank, (message, after) in enumerate(results):
+        assert re.search(says, message), message
+        assert f"This is process {rank}" in message
+        np.testing.assert_array_equal(after[0], [2.0, 2.0])
+        np.testing.assert_array_equal(after[1], [4.0, 4.0, 4.0])
+
+
+def test_matching_buckets_cost_one_check_and_differentiate():
+    """The same leaves on both processes: one checked all-reduce per bucket, the sums of
+    each leaf, and grad through the bucket (its transpose a bucketed psum too)."""
+    def loss(w):
+        s = lax.psum({"a": w["a"] * w["a"], "b": 3.0 * w["b"]}, "batch")
+        return cv.numpy.sum(s["a"]) + cv.numpy.sum(s["b"])
+
+    def program(group):
+        r = group.rank
+        w = {"a": np.arange(2.0) + r, "b": np.arange(3.0) - r}
+        before = group.check.count
+        out = dp(lambda w: lax.psum(w, "batch"), w)(group)
+        checks = group.check.count - before
+        g = dp(cv.jit(cv.grad(loss)), w)(group)
+        return out, checks, g, w
+
+    results, errors, _ = run_group([program, program])
+    assert errors == [None, None], errors
+    for out, checks, g, w in results:
+        assert checks == 1
+        np.testing.assert_array_equal(out["a"], 2 * np.arange(2.0) + 1)
+        np.testing.assert_array_equal(out["b"], 2 * np.arange(3.0) - 1)
+        # d/dw of Σ_processes (a² + 3b) summed over the processes' outputs: 2 · (2a, 3)
+        np.testing.assert_allclose(g["a"], 2 * 2 * w["a"])
+        np.testing.assert_allclose(g["b"], 2 * np.full(3, 3.0))
+
+
+def test_a_bucket_carries_its_leaves_in_the_program_and_a_single_leaf_does_not():
+    group = distributed.ProcessGroup(engines={"cpu": ThreadEngine(ThreadEngine.Exchange(1), 0)})
+    group.size = 2   # (only traced: no collective runs)
+    text = str(cv.make_jaxpr(distributed.data_parallel(lambda t: lax.psum(t, "batch"), group=group))(
+        (np.ones(2), np.ones((1, 3)))))
+    assert "leaves=((2,), (1, 3))" in text, text
+    text = str(cv.make_jaxpr(distributed.data_parallel(lambda t: lax.psum(t, "batch"), group=group))(np.ones(2)))
+    assert "leaves" not in text, text
+
+
+# ---------------------------------------------------------------------------------------
+# Under mpiexec -n 2
+# ---------------------------------------------------------------------------------------
+
+MPIEXEC = distributed.find_mpiexec()
+needs_mpiexec = pytest.mark.skipif(
+    MPIEXEC is None or importlib.util.find_spec("mpi4py") is None,
+    reason="no mpiexec or mpi4py: pip install mpi4py mpich (the test extra does on Linux x86-64)")
+
+
+def run_job(mode, tmp_path, timeout=180, **env):
+    """``tests/distributed_jobs/digest.py MODE`` on 2 processes: ``(result, {rank: seen})``."""
+    job_env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "MPI_LOCAL"))}
+    job_env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    job_env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **env)
+    result = distributed.launch(2, [str(JOBS / "digest.py"), mode, str(tmp_path)], env=job_env, timeout=timeout,
+                                capture_output=True, text=True, cwd=str(ROOT))
+    seen = {r: json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1) if (tmp_path / f"{r}.json").exists()}
+    return result, seen
+
+
+@pytest.mark.slow
+@needs_mpiexec
+def test_buckets_that_differ_in_their_leaves_on_two_processes(tmp_path):
+    result, seen = run_job("buckets", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    wants = {"order": r"a bucket of 2 leaves: float64\[2\], float64\[3\]\), process 1 called psum over 'batch' of "
+                      r"float64\[5\] \(a bucket of 2 leaves: float64\[3\], float64\[2\]\)",
+             "split": r"a bucket of 2 leaves: float64\[3\], float64\[3\]\), process 1 called psum over 'batch' of "
+                      r"float64\[6\];"}
+    for rank in (0, 1):
+        assert sorted(seen[rank]) == sorted(f"{n} {h}" for n in wants for h in ("eager", "jit"))
+        for case, message in seen[rank].items():
+            assert re.search(wants[case.split()[0]], message), (rank, case, message)
+            assert f"This is process {rank}" in message
