@@ -258,9 +258,10 @@ def _reducer_impl(name, op):
 
     def impl(x, *, axes, leaves=None):
         x = core.as_array(x)
+        bucket = {} if leaves is None else {"leaves": leaves}
         for k, a in enumerate(axes):
             # after the first, the operand is this impl's own result: reduce it in place
-            x = communicator_of(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name, leaves=leaves)
+            x = communicator_of(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name, **bucket)
         return x
 
     return impl
