@@ -196,6 +196,111 @@ def test_a_bucket_carries_its_leaves_in_the_program_and_a_single_leaf_does_not()
 
 
 # ---------------------------------------------------------------------------------------
+# 2. the step: data_parallel's calls and distributed.step
+# ---------------------------------------------------------------------------------------
+
+STEPS = 6
+
+
+def _loop(skip_inside=None, skip_step=None, mark=True):
+    """A training loop of STEPS steps, each one psum in a data_parallel function; this
+    process skips step ``skip_inside`` inside the function (an early return) or step
+    ``skip_step`` before calling it (a continue). Returns ``(steps done, error)``."""
+    def program(group):
+        def train(x, k):
+            if k == skip_inside:
+                return x  # (a branch on this process's own data)
+            return lax.psum(x, "batch")
+
+        run = distributed.data_parallel(train, group=group)
+        done = []
+        try:
+            for k in range(STEPS):
+                if mark:
+                    distributed.step(k, group=group)
+                if k == skip_step:
+                    continue
+                run(np.full(3, float(k)), k)
+                done.append(k)
+        except distributed.CollectiveMismatchError as err:
+            return done, err
+        return done, None
+
+    return program
+
+
+@pytest.mark.parametrize("how", ["inside", "before the call"])
+def test_a_skipped_step_is_named_at_the_next_collective(how):
+    """Process 1 skips step 2's psum: inside the function (its next call is one ahead) or
+    with a continue before calling it (it marked step 3): both processes raise at process
+    1's next collective, naming both step numbers, not at the end of the job."""
+    # (inside, the count of data_parallel calls finds it without any marker)
+    mark = how != "inside"
+    skipper = _loop(skip_inside=2, mark=mark) if how == "inside" else _loop(skip_step=2)
+    results, errors, _ = run_group([_loop(mark=mark), skipper])
+    assert errors == [None, None], errors
+    (done0, err0), (done1, err1) = results
+    assert done0 == [0, 1] and done1 == [0, 1, 2][:2 + (how == "inside")], (done0, done1)
+    if how == "inside":
+        says = (r"disagree about collective #2: process 0 called psum over 'batch' of float64\[3\] in data_parallel "
+                r"call #3, process 1 called psum over 'batch' of float64\[3\] in data_parallel call #4")
+    else:
+        says = (r"disagree about collective #2: process 0 called psum over 'batch' of float64\[3\] at step 2, "
+                r"process 1 called psum over 'batch' of float64\[3\] at step 3")
+    both_raise([err0, err1], says, "skipped or added a step's collectives")
+
+
+def test_without_the_marker_a_step_skipped_before_the_call_shows_at_the_end():
+    """(What distributed.step adds: without it, the calls pair off by one until the end.)"""
+    def ends(program):
+        def run(group):
+            done, err = program(group)
+            if err is not None:
+                raise err
+            group.end()
+            return done
+        return run
+
+    results, errors, _ = run_group([ends(_loop(mark=False)), ends(_loop(skip_step=2, mark=False))])
+    both_raise(errors, r"disagree about collective #5: process 0 called psum over 'batch' of float64\[3\], process 1 "
+                       r"reached the end of its program after 5 collectives")
+
+
+def test_steps_that_agree_cost_nothing_more():
+    """Marked steps, nested data_parallel calls (counted once) and a backward pass that runs
+    after data_parallel returned: no error, the same number of exchanges as before (one
+    check per collective)."""
+    def program(group):
+        inner = distributed.data_parallel(lambda x: lax.psum(x, "batch"), group=group)
+        outer = distributed.data_parallel(lambda x: inner(x) * 2, group=group)
+        loss = distributed.data_parallel(lambda w: cv.numpy.sum(lax.psum(w * w, "batch")), group=group)
+        outs = []
+        for k in range(3):
+            distributed.step(k, group=group)
+            outs.append(outer(np.full(2, 1.0 + group.rank)))
+            outs.append(cv.grad(loss)(np.full(2, 1.0)))
+        return outs, group.check.calls
+
+    results, errors, exchange = run_group([program, program])
+    assert errors == [None, None], errors
+    # per step: the psum of outer (nested: one call), the psums of grad(loss) forward and
+    # backward; each checked once (a check and a psum: two exchanges)
+    assert exchange.calls == [18, 18]
+    for outs, calls in results:
+        assert calls == 6
+        np.testing.assert_array_equal(outs[0], [6.0, 6.0])
+        np.testing.assert_array_equal(outs[1], [4.0, 4.0])  # d/dw Σ_processes Σ_members w²: 2 · 2w
+
+
+def test_the_step_number_is_checked():
+    group = distributed.ProcessGroup()
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(ValueError, match="distributed.step: the step number must be an int >= 0"):
+            distributed.step(bad, group=group)
+    distributed.step(np.int64(3), group=group)  # (a job of one: nothing to compare)
+
+
+# ---------------------------------------------------------------------------------------
 # Under mpiexec -n 2
 # ---------------------------------------------------------------------------------------
 
@@ -230,3 +335,25 @@ def test_buckets_that_differ_in_their_leaves_on_two_processes(tmp_path):
         for case, message in seen[rank].items():
             assert re.search(wants[case.split()[0]], message), (rank, case, message)
             assert f"This is process {rank}" in message
+
+
+@pytest.mark.slow
+@needs_mpiexec
+@pytest.mark.parametrize("mode", ["skip_inside", "skip_step"])
+def test_a_skipped_step_on_two_processes(tmp_path, mode):
+    """Process 1 skips step 2 (inside the function, or before the call with the steps
+    marked): both processes raise at its next collective, on step 3 of process 1, not at
+    the end of the job; the job then ends normally (status 0)."""
+    result, seen = run_job(mode, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if mode == "skip_inside":  # (process 1 is one step and one data_parallel call ahead)
+        says = ("disagree about collective #2: process 0 called psum over 'batch' of float64[3] at step 2 in "
+                "data_parallel call #3, process 1 called psum over 'batch' of float64[3] at step 3 in data_parallel "
+                "call #4")
+    else:
+        says = ("disagree about collective #2: process 0 called psum over 'batch' of float64[3] at step 2, "
+                "process 1 called psum over 'batch' of float64[3] at step 3")
+    assert seen[0]["done"] == [0, 1] and seen[1]["done"] == ([0, 1, 2] if mode == "skip_inside" else [0, 1])
+    for rank in (0, 1):
+        assert says in seen[rank]["error"], seen[rank]["error"]
+        assert f"This is process {rank}" in seen[rank]["error"]

@@ -41,7 +41,8 @@ equations that all-reduce each time the program runs, and ``grad`` transposes th
   every process raises :class:`CollectiveMismatchError` (NOTE [the collective check] in
   :mod:`cuvmap.distributed.check`; on by default, ``collective_check`` in
   :mod:`cuvmap.config` turns it off);
-- :func:`data_parallel`: the named axis of processes;
+- :func:`data_parallel`: the named axis of processes; :func:`step`: marks the loop's
+  steps for the collective check;
 - :func:`launch`, :func:`find_mpiexec`, :func:`detect`: starting a job and reading the
   launcher's environment (:mod:`cuvmap.distributed.launcher`);
 - faults end the job with a non-zero status instead of hanging: an exception,
@@ -56,5 +57,5 @@ x86-64 the ``mpich`` wheel, whose ``mpiexec`` lands next to the environment's
 from cuvmap.distributed.check import CollectiveMismatchError  # noqa: F401
 from cuvmap.distributed.engine import (Bootstrap, Communicator, DistributedError, Engine, LocalEngine,  # noqa: F401
                                        register_engine)
-from cuvmap.distributed.group import ProcessGroup, data_parallel, initialize  # noqa: F401
+from cuvmap.distributed.group import ProcessGroup, data_parallel, initialize, step  # noqa: F401
 from cuvmap.distributed.launcher import LaunchInfo, detect, find_mpiexec, launch  # noqa: F401

@@ -3,6 +3,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 from cuvmap import api_util, backend, config, core
 from cuvmap.distributed import check as check_mod
 from cuvmap.distributed import engine as engine_mod
@@ -53,6 +55,7 @@ class ProcessGroup:
         self.timeout = watchdog_mod.default_timeout() if timeout is None else float(timeout)
         self.watchdog = None
         self.check = None
+        self._depth = 0  # data_parallel calls in progress (nested ones count once)
         if self.size > 1:
             self.watchdog = watchdog_mod.Watchdog(self.timeout, self._timed_out, describe=f"{self.describe()}: ")
             self.check = check_mod.CollectiveCheck(self._engine("cpu"), self.rank, self.size, self.describe(),
@@ -106,6 +109,26 @@ class ProcessGroup:
     def permute(self, x, perm, *, axis_name=None):
         self._checked("ppermute", axis_name, x, tuple(tuple(p) for p in perm))
         return self.engine(x).permute(x, perm)
+
+    def step(self, number):
+        """Marks the start of step ``number`` of this process's loop: the collective check
+        compares it at the next collective (NOTE [the collective check]), so that a
+        process that skipped a step is named there. :func:`cuvmap.distributed.step`."""
+        if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < 0:
+            raise ValueError(f"distributed.step: the step number must be an int >= 0 (the loop's index), got "
+                             f"{number!r}")
+        if self.check is not None:
+            self.check.marker = int(number)
+
+    def begin_call(self):
+        """A call of a ``data_parallel`` function begins (the outermost one of a nest): the
+        collective check counts them (NOTE [the collective check])."""
+        self._depth += 1
+        if self._depth == 1 and self.check is not None:
+            self.check.calls += 1
+
+    def end_call(self):
+        self._depth -= 1
 
     def barrier(self):
         """Waits until every process of the group has called it."""
@@ -245,7 +268,36 @@ def data_parallel(f, axis_name="batch", *, group=None):
     @api_util.with_context(where, f)
     def wrapped(*args, **kwargs):
         g = group if group is not None else initialize()
-        with core.extend_axis_env(core.AxisFrame(axis_name, g.size, communicator=g)):
-            return f(*args, **kwargs)
+        g.begin_call()
+        try:
+            with core.extend_axis_env(core.AxisFrame(axis_name, g.size, communicator=g)):
+                return f(*args, **kwargs)
+        finally:
+            g.end_call()
 
     return wrapped
+
+
+def step(number, *, group=None):
+    """Marks the start of step ``number`` of the training loop on this process. The
+    collective check (NOTE [the collective check] in :mod:`cuvmap.distributed.check`)
+    compares the step every process last marked at their next collective, so a process
+    that skipped a step (a ``continue`` on its own data, before calling the step
+    function) is named there, with both step numbers, instead of having its collectives
+    paired with the others' previous step until the end of the job. Call it at the top of
+    the loop, before anything that may skip; a job of one ignores it.
+
+    Args:
+      number: the step's index (an int ≥ 0), the same on every process for the same step.
+      group: the :class:`ProcessGroup` (default: :func:`initialize`'s).
+
+    Example::
+
+        for i in range(steps):
+            cuvmap.distributed.step(i)
+            x, y = next_batch()
+            if len(y) == 0:
+                continue          # every process must skip the same steps: the next collective says so
+            params = train_step(params, x, y)
+    """
+    (group if group is not None else initialize()).step(number)

@@ -6,6 +6,10 @@ compares, in the mode ``sys.argv[1]`` says; writes what each process saw to
   differ in their leaves ((f64[2], f64[3]) against (f64[3], f64[2]); two f64[3] against
   one f64[6]), eagerly and under jit: every process raises CollectiveMismatchError (no
   misaligned sum), and stays in step.
+- ``skip_inside``, ``skip_step``: a loop of 6 steps, one jitted psum each; process 1
+  skips step 2 inside the data_parallel function (an early return) or before calling it
+  (a ``continue``, the steps marked with ``distributed.step``): both processes raise at
+  process 1's next collective, naming both step numbers.
 """
 import json
 import os
@@ -40,6 +44,26 @@ if mode == "buckets":
             caught(f"{name} {how}", lambda: distributed.data_parallel(fn)(t))
             total = after((np.full(2, 1.0 + R), np.full(3, 2.0)))
             assert np.array_equal(total[0], [3.0, 3.0]) and np.array_equal(total[1], [4.0, 4.0, 4.0]), total
+elif mode in ("skip_inside", "skip_step"):
+    psum = cv.jit(lambda x: lax.psum(x, "batch"))
+
+    def train(x, k):
+        if R == 1 and mode == "skip_inside" and k == 2:
+            return x  # (a branch on this process's own data)
+        return psum(x)
+
+    run = distributed.data_parallel(train)
+    done = []
+    try:
+        for k in range(6):
+            distributed.step(k)
+            if R == 1 and mode == "skip_step" and k == 2:
+                continue
+            run(np.full(3, float(k)), k)
+            done.append(k)
+    except distributed.CollectiveMismatchError as err:
+        seen["error"] = str(err)
+    seen["done"] = done
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 
