@@ -38,7 +38,9 @@ Settings:
 - ``collective_check`` (``True``; ``CUVMAP_COLLECTIVE_CHECK=0`` turns it off): before each
   collective over an axis of processes, one small all-reduce checks that every process
   calls the same one (NOTE [the collective check] in :mod:`cuvmap.distributed.check`).
-  Every process of a job must have the same value.
+  Every process of a job must have the same value: ``distributed.initialize`` refuses a
+  disagreement (NOTE [settings every process shares] in :mod:`cuvmap.distributed.group`),
+  and a later change must be made on every process alike.
 
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.

@@ -67,16 +67,16 @@ class ThreadEngine:
         self.exchange.barrier.abort()
 
 
-def run_group(programs, timeout=60, **group_kwargs):
-    """``programs[r](group)`` in thread ``r``, each over its own ProcessGroup of one exchange:
-    ``(results, errors, exchange)`` by rank."""
+def run_group(programs, timeout=60, group_kwargs=None):
+    """``programs[r](group)`` in thread ``r``, each over its own ProcessGroup of one exchange
+    (made with ``group_kwargs[r]``): ``(results, errors, exchange)`` by rank."""
     size = len(programs)
     exchange = ThreadEngine.Exchange(size)
     results, errors = [None] * size, [None] * size
 
     def run(rank):
         try:
-            kwargs = group_kwargs.get(rank, {})
+            kwargs = (group_kwargs or {}).get(rank, {})
             group = distributed.ProcessGroup(engines={"cpu": ThreadEngine(exchange, rank)},
                                              **{"timeout": 120, **kwargs})
             results[rank] = programs[rank](group)
@@ -284,8 +284,9 @@ def test_steps_that_agree_cost_nothing_more():
     results, errors, exchange = run_group([program, program])
     assert errors == [None, None], errors
     # per step: the psum of outer (nested: one call), the psums of grad(loss) forward and
-    # backward; each checked once (a check and a psum: two exchanges)
-    assert exchange.calls == [18, 18]
+    # backward; each checked once (a check and a psum: two exchanges); and the settings
+    # agreed when the group was made
+    assert exchange.calls == [1 + 18, 1 + 18]
     for outs, calls in results:
         assert calls == 6
         np.testing.assert_array_equal(outs[0], [6.0, 6.0])
@@ -298,6 +299,31 @@ def test_the_step_number_is_checked():
         with pytest.raises(ValueError, match="distributed.step: the step number must be an int >= 0"):
             distributed.step(bad, group=group)
     distributed.step(np.int64(3), group=group)  # (a job of one: nothing to compare)
+
+
+# ---------------------------------------------------------------------------------------
+# 3. the settings every process shares
+# ---------------------------------------------------------------------------------------
+
+
+def test_processes_with_other_timeouts_are_refused_when_the_group_is_made():
+    """(The check's setting is process-wide, one for all threads here: its disagreement is
+    tested under mpiexec below.)"""
+    results, errors, exchange = run_group([lambda g: g, lambda g: g], group_kwargs={0: {"timeout": 120},
+                                                                                   1: {"timeout": 60}})
+    for rank, err in enumerate(errors):
+        assert isinstance(err, distributed.DistributedError), errors
+        assert (f"process {rank} of 2: the processes of the job disagree about the collective check or the "
+                "collective timeout: process 0 has the check on and a timeout of 120 s, process 1 has the check on "
+                "and a timeout of 60 s. Set CUVMAP_COLLECTIVE_CHECK and CUVMAP_COLLECTIVE_TIMEOUT") in str(err)
+    assert exchange.calls == [2, 2]  # the agreement and the gathering of the values
+
+
+def test_processes_that_agree_make_their_group_with_one_exchange():
+    for enabled in (True, False):
+        with config.override(collective_check=enabled):
+            results, errors, exchange = run_group([lambda g: g.timeout, lambda g: g.timeout])
+        assert errors == [None, None] and results == [120.0, 120.0] and exchange.calls == [1, 1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,3 +383,24 @@ def test_a_skipped_step_on_two_processes(tmp_path, mode):
     for rank in (0, 1):
         assert says in seen[rank]["error"], seen[rank]["error"]
         assert f"This is process {rank}" in seen[rank]["error"]
+
+
+@pytest.mark.slow
+@needs_mpiexec
+@pytest.mark.parametrize("variable, value, says", [
+    ("CUVMAP_COLLECTIVE_CHECK", "0", "process 0 has the check on and a timeout of 20 s, process 1 has the check off "
+                                     "and a timeout of 20 s"),
+    ("CUVMAP_COLLECTIVE_TIMEOUT", "30", "process 0 has the check on and a timeout of 20 s, process 1 has the check "
+                                        "on and a timeout of 30 s"),
+])
+def test_processes_with_other_settings_are_refused_at_initialize(tmp_path, variable, value, says):
+    """Process 1 alone turns the check off (or has another timeout): initialize raises on
+    both processes, naming each one's values, instead of returning process 1's own input as
+    the sum while process 0 waits out the timeout."""
+    result, seen = run_job("settings", tmp_path, timeout=120, CUVMAP_COLLECTIVE_TIMEOUT="20",
+                           DIGEST_RANK1_VARIABLE=variable, DIGEST_RANK1_VALUE=value)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in (0, 1):
+        assert "sum" not in seen[rank], seen[rank]
+        assert f"process {rank} of 2: the processes of the job disagree" in seen[rank]["error"]
+        assert says in seen[rank]["error"], seen[rank]["error"]

@@ -58,8 +58,32 @@ class ProcessGroup:
         self._depth = 0  # data_parallel calls in progress (nested ones count once)
         if self.size > 1:
             self.watchdog = watchdog_mod.Watchdog(self.timeout, self._timed_out, describe=f"{self.describe()}: ")
+            self._agree_on_settings()  # (after the watchdog: the engine it makes is timed by it)
             self.check = check_mod.CollectiveCheck(self._engine("cpu"), self.rank, self.size, self.describe(),
                                                    self.watchdog)
+
+    # NOTE [settings every process shares]
+    # The collective check pairs its small all-reduce with the other processes' check: a
+    # process that checks while another does not pairs its check with the other's
+    # collective (its own input comes back as the "sum", and the other waits out the
+    # timeout); processes with different collective timeouts report a hang at different
+    # times. So a group agrees on both when it is made (initialize makes it), in one
+    # all-reduce of [check, -check, timeout, -timeout] (max), and refuses a disagreement
+    # there, on every process, naming each one's values. A later config.update must be made
+    # on every process alike (the benchmark that measures the check does so).
+    def _agree_on_settings(self):
+        mine = [1.0 if config.read("collective_check") else 0.0, float(self.timeout)]
+        want = [mine[0], -mine[0], mine[1], -mine[1]]
+        engine = self._engine("cpu")
+        if engine.allreduce(np.array(want, np.float64), "max", in_place=True).tolist() == want:
+            return
+        rows = engine.allgather(np.array(mine, np.float64))
+        each = ", ".join(f"process {r} has the check {'on' if rows[r][0] else 'off'} and a timeout of "
+                         f"{rows[r][1]:g} s" for r in range(self.size))
+        raise DistributedError(
+            f"{self.describe()}: the processes of the job disagree about the collective check or the collective "
+            f"timeout: {each}. Set CUVMAP_COLLECTIVE_CHECK and CUVMAP_COLLECTIVE_TIMEOUT (or initialize(timeout=)) "
+            "alike on every process (NOTE [settings every process shares] in cuvmap/distributed/group.py)")
 
     def describe(self):
         return f"process {self.rank} of {self.size}"

@@ -10,20 +10,38 @@ compares, in the mode ``sys.argv[1]`` says; writes what each process saw to
   skips step 2 inside the data_parallel function (an early return) or before calling it
   (a ``continue``, the steps marked with ``distributed.step``): both processes raise at
   process 1's next collective, naming both step numbers.
+- ``settings``: process 1 alone sets ``DIGEST_RANK1_VARIABLE`` to ``DIGEST_RANK1_VALUE``
+  (the check off, another timeout) before cuvmap reads it: ``initialize`` raises on both
+  processes (without it, a psum would return process 1's own input).
 """
 import json
 import os
 import sys
 
-import numpy as np
+if sys.argv[1] == "settings" and os.environ.get("PMI_RANK") == "1":  # (before cuvmap reads its settings)
+    os.environ[os.environ["DIGEST_RANK1_VARIABLE"]] = os.environ["DIGEST_RANK1_VALUE"]
 
-import cuvmap as cv
-from cuvmap import distributed, lax
+import numpy as np  # noqa: E402
+
+import cuvmap as cv  # noqa: E402
+from cuvmap import distributed, lax  # noqa: E402
 
 mode, out_dir = sys.argv[1], sys.argv[2]
+seen = {}
+if mode == "settings":
+    R = int(os.environ["PMI_RANK"])
+    try:
+        group = distributed.initialize()
+    except distributed.DistributedError as err:
+        seen["error"] = str(err)
+    else:
+        seen["sum"] = distributed.data_parallel(lambda x: lax.psum(x, "batch"))(np.full(3, 1.0 + R)).tolist()
+    with open(os.path.join(out_dir, f"{R}.json"), "w") as fh:
+        json.dump(seen, fh)
+    print(f"ok {R}", flush=True)
+    sys.exit(0)
 group = distributed.initialize()
 R = group.rank
-seen = {}
 
 
 def caught(name, call):
