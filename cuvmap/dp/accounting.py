@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant, record_steps
+from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant, check_num_steps, record_steps, whole_steps
 
 #: Opacus' default RDP orders: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -348,11 +348,18 @@ class RDPAccountant:
         self._cache = {}
 
     def step(self, noise_multiplier, sample_rate, num_steps=1):
-        """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``."""
-        record_steps(self.history, "RDPAccountant", noise_multiplier, sample_rate, num_steps)
+        """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``;
+        a fractional count (``epochs / q``) is composed exactly, never truncated (NOTE
+        [fractional steps are never under-counted] in :mod:`cuvmap.dp.pld`)."""
+        record_steps(self.history, "RDPAccountant", noise_multiplier, sample_rate, num_steps, whole=False)
 
     def __len__(self):
-        """The number of steps recorded."""
+        """The number of steps recorded, rounded up (:attr:`num_steps` is the exact count)."""
+        return math.ceil(self.num_steps)
+
+    @property
+    def num_steps(self):
+        """The steps recorded, a float when a count was fractional."""
         return sum(h[2] for h in self.history)
 
     def get_rdp(self):
@@ -559,7 +566,8 @@ def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="p
       target_epsilon: the ε to meet, > 0.
       delta: the δ, in (0, 1).
       sample_rate: the Poisson rate ``q``, in [0, 1] (``q = 0``: no loss, ``σ = 0``).
-      num_steps: the number of steps ``T ≥ 0``.
+      num_steps: the number of steps ``T ≥ 0``; a fractional ``T`` (``epochs / q``) is
+        calibrated for exactly by the RDP accountant and for ``ceil(T)`` by the PLD one.
       accountant: ``"pld"`` (default, :class:`~cuvmap.dp.PLDAccountant`, tight) or
         ``"rdp"`` (:class:`RDPAccountant`, an upper bound: a larger σ).
       rtol: the relative resolution of ``σ`` (keyword-only).
@@ -572,15 +580,17 @@ def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="p
 
         sigma = calibrate_noise(2.382, 1e-5, 256 / 60000, 14063)   # ≈ 1.1
     """
-    target, delta, q, steps = float(target_epsilon), float(delta), float(sample_rate), int(num_steps)
+    target, delta, q = float(target_epsilon), float(delta), float(sample_rate)
+    # the RDP accountant composes a fractional count exactly, the PLD one whole steps (rounded
+    # up): NOTE [fractional steps are never under-counted] in cuvmap/dp/pld.py
+    steps = (whole_steps(num_steps, "calibrate_noise") if accountant == "pld"
+             else check_num_steps(num_steps, "calibrate_noise"))
     if not target > 0:
         raise ValueError(f"calibrate_noise: target_epsilon must be > 0, got {target_epsilon!r}")
     if not 0 < delta < 1:
         raise ValueError(f"calibrate_noise: delta must be in (0, 1), got {delta!r}")
     if not 0 <= q <= 1:
         raise ValueError(f"calibrate_noise: sample_rate must be in [0, 1], got {sample_rate!r}")
-    if steps < 0:
-        raise ValueError(f"calibrate_noise: num_steps must be >= 0, got {num_steps!r}")
     if accountant not in ("pld", "rdp"):
         raise ValueError(f"calibrate_noise: accountant must be 'pld' or 'rdp', got {accountant!r}")
     if not 0 < rtol < 1:

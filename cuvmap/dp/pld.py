@@ -64,6 +64,8 @@ References:
 """
 import functools
 import math
+import numbers
+import warnings
 
 import numpy as np
 
@@ -424,13 +426,43 @@ def _composed(groups, pair, h):
     return result
 
 
-def record_steps(history, owner, noise_multiplier, sample_rate, num_steps):
+# NOTE [fractional steps are never under-counted]
+# A run's step count is often computed as epochs / q, a float (2.5, 100.5). Truncating it
+# (int()) reports the ε of fewer steps than ran. The RDP accountant composes any real
+# number of steps exactly (T·ε(α) is linear in T), so it keeps num_steps as given; the PLD
+# accountant composes whole steps (a T-fold convolution), so it rounds num_steps up, with a
+# warning that says so (pass math.ceil(steps) to silence it); calibrate_noise does the same
+# per accountant. A count that is not a finite number >= 0 is refused, naming num_steps.
+def check_num_steps(num_steps, owner):
+    """``num_steps`` as a float: a finite real number ≥ 0 (a ValueError naming ``owner``
+    and ``num_steps`` otherwise)."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Real):
+        raise ValueError(f"{owner}: num_steps must be a number of steps >= 0, got {num_steps!r}")
+    value = float(num_steps)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{owner}: num_steps must be a finite number of steps >= 0, got {num_steps!r}")
+    return value
+
+
+def whole_steps(num_steps, owner):
+    """``num_steps`` (checked) rounded up to an int, with a warning when it was not whole
+    (NOTE [fractional steps are never under-counted])."""
+    value = check_num_steps(num_steps, owner)
+    whole = math.ceil(value)
+    if whole != value:
+        warnings.warn(f"{owner}: the PLD accountant composes whole steps: num_steps={num_steps!r} is counted as "
+                      f"{whole} (never fewer than ran); pass math.ceil(steps) to say so", RuntimeWarning, stacklevel=3)
+    return whole
+
+
+def record_steps(history, owner, noise_multiplier, sample_rate, num_steps, whole=True):
     """Appends ``num_steps`` steps of ``(σ, q)`` to an accountant's ``history`` (a list of
     ``[σ, q, steps]``, merging a repeat of the last ``(σ, q)``), after checking them; the
-    errors name ``owner``."""
-    noise_multiplier, sample_rate, num_steps = float(noise_multiplier), float(sample_rate), int(num_steps)
-    if num_steps < 0:
-        raise ValueError(f"{owner}.step: num_steps must be >= 0, got {num_steps}")
+    errors name ``owner``. ``whole``: the count rounded up to an int (the PLD accountant),
+    else kept as given (the RDP accountant; NOTE [fractional steps are never under-counted])."""
+    where = f"{owner}.step"
+    num_steps = whole_steps(num_steps, where) if whole else check_num_steps(num_steps, where)
+    noise_multiplier, sample_rate = float(noise_multiplier), float(sample_rate)
     if not 0 <= sample_rate <= 1:
         raise ValueError(f"{owner}.step: sample_rate must be in [0, 1], got {sample_rate}")
     if not noise_multiplier >= 0:
@@ -478,7 +510,7 @@ class PLDAccountant:
         self._plds = None
 
     def __len__(self):
-        """The number of steps recorded."""
+        """The number of steps recorded (each call's count rounded up)."""
         return sum(h[2] for h in self.history)
 
     def _groups(self):
