@@ -68,3 +68,95 @@ def test_calibrate_noise_meets_the_target_for_fractional_steps(accountant):
             orders = dp.DEFAULT_ORDERS
             return dp.rdp_to_epsilon(orders, dp.rdp_sampled_gaussian(0.05, s, orders, steps=10.5), DELTA)[0]
     assert eps(sigma) <= target < eps(sigma / (1 + 1e-3))
+
+
+# ---------------------------------------------------------------------------------------
+# 6. where ε reaches 0, huge targets, infinite noise, counts that are not numbers
+# ---------------------------------------------------------------------------------------
+
+
+def test_calibrate_noise_where_the_rdp_epsilon_reaches_zero():
+    """q = 1, one step, ε = 0.01: the RDP conversion meets it only where ε is exactly 0
+    (the total variation below δ); the σ returned meets it and σ / (1 + rtol) does not."""
+    sigma = dp.calibrate_noise(0.01, 1e-5, 1.0, 1, accountant="rdp")
+    assert math.isfinite(sigma) and sigma > 0
+
+    def eps(s):
+        acct = dp.RDPAccountant()
+        acct.step(s, 1.0, 1)
+        return acct.get_epsilon(1e-5)
+
+    assert eps(sigma) <= 0.01 < eps(sigma / (1 + 1e-3))
+
+
+def test_a_huge_target_on_the_pld_accountant_names_the_remedy():
+    """(Before: an internal grid message after 98 s of NaN-warning evaluations; one step's
+    loss past 700 nats overflowed e^loss.)"""
+    with pytest.raises(ValueError, match=r"calibrate_noise: the target ε=10000 needs a noise multiplier near .* the PLD "
+                                         r"accountant's grid at discretization .* cannot hold the privacy loss .* pass accountant='rdp', or a coarser discretization="):
+        dp.calibrate_noise(1e4, DELTA, 0.5, 1)
+
+
+def test_the_pld_accountant_refuses_losses_its_exponentials_cannot_hold():
+    with pytest.raises(ValueError, match=r"privacy losses up to .* nats, beyond the 700 the grid's exponentials hold"):
+        acct = dp.PLDAccountant(discretization=1e-2)
+        acct.step(0.02, 0.5, 1)
+        acct.get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("accountant", [dp.RDPAccountant, dp.PLDAccountant])
+def test_infinite_noise_loses_nothing(accountant):
+    """σ = ∞: ε = 0 at once (Opacus: 0), without a warning; with other steps, their ε."""
+    acct = accountant()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acct.step(math.inf, Q, 10)
+        assert acct.get_epsilon(DELTA) == 0.0
+    acct.step(SIGMA, Q, 10)
+    alone = accountant()
+    alone.step(SIGMA, Q, 10)
+    assert acct.get_epsilon(DELTA) == pytest.approx(alone.get_epsilon(DELTA), rel=1e-12)
+    assert dp.rdp_sampled_gaussian(Q, math.inf, [2.0, 1.5]).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1, "3", None, True])
+def test_a_step_count_that_is_not_a_number_is_named(bad):
+    for acct in (dp.RDPAccountant(), dp.PLDAccountant()):
+        with pytest.raises(ValueError, match=rf"{type(acct).__name__}.step: num_steps must be a (finite )?number"):
+            acct.step(SIGMA, Q, bad)
+    with pytest.raises(ValueError, match="calibrate_noise: num_steps must be a"):
+        dp.calibrate_noise(1.0, DELTA, Q, bad, accountant="rdp")
+    if bad is not None and not isinstance(bad, str):
+        with pytest.raises(ValueError, match="rdp_sampled_gaussian: steps must be a finite number >= 0"):
+            dp.rdp_sampled_gaussian(Q, SIGMA, 2.0, steps=bad)
+
+
+def _plan(**kwargs):
+    args = dict(dataset_size=1000, sample_rate=0.05, noise_multiplier=1.0, max_norm=1.0, steps=20,
+                expected_batch_size=50)
+    args.update(kwargs)
+    return dp.Plan(**args)
+
+
+def test_a_plan_takes_the_numpy_integers_the_accountants_take():
+    plan = _plan(dataset_size=np.int64(1000), steps=np.int32(20))
+    assert plan.dataset_size == 1000 and type(plan.dataset_size) is int and plan.steps == 20
+    assert plan.epsilon(DELTA) == _plan().epsilon(DELTA)
+    user = _plan(dataset_size=np.int64(100), unit="user", num_examples=np.int64(1000))
+    assert user.num_examples == 1000
+    with pytest.raises(ValueError, match=r"steps must be an int >= 0, got 20.5 \(a fractional count such as epochs / "
+                                         r"q: pass math.ceil\(steps\) = 21"):
+        _plan(steps=20.5)
+    with pytest.raises(ValueError, match="dataset_size must be a positive int, got True"):
+        _plan(dataset_size=True)
+
+
+@pytest.mark.parametrize("n", [math.inf, math.nan, -1.0])
+def test_an_infinite_expected_batch_size_is_refused(n):
+    """(n = ∞ made every private gradient 0 without a word.)"""
+    with pytest.raises(ValueError, match=r"expected_batch_size must be a positive number or 'from_dataset_size' \(a "
+                                         r"finite number\)"):
+        _plan(expected_batch_size=n)
+    g = np.ones((3, 2))
+    with pytest.raises(ValueError, match=r"the normalisation must be a positive number \(a finite one\)"):
+        dp.private_gradient(g, 1.0, 1.0, np.random.default_rng(0), expected_batch_size=n)

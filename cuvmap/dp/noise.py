@@ -11,6 +11,8 @@ data] in :mod:`cuvmap.dp.clipping`), drawn once for the sum over a data-parallel
 (NOTE [noise once over a data-parallel axis]), and the normalisation is said by name
 (NOTE [normalising the private gradient]).
 """
+import math
+
 import numpy as np
 
 from cuvmap import backend, core, lax, tree
@@ -255,8 +257,9 @@ def _normalisation(expected_batch_size, normalize_by, clipped, mask, size):
             return max(size, 1)
         # the real examples (traced under jit); a batch without any is normalised by 1, not 0
         return cnp.maximum(cnp.sum(cnp.astype(mask, core.dtype_of(clipped.norms))), 1)
-    if isinstance(normalize_by, bool) or not normalize_by > 0:
-        raise ValueError(f"private_gradient: the normalisation must be a positive number, got {normalize_by!r}")
+    if isinstance(normalize_by, bool) or not (normalize_by > 0 and math.isfinite(normalize_by)):
+        raise ValueError(f"private_gradient: the normalisation must be a positive number (a finite one), got "
+                         f"{normalize_by!r}")
     return normalize_by
 
 

@@ -9,6 +9,9 @@ sensitivity accounted as add/remove-one. A :class:`Plan` derives all of them fro
 same numbers and checks what it is handed (NOTE [one plan]).
 """
 import math
+import numbers
+
+import numpy as np
 
 from cuvmap import tree
 from cuvmap.dp import accounting, clipping, padding, pld, sampling
@@ -82,19 +85,21 @@ class Plan:
     def __init__(self, dataset_size, sample_rate, noise_multiplier, max_norm, steps, *, expected_batch_size=None,
                  unit="example", num_examples=None, groups=None, accountant="rdp", relation="add_remove"):
         where = "Plan"
-        if isinstance(dataset_size, bool) or not (isinstance(dataset_size, int) and dataset_size >= 1):
+        if not (_is_int(dataset_size) and dataset_size >= 1):
             raise ValueError(f"{where}: dataset_size must be a positive int, got {dataset_size!r}")
         sampling._check_rate(sample_rate, where)
         if isinstance(noise_multiplier, bool) or not noise_multiplier >= 0:
             raise ValueError(f"{where}: noise_multiplier must be >= 0, got {noise_multiplier!r}")
-        if isinstance(steps, bool) or not (isinstance(steps, int) and steps >= 0):
-            raise ValueError(f"{where}: steps must be an int >= 0, got {steps!r}")
+        if not (_is_int(steps) and steps >= 0):
+            hint = (f" (a fractional count such as epochs / q: pass math.ceil(steps) = {math.ceil(steps)}, never "
+                    "fewer steps than run)" if isinstance(steps, float) and math.isfinite(steps) and steps > 0 else "")
+            raise ValueError(f"{where}: steps must be an int >= 0, got {steps!r}{hint}")
         if clipping.check_relation(relation, where) != "add_remove":
             raise ValueError(f"{where}: relation={relation!r}, but the accountants of the Poisson-subsampled Gaussian "
                              "are stated for add/remove-one; a replace-one sensitivity (2C) needs another analysis")
         if unit not in ("example", "user"):
             raise ValueError(f"{where}: unit must be 'example' or 'user', got {unit!r}")
-        if unit == "user" and not (isinstance(num_examples, int) and num_examples >= dataset_size):
+        if unit == "user" and not (_is_int(num_examples) and num_examples >= dataset_size):
             raise ValueError(f"{where}: unit='user' needs num_examples, the number of examples (at least one per "
                              f"user: >= dataset_size={dataset_size}), for the padding buckets")
         if accountant not in ACCOUNTANTS:
@@ -106,15 +111,16 @@ class Plan:
                 "(opacus#571): pass expected_batch_size='from_dataset_size' to use it all the same")
         if expected_batch_size == "from_dataset_size":
             expected_batch_size = sample_rate * dataset_size
-        if isinstance(expected_batch_size, (bool, str)) or not expected_batch_size > 0:
-            raise ValueError(f"{where}: expected_batch_size must be a positive number or 'from_dataset_size', got "
-                             f"{expected_batch_size!r}")
+        if (isinstance(expected_batch_size, (bool, str)) or not expected_batch_size > 0
+                or not math.isfinite(expected_batch_size)):
+            raise ValueError(f"{where}: expected_batch_size must be a positive number or 'from_dataset_size' (a finite "
+                             f"number), got {expected_batch_size!r}")
         if groups is None or not isinstance(max_norm, dict):
             clipping.check_max_norm(max_norm, where)
-        self.dataset_size, self.sample_rate, self.noise_multiplier = dataset_size, float(sample_rate), noise_multiplier
-        self.max_norm, self.steps, self.expected_batch_size = max_norm, steps, float(expected_batch_size)
+        self.dataset_size, self.sample_rate, self.noise_multiplier = int(dataset_size), float(sample_rate), noise_multiplier
+        self.max_norm, self.steps, self.expected_batch_size = max_norm, int(steps), float(expected_batch_size)
         self.unit, self.groups, self.relation, self.accountant_name = unit, groups, relation, accountant
-        self.num_examples = dataset_size if unit == "example" else num_examples
+        self.num_examples = self.dataset_size if unit == "example" else int(num_examples)
         self.buckets = self.buckets_for(self.num_examples)
 
     def __repr__(self):
@@ -222,6 +228,11 @@ class Plan:
     def epsilons(self, delta, steps=None):
         """``{accountant name: ε}`` for every accountant of :data:`ACCOUNTANTS`."""
         return {name: self.epsilon(delta, steps, name) for name in ACCOUNTANTS}
+
+
+def _is_int(value):
+    """An int of Python or NumPy (the accountants take both), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _same(got, want):

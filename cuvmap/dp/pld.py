@@ -76,6 +76,12 @@ DEFAULT_DISCRETIZATION = 1e-4
 TAIL_MASS = 1e-15
 _Z_TAIL = 10.0  # the noise is followed to ±10σ; beyond, Φ̄(10) ≈ 7.6e-24 per step
 _MAX_BINS = 1 << 24  # refuse grids past this (128 MiB of float64)
+_MAX_LOSS = 700.0  # and one step's losses past this many nats (e^709 overflows float64)
+
+
+class PLDRangeError(ValueError):
+    """A step whose privacy loss the grid cannot hold: more than ``_MAX_BINS`` points at
+    its discretization, or a loss beyond ``_MAX_LOSS`` nats (whose ``e^loss`` overflows)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -257,8 +263,12 @@ def step_pld(noise_multiplier, sample_rate, pair, h=DEFAULT_DISCRETIZATION):
     lo, hi = math.floor(min(ends) / h), math.ceil(max(ends) / h)
     hi = max(hi, lo + 1)
     if hi - lo + 1 > _MAX_BINS:
-        raise ValueError(f"step_pld: noise_multiplier={sigma}, sample_rate={q} needs {hi - lo + 1} grid points "
-                         f"at discretization {h}; use a coarser grid")
+        raise PLDRangeError(f"step_pld: noise_multiplier={sigma}, sample_rate={q} needs {hi - lo + 1} grid points "
+                            f"at discretization {h}; use a coarser grid")
+    if max(abs(e) for e in ends) > _MAX_LOSS:  # (e^loss would overflow: noise this small loses nearly everything)
+        raise PLDRangeError(f"step_pld: noise_multiplier={sigma}, sample_rate={q} gives privacy losses up to "
+                            f"{max(abs(e) for e in ends):.4g} nats, beyond the {_MAX_LOSS:g} the grid's exponentials "
+                            "hold; use the RDP accountant")
     eps = h * np.arange(lo, hi + 1, dtype=np.float64)
     # x where the loss crosses each grid point; the loss grows with x for "remove", falls for "add"
     t = _crossing(sign * eps, sigma, q)
@@ -368,7 +378,7 @@ def self_compose(pld, num_steps, tail=TAIL_MASS):
     a, b = _chernoff_window(pld, num_steps, tail)
     width = b - a + 1
     if width > _MAX_BINS:
-        raise ValueError(f"self_compose: {num_steps} steps need {width} grid points at discretization {pld.h}; "
+        raise PLDRangeError(f"self_compose: {num_steps} steps need {width} grid points at discretization {pld.h}; "
                          "use a coarser grid")
     size = _fast_length(max(width, len(pld.probs)))
     spectrum = np.fft.rfft(pld.probs, size) ** num_steps
@@ -517,7 +527,7 @@ class PLDAccountant:
         """``{(σ, q): count}`` of the steps that lose privacy; ``None`` if one has ``σ = 0``."""
         groups = {}
         for sigma, q, n in self.history:
-            if n == 0 or q == 0:
+            if n == 0 or q == 0 or sigma == math.inf:  # (infinite noise loses nothing)
                 continue
             if sigma == 0:
                 return None
