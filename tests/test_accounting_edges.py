@@ -160,3 +160,52 @@ def test_an_infinite_expected_batch_size_is_refused(n):
     g = np.ones((3, 2))
     with pytest.raises(ValueError, match=r"the normalisation must be a positive number \(a finite one\)"):
         dp.private_gradient(g, 1.0, 1.0, np.random.default_rng(0), expected_batch_size=n)
+
+
+# ---------------------------------------------------------------------------------------
+# 7. a function mapped over a clipped sum drops its sensitivity
+# ---------------------------------------------------------------------------------------
+
+import cuvmap as cv  # noqa: E402
+from cuvmap import nn, tree  # noqa: E402
+
+PER_EXAMPLE = {"w": np.arange(24.0).reshape(4, 3, 2) / 10, "b": np.ones((4, 2))}
+PARAMS = {"w": np.zeros((3, 2)), "b": np.zeros(2)}
+
+
+def _clipped():
+    return dp.clipped_sum(PER_EXAMPLE, 1.0)
+
+
+@pytest.mark.parametrize("mapper", ["map", "map_with_path"])
+def test_a_mapped_clipped_sum_is_a_plain_pytree(mapper):
+    """tree.map(2 * x) doubles the sum's sensitivity: the result no longer claims C, so
+    noise on it needs a bound said explicitly (before: a ClippedGradient that said C, and
+    private_gradient added the noise of C to a sum of sensitivity 2C)."""
+    c = _clipped()
+    doubled = (tree.map(lambda x: 2 * x, c) if mapper == "map"
+               else tree.map_with_path(lambda p, x: 2 * x, c))
+    assert not isinstance(doubled, dp.ClippedGradient)
+    assert tree.structure(doubled) == tree.structure(c.summed)
+    for key in ("w", "b"):
+        np.testing.assert_array_equal(doubled[key], 2 * c.summed[key])
+    with pytest.raises(ValueError, match="max_norm is needed for a plain pytree"):
+        dp.add_noise(doubled, 1.0, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="max_norm .* is needed to clip per-example gradients"):
+        dp.private_gradient(doubled, noise_multiplier=1.0, rng=np.random.default_rng(0), expected_batch_size=4)
+    noisy = dp.add_noise(doubled, 1.0, max_norm=2.0, rng=np.random.default_rng(0))   # the bound, said
+    assert tree.structure(noisy) == tree.structure(c.summed)
+
+
+def test_the_sum_of_microbatches_and_the_transforms_keep_the_sensitivity():
+    c = _clipped()
+    assert isinstance(c + c, dp.ClippedGradient) and (c + c).sensitivity == 1.0
+    assert isinstance(cv.device_put(c, "cpu"), dp.ClippedGradient)
+    assert isinstance(cv.stop_gradient(c), dp.ClippedGradient)
+    jitted = cv.jit(lambda g: dp.clipped_sum(g, 1.0))(PER_EXAMPLE)
+    assert isinstance(jitted, dp.ClippedGradient) and jitted.max_norm == 1.0
+    f = lambda s: (cv.numpy.sum(s * PER_EXAMPLE["b"]), dp.clipped_sum({"w": PER_EXAMPLE["w"] * s}, 1.0))  # noqa: E731
+    _, aux = cv.grad(f, has_aux=True)(2.0)
+    assert isinstance(aux, dp.ClippedGradient)
+    batched = cv.vmap(lambda s: dp.clipped_sum({"w": PER_EXAMPLE["w"] * s}, 1.0))(np.ones(2))
+    assert isinstance(batched, dp.ClippedGradient)

@@ -51,7 +51,11 @@ _UNITS = ("example", "user")
 # cannot be scaled (no "mean" whose sensitivity would be stale): the normalisation happens
 # after the noise, in private_gradient, by a number said by name (NOTE [normalising the
 # private gradient]). Its one operation is +, the clipped sums of disjoint microbatches
-# (gradient accumulation: the noise once on the total, the sensitivity unchanged).
+# (gradient accumulation: the noise once on the total, the sensitivity unchanged). A user
+# function mapped over it (tree.map(lambda x: 2 * x, clipped)) may change the sensitivity
+# (to 2C there), so tree.map returns the mapped sum as a plain pytree, which states none:
+# noise on it then needs an explicit max_norm (NOTE [nodes whose meaning a mapped function
+# changes] in cuvmap/tree.py). jit, vmap and grad rebuild it unchanged.
 class ClippedGradient:
     """A sum of clipped gradients and the facts its privacy rests on: what
     :func:`cuvmap.dp.clipped_grad` and :func:`cuvmap.dp.clipped_sum` return, and what
@@ -152,7 +156,13 @@ def _unflatten_clipped(meta, children):
     return ClippedGradient(*children, max_norm=max_norm, relation=relation, unit=unit, groups=groups)
 
 
-tree.register_pytree_node(ClippedGradient, _flatten_clipped, _unflatten_clipped)
+def _mapped_clipped(meta, children):
+    """What ``tree.map(f, clipped)`` returns: the mapped sum alone, a plain pytree (NOTE
+    [sensitivity as data]: ``f`` may change the sensitivity)."""
+    return children[0]
+
+
+tree.register_pytree_node(ClippedGradient, _flatten_clipped, _unflatten_clipped, mapped=_mapped_clipped)
 
 
 def check_relation(relation, where):
