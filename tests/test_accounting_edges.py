@@ -163,7 +163,7 @@ def test_an_infinite_expected_batch_size_is_refused(n):
 
 
 # ---------------------------------------------------------------------------------------
-# 7. a function mapped over a clipped sum drops its sensitivity
+# 7. a function mapped over a clipped sum drops its sensitivity; 9. .summed in the error
 # ---------------------------------------------------------------------------------------
 
 import cuvmap as cv  # noqa: E402
@@ -209,3 +209,21 @@ def test_the_sum_of_microbatches_and_the_transforms_keep_the_sensitivity():
     assert isinstance(aux, dp.ClippedGradient)
     batched = cv.vmap(lambda s: dp.clipped_sum({"w": PER_EXAMPLE["w"] * s}, 1.0))(np.ones(2))
     assert isinstance(batched, dp.ClippedGradient)
+
+
+@pytest.mark.parametrize("where", ["tree.map(params, clipped)", "tree.map(clipped, params)", "sgd", "adam"])
+def test_a_clipped_sum_in_place_of_the_parameters_says_summed(where):
+    c = _clipped()
+    with pytest.raises(ValueError, match=r"holds a ClippedGradient where the others hold another structure: .*pass "
+                                         r"its \.summed"):
+        if where == "tree.map(params, clipped)":
+            tree.map(lambda p, g: p - g, PARAMS, c)
+        elif where == "tree.map(clipped, params)":
+            tree.map(lambda g, p: p - g, c, PARAMS)
+        else:
+            opt = nn.optim.sgd(0.1) if where == "sgd" else nn.optim.adam(0.1)
+            opt.update(c, opt.init(PARAMS), PARAMS)
+    # the fix the message names
+    opt = nn.optim.sgd(0.1)
+    new, _ = opt.update(c.summed, opt.init(PARAMS), PARAMS)
+    np.testing.assert_allclose(new["b"], -0.1 * c.summed["b"])

@@ -162,7 +162,10 @@ def _mapped_clipped(meta, children):
     return children[0]
 
 
-tree.register_pytree_node(ClippedGradient, _flatten_clipped, _unflatten_clipped, mapped=_mapped_clipped)
+tree.register_pytree_node(
+    ClippedGradient, _flatten_clipped, _unflatten_clipped, mapped=_mapped_clipped,
+    hint="a ClippedGradient is a clipped sum with its sensitivity, not a pytree like the parameters: pass its "
+         ".summed (the clipped sum), or dp.private_gradient(clipped, ...) for the noised gradient an optimizer takes")
 
 
 def check_relation(relation, where):
