@@ -292,12 +292,15 @@ def data_parallel(f, axis_name="batch", *, group=None):
     @api_util.with_context(where, f)
     def wrapped(*args, **kwargs):
         g = group if group is not None else initialize()
-        g.begin_call()
+        counted = isinstance(g, ProcessGroup)  # (another Communicator has no step count)
+        if counted:
+            g.begin_call()
         try:
             with core.extend_axis_env(core.AxisFrame(axis_name, g.size, communicator=g)):
                 return f(*args, **kwargs)
         finally:
-            g.end_call()
+            if counted:
+                g.end_call()
 
     return wrapped
 
