@@ -43,8 +43,9 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing
 from cuvmap.lax import reduction
 from cuvmap.lax import shape as lax_shape
-from cuvmap.lax.process_axes import (CollectivePrimitive, ProcessAxis, axis_size, communicator_of,  # noqa: F401
-                                     resolve_names)
+from cuvmap.lax.collective_operands import map_operands
+from cuvmap.lax.process_axes import (CollectivePrimitive, ProcessAxis, across_processes, axis_size,  # noqa: F401
+                                     communicator_of, resolve_names)
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 
@@ -80,46 +81,11 @@ pmax_p = CollectivePrimitive("pmax", "axes")
 pmin_p = CollectivePrimitive("pmin", "axes")
 
 
-def _is_collective_value(x):
-    """Whether ``x`` is a value a collective takes: a tracer, a Python scalar, or an array
-    (NumPy or CuPy, or a NumPy scalar) of booleans or numbers."""
-    if isinstance(x, core.Tracer) or type(x) in core._PY_SCALAR_DTYPES:
-        return True
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and hasattr(x, "shape") and getattr(dtype, "kind", None) in _VALUE_KINDS
-
-
-_VALUE_KINDS = frozenset("biufc")
-
-
-def _not_a_value(op, x, path=None):
-    """The TypeError for a leaf ``x`` that is no value (JAX: "Argument 's' of type <class
-    'str'> is not a valid JAX type")."""
-    text = repr(x)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    at = "" if path is None else f" (at {path})"
-    kind = f" of dtype {x.dtype}" if hasattr(x, "dtype") and hasattr(x, "shape") else ""
-    return TypeError(f"{op}: Argument {text} of type {type(x)}{kind}{at} is not a valid cuvmap type: a collective "
-                     "takes arrays (NumPy or CuPy) of booleans or numbers, Python or NumPy scalars and tracers, "
-                     "or pytrees of them")
-
-
 def _tree_map(fn, x, op, names=None):
-    """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf); a
-    :class:`TypeError` names the first leaf that is not a value (JAX's "not a valid JAX
-    type"). With ``names`` (an elementwise reduction's resolved axes), small leaves
-    reduced across processes share one collective (NOTE [buckets])."""
-    if _is_collective_value(x):
-        return fn(x)
-    if hasattr(x, "shape") or isinstance(x, (str, bytes)):
-        raise _not_a_value(op, x)
-    paths, leaves, treedef = tree.flatten_with_path(x)
-    for path, leaf in zip(paths, leaves):
-        if not _is_collective_value(leaf):
-            raise _not_a_value(op, leaf, "x" + tree.keystr(path) if path else None)
-    if names is not None and len(leaves) > 1 and _across_processes(names):
-        return tree.unflatten(treedef, _bucketed(fn, leaves))
-    return tree.unflatten(treedef, [fn(leaf) for leaf in leaves])
+    """``fn`` on every operand leaf of ``x`` (:func:`~cuvmap.lax.collective_operands.map_operands`);
+    with ``names`` (an elementwise reduction's resolved axes), small leaves reduced across
+    processes share one collective (NOTE [buckets])."""
+    return map_operands(fn, x, op, names, _bucketed if names is not None and across_processes(names) else None)
 
 
 # NOTE [buckets]
@@ -142,16 +108,6 @@ def _tree_map(fn, x, op, names=None):
 # Python scalars or weakly typed values.
 _BUCKET_LEAF_BYTES = 1 << 20
 _BUCKET_BYTES = 4 << 20
-
-
-def _across_processes(names):
-    """Whether ``names`` are all axes of processes, more than one process in all."""
-    size = 1
-    for name in names:
-        if type(name) is not ProcessAxis:
-            return False
-        size *= name.size
-    return size > 1
 
 
 def _bucketed(fn, leaves):

@@ -112,3 +112,13 @@ class CollectivePrimitive(Primitive):
 
     def axis_mains(self, params):
         return [core.axis_frame(n, self.name).main for n in self.axis_names(params)]
+
+
+def across_processes(names):
+    """Whether ``names`` (resolved) are all axes of processes, more than one process in all."""
+    size = 1
+    for name in names:
+        if type(name) is not ProcessAxis:
+            return False
+        size *= name.size
+    return size > 1
