@@ -227,3 +227,109 @@ def test_a_clipped_sum_in_place_of_the_parameters_says_summed(where):
     opt = nn.optim.sgd(0.1)
     new, _ = opt.update(c.summed, opt.init(PARAMS), PARAMS)
     np.testing.assert_allclose(new["b"], -0.1 * c.summed["b"])
+
+
+# ---------------------------------------------------------------------------------------
+# 8. noise on a clipped sum reduced over a data-parallel axis: one draw, on every member
+# ---------------------------------------------------------------------------------------
+
+from cuvmap import lax  # noqa: E402
+
+C8, SIGMA8, N8 = 0.5, 1.3, 12.0
+SHARES = np.random.default_rng(8).standard_normal((3, 4, 5))          # 3 members, 4 examples each, 5 coordinates
+DRAWS = np.random.default_rng(9).standard_normal((3, 5))              # each member's own draw
+
+
+def _total_and_want():
+    clipped = [dp.clipped_sum({"w": SHARES[m]}, C8) for m in range(3)]
+    total = sum(c.summed["w"] for c in clipped)
+    return total, (total + SIGMA8 * C8 * DRAWS[0]) / N8                # member 0's draw, once
+
+
+@pytest.mark.parametrize("call", ["private_gradient", "add_noise", "plan", "jit"])
+def test_noise_after_a_psum_under_a_named_vmap_is_one_draw_on_every_member(call):
+    """private_gradient(lax.psum(clipped, "i"), ...): every member gets the total plus
+    member 0's draw (before: member 0 alone had noise, the others a noise-free gradient)."""
+    plan = dp.Plan(dataset_size=100, sample_rate=0.12, noise_multiplier=SIGMA8, max_norm=C8, steps=1,
+                   expected_batch_size=N8)
+
+    def member(share, z):
+        total = lax.psum(dp.clipped_sum({"w": share}, C8), "i")
+        seen.append(getattr(total, "reduced_over", None))
+        if call == "add_noise":  # (its generator gives this member's draw)
+            return cv.tree.map(lambda x: x / N8, dp.add_noise(total, SIGMA8, rng=_FixedRng(z)))
+        if call == "plan":
+            return plan.private_gradient(total, noise={"w": z})
+        return dp.private_gradient(total, noise_multiplier=SIGMA8, noise={"w": z}, expected_batch_size=N8)
+
+    seen = []
+    f = cv.jit(member) if call == "jit" else member
+    out = cv.vmap(f, axis_name="i")(SHARES, DRAWS)["w"]
+    total, want = _total_and_want()
+    for m in range(3):
+        np.testing.assert_allclose(out[m], want, rtol=1e-12, atol=1e-12)
+    assert seen == [("i",)]   # (the psum says so: its metadata)
+    # its norms stay each member's
+    norms = cv.vmap(lambda s: lax.psum(dp.clipped_sum({"w": s}, C8), "i").norms, axis_name="i")(SHARES)
+    np.testing.assert_allclose(norms, np.linalg.norm(SHARES, axis=2), rtol=1e-12)
+
+
+class _FixedRng:
+    """A generator whose standard_normal returns a given (traced per member) draw."""
+
+    def __init__(self, z):
+        self.z = z
+
+    def standard_normal(self, size=None, dtype=None):
+        return self.z
+
+
+def test_other_collectives_of_a_clipped_sum_are_plain_and_shares_keep_their_rule():
+    out = cv.vmap(lambda s: lax.pmean(dp.clipped_sum({"w": s}, C8), "i"), axis_name="i")(SHARES)
+    assert not isinstance(out, dp.ClippedGradient)
+    # a share (no psum): the noise stays on member 0, and a psum afterwards carries it once
+    g = cv.vmap(lambda s, z: lax.psum(dp.private_gradient(dp.clipped_sum({"w": s}, C8), noise_multiplier=SIGMA8,
+                                                          noise={"w": z}, expected_batch_size=N8), "i"),
+                axis_name="i")(SHARES, DRAWS)["w"]
+    _, want = _total_and_want()
+    np.testing.assert_allclose(g[1], want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_reduced_clipped_sum_noised_outside_its_axis_is_refused():
+    total = cv.vmap(lambda s: lax.psum(dp.clipped_sum({"w": s}, C8), "i"), axis_name="i")(SHARES)
+    one = dp.ClippedGradient({"w": total.summed["w"][0]}, total.norms[0], max_norm=C8, reduced_over=("i",))
+    with pytest.raises(ValueError, match=r"summed over 'i' \(a psum\), but no such axis is bound here: add its noise "
+                                         r"inside the data_parallel \(or vmap\) function"):
+        dp.private_gradient(one, noise_multiplier=1.0, rng=np.random.default_rng(0), expected_batch_size=N8)
+    with pytest.raises(ValueError, match="normalize_by='batch_size' counts this member's examples"):
+        cv.vmap(lambda s: dp.private_gradient(lax.psum(dp.clipped_sum({"w": s}, C8), "i"), noise_multiplier=1.0,
+                                              noise={"w": s[0]}, normalize_by="batch_size"), axis_name="i")(SHARES)
+
+
+@pytest.mark.slow
+def test_noise_after_a_psum_on_two_processes(tmp_path):
+    """The same under ``mpiexec -n 2``: both processes release the total plus process 0's
+    draw (with noise= eagerly and under jit, and with each process's own generator)."""
+    import importlib.util
+    import os
+    import pathlib
+
+    from cuvmap import distributed
+
+    if distributed.find_mpiexec() is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("no mpiexec or mpi4py: pip install mpi4py mpich (the test extra does on Linux x86-64)")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "MPI_LOCAL"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    result = distributed.launch(2, [str(root / "tests" / "distributed_jobs" / "noise_after_psum.py"), str(tmp_path)],
+                                env=env, timeout=180, capture_output=True, text=True, cwd=str(root))
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = [np.load(tmp_path / f"{r}.npz") for r in (0, 1)]
+    for key in ("w", "b"):
+        total = sum(dp.clipped_sum({"w": run["share_w"], "b": run["share_b"]}, 0.5).summed[key] for run in runs)
+        want = (total + 1.3 * 0.5 * runs[0][f"z_{key}"]) / 12.0
+        for run in runs:
+            for how in ("eager", "jit"):
+                np.testing.assert_allclose(run[f"{how}_{key}"], want, rtol=1e-12, atol=1e-12)
+            np.testing.assert_array_equal(run[f"rng_{key}"], runs[0][f"rng_{key}"])   # one draw, everywhere
