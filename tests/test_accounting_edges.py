@@ -142,7 +142,7 @@ def test_a_plan_takes_the_numpy_integers_the_accountants_take():
     plan = _plan(dataset_size=np.int64(1000), steps=np.int32(20))
     assert plan.dataset_size == 1000 and type(plan.dataset_size) is int and plan.steps == 20
     assert plan.epsilon(DELTA) == _plan().epsilon(DELTA)
-    user = _plan(dataset_size=np.int64(100), unit="user", num_examples=np.int64(1000))
+    user = _plan(dataset_size=np.int64(100), unit="user", num_examples=np.int64(1000), expected_batch_size=5)
     assert user.num_examples == 1000
     with pytest.raises(ValueError, match=r"steps must be an int >= 0, got 20.5 \(a fractional count such as epochs / "
                                          r"q: pass math.ceil\(steps\) = 21"):
@@ -333,3 +333,35 @@ def test_noise_after_a_psum_on_two_processes(tmp_path):
             for how in ("eager", "jit"):
                 np.testing.assert_allclose(run[f"{how}_{key}"], want, rtol=1e-12, atol=1e-12)
             np.testing.assert_array_equal(run[f"rng_{key}"], runs[0][f"rng_{key}"])   # one draw, everywhere
+
+
+
+# ---------------------------------------------------------------------------------------
+# 10. what a plan warns about
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_plan_warns_when_delta_is_at_least_one_over_n():
+    plan = _plan()                                   # N = 1000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan.epsilon(1e-4)                            # δ < 1/N: no warning
+    for call in (lambda: plan.epsilon(1e-3), lambda: plan.epsilons(0.01)):
+        with pytest.warns(UserWarning, match=r"delta=0\.0+1 is at least 1/N = 1/1000 .* choose δ well below 1/N") as got:
+            call()
+        assert len(got) == 1                          # (epsilons: once, not per accountant)
+
+
+@pytest.mark.parametrize("n, warns", [(50, False), (54, False), (46, False), (60, True), (25, True), (500, True)])
+def test_a_plan_warns_when_the_expected_batch_size_is_far_from_q_times_n(n, warns):
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        _plan(expected_batch_size=n)                  # q·N = 0.05 · 1000 = 50
+    said = [str(w.message) for w in got if "far from q·N" in str(w.message)]
+    assert bool(said) is warns, said
+    if warns:
+        assert f"expected_batch_size={n} is far from q·N = 0.05·1000 = 50" in said[0]
+        assert f"the rate is {n / 1000:g}" in said[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _plan(expected_batch_size="from_dataset_size")

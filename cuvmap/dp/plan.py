@@ -10,6 +10,7 @@ same numbers and checks what it is handed (NOTE [one plan]).
 """
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -49,6 +50,20 @@ def register_accountant(name, cls):
 # "replace". n: Opacus' q·N uses the dataset's size N, which is private under
 # add/remove-one (opacus#571); a plan takes n as a public number, or q·N when asked by
 # name (expected_batch_size="from_dataset_size": N is then treated as public).
+#
+# NOTE [what a plan warns about]
+# Two numbers a plan takes weaken the guarantee the user reads without any error:
+#   δ ≥ 1/N   releasing one unit's data whole, chosen at random, is (0, 1/N)-DP: at such a
+#             δ the (ε, δ) statement allows that, whatever ε is (the usual choice is δ ≪ 1/N);
+#   n ≉ q·N   the accountant's sampling rate is q; a public normalisation n that differs
+#             from q·N (by more than _BATCH_SIZE_RTOL) usually means the batches the user has
+#             in mind are not the ones q describes (n/N would be the rate), and the ε is
+#             reported for the wrong rate.
+# Both are warnings, not errors: n is a free public number (any n keeps the guarantee of q),
+# and a δ is the user's choice to make knowingly.
+_BATCH_SIZE_RTOL = 0.1
+
+
 class Plan:
     """DP-SGD's sampler, padding buckets, clipping, noise, normalisation and accountant,
     built once from ``(N, q, σ, C, steps)`` and consistent by construction (NOTE [one plan]).
@@ -122,6 +137,14 @@ class Plan:
         self.unit, self.groups, self.relation, self.accountant_name = unit, groups, relation, accountant
         self.num_examples = self.dataset_size if unit == "example" else int(num_examples)
         self.buckets = self.buckets_for(self.num_examples)
+        expected = self.sample_rate * self.dataset_size
+        if abs(self.expected_batch_size - expected) > _BATCH_SIZE_RTOL * expected:
+            warnings.warn(
+                f"Plan: expected_batch_size={self.expected_batch_size:g} is far from q·N = {self.sample_rate:g}·"
+                f"{self.dataset_size} = {expected:g} (NOTE [what a plan warns about]): the accountant reports ε for "
+                f"the sampling rate q, batches of {expected:g} {unit}s on average; if yours average "
+                f"{self.expected_batch_size:g}, the rate is {self.expected_batch_size / self.dataset_size:g} and the "
+                "ε is larger than reported", UserWarning, stacklevel=2)
 
     def __repr__(self):
         return (f"Plan(N={self.dataset_size} {self.unit}s, q={self.sample_rate:g}, σ={self.noise_multiplier:g}, "
@@ -222,12 +245,25 @@ class Plan:
 
     def epsilon(self, delta, steps=None, accountant=None):
         """The ε of ``(ε, δ)``-DP after ``steps`` steps (the plan's ``T`` by default), by the
-        plan's accountant (or ``accountant``): the accountant of the plan's own sampler."""
+        plan's accountant (or ``accountant``): the accountant of the plan's own sampler.
+        Warns when ``δ ≥ 1/N`` (NOTE [what a plan warns about])."""
+        if delta >= 1.0 / self.dataset_size:
+            warnings.warn(
+                f"Plan.epsilon: delta={delta:g} is at least 1/N = 1/{self.dataset_size} (NOTE [what a plan warns "
+                f"about]): a mechanism that publishes one {self.unit} at random in the clear is (0, δ)-DP for "
+                f"δ = 1/N, so such a δ guarantees little whatever ε says; choose δ well below 1/N (1/N^1.1, or "
+                f"1/(10·N))", UserWarning, stacklevel=2)
         return self.accountant(steps, accountant).get_epsilon(delta)
 
     def epsilons(self, delta, steps=None):
-        """``{accountant name: ε}`` for every accountant of :data:`ACCOUNTANTS`."""
-        return {name: self.epsilon(delta, steps, name) for name in ACCOUNTANTS}
+        """``{accountant name: ε}`` for every accountant of :data:`ACCOUNTANTS` (warning once
+        as :meth:`epsilon` does)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = {name: self.epsilon(delta, steps, name) for name in ACCOUNTANTS}
+        for message in {str(w.message): w for w in caught}.values():
+            warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+        return out
 
 
 def _is_int(value):
