@@ -45,7 +45,8 @@ Settings:
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
 
-The settings are process-wide (as JAX's), not per thread.
+The settings are process-wide (as JAX's), not per thread. An environment variable that is
+set but empty means the default, for every ``CUVMAP_*`` variable (:func:`from_environment`).
 """
 import contextlib
 import os
@@ -87,17 +88,25 @@ def _count(value, name):
     return number
 
 
+def from_environment(name, default):
+    """The environment variable ``name`` as text, or ``default`` when it is unset or empty
+    (only spaces): for every ``CUVMAP_*`` variable, ``CUVMAP_X=`` means the default, as an
+    unset one does (a shell's ``export CUVMAP_X=`` or a CI matrix's empty entry)."""
+    value = os.environ.get(name, "")
+    return default if value.strip() == "" else value
+
+
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
            "jit_pool_signatures": _count, "jit_pool_bytes": _count, "deterministic": _bool,
            "collective_check": _bool}
 _values = {
-    "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
-    "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
-    "jit_cuda_graphs": _bool(os.environ.get("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
-    "jit_pool_signatures": _count(os.environ.get("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
-    "jit_pool_bytes": _count(os.environ.get("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
-    "deterministic": _bool(os.environ.get("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
-    "collective_check": _bool(os.environ.get("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
+    "default_float": _float_dtype(from_environment("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
+    "jit_gpu_fusion": _bool(from_environment("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
+    "jit_cuda_graphs": _bool(from_environment("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
+    "jit_pool_signatures": _count(from_environment("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
+    "jit_pool_bytes": _count(from_environment("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
+    "deterministic": _bool(from_environment("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
+    "collective_check": _bool(from_environment("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }
 
 # NOTE [reproducible runs]

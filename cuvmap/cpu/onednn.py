@@ -37,6 +37,7 @@ import threading
 
 import numpy as np
 
+from cuvmap import config
 from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
 
@@ -143,7 +144,7 @@ _lib = None
 _load_error = None
 _engine = None
 _thread = threading.local()   # .stream, .arena
-_settings = {"enabled": os.environ.get("CUVMAP_DISABLE_ONEDNN", "") == "",
+_settings = {"enabled": config.from_environment("CUVMAP_DISABLE_ONEDNN", "") == "",
              "threading": None}   # "openmp" or "threads" (NOTE [oneDNN beside another OpenMP user])
 _thread_settings = {}         # what _prepare_openmp set (for describe())
 _omp = {}                     # omp_get_max_threads / omp_set_num_threads of libdnnl's libgomp
@@ -152,7 +153,7 @@ _omp = {}                     # omp_get_max_threads / omp_set_num_threads of lib
 def _library_candidates():
     """``CUVMAP_ONEDNN_LIBRARY`` alone when set; else the wheel's ``<prefix>/lib/libdnnl.so.3``,
     then the loader's search path."""
-    override = os.environ.get("CUVMAP_ONEDNN_LIBRARY")
+    override = config.from_environment("CUVMAP_ONEDNN_LIBRARY", None)
     if override:
         return [override]
     found = []
@@ -240,7 +241,7 @@ _THREADING = ("openmp", "threads")
 
 def _default_threading(mode):
     if _settings["threading"] is None:
-        env = os.environ.get("CUVMAP_ONEDNN_THREADING", "")
+        env = config.from_environment("CUVMAP_ONEDNN_THREADING", "")
         _settings["threading"] = _validate_threading(env, "CUVMAP_ONEDNN_THREADING") if env else mode
 
 

@@ -29,7 +29,6 @@ first call of each shape (its batch dims bucketed) times the vendor's kernels ag
 im2col and keeps the faster, and float64 on the CPU always runs im2col (NOTE [conv
 strategy]).
 """
-import os
 import time
 import warnings
 
@@ -326,7 +325,7 @@ def get_strategy():
     """The strategy in force: :func:`set_strategy`'s, else ``CUVMAP_CONV_STRATEGY``'s, else
     ``"auto"``."""
     if _strategy[0] is None:
-        _strategy[0] = _validate(os.environ.get("CUVMAP_CONV_STRATEGY", "auto"), "CUVMAP_CONV_STRATEGY")
+        _strategy[0] = _validate(config.from_environment("CUVMAP_CONV_STRATEGY", "auto"), "CUVMAP_CONV_STRATEGY")
     return _strategy[0]
 
 
