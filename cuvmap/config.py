@@ -28,6 +28,10 @@ Settings:
   recently used ``jit_pool_signatures`` signatures and while they hold at most
   ``jit_pool_bytes`` in all (the signature just called always keeps its own). Dropped
   buffers go back to the operating system (glibc's ``malloc_trim``).
+- ``jit_cache_signatures`` (``512``; ``CUVMAP_JIT_CACHE_SIGNATURES``): a jitted function
+  keeps the programs of its most recently used ``jit_cache_signatures`` argument
+  signatures (about 15 KB each); a signature dropped beyond that traces again when it is
+  called (NOTE [what a jitted function keeps] in :mod:`cuvmap.jit_api`).
 - ``deterministic`` (``False``; ``CUVMAP_DETERMINISTIC=1`` turns it on): the same program,
   seed and machine give the same bits. Nothing that cuvmap chooses by timing is timed:
   the ``auto`` convolution strategy takes the vendor's kernels wherever they can run the
@@ -97,7 +101,8 @@ def from_environment(name, default):
 
 
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
-           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "deterministic": _bool,
+           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "jit_cache_signatures": _count,
+           "deterministic": _bool,
            "collective_check": _bool}
 _values = {
     "default_float": _float_dtype(from_environment("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
@@ -105,6 +110,8 @@ _values = {
     "jit_cuda_graphs": _bool(from_environment("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
     "jit_pool_signatures": _count(from_environment("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
     "jit_pool_bytes": _count(from_environment("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
+    "jit_cache_signatures": _count(from_environment("CUVMAP_JIT_CACHE_SIGNATURES", "512"),
+                                   "CUVMAP_JIT_CACHE_SIGNATURES"),
     "deterministic": _bool(from_environment("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
     "collective_check": _bool(from_environment("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }

@@ -20,6 +20,7 @@ READERS = {
     "CUVMAP_JIT_CUDA_GRAPHS": "config.read('jit_cuda_graphs')",
     "CUVMAP_JIT_POOL_SIGNATURES": "config.read('jit_pool_signatures')",
     "CUVMAP_JIT_POOL_BYTES": "config.read('jit_pool_bytes')",
+    "CUVMAP_JIT_CACHE_SIGNATURES": "config.read('jit_cache_signatures')",
     "CUVMAP_DETERMINISTIC": "config.read('deterministic')",
     "CUVMAP_COLLECTIVE_CHECK": "config.read('collective_check')",
     "CUVMAP_COLLECTIVE_TIMEOUT": "watchdog.default_timeout()",
@@ -72,3 +73,51 @@ def test_an_empty_variable_means_the_default_for_every_variable(empty):
     unset = _read({})
     empty_all = _read({name: empty for name in READERS})
     assert empty_all == unset
+
+
+
+# ---------------------------------------------------------------------------------------
+# jit keeps a bounded number of programs
+# ---------------------------------------------------------------------------------------
+
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import cuvmap as cv  # noqa: E402
+from cuvmap import config  # noqa: E402
+
+
+def _shapes(f, sizes):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cv.RetraceWarning)
+        for n in sizes:
+            np.testing.assert_array_equal(f(np.ones(n)), 2 * np.ones(n) + 1)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "full lookup"])
+def test_jit_keeps_the_programs_of_its_most_recent_signatures(fast):
+    """(Before: every program ever traced, ~15 KB each: 30 MB after 2,000 signatures.)"""
+    with config.override(jit_cache_signatures=4):
+        if fast:
+            jitted = cv.jit(lambda x: 2 * x + 1)
+            f = jitted
+        else:  # (a static argument takes the full lookup)
+            jitted = cv.jit(lambda x, k: 2 * x + k, static_argnums=1)
+            f = lambda x: jitted(x, 1)  # noqa: E731
+        _shapes(f, range(1, 11))                       # 10 signatures
+        assert jitted.trace_count == 10
+        assert jitted.kept_programs() == {"signatures": 4, "bound": 4, "evicted": 6}
+        _shapes(f, [7, 8, 9, 10])                      # the 4 most recent: kept
+        assert jitted.trace_count == 10
+        _shapes(f, [7, 11])                            # 7 is now more recent than 8: 11 drops 8
+        _shapes(f, [7, 9, 10, 11])
+        assert jitted.trace_count == 11
+        _shapes(f, [8])
+        assert jitted.trace_count == 12 and jitted.kept_programs()["signatures"] == 4
+
+
+def test_the_program_bound_is_a_setting():
+    assert config.read("jit_cache_signatures") == 512
+    with pytest.raises(ValueError, match="jit_cache_signatures must be a non-negative int"):
+        config.update("jit_cache_signatures", -1)
