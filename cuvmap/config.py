@@ -32,6 +32,9 @@ Settings:
   keeps the programs of its most recently used ``jit_cache_signatures`` argument
   signatures (about 15 KB each); a signature dropped beyond that traces again when it is
   called (NOTE [what a jitted function keeps] in :mod:`cuvmap.jit_api`).
+- ``measured_choices`` (``4096``; ``CUVMAP_MEASURED_CHOICES``): the keys each table of
+  measured choices keeps (the convolution strategy's, ghost clipping's), the least
+  recently used forgotten first (:mod:`cuvmap.measured_choices`).
 - ``deterministic`` (``False``; ``CUVMAP_DETERMINISTIC=1`` turns it on): the same program,
   seed and machine give the same bits. Nothing that cuvmap chooses by timing is timed:
   the ``auto`` convolution strategy takes the vendor's kernels wherever they can run the
@@ -102,6 +105,7 @@ def from_environment(name, default):
 
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
            "jit_pool_signatures": _count, "jit_pool_bytes": _count, "jit_cache_signatures": _count,
+           "measured_choices": _count,
            "deterministic": _bool,
            "collective_check": _bool}
 _values = {
@@ -112,6 +116,7 @@ _values = {
     "jit_pool_bytes": _count(from_environment("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
     "jit_cache_signatures": _count(from_environment("CUVMAP_JIT_CACHE_SIGNATURES", "512"),
                                    "CUVMAP_JIT_CACHE_SIGNATURES"),
+    "measured_choices": _count(from_environment("CUVMAP_MEASURED_CHOICES", "4096"), "CUVMAP_MEASURED_CHOICES"),
     "deterministic": _bool(from_environment("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
     "collective_check": _bool(from_environment("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }

@@ -21,6 +21,7 @@ READERS = {
     "CUVMAP_JIT_POOL_SIGNATURES": "config.read('jit_pool_signatures')",
     "CUVMAP_JIT_POOL_BYTES": "config.read('jit_pool_bytes')",
     "CUVMAP_JIT_CACHE_SIGNATURES": "config.read('jit_cache_signatures')",
+    "CUVMAP_MEASURED_CHOICES": "config.read('measured_choices')",
     "CUVMAP_DETERMINISTIC": "config.read('deterministic')",
     "CUVMAP_COLLECTIVE_CHECK": "config.read('collective_check')",
     "CUVMAP_COLLECTIVE_TIMEOUT": "watchdog.default_timeout()",
@@ -121,3 +122,42 @@ def test_the_program_bound_is_a_setting():
     assert config.read("jit_cache_signatures") == 512
     with pytest.raises(ValueError, match="jit_cache_signatures must be a non-negative int"):
         config.update("jit_cache_signatures", -1)
+
+
+
+# ---------------------------------------------------------------------------------------
+# the measured-choices tables are bounded
+# ---------------------------------------------------------------------------------------
+
+from cuvmap import lax  # noqa: E402
+from cuvmap.lax import convolution  # noqa: E402
+from cuvmap.measured_choices import MeasuredChoices  # noqa: E402
+
+
+def test_a_table_of_measured_choices_keeps_its_most_recent_keys():
+    table = MeasuredChoices()
+    with config.override(measured_choices=3):
+        for k in range(5):
+            table.record(k, ("choice", {}))
+        assert sorted(table.snapshot()) == [2, 3, 4] and table.evicted == 2
+        table.get(2)                                  # 2 is now the most recent: 5 drops 3
+        table.record(5, ("choice", {}))
+        assert sorted(table.snapshot()) == [2, 4, 5]
+        value, result = table.measure_once(3, lambda: (("again", {}), "measured"))   # forgotten: measured again
+        assert value == ("again", {}) and result == "measured"
+    assert config.read("measured_choices") == 4096
+
+
+def test_the_convolution_strategy_keeps_at_most_the_bound():
+    """(Before: one entry per shape bucket for the life of the process.)"""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    convolution.clear_measured_choices()
+    try:
+        with config.override(measured_choices=2, deterministic=False):
+            for size in (6, 7, 8, 9, 10):
+                x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
+                lax.conv(x, w, padding=1)
+            assert len(convolution.measured_choices()) <= 2
+    finally:
+        convolution.clear_measured_choices()

@@ -298,7 +298,7 @@ conv_backward_weight_p.shape_rule = _conv_backward_weight_shape_rule
 _STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
 _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
-_measured = MeasuredChoices()   # key -> (choice, times_ms) ("auto"'s measurements)
+_measured = MeasuredChoices("conv")   # key -> (choice, times_ms) ("auto"'s measurements)
 _failed = MeasuredChoices()     # key -> the vendor error that put it on unfold (warned once)
 
 
