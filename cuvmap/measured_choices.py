@@ -41,11 +41,11 @@ def measured_count():
     return len(_log)
 
 
-def shared_since(start):
-    """``bytes``: the choices measured from the ``start``-th on (those still in their
-    tables), to hand to :func:`adopt` on the other processes."""
+def shared_since(start, stop=None):
+    """``bytes``: the choices measured from the ``start``-th to before the ``stop``-th (those
+    still in their tables), to hand to :func:`adopt` on the other processes."""
     with _log_lock:
-        items = list(_log[start:])
+        items = list(_log[start:stop])
     entries = []
     for name, key in items:
         value = _TABLES[name].get(key)

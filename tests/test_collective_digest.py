@@ -404,3 +404,22 @@ def test_processes_with_other_settings_are_refused_at_initialize(tmp_path, varia
         assert "sum" not in seen[rank], seen[rank]
         assert f"process {rank} of 2: the processes of the job disagree" in seen[rank]["error"]
         assert says in seen[rank]["error"], seen[rank]["error"]
+
+
+
+# ---------------------------------------------------------------------------------------
+# The processes of a job agree on measured choices (issue 34, item 13)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_mpiexec
+def test_the_processes_of_a_job_take_process_0s_measured_choices(tmp_path):
+    """Process 1 times the other convolution kernels faster: from the next collective on
+    both processes run process 0's (before: each its own, and a run on 2 processes differed
+    from itself by the kernels' rounding); a named table of process 1 holds process 0's
+    values too."""
+    result, seen = run_job("choices", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert seen[0]["conv"] and seen[0]["conv"] == seen[1]["conv"], seen
+    assert seen[1]["table"] == [[repr(("layer", k)), f"process 0's choice {k}"] for k in range(3)], seen[1]

@@ -18,7 +18,8 @@ one process meet ``(f64[3], f64[2])`` on another), ``k`` its sequence number in 
 group, ``d`` the number of ``data_parallel`` calls the process has begun and ``s`` the
 step it last marked with :func:`cuvmap.distributed.step` (-1 before any). Every process
 gets the same eight numbers, so all of them see at once whether the minimum and maximum
-of each agree. When they do not, every process gathers every process's
+of each agree. (A ninth carries process 0's count of measured choices: NOTE [one choice
+for every process] in :mod:`cuvmap.measured_choices`.) When they do not, every process gathers every process's
 description (a second, rare exchange) and raises :class:`CollectiveMismatchError`
 naming the processes and their collectives; no process has started the collective
 itself, so nothing was exchanged wrongly and the processes are still in step (a
@@ -58,7 +59,7 @@ import hashlib
 
 import numpy as np
 
-from cuvmap import config
+from cuvmap import config, measured_choices
 from cuvmap.distributed.engine import DistributedError
 
 END = "end"  # the primitive of the end of a program
@@ -132,7 +133,7 @@ class CollectiveCheck:
 
     _MAX_DIGESTS = 4096  # distinct collectives remembered (a digest costs ~2 µs to remake)
 
-    def __init__(self, engine, rank, size, who="", watchdog=None):
+    def __init__(self, engine, rank, size, who="", watchdog=None, shared=0):
         self.engine = engine
         self.rank, self.size = rank, size
         self.who = who
@@ -140,8 +141,9 @@ class CollectiveCheck:
         self.count = 0
         self.calls = 0
         self.marker = -1
+        self.shared = shared  # process 0's measured choices shared so far (the same on every process)
         self._digests = {}
-        self._buffer = np.zeros(8, np.int64)
+        self._buffer = np.zeros(9, np.int64)
 
     def __call__(self, primitive, axis_name=None, dtype=None, shape=None, extra=None):
         """Checks that every process of the group is at this collective (and counts it);
@@ -179,12 +181,30 @@ class CollectiveCheck:
             current = watchdog.context = _Current(key, seq, True)
         want = [code, -code, seq, -seq, calls, -calls, marker, -marker]
         buf = self._buffer
-        buf[:] = want
-        out = self.engine.allreduce(buf, "max", in_place=True)
+        buf[:8] = want
+        # process 0's count of measured choices (NOTE [one choice for every process])
+        buf[8] = measured_choices.measured_count() if self.rank == 0 and key[0] != END else 0
+        out = self.engine.allreduce(buf, "max", in_place=True).tolist()
         if watchdog is not None:
             current.checking = False
-        if out.tolist() != want:
+        if out[:8] != want:
             raise self.mismatch(key, seq, calls, marker)
+        if out[8] > self.shared:
+            self._share_choices(out[8])
+
+    def _share_choices(self, upto):
+        """Every process takes process 0's measured choices ``self.shared .. upto`` (each
+        process calls this at the same check; NOTE [one choice for every process] in
+        :mod:`cuvmap.measured_choices`)."""
+        data = measured_choices.shared_since(self.shared, upto) if self.rank == 0 else b""
+        length = np.array([len(data)], np.int64)
+        width = int(self.engine.allreduce(length, "max", in_place=True)[0])
+        row = np.zeros(width, np.uint8)
+        row[:len(data)] = np.frombuffer(data, np.uint8)
+        rows = self.engine.allgather(row)
+        if self.rank != 0:
+            measured_choices.adopt(bytes(rows[0]))
+        self.shared = upto
 
     def mismatch(self, key, seq, calls=0, marker=-1):
         """Every process's collective, gathered (each process calls this at once, after an

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from cuvmap import api_util, backend, config, core
+from cuvmap import api_util, backend, config, core, measured_choices
 from cuvmap.distributed import check as check_mod
 from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed import launcher as launch_mod
@@ -58,9 +58,9 @@ class ProcessGroup:
         self._depth = 0  # data_parallel calls in progress (nested ones count once)
         if self.size > 1:
             self.watchdog = watchdog_mod.Watchdog(self.timeout, self._timed_out, describe=f"{self.describe()}: ")
-            self._agree_on_settings()  # (after the watchdog: the engine it makes is timed by it)
+            shared = self._agree_on_settings()  # (after the watchdog: the engine it makes is timed by it)
             self.check = check_mod.CollectiveCheck(self._engine("cpu"), self.rank, self.size, self.describe(),
-                                                   self.watchdog)
+                                                   self.watchdog, shared)
 
     # NOTE [settings every process shares]
     # The collective check pairs its small all-reduce with the other processes' check: a
@@ -70,13 +70,18 @@ class ProcessGroup:
     # times. So a group agrees on both when it is made (initialize makes it), in one
     # all-reduce of [check, -check, timeout, -timeout] (max), and refuses a disagreement
     # there, on every process, naming each one's values. A later config.update must be made
-    # on every process alike (the benchmark that measures the check does so).
+    # on every process alike (the benchmark that measures the check does so). The same
+    # exchange carries process 0's count of measured choices, from which on they are shared
+    # (NOTE [one choice for every process] in cuvmap/measured_choices.py).
     def _agree_on_settings(self):
+        """Returns process 0's count of measured choices (the same on every process)."""
         mine = [1.0 if config.read("collective_check") else 0.0, float(self.timeout)]
         want = [mine[0], -mine[0], mine[1], -mine[1]]
+        measured = float(measured_choices.measured_count()) if self.rank == 0 else 0.0
         engine = self._engine("cpu")
-        if engine.allreduce(np.array(want, np.float64), "max", in_place=True).tolist() == want:
-            return
+        out = engine.allreduce(np.array(want + [measured], np.float64), "max", in_place=True).tolist()
+        if out[:4] == want:
+            return int(out[4])
         rows = engine.allgather(np.array(mine, np.float64))
         each = ", ".join(f"process {r} has the check {'on' if rows[r][0] else 'off'} and a timeout of "
                          f"{rows[r][1]:g} s" for r in range(self.size))

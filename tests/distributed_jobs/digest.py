@@ -10,6 +10,9 @@ compares, in the mode ``sys.argv[1]`` says; writes what each process saw to
   skips step 2 inside the data_parallel function (an early return) or before calling it
   (a ``continue``, the steps marked with ``distributed.step``): both processes raise at
   process 1's next collective, naming both step numbers.
+- ``choices``: process 1 times the other convolution kernels faster (its ``_measure``
+  made to say so) and records other values in a shared table of its own: after the next
+  collective both processes hold process 0's choices (NOTE [one choice for every process]).
 - ``settings``: process 1 alone sets ``DIGEST_RANK1_VARIABLE`` to ``DIGEST_RANK1_VALUE``
   (the check off, another timeout) before cuvmap reads it: ``initialize`` raises on both
   processes (without it, a psum would return process 1's own input).
@@ -82,6 +85,29 @@ elif mode in ("skip_inside", "skip_step"):
     except distributed.CollectiveMismatchError as err:
         seen["error"] = str(err)
     seen["done"] = done
+elif mode == "choices":
+    from cuvmap import measured_choices
+    from cuvmap.lax import convolution
+
+    table = measured_choices.MeasuredChoices("digest_test")
+    if R == 1:  # this process "times" the other kernels faster (load on its cores, say)
+        measure = convolution._measure
+
+        def other_kernel(*args):
+            (choice, times), out = measure(*args)
+            flipped = [k for k in times if k != choice][0]
+            return (flipped, times), out
+
+        convolution._measure = other_kernel
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    step = distributed.data_parallel(lambda x: lax.psum(lax.conv(x, w, padding=1), "batch"))
+    for k in range(3):
+        table.record(("layer", k), f"process {R}'s choice {k}")
+        step(x)
+    seen["table"] = sorted((repr(k), v) for k, v in table.snapshot().items())
+    seen["conv"] = sorted((repr(k), v[0]) for k, v in convolution.measured_choices().items())
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 
