@@ -1,0 +1,63 @@
+"""What the first GPU run depends on (issue 34, item 15), checked on the strict CuPy
+stand-in here (gpu-marked: tools/gpu_checks.sh runs them on a device): a program with
+``avg_pool(count_include_pad=False)`` is captured as a CUDA graph (its divisor is made
+once, not copied from the host at each call); the device-side bounds check has a switch
+back to the host-side check (``CUVMAP_DEVICE_BOUNDS_CHECK=0``) that works both ways; and
+graph capture's mode is the thread-local one, for the reason its NOTE gives."""
+import pathlib
+import warnings
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+from cuvmap import backend, lax
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+needs_gpu = pytest.mark.skipif(not backend.gpu_available(), reason="no CUDA device (or CuPy) available")
+
+
+def _strict():
+    strict_cupy = pytest.importorskip("strict_cupy", reason="the strict CuPy stand-in (no GPU here)")
+    if not hasattr(strict_cupy, "graphs"):
+        pytest.skip("not the strict stand-in")
+    return strict_cupy
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 3, 6, 5), (1, 2, 4, 4, 3)])
+def test_a_padded_average_without_the_padding_is_captured(shape):
+    """(Before: the divisor was copied from the host at every call, which no capture
+    takes: the program ran op by op, with a GraphCaptureWarning.)"""
+    from cuvmap.cuda import graphs
+
+    rank = len(shape) - 2
+    window, stride, padding = (3, 2, 2)[:rank], (1, 2, 1)[:rank], (1, 1, 1)[:rank]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+    def f(x):
+        y = lax.avg_pool(x, window, stride, padding, count_include_pad=False)
+        return y * 2.0, cv.grad(lambda x: cv.numpy.sum(lax.avg_pool(x, window, stride, padding,
+                                                                      count_include_pad=False) ** 2))(x)
+
+    want = f(x)
+    jf, dx = cv.jit(f), cv.device_put(x, "gpu")
+    captured = []
+    capture = graphs.GraphRunner._capture
+
+    def counting(self, cp, args):
+        capture(self, cp, args)
+        captured.append(self)
+
+    graphs.GraphRunner._capture = counting
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", graphs.GraphCaptureWarning)
+            for _ in range(3):
+                got = cv.device_put(cv.block_until_ready(jf(dx)), "cpu")
+    finally:
+        graphs.GraphRunner._capture = capture
+    assert len(captured) == 1 and captured[0].captured
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
