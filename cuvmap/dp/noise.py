@@ -154,8 +154,8 @@ def shared_noise(z, names, reduced_over, where):
         raise ValueError(
             f"{where}: the clipped sum was summed over {', '.join(map(repr, outside))} (a psum), but no such axis is "
             "bound here: add its noise inside the data_parallel (or vmap) function that reduced it, where every "
-            "member adds the same draw, or noise each member's share before the psum (NOTE [a clipped sum reduced "
-            "over an axis] in cuvmap/dp/clipping.py)")
+            "member adds the same draw, or noise each member's share before the psum "
+            "(NOTE [a clipped sum reduced over an axis] in cuvmap/dp/clipping.py)")
     over = tuple(dict.fromkeys(tuple(names) + tuple(reduced_over)))
     return lax.psum(noise_once(z, over), tuple(reduced_over))
 

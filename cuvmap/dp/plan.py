@@ -249,8 +249,9 @@ class Plan:
         Warns when ``δ ≥ 1/N`` (NOTE [what a plan warns about])."""
         if delta >= 1.0 / self.dataset_size:
             warnings.warn(
-                f"Plan.epsilon: delta={delta:g} is at least 1/N = 1/{self.dataset_size} (NOTE [what a plan warns "
-                f"about]): a mechanism that publishes one {self.unit} at random in the clear is (0, δ)-DP for "
+                f"Plan.epsilon: delta={delta:g} is at least 1/N = 1/{self.dataset_size} "
+                f"(NOTE [what a plan warns about]): a mechanism that publishes one {self.unit} at random in the clear "
+                f"is (0, δ)-DP for "
                 f"δ = 1/N, so such a δ guarantees little whatever ε says; choose δ well below 1/N (1/N^1.1, or "
                 f"1/(10·N))", UserWarning, stacklevel=2)
         return self.accountant(steps, accountant).get_epsilon(delta)
