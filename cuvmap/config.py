@@ -35,6 +35,11 @@ Settings:
 - ``measured_choices`` (``4096``; ``CUVMAP_MEASURED_CHOICES``): the keys each table of
   measured choices keeps (the convolution strategy's, ghost clipping's), the least
   recently used forgotten first (:mod:`cuvmap.measured_choices`).
+- ``device_bounds_check`` (``True``; ``CUVMAP_DEVICE_BOUNDS_CHECK=0`` turns it off): on the
+  GPU, the bounds checks of gathers run on the device and report at a later call (NOTE
+  [device-side bounds checks] in :mod:`cuvmap.cuda.device_errors`); off, they read the
+  indices on the host at once, as on the CPU (a synchronisation each; such programs are
+  not captured as CUDA graphs).
 - ``deterministic`` (``False``; ``CUVMAP_DETERMINISTIC=1`` turns it on): the same program,
   seed and machine give the same bits. Nothing that cuvmap chooses by timing is timed:
   the ``auto`` convolution strategy takes the vendor's kernels wherever they can run the
@@ -105,7 +110,7 @@ def from_environment(name, default):
 
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
            "jit_pool_signatures": _count, "jit_pool_bytes": _count, "jit_cache_signatures": _count,
-           "measured_choices": _count,
+           "measured_choices": _count, "device_bounds_check": _bool,
            "deterministic": _bool,
            "collective_check": _bool}
 _values = {
@@ -117,6 +122,7 @@ _values = {
     "jit_cache_signatures": _count(from_environment("CUVMAP_JIT_CACHE_SIGNATURES", "512"),
                                    "CUVMAP_JIT_CACHE_SIGNATURES"),
     "measured_choices": _count(from_environment("CUVMAP_MEASURED_CHOICES", "4096"), "CUVMAP_MEASURED_CHOICES"),
+    "device_bounds_check": _bool(from_environment("CUVMAP_DEVICE_BOUNDS_CHECK", "1"), "CUVMAP_DEVICE_BOUNDS_CHECK"),
     "deterministic": _bool(from_environment("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
     "collective_check": _bool(from_environment("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }

@@ -61,3 +61,68 @@ def test_a_padded_average_without_the_padding_is_captured(shape):
     assert len(captured) == 1 and captured[0].captured
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# The switch of the device-side bounds check
+# ---------------------------------------------------------------------------------------
+
+from cuvmap import config  # noqa: E402
+
+_X = np.arange(12.0).reshape(4, 3)
+
+
+def _take(x, i):
+    return cv.numpy.take(x, i, axis=0).sum(axis=1)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("on_device", [True, False], ids=["on the device", "on the host"])
+def test_the_bounds_check_both_ways(on_device):
+    """On the device (the default): nothing is read back, a bad index is raised at the
+    synchronisation, a jitted gather is captured. On the host (CUVMAP_DEVICE_BOUNDS_CHECK=0,
+    for a sandbox where the pinned mapped word misbehaves): the IndexError at the gather,
+    with the index, and the jitted gather is not captured (no GraphCaptureWarning: the
+    check is a host synchronisation the executor knows)."""
+    strict_cupy = _strict()
+    from cuvmap.cuda import graphs
+
+    x = cv.device_put(_X, "gpu")
+    good, bad = cv.device_put(np.array([3, 0, -4]), "gpu"), cv.device_put(np.array([4, 0, 1]), "gpu")
+    jitted = cv.jit(_take)
+    with config.override(device_bounds_check=on_device):
+        strict_cupy.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", graphs.GraphCaptureWarning)
+            outs = [jitted(x, good) for _ in range(3)]
+        assert len(strict_cupy.graphs()) == (1 if on_device else 0)
+        assert (strict_cupy.host_reads() == {}) is on_device
+        for out in outs:
+            np.testing.assert_array_equal(cv.device_put(cv.block_until_ready(out), "cpu"),
+                                          _take(_X, np.array([3, 0, -4])))
+        if on_device:
+            out = _take(x, bad)                       # queued; the check's word is set
+            with pytest.raises(IndexError, match=r"take: an index is out of bounds for the gathered axis with size "
+                                                 r"4 \(found on the GPU"):
+                cv.block_until_ready(out)
+        else:
+            with pytest.raises(IndexError, match=r"^take: index 4 is out of bounds for the gathered axis with size 4"):
+                _take(x, bad)
+            with pytest.raises(IndexError, match=r"^take: index 4 is out of bounds"):
+                jitted(x, bad)
+        cv.block_until_ready(_take(x, good))          # nothing left over
+
+
+def test_the_switch_is_read_from_the_environment():
+    import os
+    import subprocess
+    import sys
+
+    code = "from cuvmap import config; print(config.read('device_bounds_check'))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    for value, want in (("0", "False"), ("1", "True"), ("", "True")):
+        out = subprocess.run([sys.executable, "-c", code], env=dict(env, CUVMAP_DEVICE_BOUNDS_CHECK=value),
+                             capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+        assert out == want, (value, out)
+

@@ -22,6 +22,7 @@ READERS = {
     "CUVMAP_JIT_POOL_BYTES": "config.read('jit_pool_bytes')",
     "CUVMAP_JIT_CACHE_SIGNATURES": "config.read('jit_cache_signatures')",
     "CUVMAP_MEASURED_CHOICES": "config.read('measured_choices')",
+    "CUVMAP_DEVICE_BOUNDS_CHECK": "config.read('device_bounds_check')",
     "CUVMAP_DETERMINISTIC": "config.read('deterministic')",
     "CUVMAP_COLLECTIVE_CHECK": "config.read('collective_check')",
     "CUVMAP_COLLECTIVE_TIMEOUT": "watchdog.default_timeout()",
