@@ -126,3 +126,77 @@ def test_the_switch_is_read_from_the_environment():
                              capture_output=True, text=True, timeout=120, check=True).stdout.strip()
         assert out == want, (value, out)
 
+
+# ---------------------------------------------------------------------------------------
+# The capture mode
+# ---------------------------------------------------------------------------------------
+
+
+def test_the_capture_mode_is_thread_local_for_the_reason_its_note_gives():
+    """The runner captures in the thread-local mode (NOTE [the capture mode and the memory
+    pool] says why that is safe with CuPy's pool, where the relaxed mode is not), and a
+    pool that must grow during the capture (a cudaMalloc the mode refuses) makes the
+    program run op by op, with a warning and the right results."""
+    import contextlib
+    import types
+
+    from cuvmap.cuda import graphs
+
+    text = (ROOT / "cuvmap" / "cuda" / "graphs.py").read_text()
+    assert "# NOTE [the capture mode and the memory pool]" in text
+    assert "NOTE\n# [the capture mode and the memory pool]" in text  # cited where the mode is chosen
+    seen = {}
+
+    class Refused(RuntimeError):
+        pass
+
+    class Stream:
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def wait_event(self, e):
+            pass
+
+        def record(self):
+            return None
+
+        def is_capturing(self):
+            return False
+
+        def begin_capture(self, mode):
+            seen["mode"], seen["capturing"] = mode, True
+
+        def end_capture(self):
+            seen["capturing"] = False
+            raise RuntimeError("cudaErrorStreamCaptureInvalidated")
+
+    def malloc(size):  # the pool grows: refused while this thread captures (thread-local mode)
+        if seen.get("capturing"):
+            raise Refused("cudaErrorStreamCaptureUnsupported: cudaMalloc during capture")
+
+    fake = types.SimpleNamespace(
+        ndarray=np.ndarray, array=lambda a, copy=True: np.array(a, copy=True),
+        cuda=types.SimpleNamespace(
+            Stream=Stream, MemoryPool=lambda: types.SimpleNamespace(malloc=malloc), get_current_stream=Stream,
+            using_allocator=lambda m: contextlib.nullcontext(),
+            runtime=types.SimpleNamespace(streamCaptureModeThreadLocal=1, streamCaptureModeRelaxed=2)))
+
+    def make_program():
+        def program(inputs):
+            malloc(8 * inputs[0].size)   # an intermediate the pool must find or make
+            return [inputs[0] * 2.0]
+        return program
+
+    runner = graphs.GraphRunner(lambda args: [args[0] * 2.0], make_program, name="jit(f)", cp=fake)
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(runner([x])[0], 2 * x)
+    with pytest.warns(graphs.GraphCaptureWarning, match="cudaMalloc during capture"):
+        np.testing.assert_array_equal(runner([x])[0], 2 * x)
+    assert seen["mode"] == fake.cuda.runtime.streamCaptureModeThreadLocal and not runner.captured
+    np.testing.assert_array_equal(runner([x + 1])[0], 2 * (x + 1))
