@@ -423,3 +423,60 @@ def test_the_processes_of_a_job_take_process_0s_measured_choices(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert seen[0]["conv"] and seen[0]["conv"] == seen[1]["conv"], seen
     assert seen[1]["table"] == [[repr(("layer", k)), f"process 0's choice {k}"] for k in range(3)], seen[1]
+
+
+# ---------------------------------------------------------------------------------------
+# 4. what the check cannot see, stated (docs/caveats-distributed-dp.md) and shown
+# ---------------------------------------------------------------------------------------
+
+CAVEATS = ROOT / "docs" / "caveats-distributed-dp.md"
+
+
+def test_a_psum_in_a_branch_one_process_takes_gives_one_wrong_value_then_stops():
+    """As the caveats page says: process 0 alone takes the branch with a psum at step 1;
+    its psum pairs with process 1's next one (alike: same step, shape and dtype), so
+    process 1 gets one wrong value; the next collective then raises on both."""
+    text = " ".join(CAVEATS.read_text().split())
+    assert "A `psum` inside a `cond` branch that only some processes take" in text
+    assert "one wrong value for that step, then the job stops" in text
+
+    def program(group):
+        def step(x, flag):
+            y = lax.cond(flag, lambda v: lax.psum(v, "batch"), lambda v: v, x)
+            return lax.psum(y * 10, "batch")
+
+        f = distributed.data_parallel(cv.jit(step), group=group)
+        outs = []
+        try:
+            for k in range(3):
+                outs.append(f(np.full(3, 1.0 + group.rank), np.bool_(group.rank == 0 and k == 1)).tolist())
+        except distributed.CollectiveMismatchError as err:
+            return outs, str(err)
+        return outs, None
+
+    results, errors, _ = run_group([program, program])
+    assert errors == [None, None], errors
+    (outs0, err0), (outs1, err1) = results
+    assert outs0 == [[30.0] * 3] and outs1 == [[30.0] * 3, [21.0] * 3]   # (the right value was 60)
+    for err in (err0, err1):
+        assert "in data_parallel call #2, process 1 called psum over 'batch' of float64[3] in data_parallel call #3" \
+            in err, err
+
+
+def test_pmean_over_uneven_batches_weights_processes_and_the_recipe_weights_examples():
+    text = " ".join(CAVEATS.read_text().split())
+    assert "`pmean` over processes with uneven batches weights processes, not examples" in text
+    assert 'total = lax.psum(cnp.sum(per_example_loss * mask), "batch")' in text
+    losses = np.array([[4.0, 0, 0, 0], [1.0, 2.0, 3.0, 0]])      # process 0: 1 example; process 1: 3
+    masks = np.array([[1.0, 0, 0, 0], [1.0, 1.0, 1.0, 0]])
+    cnp = cv.numpy
+
+    def means(per_example_loss, mask):
+        pmean = lax.pmean(cnp.sum(per_example_loss * mask) / cnp.sum(mask), "batch")
+        total = lax.psum(cnp.sum(per_example_loss * mask), "batch")
+        count = lax.psum(cnp.sum(mask), "batch")
+        return pmean, total / cnp.maximum(count, 1)
+
+    pmean, recipe = cv.vmap(means, axis_name="batch")(losses, masks)
+    assert float(pmean[0]) == (4.0 + 2.0) / 2                       # the mean of the processes' means
+    assert float(recipe[0]) == (4.0 + 1.0 + 2.0 + 3.0) / 4          # the mean over the examples
