@@ -205,7 +205,7 @@ def _vjp(f, primals, has_aux, where, describe):
             out_primals.append(leaf)
             out_nodes.append(None)
     if has_aux:
-        aux = tree.map(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
+        aux = tree.map_preserving(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
     out_value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_primals], leaves))
 
     def vjp_fun(ct):
@@ -401,7 +401,7 @@ def _jvp(f, primals, tangents, has_aux, where):
     fresh = api_util.unaliased([api_util.to_array_result(v) for v in out_p + out_t], p_leaves + t_leaves)
     result = (tree.unflatten(out_tree, fresh[:len(out_p)]), tree.unflatten(out_tree, fresh[len(out_p):]))
     if has_aux:
-        aux = tree.map(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
+        aux = tree.map_preserving(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
         return result + (aux,)
     return result
 
@@ -583,7 +583,7 @@ def hessian(f, argnums=0, chunk_size=None, memory_budget=None):
 
 def stop_gradient(x):
     """Treats every leaf of ``x`` as a constant for the derivative transforms."""
-    return tree.map(elementwise.stop_gradient, x)
+    return tree.map_preserving(elementwise.stop_gradient, x)
 
 
 def block_until_ready(x):

@@ -105,7 +105,7 @@ def device_put(x, device="cpu"):
             return np.asarray(leaf)
         return xp.asarray(leaf)
 
-    return tree.map(put, x)
+    return tree.map_preserving(put, x)
 
 
 # NOTE [host arrays meet device arrays]

@@ -28,6 +28,18 @@ Settings:
   recently used ``jit_pool_signatures`` signatures and while they hold at most
   ``jit_pool_bytes`` in all (the signature just called always keeps its own). Dropped
   buffers go back to the operating system (glibc's ``malloc_trim``).
+- ``jit_cache_signatures`` (``512``; ``CUVMAP_JIT_CACHE_SIGNATURES``): a jitted function
+  keeps the programs of its most recently used ``jit_cache_signatures`` argument
+  signatures (about 15 KB each); a signature dropped beyond that traces again when it is
+  called (NOTE [what a jitted function keeps] in :mod:`cuvmap.jit_api`).
+- ``measured_choices`` (``4096``; ``CUVMAP_MEASURED_CHOICES``): the keys each table of
+  measured choices keeps (the convolution strategy's, ghost clipping's), the least
+  recently used forgotten first (:mod:`cuvmap.measured_choices`).
+- ``device_bounds_check`` (``True``; ``CUVMAP_DEVICE_BOUNDS_CHECK=0`` turns it off): on the
+  GPU, the bounds checks of gathers run on the device and report at a later call (NOTE
+  [device-side bounds checks] in :mod:`cuvmap.cuda.device_errors`); off, they read the
+  indices on the host at once, as on the CPU (a synchronisation each; such programs are
+  not captured as CUDA graphs).
 - ``deterministic`` (``False``; ``CUVMAP_DETERMINISTIC=1`` turns it on): the same program,
   seed and machine give the same bits. Nothing that cuvmap chooses by timing is timed:
   the ``auto`` convolution strategy takes the vendor's kernels wherever they can run the
@@ -38,12 +50,15 @@ Settings:
 - ``collective_check`` (``True``; ``CUVMAP_COLLECTIVE_CHECK=0`` turns it off): before each
   collective over an axis of processes, one small all-reduce checks that every process
   calls the same one (NOTE [the collective check] in :mod:`cuvmap.distributed.check`).
-  Every process of a job must have the same value.
+  Every process of a job must have the same value: ``distributed.initialize`` refuses a
+  disagreement (NOTE [settings every process shares] in :mod:`cuvmap.distributed.group`),
+  and a later change must be made on every process alike.
 
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
 
-The settings are process-wide (as JAX's), not per thread.
+The settings are process-wide (as JAX's), not per thread. An environment variable that is
+set but empty means the default, for every ``CUVMAP_*`` variable (:func:`from_environment`).
 """
 import contextlib
 import os
@@ -85,17 +100,31 @@ def _count(value, name):
     return number
 
 
+def from_environment(name, default):
+    """The environment variable ``name`` as text, or ``default`` when it is unset or empty
+    (only spaces): for every ``CUVMAP_*`` variable, ``CUVMAP_X=`` means the default, as an
+    unset one does (a shell's ``export CUVMAP_X=`` or a CI matrix's empty entry)."""
+    value = os.environ.get(name, "")
+    return default if value.strip() == "" else value
+
+
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
-           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "deterministic": _bool,
+           "jit_pool_signatures": _count, "jit_pool_bytes": _count, "jit_cache_signatures": _count,
+           "measured_choices": _count, "device_bounds_check": _bool,
+           "deterministic": _bool,
            "collective_check": _bool}
 _values = {
-    "default_float": _float_dtype(os.environ.get("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
-    "jit_gpu_fusion": _bool(os.environ.get("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
-    "jit_cuda_graphs": _bool(os.environ.get("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
-    "jit_pool_signatures": _count(os.environ.get("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
-    "jit_pool_bytes": _count(os.environ.get("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
-    "deterministic": _bool(os.environ.get("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
-    "collective_check": _bool(os.environ.get("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
+    "default_float": _float_dtype(from_environment("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
+    "jit_gpu_fusion": _bool(from_environment("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
+    "jit_cuda_graphs": _bool(from_environment("CUVMAP_JIT_CUDA_GRAPHS", "1"), "CUVMAP_JIT_CUDA_GRAPHS"),
+    "jit_pool_signatures": _count(from_environment("CUVMAP_JIT_POOL_SIGNATURES", "8"), "CUVMAP_JIT_POOL_SIGNATURES"),
+    "jit_pool_bytes": _count(from_environment("CUVMAP_JIT_POOL_BYTES", str(1 << 30)), "CUVMAP_JIT_POOL_BYTES"),
+    "jit_cache_signatures": _count(from_environment("CUVMAP_JIT_CACHE_SIGNATURES", "512"),
+                                   "CUVMAP_JIT_CACHE_SIGNATURES"),
+    "measured_choices": _count(from_environment("CUVMAP_MEASURED_CHOICES", "4096"), "CUVMAP_MEASURED_CHOICES"),
+    "device_bounds_check": _bool(from_environment("CUVMAP_DEVICE_BOUNDS_CHECK", "1"), "CUVMAP_DEVICE_BOUNDS_CHECK"),
+    "deterministic": _bool(from_environment("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
+    "collective_check": _bool(from_environment("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
 }
 
 # NOTE [reproducible runs]

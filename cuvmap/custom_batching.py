@@ -312,7 +312,7 @@ def sequential_vmap(f):
                        for x, b in zip(leaves, flags)]
             shapes = eval_shape(f, *tree.unflatten(in_tree, example))
             witness = next(x for x, b in zip(leaves, flags) if b)
-            return tree.map(lambda s: lax.broadcast_in_dim(core.full_like_concrete(witness, 0, (), s.dtype),
+            return tree.map_preserving(lambda s: lax.broadcast_in_dim(core.full_like_concrete(witness, 0, (), s.dtype),
                                                            (0,) + s.shape, ()), shapes), True
         per_example, out_tree = [], None
         for i in range(axis_size):

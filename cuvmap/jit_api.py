@@ -34,9 +34,10 @@ class _Staged:
     executor's plans (made on the first eager run, with the donated arguments; one per
     combination of the jit settings)."""
 
-    __slots__ = ("program", "out_tree", "plans", "donated", "named", "host_args", "device")
+    __slots__ = ("program", "out_tree", "plans", "donated", "named", "host_args", "device", "key", "fast_keys")
 
     def __init__(self, program, out_tree, donated):
+        self.key, self.fast_keys = None, []   # its keys in _Programs
         self.program = program
         self.out_tree = out_tree
         self.plans = {}
@@ -114,8 +115,9 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         caller must not use them afterwards).
     Returns:
       the jitted function; ``.trace_count`` says how many times it has traced,
-      ``.kept_pools()`` what its plans keep between calls (NOTE [what a jitted function
-      keeps]), ``.clear_cache()`` drops its programs and buffers.
+      ``.kept_pools()`` what its plans keep between calls and ``.kept_programs()`` how
+      many programs it keeps (NOTE [what a jitted function keeps]: both bounded),
+      ``.clear_cache()`` drops its programs and buffers.
 
     As in JAX, Python side effects (``print``, appending to a list) run while tracing
     only, not on the calls that reuse the program; Python control flow on traced values
@@ -129,8 +131,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     where = f"jit({api_util.fun_name(f)})"
     static_nums, static_names, donated_nums = api_util.normalize_static(
         f, static_argnums, static_argnames, donate_argnums, where)
-    cache = {}
-    fast = {}  # NOTE [jit's fast path]
+    programs = _Programs()  # NOTE [what a jitted function keeps]
+    cache, fast = programs.by_key, programs.fast  # (reads without the lock: NOTE [jit's fast path])
     flights = _SingleFlight()  # NOTE [one trace per signature]
     pools = _KeptPools()  # NOTE [what a jitted function keeps]
     no_statics = not static_nums and not static_names
@@ -142,6 +144,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
             signature = _fast_signature(leaves)
             entry = fast.get((treedef, signature, staging.axis_env_key())) if signature is not None else None
             if entry is not None and core._state.staging_main is None and not entry.named:
+                if programs.last is not entry:
+                    programs.used(entry)
                 if entry.host_args:
                     leaves = backend.arguments_on_device(leaves, entry.host_args, entry.device)
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
@@ -169,6 +173,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     def entry_for(key, leaves, paths, avals, rebuild):
         """The cache entry of the signature ``key``, staged now if it is new."""
         entry = cache.get(key)
+        if entry is not None and programs.last is not entry:
+            programs.used(entry)
         if entry is None:
             with flights.flight(key) as first:
                 entry = None if first else cache.get(key)
@@ -179,12 +185,10 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                     entry = _Staged(program, out_tree, donated)
                     jitted.trace_count += 1
                     if not any(isinstance(c, Tracer) for c in program.consts):
-                        cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
-                        if no_statics:
-                            signature = _fast_signature(leaves)
-                            if signature is not None:
-                                fast[(key[0], signature, key[3])] = entry
-                        _warn_retraces(len(cache), where)
+                        # (a program holding tracers of this call's transforms is for this call only)
+                        signature = _fast_signature(leaves) if no_statics else None
+                        programs.add(key, entry, None if signature is None else (key[0], signature, key[3]))
+                        _warn_retraces(programs.added, where)
         return entry
 
     @api_util.with_context(where, f)
@@ -211,13 +215,13 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         return lower(*args, **kwargs).out_info
 
     def clear_cache():
-        cache.clear()
-        fast.clear()
+        programs.clear()
         pools.clear()
 
     jitted.trace_count = 0
     jitted.clear_cache = clear_cache
     jitted.kept_pools = pools.info
+    jitted.kept_programs = programs.info
     jitted.trace = trace
     jitted.lower = lower
     jitted.eval_shape = jitted_eval_shape
@@ -345,6 +349,61 @@ class _SingleFlight:
 # just called) and glibc's heap is trimmed (``malloc_trim``), so that a function called on
 # a stream of shapes holds a bounded amount. The check runs only when the signature
 # changes: a call with the same signature as the last pays one identity test.
+# The programs themselves are bounded the same way: at most ``jit_cache_signatures``
+# (CUVMAP_JIT_CACHE_SIGNATURES, 512) signatures keep theirs, the least recently used
+# dropped beyond (a new call of that signature traces again); each is about 15 KB, so a
+# function called on a stream of shapes keeps a few MB at most, where it kept every
+# program it ever traced. Recency is updated when the signature changes, as the pools'.
+
+
+class _Programs:
+    """The programs of a jitted function by signature key (``by_key``) and by NOTE [jit's
+    fast path]'s key (``fast``), at most ``config.jit_cache_signatures`` of them, the least
+    recently used dropped first (NOTE [what a jitted function keeps])."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.by_key = collections.OrderedDict()
+        self.fast = {}
+        self.last = None
+        self.evicted = 0
+        self.added = 0
+
+    def used(self, entry):
+        """``entry`` was just called (a signature other than the last one's)."""
+        with self._lock:
+            self.last = entry
+            if self.by_key.get(entry.key) is entry:
+                self.by_key.move_to_end(entry.key)
+
+    def add(self, key, entry, fast_key):
+        with self._lock:
+            entry.key = key
+            self.by_key[key] = entry
+            self.added += 1
+            if fast_key is not None:
+                self.fast[fast_key] = entry
+                entry.fast_keys.append(fast_key)
+            self.last = entry
+            bound = max(config.read("jit_cache_signatures"), 1)
+            while len(self.by_key) > bound:
+                _, old = self.by_key.popitem(last=False)
+                for k in old.fast_keys:
+                    if self.fast.get(k) is old:
+                        del self.fast[k]
+                self.evicted += 1
+
+    def clear(self):
+        with self._lock:
+            self.by_key.clear()
+            self.fast.clear()
+            self.last = None
+
+    def info(self):
+        """``{"signatures": n kept, "bound": the bound, "evicted": dropped so far}``."""
+        with self._lock:
+            return {"signatures": len(self.by_key), "bound": max(config.read("jit_cache_signatures"), 1),
+                    "evicted": self.evicted}
 
 
 class _KeptPools:

@@ -14,12 +14,36 @@ formats one (``['w1'][0]``). JAX's ``ravel_pytree`` is
 """
 import builtins
 import functools
+import threading
 
 import optree
 
 NAMESPACE = "cuvmap"
 
 PyTreeSpec = optree.PyTreeSpec
+
+
+# NOTE [nodes whose meaning a mapped function changes]
+# Most containers are just containers: tree.map(f, t) rebuilds each node around f's
+# results. A few carry facts about their leaves' values — a ClippedGradient states the L2
+# sensitivity of its sum (NOTE [sensitivity as data] in cuvmap/dp/clipping.py) — and a
+# user function mapped over the leaves (2 * x) makes the fact false. Such a class is
+# registered with mapped=: what map and map_with_path build from its mapped children
+# instead (the plain sum, which states nothing). The transforms rebuild it unchanged (jit,
+# vmap and grad flatten and unflatten; the functions that move or unwrap values without
+# changing them use map_preserving). And map names such a node, with the hint it was
+# registered with, when a structure mismatch involves one (the parameters mapped together
+# with a ClippedGradient: "use .summed").
+_mapping = threading.local()   # .on: the unflatten of map's result is in progress
+_HINTS = {}                    # class -> the hint for a structure mismatch
+
+
+def _unflatten_mapped(treedef, leaves):
+    _mapping.on = True
+    try:
+        return treedef.unflatten(leaves)
+    finally:
+        _mapping.on = False
 
 
 def flatten(tree, is_leaf=None):
@@ -41,8 +65,33 @@ def structure(tree, is_leaf=None):
 
 
 def map(f, tree, *rest, is_leaf=None):  # noqa: A001 - mirrors jax.tree.map
-    """Applies ``f`` leafwise to ``tree`` and the trees in ``rest`` (same structure)."""
+    """Applies ``f`` leafwise to ``tree`` and the trees in ``rest`` (same structure). A
+    node registered with ``mapped=`` is rebuilt by that function (NOTE [nodes whose
+    meaning a mapped function changes])."""
+    leaves_, treedef = optree.tree_flatten(tree, is_leaf=is_leaf, namespace=NAMESPACE)
+    flat = [leaves_] + [_flatten_up_to(treedef, r, (tree,) + rest) for r in rest]
+    return _unflatten_mapped(treedef, [f(*xs) for xs in zip(*flat)])
+
+
+def map_preserving(f, tree, *rest, is_leaf=None):
+    """:func:`map` for a function that keeps what each leaf means (a transfer between
+    devices, unwrapping a tracer's primal, ``stop_gradient``): every node, a ``mapped=``
+    one too, is rebuilt as it was (NOTE [nodes whose meaning a mapped function changes])."""
     return optree.tree_map(f, tree, *rest, is_leaf=is_leaf, namespace=NAMESPACE)
+
+
+def _flatten_up_to(treedef, other, trees):
+    try:
+        return treedef.flatten_up_to(other)
+    except (ValueError, TypeError) as err:
+        for k, t in enumerate(trees):
+            for cls, hint in _HINTS.items():
+                if any(isinstance(node, cls) for node in optree.tree_leaves(
+                        t, is_leaf=lambda n, cls=cls: isinstance(n, cls), namespace=NAMESPACE)):
+                    which = "the first tree" if k == 0 else f"tree {k + 1}"
+                    raise ValueError(f"tree.map: {which} holds a {cls.__name__} where the others hold another "
+                                     f"structure: {hint} ({err})") from None
+        raise
 
 
 def flatten_with_path(tree, is_leaf=None):
@@ -70,7 +119,9 @@ def map_with_path(f, tree, *rest, is_leaf=None):
 
         map_with_path(lambda p, x: x * 0 if p[0] == "bias" else x, params)
     """
-    return optree.tree_map_with_path(f, tree, *rest, is_leaf=is_leaf, namespace=NAMESPACE)
+    paths, leaves_, treedef = optree.tree_flatten_with_path(tree, is_leaf=is_leaf, namespace=NAMESPACE)
+    flat = [leaves_] + [_flatten_up_to(treedef, r, (tree,) + rest) for r in rest]
+    return _unflatten_mapped(treedef, [f(p, *xs) for p, *xs in zip(paths, *flat)])
 
 
 _NO_INITIALIZER = object()
@@ -110,19 +161,33 @@ def transpose(outer_treedef, inner_treedef, pytree_to_transpose):
     return optree.tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose)
 
 
-def register_pytree_node(cls, flatten_fn, unflatten_fn):
+def register_pytree_node(cls, flatten_fn, unflatten_fn, *, mapped=None, hint=None):
     """Registers a container class.
 
     Args:
       cls: the class.
       flatten_fn: ``obj -> (children, aux_data)``; children is a sequence of subtrees.
       unflatten_fn: ``(aux_data, children) -> obj``.
+      mapped: ``(aux_data, children) -> object``, what :func:`map` builds for a node of
+        ``cls`` from its mapped children, for a class that states facts about its
+        leaves' values which a mapped function may break (NOTE [nodes whose meaning a
+        mapped function changes]); None: ``unflatten_fn``.
+      hint: what :func:`map` says when the structures of its trees differ and one holds
+        a node of ``cls`` (what to pass instead).
 
     Example::
 
         register_pytree_node(Point, lambda p: ((p.x, p.y), None),
                              lambda aux, xy: Point(*xy))
     """
+    if mapped is not None:
+        plain = unflatten_fn
+
+        def unflatten_fn(aux, children):
+            return (mapped if getattr(_mapping, "on", False) else plain)(aux, children)
+
+    if hint is not None:
+        _HINTS[cls] = hint
     optree.register_pytree_node(cls, flatten_fn, unflatten_fn, namespace=NAMESPACE)
     return cls
 

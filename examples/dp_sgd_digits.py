@@ -167,6 +167,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     with Progress(steps, "train", "off" if quiet else args.progress) as bar:
         for step in range(steps):
+            distributed.step(step, group=group)   # the collective check compares it (a skipped step is named)
             t0 = time.perf_counter()
             if args.no_dp:
                 # the same draw on every process; each takes its examples of it

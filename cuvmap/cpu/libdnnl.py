@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from cuvmap.cpu import openmp
+from cuvmap import config
 
 # ---------------------------------------------------------------------------------------
 # The C API's constants (oneDNN 3.2: dnnl_common_types.h, dnnl_types.h)
@@ -122,13 +123,13 @@ lib = None                    # the loaded library (load() sets it)
 engine = None                 # the CPU engine (load() sets it)
 _load_error = None
 _thread = threading.local()   # .stream, .arena
-_settings = {"enabled": os.environ.get("CUVMAP_DISABLE_ONEDNN", "") == ""}
+_settings = {"enabled": config.from_environment("CUVMAP_DISABLE_ONEDNN", "") == ""}
 
 
 def _library_candidates():
     """``CUVMAP_ONEDNN_LIBRARY`` alone when set; else the wheel's ``<prefix>/lib/libdnnl.so.3``,
     then the loader's search path."""
-    override = os.environ.get("CUVMAP_ONEDNN_LIBRARY")
+    override = config.from_environment("CUVMAP_ONEDNN_LIBRARY", None)
     if override:
         return [override]
     found = []

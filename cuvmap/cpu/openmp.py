@@ -8,6 +8,7 @@ library; it imports nothing of cuvmap.
 import ctypes
 import os
 import threading
+from cuvmap import config
 
 _lock = threading.Lock()
 _settings = {"threading": None}   # "openmp" or "threads" (NOTE [oneDNN beside another OpenMP user])
@@ -91,7 +92,7 @@ _THREADING = ("openmp", "threads")
 
 def _default_threading(mode):
     if _settings["threading"] is None:
-        env = os.environ.get("CUVMAP_ONEDNN_THREADING", "")
+        env = config.from_environment("CUVMAP_ONEDNN_THREADING", "")
         _settings["threading"] = _validate_threading(env, "CUVMAP_ONEDNN_THREADING") if env else mode
 
 

@@ -29,6 +29,7 @@ import threading
 import time
 
 from cuvmap.cpu import openmp
+from cuvmap import config
 
 # a user who set any of these chose the thread counts: they are left alone
 USER_SETTINGS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GOTO_NUM_THREADS")
@@ -219,7 +220,7 @@ def _why_fixed():
     """Why the rule does nothing now (a phrase), or None when it adapts."""
     if _state.adaptive is False:
         return "set_adaptive(False)"
-    env = os.environ.get("CUVMAP_CPU_THREADS") or "adaptive"  # set but empty: the default
+    env = config.from_environment("CUVMAP_CPU_THREADS", "adaptive")  # set but empty: the default
     if _state.adaptive is None and env == "fixed":
         return "CUVMAP_CPU_THREADS=fixed"
     if env not in ("adaptive", "fixed"):

@@ -93,7 +93,7 @@ _exiting = [False]
 # again when it comes back.
 CACHE_SIZE = 256
 _plans = LRU(CACHE_SIZE)
-_settings = {"allow_tf32": False, "benchmark": False, "enabled": os.environ.get("CUVMAP_DISABLE_CUDNN", "") == "",
+_settings = {"allow_tf32": False, "benchmark": False, "enabled": config.from_environment("CUVMAP_DISABLE_CUDNN", "") == "",
              "max_workspace": None}     # None: not read from CUVMAP_CUDNN_MAX_WORKSPACE_BYTES yet
 
 
@@ -139,7 +139,7 @@ def max_workspace_bytes():
     ``CUVMAP_CUDNN_MAX_WORKSPACE_BYTES``'s (read at the first convolution, so that a bad
     value fails there, never at import), else 8 MiB."""
     if _settings["max_workspace"] is None:
-        raw = os.environ.get("CUVMAP_CUDNN_MAX_WORKSPACE_BYTES", "")
+        raw = config.from_environment("CUVMAP_CUDNN_MAX_WORKSPACE_BYTES", "")
         _settings["max_workspace"] = (DEFAULT_MAX_WORKSPACE_BYTES if raw == "" else
                                       _workspace_bytes(raw, "CUVMAP_CUDNN_MAX_WORKSPACE_BYTES"))
     return _settings["max_workspace"]

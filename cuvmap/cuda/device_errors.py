@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from cuvmap import backend
+from cuvmap import backend, config
 
 # NOTE [device-side bounds checks]
 # On the CPU a gather checks its indices on the host before it reads (two reductions read
@@ -33,6 +33,13 @@ from cuvmap import backend
 # Without pinned mapped memory (a platform without unified addressing) the word is device
 # memory that only :func:`check` reads: one counted synchronisation, where the user asked
 # for one.
+#
+# The switch: config.device_bounds_check (CUVMAP_DEVICE_BOUNDS_CHECK=0 turns it off) puts
+# the GPU's checks back on the host, as the CPU's are: the indices' minimum and maximum
+# read at once (a synchronisation per check), an IndexError at the gather itself, and the
+# check a host_sync primitive, so that no CUDA graph captures a program with one. For a
+# machine where the pinned mapped word misbehaves (a sandbox that refuses or emulates
+# mapped host memory): the checks stay exact at the cost of a synchronisation each.
 
 _HOST_ALLOC_PORTABLE, _HOST_ALLOC_MAPPED = 1, 2   # cudaHostAllocPortable, cudaHostAllocMapped
 
@@ -45,6 +52,12 @@ _state = {"ptr": None, "host": None, "fallback": False, "device": {}}
 _SIGNED = "out = (idx < -n || idx >= n) ? code : 0;"
 _UNSIGNED = "out = (idx >= (unsigned long long)n) ? code : 0;"
 _kernels = {}
+
+
+def on_device():
+    """Whether the GPU's bounds checks run on the device (``config.device_bounds_check``;
+    ``CUVMAP_DEVICE_BOUNDS_CHECK=0``: on the host, NOTE [device-side bounds checks])."""
+    return config.read("device_bounds_check")
 
 
 def code_for(message):

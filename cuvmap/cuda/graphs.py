@@ -43,9 +43,8 @@ from cuvmap.cuda import device_errors
 # out. Such programs never capture graphs of their own; a runner called while its
 # stream is being captured runs eagerly, inside the outer graph.
 #
-# The capture uses the thread-local capture mode: an unsafe CUDA call from this thread (a
-# synchronous copy, a cudaMalloc) fails the capture instead of silently reading values
-# that have not been computed.
+# The capture uses the thread-local capture mode, not CuPy's default relaxed one: NOTE
+# [the capture mode and the memory pool].
 #
 # What the captured work addresses besides the program's buffers lives in the runner's
 # resources (graph_resources(), a dict set during the run before the capture and the
@@ -65,6 +64,29 @@ from cuvmap.cuda import device_errors
 # a synchronisation. The copies are device-to-device, on the caller's stream, and part of
 # no graph.
 
+
+# NOTE [the capture mode and the memory pool]
+# CuPy captures in the relaxed mode by default because its memory pool may call cudaMalloc
+# while a stream is captured (a pool that has to grow), which the stricter modes refuse.
+# The runner captures in the thread-local mode all the same, and it is safe with the pool:
+# - the capture allocates from the runner's private pool, which the run just before the
+#   capture, on the same stream and in the same order, has filled with every block the
+#   program asks for: the captured run is served from the pool's cache, with no cudaMalloc;
+# - should the pool have to grow all the same (a fragmentation the first run did not
+#   meet), or to release memory (CuPy's pool frees its cached blocks and retries when a
+#   cudaMalloc fails for lack of memory), the thread-local mode refuses the cudaMalloc or
+#   cudaFree: the capture fails, and the runner runs op by op with a GraphCaptureWarning.
+#   In the relaxed mode the same cudaFree would go through and release a block that the
+#   graph, captured so far, reads and writes at every replay (an intermediate freed back to
+#   the pool): a replay would then write memory the pool has handed to someone else;
+# - other threads are not this thread: their allocations (from the default pool, never the
+#   private one) and their work go on during the capture (the global mode would refuse
+#   them too, and break their programs);
+# - and an unsafe call of this thread that is not the pool's (a synchronous copy, a host
+#   read of a value the captured work has not computed) fails the capture instead of
+#   reading garbage.
+# So the worst case of the thread-local mode is a program that runs op by op (and says so);
+# the relaxed mode's is a use after free.
 
 _capture_state = threading.local()
 

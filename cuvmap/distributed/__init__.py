@@ -35,12 +35,14 @@ equations that all-reduce each time the program runs, and ``grad`` transposes th
 
 - :func:`initialize`, :class:`ProcessGroup`: the job (rank, size, engines, watchdog);
 - :mod:`cuvmap.distributed.engine`: the interface to a transport (:class:`Engine`,
-  :class:`Bootstrap`, :func:`register_engine`; NOTE [engines]);
+  :class:`Bootstrap`, :func:`register_engine`; NOTE [engines]) and the one a group offers
+  the collectives (:class:`Communicator`);
 - the collective check: every process calls the same collectives in the same order, or
   every process raises :class:`CollectiveMismatchError` (NOTE [the collective check] in
   :mod:`cuvmap.distributed.check`; on by default, ``collective_check`` in
   :mod:`cuvmap.config` turns it off);
-- :func:`data_parallel`: the named axis of processes;
+- :func:`data_parallel`: the named axis of processes; :func:`step`: marks the loop's
+  steps for the collective check;
 - :func:`launch`, :func:`find_mpiexec`, :func:`detect`: starting a job and reading the
   launcher's environment (:mod:`cuvmap.distributed.launcher`);
 - faults end the job with a non-zero status instead of hanging: an exception,
@@ -53,7 +55,7 @@ x86-64 the ``mpich`` wheel, whose ``mpiexec`` lands next to the environment's
 ``python``); on GPUs NCCL comes with CuPy (``nvidia-nccl-cu12``).
 """
 from cuvmap.distributed.check import CollectiveMismatchError  # noqa: F401
-from cuvmap.distributed.engine import (Bootstrap, DistributedError, Engine, LocalEngine,  # noqa: F401
+from cuvmap.distributed.engine import (Bootstrap, Communicator, DistributedError, Engine, LocalEngine,  # noqa: F401
                                        register_engine)
-from cuvmap.distributed.group import ProcessGroup, data_parallel, initialize  # noqa: F401
+from cuvmap.distributed.group import ProcessGroup, data_parallel, initialize, step  # noqa: F401
 from cuvmap.distributed.launcher import LaunchInfo, detect, find_mpiexec, launch  # noqa: F401

@@ -19,6 +19,13 @@ NCCL's communicator needs a unique id drawn by one process and given to all. *Wh
 carries it is the :class:`Bootstrap`, a separate choice (MPI's broadcast by default,
 :class:`MPIBootstrap`; :class:`LocalBootstrap` for a job of one), so an engine never
 reaches into another engine's communicator.
+
+Above the engines sits the interface the collectives of :mod:`cuvmap.lax.parallel` call:
+:class:`Communicator`, what a :class:`~cuvmap.distributed.ProcessGroup` offers ``lax``
+(the same operations, each told the axis name its messages use, and checked across the
+processes before its engine runs it). ``lax`` imports nothing from this package (the
+floors); a :class:`~cuvmap.lax.process_axes.ProcessAxis` holds any object with these
+methods.
 """
 from typing import Protocol, runtime_checkable
 
@@ -67,6 +74,40 @@ class Engine(Protocol):
     def barrier(self): ...
 
     def abort(self, code=1): ...
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    """What a process group offers the collectives of :mod:`cuvmap.lax.parallel`: the
+    ``size`` processes of a named axis, this one ``rank``, and the operations of an
+    :class:`Engine` on arrays of either backend, each with the keyword ``axis_name`` (the
+    name the collective was called with, for messages). The group picks the engine of the
+    operand's array kind and checks first that every process makes the same collective
+    (NOTE [the collective check] in :mod:`cuvmap.distributed.check`).
+
+    - ``allreduce(x, op="sum", in_place=False, *, axis_name=None, leaves=None)``: ``leaves``,
+      the shapes of the leaves a bucket ``x`` holds (NOTE [buckets] in
+      :mod:`cuvmap.lax.parallel`), or None for one leaf: the check compares them too;
+    - ``allgather(x, *, axis_name=None)``, ``reduce_scatter(x, *, axis_name=None)``,
+      ``alltoall(x, *, axis_name=None)``, ``permute(x, perm, *, axis_name=None)``: as
+      :class:`Engine`'s.
+
+    :class:`~cuvmap.distributed.ProcessGroup` is the one in cuvmap; a
+    :class:`~cuvmap.lax.process_axes.ProcessAxis` holds one (``data_parallel`` binds it).
+    """
+
+    rank: int
+    size: int
+
+    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None, leaves=None): ...
+
+    def allgather(self, x, *, axis_name=None): ...
+
+    def reduce_scatter(self, x, *, axis_name=None): ...
+
+    def alltoall(self, x, *, axis_name=None): ...
+
+    def permute(self, x, perm, *, axis_name=None): ...
 
 
 @runtime_checkable

@@ -3,7 +3,9 @@ import os
 import sys
 import time
 
-from cuvmap import api_util, backend, config, core
+import numpy as np
+
+from cuvmap import api_util, backend, config, core, measured_choices
 from cuvmap.distributed import check as check_mod
 from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed import launcher as launch_mod
@@ -53,10 +55,40 @@ class ProcessGroup:
         self.timeout = watchdog_mod.default_timeout() if timeout is None else float(timeout)
         self.watchdog = None
         self.check = None
+        self._depth = 0  # data_parallel calls in progress (nested ones count once)
         if self.size > 1:
             self.watchdog = watchdog_mod.Watchdog(self.timeout, self._timed_out, describe=f"{self.describe()}: ")
+            shared = self._agree_on_settings()  # (after the watchdog: the engine it makes is timed by it)
             self.check = check_mod.CollectiveCheck(self._engine("cpu"), self.rank, self.size, self.describe(),
-                                                   self.watchdog)
+                                                   self.watchdog, shared)
+
+    # NOTE [settings every process shares]
+    # The collective check pairs its small all-reduce with the other processes' check: a
+    # process that checks while another does not pairs its check with the other's
+    # collective (its own input comes back as the "sum", and the other waits out the
+    # timeout); processes with different collective timeouts report a hang at different
+    # times. So a group agrees on both when it is made (initialize makes it), in one
+    # all-reduce of [check, -check, timeout, -timeout] (max), and refuses a disagreement
+    # there, on every process, naming each one's values. A later config.update must be made
+    # on every process alike (the benchmark that measures the check does so). The same
+    # exchange carries process 0's count of measured choices, from which on they are shared
+    # (NOTE [one choice for every process] in cuvmap/measured_choices.py).
+    def _agree_on_settings(self):
+        """Returns process 0's count of measured choices (the same on every process)."""
+        mine = [1.0 if config.read("collective_check") else 0.0, float(self.timeout)]
+        want = [mine[0], -mine[0], mine[1], -mine[1]]
+        measured = float(measured_choices.measured_count()) if self.rank == 0 else 0.0
+        engine = self._engine("cpu")
+        out = engine.allreduce(np.array(want + [measured], np.float64), "max", in_place=True).tolist()
+        if out[:4] == want:
+            return int(out[4])
+        rows = engine.allgather(np.array(mine, np.float64))
+        each = ", ".join(f"process {r} has the check {'on' if rows[r][0] else 'off'} and a timeout of "
+                         f"{rows[r][1]:g} s" for r in range(self.size))
+        raise DistributedError(
+            f"{self.describe()}: the processes of the job disagree about the collective check or the collective "
+            f"timeout: {each}. Set CUVMAP_COLLECTIVE_CHECK and CUVMAP_COLLECTIVE_TIMEOUT (or initialize(timeout=)) "
+            "alike on every process (NOTE [settings every process shares] in cuvmap/distributed/group.py)")
 
     def describe(self):
         return f"process {self.rank} of {self.size}"
@@ -85,10 +117,10 @@ class ProcessGroup:
             else:
                 check.note(primitive, axis_name, x.dtype, x.shape, extra)
 
-    # the communicator interface of cuvmap.lax.parallel.ProcessAxis; axis_name names the
-    # collective's axis in the check's messages
-    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None):
-        self._checked(_REDUCERS.get(op, op), axis_name, x)
+    # the Communicator protocol (cuvmap.distributed.engine) that a ProcessAxis of
+    # cuvmap.lax.process_axes holds; axis_name names the collective's axis in the messages
+    def allreduce(self, x, op="sum", in_place=False, *, axis_name=None, leaves=None):
+        self._checked(_REDUCERS.get(op, op), axis_name, x, leaves)
         return self.engine(x).allreduce(x, op, in_place)
 
     def allgather(self, x, *, axis_name=None):
@@ -106,6 +138,26 @@ class ProcessGroup:
     def permute(self, x, perm, *, axis_name=None):
         self._checked("ppermute", axis_name, x, tuple(tuple(p) for p in perm))
         return self.engine(x).permute(x, perm)
+
+    def step(self, number):
+        """Marks the start of step ``number`` of this process's loop: the collective check
+        compares it at the next collective (NOTE [the collective check]), so that a
+        process that skipped a step is named there. :func:`cuvmap.distributed.step`."""
+        if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < 0:
+            raise ValueError(f"distributed.step: the step number must be an int >= 0 (the loop's index), got "
+                             f"{number!r}")
+        if self.check is not None:
+            self.check.marker = int(number)
+
+    def begin_call(self):
+        """A call of a ``data_parallel`` function begins (the outermost one of a nest): the
+        collective check counts them (NOTE [the collective check])."""
+        self._depth += 1
+        if self._depth == 1 and self.check is not None:
+            self.check.calls += 1
+
+    def end_call(self):
+        self._depth -= 1
 
     def barrier(self):
         """Waits until every process of the group has called it."""
@@ -245,7 +297,39 @@ def data_parallel(f, axis_name="batch", *, group=None):
     @api_util.with_context(where, f)
     def wrapped(*args, **kwargs):
         g = group if group is not None else initialize()
-        with core.extend_axis_env(core.AxisFrame(axis_name, g.size, communicator=g)):
-            return f(*args, **kwargs)
+        counted = isinstance(g, ProcessGroup)  # (another Communicator has no step count)
+        if counted:
+            g.begin_call()
+        try:
+            with core.extend_axis_env(core.AxisFrame(axis_name, g.size, communicator=g)):
+                return f(*args, **kwargs)
+        finally:
+            if counted:
+                g.end_call()
 
     return wrapped
+
+
+def step(number, *, group=None):
+    """Marks the start of step ``number`` of the training loop on this process. The
+    collective check (NOTE [the collective check] in :mod:`cuvmap.distributed.check`)
+    compares the step every process last marked at their next collective, so a process
+    that skipped a step (a ``continue`` on its own data, before calling the step
+    function) is named there, with both step numbers, instead of having its collectives
+    paired with the others' previous step until the end of the job. Call it at the top of
+    the loop, before anything that may skip; a job of one ignores it.
+
+    Args:
+      number: the step's index (an int ≥ 0), the same on every process for the same step.
+      group: the :class:`ProcessGroup` (default: :func:`initialize`'s).
+
+    Example::
+
+        for i in range(steps):
+            cuvmap.distributed.step(i)
+            x, y = next_batch()
+            if len(y) == 0:
+                continue          # every process must skip the same steps: the next collective says so
+            params = train_step(params, x, y)
+    """
+    (group if group is not None else initialize()).step(number)

@@ -42,13 +42,15 @@ import sys
 import threading
 import time
 
+from cuvmap import config
+
 DEFAULT_TIMEOUT = 600.0
 
 
 def default_timeout():
     """``CUVMAP_COLLECTIVE_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT`."""
-    text = os.environ.get("CUVMAP_COLLECTIVE_TIMEOUT")
-    if text is None:
+    text = config.from_environment("CUVMAP_COLLECTIVE_TIMEOUT", None)
+    if text is None:  # (unset or empty: the default)
         return DEFAULT_TIMEOUT
     try:
         value = float(text)

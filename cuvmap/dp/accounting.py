@@ -24,11 +24,13 @@ References:
 """
 import functools
 import math
+import numbers
 import warnings
 
 import numpy as np
 
-from cuvmap.dp.pld import DEFAULT_DISCRETIZATION, PLDAccountant, record_steps
+from cuvmap.dp.pld import (DEFAULT_DISCRETIZATION, PLDRangeError, PLDAccountant, check_num_steps, record_steps,
+                           whole_steps)
 
 #: Opacus' default RDP orders: 1.1, 1.2, ..., 10.9, then 12, 13, ..., 63.
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -178,7 +180,7 @@ def _log_a_int(q, sigma, alpha):
 
 
 def _rdp_one(q, sigma, alpha, upper_bound):
-    if q == 0:
+    if q == 0 or sigma == math.inf:  # (infinite noise: the output says nothing, as Opacus' ε = 0)
         return 0.0
     if sigma == 0 or math.isinf(alpha):
         return math.inf
@@ -207,8 +209,8 @@ def rdp_sampled_gaussian(q, noise_multiplier, orders, *, steps=1, fractional="ex
       the alternating tail is below 2^-60 of the largest term; see NOTE [SGM series in log space];
       the signed sum keeps ``log A_α`` accurate to about 1e-16 absolute, so ``ε(α)`` loses
       relative accuracy as ``q → 0`` (about 1e-8 at ``q = 1e-4``, ``σ = 1``, ``α = 1.5``);
-    * ``q = 1`` is the plain Gaussian mechanism, ``ε(α) = α / (2σ²)``; ``q = 0`` gives 0;
-      ``σ = 0`` or ``α = ∞`` gives ``inf``.
+    * ``q = 1`` is the plain Gaussian mechanism, ``ε(α) = α / (2σ²)``; ``q = 0`` or
+      ``σ = ∞`` gives 0; ``σ = 0`` or ``α = ∞`` gives ``inf``.
 
     Composition over ``steps`` identical steps multiplies by ``steps`` (Mironov 2017,
     Prop. 1); for different steps add the results.
@@ -238,8 +240,8 @@ def rdp_sampled_gaussian(q, noise_multiplier, orders, *, steps=1, fractional="ex
         raise ValueError(f"rdp_sampled_gaussian: q must be in [0, 1], got {q!r}")
     if not sigma >= 0:
         raise ValueError(f"rdp_sampled_gaussian: noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    if steps < 0:
-        raise ValueError(f"rdp_sampled_gaussian: steps must be >= 0, got {steps!r}")
+    if isinstance(steps, bool) or not (isinstance(steps, numbers.Real) and math.isfinite(steps) and steps >= 0):
+        raise ValueError(f"rdp_sampled_gaussian: steps must be a finite number >= 0, got {steps!r}")
     if fractional not in ("exact", "upper_bound"):
         raise ValueError(f"rdp_sampled_gaussian: fractional must be 'exact' or 'upper_bound', got {fractional!r}")
     scalar = np.ndim(orders) == 0
@@ -348,11 +350,18 @@ class RDPAccountant:
         self._cache = {}
 
     def step(self, noise_multiplier, sample_rate, num_steps=1):
-        """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``."""
-        record_steps(self.history, "RDPAccountant", noise_multiplier, sample_rate, num_steps)
+        """Records ``num_steps`` steps with noise multiplier ``σ`` and Poisson rate ``q``;
+        a fractional count (``epochs / q``) is composed exactly, never truncated (NOTE
+        [fractional steps are never under-counted] in :mod:`cuvmap.dp.pld`)."""
+        record_steps(self.history, "RDPAccountant", noise_multiplier, sample_rate, num_steps, whole=False)
 
     def __len__(self):
-        """The number of steps recorded."""
+        """The number of steps recorded, rounded up (:attr:`num_steps` is the exact count)."""
+        return math.ceil(self.num_steps)
+
+    @property
+    def num_steps(self):
+        """The steps recorded, a float when a count was fractional."""
         return sum(h[2] for h in self.history)
 
     def get_rdp(self):
@@ -499,9 +508,17 @@ def _pld_eps(sigma, q, steps, delta, h):
     return acct.get_epsilon(delta)
 
 
+_GAP_BOUND = 60.0
+
+
 def _log_gap(eps, target):
-    """``log ε − log target``, with ``ε = 0`` as −inf and ``ε = inf`` as +inf."""
-    return math.log(eps) - math.log(target) if eps > 0 else -math.inf
+    """``log ε − log target``, clamped to ``±_GAP_BOUND``: an ``ε`` of exactly 0 (the RDP
+    conversion reaches it where the total variation is below δ) or ``inf`` keeps its sign
+    without making the secant steps infinite (they would give a σ of NaN); the bracket
+    only needs the sign."""
+    if not eps > 0:
+        return -_GAP_BOUND
+    return max(-_GAP_BOUND, min(_GAP_BOUND, math.log(eps) - math.log(target)))
 
 
 def _two_stages(eps_coarse, eps_fine, target, rtol):
@@ -542,8 +559,17 @@ def _calibrate(target, delta, q, steps, accountant, rtol, h):
         return _two_stages(lambda s: _rdp_eps(s, q, steps, delta, _INTEGER_ORDERS),
                            lambda s: _rdp_eps(s, q, steps, delta), target, rtol)
     coarse = min(10 * h, 0.05)  # a grid whose points are the fine grid's every tenth
-    return _two_stages(lambda s: _pld_eps(s, q, steps, delta, coarse),
-                       lambda s: _pld_eps(s, q, steps, delta, h), target, rtol)
+
+    def eps(sigma, grid):
+        try:
+            return _pld_eps(sigma, q, steps, delta, grid)
+        except PLDRangeError:
+            raise ValueError(
+                f"calibrate_noise: the target ε={target:g} needs a noise multiplier near {sigma:.3g} or below, where "
+                f"the PLD accountant's grid at discretization {grid:g} cannot hold the privacy loss (so little noise "
+                "spreads it too wide, or beyond e^700): pass accountant='rdp', or a coarser discretization=") from None
+
+    return _two_stages(lambda s: eps(s, coarse), lambda s: eps(s, h), target, rtol)
 
 
 def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="pld", *, rtol=1e-3,
@@ -559,7 +585,8 @@ def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="p
       target_epsilon: the ε to meet, > 0.
       delta: the δ, in (0, 1).
       sample_rate: the Poisson rate ``q``, in [0, 1] (``q = 0``: no loss, ``σ = 0``).
-      num_steps: the number of steps ``T ≥ 0``.
+      num_steps: the number of steps ``T ≥ 0``; a fractional ``T`` (``epochs / q``) is
+        calibrated for exactly by the RDP accountant and for ``ceil(T)`` by the PLD one.
       accountant: ``"pld"`` (default, :class:`~cuvmap.dp.PLDAccountant`, tight) or
         ``"rdp"`` (:class:`RDPAccountant`, an upper bound: a larger σ).
       rtol: the relative resolution of ``σ`` (keyword-only).
@@ -572,15 +599,17 @@ def calibrate_noise(target_epsilon, delta, sample_rate, num_steps, accountant="p
 
         sigma = calibrate_noise(2.382, 1e-5, 256 / 60000, 14063)   # ≈ 1.1
     """
-    target, delta, q, steps = float(target_epsilon), float(delta), float(sample_rate), int(num_steps)
+    target, delta, q = float(target_epsilon), float(delta), float(sample_rate)
+    # the RDP accountant composes a fractional count exactly, the PLD one whole steps (rounded
+    # up): NOTE [fractional steps are never under-counted] in cuvmap/dp/pld.py
+    steps = (whole_steps(num_steps, "calibrate_noise") if accountant == "pld"
+             else check_num_steps(num_steps, "calibrate_noise"))
     if not target > 0:
         raise ValueError(f"calibrate_noise: target_epsilon must be > 0, got {target_epsilon!r}")
     if not 0 < delta < 1:
         raise ValueError(f"calibrate_noise: delta must be in (0, 1), got {delta!r}")
     if not 0 <= q <= 1:
         raise ValueError(f"calibrate_noise: sample_rate must be in [0, 1], got {sample_rate!r}")
-    if steps < 0:
-        raise ValueError(f"calibrate_noise: num_steps must be >= 0, got {num_steps!r}")
     if accountant not in ("pld", "rdp"):
         raise ValueError(f"calibrate_noise: accountant must be 'pld' or 'rdp', got {accountant!r}")
     if not 0 < rtol < 1:

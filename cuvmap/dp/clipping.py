@@ -51,7 +51,27 @@ _UNITS = ("example", "user")
 # cannot be scaled (no "mean" whose sensitivity would be stale): the normalisation happens
 # after the noise, in private_gradient, by a number said by name (NOTE [normalising the
 # private gradient]). Its one operation is +, the clipped sums of disjoint microbatches
-# (gradient accumulation: the noise once on the total, the sensitivity unchanged).
+# (gradient accumulation: the noise once on the total, the sensitivity unchanged). A user
+# function mapped over it (tree.map(lambda x: 2 * x, clipped)) may change the sensitivity
+# (to 2C there), so tree.map returns the mapped sum as a plain pytree, which states none:
+# noise on it then needs an explicit max_norm (NOTE [nodes whose meaning a mapped function
+# changes] in cuvmap/tree.py). jit, vmap and grad rebuild it unchanged.
+#
+# NOTE [a clipped sum reduced over an axis]
+# Under a data-parallel axis (data_parallel's processes, or vmap(axis_name=)) a clipped sum
+# is one member's share, and its noise is kept on member 0 alone so that the members'
+# shares, added, carry it once (NOTE [noise once over a data-parallel axis] in
+# cuvmap/dp/noise.py). A psum is an addition of clipped sums too: lax.psum(clipped, "batch")
+# gives the total, the same on every member, with the same sensitivity (each unit is in
+# one member's batch). Noise on the total must then be one draw that every member adds:
+# kept on member 0 alone, the other members would get a noise-free gradient and the
+# replicas would diverge. So the psum records the axes in reduced_over (its
+# __collective__, NOTE [nodes that rebuild themselves after a collective] in
+# cuvmap/lax/collective_operands.py), and add_noise and private_gradient broadcast member
+# 0's draw over them (a psum of the noise, masked to member 0: one all-reduce of the
+# parameters' size more than noising each share before the psum, which stays the cheaper
+# recipe). The norms are not reduced: they stay this member's (the members' batches may
+# have other sizes). Any other collective of a clipped sum gives a plain pytree.
 class ClippedGradient:
     """A sum of clipped gradients and the facts its privacy rests on: what
     :func:`cuvmap.dp.clipped_grad` and :func:`cuvmap.dp.clipped_sum` return, and what
@@ -66,15 +86,18 @@ class ClippedGradient:
     (``"add_remove"`` or ``"replace"``), ``unit`` (``"example"`` or ``"user"``) and
     ``groups`` (``((label, C_k), ...)`` or None). ``sensitivity`` is the sum's L2
     sensitivity under its relation: ``C`` for add/remove-one, ``2C`` for replace-one
-    (NOTE [sensitivity as data]).
+    (NOTE [sensitivity as data]). ``reduced_over``: the named axes a ``psum`` summed it
+    over (``()`` for one member's share; NOTE [a clipped sum reduced over an axis]): its
+    ``summed`` is then the total, the same on every member, and ``norms`` stay this
+    member's.
 
     It unpacks as ``summed, norms = result`` (and ``result[0]``, ``result[1]`` are those two).
     """
 
-    __slots__ = ("summed", "norms", "group_norms", "max_norm", "relation", "unit", "groups")
+    __slots__ = ("summed", "norms", "group_norms", "max_norm", "relation", "unit", "groups", "reduced_over")
 
     def __init__(self, summed, norms, group_norms=None, *, max_norm, relation="add_remove", unit="example",
-                 groups=None):
+                 groups=None, reduced_over=()):
         self.summed, self.norms, self.group_norms = summed, norms, group_norms
         self.max_norm = float(max_norm)
         self.relation = check_relation(relation, "ClippedGradient")
@@ -82,6 +105,7 @@ class ClippedGradient:
             raise ValueError(f"ClippedGradient: unit must be one of {_UNITS}, got {unit!r}")
         self.unit = unit
         self.groups = None if groups is None else tuple((label, float(c)) for label, c in groups)
+        self.reduced_over = tuple(reduced_over)
 
     @property
     def sensitivity(self):
@@ -93,8 +117,9 @@ class ClippedGradient:
         """The sensitivity in words, for messages."""
         bound = f"C={self.max_norm:g}" if self.groups is None else \
             f"√(Σ C_k²)={self.max_norm:g} over {len(self.groups)} groups"
+        over = f", summed over {', '.join(map(repr, self.reduced_over))}" if self.reduced_over else ""
         return (f"L2 sensitivity {self.sensitivity:g}: each {self.unit} clipped to {bound}, "
-                f"{_RELATION_WORDS[self.relation]} {self.unit}s")
+                f"{_RELATION_WORDS[self.relation]} {self.unit}s{over}")
 
     def __iter__(self):
         yield self.summed
@@ -130,7 +155,20 @@ class ClippedGradient:
         group_norms = None if self.group_norms is None else \
             tuple(cnp.concatenate([a, b]) for a, b in zip(self.group_norms, other.group_norms))
         return ClippedGradient(summed, norms, group_norms, max_norm=self.max_norm, relation=self.relation,
-                               unit=self.unit, groups=self.groups)
+                               unit=self.unit, groups=self.groups, reduced_over=self.reduced_over)
+
+    def __collective__(self, op, names, apply):
+        """What a collective over named axes makes of a clipped sum (NOTE [a clipped sum
+        reduced over an axis]): ``psum`` sums ``summed`` over the members and records the
+        axes in ``reduced_over`` (the norms stay this member's); any other collective (a
+        ``pmean`` divides the sensitivity, a ``pmax`` has none) gives its result on
+        ``summed`` as a plain pytree."""
+        if op != "psum":
+            return apply(self.summed)
+        over = tuple(getattr(a, "name", a) for a in names)
+        return ClippedGradient(apply(self.summed), self.norms, self.group_norms, max_norm=self.max_norm,
+                               relation=self.relation, unit=self.unit, groups=self.groups,
+                               reduced_over=self.reduced_over + over)
 
     def num_dropped(self, mask=None):
         """How many units have a norm that is not finite (a NaN or an infinity in their
@@ -144,15 +182,25 @@ class ClippedGradient:
 
 
 def _flatten_clipped(c):
-    return (c.summed, c.norms, c.group_norms), (c.max_norm, c.relation, c.unit, c.groups)
+    return (c.summed, c.norms, c.group_norms), (c.max_norm, c.relation, c.unit, c.groups, c.reduced_over)
 
 
 def _unflatten_clipped(meta, children):
-    max_norm, relation, unit, groups = meta
-    return ClippedGradient(*children, max_norm=max_norm, relation=relation, unit=unit, groups=groups)
+    max_norm, relation, unit, groups, reduced_over = meta
+    return ClippedGradient(*children, max_norm=max_norm, relation=relation, unit=unit, groups=groups,
+                           reduced_over=reduced_over)
 
 
-tree.register_pytree_node(ClippedGradient, _flatten_clipped, _unflatten_clipped)
+def _mapped_clipped(meta, children):
+    """What ``tree.map(f, clipped)`` returns: the mapped sum alone, a plain pytree (NOTE
+    [sensitivity as data]: ``f`` may change the sensitivity)."""
+    return children[0]
+
+
+tree.register_pytree_node(
+    ClippedGradient, _flatten_clipped, _unflatten_clipped, mapped=_mapped_clipped,
+    hint="a ClippedGradient is a clipped sum with its sensitivity, not a pytree like the parameters: pass its "
+         ".summed (the clipped sum), or dp.private_gradient(clipped, ...) for the noised gradient an optimizer takes")
 
 
 def check_relation(relation, where):

@@ -11,6 +11,8 @@ data] in :mod:`cuvmap.dp.clipping`), drawn once for the sum over a data-parallel
 (NOTE [noise once over a data-parallel axis]), and the normalisation is said by name
 (NOTE [normalising the private gradient]).
 """
+import math
+
 import numpy as np
 
 from cuvmap import backend, core, lax, tree
@@ -105,8 +107,10 @@ def standard_normal_like(like, rng=None):
 # clipped sum / n exactly (neither function all-reduces: the user's psum or pmean does).
 # axis_name=None turns this off (each member's result is released on its own: an ensemble
 # of private models under a named vmap); axis_name="name" (or a tuple) picks the axes.
-# The input is each member's own share: to noise a sum already reduced over the axis
-# (the same value on every member), pass axis_name=None and the same noise everywhere.
+# The input is each member's own share. A ClippedGradient that a psum reduced over the axis
+# says so, and its noise is member 0's draw on every member (NOTE [a clipped sum reduced
+# over an axis] in cuvmap/dp/clipping.py); a plain pytree reduced already (the same value on
+# every member) cannot say so: pass axis_name=None and the same noise everywhere.
 
 
 def data_parallel_axes(axis_name, where):
@@ -133,6 +137,27 @@ def noise_once(z, names):
         return z
     first = cnp.equal(lax.axis_index(names, like=leaves[0]), 0)
     return tree.map(lambda leaf: cnp.multiply(leaf, cnp.astype(first, core.dtype_of(leaf))), z)
+
+
+def shared_noise(z, names, reduced_over, where):
+    """The noise for a sum: ``z`` on member 0 of the axes ``names`` (NOTE [noise once over a
+    data-parallel axis]); for a clipped sum a psum reduced over ``reduced_over``, that
+    draw on every member of those axes (NOTE [a clipped sum reduced over an axis] in
+    :mod:`cuvmap.dp.clipping`). ``names`` None: each member's own draw (axis_name=None)."""
+    if names is None:
+        return z
+    if not reduced_over:
+        return noise_once(z, names)
+    bound = {frame.name for frame in core.axis_env()}
+    outside = [a for a in reduced_over if a not in bound]
+    if outside:
+        raise ValueError(
+            f"{where}: the clipped sum was summed over {', '.join(map(repr, outside))} (a psum), but no such axis is "
+            "bound here: add its noise inside the data_parallel (or vmap) function that reduced it, where every "
+            "member adds the same draw, or noise each member's share before the psum "
+            "(NOTE [a clipped sum reduced over an axis] in cuvmap/dp/clipping.py)")
+    over = tuple(dict.fromkeys(tuple(names) + tuple(reduced_over)))
+    return lax.psum(noise_once(z, over), tuple(reduced_over))
 
 
 def _sensitivity(clipped_or_tree, max_norm, where):
@@ -195,8 +220,9 @@ def add_noise(summed_grads, noise_multiplier, max_norm=None, rng=None, *, axis_n
     if not noise_multiplier >= 0:
         raise ValueError(f"add_noise: noise_multiplier must be >= 0, got {noise_multiplier!r}")
     summed, sensitivity = _sensitivity(summed_grads, max_norm, "add_noise")
-    names = data_parallel_axes(axis_name, "add_noise")
-    z = noise_once(_normal_like(summed, rng, "add_noise"), names)
+    names = None if axis_name is None else data_parallel_axes(axis_name, "add_noise")
+    reduced = summed_grads.reduced_over if isinstance(summed_grads, ClippedGradient) else ()
+    z = shared_noise(_normal_like(summed, rng, "add_noise"), names, reduced, "add_noise")
     return _scaled_add(summed, z, float(noise_multiplier) * sensitivity)
 
 
@@ -248,6 +274,10 @@ def _normalisation(expected_batch_size, normalize_by, clipped, mask, size):
         if normalize_by != "batch_size":
             raise ValueError(f"private_gradient: normalize_by must be a positive number or 'batch_size', "
                              f"got {normalize_by!r}")
+        if clipped.reduced_over:
+            raise ValueError(f"private_gradient: normalize_by='batch_size' counts this member's examples, but the "
+                             f"clipped sum is summed over {clipped.reduced_over}: pass the expected batch size of "
+                             "all of them (expected_batch_size=n)")
         if clipped.unit != "example":
             raise ValueError(f"private_gradient: normalize_by='batch_size' counts examples, but the clipped sum "
                              f"is {clipped.unit}-level; pass the expected number of {clipped.unit}s per batch")
@@ -255,8 +285,9 @@ def _normalisation(expected_batch_size, normalize_by, clipped, mask, size):
             return max(size, 1)
         # the real examples (traced under jit); a batch without any is normalised by 1, not 0
         return cnp.maximum(cnp.sum(cnp.astype(mask, core.dtype_of(clipped.norms))), 1)
-    if isinstance(normalize_by, bool) or not normalize_by > 0:
-        raise ValueError(f"private_gradient: the normalisation must be a positive number, got {normalize_by!r}")
+    if isinstance(normalize_by, bool) or not (normalize_by > 0 and math.isfinite(normalize_by)):
+        raise ValueError(f"private_gradient: the normalisation must be a positive number (a finite one), got "
+                         f"{normalize_by!r}")
     return normalize_by
 
 
@@ -347,13 +378,14 @@ def private_gradient(per_example_grads, max_norm=None, noise_multiplier=None, rn
         summed, sensitivity = clipped.summed, clipped.sensitivity
         size = core.shape_of(clipped.norms)[0]
     n = _normalisation(expected_batch_size, normalize_by, clipped, mask, size)
-    names = data_parallel_axes(axis_name, "private_gradient")
+    names = None if axis_name is None else data_parallel_axes(axis_name, "private_gradient")
     if noise is None:
         z = _normal_like(summed, rng, "private_gradient")
     else:
         _check_noise(noise, summed)
         z = noise
-    noisy = _scaled_add(summed, noise_once(z, names), float(noise_multiplier) * sensitivity)
+    z = shared_noise(z, names, clipped.reduced_over, "private_gradient")
+    noisy = _scaled_add(summed, z, float(noise_multiplier) * sensitivity)
     if isinstance(n, (int, float)):
         out = tree.map(lambda leaf: cnp.divide(leaf, core.dtype_of(leaf).type(n)), noisy)
     else:

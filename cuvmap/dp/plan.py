@@ -9,6 +9,10 @@ sensitivity accounted as add/remove-one. A :class:`Plan` derives all of them fro
 same numbers and checks what it is handed (NOTE [one plan]).
 """
 import math
+import numbers
+import warnings
+
+import numpy as np
 
 from cuvmap import tree
 from cuvmap.dp import accounting, clipping, padding, pld, sampling
@@ -46,6 +50,20 @@ def register_accountant(name, cls):
 # "replace". n: Opacus' q·N uses the dataset's size N, which is private under
 # add/remove-one (opacus#571); a plan takes n as a public number, or q·N when asked by
 # name (expected_batch_size="from_dataset_size": N is then treated as public).
+#
+# NOTE [what a plan warns about]
+# Two numbers a plan takes weaken the guarantee the user reads without any error:
+#   δ ≥ 1/N   releasing one unit's data whole, chosen at random, is (0, 1/N)-DP: at such a
+#             δ the (ε, δ) statement allows that, whatever ε is (the usual choice is δ ≪ 1/N);
+#   n ≉ q·N   the accountant's sampling rate is q; a public normalisation n that differs
+#             from q·N (by more than _BATCH_SIZE_RTOL) usually means the batches the user has
+#             in mind are not the ones q describes (n/N would be the rate), and the ε is
+#             reported for the wrong rate.
+# Both are warnings, not errors: n is a free public number (any n keeps the guarantee of q),
+# and a δ is the user's choice to make knowingly.
+_BATCH_SIZE_RTOL = 0.1
+
+
 class Plan:
     """DP-SGD's sampler, padding buckets, clipping, noise, normalisation and accountant,
     built once from ``(N, q, σ, C, steps)`` and consistent by construction (NOTE [one plan]).
@@ -82,19 +100,21 @@ class Plan:
     def __init__(self, dataset_size, sample_rate, noise_multiplier, max_norm, steps, *, expected_batch_size=None,
                  unit="example", num_examples=None, groups=None, accountant="rdp", relation="add_remove"):
         where = "Plan"
-        if isinstance(dataset_size, bool) or not (isinstance(dataset_size, int) and dataset_size >= 1):
+        if not (_is_int(dataset_size) and dataset_size >= 1):
             raise ValueError(f"{where}: dataset_size must be a positive int, got {dataset_size!r}")
         sampling._check_rate(sample_rate, where)
         if isinstance(noise_multiplier, bool) or not noise_multiplier >= 0:
             raise ValueError(f"{where}: noise_multiplier must be >= 0, got {noise_multiplier!r}")
-        if isinstance(steps, bool) or not (isinstance(steps, int) and steps >= 0):
-            raise ValueError(f"{where}: steps must be an int >= 0, got {steps!r}")
+        if not (_is_int(steps) and steps >= 0):
+            hint = (f" (a fractional count such as epochs / q: pass math.ceil(steps) = {math.ceil(steps)}, never "
+                    "fewer steps than run)" if isinstance(steps, float) and math.isfinite(steps) and steps > 0 else "")
+            raise ValueError(f"{where}: steps must be an int >= 0, got {steps!r}{hint}")
         if clipping.check_relation(relation, where) != "add_remove":
             raise ValueError(f"{where}: relation={relation!r}, but the accountants of the Poisson-subsampled Gaussian "
                              "are stated for add/remove-one; a replace-one sensitivity (2C) needs another analysis")
         if unit not in ("example", "user"):
             raise ValueError(f"{where}: unit must be 'example' or 'user', got {unit!r}")
-        if unit == "user" and not (isinstance(num_examples, int) and num_examples >= dataset_size):
+        if unit == "user" and not (_is_int(num_examples) and num_examples >= dataset_size):
             raise ValueError(f"{where}: unit='user' needs num_examples, the number of examples (at least one per "
                              f"user: >= dataset_size={dataset_size}), for the padding buckets")
         if accountant not in ACCOUNTANTS:
@@ -106,16 +126,25 @@ class Plan:
                 "(opacus#571): pass expected_batch_size='from_dataset_size' to use it all the same")
         if expected_batch_size == "from_dataset_size":
             expected_batch_size = sample_rate * dataset_size
-        if isinstance(expected_batch_size, (bool, str)) or not expected_batch_size > 0:
-            raise ValueError(f"{where}: expected_batch_size must be a positive number or 'from_dataset_size', got "
-                             f"{expected_batch_size!r}")
+        if (isinstance(expected_batch_size, (bool, str)) or not expected_batch_size > 0
+                or not math.isfinite(expected_batch_size)):
+            raise ValueError(f"{where}: expected_batch_size must be a positive number or 'from_dataset_size' (a finite "
+                             f"number), got {expected_batch_size!r}")
         if groups is None or not isinstance(max_norm, dict):
             clipping.check_max_norm(max_norm, where)
-        self.dataset_size, self.sample_rate, self.noise_multiplier = dataset_size, float(sample_rate), noise_multiplier
-        self.max_norm, self.steps, self.expected_batch_size = max_norm, steps, float(expected_batch_size)
+        self.dataset_size, self.sample_rate, self.noise_multiplier = int(dataset_size), float(sample_rate), noise_multiplier
+        self.max_norm, self.steps, self.expected_batch_size = max_norm, int(steps), float(expected_batch_size)
         self.unit, self.groups, self.relation, self.accountant_name = unit, groups, relation, accountant
-        self.num_examples = dataset_size if unit == "example" else num_examples
+        self.num_examples = self.dataset_size if unit == "example" else int(num_examples)
         self.buckets = self.buckets_for(self.num_examples)
+        expected = self.sample_rate * self.dataset_size
+        if abs(self.expected_batch_size - expected) > _BATCH_SIZE_RTOL * expected:
+            warnings.warn(
+                f"Plan: expected_batch_size={self.expected_batch_size:g} is far from q·N = {self.sample_rate:g}·"
+                f"{self.dataset_size} = {expected:g} (NOTE [what a plan warns about]): the accountant reports ε for "
+                f"the sampling rate q, batches of {expected:g} {unit}s on average; if yours average "
+                f"{self.expected_batch_size:g}, the rate is {self.expected_batch_size / self.dataset_size:g} and the "
+                "ε is larger than reported", UserWarning, stacklevel=2)
 
     def __repr__(self):
         return (f"Plan(N={self.dataset_size} {self.unit}s, q={self.sample_rate:g}, σ={self.noise_multiplier:g}, "
@@ -216,12 +245,31 @@ class Plan:
 
     def epsilon(self, delta, steps=None, accountant=None):
         """The ε of ``(ε, δ)``-DP after ``steps`` steps (the plan's ``T`` by default), by the
-        plan's accountant (or ``accountant``): the accountant of the plan's own sampler."""
+        plan's accountant (or ``accountant``): the accountant of the plan's own sampler.
+        Warns when ``δ ≥ 1/N`` (NOTE [what a plan warns about])."""
+        if delta >= 1.0 / self.dataset_size:
+            warnings.warn(
+                f"Plan.epsilon: delta={delta:g} is at least 1/N = 1/{self.dataset_size} "
+                f"(NOTE [what a plan warns about]): a mechanism that publishes one {self.unit} at random in the clear "
+                f"is (0, δ)-DP for "
+                f"δ = 1/N, so such a δ guarantees little whatever ε says; choose δ well below 1/N (1/N^1.1, or "
+                f"1/(10·N))", UserWarning, stacklevel=2)
         return self.accountant(steps, accountant).get_epsilon(delta)
 
     def epsilons(self, delta, steps=None):
-        """``{accountant name: ε}`` for every accountant of :data:`ACCOUNTANTS`."""
-        return {name: self.epsilon(delta, steps, name) for name in ACCOUNTANTS}
+        """``{accountant name: ε}`` for every accountant of :data:`ACCOUNTANTS` (warning once
+        as :meth:`epsilon` does)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = {name: self.epsilon(delta, steps, name) for name in ACCOUNTANTS}
+        for message in {str(w.message): w for w in caught}.values():
+            warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+        return out
+
+
+def _is_int(value):
+    """An int of Python or NumPy (the accountants take both), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _same(got, want):

@@ -64,6 +64,8 @@ References:
 """
 import functools
 import math
+import numbers
+import warnings
 
 import numpy as np
 
@@ -74,6 +76,12 @@ DEFAULT_DISCRETIZATION = 1e-4
 TAIL_MASS = 1e-15
 _Z_TAIL = 10.0  # the noise is followed to ±10σ; beyond, Φ̄(10) ≈ 7.6e-24 per step
 _MAX_BINS = 1 << 24  # refuse grids past this (128 MiB of float64)
+_MAX_LOSS = 700.0  # and one step's losses past this many nats (e^709 overflows float64)
+
+
+class PLDRangeError(ValueError):
+    """A step whose privacy loss the grid cannot hold: more than ``_MAX_BINS`` points at
+    its discretization, or a loss beyond ``_MAX_LOSS`` nats (whose ``e^loss`` overflows)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -255,8 +263,12 @@ def step_pld(noise_multiplier, sample_rate, pair, h=DEFAULT_DISCRETIZATION):
     lo, hi = math.floor(min(ends) / h), math.ceil(max(ends) / h)
     hi = max(hi, lo + 1)
     if hi - lo + 1 > _MAX_BINS:
-        raise ValueError(f"step_pld: noise_multiplier={sigma}, sample_rate={q} needs {hi - lo + 1} grid points "
-                         f"at discretization {h}; use a coarser grid")
+        raise PLDRangeError(f"step_pld: noise_multiplier={sigma}, sample_rate={q} needs {hi - lo + 1} grid points "
+                            f"at discretization {h}; use a coarser grid")
+    if max(abs(e) for e in ends) > _MAX_LOSS:  # (e^loss would overflow: noise this small loses nearly everything)
+        raise PLDRangeError(f"step_pld: noise_multiplier={sigma}, sample_rate={q} gives privacy losses up to "
+                            f"{max(abs(e) for e in ends):.4g} nats, beyond the {_MAX_LOSS:g} the grid's exponentials "
+                            "hold; use the RDP accountant")
     eps = h * np.arange(lo, hi + 1, dtype=np.float64)
     # x where the loss crosses each grid point; the loss grows with x for "remove", falls for "add"
     t = _crossing(sign * eps, sigma, q)
@@ -366,7 +378,7 @@ def self_compose(pld, num_steps, tail=TAIL_MASS):
     a, b = _chernoff_window(pld, num_steps, tail)
     width = b - a + 1
     if width > _MAX_BINS:
-        raise ValueError(f"self_compose: {num_steps} steps need {width} grid points at discretization {pld.h}; "
+        raise PLDRangeError(f"self_compose: {num_steps} steps need {width} grid points at discretization {pld.h}; "
                          "use a coarser grid")
     size = _fast_length(max(width, len(pld.probs)))
     spectrum = np.fft.rfft(pld.probs, size) ** num_steps
@@ -424,13 +436,43 @@ def _composed(groups, pair, h):
     return result
 
 
-def record_steps(history, owner, noise_multiplier, sample_rate, num_steps):
+# NOTE [fractional steps are never under-counted]
+# A run's step count is often computed as epochs / q, a float (2.5, 100.5). Truncating it
+# (int()) reports the ε of fewer steps than ran. The RDP accountant composes any real
+# number of steps exactly (T·ε(α) is linear in T), so it keeps num_steps as given; the PLD
+# accountant composes whole steps (a T-fold convolution), so it rounds num_steps up, with a
+# warning that says so (pass math.ceil(steps) to silence it); calibrate_noise does the same
+# per accountant. A count that is not a finite number >= 0 is refused, naming num_steps.
+def check_num_steps(num_steps, owner):
+    """``num_steps`` as a float: a finite real number ≥ 0 (a ValueError naming ``owner``
+    and ``num_steps`` otherwise)."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Real):
+        raise ValueError(f"{owner}: num_steps must be a number of steps >= 0, got {num_steps!r}")
+    value = float(num_steps)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{owner}: num_steps must be a finite number of steps >= 0, got {num_steps!r}")
+    return value
+
+
+def whole_steps(num_steps, owner):
+    """``num_steps`` (checked) rounded up to an int, with a warning when it was not whole
+    (NOTE [fractional steps are never under-counted])."""
+    value = check_num_steps(num_steps, owner)
+    whole = math.ceil(value)
+    if whole != value:
+        warnings.warn(f"{owner}: the PLD accountant composes whole steps: num_steps={num_steps!r} is counted as "
+                      f"{whole} (never fewer than ran); pass math.ceil(steps) to say so", RuntimeWarning, stacklevel=3)
+    return whole
+
+
+def record_steps(history, owner, noise_multiplier, sample_rate, num_steps, whole=True):
     """Appends ``num_steps`` steps of ``(σ, q)`` to an accountant's ``history`` (a list of
     ``[σ, q, steps]``, merging a repeat of the last ``(σ, q)``), after checking them; the
-    errors name ``owner``."""
-    noise_multiplier, sample_rate, num_steps = float(noise_multiplier), float(sample_rate), int(num_steps)
-    if num_steps < 0:
-        raise ValueError(f"{owner}.step: num_steps must be >= 0, got {num_steps}")
+    errors name ``owner``. ``whole``: the count rounded up to an int (the PLD accountant),
+    else kept as given (the RDP accountant; NOTE [fractional steps are never under-counted])."""
+    where = f"{owner}.step"
+    num_steps = whole_steps(num_steps, where) if whole else check_num_steps(num_steps, where)
+    noise_multiplier, sample_rate = float(noise_multiplier), float(sample_rate)
     if not 0 <= sample_rate <= 1:
         raise ValueError(f"{owner}.step: sample_rate must be in [0, 1], got {sample_rate}")
     if not noise_multiplier >= 0:
@@ -478,14 +520,14 @@ class PLDAccountant:
         self._plds = None
 
     def __len__(self):
-        """The number of steps recorded."""
+        """The number of steps recorded (each call's count rounded up)."""
         return sum(h[2] for h in self.history)
 
     def _groups(self):
         """``{(σ, q): count}`` of the steps that lose privacy; ``None`` if one has ``σ = 0``."""
         groups = {}
         for sigma, q, n in self.history:
-            if n == 0 or q == 0:
+            if n == 0 or q == 0 or sigma == math.inf:  # (infinite noise loses nothing)
                 continue
             if sigma == 0:
                 return None

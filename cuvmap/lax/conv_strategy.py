@@ -9,7 +9,6 @@ arrays, or im2col + batched GEMM on either, as the strategy picks. The primitive
 ``cuvmap/lax/convolution.py`` call it from their impls; :func:`set_strategy` and
 :func:`measured_choices` are re-exported there.
 """
-import os
 import time
 import warnings
 
@@ -18,6 +17,7 @@ from cuvmap.cpu import threads as cpu_threads
 from cuvmap.lax import conv_gemm
 from cuvmap.measured_choices import MeasuredChoices
 from cuvmap.window import output_spatial
+from cuvmap import config
 
 # NOTE [conv strategy]
 # functorch's BatchRulesConvolution.cpp leaves a TODO: "unfold + matmul is actually faster
@@ -80,7 +80,7 @@ from cuvmap.window import output_spatial
 _STRATEGIES = ("auto", "unfold", "onednn", "cudnn")
 _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
-_measured = MeasuredChoices()   # key -> (choice, times_ms) ("auto"'s measurements)
+_measured = MeasuredChoices("conv")   # key -> (choice, times_ms) ("auto"'s measurements)
 _failed = MeasuredChoices()     # key -> the vendor error that put it on unfold (warned once)
 
 
@@ -107,7 +107,7 @@ def get_strategy():
     """The strategy in force: :func:`set_strategy`'s, else ``CUVMAP_CONV_STRATEGY``'s, else
     ``"auto"``."""
     if _strategy[0] is None:
-        _strategy[0] = _validate(os.environ.get("CUVMAP_CONV_STRATEGY", "auto"), "CUVMAP_CONV_STRATEGY")
+        _strategy[0] = _validate(config.from_environment("CUVMAP_CONV_STRATEGY", "auto"), "CUVMAP_CONV_STRATEGY")
     return _strategy[0]
 
 

@@ -145,6 +145,18 @@ vjp.deflinear(slice_transpose_p, lambda ct, x, *, slices, shape: slice_p.bind(ct
 # ---------------------------------------------------------------------------------------
 
 
+class _ChecksIndices(Primitive):
+    """A primitive whose impl checks its indices (the bounds check, take): ``host_sync``
+    when the GPU's checks read them on the host (``config.device_bounds_check`` off; NOTE
+    [device-side bounds checks] in cuvmap/cuda/device_errors.py)."""
+
+    __slots__ = ()
+
+    @property
+    def host_sync(self):
+        return not device_errors.on_device()
+
+
 def _check_index_dtype(idx):
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"indices must be integers, got {idx.dtype}")
@@ -165,7 +177,7 @@ def _take_impl(x, idx, *, axis):
     return x.take(idx, axis=axis)
 
 
-take_p = Primitive("take")
+take_p = _ChecksIndices("take")
 take_p.impl = _take_impl
 take_p.shape_rule = _take_shape_rule
 
@@ -207,9 +219,9 @@ take_transpose_p.shape_rule = _take_transpose_shape_rule
 
 def _check_index_bounds_impl(idx, *, n, op, where):
     idx = core.as_array(idx)
-    if backend.is_cupy_array(idx):  # NOTE [device-side bounds checks] in cuvmap/cuda/device_errors.py
+    if backend.is_cupy_array(idx) and device_errors.on_device():  # NOTE [device-side bounds checks] in
         device_errors.check_on_device(idx, n, f"{op}: an index is out of bounds for {where} with size {n}")
-        return idx
+        return idx                                                  # cuvmap/cuda/device_errors.py
     if idx.size == 0:
         return idx
     lo, hi = int(idx.min()), int(idx.max())
@@ -225,8 +237,8 @@ def _check_index_bounds_impl(idx, *, n, op, where):
 # on the host and raises at once; on the GPU it reads nothing on the host (so a CUDA graph
 # captures it): its kernels set an error word that a later call raises (NOTE [device-side
 # bounds checks] in cuvmap/cuda/device_errors.py).
-check_index_bounds_p = Primitive("check_index_bounds", differentiable=False,
-                                 layout=lambda strided, *_: (False, strided[0]))  # its operand itself
+check_index_bounds_p = _ChecksIndices("check_index_bounds", differentiable=False,
+                                      layout=lambda strided, *_: (False, strided[0]))  # its operand itself
 check_index_bounds_p.impl = _check_index_bounds_impl
 check_index_bounds_p.shape_rule = lambda idx, **params: ShapedArray(idx.shape, idx.dtype, idx.weak_type)
 batching.primitive_batchers[check_index_bounds_p] = (

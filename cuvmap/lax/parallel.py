@@ -38,121 +38,16 @@ evenly between ties (as ``reduce_max``'s): ``ṫ = psum(w·t) / psum(w)`` with `
 import numpy as np
 
 from cuvmap import backend, core, tree
-from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.core import ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing
 from cuvmap.lax import reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax.collective_operands import map_operands
+from cuvmap.lax.process_axes import (CollectivePrimitive, ProcessAxis, across_processes, axis_size,  # noqa: F401
+                                     communicator_of, resolve_names)
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
-
-
-# ---------------------------------------------------------------------------------------
-# Axis names
-# ---------------------------------------------------------------------------------------
-
-
-class ProcessAxis:
-    """A named axis whose members are processes: the name and the process group
-    (``communicator``) that ``cuvmap.distributed.data_parallel`` bound it to. A collective
-    binds it in place of the name, so that the staged equation of a jitted program, and a
-    backward pass that runs after ``data_parallel`` returned, still reach the group.
-
-    The communicator provides ``rank``, ``size`` and, on arrays of either backend,
-    ``allreduce(x, op, in_place)`` (``op`` one of ``"sum"``, ``"max"``, ``"min"``),
-    ``allgather(x)`` (``(size, *x.shape)``), ``reduce_scatter(x)`` (``x`` of shape ``(size,
-    *rest)``: the sum over processes of ``x[rank]``), ``alltoall(x)`` (``out[c] =
-    x_c[rank]``) and ``permute(x, perm)``, each with a keyword ``axis_name`` that names the
-    axis in its messages (:class:`cuvmap.distributed.ProcessGroup`, which checks that the
-    processes agree on each collective; its engines are
-    :class:`cuvmap.distributed.engine.Engine`)."""
-
-    __slots__ = ("name", "communicator")
-
-    def __init__(self, name, communicator):
-        self.name = name
-        self.communicator = communicator
-
-    @property
-    def size(self):
-        return self.communicator.size
-
-    def __eq__(self, other):
-        return type(other) is ProcessAxis and other.name == self.name and other.communicator is self.communicator
-
-    def __hash__(self):
-        return hash((self.name, id(self.communicator)))
-
-    def __repr__(self):
-        return f"{self.name!r}(processes={self.communicator.size})"
-
-
-def _names(axis_name, op, single=False):
-    """``axis_name`` (a name or a tuple of names) as a tuple of names, each resolved in the
-    axis environment: a name bound to processes becomes its :class:`ProcessAxis`. Raises
-    :class:`~cuvmap.core.UnboundAxisError` naming an unbound name."""
-    if type(axis_name) is str:  # the common case: one name
-        frame = core.axis_frame(axis_name, op)
-        return (axis_name if frame.communicator is None else ProcessAxis(axis_name, frame.communicator),)
-    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    if not names:
-        raise ShapeError(f"{op}: axis_name must name at least one axis, got {axis_name!r}")
-    if single and len(names) != 1:
-        raise ShapeError(f"{op} acts along one named axis, got the names {names!r}")
-    if len(set(names)) != len(names):
-        raise ShapeError(f"{op}: axis_name {axis_name!r} repeats a name")
-    out = []
-    for name in names:
-        if type(name) is ProcessAxis:
-            out.append(name)
-            continue
-        if name is None:
-            raise ShapeError(f"{op}: axis_name must be a name (a string), got None")
-        frame = core.axis_frame(name, op)
-        out.append(name if frame.communicator is None else ProcessAxis(name, frame.communicator))
-    return tuple(out)
-
-
-def axis_size(axis):
-    """The number of members of a resolved axis name (a vmap's name or a ProcessAxis)."""
-    if type(axis) is ProcessAxis:
-        return axis.size
-    return core.axis_frame(axis).size
-
-
-def _group(axis, op):
-    """The communicator of ``axis`` for an eval impl; a vmap's name never reaches one (its
-    batching rule consumes it), except when a program is evaluated outside that vmap."""
-    if type(axis) is ProcessAxis:
-        return axis.communicator
-    raise core.UnboundAxisError(
-        f"{op} over the axis {axis!r} was evaluated outside the vmap that binds that name (a "
-        "collective over a vmap's axis is computed by that vmap's batching rule)")
-
-
-class CollectivePrimitive(Primitive):
-    """A primitive acting along named axes: ``axis_mains`` returns the batching transforms
-    that bind the names in ``params[names_param]``, so that ``bind`` lets them process it
-    (NOTE [named axes] in :mod:`cuvmap.core`). ``host_sync``: a program with a collective
-    is never captured as a CUDA graph (its order across processes is the program's order
-    of calls, and NCCL's kernels read the host-side communicator)."""
-
-    __slots__ = ("names_param",)
-    host_sync = True
-
-    def __init__(self, name, names_param, differentiable=True):
-        super().__init__(name, differentiable)
-        self.names_param = names_param
-
-    def axis_names(self, params):
-        """The names in ``params`` that vmaps bind (not the process axes)."""
-        names = params[self.names_param]
-        if type(names) is not tuple:
-            names = (names,)
-        return {n for n in names if type(n) is not ProcessAxis}
-
-    def axis_mains(self, params):
-        return [core.axis_frame(n, self.name).main for n in self.axis_names(params)]
 
 
 def _register(primitive, impl, shape_rule, batch, transpose=None):
@@ -186,46 +81,11 @@ pmax_p = CollectivePrimitive("pmax", "axes")
 pmin_p = CollectivePrimitive("pmin", "axes")
 
 
-def _is_collective_value(x):
-    """Whether ``x`` is a value a collective takes: a tracer, a Python scalar, or an array
-    (NumPy or CuPy, or a NumPy scalar) of booleans or numbers."""
-    if isinstance(x, core.Tracer) or type(x) in core._PY_SCALAR_DTYPES:
-        return True
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and hasattr(x, "shape") and getattr(dtype, "kind", None) in _VALUE_KINDS
-
-
-_VALUE_KINDS = frozenset("biufc")
-
-
-def _not_a_value(op, x, path=None):
-    """The TypeError for a leaf ``x`` that is no value (JAX: "Argument 's' of type <class
-    'str'> is not a valid JAX type")."""
-    text = repr(x)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    at = "" if path is None else f" (at {path})"
-    kind = f" of dtype {x.dtype}" if hasattr(x, "dtype") and hasattr(x, "shape") else ""
-    return TypeError(f"{op}: Argument {text} of type {type(x)}{kind}{at} is not a valid cuvmap type: a collective "
-                     "takes arrays (NumPy or CuPy) of booleans or numbers, Python or NumPy scalars and tracers, "
-                     "or pytrees of them")
-
-
 def _tree_map(fn, x, op, names=None):
-    """``fn`` on every leaf of ``x`` (an array or tracer itself is one leaf); a
-    :class:`TypeError` names the first leaf that is not a value (JAX's "not a valid JAX
-    type"). With ``names`` (an elementwise reduction's resolved axes), small leaves
-    reduced across processes share one collective (NOTE [buckets])."""
-    if _is_collective_value(x):
-        return fn(x)
-    if hasattr(x, "shape") or isinstance(x, (str, bytes)):
-        raise _not_a_value(op, x)
-    paths, leaves, treedef = tree.flatten_with_path(x)
-    for path, leaf in zip(paths, leaves):
-        if not _is_collective_value(leaf):
-            raise _not_a_value(op, leaf, "x" + tree.keystr(path) if path else None)
-    if names is not None and len(leaves) > 1 and _across_processes(names):
-        return tree.unflatten(treedef, _bucketed(fn, leaves))
-    return tree.unflatten(treedef, [fn(leaf) for leaf in leaves])
+    """``fn`` on every operand leaf of ``x`` (:func:`~cuvmap.lax.collective_operands.map_operands`);
+    with ``names`` (an elementwise reduction's resolved axes), small leaves reduced across
+    processes share one collective (NOTE [buckets])."""
+    return map_operands(fn, x, op, names, _bucketed if names is not None and across_processes(names) else None)
 
 
 # NOTE [buckets]
@@ -238,7 +98,11 @@ def _tree_map(fn, x, op, names=None):
 # (NOTE [the collective check] in cuvmap/distributed/check.py), instead of one per leaf:
 # each is a rendezvous of the processes, whose latency, not bandwidth, is what small
 # leaves pay. The values are those of leaf-by-leaf reductions (elementwise, so the
-# concatenation changes no element's terms). The pieces are primitives (reshape,
+# concatenation changes no element's terms). The buffer alone would hide the leaves from
+# the check (f64[2] + f64[3] on one process, f64[3] + f64[2] or one f64[5] on another: the
+# same buffer, misaligned sums), so the reduction carries the leaves' shapes as the
+# parameter `leaves` (only on a bucket: a single leaf's equation is unchanged), and the
+# check's digest covers them. The pieces are primitives (reshape,
 # concatenate, slice), so jit stages them and grad and vmap see through them; a vmap's
 # own axis never buckets (its batching rule reduces in one primitive anyway), nor do
 # Python scalars or weakly typed values.
@@ -246,18 +110,9 @@ _BUCKET_LEAF_BYTES = 1 << 20
 _BUCKET_BYTES = 4 << 20
 
 
-def _across_processes(names):
-    """Whether ``names`` are all axes of processes, more than one process in all."""
-    size = 1
-    for name in names:
-        if type(name) is not ProcessAxis:
-            return False
-        size *= name.size
-    return size > 1
-
-
 def _bucketed(fn, leaves):
-    """``[fn(leaf) for leaf in leaves]``, the small leaves reduced in buckets (NOTE [buckets])."""
+    """``[fn(leaf) for leaf in leaves]``, the small leaves reduced in buckets, each as
+    ``fn(buffer, shapes)`` with the shapes of the leaves it holds (NOTE [buckets])."""
     outs = [None] * len(leaves)
     groups = {}  # (dtype, device) -> [(index, shape, size)]
     for i, leaf in enumerate(leaves):
@@ -277,7 +132,7 @@ def _bucketed(fn, leaves):
                 continue
             if len(bucket) > 1:
                 flat = lax_shape.concatenate([lax_shape.reshape(leaves[i], (n,)) for i, _, n in bucket], 0)
-                out, start = fn(flat), 0
+                out, start = fn(flat, tuple(tuple(int(d) for d in shape) for _, shape, _ in bucket)), 0
                 for i, shape, n in bucket:
                     outs[i] = lax_shape.reshape(indexing.slice_in_dim(out, start, start + n, 0), shape)
                     start += n
@@ -300,12 +155,12 @@ def psum(x, axis_name):
 
         vmap(lambda x: x / psum(x, "i"), axis_name="i")(xs)      # xs / xs.sum(0)
     """
-    names = _names(axis_name, "psum")
+    names = resolve_names(axis_name, "psum")
 
-    def one(leaf):
+    def one(leaf, leaves=None):
         if core.dtype_of(leaf) == np.bool_:
             leaf = ew.convert_element_type(leaf, np.int64)
-        return psum_p.bind(leaf, axes=names)
+        return _reduce(psum_p, leaf, names, leaves)
 
     return _tree_map(one, x, "psum", names)
 
@@ -318,14 +173,14 @@ def pmean(x, axis_name):
 
         grads = pmean(grad(loss)(params, x_shard, y_shard), "batch")   # data parallel
     """
-    names = _names(axis_name, "pmean")
+    names = resolve_names(axis_name, "pmean")
     # (an axis of no members has no mean to observe: its results are empty)
     n = max(1, int(np.prod([axis_size(a) for a in names], dtype=np.int64)))
 
-    def one(leaf):
+    def one(leaf, leaves=None):
         if core.dtype_of(leaf) == np.bool_:
             leaf = ew.convert_element_type(leaf, np.int64)
-        return ew.div(psum_p.bind(leaf, axes=names), n)
+        return ew.div(_reduce(psum_p, leaf, names, leaves), n)
 
     return _tree_map(one, x, "pmean", names)
 
@@ -333,29 +188,36 @@ def pmean(x, axis_name):
 def pmax(x, axis_name):
     """The elementwise maximum over the members of the named axis (or axes). Its
     derivative goes to the members holding the maximum, split evenly between ties."""
-    names = _names(axis_name, "pmax")
-    return _tree_map(lambda leaf: pmax_p.bind(leaf, axes=names), x, "pmax", names)
+    names = resolve_names(axis_name, "pmax")
+    return _tree_map(lambda leaf, leaves=None: _reduce(pmax_p, leaf, names, leaves), x, "pmax", names)
 
 
 def pmin(x, axis_name):
     """The elementwise minimum over the members of the named axis (or axes); derivative as
     :func:`pmax`'s."""
-    names = _names(axis_name, "pmin")
-    return _tree_map(lambda leaf: pmin_p.bind(leaf, axes=names), x, "pmin", names)
+    names = resolve_names(axis_name, "pmin")
+    return _tree_map(lambda leaf, leaves=None: _reduce(pmin_p, leaf, names, leaves), x, "pmin", names)
 
 
-def _same_shape_rule(x, *, axes):
+def _reduce(primitive, x, axes, leaves=None):
+    """psum/pmax/pmin of ``x`` over ``axes``; ``leaves``: the shapes of the leaves a bucket
+    holds (NOTE [buckets]), a parameter only where there is one."""
+    return primitive.bind(x, axes=axes) if leaves is None else primitive.bind(x, axes=axes, leaves=leaves)
+
+
+def _same_shape_rule(x, *, axes, leaves=None):
     return ShapedArray(x.shape, x.dtype, x.weak_type)
 
 
 def _reducer_impl(name, op):
     """The eval impl of psum/pmax/pmin: an all-reduce (``op``) over each process axis."""
 
-    def impl(x, *, axes):
+    def impl(x, *, axes, leaves=None):
         x = core.as_array(x)
+        bucket = {} if leaves is None else {"leaves": leaves}
         for k, a in enumerate(axes):
             # after the first, the operand is this impl's own result: reduce it in place
-            x = _group(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name)
+            x = communicator_of(a, name).allreduce(x, op, in_place=k > 0, axis_name=a.name, **bucket)
         return x
 
     return impl
@@ -366,35 +228,35 @@ def _reducer_batcher(primitive, reduce, unbatched):
     batch dim (or ``unbatched(x, n)`` for a value every member shares) and bind the rest
     of the names below; a name that is not the transform's passes the batch dim through."""
 
-    def rule(mapped, vals, dims, *, axes):
+    def rule(mapped, vals, dims, *, axes, leaves=None):
         (x,), (d,) = vals, dims
         if mapped.name not in axes:
-            return primitive.bind(x, axes=axes), d
+            return _reduce(primitive, x, axes, leaves), d
         rest = tuple(a for a in axes if a != mapped.name)
         out = unbatched(x, mapped.size) if d is not_mapped else reduce(x, (d,))
         if rest:
-            out = primitive.bind(out, axes=rest)
+            out = _reduce(primitive, out, rest, leaves)
         return out, not_mapped
 
     return rule
 
 
-def _psum_transpose(ct, x, *, axes):
-    return psum_p.bind(ct, axes=axes)
+def _psum_transpose(ct, x, *, axes, leaves=None):
+    return _reduce(psum_p, ct, axes, leaves)
 
 
-def _extremum_weights(out, x, axes):
+def _extremum_weights(out, x, axes, leaves):
     """``w / psum(w)`` with ``w = [x = out]``: the members' shares of the derivative."""
     hit = ew.convert_element_type(ew.eq(x, out), core.dtype_of(x))
-    return ew.div(hit, psum_p.bind(hit, axes=axes))
+    return ew.div(hit, _reduce(psum_p, hit, axes, leaves))
 
 
-def _extremum_jvp(t, out, x, *, axes):
-    return psum_p.bind(ew.mul(_extremum_weights(out, x, axes), t), axes=axes)
+def _extremum_jvp(t, out, x, *, axes, leaves=None):
+    return _reduce(psum_p, ew.mul(_extremum_weights(out, x, axes, leaves), t), axes, leaves)
 
 
-def _extremum_vjp(ct, out, x, *, axes):
-    return ew.mul(_extremum_weights(out, x, axes), psum_p.bind(ct, axes=axes))
+def _extremum_vjp(ct, out, x, *, axes, leaves=None):
+    return ew.mul(_extremum_weights(out, x, axes, leaves), _reduce(psum_p, ct, axes, leaves))
 
 
 for _p, _op in ((psum_p, "sum"), (pmax_p, "max"), (pmin_p, "min")):
@@ -430,7 +292,7 @@ def all_gather(x, axis_name, *, axis=0, tiled=False):
 
         vmap(lambda x: all_gather(x, "i"), axis_name="i")(xs)     # xs, on every example
     """
-    names = _names(axis_name, "all_gather")
+    names = resolve_names(axis_name, "all_gather")
 
     def one(leaf):
         ndim = len(core.shape_of(leaf))
@@ -459,7 +321,7 @@ def _all_gather_shape_rule(x, *, axis_name, axis, axis_size):
 
 
 def _all_gather_impl(x, *, axis_name, axis, axis_size):
-    return _moveaxis(_group(axis_name, "all_gather").allgather(core.as_array(x), axis_name=axis_name.name), 0, axis)
+    return _moveaxis(communicator_of(axis_name, "all_gather").allgather(core.as_array(x), axis_name=axis_name.name), 0, axis)
 
 
 def _all_gather_batch(mapped, vals, dims, *, axis_name, axis, axis_size):
@@ -502,7 +364,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False):
 
         vmap(lambda x: psum_scatter(x, "i"), axis_name="i")(xs)   # row m: xs.sum(0)[m]
     """
-    names = _names(axis_name, "psum_scatter")
+    names = resolve_names(axis_name, "psum_scatter")
     sizes = [axis_size(a) for a in names]
     total = int(np.prod(sizes, dtype=np.int64))
 
@@ -537,7 +399,7 @@ def _psum_scatter_shape_rule(x, *, axis_name, scatter_dimension, axis_size):
 
 def _psum_scatter_impl(x, *, axis_name, scatter_dimension, axis_size):
     x = _moveaxis(core.as_array(x), scatter_dimension, 0)
-    return _group(axis_name, "psum_scatter").reduce_scatter(x, axis_name=axis_name.name)
+    return communicator_of(axis_name, "psum_scatter").reduce_scatter(x, axis_name=axis_name.name)
 
 
 def _psum_scatter_batch(mapped, vals, dims, *, axis_name, scatter_dimension, axis_size):
@@ -577,7 +439,7 @@ def ppermute(x, axis_name, perm):
         shift = [(m, (m + 1) % n) for m in range(n)]
         vmap(lambda x: ppermute(x, "i", shift), axis_name="i")(xs)   # roll(xs, 1, 0)
     """
-    (name,) = _names(axis_name, "ppermute", single=True)
+    (name,) = resolve_names(axis_name, "ppermute", single=True)
     n = axis_size(name)
     try:
         pairs = tuple((int(s), int(t)) for s, t in perm)
@@ -596,7 +458,7 @@ def _ppermute_shape_rule(x, *, axis_name, perm):
 
 
 def _ppermute_impl(x, *, axis_name, perm):
-    return _group(axis_name, "ppermute").permute(core.as_array(x), perm, axis_name=axis_name.name)
+    return communicator_of(axis_name, "ppermute").permute(core.as_array(x), perm, axis_name=axis_name.name)
 
 
 def _ppermute_batch(mapped, vals, dims, *, axis_name, perm):
@@ -646,7 +508,7 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
 
         vmap(lambda x: all_to_all(x, "i", 0, 0), axis_name="i")(xs)   # xs.swapaxes(0, 1)
     """
-    (name,) = _names(axis_name, "all_to_all", single=True)
+    (name,) = resolve_names(axis_name, "all_to_all", single=True)
     n = axis_size(name)
 
     def one(leaf):
@@ -703,7 +565,7 @@ def _blocks_first(x, d, n, tiled):
 
 def _all_to_all_impl(x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
     x = core.as_array(x)
-    y = _group(axis_name, "all_to_all").alltoall(_blocks_first(x, split_axis, axis_size, tiled),
+    y = communicator_of(axis_name, "all_to_all").alltoall(_blocks_first(x, split_axis, axis_size, tiled),
                                                  axis_name=axis_name.name)
     return _from_members(y, concat_axis, tiled)
 
@@ -752,7 +614,7 @@ def axis_index(axis_name, *, like=None):
     vmap's examples, the rank in a process group. With a tuple of names, the index along
     the product axis (the first name major). ``like``: an array whose backend the index
     lives on; by default that of the vmap's mapped operands (NumPy for a process axis)."""
-    names = _names(axis_name, "axis_index")
+    names = resolve_names(axis_name, "axis_index")
     device = backend.backend_name(like) if like is not None else None
     index, stride = None, 1
     for name in reversed(names):
@@ -769,7 +631,7 @@ def _axis_index_shape_rule(*, axis_name, device):
 
 
 def _axis_index_impl(*, axis_name, device):
-    return backend.xp_for(device or "cpu").asarray(_group(axis_name, "axis_index").rank, dtype=np.int32)
+    return backend.xp_for(device or "cpu").asarray(communicator_of(axis_name, "axis_index").rank, dtype=np.int32)
 
 
 def _axis_index_batch(mapped, vals, dims, *, axis_name, device):

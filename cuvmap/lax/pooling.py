@@ -51,6 +51,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.elementwise import select_impl, select_into
+from cuvmap.lru import LRU
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, split_bdim_out_of
 from cuvmap.window import interior, output_spatial, pad_spatial, padded_spatial, spatial_tuple, tap_slices, taps
@@ -358,18 +359,44 @@ def _max_pool_scatter_impl(g, x, m, *, window, stride, padding):
     return out if not any(padding) else xp.ascontiguousarray(_crop(out, padding, x.shape[2:]))
 
 
+# NOTE [the divisor of a padded average, made once]
+# With count_include_pad=False each window's divisor is its number of taps inside the
+# input: an array that depends only on the spatial shape, the window, stride, padding and
+# dtype. Computed on the host and copied to the GPU at every call, it made every program
+# with such a pool uncapturable as a CUDA graph (a host-to-device copy of host data inside
+# the capture) and cost a copy per call. So the divisors are kept per key and device
+# (_DIVISORS, a bounded LRU), made on the first call, which runs outside any capture (NOTE
+# [graph replay] in cuvmap/cuda/graphs.py: the first call is eager), from the default pool
+# (never a graph's private one), and only read afterwards.
+_DIVISORS = LRU(256)
+
+
 def _divisor(xp, input_shape, window, stride, padding, count_include_pad, dtype):
     """``D(y)``: the window size, or (``count_include_pad=False``) the number of taps of each
-    window inside the input, an outer product of per-dim counts (shape ``out...``)."""
+    window inside the input, an outer product of per-dim counts (shape ``out...``), made
+    once per key and device (NOTE [the divisor of a padded average, made once])."""
     if count_include_pad:
         return np.dtype(dtype).type(np.prod(window))
+    cp = backend.cupy_module() if xp is not np else None
+    device = "cpu" if cp is None else cp.cuda.runtime.getDevice()
+    key = (device, tuple(input_shape[2:]), tuple(window), tuple(stride), tuple(padding), np.dtype(dtype).str)
+    divisor = _DIVISORS.get(key)
+    if divisor is not None:
+        return divisor
     out_sp = pool_output_shape(input_shape, window=window, stride=stride, padding=padding)[2:]
     count = np.ones((), dtype=np.float64)
     for s, k, st, p, o in zip(input_shape[2:], window, stride, padding, out_sp):
         start = np.arange(o) * st - p
         per_dim = np.minimum(start + k, s) - np.maximum(start, 0)
         count = np.multiply.outer(count, per_dim)
-    return xp.asarray(count.astype(dtype))
+    count = count.astype(dtype)
+    if cp is None:
+        divisor = count
+        divisor.flags.writeable = False  # (shared by every call of this key)
+    else:
+        with cp.cuda.using_allocator(cp.get_default_memory_pool().malloc):
+            divisor = cp.asarray(count)
+    return _DIVISORS.put(key, divisor)
 
 
 def _avg_pool_impl(x, *, window, stride, padding, count_include_pad):

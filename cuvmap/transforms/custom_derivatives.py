@@ -281,9 +281,9 @@ class custom_jvp:  # noqa: N801 - JAX's name
                 if rule is None:
                     continue
                 term = rule(t, primal_out, *primals)
-                total = term if total is None else tree.map(lambda a, b: a + b, total, term)
+                total = term if total is None else tree.map_preserving(lambda a, b: a + b, total, term)
             if total is None:
-                total = tree.map(lambda o: core.full_like_concrete(o, 0), primal_out)
+                total = tree.map_preserving(lambda o: core.full_like_concrete(o, 0), primal_out)
             return primal_out, total
 
         self.jvp = jvp

@@ -94,7 +94,7 @@ def linearize_flat(fun, primals, where, tangent_origins=None):
                 outvars.append(Literal(t))
             else:  # a tangent that does not depend on the input tangents
                 outvars.append(builder.const_var(t))
-        extra = tree.map(lambda a: a.primal if jvp_main.owns(a) else a, extra)
+        extra = tree.map_preserving(lambda a: a.primal if jvp_main.owns(a) else a, extra)
     program = ir.optimize(ClosedJaxpr(Jaxpr(builder.constvars, tangent_vars, builder.eqns, outvars), builder.consts))
     return out_primals, program, out_nonzero, extra
 
@@ -156,7 +156,7 @@ def _linearize(f, primals, has_aux, where):
         flat_fun, p_leaves, where, [f"the tangent of {what}" for what in describe])
     out_tree = out_tree_box[0]
     if has_aux:
-        aux = tree.map(api_util.aux_result, aux)
+        aux = tree.map_preserving(api_util.aux_result, aux)
     out_value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_primals], p_leaves))
     tangent_avals = iter(program.in_avals)
     in_avals = [next(tangent_avals) if core.is_float(p) else None for p in p_leaves]

@@ -147,9 +147,9 @@ def test_processes_that_disagree_all_raise(name, first, second, says):
         assert "the 2 processes of the group disagree" in message and f"This is process {rank}" in message
         assert message.startswith("data_parallel(<lambda>, axis_name='batch'): ")
         np.testing.assert_array_equal(total, [2.0, 2.0])
-    # per process: the failed check, its gathering of the descriptions (2), the next check
-    # and its psum; nothing else went out
-    assert exchange.calls == [5, 5]
+    # per process: the group's agreement on its settings when it was made, the failed check,
+    # its gathering of the descriptions (2), the next check and its psum; nothing else went out
+    assert exchange.calls == [6, 6]
 
 
 def test_agreeing_processes_pay_one_exchange_per_collective():
@@ -166,7 +166,7 @@ def test_agreeing_processes_pay_one_exchange_per_collective():
 
             results, errors, exchange = run_group([program, program])
         assert errors == [None, None], errors
-        assert exchange.calls == [2 * per_call] * 2, (enabled, exchange.calls)
+        assert exchange.calls == [1 + 2 * per_call] * 2, (enabled, exchange.calls)  # (1: the settings agreed)
         for rank, outs in enumerate(results):
             for (sums, gathered) in outs:
                 np.testing.assert_array_equal(sums["a"], 2 * np.arange(3.0) + 1)

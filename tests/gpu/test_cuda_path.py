@@ -410,55 +410,6 @@ def test_check_batching_with_an_unmapped_output():
 
 
 # ---------------------------------------------------------------------------------------
-# tools/gpu_checks.sh
-# ---------------------------------------------------------------------------------------
-
-_SCRIPT_TESTS = """
-import os
-import pytest
-
-@pytest.mark.gpu
-def test_passes():
-    assert os.environ["CUVMAP_STRICT_CUPY"] == "0"  # the real CuPy, never the CPU stand-in
-
-@pytest.mark.gpu
-def test_skips():
-    pytest.skip("the reason this skips")
-{failing}
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
-def test_gpu_checks_keeps_pytest_status_and_lists_skips(tmp_path, failing):
-    tests = tmp_path / "test_probe.py"
-    tests.write_text(_SCRIPT_TESTS.format(failing="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
-                                          if failing else ""))
-    out_dir = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out_dir), GPU_CHECKS_TESTS=str(tests),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh"), "tests"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    out = proc.stdout
-    assert "SKIPPED [1] " in out and "the reason this skips" in out
-    assert ("FAILED " in out and "test_fails" in out) is failing
-    assert ("!! FAILED: gpu_tests (exit status 1)" in out) is failing
-    cudnn_missing = not cudnn.available()
-    assert ("!! cuDNN IS UNAVAILABLE: " in out) is cudnn_missing
-    assert ("!! FAILED: preflight (exit status" in out) is cudnn_missing
-    assert proc.returncode == (1 if failing or cudnn_missing else 0), out + proc.stderr
-    # everything comes back in two files: the summary (with a timestamp per step) and the logs
-    assert sorted(p.name for p in out_dir.iterdir()) == ["gpu_tests.tar.gz", "summary_tests.txt"]
-    assert re.search(r"^\[\d\d:\d\d:\d\d\] start gpu_tests", (out_dir / "summary_tests.txt").read_text(), re.M)
-
-
-def test_gpu_checks_refuses_an_unknown_part():
-    proc = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu_checks.sh"), "everything"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "usage: bash tools/gpu_checks.sh tests|bench" in proc.stderr
-
-
-# ---------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from cuvmap.measured_choices import MeasuredChoices
 CLOSE = 4.0
 METHODS = ("auto", "ghost", "per_example")
 
-_measured = MeasuredChoices()
+_measured = MeasuredChoices("ghost")
 
 
 def measured_choices():
