@@ -147,32 +147,31 @@ class BandMFAccountant:
 
     def get_epsilon(self, delta):
         """ε of ``(ε, δ)``-DP for the recorded run: the base accountant's for ``⌈T/b⌉``
-        steps; with truncation the smallest ε with ``ε ≥ ε_base(δ − (1 + e^ε)·T·p)``
-        (``inf`` when no ε leaves room in δ)."""
+        steps; with truncation the least ε with ``ε ≥ ε_base(δ − (1 + e^ε)·T·p)`` (to a
+        relative 1e-9, from above), found by iterating the right-hand side from
+        ``ε_base(δ)`` (``inf`` when the climb leaves no room in δ)."""
         base = self.base()
         eps0 = base.get_epsilon(delta)
         if self.truncation is None or not self.steps:
             return eps0
 
-        def gap(eps):  # ≥ 0 once eps pays for itself
+        def required(eps):  # the ε the base accountant needs once truncation has taken its share of δ at eps
             room = delta - self.truncation_slack(eps)
-            return eps - base.get_epsilon(room) if room > 0 else -math.inf
+            return base.get_epsilon(room) if room > 0 else math.inf
 
-        if gap(eps0) >= 0:
-            return eps0
-        hi = max(2 * eps0, eps0 + 0.1)
-        while gap(hi) < 0:
-            if delta - self.truncation_slack(hi) <= 0:
+        # required() is increasing, so iterating it from below climbs to its least fixed point
+        eps = eps0
+        for _ in range(1000):
+            nxt = required(eps)
+            if nxt <= eps:
+                return eps
+            if nxt == math.inf:
                 return math.inf
-            hi = 2 * hi
-        lo = eps0
-        while hi - lo > 1e-9 * max(1.0, hi):
-            mid = 0.5 * (lo + hi)
-            if gap(mid) >= 0:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+            bumped = nxt * (1 + 1e-9) + 1e-12
+            if required(bumped) <= bumped:
+                return bumped
+            eps = nxt
+        return math.inf
 
     def get_delta(self, epsilon):
         """δ at ``epsilon``: the base accountant's (it needs ``get_delta``, as
