@@ -20,9 +20,12 @@ training images of scikit-learn's digits. Two ``dp.Plan``\\ s at the same ε:
 Everything else is shared: clipping (``C = 1``), normalisation by ``B``, the learning rate,
 the initial point (zeros), the batches' padding (one jitted step per padded size, the
 noise drawn inside it from a counter-based key, the BandMF state carried by the step).
-Each mechanism runs with ``--seeds`` seeds; the table gives the final training loss (the
-mean cross-entropy over the whole training set) and the test accuracy, mean ± standard
-deviation over the seeds.
+Each mechanism runs with ``--seeds`` seeds; the table gives the noise's root-mean-square
+error in the sum of the updates (per coordinate, over the steps: ``σC/B`` times the
+strategy's ``expected_error()``'s square root; what BandMF minimises), the final training
+loss (the mean cross-entropy over the whole training set) and the test accuracy, mean ±
+standard deviation over the seeds. BandMF's advantage grows as the epochs fall (here
+``BT/N ≈ 7``); at jax_privacy's own ratio (55 epochs) its noise RMSE is about DP-SGD's.
 
 ``--audit-runs R`` adds an empirical audit of the BandMF plan's mechanism (NOTE [auditing
 BandMF with a canary] in this file): a canary example whose clipped gradient is a unit
@@ -217,14 +220,19 @@ def main(argv=None):
         rows.append((mechanism, plan, np.array(losses), np.array(accs), time.perf_counter() - t0))
 
     print()
-    print("| mechanism | bands | q | σ | participations | ε PLD | ε RDP | final train loss | test accuracy |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| mechanism | bands | q | σ | participations | ε PLD | ε RDP | noise RMSE | final train loss | "
+          "test accuracy |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mechanism, plan, losses, accs, _ in rows:
         name = "DP-SGD" if mechanism == "dpsgd" else "BandMF"
         k = math.ceil(plan.steps / plan.bands)
+        strategy = plan.bandmf.strategy if plan.bandmf is not None else dp.bandmf.BandedStrategy.dpsgd(plan.steps)
+        # the noise in the sum of the updates, per coordinate, root mean square over the steps:
+        # σ/B · (mean_t E‖(A C'⁻¹ z)_t‖²)^{1/2} (A the prefix sums: SGD without momentum)
+        rmse = plan.noise_multiplier * args.max_norm / plan.expected_batch_size * math.sqrt(strategy.expected_error())
         print(f"| {name} | {plan.bands} | {plan.sample_rate:.4f} | {plan.noise_multiplier:.3f} | {k} | "
               f"{plan.epsilon(args.delta, accountant='pld'):.3f} | {plan.epsilon(args.delta, accountant='rdp'):.3f} | "
-              f"{losses.mean():.4f} ± {losses.std():.4f} | {accs.mean():.4f} ± {accs.std():.4f} |")
+              f"{rmse:.3f} | {losses.mean():.4f} ± {losses.std():.4f} | {accs.mean():.4f} ± {accs.std():.4f} |")
     print(f"\n(mean ± standard deviation over {args.seeds} seeds; wall time "
           + ", ".join(f"{'DP-SGD' if m == 'dpsgd' else 'BandMF'} {s:.1f} s" for m, _, _, _, s in rows) + ")")
     result = {m: (losses, accs) for m, _, losses, accs, _ in rows}

@@ -109,7 +109,7 @@ def test_dp_logistic_regression_bandmf_runs_and_audits(capsys):
         ["--device", "cpu", "--limit", "400", "--steps", "24", "--batch", "10", "--seeds", "2", "--audit-runs", "2000"])
     out = capsys.readouterr().out
     assert "| DP-SGD | 1 |" in out and "| BandMF | 4 |" in out and "canary audit" in out
-    eps = [float(v) for v in re.findall(r"\| \d+ \| ([0-9.]+) \| [0-9.]+ \| [0-9.]+ ±", out)]
+    eps = [float(v) for v in re.findall(r"\| \d+ \| ([0-9.]+) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ±", out)]
     assert len(eps) == 2 and all(0.99 <= e <= 1.0 for e in eps)      # both calibrated to ε = 1 (PLD)
     for losses, accs in (result["dpsgd"], result["bandmf"]):
         assert len(losses) == 2 and np.all(np.isfinite(losses)) and np.all((0 <= accs) & (accs <= 1))
