@@ -301,7 +301,9 @@ def test_one_band_noise_is_the_draw_itself():
 @pytest.mark.parametrize("call, match", [
     (lambda n, st: n.update(st, _params(), 9), "outside the strategy's 9 steps"),
     (lambda n, st: n.update(st, {"w": np.zeros((3, 2))}, 0), "pytree structure"),
-    (lambda n, st: n.update(st, {"w": np.zeros((3, 3)), "b": np.zeros(4)}, 0), "shape"),
+    (lambda n, st: n.update(st, {"w": np.zeros((3, 3)), "b": np.zeros(4)}, 0), "float64\\[3, 3\\], but its buffers"),
+    (lambda n, st: n.update(st, _params(np.float32), 0), "float32\\[4\\], but its buffers are float64"),
+    (lambda n, st: n.draw_like(_params(), random.key(0), np.array(2)), "step must be an int"),
     (lambda n, st: n.update(st, _params(), 1.5), "0-d integer"),
     (lambda n, st: bandmf.BandedNoise(n.strategy, regenerate=True).update((), _params(), 0), "use draw"),
     (lambda n, st: n.init({"w": np.zeros(3, np.int32)}), "floating-point"),

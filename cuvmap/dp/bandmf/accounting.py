@@ -78,7 +78,8 @@ def truncation_probability(num_units, sample_rate, bands, max_batch_size):
 class BandMFAccountant:
     """The accountant of amplified BandMF (the module's docstring): :meth:`step` records
     the run's steps, and ε is the base accountant's for ``⌈T/b⌉`` Poisson-subsampled
-    Gaussian steps with the same ``(σ, q)`` (plus the truncation's ``(1 + e^ε)·T·p`` in δ).
+    Gaussian steps with the same ``(σ, q)`` (plus the truncation's ``(1 + e^ε)·T·p`` in δ);
+    jax_privacy's ``accounting.amplified_bandmf_event`` composed by ``dp_accounting``.
 
     Args:
       bands: ``b``.

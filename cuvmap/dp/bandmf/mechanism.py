@@ -30,7 +30,7 @@ SAMPLERS = {"poisson": "dpsgd", "cyclic_poisson": "bandmf"}
 # group is Poisson), the same noise bit for bit (w = z / 1 · 1) and the same accountant.
 class BandMF:
     """The strategy, noise, sampler and accountant of amplified BandMF for a plan (NOTE
-    [bandmf in a plan]).
+    [bandmf in a plan]; jax_privacy: ``execution_plan.BandMFConfig(...).make()``).
 
     Args:
       steps: ``T``.

@@ -85,7 +85,9 @@ def _on_device_of(key, leaf):
 
 class BandedNoise:
     """``w_t = (C'⁻¹ z)_t`` step by step, for a :class:`BandedStrategy` (the recurrence of
-    the module's docstring), as pure functions of a state pytree.
+    the module's docstring), as pure functions of a state pytree (jax_privacy:
+    ``toeplitz.inverse_as_streaming_matrix(coef, column_normalize_for_n=n)``, an optax-style
+    ``init``/``update`` pair).
 
     Args:
       strategy: the :class:`~cuvmap.dp.bandmf.strategy.BandedStrategy` ``C'``.
@@ -156,9 +158,10 @@ class BandedNoise:
 
     def _update_leaf(self, z, buf, scale):
         dtype = core.dtype_of(z)
-        if tuple(core.shape_of(buf))[1:] != tuple(core.shape_of(z)):
-            raise ValueError(f"BandedNoise.update: a noise leaf has shape {tuple(core.shape_of(z))}, but its buffers "
-                             f"have {tuple(core.shape_of(buf))} (b − 1 = {self.strategy.bands - 1} stacked)")
+        if tuple(core.shape_of(buf))[1:] != tuple(core.shape_of(z)) or core.dtype_of(buf) != dtype:
+            raise ValueError(f"BandedNoise.update: a noise leaf is {dtype}{list(core.shape_of(z))}, but its buffers "
+                             f"are {core.dtype_of(buf)}{list(core.shape_of(buf))} (b − 1 = {self.strategy.bands - 1} "
+                             "stacked, in the parameters' dtype)")
         head = dtype.type(self._head)
         if self.strategy.bands == 1:
             u = cnp.divide(z, head)
@@ -172,8 +175,8 @@ class BandedNoise:
     def draw(self, state, key, step):
         """``(w_t, state')`` with ``z_t`` drawn from the counter-based ``key`` (a
         ``cuvmap.random`` key: :func:`standard_normal_from_key`), so that under ``jit``
-        the step is a pure function of ``(state, key, t)``. With ``regenerate`` the state
-        is ``()`` and ``u_t = Σ_{s≤t} v_{t−s} z_s`` is recomputed from the key."""
+        the step is a pure function of ``(state, key, t)``. (A regenerating noise has no
+        state to take the shapes from: :meth:`draw_like`.)"""
         if self.regenerate:
             raise ValueError("BandedNoise.draw: a regenerating noise has no state to take the shapes from: use "
                              "draw_like(like, key, step)")
@@ -188,6 +191,8 @@ class BandedNoise:
         same as running :meth:`draw` from :meth:`init` for ``t + 1`` steps (for checks)."""
         self._check_step(step, "draw_like")
         if not self.regenerate:
+            if not isinstance(step, (int, np.integer)):
+                raise ValueError("BandedNoise.draw_like: without regenerate it replays the steps: step must be an int")
             state = self.init(like)
             for s in range(int(step) + 1):
                 w, state = self.draw(state, key, s)

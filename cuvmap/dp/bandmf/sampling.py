@@ -27,7 +27,8 @@ from cuvmap.dp import sampling as poisson_sampling
 
 class CyclicPoissonSampler:
     """Cyclic Poisson sampling over ``num_units`` units in ``bands`` groups (the module's
-    docstring), drawing from ``rng``.
+    docstring), drawing from ``rng`` (jax_privacy: ``batch_selection.CyclicPoissonSampling``
+    with ``partition_type=INDEPENDENT``).
 
     Args:
       num_units: ``N``, the number of examples (or users).

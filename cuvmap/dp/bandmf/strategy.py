@@ -69,7 +69,8 @@ def sqrt_coefficients(bands):
     Untruncated, the lower-triangular Toeplitz matrix of ``r`` is the square root of the
     prefix-sum matrix (``r * r = 1, 1, 1, …``): ``A = C C`` (Fichtenberger, Henzinger,
     Upadhyay 2023). Truncated to ``b`` bands it is a good banded strategy and the start
-    of :func:`optimal_coefficients`.
+    of :func:`optimal_coefficients` (jax_privacy: ``toeplitz.optimal_max_error_strategy_coefs``,
+    not normalised).
 
     Example::
 
@@ -191,7 +192,8 @@ class BandedStrategy:
         as many as fit) at least ``min_sep`` apart (``b`` by default):
         ``(Σ_{m<k'} ‖C'e_{m·s}‖²)^{1/2}``, ``k' = min(k, ⌈n/s⌉)`` (exact; derivation in
         the module's docstring). ``min_sep < b`` is refused: participations' columns
-        would overlap, and the maximum over gradients is then another problem."""
+        would overlap, and the maximum over gradients is then another problem.
+        (jax_privacy: ``toeplitz.minsep_sensitivity_squared``, squared.)"""
         s = self.bands if min_sep is None else _check_positive_int(min_sep, "min_sep", "BandedStrategy.sensitivity")
         if s < self.bands:
             raise ValueError(f"BandedStrategy.sensitivity: min_sep={s} < bands={self.bands}: the columns of two "
@@ -255,7 +257,8 @@ def optimal_coefficients(bands, steps, momentum=0.0, *, max_iterations=300):
     on the workload of SGD with ``momentum`` over ``steps`` steps, at unit sensitivity:
     ``argmin_c ‖c‖² · mean_t Σ_{k≤t} τ_k²``, ``τ = C(c)⁻¹ a`` (module docstring), by L-BFGS
     from :func:`sqrt_coefficients` with the gradient from ``cuvmap.value_and_grad``;
-    returned with unit norm and ``c_0 > 0``. Memoised.
+    returned with unit norm and ``c_0 > 0``. Memoised. (jax_privacy:
+    ``toeplitz.optimize_banded_toeplitz(n, bands)``, the prefix sums' case.)
 
     Example::
 
