@@ -7,9 +7,11 @@ ghost clipping and book-keeping, its layer rules in one table), :mod:`~cuvmap.dp
 (Poisson batches padded to a few sizes, for ``jit``), :mod:`~cuvmap.dp.sampling` (the
 Poisson samplers of examples and of users), :mod:`~cuvmap.dp.noise` (the Gaussian
 mechanism calibrated to the sensitivity, once over a data-parallel axis, the private
-gradient), :mod:`~cuvmap.dp.accounting` (the RDP accountant) and :mod:`~cuvmap.dp.plan`
-(``Plan``: all of them built once from ``(N, q, σ, C, steps)``); every name is available
-as ``cuvmap.dp.<name>``.
+gradient), :mod:`~cuvmap.dp.accounting` (the RDP accountant), :mod:`~cuvmap.dp.plan`
+(``Plan``: all of them built once from ``(N, q, σ, C, steps)``) and :mod:`~cuvmap.dp.bandmf`
+(banded matrix factorisation: noise correlated across steps, cyclic Poisson sampling and
+their accountant, ``Plan(..., mechanism="bandmf")``; its names are ``cuvmap.dp.bandmf.<name>``);
+every other name is available as ``cuvmap.dp.<name>``.
 
 ``vmap(grad(loss), in_axes=(None, 0, 0))(params, xs, ys)`` gives a pytree shaped like
 ``params`` whose leaves carry a leading batch dimension ``B``: one gradient per example.
@@ -84,6 +86,7 @@ from cuvmap.dp.padding import batch_buckets, bucket_for, pad_batch  # noqa: F401
 from cuvmap.dp.sampling import poisson_sample, sample_users  # noqa: F401
 from cuvmap.dp.plan import ACCOUNTANTS, Plan, register_accountant  # noqa: F401
 from cuvmap.dp.ghost import clipped_grad  # noqa: F401
+from cuvmap.dp import bandmf  # noqa: F401
 
 __all__ = [
     "ACCOUNTANTS",
@@ -92,6 +95,7 @@ __all__ = [
     "PLDAccountant",
     "RDPAccountant",
     "add_noise",
+    "bandmf",
     "batch_buckets",
     "bucket_for",
     "calibrate_noise",

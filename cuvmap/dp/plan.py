@@ -6,8 +6,12 @@ Each piece is right on its own; what breaks a guarantee is pieces that disagree:
 accountant for Poisson sampling over a loader of fixed-size batches, noise for a bound
 other than the clipping's, a normalisation from the private data, a replace-one
 sensitivity accounted as add/remove-one. A :class:`Plan` derives all of them from the
-same numbers and checks what it is handed (NOTE [one plan]).
+same numbers and checks what it is handed (NOTE [one plan]). ``mechanism="bandmf"``
+builds amplified BandMF's instead: a banded strategy, its correlated noise, cyclic Poisson
+sampling and the accountant over ``⌈T/b⌉`` participations (:mod:`cuvmap.dp.bandmf`, NOTE
+[bandmf in a plan]).
 """
+import copy
 import math
 import numbers
 import warnings
@@ -15,6 +19,7 @@ import warnings
 import numpy as np
 
 from cuvmap import tree
+from cuvmap.dp import bandmf
 from cuvmap.dp import accounting, clipping, padding, pld, sampling
 from cuvmap.dp import noise as noise_mod
 from cuvmap.dp.ghost import clipped_grad as _clipped_grad
@@ -83,6 +88,15 @@ class Plan:
       groups: group-wise clipping, as :func:`cuvmap.dp.clipped_grad`'s ``groups``.
       accountant: the name of the accountant ``epsilon`` reports (:data:`ACCOUNTANTS`).
       relation: ``"add_remove"`` (the only one the accountants cover).
+      mechanism: ``"dpsgd"`` (independent noise, Poisson sampling) or ``"bandmf"``
+        (amplified banded matrix factorisation: :mod:`cuvmap.dp.bandmf`; ``q`` is then the
+        rate within the step's group, the expected batch ``q·N/b``).
+      bands: with ``"bandmf"``, ``b`` (``1 ≤ b ≤ steps``).
+      coefficients: with ``"bandmf"``, ``"optimal"`` (the default: optimised for the
+        prefix sums over ``steps``), ``"sqrt"``, or ``b`` numbers.
+      sampler: ``"poisson"`` (DP-SGD's) or ``"cyclic_poisson"`` (BandMF's); the other
+        combinations, and shuffled batches, are refused (NOTE [bandmf in a plan]).
+      max_batch_size: with ``"bandmf"``, truncate batches to this many units (accounted).
 
     Example::
 
@@ -98,7 +112,8 @@ class Plan:
     """
 
     def __init__(self, dataset_size, sample_rate, noise_multiplier, max_norm, steps, *, expected_batch_size=None,
-                 unit="example", num_examples=None, groups=None, accountant="rdp", relation="add_remove"):
+                 unit="example", num_examples=None, groups=None, accountant="rdp", relation="add_remove",
+                 mechanism="dpsgd", bands=None, coefficients=None, sampler=None, max_batch_size=None):
         where = "Plan"
         if not (_is_int(dataset_size) and dataset_size >= 1):
             raise ValueError(f"{where}: dataset_size must be a positive int, got {dataset_size!r}")
@@ -124,8 +139,10 @@ class Plan:
                 f"{where}: expected_batch_size is needed: the public number the noisy sum is divided by (the expected "
                 "batch size you chose); q·N from the dataset's size uses N, which is private under add/remove-one "
                 "(opacus#571): pass expected_batch_size='from_dataset_size' to use it all the same")
+        self.bandmf = self._mechanism(mechanism, steps, bands, coefficients, sampler, max_batch_size, where)
+        self.mechanism, self.bands = mechanism, 1 if self.bandmf is None else self.bandmf.bands
         if expected_batch_size == "from_dataset_size":
-            expected_batch_size = sample_rate * dataset_size
+            expected_batch_size = sample_rate * dataset_size / self.bands
         if (isinstance(expected_batch_size, (bool, str)) or not expected_batch_size > 0
                 or not math.isfinite(expected_batch_size)):
             raise ValueError(f"{where}: expected_batch_size must be a positive number or 'from_dataset_size' (a finite "
@@ -137,26 +154,46 @@ class Plan:
         self.unit, self.groups, self.relation, self.accountant_name = unit, groups, relation, accountant
         self.num_examples = self.dataset_size if unit == "example" else int(num_examples)
         self.buckets = self.buckets_for(self.num_examples)
-        expected = self.sample_rate * self.dataset_size
+        expected = self.sample_rate * self.dataset_size / self.bands   # a BandMF step samples one of b groups
         if abs(self.expected_batch_size - expected) > _BATCH_SIZE_RTOL * expected:
+            formula, per_group = ("q·N", "") if self.bands == 1 else ("q·N/b", f"/{self.bands}")
             warnings.warn(
-                f"Plan: expected_batch_size={self.expected_batch_size:g} is far from q·N = {self.sample_rate:g}·"
-                f"{self.dataset_size} = {expected:g} (NOTE [what a plan warns about]): the accountant reports ε for "
-                f"the sampling rate q, batches of {expected:g} {unit}s on average; if yours average "
-                f"{self.expected_batch_size:g}, the rate is {self.expected_batch_size / self.dataset_size:g} and the "
-                "ε is larger than reported", UserWarning, stacklevel=2)
+                f"Plan: expected_batch_size={self.expected_batch_size:g} is far from {formula} = {self.sample_rate:g}·"
+                f"{self.dataset_size}{per_group} = {expected:g} (NOTE [what a plan warns about]): the accountant "
+                f"reports ε for the sampling rate q, batches of {expected:g} {unit}s on average; if yours average "
+                f"{self.expected_batch_size:g}, the rate is "
+                f"{self.expected_batch_size * self.bands / self.dataset_size:g} and the ε is larger than reported",
+                UserWarning, stacklevel=2)
 
     def __repr__(self):
+        how = "" if self.bandmf is None else f", bandmf with {self.bands} bands"
         return (f"Plan(N={self.dataset_size} {self.unit}s, q={self.sample_rate:g}, σ={self.noise_multiplier:g}, "
                 f"C={self.max_norm}, steps={self.steps}, n={self.expected_batch_size:g}, {self.relation}, "
-                f"accountant={self.accountant_name!r})")
+                f"accountant={self.accountant_name!r}{how})")
+
+    @staticmethod
+    def _mechanism(mechanism, steps, bands, coefficients, sampler, max_batch_size, where):
+        """None for DP-SGD (refusing BandMF's arguments), else the :class:`~cuvmap.dp.bandmf.BandMF`."""
+        if mechanism == "bandmf":
+            return bandmf.BandMF(steps, bands, coefficients, sampler, max_batch_size, where=where)
+        if mechanism != "dpsgd":
+            raise ValueError(f"{where}: mechanism must be 'dpsgd' or 'bandmf', got {mechanism!r}")
+        for name, value in (("bands", bands), ("coefficients", coefficients), ("max_batch_size", max_batch_size)):
+            if value is not None:
+                raise ValueError(f"{where}: {name} is for mechanism='bandmf' (this plan is DP-SGD's)")
+        bandmf.mechanism.check_sampler(sampler, "dpsgd", where)
+        return None
 
     # -- the sampler and the padding ------------------------------------------------------
 
     def sample(self, rng, user_of_example=None):
         """One step's Poisson batch: the indices of the sampled examples (each in with
         probability ``q``); with ``unit="user"``, ``(indices, user slots)`` for the users of
-        ``user_of_example`` (each user in with probability ``q``, all its examples)."""
+        ``user_of_example`` (each user in with probability ``q``, all its examples). A
+        BandMF plan samples cyclically: use :meth:`sampler`."""
+        if self.bandmf is not None:
+            raise ValueError("Plan.sample: a bandmf plan samples cyclically (step t from group t mod b, groups drawn "
+                             "once): sampler = plan.sampler(rng), then sampler.sample(t)")
         if self.unit == "user":
             if user_of_example is None:
                 raise ValueError("Plan.sample: a user-level plan samples users: pass user_of_example, the user id "
@@ -166,10 +203,26 @@ class Plan:
             raise ValueError("Plan.sample: an example-level plan samples examples; user_of_example is for unit='user'")
         return sampling.poisson_sample(self.dataset_size, self.sample_rate, rng)
 
+    def sampler(self, rng, user_of_example=None):
+        """A sampler of the plan's units drawing from ``rng``, whose ``sample(step)`` gives
+        step ``step``'s batch (as :meth:`sample`): cyclic Poisson over ``b`` groups for BandMF
+        (the groups drawn from ``rng`` now, once), plain Poisson for DP-SGD (the draws of
+        :meth:`sample`) (:class:`~cuvmap.dp.bandmf.CyclicPoissonSampler`)."""
+        if self.unit == "user" and user_of_example is None:
+            raise ValueError("Plan.sampler: a user-level plan samples users: pass user_of_example, the user id of "
+                             "every example")
+        if self.unit == "example" and user_of_example is not None:
+            raise ValueError("Plan.sampler: an example-level plan samples examples; user_of_example is for "
+                             "unit='user'")
+        if self.bandmf is None:
+            return bandmf.CyclicPoissonSampler(self.dataset_size, self.sample_rate, 1, rng,
+                                               user_of_example=user_of_example)
+        return self.bandmf.sampler(self.dataset_size, self.sample_rate, rng, user_of_example)
+
     def buckets_for(self, num_examples):
         """The padded sizes for Poisson batches over ``num_examples`` examples (a shard's,
         under data parallelism): ``batch_buckets(q · num_examples, num_examples)``."""
-        return padding.batch_buckets(max(self.sample_rate * num_examples, 1e-9), int(num_examples))
+        return padding.batch_buckets(max(self.sample_rate * num_examples / self.bands, 1e-9), int(num_examples))
 
     def pad(self, batch, buckets=None):
         """``(padded, mask)``: ``batch`` padded to the smallest of ``buckets`` (the plan's by
@@ -197,6 +250,32 @@ class Plan:
         """Standard normal draws shaped like ``like`` (the parameters), for ``noise=`` of a
         jitted step (:func:`cuvmap.dp.standard_normal_like`)."""
         return noise_mod.standard_normal_like(like, rng)
+
+    def noise_state(self, like):
+        """The state of the plan's noise before step 0, for :meth:`correlated_noise`: ``b − 1``
+        zero buffers shaped like each leaf of ``like`` (the parameters), stacked
+        (:meth:`cuvmap.dp.bandmf.BandedNoise.init`); empty ones for DP-SGD."""
+        return self._noise_process().init(like)
+
+    def correlated_noise(self, state, step, noise=None, *, key=None):
+        """``(w_t, state')``: the noise of step ``t = step`` for :meth:`private_gradient`'s
+        ``noise=``, from fresh standard normal draws ``noise = z_t`` (:meth:`noise`) or from
+        the counter-based ``key`` (``cuvmap.random``); a pure function of its arguments, so
+        a jitted step can carry the state. BandMF: ``w_t = d_t u_t``,
+        ``u_t = (z_t − Σ_j c_j u_{t−j}) / c_0`` (:class:`~cuvmap.dp.bandmf.BandedNoise`);
+        DP-SGD: ``w_t = z_t``."""
+        if (noise is None) == (key is None):
+            raise ValueError("Plan.correlated_noise: pass either noise (standard normal draws: plan.noise(params, "
+                             "rng)) or key (a cuvmap.random key, for draws inside jit)")
+        process = self._noise_process()
+        return process.update(state, noise, step) if key is None else process.draw(state, key, step)
+
+    def _noise_process(self):
+        if self.bandmf is not None:
+            return self.bandmf.noise
+        if self.steps < 1:
+            raise ValueError("Plan.correlated_noise: a plan of 0 steps releases no noise")
+        return bandmf.BandedNoise(bandmf.BandedStrategy.dpsgd(self.steps))
 
     def private_gradient(self, clipped, *, noise=None, rng=None, axis_name="auto"):
         """``(Σ clip + σ·Δ·z) / n`` for ``clipped``, a :class:`~cuvmap.dp.ClippedGradient`
@@ -233,11 +312,13 @@ class Plan:
 
     def accountant(self, steps=None, name=None):
         """A fresh accountant (``name``, the plan's by default) that has composed ``steps``
-        steps (the plan's ``T`` by default) of the subsampled Gaussian with ``(q, σ)``."""
+        steps (the plan's ``T`` by default) of the subsampled Gaussian with ``(q, σ)``; for
+        BandMF a :class:`~cuvmap.dp.bandmf.BandMFAccountant` over it (``⌈T/b⌉`` steps)."""
         name = self.accountant_name if name is None else name
         if name not in ACCOUNTANTS:
             raise ValueError(f"Plan.accountant: accountant must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
-        acct = ACCOUNTANTS[name]()
+        acct = ACCOUNTANTS[name]() if self.bandmf is None else self.bandmf.accountant(ACCOUNTANTS[name],
+                                                                                       self.dataset_size)
         steps = self.steps if steps is None else steps
         if steps:
             acct.step(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate, num_steps=steps)
@@ -255,6 +336,23 @@ class Plan:
                 f"δ = 1/N, so such a δ guarantees little whatever ε says; choose δ well below 1/N (1/N^1.1, or "
                 f"1/(10·N))", UserWarning, stacklevel=2)
         return self.accountant(steps, accountant).get_epsilon(delta)
+
+    def calibrated(self, target_epsilon, delta, accountant=None, *, rtol=1e-3):
+        """A copy of the plan whose ``noise_multiplier`` is the smallest σ meeting
+        ``(target_epsilon, delta)`` over its ``steps`` by ``accountant`` (``"pld"`` or
+        ``"rdp"``; the plan's by default): :func:`cuvmap.dp.calibrate_noise` for DP-SGD,
+        over ``⌈T/b⌉`` steps for BandMF (:func:`cuvmap.dp.bandmf.calibrate_noise`)."""
+        name = self.accountant_name if accountant is None else accountant
+        if name not in ("rdp", "pld"):
+            raise ValueError(f"Plan.calibrated: the noise is calibrated by 'pld' or 'rdp', got {name!r}")
+        if self.bandmf is None:
+            sigma = accounting.calibrate_noise(target_epsilon, delta, self.sample_rate, self.steps, name, rtol=rtol)
+        else:
+            sigma = self.bandmf.calibrate_noise(target_epsilon, delta, self.sample_rate, self.dataset_size, name,
+                                                rtol=rtol)
+        plan = copy.copy(self)
+        plan.noise_multiplier = sigma
+        return plan
 
     def epsilons(self, delta, steps=None):
         """``{accountant name: ε}`` for every accountant of :data:`ACCOUNTANTS` (warning once

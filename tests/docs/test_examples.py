@@ -107,6 +107,21 @@ def test_dp_sgd_digits_without_dp():
     assert eps is None and acc > 0.3  # four epochs of ordinary training already learn something
 
 
+def test_dp_logistic_regression_bandmf_runs_and_audits(capsys):
+    """The BandMF example at a tiny size: both mechanisms at the same ε (by PLD), the table
+    printed, and the canary audit below the accounted ε."""
+    result = load("dp_logistic_regression_bandmf").main(
+        ["--device", "cpu", "--limit", "400", "--steps", "24", "--batch", "10", "--seeds", "2", "--audit-runs", "2000"])
+    out = capsys.readouterr().out
+    assert "| DP-SGD | 1 |" in out and "| BandMF | 4 |" in out and "canary audit" in out
+    eps = [float(v) for v in re.findall(r"\| \d+ \| ([0-9.]+) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ±", out)]
+    assert len(eps) == 2 and all(0.99 <= e <= 1.0 for e in eps)      # both calibrated to ε = 1 (PLD)
+    for losses, accs in (result["dpsgd"], result["bandmf"]):
+        assert len(losses) == 2 and np.all(np.isfinite(losses)) and np.all((0 <= accs) & (accs <= 1))
+    lower, accounted = result["audit"]
+    assert 0 <= lower < accounted
+
+
 def test_ensemble_vmapped_training_equals_one_by_one():
     accs, ens_acc, worst = load("ensemble").main(["--device", "cpu", "--members", "3", "--steps", "3", "--batch", "8",
                                                   "--progress", "off"])
@@ -149,6 +164,8 @@ GPU_RUNS = [
                  lambda r: r[1] < 1e-4, marks=pytest.mark.slow),
     pytest.param("rnn_per_example", ["--batch", "8", "--length", "5", "--train", "64", "--steps", "2"],
                  lambda r: r[0] < 1e-5 and r[2] > 0, marks=pytest.mark.slow),
+    pytest.param("dp_logistic_regression_bandmf", ["--limit", "200", "--steps", "8", "--batch", "10", "--seeds", "1"],
+                 lambda r: all(np.all(np.isfinite(v[0])) for v in r.values()), marks=pytest.mark.slow),
 ]
 
 
@@ -175,6 +192,8 @@ COMMAND_CASES = [
     ("ensemble", ["--members", "--steps", "--batch", "--lr"], "(default: 150)"),
     ("resnet_per_example", ["--steps", "--batch", "--width", "--lr", "--max-norm"], "(default: 200)"),
     ("rnn_per_example", ["--batch", "--length", "--train", "--steps", "--lr", "--max-norm", "--noise"], "(default: 24)"),
+    ("dp_logistic_regression_bandmf", ["--epsilon", "--bands", "--steps", "--batch", "--lr", "--max-norm", "--seeds",
+                                       "--limit"], "(default: 500)"),
 ]
 
 
@@ -214,6 +233,7 @@ BAD_VALUES = [(c[0], option, "0") for c in COMMAND_CASES for option in c[1]] + [
     ("dp_sgd_digits", "--batch", "-3"), ("dp_sgd_digits", "--delta", "1"), ("dp_sgd_digits", "--epochs", "inf"),
     ("ensemble", "--members", "-1"), ("quickstart", "--batch", "x"), ("jacobians", "--hidden", "2.5"),
     ("resnet_per_example", "--dropout", "1"),
+    ("dp_logistic_regression_bandmf", "--audit-runs", "-1"), ("dp_logistic_regression_bandmf", "--delta", "0"),
 ]
 
 
