@@ -429,7 +429,7 @@ def test_the_processes_of_a_job_take_process_0s_measured_choices(tmp_path):
 # 4. what the check cannot see, stated (docs/caveats-distributed-dp.md) and shown
 # ---------------------------------------------------------------------------------------
 
-CAVEATS = ROOT / "docs" / "caveats-distributed-dp.md"
+CAVEATS = ROOT / "docs" / "caveats.md"
 
 
 def test_a_psum_in_a_branch_one_process_takes_gives_one_wrong_value_then_stops():

@@ -19,7 +19,7 @@ import cuvmap as cv
 from cuvmap import dp, random
 from cuvmap.dp import bandmf
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 N, T = 600, 40
 
 
