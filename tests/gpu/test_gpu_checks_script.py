@@ -136,7 +136,7 @@ def test_the_first_check_runs_end_to_end_on_the_strict_stand_in(tmp_path):
     synchronisation) and on the host (no graph, the IndexError at the gather); the gpu tests
     of a real file run on the stand-in."""
     proc, out, elapsed = _run(tmp_path, strict="1",
-                              GPU_CHECKS_TESTS=f"{ROOT / 'tests' / 'test_device_checks.py'} "
+                              GPU_CHECKS_TESTS=f"{ROOT / 'tests' / 'gpu' / 'test_device_checks.py'} "
                                                f"{tmp_path / 'test_probe.py'}")
     summary = (out / "summary_tests.txt").read_text()
     for check, graphs in (("device", 1), ("host", 0)):

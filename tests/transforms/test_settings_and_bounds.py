@@ -30,14 +30,14 @@ READERS = {
     "CUVMAP_CPU_THREADS": "str(cpu_threads._why_fixed())",
     "CUVMAP_CUDNN_MAX_WORKSPACE_BYTES": "cudnn.max_workspace_bytes()",
     "CUVMAP_DISABLE_CUDNN": "cudnn._settings['enabled']",
-    "CUVMAP_DISABLE_ONEDNN": "onednn._settings['enabled']",
-    "CUVMAP_ONEDNN_LIBRARY": "onednn._library_candidates()",
-    "CUVMAP_ONEDNN_THREADING": "(onednn._default_threading('openmp'), onednn._settings['threading'])[1]",
+    "CUVMAP_DISABLE_ONEDNN": "libdnnl._settings['enabled']",
+    "CUVMAP_ONEDNN_LIBRARY": "libdnnl._library_candidates()",
+    "CUVMAP_ONEDNN_THREADING": "(openmp._default_threading('openmp'), openmp._settings['threading'])[1]",
 }
 _PROBE = """
 import json, sys
 from cuvmap import config
-from cuvmap.cpu import onednn, threads as cpu_threads
+from cuvmap.cpu import libdnnl, openmp, threads as cpu_threads
 from cuvmap.cuda import cudnn
 from cuvmap.distributed import watchdog
 from cuvmap.lax import convolution
