@@ -194,6 +194,7 @@ COMMAND_CASES = [
     ("rnn_per_example", ["--batch", "--length", "--train", "--steps", "--lr", "--max-norm", "--noise"], "(default: 24)"),
     ("dp_logistic_regression_bandmf", ["--epsilon", "--bands", "--steps", "--batch", "--lr", "--max-norm", "--seeds",
                                        "--limit"], "(default: 500)"),
+    ("dp_fashion_mnist", ["--batch", "--epochs", "--limit", "--lr", "--max-norm", "--noise"], "(default: 2048)"),
 ]
 
 
