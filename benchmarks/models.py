@@ -297,3 +297,79 @@ def jax_per_example_loss(params, x, y):
 
 def jax_batch_loss(params, xs, ys):
     return _jax_xent(jax_forward(params, xs), ys)
+
+
+# ---------------------------------------------------------------------------------------
+# Tramèr & Boneh's tanh CNN (examples/dp_fashion_mnist.py's network, issue 37)
+# ---------------------------------------------------------------------------------------
+# conv 1→16 (8×8, stride 2, padding 2), tanh, max pool 2 stride 1, conv 16→32 (4×4, stride 2),
+# tanh, max pool 2 stride 1, dense 512 → 32, tanh, dense 32 → 10: 26,010 parameters, the
+# same dict layout as the benchmark CNN's (conv weights (O, I, kh, kw), dense (in, out)).
+TANH_CNN_SHAPES = {"w1": (16, 1, 8, 8), "b1": (16,), "w2": (32, 16, 4, 4), "b2": (32,),
+                   "w3": (512, 32), "b3": (32,), "w4": (32, 10), "b4": (10,)}
+
+
+def tanh_cnn_params(seed=0, dtype=np.float32):
+    """torch's default initialisation (uniform in ±1/√fan_in) of the tanh CNN."""
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in TANH_CNN_SHAPES.items():
+        weight = TANH_CNN_SHAPES["w" + name[1:]]
+        fan_in = int(np.prod(weight[1:])) if len(weight) == 4 else weight[0]
+        params[name] = rng.uniform(-1, 1, shape).astype(dtype) / np.sqrt(fan_in).astype(dtype)
+    return params
+
+
+def tanh_cnn_data(batch, seed=1, dtype=np.float32):
+    """Images in [0, 1] ``(batch, 1, 28, 28)`` and labels, as Fashion-MNIST's."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0, 1, (batch,) + CNN_INPUT).astype(dtype), rng.integers(0, CNN_CLASSES, batch).astype(np.int64)
+
+
+def cuvmap_tanh_cnn_forward(params, x):
+    from cuvmap import named_scope, nn
+
+    with named_scope("conv1"):
+        h = nn.max_pool2d(nn.tanh(nn.conv(x, params["w1"], params["b1"], stride=2, padding=2)), 2, stride=1)
+    with named_scope("conv2"):
+        h = nn.max_pool2d(nn.tanh(nn.conv(h, params["w2"], params["b2"], stride=2)), 2, stride=1)
+    with named_scope("dense"):
+        h = nn.tanh(h.reshape(h.shape[0], -1) @ params["w3"] + params["b3"])
+        return h @ params["w4"] + params["b4"]
+
+
+def cuvmap_tanh_cnn_per_example_loss(params, x, y):
+    return _cross_entropy(cuvmap_tanh_cnn_forward(params, x[None]), y[None])
+
+
+def cuvmap_tanh_cnn_batch_loss(params, xs, ys):
+    return _cross_entropy(cuvmap_tanh_cnn_forward(params, xs), ys)
+
+
+def torch_tanh_cnn_forward(params, x):
+    import torch
+    import torch.nn.functional as F
+
+    h = F.max_pool2d(torch.tanh(F.conv2d(x, params["w1"], params["b1"], stride=2, padding=2)), 2, 1)
+    h = F.max_pool2d(torch.tanh(F.conv2d(h, params["w2"], params["b2"], stride=2)), 2, 1)
+    h = torch.tanh(h.reshape(h.shape[0], -1) @ params["w3"] + params["b3"])
+    return h @ params["w4"] + params["b4"]
+
+
+def torch_tanh_cnn_per_example_loss(params, x, y):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(torch_tanh_cnn_forward(params, x.unsqueeze(0)), y.unsqueeze(0))
+
+
+def torch_tanh_cnn_module(params):
+    """The tanh CNN as a ``torch.nn.Sequential`` (Tramèr & Boneh's ``MNIST_CNN``) holding ``params``."""
+    import torch
+
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(1, 16, 8, stride=2, padding=2), nn.Tanh(), nn.MaxPool2d(2, 1),
+                        nn.Conv2d(16, 32, 4, stride=2), nn.Tanh(), nn.MaxPool2d(2, 1), nn.Flatten(),
+                        nn.Linear(512, 32), nn.Tanh(), nn.Linear(32, 10))
+    _load_torch(net, [params["w1"], params["b1"], params["w2"], params["b2"], params["w3"].T, params["b3"],
+                      params["w4"].T, params["b4"]])
+    return net
