@@ -43,23 +43,47 @@ def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
     return _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
 
 
+def _upcast_half(x):
+    """``(x in float32, float16)`` for a float16 ``x``, else ``(x, None)``. NOTE [half
+    precision accumulates in float32]: a float16 count or sum overflows past 65504 and
+    stops counting at 2048 (its largest consecutive integer), so that the mean of 70,000
+    float16 ones would be inf/inf = NaN and a gradient 1/count flush to 0; NumPy and JAX
+    (``_upcast_f16``) accumulate means and variances of float16 in float32 and round the
+    result back, and so does cuvmap: the casts are primitives, so ``jit`` (and the fused
+    GPU kernels) and the derivatives see the float32 accumulation too."""
+    if np.dtype(core.dtype_of(x)) == np.float16:
+        return astype(x, np.float32), np.float16
+    return x, None
+
+
+def _round_back(out, dtype):
+    return out if dtype is None else astype(out, dtype)
+
+
 def mean(x, axis=None, keepdims=False):
+    """The mean over ``axis``: integers and booleans in float64, float16 accumulated in float32
+    (NOTE [half precision accumulates in float32])."""
     axes = _axes(x, axis, "mean")
     count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
     if not core.is_float(x):
         x = astype(x, np.float64)
-    return ew.div(sum(x, axes, keepdims), count)
+    x, half = _upcast_half(x)
+    return _round_back(ew.div(sum(x, axes, keepdims), count), half)
 
 
 def var(x, axis=None, keepdims=False, ddof=0):
+    """``mean(|x − mean(x)|²)`` with ``count − ddof`` as the divisor; float16 accumulated in float32."""
     axes = _axes(x, axis, "var")
     count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
+    x, half = _upcast_half(x)
     centered = ew.sub(x, mean(x, axes, keepdims=True))
-    return ew.div(sum(square(centered), axes, keepdims), count - ddof)
+    return _round_back(ew.div(sum(square(centered), axes, keepdims), count - ddof), half)
 
 
 def std(x, axis=None, keepdims=False, ddof=0):
-    return ew.sqrt(var(x, axis, keepdims, ddof))
+    """``sqrt(var(x))``; float16 accumulated in float32."""
+    x, half = _upcast_half(x)
+    return _round_back(ew.sqrt(var(x, axis, keepdims, ddof)), half)
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
@@ -88,8 +112,12 @@ def argmin(x, axis=None):
 
 
 def logsumexp(x, axis=None, keepdims=False):
-    """``log(sum(exp(x)))`` computed stably by shifting with the (constant) maximum."""
+    """``log(sum(exp(x)))`` computed stably by shifting with the (constant) maximum; float16
+    accumulated in float32 (NOTE [half precision accumulates in float32])."""
     axes = _axes(x, axis, "logsumexp")
+    x, half = _upcast_half(x)
+    if half is not None:
+        return _round_back(logsumexp(x, axes, keepdims), half)
     m = stop_gradient(max(x, axes, keepdims=True))
     m = where(ew.eq(ew.abs(m), np.inf), 0.0, m)
     out = ew.add(ew.log(sum(ew.exp(ew.sub(x, m)), axes, keepdims=True)), m)
