@@ -86,7 +86,7 @@ def main(argv=None):
     parser.add_argument("--max-norm", type=positive_float, default=PAPER["max_norm"], help="clipping norm C")
     parser.add_argument("--noise", type=positive_float, default=PAPER["noise"], help="noise multiplier σ")
     parser.add_argument("--delta", type=open_unit_interval, default=PAPER["delta"], help="the δ of the (ε, δ)")
-    parser.add_argument("--seed", type=int, default=0, help="the seed of the initialisation, sampling and noise")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the initialisation, the sampling and the noise")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first LIMIT training examples (a quick try; the accounting follows)")
     parser.add_argument("--processes", type=positive_int, default=None,

@@ -204,10 +204,14 @@ def initialize(*, timeout=None):
     """Joins this process to its job and returns the job's :class:`ProcessGroup` (made on
     the first call; later calls return it).
 
-    Reads the launcher's environment (:func:`cuvmap.distributed.launcher.detect`: MPICH's
-    and Intel MPI's ``PMI_*``, Open MPI's ``OMPI_COMM_WORLD_*``). Without a launcher the
-    job is this one process and needs no MPI; under one it joins ``mpi4py``'s
-    ``COMM_WORLD`` and checks that it has the launcher's size. In a job of several it
+    Reads the launcher's environment (:func:`cuvmap.distributed.launcher.detect`, NOTE
+    [launchers]: MPICH's and Intel MPI's ``PMI_*``, Open MPI's ``OMPI_COMM_WORLD_*``,
+    Slurm's ``SLURM_*`` under ``srun``, torchrun's ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
+    ``MASTER_PORT``). Without a launcher the job is this one process and needs no MPI;
+    under an MPI launcher or ``srun`` it joins ``mpi4py``'s ``COMM_WORLD`` and checks that
+    it has the launcher's size; under a torchrun-style one (no MPI) the processes meet at
+    ``MASTER_ADDR:MASTER_PORT`` and talk through NCCL (NOTE [the TCP rendezvous] in
+    :mod:`cuvmap.distributed.rendezvous`: CuPy and a GPU per process). In a job of several it
     installs the guards of NOTE [a job ends when one process fails] (an uncaught exception
     or ``sys.exit(n)`` aborts the job; a process that ends while another waits in a
     collective is reported on both at once; a collective that waits longer than
@@ -234,6 +238,9 @@ def initialize(*, timeout=None):
     if info.launcher is None:
         _group = ProcessGroup(timeout=timeout)
         return _group
+    if not info.uses_mpi:
+        _group = _initialize_without_mpi(info, timeout)
+        return _group
     try:
         from mpi4py import MPI
     except ImportError as err:
@@ -241,6 +248,11 @@ def initialize(*, timeout=None):
             f"this is process {info.rank} of {info.size} of a job started by {info.launcher}, but mpi4py is not "
             "installed: pip install 'cuvmap[distributed]' (mpi4py and the mpich wheel, whose mpiexec to use)") from err
     comm = MPI.COMM_WORLD
+    if comm.Get_size() != info.size and info.launcher == launch_mod.SLURM:
+        raise DistributedError(
+            f"srun started {info.size} tasks, but mpi4py's MPI sees {comm.Get_size()}: MPI did not join srun's tasks "
+            "into one job. Start them with srun --mpi=pmix (or --mpi=pmi2, as your cluster's MPI supports), or use "
+            "mpiexec inside the allocation")
     if comm.Get_size() != info.size:
         raise DistributedError(
             f"the launcher ({info.launcher}) started {info.size} processes, but mpi4py's MPI sees "
@@ -253,6 +265,31 @@ def initialize(*, timeout=None):
     threads_mod.share_cores(info.local_size)
     _select_gpu(info.local_rank)
     _group = group
+    return group
+
+
+def _initialize_without_mpi(info, timeout):
+    """A torchrun-style job: the TCP rendezvous at ``MASTER_ADDR:MASTER_PORT``, then NCCL for
+    every collective (NOTE [the TCP rendezvous] in :mod:`cuvmap.distributed.rendezvous`)."""
+    from cuvmap.distributed import rendezvous  # noqa: PLC0415 - only torchrun-style jobs need it
+
+    if info.size == 1:
+        return ProcessGroup(timeout=timeout, launcher=info.launcher)
+    if backend.cupy_module() is None or not backend.gpu_available():
+        raise DistributedError(
+            f"this is process {info.rank} of {info.size} of a {info.launcher} job: such a job meets over TCP and "
+            "talks through NCCL, which needs CuPy and a GPU per process, and this process has "
+            f"{'no CuPy' if backend.cupy_module() is None else 'no GPU'}. Jobs on the CPU talk through MPI: start "
+            "them with mpiexec -n P (or srun under Slurm), after pip install 'cuvmap[distributed]'")
+    _select_gpu(info.local_rank)
+    bootstrap = rendezvous.StoreBootstrap(info.rank, info.size, *info.rendezvous)
+    gpu = _nccl.NCCLEngine(info.rank, info.size, bootstrap)
+    group = ProcessGroup(local_rank=info.local_rank, timeout=timeout, launcher=info.launcher, bootstrap=bootstrap,
+                         engines={"gpu": gpu, "cpu": rendezvous.HostThroughDevice(gpu)})
+    gpu.watchdog = group.watchdog
+    watchdog_mod.install_excepthook(group.describe(), group.abort)
+    watchdog_mod.install_exit_hooks(group.describe(), group.abort, group.end)
+    threads_mod.share_cores(info.local_size)
     return group
 
 

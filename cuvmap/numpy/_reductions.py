@@ -43,14 +43,16 @@ def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
     return _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
 
 
+# NOTE [half precision accumulates in float32]
+# A float16 count or sum overflows past 65504 and stops counting at 2048 (its largest
+# consecutive integer), so that the mean of 70,000 float16 ones would be inf/inf = NaN and
+# a gradient 1/count flush to 0. NumPy and JAX (``_upcast_f16``) accumulate means and
+# variances of float16 in float32 and round the result back, and so does cuvmap: the casts
+# are primitives, so ``jit`` (and the fused GPU kernels) and the derivatives see the
+# float32 accumulation too. (A float16 ``sum`` keeps NumPy's float16 pairwise sum: its
+# result is float16 either way.)
 def _upcast_half(x):
-    """``(x in float32, float16)`` for a float16 ``x``, else ``(x, None)``. NOTE [half
-    precision accumulates in float32]: a float16 count or sum overflows past 65504 and
-    stops counting at 2048 (its largest consecutive integer), so that the mean of 70,000
-    float16 ones would be inf/inf = NaN and a gradient 1/count flush to 0; NumPy and JAX
-    (``_upcast_f16``) accumulate means and variances of float16 in float32 and round the
-    result back, and so does cuvmap: the casts are primitives, so ``jit`` (and the fused
-    GPU kernels) and the derivatives see the float32 accumulation too."""
+    """``(x in float32, float16)`` for a float16 ``x``, else ``(x, None)``."""
     if np.dtype(core.dtype_of(x)) == np.float16:
         return astype(x, np.float32), np.float16
     return x, None

@@ -39,7 +39,9 @@ def job_env(**extra):
     """This environment for a job's processes: the checkout on PYTHONPATH, one BLAS and
     OpenMP thread per process (several processes share the machine's cores), no
     launcher variables of an enclosing job."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "MPI_LOCAL"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "OMPI_", "MPI_LOCAL", "SLURM_PROCID", "SLURM_STEP_", "MASTER_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
