@@ -16,7 +16,8 @@ SUITES = {
     "accounting": "benchmarks.suites.accounting",
     "memory": "benchmarks.suites.memory",
     "selfcheck": "benchmarks.suites.selfcheck",
+    "fashion_mnist": "benchmarks.suites.fashion_mnist",
 }
 # suites that time their cases in their own way (rounds under mpiexec, the accountants'
 # single calls): the rounds' options (--max-spread, --inject-slowdown, ...) do not reach them
-OWN_ROUNDS = {"distributed", "accounting"}
+OWN_ROUNDS = {"distributed", "accounting", "fashion_mnist"}

@@ -58,6 +58,7 @@ from cuvmap import config, distributed, dp, lax, nn
 from cuvmap.lax import parallel
 
 from benchmarks.report.progress import Progress
+from benchmarks.suites import weak_scaling
 from benchmarks.report.tables import DocTable, markdown_table, settings_table
 
 SUMMARY = "all-reduce bandwidth against mpi4py's Allreduce, and the DP-SGD step on 1 and 2 processes (mpiexec)"
@@ -75,6 +76,23 @@ DOC_TABLES = [
         ("size", lambda row, run: _fmt_bytes(row["bytes"]), "l"), ("method", "method", "l"),
         ("µs per call", "median_us", "r"), ("GB/s", "gb_per_s", "r"), ("× ceiling", "x_ceiling", "r"),
         ("× ceiling (mins)", "x_ceiling_min", "r")]),
+    DocTable("Weak scaling of the data-parallel DP-SGD step: E(P) = t(1) / t(P), one thread per process",
+             lambda run: run.get("weak_scaling") or [], [
+                 ("network", "network", "l"), ("examples per process", "batch", "r"), ("P", "processes", "r"),
+                 ("gradient kB", lambda row, run: row["gradient_bytes"] / 1e3, "r"),
+                 ("ms per step, 1 process", lambda row, run: statistics.median(row["ms_1"]), "r"),
+                 ("ms per step, P processes", lambda row, run: statistics.median(row["ms_p"]), "r"),
+                 ("E(P)", "efficiency_estimate", "r"), ("95% CI", lambda row, run: _interval(row), "l"),
+                 ("rounds", "rounds", "r")],
+             note="E(P): the Hodges–Lehmann estimate of t(1)/t(P) over the alternated pairs of runs; the model of "
+                  "how it falls with P (NOTE [weak scaling] in benchmarks/suites/weak_scaling.py) is on the "
+                  "[scaling page](scaling.md)."),
+    DocTable("What the model predicts for E(P) from this run's compute time (ring all-reduce)",
+             lambda run: weak_scaling.predictions(run.get("weak_scaling") or []), [
+                 ("network", "network", "l"), ("examples per process", "batch", "r"), ("link", "link", "l"),
+                 ("E(8)", "e8", "r"), ("E(64)", "e64", "r"), ("E(512)", "e512", "r")],
+             note="t_compute: this run's 1-process step time; the links' bandwidth B and latency α are the stated "
+                  "assumptions of weak_scaling.LINKS, not measurements."),
     DocTable("The DP-SGD step of the main job on 1 and 2 processes",
              lambda run: [run["dp_step"]] if run.get("dp_step") else [], [
                  ("ms per step, 1 process", "median_1", "r"), ("ms per step, 2 processes", "median_2", "r"),
@@ -96,6 +114,14 @@ def add_arguments(parser):
                         help="runs of the whole example on --processes processes with the check on and off, "
                              "alternately (0: none)")
     parser.add_argument("--check-epochs", type=float, default=10.0, help="epochs of each --check-runs run")
+    parser.add_argument("--scaling-rounds", type=int, default=5,
+                        help="weak scaling: pairs of runs (1 process, --scaling-processes), alternately (0: none)")
+    parser.add_argument("--scaling-processes", type=int, default=2, help="weak scaling: processes of the larger job")
+    parser.add_argument("--scaling-networks", nargs="+", choices=weak_scaling.NETWORKS,
+                        default=list(weak_scaling.NETWORKS), help="weak scaling: the networks")
+    parser.add_argument("--scaling-batch", type=int, nargs="+", default=[128, 1024],
+                        help="weak scaling: examples per process")
+    parser.add_argument("--scaling-steps", type=int, default=20, help="weak scaling: timed steps per run")
 
 
 def _job_env(processes, split):
@@ -320,6 +346,13 @@ def _check_runs(args, progress):
                 ratio=on / off - 1, epochs=args.check_epochs)
 
 
+def _interval(row):
+    low, high = row.get("low"), row.get("high")
+    if low is None or high is None or not (abs(low) < float("inf") and abs(high) < float("inf")):
+        return "–"
+    return f"[{low:.3g}, {high:.3g}]"
+
+
 def _fmt_bytes(n):
     for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size and n % size == 0:
@@ -356,7 +389,9 @@ def run(args, settings):
     print()
     print(settings_table(dict(settings, threads_per_process=args.threads_per_process)))
     print()
-    steps = 1 + (2 * args.dp_repeats if args.dp_epochs > 0 else 0) + (args.check_steps > 0) + 2 * args.check_runs
+    scaling_cases = [(n, b) for n in args.scaling_networks for b in args.scaling_batch] if args.scaling_rounds > 0 else []
+    steps = (1 + (2 * args.dp_repeats if args.dp_epochs > 0 else 0) + (args.check_steps > 0) + 2 * args.check_runs
+             + 2 * args.scaling_rounds * len(scaling_cases))
     out = {}
     with Progress(steps, args.progress) as progress:
         data, rows, table = _allreduce(args, progress)
@@ -405,6 +440,26 @@ def run(args, settings):
                 [("on", ", ".join(f"{t:.2f}" for t in c["ms_per_step_on"]), c["median_on"],
                   f"{100 * c['ratio']:+.1f}%"),
                  ("off", ", ".join(f"{t:.2f}" for t in c["ms_per_step_off"]), c["median_off"], "")]))
+        if scaling_cases:
+            rows = out["weak_scaling"] = []
+            with tempfile.TemporaryDirectory() as tmp:
+                for network, batch in scaling_cases:
+                    rows.append(weak_scaling.measure(network, batch, args.scaling_processes, args.scaling_rounds,
+                                                     args.scaling_steps, max(1, args.warmup), tmp, progress))
+            print()
+            print(f"Weak scaling of the data-parallel DP-SGD step (jit, dp.clipped_grad, the noise, psum, SGD): "
+                  f"E({args.scaling_processes}) = t(1) / t({args.scaling_processes}), one thread per process, "
+                  f"{args.scaling_rounds} alternated pairs of runs of {args.scaling_steps} steps each")
+            print()
+            print(markdown_table(
+                ["network", "examples per process", "gradient kB", "ms per step, 1 process",
+                 f"ms per step, {args.scaling_processes} processes", f"E({args.scaling_processes})", "95% CI"],
+                [(r["network"], r["batch"], r["gradient_bytes"] / 1e3, statistics.median(r["ms_1"]),
+                  statistics.median(r["ms_p"]), r["efficiency_estimate"], _interval(r)) for r in rows]))
+            print()
+            print(markdown_table(["network", "examples per process", "link", "E(8)", "E(64)", "E(512)"],
+                                 [(p["network"], p["batch"], p["link"], p["e8"], p["e64"], p["e512"])
+                                  for p in weak_scaling.predictions(rows)]))
         if args.dp_epochs > 0:
             times = {1: [], 2: []}
             for _ in range(args.dp_repeats):

@@ -492,7 +492,8 @@ def test_distributed_suite(capsys, tmp_path):
     pytest.importorskip("mpi4py", reason="mpi4py is not installed")
     res, out = _run(capsys, tmp_path, ["distributed", "--sizes", "4096", "65536", "--repeats", "2", "--warmup", "1",
                                        "--dp-epochs", "0.1", "--dp-repeats", "1", "--check-steps", "2", "--progress",
-                                       "off"])
+                                       "off", "--scaling-rounds", "2", "--scaling-networks", "tanh_cnn",
+                                       "--scaling-batch", "16", "--scaling-steps", "3"])
     methods = [r["method"] for r in res["allreduce"]]
     assert len(methods) == 12 and methods[0].startswith("mpi4py Allreduce (preallocated")
     assert len(res["check_per_collective"]) == 4  # 2 sizes, eager and jit
@@ -503,3 +504,20 @@ def test_distributed_suite(capsys, tmp_path):
         assert r["x_ceiling"] == 1 or not r["method"].startswith("mpi4py Allreduce (pre")
     assert set(res["dp_step"]["ms_per_step"]) == {"1", "2"} and res["dp_step"]["speedup"] > 0
     assert "| 64 KiB | cuvmap psum (data_parallel) |" in out and "DP-SGD step of the main job" in out
+    (scaling,) = res["weak_scaling"]
+    assert (scaling["network"], scaling["batch"], scaling["processes"], scaling["rounds"]) == ("tanh_cnn", 16, 2, 2)
+    assert len(scaling["ms_1"]) == len(scaling["ms_p"]) == 2 and scaling["efficiency_estimate"] > 0
+    assert scaling["gradient_bytes"] == 4 * 26010 and "Weak scaling of the data-parallel DP-SGD step" in out
+
+
+def test_the_weak_scaling_model():
+    """NOTE [weak scaling]: E = t_c / (t_c + 2(P−1)/P · n/B + 2(P−1)α); no communication, E = 1."""
+    from benchmarks.suites import weak_scaling
+
+    assert weak_scaling.predicted_efficiency(0.01, 0, 64, 1e9, 0.0) == 1.0
+    # 8 processes, 1 MB over 1 GB/s, 10 µs: 2·7/8·1e-3 + 14e-5 = 1.89e-3 s against 10 ms
+    assert weak_scaling.predicted_efficiency(0.01, 1e6, 8, 1e9, 1e-5) == pytest.approx(0.01 / (0.01 + 1.89e-3))
+    rows = [dict(network="mlp", batch=128, ms_1=[10.0, 12.0, 11.0], gradient_bytes=4e6)]
+    preds = weak_scaling.predictions(rows)
+    assert len(preds) == len(weak_scaling.LINKS)
+    assert all(1 >= p["e8"] >= p["e64"] >= p["e512"] > 0 for p in preds)
