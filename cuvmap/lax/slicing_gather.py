@@ -173,7 +173,7 @@ def frame_index_arrays(xp, operand_shape, indices, frame_rank, window_positions,
         if mode is GatherScatterMode.FILL_OR_DROP:
             ok = (s >= 0) & (s <= hi)
             mask = ok if mask is None else mask & ok
-        starts[d] = xp.clip(s, 0, max(hi, 0))
+        starts[d] = xp.minimum(xp.maximum(s, 0), max(hi, 0))
     for od, bd in zip(operand_batching_dims, indices_batching_dims):
         starts[od] = xp.arange(batch_shape[bd], dtype=np.int64)
         shape = [1] * len(batch_shape)
