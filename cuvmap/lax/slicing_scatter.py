@@ -52,6 +52,9 @@ def _bind(primitive, operand, scatter_indices, updates, dimension_numbers, indic
                         f"{type(dimension_numbers).__name__}")
     if not isinstance(updates, core.Tracer) and not hasattr(updates, "dtype"):
         updates = np.asarray(updates, dtype=core.dtype_of(operand))  # a Python number or list
+    if core.dtype_of(updates) != core.dtype_of(operand):
+        raise TypeError(f"{primitive.name}: updates of dtype {core.dtype_of(updates)} do not match the operand's "
+                        f"{core.dtype_of(operand)} (lax's scatters need the same dtype)")
     dnums = ScatterDimensionNumbers(*(tuple(int(d) for d in f) for f in dimension_numbers))
     return primitive.bind(operand, as_indices(scatter_indices), updates, dimension_numbers=dnums,
                           indices_are_sorted=bool(indices_are_sorted), unique_indices=bool(unique_indices),
