@@ -27,7 +27,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.shape import broadcast_in_dim
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, jvp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 
 
@@ -232,13 +232,7 @@ def check_index_structure(op, operand_shape, indices_shape, dropped, dropped_nam
 # ---------------------------------------------------------------------------------------
 
 
-class _IndexPrimitive(Primitive):
-    """Gathers and scatters: their params hold a NamedTuple and an enum, hashable."""
-
-    __slots__ = ()
-
-
-gather_p = _IndexPrimitive("gather")
+gather_p = Primitive("gather")
 
 
 def default_fill_value(dtype):
@@ -404,20 +398,8 @@ def zeros_of(like, shape, dtype):
     return broadcast_in_dim(core.full_like_concrete(like, 0, shape=(), dtype=dtype), tuple(shape), ())
 
 
-def _gather_vjp(ct, out, operand, indices, *, dimension_numbers, slice_sizes, unique_indices, indices_are_sorted,
-                mode, fill_value):
-    # the transpose is a scatter_add, defined with the scatters (which read gathers in
-    # their own rules): a documented cycle between the two modules
-    from cuvmap.lax.slicing_scatter import scatter_add_p
-
-    shape = core.shape_of(operand)
-    zeros = zeros_of(ct, shape, core.dtype_of(ct))
-    return scatter_add_p.bind(zeros, indices, ct, dimension_numbers=scatter_dnums_of_gather(dimension_numbers),
-                              indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
-                              mode=transpose_mode(mode, "gather"))
-
-
 batching.primitive_batchers[gather_p] = _gather_batch
 jvp.defjvp(gather_p, _gather_jvp, None)
-vjp.defvjp(gather_p, _gather_vjp, None, reads=(1,))
+# gather's transpose, a scatter_add, is registered with the scatters in
+# cuvmap/lax/slicing_scatter.py (NOTE [gather's transpose lives with the scatters])
 

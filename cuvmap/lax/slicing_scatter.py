@@ -22,13 +22,14 @@ would leave the operand.
 import numpy as np
 
 from cuvmap import backend, core
-from cuvmap.core import ShapedArray, ShapeError
+from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.control_flow import while_loop
 from cuvmap.lax.reduction import reduce_max
 from cuvmap.lax.slicing_gather import (
-    GatherScatterMode, ScatterDimensionNumbers, _IndexPrimitive, as_indices, check_index_structure,
-    frame_index_arrays, gather_dnums_of_scatter, gather_p, transpose_mode, window_operand_dims, zeros_of,
+    GatherScatterMode, ScatterDimensionNumbers, as_indices, check_index_structure,
+    frame_index_arrays, gather_dnums_of_scatter, gather_p, scatter_dnums_of_gather, transpose_mode,
+    window_operand_dims, zeros_of,
 )
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, not_mapped
@@ -38,11 +39,11 @@ from cuvmap.transforms.batching import bdim_at_front, not_mapped
 # declarations and public wrappers
 # ---------------------------------------------------------------------------------------
 
-scatter_p = _IndexPrimitive("scatter")
-scatter_add_p = _IndexPrimitive("scatter_add")
-scatter_mul_p = _IndexPrimitive("scatter_mul")
-scatter_min_p = _IndexPrimitive("scatter_min")
-scatter_max_p = _IndexPrimitive("scatter_max")
+scatter_p = Primitive("scatter")
+scatter_add_p = Primitive("scatter_add")
+scatter_mul_p = Primitive("scatter_mul")
+scatter_min_p = Primitive("scatter_min")
+scatter_max_p = Primitive("scatter_max")
 
 
 def _bind(primitive, operand, scatter_indices, updates, dimension_numbers, indices_are_sorted, unique_indices,
@@ -324,6 +325,27 @@ def _zeros_like_aval(like, aval):
 
 def _as_float(pred, like):
     return ew.convert_element_type(pred, core.dtype_of(like))
+
+
+# ---------------------------------------------------------------------------------------
+# gather's transpose
+# ---------------------------------------------------------------------------------------
+
+# NOTE [gather's transpose lives with the scatters]
+# gather transposes to scatter_add and scatter_add to gather. The gather module cannot
+# import this one (this one reads gathers in its rules, and the modules would form an
+# import cycle), so gather's VJP rule is registered here, next to scatter_add's.
+
+
+def _gather_vjp(ct, out, operand, indices, *, dimension_numbers, slice_sizes, unique_indices, indices_are_sorted,
+                mode, fill_value):
+    zeros = zeros_of(ct, core.shape_of(operand), core.dtype_of(ct))
+    return scatter_add_p.bind(zeros, indices, ct, dimension_numbers=scatter_dnums_of_gather(dimension_numbers),
+                              indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
+                              mode=transpose_mode(mode, "gather"))
+
+
+vjp.defvjp(gather_p, _gather_vjp, None, reads=(1,))
 
 
 # ---------------------------------------------------------------------------------------
