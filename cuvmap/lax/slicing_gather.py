@@ -326,6 +326,8 @@ def _gather_impl(operand, indices, *, dimension_numbers, slice_sizes, unique_ind
     out_shape = out_aval.shape
     if 0 in out_shape or 0 in operand.shape:
         return xp.zeros(out_shape, operand.dtype)
+    if xp is np and indices.ndim == 1 and not d.operand_batching_dims and 0 not in slice_sizes:
+        return _gather_one_window(operand, indices, d.start_index_map, slice_sizes, mode, fill_value, out_shape)
     arrays, mask = frame_index_arrays(xp, operand.shape, xp.asarray(indices), len(out_shape), d.offset_dims,
                                       slice_sizes, d.start_index_map, d.operand_batching_dims,
                                       d.start_indices_batching_dims, d.collapsed_slice_dims, mode)
@@ -335,6 +337,26 @@ def _gather_impl(operand, indices, *, dimension_numbers, slice_sizes, unique_ind
     if mask is not None:
         out = xp.where(mask, out, xp.asarray(fill_value, dtype=operand.dtype))
     return xp.ascontiguousarray(out)
+
+
+def one_window(operand_shape, indices, start_map, sizes, mode):
+    """The basic slices of the one window that a vector of indices starts (NumPy: the
+    indices are on the host), or None when ``mode`` drops or fills an out-of-bounds one:
+    a dynamic_slice or dynamic_update_slice runs as a view, not as fancy indexing."""
+    starts = [0] * len(operand_shape)
+    for k, dim in enumerate(start_map):
+        s, hi = int(indices[k]), operand_shape[dim] - sizes[dim]
+        if mode is GatherScatterMode.FILL_OR_DROP and not 0 <= s <= hi:
+            return None
+        starts[dim] = min(max(s, 0), hi)
+    return tuple(slice(s, s + n) for s, n in zip(starts, sizes))
+
+
+def _gather_one_window(operand, indices, start_map, slice_sizes, mode, fill_value, out_shape):
+    window = one_window(operand.shape, indices, start_map, slice_sizes, mode)
+    if window is None:
+        return np.full(out_shape, fill_value, operand.dtype)
+    return np.array(operand[window].reshape(out_shape))
 
 
 gather_p.impl = _gather_impl

@@ -28,7 +28,7 @@ from cuvmap.lax.control_flow import while_loop
 from cuvmap.lax.reduction import reduce_max
 from cuvmap.lax.slicing_gather import (
     GatherScatterMode, ScatterDimensionNumbers, as_indices, check_index_structure,
-    frame_index_arrays, gather_dnums_of_scatter, gather_p, scatter_dnums_of_gather, transpose_mode,
+    frame_index_arrays, gather_dnums_of_scatter, gather_p, one_window, scatter_dnums_of_gather, transpose_mode,
     window_operand_dims, zeros_of,
 )
 from cuvmap.transforms import batching, jvp, vjp
@@ -223,6 +223,14 @@ def _combine(kind, xp, flat, linear, vals, unique):
         {"add": cupyx.scatter_add, "min": cupyx.scatter_min, "max": cupyx.scatter_max}[kind](flat, linear, vals)
 
 
+def _combine_window(kind, target, vals):
+    """One window (a view of the output) combined with its updates in place."""
+    if kind == "replace":
+        target[...] = vals
+    else:
+        {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}[kind](target, vals, out=target)
+
+
 def _scatter_impl_for(kind):
     def impl(operand, indices, updates, *, dimension_numbers, indices_are_sorted, unique_indices, mode):
         d = dimension_numbers
@@ -233,6 +241,11 @@ def _scatter_impl_for(kind):
             return out
         drop = GatherScatterMode.CLIP if mode is GatherScatterMode.CLIP else GatherScatterMode.FILL_OR_DROP
         sizes = window_sizes(operand.shape, updates.shape, d)
+        if xp is np and indices.ndim == 1 and not d.operand_batching_dims:
+            window = one_window(operand.shape, indices, d.scatter_dims_to_operand_dims, sizes, drop)
+            if window is not None:
+                _combine_window(kind, out[window], updates.reshape(sizes))
+            return out
         arrays, mask = frame_index_arrays(xp, operand.shape, xp.asarray(indices), updates.ndim, d.update_window_dims,
                                           sizes, d.scatter_dims_to_operand_dims, d.operand_batching_dims,
                                           d.scatter_indices_batching_dims, d.inserted_window_dims, drop)
