@@ -41,7 +41,7 @@ from cuvmap.transforms.batching import bdim_at_front, not_mapped
 
 scatter_p = Primitive("scatter")
 scatter_add_p = Primitive("scatter_add")
-scatter_mul_p = Primitive("scatter_mul")
+scatter_mul_p = Primitive("scatter_mul", host_sync=True)  # CuPy: the repeat count read on the host (_multiply_at)
 scatter_min_p = Primitive("scatter_min")
 scatter_max_p = Primitive("scatter_max")
 
