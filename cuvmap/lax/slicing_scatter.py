@@ -244,7 +244,7 @@ def _scatter_impl_for(kind):
         if xp is np and indices.ndim == 1 and not d.operand_batching_dims:
             window = one_window(operand.shape, indices, d.scatter_dims_to_operand_dims, sizes, drop)
             if window is not None:
-                _combine_window(kind, out[window], updates.reshape(sizes))
+                _combine_window(kind, out[window] if window else out, updates.reshape(sizes))  # 0-d: out itself
             return out
         arrays, mask = frame_index_arrays(xp, operand.shape, xp.asarray(indices), updates.ndim, d.update_window_dims,
                                           sizes, d.scatter_dims_to_operand_dims, d.operand_batching_dims,

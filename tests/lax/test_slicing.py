@@ -314,6 +314,8 @@ def test_dynamic_update_slice_front_ends():
     want = x.copy()
     want[1:3] = 7.0
     np.testing.assert_array_equal(lax.dynamic_update_slice_in_dim(x, np.full((2, 4), 7.0), -2, 0), want)
+    scalar = lax.dynamic_update_slice(np.float64(1.0), 7, [])
+    assert scalar.shape == () and scalar == 7.0
 
 
 def test_index_in_dim_and_index_take():
