@@ -22,8 +22,13 @@ def take(x, indices, axis=None):
 
 def take_along_axis(x, indices, axis):
     """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
-    semantics; ``indices`` broadcasts against ``x`` on the other dims). Implemented as one
-    ``take`` on the flattened array with offset indices."""
+    semantics; ``indices`` broadcasts against ``x`` on the other dims; ``axis=None``
+    flattens ``x`` first, for 1-d ``indices``). Implemented as one ``take`` on the
+    flattened array with offset indices."""
+    if axis is None:
+        if len(shape(indices)) != 1:
+            raise ShapeError(f"take_along_axis: with axis=None the indices must be 1-d, got shape {shape(indices)}")
+        x, axis = ravel(x), 0
     axis = _axis(x, axis, "take_along_axis")
     x_shape = shape(x)
     idx_shape = shape(indices)

@@ -353,3 +353,9 @@ def test_narrow_index_dtypes_in_getitem_and_batched_take():
     np.testing.assert_array_equal(got[:, 0], x[np.arange(200), idx[:, 0]])
     neg = np.full((200, 1), -1, np.int8)
     np.testing.assert_array_equal(cv.vmap(lambda x, i: lax.take(x, i, 0))(x, neg)[:, 0], x[:, -1])
+
+
+def test_take_along_axis_none_flattens():
+    x = rng.standard_normal((3, 4))
+    idx = np.array([11, 0, 5, -1])
+    np.testing.assert_array_equal(cnp.take_along_axis(x, idx, None), np.take_along_axis(x, idx, None))
