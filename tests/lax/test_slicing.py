@@ -359,3 +359,18 @@ def test_take_along_axis_none_flattens():
     x = rng.standard_normal((3, 4))
     idx = np.array([11, 0, 5, -1])
     np.testing.assert_array_equal(cnp.take_along_axis(x, idx, None), np.take_along_axis(x, idx, None))
+
+
+def test_jit_of_grad_matches_eager():
+    x = rng.standard_normal((5, 3))
+    idx = np.array([[1], [4], [1], [-1]])
+    u = rng.standard_normal((4, 3))
+
+    def loss(x, u):
+        out = lax.scatter_max(x, idx, u, ROWS_S) + lax.scatter(x, idx, u, ROWS_S)
+        return (lax.gather(out, idx, ROWS, (1, 3), mode="fill", fill_value=0.0) ** 2).sum()
+
+    eager = cv.grad(loss, argnums=(0, 1))(x, u)
+    jitted = cv.jit(cv.grad(loss, argnums=(0, 1)))(x, u)
+    for a, b in zip(eager, jitted):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
