@@ -202,7 +202,8 @@ def _multiply_at(xp, flat, linear, vals):
     position = xp.arange(n)
     first = xp.ones(n, dtype=bool)
     first[1:] = targets[1:] != targets[:-1]
-    rank = position - xp.maximum.accumulate(xp.where(first, position, 0))
+    group = xp.cumsum(first) - 1
+    rank = position - position[first][group]  # the place of each update among its target's
     for r in range(int(rank.max()) + 1):
         chosen = rank == r
         flat[targets[chosen]] *= vals[chosen]
