@@ -374,3 +374,48 @@ def test_jit_of_grad_matches_eager():
     jitted = cv.jit(cv.grad(loss, argnums=(0, 1)))(x, u)
     for a, b in zip(eager, jitted):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# x.at[...] on traced values (cuvmap/numpy/_at.py): scatters of flat positions
+# ---------------------------------------------------------------------------------------
+
+AT_INDICES = [(1,), (slice(None), 2), (np.array([0, 2, 0]),), (Ellipsis, np.array([[1], [3]])),
+              (slice(None, None, -2), -1)]
+
+
+def _at_reference(method, x, index, values):
+    out = x.copy()
+    if method == "set":
+        out[index] = values
+        return out
+    ufunc = {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[method]
+    ufunc.at(out, index, values)
+    return out
+
+
+@pytest.mark.parametrize("method", ["set", "add", "multiply", "min", "max"])
+@pytest.mark.parametrize("index", AT_INDICES, ids=repr)
+def test_at_methods_match_numpy(method, index):
+    x = rng.standard_normal((3, 4))
+    values = rng.standard_normal(x[index].shape)
+    got = cv.jit(lambda x, v: getattr(x.at[index], method)(v))(x, values)
+    np.testing.assert_allclose(got, _at_reference(method, x, index, values), rtol=1e-12)
+
+
+def test_at_grads_vmap_and_traced_indices():
+    x = rng.standard_normal((3, 4))
+    v = rng.standard_normal(3)
+    # under jit, as the finite differences evaluate the function on concrete (NumPy) arrays
+    check_grads(cv.jit(lambda x, v: x.at[np.array([0, 2, 0]), 1].add(v)), (x, v))
+    check_grads(cv.jit(lambda x, v: x.at[:, 3].set(v)), (x, v))
+    check_grads(cv.jit(lambda x: x.at[1].multiply(2.0).at[0, 1:].divide(3.0).at[2].power(2.0)), (x,))
+    xs = rng.standard_normal((5, 3, 4))
+    idx = np.array([0, 2, 1, -1, 0])
+    # the loop references in NumPy (a concrete array has NumPy's methods, no .at)
+    got = cv.vmap(lambda x, i: x.at[i].add(1.0))(xs, idx)
+    np.testing.assert_allclose(got, np.stack([_at_reference("add", xs[b], idx[b], 1.0) for b in range(5)]))
+    got = cv.jit(lambda x, idx: cv.vmap(lambda i: x.at[:, i].set(0.0))(idx))(x, idx)  # x traced by jit
+    np.testing.assert_array_equal(got, np.stack([_at_reference("set", x, (slice(None), i), 0.0) for i in idx]))
+    np.testing.assert_array_equal(cv.jit(lambda x: x.at[1, ::2].get())(x), x[1, ::2])
+    np.testing.assert_allclose(cv.jit(lambda x: x.at[0].apply(cnp.exp))(x), np.vstack([np.exp(x[0]), x[1:]]))
