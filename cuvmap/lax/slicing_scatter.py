@@ -114,11 +114,15 @@ def scatter_apply(operand, scatter_indices, func, dimension_numbers, *, update_s
     applied to each targeted element, once per update that targets it (JAX's duplicate
     semantics). ``update_shape`` is the shape the updates would have. Computed as a count
     of targets per element (a scatter_add of ones) and a loop that applies ``func``
-    where the count exceeds the step; one step when no element is targeted twice."""
+    where the count exceeds the step (forward-mode differentiable); with
+    ``unique_indices=True`` one select of ``func(operand)``, differentiable in both modes
+    (JAX differentiates neither)."""
     dnums = ScatterDimensionNumbers(*(tuple(int(d) for d in f) for f in dimension_numbers))
     ones = np.ones(tuple(update_shape), np.int32)
     counts = scatter_add(zeros_of(operand, core.shape_of(operand), np.int32), scatter_indices, ones, dnums,
                          indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode)
+    if unique_indices:  # each element at most once: one step, differentiable in both modes
+        return ew.select(ew.gt(counts, np.int32(0)), func(operand), operand)
     steps = reduce_max(counts)
 
     def body(state):

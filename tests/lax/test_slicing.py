@@ -419,3 +419,14 @@ def test_at_grads_vmap_and_traced_indices():
     np.testing.assert_array_equal(got, np.stack([_at_reference("set", x, (slice(None), i), 0.0) for i in idx]))
     np.testing.assert_array_equal(cv.jit(lambda x: x.at[1, ::2].get())(x), x[1, ::2])
     np.testing.assert_allclose(cv.jit(lambda x: x.at[0].apply(cnp.exp))(x), np.vstack([np.exp(x[0]), x[1:]]))
+
+
+def test_scatter_apply_derivatives():
+    x = rng.standard_normal(5)
+    idx = np.array([[1], [3]])
+    f = lambda x: lax.scatter_apply(x, idx, cnp.sin, POINTS_S, update_shape=(2,), unique_indices=True)  # noqa: E731
+    check_grads(f, (x,))
+    repeated = np.array([[1], [1]])
+    g = lambda x: lax.scatter_apply(x, repeated, cnp.sin, POINTS_S, update_shape=(2,))  # noqa: E731
+    check_grads(g, (x,), modes=("fwd",))
+    np.testing.assert_allclose(g(x)[1], np.sin(np.sin(x[1])))
