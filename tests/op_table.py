@@ -1139,10 +1139,121 @@ def _rows_bits():
     return rows
 
 
+# ---------------------------------------------------------------------------------------
+# lax.gather, the scatters and their front ends (cuvmap.lax.slicing)
+# ---------------------------------------------------------------------------------------
+
+from cuvmap.lax import slicing_gather as lax_gather  # noqa: E402 - this block's own imports
+from cuvmap.lax import slicing_scatter as lax_scatter  # noqa: E402
+from slicing_references import gather_reference, scatter_reference  # noqa: E402
+
+_GDN = lax.GatherDimensionNumbers
+_SDN = lax.ScatterDimensionNumbers
+_PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
+_CLIP = lax.GatherScatterMode.CLIP
+_FILL = lax.GatherScatterMode.FILL_OR_DROP
+
+
+def _gather_row(name, dnums, slice_sizes, args, mode=None, fill_value=None, **kw):
+    parsed = _PROMISE if mode is None else lax.GatherScatterMode.from_any(mode)
+    params = {"dimension_numbers": dnums, "slice_sizes": slice_sizes, "unique_indices": False,
+              "indices_are_sorted": False, "mode": parsed, "fill_value": fill_value}
+    ref_mode = "fill" if parsed is _FILL else "clip"
+    return prim_row(name, lax_gather.gather_p, params,
+                    lambda x, i: lax.gather(x, i, dnums, slice_sizes, mode=mode, fill_value=fill_value),
+                    lambda x, i: gather_reference(x, i, dnums, slice_sizes, ref_mode, fill_value), args, **kw)
+
+
+_SCATTERS = {"replace": (lax.scatter, lax_scatter.scatter_p), "add": (lax.scatter_add, lax_scatter.scatter_add_p),
+             "mul": (lax.scatter_mul, lax_scatter.scatter_mul_p), "min": (lax.scatter_min, lax_scatter.scatter_min_p),
+             "max": (lax.scatter_max, lax_scatter.scatter_max_p)}
+
+
+def _scatter_row(name, kind, dnums, args, mode=None, **kw):
+    fun, prim = _SCATTERS[kind]
+    parsed = lax.GatherScatterMode.from_any(mode)
+    params = {"dimension_numbers": dnums, "indices_are_sorted": False, "unique_indices": False, "mode": parsed}
+    ref_mode = "clip" if parsed is _CLIP else "drop"
+    return prim_row(name, prim, params, lambda x, i, u: fun(x, i, u, dnums, mode=mode),
+                    lambda x, i, u: scatter_reference(kind, x, i, u, dnums, ref_mode), args, **kw)
+
+
+_ROWS_GDN = _GDN(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+_WINDOW_GDN = _GDN(offset_dims=(2, 3), collapsed_slice_dims=(), start_index_map=(0, 1))
+_COLUMNS_GDN = _GDN(offset_dims=(0,), collapsed_slice_dims=(1,), start_index_map=(1,))
+_BATCHING_GDN = _GDN(offset_dims=(2,), collapsed_slice_dims=(1,), start_index_map=(1,), operand_batching_dims=(0,),
+                     start_indices_batching_dims=(0,))
+_ROWS_SDN = _SDN(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
+_WINDOW_SDN = _SDN(update_window_dims=(1, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=(0, 1))
+_BATCHING_SDN = _SDN(update_window_dims=(2,), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(1,),
+                     operand_batching_dims=(0,), scatter_indices_batching_dims=(0,))
+_UNIQUE_ROWS = np.array([[3], [0], [4]])
+
+
+def _dynamic_slice_ref(x, i, j):
+    i = min(max(int(i) + (x.shape[0] if i < 0 else 0), 0), x.shape[0] - 2)
+    j = min(max(int(j) + (x.shape[1] if j < 0 else 0), 0), x.shape[1] - 3)
+    return x[i:i + 2, j:j + 3]
+
+
+def _dynamic_update_slice_ref(x, u, i, j):
+    i = min(max(int(i) + (x.shape[0] if i < 0 else 0), 0), x.shape[0] - u.shape[0])
+    j = min(max(int(j) + (x.shape[1] if j < 0 else 0), 0), x.shape[1] - u.shape[1])
+    out = x.copy()
+    out[i:i + u.shape[0], j:j + u.shape[1]] = u
+    return out
+
+
+def _rows_slicing():
+    """Indices drawn from [-n, n): negative ones are out of bounds for lax (clamped,
+    filled or dropped by the row's mode)."""
+    return [
+        _gather_row("gather_rows", _ROWS_GDN, (1, 4), [A(5, 4), I((3, 1), 5)], dtypes=ANY),
+        _gather_row("gather_window_clip", _WINDOW_GDN, (2, 3), [A(5, 6), I((2, 3, 2), 6)], mode="clip",
+                    dtypes=NUMERIC),
+        _gather_row("gather_columns_fill", _COLUMNS_GDN, (5, 1), [A(5, 6), I((4, 1), 6)], mode="fill",
+                    fill_value=0.5),
+        _gather_row("gather_batching_dims", _BATCHING_GDN, (1, 1, 4), [A(3, 5, 4), I((3, 2, 1), 5)]),
+        _gather_row("gather_int8_indices", _ROWS_GDN, (1, 4), [A(5, 4), I((3, 1), 5, np.int8)]),
+        _scatter_row("scatter_add_rows", "add", _ROWS_SDN, [A(5, 4), I((3, 1), 5), A(3, 4)], dtypes=NUMERIC),
+        _scatter_row("scatter_add_window_clip", "add", _WINDOW_SDN, [A(5, 6), I((2, 2), 6), A(2, 2, 3)],
+                     mode="clip"),
+        _scatter_row("scatter_add_batching_dims", "add", _BATCHING_SDN, [A(3, 5, 4), I((3, 2, 1), 5), A(3, 2, 4)]),
+        _scatter_row("scatter_rows", "replace", _ROWS_SDN, [A(5, 4), I((6, 1), 5), A(6, 4)], dtypes=ANY),
+        _scatter_row("scatter_window_clip", "replace", _WINDOW_SDN, [A(5, 6), I((3, 2), 6), A(3, 2, 3)],
+                     mode="clip"),
+        # duplicates: scatter_mul's derivative in the updates needs unique indices (JAX's
+        # rule), so this row differentiates the operand; the unique row below the updates
+        _scatter_row("scatter_mul_rows", "mul", _ROWS_SDN, [A(5, 4), I((3, 1), 5), A(3, 4)], dtypes=NUMERIC,
+                     diff_argnums=(0,)),
+        _scatter_row("scatter_min_rows", "min", _ROWS_SDN, [A(5, 4), I((4, 1), 5), A(4, 4)], dtypes=NUMERIC),
+        _scatter_row("scatter_max_window_clip", "max", _WINDOW_SDN, [A(5, 6), I((2, 2), 6), A(2, 2, 3)],
+                     mode="clip"),
+    ]
+
+
+def _rows_slicing_composite():
+    return [
+        Row("scatter_mul_unique", lambda x, u: lax.scatter_mul(x, _UNIQUE_ROWS, u, _ROWS_SDN, unique_indices=True),
+            lambda x, u: scatter_reference("mul", x, _UNIQUE_ROWS, u, _ROWS_SDN), [A(5, 4), A(3, 4)]),
+        Row("dynamic_slice", lambda x, i, j: lax.dynamic_slice(x, (i, j), (2, 3)), _dynamic_slice_ref,
+            [A(4, 5), I((), 4), I((), 5)]),
+        Row("dynamic_update_slice", lambda x, u, i, j: lax.dynamic_update_slice(x, u, (i, j)),
+            _dynamic_update_slice_ref, [A(4, 5), A(2, 3), I((), 4), I((), 5)]),
+        Row("dynamic_index_in_dim", lambda x, i: lax.dynamic_index_in_dim(x, i, 1, keepdims=False),
+            lambda x, i: x[:, int(i)], [A(3, 4), I((), 4)]),
+        Row("dynamic_update_index_in_dim", lambda x, u, i: lax.dynamic_update_index_in_dim(x, u, i, 0),
+            lambda x, u, i: _dynamic_update_slice_ref(x, u[None], i, 0), [A(4, 3), A(3), I((), 4)]),
+        Row("index_take", lambda x, i, j: lax.index_take(x, (i, j), (0, 2)),
+            lambda x, i, j: np.moveaxis(x, 1, -1)[i % 3, j % 5], [A(3, 4, 5), I((6,), 3), I((6,), 5)]),
+    ]
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows() + _rows_cumulative_sorting()
     + _rows_bits()
+    + _rows_slicing()
 )
 
 
@@ -1653,7 +1764,8 @@ def _fori_traced_ref(x, n):
 
 
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
-                  + _rows_control_flow())
+                  + _rows_control_flow()
+                  + _rows_slicing_composite())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

@@ -31,6 +31,11 @@ from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
 )
+from cuvmap.lax.slicing import (  # noqa: F401
+    GatherDimensionNumbers, GatherScatterMode, ScatterDimensionNumbers, dynamic_index_in_dim, dynamic_slice,
+    dynamic_slice_in_dim, dynamic_update_index_in_dim, dynamic_update_slice, dynamic_update_slice_in_dim, gather,
+    index_in_dim, index_take, scatter, scatter_add, scatter_apply, scatter_max, scatter_min, scatter_mul,
+)
 
 
 def all_primitives():

@@ -256,13 +256,19 @@ def check_index_bounds(idx, n, op, axis):
     return check_index_bounds_p.bind(idx, n=int(n), op=op, where=where)
 
 
+def as_index_dtype(idx):
+    """``idx`` as int64: offset arithmetic (``idx + n``, ``idx + row · n``) in a narrow
+    index dtype (int8, uint8, int16, ...) would overflow and read the wrong element."""
+    return idx if core.dtype_of(idx) == np.int64 else ew.convert_element_type(idx, np.int64)
+
+
 def _normalize_indices(idx, n):
     return ew.select(ew.lt(idx, 0), ew.add(idx, n), idx)
 
 
 def _offset_indices(idx, size, n):
     """For indices batched at dim 0: ``idx[b] + b * n``, addressing a folded ``(B*n)`` axis."""
-    idx = _normalize_indices(check_index_bounds(idx, n, "take", "the gathered axis"), n)
+    idx = _normalize_indices(as_index_dtype(check_index_bounds(idx, n, "take", "the gathered axis")), n)
     offsets = ew.mul(iota(size, core.dtype_of(idx), like=idx), n)
     rank = len(core.shape_of(idx))
     return ew.add(idx, reshape(offsets, (size,) + (1,) * (rank - 1)))

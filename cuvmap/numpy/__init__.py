@@ -43,3 +43,4 @@ from cuvmap.numpy._products import (  # noqa: F401
 )
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
+from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the scatters of cuvmap.lax.slicing)

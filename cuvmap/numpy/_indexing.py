@@ -5,7 +5,7 @@ import builtins
 
 import numpy as np
 
-from cuvmap import backend, core
+from cuvmap import backend
 from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -22,8 +22,13 @@ def take(x, indices, axis=None):
 
 def take_along_axis(x, indices, axis):
     """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
-    semantics; ``indices`` broadcasts against ``x`` on the other dims). Implemented as one
-    ``take`` on the flattened array with offset indices."""
+    semantics; ``indices`` broadcasts against ``x`` on the other dims; ``axis=None``
+    flattens ``x`` first, for 1-d ``indices``). Implemented as one ``take`` on the
+    flattened array with offset indices."""
+    if axis is None:
+        if len(shape(indices)) != 1:
+            raise ShapeError(f"take_along_axis: with axis=None the indices must be 1-d, got shape {shape(indices)}")
+        x, axis = ravel(x), 0
     axis = _axis(x, axis, "take_along_axis")
     x_shape = shape(x)
     idx_shape = shape(indices)
@@ -41,7 +46,7 @@ def take_along_axis(x, indices, axis):
     x_target = tuple(x_shape[axis] if i == axis else other[i] for i in range(len(x_shape)))
     idx_target = tuple(idx_shape[axis] if i == axis else other[i] for i in range(len(x_shape)))
     x = broadcast_to(x, x_target)
-    indices = broadcast_to(indices, idx_target)
+    indices = broadcast_to(lax_indexing.as_index_dtype(indices), idx_target)
     x_last = moveaxis(x, axis, -1)
     idx_last = moveaxis(indices, axis, -1)
     n = x_target[axis]
@@ -51,7 +56,7 @@ def take_along_axis(x, indices, axis):
     idx2 = reshape(idx_last, (rows, k))
     idx2 = lax_indexing.check_index_bounds(idx2, n, "take_along_axis", axis)
     idx2 = ew.select(ew.lt(idx2, 0), ew.add(idx2, n), idx2)
-    offsets = reshape(ew.mul(lax_indexing.iota(rows, core.dtype_of(indices), like=indices), n), (rows, 1))
+    offsets = reshape(ew.mul(lax_indexing.iota(rows, np.int64, like=indices), n), (rows, 1))
     flat = lax_indexing.take(flat_x, ew.add(idx2, offsets), 0)
     out = reshape(flat, shape(idx_last))
     return moveaxis(out, -1, axis)
@@ -163,7 +168,7 @@ def _advanced_index(x, advanced):
         if isinstance(idx, int):
             term = idx * stride
         else:
-            idx = lax_indexing.check_index_bounds(idx, n_d, "indexing", dim)
+            idx = lax_indexing.as_index_dtype(lax_indexing.check_index_bounds(idx, n_d, "indexing", dim))
             idx = ew.select(ew.lt(idx, 0), ew.add(idx, n_d), idx)
             term = ew.mul(idx, stride) if stride != 1 else idx
         linear = term if linear is None else ew.add(linear, term)

@@ -15,7 +15,7 @@ import pytest
 import cuvmap as cv
 import cuvmap.numpy as cnp
 from cuvmap import backend as cv_backend
-from cuvmap import dp, nn, tree
+from cuvmap import dp, lax, nn, tree
 from cuvmap.dp import ghost
 
 RTOL = 1e-10
@@ -92,6 +92,21 @@ def _embedding(rng):
         return cnp.sum(cnp.tanh(e @ p["head"])) + cnp.sum(cnp.sin(c))
 
     return params, loss, lambda rng, b: (rng.integers(-5, 5, (b, 6)),)
+
+
+def _embedding_gather(rng):
+    """An embedding as JAX spells it with lax.gather (a take of rows, clamped indices,
+    some out of range), in the take layout along axis 0 and axis 1."""
+    params = {"table": _normal(rng, 5, 3), "cols": _normal(rng, 4, 6)}
+    rows = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+    cols = lax.GatherDimensionNumbers(offset_dims=(0,), collapsed_slice_dims=(1,), start_index_map=(1,))
+
+    def loss(p, ids):
+        e = lax.gather(p["table"], ids[:, None], rows, (1, 3))                 # (L, 3)
+        c = lax.gather(p["cols"], ids[:, None], cols, (4, 1), mode="clip")      # (4, L)
+        return cnp.sum(cnp.tanh(e)) + cnp.sum(cnp.sin(c) * c)
+
+    return params, loss, lambda rng, b: (rng.integers(-2, 8, (b, 6)),)
 
 
 def _tied(rng):
@@ -181,6 +196,7 @@ NETWORKS = {
     "conv_transpose_output_padding_past_stride": _conv_net(dict(stride=1, dilation=3, output_padding=2), 1, 2, 2,
                                                            3, 5, transposed=True),
     "embedding": _embedding,
+    "embedding_gather": _embedding_gather,
     "tied_weights": _tied,
     "used_twice_and_scaled": _used_twice_and_scaled,
     "biases": _biases,
@@ -195,6 +211,7 @@ GHOST_METHODS = {
     "mlp": {"w1": "ghost", "b1": "per_example", "w2": "ghost"},        # b1: a bias added with +
     "sequence_dense": {"w": "ghost", "heads": "ghost", "left": "ghost"},
     "embedding": {"table": "ghost", "cols": "ghost", "head": "ghost"},
+    "embedding_gather": {"table": "ghost", "cols": "ghost"},
     "tied_weights": {"emb": "per_example, 2 uses", "mix": "ghost"},
     "used_twice_and_scaled": {"w": "per_example, 2 uses", "scale": "vmap", "flat": "ghost", "unused": "unused"},
     "biases": {"w": "ghost", "b1": "per_example", "b2": "per_example", "v": "ghost", "c": "per_example",

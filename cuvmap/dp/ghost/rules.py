@@ -30,7 +30,7 @@ import numpy as np
 
 from cuvmap import api, core, lax
 from cuvmap import numpy as cnp
-from cuvmap.lax import elementwise, indexing, linalg
+from cuvmap.lax import elementwise, indexing, linalg, slicing_gather
 from cuvmap.transforms import ir
 
 #: ``{(primitive, operand): rule class}``: the layers ghost clipping reads
@@ -312,9 +312,12 @@ class Take(Rule):
 
     def __init__(self, eqn_index, eqn, operand):
         super().__init__(eqn_index, eqn, operand)
-        self.axis = eqn.params["axis"]
         self.static = dict(eqn.params)
-        self.idx_aval = eqn.inputs[1].aval
+        self._lookups(eqn.params["axis"], eqn.inputs[1].aval)
+
+    def _lookups(self, axis, idx_aval):
+        self.axis = axis
+        self.idx_aval = idx_aval
         shape = self.w_aval.shape
         self.rows = shape[self.axis]
         self.lookups = prod(self.idx_aval.shape)
@@ -365,3 +368,58 @@ class Take(Rule):
     def example_inputs(self, size, rng, xp):
         idx = xp.asarray(rng.integers(0, max(self.rows, 1), (size,) + self.idx_aval.shape).astype(self.idx_aval.dtype))
         return [idx], random_array(rng, xp, (size,) + self.out_aval.shape, self.out_aval.dtype)
+
+
+def _take_axis(eqn):
+    """The axis of a gather that is a ``take`` of whole rows along one axis, with the
+    take's layout (``W[:axis] + idx.shape + W[axis+1:]``) and clamped indices, as JAX's
+    ``jnp.take`` and embedding lookups spell it with ``lax.gather``; None for any other."""
+    p = eqn.params
+    d = p["dimension_numbers"]
+    w, idx = eqn.inputs[0].aval, eqn.inputs[1].aval
+    if d.operand_batching_dims or len(d.start_index_map) != 1 or tuple(d.collapsed_slice_dims) != tuple(
+            d.start_index_map) or p["mode"] is slicing_gather.GatherScatterMode.FILL_OR_DROP:
+        return None
+    axis = d.start_index_map[0]
+    k = idx.ndim - 1
+    if tuple(p["slice_sizes"]) != tuple(w.shape[:axis]) + (1,) + tuple(w.shape[axis + 1:]):
+        return None
+    if tuple(d.offset_dims) != tuple(range(axis)) + tuple(range(axis + k, w.ndim - 1 + k)):
+        return None
+    return axis
+
+
+@rule(slicing_gather.gather_p, 0)
+class GatherTake(Take):
+    """The table of a ``lax.gather`` that is a take of rows (:func:`_take_axis`): the
+    :class:`Take` rule on the indices without their index-vector dim, clamped into
+    ``[0, rows)`` as the gather clamps them."""
+
+    @classmethod
+    def applies(cls, eqn, operand):
+        return _take_axis(eqn) is not None and super().applies(eqn, operand)
+
+    def __init__(self, eqn_index, eqn, operand):
+        Rule.__init__(self, eqn_index, eqn, operand)
+        axis = _take_axis(eqn)
+        self.static = {"axis": axis}
+        full = eqn.inputs[1].aval
+        self._lookups(axis, core.ShapedArray(tuple(full.shape[:-1]), full.dtype))
+
+    def _rows(self, acts):
+        (idx,) = acts
+        idx = lax.squeeze(idx, (len(core.shape_of(idx)) - 1,))
+        return (cnp.clip(idx, 0, self.rows - 1),)
+
+    def ghost_sq_norms(self, acts, g):
+        return super().ghost_sq_norms(self._rows(acts), g)
+
+    def per_example_grads(self, acts, g):
+        return super().per_example_grads(self._rows(acts), g)
+
+    def weighted_sum(self, acts, g):
+        return super().weighted_sum(self._rows(acts), g)
+
+    def example_inputs(self, size, rng, xp):
+        (idx,), g = super().example_inputs(size, rng, xp)
+        return [idx[..., None]], g

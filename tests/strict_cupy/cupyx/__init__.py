@@ -19,6 +19,8 @@ def _scatter(name, np_ufunc):
 
 
 scatter_add = _scatter("scatter_add", _np.add)  # NOTE [the stand-in's surface] in cupy/_functions.py
+scatter_max = _scatter("scatter_max", _np.maximum)
+scatter_min = _scatter("scatter_min", _np.minimum)
 
 
 def __getattr__(name):
