@@ -21,11 +21,14 @@ from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim, ne
 # ``vmap(bwd)`` reads; ``vmap(bwd)`` returns each cotangent in its operand's layout, summed
 # over the batch for an unbatched operand (every example used it).
 def _wrap(main, vals, dims):
-    return [v if d is None else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
+    return [v if d is None or v is None else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
 
 
 def _out_at_front(x, main, size):
-    """The physical value of an output of a batched function, batch dim at 0."""
+    """The physical value of an output of a batched function, batch dim at 0 (``None``,
+    a zero tangent, stays ``None``)."""
+    if x is None:
+        return None
     if main.owns(x):
         return move_bdim(x.val, x.bdim, 0)
     return bdim_at_front(x, None, size)
@@ -88,9 +91,9 @@ def batch_fwd(fwd, axis, dims, name):
     """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
     size = axis.size
 
-    def batched(*vals):
+    def batched(*vals, perturbed=None):
         with new_batch_main(axis, name) as main:
-            outs, residuals = fwd(*_wrap(main, vals, dims))
+            outs, residuals = fwd(*_wrap(main, vals, dims), perturbed=perturbed)
         leaves, treedef = tree.flatten(residuals)
         res_vals, res_dims = main.trace.unwrap(leaves)
         return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
