@@ -295,7 +295,9 @@ def dyn_function(f, args, kwargs, argnums):
     return f_dyn
 
 
-def check_float_inputs(f, args, argnums, transform):
+def check_float_inputs(f, args, argnums, transform, allow_int=False):
+    """Raises for a differentiated leaf that is not a floating-point value (integer and
+    boolean ones pass with ``allow_int``: their gradient is a ``float0`` zero)."""
     for i in argnums:
         paths, leaves, _ = tree.flatten_with_path(args[i])
         for path, x in zip(paths, leaves):
@@ -304,10 +306,11 @@ def check_float_inputs(f, args, argnums, transform):
                     f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
                     f"{transform} differentiates arrays, scalars or pytrees of them"
                 )
-            if not core.is_float(x):
+            if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
                 raise TransformError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
-                    "differentiates with respect to floating-point inputs only (cast it, or leave it out of argnums)"
+                    "differentiates with respect to floating-point inputs only (cast it, leave it out of argnums, "
+                    "or pass allow_int=True for a float0 zero gradient)"
                 )
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from cuvmap import backend
 from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapeDtypeStruct, ShapedArray, _ShapeProperties, dtype_of, shape_of
+from cuvmap.core.weak import WeakArray
 from cuvmap.errors import ConcretizationError, CuvmapError, MissingRuleError
 
 
@@ -384,4 +385,6 @@ def get_aval(x):
         return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
     if t is ShapeDtypeStruct:
         return x.aval
+    if t is WeakArray:  # NOTE [eager weak arrays] in cuvmap/core/weak.py
+        return ShapedArray(x.shape, x.dtype, weak_type=True, device="cpu")
     return ShapedArray(x.shape, x.dtype, device=backend.device_of(x))
