@@ -14,3 +14,8 @@ from cuvmap.transforms.custom_gradient import closure_convert, custom_gradient  
 from cuvmap.transforms.symbolic_zeros import (  # noqa: F401
     CustomVJPPrimal, SymbolicZero, custom_vjp_primal_tree_values, zero_from_primal,
 )
+
+__all__ = [  # (the call primitives are importable too, as in JAX, but are internals: not listed)
+    "CustomDerivativeError", "CustomVJPPrimal", "SymbolicZero", "closure_convert", "custom_gradient", "custom_jvp",
+    "custom_vjp", "custom_vjp_primal_tree_values", "zero_from_primal",
+]
