@@ -19,6 +19,7 @@ from cuvmap.memory_budget import vmap_combine
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.cuda import device_errors
+from cuvmap import dtypes
 from cuvmap.dtypes import zeros_float0 as float0_zeros
 from cuvmap.lax import elementwise, indexing, shape as lax_shape
 from cuvmap.transforms import batching, vjp as vjp_mod
@@ -186,6 +187,7 @@ def _vjp(f, primals, has_aux, where, describe):
                 raise TransformError(
                     f"{describe(path)} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
                 )
+            dtypes.check_supported(x, describe(path), where)
             if core.is_float(x):
                 node = tape.new_input()
                 inputs.append(VJPTracer(main, x, node))
@@ -395,6 +397,7 @@ def _jvp(f, primals, tangents, has_aux, where):
         raise TransformError(f"tangents have structure {t_tree}, but primals have structure {p_tree}")
     for path, p, t in zip(p_paths, p_leaves, t_leaves):
         what = f"tangent {path[0]}{tree.keystr(path[1:])}"
+        dtypes.check_supported(p, f"primal {path[0]}{tree.keystr(path[1:])}", where)
         if core.shape_of(p) != core.shape_of(t):
             raise TransformError(f"{what} has shape {api_util.shape_str(t)}, but its primal has shape {api_util.shape_str(p)}")
         if core.is_float(p) and not _tangent_dtype_ok(p, t):

@@ -42,7 +42,8 @@ class WeakArray(np.ndarray):
 def may_be_weak(args):
     """Whether an eager bind of ``args`` can involve weak arrays: a WeakArray among them,
     or a Python number beside an integer or boolean NumPy array (the only strong operand
-    a weak one lifts). Cheap: it runs before every eager primitive."""
+    a weak one lifts). Cheap: it runs before every eager primitive, which is also where an
+    operand of one of ml_dtypes' dtypes is refused by name (TypeError)."""
     scalar = array = False
     for a in args:
         t = type(a)
@@ -50,8 +51,15 @@ def may_be_weak(args):
             return True
         if t in _PY_SCALAR_DTYPES:
             scalar = True
-        elif t is np.ndarray and a.dtype.kind in "biu":
-            array = True
+        elif t is np.ndarray:
+            kind = a.dtype.kind
+            if kind in "biu":
+                array = True
+            elif kind == "V" and a.dtype.fields is None:
+                # ml_dtypes' bfloat16, float8, int4: NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py
+                raise TypeError(f"an operand has dtype {a.dtype.name}, which cuvmap does not support yet (NumPy "
+                                f"has no {a.dtype.name}; ml_dtypes provides the type, but not JAX's promotion "
+                                "rules for it); cast it to float32 first (x.astype(numpy.float32))")
     return scalar and array
 
 

@@ -435,3 +435,45 @@ def test_checkpoint_static_argnums_and_prevent_cse():
     np.testing.assert_allclose(cv.grad(f)(X, 3), 3 * np.sin(X) ** 2 * np.cos(X), rtol=1e-12)
     g = cv.remat(lambda x: cnp.sum(cnp.sin(x)), prevent_cse=True, policy=P.checkpoint_dots)
     np.testing.assert_allclose(cv.jit(cv.grad(g))(X), np.cos(X), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# bfloat16 (ml_dtypes): refused by name until the transforms compute with it
+# ---------------------------------------------------------------------------------------
+
+
+def test_bfloat16_is_named_only_when_ml_dtypes_is_installed():
+    try:
+        import ml_dtypes
+    except ImportError:
+        assert not cv.dtypes.has_bfloat16() and not hasattr(cnp, "bfloat16")
+    else:
+        assert cnp.bfloat16 is ml_dtypes.bfloat16 is cv.dtypes.bfloat16
+
+
+def test_bfloat16_inputs_are_refused_by_name():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.ones(3, ml_dtypes.bfloat16)
+    for call in (lambda: cv.grad(lambda x: cnp.sum(x))(x), lambda: cv.vjp(cnp.sin, x),
+                 lambda: cv.jvp(cnp.sin, (x,), (x,)), lambda: cv.vmap(cnp.sin)(x), lambda: cv.jit(cnp.sin)(x),
+                 lambda: cnp.sin(x), lambda: cnp.add(x, 1.0)):
+        with pytest.raises(TypeError, match="dtype bfloat16, which cuvmap.* not support yet"):
+            call()
+    np.testing.assert_array_equal(cnp.sin(x.astype(np.float32)), np.sin(np.ones(3, np.float32)))
+
+
+class _FakeBfloat16Array:
+    """An operand whose dtype is of the kind ml_dtypes' types have (``"V"``, no fields),
+    for the refusal without ml_dtypes installed."""
+
+    shape = (3,)
+    dtype = np.dtype("V2")
+
+
+def test_an_ml_dtypes_kind_of_dtype_is_refused_without_ml_dtypes():
+    with pytest.raises(TypeError, match=r"argument 0 \(x\) has dtype void16, which cuvmap's transforms do not support"):
+        cv.grad(lambda x: x)(_FakeBfloat16Array())
+    with pytest.raises(TypeError, match="dtype void16, which cuvmap does not support yet"):
+        cnp.sin(np.zeros(3, np.dtype("V2")))
+    # float0 (a structured void dtype) is not refused: it is the gradient of an integer
+    assert cv.dtypes.unsupported_dtype(np.zeros(2, cv.float0)) is None
