@@ -42,6 +42,8 @@ from cuvmap.transforms.custom_batching_rules import batch_bwd, batch_fun, batch_
 from cuvmap.transforms.program_call import call
 from cuvmap.transforms.staging import trace_to_jaxpr
 from cuvmap.transforms.symbolic_zeros import CustomVJPPrimal, SymbolicZero, instantiate, is_zero, tangent_aval
+# (JAX's jax.custom_derivatives has these two as well)
+from cuvmap.transforms.symbolic_zeros import custom_vjp_primal_tree_values, zero_from_primal  # noqa: F401
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer, backward_pass, match_operand
 
 
