@@ -21,5 +21,10 @@ from cuvmap.transforms.custom_derivatives import CustomDerivativeError, custom_j
 from cuvmap.core import (  # noqa: F401
     ConcretizationError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeDtypeStruct, ShapeError,
 )
+# autodiff options (issue 33): JAX's custom-derivative helpers, checkpoint names, float0
+from cuvmap import custom_derivatives, dtypes  # noqa: F401
+from cuvmap.dtypes import float0  # noqa: F401
+from cuvmap.transforms.checkpoint_name import checkpoint_name  # noqa: F401
+from cuvmap.transforms.custom_gradient import closure_convert, custom_gradient  # noqa: F401
 
 __version__ = "0.1.0"

@@ -19,6 +19,8 @@ from cuvmap.memory_budget import vmap_combine
 from cuvmap.api_util import TransformError
 from cuvmap.core import Tracer, new_main
 from cuvmap.cuda import device_errors
+from cuvmap import dtypes
+from cuvmap.dtypes import zeros_float0 as float0_zeros
 from cuvmap.lax import elementwise, indexing, shape as lax_shape
 from cuvmap.transforms import batching, vjp as vjp_mod
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer
@@ -185,6 +187,7 @@ def _vjp(f, primals, has_aux, where, describe):
                 raise TransformError(
                     f"{describe(path)} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
                 )
+            dtypes.check_supported(x, describe(path), where)
             if core.is_float(x):
                 node = tape.new_input()
                 inputs.append(VJPTracer(main, x, node))
@@ -263,28 +266,36 @@ def vjp(f, *primals, has_aux=False):
     return (out, wrapped, aux) if has_aux else (out, wrapped)
 
 
-def value_and_grad(f, argnums=0, has_aux=False):
+def value_and_grad(f, argnums=0, has_aux=False, *, allow_int=False, reduce_axes=()):
     """``(f(*args), ∇f(*args))`` for a scalar-valued ``f``.
 
     Args:
       f: returns a float scalar (or ``(scalar, aux)`` with ``has_aux``).
       argnums: an int or tuple of ints: the positional arguments to differentiate.
       has_aux: see :func:`vjp`.
+      allow_int: also accept integer and boolean leaves among the differentiated
+        arguments; their gradient is zero, an array of JAX's ``float0`` dtype
+        (:data:`cuvmap.dtypes.float0`) of their shape, as in JAX.
+      reduce_axes: JAX's removed option; anything but ``()`` raises
+        ``NotImplementedError`` with JAX's message.
     Returns:
       a function returning ``(value, grad)`` or ``((value, aux), grad)``; ``grad`` has the
       structure of the chosen argument (a tuple of them for tuple ``argnums``).
     """
-    return _value_and_grad(f, argnums, has_aux, "value_and_grad")
+    _check_reduce_axes(reduce_axes)
+    return _value_and_grad(f, argnums, has_aux, "value_and_grad", allow_int)
 
 
-def grad(f, argnums=0, has_aux=False):
-    """The gradient of a scalar-valued ``f`` with respect to ``argnums``.
+def grad(f, argnums=0, has_aux=False, *, allow_int=False, reduce_axes=()):
+    """The gradient of a scalar-valued ``f`` with respect to ``argnums``
+    (``allow_int``, ``reduce_axes``: as for :func:`value_and_grad`).
 
     Example::
 
         g = grad(lambda w, x: ((x @ w) ** 2).sum())(w, x)    # g.shape == w.shape
     """
-    vg = _value_and_grad(f, argnums, has_aux, "grad")
+    _check_reduce_axes(reduce_axes)
+    vg = _value_and_grad(f, argnums, has_aux, "grad", allow_int)
 
     @functools.wraps(vg)
     def grad_f(*args, **kwargs):
@@ -294,14 +305,19 @@ def grad(f, argnums=0, has_aux=False):
     return grad_f
 
 
-def _value_and_grad(f, argnums, has_aux, transform):
+def _check_reduce_axes(reduce_axes):
+    if reduce_axes:  # JAX's message since it removed the option
+        raise NotImplementedError("reduce_axes argument to grad is deprecated")
+
+
+def _value_and_grad(f, argnums, has_aux, transform, allow_int=False):
     api_util.check_callable(f, transform)
     where = f"{transform}({api_util.fun_name(f)})"
 
     @api_util.with_context(where, f)
     def vg(*args, **kwargs):
         single, nums = api_util.normalize_argnums(f, argnums, len(args))
-        api_util.check_float_inputs(f, args, nums, transform)
+        api_util.check_float_inputs(f, args, nums, transform, allow_int=allow_int)
         dyn = tuple(args[i] for i in nums)
         f_dyn = api_util.dyn_function(f, args, kwargs, nums)
         out, vjp_fun, aux = _vjp(
@@ -325,6 +341,9 @@ def _value_and_grad(f, argnums, has_aux, transform):
             )
         ct = core.full_like_concrete(out_leaves[0], 1)
         grads = vjp_fun(ct)
+        if allow_int:
+            grads = tree.map_preserving(
+                lambda x, gx: gx if core.is_float(x) else float0_zeros(core.shape_of(x)), dyn, tuple(grads))
         g = grads[0] if single else tuple(grads)
         value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_leaves], tree.leaves(args)))
         return ((value, aux) if has_aux else value), g
@@ -378,6 +397,7 @@ def _jvp(f, primals, tangents, has_aux, where):
         raise TransformError(f"tangents have structure {t_tree}, but primals have structure {p_tree}")
     for path, p, t in zip(p_paths, p_leaves, t_leaves):
         what = f"tangent {path[0]}{tree.keystr(path[1:])}"
+        dtypes.check_supported(p, f"primal {path[0]}{tree.keystr(path[1:])}", where)
         if core.shape_of(p) != core.shape_of(t):
             raise TransformError(f"{what} has shape {api_util.shape_str(t)}, but its primal has shape {api_util.shape_str(p)}")
         if core.is_float(p) and not _tangent_dtype_ok(p, t):

@@ -13,7 +13,7 @@ import inspect
 
 import numpy as np
 
-from cuvmap import backend, core, tree
+from cuvmap import backend, core, dtypes, tree
 from cuvmap.core import CuvmapError, Tracer
 # ---------------------------------------------------------------------------------------
 # Errors and names: functions, arguments by pytree path, error prefixes
@@ -221,6 +221,7 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
                 f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
                 "pass an array or give it in_axes None"
             )
+        dtypes.check_supported(leaf, describe_arg(f, path), "vmap")
         shape = tuple(leaf.shape)
         if not -len(shape) <= axis < len(shape):
             raise TransformError(
@@ -295,7 +296,9 @@ def dyn_function(f, args, kwargs, argnums):
     return f_dyn
 
 
-def check_float_inputs(f, args, argnums, transform):
+def check_float_inputs(f, args, argnums, transform, allow_int=False):
+    """Raises for a differentiated leaf that is not a floating-point value (integer and
+    boolean ones pass with ``allow_int``: their gradient is a ``float0`` zero)."""
     for i in argnums:
         paths, leaves, _ = tree.flatten_with_path(args[i])
         for path, x in zip(paths, leaves):
@@ -304,10 +307,12 @@ def check_float_inputs(f, args, argnums, transform):
                     f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
                     f"{transform} differentiates arrays, scalars or pytrees of them"
                 )
-            if not core.is_float(x):
+            dtypes.check_supported(x, describe_arg(f, (0, i) + tuple(path)), transform)
+            if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
                 raise TransformError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
-                    "differentiates with respect to floating-point inputs only (cast it, or leave it out of argnums)"
+                    "differentiates with respect to floating-point inputs only (cast it, leave it out of argnums, "
+                    "or pass allow_int=True for a float0 zero gradient)"
                 )
 
 # ---------------------------------------------------------------------------------------
@@ -351,6 +356,7 @@ def static_key(f, where, statics):
 def leaf_aval(f, path, leaf, where):
     if isinstance(leaf, Tracer):
         return leaf.aval
+    dtypes.check_supported(leaf, describe_arg(f, path), where)
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):

@@ -32,6 +32,7 @@ from cuvmap.core.tracers import (  # noqa: F401
     extend_axis_env, extend_name_stack, get_aval, is_value, name_stack, new_main, new_name_stack, set_name_stack,
     trace_stack,
 )
+from cuvmap.core.weak import WeakArray  # noqa: F401
 from cuvmap.errors import (  # noqa: F401
     ConcretizationError, CrossThreadTracerError, CuvmapError, EscapedTracerError, MissingRuleError, ShapeError,
 )

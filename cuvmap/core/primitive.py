@@ -19,6 +19,7 @@ import numpy as np
 from cuvmap import backend
 from cuvmap.core.avals import dtype_of, shape_of
 from cuvmap.core.tracers import Tracer, _state, get_aval
+from cuvmap.core.weak import bind_weak, may_be_weak
 from cuvmap.errors import ConcretizationError, CrossThreadTracerError, EscapedTracerError, MissingRuleError, ShapeError
 
 
@@ -166,6 +167,8 @@ class Primitive:
         top = find_top_main(self, args, params)
         try:
             if top is None:
+                if may_be_weak(args):  # NOTE [eager weak arrays] in cuvmap/core/weak.py
+                    return bind_weak(self, args, params)
                 out = self.impl(*args, **params)
                 # NumPy ufuncs return scalars for 0-d operands; results are always arrays
                 return np.asarray(out) if isinstance(out, np.generic) else out

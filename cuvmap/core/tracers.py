@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from cuvmap import backend
 from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapeDtypeStruct, ShapedArray, _ShapeProperties, dtype_of, shape_of
+from cuvmap.core.weak import WeakArray
 from cuvmap.errors import ConcretizationError, CuvmapError, MissingRuleError
 
 
@@ -335,6 +336,16 @@ class PrimalTracer(Tracer):
     def dtype(self):
         return dtype_of(self.primal)
 
+    @property
+    def aval(self):
+        """The primal's aval: a Python number's (or a weak array's, or a tracer's) weak
+        type is kept, so that a value derived from ``grad(f)(5.0)``'s input meets a
+        float32 array as the Python number would (as in JAX)."""
+        primal = self.primal
+        if type(primal) in _PY_SCALAR_DTYPES or type(primal) is WeakArray or isinstance(primal, Tracer):
+            return get_aval(primal)
+        return ShapedArray(self.shape, self.dtype, device=backend.device_of(self))
+
     def _concrete_value(self):
         return self.primal
 
@@ -384,4 +395,6 @@ def get_aval(x):
         return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
     if t is ShapeDtypeStruct:
         return x.aval
+    if t is WeakArray:  # NOTE [eager weak arrays] in cuvmap/core/weak.py
+        return ShapedArray(x.shape, x.dtype, weak_type=True, device="cpu")
     return ShapedArray(x.shape, x.dtype, device=backend.device_of(x))

@@ -44,3 +44,8 @@ from cuvmap.numpy._products import (  # noqa: F401
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
 from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the scatters of cuvmap.lax.slicing)
+# bfloat16 (issue 33): ml_dtypes' type when the optional package is installed (NOTE [bfloat16
+# needs ml_dtypes] in cuvmap/dtypes.py: the transforms refuse it by name)
+from cuvmap import dtypes as _dtypes  # noqa: E402
+if _dtypes.has_bfloat16():
+    bfloat16 = _dtypes.bfloat16

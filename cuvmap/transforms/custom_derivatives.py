@@ -37,10 +37,13 @@ import inspect
 from cuvmap import api_util, core, tree
 from cuvmap.core import CuvmapError, Tracer
 from cuvmap.transforms import ir
-from cuvmap.transforms.batching import BatchTracer, bdim_at_front, move_bdim, new_batch_main
 from cuvmap.transforms.call import CallPrimitive, avals_of
+from cuvmap.transforms.custom_batching_rules import batch_bwd, batch_fun, batch_fwd, batch_jvp
 from cuvmap.transforms.program_call import call
 from cuvmap.transforms.staging import trace_to_jaxpr
+from cuvmap.transforms.symbolic_zeros import CustomVJPPrimal, SymbolicZero, instantiate, is_zero, tangent_aval
+# (JAX's jax.custom_derivatives has these two as well)
+from cuvmap.transforms.symbolic_zeros import custom_vjp_primal_tree_values, zero_from_primal  # noqa: F401
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer, backward_pass, match_operand
 
 
@@ -120,10 +123,10 @@ class CustomJVPCallPrimitive(CustomCallPrimitive):
     __slots__ = ()
 
     def jvp(self, primals, tangents, params):
-        """The rule, not the body, gives the outputs and their tangents (zero tangents are
-        instantiated, as JAX does for the rule)."""
-        tangents = [core.full_like_concrete(p, 0) if t is None else t for p, t in zip(primals, tangents)]
-        out_primals, out_tangents = params["jvp"](primals, tangents)
+        """The rule, not the body, gives the outputs and their tangents (zero tangents,
+        ``None``, are instantiated for the rule, or given as ``SymbolicZero``s with
+        ``symbolic_zeros=True``, as JAX does)."""
+        out_primals, out_tangents = params["jvp"](primals, list(tangents))
         return list(out_primals), [t if core.is_float(p) else None for p, t in zip(out_primals, out_tangents)]
 
     # NOTE [reverse mode of a custom_jvp function]
@@ -148,10 +151,10 @@ class CustomJVPCallPrimitive(CustomCallPrimitive):
         """Reverse mode (NOTE [reverse mode of a custom_jvp function])."""
         differentiated = [i for i, needed in enumerate(needs_ct) if needed]
         inner_tape = Tape()
-        with core.new_main(VJPTrace, inner_tape, name="vjp") as inner:
-            tangents = [core.full_like_concrete(p, 0) for p in primals]
+        with core.new_main(RuleTangentTrace, inner_tape, name="vjp") as inner:
+            tangents = [None] * len(primals)
             for i in differentiated:
-                tangents[i] = VJPTracer(inner, tangents[i], inner_tape.new_input())
+                tangents[i] = VJPTracer(inner, core.full_like_concrete(primals[i], 0), inner_tape.new_input())
             out_primals, out_tangents = params["jvp"](primals, tangents)
         with_ct = [j for j, (p, t) in enumerate(zip(out_primals, out_tangents)) if core.is_float(p) and inner.owns(t)]
         seed_nodes = [out_tangents[j].node for j in with_ct]
@@ -162,6 +165,29 @@ class CustomJVPCallPrimitive(CustomCallPrimitive):
             return [None if c is None else match_operand(c, avals[i]) for c, i in zip(in_cts, differentiated)]
 
         return list(out_primals), with_ct, backward
+
+
+# NOTE [a custom_jvp function applied to tangents]
+# JAX's idiom for a linear function is a JVP rule that calls the function itself on the
+# tangents: ``return f(x), f(x_dot)``. Reverse mode transposes the rule's tangent
+# computation by recording it on a tape of its own (NOTE [reverse mode of a custom_jvp
+# function]); there ``f(x_dot)`` is a custom_jvp call on a tangent, whose reverse mode
+# would run the rule again on a tangent of its own, and so on forever. A rule's tangent
+# computation is linear and is transposed, not differentiated, so its trace takes a
+# custom_jvp call on a tangent through the body, whose primitives the tape records and the
+# backward pass transposes (JAX likewise transposes the body of a custom_jvp call that
+# sits in a linear program). Only that trace does: a call on the primals (``f(x)``) and
+# every call outside a rule keep their rule.
+class RuleTangentTrace(VJPTrace):
+    """The reverse-mode trace of a custom_jvp rule's tangent computation (NOTE [a
+    custom_jvp function applied to tangents])."""
+
+    __slots__ = ()
+
+    def process_call(self, primitive, args, params):
+        if primitive is custom_jvp_call_p:
+            return list(params["fun"](*args))
+        return super().process_call(primitive, args, params)
 
 
 class CustomVJPCallPrimitive(CustomCallPrimitive):
@@ -181,7 +207,7 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
         """``fwd`` runs now, at the level below (its outputs and residuals are values
         there); the backward rule is ``bwd`` on the residuals and the outputs' cotangents
         (zeros for those that get none)."""
-        out_primals, residuals = params["fwd"](*primals)
+        out_primals, residuals = params["fwd"](*primals, perturbed=tuple(needs_ct))
         with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
         out_avals = avals_of(out_primals)
         avals = avals_of(primals)
@@ -189,10 +215,9 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
         bwd = params["bwd"]
 
         def backward(cts):
-            full = [None] * len(out_avals)
+            full = [None] * len(out_avals)  # None: a zero cotangent (flat_bwd makes it zeros or symbolic)
             for j, c in zip(with_ct, cts):
                 full[j] = c
-            full = [core.zeros_like_aval(a) if c is None else c for c, a in zip(full, out_avals)]
             in_cts = bwd(residuals, full)
             return [None if in_cts[i] is None else match_operand(in_cts[i], avals[i]) for i in differentiated]
 
@@ -246,21 +271,32 @@ class custom_jvp:  # noqa: N801 - JAX's name
     must be linear in the tangents. Every transform uses it: ``jvp``/``jacfwd`` evaluate
     it, ``grad``/``vjp``/``jacrev`` transpose it, ``vmap`` maps it, ``jit`` keeps it.
 
-    ``nondiff_argnums``: positions of arguments that are not differentiated (Python
-    callables, ints, flags; not traced values); the rule gets them first:
-    ``jvp(*nondiff_args, primals, tangents)``, with ``primals`` the other arguments.
-    As a decorator with them: ``@functools.partial(custom_jvp, nondiff_argnums=(0,))``.
+    ``nondiff_argnums`` / ``nondiff_argnames``: positions / names of arguments that are
+    not differentiated (Python callables, ints, flags, or arrays whose derivative is taken
+    as zero: a traced value there is allowed, as in JAX, and acts as if under
+    ``stop_gradient``); the rule gets them first: ``jvp(*nondiff_args, primals,
+    tangents)``, with ``primals`` the other arguments. As a decorator with them:
+    ``@functools.partial(custom_jvp, nondiff_argnums=(0,))``.
+
+    ``defjvp(rule, symbolic_zeros=True)``: the rule gets a
+    :class:`~cuvmap.custom_derivatives.SymbolicZero` for each tangent that is zero (an
+    argument not differentiated) instead of an array of zeros, and may return one (or
+    ``None``) for a zero output tangent (NOTE [symbolic zeros in custom rules]).
+    ``f.__name__``, ``f.__doc__`` and ``f.__wrapped__`` are the function's.
     """
 
-    def __init__(self, fun, nondiff_argnums=()):
-        _init_custom(self, fun, nondiff_argnums, "custom_jvp")
+    def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):
+        _init_custom(self, fun, nondiff_argnums, "custom_jvp", nondiff_argnames)
         self.jvp = None
+        self.symbolic_zeros = False
 
-    def defjvp(self, jvp):
-        """Sets the JVP rule; returns it (usable as a decorator)."""
+    def defjvp(self, jvp, symbolic_zeros=False):
+        """Sets the JVP rule; returns it (usable as a decorator, or as
+        ``functools.partial(f.defjvp, symbolic_zeros=True)``)."""
         if not callable(jvp):
             raise TypeError(f"custom_jvp {self.__name__}.defjvp: the rule must be callable, got {jvp!r}")
         self.jvp = jvp
+        self.symbolic_zeros = bool(symbolic_zeros)
         return jvp
 
     def defjvps(self, *jvps):
@@ -278,7 +314,7 @@ class custom_jvp:  # noqa: N801 - JAX's name
             primal_out = self(*primals)
             total = None
             for rule, t in zip(jvps, tangents):
-                if rule is None:
+                if rule is None or is_zero(t):
                     continue
                 term = rule(t, primal_out, *primals)
                 total = term if total is None else tree.map_preserving(lambda a, b: a + b, total, term)
@@ -287,6 +323,7 @@ class custom_jvp:  # noqa: N801 - JAX's name
             return primal_out, total
 
         self.jvp = jvp
+        self.symbolic_zeros = False
 
     def __getattr__(self, name):
         return forward_def(self, name)
@@ -320,24 +357,40 @@ class custom_vjp:  # noqa: N801 - JAX's name
     ``bwd(residuals, ct) -> tuple`` returns one cotangent per differentiable argument, of
     its structure and shapes, ``None`` for a zero one (for a whole argument or a subtree).
     ``ct`` has the output's structure, with zeros for outputs that get no cotangent
-    (integer outputs get zeros of their dtype). With ``nondiff_argnums``,
+    (integer outputs get zeros of their dtype). With ``nondiff_argnums`` (or
+    ``nondiff_argnames``; Python values only: a traced value there raises, as in JAX),
     ``bwd(*nondiff_args, residuals, ct)``. Reverse mode
     (``grad``, ``vjp``, ``jacrev``) uses the pair; ``vmap`` maps ``f``, ``fwd`` and
     ``bwd``; ``jit`` keeps them; forward mode (``jvp``, ``jacfwd``) raises, as in JAX.
+
+    ``defvjp(fwd, bwd, symbolic_zeros=True)``: ``fwd`` gets each argument leaf as a
+    :class:`~cuvmap.custom_derivatives.CustomVJPPrimal` ``(value, perturbed)``, ``bwd``
+    gets a :class:`~cuvmap.custom_derivatives.SymbolicZero` for each output cotangent
+    that is zero and may return one (or ``None``) for a zero input cotangent (NOTE
+    [symbolic zeros in custom rules]). ``optimize_remat=True`` is accepted (JAX's
+    optimization of ``fwd`` under ``checkpoint``): the values are the same without it.
     """
 
-    def __init__(self, fun, nondiff_argnums=()):
-        _init_custom(self, fun, nondiff_argnums, "custom_vjp")
+    def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):
+        _init_custom(self, fun, nondiff_argnums, "custom_vjp", nondiff_argnames)
         self.fwd = None
         self.bwd = None
+        self.symbolic_zeros = False
+        self.optimize_remat = False
 
-    def defvjp(self, fwd, bwd):
-        """Sets the forward and backward rules."""
+    def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
+        """Sets the forward and backward rules (``symbolic_zeros``, ``optimize_remat``: see
+        the class)."""
         for what, g in (("fwd", fwd), ("bwd", bwd)):
             if not callable(g):
                 raise TypeError(f"custom_vjp {self.__name__}.defvjp: {what} must be callable, got {g!r}")
+        if symbolic_zeros and optimize_remat:
+            raise NotImplementedError(f"custom_vjp {self.__name__}.defvjp: optimize_remat does not support "
+                                      "symbolic_zeros (as in JAX)")
         self.fwd = fwd
         self.bwd = bwd
+        self.symbolic_zeros = bool(symbolic_zeros)
+        self.optimize_remat = bool(optimize_remat)
 
     def __getattr__(self, name):
         return forward_def(self, name)
@@ -360,12 +413,21 @@ def forward_def(obj, name):
     raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
-def _init_custom(obj, fun, nondiff_argnums, kind):
+def _init_custom(obj, fun, nondiff_argnums, kind, nondiff_argnames=()):
     if not callable(fun):
         raise TypeError(f"{kind}: the function must be callable, got {fun!r}")
     nums = (nondiff_argnums,) if isinstance(nondiff_argnums, int) else tuple(nondiff_argnums)
     if any(not isinstance(i, int) or isinstance(i, bool) for i in nums) or len(set(nums)) != len(nums):
         raise TypeError(f"{kind}: nondiff_argnums must be distinct ints, got {nondiff_argnums!r}")
+    names = (nondiff_argnames,) if isinstance(nondiff_argnames, str) else tuple(nondiff_argnames)
+    if names:
+        params = list(inspect.signature(fun).parameters.values())
+        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        for name in names:
+            if name not in positional:
+                raise TypeError(f"{kind} {api_util.fun_name(fun)}: nondiff_argnames names {name!r}, which is not "
+                                f"a positional parameter of the function ({', '.join(positional)})")
+        nums = tuple(sorted(set(nums) | {positional.index(name) for name in names}))
     functools.update_wrapper(obj, fun)
     obj.fun = fun
     obj.nondiff_argnums = nums
@@ -420,18 +482,32 @@ class _CallSite:
                     f"{kind} function {self.name}: nondiff_argnums {cfun.nondiff_argnums} is out of range for "
                     f"a call with {n} argument(s)")
             nums.append(i % n)
+        nums = sorted(set(nums))  # the rules get them in the order of the arguments, as in JAX
+        # traced values among the nondiff arguments (custom_jvp only): their leaves become
+        # extra operands after the others', whose tangents nothing reads (JAX's
+        # stop_gradient of them), so that every transform sees them
         self.nondiff = [args[i] for i in nums]
-        for i in nums:
-            for leaf in tree.leaves(args[i]):
-                if isinstance(leaf, Tracer):
-                    raise CustomDerivativeError(
-                        f"{kind} function {self.name}: {self.describe((i,))} is in nondiff_argnums but "
-                        f"is a traced value (shape {leaf.shape}) of {leaf._main.name}; nondiff arguments "
-                        "are Python values (callables, ints, flags); pass arrays as ordinary arguments "
-                        "(with a zero cotangent if they take no derivative)")
+        self.traced_nondiff = {}  # k (index into nondiff) -> treedef of its leaves
+        extra = []
+        for k, i in enumerate(nums):
+            leaves_i, treedef_i = tree.flatten(args[i])
+            leaf = next((x for x in leaves_i if isinstance(x, Tracer)), None)
+            if leaf is None:
+                continue
+            if kind != "custom_jvp":
+                raise CustomDerivativeError(
+                    f"{kind} function {self.name}: {self.describe((i,))} is in nondiff_argnums but "
+                    f"is a traced value (shape {leaf.shape}) of {leaf._main.name}; nondiff arguments "
+                    "of a custom_vjp function are Python values (callables, ints, flags), as in JAX; pass "
+                    "arrays as ordinary arguments (with a zero cotangent if they take no derivative)")
+            self.traced_nondiff[k] = treedef_i
+            self.nondiff[k] = None
+            extra.extend(leaves_i)
         self.positions = [i for i in range(n) if i not in nums]
         dyn = tuple(args[i] for i in self.positions)
         paths, self.leaves, self.in_tree = tree.flatten_with_path(dyn)
+        self.num_dyn = len(self.leaves)
+        self.leaves = self.leaves + extra
         self.in_paths = [(self.positions[p[0]],) + tuple(p[1:]) for p in paths]
         for path, leaf in zip(self.in_paths, self.leaves):
             if not core.is_value(leaf):
@@ -439,13 +515,15 @@ class _CallSite:
                     f"{kind} function {self.name}: {self.describe(path)} is a {type(leaf).__name__}; "
                     "arguments are arrays, Python numbers or pytrees of them; give a "
                     "Python value (a callable, a flag) a position in nondiff_argnums")
-        self.in_shapes = [core.shape_of(x) for x in self.leaves]
+        self.in_shapes = [core.shape_of(x) for x in self.leaves[:self.num_dyn]]
         # the site lives as long as a tape entry or a staged program that holds its rules:
         # it keeps the nondiff arguments and the structure, not the values (NOTE [what the
         # tape keeps]); the caller takes the leaves
-        self.args = tuple(a if i in nums else None for i, a in enumerate(args))
+        self.args = tuple(a if i in nums and not isinstance(a, Tracer) else None for i, a in enumerate(args))
+        self.nums = nums
         self.out_tree = None
         self.out_shapes = None
+        self.out_avals = None
         self.out_by = None
 
     def describe(self, path):
@@ -455,9 +533,23 @@ class _CallSite:
     def error(self, message):
         return CustomDerivativeError(f"{self.kind} function {self.name}: {message}")
 
+    def split(self, leaves):
+        """The operands as ``(dyn leaves, nondiff arguments)``: the traced nondiff
+        arguments rebuilt from their extra operands."""
+        leaves = list(leaves)
+        nondiff = list(self.nondiff)
+        at = self.num_dyn
+        for k, treedef in self.traced_nondiff.items():
+            nondiff[k] = tree.unflatten(treedef, leaves[at:at + treedef.num_leaves])
+            at += treedef.num_leaves
+        return leaves[:self.num_dyn], nondiff
+
     def full_args(self, leaves):
-        dyn = tree.unflatten(self.in_tree, list(leaves))
+        dyn_leaves, nondiff = self.split(leaves)
+        dyn = tree.unflatten(self.in_tree, dyn_leaves)
         full = list(self.args)
+        for i, x in zip(self.nums, nondiff):
+            full[i] = x
         for i, x in zip(self.positions, dyn):
             full[i] = x
         return full
@@ -473,6 +565,7 @@ class _CallSite:
         shapes = [core.shape_of(x) for x in leaves]
         if self.out_tree is None:
             self.out_tree, self.out_shapes, self.out_by = out_tree, shapes, by
+            self.out_avals = [tangent_aval(x) for x in leaves]
         elif out_tree != self.out_tree:
             raise self.error(f"{by} returned an output of structure {out_tree}, but {self.out_by} "
                              f"returned {self.out_tree}; they must agree")
@@ -501,20 +594,32 @@ class _CallSite:
 
     def flat_jvp(self):
         def jvp(primals, tangents):
+            """``(primal_out, tangent_out)`` leaves; ``None`` in ``tangents`` and in the
+            result: a zero tangent (NOTE [symbolic zeros in custom rules])."""
             rule = self._rule("jvp", "defjvp(rule)")
-            p_args = tuple(tree.unflatten(self.in_tree, list(primals)))
-            t_args = tuple(tree.unflatten(self.in_tree, list(tangents)))
-            result = rule(*self.nondiff, p_args, t_args)
+            primals, nondiff = self.split(primals)
+            tangents = list(tangents)[:self.num_dyn]  # the traced nondiff arguments take none
+            if self.cfun.symbolic_zeros:
+                tangents = [SymbolicZero(tangent_aval(p)) if t is None else t for p, t in zip(primals, tangents)]
+            else:
+                tangents = [instantiate(t, p) for p, t in zip(primals, tangents)]
+            p_args = tuple(tree.unflatten(self.in_tree, primals))
+            t_args = tuple(tree.unflatten(self.in_tree, tangents))
+            result = rule(*nondiff, p_args, t_args)
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
                 raise self.error(f"the JVP rule must return a pair (primal_out, tangent_out), got "
                                  f"{tree.describe(result)}")
             primal_out, tangent_out = result
             p_leaves, paths = self.set_out(primal_out, "the JVP rule's primal_out")
-            t_leaves, t_tree = tree.flatten(tangent_out)
-            if t_tree != self.out_tree:
-                raise self.error(f"the JVP rule returned tangent_out of structure {t_tree}, but primal_out "
-                                 f"has structure {self.out_tree}; they must agree")
+            try:
+                t_leaves = tree.broadcast_prefix(tangent_out, primal_out, lambda x: is_zero(x) or core.is_value(x))
+            except (tree.PrefixError, ValueError, TypeError):
+                raise self.error(f"the JVP rule returned tangent_out of structure {tree.structure(tangent_out)}, "
+                                 f"but primal_out has structure {self.out_tree}; they must agree") from None
+            t_leaves = [None if is_zero(t) else t for t in t_leaves]
             for path, p, t in zip(paths, p_leaves, t_leaves):
+                if t is None:
+                    continue
                 if not core.is_value(t) or core.shape_of(t) != core.shape_of(p):
                     got = f"shape {core.shape_of(t)}" if core.is_value(t) else f"a {type(t).__name__}"
                     raise self.error(f"the JVP rule returned a tangent of {got} for {api_util.describe_out(path)} "
@@ -525,8 +630,13 @@ class _CallSite:
         return jvp
 
     def flat_fwd(self):
-        def fwd(*leaves):
+        def fwd(*leaves, perturbed=None):
+            """``(out leaves, residuals)``; ``perturbed``: which operands' cotangents the
+            caller wants (all when not given), for ``symbolic_zeros``."""
             rule = self._rule("fwd", "defvjp(fwd, bwd)")
+            if self.cfun.symbolic_zeros:
+                wanted = [True] * len(leaves) if perturbed is None else perturbed
+                leaves = [CustomVJPPrimal(x, bool(w)) for x, w in zip(leaves, wanted)]
             result = rule(*self.full_args(leaves))
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
                 raise self.error(f"fwd must return a pair (output, residuals), got {tree.describe(result)}")
@@ -539,7 +649,13 @@ class _CallSite:
 
     def flat_bwd(self):
         def bwd(residuals, ct_leaves):
+            """The input cotangents' leaves (``None``: zero) from the output cotangents'
+            (``None``: zero; NOTE [symbolic zeros in custom rules])."""
             rule = self._rule("bwd", "defvjp(fwd, bwd)")
+            if self.cfun.symbolic_zeros:
+                ct_leaves = [SymbolicZero(a) if c is None else c for c, a in zip(ct_leaves, self.out_avals)]
+            else:
+                ct_leaves = [core.zeros_like_aval(a) if c is None else c for c, a in zip(ct_leaves, self.out_avals)]
             ct = tree.unflatten(self.out_tree, list(ct_leaves))
             cts = rule(*self.nondiff, residuals, ct)
             names = ", ".join(self.describe((i,)) for i in self.positions)
@@ -554,10 +670,11 @@ class _CallSite:
             dyn = tree.unflatten(self.in_tree, [_LEAF] * len(self.in_shapes))
             for k, (c, arg) in enumerate(zip(cts, dyn)):
                 try:
-                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: x is None or core.is_value(x) or x is _LEAF))
+                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: is_zero(x) or core.is_value(x) or x is _LEAF))
                 except tree.PrefixError as err:
                     raise self.error(f"bwd returned a cotangent for {self.describe((self.positions[k],) + err.path)} "
                                      f"that does not match the argument's structure: {err.reason}") from None
+            flat = [None if is_zero(c) else c for c in flat]
             for path, c, shape in zip(self.in_paths, flat, self.in_shapes):
                 if c is not None and core.shape_of(c) != shape:
                     raise self.error(f"bwd returned a cotangent of shape {core.shape_of(c)} for "
@@ -566,117 +683,6 @@ class _CallSite:
 
         bwd.__name__ = f"{self.name}_bwd"
         return bwd
-
-
-# ---------------------------------------------------------------------------------------
-# Batching the function and its rules
-# ---------------------------------------------------------------------------------------
-
-
-# NOTE [batching a custom rule]
-# Under vmap a custom call goes one level down with ``vmap`` of the function and of each
-# rule, so the level below, whatever it is, picks the one it needs (the eval interpreter
-# ``vmap(f)``, reverse mode ``vmap(fwd)`` and ``vmap(bwd)``, staging all of them in one
-# equation). Each batched version pushes a batch trace of its own when it runs, rather
-# than reusing the caller's: a staged program may call it long after that trace returned
-# (``grad`` of a program derived from ``vmap(jit(f))``). Whichever runs, the outputs
-# (and the output tangents) come back with their batch dim at 0 — unbatched ones are
-# broadcast — so the caller knows the layout without knowing which one ran. Tangents have
-# their primals' layout; residuals travel with their batch dims, as data that only
-# ``vmap(bwd)`` reads; ``vmap(bwd)`` returns each cotangent in its operand's layout, summed
-# over the batch for an unbatched operand (every example used it).
-def _wrap(main, vals, dims):
-    return [v if d is None else BatchTracer(main, v, d) for v, d in zip(vals, dims)]
-
-
-def _out_at_front(x, main, size):
-    """The physical value of an output of a batched function, batch dim at 0."""
-    if main.owns(x):
-        return move_bdim(x.val, x.bdim, 0)
-    return bdim_at_front(x, None, size)
-
-
-def _ct_in_layout(ct, main, size, dim):
-    """A cotangent from ``vmap(bwd)`` in its operand's physical layout (batch dim ``dim``,
-    or summed over the batch for an unbatched operand)."""
-    from cuvmap.lax import reduction  # a rule's primitive: lax imports the transforms
-
-    if ct is None:
-        return None
-    if main.owns(ct):
-        if dim is None:
-            return reduction.reduce_sum(ct.val, (ct.bdim,))
-        return move_bdim(ct.val, ct.bdim, dim)
-    if dim is None:
-        return ct
-    return move_bdim(bdim_at_front(ct, None, size), 0, dim)
-
-
-def batch_fun(fun, axis, dims, name):
-    """``vmap(fun)`` over operands with batch dims ``dims``; outputs batched at 0."""
-    size = axis.size
-
-    def batched(*vals):
-        with new_batch_main(axis, name) as main:
-            outs = fun(*_wrap(main, vals, dims))
-        return [_out_at_front(o, main, size) for o in outs]
-
-    batched.__name__ = f"vmap({fun.__name__})"
-    return batched
-
-
-def batch_jvp(jvp, axis, dims, name):
-    """``vmap`` of a flat JVP rule; tangents have their primals' batch dims."""
-    size = axis.size
-
-    def batched(primals, tangents):
-        with new_batch_main(axis, name) as main:
-            out_p, out_t = jvp(_wrap(main, primals, dims), _wrap(main, tangents, dims))
-        return [_out_at_front(o, main, size) for o in out_p], [_out_at_front(t, main, size) for t in out_t]
-
-    batched.__name__ = f"vmap({jvp.__name__})"
-    return batched
-
-
-class _BatchedResiduals:
-    """The residuals of ``vmap(fwd)``: their physical leaves with the batch dims."""
-
-    __slots__ = ("vals", "dims", "treedef")
-
-    def __init__(self, vals, dims, treedef):
-        self.vals = vals
-        self.dims = dims
-        self.treedef = treedef
-
-
-def batch_fwd(fwd, axis, dims, name):
-    """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
-    size = axis.size
-
-    def batched(*vals):
-        with new_batch_main(axis, name) as main:
-            outs, residuals = fwd(*_wrap(main, vals, dims))
-        leaves, treedef = tree.flatten(residuals)
-        res_vals, res_dims = main.trace.unwrap(leaves)
-        return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
-
-    batched.__name__ = f"vmap({fwd.__name__})"
-    return batched
-
-
-def batch_bwd(bwd, axis, dims, name):
-    """``vmap`` of a flat ``bwd``: the output cotangents are batched at 0 (as the outputs
-    are), the input cotangents come back in their operands' layouts."""
-    size = axis.size
-
-    def batched(residuals, cts):
-        with new_batch_main(axis, name) as main:
-            res = tree.unflatten(residuals.treedef, _wrap(main, residuals.vals, residuals.dims))
-            in_cts = bwd(res, _wrap(main, cts, [0] * len(cts)))
-        return [_ct_in_layout(c, main, size, d) for c, d in zip(in_cts, dims)]
-
-    batched.__name__ = f"vmap({bwd.__name__})"
-    return batched
 
 
 CustomJVPCallPrimitive.rule_batchers = {"fun": batch_fun, "jvp": batch_jvp}

@@ -40,6 +40,7 @@ rules carry the region through every transform:
 from cuvmap import api_util, config, core, tree
 from cuvmap.api_util import TransformError
 from cuvmap.transforms import executor, ir, staging
+from cuvmap.transforms.checkpoint_name import checkpoint_name, name_p  # noqa: F401  (jax.ad_checkpoint's names)
 from cuvmap.transforms.partial_eval import everything_saveable, nothing_saveable, partial_eval_jaxpr
 from cuvmap.transforms.program_call import ProgramCall
 
@@ -63,12 +64,58 @@ def dots_with_no_batch_dims_saveable(prim, *avals, **params):
     return not x_batch and not y_batch
 
 
+def save_only_these_names(*names):
+    """A policy that keeps the values named (:func:`checkpoint_name`) with one of
+    ``names`` and recomputes everything else (JAX's policy of that name)."""
+    names = frozenset(names)
+
+    def policy(prim, *avals, **params):
+        return prim is name_p and params["name"] in names
+
+    return policy
+
+
+def save_any_names_but_these(*names):
+    """A policy that keeps every named value (:func:`checkpoint_name`) except those
+    named with one of ``names``, and recomputes the unnamed ones (JAX's policy of that
+    name)."""
+    names = frozenset(names)
+
+    def policy(prim, *avals, **params):
+        return prim is name_p and params["name"] not in names
+
+    return policy
+
+
+def save_anything_except_these_names(*names):
+    """A policy that keeps everything except the values named with one of ``names``
+    (JAX's policy of that name)."""
+    names = frozenset(names)
+
+    def policy(prim, *avals, **params):
+        return not (prim is name_p and params["name"] in names)
+
+    return policy
+
+
+def save_from_both_policies(policy_1, policy_2):
+    """A policy that keeps what either policy keeps (JAX's policy of that name)."""
+
+    def policy(prim, *avals, **params):
+        return bool(policy_1(prim, *avals, **params) or policy_2(prim, *avals, **params))
+
+    return policy
+
+
 class _Policies:
     """The policies of :func:`checkpoint` (JAX's ``jax.checkpoint_policies``). A policy is
     any function ``policy(prim, *avals, **params) -> bool`` saying whether the output of
     an equation ``prim(*operands, **params)`` of the forward computation, with operands of
-    ``avals``, is kept for the backward pass rather than recomputed. Policies that name
-    values (``save_only_these_names`` with ``checkpoint_name``) are not provided."""
+    ``avals``, is kept for the backward pass rather than recomputed. The policies that
+    choose by name (``save_only_these_names``, ``save_any_names_but_these``,
+    ``save_anything_except_these_names``) read the names that :func:`checkpoint_name`
+    puts on values; ``save_from_both_policies`` combines two. JAX's offloading policies
+    (to host memory) are not provided."""
 
     everything_saveable = staticmethod(everything_saveable)
     nothing_saveable = staticmethod(nothing_saveable)
@@ -76,6 +123,10 @@ class _Policies:
     checkpoint_dots = staticmethod(dots_saveable)
     dots_with_no_batch_dims_saveable = staticmethod(dots_with_no_batch_dims_saveable)
     checkpoint_dots_with_no_batch_dims = staticmethod(dots_with_no_batch_dims_saveable)
+    save_only_these_names = staticmethod(save_only_these_names)
+    save_any_names_but_these = staticmethod(save_any_names_but_these)
+    save_anything_except_these_names = staticmethod(save_anything_except_these_names)
+    save_from_both_policies = staticmethod(save_from_both_policies)
 
     def __repr__(self):
         return "checkpoint_policies"
@@ -196,7 +247,8 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
       policy: which residuals to keep after all: ``None`` (keep only the inputs) or a
         function ``policy(prim, *avals, **params) -> bool`` such as those of
         :data:`checkpoint_policies` (``everything_saveable``, ``nothing_saveable``,
-        ``dots_saveable``, ``dots_with_no_batch_dims_saveable``).
+        ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, and by name
+        ``save_only_these_names("h")`` with :func:`checkpoint_name`).
       static_argnums: positional arguments passed to ``fun`` as they are (not traced);
         they must be hashable.
     Returns:

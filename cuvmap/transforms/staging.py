@@ -242,7 +242,7 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER, pyt
     with core.new_main(StagingTrace, builder, name=name) as main, core.staging(main), core.new_name_stack():
         invars = [Var(a, None if origins is None else origins[i]) for i, a in enumerate(in_avals)]
         if python_number_args:
-            builder.python_number_args = {v for v in invars if v.aval.weak_type}
+            builder.python_number_args = {v for v in invars if v.aval.weak_type and v.aval.shape == ()}
         tracers = [StagedTracer(main, v) for v in invars]
         outs = f(*tracers)
         outvars = []

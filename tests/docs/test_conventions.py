@@ -100,7 +100,8 @@ def test_functorchs_file_is_named_not_called_the_seed():
 # import cycle cuvmap allows. Its edges into lax are function-local imports of the family
 # modules the helper uses (never the cuvmap.lax package), in these modules only.
 RULE_HELPERS = {"cuvmap.transforms.batching", "cuvmap.transforms.jvp", "cuvmap.transforms.vjp",
-                "cuvmap.transforms.staging", "cuvmap.transforms.linearize", "cuvmap.transforms.custom_derivatives"}
+                "cuvmap.transforms.staging", "cuvmap.transforms.linearize", "cuvmap.transforms.custom_derivatives",
+                "cuvmap.transforms.custom_batching_rules"}
 
 
 def _cuvmap_modules():

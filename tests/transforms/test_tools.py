@@ -713,7 +713,12 @@ WEAK_TYPES = {
     "a weak int and a weak float: a weak float": (lambda i, x: i * x + 1, (2, 3.0), S((), np.float64, weak_type=True)),
     "a weak value takes float32 from an array": (lambda x, a: (x + 1) * a, (2.0, F32), S((3,), np.float32)),
     "a weak int takes uint8": (lambda i, a: i * 2 + a, (3, U8), S((3,), np.uint8)),
-    "a weak float with int32 is float64": (lambda x, a: x * 2 + a, (2.0, I32), S((3,), np.float64)),
+    # JAX's lattice: an integer array under a weak float gives a weak float (issue 33)
+    "a weak float with int32 is a weak float64": (lambda x, a: x * 2 + a, (2.0, I32),
+                                                  S((3,), np.float64, weak_type=True)),
+    # (eagerly through cuvmap.numpy: NumPy's own operators on NumPy arrays know no weak types)
+    "int32 + a weak float takes float32 after": (lambda x, a, b: cnp.multiply(cnp.add(a, x), b), (1.5, I32, F32),
+                                                 S((3,), np.float32)),
     "a weak value in where": (lambda x, a: cnp.where(a > 0, x * 2, a), (2.0, F32), S((3,), np.float32)),
     "a weak value in maximum": (lambda x, a: cnp.maximum(x - 1, a), (2.0, F32), S((3,), np.float32)),
     "a weak value under vmap": (lambda a, x: cv.vmap(lambda r: (x * 2.0) * r)(a), (np.ones((2, 3), np.float32), 3.0),

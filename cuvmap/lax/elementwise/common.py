@@ -26,17 +26,38 @@ def broadcast_shapes(*shapes):
         ) from None
 
 
+# NOTE [weak types of mixed operands]
+# JAX's promotion lattice has a weak type per kind (``i*``, ``f*``, ``c*``: a Python
+# number's) below every strong dtype of that kind, and every integer dtype below ``f*``.
+# So a weak operand of a higher kind than every strong operand lifts the result to its
+# kind and the result stays weak: ``int32_array + 1.5`` is a weak float (NEP 50 gives
+# float64, cuvmap's default float, as JAX's x64 mode does), and ``(int32_array + 1.5) *
+# float32_array`` is float32 — the weak value takes the strong dtype, as a Python number
+# would. A weak complex over a strong float gives the strong complex of its precision
+# (``float32_array * 1j`` is complex64), as in JAX. Only integer and boolean strong
+# operands leave the result weak.
 def _naryop_shape_rule(*avals, **params):
     """NumPy's broadcasting and promotion, a weakly typed operand taking the others' dtype
     (NEP 50); operands all weakly typed promote their dtypes and stay weak (JAX's
-    ``weak f32 + 1`` is a weak float32)."""
+    ``weak f32 + 1`` is a weak float32); a weak operand of a higher kind than the strong
+    integer or boolean ones gives a weak result (NOTE [weak types of mixed operands])."""
     shape = broadcast_shapes(*(a.shape for a in avals))
     if all(a.weak_type for a in avals):
         # JAX's lattice: a weak float over a weak int, then the widest of that kind
         top = builtins.max("biufc".index(a.dtype.kind) for a in avals)
         dtype = np.result_type(*(a.dtype for a in avals if "biufc".index(a.dtype.kind) == top))
         return ShapedArray(shape, dtype, weak_type=True)
-    return ShapedArray(shape, np.result_type(*(_dtype_operand(a) for a in avals)))
+    dtype = np.result_type(*(_dtype_operand(a) for a in avals))
+    return ShapedArray(shape, dtype, weak_type=_weak_lifts(avals))
+
+
+def _weak_lifts(avals):
+    """Whether a weak operand lifts the strong ones' kind and the result stays weak (NOTE
+    [weak types of mixed operands])."""
+    kinds = "biufc"
+    strong = builtins.max(kinds.index(a.dtype.kind) for a in avals if not a.weak_type)
+    weak = builtins.max((kinds.index(a.dtype.kind) for a in avals if a.weak_type), default=-1)
+    return weak > strong and kinds[strong] in "biu"
 
 
 def _div_shape_rule(x, y):

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from cuvmap import core
+from cuvmap import core, tree
 from cuvmap.core import ShapedArray, ShapeError
 from cuvmap.lax.elementwise.common import (
     _c_comparison, _comparison_shape_rule, _nary, _naryop_shape_rule, _same_shape_rule, broadcast_shapes,
@@ -185,8 +185,9 @@ def convert_element_type(x, new_dtype):
 
 
 def stop_gradient(x):
-    """The identity, whose derivative is zero: transforms of derivatives see a constant."""
-    return stop_gradient_p.bind(x)
+    """The identity, whose derivative is zero: transforms of derivatives see a constant.
+    ``x`` may be a pytree: every leaf is stopped (``jax.lax.stop_gradient``)."""
+    return tree.map_preserving(stop_gradient_p.bind, x)
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from cuvmap.lax.elementwise.arithmetic import add, div, mul, neg, sub
 from cuvmap.lax.elementwise.common import (
     _c_float, _div_shape_rule, _float64_pow, _float_dtype, _float_unary_shape_rule, _nary,
 )
-from cuvmap.lax.elementwise.comparisons import eq, select
+from cuvmap.lax.elementwise.comparisons import convert_element_type, eq, ne, select
 from cuvmap.transforms import batching, vjp
 from cuvmap.transforms.fusion import CExpression
 
@@ -321,9 +321,22 @@ def _replace_zero(x):
     return select(eq(x, 0), 1, x)
 
 
+def _pow_derivative_base(g, out, x, y):
+    """∂(x^y)/∂x = y·x^(y−1); for an integer exponent, 0 where ``y == 0`` (``x^0 = 1``
+    for every ``x``, also 0, where ``y·x^(y−1)`` would be ``0·inf``), as ``integer_pow``
+    gives for a Python int exponent and as JAX's ``pow`` rule does: a traced integer
+    exponent (``jit(lambda x, n: x ** n)``) differentiates as the eager call."""
+    if core.dtype_of(y).kind not in "iu":
+        return mul(g, mul(y, pow(x, sub(y, 1))))
+    nonzero = ne(y, 0)
+    y_or_one = select(nonzero, y, 1)  # 1 where y == 0, so that x^(y−1) is finite there
+    jac = mul(y_or_one, pow(x, sub(y_or_one, 1)))
+    return mul(g, mul(jac, convert_element_type(nonzero, core.dtype_of(jac))))
+
+
 vjp.defderivative(
     pow_p,
-    lambda g, out, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
+    _pow_derivative_base,
     lambda g, out, x, y: mul(g, mul(log(_replace_zero(x)), out)),
     reads=(0, 1, "out"),
 )

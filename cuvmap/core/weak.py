@@ -1,0 +1,104 @@
+"""Weakly typed arrays computed eagerly (JAX's ``weak_type=True`` on a concrete array).
+
+A Python number is weakly typed: it takes the dtype of the array it meets (NEP 50). A
+value computed from Python numbers and integer arrays only is weakly typed too in JAX
+(NOTE [weak types of mixed operands] in cuvmap/lax/elementwise/common.py): ``int32_array
++ 1.5`` is a weak float, so ``(int32_array + 1.5) * float32_array`` is float32. Staged
+programs carry that in their avals (NOTE [a weak value meets a strong one] in
+cuvmap/transforms/staging.py); eagerly the value is a :class:`WeakArray`, a NumPy array
+that says it is weak (NOTE [eager weak arrays]).
+"""
+import numpy as np
+
+from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapedArray
+from cuvmap.errors import ShapeError
+
+
+# NOTE [eager weak arrays]
+# An eager primitive whose shape rule gives a weakly typed result from an array operand
+# (``add(int32_array, 1.5)``) returns a :class:`WeakArray` view of NumPy's result, whose
+# aval is weak (``core.get_aval``). When a WeakArray meets an operand whose dtype should
+# win, ``bind`` first casts it to the result's dtype, as staging casts a weak variable
+# (the same test: does the operand, made strong, change the result's dtype?), so eager
+# and staged results agree in dtype and value. NumPy's own operations on a WeakArray
+# return plain arrays (``__array_wrap__``): only cuvmap's primitives know the rule. Python
+# numbers stay Python numbers; a result computed only from them is unchanged (NumPy's
+# 0-d array, as before). Only NumPy arrays (host values) are made weak.
+class WeakArray(np.ndarray):
+    """A NumPy array that is weakly typed (JAX's ``weak_type=True``): a cuvmap primitive
+    that meets it with a strong operand gives the strong operand's dtype
+    (NOTE [eager weak arrays])."""
+
+    def __array_wrap__(self, obj, context=None, return_scalar=False):
+        result = obj.view(np.ndarray) if isinstance(obj, np.ndarray) else obj
+        if return_scalar and isinstance(result, np.ndarray) and result.ndim == 0:
+            return result[()]
+        return result
+
+    def __repr__(self):
+        return np.ndarray.__repr__(self.view(np.ndarray))[:-1] + ", weak_type=True)"
+
+
+def may_be_weak(args):
+    """Whether an eager bind of ``args`` can involve weak arrays: a WeakArray among them,
+    or a Python number beside an integer or boolean NumPy array (the only strong operand
+    a weak one lifts). Cheap: it runs before every eager primitive, which is also where an
+    operand of one of ml_dtypes' dtypes is refused by name (TypeError)."""
+    scalar = array = False
+    for a in args:
+        t = type(a)
+        if t is WeakArray:
+            return True
+        if t in _PY_SCALAR_DTYPES:
+            scalar = True
+        elif t is np.ndarray:
+            kind = a.dtype.kind
+            if kind in "biu":
+                array = True
+            elif kind == "V" and a.dtype.fields is None:
+                # ml_dtypes' bfloat16, float8, int4: NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py
+                raise TypeError(f"an operand has dtype {a.dtype.name}, which cuvmap does not support yet (NumPy "
+                                f"has no {a.dtype.name}; ml_dtypes provides the type, but not JAX's promotion "
+                                "rules for it); cast it to float32 first (x.astype(numpy.float32))")
+    return scalar and array
+
+
+def bind_weak(primitive, args, params):
+    """The eager bind of ``primitive`` on ``args`` with weak types applied (NOTE [eager
+    weak arrays]): WeakArray operands cast where a strong operand decides the dtype, the
+    result a WeakArray where the shape rule says weak."""
+    if primitive.shape_rule is None or primitive.multiple_results:
+        return primitive.impl(*[_plain(a) for a in args], **params)
+    avals = [_aval(a) for a in args]
+    out = primitive.shape_rule(*avals, **params)
+    args = list(args)
+    for i, a in enumerate(args):
+        if type(a) is not WeakArray:
+            continue
+        plain = a.view(np.ndarray)
+        if not out.weak_type:
+            strong = ShapedArray(a.shape, a.dtype)
+            try:
+                as_strong = primitive.shape_rule(*avals[:i], strong, *avals[i + 1:], **params).dtype
+            except ShapeError:
+                as_strong = out.dtype
+            if as_strong != out.dtype:
+                plain = plain.astype(out.dtype)
+        args[i] = plain
+    result = primitive.impl(*args, **params)
+    if isinstance(result, np.generic):
+        result = np.asarray(result)
+    if out.weak_type and type(result) is np.ndarray and result.dtype == out.dtype:
+        return result.view(WeakArray)
+    return result
+
+
+def _plain(a):
+    return a.view(np.ndarray) if type(a) is WeakArray else a
+
+
+def _aval(a):
+    t = type(a)
+    if t in _PY_SCALAR_DTYPES:
+        return ShapedArray((), _PY_SCALAR_DTYPES[t], weak_type=True)
+    return ShapedArray(a.shape, a.dtype, weak_type=t is WeakArray)

@@ -1,0 +1,67 @@
+"""Dtypes beyond NumPy's that JAX code names (``jax.dtypes``): ``float0``, the dtype of
+the tangents and gradients of integer and boolean values, and ``bfloat16`` when
+``ml_dtypes`` (JAX's own dtype package, cuvmap's optional ``bfloat16`` extra) is installed
+(NOTE [bfloat16 needs ml_dtypes]).
+
+``float0`` is JAX's: a NumPy structured dtype with no bytes per element, so an array of
+it holds no data; ``grad(f, allow_int=True)`` returns zeros of it for integer inputs,
+whose derivative is zero (nothing flows through an integer).
+"""
+import numpy as np
+
+float0 = np.dtype([("float0", np.void, 0)])
+
+
+# NOTE [bfloat16 needs ml_dtypes]
+# bfloat16 is not a NumPy dtype: JAX takes it from ml_dtypes, which registers it (and its
+# casts and ufunc loops) with NumPy. cuvmap names ml_dtypes' type when ml_dtypes is
+# installed (``pip install cuvmap[bfloat16]``): ``cuvmap.dtypes.bfloat16`` and
+# ``cuvmap.numpy.bfloat16``, so that arrays of it can be made and cast. The transforms do
+# not compute with it yet: NumPy's promotions with ml_dtypes' types are not JAX's
+# (bfloat16 with int32 has no common dtype, ``bfloat16_array * 2.5`` is float32 where JAX
+# keeps bfloat16), and the generated kernels have no bfloat16. So an input of bfloat16
+# (or of ml_dtypes' other types: float8, int4, ...) to a transform is refused by name
+# (:func:`check_supported`), never computed with other promotions; cast it to float32.
+try:  # optional dependency (the bfloat16 extra)
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - depends on the environment
+    _ml_dtypes = None
+
+if _ml_dtypes is not None:
+    bfloat16 = _ml_dtypes.bfloat16
+
+
+def has_bfloat16():
+    """Whether bfloat16 is available (``ml_dtypes`` is installed)."""
+    return _ml_dtypes is not None
+
+
+def zeros_float0(shape):
+    """An array of ``float0`` zeros of ``shape`` (JAX's gradient of an integer value)."""
+    return np.zeros(shape, dtype=float0)
+
+
+def unsupported_dtype(x):
+    """The name of ``x``'s dtype when it is one of ml_dtypes' (bfloat16, float8_*, int4,
+    ...: a NumPy dtype of kind ``"V"`` without fields), else None."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or type(x) in (bool, int, float, complex):
+        return None
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return None
+    if dtype.kind == "V" and dtype.fields is None:
+        return dtype.name
+    return None
+
+
+def check_supported(x, what, where):
+    """Raises ``TypeError`` naming the dtype for a value of one of ml_dtypes' dtypes
+    (NOTE [bfloat16 needs ml_dtypes]): ``what`` names the value, ``where`` the transform."""
+    name = unsupported_dtype(x)
+    if name is not None:
+        raise TypeError(
+            f"{where}: {what} has dtype {name}, which cuvmap's transforms do not support yet (NumPy has no "
+            f"{name}; ml_dtypes provides the type, but not JAX's promotion rules for it); cast it to float32 "
+            "first (x.astype(numpy.float32))")
