@@ -6,7 +6,7 @@
 Each seed is one whole run of ``examples/dp_fashion_mnist.py`` (their tanh CNN, expected
 batch 2048 by Poisson sampling, SGD with momentum 0.9 and learning rate 4, C = 0.1,
 σ = 2.15, 40 epochs = 1172 steps, ε ≈ 2.61 by RDP and 2.39 by PLD at δ = 1e-5), in a
-process of its own, with the machine's load recorded. Reported: each seed's test accuracy
+process of its own, with the machine's load recorded. Reported: the test accuracy of every seed
 after the last epoch and its wall time, the median and best over seeds, and the targets
 of issue 37: median ≥ 85.5 %, best ≥ 86.0 % (the paper: 86.0 %), 40 epochs in ≤ 15
 minutes on the 2-core machine. With ``--records`` the suite reads runs the example wrote

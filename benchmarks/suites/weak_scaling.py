@@ -29,11 +29,10 @@ moves ``2 (P − 1) / P · n`` bytes through each process's link at bandwidth ``
 ``E(P) = t_compute / (t_compute + t_allreduce(P))`` falls as ``n / (B · t_compute)``
 grows and tends, for large ``P``, to ``1 / (1 + 2n / (B t_compute) + 2Pα / t_compute)``.
 The Fashion-MNIST CNN's gradient is 26,010 float32 = 104 kB; the MLP's (784-1024-1024-10)
-is 7.3 MB. With shared memory (this machine's MPI: ``B`` of several GB/s) the all-reduce
-of 104 kB costs tens of µs against a step of tens of ms; over 10 GbE (``B`` ≈ 1.2 GB/s,
-``α`` ≈ 20 µs) the MLP's 7.3 MB costs about 12 ms a step, so its ``E`` depends on ``b``;
-with NCCL over NVLink (``B`` ≈ 100+ GB/s) both networks' all-reduces cost well under a
-millisecond, and what bounds ``E`` on GPUs is the much shorter ``t_compute``.
+is 7.3 MB: with the same link, the MLP's E depends on the batch per process far more. What
+the model gives on shared memory, a network and NVLink is worked out on
+docs/performance/scaling.md and evaluated on each run's measured step time
+(:func:`predictions`, over the stated links of :data:`LINKS`).
 """
 import argparse
 import json
