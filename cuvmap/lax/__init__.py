@@ -31,6 +31,10 @@ from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
 )
+from cuvmap.lax.conv_general import (  # noqa: F401  (JAX's conv names; lax.conv takes JAX's and aten's forms)
+    ConvDimensionNumbers, Precision, conv, conv_dimension_numbers, conv_general_dilated, conv_transpose,
+    conv_with_general_padding, padtype_to_pads,
+)
 
 
 def all_primitives():
