@@ -47,7 +47,7 @@ _KNOWN = {
 }
 
 
-def _binary(name):
+def monoid_binary(name):
     return {"add": ew.add, "mul": ew.mul, "max": ew.max, "min": ew.min, "and": bitwise_and, "or": bitwise_or}[name]
 
 
@@ -182,7 +182,7 @@ def _move_last_and_merge(x, dims):
     return reshape(x, tuple(shape[i] for i in kept) + (n,))
 
 
-def _fill(value, shape, like):
+def fill_scalar(value, shape, like):
     """The scalar ``value`` (in ``like``'s dtype when concrete) broadcast to ``shape``."""
     if not isinstance(value, core.Tracer):
         value = np.asarray(core.as_array(value)).astype(core.dtype_of(like))
@@ -236,16 +236,16 @@ def reduce(operands, init_values, computation, dimensions):  # noqa: A001 - lax 
     if not dims:
         out = leaves
     elif int(np.prod([shape[d] for d in dims], dtype=np.int64)) == 0:
-        return tree.unflatten(treedef, [_fill(v, kept_shape, x) for v, x in zip(init_leaves, leaves)])
+        return tree.unflatten(treedef, [fill_scalar(v, kept_shape, x) for v, x in zip(init_leaves, leaves)])
     else:
         out = tree_reduce_last(combine, [_move_last_and_merge(x, dims) for x in leaves])
-    inits = [_fill(v, kept_shape, x) for v, x in zip(init_leaves, leaves)]
+    inits = [fill_scalar(v, kept_shape, x) for v, x in zip(init_leaves, leaves)]
     out = [ew.convert_element_type(o, core.dtype_of(x)) if core.dtype_of(o) != core.dtype_of(x) else o
            for o, x in zip(combine(inits, out), leaves)]
     return tree.unflatten(treedef, out)
 
 
-def _is_identity(name, value, dtype):
+def is_identity(name, value, dtype):
     if isinstance(value, core.Tracer):
         return False
     v = np.asarray(core.as_array(value))
@@ -256,7 +256,7 @@ def _monoid_reduce(name, x, init, dims):
     dtype = core.dtype_of(x)
     shape = core.shape_of(x)
     if any(shape[d] == 0 for d in dims):
-        return _fill(init, tuple(s for i, s in enumerate(shape) if i not in dims), x)
+        return fill_scalar(init, tuple(s for i, s in enumerate(shape) if i not in dims), x)
     if name == "add":
         out = reduce_sum(x, dims) if dims else x
     elif name == "max":
@@ -264,10 +264,10 @@ def _monoid_reduce(name, x, init, dims):
     elif name == "min":
         out = reduce_min(x, dims) if dims else x
     else:
-        out = x if not dims else tree_reduce_last(lambda a, b: [_binary(name)(a[0], b[0])],
+        out = x if not dims else tree_reduce_last(lambda a, b: [monoid_binary(name)(a[0], b[0])],
                                                   [_move_last_and_merge(x, dims)])[0]
-    if not _is_identity(name, init, dtype):
-        out = _binary(name)(_fill(init, core.shape_of(out), x), out)
+    if not is_identity(name, init, dtype):
+        out = monoid_binary(name)(fill_scalar(init, core.shape_of(out), x), out)
     if core.dtype_of(out) != dtype:
         out = ew.convert_element_type(out, dtype)
     return out
