@@ -73,7 +73,8 @@ def identify_monoid(computation, dtype):
     if name is None:
         a, b = _probe_pair(dtype)
         try:
-            out = np.asarray(core.as_array(computation(a, b)))
+            with np.errstate(all="ignore"):
+                out = np.asarray(core.as_array(computation(a, b)))
         except Exception:  # noqa: BLE001 - a reducer that probes cannot be named runs as a tree
             return None
         if out.shape != a.shape:
@@ -138,9 +139,10 @@ def check_associative_commutative(op, leaves_like, treedef, where):
         return True
 
     try:
-        ab = call(a, b)
-        commutative = close(ab, call(b, a))
-        associative = close(call(ab, c), call(a, call(b, c)))
+        with np.errstate(all="ignore"):
+            ab = call(a, b)
+            commutative = close(ab, call(b, a))
+            associative = close(call(ab, c), call(a, call(b, c)))
     except Exception:  # noqa: BLE001 - a reducer that cannot be probed is taken at its word
         return
     if not (commutative and associative):
@@ -216,9 +218,12 @@ def reduce(operands, init_values, computation, dimensions):  # noqa: A001 - lax 
         if core.shape_of(v) != ():
             raise ShapeError(f"reduce: init values must be scalars, got shape {core.shape_of(v)}")
     shape = shapes[0]
-    dims = tuple(sorted(int(d) % len(shape) if shape else int(d) for d in dimensions))
-    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
-        raise ShapeError(f"reduce: dimensions {tuple(dimensions)} are out of range or repeated for shape {shape}")
+    ndim = len(shape)
+    if any(not -ndim <= int(d) < ndim for d in dimensions):
+        raise ShapeError(f"reduce: dimensions {tuple(dimensions)} are out of range for shape {shape}")
+    dims = tuple(sorted(int(d) % ndim for d in dimensions))
+    if len(set(dims)) != len(dims):
+        raise ShapeError(f"reduce: dimensions {tuple(dimensions)} are repeated")
     if len(leaves) == 1 and treedef == tree.structure(leaves[0]):
         name = identify_monoid(computation, core.dtype_of(leaves[0]))
         if name is not None:
