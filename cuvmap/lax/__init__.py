@@ -36,6 +36,17 @@ from cuvmap.lax.slicing import (  # noqa: F401
     dynamic_slice_in_dim, dynamic_update_index_in_dim, dynamic_update_slice, dynamic_update_slice_in_dim, gather,
     index_in_dim, index_take, scatter, scatter_add, scatter_apply, scatter_max, scatter_min, scatter_mul,
 )
+from cuvmap.lax.conv_general import (  # noqa: F401  (JAX's conv names; lax.conv takes JAX's and aten's forms)
+    ConvDimensionNumbers, Precision, conv, conv_dimension_numbers, conv_general_dilated, conv_transpose,
+    conv_with_general_padding, padtype_to_pads,
+)
+from cuvmap.lax.cumulative import cumlogsumexp, cummax, cummin  # noqa: F401
+from cuvmap.lax.reducers import reduce  # noqa: F401, A004
+from cuvmap.lax.scan_ops import associative_scan  # noqa: F401
+from cuvmap.lax.sorting import sort_key_val, top_k  # noqa: F401
+from cuvmap.lax.windowed import (  # noqa: F401
+    reduce_window, reduce_window_max, reduce_window_min, reduce_window_sum,
+)
 
 
 def all_primitives():

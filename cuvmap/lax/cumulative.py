@@ -1,4 +1,6 @@
-"""Cumulative reductions (scans) along one axis: ``cumsum`` and ``cumprod``.
+"""Cumulative reductions (scans) along one axis: ``cumsum`` and ``cumprod`` (primitives),
+``cummax``, ``cummin`` and ``cumlogsumexp`` (associative scans of ``max``, ``min`` and
+``logaddexp``; NOTE [cumulative extrema as associative scans]).
 
     cumsum(x)[..., i, ...] = Σ_{j ≤ i} x[..., j, ...]      (reverse: Σ_{j ≥ i})
     cumprod(x)[..., i, ...] = Π_{j ≤ i} x[..., j, ...]     (reverse: Π_{j ≥ i})
@@ -17,6 +19,7 @@ from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
+from cuvmap.lax.scan_ops import associative_scan
 from cuvmap.lax.shape import pad
 from cuvmap.transforms import batching, jvp, vjp
 
@@ -57,14 +60,59 @@ def _bind(primitive, x, axis, reverse):
 
 
 def cumsum(x, axis=0, reverse=False):
-    """Running sums along ``axis`` (from the end when ``reverse``)."""
+    """JAX's ``lax.cumsum``: running sums along ``axis`` (from the end when ``reverse``)."""
     return _bind(cumsum_p, x, axis, reverse)
 
 
 def cumprod(x, axis=0, reverse=False):
-    """Running products along ``axis`` (from the end when ``reverse``); its derivatives are
-    exact where ``x`` has zeros."""
+    """JAX's ``lax.cumprod``: running products along ``axis`` (from the end when
+    ``reverse``); its derivatives are exact where ``x`` has zeros."""
     return _bind(cumprod_p, x, axis, reverse)
+
+
+# NOTE [cumulative extrema as associative scans]
+# cummax, cummin and cumlogsumexp are associative scans (cuvmap/lax/scan_ops.py) of the
+# binary max, min and logaddexp, as JAX defines their derivatives: O(log n) elementwise
+# passes, differentiable, batchable and stageable through the primitives they bind. At a
+# tie between an earlier and a later element, max and min send the derivative to the
+# later one (the binary max's rule). logaddexp(a, b) = m + log1p(exp(min(a, b) − m)),
+# m = max(a, b), with the difference taken as 0 where a = b, so that two equal infinities
+# give that infinity instead of NaN (and equal finite values m + log 2).
+
+
+def _checked_axis(name, x, axis):
+    ndim = len(core.shape_of(x))
+    if not -ndim <= int(axis) < ndim:
+        raise ShapeError(f"{name}: axis {axis} is out of range for an array of shape {core.shape_of(x)}")
+    return int(axis) % ndim
+
+
+def cummax(x, axis=0, reverse=False):
+    """JAX's ``lax.cummax``: ``out[i] = max_{j ≤ i} x[j]`` along ``axis`` (``j ≥ i`` when
+    ``reverse``); NaNs propagate."""
+    return associative_scan(ew.max, x, reverse=reverse, axis=_checked_axis("cummax", x, axis))
+
+
+def cummin(x, axis=0, reverse=False):
+    """JAX's ``lax.cummin``: ``out[i] = min_{j ≤ i} x[j]`` along ``axis`` (``j ≥ i`` when
+    ``reverse``); NaNs propagate."""
+    return associative_scan(ew.min, x, reverse=reverse, axis=_checked_axis("cummin", x, axis))
+
+
+def logaddexp(a, b):
+    """``log(exp(a) + exp(b))`` without overflow (NOTE [cumulative extrema as associative scans])."""
+    m = ew.max(a, b)
+    same = ew.eq(a, b)
+    d = ew.sub(ew.select(same, 0.0, ew.min(a, b)), ew.select(same, 0.0, m))
+    return ew.add(m, ew.log1p(ew.exp(d)))
+
+
+def cumlogsumexp(x, axis=0, reverse=False):
+    """JAX's ``lax.cumlogsumexp``: ``out[i] = log Σ_{j ≤ i} exp(x[j])`` along ``axis``
+    (``j ≥ i`` when ``reverse``), computed stably; its derivative is the running softmax."""
+    if not np.issubdtype(core.dtype_of(x), np.inexact):
+        raise ShapeError(f"cumlogsumexp: needs a floating operand, got {core.dtype_of(x)}")
+    return associative_scan(logaddexp, x, reverse=reverse, axis=_checked_axis("cumlogsumexp", x, axis))
 
 
 def _cumulative_batcher(primitive):

@@ -152,14 +152,30 @@ argmin_p.impl = lambda x, *, axis: core.as_array(x).argmin(axis=axis)
 argmin_p.shape_rule = _arg_shape_rule
 
 
-def argmax(x, axis):
-    """Index of the first maximum along ``axis`` (int64); no derivative."""
-    return argmax_p.bind(x, axis=int(axis) % len(core.shape_of(x)))
+def _arg_index(primitive, x, axis, index_dtype):
+    ndim = len(core.shape_of(x))
+    if not -ndim <= int(axis) < ndim:
+        raise ShapeError(f"{primitive.name}: axis {axis} is out of range for an array of shape {core.shape_of(x)}")
+    index_dtype = np.dtype(index_dtype)
+    if not np.issubdtype(index_dtype, np.integer):
+        raise ShapeError(f"{primitive.name}: index_dtype must be an integer dtype, got {index_dtype}")
+    out = primitive.bind(x, axis=int(axis) % ndim)
+    if index_dtype != np.int64:
+        out = ew.convert_element_type(out, index_dtype)
+    return out
 
 
-def argmin(x, axis):
-    """Index of the first minimum along ``axis`` (int64); no derivative."""
-    return argmin_p.bind(x, axis=int(axis) % len(core.shape_of(x)))
+def argmax(x, axis, index_dtype=np.int64):
+    """JAX's ``lax.argmax``: the index of the first maximum along ``axis`` (NaN counts as
+    the largest), as ``index_dtype`` (JAX requires it; cuvmap's default is int64); no
+    derivative."""
+    return _arg_index(argmax_p, x, axis, index_dtype)
+
+
+def argmin(x, axis, index_dtype=np.int64):
+    """JAX's ``lax.argmin``: the index of the first minimum along ``axis`` (NaN counts as
+    the smallest), as ``index_dtype``; no derivative."""
+    return _arg_index(argmin_p, x, axis, index_dtype)
 
 
 def _arg_batcher(primitive):

@@ -831,10 +831,15 @@ def test_column_layout_setting_is_validated(monkeypatch):
 
 def test_the_family_is_a_module_and_conv_a_function():
     """The convolution family lives in ``cuvmap/lax/convolution.py`` (JAX's module name);
-    ``lax.conv`` is the function, not a module."""
+    ``lax.conv`` is a function, not a module: JAX's front end (cuvmap/lax/conv_general.py),
+    which passes aten-form calls to the family's ``conv``."""
     import importlib.util
     import types
 
+    from cuvmap.lax import conv_general
+
     assert conv_mod.__name__ == "cuvmap.lax.convolution"
-    assert lax.conv is conv_mod.conv and not isinstance(lax.conv, types.ModuleType)
+    assert lax.conv is conv_general.conv and not isinstance(lax.conv, types.ModuleType)
+    x, w = np.ones((1, 1, 4, 4)), np.ones((2, 1, 3, 3))
+    np.testing.assert_array_equal(lax.conv(x, w, padding=1), conv_mod.conv(x, w, padding=1))
     assert importlib.util.find_spec("cuvmap.lax.conv") is None
