@@ -31,6 +31,7 @@ from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
 )
+from cuvmap.lax.elementwise.complex_numbers import complex, conj, imag, real  # noqa: F401, A004
 
 
 def all_primitives():

@@ -321,9 +321,18 @@ def _replace_zero(x):
     return select(eq(x, 0), 1, x)
 
 
+def _pow_derivative_base(g, out, x, y):
+    """``g·y·x^(y−1)``, and 0 where ``y = 0`` (x⁰ = 1 is constant in x, also at x = 0,
+    where ``0·0^(−1)`` would be NaN; JAX's rule). The exponent is 1 where it is 0, so
+    that no x^(−1) is computed only to be dropped."""
+    zero = eq(y, 0)
+    y = select(zero, 1, y)
+    return mul(g, select(zero, 0, mul(y, pow(x, sub(y, 1)))))
+
+
 vjp.defderivative(
     pow_p,
-    lambda g, out, x, y: mul(g, mul(y, pow(x, sub(y, 1)))),
+    _pow_derivative_base,
     lambda g, out, x, y: mul(g, mul(log(_replace_zero(x)), out)),
     reads=(0, 1, "out"),
 )
