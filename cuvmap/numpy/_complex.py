@@ -9,6 +9,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
+from cuvmap.transforms.jvp import zeros_like
 
 complex64 = np.complex64
 complex128 = np.complex128
@@ -37,7 +38,7 @@ def imag(x):
     ``complex(0, −ct)`` (NOTE [complex convention])."""
     if iscomplexobj(x):
         return ew.imag(x)
-    return ew.mul(x, 0) if core.is_float(x) else core.full_like_concrete(x, 0)
+    return zeros_like(x)
 
 
 def conjugate(x):

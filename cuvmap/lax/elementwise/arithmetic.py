@@ -32,7 +32,13 @@ min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) 
 # sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
 floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
 remainder_p = _nary("remainder", np.remainder)
-abs_p = _nary("abs", np.abs, _same_shape_rule, fused=_c_float("fabs({0})"))
+def _abs_shape_rule(x):
+    """``|x|`` keeps a real dtype; a complex one gives its real dtype (complex128 -> float64)."""
+    dtype = np.finfo(x.dtype).dtype if x.dtype.kind == "c" else x.dtype
+    return ShapedArray(x.shape, dtype, weak_type=x.weak_type)
+
+
+abs_p = _nary("abs", np.abs, _abs_shape_rule, fused=_c_float("fabs({0})"))
 sign_p = _nary("sign", np.sign, _same_shape_rule, differentiable=False)
 
 

@@ -119,7 +119,7 @@ def angle(z):
         return transcendental.atan2(imag(z), real(z))
     if not core.is_float(z):
         z = convert_element_type(z, np.float64)
-    return transcendental.atan2(mul(z, 0), z)
+    return transcendental.atan2(jvp.zeros_like(z), z)  # +0, so that a negative z gives +π
 
 
 # ---------------------------------------------------------------------------------------
