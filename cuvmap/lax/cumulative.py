@@ -157,6 +157,6 @@ jvp.defjvp(cumprod_p, _cumprod_jvp)
 vjp.defvjp(cumprod_p, _cumprod_vjp, reads=(0, "out"))
 
 
-# cumsum is linear and cumprod's rules are products without a conjugate: both follow
-# NOTE [complex convention]
+# cumsum is linear and cumprod's rules are products without a conjugate: both follow the
+# complex convention (NOTE [complex convention])
 complex_rules.defcomplex(cumsum_p, cumprod_p)

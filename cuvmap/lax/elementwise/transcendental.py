@@ -322,12 +322,20 @@ def _replace_zero(x):
 
 
 def _pow_derivative_base(g, out, x, y):
-    """``g·y·x^(y−1)``, and 0 where ``y = 0`` (x⁰ = 1 is constant in x, also at x = 0,
-    where ``0·0^(−1)`` would be NaN; JAX's rule). The exponent is 1 where it is 0, so
-    that no x^(−1) is computed only to be dropped."""
-    zero = eq(y, 0)
-    y = select(zero, 1, y)
-    return mul(g, select(zero, 0, mul(y, pow(x, sub(y, 1)))))
+    """``g·y·x^(y−1)``, and 0 at ``x = y = 0``, where ``0·0^(−1)`` would be NaN: x⁰ = 1 is
+    constant in x, so 0 is the derivative there (JAX's ``lax.pow`` gives NaN, a TODO of
+    its own test; ``x ** n`` with an int ``n`` gives 0 in both). Only that point is
+    special: at ``y = 0`` and ``x ≠ 0`` the formula itself is 0, and its derivative in
+    ``y`` stays ``1/x`` (JAX's testPowSecondDerivative). The exponent there is 1, so
+    that no 0^(−1) is computed only to be dropped."""
+    both_zero = _and(eq(x, 0), eq(y, 0))
+    y = select(both_zero, 1, y)
+    return mul(g, select(both_zero, 0, mul(y, pow(x, sub(y, 1)))))
+
+
+def _and(p, q):
+    """Elementwise ``p and q`` of two boolean arrays, from select (no bitwise primitive here)."""
+    return select(p, q, False)
 
 
 vjp.defderivative(
