@@ -176,4 +176,4 @@ batching.primitive_batchers[argmin_p] = _arg_batcher(argmin_p)
 
 
 # linear: their transposes need no conjugate (NOTE [complex convention])
-complex_rules.defcomplex(reduce_sum_p)
+complex_rules.defcomplex(reduce_sum_p, reduce_max_p, reduce_min_p)  # max, min: selections (lexicographic order)

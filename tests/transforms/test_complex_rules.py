@@ -17,6 +17,7 @@ from cuvmap import lax
 from cuvmap import numpy as cnp
 from cuvmap.core import MissingRuleError
 from cuvmap.test_util import check_batching, check_grads, wirtinger_derivatives
+from cuvmap.transforms import complex_rules
 
 C128 = np.complex128
 TOL = 1e-7  # finite differences (eps 1e-5) against exact rules
@@ -237,6 +238,14 @@ def test_binary_operators_in_both_operands():
     np.testing.assert_allclose(gw, z)
 
 
+def test_python_complex_scalars():
+    """A Python complex as the primal (weakly typed, no .dtype of its own)."""
+    np.testing.assert_allclose(cv.grad(cnp.abs)(3.0 + 4.0j), 0.6 - 0.8j)
+    np.testing.assert_allclose(cv.grad(cnp.real)(1.0 + 2.0j), 1.0)
+    np.testing.assert_allclose(cv.grad(cnp.imag)(1.0 + 2.0j), -1.0j)
+    np.testing.assert_allclose(cv.grad(lambda z: z * z, holomorphic=True)(1.0 + 2.0j), 2.0 + 4.0j)
+
+
 def test_complex_from_two_reals():
     x, y = np.array([0.3, -1.0, 2.0]), np.array([1.5, 0.2, -0.7])
     out, t = cv.jvp(lax.complex, (x, y), (np.ones(3), 2 * np.ones(3)))
@@ -356,17 +365,22 @@ def test_jacfwd_needs_real_inputs_unless_holomorphic():
     np.testing.assert_allclose(cv.jacrev(cnp.abs)(Z), np.diag(np.conj(Z) / np.abs(Z)), rtol=1e-12)
 
 
-@pytest.mark.parametrize("name,f", [
-    ("max", lambda z: cnp.maximum(z, 0.5)),
-    ("reduce_max", lambda z: cnp.max(z)),
-    ("sort", lambda z: cnp.sort(z)),
-])
-def test_a_primitive_without_complex_rules_raises_naming_it_and_the_dtype(name, f):
+def test_a_primitive_without_complex_rules_raises_naming_it_and_the_dtype():
     z = _points("plane", seed=11)
-    with pytest.raises(MissingRuleError, match=f"{name} has no JVP rule for complex numbers.*complex128"):
-        cv.jvp(f, (z,), (z,))
-    with pytest.raises(MissingRuleError, match=f"{name} has no VJP rule for complex numbers.*complex128"):
-        cv.grad(lambda z: cnp.sum(cnp.abs(f(z))))(z)
+    with pytest.raises(MissingRuleError, match="sort has no JVP rule for complex numbers.*complex128"):
+        cv.jvp(cnp.sort, (z,), (z,))
+    with pytest.raises(MissingRuleError, match="sort has no VJP rule for complex numbers.*complex128"):
+        cv.grad(lambda z: cnp.sum(cnp.abs(cnp.sort(z))))(z)
+    with pytest.raises(MissingRuleError, match="atan2 has no VJP rule for complex numbers.*complex64"):
+        complex_rules.check(lax.elementwise.atan2_p, np.zeros(2, np.complex64), [], "VJP")
+
+
+def test_max_and_min_select_in_lexicographic_order():
+    z = np.array([1 + 2j, 1 + 3j, 0.5 + 9j, -2 + 0j])
+    t = _points("plane", shape=(4,), seed=14)
+    np.testing.assert_allclose(cv.jvp(cnp.max, (z,), (t,))[1], t[1])
+    np.testing.assert_allclose(cv.grad(lambda z: cnp.real(cnp.min(z) * (2 - 1j)))(z), [0, 0, 0, 2 - 1j])
+    np.testing.assert_allclose(cv.jvp(lambda z: cnp.maximum(z, 1 + 2.5j), (z,), (t,))[1], [0, t[1], 0, 0])
 
 
 # ---------------------------------------------------------------------------------------

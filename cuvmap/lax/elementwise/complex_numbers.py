@@ -140,9 +140,9 @@ def _as_complex(ct, like_dtype):
 
 
 jvp.defjvp(real_p, lambda t, out, x: real(t))
-vjp.defvjp(real_p, lambda ct, out, x: _as_complex(ct, x.dtype), reads=())
+vjp.defvjp(real_p, lambda ct, out, x: _as_complex(ct, core.dtype_of(x)), reads=())
 jvp.defjvp(imag_p, lambda t, out, x: imag(t))
-vjp.defvjp(imag_p, lambda ct, out, x: mul(_as_complex(neg(ct), x.dtype), 1j), reads=())
+vjp.defvjp(imag_p, lambda ct, out, x: mul(_as_complex(neg(ct), core.dtype_of(x)), 1j), reads=())
 jvp.defjvp(conj_p, lambda t, out, x: conj(t))
 vjp.defvjp(conj_p, lambda ct, out, x: conj(ct), reads=())
 
@@ -153,8 +153,8 @@ def _complex_vjp_imag(ct, out, x, y):
 
 jvp.defjvp(
     complex_p,
-    lambda t, out, x, y: _as_complex(t, out.dtype),
-    lambda t, out, x, y: mul(_as_complex(t, out.dtype), 1j),
+    lambda t, out, x, y: _as_complex(t, core.dtype_of(out)),
+    lambda t, out, x, y: mul(_as_complex(t, core.dtype_of(out)), 1j),
 )
 vjp.defvjp(complex_p, lambda ct, out, x, y: real(ct), _complex_vjp_imag, reads=())
 
@@ -175,7 +175,7 @@ def _abs_vjp(ct, out, x):
     """The transpose: ``ct·sign(x)`` for real ``x``; ``ct·conj(z) / |z|`` for complex ``z``."""
     if core.dtype_of(x).kind != "c":
         return mul(ct, sign(x))
-    return mul(_as_complex(div(ct, _nonzero(out)), x.dtype), conj(x))
+    return mul(_as_complex(div(ct, _nonzero(out)), core.dtype_of(x)), conj(x))
 
 
 jvp.defjvp(abs_p, _abs_jvp)
@@ -187,6 +187,9 @@ vjp.defvjp(abs_p, _abs_vjp, reads=(0, "out"))
 complex_rules.defcomplex(
     arithmetic.neg_p, arithmetic.add_p, arithmetic.sub_p, arithmetic.mul_p, arithmetic.div_p,
     arithmetic.integer_pow_p, abs_p,
+    # max and min order complex numbers lexicographically (NumPy's and JAX's order); their
+    # rules are selections with real weights, so they need no conjugate
+    arithmetic.max_p, arithmetic.min_p,
     transcendental.pow_p, transcendental.exp_p, transcendental.log_p, transcendental.log1p_p,
     transcendental.expm1_p, transcendental.sqrt_p, transcendental.rsqrt_p, transcendental.tanh_p,
     transcendental.sin_p, transcendental.cos_p, transcendental.log2_p,
