@@ -55,7 +55,11 @@ def var(x, axis=None, keepdims=False, ddof=0):
     axes = _axes(x, axis, "var")
     count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
     centered = ew.sub(x, mean(x, axes, keepdims=True))
-    return ew.div(sum(square(centered), axes, keepdims), count - ddof)
+    if core.dtype_of(centered).kind == "c":  # |x − mean|², real (numpy.var of complex numbers)
+        squared = ew.real(ew.mul(ew.conj(centered), centered))
+    else:
+        squared = square(centered)
+    return ew.div(sum(squared, axes, keepdims), count - ddof)
 
 
 def std(x, axis=None, keepdims=False, ddof=0):

@@ -276,6 +276,17 @@ def test_reductions_holomorphic(name, f, deriv):
     np.testing.assert_allclose(real_f, deriv(z), rtol=1e-10)
 
 
+def test_vdot_var_std_of_complex_numbers_match_numpy():
+    z, w = _points("plane", seed=15), _points("plane", seed=16)
+    np.testing.assert_allclose(cnp.vdot(z, w), np.vdot(z, w), rtol=1e-13)
+    for f in ("var", "std"):
+        got = getattr(cnp, f)(z)
+        np.testing.assert_allclose(got, getattr(np, f)(z), rtol=1e-13)
+        assert np.asarray(got).dtype == np.float64
+    np.testing.assert_allclose(cv.grad(cnp.var)(z), 2 * np.conj(z - z.mean()) / z.size, rtol=1e-12)
+    check_grads(cnp.vdot, (z, w), order=2, atol=1e-6, rtol=1e-6, eps=EPS)
+
+
 def test_dot_general_has_no_conjugate_in_its_transposes():
     rng = np.random.default_rng(7)
     a = rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))
@@ -299,6 +310,9 @@ def test_hessian_linearize_and_jit():
     z = _points("right", seed=8)
     h = cv.hessian(lambda z: cnp.sum(z ** 3 + cnp.exp(z)), holomorphic=True)(z)
     np.testing.assert_allclose(h, np.diag(6 * z + np.exp(z)), rtol=1e-10, atol=1e-12)
+    h, aux = cv.hessian(lambda z: (cnp.sum(z ** 3), z * 2), has_aux=True, holomorphic=True)(z)
+    np.testing.assert_allclose(h, np.diag(6 * z), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(aux, 2 * z)
     out, f_jvp = cv.linearize(lambda z: cnp.log(z) * z, z)
     t = _points("plane", seed=9)
     np.testing.assert_allclose(f_jvp(t), (np.log(z) + 1) * t, rtol=1e-10)
