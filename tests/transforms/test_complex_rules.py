@@ -389,6 +389,15 @@ def test_a_primitive_without_complex_rules_raises_naming_it_and_the_dtype():
         complex_rules.check(lax.elementwise.atan2_p, np.zeros(2, np.complex64), [], "VJP")
 
 
+@pytest.mark.parametrize("f", [cnp.erf, lax.erf_inv], ids=["erf", "erf_inv"])
+def test_erf_of_complex_numbers_raises_instead_of_dropping_the_imaginary_part(f):
+    z = np.array([0.5 + 1.0j])
+    with pytest.raises(TypeError, match="must be real, got complex128"):
+        f(z)
+    with pytest.raises(TypeError, match="must be real, got complex128"):
+        cv.jit(f)(z)
+
+
 def test_max_and_min_select_in_lexicographic_order():
     z = np.array([1 + 2j, 1 + 3j, 0.5 + 9j, -2 + 0j])
     t = _points("plane", shape=(4,), seed=14)

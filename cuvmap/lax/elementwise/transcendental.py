@@ -105,8 +105,24 @@ def _erf_taylor(x, xp):
     return xp.copysign(acc, x)
 
 
+def _real_only(name, dtype):
+    """erf and erf_inv take real operands (as JAX's): a complex one raises, where NumPy's
+    cast would drop its imaginary part and give a wrong number."""
+    if np.dtype(dtype).kind == "c":
+        raise TypeError(f"{name}: operand must be real, got {np.dtype(dtype)} (erf of complex numbers is not supported)")
+
+
+def _real_float_unary_shape_rule(name):
+    def rule(x):
+        _real_only(name, x.dtype)
+        return _float_unary_shape_rule(x)
+
+    return rule
+
+
 def _erf_impl(x):
     x = core.as_array(x)
+    _real_only("erf", x.dtype)
     xp = backend.xp_of(x)
     if x.dtype.kind != "f":
         x = x.astype(_float_dtype(x.dtype))
@@ -123,7 +139,7 @@ def _erf_impl(x):
     return _erf_taylor(x.astype(work), xp).astype(x.dtype)
 
 
-erf_p = _nary("erf", _erf_impl, _float_unary_shape_rule, fused=_c_float("erf({0})"))
+erf_p = _nary("erf", _erf_impl, _real_float_unary_shape_rule("erf"), fused=_c_float("erf({0})"))
 
 
 # NOTE [erf_inv from Giles' polynomials]
@@ -194,6 +210,7 @@ def _erf_inv_giles(y):
 
 def _erf_inv_impl(x):
     x = core.as_array(x)
+    _real_only("erf_inv", x.dtype)
     xp = backend.xp_of(x)
     if x.dtype.kind != "f":
         x = x.astype(_float_dtype(x.dtype))
@@ -204,7 +221,7 @@ def _erf_inv_impl(x):
     return _erf_inv_giles(x.astype(np.float64).reshape(-1)).astype(x.dtype, copy=False).reshape(x.shape)
 
 
-erf_inv_p = _nary("erf_inv", _erf_inv_impl, _float_unary_shape_rule)
+erf_inv_p = _nary("erf_inv", _erf_inv_impl, _real_float_unary_shape_rule("erf_inv"))
 
 
 # ---------------------------------------------------------------------------------------
