@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from cuvmap import api_util, backend, core, tree
+from cuvmap import api_util, backend, core, holomorphic as complex_checks, tree
 from cuvmap import memory_budget as memory_budget_mod
 from cuvmap.memory_budget import vmap_combine
 from cuvmap.api_util import TransformError
@@ -266,13 +266,17 @@ def vjp(f, *primals, has_aux=False):
     return (out, wrapped, aux) if has_aux else (out, wrapped)
 
 
-def value_and_grad(f, argnums=0, has_aux=False, *, allow_int=False, reduce_axes=()):
+def value_and_grad(f, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce_axes=()):
     """``(f(*args), ∇f(*args))`` for a scalar-valued ``f``.
 
     Args:
       f: returns a float scalar (or ``(scalar, aux)`` with ``has_aux``).
       argnums: an int or tuple of ints: the positional arguments to differentiate.
       has_aux: see :func:`vjp`.
+      holomorphic: ``f`` is holomorphic, with complex inputs and a complex output; the
+        result is its complex derivative ``f'(z)``. Without it, a complex output raises
+        TypeError, and complex inputs of a real ``f`` get ``∂f/∂x − i ∂f/∂y``, JAX's
+        convention (NOTE [complex convention] in cuvmap/transforms/complex_rules.py).
       allow_int: also accept integer and boolean leaves among the differentiated
         arguments; their gradient is zero, an array of JAX's ``float0`` dtype
         (:data:`cuvmap.dtypes.float0`) of their shape, as in JAX.
@@ -283,19 +287,21 @@ def value_and_grad(f, argnums=0, has_aux=False, *, allow_int=False, reduce_axes=
       structure of the chosen argument (a tuple of them for tuple ``argnums``).
     """
     _check_reduce_axes(reduce_axes)
-    return _value_and_grad(f, argnums, has_aux, "value_and_grad", allow_int)
+    return _value_and_grad(f, argnums, has_aux, "value_and_grad", holomorphic, allow_int)
 
 
-def grad(f, argnums=0, has_aux=False, *, allow_int=False, reduce_axes=()):
-    """The gradient of a scalar-valued ``f`` with respect to ``argnums``
-    (``allow_int``, ``reduce_axes``: as for :func:`value_and_grad`).
+def grad(f, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce_axes=()):
+    """The gradient of a scalar-valued ``f`` with respect to ``argnums``. For complex
+    inputs of a real ``f``: ``∂f/∂x − i ∂f/∂y`` (JAX's convention); ``holomorphic=True``
+    for a complex ``f`` of complex inputs: ``f'(z)``; ``allow_int``, ``reduce_axes``: as
+    for :func:`value_and_grad`.
 
     Example::
 
         g = grad(lambda w, x: ((x @ w) ** 2).sum())(w, x)    # g.shape == w.shape
     """
     _check_reduce_axes(reduce_axes)
-    vg = _value_and_grad(f, argnums, has_aux, "grad", allow_int)
+    vg = _value_and_grad(f, argnums, has_aux, "grad", holomorphic, allow_int)
 
     @functools.wraps(vg)
     def grad_f(*args, **kwargs):
@@ -310,7 +316,7 @@ def _check_reduce_axes(reduce_axes):
         raise NotImplementedError("reduce_axes argument to grad is deprecated")
 
 
-def _value_and_grad(f, argnums, has_aux, transform, allow_int=False):
+def _value_and_grad(f, argnums, has_aux, transform, holomorphic=False, allow_int=False):
     api_util.check_callable(f, transform)
     where = f"{transform}({api_util.fun_name(f)})"
 
@@ -318,6 +324,7 @@ def _value_and_grad(f, argnums, has_aux, transform, allow_int=False):
     def vg(*args, **kwargs):
         single, nums = api_util.normalize_argnums(f, argnums, len(args))
         api_util.check_float_inputs(f, args, nums, transform, allow_int=allow_int)
+        complex_checks.check_inputs(f, args, nums, holomorphic, transform)
         dyn = tuple(args[i] for i in nums)
         f_dyn = api_util.dyn_function(f, args, kwargs, nums)
         out, vjp_fun, aux = _vjp(
@@ -339,6 +346,7 @@ def _value_and_grad(f, argnums, has_aux, transform, allow_int=False):
                 f"{api_util.fun_name(f)} returned a value of dtype {core.dtype_of(out_leaves[0])}; grad needs a "
                 "floating-point output"
             )
+        complex_checks.check_outputs(out_leaves[0], holomorphic, transform)
         ct = core.full_like_concrete(out_leaves[0], 1)
         grads = vjp_fun(ct)
         if allow_int:
@@ -479,29 +487,33 @@ def _signature(args, kwargs):
     return (treedef,) + tuple(core.get_aval(x) if core.is_value(x) else repr(x) for x in leaves)
 
 
-def _differentiated_args(f, args, kwargs, argnums, where):
+def _differentiated_args(f, args, kwargs, argnums, where, holomorphic, transform):
     """For the jacobians: ``(single, argnums, dyn, f_dyn)`` with ``dyn`` the arguments to
-    differentiate (checked to be floating point) and ``f_dyn(*dyn)`` calling ``f``."""
+    differentiate (checked to be floating point, and complex or not as ``transform``
+    and ``holomorphic`` need) and ``f_dyn(*dyn)`` calling ``f``."""
     single, nums = api_util.normalize_argnums(f, argnums, len(args))
     api_util.check_float_inputs(f, args, nums, where.split("(", 1)[0])
+    complex_checks.check_inputs(f, args, nums, holomorphic, transform)
     dyn = tuple(args[i] for i in nums)
     return single, nums, dyn, api_util.dyn_function(f, args, kwargs, nums)
 
 
-def jacfwd(f, argnums=0, has_aux=False, chunk_size=None, memory_budget=None):
+def jacfwd(f, argnums=0, has_aux=False, holomorphic=False, chunk_size=None, memory_budget=None):
     """The Jacobian of ``f`` by forward mode (``vmap`` of ``jvp`` over the input basis).
 
     Returns a function giving, for each output leaf, a pytree like the differentiated
     argument(s) whose leaves have shape ``out.shape + in.shape``. ``chunk_size`` and
     ``memory_budget`` chunk the map over the basis as :func:`vmap`'s do (torch.func's
     ``chunk_size``; with ``"auto"`` the basis is made chunk by chunk, never whole).
+    Inputs must be real unless ``holomorphic=True``, which needs complex inputs and
+    outputs and gives ``f'(z)`` (JAX's rules: :mod:`cuvmap.holomorphic`).
     """
     api_util.check_callable(f, "jacfwd")
     return _jacfwd(f, argnums, has_aux, f"jacfwd({api_util.fun_name(f)})", chunk_size=chunk_size,
-                   memory_budget=memory_budget)
+                   memory_budget=memory_budget, holomorphic=holomorphic)
 
 
-def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None):
+def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None, holomorphic=False):
     """:func:`jacfwd` whose errors and traces are named ``where``."""
     # aux is computed from the primals only, so it is unbatched (out_axes None)
     out_axes = (-1, None) if has_aux else -1
@@ -509,7 +521,7 @@ def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
-        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
+        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where, holomorphic, "jacfwd")
         in_leaves, in_tree = tree.flatten(dyn)
         basis, sizes = (_generated_basis if chunked is not None else _std_basis)(in_leaves)
 
@@ -522,6 +534,7 @@ def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
         aux = None
         if has_aux:
             pushed, aux = pushed
+        complex_checks.check_outputs(pushed, holomorphic, "jacfwd")
         out_leaves, out_tree = tree.flatten(pushed)
         jac_leaves = []
         for o in out_leaves:
@@ -540,27 +553,29 @@ def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
     return jac
 
 
-def jacrev(f, argnums=0, has_aux=False, chunk_size=None, memory_budget=None):
+def jacrev(f, argnums=0, has_aux=False, holomorphic=False, chunk_size=None, memory_budget=None):
     """The Jacobian of ``f`` by reverse mode (``vmap`` of the VJP over the output basis).
 
     Same output structure as :func:`jacfwd`: for each output leaf, a pytree like the
     differentiated argument(s) with leaves of shape ``out.shape + in.shape``.
     ``chunk_size`` and ``memory_budget`` chunk the map over the basis as :func:`vmap`'s
     do (the budget covers the pullbacks and the Jacobian, not the forward pass's
-    residuals, which exist before the map starts).
+    residuals, which exist before the map starts). Outputs must be real unless
+    ``holomorphic=True``, which needs complex inputs and outputs and gives ``f'(z)``
+    (JAX's rules: :mod:`cuvmap.holomorphic`).
     """
     api_util.check_callable(f, "jacrev")
     return _jacrev(f, argnums, has_aux, f"jacrev({api_util.fun_name(f)})", chunk_size=chunk_size,
-                   memory_budget=memory_budget)
+                   memory_budget=memory_budget, holomorphic=holomorphic)
 
 
-def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None):
+def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None, holomorphic=False):
     """:func:`jacrev` whose errors and traces are named ``where``."""
     spec, chunked = _jacobian_chunks(where, chunk_size, memory_budget, 0)
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
-        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where)
+        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where, holomorphic, "jacrev")
         out, vjp_fun, aux = _vjp(
             f_dyn, dyn, has_aux, where, lambda path: api_util.describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
         )
@@ -568,6 +583,7 @@ def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
         for o in out_leaves:
             if not core.is_float(o):
                 raise TransformError(f"output of dtype {core.dtype_of(o)}: jacrev needs floating-point outputs")
+        complex_checks.check_outputs(out_leaves, holomorphic, "jacrev")
         basis, sizes = (_generated_basis if chunked is not None else _std_basis)(out_leaves)
         cts = _vmap(lambda *b: vjp_fun(tree.unflatten(out_tree, list(b))), 0, 0, None, spec, where,
                     memory_budget=memory_budget, chunked=chunked,
@@ -590,15 +606,17 @@ def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
     return jac
 
 
-def hessian(f, argnums=0, chunk_size=None, memory_budget=None):
+def hessian(f, argnums=0, has_aux=False, holomorphic=False, chunk_size=None, memory_budget=None):
     """``jacfwd(jacrev(f))``: the matrix of second derivatives of a scalar ``f``
     (shape ``in.shape + in.shape`` for one array argument). ``chunk_size`` and
     ``memory_budget`` chunk the outer map (jacfwd's, over the input basis), each chunk
-    running the whole inner jacrev."""
+    running the whole inner jacrev. ``holomorphic=True``: ``f''(z)`` of a holomorphic
+    ``f`` of complex inputs (JAX's ``hessian(f, holomorphic=True)``)."""
     api_util.check_callable(f, "hessian")
     where = f"hessian({api_util.fun_name(f)})"
-    return _jacfwd(_jacrev(f, argnums, False, where, name=api_util.fun_name(f)), argnums, False, where,
-                   chunk_size=chunk_size, memory_budget=memory_budget)
+    inner = _jacrev(f, argnums, has_aux, where, name=api_util.fun_name(f), holomorphic=holomorphic)
+    return _jacfwd(inner, argnums, has_aux, where, chunk_size=chunk_size, memory_budget=memory_budget,
+                   holomorphic=holomorphic)
 
 
 def stop_gradient(x):

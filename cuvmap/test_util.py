@@ -2,7 +2,12 @@
 for users' own functions and primitives.
 
 - :func:`check_grads` compares forward mode (``jvp``) and reverse mode (``vjp``) with
-  central finite differences, to any order (HIPS autograd's and JAX's ``check_grads``).
+  central finite differences, to any order (HIPS autograd's and JAX's ``check_grads``),
+  complex inputs and outputs included (NOTE [complex convention] in
+  cuvmap/transforms/complex_rules.py: finite differences along complex directions, and
+  reverse mode checked through the pairing ``⟨u, v⟩ = re(Σ u·v)``).
+- :func:`wirtinger_derivatives` gives ``∂f/∂z`` and ``∂f/∂z̄`` of an elementwise function
+  by central differences along the real and the imaginary axis.
 - :func:`check_batching` compares ``vmap(f)`` with a Python loop over the examples.
 - :func:`missing_rules` lists the rules a primitive lacks (cuvmap's registry test runs it
   on every primitive of :func:`cuvmap.lax.all_primitives`).
@@ -28,18 +33,29 @@ def _to_numpy(x):
     return np.asarray(x)
 
 
+def _wide(x):
+    """``x`` as a NumPy array in float64, or complex128 for a complex ``x``."""
+    x = _to_numpy(x)
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+
+
 def _inner(xs, ys):
-    """Σ over leaves of ⟨x, y⟩ in float64."""
+    """Σ over leaves of ``re(Σ x·y)`` in float64: the pairing under which a VJP is the
+    transpose of a JVP, for complex numbers too (NOTE [complex convention] in
+    cuvmap/transforms/complex_rules.py; for real ones the dot product)."""
     total = 0.0
     for x, y in zip(tree.leaves(xs), tree.leaves(ys)):
-        total += float(np.sum(_to_numpy(x).astype(np.float64) * _to_numpy(y).astype(np.float64)))
+        total += float(np.real(np.sum(_wide(x) * _wide(y))))
     return total
 
 
 def _random_like(rng, xs):
     def one(x):
         arr = _to_numpy(x)
-        r = rng.standard_normal(arr.shape).astype(arr.dtype if arr.dtype.kind == "f" else np.float64)
+        if arr.dtype.kind == "c":  # a complex direction: both parts random
+            r = (rng.standard_normal(arr.shape) + 1j * rng.standard_normal(arr.shape)).astype(arr.dtype)
+        else:
+            r = rng.standard_normal(arr.shape).astype(arr.dtype if arr.dtype.kind == "f" else np.float64)
         if backend.is_cupy_array(backend.concrete(x)):
             return backend.cupy_module().asarray(r)
         return r
@@ -61,7 +77,27 @@ def numerical_jvp(f, args, tangents, eps=EPS):
     """Central difference ``(f(x + eps t) - f(x - eps t)) / (2 eps)``, leafwise."""
     plus = f(*_axpy(eps, tangents, args))
     minus = f(*_axpy(-eps, tangents, args))
-    return tree.map(lambda p, m: (_to_numpy(p).astype(np.float64) - _to_numpy(m).astype(np.float64)) / (2 * eps), plus, minus)
+    return tree.map(lambda p, m: (_wide(p) - _wide(m)) / (2 * eps), plus, minus)
+
+
+def wirtinger_derivatives(f, z, eps=EPS):
+    """The Wirtinger derivatives ``(∂f/∂z, ∂f/∂z̄)`` of an elementwise function ``f`` at the
+    complex array ``z``, by central differences along the real and the imaginary axis:
+    ``∂f/∂z = (∂f/∂x − i ∂f/∂y)/2``, ``∂f/∂z̄ = (∂f/∂x + i ∂f/∂y)/2`` (complex128).
+
+    They give every derivative under NOTE [complex convention]
+    (cuvmap/transforms/complex_rules.py): the JVP ``a·ż + b·conj(ż)``, the VJP
+    ``ct·a + conj(ct·b)`` (``a, b`` the pair returned), and for a real ``f`` the gradient
+    ``2a = ∂f/∂x − i ∂f/∂y``; ``f`` is holomorphic where ``b`` is 0, with ``f'(z) = a``.
+
+    Example::
+
+        a, b = wirtinger_derivatives(cnp.abs, z)    # a = conj(z)/(2|z|), b = z/(2|z|)
+    """
+    z = _wide(z).astype(np.complex128)
+    dx = (_wide(f(z + eps)) - _wide(f(z - eps))) / (2 * eps)
+    dy = (_wide(f(z + 1j * eps)) - _wide(f(z - 1j * eps))) / (2 * eps)
+    return (dx - 1j * dy) / 2, (dx + 1j * dy) / 2
 
 
 def check_jvp(f, args, atol=1e-6, rtol=1e-6, eps=EPS, rng=None):
@@ -88,8 +124,14 @@ def check_vjp(f, args, atol=1e-6, rtol=1e-6, eps=EPS, rng=None):
 def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, eps=EPS, seed=0):
     """Checks ``f``'s derivatives to ``order`` against finite differences.
 
+    Complex inputs take complex directions and complex outputs complex cotangents, so the
+    whole real-linear derivative (both Wirtinger derivatives) is checked; reverse mode
+    is checked as the transpose of forward mode under ``⟨u, v⟩ = re(Σ u·v)``, JAX's
+    convention (NOTE [complex convention] in cuvmap/transforms/complex_rules.py).
+
     Args:
-      f: a function of arrays (float64 recommended) returning a pytree of arrays.
+      f: a function of arrays (float64 or complex128 recommended) returning a pytree of
+        arrays.
       args: a tuple of arguments.
       order: 1 checks first derivatives; 2 also checks the derivatives of the JVP and VJP
         functions themselves (second derivatives), and so on.

@@ -1763,8 +1763,29 @@ def _fori_traced_ref(x, n):
     return x
 
 
+def _rows_complex():
+    """Real functions through complex intermediates: the complex primitives' rows (their
+    complex operands are tested by tests/transforms/test_complex_rules.py), whose real
+    inputs get real cotangents (NOTE [complex convention] in cuvmap/transforms/complex_rules.py)."""
+    def z(x, y):
+        return x + 1j * y
+
+    return [
+        Row("complex_abs", lambda x, y: lax.abs(lax.complex(x, y)), np.hypot, [A(3, 4, domain="nonzero"), A(3, 4)],
+            covers=(ew.complex_p,)),
+        Row("complex_real_of_product", lambda x, y: lax.real(lax.mul(lax.complex(x, y), lax.complex(y, x))),
+            lambda x, y: np.real(z(x, y) * z(y, x)), [A(3, 4), A(4)], covers=(ew.real_p,)),
+        Row("complex_imag_of_conj", lambda x, y: lax.imag(lax.mul(lax.conj(lax.complex(x, y)), lax.exp(lax.complex(y, x)))),
+            lambda x, y: np.imag(np.conj(z(x, y)) * np.exp(z(y, x))), [A(3, 4), A(3, 4)], covers=(ew.imag_p, ew.conj_p)),
+        Row("complex_angle", lambda x, y: cnp.angle(lax.complex(x, y)), lambda x, y: np.angle(z(x, y)),
+            [A(3, 4, domain="nonzero"), A(3, 4, domain="nonzero")]),
+        Row("complex_pyscalar_factor", lambda x: cnp.abs(lax.mul(x, 1 + 1j)), lambda x: np.abs(x * (1 + 1j)),
+            [A(3, 4, domain="nonzero")]),
+    ]
+
+
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
-                  + _rows_control_flow()
+                  + _rows_control_flow() + _rows_complex()
                   + _rows_slicing_composite())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 

@@ -47,6 +47,7 @@ from cuvmap.lax.sorting import sort_key_val, top_k  # noqa: F401
 from cuvmap.lax.windowed import (  # noqa: F401
     reduce_window, reduce_window_max, reduce_window_min, reduce_window_sum,
 )
+from cuvmap.lax.elementwise.complex_numbers import complex, conj, imag, real  # noqa: F401, A004
 
 
 def all_primitives():

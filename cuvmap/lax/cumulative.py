@@ -21,7 +21,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.scan_ops import associative_scan
 from cuvmap.lax.shape import pad
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
 
 def _cumulative_shape_rule(x, *, axis, reverse):
@@ -203,3 +203,8 @@ def _cumprod_vjp(ct, out, x, *, axis, reverse):
 
 jvp.defjvp(cumprod_p, _cumprod_jvp)
 vjp.defvjp(cumprod_p, _cumprod_vjp, reads=(0, "out"))
+
+
+# cumsum is linear and cumprod's rules are products without a conjugate: both follow the
+# complex convention (NOTE [complex convention])
+complex_rules.defcomplex(cumsum_p, cumprod_p)

@@ -22,7 +22,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.cuda import device_errors
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.shape import broadcast_in_dim, reshape
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 
 
@@ -333,3 +333,7 @@ vjp.defvjp(
     None,
     reads=(1,),
 )
+
+
+# linear: their transposes need no conjugate (NOTE [complex convention])
+complex_rules.defcomplex(slice_p, slice_transpose_p, take_p, take_transpose_p)

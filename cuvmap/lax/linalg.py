@@ -31,7 +31,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, transpose
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
 
 
@@ -560,3 +560,7 @@ svd_p.shape_rule = _svd_shape_rule
 batching.primitive_batchers[svd_p] = _svd_batch
 jvp.defjvp(svd_p, _svd_jvp)
 vjp.defvjp(svd_p, _svd_vjp, reads=(0, "out"))
+
+
+# bilinear: its transposes are products without a conjugate (NOTE [complex convention])
+complex_rules.defcomplex(dot_general_p)

@@ -46,7 +46,7 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.collective_operands import map_operands
 from cuvmap.lax.process_axes import (CollectivePrimitive, ProcessAxis, across_processes, axis_size,  # noqa: F401
                                      communicator_of, resolve_names)
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
 
 
@@ -642,6 +642,9 @@ def _axis_index_batch(mapped, vals, dims, *, axis_name, device):
 
 
 _register(axis_index_p, _axis_index_impl, _axis_index_shape_rule, _axis_index_batch)
+
+# linear: their transposes need no conjugate (NOTE [complex convention])
+complex_rules.defcomplex(psum_p, all_gather_p, psum_scatter_p, ppermute_p, all_to_all_p)
 
 
 def collective_primitives():

@@ -12,7 +12,7 @@ from cuvmap import core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.shape import broadcast_in_dim
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
 
 def _check_axes(x, axes):
@@ -189,3 +189,7 @@ def _arg_batcher(primitive):
 
 batching.primitive_batchers[argmax_p] = _arg_batcher(argmax_p)
 batching.primitive_batchers[argmin_p] = _arg_batcher(argmin_p)
+
+
+# linear: their transposes need no conjugate (NOTE [complex convention])
+complex_rules.defcomplex(reduce_sum_p, reduce_max_p, reduce_min_p)  # max, min: selections (lexicographic order)

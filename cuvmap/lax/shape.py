@@ -9,7 +9,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, physical_axis
 
 
@@ -367,3 +367,7 @@ def _pad_vjp(ct, out, x, *, pads, value):
 batching.primitive_batchers[pad_p] = _pad_batch
 jvp.defjvp(pad_p, lambda t, out, x, *, pads, value: pad(t, pads, 0))
 vjp.defvjp(pad_p, _pad_vjp, reads=())
+
+
+# linear: their transposes need no conjugate (NOTE [complex convention])
+complex_rules.defcomplex(reshape_p, transpose_p, broadcast_in_dim_p, squeeze_p, expand_dims_p, concatenate_p, pad_p)

@@ -41,6 +41,10 @@ from cuvmap.numpy._indexing import (  # noqa: F401
 from cuvmap.numpy._products import (  # noqa: F401
     matmul, dot, vdot, inner, outer, tensordot, cross, einsum,
 )
+from cuvmap.numpy._complex import (  # noqa: F401
+    complex64, complex128, real, imag, conj, conjugate, angle, iscomplexobj, isrealobj, iscomplex, isreal,
+    real_if_close,
+)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
 from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the scatters of cuvmap.lax.slicing)

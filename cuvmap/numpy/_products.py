@@ -5,7 +5,7 @@ import builtins
 
 import numpy as np
 
-from cuvmap import lax
+from cuvmap import core, lax
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import reduction as lax_reduction
@@ -67,6 +67,10 @@ def dot(a, b):
 
 
 def vdot(a, b):
+    """``Σ conj(a)·b`` over the flattened operands (``numpy.vdot``: a complex ``a`` is
+    conjugated)."""
+    if core.dtype_of(a).kind == "c":
+        a = ew.conj(a)
     return sum(ew.mul(ravel(a), ravel(b)))
 
 

@@ -79,7 +79,11 @@ def var(x, axis=None, keepdims=False, ddof=0):
     count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
     x, half = _upcast_half(x)
     centered = ew.sub(x, mean(x, axes, keepdims=True))
-    return _round_back(ew.div(sum(square(centered), axes, keepdims), count - ddof), half)
+    if core.dtype_of(centered).kind == "c":  # |x − mean|², real (numpy.var of complex numbers)
+        squared = ew.real(ew.mul(ew.conj(centered), centered))
+    else:
+        squared = square(centered)
+    return _round_back(ew.div(sum(squared, axes, keepdims), count - ddof), half)
 
 
 def std(x, axis=None, keepdims=False, ddof=0):

@@ -10,9 +10,11 @@ contributions of the operands whose tangents are not zero. Rules call primitives
 are differentiable and batchable in turn. A contribution whose shape differs from the
 output's (an operand that NumPy-broadcast) is broadcast to the output shape here.
 """
+import numpy as np
+
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
-from cuvmap.transforms import ir, staging
+from cuvmap.transforms import complex_rules, ir, staging
 
 primitive_jvps = {}
 
@@ -48,6 +50,8 @@ class JVPTrace(Trace):
         rule = primitive_jvps.get(primitive)
         if rule is None:
             raise MissingRuleError(f"primitive {primitive.name} has no JVP rule (needed by jvp)")
+        if primitive not in complex_rules.primitives_with_complex_rules:
+            complex_rules.check(primitive, out, [primals[i] for i, _ in tangents], "JVP")
         t_out = None
         for i, t in tangents:
             contribution = rule(i, t, out, *primals, **params)
@@ -146,21 +150,33 @@ def _add(a, b):
 
 
 def has_aval_of(x, like):
-    """Whether ``x`` has the shape and dtype of ``like`` (any float dtype, for a weakly
-    typed Python float ``like``): the common case, which :func:`match_aval` returns as is."""
-    return core.shape_of(x) == core.shape_of(like) and (type(like) is float or core.dtype_of(x) == core.dtype_of(like))
+    """Whether ``x`` has the shape and dtype of ``like`` (any real float dtype, for a
+    weakly typed Python float ``like``): the common case, which :func:`match_aval` returns
+    as is."""
+    if core.shape_of(x) != core.shape_of(like):
+        return False
+    if type(like) is float:
+        return core.dtype_of(x).kind == "f"
+    return core.dtype_of(x) == core.dtype_of(like)
 
 
 def match_aval(x, like, fit_shape):
     """``x`` with the shape and dtype of ``like``: ``fit_shape(x, shape)`` makes the shape
     (broadcasting a tangent to its output, summing a cotangent back to its operand), and a
-    cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype."""
+    cast the dtype; a Python float ``like`` (weakly typed) takes ``x``'s dtype, its real
+    one for a complex ``x``. A complex ``x`` cast to a real dtype keeps its real part: the
+    transpose of the real-to-complex cast (NOTE [complex convention] in
+    cuvmap/transforms/complex_rules.py)."""
     from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
 
     shape = core.shape_of(like)
     if core.shape_of(x) != shape:
         x = fit_shape(x, shape)
-    if type(like) is not float and core.dtype_of(x) != core.dtype_of(like):
+    dtype = core.dtype_of(x)
+    if type(like) is float:
+        if dtype.kind == "c":
+            x = elementwise.convert_element_type(x, np.finfo(dtype).dtype)
+    elif dtype != core.dtype_of(like):
         x = elementwise.convert_element_type(x, core.dtype_of(like))
     return x
 

@@ -21,7 +21,7 @@ import dataclasses
 
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
-from cuvmap.transforms import ir, jvp, staging
+from cuvmap.transforms import complex_rules, ir, jvp, staging
 from cuvmap.transforms.jvp import has_aval_of, match_aval
 from cuvmap.transforms.partial_eval import partial_eval_jaxpr
 
@@ -88,6 +88,8 @@ class VJPTrace(Trace):
         rule = primitive_vjps.get(primitive)
         if rule is None:
             raise MissingRuleError(f"primitive {primitive.name} has no VJP rule (needed by grad/vjp)")
+        if primitive not in complex_rules.primitives_with_complex_rules:
+            complex_rules.check(primitive, out, [primals[i] for i, _ in operand_nodes], "VJP")
         reads = primitive_vjp_reads.get(primitive)
         if reads is None:
             kept, kept_out = primals, out

@@ -29,3 +29,6 @@ from cuvmap.lax.elementwise.transcendental import (  # noqa: F401
     exp_p, expm1, expm1_p, log, log10, log10_p, log1p, log1p_p, log2, log2_p, log_p, logistic, logistic_p, pow,
     pow_p, rsqrt, rsqrt_p, sin, sin_p, sinh, sinh_p, sqrt, sqrt_p, tanh, tanh_p,
 )
+from cuvmap.lax.elementwise.complex_numbers import (  # noqa: F401
+    angle, complex, complex_p, conj, conj_p, imag, imag_p, real, real_p,
+)

@@ -32,7 +32,13 @@ min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) 
 # sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
 floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
 remainder_p = _nary("remainder", np.remainder)
-abs_p = _nary("abs", np.abs, _same_shape_rule, fused=_c_float("fabs({0})"))
+def _abs_shape_rule(x):
+    """``|x|`` keeps a real dtype; a complex one gives its real dtype (complex128 -> float64)."""
+    dtype = np.finfo(x.dtype).dtype if x.dtype.kind == "c" else x.dtype
+    return ShapedArray(x.shape, dtype, weak_type=x.weak_type)
+
+
+abs_p = _nary("abs", np.abs, _abs_shape_rule, fused=_c_float("fabs({0})"))
 sign_p = _nary("sign", np.sign, _same_shape_rule, differentiable=False)
 
 
@@ -159,7 +165,15 @@ def abs(x):  # noqa: A001
 
 
 def sign(x):
-    """-1, 0 or 1; carries no derivative."""
+    """-1, 0 or 1; carries no derivative. For a complex ``z``, ``z / |z|`` (0 at 0), a
+    composite of div and abs whose derivative is the real-linear
+    ``(ż − s·re(conj(s)·ż)) / |z|`` with ``s = sign(z)`` (NOTE [complex convention] in
+    cuvmap/transforms/complex_rules.py; JAX's is zero); 0 at ``z = 0``, where no branch's
+    cotangent is NaN (the divisor there is 1)."""
+    if core.dtype_of(x).kind == "c":
+        r = abs(x)
+        zero = eq(r, 0)
+        return select(zero, 0, div(x, select(zero, 1, r)))
     return sign_p.bind(x)
 
 
@@ -220,4 +234,5 @@ vjp.defderivative(
 
 vjp.defderivative(max_p, *_minmax_derivative(gt), reads=(0, 1))
 vjp.defderivative(min_p, *_minmax_derivative(lt), reads=(0, 1))
-vjp.defderivative(abs_p, lambda g, out, x: mul(g, sign(x)), reads=(0,))
+# abs's rules (sign(x)·ẋ for real x, the real-linear re(conj(z)·ż)/|z| for complex z) are
+# in complex_numbers.py, beside the real and conj they call

@@ -127,7 +127,12 @@ select_p = _nary("select", select_impl, _select_shape_rule, impl_into=select_int
 
 def _convert_element_type_impl(x, *, new_dtype):
     if isinstance(x, (bool, int, float, complex)):
-        return np.asarray(x, dtype=new_dtype)
+        x = np.asarray(x)
+    if x.dtype.kind == "c" and np.dtype(new_dtype).kind != "c":
+        # the real part, as JAX's cast (NumPy's astype warns that it discards the
+        # imaginary part): the transpose of the real-to-complex cast (NOTE [complex
+        # convention] in cuvmap/transforms/complex_rules.py)
+        x = x.real
     return x.astype(new_dtype)
 
 

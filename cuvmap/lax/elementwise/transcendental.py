@@ -105,8 +105,24 @@ def _erf_taylor(x, xp):
     return xp.copysign(acc, x)
 
 
+def _real_only(name, dtype):
+    """erf and erf_inv take real operands (as JAX's): a complex one raises, where NumPy's
+    cast would drop its imaginary part and give a wrong number."""
+    if np.dtype(dtype).kind == "c":
+        raise TypeError(f"{name}: operand must be real, got {np.dtype(dtype)} (erf of complex numbers is not supported)")
+
+
+def _real_float_unary_shape_rule(name):
+    def rule(x):
+        _real_only(name, x.dtype)
+        return _float_unary_shape_rule(x)
+
+    return rule
+
+
 def _erf_impl(x):
     x = core.as_array(x)
+    _real_only("erf", x.dtype)
     xp = backend.xp_of(x)
     if x.dtype.kind != "f":
         x = x.astype(_float_dtype(x.dtype))
@@ -123,7 +139,7 @@ def _erf_impl(x):
     return _erf_taylor(x.astype(work), xp).astype(x.dtype)
 
 
-erf_p = _nary("erf", _erf_impl, _float_unary_shape_rule, fused=_c_float("erf({0})"))
+erf_p = _nary("erf", _erf_impl, _real_float_unary_shape_rule("erf"), fused=_c_float("erf({0})"))
 
 
 # NOTE [erf_inv from Giles' polynomials]
@@ -194,6 +210,7 @@ def _erf_inv_giles(y):
 
 def _erf_inv_impl(x):
     x = core.as_array(x)
+    _real_only("erf_inv", x.dtype)
     xp = backend.xp_of(x)
     if x.dtype.kind != "f":
         x = x.astype(_float_dtype(x.dtype))
@@ -204,7 +221,7 @@ def _erf_inv_impl(x):
     return _erf_inv_giles(x.astype(np.float64).reshape(-1)).astype(x.dtype, copy=False).reshape(x.shape)
 
 
-erf_inv_p = _nary("erf_inv", _erf_inv_impl, _float_unary_shape_rule)
+erf_inv_p = _nary("erf_inv", _erf_inv_impl, _real_float_unary_shape_rule("erf_inv"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -322,16 +339,20 @@ def _replace_zero(x):
 
 
 def _pow_derivative_base(g, out, x, y):
-    """∂(x^y)/∂x = y·x^(y−1); for an integer exponent, 0 where ``y == 0`` (``x^0 = 1``
-    for every ``x``, also 0, where ``y·x^(y−1)`` would be ``0·inf``), as ``integer_pow``
-    gives for a Python int exponent and as JAX's ``pow`` rule does: a traced integer
-    exponent (``jit(lambda x, n: x ** n)``) differentiates as the eager call."""
-    if core.dtype_of(y).kind not in "iu":
-        return mul(g, mul(y, pow(x, sub(y, 1))))
-    nonzero = ne(y, 0)
-    y_or_one = select(nonzero, y, 1)  # 1 where y == 0, so that x^(y−1) is finite there
-    jac = mul(y_or_one, pow(x, sub(y_or_one, 1)))
-    return mul(g, mul(jac, convert_element_type(nonzero, core.dtype_of(jac))))
+    """``g·y·x^(y−1)``, and 0 at ``x = y = 0``, where ``0·0^(−1)`` would be NaN: x⁰ = 1 is
+    constant in x, so 0 is the derivative there (JAX's ``lax.pow`` gives NaN, a TODO of
+    its own test; ``x ** n`` with an int ``n`` gives 0 in both). Only that point is
+    special: at ``y = 0`` and ``x ≠ 0`` the formula itself is 0, and its derivative in
+    ``y`` stays ``1/x`` (JAX's testPowSecondDerivative). The exponent there is 1, so
+    that no 0^(−1) is computed only to be dropped."""
+    both_zero = _and(eq(x, 0), eq(y, 0))
+    y = select(both_zero, 1, y)
+    return mul(g, select(both_zero, 0, mul(y, pow(x, sub(y, 1)))))
+
+
+def _and(p, q):
+    """Elementwise ``p and q`` of two boolean arrays, from select (no bitwise primitive here)."""
+    return select(p, q, False)
 
 
 vjp.defderivative(
