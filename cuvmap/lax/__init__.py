@@ -31,6 +31,11 @@ from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
 )
+from cuvmap.lax.elementwise import (  # noqa: F401  (issue 32: JAX's remaining elementwise names)
+    RoundingMethod, acos, acosh, asin, atanh, bessel_i0e, bessel_i1e, cbrt, clamp, digamma, erfc, exp2, igamma,
+    igamma_grad_a, igammac, is_finite, lgamma, nextafter, polygamma, population_count, reduce_precision, select_n,
+    square, tan,
+)
 
 
 def all_primitives():
