@@ -126,6 +126,8 @@ reduce_precision_p = _nary("reduce_precision", _reduce_precision_impl, _reduce_p
 def is_finite(x):
     """True where ``x`` is neither infinite nor NaN (``numpy.isfinite``); floating operands
     only. JAX: ``jax.lax.is_finite``."""
+    if core.dtype_of(x).kind not in "fc":
+        raise ShapeError(f"is_finite: operand must be floating point, got {core.dtype_of(x)}")
     return is_finite_p.bind(x)
 
 

@@ -82,6 +82,7 @@ def select_n(which, *cases):
     """``cases[which]``, elementwise: ``which`` is boolean (two cases: ``cases[0]`` where
     False, ``cases[1]`` where True) or an integer array in ``[0, len(cases))`` (out-of-range
     values raise on the CPU and are unchecked on the GPU). JAX: ``jax.lax.select_n``."""
+    _select_n_shape_rule(core.get_aval(which), *(core.get_aval(c) for c in cases))  # eager calls check too
     return select_n_p.bind(which, *cases)
 
 

@@ -52,11 +52,13 @@ def _special_impl(numpy_fn, cupy_name):
             kernel = getattr(cupyx.scipy.special, cupy_name, None) if cupy_name is not None else None
             if kernel is not None:
                 return kernel(*params.values(), *(x.astype(dtype) for x in arrays))
-            host = [xp.asnumpy(x).astype(np.float64) for x in arrays]
-            return xp.asarray(numpy_fn(*params.values(), *host).astype(dtype))
-        host = [np.asarray(x, dtype=np.float64) for x in arrays]
+            shape = np.broadcast_shapes(*(x.shape for x in arrays))
+            host = [np.atleast_1d(xp.asnumpy(x).astype(np.float64)) for x in arrays]
+            return xp.asarray(numpy_fn(*params.values(), *host).astype(dtype).reshape(shape))
+        shape = np.broadcast_shapes(*(np.shape(x) for x in arrays))
+        host = [np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in arrays]  # (0-d: the evaluations index)
         out = numpy_fn(*params.values(), *host)
-        return np.asarray(out).astype(dtype, copy=False)
+        return np.asarray(out).astype(dtype, copy=False).reshape(shape)
 
     return impl
 

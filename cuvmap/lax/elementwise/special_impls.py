@@ -70,7 +70,9 @@ def erfc(x):
 
 
 # NOTE [lgamma and the polygammas]
-# lgamma(x) = log|Γ(x)|: for 1/2 ≤ x < 10 Lanczos' approximation with g = 7 and nine
+# lgamma(x) = log|Γ(x)|: for 1/2 ≤ x < 5/2 the Taylor series of lgamma(1 + t) (coefficients
+# −γ and (−1)^k ζ(k)/k; around 2 through lgamma(2 + t) = lgamma(1 + t) + log1p(t)), exact at
+# the zeros 1 and 2; for 5/2 ≤ x < 10 Lanczos' approximation with g = 7 and nine
 # coefficients (relative error about 1e-15), for x ≥ 10 Stirling's series to the 1/x⁹ term,
 # and for x < 1/2 the reflection lgamma(x) = log(π / |sin(πx)|) − lgamma(1 − x), with sin(πx)
 # taken of x's distance to the nearest integer so that large negative x stay accurate; +inf
@@ -98,6 +100,29 @@ def _sin_pi(x):
     return sign * np.sin(math.pi * r)
 
 
+def _zeta(k, n=1000):
+    """ζ(k) for an integer k ≥ 2: Σ_{m<n} m^{−k} plus the Euler–Maclaurin tail at n."""
+    head = math.fsum(m ** -float(k) for m in range(1, n))
+    tail = n ** (1.0 - k) / (k - 1) + 0.5 * n ** -float(k) + k * n ** (-k - 1.0) / 12 \
+        - k * (k + 1) * (k + 2) * n ** (-k - 3.0) / 720
+    return head + tail
+
+
+# lgamma(1 + t) = −γ t + Σ_{k≥2} (−1)^k ζ(k) t^k / k, for |t| ≤ 1/2 (60 terms: 0.5^60 ≈ 1e-18)
+_LGAMMA_SERIES = tuple([-0.5772156649015329] + [(-1) ** k * _zeta(k) / k for k in range(2, 61)])
+
+
+def _lgamma_near_one_and_two(z):
+    """lgamma on [1/2, 5/2): the series of lgamma(1 + t) at t = z − 1, or at t = z − 2 plus
+    log1p(t) (lgamma(2 + t) = lgamma(1 + t) + log(1 + t)): exact zeros at 1 and 2."""
+    center = np.where(z < 1.5, 1.0, 2.0)
+    t = z - center
+    acc = np.zeros_like(t)
+    for c in _LGAMMA_SERIES[::-1]:
+        acc = (acc + c) * t
+    return np.where(center == 2.0, acc + np.log1p(t), acc)
+
+
 def _lgamma_positive(z):
     """lgamma for z ≥ 1/2."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -112,7 +137,11 @@ def _lgamma_positive(z):
         inv2 = inv * inv
         correction = inv * (1 / 12 + inv2 * (-1 / 360 + inv2 * (1 / 1260 + inv2 * (-1 / 1680 + inv2 / 1188))))
         stirling = (big - 0.5) * np.log(big) - big + _HALF_LOG_2PI + correction
-    return np.where(z < 10.0, lanczos, stirling)
+    near = np.nonzero(z < 2.5)
+    out = np.where(z < 10.0, lanczos, stirling)
+    if near[0].size:
+        out[near] = _lgamma_near_one_and_two(z[near])
+    return out
 
 
 def lgamma(x):
