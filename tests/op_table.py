@@ -516,13 +516,13 @@ def _rows_indexing():
         ("slice_3d", ((0, 2, 1), (1, 3, 1), (3, None, -3)), (2, 3, 4)),
         ("slice_empty_dim", ((0, 3, 1), (2, 2, 1)), (3, 4)),
     ]:
-        rows.append(prim_row(name, ip.slice_p, {"slices": spec}, lambda x, spec=spec: lax.slice(x, spec),
+        rows.append(prim_row(name, ip.slice_p, {"slices": spec}, lambda x, spec=spec: lax_indexing.slice(x, spec),
                              _slice_ref(spec), [A(*shape)], dtypes=ANY))
     rows += [
         prim_row("slice_in_dim_reversed", ip.slice_p, {"slices": ((2, None, -1), (0, 4, 1))},
-                 lambda x: lax.slice_in_dim(x, -1, None, 0, -1), lambda x: x[::-1], [A(3, 4)]),
+                 lambda x: lax_indexing.slice_in_dim(x, -1, None, 0, -1), lambda x: x[::-1], [A(3, 4)]),
         prim_row("slice_in_dim_step", ip.slice_p, {"slices": ((0, 2, 1), (0, 3, 1), (1, 4, 2))},
-                 lambda x: lax.slice_in_dim(x, 1, None, 2, 2), lambda x: x[:, :, 1::2], [A(2, 3, 4)]),
+                 lambda x: lax_indexing.slice_in_dim(x, 1, None, 2, 2), lambda x: x[:, :, 1::2], [A(2, 3, 4)]),
     ]
     for name, spec, shape, ct_shape in [
         ("slice_transpose", ((2, None, -2), (3, 0, -2)), (3, 4), (2, 2)),
@@ -734,10 +734,10 @@ def _rows_shape():
                  lambda x, y: lax.concatenate([x, y], 0),
                  lambda x, y: np.concatenate([x, y], axis=0), [A(2, 3), A(1, 3)]),
         prim_row("pad", sp.pad_p, {"pads": ((1, 0), (2, 1)), "value": 0},
-                 lambda x: lax.pad(x, ((1, 0), (2, 1))),
+                 lambda x: lax_shape.pad(x, ((1, 0), (2, 1))),
                  lambda x: np.pad(x, ((1, 0), (2, 1))), [A(3, 4)], dtypes=ANY),
         prim_row("pad_value", sp.pad_p, {"pads": ((0, 0), (1, 1), (0, 2)), "value": 1.5},
-                 lambda x: lax.pad(x, ((0, 0), (1, 1), (0, 2)), 1.5),
+                 lambda x: lax_shape.pad(x, ((0, 0), (1, 1), (0, 2)), 1.5),
                  lambda x: np.pad(x, ((0, 0), (1, 1), (0, 2)), constant_values=1.5), [A(2, 3, 4)]),
     ]
 
