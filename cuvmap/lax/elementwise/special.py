@@ -31,17 +31,38 @@ from cuvmap.transforms import batching, vjp
 # Declarations and impls
 # ---------------------------------------------------------------------------------------
 
-def _float_binary_shape_rule(a, x, **params):
-    out = _naryop_shape_rule(a, x)
-    return ShapedArray(out.shape, _float_dtype(out.dtype), weak_type=out.weak_type)
+def _check_real(name, dtypes):
+    """The special functions are real: a complex operand raises (rather than losing its
+    imaginary part in the float64 evaluation)."""
+    for dtype in dtypes:
+        if np.dtype(dtype).kind == "c":
+            raise TypeError(f"lax.{name}: complex operands are not supported, got {np.dtype(dtype)}")
 
 
-def _special_impl(numpy_fn, cupy_name):
+def _real_unary_shape_rule(name):
+    def rule(x, **params):
+        _check_real(name, [x.dtype])
+        return _float_unary_shape_rule(x)
+
+    return rule
+
+
+def _real_binary_shape_rule(name):
+    def rule(a, x, **params):
+        _check_real(name, [a.dtype, x.dtype])
+        out = _naryop_shape_rule(a, x)
+        return ShapedArray(out.shape, _float_dtype(out.dtype), weak_type=out.weak_type)
+
+    return rule
+
+
+def _special_impl(name, numpy_fn, cupy_name):
     """The impl of a special function: CuPy's kernel ``cupyx.scipy.special.<cupy_name>`` on
     the GPU (where CuPy has none, ``numpy_fn`` on the host and the result copied back),
     ``numpy_fn`` on float64 arrays on the CPU."""
 
     def impl(*operands, **params):
+        _check_real(name, [np.result_type(getattr(x, "dtype", x)) for x in operands])
         # Python scalars stay weak in result_type (NEP 50), as in the shape rule
         dtype = _float_dtype(np.result_type(*(getattr(x, "dtype", x) for x in operands)))
         arrays = [core.as_array(x) for x in operands]
@@ -63,25 +84,31 @@ def _special_impl(numpy_fn, cupy_name):
     return impl
 
 
-erfc_p = _nary("erfc", _special_impl(special_impls.erfc, "erfc"), _float_unary_shape_rule)
-lgamma_p = _nary("lgamma", _special_impl(special_impls.lgamma, "gammaln"), _float_unary_shape_rule)
-digamma_p = _nary("digamma", _special_impl(lambda x: special_impls.polygamma(0, x), "digamma"),
-                  _float_unary_shape_rule)
+erfc_p = _nary("erfc", _special_impl("erfc", special_impls.erfc, "erfc"), _real_unary_shape_rule("erfc"))
+lgamma_p = _nary("lgamma", _special_impl("lgamma", special_impls.lgamma, "gammaln"), _real_unary_shape_rule("lgamma"))
+digamma_p = _nary("digamma", _special_impl("digamma", lambda x: special_impls.polygamma(0, x), "digamma"),
+                  _real_unary_shape_rule("digamma"))
 
 
 def _polygamma_shape_rule(x, *, order):
     if not isinstance(order, int) or order < 0:
         raise core.ShapeError(f"polygamma: order must be a non-negative Python int, got {order!r}")
+    _check_real("polygamma", [x.dtype])
     return _float_unary_shape_rule(x)
 
 
-polygamma_p = _nary("polygamma", _special_impl(special_impls.polygamma, "polygamma"), _polygamma_shape_rule)
-igamma_p = _nary("igamma", _special_impl(special_impls.igamma, "gammainc"), _float_binary_shape_rule)
-igammac_p = _nary("igammac", _special_impl(special_impls.igammac, "gammaincc"), _float_binary_shape_rule)
+polygamma_p = _nary("polygamma", _special_impl("polygamma", special_impls.polygamma, "polygamma"),
+                    _polygamma_shape_rule)
+igamma_p = _nary("igamma", _special_impl("igamma", special_impls.igamma, "gammainc"), _real_binary_shape_rule("igamma"))
+igammac_p = _nary("igammac", _special_impl("igammac", special_impls.igammac, "gammaincc"),
+                  _real_binary_shape_rule("igammac"))
 # CuPy has no kernel for ∂P/∂a: it is computed on the host
-igamma_grad_a_p = _nary("igamma_grad_a", _special_impl(special_impls.igamma_grad_a, None), _float_binary_shape_rule)
-bessel_i0e_p = _nary("bessel_i0e", _special_impl(special_impls.bessel_i0e, "i0e"), _float_unary_shape_rule)
-bessel_i1e_p = _nary("bessel_i1e", _special_impl(special_impls.bessel_i1e, "i1e"), _float_unary_shape_rule)
+igamma_grad_a_p = _nary("igamma_grad_a", _special_impl("igamma_grad_a", special_impls.igamma_grad_a, None),
+                        _real_binary_shape_rule("igamma_grad_a"))
+bessel_i0e_p = _nary("bessel_i0e", _special_impl("bessel_i0e", special_impls.bessel_i0e, "i0e"),
+                     _real_unary_shape_rule("bessel_i0e"))
+bessel_i1e_p = _nary("bessel_i1e", _special_impl("bessel_i1e", special_impls.bessel_i1e, "i1e"),
+                     _real_unary_shape_rule("bessel_i1e"))
 
 
 # ---------------------------------------------------------------------------------------
