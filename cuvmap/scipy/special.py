@@ -1,7 +1,8 @@
 """``jax.scipy.special``'s functions: ``logsumexp`` (with ``b=`` and ``return_sign=``),
 ``xlogy``, ``xlog1py``, ``gammaln``, ``digamma``, ``erf``, ``erfc``, ``erfinv``, ``ndtr``,
-``ndtri``, ``log_ndtr``, ``expit``, ``logit``, ``softmax``, ``log_softmax``, and
-``gammainc``/``gammaincc`` (JAX's names of ``lax.igamma``/``lax.igammac``).
+``ndtri``, ``log_ndtr``, ``expit``, ``logit``, ``softmax``, ``log_softmax``,
+``gammainc``/``gammaincc`` (JAX's names of ``lax.igamma``/``lax.igammac``), ``gamma``,
+``gammasgn``, ``rgamma``, ``beta``, ``betaln``, ``multigammaln`` and ``polygamma``.
 
 They are compositions of :mod:`cuvmap.lax` primitives (the special functions themselves are
 primitives there), so every transform applies; where the composition's own derivative would
@@ -124,6 +125,60 @@ def digamma(x):
 
 
 psi = digamma
+
+
+def gammasgn(x):
+    """The sign of ``Γ(x)``: 1 for ``x > 0``, ``(−1)^{⌈−x⌉}`` between the poles of the
+    negative axis, NaN at the poles. JAX: ``jax.scipy.special.gammasgn``."""
+    x = promote_inexact(x)
+    negative_odd = (x < 0) & (cnp.remainder(cnp.floor(x), 2.0) == 1.0)
+    pole = (x <= 0) & (x == cnp.floor(x))
+    return cnp.where(pole, np.nan, cnp.where(negative_odd, -1.0, 1.0))
+
+
+def gamma(x):
+    """``Γ(x) = gammasgn(x) · exp(lgamma(x))``. JAX: ``jax.scipy.special.gamma``."""
+    x = promote_inexact(x)
+    return gammasgn(x) * cnp.exp(lax.lgamma(x))
+
+
+def rgamma(x):
+    """``1 / Γ(x)``, 0 at the poles. JAX: ``jax.scipy.special.rgamma``."""
+    x = promote_inexact(x)
+    pole = (x <= 0) & (x == cnp.floor(x))
+    return cnp.where(pole, 0.0, gammasgn(cnp.where(pole, 1.0, x)) * cnp.exp(-lax.lgamma(x)))
+
+
+def betaln(a, b):
+    """``log |B(a, b)| = lgamma(a) + lgamma(b) − lgamma(a + b)``. JAX: ``jax.scipy.special.betaln``."""
+    a, b = promote_inexact(a, b)
+    return lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+
+
+def beta(a, b):
+    """``B(a, b) = Γ(a) Γ(b) / Γ(a + b)`` (with its sign). JAX: ``jax.scipy.special.beta``."""
+    a, b = promote_inexact(a, b)
+    return gammasgn(a) * gammasgn(b) * gammasgn(a + b) * cnp.exp(betaln(a, b))
+
+
+def multigammaln(a, d):
+    """The log of the multivariate gamma function of dimension ``d`` (a Python int):
+    ``d(d−1)/4 · log π + Σ_{j<d} lgamma(a − j/2)``. JAX: ``jax.scipy.special.multigammaln``."""
+    a = promote_inexact(a)
+    d = int(d)
+    total = d * (d - 1) / 4 * math.log(math.pi)
+    for j in range(d):
+        total = total + lax.lgamma(a - j / 2)
+    return total
+
+
+def polygamma(n, x):
+    """``ψ⁽ⁿ⁾(x)``, the n-th derivative of :func:`digamma`, for a concrete non-negative
+    integer ``n`` (JAX also takes an array of orders). JAX: ``jax.scipy.special.polygamma``."""
+    order = np.asarray(n)
+    if order.ndim != 0 or order.dtype.kind not in "iuf" or order != int(order) or order < 0:
+        raise ValueError(f"scipy.special.polygamma: n must be one concrete non-negative integer, got {n!r}")
+    return lax.polygamma(int(order), promote_inexact(x))
 
 
 def gammainc(a, x):

@@ -182,6 +182,30 @@ def test_gamma_functions_under_scipy_names():
     assert special.psi is special.digamma
 
 
+GAMMA_X = np.array([0.5, 1.0, 3.5, 7.0, -0.5, -1.5, -2.25])
+
+
+def test_gamma_family_closed_forms():
+    np.testing.assert_allclose(special.gamma(GAMMA_X), [math.gamma(v) for v in GAMMA_X], rtol=1e-13)
+    np.testing.assert_allclose(special.rgamma(GAMMA_X), [1 / math.gamma(v) for v in GAMMA_X], rtol=1e-13)
+    np.testing.assert_array_equal(special.gammasgn(GAMMA_X), np.sign([math.gamma(v) for v in GAMMA_X]))
+    assert special.rgamma(-2.0) == 0 and np.isnan(special.gammasgn(0.0))
+    a, b = np.array([0.5, 2.0, 3.0]), np.array([0.5, 3.0, 1.5])
+    want = [math.gamma(x) * math.gamma(y) / math.gamma(x + y) for x, y in zip(a, b)]
+    np.testing.assert_allclose(special.beta(a, b), want, rtol=1e-13)
+    np.testing.assert_allclose(special.betaln(a, b), np.log(want), rtol=1e-13, atol=1e-15)
+    # Γ_2(a) = √π Γ(a) Γ(a − 1/2)
+    np.testing.assert_allclose(special.multigammaln(3.0, 2),
+                               math.log(math.sqrt(math.pi) * math.gamma(3.0) * math.gamma(2.5)), rtol=1e-14)
+    np.testing.assert_allclose(special.polygamma(1, 1.0), math.pi ** 2 / 6, rtol=1e-15)
+    np.testing.assert_allclose(special.polygamma(0, 1.0), -0.5772156649015329, rtol=1e-15)
+    with pytest.raises(ValueError, match="polygamma"):
+        special.polygamma(np.array([1, 2]), 1.0)
+    check_grads(lambda x, y: special.betaln(x, y), (a, b), order=2)
+    check_grads(special.gamma, (GAMMA_X,), order=2, atol=1e-4, rtol=1e-4)
+    check_batching(lambda x: special.multigammaln(x, 3), (np.stack([a + 2, a + 3]),))
+
+
 def test_against_scipy():
     sp = pytest.importorskip("scipy.special")  # optional: the references above are independent
     x = np.linspace(-38, 8, 2001)
