@@ -316,7 +316,7 @@ def sequential_vmap(f):
                                                            (0,) + s.shape, ()), shapes), True
         per_example, out_tree = [], None
         for i in range(axis_size):
-            example = [lax.squeeze(lax.slice_in_dim(x, i, i + 1, 0), (0,)) if b else x for x, b in zip(leaves, flags)]
+            example = [lax.squeeze(lax.slice_in_dim(x, i, i + 1, axis=0), (0,)) if b else x for x, b in zip(leaves, flags)]
             outs, out_tree = tree.flatten(f(*tree.unflatten(in_tree, example)))
             per_example.append(outs)
         stacked = [lax.concatenate([lax.expand_dims(r[j], (0,)) for r in per_example], 0)

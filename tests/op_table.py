@@ -397,9 +397,10 @@ def _rows_elementwise():
         # near the half-integers (floor, ceil) and away from them (round): no jumps nearby
         prim_row("floor", p.floor_p, {}, lax.floor, np.floor, [A(3, 4, domain="grid_half")]),
         prim_row("ceil", p.ceil_p, {}, lax.ceil, np.ceil, [A(3, 4, domain="grid_half")]),
-        prim_row("round", p.round_p, {"decimals": 0}, lax.round, np.round, [A(3, 4, domain="grid0")]),
-        prim_row("round_decimals", p.round_p, {"decimals": 1}, lambda x: lax.round(x, 1),
-                 lambda x: np.round(x, 1), [A(3, 4)]),
+        prim_row("round", p.round_p, {"decimals": 0, "rounding_method": lax.RoundingMethod.AWAY_FROM_ZERO},
+                 lax.round, np.round, [A(3, 4, domain="grid0")]),
+        prim_row("round_decimals", p.round_p, {"decimals": 1, "rounding_method": lax.RoundingMethod.TO_NEAREST_EVEN},
+                 lambda x: ew.round_decimals(x, 1), lambda x: np.round(x, 1), [A(3, 4)]),
     ]
     return rows
 
@@ -515,13 +516,13 @@ def _rows_indexing():
         ("slice_3d", ((0, 2, 1), (1, 3, 1), (3, None, -3)), (2, 3, 4)),
         ("slice_empty_dim", ((0, 3, 1), (2, 2, 1)), (3, 4)),
     ]:
-        rows.append(prim_row(name, ip.slice_p, {"slices": spec}, lambda x, spec=spec: lax.slice(x, spec),
+        rows.append(prim_row(name, ip.slice_p, {"slices": spec}, lambda x, spec=spec: lax_indexing.slice(x, spec),
                              _slice_ref(spec), [A(*shape)], dtypes=ANY))
     rows += [
         prim_row("slice_in_dim_reversed", ip.slice_p, {"slices": ((2, None, -1), (0, 4, 1))},
-                 lambda x: lax.slice_in_dim(x, -1, None, 0, -1), lambda x: x[::-1], [A(3, 4)]),
+                 lambda x: lax_indexing.slice_in_dim(x, -1, None, 0, -1), lambda x: x[::-1], [A(3, 4)]),
         prim_row("slice_in_dim_step", ip.slice_p, {"slices": ((0, 2, 1), (0, 3, 1), (1, 4, 2))},
-                 lambda x: lax.slice_in_dim(x, 1, None, 2, 2), lambda x: x[:, :, 1::2], [A(2, 3, 4)]),
+                 lambda x: lax_indexing.slice_in_dim(x, 1, None, 2, 2), lambda x: x[:, :, 1::2], [A(2, 3, 4)]),
     ]
     for name, spec, shape, ct_shape in [
         ("slice_transpose", ((2, None, -2), (3, 0, -2)), (3, 4), (2, 2)),
@@ -733,10 +734,10 @@ def _rows_shape():
                  lambda x, y: lax.concatenate([x, y], 0),
                  lambda x, y: np.concatenate([x, y], axis=0), [A(2, 3), A(1, 3)]),
         prim_row("pad", sp.pad_p, {"pads": ((1, 0), (2, 1)), "value": 0},
-                 lambda x: lax.pad(x, ((1, 0), (2, 1))),
+                 lambda x: lax_shape.pad(x, ((1, 0), (2, 1))),
                  lambda x: np.pad(x, ((1, 0), (2, 1))), [A(3, 4)], dtypes=ANY),
         prim_row("pad_value", sp.pad_p, {"pads": ((0, 0), (1, 1), (0, 2)), "value": 1.5},
-                 lambda x: lax.pad(x, ((0, 0), (1, 1), (0, 2)), 1.5),
+                 lambda x: lax_shape.pad(x, ((0, 0), (1, 1), (0, 2)), 1.5),
                  lambda x: np.pad(x, ((0, 0), (1, 1), (0, 2)), constant_values=1.5), [A(2, 3, 4)]),
     ]
 
@@ -1246,6 +1247,115 @@ def _rows_slicing_composite():
             lambda x, u, i: _dynamic_update_slice_ref(x, u[None], i, 0), [A(4, 3), A(3), I((), 4)]),
         Row("index_take", lambda x, i, j: lax.index_take(x, (i, j), (0, 2)),
             lambda x, i, j: np.moveaxis(x, 1, -1)[i % 3, j % 5], [A(3, 4, 5), I((6,), 3), I((6,), 5)]),
+# issue 32: JAX's remaining elementwise names (elementary, special, representation, selection)
+def _math_ref(fn):
+    """A reference from Python's math module, one element at a time."""
+    def ref(*xs):
+        dtype = np.result_type(*xs)
+        out = np.vectorize(fn, otypes=[np.float64])(*(np.asarray(x, np.float64) for x in xs))
+        return out.astype(dtype if dtype.kind == "f" else np.float64)
+    return ref
+
+
+def ref_digamma(x):
+    """ψ(x) = ψ(x + N) − Σ_{k<N} 1/(x + k), N = 2000, with ψ(y) ≈ log y − 1/(2y) − 1/(12y²) + 1/(120y⁴)."""
+    x64 = np.asarray(x, np.float64)
+    y = x64 + 2000.0
+    out = np.log(y) - 0.5 / y - 1 / (12 * y**2) + 1 / (120 * y**4)
+    for k in range(2000):
+        out -= 1.0 / (x64 + k)
+    return out.astype(x.dtype)
+
+
+def _igamma_one(a, x):
+    """P(a, x) from its series x^a e^{−x} Σ xⁿ / Γ(a + n + 1), in Python floats."""
+    total, n = 0.0, 0
+    while True:
+        term = math.exp(a * math.log(x) - x + n * math.log(x) - math.lgamma(a + n + 1))
+        total += term
+        if n > x and term < 1e-18 * total:
+            return total
+        n += 1
+
+
+def _bessel_ie_one(order, x):
+    """e^{−|x|} I_order(x) = (1/π) ∫₀^π e^{x cos θ − |x|} cos(order θ) dθ by the trapezoid rule
+    over the whole period (exponentially accurate for a periodic integrand)."""
+    n = 400
+    theta = np.arange(n) * (2 * math.pi / n)
+    return float(np.mean(np.exp(x * np.cos(theta) - abs(x)) * np.cos(order * theta)))
+
+
+def _popcount_ref(x):
+    bits = 8 * x.dtype.itemsize
+    return np.vectorize(lambda v: bin(int(v) % (1 << bits)).count("1"), otypes=[x.dtype])(x)
+
+
+def _rows_jax_elementwise():
+    p = ew
+    return [
+        prim_row("tan", p.tan_p, {}, lax.tan, _math_ref(math.tan), [A(3, 4, domain="unit")], dtypes=NUMERIC),
+        prim_row("asin", p.asin_p, {}, lax.asin, _math_ref(math.asin), [A(3, 4, domain="unit")]),
+        prim_row("acos", p.acos_p, {}, lax.acos, _math_ref(math.acos), [A(3, 4, domain="unit")]),
+        prim_row("atanh", p.atanh_p, {}, lax.atanh, _math_ref(math.atanh), [A(3, 4, domain="unit")]),
+        # acosh on [1.5, 3]: x + 1 with x from "positive"
+        prim_row("acosh", p.acosh_p, {}, lambda x: lax.acosh(lax.add(x, 1.0)),
+                 lambda x: _math_ref(math.acosh)(x + x.dtype.type(1)), [A(3, 4, domain="positive")]),
+        prim_row("cbrt", p.cbrt_p, {}, lax.cbrt, _math_ref(lambda v: math.copysign(abs(v) ** (1 / 3), v)),
+                 [A(3, 4, domain="nonzero")], tol64=(1e-15, 0)),
+        prim_row("square", p.square_p, {}, lax.square, lambda x: x * x, [A(3, 4)], dtypes=NUMERIC + (I32,)),
+        prim_row("exp2", p.exp2_p, {}, lax.exp2, _math_ref(lambda v: 2.0**v), [A(3, 4)], dtypes=NUMERIC),
+        prim_row("erfc", p.erfc_p, {}, lax.erfc, _math_ref(math.erfc), [A(3, 4)], dtypes=NUMERIC,
+                 tol64=(1e-15, 1e-16)),
+        prim_row("lgamma", p.lgamma_p, {}, lax.lgamma, _math_ref(math.lgamma), [A(3, 4, domain="positive")],
+                 tol64=(1e-13, 1e-15)),
+        prim_row("lgamma_negative", p.lgamma_p, {}, lax.lgamma, _math_ref(math.lgamma),
+                 [A(3, 4, domain="grid_half")], tol64=(1e-13, 1e-14)),
+        prim_row("digamma", p.digamma_p, {}, lax.digamma, ref_digamma, [A(3, 4, domain="positive")],
+                 tol64=(1e-12, 1e-13)),
+        prim_row("digamma_negative", p.digamma_p, {}, lax.digamma, ref_digamma, [A(3, 4, domain="grid_half")],
+                 tol64=(1e-12, 1e-12), grad_tol=1e-4),
+        prim_row("polygamma_1", p.polygamma_p, {"order": 1}, lambda x: lax.polygamma(1, x),
+                 lambda x: sum(1.0 / (x.astype(np.float64) + k) ** 2 for k in range(100000)).astype(x.dtype)
+                 + (1.0 / (x.astype(np.float64) + 100000)).astype(x.dtype),
+                 [A(3, 4, domain="positive")], tol64=(1e-9, 1e-9), tol32=(1e-5, 1e-5)),
+        prim_row("igamma", p.igamma_p, {}, lax.igamma, _math_ref(_igamma_one),
+                 [A(3, 4, domain="positive"), A(3, 4, domain="positive")], tol64=(1e-13, 1e-14), grad_order=1),
+        prim_row("igamma_bcast", p.igamma_p, {}, lax.igamma, _math_ref(_igamma_one),
+                 [A(4, domain="positive"), A(3, 1, domain="positive")], tol64=(1e-13, 1e-14), grad_order=1),
+        prim_row("igammac", p.igammac_p, {}, lax.igammac, _math_ref(lambda a, x: 1 - _igamma_one(a, x)),
+                 [A(3, 4, domain="positive"), A(3, 4, domain="positive")], tol64=(1e-13, 1e-14), grad_order=1),
+        # the reference: central differences of the series in a
+        prim_row("igamma_grad_a", p.igamma_grad_a_p, {}, lax.igamma_grad_a,
+                 _math_ref(lambda a, x: (_igamma_one(a + 1e-5, x) - _igamma_one(a - 1e-5, x)) / 2e-5),
+                 [A(3, 4, domain="positive"), A(3, 4, domain="positive")], tol64=(1e-8, 1e-9),
+                 tol32=(1e-4, 1e-5), diff_argnums=(1,), grad_order=1),
+        prim_row("bessel_i0e", p.bessel_i0e_p, {}, lax.bessel_i0e, _math_ref(lambda v: _bessel_ie_one(0, v)),
+                 [A(3, 4)], tol64=(1e-14, 1e-15)),
+        prim_row("bessel_i1e", p.bessel_i1e_p, {}, lax.bessel_i1e, _math_ref(lambda v: _bessel_ie_one(1, v)),
+                 [A(3, 4)], tol64=(1e-14, 1e-15)),
+        prim_row("is_finite", p.is_finite_p, {}, lax.is_finite, lambda x: np.abs(x) < np.inf, [A(3, 4)],
+                 differentiable=False),
+        prim_row("nextafter", p.nextafter_p, {}, lax.nextafter,
+                 lambda x, y: np.vectorize(math.nextafter, otypes=[np.float64])(x, y).astype(x.dtype)
+                 if x.dtype == F64 else np.nextafter(x, y), [A(3, 4), A(4)], differentiable=False),
+        prim_row("population_count", p.population_count_p, {}, lax.population_count, _popcount_ref,
+                 [A(3, 4, domain="bits")], dtypes=(I32, I64)),
+        prim_row("reduce_precision_f32", p.reduce_precision_p, {"exponent_bits": 8, "mantissa_bits": 23},
+                 lambda x: lax.reduce_precision(x, 8, 23), lambda x: x.astype(np.float32).astype(x.dtype),
+                 [A(3, 4)], diff_argnums=()),  # derivatives: JAX's identity, not the steps' zero (tests/lax/)
+        prim_row("reduce_precision_f16", p.reduce_precision_p, {"exponent_bits": 5, "mantissa_bits": 10},
+                 lambda x: lax.reduce_precision(x, 5, 10), lambda x: x.astype(np.float16).astype(x.dtype),
+                 [A(3, 4, domain="nonzero")], diff_argnums=()),
+        # bounds near the integers, x near the half-integers: no ties; min > max happens
+        prim_row("clamp", p.clamp_p, {}, lax.clamp, lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
+                 [A(4, domain="grid0"), A(3, 4, domain="grid_half"), A(3, 1, domain="grid0")], dtypes=NUMERIC),
+        prim_row("clamp_pyscalars", p.clamp_p, {}, lax.clamp, lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
+                 [S(-1.0), A(3, 4, domain="grid_half"), S(1.0)]),
+        prim_row("select_n_bool", p.select_n_p, {}, lax.select_n, lambda w, a, b: np.where(w, b, a),
+                 [P(3, 4), A(3, 4), A(3, 4)], dtypes=NUMERIC),
+        prim_row("select_n_int", p.select_n_p, {}, lax.select_n, lambda w, *cs: np.choose(w, cs),
+                 [Arg((3, 4), domain="positive", dtype=I32), A(3, 4), A(3, 4), A(4), A(3, 4)]),
     ]
 
 
@@ -1254,6 +1364,7 @@ PRIMITIVE_ROWS = (
     + _pooling_rows() + _rows_cumulative_sorting()
     + _rows_bits()
     + _rows_slicing()
+    + _rows_jax_elementwise()
 )
 
 

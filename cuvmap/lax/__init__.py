@@ -18,8 +18,8 @@ from cuvmap.lax.cumulative import cumprod, cumsum  # noqa: F401
 from cuvmap.lax.sorting import argsort, sort  # noqa: F401
 from cuvmap.lax.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004
 from cuvmap.lax.convolution import conv, conv_backward_input, conv_backward_weight  # noqa: F401
-from cuvmap.lax.indexing import iota, slice, slice_in_dim, take  # noqa: F401
-from cuvmap.lax.linalg import dot_general, svd  # noqa: F401
+from cuvmap.lax.indexing import iota, take  # noqa: F401
+from cuvmap.lax.linalg import svd  # noqa: F401
 from cuvmap.lax.pooling import (  # noqa: F401
     avg_pool, avg_pool_transpose, max_pool, max_pool_gather, max_pool_scatter,
 )
@@ -29,7 +29,15 @@ from cuvmap.lax.parallel import (  # noqa: F401
 from cuvmap.lax.prng import threefry2x32  # noqa: F401
 from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_sum  # noqa: F401
 from cuvmap.lax.shape import (  # noqa: F401
-    broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
+    broadcast_in_dim, broadcast_to, concatenate, expand_dims, squeeze, transpose, unbroadcast,
+)
+from cuvmap.lax.jax_shapes import (  # noqa: F401  (issue 32: JAX's signatures of the shape and product names)
+    Precision, broadcast, dot, dot_general, pad, platform_dependent, reshape, rev, slice, slice_in_dim,
+)
+from cuvmap.lax.elementwise import (  # noqa: F401  (issue 32: JAX's remaining elementwise names)
+    RoundingMethod, acos, acosh, asin, atanh, bessel_i0e, bessel_i1e, cbrt, clamp, digamma, erfc, exp2, igamma,
+    igamma_grad_a, igammac, is_finite, lgamma, nextafter, polygamma, population_count, reduce_precision, select_n,
+    square, tan,
 )
 from cuvmap.lax.slicing import (  # noqa: F401
     GatherDimensionNumbers, GatherScatterMode, ScatterDimensionNumbers, dynamic_index_in_dim, dynamic_slice,
@@ -37,7 +45,7 @@ from cuvmap.lax.slicing import (  # noqa: F401
     index_in_dim, index_take, scatter, scatter_add, scatter_apply, scatter_max, scatter_min, scatter_mul,
 )
 from cuvmap.lax.conv_general import (  # noqa: F401  (JAX's conv names; lax.conv takes JAX's and aten's forms)
-    ConvDimensionNumbers, Precision, conv, conv_dimension_numbers, conv_general_dilated, conv_transpose,
+    ConvDimensionNumbers, conv, conv_dimension_numbers, conv_general_dilated, conv_transpose,
     conv_with_general_padding, padtype_to_pads,
 )
 from cuvmap.lax.cumulative import cumlogsumexp, cummax, cummin  # noqa: F401

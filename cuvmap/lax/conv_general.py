@@ -30,6 +30,7 @@ from cuvmap.core import ShapeError
 from cuvmap.lax import convolution
 from cuvmap.lax.elementwise import convert_element_type
 from cuvmap.lax.indexing import normalize_slice, slice_p
+from cuvmap.lax.jax_shapes import Precision  # noqa: F401 - the one Precision, re-exported with the conv names
 from cuvmap.lax.shape import expand_dims, pad_p, reshape, squeeze, transpose
 
 # NOTE [conv_general_dilated on the conv primitive]
@@ -45,19 +46,6 @@ from cuvmap.lax.shape import expand_dims, pad_p, reshape, squeeze, transpose
 #   outermost, as XLA — and B moved into the channels, C → (B C); the conv with
 #   groups = B then pairs batch group g with output-feature group g, which is XLA's rule.
 # 0 spatial dims (a grouped matmul) gets a spatial dim of size 1.
-
-
-class Precision(enum.Enum):
-    """JAX's ``lax.Precision``: accepted wherever JAX takes ``precision=`` and not used —
-    cuvmap's kernels compute in the operands' dtype (float32 strictly, no TF32 unless the
-    conv strategy allows it; see cuvmap/lax/conv_strategy.py)."""
-
-    DEFAULT = 0
-    HIGH = 1
-    HIGHEST = 2
-
-    def __str__(self):
-        return self.name
 
 
 ConvDimensionNumbers = collections.namedtuple("ConvDimensionNumbers", ["lhs_spec", "rhs_spec", "out_spec"])

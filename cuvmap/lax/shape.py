@@ -204,8 +204,10 @@ squeeze_p = Primitive("squeeze", impl=lambda x, *, dimensions: core.as_array(x).
 
 
 def squeeze(x, dimensions):
-    """Removes the size-1 dims ``dimensions`` (non-negative, sorted)."""
-    dimensions = tuple(sorted(int(d) for d in dimensions))
+    """Removes the size-1 dims ``dimensions`` (negative ones count from the end).
+    JAX: ``jax.lax.squeeze``."""
+    ndim = len(core.shape_of(x))
+    dimensions = tuple(sorted(int(d) % ndim if ndim else int(d) for d in dimensions))
     if not dimensions:
         return x
     return squeeze_p.bind(x, dimensions=dimensions)
@@ -244,8 +246,10 @@ expand_dims_p = Primitive(
 
 
 def expand_dims(x, dimensions):
-    """Inserts size-1 dims at the (sorted, non-negative) output positions ``dimensions``."""
-    dimensions = tuple(sorted(int(d) for d in dimensions))
+    """Inserts size-1 dims at the output positions ``dimensions`` (negative ones count from
+    the end of the output). JAX: ``jax.lax.expand_dims``."""
+    out_ndim = len(core.shape_of(x)) + len(dimensions)
+    dimensions = tuple(sorted(int(d) % out_ndim for d in dimensions))
     if not dimensions:
         return x
     return expand_dims_p.bind(x, dimensions=dimensions)

@@ -26,6 +26,9 @@ from cuvmap.numpy._elementwise import (  # noqa: F401
     bitwise_or, bitwise_xor, bitwise_not, invert, bitwise_invert, left_shift, right_shift,
     bitwise_left_shift, bitwise_right_shift, logical_not, logical_and, logical_or, logical_xor,
 )
+from cuvmap.numpy._elementary import (  # noqa: F401  (issue 32: elementary functions, classifications)
+    tan, arcsin, arccos, arccosh, arctanh, cbrt, exp2, deg2rad, rad2deg, radians, degrees, isfinite, isinf, isnan,
+)
 from cuvmap.numpy._reductions import (  # noqa: F401
     sum, mean, var, std, max, min, amax, amin, argmax, argmin, logsumexp, prod, any, all, cumsum, cumprod,
     sort, argsort, trace,

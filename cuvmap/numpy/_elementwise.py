@@ -76,7 +76,7 @@ def where(condition, x, y):
 def round(x, decimals=0):  # noqa: A001
     """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are.
     Piecewise constant: its derivative is zero."""
-    return ew.round(x, decimals)
+    return ew.round_decimals(x, decimals)
 
 
 around = round

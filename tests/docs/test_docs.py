@@ -299,6 +299,7 @@ PUBLIC_MODULES = [
     "cuvmap.nn.optim", "cuvmap.dp", "cuvmap.dp.bandmf", "cuvmap.distributed", "cuvmap.random", "cuvmap.tree", "cuvmap.flatten_util",
     "cuvmap.config", "cuvmap.debug", "cuvmap.profiler", "cuvmap.custom_batching", "cuvmap.test_util",
     "cuvmap.custom_derivatives", "cuvmap.dtypes",
+    "cuvmap.scipy.special", "cuvmap.scipy.stats.norm",
 ]
 
 

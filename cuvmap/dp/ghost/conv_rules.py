@@ -15,6 +15,7 @@ from cuvmap import api, core, lax
 from cuvmap import numpy as cnp
 from cuvmap.dp.ghost.rules import Rule, batched_inner, prod, random_array, rule, scaled_rows, unscaled
 from cuvmap.lax import convolution
+from cuvmap.lax import indexing as lax_indexing
 
 _CONV_PARAMS = ("stride", "padding", "dilation", "transposed", "output_padding", "groups")
 
@@ -31,14 +32,14 @@ def unfold(x, kernel, stride, padding, dilation, positions):
     ``(M, C, prod(kernel), prod(positions))``, ``u[m, c, k, t] = x_pad[m, c, t·s + k·d]``."""
     nd = len(kernel)
     shape = tuple(core.shape_of(x))
-    x = lax.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
+    x = lax.pad(x, 0.0, ((0, 0, 0), (0, 0, 0)) + tuple((p, p, 0) for p in padding))
     taps = []
     for k in np.ndindex(*kernel):
         slices = [(0, shape[0], 1), (0, shape[1], 1)]
         for j in range(nd):
             start = k[j] * dilation[j]
             slices.append((start, start + (positions[j] - 1) * stride[j] + 1, stride[j]))
-        taps.append(lax.slice(x, slices))
+        taps.append(lax_indexing.slice(x, slices))
     u = cnp.stack(taps, axis=2)
     return lax.reshape(u, shape[:2] + (len(taps), prod(positions)))
 

@@ -1,10 +1,12 @@
 """Arithmetic: ``neg``, ``add``, ``sub``, ``mul``, ``div``, ``floor_divide``,
 ``remainder``, ``integer_pow``, ``max``, ``min``, ``abs``, ``sign`` and rounding (``floor``,
-``ceil``, ``round``).
+``ceil``, ``round`` with JAX's ``RoundingMethod``, and NumPy's ``round_decimals``).
 
 Derivatives: one rule per operand, ``g * ∂out/∂x_i`` (see the package's docstring);
 rounding, ``sign`` and ``floor_divide`` are piecewise constant and carry none.
 """
+import enum
+
 import numpy as np
 
 from cuvmap import backend, core
@@ -51,9 +53,22 @@ def _rounding_shape_rule(x, **params):
     return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
 
 
-def _round_impl(x, *, decimals):
+class RoundingMethod(enum.IntEnum):
+    """How :func:`round` breaks ties (JAX's ``jax.lax.RoundingMethod``): ``AWAY_FROM_ZERO``
+    (0, C's ``round``: 2.5 -> 3) or ``TO_NEAREST_EVEN`` (1, NumPy's: 2.5 -> 2)."""
+    AWAY_FROM_ZERO = 0
+    TO_NEAREST_EVEN = 1
+
+
+def _round_impl(x, *, decimals, rounding_method=RoundingMethod.TO_NEAREST_EVEN):
     x = core.as_array(x)
-    return backend.xp_of(x).round(x, decimals)
+    xp = backend.xp_of(x)
+    if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
+        return xp.round(x, decimals)
+    # away from zero, decimals = 0 (the only case the wrapper binds): the truncation, one
+    # step further from zero where the dropped fraction is at least a half (exact: no x + 0.5)
+    truncated = xp.trunc(x)
+    return xp.where(xp.abs(x - truncated) >= 0.5, truncated + xp.sign(x), truncated).astype(x.dtype, copy=False)
 
 
 floor_p = _nary("floor", np.floor, _rounding_shape_rule, differentiable=False, fused=_c_float("floor({0})"))
@@ -151,12 +166,21 @@ def ceil(x):
     return x if _is_integer_or_bool(x) else ceil_p.bind(x)
 
 
-def round(x, decimals=0):  # noqa: A001 - lax vocabulary
+def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001 - lax vocabulary
+    """Rounds to the nearest integer, ties away from zero (``RoundingMethod.AWAY_FROM_ZERO``,
+    the default: 2.5 -> 3, -0.5 -> -1) or to even (``TO_NEAREST_EVEN``: 2.5 -> 2); integers
+    and booleans are returned as they are. No derivative (zero). JAX: ``jax.lax.round``."""
+    if _is_integer_or_bool(x):
+        return x
+    return round_p.bind(x, decimals=0, rounding_method=RoundingMethod(int(rounding_method)))
+
+
+def round_decimals(x, decimals=0):
     """Rounds to ``decimals`` decimal places, halves to even (``numpy.round``); integers
     and booleans are returned as they are. No derivative (zero)."""
     if _is_integer_or_bool(x):
         return x
-    return round_p.bind(x, decimals=int(decimals))
+    return round_p.bind(x, decimals=int(decimals), rounding_method=RoundingMethod.TO_NEAREST_EVEN)
 
 
 def abs(x):  # noqa: A001

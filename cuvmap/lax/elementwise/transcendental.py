@@ -124,6 +124,8 @@ def _erf_impl(x):
     x = core.as_array(x)
     _real_only("erf", x.dtype)
     xp = backend.xp_of(x)
+    if x.dtype.kind == "c":  # (its real evaluation would drop the imaginary part)
+        raise TypeError(f"lax.erf: complex operands are not supported, got {x.dtype}")
     if x.dtype.kind != "f":
         x = x.astype(_float_dtype(x.dtype))
     if xp is not np:
@@ -212,6 +214,8 @@ def _erf_inv_impl(x):
     x = core.as_array(x)
     _real_only("erf_inv", x.dtype)
     xp = backend.xp_of(x)
+    if x.dtype.kind == "c":  # (its real evaluation would drop the imaginary part)
+        raise TypeError(f"lax.erf_inv: complex operands are not supported, got {x.dtype}")
     if x.dtype.kind != "f":
         x = x.astype(_float_dtype(x.dtype))
     if xp is not np:

@@ -97,6 +97,7 @@ absolute add arcsinh arctan arctan2 bitwise_and bitwise_or bitwise_xor ceil copy
 equal exp expm1 floor floor_divide fmin greater greater_equal invert isnan left_shift less less_equal log
 log10 log1p log2 logaddexp maximum minimum multiply negative not_equal positive power reciprocal remainder
 right_shift sign sin sinh sqrt square subtract tanh
+tan arcsin arccos arccosh arctanh cbrt exp2 isfinite nextafter trunc
 """.split()
 
 UFUNCS = {name: ufunc(getattr(np, name)) for name in UFUNC_NAMES}

@@ -9,6 +9,6 @@ except ImportError:  # pragma: no cover - the test extras bring SciPy
 
 from cupy._functions import ufunc
 
-for _name in ("erf", "erfinv"):  # NOTE [the stand-in's surface] in cupy/_functions.py
+for _name in ("erf", "erfinv", "erfc", "gammaln", "digamma", "gammainc", "gammaincc", "i0e", "i1e"):  # NOTE [the stand-in's surface] in cupy/_functions.py
     if isinstance(getattr(_sp, _name, None), _np.ufunc):
         globals()[_name] = ufunc(getattr(_sp, _name), _name, module="cupyx.scipy.special")

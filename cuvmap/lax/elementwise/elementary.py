@@ -1,0 +1,104 @@
+"""The remaining elementary functions under JAX's lax names: ``tan``, ``asin``, ``acos``,
+``acosh``, ``atanh``, ``cbrt``, ``square`` and ``exp2``.
+
+The impls are NumPy's ufuncs (``tan``, ``arcsin``, ``arccos``, ``arccosh``, ``arctanh``,
+``cbrt``, ``square``, ``exp2``), which dispatch to CuPy's; integer operands give NumPy's float
+dtypes (``square`` keeps its operand's dtype). Derivatives (one rule per operand,
+``g * ∂out/∂x``): tan' = 1 + tan², asin' = 1/√(1 − x²), acos' = −1/√(1 − x²),
+acosh' = 1/√((x − 1)(x + 1)), atanh' = 1/(1 − x²), cbrt' = 1/(3 cbrt(x)²), square' = 2x,
+exp2' = log(2) · 2ˣ.
+"""
+import math
+
+import numpy as np
+
+from cuvmap.lax.elementwise.arithmetic import add, div, integer_pow, mul, neg, sub
+from cuvmap.lax.elementwise.common import _c_float, _float_unary_shape_rule, _nary, _same_shape_rule
+from cuvmap.lax.elementwise.transcendental import rsqrt
+from cuvmap.transforms import batching, vjp
+from cuvmap.transforms.fusion import CExpression
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations and impls
+# ---------------------------------------------------------------------------------------
+
+tan_p = _nary("tan", np.tan, _float_unary_shape_rule, fused=_c_float("tan({0})"))
+asin_p = _nary("asin", np.arcsin, _float_unary_shape_rule, fused=_c_float("asin({0})"))
+acos_p = _nary("acos", np.arccos, _float_unary_shape_rule, fused=_c_float("acos({0})"))
+acosh_p = _nary("acosh", np.arccosh, _float_unary_shape_rule, fused=_c_float("acosh({0})"))
+atanh_p = _nary("atanh", np.arctanh, _float_unary_shape_rule, fused=_c_float("atanh({0})"))
+cbrt_p = _nary("cbrt", np.cbrt, _float_unary_shape_rule, fused=_c_float("cbrt({0})"))
+square_p = _nary("square", np.square, _same_shape_rule, fused=CExpression("({0} * {0})"))
+exp2_p = _nary("exp2", np.exp2, _float_unary_shape_rule, fused=_c_float("exp2({0})"))
+
+
+# ---------------------------------------------------------------------------------------
+# Public wrappers
+# ---------------------------------------------------------------------------------------
+
+def tan(x):
+    """``tan(x) = sin(x) / cos(x)``. JAX: ``jax.lax.tan``."""
+    return tan_p.bind(x)
+
+
+def asin(x):
+    """``arcsin(x)`` in ``[−π/2, π/2]``, NaN outside ``[−1, 1]``. JAX: ``jax.lax.asin``."""
+    return asin_p.bind(x)
+
+
+def acos(x):
+    """``arccos(x)`` in ``[0, π]``, NaN outside ``[−1, 1]``. JAX: ``jax.lax.acos``."""
+    return acos_p.bind(x)
+
+
+def acosh(x):
+    """``arccosh(x) = log(x + √(x² − 1))`` for ``x ≥ 1`` (NaN below). JAX: ``jax.lax.acosh``."""
+    return acosh_p.bind(x)
+
+
+def atanh(x):
+    """``arctanh(x) = ½ log((1 + x)/(1 − x))`` on ``(−1, 1)``, ``±inf`` at ``±1``.
+    JAX: ``jax.lax.atanh``."""
+    return atanh_p.bind(x)
+
+
+def cbrt(x):
+    """The real cube root ``∛x`` (negative for negative ``x``). JAX: ``jax.lax.cbrt``."""
+    return cbrt_p.bind(x)
+
+
+def square(x):
+    """``x²``, in ``x``'s dtype. JAX: ``jax.lax.square``."""
+    return square_p.bind(x)
+
+
+def exp2(x):
+    """``2ˣ``. JAX: ``jax.lax.exp2``."""
+    return exp2_p.bind(x)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules
+# ---------------------------------------------------------------------------------------
+
+batching.defunary(tan_p, asin_p, acos_p, acosh_p, atanh_p, cbrt_p, square_p, exp2_p)
+
+
+# ---------------------------------------------------------------------------------------
+# Derivative rules (each serves as JVP and VJP)
+# ---------------------------------------------------------------------------------------
+
+def _one_minus_square(x):
+    return sub(1, mul(x, x))
+
+
+vjp.defderivative(tan_p, lambda g, out, x: mul(g, add(1, mul(out, out))), reads=("out",))
+vjp.defderivative(asin_p, lambda g, out, x: mul(g, rsqrt(_one_minus_square(x))), reads=(0,))
+vjp.defderivative(acos_p, lambda g, out, x: neg(mul(g, rsqrt(_one_minus_square(x)))), reads=(0,))
+# (x − 1)(x + 1) rather than x² − 1: no cancellation near 1
+vjp.defderivative(acosh_p, lambda g, out, x: mul(g, rsqrt(mul(sub(x, 1), add(x, 1)))), reads=(0,))
+vjp.defderivative(atanh_p, lambda g, out, x: div(g, _one_minus_square(x)), reads=(0,))
+vjp.defderivative(cbrt_p, lambda g, out, x: mul(g, mul(1 / 3, integer_pow(out, -2))), reads=("out",))
+vjp.defderivative(square_p, lambda g, out, x: mul(g, mul(2, x)), reads=(0,))
+vjp.defderivative(exp2_p, lambda g, out, x: mul(g, mul(math.log(2), out)), reads=("out",))

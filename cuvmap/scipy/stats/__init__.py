@@ -1,0 +1,2 @@
+"""``jax.scipy.stats``'s distributions: :mod:`cuvmap.scipy.stats.norm`."""
+from cuvmap.scipy.stats import norm  # noqa: F401
