@@ -49,29 +49,39 @@ def isfinite(x):
     return ew.eq(ew.sub(x, x), 0)
 
 
+# NOTE [logaddexp as a shifted log-sum]
+# ``max(x1, x2) + log1p(exp(−|x1 − x2|))`` has the right value and first derivative, but
+# its second derivative is wrong where x1 = x2 (max and |·| have kinks there, so the
+# composite's second derivative misses the smooth curvature p(1 − p) = 1/4). Written as
+# ``m + log(exp(x1 − m) + exp(x2 − m))`` with the shift ``m = stop_gradient(max(x1, x2))``
+# every term is smooth: the derivative in x1 is exp(x1 − out) at any order, and the sum
+# lies in [1, 2], so the log is stable. An infinite shift is replaced by 0 (then
+# exp(±∞) gives the right ±∞ and NaN stays NaN), as in ``logsumexp``.
+
+
+def _shift(x1, x2):
+    m = ew.stop_gradient(ew.max(x1, x2))
+    return where(isfinite(m), m, 0.0)
+
+
 def logaddexp(x1, x2):
     """``jnp.logaddexp``: ``log(exp(x1) + exp(x2))``, computed stably as
-    ``max(x1, x2) + log1p(exp(−|x1 − x2|))``. Where both are −∞ (or the difference is
-    NaN) the result is ``x1 + x2``. The derivative in ``x1`` is ``exp(x1 − out)``
-    (``1/2`` each where ``x1 = x2``)."""
+    ``m + log(exp(x1 − m) + exp(x2 − m))`` with ``m = max(x1, x2)`` held constant (NOTE
+    [logaddexp as a shifted log-sum]). Its derivative in ``x1`` is ``exp(x1 − out)``."""
     x1, x2 = _inexact(x1), _inexact(x2)
-    amax = ew.max(x1, x2)
-    delta = ew.sub(x1, x2)
-    finite_delta = where(isnan(delta), 0.0, delta)
-    out = ew.add(amax, ew.log1p(ew.exp(ew.neg(ew.abs(finite_delta)))))
-    return where(isnan(delta), ew.add(x1, x2), out)
+    m = _shift(x1, x2)
+    return ew.add(m, ew.log(ew.add(ew.exp(ew.sub(x1, m)), ew.exp(ew.sub(x2, m)))))
 
 
 def logaddexp2(x1, x2):
-    """``jnp.logaddexp2``: ``log2(2**x1 + 2**x2)``, computed stably as
-    ``max(x1, x2) + log1p(2**−|x1 − x2|) / ln 2``; ``x1 + x2`` where the difference is NaN."""
+    """``jnp.logaddexp2``: ``log2(2**x1 + 2**x2)``, computed as ``m + log2(2**(x1 − m) +
+    2**(x2 − m))`` with ``m = max(x1, x2)`` held constant (NOTE [logaddexp as a shifted
+    log-sum])."""
     x1, x2 = _inexact(x1), _inexact(x2)
-    amax = ew.max(x1, x2)
-    delta = ew.sub(x1, x2)
-    finite_delta = where(isnan(delta), 0.0, delta)
-    tail = ew.log1p(ew.exp(ew.mul(ew.neg(ew.abs(finite_delta)), math.log(2.0))))
-    out = ew.add(amax, ew.div(tail, math.log(2.0)))
-    return where(isnan(delta), ew.add(x1, x2), out)
+    m = _shift(x1, x2)
+    ln2 = math.log(2.0)
+    total = ew.add(ew.exp(ew.mul(ew.sub(x1, m), ln2)), ew.exp(ew.mul(ew.sub(x2, m), ln2)))
+    return ew.add(m, ew.div(ew.log(total), ln2))
 
 
 # NOTE [sinc near zero]

@@ -61,18 +61,22 @@ def _full_correlation(a, v, mode, name):
     return lax_linalg.dot_general(gathered, v, (((1,), (0,)), ((), ())))
 
 
-def _operands(a, v):
+def _operands(a, v, inexact=False):
+    """The operands in their promoted dtype; ``inexact``: integers and booleans become
+    float64, as JAX's ``convolve`` and ``correlate`` compute in floats (with 64-bit types)."""
     a, v = asarray(a), asarray(v)
     dtype = np.result_type(core.dtype_of(a), core.dtype_of(v))
+    if inexact and dtype.kind not in "fc":
+        dtype = np.dtype(np.float64)
     return astype(a, dtype), astype(v, dtype)
 
 
 def convolve(a, v, mode="full", *, precision=None, preferred_element_type=None):
     """``jnp.convolve``: the discrete linear convolution of the 1-D ``a`` and ``v``,
-    ``out[k] = Σ_j a[j] · v[k − j]``; ``mode`` keeps all ``n + m − 1`` outputs
+    ``out[k] = Σ_j a[j] · v[k − j]``, in a floating dtype (integers promote, as in JAX); ``mode`` keeps all ``n + m − 1`` outputs
     (``'full'``), the middle ``max(n, m)`` (``'same'``) or those where the two overlap
     fully (``'valid'``)."""
-    a, v = _operands(a, v)
+    a, v = _operands(a, v, inexact=True)
     _check_1d("convolve", a, v)
     if shape(v)[0] > shape(a)[0]:
         a, v = v, a
@@ -84,8 +88,11 @@ def correlate(a, v, mode="valid", *, precision=None, preferred_element_type=None
     """``jnp.correlate``: the cross-correlation of the 1-D ``a`` and ``v``,
     ``out[k] = Σ_n a[n + k] · v[n]`` over the overlap (``mode`` as in :func:`convolve`;
     NumPy's default ``'valid'``)."""
-    a, v = _operands(a, v)
+    a, v = _operands(a, v, inexact=True)
     _check_1d("correlate", a, v)
+    if np.dtype(core.dtype_of(v)).kind == "c":
+        # NumPy conjugates v; without a conj here a complex v would give a wrong number
+        raise NotImplementedError("correlate: complex operands are not supported (NumPy's correlate conjugates v)")
     if shape(v)[0] > shape(a)[0]:
         # correlate(a, v) is correlate(v, a) reversed
         return flip(_full_correlation(v, a, mode, "correlate"), 0)

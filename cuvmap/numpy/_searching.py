@@ -102,17 +102,21 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     """``jnp.interp``: the piecewise-linear interpolant through the points ``(xp, fp)``
     (``xp`` increasing) at ``x``: ``fp[i-1] + (x − xp[i-1])·(fp[i] − fp[i-1]) /
     (xp[i] − xp[i-1])`` on ``[xp[i-1], xp[i]]``; ``left`` (default ``fp[0]``) below
-    ``xp[0]`` and ``right`` (default ``fp[-1]``) above ``xp[-1]``. With ``period`` the
-    points repeat with that period. Differentiable in ``x``, ``xp`` and ``fp``."""
+    ``xp[0]`` and ``right`` (default ``fp[-1]``) above ``xp[-1]``, or the first / last
+    segment's line continued for ``'extrapolate'`` (JAX's option). With ``period`` the
+    points repeat with that period (and ``left``/``right`` are ignored, as NumPy's).
+    Differentiable in ``x``, ``xp`` and ``fp``."""
     x, xp, fp = asarray(x), asarray(xp), asarray(fp)
     if ndim(xp) != 1 or ndim(fp) != 1 or shape(xp) != shape(fp):
         raise ShapeError(f"interp: xp and fp must be 1-D of one length, got shapes {shape(xp)} and {shape(fp)}")
     dtype = np.result_type(core.dtype_of(x), core.dtype_of(xp), core.dtype_of(fp), np.float16)
     x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, dtype)
+    for name, v in (("left", left), ("right", right)):
+        if isinstance(v, str) and v != "extrapolate":
+            raise ValueError(f"interp: {name} must be a number or 'extrapolate', got {v!r}")
     if period is not None:
-        if left is not None or right is not None:
-            raise ValueError("interp: left and right are not used with period")
-        period = builtins.abs(period) if not isinstance(period, Tracer) else ew.abs(period)
+        left = right = None
+        period = ew.abs(astype(asarray(period), dtype))
         x = ew.remainder(x, period)
         xp = ew.remainder(xp, period)
         order = lax_sorting.argsort(xp, 0)
@@ -139,8 +143,10 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         last = reshape(lax_indexing.slice_in_dim(xp, n - 1, n, 0), ())
         left = reshape(lax_indexing.slice_in_dim(fp, 0, 1, 0), ()) if left is None else left
         right = reshape(lax_indexing.slice_in_dim(fp, n - 1, n, 0), ()) if right is None else right
-        f = _where3(ew.lt(x, first), left, f)
-        f = _where3(ew.gt(x, last), right, f)
+        if not (isinstance(left, str) and n > 1):
+            f = _where3(ew.lt(x, first), left, f)
+        if not (isinstance(right, str) and n > 1):
+            f = _where3(ew.gt(x, last), right, f)
     return f
 
 
@@ -191,10 +197,10 @@ def nonzero(a, *, size=None, fill_value=None):
     if len(fills) != len(s):
         raise ValueError(f"nonzero: fill_value must be a scalar or have one entry per dim ({len(s)}), got {fill_value}")
     out = []
-    stride = int(np.prod(s, dtype=np.int64))
-    for dim, fill in zip(s, fills):
-        stride //= dim
-        index = ew.remainder(ew.floor_divide(positions, stride), dim) if stride > 1 or dim > 0 else positions
+    strides = [int(np.prod(s[k + 1:], dtype=np.int64)) for k in range(len(s))]
+    for dim, stride, fill in zip(s, strides, fills):
+        # the row-major unravelling of the flat positions (an empty array has none valid)
+        index = ew.remainder(ew.floor_divide(positions, stride), dim) if dim > 0 and stride > 0 else positions
         out.append(_where3(valid, index, 0 if fill is None else fill))
     return tuple(out)
 
@@ -223,8 +229,10 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
         raise ValueError("where: give both x and y, or neither")
     if size is not None or fill_value is not None:
         raise ValueError("where: size and fill_value are only for the one-argument form")
-    return _where3(asarray(condition) if isinstance(condition, (list, tuple)) else condition,
-                   asarray(x) if isinstance(x, (list, tuple)) else x,
+    condition = asarray(condition) if isinstance(condition, (list, tuple)) else condition
+    if core.dtype_of(condition) != np.bool_:
+        condition = ew.ne(condition, 0)
+    return _where3(condition, asarray(x) if isinstance(x, (list, tuple)) else x,
                    asarray(y) if isinstance(y, (list, tuple)) else y)
 
 
@@ -345,6 +353,8 @@ def put_along_axis(arr, indices, values, axis, inplace=True, *, mode=None):
         raise ShapeError(f"put_along_axis: indices of shape {shape(indices)} must have the rank of arr {shape(arr)}")
     n = shape(arr)[axis]
     k = shape(indices)[axis]
+    if k == 0 or n == 0:
+        return arr
     other = [builtins.max(a, b) for a, b in zip(shape(arr), shape(indices))]
     idx_shape = tuple(k if d == axis else other[d] for d in range(ndim(arr)))
     arr_shape = tuple(n if d == axis else other[d] for d in range(ndim(arr)))

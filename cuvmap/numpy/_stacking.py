@@ -302,21 +302,17 @@ def _slice_range(s):
 
 
 def _raise_rank(x, ndmin, trans1d):
-    """NumPy's placement of an item raised to ``ndmin`` dims: its own dims start at
-    position ``trans1d`` of the new shape (``-1``: at the end)."""
+    """NumPy's placement of an item raised to ``ndmin`` dims: ``array(x, ndmin=ndmin)``
+    (leading 1s), then the item's own dims moved to start at position ``trans1d`` of the
+    result (``-1``: they stay last; negative positions count from the end)."""
     k = ndim(x)
-    ones = ndmin - k
+    x = reshape(x, (1,) * (ndmin - k) + shape(x))
     if trans1d == -1:
-        new_shape = (1,) * ones + shape(x)
-        return reshape(x, new_shape)
-    # numpy: the item's dims move so that they start at trans1d
-    new_shape = (1,) * ones + shape(x)
-    x = reshape(x, new_shape)
-    order = list(range(ndmin))
-    own = order[ones:]
-    rest = order[:ones]
-    perm = rest[:trans1d] + own + rest[trans1d:]
-    return lax_shape.transpose(x, tuple(perm))
+        return x
+    k2 = ndmin - k
+    k1 = trans1d + k2 + 1 if trans1d < 0 else trans1d
+    dims = list(range(ndmin))
+    return lax_shape.transpose(x, tuple(dims[:k1] + dims[k2:] + dims[k1:k2]))
 
 
 r_ = _AxisConcatenator(0, 1, -1, "r_")

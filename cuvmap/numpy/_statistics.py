@@ -28,7 +28,7 @@ def _float(a):
 
 def _count(a, axis, keepdims):
     """How many entries over ``axis`` are not NaN (in ``a``'s dtype)."""
-    return sum(astype(ew.eq(a, a), core.dtype_of(a)), axis, keepdims)
+    return sum(astype(ew.eq(a, a), core.dtype_of(a)), axis, keepdims=keepdims)
 
 
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
@@ -37,7 +37,7 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, whe
     a = asarray(a)
     if core.is_float(a):
         a = ew.select(isnan(a), 0, a)
-    total = sum(a, axis, keepdims, dtype)
+    total = sum(a, axis, dtype, keepdims=keepdims)
     return total if initial is None else ew.add(total, initial)
 
 
@@ -47,7 +47,7 @@ def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wh
     a = asarray(a)
     if core.is_float(a):
         a = ew.select(isnan(a), 1, a)
-    total = prod(a, axis, keepdims, dtype)
+    total = prod(a, axis, dtype, keepdims=keepdims)
     return total if initial is None else ew.mul(total, initial)
 
 
@@ -56,12 +56,12 @@ def _nan_extremum(name, reduce, identity):
         _unsupported(name, out=out, where=where)
         a = asarray(a)
         if not core.is_float(a):
-            result = reduce(a, axis, keepdims)
+            result = reduce(a, axis, keepdims=keepdims)
         else:
             nan = isnan(a)
-            result = reduce(ew.select(nan, identity, a), axis, keepdims)
+            result = reduce(ew.select(nan, identity, a), axis, keepdims=keepdims)
             # an all-NaN slice gives NaN, as NumPy's (which also warns) and JAX's
-            all_nan = ew.eq(sum(astype(ew.eq(nan, False), np.int64), axis, keepdims), 0)
+            all_nan = ew.eq(sum(astype(ew.eq(nan, False), np.int64), axis, keepdims=keepdims), 0)
             result = ew.select(all_nan, np.nan, result)
         if initial is not None:
             result = (ew.max if identity == -np.inf else ew.min)(result, initial)
@@ -100,8 +100,11 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
-    """``jnp.nanstd``: ``sqrt(nanvar(a))``."""
-    return ew.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where))
+    """``jnp.nanstd``: ``sqrt(nanvar(a))``, with a zero derivative where the variance is
+    zero (as :func:`cuvmap.numpy.std`)."""
+    v = nanvar(a, axis, dtype, out, ddof, keepdims, where)
+    positive = ew.gt(v, 0)
+    return ew.select(positive, ew.sqrt(ew.select(positive, v, 1)), ew.select(isnan(v), v, ew.mul(v, 0)))
 
 
 def nanargmax(a, axis=None, out=None, keepdims=None):

@@ -35,7 +35,7 @@ def _sort(self, axis=-1, *, kind=None, order=None, stable=True, descending=False
 
 
 def _ptp(self, axis=None, out=None, keepdims=False):
-    return ew.sub(max(self, axis, keepdims), min(self, axis, keepdims))
+    return ew.sub(max(self, axis, keepdims=keepdims), min(self, axis, keepdims=keepdims))
 
 
 def _put(self, *args, **kwargs):
