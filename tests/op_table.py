@@ -1652,8 +1652,16 @@ def _fori_traced_ref(x, n):
     return x
 
 
+def _rows_jax_numpy():
+    """The rows of issue 32 item 5's jax.numpy names (tests/jax_numpy_rows.py).
+    Imported here, not at the top: that file builds its rows from this module's Row and
+    Arg (a documented cycle)."""
+    import jax_numpy_rows
+    return jax_numpy_rows.rows()
+
+
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
-                  + _rows_control_flow())
+                  + _rows_control_flow() + _rows_jax_numpy())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

@@ -63,6 +63,11 @@ from cuvmap.numpy._searching import (  # noqa: F401
     put_along_axis,
 )
 from cuvmap.numpy._polynomials import polyval, convolve, correlate, kron  # noqa: F401
+from cuvmap.numpy._index_helpers import (  # noqa: F401
+    tri, tril_indices, triu_indices, tril_indices_from, triu_indices_from, diag_indices, diag_indices_from,
+    indices, unravel_index, ravel_multi_index, count_nonzero, isscalar,
+)
+from cuvmap.numpy._creation import empty, empty_like, identity  # noqa: F401
 from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401

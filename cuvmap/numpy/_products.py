@@ -99,6 +99,9 @@ def outer(a, b):
 def tensordot(a, b, axes=2):
     """``jnp.tensordot``: the sum of products over the last ``axes`` dims of ``a`` and the
     first of ``b`` (an int), or over the dims listed in ``axes = (axes_a, axes_b)``."""
+    a, b = _pair(a, b)
+    if (ndim(a) == 0 or ndim(b) == 0) and axes in (0, ((), ()), ([], [])):
+        return ew.mul(a, b)
     a, b = asarray(a), asarray(b)
     if isinstance(axes, (int, np.integer)):
         ca = tuple(range(ndim(a) - axes, ndim(a)))

@@ -27,10 +27,15 @@ def _float_operand(x, dtype):
     return astype(x, dtype)
 
 
+def _weak(x):
+    """A Python scalar as itself (weakly typed for promotion), else its dtype."""
+    return x if isinstance(x, (int, float, bool)) else core.dtype_of(asarray(x))
+
+
 def _range_dtype(start, stop, dtype):
     """NumPy's dtype for a range: that of ``start``, ``stop`` and a float; the computation
     runs in it (or in float64 for an integer ``dtype``, which floors at the end)."""
-    computed = np.result_type(core.dtype_of(asarray(start)), core.dtype_of(asarray(stop)), float)
+    computed = np.result_type(_weak(start), _weak(stop), 0.0)  # a Python float: weakly typed (NEP 50)
     out = computed if dtype is None else np.dtype(dtype)
     if out.kind == "f":
         computed = out
@@ -85,9 +90,6 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     computed, out_dtype = _range_dtype(start, stop, dtype)
     start, stop = _float_operand(start, computed), _float_operand(stop, computed)
     num = _static_count(num, "geomspace")
-    for name, v in (("start", start), ("stop", stop)):
-        if not isinstance(v, Tracer) and bool(backend.xp_of(v).any(v == 0)):
-            raise ValueError(f"geomspace: {name} must be nonzero, got {v}")
     bshape = ew.broadcast_shapes(shape(start), shape(stop))
     start, stop = broadcast_to(start, bshape), broadcast_to(stop, bshape)
     sign = ew.sign(start)

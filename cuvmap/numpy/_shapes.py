@@ -258,7 +258,7 @@ def roll(x, shift, axis=None):
     gathers with the indices ``(i − shift) mod n``."""
     if axis is None:
         return reshape(roll(ravel(x), shift, 0), shape(x))
-    if _holds_tracer(shift):
+    if _holds_tracer(shift) or backend.is_cupy_array(shift):  # a value on the device: gather, no host copy
         return _roll_traced(x, shift, axis)
     shifts = _static_ints(shift, "roll", "shift")
     axes_ = _static_ints(axis, "roll", "axis")

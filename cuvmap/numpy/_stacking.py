@@ -24,10 +24,11 @@ from cuvmap.numpy._shapes import broadcast_to, concatenate, moveaxis, ravel, res
 
 def _arrays(xs, name):
     """The operands as arrays or tracers in their common (NumPy-promoted) dtype."""
-    xs = [asarray(x) for x in xs]
     if not xs:
         raise ValueError(f"{name}: needs at least one array")
-    dtype = np.result_type(*(core.dtype_of(x) for x in xs))
+    # Python scalars take part weakly (NEP 50), so r_[float32_array, 0.5] stays float32
+    dtype = np.result_type(*(x if isinstance(x, (int, float, bool)) else core.dtype_of(asarray(x)) for x in xs))
+    xs = [asarray(x) for x in xs]
     return [astype(x, dtype) for x in xs]
 
 
@@ -281,7 +282,7 @@ class _AxisConcatenator:
             if isinstance(item, builtins.slice):
                 items.append(_slice_range(item))
                 continue
-            items.append(asarray(item))
+            items.append(item)  # Python scalars stay weakly typed for _arrays
         items = _arrays(items, self.name)
         items = [_raise_rank(x, ndmin, trans1d) if ndmin > ndim(x) else x for x in items]
         out = concatenate(items, axis)

@@ -94,7 +94,9 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
     a = _float(a)
     if dtype is not None:
         a = astype(a, dtype)
-    centered = ew.sub(a, nanmean(a, axis, keepdims=True))
+    # NaN entries are zeroed before squaring: a NaN there would turn the zero cotangent
+    # that nansum sends back into 0 · NaN = NaN in the derivative of the square
+    centered = ew.select(isnan(a), 0.0, ew.sub(a, nanmean(a, axis, keepdims=True)))
     squares = ew.mul(centered, centered)
     return ew.div(nansum(squares, axis, keepdims=keepdims), ew.sub(_count(a, axis, keepdims), ddof))
 
@@ -162,9 +164,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     if method not in _METHODS:
         raise ValueError(f"quantile: method must be one of {_METHODS}, got {method!r}")
     a = _float(a)
-    q = asarray(q)
-    if not core.is_float(q):
-        q = astype(q, core.dtype_of(a))
+    q = astype(asarray(q), core.dtype_of(a))  # the result has a's dtype, as in JAX
     if not isinstance(q, Tracer) and hasattr(q, "dtype"):
         host = q.get() if hasattr(q, "get") else np.asarray(q)
         if ((host < 0) | (host > 1)).any():
