@@ -7,6 +7,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Tracer
+from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import broadcast_to, reshape, stack
 
@@ -160,8 +161,22 @@ def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, star
 
 
 def eye(N, M=None, k=0, dtype=None, like=None, *, device=None):  # noqa: N803 - jax.numpy's names
-    """``jnp.eye``: the ``N × M`` matrix with ones on diagonal ``k``."""
+    """``jnp.eye``: the ``N × M`` matrix with ones on diagonal ``k`` (``k`` may be traced:
+    then the ones are where ``j − i = k``)."""
+    if isinstance(k, Tracer):
+        return diagonal_band(N, M, k, dtype, ew_eq=True)
     return _creation_module(like).eye(int(N), None if M is None else int(M), int(k), dtype=dtype or np.float64)
+
+
+def diagonal_band(N, M, k, dtype, ew_eq):  # noqa: N803 - jax.numpy's names
+    """The ``N × M`` array of ``j − i = k`` (``ew_eq``) or ``j − i ≤ k`` for a traced ``k``:
+    ones there, zeros elsewhere, in ``dtype`` (float64 by default)."""
+    M = N if M is None else M
+    rows = np.arange(int(N))[:, None]
+    cols = np.arange(int(M))[None, :]
+    offset = cols - rows
+    mask = ew.eq(offset, k) if ew_eq else ew.le(offset, k)
+    return astype(mask, dtype or np.float64)
 
 
 def identity(n, dtype=None, like=None):

@@ -9,13 +9,16 @@ from cuvmap import core
 from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._common import shape
-from cuvmap.numpy._creation import asarray
+from cuvmap.numpy._creation import asarray, diagonal_band
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._reductions import sum
 
 
 def tri(N, M=None, k=0, dtype=None):  # noqa: N803 - jax.numpy's names
-    """``jnp.tri``: the ``N × M`` array with ones at and below diagonal ``k`` (``j ≤ i + k``)."""
+    """``jnp.tri``: the ``N × M`` array with ones at and below diagonal ``k`` (``j ≤ i + k``;
+    ``k`` may be traced)."""
+    if isinstance(k, Tracer):
+        return diagonal_band(N, M, k, dtype, ew_eq=False)
     return np.tri(int(N), None if M is None else int(M), int(k), dtype=dtype or np.float64)
 
 
