@@ -1247,6 +1247,9 @@ def _rows_slicing_composite():
             lambda x, u, i: _dynamic_update_slice_ref(x, u[None], i, 0), [A(4, 3), A(3), I((), 4)]),
         Row("index_take", lambda x, i, j: lax.index_take(x, (i, j), (0, 2)),
             lambda x, i, j: np.moveaxis(x, 1, -1)[i % 3, j % 5], [A(3, 4, 5), I((6,), 3), I((6,), 5)]),
+    ]
+
+
 # issue 32: JAX's remaining elementwise names (elementary, special, representation, selection)
 def _math_ref(fn):
     """A reference from Python's math module, one element at a time."""
@@ -1895,9 +1898,17 @@ def _rows_complex():
     ]
 
 
+def _rows_jax_numpy():
+    """The rows of issue 32 item 5's jax.numpy names (tests/jax_numpy_rows.py).
+    Imported here, not at the top: that file builds its rows from this module's Row and
+    Arg (a documented cycle)."""
+    import jax_numpy_rows
+    return jax_numpy_rows.rows()
+
+
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
                   + _rows_control_flow() + _rows_complex()
-                  + _rows_slicing_composite())
+                  + _rows_slicing_composite() + _rows_jax_numpy())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

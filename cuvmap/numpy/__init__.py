@@ -22,7 +22,7 @@ from cuvmap.numpy._elementwise import (  # noqa: F401
     add, subtract, multiply, divide, true_divide, floor_divide, remainder, mod, negative, exp, log, log1p,
     expm1, sqrt, tanh, sin, cos, sinh, cosh, arctan, arctan2, arcsinh, log2, log10, erf, floor, ceil, abs,
     absolute, sign, maximum, minimum, equal, not_equal, less, less_equal, greater, greater_equal,
-    stop_gradient, power, square, reciprocal, sigmoid, where, round, around, clip, astype, bitwise_and,
+    stop_gradient, power, square, reciprocal, sigmoid, round, around, clip, astype, bitwise_and,
     bitwise_or, bitwise_xor, bitwise_not, invert, bitwise_invert, left_shift, right_shift,
     bitwise_left_shift, bitwise_right_shift, logical_not, logical_and, logical_or, logical_xor,
 )
@@ -48,6 +48,34 @@ from cuvmap.numpy._complex import (  # noqa: F401
     complex64, complex128, real, imag, conj, conjugate, angle, iscomplexobj, isrealobj, iscomplex, isreal,
     real_if_close,
 )
+from cuvmap.numpy._dtypes import (  # noqa: F401
+    float16, int8, int16, uint8, uint16, uint32, uint64, bool, int_, uint, float_, floating, integer,
+    signedinteger, unsignedinteger, inexact, number, generic, nan, e, euler_gamma, dtype, finfo, iinfo,
+    issubdtype, isdtype, result_type, promote_types, can_cast,
+)
+from cuvmap.numpy._elementwise_composites import (  # noqa: F401
+    isnan, isinf, isfinite, logaddexp, logaddexp2, sinc, isclose, allclose,
+)
+from cuvmap.numpy._ranges import linspace, logspace, geomspace, meshgrid  # noqa: F401
+from cuvmap.numpy._stacking import (  # noqa: F401
+    atleast_2d, atleast_3d, vstack, hstack, dstack, column_stack, append, repeat, tile, delete, diff, ediff1d,
+    r_, c_,
+)
+from cuvmap.numpy._statistics import (  # noqa: F401
+    nansum, nanprod, nanmax, nanmin, nanmean, nanvar, nanstd, nanargmax, nanargmin, quantile, percentile,
+    median, histogram,
+)
+from cuvmap.numpy._searching import (  # noqa: F401
+    searchsorted, digitize, interp, nonzero, flatnonzero, argwhere, where, compress, extract, unique,
+    put_along_axis,
+)
+from cuvmap.numpy._polynomials import polyval, convolve, correlate, kron  # noqa: F401
+from cuvmap.numpy._index_helpers import (  # noqa: F401
+    tri, tril_indices, triu_indices, tril_indices_from, triu_indices_from, diag_indices, diag_indices_from,
+    indices, unravel_index, ravel_multi_index, count_nonzero, isscalar,
+)
+from cuvmap.numpy._creation import empty, empty_like, identity  # noqa: F401
+from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
 from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the scatters of cuvmap.lax.slicing)

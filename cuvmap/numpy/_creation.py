@@ -1,12 +1,15 @@
 """Arrays from values and shapes: ``asarray``, ``array``, ``zeros``, ``ones``, ``full``,
 ``arange``, ``eye`` and the ``*_like`` functions. Values made from nothing are constants
 to every transform (``zeros_like`` of a tracer is a concrete array)."""
+import builtins
+
 import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import Tracer
+from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._elementwise import astype
-from cuvmap.numpy._shapes import broadcast_to, stack
+from cuvmap.numpy._shapes import broadcast_to, reshape, stack
 
 
 def _first_device_value(x):
@@ -31,7 +34,7 @@ def _stacked(x, like):
     return backend.xp_of(like).asarray(x)
 
 
-def asarray(x, dtype=None):
+def asarray(x, dtype=None, order=None, *, copy=None, device=None):
     """Tracers pass through; nested lists and tuples that hold tracers or CuPy arrays are
     stacked into one (as ``jnp.asarray([t.sum(), t.mean()])``), on the device of the
     first of them; anything else becomes a NumPy array (or stays a CuPy one). No copy is
@@ -47,30 +50,59 @@ def asarray(x, dtype=None):
     return np.asarray(x, dtype=dtype)
 
 
-def array(x, dtype=None):
-    """Like :func:`asarray`, but a concrete array is always copied (as ``numpy.array``)."""
+def array(x, dtype=None, copy=True, order="K", ndmin=0, *, device=None):
+    """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``); the
+    result has at least ``ndmin`` dims (leading 1s added)."""
     if isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _first_device_value(x) is not None):
-        return asarray(x, dtype)
-    if backend.is_cupy_array(x):
-        return x.astype(x.dtype if dtype is None else dtype, copy=True)
-    return np.array(x, dtype=dtype)
+        out = asarray(x, dtype)
+    elif backend.is_cupy_array(x):
+        out = x.astype(x.dtype if dtype is None else dtype, copy=True)
+    else:
+        if isinstance(x, np.ma.MaskedArray):
+            raise ValueError("array: numpy masked arrays are not supported")
+        out = np.array(x, dtype=dtype)
+        if out.dtype == object:
+            raise TypeError(f"array: cannot make an array of Python objects from {type(x).__name__}")
+    s = core.shape_of(out)
+    if len(s) < ndmin:
+        out = reshape(out, (1,) * (ndmin - len(s)) + tuple(s))
+    return out
 
 
-def zeros_like(x, dtype=None):
-    """Zeros with ``x``'s (logical) shape, dtype and backend: a constant, not a tracer."""
-    return core.full_like_concrete(x, 0, dtype=dtype)
+def _like_shape(shape):
+    if shape is None:
+        return None
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
 
 
-def ones_like(x, dtype=None):
-    return core.full_like_concrete(x, 1, dtype=dtype)
+def zeros_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """Zeros with ``x``'s (logical) shape (or ``shape``), dtype and backend: a constant, not a tracer."""
+    return core.full_like_concrete(_operand(x), 0, shape=_like_shape(shape), dtype=dtype)
 
 
-def full_like(x, fill_value, dtype=None):
+def ones_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """Ones with ``x``'s (logical) shape (or ``shape``), dtype and backend: a constant."""
+    return core.full_like_concrete(_operand(x), 1, shape=_like_shape(shape), dtype=dtype)
+
+
+def empty_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """``jnp.empty_like``: as JAX, zeros (arrays are never uninitialized)."""
+    return zeros_like(x, dtype, shape)
+
+
+def full_like(x, fill_value, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
     """Constant unless ``fill_value`` is traced: then the fill value broadcast to ``x``'s
-    shape, so derivatives flow to it (as ``jnp.full_like``)."""
+    shape (or ``shape``), so derivatives flow to it (as ``jnp.full_like``)."""
+    x = _operand(x)
+    target = _like_shape(shape)
     if isinstance(fill_value, Tracer):
-        return full(core.get_aval(x).shape, fill_value, dtype=core.get_aval(x).dtype if dtype is None else dtype)
-    return core.full_like_concrete(x, fill_value, dtype=dtype)
+        return full(core.get_aval(x).shape if target is None else target, fill_value,
+                    dtype=core.get_aval(x).dtype if dtype is None else dtype)
+    return core.full_like_concrete(x, fill_value, shape=target, dtype=dtype)
+
+
+def _operand(x):
+    return x if hasattr(x, "shape") and hasattr(x, "dtype") else asarray(x)
 
 
 def _creation_module(like):
@@ -79,26 +111,74 @@ def _creation_module(like):
     return np if like is None else backend.xp_of(like)
 
 
-def zeros(shape, dtype=np.float64, like=None):
-    return _creation_module(like).zeros(shape, dtype=dtype)
+def zeros(shape, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    return _creation_module(like).zeros(_shape_arg(shape), dtype=dtype)
 
 
-def ones(shape, dtype=np.float64, like=None):
-    return _creation_module(like).ones(shape, dtype=dtype)
+def ones(shape, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    return _creation_module(like).ones(_shape_arg(shape), dtype=dtype)
 
 
-def full(shape, fill_value, dtype=None, like=None):
+def empty(shape, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """``jnp.empty``: as JAX, zeros (arrays are never uninitialized)."""
+    return zeros(shape, dtype, like)
+
+
+def _shape_arg(shape):
+    """A static shape: an int or a sequence of ints, none negative."""
+    if isinstance(shape, Tracer) or (isinstance(shape, (list, tuple)) and builtins.any(isinstance(s, Tracer) for s in shape)):
+        raise core.ConcretizationError("a shape must be static (ints), got a traced value")
+    out = (int(shape),) if isinstance(shape, (int, np.integer)) or np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    if builtins.any(s < 0 for s in out):
+        raise ValueError(f"negative dimensions are not allowed: {out}")
+    return out
+
+
+def full(shape, fill_value, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
     """``fill_value`` everywhere; a traced ``fill_value`` is broadcast to ``shape`` (a
     tracer, so derivatives flow to it, as ``jnp.full``)."""
+    shape = _shape_arg(shape)
     if isinstance(fill_value, Tracer):
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         return broadcast_to(asarray(fill_value, dtype), shape)
     return _creation_module(like).full(shape, fill_value, dtype=dtype)
 
 
-def arange(*args, dtype=None, like=None):
+def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, start=None):
+    """``jnp.arange(start, stop=None, step=None, dtype=None)``: evenly spaced values in
+    ``[start, stop)`` (a constant; the arguments must be static)."""
+    if start is not None:
+        args = (start,) + args
+    if stop is not None:
+        args = args + (stop,)
+    if step is not None:
+        args = args + (step,)
+    for a in args:
+        if isinstance(a, Tracer):
+            raise core.ConcretizationError("arange: start, stop and step must be static, got a traced value")
+        if isinstance(a, complex) or np.iscomplexobj(a):
+            raise ValueError("arange: complex arguments are not supported")
     return _creation_module(like).arange(*args, dtype=dtype)
 
 
-def eye(n, m=None, dtype=np.float64, like=None):
-    return _creation_module(like).eye(n, m, dtype=dtype)
+def eye(N, M=None, k=0, dtype=None, like=None, *, device=None):  # noqa: N803 - jax.numpy's names
+    """``jnp.eye``: the ``N × M`` matrix with ones on diagonal ``k`` (``k`` may be traced:
+    then the ones are where ``j − i = k``)."""
+    if isinstance(k, Tracer):
+        return diagonal_band(N, M, k, dtype, ew_eq=True)
+    return _creation_module(like).eye(int(N), None if M is None else int(M), int(k), dtype=dtype or np.float64)
+
+
+def diagonal_band(N, M, k, dtype, ew_eq):  # noqa: N803 - jax.numpy's names
+    """The ``N × M`` array of ``j − i = k`` (``ew_eq``) or ``j − i ≤ k`` for a traced ``k``:
+    ones there, zeros elsewhere, in ``dtype`` (float64 by default)."""
+    M = N if M is None else M
+    rows = np.arange(int(N))[:, None]
+    cols = np.arange(int(M))[None, :]
+    offset = cols - rows
+    mask = ew.eq(offset, k) if ew_eq else ew.le(offset, k)
+    return astype(mask, dtype or np.float64)
+
+
+def identity(n, dtype=None, like=None):
+    """``jnp.identity``: the ``n × n`` identity matrix."""
+    return eye(n, dtype=dtype, like=like)

@@ -42,9 +42,7 @@ def _swap(f):
 
 
 def _tracer_reshape(self, *shape_, order="C", copy=None):
-    if order != "C":
-        raise NotImplementedError(f"reshape: only order='C' is supported on traced values, got {order!r}")
-    return reshape(self, *shape_)
+    return reshape(self, shape_[0] if len(shape_) == 1 else shape_, order)
 
 
 def _tracer_transpose(self, *axes):
@@ -64,41 +62,38 @@ def _no_out(name, out):
 # ConcretizationError instead (see NOTE [binary operators with arrays] in core/tracers.py).
 
 
-def _tracer_sum(self, axis=None, dtype=None, out=None, keepdims=False):
+def _tracer_sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     _no_out("sum", out)
-    return sum(self, axis, keepdims, dtype)
+    return sum(self, axis, dtype, keepdims=keepdims, initial=initial, where=where)
 
 
-def _tracer_mean(self, axis=None, dtype=None, out=None, keepdims=False):
+def _tracer_mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     _no_out("mean", out)
-    out_ = mean(self, axis, keepdims)
-    return out_ if dtype is None else astype(out_, dtype)
+    return mean(self, axis, dtype, keepdims=keepdims, where=where)
 
 
-def _tracer_var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+def _tracer_var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
     _no_out("var", out)
-    out_ = var(self, axis, keepdims, ddof)
-    return out_ if dtype is None else astype(out_, dtype)
+    return var(self, axis, dtype, ddof=ddof, keepdims=keepdims, where=where, correction=correction)
 
 
-def _tracer_std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+def _tracer_std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
     _no_out("std", out)
-    out_ = std(self, axis, keepdims, ddof)
-    return out_ if dtype is None else astype(out_, dtype)
+    return std(self, axis, dtype, ddof=ddof, keepdims=keepdims, where=where, correction=correction)
 
 
 def _tracer_extremum(fn):
-    def method(self, axis=None, out=None, keepdims=False):
+    def method(self, axis=None, out=None, keepdims=False, initial=None, where=None):
         _no_out(fn.__name__, out)
-        return fn(self, axis, keepdims)
+        return fn(self, axis, keepdims=keepdims, initial=initial, where=where)
 
     return method
 
 
 def _tracer_arg(fn):
-    def method(self, axis=None, out=None):
+    def method(self, axis=None, out=None, keepdims=None):
         _no_out(fn.__name__, out)
-        return fn(self, axis)
+        return fn(self, axis, keepdims=keepdims)
 
     return method
 
@@ -110,7 +105,7 @@ def _tracer_clip(self, min=None, max=None, out=None):  # noqa: A002 - NumPy's na
 
 def _tracer_prod(self, axis=None, dtype=None, out=None, keepdims=False):
     _no_out("prod", out)
-    return prod(self, axis, keepdims, dtype)
+    return prod(self, axis, dtype, keepdims=keepdims)
 
 
 def _tracer_cumulative(fn):
@@ -122,9 +117,9 @@ def _tracer_cumulative(fn):
 
 
 def _tracer_any_all(fn):
-    def method(self, axis=None, out=None, keepdims=False):
+    def method(self, axis=None, out=None, keepdims=False, *, where=None):
         _no_out(fn.__name__, out)
-        return fn(self, axis, keepdims)
+        return fn(self, axis, keepdims=keepdims, where=where)
 
     return method
 

@@ -11,6 +11,8 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy._common import _axis, ndim, shape
+from cuvmap.numpy._creation import asarray
+from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._indexing import getitem
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import broadcast_arrays, broadcast_to, diagonal, moveaxis, ravel, stack
@@ -32,6 +34,7 @@ def _batched_input_hint(ka, kb):
 
 def matmul(a, b):
     """NumPy's ``matmul``: 1-d operands are vectors, leading dims broadcast as batches."""
+    a, b = asarray(a), asarray(b)
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
         raise ShapeError(f"matmul: operands must have at least one dim, got {shape(a)} and {shape(b)}")
@@ -60,29 +63,49 @@ def matmul(a, b):
 
 def dot(a, b):
     """NumPy's ``dot``: sum over the last dim of ``a`` and the second-to-last of ``b``."""
+    a, b = _pair(a, b)
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
         return ew.mul(a, b)
     return lax.dot_general(a, b, (((na - 1,), (builtins.max(nb - 2, 0),)), ((), ())))
 
 
+def _pair(a, b):
+    """Two operands as arrays or tracers (Python scalars stay weakly typed)."""
+    return (a if isinstance(a, (int, float, complex)) else asarray(a),
+            b if isinstance(b, (int, float, complex)) else asarray(b))
+
+
 def vdot(a, b):
     """``Σ conj(a)·b`` over the flattened operands (``numpy.vdot``: a complex ``a`` is
     conjugated)."""
+    a, b = asarray(a), asarray(b)
     if core.dtype_of(a).kind == "c":
         a = ew.conj(a)
     return sum(ew.mul(ravel(a), ravel(b)))
 
 
 def inner(a, b):
+    """``jnp.inner``: the sum over the last dims of ``a`` and ``b`` (a product when either is a scalar)."""
+    a, b = _pair(a, b)
+    if ndim(a) == 0 or ndim(b) == 0:
+        return ew.mul(a, b)
     return lax.dot_general(a, b, (((ndim(a) - 1,), (ndim(b) - 1,)), ((), ())))
 
 
 def outer(a, b):
+    """``jnp.outer``: ``out[i, j] = a[i]·b[j]`` of the flattened operands."""
+    a, b = asarray(a), asarray(b)
     return lax.dot_general(ravel(a), ravel(b), (((), ()), ((), ())))
 
 
 def tensordot(a, b, axes=2):
+    """``jnp.tensordot``: the sum of products over the last ``axes`` dims of ``a`` and the
+    first of ``b`` (an int), or over the dims listed in ``axes = (axes_a, axes_b)``."""
+    a, b = _pair(a, b)
+    if (ndim(a) == 0 or ndim(b) == 0) and axes in (0, ((), ()), ([], [])):
+        return ew.mul(a, b)
+    a, b = asarray(a), asarray(b)
     if isinstance(axes, (int, np.integer)):
         ca = tuple(range(ndim(a) - axes, ndim(a)))
         cb = tuple(range(axes))
@@ -241,17 +264,54 @@ def _einsum_contract(x, lx, y, ly, needed):
     return out, batch + [c for c in lx if c not in ly] + [c for c in ly if c not in lx]
 
 
-def einsum(subscripts, *operands, optimize=True):
+def _einsum_sublist_letter(label, name="einsum"):
+    if label is Ellipsis:
+        return "..."
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    if not isinstance(label, (int, np.integer)) or not 0 <= label < len(letters):
+        raise ValueError(f"{name}: sublist labels must be ints in [0, 52) or Ellipsis, got {label!r}")
+    return letters[int(label)]
+
+
+def _einsum_from_sublists(args):
+    """NumPy's sublist form ``einsum(op0, [0, 1], op1, [1, 2], [0, 2])`` as subscripts
+    and operands (``'ab,bc->ac'``)."""
+    args = list(args)
+    out = args.pop() if len(args) % 2 else None
+    operands = args[0::2]
+    specs = ["".join(_einsum_sublist_letter(c) for c in sub) for sub in args[1::2]]
+    subscripts = ",".join(specs)
+    if out is not None:
+        subscripts += "->" + "".join(_einsum_sublist_letter(c) for c in out)
+    return subscripts, operands
+
+
+def einsum(subscripts, *operands, optimize=True, precision=None, preferred_element_type=None, out=None):
     """``numpy.einsum`` with any number of operands: explicit (``'ij,jk->ik'``) or implicit
     output, ``...`` (broadcast as NumPy does), labels repeated within an operand
     (diagonals: ``'ii->i'``, traces) and size-1 broadcasting. The operands are contracted
     pairwise in a greedy order (NOTE [einsum's contraction order]); ``optimize`` is
-    accepted for compatibility and the order is always greedy.
+    accepted for compatibility and the order is always greedy. NumPy's sublist form
+    ``einsum(x, [0, 1], y, [1, 2], [0, 2])`` (ints for labels, ``Ellipsis`` for ``...``)
+    is the same as ``einsum('ab,bc->ac', x, y)``; mixed dtypes promote.
 
     Example: ``einsum('bi,ij,bj->b', x, A, y)`` is the batch of bilinear forms xᵀAy.
     """
+    if out is not None:
+        raise NotImplementedError("einsum: out= is not supported (arrays are immutable)")
+    if not isinstance(subscripts, str):
+        subscripts, operands = _einsum_from_sublists((subscripts,) + operands)
     if not operands:
         raise ShapeError("einsum: needs at least one operand")
+    operands = tuple(asarray(x) for x in operands)
+    if len({core.dtype_of(x) for x in operands}) > 1:
+        common = np.result_type(*(core.dtype_of(x) for x in operands))
+        operands = tuple(astype(x, common) for x in operands)
+    result = _einsum_strings(subscripts, operands)
+    return result if preferred_element_type is None else astype(result, preferred_element_type)
+
+
+def _einsum_strings(subscripts, operands):
     labels, out = _einsum_parse(subscripts, operands)
     sizes, ops, labels = _einsum_sizes(operands, labels, subscripts)
     # diagonals of labels repeated within an operand

@@ -1,6 +1,8 @@
 """Reductions over axes: ``sum``, ``mean``, ``var``, ``std``, ``max``, ``min``,
 ``prod`` (exact derivatives at zeros), ``any``, ``all``, ``argmax``, ``argmin``,
 ``logsumexp``, ``cumsum``, ``cumprod``, ``sort``, ``argsort`` and ``trace``."""
+import builtins
+
 import numpy as np
 
 from cuvmap import core
@@ -12,6 +14,7 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import sorting as lax_sorting
 from cuvmap.numpy._common import _axes, _axis, ndim, shape
 from cuvmap.numpy._elementwise import astype, square, stop_gradient, where
+from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._shapes import diagonal, flip, ravel
 
 
@@ -36,11 +39,44 @@ def _accumulate_in(x, dtype):
     return x
 
 
-def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
-    """The sum over ``axis``, accumulated in NumPy's dtype (:func:`_accumulate_in`)."""
+# NOTE [reductions' positional arguments]
+# The reductions take jax.numpy's signatures (``sum(a, axis, dtype, out, keepdims, ...)``,
+# ``max(a, axis, out, keepdims, ...)``). Before they did, cuvmap's took ``keepdims`` third
+# (``sum(x, axes, keepdims)``), and callers of that form remain (cuvmap.numpy.linalg calls
+# ``sum``, ``max`` and ``min`` so). A
+# bool in the third place is never a dtype or an ``out`` array, so ``_legacy_keepdims``
+# reads it as ``keepdims``: both forms give the same answer, and no NumPy/JAX call changes
+# meaning.
+
+
+def _legacy_keepdims(third, keepdims):
+    if isinstance(third, (bool, np.bool_)):
+        return None, bool(third)
+    return third, keepdims
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise NotImplementedError(f"{name}: out= is not supported (arrays are immutable)")
+
+
+def _masked(x, where_, fill):
+    """``x`` with the entries outside the mask ``where_`` replaced by ``fill``."""
+    return x if where_ is None else where(where_, x, fill)
+
+
+def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,  # noqa: A001
+        promote_integers=True):
+    """``jnp.sum``: the sum over ``axis`` (an int, a tuple or ``None``: all), accumulated in
+    NumPy's dtype (:func:`_accumulate_in`) or ``dtype``; ``initial`` is added, and entries
+    outside the mask ``where`` count as 0."""
+    dtype, keepdims = _legacy_keepdims(dtype, keepdims)
+    _no_out("sum", out)
+    x = asarray(x)
     axes = _axes(x, axis, "sum")
-    x = _accumulate_in(x, dtype)
-    return _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
+    x = _masked(_accumulate_in(x, dtype), where, 0)
+    total = _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
+    return total if initial is None else ew.add(total, initial)
 
 
 # NOTE [half precision accumulates in float32]
@@ -62,59 +98,109 @@ def _round_back(out, dtype):
     return out if dtype is None else astype(out, dtype)
 
 
-def mean(x, axis=None, keepdims=False):
-    """The mean over ``axis``: integers and booleans in float64, float16 accumulated in float32
-    (NOTE [half precision accumulates in float32])."""
+def _count(x, axes, keepdims, where_):
+    """The number of entries reduced over ``axes`` (those inside ``where_``)."""
+    if where_ is None:
+        return int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
+    mask = lax_shape.broadcast_to(where_, shape(x)) if shape(where_) != shape(x) else where_
+    return sum(astype(mask, core.dtype_of(x)), axes, keepdims=keepdims)
+
+
+def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+    """``jnp.mean``: the sum over ``axis`` divided by the number of entries (those inside
+    the mask ``where``); integers are averaged in float64, or in ``dtype``; float16 is
+    accumulated in float32 (NOTE [half precision accumulates in float32])."""
+    _no_out("mean", out)
+    x = asarray(x)
     axes = _axes(x, axis, "mean")
-    count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
-    if not core.is_float(x):
+    if dtype is not None:
+        x = astype(x, dtype)
+    elif not core.is_float(x):
         x = astype(x, np.float64)
     x, half = _upcast_half(x)
-    return _round_back(ew.div(sum(x, axes, keepdims), count), half)
+    return _round_back(ew.div(sum(x, axes, keepdims=keepdims, where=where), _count(x, axes, keepdims, where)), half)
 
 
-def var(x, axis=None, keepdims=False, ddof=0):
-    """``mean(|x − mean(x)|²)`` with ``count − ddof`` as the divisor; float16 accumulated in float32."""
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
+    """``jnp.var``: ``Σ (x − mean)² / (N − ddof)`` over ``axis`` (``correction`` is the
+    array API's name for ``ddof``); entries outside the mask ``where`` are left out."""
+    _no_out("var", out)
+    if correction is not None:
+        ddof = correction
+    x = asarray(x)
     axes = _axes(x, axis, "var")
-    count = int(np.prod([shape(x)[a] for a in axes], dtype=np.int64))
-    x, half = _upcast_half(x)
-    centered = ew.sub(x, mean(x, axes, keepdims=True))
+    if dtype is not None:
+        x = astype(x, dtype)
+    elif not core.is_float(x):
+        x = astype(x, np.float64)
+    x, half = _upcast_half(x)   # NOTE [half precision accumulates in float32]
+    centered = ew.sub(x, mean(x, axes, keepdims=True, where=where))
     if core.dtype_of(centered).kind == "c":  # |x − mean|², real (numpy.var of complex numbers)
         squared = ew.real(ew.mul(ew.conj(centered), centered))
     else:
         squared = square(centered)
-    return _round_back(ew.div(sum(squared, axes, keepdims), count - ddof), half)
+    count = _count(x, axes, keepdims, where)
+    dof = count - ddof if isinstance(count, int) else ew.sub(count, ddof)
+    return _round_back(ew.div(sum(squared, axes, keepdims=keepdims, where=where), dof), half)
 
 
-def std(x, axis=None, keepdims=False, ddof=0):
-    """``sqrt(var(x))``; float16 accumulated in float32."""
-    x, half = _upcast_half(x)
-    return _round_back(ew.sqrt(var(x, axis, keepdims, ddof)), half)
+def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
+    """``jnp.std``: ``sqrt(var(x))``. Where the variance is zero (a constant slice) the
+    derivative is 0 (a subgradient), not the NaN of sqrt's ``1/(2·0)`` times a zero
+    derivative, as autograd's ``std``."""
+    v = var(x, axis, dtype, out, ddof, keepdims, where=where, correction=correction)
+    positive = ew.gt(v, 0)
+    return ew.select(positive, ew.sqrt(ew.select(positive, v, 1)), ew.mul(v, 0))
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001
-    axes = _axes(x, axis, "max")
-    return _keep(lax_reduction.reduce_max(x, axes), x, axes, keepdims)
+def _extremum(name, reduce, fill, combine):
+    def fn(x, axis=None, out=None, keepdims=False, initial=None, where=None):
+        out, keepdims = _legacy_keepdims(out, keepdims)
+        _no_out(name, out)
+        x = asarray(x)
+        axes = _axes(x, axis, name)
+        if where is not None:
+            if initial is None:
+                raise ValueError(f"{name}: reducing with where= needs initial= (a slice may be empty)")
+            x = _masked(x, where, initial)
+        if initial is None and _any_empty(x, axes):
+            raise ValueError(f"{name}: zero-size array to reduction operation {name} which has no identity")
+        result = _keep(reduce(x, axes), x, axes, keepdims)
+        return result if initial is None else combine(result, initial)
+    fn.__name__ = name
+    fn.__doc__ = (f"``jnp.{name}``: the {'largest' if name == 'max' else 'smallest'} entry over ``axis`` "
+                  f"(compared with ``initial`` when given; entries outside the mask ``where`` are "
+                  f"``initial``). The derivative goes to the extreme entries, shared at ties.")
+    return fn
 
 
-def min(x, axis=None, keepdims=False):  # noqa: A001
-    axes = _axes(x, axis, "min")
-    return _keep(lax_reduction.reduce_min(x, axes), x, axes, keepdims)
+def _any_empty(x, axes):
+    return builtins.any(shape(x)[a] == 0 for a in axes)
 
 
+max = _extremum("max", lax_reduction.reduce_max, None, ew.max)  # noqa: A001
+min = _extremum("min", lax_reduction.reduce_min, None, ew.min)  # noqa: A001
 amax, amin = max, min
 
 
-def argmax(x, axis=None):
-    if axis is None:
-        return lax_reduction.argmax(ravel(x), 0)
-    return lax_reduction.argmax(x, _axis(x, axis, "argmax"))
+def _arg(name, reduce):
+    def fn(x, axis=None, out=None, keepdims=None):
+        _no_out(name, out)
+        x = asarray(x)
+        if axis is None:
+            index = reduce(ravel(x), 0)
+            return lax_shape.reshape(index, (1,) * ndim(x)) if keepdims else index
+        a = _axis(x, axis, name)
+        index = reduce(x, a)
+        return lax_shape.expand_dims(index, (a,)) if keepdims else index
+    fn.__name__ = name
+    fn.__doc__ = (f"``jnp.{name}``: the int64 index of the {'largest' if name == 'argmax' else 'smallest'} "
+                  f"entry along ``axis`` (of the flattened array for ``None``); the first at ties.")
+    return fn
 
 
-def argmin(x, axis=None):
-    if axis is None:
-        return lax_reduction.argmin(ravel(x), 0)
-    return lax_reduction.argmin(x, _axis(x, axis, "argmin"))
+argmax = _arg("argmax", lax_reduction.argmax)
+argmin = _arg("argmin", lax_reduction.argmin)
 
 
 def logsumexp(x, axis=None, keepdims=False):
@@ -144,12 +230,17 @@ def _pairwise_product(y):
     return y
 
 
-def prod(x, axis=None, keepdims=False, dtype=None):
-    """The product over ``axis``, in NumPy's dtype (:func:`_accumulate_in`). Computed as a tree of pairwise
+def prod(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):
+    """``jnp.prod``: the product over ``axis``, in NumPy's dtype (:func:`_accumulate_in`);
+    ``initial`` multiplies it and entries outside the mask ``where`` count as 1. Computed as a tree of pairwise
     products (the tree JAX's ``reduce_prod`` differentiates), so its derivative — the
     product of the other elements — is exact where ``x`` has zeros, with no division."""
+    _no_out("prod", out)
+    x = asarray(x)
     axes = _axes(x, axis, "prod")
-    x = _accumulate_in(x, dtype)
+    x = _masked(_accumulate_in(x, dtype), where, 1)
+    if initial is not None:
+        return ew.mul(prod(x, axes, keepdims=keepdims), initial)
     s = shape(x)
     kept = tuple(i for i in range(len(s)) if i not in axes)
     out_shape = tuple(s[i] for i in kept)
@@ -162,15 +253,21 @@ def prod(x, axis=None, keepdims=False, dtype=None):
     return _keep(out, x, axes, keepdims)
 
 
-def any(x, axis=None, keepdims=False):  # noqa: A001
-    """Whether any element over ``axis`` is nonzero (a boolean; no derivative)."""
+def any(x, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
+    """``jnp.any``: whether any element over ``axis`` (inside the mask ``where``) is nonzero
+    (a boolean; no derivative)."""
+    _no_out("any", out)
+    x = _masked(asarray(x), where, 0)
     axes = _axes(x, axis, "any")
     out = ew.gt(lax_reduction.reduce_sum(ew.ne(x, 0), axes), 0)
     return _keep(out, x, axes, keepdims)
 
 
-def all(x, axis=None, keepdims=False):  # noqa: A001
-    """Whether every element over ``axis`` is nonzero (NaN counts as nonzero); a boolean."""
+def all(x, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
+    """``jnp.all``: whether every element over ``axis`` (inside the mask ``where``) is
+    nonzero (NaN counts as nonzero); a boolean."""
+    _no_out("all", out)
+    x = _masked(asarray(x), where, 1)
     axes = _axes(x, axis, "all")
     out = ew.eq(lax_reduction.reduce_sum(ew.eq(x, 0), axes), 0)
     return _keep(out, x, axes, keepdims)
@@ -178,23 +275,26 @@ def all(x, axis=None, keepdims=False):  # noqa: A001
 
 def _flattened(x, axis, name):
     """``(x, axis)``, flattened to one dim for ``axis=None`` as NumPy's cumulative functions do."""
+    x = asarray(x)
     if axis is None:
         return ravel(x), 0
     return x, _axis(x, axis, name)
 
 
-def cumsum(x, axis=None, dtype=None):
+def cumsum(x, axis=None, dtype=None, out=None):
     """Running sums along ``axis`` (``None``: of the flattened array), in NumPy's dtype
     (:func:`_accumulate_in`)."""
+    _no_out("cumsum", out)
     x, axis = _flattened(x, axis, "cumsum")
     x = _accumulate_in(x, dtype)
     return lax_cumulative.cumsum(x, axis)
 
 
-def cumprod(x, axis=None, dtype=None):
+def cumprod(x, axis=None, dtype=None, out=None):
     """Running products along ``axis`` (``None``: of the flattened array); the derivative is
     exact where ``x`` has zeros (NOTE [cumprod's derivatives without division]); in
     NumPy's dtype (:func:`_accumulate_in`)."""
+    _no_out("cumprod", out)
     x, axis = _flattened(x, axis, "cumprod")
     x = _accumulate_in(x, dtype)
     return lax_cumulative.cumprod(x, axis)

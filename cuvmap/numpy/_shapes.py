@@ -14,24 +14,37 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy._common import _axes, _axis, _holds_tracer, ndim, shape, size
 
 
-def reshape(x, *newshape):
-    """``x.reshape(newshape)``; one entry may be -1."""
-    if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
-        newshape = tuple(newshape[0])
-    newshape = tuple(int(s) for s in newshape)
+def reshape(x, shape=None, order="C", *, newshape=None, copy=None):  # noqa: A002 - jax.numpy's name
+    """``jnp.reshape``: ``x`` with the same entries in a new ``shape`` (an int or a tuple;
+    one entry may be -1), read and written in row-major (``order='C'``) or column-major
+    (``'F'``: the reverse of the dims' order) order. ``newshape`` is NumPy's older name."""
+    if newshape is not None:
+        if shape is not None:
+            raise TypeError("reshape: give shape or newshape, not both")
+        shape = newshape
+    if shape is None:
+        raise TypeError("reshape: missing the new shape")
+    if order not in ("C", "F", "A"):
+        raise ValueError(f"reshape: order must be 'C', 'F' or 'A', got {order!r}")
+    newshape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if order == "F":
+        reversed_x = transpose(x)
+        out = reshape(reversed_x, newshape[::-1])
+        return transpose(out)
     total = size(x)
     if newshape.count(-1) > 1:
         raise ShapeError(f"reshape: more than one -1 in {newshape}")
     if -1 in newshape:
         known = int(np.prod([s for s in newshape if s != -1], dtype=np.int64))
         if known == 0 or total % known:
-            raise ShapeError(f"reshape: cannot reshape {shape(x)} ({total} elements) to {newshape}")
+            raise ShapeError(f"reshape: cannot reshape {core.shape_of(x)} ({total} elements) to {newshape}")
         newshape = tuple(total // known if s == -1 else s for s in newshape)
     return lax_shape.reshape(x, newshape)
 
 
-def ravel(x):
-    return reshape(x, (-1,))
+def ravel(x, order="C"):
+    """``jnp.ravel``: the entries of ``x`` as one dim, in row-major order (``'F'``: column-major)."""
+    return reshape(x, (-1,), order)
 
 
 def transpose(x, axes=None):
@@ -60,21 +73,45 @@ def moveaxis(x, source, destination):
 
 
 def expand_dims(x, axis):
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    """``jnp.expand_dims``: ``x`` with dims of size 1 inserted at the positions ``axis`` (an
+    int or a tuple) of the result."""
+    axes = _static_axes(axis)
     n = ndim(x) + len(axes)
-    return lax_shape.expand_dims(x, tuple(sorted(int(a) % n for a in axes)))
+    for a in axes:
+        if not -n <= a < n:
+            raise ShapeError(f"expand_dims: axis {a} is out of range for a result with {n} dims")
+    normalized = tuple(sorted(int(a) % n for a in axes))
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"expand_dims: repeated axis in {axis!r}")
+    return lax_shape.expand_dims(x, normalized)
+
+
+def _static_axes(axis):
+    """An ``axis`` argument (an int, a 0-d or 1-d array of ints, a sequence) as a tuple of ints."""
+    if isinstance(axis, (int, np.integer)):
+        return (int(axis),)
+    if hasattr(axis, "ndim") and not hasattr(axis, "_main"):
+        return tuple(int(a) for a in np.atleast_1d(np.asarray(axis)))
+    return tuple(int(a) for a in axis)
 
 
 def squeeze(x, axis=None):
     if axis is None:
         axes = tuple(i for i, s in enumerate(shape(x)) if s == 1)
     else:
-        axes = _axes(x, axis, "squeeze")
+        axes = _axes(x, _static_axes(axis), "squeeze")
+        for a in axes:
+            if shape(x)[a] != 1:
+                raise ValueError(f"squeeze: cannot select an axis to squeeze out which has size not equal to one "
+                                 f"(axis {a} of shape {shape(x)})")
     return lax_shape.squeeze(x, axes)
 
 
 def broadcast_to(x, shape_):
-    return lax_shape.broadcast_to(x, tuple(shape_))
+    """``jnp.broadcast_to``: ``x`` broadcast to ``shape_`` (an int or a tuple)."""
+    if isinstance(shape_, (int, np.integer)):
+        shape_ = (int(shape_),)
+    return lax_shape.broadcast_to(x, tuple(int(s) for s in shape_))
 
 
 def broadcast_arrays(*xs):
@@ -86,14 +123,37 @@ def atleast_1d(x):
     return reshape(x, (1,)) if ndim(x) == 0 else x
 
 
-def concatenate(xs, axis=0):
-    xs = [x for x in xs]
+def _join_operands(xs, dtype, name):
+    """The operands of a join as arrays or tracers of one dtype: Python scalars and lists
+    become arrays (on the device of the others), and the dtypes promote as NumPy's do
+    (or become ``dtype``)."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError(f"{name}: need at least one array to join")
+    xp = backend.xp_of(*[x for x in xs if hasattr(x, "shape")])
+    xs = [x if hasattr(x, "shape") and hasattr(x, "dtype") else xp.asarray(x) for x in xs]
+    target = np.dtype(dtype) if dtype is not None else np.result_type(*(core.dtype_of(x) for x in xs))
+    return [x if core.dtype_of(x) == target else ew.convert_element_type(x, target) for x in xs]
+
+
+def concatenate(xs, axis=0, dtype=None):
+    """``jnp.concatenate``: the arrays joined along ``axis`` (flattened first for
+    ``axis=None``), in their promoted dtype or ``dtype``."""
+    xs = _join_operands(xs, dtype, "concatenate")
+    if axis is None:
+        xs = [ravel(x) for x in xs]
+        axis = 0
     return lax_shape.concatenate(xs, _axis(xs[0], axis, "concatenate"))
 
 
-def stack(xs, axis=0):
-    xs = list(xs)
+def stack(xs, axis=0, out=None, dtype=None):
+    """``jnp.stack``: the arrays (of one shape) joined along a new dim ``axis``."""
+    if out is not None:
+        raise NotImplementedError("stack: out= is not supported")
+    xs = _join_operands(xs, dtype, "stack")
     n = ndim(xs[0]) + 1
+    if not -n <= int(axis) < n:
+        raise ShapeError(f"stack: axis {axis} is out of range for {n} dims")
     axis = int(axis) % n
     return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in xs], axis)
 
@@ -194,9 +254,12 @@ def flipud(x):
 def roll(x, shift, axis=None):
     """Elements shifted by ``shift`` places along ``axis`` (wrapping around); ``None``
     rolls the flattened array. ``shift`` and ``axis`` may be tuples (broadcast against
-    each other; shifts of one axis add up). Shifts are static ints."""
+    each other; shifts of one axis add up). Static shifts join two slices; a traced shift
+    gathers with the indices ``(i − shift) mod n``."""
     if axis is None:
         return reshape(roll(ravel(x), shift, 0), shape(x))
+    if _holds_tracer(shift) or backend.is_cupy_array(shift):  # a value on the device: gather, no host copy
+        return _roll_traced(x, shift, axis)
     shifts = _static_ints(shift, "roll", "shift")
     axes_ = _static_ints(axis, "roll", "axis")
     try:
@@ -216,6 +279,30 @@ def roll(x, shift, axis=None):
         k = sh % n
         x = lax_shape.concatenate(
             [lax_indexing.slice_in_dim(x, n - k, n, a), lax_indexing.slice_in_dim(x, 0, n - k, a)], a)
+    return x
+
+
+def _roll_traced(x, shift, axis):
+    axes_ = np.atleast_1d(_static_ints(axis, "roll", "axis"))
+    if isinstance(shift, (list, tuple)):
+        shifts = list(shift)
+    elif ndim(shift) == 0:
+        shifts = [shift] * len(axes_)
+    else:
+        shifts = [lax_indexing.slice_in_dim(shift, i, i + 1, 0) for i in range(shape(shift)[0])]
+        shifts = [lax_shape.reshape(s, ()) for s in shifts]
+    if len(shifts) == 1 and len(axes_) > 1:
+        shifts = shifts * len(axes_)
+    if len(shifts) != len(axes_):
+        raise ShapeError(f"roll: shift and axis {axis!r} must have the same length")
+    for sh, ax in zip(shifts, axes_.tolist()):
+        a = _axis(x, ax, "roll")
+        n = shape(x)[a]
+        if n == 0:
+            continue
+        index = ew.remainder(ew.sub(lax_indexing.iota(n, like=x), ew.convert_element_type(sh, np.int64)
+                                    if hasattr(sh, "dtype") else int(sh)), n)
+        x = lax_indexing.take(x, index, a)
     return x
 
 

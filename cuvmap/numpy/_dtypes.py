@@ -1,0 +1,91 @@
+"""Dtypes and the questions asked about them, as ``jax.numpy`` names them: the scalar
+types (``float16`` … ``uint64``, ``bool``), the constants ``nan``, ``e`` and
+``euler_gamma``, and ``dtype``, ``finfo``, ``iinfo``, ``issubdtype``, ``result_type``,
+``promote_types``, ``can_cast`` and ``isdtype``. Each accepts arrays, tracers and Python
+scalars where NumPy's accepts arrays: a tracer answers with its dtype, never its value.
+
+Promotion is NumPy's (NEP 50: Python scalars are weak and take the array's dtype), which
+is JAX's with 64-bit types enabled."""
+import numpy as np
+
+from cuvmap import core
+from cuvmap.core import Tracer
+
+
+float16 = np.float16
+int8 = np.int8
+int16 = np.int16
+uint8 = np.uint8
+uint16 = np.uint16
+uint32 = np.uint32
+uint64 = np.uint64
+bool = np.bool_  # noqa: A001 - jax.numpy's name
+int_ = np.int_
+uint = np.uint
+float_ = np.float64
+floating = np.floating
+integer = np.integer
+signedinteger = np.signedinteger
+unsignedinteger = np.unsignedinteger
+inexact = np.inexact
+number = np.number
+generic = np.generic
+nan = np.nan
+e = np.e
+euler_gamma = np.euler_gamma
+
+
+def _dtype_or_value(x):
+    """What NumPy's dtype functions may receive for ``x``: a tracer's dtype, else ``x``."""
+    if isinstance(x, Tracer):
+        return np.dtype(core.dtype_of(x))
+    return x
+
+
+def dtype(obj, align=False, copy=False):
+    """``jnp.dtype``: the :class:`numpy.dtype` of a dtype-like, an array or a tracer."""
+    if isinstance(obj, Tracer) or (hasattr(obj, "dtype") and not isinstance(obj, (type, np.dtype))):
+        return np.dtype(obj.dtype)
+    return np.dtype(obj, align=align, copy=copy)
+
+
+def finfo(dtype_or_array):
+    """``jnp.finfo``: the machine limits (``eps``, ``tiny``, ``max``, ``resolution``, ...)
+    of a floating dtype, or of an array's or tracer's dtype."""
+    return np.finfo(dtype(dtype_or_array))
+
+
+def iinfo(dtype_or_array):
+    """``jnp.iinfo``: the ``min``, ``max`` and ``bits`` of an integer dtype, or of an
+    array's or tracer's dtype."""
+    return np.iinfo(dtype(dtype_or_array))
+
+
+def issubdtype(arg1, arg2):
+    """``jnp.issubdtype``: whether dtype ``arg1`` is lower than ``arg2`` in NumPy's type
+    hierarchy (``issubdtype(float32, floating)`` is true)."""
+    return np.issubdtype(_dtype_or_value(arg1), _dtype_or_value(arg2))
+
+
+def isdtype(dtype_, kind):
+    """``jnp.isdtype`` (the array API's): whether ``dtype_`` is of ``kind``, a dtype or one
+    of ``'bool'``, ``'signed integer'``, ``'unsigned integer'``, ``'integral'``,
+    ``'real floating'``, ``'complex floating'``, ``'numeric'``, or a tuple of these."""
+    return np.isdtype(np.dtype(_dtype_or_value(dtype_)), kind)
+
+
+def result_type(*arrays_and_dtypes):
+    """``jnp.result_type``: the dtype NumPy's promotion gives these operands (tracers by
+    their dtypes; Python scalars weakly, so ``result_type(float32_array, 2.0)`` is float32)."""
+    return np.result_type(*(_dtype_or_value(x) for x in arrays_and_dtypes))
+
+
+def promote_types(type1, type2):
+    """``jnp.promote_types``: the smallest dtype both ``type1`` and ``type2`` cast to safely."""
+    return np.promote_types(_dtype_or_value(type1), _dtype_or_value(type2))
+
+
+def can_cast(from_, to, casting="safe"):
+    """``jnp.can_cast``: whether a value of dtype ``from_`` (or a tracer's dtype) casts to
+    ``to`` under the ``casting`` rule."""
+    return np.can_cast(_dtype_or_value(from_), to, casting=casting)
