@@ -86,7 +86,7 @@ DOC_TABLES = [
                  ("rounds", "rounds", "r")],
              note="E(P): the Hodges–Lehmann estimate of t(1)/t(P) over the alternated pairs of runs; the model of "
                   "how it falls with P (NOTE [weak scaling] in benchmarks/suites/weak_scaling.py) is on the "
-                  "[scaling page](scaling.md)."),
+                  "[scaling page](../scaling.md)."),
     DocTable("What the model predicts for E(P) from this run's compute time (ring all-reduce)",
              lambda run: weak_scaling.predictions(run.get("weak_scaling") or []), [
                  ("network", "network", "l"), ("examples per process", "batch", "r"), ("link", "link", "l"),

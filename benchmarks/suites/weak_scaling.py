@@ -31,7 +31,7 @@ grows and tends, for large ``P``, to ``1 / (1 + 2n / (B t_compute) + 2Pα / t_co
 The Fashion-MNIST CNN's gradient is 26,010 float32 = 104 kB; the MLP's (784-1024-1024-10)
 is 7.3 MB: with the same link, the MLP's E depends on the batch per process far more. What
 the model gives on shared memory, a network and NVLink is worked out on
-docs/performance/scaling.md and evaluated on each run's measured step time
+docs/scaling.md and evaluated on each run's measured step time
 (:func:`predictions`, over the stated links of :data:`LINKS`).
 """
 import argparse
