@@ -39,6 +39,9 @@ from cuvmap.lax import bitwise as lax_bitwise
 from cuvmap.lax import callbacks as lax_callbacks
 from cuvmap.lax import parallel
 from cuvmap.lax import linalg as lax_linalg
+from cuvmap.lax import complex_parts
+from cuvmap.lax import linalg_decompositions as lax_decomp
+from cuvmap.lax import linalg_solve as lax_solve
 from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
@@ -1139,10 +1142,147 @@ def _rows_bits():
     return rows
 
 
+# ---------------------------------------------------------------------------------------
+# Linear algebra: solves, determinants and decompositions (cuvmap/lax/linalg_solve.py,
+# linalg_decompositions.py, complex_parts.py). The operands are standard normal; each row
+# makes from them the well-conditioned matrix its function needs: ``separated(x)``
+# (singular values 2k + 1, ..., 3, apart from each other and from 0), its symmetric part
+# (distinct eigenvalues), ``spd(x)`` (symmetric positive definite, distinct eigenvalues).
+# ---------------------------------------------------------------------------------------
+
+
+def spd(x):
+    m = separated(x)
+    return cnp.matmul(m, cnp.swapaxes(m, -1, -2))
+
+
+def symmetric(x):
+    m = separated(x)
+    return (m + cnp.swapaxes(m, -1, -2)) * 0.5
+
+
+def signed_columns(m, v):
+    """The columns of ``v`` with the sign of their largest-magnitude entry made positive."""
+    idx = m.argmax(m.abs(v), axis=-2)
+    return v * m.sign(m.take_along_axis(v, idx[..., None, :], -2))
+
+
+def _packed_eigh(m, w, v):
+    return m.concatenate([signed_columns(m, v), w[..., None]], axis=-1)
+
+
+def _packed_qr(m, q, r):
+    lead = np.shape(q)[:-2]
+    return m.concatenate([m.reshape(q, lead + (-1,)), m.reshape(r, lead + (-1,))], axis=-1)
+
+
+def _ref_lu(a):
+    """LU with partial pivoting, written from the definition (packed as lu_p's)."""
+    a = np.array(a, dtype=a.dtype)
+    *lead, n, _ = a.shape
+    flat = a.reshape(-1, n, n)
+    out = np.zeros(flat.shape[:-1] + (n + 2,), dtype=a.dtype)
+    for b, m in enumerate(flat):
+        m = m.copy()
+        perm = list(range(n))
+        for j in range(n):
+            p = j + int(np.argmax(np.abs(m[j:, j])))
+            out[b, j, n] = p
+            m[[j, p]] = m[[p, j]]
+            perm[j], perm[p] = perm[p], perm[j]
+            m[j + 1:, j] /= m[j, j]
+            m[j + 1:, j + 1:] -= np.outer(m[j + 1:, j], m[j, j + 1:])
+        out[b, :, :n] = m
+        out[b, :, n + 1] = perm
+    return out.reshape(tuple(lead) + (n, n + 2))
+
+
+def _ref_pivots(pivots, n):
+    flat = pivots.reshape(-1, pivots.shape[-1])
+    out = np.tile(np.arange(n), (flat.shape[0], 1))
+    for row, piv in zip(out, flat):
+        for j, p in enumerate(piv):
+            row[j], row[p] = row[p], row[j]
+    return out.reshape(pivots.shape[:-1] + (n,)).astype(np.int32)
+
+
+def _ref_adjugate(a):
+    return np.linalg.det(a)[..., None, None] * np.linalg.inv(a)
+
+
+def _ref_triangular(a, b, lower, transpose_a, unit):
+    m = np.tril(a) if lower else np.triu(a)
+    if unit:
+        eye = np.eye(a.shape[-1], dtype=a.dtype)
+        m = m - eye * np.diagonal(m, 0, -2, -1)[..., None, :] + eye
+    if transpose_a:
+        m = np.swapaxes(m, -1, -2)
+    return np.linalg.solve(m, b)
+
+
+def _triangular_row(name, lower, transpose_a, unit, shapes):
+    params = {"lower": lower, "transpose_a": transpose_a, "unit_diagonal": unit}
+    return prim_row(name, lax_solve.triangular_solve_p, params,
+                    lambda a, b: lax_solve.triangular_solve(separated(a), b, **params),
+                    lambda a, b: _ref_triangular(separated(a), b, lower, transpose_a, unit),
+                    [A(*shapes[0]), A(*shapes[1])], tol32=(2e-5, 2e-6))
+
+
+def _rows_linalg_solvers():
+    flipped = lambda x: separated(x)[..., ::-1, :]  # noqa: E731 - rows swapped: the LU pivots
+    return [
+        prim_row("solve", lax_solve.solve_p, {}, lambda a, b: lax_solve.solve(separated(a), b),
+                 lambda a, b: np.linalg.solve(separated(a), b), [A(3, 3), A(3, 2)], tol32=(2e-5, 2e-6)),
+        prim_row("solve_stacked", lax_solve.solve_p, {}, lambda a, b: lax_solve.solve(separated(a), b),
+                 lambda a, b: np.linalg.solve(separated(a), b), [A(2, 3, 3), A(2, 3, 1)], tol32=(2e-5, 2e-6)),
+        _triangular_row("triangular_solve_lower", True, False, False, [(3, 3), (3, 2)]),
+        _triangular_row("triangular_solve_upper_transposed_unit", False, True, True, [(2, 4, 4), (2, 4, 3)]),
+        _triangular_row("triangular_solve_lower_transposed", True, True, False, [(3, 3), (3, 1)]),
+        prim_row("lu", lax_solve.lu_p, {}, lambda x: lax_solve.lu_p.bind(flipped(x)), lambda x: _ref_lu(flipped(x)),
+                 [A(4, 4)], tol32=(2e-5, 2e-6)),
+        prim_row("lu_stacked", lax_solve.lu_p, {}, lambda x: lax_solve.lu_p.bind(flipped(x)),
+                 lambda x: _ref_lu(flipped(x)), [A(2, 3, 3)], tol32=(2e-5, 2e-6)),
+        prim_row("lu_index_real", lax_solve.lu_index_real_p, {}, lax_solve.lu_index_real_p.bind, lambda x: x,
+                 [A(2, 3)]),
+        prim_row("lu_pivots_to_permutation", lax_solve.lu_pivots_to_permutation_p, {"permutation_size": 4},
+                 lambda p: lax_solve.lu_pivots_to_permutation(p, 4), lambda p: _ref_pivots(p, 4),
+                 [A(2, 3, domain="positive", dtype=I32)], dtypes=(I32,)),
+        prim_row("det", lax_solve.det_p, {}, lambda x: lax_solve.det(separated(x)),
+                 lambda x: np.linalg.det(separated(x)), [A(2, 3, 3)], tol32=(2e-5, 2e-6)),
+        prim_row("adjugate", lax_solve.adjugate_p, {}, lambda x: lax_solve.adjugate(separated(x)),
+                 lambda x: _ref_adjugate(separated(x)), [A(3, 3)], tol32=(5e-5, 5e-6), tol64=(1e-11, 1e-11)),
+        prim_row("slogdet", lax_solve.slogdet_p, {}, lambda x: lax_solve.slogdet_p.bind(flipped(x)),
+                 lambda x: np.stack(np.linalg.slogdet(flipped(x)), -1), [A(2, 4, 4)], tol32=(2e-5, 2e-6)),
+        prim_row("cholesky", lax_decomp.cholesky_p, {}, lambda x: lax_decomp.cholesky(spd(x)),
+                 lambda x: np.linalg.cholesky(spd(x)), [A(2, 3, 3)], tol32=(2e-5, 2e-6)),
+        prim_row("eigh", lax_decomp.eigh_p, {"lower": True},
+                 lambda x: _packed_eigh(cnp, *lax_decomp.eigh(symmetric(x))[::-1]),
+                 lambda x: _packed_eigh(np, *np.linalg.eigh(symmetric(x))), [A(2, 3, 3)], tol32=(5e-5, 5e-6)),
+        # only the upper triangle is read: the derivative folds onto it
+        prim_row("eigh_upper_unsymmetrized", lax_decomp.eigh_p, {"lower": False},
+                 lambda x: _packed_eigh(cnp, *lax_decomp.eigh(separated(x), lower=False, symmetrize_input=False)[::-1]),
+                 lambda x: _packed_eigh(np, *np.linalg.eigh(separated(x), UPLO="U")), [A(3, 3)], tol32=(5e-5, 5e-6)),
+        prim_row("qr", lax_decomp.qr_p, {"full_matrices": False},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(separated(x), full_matrices=False)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(separated(x))), [A(2, 4, 3)], tol32=(5e-5, 5e-6)),
+        prim_row("qr_square_full", lax_decomp.qr_p, {"full_matrices": True},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(separated(x), full_matrices=True)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(separated(x), mode="complete")), [A(3, 3)],
+                 tol32=(5e-5, 5e-6)),
+        # full matrices of a tall matrix and a wide one: values and vmap (no derivative, as JAX)
+        prim_row("qr_tall_full", lax_decomp.qr_p, {"full_matrices": True},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(x, full_matrices=True)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(x, mode="complete")), [A(3, 2)], diff_argnums=()),
+        prim_row("real", complex_parts.real_p, {}, complex_parts.real, np.real, [A(2, 3)]),
+        prim_row("conj", complex_parts.conj_p, {}, complex_parts.conj, np.conj, [A(2, 3)]),
+    ]
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows() + _rows_cumulative_sorting()
     + _rows_bits()
+    + _rows_linalg_solvers()
 )
 
 

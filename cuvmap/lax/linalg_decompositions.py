@@ -252,7 +252,8 @@ def _qr_impl(x, *, full_matrices):
     xp = backend.xp_of(x)
     q, r = xp.linalg.qr(x, mode="complete" if full_matrices else "reduced")
     lead = x.shape[:-2]
-    return xp.concatenate([q.reshape(lead + (-1,)), r.reshape(lead + (-1,))], axis=-1).astype(x.dtype, copy=False)
+    flat = [a.reshape(lead + (a.shape[-2] * a.shape[-1],)) for a in (q, r)]
+    return xp.concatenate(flat, axis=-1).astype(x.dtype, copy=False)
 
 
 def _qr_batch(axis_size, vals, dims, *, full_matrices):

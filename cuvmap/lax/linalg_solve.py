@@ -135,7 +135,7 @@ def _substitute(m, b, lower):
     order = range(n) if lower else range(n - 1, -1, -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         for i in order:
-            acc = b[..., i, :] - xp.einsum("...j,...jk->...k", m[..., i, :], x)
+            acc = b[..., i, :] - xp.matmul(m[..., i, None, :], x)[..., 0, :]
             x[..., i, :] = acc / m[..., i, i, None]
     return x
 
