@@ -32,6 +32,7 @@ import numpy as np
 import cuvmap as cv
 from cuvmap import backend, core, lax
 from cuvmap import numpy as cnp
+from cuvmap import scipy as cv_scipy
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -1792,8 +1793,92 @@ def _fori_traced_ref(x, n):
     return x
 
 
+# ---------------------------------------------------------------------------------------
+# cuvmap.numpy.linalg and cuvmap.scipy.linalg (composites of the linalg primitives)
+# ---------------------------------------------------------------------------------------
+
+
+def _ref_expm(a):
+    """The Taylor series, summed until its terms vanish (the matrices here have small norms)."""
+    out = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape).copy()
+    term = out.copy()
+    for k in range(1, 40):
+        term = term @ a / k
+        out = out + term
+    return out
+
+
+def _rows_linalg_functions():
+    la, sla = cnp.linalg, cv_scipy.linalg
+    tol = dict(tol32=(5e-5, 5e-6))
+    return [
+        Row("linalg_det_slogdet", lambda x: la.det(separated(x)) + la.slogdet(separated(x)[..., ::-1, :])[1],
+            lambda x: np.linalg.det(separated(x)) + np.linalg.slogdet(separated(x)[..., ::-1, :])[1], [A(2, 3, 3)],
+            **tol),
+        Row("linalg_solve_broadcast", lambda a, b: la.solve(separated(a), b),
+            lambda a, b: np.linalg.solve(separated(a), b), [A(2, 3, 3), A(3, 2)], **tol),
+        Row("linalg_solve_vector", lambda a, b: la.solve(separated(a), b),
+            lambda a, b: np.linalg.solve(separated(a), b), [A(3, 3), A(3)], **tol),
+        Row("linalg_inv_matrix_power", lambda x: la.inv(separated(x)) + la.matrix_power(separated(x), -2)
+            + la.matrix_power(0.3 * x, 3), lambda x: np.linalg.inv(separated(x)) + np.linalg.matrix_power(separated(x), -2)
+            + np.linalg.matrix_power(0.3 * x, 3), [A(2, 3, 3)], **tol),
+        Row("linalg_cholesky_upper", lambda x: la.cholesky(spd(x)) + la.cholesky(spd(x), upper=True),
+            lambda x: np.linalg.cholesky(spd(x)) + np.swapaxes(np.linalg.cholesky(spd(x)), -1, -2), [A(3, 3)], **tol),
+        Row("linalg_eigh", lambda x: _packed_eigh(cnp, *la.eigh(symmetric(x))),
+            lambda x: _packed_eigh(np, *np.linalg.eigh(symmetric(x))), [A(2, 3, 3)], **tol),
+        Row("linalg_eigvalsh", lambda x: la.eigvalsh(symmetric(x)), lambda x: np.linalg.eigvalsh(symmetric(x)),
+            [A(4, 4)], **tol),
+        Row("linalg_qr_r", lambda x: cnp.concatenate([_packed_qr(cnp, *la.qr(separated(x))),
+                                                       cnp.ravel(la.qr(separated(x), mode="r"))]),
+            lambda x: np.concatenate([_packed_qr(np, *np.linalg.qr(separated(x))),
+                                      np.linalg.qr(separated(x), mode="r").ravel()]), [A(4, 2)], **tol),
+        Row("linalg_pinv_lstsq", lambda a, b: la.pinv(separated(a)) + la.lstsq(separated(a), b)[0],
+            lambda a, b: np.linalg.pinv(separated(a)) + np.linalg.lstsq(separated(a), b, rcond=None)[0],
+            [A(4, 3), A(4, 4)], **tol),
+        Row("linalg_cond_tensorinv", lambda x: la.cond(separated(x)) + la.cond(separated(x), 1)
+            + la.tensorinv(cnp.reshape(separated(x), (2, 2, 4)), 2).sum(),
+            lambda x: np.linalg.cond(separated(x)) + np.linalg.cond(separated(x), 1)
+            + np.linalg.tensorinv(separated(x).reshape(2, 2, 4), 2).sum(), [A(4, 4)], **tol),
+        Row("linalg_multi_dot", lambda a, b, c: la.multi_dot([a, b, c]), lambda a, b, c: np.linalg.multi_dot([a, b, c]),
+            [A(3), A(3, 5), A(5, 2)], **tol),
+        Row("linalg_tensorsolve", lambda a, b: la.tensorsolve(cnp.reshape(separated(a), (2, 2, 4)), b),
+            lambda a, b: np.linalg.tensorsolve(separated(a).reshape(2, 2, 4), b), [A(4, 4), A(2, 2)], **tol),
+        Row("scipy_solve_triangular", lambda a, b: sla.solve_triangular(separated(a), b, trans="T", lower=True),
+            lambda a, b: np.linalg.solve(np.swapaxes(np.tril(separated(a)), -1, -2), b), [A(3, 3), A(3)], **tol),
+        Row("scipy_cho_solve", lambda a, b: sla.cho_solve(sla.cho_factor(spd(a)), b)
+            + sla.cho_solve(sla.cho_factor(spd(a), lower=True), b),
+            lambda a, b: 2 * np.linalg.solve(spd(a), b), [A(3, 3), A(3, 2)], **tol),
+        Row("scipy_lu_solve", lambda a, b: sla.lu_solve(sla.lu_factor(separated(a)[..., ::-1, :]), b)
+            + sla.lu_solve(sla.lu_factor(separated(a)[..., ::-1, :]), b, trans=1),
+            lambda a, b: np.linalg.solve(separated(a)[..., ::-1, :], b)
+            + np.linalg.solve(np.swapaxes(separated(a)[..., ::-1, :], -1, -2), b), [A(3, 3), A(3, 2)], **tol),
+        Row("scipy_lu", lambda x: cnp.stack(sla.lu(separated(x)[::-1])),
+            lambda x: np.stack(_ref_plu(separated(x)[::-1])), [A(3, 3)], **tol),
+        Row("scipy_expm", lambda x: sla.expm(0.5 * x), lambda x: _ref_expm(0.5 * x), [A(2, 3, 3)],
+            tol32=(1e-4, 1e-5), tol64=(1e-11, 1e-11)),
+        # a norm of 12: three squarings
+        Row("scipy_expm_squared", lambda x: sla.expm(3.0 * x), lambda x: _ref_expm_eig(3.0 * x), [A(3, 3)],
+            tol32=(1e-4, 1e-4), tol64=(1e-9, 1e-9), grad_tol=1e-4),
+    ]
+
+
+def _ref_plu(a):
+    lu = _ref_lu(a)
+    n = a.shape[-1]
+    l_mat = np.tril(lu[:, :n], -1) + np.eye(n, dtype=a.dtype)
+    u_mat = np.triu(lu[:, :n])
+    p = np.eye(n, dtype=a.dtype)[lu[:, n + 1].astype(int)].T
+    return p, l_mat, u_mat
+
+
+def _ref_expm_eig(a):
+    w, v = np.linalg.eig(a.astype(np.float64))
+    return ((v * np.exp(w)) @ np.linalg.inv(v)).real.astype(a.dtype)
+
+
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
-                  + _rows_control_flow())
+                  + _rows_control_flow()
+                  + _rows_linalg_functions())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap
