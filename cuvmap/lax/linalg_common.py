@@ -37,6 +37,16 @@ def check_matrix(name, x, square=False, dtypes=INEXACT):
         raise ShapeError(f"{name}: the operand must be {kinds}, got {x.dtype}{extra}")
 
 
+def refuse_complex(name, x):
+    """Raises a ShapeError naming ``name`` and the dtype when ``x`` is complex: the
+    function has no complex derivative rule (eager calls skip shape rules, so the wrappers
+    ask this themselves)."""
+    dtype = core.dtype_of(x)
+    if dtype.kind == "c":
+        raise ShapeError(f"{name}: complex inputs ({dtype}) are not supported (no complex derivative rule: "
+                         "NOTE [complex derivatives follow JAX] in cuvmap/numpy/linalg.py)")
+
+
 def batch_front(axis_size, vals, dims):
     """Every operand with its vmap dim at axis 0 (an unmapped one broadcast)."""
     return [bdim_at_front(v, d, axis_size) for v, d in zip(vals, dims)]

@@ -12,7 +12,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import (
-    REAL, _col, _mm, _mT, _row, batch_front, check_matrix, diagonal, eye_like, sym, tril, triu,
+    REAL, _col, _mm, _mT, _row, batch_front, check_matrix, refuse_complex, diagonal, eye_like, sym, tril, triu,
 )
 from cuvmap.lax.linalg_solve import triangular_solve
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, squeeze
@@ -39,6 +39,7 @@ def cholesky(x):
     """The lower Cholesky factor ``L`` of the symmetric part ``(x + xᵀ)/2`` of each matrix of
     a stack, ``(x + xᵀ)/2 = L Lᵀ`` (JAX's ``lax.linalg.cholesky(x, symmetrize_input=True)``);
     NaN for a matrix that is not positive definite. NOTE [cholesky's derivatives]."""
+    refuse_complex("cholesky", x)
     return cholesky_p.bind(x)
 
 
@@ -121,6 +122,7 @@ def eigh(x, *, lower=True, symmetrize_input=True):
     decomposes ``(x + xᵀ)/2``; else only the ``lower`` (else upper) triangle is read.
     NOTE [eigh's derivatives]: the derivative of ``v`` is undefined (inf/NaN) where
     eigenvalues repeat."""
+    refuse_complex("eigh", x)
     if symmetrize_input:
         x = sym(x)
     n = core.shape_of(x)[-1]
@@ -222,6 +224,7 @@ def _qr_sizes(shape, full_matrices):
 def qr(x, *, full_matrices=True):
     """``(q, r)`` with ``x = q @ r``, ``q`` orthonormal columns and ``r`` upper triangular,
     for each real matrix of a stack (JAX's ``lax.linalg.qr``). NOTE [qr's derivatives]."""
+    refuse_complex("qr", x)
     shape = core.shape_of(x)
     packed = qr_p.bind(x, full_matrices=bool(full_matrices))
     m, n, p = _qr_sizes(shape, bool(full_matrices))

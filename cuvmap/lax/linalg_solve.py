@@ -14,7 +14,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import (
-    REAL, _mm, _mT, batch_front, check_matrix, eye_like, scalar_times, trace, tril, triu,
+    REAL, _mm, _mT, batch_front, refuse_complex, check_matrix, eye_like, scalar_times, trace, tril, triu,
 )
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_to, concatenate, expand_dims, squeeze
@@ -511,6 +511,7 @@ def slogdet(a):
     """``(sign, logabsdet)`` of each real square matrix of a stack: ``det(a) = sign ·
     exp(logabsdet)`` without overflow. Derivative of ``logabsdet``: ``tr(a⁻¹ da)``; the sign
     has none. Complex matrices raise (no complex rule)."""
+    refuse_complex("slogdet", a)
     out = slogdet_p.bind(a)
     axis = len(core.shape_of(out)) - 1
     return (ew.stop_gradient(squeeze(slice_in_dim(out, 0, 1, axis), (axis,))),

@@ -14,6 +14,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import ShapeError
+from cuvmap.lax import complex_parts
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import linalg_decompositions as lax_decomp
 from cuvmap.lax import linalg_solve as lax_solve
@@ -242,8 +243,21 @@ def det(a, overwrite_a=False, check_finite=True):
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True, assume_a="gen"):
     """``scipy.linalg.solve``: ``x`` with ``a x = b`` (``b`` ``(n,)`` or ``(n, k)``), by
-    :func:`cuvmap.numpy.linalg.solve` whatever ``assume_a`` says (the same values)."""
-    if assume_a not in ("gen", "general", "sym", "symmetric", "her", "hermitian", "pos", "positive definite",
-                        "diagonal", "tridiagonal", "banded", "upper triangular", "lower triangular"):
-        raise ValueError(f"solve: unknown assume_a {assume_a!r}")
+    :func:`cuvmap.numpy.linalg.solve`. As SciPy, ``assume_a='sym'`` reads only the
+    ``lower`` (else upper) triangle of ``a`` and mirrors it, ``'her'`` and ``'pos'`` mirror
+    its conjugate; ``'gen'`` reads all of ``a``."""
+    kinds = {"gen": "gen", "general": "gen", "sym": "sym", "symmetric": "sym", "her": "her", "hermitian": "her",
+             "pos": "her", "positive definite": "her"}
+    if assume_a not in kinds:
+        raise ValueError(f"solve: assume_a must be one of {sorted(kinds)}, got {assume_a!r}")
+    kind = kinds[assume_a]
+    if kind != "gen":
+        a = _square(a, "solve")
+        half = tril(a, -1) if lower else triu(a, 1)
+        mirrored = _mT(complex_parts.conj(half) if kind == "her" else half)
+        diag = tril(triu(a))
+        if kind == "her":
+            diag = complex_parts.real(diag) if core.dtype_of(a).kind == "c" else diag
+            diag = astype(diag, core.dtype_of(a))
+        a = ew.add(ew.add(half, mirrored), diag)
     return np_linalg.solve(a, b)
