@@ -31,6 +31,8 @@ from cuvmap.lax.reduction import argmax, argmin, reduce_max, reduce_min, reduce_
 from cuvmap.lax.shape import (  # noqa: F401
     broadcast_in_dim, broadcast_to, concatenate, expand_dims, pad, reshape, squeeze, transpose, unbroadcast,
 )
+from cuvmap.lax.linalg_decompositions import cholesky, eigh, qr  # noqa: F401
+from cuvmap.lax.linalg_solve import lu, lu_pivots_to_permutation, triangular_solve  # noqa: F401
 
 
 def all_primitives():

@@ -298,6 +298,7 @@ PUBLIC_MODULES = [
     "cuvmap", "cuvmap.numpy", "cuvmap.numpy.linalg", "cuvmap.lax", "cuvmap.nn", "cuvmap.nn.layers",
     "cuvmap.nn.optim", "cuvmap.dp", "cuvmap.dp.bandmf", "cuvmap.distributed", "cuvmap.random", "cuvmap.tree", "cuvmap.flatten_util",
     "cuvmap.config", "cuvmap.debug", "cuvmap.profiler", "cuvmap.custom_batching", "cuvmap.test_util",
+    "cuvmap.scipy.linalg",
 ]
 
 
