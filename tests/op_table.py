@@ -1224,7 +1224,7 @@ def _ref_triangular(a, b, lower, transpose_a, unit):
 def _triangular_row(name, lower, transpose_a, unit, shapes):
     params = {"lower": lower, "transpose_a": transpose_a, "unit_diagonal": unit}
     return prim_row(name, lax_solve.triangular_solve_p, params,
-                    lambda a, b: lax_solve.triangular_solve(separated(a), b, **params),
+                    lambda a, b: lax_solve.triangular_solve_left(separated(a), b, **params),
                     lambda a, b: _ref_triangular(separated(a), b, lower, transpose_a, unit),
                     [A(*shapes[0]), A(*shapes[1])], tol32=(2e-5, 2e-6))
 
@@ -1856,6 +1856,16 @@ def _rows_linalg_functions():
             lambda x: np.stack(_ref_plu(separated(x)[::-1])), [A(3, 3)], **tol),
         Row("scipy_expm", lambda x: sla.expm(0.5 * x), lambda x: _ref_expm(0.5 * x), [A(2, 3, 3)],
             tol32=(1e-4, 1e-5), tol64=(1e-11, 1e-11)),
+        Row("linalg_array_api_names", lambda x, v: la.trace(x) + la.diagonal(x, offset=1).sum(-1)
+            + la.matrix_transpose(x)[:, 0, 1] + la.vecdot(x[:, 0], v) + la.outer(v, v)[:2, 0]
+            + la.tensordot(x[0], x[1], axes=2) + la.cross(x[:, :, :3], x[:, :, 1:])[:, 0, 0],
+            lambda x, v: np.linalg.trace(x) + np.linalg.diagonal(x, offset=1).sum(-1)
+            + np.linalg.matrix_transpose(x)[:, 0, 1] + np.linalg.vecdot(x[:, 0], v) + np.linalg.outer(v, v)[:2, 0]
+            + np.linalg.tensordot(x[0], x[1], axes=2) + np.linalg.cross(x[:, :, :3], x[:, :, 1:])[:, 0, 0],
+            [A(2, 4, 4), A(4)]),
+        # JAX's right-side triangular solve: x op(a) = b
+        Row("lax_triangular_solve_right", lambda a, b: lax.triangular_solve(separated(a), b, lower=True),
+            lambda a, b: b @ np.linalg.inv(np.tril(separated(a))), [A(2, 3, 3), A(2, 4, 3)], **tol),
         # a norm of 12: three squarings
         Row("scipy_expm_squared", lambda x: sla.expm(3.0 * x), lambda x: _ref_expm_eig(3.0 * x), [A(3, 3)],
             tol32=(1e-4, 1e-4), tol64=(1e-9, 1e-9), grad_tol=1e-4),

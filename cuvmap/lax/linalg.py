@@ -562,3 +562,21 @@ svd_p.shape_rule = _svd_shape_rule
 batching.primitive_batchers[svd_p] = _svd_batch
 jvp.defjvp(svd_p, _svd_jvp)
 vjp.defvjp(svd_p, _svd_vjp, reads=(0, "out"))
+
+
+
+# JAX's lax.linalg names, here as in jax.lax.linalg: ``cuvmap.lax.linalg.cholesky`` and the
+# others are looked up on first use (a documented cycle: linalg_solve.py and
+# linalg_decompositions.py import this module's helpers, so this module cannot import them
+# at its top).
+_LAX_LINALG_NAMES = {"cholesky": "linalg_decompositions", "eigh": "linalg_decompositions",
+                     "qr": "linalg_decompositions", "lu": "linalg_solve",
+                     "lu_pivots_to_permutation": "linalg_solve", "triangular_solve": "linalg_solve"}
+
+
+def __getattr__(name):
+    module = _LAX_LINALG_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cuvmap.lax.linalg' has no attribute {name!r}")
+    import importlib  # (the documented cycle above)
+    return getattr(importlib.import_module(f"cuvmap.lax.{module}"), name)

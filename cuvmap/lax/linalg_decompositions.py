@@ -14,7 +14,7 @@ from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import (
     REAL, _col, _mm, _mT, _row, batch_front, check_matrix, refuse_complex, diagonal, eye_like, sym, tril, triu,
 )
-from cuvmap.lax.linalg_solve import triangular_solve
+from cuvmap.lax.linalg_solve import triangular_solve_left
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, squeeze
 from cuvmap.transforms import batching, jvp, vjp
 
@@ -35,11 +35,14 @@ from cuvmap.transforms import batching, jvp, vjp
 cholesky_p = Primitive("cholesky", owns_output=True, capturable=False)
 
 
-def cholesky(x):
+def cholesky(x, *, symmetrize_input=True):
     """The lower Cholesky factor ``L`` of the symmetric part ``(x + xᵀ)/2`` of each matrix of
-    a stack, ``(x + xᵀ)/2 = L Lᵀ`` (JAX's ``lax.linalg.cholesky(x, symmetrize_input=True)``);
-    NaN for a matrix that is not positive definite. NOTE [cholesky's derivatives]."""
+    a stack, ``(x + xᵀ)/2 = L Lᵀ`` (JAX's ``lax.linalg.cholesky``); with
+    ``symmetrize_input=False``, of the symmetric matrix with ``x``'s lower triangle. NaN for
+    a matrix that is not positive definite. NOTE [cholesky's derivatives]."""
     refuse_complex("cholesky", x)
+    if not symmetrize_input:
+        x = ew.add(tril(x), _mT(tril(x, -1)))
     return cholesky_p.bind(x)
 
 
@@ -78,15 +81,15 @@ def _phi(x):
 
 def _cholesky_jvp(t, out, x):
     s_dot = sym(t)
-    tmp = triangular_solve(out, s_dot, lower=True)  # L⁻¹ dS
-    inner = _mT(triangular_solve(out, _mT(tmp), lower=True))  # L⁻¹ dS L⁻ᵀ
+    tmp = triangular_solve_left(out, s_dot, lower=True)  # L⁻¹ dS
+    inner = _mT(triangular_solve_left(out, _mT(tmp), lower=True))  # L⁻¹ dS L⁻ᵀ
     return _mm(out, _phi(inner))
 
 
 def _cholesky_vjp(ct, out, x):
     g = _phi(_mm(_mT(out), ct))
-    tmp = triangular_solve(out, g, lower=True, transpose_a=True)  # L⁻ᵀ G
-    inner = _mT(triangular_solve(out, _mT(tmp), lower=True, transpose_a=True))  # L⁻ᵀ G L⁻¹
+    tmp = triangular_solve_left(out, g, lower=True, transpose_a=True)  # L⁻ᵀ G
+    inner = _mT(triangular_solve_left(out, _mT(tmp), lower=True, transpose_a=True))  # L⁻ᵀ G L⁻¹
     return sym(inner)
 
 
@@ -116,13 +119,17 @@ vjp.defvjp(cholesky_p, _cholesky_vjp, reads=("out",))
 eigh_p = Primitive("eigh", owns_output=True, capturable=False)
 
 
-def eigh(x, *, lower=True, symmetrize_input=True):
+def eigh(x, *, lower=True, symmetrize_input=True, sort_eigenvalues=True, subset_by_index=None):
     """``(v, w)``: the eigenvectors (columns of ``v``) and ascending eigenvalues ``w`` of
     each real symmetric matrix of a stack (JAX's ``lax.linalg.eigh``). ``symmetrize_input``
     decomposes ``(x + xᵀ)/2``; else only the ``lower`` (else upper) triangle is read.
     NOTE [eigh's derivatives]: the derivative of ``v`` is undefined (inf/NaN) where
-    eigenvalues repeat."""
+    eigenvalues repeat. The eigenvalues always come sorted; ``subset_by_index`` must be
+    None or the whole range."""
     refuse_complex("eigh", x)
+    n_all = core.shape_of(x)[-1]
+    if subset_by_index is not None and tuple(subset_by_index) != (0, n_all):
+        raise ShapeError(f"eigh: subset_by_index={subset_by_index!r} is not supported (only the whole range)")
     if symmetrize_input:
         x = sym(x)
     n = core.shape_of(x)[-1]
@@ -221,10 +228,12 @@ def _qr_sizes(shape, full_matrices):
     return m, n, (m if full_matrices else k)
 
 
-def qr(x, *, full_matrices=True):
+def qr(x, *, pivoting=False, full_matrices=True, use_magma=None):
     """``(q, r)`` with ``x = q @ r``, ``q`` orthonormal columns and ``r`` upper triangular,
     for each real matrix of a stack (JAX's ``lax.linalg.qr``). NOTE [qr's derivatives]."""
     refuse_complex("qr", x)
+    if pivoting:
+        raise ShapeError("qr: pivoting=True (column-pivoted QR) is not supported")
     shape = core.shape_of(x)
     packed = qr_p.bind(x, full_matrices=bool(full_matrices))
     m, n, p = _qr_sizes(shape, bool(full_matrices))
@@ -277,7 +286,7 @@ def _qr_jvp(t, out, x, *, full_matrices):
     _qr_check(shape, full_matrices, "derivative")
     m, n, p = _qr_sizes(shape, full_matrices)
     q, r = _qr_unpack(out, shape, m, n, p)
-    x_ = _mT(triangular_solve(r, _mT(t), lower=False, transpose_a=True))  # dA R⁻¹
+    x_ = _mT(triangular_solve_left(r, _mT(t), lower=False, transpose_a=True))  # dA R⁻¹
     b = _mm(_mT(q), x_)
     low = tril(b, -1)
     omega = ew.sub(low, _mT(low))
@@ -295,7 +304,7 @@ def _qr_vjp(ct, out, x, *, full_matrices):
     mm = ew.sub(_mm(_mT(q), ct_q), _mm(ct_r, _mT(r)))
     b_bar = ew.sub(tril(ew.sub(mm, _mT(mm)), -1), mm)
     x_bar = ew.add(ct_q, _mm(q, b_bar))
-    return _mT(triangular_solve(r, _mT(x_bar), lower=False))  # X̄ R⁻ᵀ
+    return _mT(triangular_solve_left(r, _mT(x_bar), lower=False))  # X̄ R⁻ᵀ
 
 
 qr_p.impl = _qr_impl

@@ -92,14 +92,31 @@ vjp.defvjp(solve_p, _solve_vjp_a, _solve_vjp_b)
 triangular_solve_p = Primitive("triangular_solve", owns_output=True, capturable=False)
 
 
-def triangular_solve(a, b, *, lower=True, transpose_a=False, unit_diagonal=False):
+def triangular_solve(a, b, *, left_side=False, lower=False, transpose_a=False, conjugate_a=False,
+                     unit_diagonal=False):
+    """JAX's ``lax.linalg.triangular_solve``: ``x`` with ``op(a) @ x = b`` (``left_side``) or
+    ``x @ op(a) = b``, ``op(a)`` = ``a``, or ``aᵀ`` with ``transpose_a``, reading only the
+    ``lower`` (else upper) triangle of ``a`` (ones on its diagonal with ``unit_diagonal``).
+    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``.
+    ``conjugate_a`` is accepted for real ``a`` (where it changes nothing); complex ``a`` with
+    it raises. The right-side solve is the transpose of the left-side one:
+    :func:`triangular_solve_left`."""
+    if conjugate_a and core.dtype_of(a).kind == "c":
+        raise ShapeError(f"triangular_solve: conjugate_a=True of a complex matrix ({core.dtype_of(a)}) is not "
+                         "supported")
+    if left_side:
+        return triangular_solve_left(a, b, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
+    # x op(a) = b  <=>  op(a)ᵀ xᵀ = bᵀ
+    return _mT(triangular_solve_left(a, _mT(b), lower=lower, transpose_a=not transpose_a, unit_diagonal=unit_diagonal))
+
+
+def triangular_solve_left(a, b, *, lower=True, transpose_a=False, unit_diagonal=False):
     """``x`` with ``op(a) @ x = b``, ``op(a) = aᵀ`` if ``transpose_a`` else ``a``, where only
     the ``lower`` (else upper) triangle of ``a`` is read and, with ``unit_diagonal``, its
     diagonal is taken as ones. ``a`` ``(..., n, n)``, ``b`` ``(..., n, k)``.
 
     This is JAX's ``lax.linalg.triangular_solve`` with ``left_side=True`` and
-    ``conjugate_a=False`` (the right-side form is the transpose of this one: the wrappers
-    transpose). Derivatives: ``dx = op(a)⁻¹ (db − op(da) x)`` with ``da`` masked to the
+    ``conjugate_a=False`` (:func:`triangular_solve` transposes for the right side). Derivatives: ``dx = op(a)⁻¹ (db − op(da) x)`` with ``da`` masked to the
     triangle read; ``b̄ = op(a)⁻ᵀ x̄``, ``ā = −mask(op⁻¹(b̄ xᵀ))``.
     """
     return triangular_solve_p.bind(a, b, lower=bool(lower), transpose_a=bool(transpose_a),
@@ -153,7 +170,7 @@ def _triangular_solve_impl(a, b, *, lower, transpose_a, unit_diagonal):
 
 
 def _triangular_solve_batch(axis_size, vals, dims, **params):
-    return triangular_solve(*batch_front(axis_size, vals, dims), **params), 0
+    return triangular_solve_left(*batch_front(axis_size, vals, dims), **params), 0
 
 
 def _mask_triangle(x, lower, unit_diagonal):
@@ -168,20 +185,20 @@ def _op(x, transpose_a):
 
 def _triangular_solve_jvp_a(t, out, a, b, *, lower, transpose_a, unit_diagonal):
     dm = _op(_mask_triangle(t, lower, unit_diagonal), transpose_a)
-    return ew.neg(triangular_solve(a, _mm(dm, out), lower=lower, transpose_a=transpose_a,
+    return ew.neg(triangular_solve_left(a, _mm(dm, out), lower=lower, transpose_a=transpose_a,
                                    unit_diagonal=unit_diagonal))
 
 
 def _triangular_solve_jvp_b(t, out, a, b, **params):
-    return triangular_solve(a, t, **params)
+    return triangular_solve_left(a, t, **params)
 
 
 def _triangular_solve_vjp_b(ct, out, a, b, *, lower, transpose_a, unit_diagonal):
-    return triangular_solve(a, ct, lower=lower, transpose_a=not transpose_a, unit_diagonal=unit_diagonal)
+    return triangular_solve_left(a, ct, lower=lower, transpose_a=not transpose_a, unit_diagonal=unit_diagonal)
 
 
 def _triangular_solve_vjp_a(ct, out, a, b, *, lower, transpose_a, unit_diagonal):
-    ct_b = triangular_solve(a, ct, lower=lower, transpose_a=not transpose_a, unit_diagonal=unit_diagonal)
+    ct_b = triangular_solve_left(a, ct, lower=lower, transpose_a=not transpose_a, unit_diagonal=unit_diagonal)
     ct_op = ew.neg(_mm(ct_b, _mT(out)))
     return _mask_triangle(_op(ct_op, transpose_a), lower, unit_diagonal)
 
@@ -317,8 +334,8 @@ def _pad_index_columns(x):
 def _lu_jvp(t, out, a):
     n = core.shape_of(a)[-1]
     lu_, l_mat, u_mat, p_mat = _lu_factors(out, n)
-    y = triangular_solve(lu_, _mm(p_mat, t), lower=True, unit_diagonal=True)  # L⁻¹ P da
-    x = _mT(triangular_solve(lu_, _mT(y), lower=False, transpose_a=True))  # (U⁻ᵀ yᵀ)ᵀ = y U⁻¹
+    y = triangular_solve_left(lu_, _mm(p_mat, t), lower=True, unit_diagonal=True)  # L⁻¹ P da
+    x = _mT(triangular_solve_left(lu_, _mT(y), lower=False, transpose_a=True))  # (U⁻ᵀ yᵀ)ᵀ = y U⁻¹
     d_lu = ew.add(_mm(l_mat, tril(x, -1)), _mm(triu(x), u_mat))
     return _pad_index_columns(d_lu)
 
@@ -328,8 +345,8 @@ def _lu_vjp(ct, out, a):
     lu_, l_mat, u_mat, p_mat = _lu_factors(out, n)
     c = slice_in_dim(ct, 0, n, len(core.shape_of(ct)) - 1)
     x_bar = ew.add(tril(_mm(_mT(l_mat), tril(c, -1)), -1), triu(_mm(triu(c), _mT(u_mat))))
-    y = triangular_solve(lu_, x_bar, lower=True, transpose_a=True, unit_diagonal=True)  # L⁻ᵀ X̄
-    z = _mT(triangular_solve(lu_, _mT(y), lower=False))  # y U⁻ᵀ
+    y = triangular_solve_left(lu_, x_bar, lower=True, transpose_a=True, unit_diagonal=True)  # L⁻ᵀ X̄
+    z = _mT(triangular_solve_left(lu_, _mT(y), lower=False))  # y U⁻ᵀ
     return _mm(_mT(p_mat), z)
 
 
@@ -558,5 +575,5 @@ vjp.defvjp(slogdet_p, _slogdet_vjp, reads=(0,))
 
 __all__ = [
     "adjugate", "adjugate_p", "det", "det_p", "lu", "lu_p", "lu_pivots_to_permutation", "lu_pivots_to_permutation_p",
-    "slogdet", "slogdet_p", "solve", "solve_p", "triangular_solve", "triangular_solve_p",
+    "slogdet", "slogdet_p", "solve", "solve_p", "triangular_solve", "triangular_solve_left", "triangular_solve_p",
 ]

@@ -32,6 +32,7 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.linalg_common import tril
 from cuvmap.numpy._common import _axes, _axis, ndim, shape
 from cuvmap.numpy._elementwise import astype, square, where
+from cuvmap.numpy import _products, _reductions, _shapes
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import _keep, max, min, sum
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, squeeze, swapaxes
@@ -41,6 +42,7 @@ __all__ = [
     "EighResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cond", "det", "eigh", "eigvalsh", "inv",
     "lstsq", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve",
     "svd", "svdvals", "tensorinv", "tensorsolve", "vector_norm",
+    "cross", "diagonal", "matmul", "matrix_transpose", "outer", "tensordot", "trace", "vecdot",
 ]
 
 SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
@@ -87,6 +89,50 @@ def _square_stack(x, name):
 
 def _mT(x):
     return swapaxes(x, -1, -2)
+
+
+# ---------------------------------------------------------------------------------------
+# NumPy 2's array-API names in numpy.linalg (the products of cuvmap.numpy, on the last axes)
+# ---------------------------------------------------------------------------------------
+
+
+def matrix_transpose(x, /):
+    """``numpy.linalg.matrix_transpose``: the last two dims swapped."""
+    return swapaxes(x, -1, -2)
+
+
+def diagonal(x, /, *, offset=0):
+    """``numpy.linalg.diagonal``: the ``offset`` diagonal of each matrix (the last two dims)."""
+    return _shapes.diagonal(x, offset, -2, -1)
+
+
+def trace(x, /, *, offset=0, dtype=None):
+    """``numpy.linalg.trace``: the sum of the ``offset`` diagonal of each matrix."""
+    out = _reductions.trace(x, offset, -2, -1)
+    return out if dtype is None else astype(out, dtype)
+
+
+def outer(x1, x2, /):
+    """``numpy.linalg.outer``: ``x1[:, None] * x2[None, :]`` of two vectors."""
+    if ndim(x1) != 1 or ndim(x2) != 1:
+        raise ShapeError(f"outer: both operands must be vectors, got shapes {shape(x1)} and {shape(x2)}")
+    return _products.outer(x1, x2)
+
+
+def cross(x1, x2, /, *, axis=-1):
+    """``numpy.linalg.cross``: the cross product of 3-vectors along ``axis``."""
+    return _products.cross(x1, x2, axis=axis)
+
+
+def tensordot(x1, x2, /, *, axes=2):
+    """``numpy.linalg.tensordot``: :func:`cuvmap.numpy.tensordot`."""
+    return _products.tensordot(x1, x2, axes)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    """``numpy.linalg.vecdot``: ``Σ conj(x1) · x2`` along ``axis`` (broadcasting the others)."""
+    x1 = complex_parts.conj(x1) if _is_complex(x1) else x1
+    return sum(ew.mul(x1, x2), axis)
 
 
 # ---------------------------------------------------------------------------------------

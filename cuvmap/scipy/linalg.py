@@ -89,7 +89,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     a = _square(a, "solve_triangular")
     transpose_a = _transpose_flag(trans, a, "solve_triangular")
     a, b, vector = _rhs(a, b, "solve_triangular")
-    x = lax_solve.triangular_solve(a, b, lower=bool(lower), transpose_a=transpose_a,
+    x = lax_solve.triangular_solve_left(a, b, lower=bool(lower), transpose_a=transpose_a,
                                    unit_diagonal=bool(unit_diagonal))
     return _unvector(x, vector)
 
@@ -112,11 +112,11 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c = _square(c, "cho_solve")
     c, b, vector = _rhs(c, b, "cho_solve")
     if lower:
-        y = lax_solve.triangular_solve(c, b, lower=True)
-        x = lax_solve.triangular_solve(c, y, lower=True, transpose_a=True)
+        y = lax_solve.triangular_solve_left(c, b, lower=True)
+        x = lax_solve.triangular_solve_left(c, y, lower=True, transpose_a=True)
     else:
-        y = lax_solve.triangular_solve(c, b, lower=False, transpose_a=True)
-        x = lax_solve.triangular_solve(c, y, lower=False)
+        y = lax_solve.triangular_solve_left(c, b, lower=False, transpose_a=True)
+        x = lax_solve.triangular_solve_left(c, y, lower=False)
     return _unvector(x, vector)
 
 
@@ -148,11 +148,11 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     perm = broadcast_to(perm, shape(b)[:-2] + (n,))
     index = broadcast_to(lax_shape.expand_dims(perm, (ndim(perm),)), shape(b))
     if not transpose_a:  # L U x = P b
-        y = lax_solve.triangular_solve(lu_, take_along_axis(b, index, -2), lower=True, unit_diagonal=True)
-        x = lax_solve.triangular_solve(lu_, y, lower=False)
+        y = lax_solve.triangular_solve_left(lu_, take_along_axis(b, index, -2), lower=True, unit_diagonal=True)
+        x = lax_solve.triangular_solve_left(lu_, y, lower=False)
     else:  # Uᵀ Lᵀ P x = b
-        z = lax_solve.triangular_solve(lu_, b, lower=False, transpose_a=True)
-        w = lax_solve.triangular_solve(lu_, z, lower=True, transpose_a=True, unit_diagonal=True)
+        z = lax_solve.triangular_solve_left(lu_, b, lower=False, transpose_a=True)
+        w = lax_solve.triangular_solve_left(lu_, z, lower=True, transpose_a=True, unit_diagonal=True)
         inverse = broadcast_to(lax_shape.expand_dims(argsort(perm, -1), (ndim(perm),)), shape(b))
         x = take_along_axis(w, inverse, -2)
     return _unvector(x, vector)
