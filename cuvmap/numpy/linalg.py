@@ -31,6 +31,7 @@ from cuvmap.lax import linalg_solve as lax_solve
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.linalg_common import tril
 from cuvmap.numpy._common import _axes, _axis, ndim, shape
+from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype, square, where
 from cuvmap.numpy import _products, _reductions, _shapes
 from cuvmap.numpy._products import matmul
@@ -67,7 +68,7 @@ def _as_inexact(x):
     """Integers and booleans as float64 (NumPy's linalg and JAX promote them); lists and
     scalars become arrays."""
     if not isinstance(x, core.Tracer) and not hasattr(x, "dtype"):
-        x = np.asarray(x)
+        x = asarray(x)  # (a list may hold traced values: they are stacked)
     return x if core.is_float(x) else astype(x, np.float64)
 
 
