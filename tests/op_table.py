@@ -32,6 +32,7 @@ import numpy as np
 import cuvmap as cv
 from cuvmap import backend, core, lax
 from cuvmap import numpy as cnp
+from cuvmap import scipy as cv_scipy
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -39,6 +40,8 @@ from cuvmap.lax import bitwise as lax_bitwise
 from cuvmap.lax import callbacks as lax_callbacks
 from cuvmap.lax import parallel
 from cuvmap.lax import linalg as lax_linalg
+from cuvmap.lax import linalg_decompositions as lax_decomp
+from cuvmap.lax import linalg_solve as lax_solve
 from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
@@ -1362,12 +1365,147 @@ def _rows_jax_elementwise():
     ]
 
 
+# ---------------------------------------------------------------------------------------
+# Linear algebra: solves, determinants and decompositions (cuvmap/lax/linalg_solve.py,
+# linalg_decompositions.py). The operands are standard normal; each row
+# makes from them the well-conditioned matrix its function needs: ``separated(x)``
+# (singular values 2k + 1, ..., 3, apart from each other and from 0), its symmetric part
+# (distinct eigenvalues), ``spd(x)`` (symmetric positive definite, distinct eigenvalues).
+# ---------------------------------------------------------------------------------------
+
+
+def spd(x):
+    m = separated(x)
+    return cnp.matmul(m, cnp.swapaxes(m, -1, -2))
+
+
+def symmetric(x):
+    m = separated(x)
+    return (m + cnp.swapaxes(m, -1, -2)) * 0.5
+
+
+def signed_columns(m, v):
+    """The columns of ``v`` with the sign of their largest-magnitude entry made positive."""
+    idx = m.argmax(m.abs(v), axis=-2)
+    return v * m.sign(m.take_along_axis(v, idx[..., None, :], -2))
+
+
+def _packed_eigh(m, w, v):
+    return m.concatenate([signed_columns(m, v), w[..., None]], axis=-1)
+
+
+def _packed_qr(m, q, r):
+    lead = np.shape(q)[:-2]
+    return m.concatenate([m.reshape(q, lead + (-1,)), m.reshape(r, lead + (-1,))], axis=-1)
+
+
+def _ref_lu(a):
+    """LU with partial pivoting, written from the definition (packed as lu_p's)."""
+    a = np.array(a, dtype=a.dtype)
+    *lead, n, _ = a.shape
+    flat = a.reshape(-1, n, n)
+    out = np.zeros(flat.shape[:-1] + (n + 2,), dtype=a.dtype)
+    for b, m in enumerate(flat):
+        m = m.copy()
+        perm = list(range(n))
+        for j in range(n):
+            p = j + int(np.argmax(np.abs(m[j:, j])))
+            out[b, j, n] = p
+            m[[j, p]] = m[[p, j]]
+            perm[j], perm[p] = perm[p], perm[j]
+            m[j + 1:, j] /= m[j, j]
+            m[j + 1:, j + 1:] -= np.outer(m[j + 1:, j], m[j, j + 1:])
+        out[b, :, :n] = m
+        out[b, :, n + 1] = perm
+    return out.reshape(tuple(lead) + (n, n + 2))
+
+
+def _ref_pivots(pivots, n):
+    flat = pivots.reshape(-1, pivots.shape[-1])
+    out = np.tile(np.arange(n), (flat.shape[0], 1))
+    for row, piv in zip(out, flat):
+        for j, p in enumerate(piv):
+            row[j], row[p] = row[p], row[j]
+    return out.reshape(pivots.shape[:-1] + (n,)).astype(np.int32)
+
+
+def _ref_adjugate(a):
+    return np.linalg.det(a)[..., None, None] * np.linalg.inv(a)
+
+
+def _ref_triangular(a, b, lower, transpose_a, unit):
+    m = np.tril(a) if lower else np.triu(a)
+    if unit:
+        eye = np.eye(a.shape[-1], dtype=a.dtype)
+        m = m - eye * np.diagonal(m, 0, -2, -1)[..., None, :] + eye
+    if transpose_a:
+        m = np.swapaxes(m, -1, -2)
+    return np.linalg.solve(m, b)
+
+
+def _triangular_row(name, lower, transpose_a, unit, shapes):
+    params = {"lower": lower, "transpose_a": transpose_a, "unit_diagonal": unit}
+    return prim_row(name, lax_solve.triangular_solve_p, params,
+                    lambda a, b: lax_solve.triangular_solve_left(separated(a), b, **params),
+                    lambda a, b: _ref_triangular(separated(a), b, lower, transpose_a, unit),
+                    [A(*shapes[0]), A(*shapes[1])], tol32=(2e-5, 2e-6))
+
+
+def _rows_linalg_solvers():
+    flipped = lambda x: separated(x)[..., ::-1, :]  # noqa: E731 - rows swapped: the LU pivots
+    return [
+        prim_row("solve", lax_solve.solve_p, {}, lambda a, b: lax_solve.solve(separated(a), b),
+                 lambda a, b: np.linalg.solve(separated(a), b), [A(3, 3), A(3, 2)], tol32=(2e-5, 2e-6)),
+        prim_row("solve_stacked", lax_solve.solve_p, {}, lambda a, b: lax_solve.solve(separated(a), b),
+                 lambda a, b: np.linalg.solve(separated(a), b), [A(2, 3, 3), A(2, 3, 1)], tol32=(2e-5, 2e-6)),
+        _triangular_row("triangular_solve_lower", True, False, False, [(3, 3), (3, 2)]),
+        _triangular_row("triangular_solve_upper_transposed_unit", False, True, True, [(2, 4, 4), (2, 4, 3)]),
+        _triangular_row("triangular_solve_lower_transposed", True, True, False, [(3, 3), (3, 1)]),
+        prim_row("lu", lax_solve.lu_p, {}, lambda x: lax_solve.lu_p.bind(flipped(x)), lambda x: _ref_lu(flipped(x)),
+                 [A(4, 4)], tol32=(2e-5, 2e-6)),
+        prim_row("lu_stacked", lax_solve.lu_p, {}, lambda x: lax_solve.lu_p.bind(flipped(x)),
+                 lambda x: _ref_lu(flipped(x)), [A(2, 3, 3)], tol32=(2e-5, 2e-6)),
+        prim_row("lu_index_real", lax_solve.lu_index_real_p, {}, lax_solve.lu_index_real_p.bind, lambda x: x,
+                 [A(2, 3)]),
+        prim_row("lu_pivots_to_permutation", lax_solve.lu_pivots_to_permutation_p, {"permutation_size": 4},
+                 lambda p: lax_solve.lu_pivots_to_permutation(p, 4), lambda p: _ref_pivots(p, 4),
+                 [A(2, 3, domain="positive", dtype=I32)], dtypes=(I32,)),
+        prim_row("det", lax_solve.det_p, {}, lambda x: lax_solve.det(separated(x)),
+                 lambda x: np.linalg.det(separated(x)), [A(2, 3, 3)], tol32=(2e-5, 2e-6)),
+        prim_row("adjugate", lax_solve.adjugate_p, {}, lambda x: lax_solve.adjugate(separated(x)),
+                 lambda x: _ref_adjugate(separated(x)), [A(3, 3)], tol32=(5e-5, 5e-6), tol64=(1e-11, 1e-11)),
+        prim_row("slogdet", lax_solve.slogdet_p, {}, lambda x: lax_solve.slogdet_p.bind(flipped(x)),
+                 lambda x: np.stack(np.linalg.slogdet(flipped(x)), -1), [A(2, 4, 4)], tol32=(2e-5, 2e-6)),
+        prim_row("cholesky", lax_decomp.cholesky_p, {}, lambda x: lax_decomp.cholesky(spd(x)),
+                 lambda x: np.linalg.cholesky(spd(x)), [A(2, 3, 3)], tol32=(2e-5, 2e-6)),
+        prim_row("eigh", lax_decomp.eigh_p, {"lower": True},
+                 lambda x: _packed_eigh(cnp, *lax_decomp.eigh(symmetric(x))[::-1]),
+                 lambda x: _packed_eigh(np, *np.linalg.eigh(symmetric(x))), [A(2, 3, 3)], tol32=(5e-5, 5e-6)),
+        # only the upper triangle is read: the derivative folds onto it
+        prim_row("eigh_upper_unsymmetrized", lax_decomp.eigh_p, {"lower": False},
+                 lambda x: _packed_eigh(cnp, *lax_decomp.eigh(separated(x), lower=False, symmetrize_input=False)[::-1]),
+                 lambda x: _packed_eigh(np, *np.linalg.eigh(separated(x), UPLO="U")), [A(3, 3)], tol32=(5e-5, 5e-6)),
+        prim_row("qr", lax_decomp.qr_p, {"full_matrices": False},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(separated(x), full_matrices=False)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(separated(x))), [A(2, 4, 3)], tol32=(5e-5, 5e-6)),
+        prim_row("qr_square_full", lax_decomp.qr_p, {"full_matrices": True},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(separated(x), full_matrices=True)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(separated(x), mode="complete")), [A(3, 3)],
+                 tol32=(5e-5, 5e-6)),
+        # full matrices of a tall matrix and a wide one: values and vmap (no derivative, as JAX)
+        prim_row("qr_tall_full", lax_decomp.qr_p, {"full_matrices": True},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(x, full_matrices=True)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(x, mode="complete")), [A(3, 2)], diff_argnums=()),
+    ]
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows() + _rows_cumulative_sorting()
     + _rows_bits()
     + _rows_slicing()
     + _rows_jax_elementwise()
+    + _rows_linalg_solvers()
 )
 
 
@@ -1906,9 +2044,102 @@ def _rows_jax_numpy():
     return jax_numpy_rows.rows()
 
 
+# ---------------------------------------------------------------------------------------
+# cuvmap.numpy.linalg and cuvmap.scipy.linalg (composites of the linalg primitives)
+# ---------------------------------------------------------------------------------------
+
+
+def _ref_expm(a):
+    """The Taylor series, summed until its terms vanish (the matrices here have small norms)."""
+    out = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape).copy()
+    term = out.copy()
+    for k in range(1, 40):
+        term = term @ a / k
+        out = out + term
+    return out
+
+
+def _rows_linalg_functions():
+    la, sla = cnp.linalg, cv_scipy.linalg
+    tol = dict(tol32=(5e-5, 5e-6))
+    return [
+        Row("linalg_det_slogdet", lambda x: la.det(separated(x)) + la.slogdet(separated(x)[..., ::-1, :])[1],
+            lambda x: np.linalg.det(separated(x)) + np.linalg.slogdet(separated(x)[..., ::-1, :])[1], [A(2, 3, 3)],
+            **tol),
+        Row("linalg_solve_broadcast", lambda a, b: la.solve(separated(a), b),
+            lambda a, b: np.linalg.solve(separated(a), b), [A(2, 3, 3), A(3, 2)], **tol),
+        Row("linalg_solve_vector", lambda a, b: la.solve(separated(a), b),
+            lambda a, b: np.linalg.solve(separated(a), b), [A(3, 3), A(3)], **tol),
+        Row("linalg_inv_matrix_power", lambda x: la.inv(separated(x)) + la.matrix_power(separated(x), -2)
+            + la.matrix_power(0.3 * x, 3), lambda x: np.linalg.inv(separated(x)) + np.linalg.matrix_power(separated(x), -2)
+            + np.linalg.matrix_power(0.3 * x, 3), [A(2, 3, 3)], **tol),
+        Row("linalg_cholesky_upper", lambda x: la.cholesky(spd(x)) + la.cholesky(spd(x), upper=True),
+            lambda x: np.linalg.cholesky(spd(x)) + np.swapaxes(np.linalg.cholesky(spd(x)), -1, -2), [A(3, 3)], **tol),
+        Row("linalg_eigh", lambda x: _packed_eigh(cnp, *la.eigh(symmetric(x))),
+            lambda x: _packed_eigh(np, *np.linalg.eigh(symmetric(x))), [A(2, 3, 3)], **tol),
+        Row("linalg_eigvalsh", lambda x: la.eigvalsh(symmetric(x)), lambda x: np.linalg.eigvalsh(symmetric(x)),
+            [A(4, 4)], **tol),
+        Row("linalg_qr_r", lambda x: cnp.concatenate([_packed_qr(cnp, *la.qr(separated(x))),
+                                                       cnp.ravel(la.qr(separated(x), mode="r"))]),
+            lambda x: np.concatenate([_packed_qr(np, *np.linalg.qr(separated(x))),
+                                      np.linalg.qr(separated(x), mode="r").ravel()]), [A(4, 2)], **tol),
+        Row("linalg_pinv_lstsq", lambda a, b: la.pinv(separated(a)) + la.lstsq(separated(a), b)[0],
+            lambda a, b: np.linalg.pinv(separated(a)) + np.linalg.lstsq(separated(a), b, rcond=None)[0],
+            [A(4, 3), A(4, 4)], **tol),
+        Row("linalg_cond_tensorinv", lambda x: la.cond(separated(x)) + la.cond(separated(x), 1)
+            + la.tensorinv(cnp.reshape(separated(x), (2, 2, 4)), 2).sum(),
+            lambda x: np.linalg.cond(separated(x)) + np.linalg.cond(separated(x), 1)
+            + np.linalg.tensorinv(separated(x).reshape(2, 2, 4), 2).sum(), [A(4, 4)], **tol),
+        Row("linalg_multi_dot", lambda a, b, c: la.multi_dot([a, b, c]), lambda a, b, c: np.linalg.multi_dot([a, b, c]),
+            [A(3), A(3, 5), A(5, 2)], **tol),
+        Row("linalg_tensorsolve", lambda a, b: la.tensorsolve(cnp.reshape(separated(a), (2, 2, 4)), b),
+            lambda a, b: np.linalg.tensorsolve(separated(a).reshape(2, 2, 4), b), [A(4, 4), A(2, 2)], **tol),
+        Row("scipy_solve_triangular", lambda a, b: sla.solve_triangular(separated(a), b, trans="T", lower=True),
+            lambda a, b: np.linalg.solve(np.swapaxes(np.tril(separated(a)), -1, -2), b), [A(3, 3), A(3)], **tol),
+        Row("scipy_cho_solve", lambda a, b: sla.cho_solve(sla.cho_factor(spd(a)), b)
+            + sla.cho_solve(sla.cho_factor(spd(a), lower=True), b),
+            lambda a, b: 2 * np.linalg.solve(spd(a), b), [A(3, 3), A(3, 2)], **tol),
+        Row("scipy_lu_solve", lambda a, b: sla.lu_solve(sla.lu_factor(separated(a)[..., ::-1, :]), b)
+            + sla.lu_solve(sla.lu_factor(separated(a)[..., ::-1, :]), b, trans=1),
+            lambda a, b: np.linalg.solve(separated(a)[..., ::-1, :], b)
+            + np.linalg.solve(np.swapaxes(separated(a)[..., ::-1, :], -1, -2), b), [A(3, 3), A(3, 2)], **tol),
+        Row("scipy_lu", lambda x: cnp.stack(sla.lu(separated(x)[::-1])),
+            lambda x: np.stack(_ref_plu(separated(x)[::-1])), [A(3, 3)], **tol),
+        Row("scipy_expm", lambda x: sla.expm(0.5 * x), lambda x: _ref_expm(0.5 * x), [A(2, 3, 3)],
+            tol32=(1e-4, 1e-5), tol64=(1e-11, 1e-11)),
+        Row("linalg_array_api_names", lambda x, v: la.trace(x) + la.diagonal(x, offset=1).sum(-1)
+            + la.matrix_transpose(x)[:, 0, 1] + la.vecdot(x[:, 0], v) + la.outer(v, v)[:2, 0]
+            + la.tensordot(x[0], x[1], axes=2) + la.cross(x[:, :, :3], x[:, :, 1:])[:, 0, 0],
+            lambda x, v: np.linalg.trace(x) + np.linalg.diagonal(x, offset=1).sum(-1)
+            + np.linalg.matrix_transpose(x)[:, 0, 1] + np.linalg.vecdot(x[:, 0], v) + np.linalg.outer(v, v)[:2, 0]
+            + np.linalg.tensordot(x[0], x[1], axes=2) + np.linalg.cross(x[:, :, :3], x[:, :, 1:])[:, 0, 0],
+            [A(2, 4, 4), A(4)]),
+        # JAX's right-side triangular solve: x op(a) = b
+        Row("lax_triangular_solve_right", lambda a, b: lax.triangular_solve(separated(a), b, lower=True),
+            lambda a, b: b @ np.linalg.inv(np.tril(separated(a))), [A(2, 3, 3), A(2, 4, 3)], **tol),
+        # a norm of 12: three squarings
+        Row("scipy_expm_squared", lambda x: sla.expm(3.0 * x), lambda x: _ref_expm_eig(3.0 * x), [A(3, 3)],
+            tol32=(1e-4, 1e-4), tol64=(1e-9, 1e-9), grad_tol=1e-4),
+    ]
+
+
+def _ref_plu(a):
+    lu = _ref_lu(a)
+    n = a.shape[-1]
+    l_mat = np.tril(lu[:, :n], -1) + np.eye(n, dtype=a.dtype)
+    u_mat = np.triu(lu[:, :n])
+    p = np.eye(n, dtype=a.dtype)[lu[:, n + 1].astype(int)].T
+    return p, l_mat, u_mat
+
+
+def _ref_expm_eig(a):
+    w, v = np.linalg.eig(a.astype(np.float64))
+    return ((v * np.exp(w)) @ np.linalg.inv(v)).real.astype(a.dtype)
+
+
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
                   + _rows_control_flow() + _rows_complex()
-                  + _rows_slicing_composite() + _rows_jax_numpy())
+                  + _rows_slicing_composite() + _rows_jax_numpy() + _rows_linalg_functions())
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

@@ -56,6 +56,8 @@ from cuvmap.lax.windowed import (  # noqa: F401
     reduce_window, reduce_window_max, reduce_window_min, reduce_window_sum,
 )
 from cuvmap.lax.elementwise.complex_numbers import complex, conj, imag, real  # noqa: F401, A004
+from cuvmap.lax.linalg_decompositions import cholesky, eigh, qr  # noqa: F401
+from cuvmap.lax.linalg_solve import lu, lu_pivots_to_permutation, triangular_solve  # noqa: F401
 
 
 def all_primitives():

@@ -379,6 +379,8 @@ def svd(x, full_matrices=True, compute_uv=True):
 
     Example: ``s = svd(a, compute_uv=False)``; ``s[..., 0]`` is the spectral norm.
     """
+    if core.dtype_of(x).kind == "c":  # (eager calls skip the shape rule)
+        raise ShapeError(f"svd: complex inputs ({core.dtype_of(x)}) are not supported (no complex derivative rule)")
     if not compute_uv:
         return svd_p.bind(x, full_matrices=False, compute_uv=False)
     packed = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=True)
@@ -564,3 +566,19 @@ vjp.defvjp(svd_p, _svd_vjp, reads=(0, "out"))
 
 # bilinear: its transposes are products without a conjugate (NOTE [complex convention])
 complex_rules.defcomplex(dot_general_p)
+
+# JAX's lax.linalg names, here as in jax.lax.linalg: ``cuvmap.lax.linalg.cholesky`` and the
+# others are looked up on first use (a documented cycle: linalg_solve.py and
+# linalg_decompositions.py import this module's helpers, so this module cannot import them
+# at its top).
+_LAX_LINALG_NAMES = {"cholesky": "linalg_decompositions", "eigh": "linalg_decompositions",
+                     "qr": "linalg_decompositions", "lu": "linalg_solve",
+                     "lu_pivots_to_permutation": "linalg_solve", "triangular_solve": "linalg_solve"}
+
+
+def __getattr__(name):
+    module = _LAX_LINALG_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cuvmap.lax.linalg' has no attribute {name!r}")
+    import importlib  # (the documented cycle above)
+    return getattr(importlib.import_module(f"cuvmap.lax.{module}"), name)

@@ -300,6 +300,7 @@ PUBLIC_MODULES = [
     "cuvmap.config", "cuvmap.debug", "cuvmap.profiler", "cuvmap.custom_batching", "cuvmap.test_util",
     "cuvmap.custom_derivatives", "cuvmap.dtypes",
     "cuvmap.scipy.special", "cuvmap.scipy.stats.norm",
+    "cuvmap.scipy.linalg",
 ]
 
 

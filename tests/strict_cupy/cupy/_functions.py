@@ -142,6 +142,7 @@ def _float_gemm(*args, **kwargs):
 FUNCTION_NAMES = """
 argmax argmin broadcast_to concatenate cumprod cumsum empty_like flip max mean min moveaxis pad round squeeze
 stack std sum tril zeros_like
+conj ones_like swapaxes take_along_axis triu
 """.split()
 
 FUNCTIONS = {name: _function(name) for name in FUNCTION_NAMES}

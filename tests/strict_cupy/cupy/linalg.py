@@ -15,4 +15,14 @@ def _norm_library(x, ord=None, axis=None, keepdims=False):
 
 norm = _function("norm", np.linalg.norm, library=_norm_library, module="cupy.linalg")
 
-__all__ = ["svd", "norm"]
+# the solvers and decompositions of cuvmap/lax/linalg_solve.py and linalg_decompositions.py
+# (cuSOLVER's getrf/getrs, potrf, syevd, geqrf; CuPy batches them over leading dims)
+solve = _function("solve", np.linalg.solve, library="cusolver", module="cupy.linalg")
+inv = _function("inv", np.linalg.inv, library="cusolver", module="cupy.linalg")
+det = _function("det", np.linalg.det, library="cusolver", module="cupy.linalg")
+slogdet = _function("slogdet", np.linalg.slogdet, library="cusolver", module="cupy.linalg")
+cholesky = _function("cholesky", np.linalg.cholesky, library="cusolver", module="cupy.linalg")
+eigh = _function("eigh", np.linalg.eigh, library="cusolver", module="cupy.linalg")
+qr = _function("qr", np.linalg.qr, library="cusolver", module="cupy.linalg")
+
+__all__ = ["svd", "norm", "solve", "inv", "det", "slogdet", "cholesky", "eigh", "qr"]
