@@ -195,6 +195,7 @@ def _vjp(f, primals, has_aux, where, describe):
         out = f(*tree.unflatten(treedef, inputs))
         out, aux = api_util.split_aux(f, out, has_aux)
     out_leaves, out_tree = tree.flatten(out)
+    api_util.check_outputs(f, out_leaves, out)
     out_primals = []
     out_nodes = []
     for leaf in out_leaves:
@@ -390,6 +391,7 @@ def _jvp(f, primals, tangents, has_aux, where):
         out = f(*tree.unflatten(p_tree, traced))
         out, aux = api_util.split_aux(f, out, has_aux)
     out_leaves, out_tree = tree.flatten(out)
+    api_util.check_outputs(f, out_leaves, out)
     out_p, out_t = [], []
     for leaf in out_leaves:
         if main.owns(leaf):

@@ -150,6 +150,7 @@ def vmap_flat(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
         args, kwargs = tree.unflatten(treedef, traced)
         out = f(*args, **kwargs)
     out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
+    api_util.check_outputs(f, out_leaves, out, "batched function")
     try:
         out_axes_flat = tree.broadcast_prefix(out_axes, out, api_util.is_axis)
     except tree.PrefixError as err:
