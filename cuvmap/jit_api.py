@@ -139,6 +139,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
 
     @api_util.with_context(where, f)
     def jitted(*args, **kwargs):
+        if config.disable_jit:  # JAX's disable_jit: the function itself, eagerly
+            return f(*args, **kwargs)
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
