@@ -561,8 +561,12 @@ def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
             out_shape = core.shape_of(o)
             per_input = []
             for c in ct_leaves:
-                piece = indexing.slice_in_dim(c, offset, offset + n, 0)
-                per_input.append(lax_shape.reshape(piece, out_shape + core.shape_of(c)[1:]))
+                # (no copy of the Jacobian where a leaf is all of it and keeps its shape: the
+                # memory budget counts one copy)
+                whole = n == core.shape_of(c)[0]
+                piece = c if whole else indexing.slice_in_dim(c, offset, offset + n, 0)
+                shape = out_shape + core.shape_of(c)[1:]
+                per_input.append(piece if core.shape_of(piece) == shape else lax_shape.reshape(piece, shape))
             sub = tree.unflatten(ct_tree, per_input)
             jac_leaves.append(sub[0] if single else sub)
             offset += n
