@@ -88,10 +88,16 @@ def test_scan_unroll_stages_k_steps_into_one_program():
 
 
 def test_scan_unroll_checks_its_argument():
-    with pytest.raises(ControlFlowError, match=r"unroll must be a non-negative int or a bool, got -1"):
+    with pytest.raises(ControlFlowError, match=r"unroll must be a non-negative int or a bool .*, got -1"):
         lax.scan(_step, H0, XS, unroll=-1)
-    with pytest.raises(ControlFlowError, match=r"unroll must be a non-negative int or a bool, got 1.5"):
+    with pytest.raises(ControlFlowError, match=r"unroll must be a non-negative int or a bool .*, got 1.5"):
         lax.scan(_step, H0, XS, unroll=1.5)
+    with pytest.raises(ValueError, match="`unroll` must be a `bool` or a non-negative `int`"):
+        lax.scan(_step, H0, XS, unroll=-2)
+    with pytest.raises(ValueError, match="no leading axis to scan over"):
+        lax.scan(_step, H0, (XS, 1.0))
+    with pytest.raises(ValueError, match="xs has 7 entries along its leading axis, but length 5"):
+        lax.scan(_step, H0, XS, length=5)
     c, _ = lax.scan(_step, H0, XS[:0], unroll=4)  # an empty scan
     np.testing.assert_array_equal(c, H0)
 

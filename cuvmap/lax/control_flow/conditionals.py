@@ -228,7 +228,8 @@ def switch(index, branches, *operands, operand=_NO_OPERAND):
     one operand by keyword (JAX's older spelling)."""
     branches = tuple(branches)
     if not branches or not all(callable(b) for b in branches):
-        raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r}")
+        raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r} "
+                               "(lax.switch: branches argument should be a sequence of callables)")
     operands = _keyword_operand("switch", operands, operand)
     where = f"switch({', '.join(api_util.fun_name(b) for b in branches)})"
     index_aval = aval_of(index) if is_value(index) else None

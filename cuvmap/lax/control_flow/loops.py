@@ -221,7 +221,8 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
         return _bounded_while(cond_fun, body_fun, init_val, max_steps)
     for name, f in (("cond_fun", cond_fun), ("body_fun", body_fun)):
         if not callable(f):
-            raise ControlFlowError(f"while_loop: {name} must be callable, got {f!r}")
+            raise ControlFlowError(f"while_loop: {name} must be callable, got {f!r} (lax.while_loop: cond_fun and "
+                                   "body_fun arguments should be callable)")
     where = f"while_loop({api_util.fun_name(cond_fun)}, {api_util.fun_name(body_fun)})"
     paths, leaves, in_tree = flatten_values("init_val", init_val, where)
     avals = [aval_of(x) for x in leaves]

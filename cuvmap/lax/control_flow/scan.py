@@ -247,6 +247,12 @@ class ScanPrimitive(ControlFlowPrimitive):
 scan_p = ScanPrimitive("scan")
 
 
+class ScanArgumentError(ControlFlowError, ValueError):
+    """``scan``'s ``xs``, ``length`` or ``unroll`` do not fit (a leaf without a leading
+    axis, leading sizes that disagree, a negative ``unroll``): a ``ValueError``, as JAX's
+    (and a :class:`ControlFlowError`)."""
+
+
 def _nonzero(tangents):
     return [t for t in tangents if t is not None]
 
@@ -452,7 +458,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         h_last, hs = scan(step, h0, xs)
     """
     if not callable(f):
-        raise ControlFlowError(f"scan: f must be callable, got {f!r}")
+        raise ControlFlowError(f"scan: f must be callable, got {f!r} (lax.scan: f argument should be callable)")
     where = f"scan({api_util.fun_name(f)})"
     if not isinstance(reverse, (bool, np.bool_)):
         raise ControlFlowError(f"{where}: reverse must be True or False, got {reverse!r}")
@@ -498,8 +504,9 @@ def _scan_length(where, x_paths, x_leaves, length):
     for path, x in zip(x_paths, x_leaves):
         shape = core.shape_of(x)
         if not shape:
-            raise ControlFlowError(f"{where}: xs{tree.keystr(path)} is a scalar (shape ()); every leaf of xs "
-                                   "needs a leading axis to scan over")
+            raise ScanArgumentError(f"{where}: xs{tree.keystr(path)} is a scalar (shape ()); every leaf of xs "
+                                    "needs a leading axis to scan over (scan got value with no leading axis to "
+                                    "scan over)")
         sizes.append((path, shape[0]))
     if length is not None:
         if not api_util.is_int(length) or length < 0:
@@ -511,7 +518,7 @@ def _scan_length(where, x_paths, x_leaves, length):
         elif n != length:
             first = (f"length {length}" if not sizes or sizes[0][1] != length
                      else f"xs{tree.keystr(sizes[0][0])} has {length}")
-            raise ControlFlowError(f"{where}: xs{tree.keystr(path)} has {n} entries along its leading axis, but "
+            raise ScanArgumentError(f"{where}: xs{tree.keystr(path)} has {n} entries along its leading axis, but "
                                    f"{first}; every leaf of xs must have the same leading size")
     if length is None:
         raise ControlFlowError(f"{where}: xs is None (or has no leaves), so length must be given")
@@ -524,7 +531,8 @@ def _scan_unroll(where, unroll, length):
     if isinstance(unroll, (bool, np.bool_)):
         return max(length, 1) if unroll else 1
     if not api_util.is_int(unroll) or unroll < 0:
-        raise ControlFlowError(f"{where}: unroll must be a non-negative int or a bool, got {unroll!r}")
+        raise ScanArgumentError(f"{where}: unroll must be a non-negative int or a bool (`unroll` must be a `bool` or "
+                                f"a non-negative `int`), got {unroll!r}")
     return int(unroll)
 
 
