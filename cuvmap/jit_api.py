@@ -275,7 +275,9 @@ class Lowered:
         self._jitted = jitted
         self._where = where
 
-    def as_text(self):
+    def as_text(self, dialect=None, *, debug_info=False):
+        """The staged program's text (``dialect``, JAX's choice of IR, and ``debug_info`` are
+        accepted: cuvmap has one program text)."""
         return str(self.program)
 
     def compile(self):
@@ -290,8 +292,8 @@ class Compiled:
         self.lowered = lowered
         self.out_info = lowered.out_info
 
-    def as_text(self):
-        return self.lowered.as_text()
+    def as_text(self, dialect=None, *, debug_info=False):
+        return self.lowered.as_text(dialect, debug_info=debug_info)
 
     def __call__(self, *args, **kwargs):
         lowered = self.lowered
