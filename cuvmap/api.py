@@ -198,6 +198,7 @@ def _vjp(f, primals, has_aux, where, describe):
         out = f(*tree.unflatten(treedef, inputs))
         out, aux = api_util.split_aux(f, out, has_aux)
     out_leaves, out_tree = tree.flatten(out)
+    api_util.check_outputs(f, out_leaves, out)
     out_primals = []
     out_nodes = []
     for leaf in out_leaves:
@@ -418,6 +419,7 @@ def _jvp(f, primals, tangents, has_aux, where):
         out = f(*tree.unflatten(p_tree, traced))
         out, aux = api_util.split_aux(f, out, has_aux)
     out_leaves, out_tree = tree.flatten(out)
+    api_util.check_outputs(f, out_leaves, out)
     out_p, out_t = [], []
     for leaf in out_leaves:
         if main.owns(leaf):
@@ -595,8 +597,12 @@ def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
             out_shape = core.shape_of(o)
             per_input = []
             for c in ct_leaves:
-                piece = indexing.slice_in_dim(c, offset, offset + n, 0)
-                per_input.append(lax_shape.reshape(piece, out_shape + core.shape_of(c)[1:]))
+                # (no copy of the Jacobian where a leaf is all of it and keeps its shape: the
+                # memory budget counts one copy)
+                whole = n == core.shape_of(c)[0]
+                piece = c if whole else indexing.slice_in_dim(c, offset, offset + n, 0)
+                shape = out_shape + core.shape_of(c)[1:]
+                per_input.append(piece if core.shape_of(piece) == shape else lax_shape.reshape(piece, shape))
             sub = tree.unflatten(ct_tree, per_input)
             jac_leaves.append(sub[0] if single else sub)
             offset += n

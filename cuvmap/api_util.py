@@ -24,6 +24,45 @@ class TransformError(CuvmapError, ValueError):
     """Bad arguments to a transform (axes, argnums, shapes of inputs or cotangents)."""
 
 
+class OutputTypeError(TransformError, TypeError):
+    """A transformed function returned something that is not an array or a number (a
+    string, an arbitrary object, an array of strings): a ``TypeError``, as JAX's "is not a
+    valid JAX type" (and a :class:`TransformError`)."""
+
+
+class AuxOutputError(TransformError, TypeError):
+    """With ``has_aux=True`` the function did not return a pair ``(output, aux)``: a
+    ``TypeError``, as JAX's (and a :class:`TransformError`)."""
+
+
+def is_output_leaf(x):
+    """Whether ``x`` may be a leaf of a transformed function's result: a tracer, a Python
+    number, or an array (NumPy, CuPy) of booleans or numbers."""
+    if not core.is_value(x):
+        return False
+    dtype = getattr(x, "dtype", None)
+    return dtype is None or np.dtype(dtype).kind in "biufcV"
+
+
+def check_outputs(f, out_leaves, out, role="transformed function"):
+    """Refuses a result ``out`` of ``f`` (flattened: ``out_leaves``) with a leaf that is
+    not an array or a number (:class:`OutputTypeError`, naming ``f`` and the leaf's path;
+    ``role`` says what ``f`` is to the transform: ``"batched function"`` for vmap)."""
+    for k, leaf in enumerate(out_leaves):
+        if not is_output_leaf(leaf):
+            path = tree.flatten_with_path(out)[0][k]
+            what = type(leaf).__name__ if not hasattr(leaf, "dtype") else f"an array of dtype {leaf.dtype}"
+            raise OutputTypeError(
+                f"Output from {role} {fun_name(f)}: {describe_out(path)} is {what} ({_short_repr(leaf)}), which "
+                "is not a valid JAX type: a transformed function returns arrays, Python numbers or pytrees of "
+                "them (None and empty containers are pytrees with no leaves)")
+
+
+def _short_repr(x):
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 
 def fun_name(f):
     while isinstance(f, functools.partial):
@@ -69,8 +108,9 @@ def split_aux(f, out, has_aux):
     if not has_aux:
         return out, None
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TransformError(
-            f"with has_aux=True, {fun_name(f)} must return a pair (output, aux), got {tree.describe(out)}"
+        raise AuxOutputError(
+            f"with has_aux=True, {fun_name(f)} must return a pair (output, aux) as a two-element tuple, got "
+            f"{tree.describe(out)}"
         )
     return out[0], out[1]
 

@@ -85,10 +85,14 @@ def _import_cupy():
 def device_put(x, device="cpu"):
     """Moves every array leaf of the pytree ``x`` to ``device`` (``'cpu'`` or ``'gpu'``).
 
+    ``device`` may also be one of :func:`cuvmap.devices`' devices (its platform), or None
+    (the CPU), as JAX's ``device_put`` takes them.
+
     Example::
 
         xs_gpu = cuvmap.device_put(xs, "gpu")
     """
+    device = "cpu" if device is None else getattr(device, "platform", device)
     xp = xp_for(device)
 
     def put(leaf):

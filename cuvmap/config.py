@@ -54,6 +54,23 @@ Settings:
   disagreement (NOTE [settings every process shares] in :mod:`cuvmap.distributed.group`),
   and a later change must be made on every process alike.
 
+JAX's settings, kept so that JAX code that sets them runs (``cuvmap.numpy_rank_promotion``
+and the other context managers of :mod:`cuvmap.jax_settings` change them for a block):
+
+- ``disable_jit`` (``False``): ``jit`` runs the function as it is, eagerly, every call
+  (JAX's ``jax_disable_jit``; for debugging with prints and breakpoints).
+- ``numpy_rank_promotion`` (``"allow"``; ``"warn"``, ``"raise"``): JAX's check of implicit
+  rank promotion in ``jax.numpy`` binary operations. Accepted and kept; cuvmap does not
+  check it (NumPy's broadcasting always applies; docs/jax.md lists the difference).
+- ``numpy_dtype_promotion`` (``"standard"``; ``"strict"``): kept, not checked (cuvmap
+  promotes as NumPy with NEP 50).
+- ``default_matmul_precision`` (``None``; ``"default"``, ``"high"``, ``"highest"``,
+  ``"bfloat16"``, ``"tensorfloat32"``, ``"float32"``, ...): JAX's precision of matrix
+  products on TPUs and tensor cores; a purely numerical tuning setting, kept and
+  without effect (NumPy's and cuBLAS's float32 products run at full float32 precision).
+- ``debug_nans``, ``debug_infs`` (``False``): kept, without effect (cuvmap does not re-run
+  a program to find the first NaN).
+
 A change of the jit settings applies to the programs planned after it: a jitted function
 keeps one plan per combination of them.
 
@@ -108,11 +125,25 @@ def from_environment(name, default):
     return default if value.strip() == "" else value
 
 
+def _choice(*allowed):
+    def check(value, name):
+        if value not in allowed:
+            raise ValueError(f"cuvmap.config: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+    return check
+
+
+_PRECISIONS = (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32", "fastest",
+               "bfloat16_3x", "ANY_F8_ANY_F8_F32", "F16_F16_F32", "F32_F32_F32", "F64_F64_F64")
+
 _CHECKS = {"default_float": _float_dtype, "jit_gpu_fusion": _bool, "jit_cuda_graphs": _bool,
            "jit_pool_signatures": _count, "jit_pool_bytes": _count, "jit_cache_signatures": _count,
            "measured_choices": _count, "device_bounds_check": _bool,
            "deterministic": _bool,
-           "collective_check": _bool}
+           "collective_check": _bool,
+           "disable_jit": _bool, "numpy_rank_promotion": _choice("allow", "warn", "raise"),
+           "numpy_dtype_promotion": _choice("standard", "strict"),
+           "default_matmul_precision": _choice(*_PRECISIONS), "debug_nans": _bool, "debug_infs": _bool}
 _values = {
     "default_float": _float_dtype(from_environment("CUVMAP_DEFAULT_FLOAT", "float32"), "CUVMAP_DEFAULT_FLOAT"),
     "jit_gpu_fusion": _bool(from_environment("CUVMAP_JIT_GPU_FUSION", "1"), "CUVMAP_JIT_GPU_FUSION"),
@@ -125,6 +156,8 @@ _values = {
     "device_bounds_check": _bool(from_environment("CUVMAP_DEVICE_BOUNDS_CHECK", "1"), "CUVMAP_DEVICE_BOUNDS_CHECK"),
     "deterministic": _bool(from_environment("CUVMAP_DETERMINISTIC", "0"), "CUVMAP_DETERMINISTIC"),
     "collective_check": _bool(from_environment("CUVMAP_COLLECTIVE_CHECK", "1"), "CUVMAP_COLLECTIVE_CHECK"),
+    "disable_jit": False, "numpy_rank_promotion": "allow", "numpy_dtype_promotion": "standard",
+    "default_matmul_precision": None, "debug_nans": False, "debug_infs": False,
 }
 
 # NOTE [reproducible runs]
@@ -145,15 +178,31 @@ _values = {
 # draws come from explicit keys or generators.
 
 
+def _jax_spelling(name, value=None):
+    """JAX's name of a setting (``"jax_numpy_rank_promotion"``) as cuvmap's, and
+    ``jax_enable_x64`` as ``default_float`` (float64 on, float32 off)."""
+    if name == "jax_enable_x64":
+        return "default_float", ("float64" if _bool(value, name) else "float32") if value is not None else None
+    if name.startswith("jax_") and name[4:] in _CHECKS:
+        return name[4:], value
+    return name, value
+
+
 def update(name, value):
-    """Sets the setting ``name`` to ``value`` (``update("default_float", "float64")``)."""
+    """Sets the setting ``name`` to ``value`` (``update("default_float", "float64")``); JAX's
+    spellings work too (``update("jax_enable_x64", True)`` sets ``default_float`` to
+    float64, ``update("jax_disable_jit", True)`` sets ``disable_jit``)."""
+    name, value = _jax_spelling(name, value)
     if name not in _CHECKS:
         raise KeyError(f"cuvmap.config: unknown setting {name!r}; the settings are {sorted(_CHECKS)}")
     _values[name] = _CHECKS[name](value, name)
 
 
 def read(name):
-    """The current value of the setting ``name``."""
+    """The current value of the setting ``name`` (JAX's spellings as in :func:`update`)."""
+    if name == "jax_enable_x64":
+        return _values["default_float"] == np.float64
+    name, _ = _jax_spelling(name)
     if name not in _values:
         raise KeyError(f"cuvmap.config: unknown setting {name!r}; the settings are {sorted(_CHECKS)}")
     return _values[name]

@@ -139,6 +139,8 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
 
     @api_util.with_context(where, f)
     def jitted(*args, **kwargs):
+        if config.disable_jit:  # JAX's disable_jit: the function itself, eagerly
+            return f(*args, **kwargs)
         if no_statics:
             leaves, treedef = tree.flatten((args, kwargs))
             signature = _fast_signature(leaves)
@@ -273,7 +275,9 @@ class Lowered:
         self._jitted = jitted
         self._where = where
 
-    def as_text(self):
+    def as_text(self, dialect=None, *, debug_info=False):
+        """The staged program's text (``dialect``, JAX's choice of IR, and ``debug_info`` are
+        accepted: cuvmap has one program text)."""
         return str(self.program)
 
     def compile(self):
@@ -288,8 +292,8 @@ class Compiled:
         self.lowered = lowered
         self.out_info = lowered.out_info
 
-    def as_text(self):
-        return self.lowered.as_text()
+    def as_text(self, dialect=None, *, debug_info=False):
+        return self.lowered.as_text(dialect, debug_info=debug_info)
 
     def __call__(self, *args, **kwargs):
         lowered = self.lowered

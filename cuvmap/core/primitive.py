@@ -238,8 +238,9 @@ def _escaped_message(primitive, tracer):
     belonged to, so the message starts with that transform and function."""
     return (
         f"a traced value (shape {tracer.shape}) escaped this transform and was used by "
-        f"{primitive.name} after the transform returned: it was stored outside the function "
-        "(a global, a closure cell, a list). Return values from the transformed function instead."
+        f"{primitive.name} after the transform returned: it was stored outside the function in global "
+        "state (a global, a closure cell, a list). Return values from the transformed function instead "
+        "(JAX's UnexpectedTracerError: Encountered an unexpected tracer)."
     )
 
 

@@ -153,7 +153,12 @@ def vmap_flat(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
     try:
         out_axes_flat = tree.broadcast_prefix(out_axes, out, api_util.is_axis)
     except tree.PrefixError as err:
+        api_util.check_outputs(f, out_leaves, out, "batched function")
         raise api_util.prefix_error("out_axes", out_axes, "outputs", err, api_util.describe_out) from None
+    # the outputs vmap stacks must be arrays; what passes through unmapped (out_axes None,
+    # as jacfwd's has_aux) is returned as it is
+    api_util.check_outputs(f, [x if oa is not None or main.owns(x) else 0 for x, oa in zip(out_leaves, out_axes_flat)],
+                           out, "batched function")
     results = []
     for path, leaf, oa in zip(out_paths, out_leaves, out_axes_flat):
         batched = main.owns(leaf)

@@ -149,6 +149,7 @@ def _linearize(f, primals, has_aux, where):
         out = f(*tree.unflatten(p_tree, list(leaves)))
         out, aux = api_util.split_aux(f, out, has_aux)
         out_leaves, out_tree = tree.flatten(out)
+        api_util.check_outputs(f, out_leaves, out)
         out_tree_box.append(out_tree)
         return out_leaves, aux
 

@@ -92,6 +92,8 @@ def _scan_source(p, num_consts, num_carry):
               for m, r in enumerate(results[ncar:]) if m not in written]
     if ncar:
         lines.append(f"        {_names(carry_slots)}, = {', '.join(results[:ncar])},")
+    if lines[-1] == "    for i in indices:":  # a body with nothing to do (no steps, xs, ys or carries)
+        lines.append("        pass")
     lines.append(f"    return [{_names(carry_slots)}]")
     return "\n".join(lines) + "\n", namespace
 

@@ -21,7 +21,6 @@ import dataclasses
 import numpy as np
 
 from cuvmap import api_util, backend, core, tree
-from cuvmap.api_util import TransformError
 from cuvmap.core import ConcretizationError, Trace, Tracer
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
@@ -315,12 +314,7 @@ def trace_program(f, where, leaves, paths, avals, rebuild, python_number_args=Fa
         full, full_kwargs = rebuild(traced)
         out = f(*full, **full_kwargs)
         out_paths, out_leaves, out_tree = tree.flatten_with_path(out)
-        for path, leaf in zip(out_paths, out_leaves):
-            if not core.is_value(leaf):
-                raise TransformError(
-                    f"{api_util.describe_out(path)} of {api_util.fun_name(f)} is a {type(leaf).__name__}; a "
-                    "jitted function returns arrays, Python numbers or pytrees of them"
-                )
+        api_util.check_outputs(f, out_leaves, out)
         out_tree_box.append(out_tree)
         return out_leaves
 

@@ -179,7 +179,11 @@ def test_default_dtype_follows_the_config():
     with pytest.raises(ValueError, match="default_float"):
         cv.config.update("default_float", "int32")
     with pytest.raises(KeyError, match="settings"):
+        cv.config.update("jax_no_such_setting", True)
+    with cv.config.override(default_float="float32"):  # JAX's spelling of 64-bit floats
         cv.config.update("jax_enable_x64", True)
+        assert cv.config.default_float == np.float64
+    assert cv.config.default_float == np.float32
 
 
 # ---------------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ def test_has_aux_needs_a_pair(call):
         return x * 2
 
     with raises(cuvmap.TransformError, r"(grad|vjp|jvp|jacrev|jacfwd)\(g\): with has_aux=True, g must return a pair "
-                r"\(output, aux\), got an array of shape \(3,\)$"):
+                r"\(output, aux\) as a two-element tuple, got an array of shape \(3,\)$"):
         call(g)
 
 

@@ -269,7 +269,10 @@ class ChunkedMap:
         closed = staging.trace_to_jaxpr(flat, self._avals(leaves, axes, b), name=self.where, stager=self.stager)
         program = ir.optimize(closed)
         p = executor.plan(program, graphs=False)
-        return _Program(program, box[0], executor.planned_peak_bytes(p), p)
+        # a generated input (a Jacobian's basis) is made for each chunk: its rows are
+        # memory of the chunk's that the program's plan does not count (its arguments)
+        made = sum(b * int(np.prod(x.shape[1:])) * x.dtype.itemsize for x in leaves if isinstance(x, Generated))
+        return _Program(program, box[0], executor.planned_peak_bytes(p) + made, p)
 
     # -- the choice ---------------------------------------------------------------------
 
@@ -407,6 +410,10 @@ class ChunkedMap:
         if choice is not None:
             return choice, self._program_of(choice, body, leaves, axes), traced
         choice, program = self._choose(body, leaves, axes, size, chunk_spec, budget_spec, device, traced)
+        if size and not traced and not choice.programs:
+            # a fixed chunk size stages nothing to choose: stage the first chunk's program now,
+            # to see whether the function closes over an enclosing transform's values
+            program(max(1, min(choice.chunk, size)))
         if any(_holds_tracers(p) for p in choice.programs.values()):
             # the function closes over values of an enclosing transform: its programs are for
             # this call only, and its chunks run as a scan under that transform

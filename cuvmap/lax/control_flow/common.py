@@ -239,6 +239,31 @@ def prune_outputs(closed, used_outputs):
     return ClosedJaxpr(ir.dce(Jaxpr([], j.invars, j.eqns, outvars)), [])
 
 
+def forwarded_inputs(programs):
+    """For each output of the ``programs`` (which take the same arguments and return the
+    same avals), the index of the argument that every one of them returns there unchanged,
+    else None (NOTE [forwarded operands])."""
+    positions = [{v: i for i, v in enumerate(p.jaxpr.invars)} for p in programs]
+    found = []
+    for m in range(len(programs[0].jaxpr.outvars)):
+        at = {pos.get(p.jaxpr.outvars[m]) if type(p.jaxpr.outvars[m]) is Var else None
+              for p, pos in zip(programs, positions)}
+        found.append(at.pop() if len(at) == 1 else None)
+    return found
+
+
+# NOTE [forwarded operands]
+# A branch of a cond, or a loop body, often returns one of its arguments unchanged: a
+# value the branches pass through (``lambda x, y: (x * 2, y)``), a read-only carry of a
+# scan or a while loop (the weights an RNN step reads). Such a result IS the operand, so
+# the control-flow function returns the operand itself (and a loop passes the carry to
+# its body as a constant instead), as JAX's forwarding does: the primitive no longer
+# computes it. It matters beyond the copy saved: under ``vmap`` the result stays
+# unbatched when the operand is (a batched predicate would otherwise make every output of
+# a cond batched through its select, and ``out_axes=None`` would refuse it), and reverse
+# mode keeps no residual for it.
+
+
 def reads(closed):
     """For each argument of ``closed``, whether an equation or an output reads it."""
     j = closed.jaxpr

@@ -13,8 +13,9 @@ from cuvmap import api_util, tree
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise
 from cuvmap.lax.control_flow.common import (
-    COND_STAGER, ControlFlowError, ControlFlowPrimitive, aval_of, describe, expand, flatten_values, prune_outputs,
-    reads, run_plan, same_aval, scalar_aval, stage_body, trace_flat, with_program, zeros)
+    COND_STAGER, ControlFlowError, ControlFlowPrimitive, aval_of, describe, expand, flatten_values,
+    forwarded_inputs, is_value,
+    prune_outputs, reads, run_plan, same_aval, stage_body, trace_flat, with_program, zeros)
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, move_bdim, not_mapped
 from cuvmap.transforms.call import avals_of
@@ -167,17 +168,26 @@ def _any_branch(branches, flags_of):
 # ---------------------------------------------------------------------------------------
 
 
-def cond(pred, true_fun, false_fun, *operands):
+_NO_OPERAND = object()  # ``operand=`` not given
+
+
+def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, as one primitive
     that every transform handles (JAX's ``lax.cond``).
 
     Args:
-      pred: a boolean (or integer) scalar: a Python value, an array or a traced value.
+      pred: a scalar: a boolean, or a number (integer or floating), which is converted as
+        JAX does (``pred != 0``: nonzero takes ``true_fun``); a Python value, an array or a
+        traced value.
       true_fun, false_fun: functions of the operands returning the same structure, shapes
         and dtypes.
       *operands: pytrees of arrays and numbers.
+      operand: one operand given by keyword (JAX's older spelling), instead of ``*operands``.
     Returns:
       the chosen branch's result.
+
+    JAX's deprecated five-argument form ``cond(pred, true_operand, true_fun,
+    false_operand, false_fun)`` is accepted too, as JAX still accepts it.
 
     Under ``vmap`` with a batched ``pred`` both branches run for every example and
     ``select`` picks per example, with NumPy's floating-point warnings off (NOTE [a batched
@@ -187,26 +197,60 @@ def cond(pred, true_fun, false_fun, *operands):
 
         y = cond(x.sum() > 0, lambda x: x * 2.0, lambda x: -x, x)
     """
-    for name, f in (("true_fun", true_fun), ("false_fun", false_fun)):
-        if not callable(f):
-            raise ControlFlowError(f"cond: {name} must be callable, got {f!r}")
+    if not (callable(true_fun) and callable(false_fun)):
+        if callable(false_fun) and len(operands) == 2 and callable(operands[1]) and operand is _NO_OPERAND:
+            # the deprecated form cond(pred, true_operand, true_fun, false_operand, false_fun)
+            x_true, f_true, x_false, f_false = true_fun, false_fun, *operands
+            return cond(pred, lambda x, _: f_true(x), lambda _, x: f_false(x), x_true, x_false)
+        for name, f in (("true_fun", true_fun), ("false_fun", false_fun)):
+            if not callable(f):
+                raise ControlFlowError(f"cond: {name} must be callable, got {f!r} (lax.cond: true_fun and "
+                                       "false_fun arguments should be callable)")
+    operands = _keyword_operand("cond", operands, operand)
     where = f"cond({api_util.fun_name(true_fun)}, {api_util.fun_name(false_fun)})"
-    pred_aval = scalar_aval(pred, "biu", where, "pred must be a boolean scalar")
+    if pred is None:
+        raise ControlFlowError(f"{where}: the cond predicate is None; pred must be a boolean or numeric scalar")
+    pred_aval = aval_of(pred) if is_value(pred) else None
+    if pred_aval is None or pred_aval.dtype.kind not in "biuf":
+        got = describe(pred_aval) if pred_aval is not None else repr(pred)
+        raise ControlFlowError(f"{where}: Pred type must be either boolean or number, got {got}")
+    if pred_aval.shape != ():
+        raise ControlFlowError(f"{where}: pred must be a scalar (a boolean or a number), got {describe(pred_aval)}")
+    # a number is a predicate as in JAX: nonzero (NaN included) takes true_fun
     index = elementwise.convert_element_type(pred != 0 if pred_aval.dtype.kind != "b" else pred, np.int32)
     return _switch(index, (false_fun, true_fun), operands, where, labels=("false_fun", "true_fun"))
 
 
-def switch(index, branches, *operands):
+def switch(index, branches, *operands, operand=_NO_OPERAND):
     """``branches[index](*operands)`` with ``index`` clamped to ``[0, len(branches) - 1]``
-    (JAX's ``lax.switch``); see :func:`cond`."""
+    (JAX's ``lax.switch``): an index below 0 runs the first branch, one past the end the
+    last, as ``clamp(0, index, len(branches) - 1)``; see :func:`cond`. ``operand=`` gives
+    one operand by keyword (JAX's older spelling)."""
     branches = tuple(branches)
     if not branches or not all(callable(b) for b in branches):
-        raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r}")
+        raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r} "
+                               "(lax.switch: branches argument should be a sequence of callables)")
+    operands = _keyword_operand("switch", operands, operand)
     where = f"switch({', '.join(api_util.fun_name(b) for b in branches)})"
-    scalar_aval(index, "iub", where, "index must be an integer scalar")
+    index_aval = aval_of(index) if is_value(index) else None
+    if index_aval is None or index_aval.dtype.kind not in "iub":
+        got = describe(index_aval) if index_aval is not None else repr(index)
+        raise ControlFlowError(f"{where}: Index type must be an integer, got {got}")
+    if index_aval.shape != ():
+        raise ControlFlowError(f"{where}: Branch index must be scalar, got {describe(index_aval)}")
     index = elementwise.convert_element_type(index, np.int32)
     index = elementwise.max(elementwise.min(index, np.int32(len(branches) - 1)), np.int32(0))
     return _switch(index, branches, operands, where)
+
+
+def _keyword_operand(name, operands, operand):
+    """``operands``, or ``(operand,)`` when the one operand was given by keyword."""
+    if operand is _NO_OPERAND:
+        return operands
+    if operands:
+        raise ControlFlowError(f"{name}: if 'operand' keyword is passed then no positional operands can be "
+                               f"passed, got {len(operands)} positional operands")
+    return (operand,)
 
 
 def _switch(index, branch_funs, operands, where, labels=None):
@@ -227,7 +271,14 @@ def _switch(index, branch_funs, operands, where, labels=None):
                     f"{where}: {names[k]} returns output{tree.keystr(path)} as {describe(ak)}, but {names[0]} "
                     f"returns {describe(a0)}; the branches must return the same shapes and dtypes")
     branches, consts = _join([b.program for b in bodies], [b.consts for b in bodies])
-    outs = cond_p.bind(index, *consts, *leaves, branches=branches)
+    # an output every branch returns unchanged is the operand itself (NOTE [forwarded operands])
+    fwd = forwarded_inputs(branches)
+    computed = [f is None for f in fwd]
+    if not all(computed):
+        branches = [prune_outputs(b, computed) for b in branches]
+    outs = iter(cond_p.bind(index, *consts, *leaves, branches=branches) if any(computed) else [])
+    args = list(consts) + list(leaves)
+    outs = [next(outs) if f is None else args[f] for f in fwd]
     results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
     return tree.unflatten(first.out_tree, results)
 

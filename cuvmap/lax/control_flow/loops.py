@@ -11,12 +11,13 @@ import weakref
 import numpy as np
 
 from cuvmap import api_util, tree
+from cuvmap.core import PrimalTracer, Tracer
 from cuvmap.lax import bitwise, elementwise, reduction
 from cuvmap.lax.control_flow.chunked import ChunkedMap, check_chunk_spec, vmap_combine
 from cuvmap.lax.control_flow.conditionals import cond
 from cuvmap.lax.control_flow.common import (
     WHILE_STAGER, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry, depends,
-    describe, expand, flatten_values, grow, loop_jvp_program, prune_outputs, reads, scalar_aval, split3,
+    describe, expand, flatten_values, forwarded_inputs, grow, is_value, loop_jvp_program, prune_outputs, reads, split3,
     stage_body, trace_flat, while_of, with_program, zeros, carries_on_device, device_of)
 from cuvmap.lax.control_flow.scan import scan
 from cuvmap.transforms import batching, ir
@@ -25,6 +26,11 @@ from cuvmap.transforms.call import avals_of
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.jvp import jvp_jaxpr
 from cuvmap.transforms.remat import checkpoint
+
+
+class WhileGradError(ControlFlowError, ValueError):
+    """Reverse-mode differentiation of a ``while_loop`` (or a ``fori_loop`` with traced
+    bounds), which has no fixed number of iterations; a ``ValueError`` as JAX's."""
 
 
 class WhilePrimitive(ControlFlowPrimitive):
@@ -137,8 +143,9 @@ class WhilePrimitive(ControlFlowPrimitive):
         return out_p, [next(out_t) if nz else None for nz in carry_nz]
 
     def vjp(self, primals, needs_ct, params):
-        raise ControlFlowError(
-            "reverse-mode differentiation (grad, vjp, jacrev) of a while_loop is not supported: the number of "
+        raise WhileGradError(
+            "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic "
+            "start/stop values: reverse mode (grad, vjp, jacrev) of a while_loop is not supported: the number of "
             "iterations is not known in advance, so there is no fixed set of residuals to keep (as in JAX, "
             "jax#2469). Give the loop a bound, while_loop(cond_fun, body_fun, init_val, max_steps=N), which is "
             "differentiable in reverse mode (checkpointed), or use scan, or fori_loop with static (Python int) "
@@ -214,7 +221,8 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
         return _bounded_while(cond_fun, body_fun, init_val, max_steps)
     for name, f in (("cond_fun", cond_fun), ("body_fun", body_fun)):
         if not callable(f):
-            raise ControlFlowError(f"while_loop: {name} must be callable, got {f!r}")
+            raise ControlFlowError(f"while_loop: {name} must be callable, got {f!r} (lax.while_loop: cond_fun and "
+                                   "body_fun arguments should be callable)")
     where = f"while_loop({api_util.fun_name(cond_fun)}, {api_util.fun_name(body_fun)})"
     paths, leaves, in_tree = flatten_values("init_val", init_val, where)
     avals = [aval_of(x) for x in leaves]
@@ -235,8 +243,23 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
     if len(pred) != 1 or pred[0].shape != () or pred[0].dtype != np.bool_:
         got = ", ".join(describe(a) for a in pred) or "nothing"
         raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, got {got}")
-    outs = while_p.bind(*cond.consts, *body.consts, *leaves, cond_nconsts=len(cond.consts),
-                        cond_program=cond.program, body_nconsts=len(body.consts), body_program=body.program)
+    # a value the body returns unchanged is a constant of the loop (NOTE [forwarded operands])
+    ncc, nbc, n = len(cond.consts), len(body.consts), len(leaves)
+    fwd = forwarded_inputs([body.program])
+    read_only = [j for j in range(n) if fwd[j] == nbc + j]
+    if len(read_only) == n:  # nothing changes: the loop stays as written (it ends at once or never)
+        read_only = []
+    moving = [j for j in range(n) if j not in read_only]
+    cond_program, body_program = cond.program, body.program
+    if read_only:
+        cond_program = with_program(cond_program, list(range(ncc)) + [ncc + j for j in read_only + moving])
+        body_program = with_program(body_program, list(range(nbc)) + [nbc + j for j in read_only + moving], moving)
+    fixed = [leaves[j] for j in read_only]
+    outs = iter(while_p.bind(*cond.consts, *fixed, *body.consts, *fixed, *[leaves[j] for j in moving],
+                             cond_nconsts=ncc + len(fixed), cond_program=cond_program,
+                             body_nconsts=nbc + len(fixed), body_program=body_program))
+    fixed = dict(zip(read_only, cast_numbers(fixed, [avals[j] for j in read_only])))
+    outs = [fixed[j] if j in fixed else next(outs) for j in range(n)]
     outs = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
     return tree.unflatten(in_tree, outs)
 
@@ -295,31 +318,52 @@ def _predicate(pred, where):
     return pred
 
 
-def fori_loop(lower, upper, body_fun, init_val):
+def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     """``val = body_fun(i, val)`` for ``i`` in ``range(lower, upper)`` (JAX's
-    ``lax.fori_loop``). With Python (or NumPy) int bounds it is a :func:`scan` of
-    ``upper - lower`` steps, so reverse mode works; with traced bounds a
-    :func:`while_loop` (forward mode only).
+    ``lax.fori_loop``)::
+
+        def fori_loop(lower, upper, body_fun, init_val):
+            val = init_val
+            for i in range(lower, upper):
+                val = body_fun(i, val)
+            return val
+
+    With bounds whose values are known now (Python or NumPy numbers, arrays, or values
+    under ``grad``/``jvp``, which carry theirs) it is a :func:`scan` of ``max(upper -
+    lower, 0)`` steps over ``i = int(lower), int(lower) + 1, ...``, so reverse mode works
+    and ``unroll`` (as :func:`scan`'s; ``None`` is 1) applies; float bounds count as their
+    ``int()``, as in JAX, and no derivative flows to them. With traced bounds (under
+    ``jit`` or ``vmap``, or inside another loop's body) it is a :func:`while_loop` (forward
+    mode only) whose counter has the bounds' dtype, and ``unroll`` must be left out.
+    ``lower`` and ``upper`` must have the same dtype, except that a Python number takes
+    the other bound's.
 
     Example::
 
         x = fori_loop(0, 10, lambda i, x: x * 0.5 + i, x0)
     """
     if not callable(body_fun):
-        raise ControlFlowError(f"fori_loop: body_fun must be callable, got {body_fun!r}")
-    static = all(api_util.is_int(b) for b in (lower, upper))
-    if static:
-        lower, upper = int(lower), int(upper)
+        raise ControlFlowError(f"fori_loop: body_fun must be callable, got {body_fun!r} "
+                               "(lax.fori_loop: body_fun argument should be callable)")
+    where = f"fori_loop({api_util.fun_name(body_fun)})"
+    dtype = _bounds_dtype(where, lower, upper)
+    static = _static_bounds(lower, upper)
+    if static is not None:
+        lower, upper = static
 
         def step(carry, _):
             i, val = carry
             return (i + 1, body_fun(i, val)), None
 
         step.__name__ = api_util.fun_name(body_fun)
-        (_, val), _ = scan(step, (lower, init_val), None, length=max(upper - lower, 0))
+        (_, val), _ = scan(step, (lower, init_val), None, length=max(upper - lower, 0),
+                           unroll=1 if unroll is None else unroll)
         return val
-    for name, b in (("lower", lower), ("upper", upper)):
-        scalar_aval(b, "iu", f"fori_loop({api_util.fun_name(body_fun)})", f"{name} must be an integer scalar")
+    if unroll is not None and unroll is not False and unroll != 1:
+        raise ValueError(f"{where}: Can only use `unroll` in `fori_loop` if the loop bounds are statically known "
+                         "(Python or NumPy numbers); these are traced")
+    lower = elementwise.convert_element_type(lower, dtype)
+    upper = elementwise.convert_element_type(upper, dtype)
 
     def cond_fun(carry):
         return elementwise.lt(carry[0], carry[1])
@@ -332,6 +376,39 @@ def fori_loop(lower, upper, body_fun, init_val):
     body.__name__ = api_util.fun_name(body_fun)
     _, _, val = while_loop(cond_fun, body, (lower, upper, init_val))
     return val
+
+
+def _bounds_dtype(where, lower, upper):
+    """The loop counter's dtype: the bounds' common dtype (a Python number, weakly typed,
+    takes the other's), checked to be a real scalar's, as JAX's ``fori_loop``."""
+    avals = []
+    for name, b in (("lower", lower), ("upper", upper)):
+        aval = aval_of(b) if is_value(b) else None
+        if aval is None or aval.shape != () or aval.dtype.kind not in "iuf":
+            got = describe(aval) if aval is not None else type(b).__name__
+            raise ControlFlowError(f"{where}: {name} must be a real scalar (an integer, or a float as JAX "
+                                   f"accepts), got {got}")
+        avals.append(aval)
+    (lo, hi) = avals
+    if lo.dtype == hi.dtype or hi.weak_type:
+        return lo.dtype
+    if lo.weak_type:
+        return hi.dtype
+    raise ControlFlowError(f"{where}: lower and upper arguments to fori_loop must have equal types, got "
+                           f"{lo.dtype.name} and {hi.dtype.name}")
+
+
+def _static_bounds(lower, upper):
+    """``(int(lower), int(upper))`` when both bounds have values now (JAX's
+    ``core.is_concrete``: numbers, arrays, and values under ``grad``/``jvp``), else None."""
+    values = []
+    for b in (lower, upper):
+        while isinstance(b, PrimalTracer):  # a derivative's tracer carries its value
+            b = b.primal
+        if isinstance(b, Tracer):  # staged or batched: no value now
+            return None
+        values.append(int(b))
+    return tuple(values)
 
 
 def map(f, xs, *, batch_size=None, memory_budget=None):  # noqa: A001 - JAX's name

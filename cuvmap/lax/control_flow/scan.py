@@ -15,7 +15,7 @@ from cuvmap import api_util, core, tree
 from cuvmap.lax import elementwise, shape as lax_shape
 from cuvmap.lax.control_flow.common import (
     SCAN_STAGER, Body, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry,
-    depends, extend_outputs, flatten_values, grow, loop_jvp_program, loop_of, prune_outputs, reads, split3,
+    depends, extend_outputs, flatten_values, forwarded_inputs, grow, loop_jvp_program, loop_of, prune_outputs, reads, split3,
     stage_flat, trace_flat, with_program, xp_of, zeros, carries_on_device, device_of)
 from cuvmap.transforms import ir
 from cuvmap.transforms.batching import batch_jaxpr, bdim_at_front, move_bdim, not_mapped
@@ -38,16 +38,35 @@ class ScanPrimitive(ControlFlowPrimitive):
     def run(self, *args, length, num_consts, num_carry, program, reverse, unroll):
         """Eval: the body's plan compiled as a loop (NOTE [a loop runs as generated
         Python] in cuvmap/transforms/loop_plans.py) writes each step's ``y``\\ s into the
-        stacked results, made here; ``unroll`` changes nothing (NOTE [scan's
-        unroll])."""
+        stacked results, made here. With ``unroll=k`` (``0``: all of them) the loop runs a
+        program of ``k`` steps per iteration, and the remainder one step at a time (NOTE
+        [scan's unroll])."""
         consts, carry, xs = split3(args, num_consts, num_carry)
         carry = carries_on_device(carry, device_of(args))
         xp = xp_of(args)
         ys = [xp.empty((length,) + tuple(a.shape), a.dtype) for a in program.out_avals[num_carry:]]
         if not length:
             return list(carry) + ys
+        k = length if unroll == 0 else min(unroll, length)
         loop = loop_of(program, num_consts, num_carry)
-        carry = loop(consts, carry, xs, ys, range(length - 1, -1, -1) if reverse else range(length))
+        if k == 1:
+            carry = loop(consts, carry, xs, ys, range(length - 1, -1, -1) if reverse else range(length))
+            return carry + ys
+        trips, full = length // k, length // k * k
+        block, hoisted = _unrolled(program, num_consts, num_carry, k, reverse)
+        block_loop = loop_of(block, len(hoisted) + num_consts, num_carry)
+        # step j of a block reads row j of each x block and writes row j of each y block:
+        # strided views of the stacked arrays, so nothing is sliced or stacked in the body
+        x_blocks = [x[:full].reshape((trips, k) + tuple(x.shape[1:])) for x in xs]
+        y_blocks = [y[:full].reshape((trips, k) + tuple(y.shape[1:])) for y in ys]
+        x_cols = [xb[:, j] for j in range(k) for xb in x_blocks]
+        y_cols = [yb[:, j] for j in range(k) for yb in y_blocks]
+        if reverse:  # the remainder (the last rows) first, then the blocks backwards
+            carry = loop(consts, carry, xs, ys, range(length - 1, full - 1, -1))
+            carry = block_loop(hoisted + list(consts), carry, x_cols, y_cols, range(trips - 1, -1, -1))
+        else:
+            carry = block_loop(hoisted + list(consts), carry, x_cols, y_cols, range(trips))
+            carry = loop(consts, carry, xs, ys, range(full, length))
         return carry + ys
 
     def out_avals(self, params):
@@ -228,6 +247,12 @@ class ScanPrimitive(ControlFlowPrimitive):
 scan_p = ScanPrimitive("scan")
 
 
+class ScanArgumentError(ControlFlowError, ValueError):
+    """``scan``'s ``xs``, ``length`` or ``unroll`` do not fit (a leaf without a leading
+    axis, leading sizes that disagree, a negative ``unroll``): a ``ValueError``, as JAX's
+    (and a :class:`ControlFlowError`)."""
+
+
 def _nonzero(tangents):
     return [t for t in tangents if t is not None]
 
@@ -325,16 +350,23 @@ def _backward_body(split, nc, ncar, carry_d, ys_d, c_need, out_avals):
 
 
 # NOTE [scan's unroll]
-# ``unroll`` (JAX's) asks for several steps per iteration of the loop; the results are the
-# same. In cuvmap a step of the loop costs its body's impls and a few bytecodes (NOTE [a
-# loop runs as generated Python] in cuvmap/transforms/loop_plans.py): there is no
-# per-iteration dispatch left for unrolling to save. Unrolling by staging ``k`` steps into
-# one program, as cuvmap did before, costs more than it saves: the program slices each
-# step's ``x`` out of its block and concatenates the ``y``\ s back. ``python -m benchmarks
-# control_flow`` measures it on the tiny-carry scan (the row "unrolled by hand, 8 steps a
-# body": the same scan over blocks of 8 steps, several times slower per step than step by
-# step). So ``unroll`` is checked and kept in the params (the program text shows it, and a
-# transform passes it on), but the loop runs one step at a time whatever it says.
+# ``unroll=k`` (JAX's) runs ``k`` steps per iteration of the loop: the body's program is
+# traced ``k`` times into one program (:func:`_unrolled`, made once per body and ``k``,
+# kept in the body's ``derived``) that takes ``k`` rows of each ``x`` and returns ``k``
+# rows of each ``y``, and the loop walks ``length // k`` blocks; the ``length % k`` steps
+# left over run one at a time after the blocks (before them with ``reverse``). ``unroll=0``
+# or ``True`` is one block of every step, ``1`` or ``False`` the plain loop. The block's
+# rows are strided views of the stacked ``xs`` and ``ys`` (``xs[:full].reshape(trips, k,
+# ...)[:, j]``), so the unrolled program slices and stacks nothing: its steps are the
+# body's, ``k`` times, planned as one straight-line program (the executor reuses buffers
+# across the ``k`` steps and fuses elementwise chains that cross a step on the GPU). The
+# results are the same numbers in the same order. What it buys in cuvmap is smaller than
+# in XLA: a step of the plain loop already costs only its body's impls and a few
+# bytecodes (NOTE [a loop runs as generated Python] in cuvmap/transforms/loop_plans.py),
+# so unrolling saves those bytecodes and lets fusion cross steps, and costs a program ``k``
+# times longer to plan. The transforms keep ``unroll`` in the params (the program text
+# shows it) and pass it on: the JVP, the forward and backward scans of reverse mode and
+# the batched scan unroll as the user's did.
 
 
 def _bind_scan(consts, carry, xs, program, params, **changes):
@@ -355,12 +387,39 @@ def _slice_aval(aval):
     return core.ShapedArray(tuple(aval.shape[1:]), aval.dtype, False, aval.device)
 
 
+def _unrolled(program, num_consts, num_carry, k, reverse):
+    """``program`` (``(consts, carry, x) -> (carry, y)``) ``k`` times in one program
+    (NOTE [scan's unroll]): ``(hoisted, consts, carry, x_0.., .., x_{k-1}..) -> (carry,
+    y_0.., .., y_{k-1}..)``, the rows of step ``j`` in ``j``'s place, the steps run
+    ``k - 1`` down to ``0`` with ``reverse``. Returns ``(program, hoisted constants)``,
+    made once per body, ``k`` and direction."""
+    key = ("unrolled", num_consts, num_carry, k, bool(reverse))
+    hit = program.derived.get(key)
+    if hit is not None:
+        return hit
+    in_avals = program.in_avals
+    nc, ncar = num_consts, num_carry
+    x_avals = in_avals[nc + ncar:]
+    nx = len(x_avals)
+
+    def unrolled(*vals):
+        consts, carry, x_rows = vals[:nc], list(vals[nc:nc + ncar]), vals[nc + ncar:]
+        ys = [None] * k
+        for j in (range(k - 1, -1, -1) if reverse else range(k)):
+            outs = ir.eval_jaxpr(program.jaxpr, program.consts, list(consts) + carry + list(x_rows[j * nx:(j + 1) * nx]))
+            carry, ys[j] = list(outs[:ncar]), list(outs[ncar:])
+        return carry + [y for step in ys for y in step]
+
+    made = trace_flat(unrolled, list(in_avals[:nc + ncar]) + list(x_avals) * k, f"scan body unrolled {k} times")
+    return program.derived.setdefault(key, made)
+
+
 # ---------------------------------------------------------------------------------------
 # The user's function
 # ---------------------------------------------------------------------------------------
 
 
-def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpose=False):
     """Loops ``f`` over the leading axis of ``xs`` with a carry (JAX's ``lax.scan``)::
 
         def scan(f, init, xs, length=None):
@@ -381,9 +440,13 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
         ``f`` gets ``None``).
       length: the number of iterations, checked against ``xs``.
       reverse: walk the leading axis backwards (``ys`` still indexed like ``xs``).
-      unroll: how many iterations one step of the loop runs (a positive int, or True for
-        all of them), as JAX's; checked and kept, but the loop runs step by step whatever
-        it says, which measures faster (NOTE [scan's unroll]); the results are the same.
+      unroll: how many iterations one step of the loop runs, as JAX's: an int ``k >= 1``
+        runs ``k`` steps staged as one program per iteration and the ``length % k`` left
+        one by one, ``0`` or ``True`` all of them in one program, ``1`` or ``False`` one
+        step at a time (NOTE [scan's unroll]); the results are the same.
+      _split_transpose: JAX's experimental switch for how reverse mode splits the
+        transposed scan; accepted for compatibility, it changes nothing here (the reverse
+        pass is always one backward scan, NOTE [reverse mode of a scan]).
     Returns:
       ``(carry, ys)``: the last carry and the stacked ``y``\\ s.
 
@@ -395,7 +458,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
         h_last, hs = scan(step, h0, xs)
     """
     if not callable(f):
-        raise ControlFlowError(f"scan: f must be callable, got {f!r}")
+        raise ControlFlowError(f"scan: f must be callable, got {f!r} (lax.scan: f argument should be callable)")
     where = f"scan({api_util.fun_name(f)})"
     if not isinstance(reverse, (bool, np.bool_)):
         raise ControlFlowError(f"{where}: reverse must be True or False, got {reverse!r}")
@@ -417,7 +480,21 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     else:
         raise AssertionError("the carry's dtype did not settle")
     params = {"length": length, "reverse": bool(reverse), "unroll": unroll}
-    outs = _bind_scan(body.consts, carry_leaves, x_leaves, body.program, params)
+    # a carry the body returns unchanged is a constant of the loop (NOTE [forwarded operands])
+    nc = len(body.consts)
+    program = body.program
+    fwd = forwarded_inputs([program])[:num_carry]
+    read_only = [j for j in range(num_carry) if fwd[j] == nc + j]
+    if read_only:
+        moving = [j for j in range(num_carry) if fwd[j] != nc + j]
+        program = with_program(program, list(range(nc)) + [nc + j for j in read_only + moving]
+                               + list(range(nc + num_carry, len(program.in_avals))),
+                               moving + list(range(num_carry, len(program.out_avals))))
+    consts = list(body.consts) + [carry_leaves[j] for j in read_only]
+    moving_leaves = [c for j, c in enumerate(carry_leaves) if j not in read_only]
+    outs = iter(_bind_scan(consts, moving_leaves, x_leaves, program, params))
+    fixed = dict(zip(read_only, cast_numbers([carry_leaves[j] for j in read_only], [carry_avals[j] for j in read_only])))
+    outs = [fixed[j] if j in fixed else next(outs) for j in range(num_carry)] + list(outs)
     outs = api_util.unaliased([api_util.to_array_result(o) for o in outs], carry_leaves + x_leaves)
     return tree.unflatten(carry_tree, outs[:num_carry]), tree.unflatten(y_tree, outs[num_carry:])
 
@@ -427,8 +504,9 @@ def _scan_length(where, x_paths, x_leaves, length):
     for path, x in zip(x_paths, x_leaves):
         shape = core.shape_of(x)
         if not shape:
-            raise ControlFlowError(f"{where}: xs{tree.keystr(path)} is a scalar (shape ()); every leaf of xs "
-                                   "needs a leading axis to scan over")
+            raise ScanArgumentError(f"{where}: xs{tree.keystr(path)} is a scalar (shape ()); every leaf of xs "
+                                    "needs a leading axis to scan over (scan got value with no leading axis to "
+                                    "scan over)")
         sizes.append((path, shape[0]))
     if length is not None:
         if not api_util.is_int(length) or length < 0:
@@ -440,7 +518,7 @@ def _scan_length(where, x_paths, x_leaves, length):
         elif n != length:
             first = (f"length {length}" if not sizes or sizes[0][1] != length
                      else f"xs{tree.keystr(sizes[0][0])} has {length}")
-            raise ControlFlowError(f"{where}: xs{tree.keystr(path)} has {n} entries along its leading axis, but "
+            raise ScanArgumentError(f"{where}: xs{tree.keystr(path)} has {n} entries along its leading axis, but "
                                    f"{first}; every leaf of xs must have the same leading size")
     if length is None:
         raise ControlFlowError(f"{where}: xs is None (or has no leaves), so length must be given")
@@ -448,12 +526,13 @@ def _scan_length(where, x_paths, x_leaves, length):
 
 
 def _scan_unroll(where, unroll, length):
-    if unroll is True:
-        return max(length, 1)
-    if unroll is False:
-        return 1
-    if not api_util.is_int(unroll) or unroll < 1:
-        raise ControlFlowError(f"{where}: unroll must be a positive int or a bool, got {unroll!r}")
+    """JAX's ``unroll``: ``True`` is every step (``max(length, 1)``), ``False`` one, an int
+    ``k >= 0`` kept as it is (``0`` unrolls every step, as JAX's)."""
+    if isinstance(unroll, (bool, np.bool_)):
+        return max(length, 1) if unroll else 1
+    if not api_util.is_int(unroll) or unroll < 0:
+        raise ScanArgumentError(f"{where}: unroll must be a non-negative int or a bool (`unroll` must be a `bool` or "
+                                f"a non-negative `int`), got {unroll!r}")
     return int(unroll)
 
 
