@@ -18,7 +18,7 @@ from cuvmap.lax.linalg_common import (
 )
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_to, concatenate, expand_dims, squeeze
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
 
 # =======================================================================================
@@ -577,3 +577,9 @@ __all__ = [
     "adjugate", "adjugate_p", "det", "det_p", "lu", "lu_p", "lu_pivots_to_permutation", "lu_pivots_to_permutation_p",
     "slogdet", "slogdet_p", "solve", "solve_p", "triangular_solve", "triangular_solve_left", "triangular_solve_p",
 ]
+
+
+# the rules above follow NOTE [complex convention] (cuvmap/transforms/complex_rules.py) for
+# complex matrices: holomorphic in the matrix, transposes without a conjugate
+complex_rules.defcomplex(solve_p, triangular_solve_p, lu_p, lu_index_real_p, lu_pivots_to_permutation_p, det_p,
+                         adjugate_p)

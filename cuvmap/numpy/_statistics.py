@@ -6,7 +6,7 @@ identity with ``where``, so NaN entries get a zero derivative; the order statist
 sort (whose derivative follows the permutation) and interpolate."""
 import numpy as np
 
-from cuvmap import core
+from cuvmap import backend, core
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -169,6 +169,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
         host = q.get() if hasattr(q, "get") else np.asarray(q)
         if ((host < 0) | (host > 1)).any():
             raise ValueError(f"quantile: q must be in [0, 1], got {host}")
+        q = backend.device_put(q, backend.backend_name(a))   # a host q meets a's device once, here
     axes = _axes(a, axis, "quantile")
     kept = tuple(i for i in range(ndim(a)) if i not in axes)
     s = shape(a)
@@ -186,7 +187,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     elif method == "higher":
         low = high
     elif method == "nearest":
-        low = high = ew.round(position)
+        low = high = ew.round(position, ew.RoundingMethod.TO_NEAREST_EVEN)   # NumPy: halves to even
     fraction = ew.sub(position, low)
     if method == "midpoint":
         fraction = ew.select(ew.eq(low, high), 0.0, 0.5)

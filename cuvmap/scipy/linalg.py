@@ -254,7 +254,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     if kind != "gen":
         a = _square(a, "solve")
         half = tril(a, -1) if lower else triu(a, 1)
-        mirrored = _mT(complex_parts.conj(half) if kind == "her" else half)
+        mirrored = _mT(complex_parts.conj(half) if kind == "her" and core.dtype_of(a).kind == "c" else half)
         diag = tril(triu(a))
         if kind == "her":
             diag = complex_parts.real(diag) if core.dtype_of(a).kind == "c" else diag
