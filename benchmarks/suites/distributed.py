@@ -114,8 +114,8 @@ def add_arguments(parser):
                         help="runs of the whole example on --processes processes with the check on and off, "
                              "alternately (0: none)")
     parser.add_argument("--check-epochs", type=float, default=10.0, help="epochs of each --check-runs run")
-    parser.add_argument("--scaling-rounds", type=int, default=5,
-                        help="weak scaling: pairs of runs (1 process, --scaling-processes), alternately (0: none)")
+    parser.add_argument("--scaling-rounds", type=int, default=7,
+                        help="weak scaling: pairs of runs (1 process, --scaling-processes), alternately (0: none; a 95%% interval needs 6 at least)")
     parser.add_argument("--scaling-processes", type=int, default=2, help="weak scaling: processes of the larger job")
     parser.add_argument("--scaling-networks", nargs="+", choices=weak_scaling.NETWORKS,
                         default=list(weak_scaling.NETWORKS), help="weak scaling: the networks")
