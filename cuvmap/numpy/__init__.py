@@ -50,7 +50,7 @@ from cuvmap.numpy._complex import (  # noqa: F401
 )
 from cuvmap.numpy._dtypes import (  # noqa: F401
     float16, int8, int16, uint8, uint16, uint32, uint64, bool, int_, uint, float_, floating, integer,
-    signedinteger, unsignedinteger, inexact, number, generic, nan, e, euler_gamma, dtype, finfo, iinfo,
+    signedinteger, unsignedinteger, inexact, complexfloating, flexible, character, number, generic, nan, e, euler_gamma, dtype, finfo, iinfo,
     issubdtype, isdtype, result_type, promote_types, can_cast,
 )
 from cuvmap.numpy._elementwise_composites import (  # noqa: F401

@@ -131,9 +131,13 @@ def tensordot(x1, x2, /, *, axes=2):
 
 
 def vecdot(x1, x2, /, *, axis=-1):
-    """``numpy.linalg.vecdot``: ``Σ conj(x1) · x2`` along ``axis`` (broadcasting the others)."""
+    """``numpy.linalg.vecdot``: ``Σ conj(x1) · x2`` along ``axis`` of each operand (NumPy's
+    gufunc: ``axis`` counts in each operand's own dims, before the others broadcast)."""
+    x1, x2 = asarray(x1), asarray(x2)
     x1 = complex_parts.conj(x1) if _is_complex(x1) else x1
-    return sum(ew.mul(x1, x2), axis)
+    x1 = moveaxis(x1, _axis(x1, axis, "vecdot"), -1)
+    x2 = moveaxis(x2, _axis(x2, axis, "vecdot"), -1)
+    return sum(ew.mul(x1, x2), -1)
 
 
 # ---------------------------------------------------------------------------------------

@@ -230,3 +230,14 @@ def test_scipy_solve_reads_the_triangle_assume_a_names(assume_a, lower):
 def test_norm_of_a_list_of_traced_values():
     f = lambda x, y: la.norm([x, y])  # noqa: E731
     np.testing.assert_allclose(cv.grad(f, argnums=(0, 1))(3.0, 4.0), (0.6, 0.8), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shapes, axis", [(((2, 3, 4), (3, 4)), -1), (((2, 2, 2), (2, 2)), 0), (((4, 3), (2, 4, 3)), 0)])
+def test_vecdot_counts_axis_in_each_operands_own_dims(shapes, axis):
+    """NumPy's vecdot is a gufunc: ``axis`` names a dim of each operand before the others
+    broadcast (was a wrong number for operands of different ranks with axis=0)."""
+    rng = np.random.default_rng(3)
+    x1, x2 = (rng.normal(size=s) + 1j * rng.normal(size=s) for s in shapes)
+    np.testing.assert_allclose(cnp.linalg.vecdot(x1, x2, axis=axis), np.linalg.vecdot(x1, x2, axis=axis), rtol=1e-12)
+    np.testing.assert_allclose(cnp.linalg.vecdot(x1.real, x2.real, axis=axis),
+                               np.linalg.vecdot(x1.real, x2.real, axis=axis), rtol=1e-12)
