@@ -232,7 +232,7 @@ def test_norm_of_a_list_of_traced_values():
     np.testing.assert_allclose(cv.grad(f, argnums=(0, 1))(3.0, 4.0), (0.6, 0.8), rtol=1e-12)
 
 
-@pytest.mark.parametrize("shapes, axis", [(((2, 3, 4), (3, 4)), -1), (((2, 2, 2), (2, 2)), 0), (((4, 3), (2, 4, 3)), 0)])
+@pytest.mark.parametrize("shapes, axis", [(((2, 3, 4), (3, 4)), -1), (((2, 2, 2), (2, 2)), 0)])
 def test_vecdot_counts_axis_in_each_operands_own_dims(shapes, axis):
     """NumPy's vecdot is a gufunc: ``axis`` names a dim of each operand before the others
     broadcast (was a wrong number for operands of different ranks with axis=0)."""
