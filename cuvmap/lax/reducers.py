@@ -191,6 +191,26 @@ def fill_scalar(value, shape, like):
     return broadcast_in_dim(value, tuple(shape), ())
 
 
+
+def flat_operands(name, operands, init_values, init_name, operand_name):
+    """``(leaves, treedef, init_leaves, shape)`` of a variadic reduction's operands and
+    init values, checked: the same pytree structure, at least one operand, one shape for
+    all of them, scalar init values."""
+    leaves, treedef = tree.flatten(operands)
+    init_leaves, init_def = tree.flatten(init_values)
+    if treedef != init_def:
+        raise ShapeError(f"{name}: {init_name} {init_def} must have the structure of {operand_name} {treedef}")
+    if not leaves:
+        raise ShapeError(f"{name}: needs at least one operand")
+    shapes = [tuple(core.shape_of(x)) for x in leaves]
+    if len(set(shapes)) != 1:
+        raise ShapeError(f"{name}: the operands must have one shape, got {shapes}")
+    for v in init_leaves:
+        if core.shape_of(v) != ():
+            raise ShapeError(f"{name}: init values must be scalars, got shape {core.shape_of(v)}")
+    return leaves, treedef, init_leaves, shapes[0]
+
+
 def reduce(operands, init_values, computation, dimensions):  # noqa: A001 - lax vocabulary
     """JAX's ``lax.reduce(operands, init_values, computation, dimensions)`` (the module
     docstring states the math).
@@ -205,19 +225,7 @@ def reduce(operands, init_values, computation, dimensions):  # noqa: A001 - lax 
     Returns:
       a pytree like ``operands`` of arrays without ``dimensions``.
     """
-    leaves, treedef = tree.flatten(operands)
-    init_leaves, init_def = tree.flatten(init_values)
-    if treedef != init_def:
-        raise ShapeError(f"reduce: init_values {init_def} must have the structure of operands {treedef}")
-    if not leaves:
-        raise ShapeError("reduce: needs at least one operand")
-    shapes = [tuple(core.shape_of(x)) for x in leaves]
-    if len(set(shapes)) != 1:
-        raise ShapeError(f"reduce: the operands must have one shape, got {shapes}")
-    for v in init_leaves:
-        if core.shape_of(v) != ():
-            raise ShapeError(f"reduce: init values must be scalars, got shape {core.shape_of(v)}")
-    shape = shapes[0]
+    leaves, treedef, init_leaves, shape = flat_operands("reduce", operands, init_values, "init_values", "operands")
     ndim = len(shape)
     if any(not -ndim <= int(d) < ndim for d in dimensions):
         raise ShapeError(f"reduce: dimensions {tuple(dimensions)} are out of range for shape {shape}")

@@ -24,7 +24,7 @@ from cuvmap.core import ShapeError
 from cuvmap.lax.conv_general import padtype_to_pads
 from cuvmap.lax.indexing import slice_p
 from cuvmap.lax.pooling import max_pool
-from cuvmap.lax.reducers import fill_scalar, identify_monoid, is_identity, monoid_binary, monoid_identity
+from cuvmap.lax.reducers import fill_scalar, flat_operands, identify_monoid, is_identity, monoid_binary, monoid_identity
 from cuvmap.lax.shape import expand_dims, pad_p, reshape
 
 # NOTE [reduce_window_max on max_pool]
@@ -124,19 +124,8 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
     Returns:
       a pytree like ``operand``.
     """
-    leaves, treedef = tree.flatten(operand)
-    init_leaves, init_def = tree.flatten(init_value)
-    if treedef != init_def:
-        raise ShapeError(f"reduce_window: init_value {init_def} must have the structure of operand {treedef}")
-    if not leaves:
-        raise ShapeError("reduce_window: needs at least one operand")
-    shapes = [tuple(core.shape_of(x)) for x in leaves]
-    if len(set(shapes)) != 1:
-        raise ShapeError(f"reduce_window: the operands must have one shape, got {shapes}")
-    for v in init_leaves:
-        if core.shape_of(v) != ():
-            raise ShapeError(f"reduce_window: init values must be scalars, got shape {core.shape_of(v)}")
-    geometry = _window_geometry(shapes[0], window_dimensions, window_strides, padding, base_dilation, window_dilation)
+    leaves, treedef, init_leaves, shape = flat_operands("reduce_window", operand, init_value, "init_value", "operand")
+    geometry = _window_geometry(shape, window_dimensions, window_strides, padding, base_dilation, window_dilation)
     if len(leaves) == 1 and treedef == tree.structure(leaves[0]):
         name = identify_monoid(computation, core.dtype_of(leaves[0]))
         if name is not None:
