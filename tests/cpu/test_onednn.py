@@ -50,6 +50,7 @@ print(json.dumps(dict(available=onednn.available(), error=onednn.load_error(), d
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("library", ["/nonexistent/libdnnl.so.3", pytest.param("libm.so.6", marks=pytest.mark.slow)],
                          ids=["missing", "not-onednn"])  # a fresh interpreter each: the second is slow
 def test_a_bad_library_gives_a_clear_load_error_and_the_numpy_kernels(library, tmp_path):
@@ -178,6 +179,7 @@ print(json.dumps(dict(available=onednn.available(), mode=onednn.threading_mode()
 
 @needs_onednn
 # a fresh interpreter each: the first case by default, the others slow
+@pytest.mark.slow
 @pytest.mark.parametrize("order, env, mode", [
     ("libgomp-first", {}, "threads"),
     # the user's policy wins

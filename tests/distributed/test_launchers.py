@@ -62,6 +62,7 @@ def test_bad_launcher_variables_are_named(environ, message):
         launcher.detect(environ)
 
 
+@pytest.mark.slow
 @needs_mpiexec
 def test_the_dp_step_on_two_srun_tasks_equals_one_process(tmp_path, capsys):
     """srun's form: 2 tasks take their places from SLURM_* (MPI joined through the launcher),
@@ -94,6 +95,7 @@ def _torchrun_env(rank, size, port, **extra):
     return env
 
 
+@pytest.mark.slow
 def test_torchruns_rendezvous_on_the_loopback_address():
     """2 processes with torchrun's variables meet at MASTER_ADDR:MASTER_PORT through the
     (stand-in) cupyx.distributed store and agree on process 0's values: the path NCCL's
@@ -108,6 +110,7 @@ def test_torchruns_rendezvous_on_the_loopback_address():
     assert all(f"rank {r} of 2: rendezvous ok" in out for r, out in enumerate(outs)), outs
 
 
+@pytest.mark.slow
 def test_a_torchrun_job_without_gpus_is_told_to_use_mpi():
     """The CPU engine is MPI's: a torchrun-style job of 2 on a machine without CuPy or a GPU
     gets an error naming mpiexec and srun, not a hang at the rendezvous."""

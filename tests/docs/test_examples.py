@@ -107,6 +107,7 @@ def test_dp_sgd_digits_without_dp():
     assert eps is None and acc > 0.3  # four epochs of ordinary training already learn something
 
 
+@pytest.mark.slow
 def test_dp_logistic_regression_bandmf_runs_and_audits(capsys):
     """The BandMF example at a tiny size: both mechanisms at the same ε (by PLD), the table
     printed, and the canary audit below the accounted ε."""
@@ -122,6 +123,7 @@ def test_dp_logistic_regression_bandmf_runs_and_audits(capsys):
     assert 0 <= lower < accounted
 
 
+@pytest.mark.slow
 def test_ensemble_vmapped_training_equals_one_by_one():
     accs, ens_acc, worst = load("ensemble").main(["--device", "cpu", "--members", "3", "--steps", "3", "--batch", "8",
                                                   "--progress", "off"])
@@ -143,6 +145,7 @@ def test_resnet_per_example_dropout_grads_equal_a_loop(capsys):
     assert "test accuracy" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_rnn_per_example_grads_equal_a_loop_and_dp_training_runs(capsys):
     worst, acc, eps = load("rnn_per_example").main(["--device", "cpu", "--batch", "8", "--length", "5",
                                                     "--train", "64", "--steps", "4"])
@@ -219,6 +222,7 @@ def option_help(help_text):
     return blocks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,sizes,default", first_case_only(COMMAND_CASES), ids=[c[0] for c in COMMAND_CASES])
 def test_help_shows_defaults(name, sizes, default):
     result = run_example(name, "--help")
@@ -238,6 +242,7 @@ BAD_VALUES = [(c[0], option, "0") for c in COMMAND_CASES for option in c[1]] + [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,option,value", first_case_only(BAD_VALUES))
 def test_bad_sizes_are_argparse_errors(name, option, value):
     result = run_example(name, option, value)

@@ -76,6 +76,7 @@ def test_images_and_labels_that_do_not_pair_up_are_refused(tmp_path):
         fashion_mnist.load_split(str(tmp_path), "train")
 
 
+@pytest.mark.slow
 def test_missing_files_name_both_ways_to_get_them(tmp_path):
     with pytest.raises(fashion_mnist.DatasetMissing) as info:
         fashion_mnist.load_fashion_mnist(str(tmp_path))

@@ -80,6 +80,7 @@ def test_fractional_series_reduces_to_closed_form(q, sigma, alpha):
         assert dp.rdp_sampled_gaussian(q, sigma, a) == pytest.approx(dp.rdp_sampled_gaussian(q, sigma, alpha), rel=1e-5, abs=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q,sigma,alpha", [
     (0.01, 2.5, 1.5), (0.01, 2.5, 2.5), (0.01, 0.35, 1.6), (0.01, 0.7, 4.4), (256 / 60000, 1.1, 8.3),
     (0.04, 1.5, 10.9), (0.5, 1.0, 1.1), (0.99, 0.5, 5.5), (1e-4, 1.0, 1.5), (0.01, 10.0, 20.5), (0.2, 0.3, 3.3),

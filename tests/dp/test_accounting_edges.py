@@ -47,6 +47,7 @@ def test_the_pld_accountant_rounds_fractional_steps_up_and_says_so():
     assert len(acct) == 3 and acct.get_epsilon(DELTA) == three.get_epsilon(DELTA)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_calibrate_noise_meets_the_target_for_fractional_steps(accountant):
     """σ for 10.5 steps meets the target at 10.5 steps (RDP, exactly) or 11 (PLD), and is
@@ -341,6 +342,7 @@ def test_noise_after_a_psum_on_two_processes(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_plan_warns_when_delta_is_at_least_one_over_n():
     plan = _plan()                                   # N = 1000
     with warnings.catch_warnings():

@@ -85,6 +85,7 @@ def _brute_sensitivity(matrix, min_sep, most):
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", [1, 2, 4, 8])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_sensitivity_equals_brute_force_over_separated_patterns(b, normalize):
@@ -155,6 +156,7 @@ def test_the_objective_gradient_by_cuvmap_grad_equals_finite_differences():
     np.testing.assert_allclose(np.asarray(grad), fd, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b, n, momentum", [(2, 64, 0.0), (4, 200, 0.0), (4, 200, 0.9), (8, 300, 0.0)])
 def test_optimal_coefficients_are_a_minimum(b, n, momentum):
     c = bandmf.optimal_coefficients(b, n, momentum)
@@ -173,6 +175,7 @@ def test_optimal_coefficients_are_a_minimum(b, n, momentum):
         bandmf.BandedStrategy(bandmf.sqrt_coefficients(b), n).expected_error(momentum) + 1e-9
 
 
+@pytest.mark.slow
 def test_optimal_coefficients_agree_with_scipy_when_installed():
     optimize = pytest.importorskip("scipy.optimize")   # a cross-check only: SciPy is not a dependency
     a = bandmf.momentum_workload(300, 0.0)
@@ -426,6 +429,7 @@ AMPLIFIED_BANDMF_REFERENCE = [
 DP_ACCOUNTING_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma, q, steps, b, delta, rounds, eps_pld, eps_rdp", AMPLIFIED_BANDMF_REFERENCE)
 def test_accountant_against_dp_accountings_amplified_bandmf_event(sigma, q, steps, b, delta, rounds, eps_pld,
                                                                     eps_rdp):
@@ -472,6 +476,7 @@ def test_truncation_probability_equals_the_binomial_tail():
     assert 0.0 <= tiny < 1e-300
 
 
+@pytest.mark.slow
 def test_truncation_costs_delta():
     sigma, q, steps, b, delta = 1.5, 0.2, 100, 4, 1e-5
     plain = bandmf.epsilon(sigma, q, steps, b, delta)
@@ -493,6 +498,7 @@ def test_truncation_costs_delta():
     assert moderate.get_delta(eps) <= delta * (1 + 1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
 @pytest.mark.parametrize("truncation", [None, (5000, 630)])
 def test_calibrate_noise_meets_the_target(accountant, truncation):

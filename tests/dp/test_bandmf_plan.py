@@ -87,6 +87,7 @@ def test_the_plans_pieces_fit_together():
         coefficients="sqrt").bandmf.strategy.coefficients[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
 @pytest.mark.parametrize("max_batch_size", [None, 110])
 def test_calibrated_meets_the_target(accountant, max_batch_size):
@@ -107,6 +108,7 @@ def _loss(params, x, y):
     return (x @ params["w"] + params["b"] - y) ** 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_one_band_equals_the_dpsgd_plan_bit_for_bit(dtype):
     dpsgd = plan_of(mechanism="dpsgd", bands=None)
@@ -227,6 +229,7 @@ def test_clopper_pearson_against_the_binomial_tail():
     assert cp(0, 100, 0.05) == pytest.approx(1 - 0.05 ** (1 / 100), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_canary_audit_stays_below_the_accounted_epsilon():
     """The plan's mechanism, 20000 runs with the canary and 20000 without: the ε lower bound
     is below the accounted ε (both accountants); the same attack on a mechanism that releases

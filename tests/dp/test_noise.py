@@ -223,6 +223,7 @@ CASES = [(name, recipe, factor, members, jitted) for name, recipe, factor in REC
          for jitted in (False, True) if not (jitted and recipe in (_recipe_a, _recipe_b, _recipe_add_noise))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, recipe, factor, members, jitted", CASES,
                          ids=[f"{c[0]}-{c[3]}-{'jit' if c[4] else 'eager'}" for c in CASES])
 def test_noise_once_under_a_named_vmap(name, recipe, factor, members, jitted):

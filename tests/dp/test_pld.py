@@ -253,6 +253,7 @@ def test_epsilon_and_delta_are_inverse():
     assert acct.get_delta(0.0) < 1 and acct.get_delta(50.0) <= pld.TAIL_MASS * 1.001  # (the FFT's cut tails)
 
 
+@pytest.mark.slow
 def test_history_order_and_merging_do_not_matter():
     a = dp.PLDAccountant()
     for _ in range(20):
@@ -325,6 +326,7 @@ def test_calibrate_noise_round_trip(target, delta, q, steps):
     assert sigma_pld < sigma_rdp  # the tight accountant needs less noise
 
 
+@pytest.mark.slow
 def test_calibrate_noise_finds_the_anchor_and_memoises():
     # the MNIST anchor: σ = 1.1 gives ε = 2.3818 (dp_accounting), so that target gives σ ≈ 1.1
     sigma = dp.calibrate_noise(2.381778813, 1e-5, 256 / 60000, 14063)

@@ -114,6 +114,7 @@ def test_the_bounds_check_both_ways(on_device):
         cv.block_until_ready(_take(x, good))          # nothing left over
 
 
+@pytest.mark.slow
 def test_the_switch_is_read_from_the_environment():
     import os
     import subprocess

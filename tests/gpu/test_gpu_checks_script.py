@@ -56,6 +56,7 @@ def _archive(out, part="tests"):
                 for m in tar.getmembers()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
 def test_the_script_keeps_pytests_status_and_lists_skips(tmp_path, failing):
     proc, out, _ = _run(tmp_path, "tests", extra="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
@@ -80,6 +81,7 @@ def test_the_script_keeps_pytests_status_and_lists_skips(tmp_path, failing):
     assert {"logs/gpu_tests.txt", "logs/preflight.txt"} <= set(archived)
 
 
+@pytest.mark.slow
 def test_no_argument_is_the_first_check_and_an_unknown_part_is_refused(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT), "everything"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage: bash tools/gpu_checks.sh [tests|bench]" in proc.stderr
@@ -107,6 +109,7 @@ def test_the_whole_script_runs_under_timeout_and_its_archive_survives(tmp_path):
     assert str(tmp_path / "test_probe.py") not in ps
 
 
+@pytest.mark.slow
 def test_each_test_gets_a_time_limit_where_pytest_timeout_is_there(tmp_path):
     """The script passes --timeout (GPU_CHECKS_TEST_TIMEOUT) when pytest-timeout imports;
     here a plugin in its place records what it was given (this venv has none: the real one

@@ -623,6 +623,7 @@ def _main_job():
     return module
 
 
+@pytest.mark.slow
 def test_the_main_jobs_jitted_step_reads_nothing_and_is_captured():
     """The step of examples/dp_sgd_digits.py (ghost-clipped per-example gradients of the
     CNN, the masked sum, noise, Adam) under jit on the GPU: from its second call it is one

@@ -62,6 +62,7 @@ def _glibc():
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _glibc(), reason="the setting is glibc's malloc's (Linux)")
 def test_jitted_program_stops_faulting_in_its_temporaries():
     faults, setting = _run({})

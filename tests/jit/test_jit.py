@@ -70,7 +70,9 @@ def _batched_args(row, size=3):
     return row.make_args(row.vmap_dtype, shapes, seed=4)
 
 
-@pytest.mark.parametrize("row", ROWS)
+# every row in the full suite; -m "not slow" takes the nested sample (test_eager_jit_agree.py
+# runs every row once under jit there)
+@pytest.mark.parametrize("row", _nested_sample_by_default(ROWS))
 def test_jit_equals_eager(row):
     args = row.make_args(row.vmap_dtype)
     jf = cv.jit(row.fun)

@@ -119,23 +119,47 @@ def _slow_unless(chosen, case):
     return () if case in chosen else (pytest.mark.slow,)
 
 
-IMPL_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in ALL_ROWS for d in r.dtypes]
-SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}") for r in PRIMITIVE_ROWS for d in r.dtypes]
+def _first_dtype_fast(r, d):
+    """The marks of a row's dtype: -m "not slow" checks each row in its first dtype, the
+    full suite in every dtype the row lists."""
+    return _slow_unless(r.dtypes[:1], d)
+
+
+def _sampled_unless_nested(r):
+    """The marks of a check that -m "not slow" runs on the op table's nested sample
+    (NESTED_SAMPLE: rows of every family) and the full suite on every row."""
+    return () if r.name in NESTED_SAMPLE else (pytest.mark.slow,)
+
+
+# the impl on each backend in each dtype; -m "not slow": every row on the CPU in its first
+# dtype, the nested sample on the GPU (the strict CuPy stand-in without one)
+IMPL_CASES = [
+    pytest.param(r, d, "cpu", id=f"{r.name}-{d.name}-cpu", marks=_first_dtype_fast(r, d))
+    for r in ALL_ROWS for d in r.dtypes
+] + [
+    pytest.param(r, d, "gpu", id=f"{r.name}-{d.name}-gpu",
+                 marks=[pytest.mark.gpu, *(_first_dtype_fast(r, d) or _sampled_unless_nested(r))])
+    for r in ALL_ROWS for d in r.dtypes
+]
+SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}", marks=_first_dtype_fast(r, d))
+               for r in PRIMITIVE_ROWS for d in r.dtypes]
 # vmap against the loop: every in_axes combination on the CPU; on the GPU (the strict CuPy
 # stand-in without one) a sample of GPU_VMAP_SAMPLE per row, the first combination (every
 # operand mapped at 0) among them: the batching rules are the CPU's, what the GPU variant
 # adds is the device discipline of the batched impls, and the whole set would add a quarter
 # to the suite's time. -m "not slow" takes DEFAULT_VMAP_SAMPLE of each row's combinations on
 # the CPU (the first among them) and the first on the GPU: every row's batching rule, in a
-# fifth of the time; the combinations marked slow run in the full suite.
+# fifth of the time; the combinations marked slow run in the full suite. (On the GPU -m "not
+# slow" takes the nested sample's rows only.)
 GPU_VMAP_SAMPLE = 3
-DEFAULT_VMAP_SAMPLE = 2
+DEFAULT_VMAP_SAMPLE = 1
 VMAP_CASES = [
     pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}", marks=_slow_unless(chosen, c))
     for r in ALL_ROWS if r.args for combos in [in_axes_combos(r)]
     for chosen in [_sample(combos, DEFAULT_VMAP_SAMPLE, r.seed("cpu"))] for c in combos
 ] + [
-    pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}", marks=[pytest.mark.gpu, *_slow_unless(combos[:1], c)])
+    pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}",
+                 marks=[pytest.mark.gpu, *(_slow_unless(combos[:1], c) or _sampled_unless_nested(r))])
     for r in ALL_ROWS if r.args for combos in [_sample(in_axes_combos(r), GPU_VMAP_SAMPLE, r.seed("gpu"))]
     for c in combos
 ]
@@ -280,8 +304,10 @@ def test_rows_bind_their_primitive_with_their_params():
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("row,dtype", IMPL_CASES)
+@pytest.mark.parametrize("row,dtype,backend", IMPL_CASES)
 def test_impl_matches_numpy(row, dtype, backend):
+    if backend == "gpu" and not cv_backend.gpu_available():
+        pytest.skip("no CUDA device (or CuPy) available")
     args = row.make_args(dtype)
     want = row.ref(*args)
     got = row.fun(*put(args, backend))
@@ -317,10 +343,12 @@ def test_vmap_matches_loop(row, in_axes, backend):
         check_batching(row.fun, put(args, backend), in_axes=in_axes, atol=1e-10, rtol=1e-10)
 
 
-# two combinations per dtype, the first by default (-m "not slow")
+# two combinations per dtype; -m "not slow" takes the first combination of the first other
+# dtype of the nested sample's rows
 OTHER_DTYPE_VMAP_CASES = [
-    pytest.param(r, d, c, id=f"{r.name}-{d.name}-{axes_id(c)}", marks=_slow_unless(combos[:1], c))
-    for r in ALL_ROWS if r.args for d in r.dtypes if d != r.vmap_dtype
+    pytest.param(r, d, c, id=f"{r.name}-{d.name}-{axes_id(c)}",
+                 marks=_slow_unless(combos[:1], c) or _slow_unless(others[:1], d) or _sampled_unless_nested(r))
+    for r in ALL_ROWS if r.args for others in [[d for d in r.dtypes if d != r.vmap_dtype]] for d in others
     for combos in [_sample(in_axes_combos(r), 2, r.seed("dtype", d.name))] for c in combos
 ]
 
@@ -371,7 +399,8 @@ def test_grads_match_finite_differences(row):
                 eps=row.grad_eps)
 
 
-@pytest.mark.parametrize("row", REV_ROWS, ids=lambda r: r.name)
+# -m "not slow": the nested sample (grads_match_finite_differences checks every row's rules)
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.name, marks=_sampled_unless_nested(r)) for r in REV_ROWS])
 def test_jacfwd_matches_jacrev(row):
     f, diff = closed_over_nondiff(row, row.make_args(F64))
     argnums = tuple(range(len(diff)))
@@ -387,7 +416,8 @@ def test_jacfwd_matches_jacrev(row):
                                    err_msg=f"{row.name}: jacfwd vs jacrev, operand {i}")
 
 
-@pytest.mark.parametrize("row", [r for r in REV_ROWS if F32 in r.dtypes], ids=lambda r: r.name)
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.name, marks=_sampled_unless_nested(r))
+                                 for r in REV_ROWS if F32 in r.dtypes])
 def test_derivatives_keep_float32(row):
     """Tangents have the output's dtype and cotangents the inputs' (no silent float64)."""
     f, diff = closed_over_nondiff(row, row.make_args(F32))

@@ -197,6 +197,7 @@ def _dp_reference(params, xs, ys, max_norm, mask=None):
     return summed, norms
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunks", [dict(chunk_size=8), dict(chunk_size=64), dict(memory_budget=60_000),
                                     dict(chunk_size="auto")], ids=str)
 @pytest.mark.parametrize("method", ["auto", "per_example"])
@@ -312,6 +313,7 @@ def _net(kind, batch):
     return (models.cnn_params(),) + models.cnn_data(batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, f, kind", PLANNED_CASES, ids=[getattr(c, "values", c)[0] for c in PLANNED_CASES])
 def test_planned_peak_covers_the_run(name, f, kind):
     args = _net(kind, 48)

@@ -67,6 +67,7 @@ def test_every_variable_has_a_reader_here():
     assert _variables_in_the_source() <= set(READERS), _variables_in_the_source() - set(READERS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("empty", ["", "  "])
 def test_an_empty_variable_means_the_default_for_every_variable(empty):
     """Before: CUVMAP_DEFAULT_FLOAT= (and the other settings of cuvmap.config) refused the
