@@ -15,6 +15,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax.elementwise import complex_numbers
 from cuvmap.lax.linalg import _col, _mm, _mT, _row  # noqa: F401 - re-exported for the linalg files
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.transforms.batching import bdim_at_front
