@@ -96,3 +96,43 @@ def scalar_times(c, x):
 def sym(x):
     """``(x + xᵀ) / 2``."""
     return ew.mul(ew.add(x, _mT(x)), 0.5)
+
+
+def is_complex(x):
+    return core.dtype_of(x).kind == "c"
+
+
+def conj(x):
+    """``conj(x)`` of a complex ``x``; a real ``x`` as it is (``lax.conj`` would make it
+    complex)."""
+    return complex_numbers.conj(x) if is_complex(x) else x
+
+
+def _mH(x):
+    """The conjugate transpose ``xᴴ`` of each matrix (``xᵀ`` for a real ``x``)."""
+    return conj(_mT(x))
+
+
+def herm(x):
+    """``(x + xᴴ)/2``: the Hermitian part (the symmetric part of a real ``x``)."""
+    return ew.mul(ew.add(x, _mH(x)), 0.5)
+
+
+def imag_diagonal(x):
+    """``i·im(x_ii)`` on the diagonal, 0 off it (0 for a real ``x``): the phase term of the
+    complex rules of qr."""
+    if not is_complex(x):
+        return ew.mul(x, 0)
+    d = ew.mul(x, eye_like(x))
+    return ew.mul(ew.sub(d, complex_numbers.conj(d)), 0.5)  # (d − conj d)/2 = i·im(d)
+
+
+def adjoint_to_jax(adjoint):
+    """JAX's VJP rule from ``adjoint``, the adjoint of a JVP rule under the Hermitian
+    pairing ``re Σ conj(u)·v`` (the textbook form, with ᴴ where the real rule has ᵀ): the
+    rule ``ct ↦ conj(adjoint(conj(ct)))`` is the transpose under ``re Σ u·v``, NOTE [complex
+    convention] (for real values the two maps are the same)."""
+    def rule(ct, *args, **params):
+        return conj(adjoint(conj(ct), *args, **params))
+    rule.__name__ = rule.__qualname__ = adjoint.__name__.replace("adjoint", "vjp")
+    return rule
