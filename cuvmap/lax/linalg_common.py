@@ -33,19 +33,7 @@ def check_matrix(name, x, square=False, dtypes=INEXACT):
         raise ShapeError(f"{name}: the operand must be square matrices, got shape {x.shape}")
     if x.dtype not in dtypes:
         kinds = "float32 or float64" if dtypes == REAL else "float32, float64, complex64 or complex128"
-        extra = (" (complex inputs are not supported by this function: no complex derivative rule)"
-                 if x.dtype.kind == "c" else "")
-        raise ShapeError(f"{name}: the operand must be {kinds}, got {x.dtype}{extra}")
-
-
-def refuse_complex(name, x):
-    """Raises a ShapeError naming ``name`` and the dtype when ``x`` is complex: the
-    function has no complex derivative rule (eager calls skip shape rules, so the wrappers
-    ask this themselves)."""
-    dtype = core.dtype_of(x)
-    if dtype.kind == "c":
-        raise ShapeError(f"{name}: complex inputs ({dtype}) are not supported (no complex derivative rule: "
-                         "NOTE [complex derivatives follow JAX] in cuvmap/numpy/linalg.py)")
+        raise ShapeError(f"{name}: the operand must be {kinds}, got {x.dtype}")
 
 
 def batch_front(axis_size, vals, dims):
