@@ -520,6 +520,13 @@ def _phase_term(ds_mat, s):
     return ew.mul(im_diag, _row(s_inv))
 
 
+def _zero_safe_mul(f, x):
+    """``f ∘ x`` with 0 wherever ``x`` is 0, also where ``f`` is infinite: the stand-in for
+    JAX's symbolic zeros (a zero cotangent of U or Vh contributes nothing to the VJP, even
+    at repeated or zero singular values)."""
+    return ew.select(ew.eq(x, 0), ew.mul(x, 0), ew.mul(f, x))
+
+
 def _svd_f(s):
     """``F_ij = 1 / (s_j² − s_i²)`` off the diagonal, 0 on it."""
     k = core.shape_of(s)[-1]
@@ -599,17 +606,19 @@ def _svd_vjp(ct, out, x, *, full_matrices, compute_uv):
     ut_ctu = _mm(_mH(u), ct_u)
     vt_ctv = _mm(_mH(v), ct_v)
     middle = ew.add(ew.mul(_row(ct_s), eye),
-                    ew.add(ew.mul(ew.mul(f, ew.sub(ut_ctu, _mH(ut_ctu))), _row(s)),
-                           ew.mul(_col(s), ew.mul(f, ew.sub(vt_ctv, _mH(vt_ctv))))))
+                    ew.add(ew.mul(_zero_safe_mul(f, ew.sub(ut_ctu, _mH(ut_ctu))), _row(s)),
+                           ew.mul(_col(s), _zero_safe_mul(f, ew.sub(vt_ctv, _mH(vt_ctv))))))
     phase = _phase_term(ut_ctu, s)
     if phase is not None:
         middle = ew.add(middle, phase)
     ct_x = _mm(_mm(u, middle), vh)
+    zero = ew.eq(s, 0)  # (1/s without NumPy's warning: inf where s = 0)
+    s_inv = _row(ew.select(zero, ew.add(ew.mul(s, 0), np.inf), ew.div(1, ew.select(zero, ew.add(ew.mul(s, 0), 1), s))))
     if m > k:
-        ct_x = ew.add(ct_x, _mm(ew.div(ew.sub(ct_u, _mm(u, ut_ctu)), _row(s)), vh))
+        ct_x = ew.add(ct_x, _mm(_zero_safe_mul(s_inv, ew.sub(ct_u, _mm(u, ut_ctu))), vh))
     if n > k:
         ct_vt = _mH(ct_v)
-        ct_x = ew.add(ct_x, _mm(ew.div(u, _row(s)), ew.sub(ct_vt, _mm(_mH(vt_ctv), vh))))
+        ct_x = ew.add(ct_x, _mm(u, _zero_safe_mul(_mT(s_inv), ew.sub(ct_vt, _mm(_mH(vt_ctv), vh)))))
     return _conj(ct_x)
 
 

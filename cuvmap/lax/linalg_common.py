@@ -124,3 +124,10 @@ def adjoint_to_jax(adjoint):
         return conj(adjoint(conj(ct), *args, **params))
     rule.__name__ = rule.__qualname__ = adjoint.__name__.replace("adjoint", "vjp")
     return rule
+
+
+def zero_safe_mul(f, x):
+    """``f ∘ x`` with 0 wherever ``x`` is 0, also where ``f`` is infinite: the VJP rules'
+    stand-in for JAX's symbolic zeros (a zero cotangent of the eigenvectors or singular
+    vectors contributes nothing, even where an eigenvalue repeats)."""
+    return ew.select(ew.eq(x, 0), ew.mul(x, 0), ew.mul(f, x))

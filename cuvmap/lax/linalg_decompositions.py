@@ -18,7 +18,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import (
     _col, _mH, _mm, _mT, _row, adjoint_to_jax, batch_front, check_matrix, conj, diagonal, eye_like, herm,
-    imag_diagonal, is_complex, tril, triu,
+    imag_diagonal, is_complex, tril, triu, zero_safe_mul,
 )
 from cuvmap.lax.linalg_solve import triangular_solve_left
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, squeeze
@@ -228,7 +228,7 @@ def _eigh_adjoint(ct, out, x, *, lower):
     v, w = _eigh_parts(out, n)
     ct_v, ct_w = _eigh_parts(ct, n)  # (re of the eigenvalues' slot)
     middle = ew.add(ew.mul(_row(ct_w), eye_like(w, n)),
-                    ew.mul(_gap_inverse(w), _mm(_mH(v), ct_v)))
+                    zero_safe_mul(_gap_inverse(w), _mm(_mH(v), ct_v)))
     return _fold_onto_triangle(_mm(_mm(v, middle), _mH(v)), lower)
 
 
