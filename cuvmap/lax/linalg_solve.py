@@ -99,12 +99,11 @@ def triangular_solve(a, b, *, left_side=False, lower=False, transpose_a=False, c
     ``x @ op(a) = b``, ``op(a)`` = ``a``, or ``aᵀ`` with ``transpose_a``, reading only the
     ``lower`` (else upper) triangle of ``a`` (ones on its diagonal with ``unit_diagonal``).
     ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``.
-    ``conjugate_a`` is accepted for real ``a`` (where it changes nothing); complex ``a`` with
-    it raises. The right-side solve is the transpose of the left-side one:
-    :func:`triangular_solve_left`."""
-    if conjugate_a and core.dtype_of(a).kind == "c":
-        raise ShapeError(f"triangular_solve: conjugate_a=True of a complex matrix ({core.dtype_of(a)}) is not "
-                         "supported")
+    ``conjugate_a`` solves with ``conj(a)`` (``aᴴ`` with ``transpose_a``; nothing changes for
+    a real ``a``), differentiable through ``conj``. The right-side solve is the transpose of
+    the left-side one: :func:`triangular_solve_left`."""
+    if conjugate_a and is_complex(a):
+        a = ew.conj(a)
     if left_side:
         return triangular_solve_left(a, b, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
     # x op(a) = b  <=>  op(a)ᵀ xᵀ = bᵀ

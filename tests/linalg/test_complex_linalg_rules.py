@@ -321,3 +321,19 @@ def test_zero_vector_cotangents_at_repeated_values(dtype):
 def test_full_qr_of_a_tall_matrix_still_raises():
     with pytest.raises(ShapeError, match="full_matrices=True QR decomposition of a 3×2"):
         cv.jvp(lambda a: lax.qr(a, full_matrices=True), (_complex(70, 3, 2),), (_complex(71, 3, 2),))
+
+
+@pytest.mark.parametrize("left_side,transpose_a", [(True, True), (True, False), (False, True), (False, False)])
+def test_triangular_solve_conjugate_a(left_side, transpose_a):
+    """JAX's conjugate_a: op(a) = conj(a), or aᴴ with transpose_a; derivatives through conj."""
+    a = np.tril(_complex(80, 3, 3)) + 3 * np.eye(3)
+    b = _complex(81, 3, 2) if left_side else _complex(81, 2, 3)
+
+    def f(a, b):
+        return lax.linalg.triangular_solve(a, b, left_side=left_side, lower=True, transpose_a=transpose_a,
+                                           conjugate_a=True)
+
+    op = np.conj(a).T if transpose_a else np.conj(a)
+    x = f(a, b)
+    np.testing.assert_allclose(op @ x if left_side else x @ op, b, atol=1e-12)
+    check_grads(f, (a, b), order=1)
