@@ -24,6 +24,7 @@ from cuvmap import lax
 from cuvmap import numpy as cnp
 from cuvmap.core import ShapeError
 from cuvmap.lax import linalg_solve
+from cuvmap.scipy import linalg as sla
 from cuvmap.test_util import check_batching, check_grads, wirtinger_derivatives
 
 la = cnp.linalg
@@ -337,3 +338,29 @@ def test_triangular_solve_conjugate_a(left_side, transpose_a):
     x = f(a, b)
     np.testing.assert_allclose(op @ x if left_side else x @ op, b, atol=1e-12)
     check_grads(f, (a, b), order=1)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_scipy_cho_factor_and_cho_solve_of_hermitian_matrices(lower):
+    """a = c cᴴ (lower) or cᴴ c: the factor and the solve against SciPy's closed forms
+    (checked with NumPy: c from numpy.linalg.cholesky), derivatives by finite differences."""
+    h, b = _hermitian_pd(90, 3), _complex(91, 3, 2)
+    c, is_lower = sla.cho_factor(h, lower=lower)
+    low = np.linalg.cholesky(h)
+    np.testing.assert_allclose(c, low if lower else np.conj(low.T), atol=1e-12)
+    assert is_lower == lower
+    np.testing.assert_allclose(sla.cho_solve((c, lower), b), np.linalg.solve(h, b), atol=1e-12)
+    check_grads(lambda h, b: sla.cho_solve(sla.cho_factor(h, lower=lower), b), (h, b), order=1)
+
+
+@pytest.mark.parametrize("trans", [0, 1, 2, "C"])
+def test_scipy_solves_with_trans(trans):
+    """op(a) = a, aᵀ or aᴴ (2, 'C') in solve_triangular and lu_solve."""
+    a, b = _complex(92, 3, 3) + 3 * np.eye(3), _complex(93, 3, 2)
+    op = {0: a, 1: a.T, 2: np.conj(a.T), "C": np.conj(a.T)}[trans]
+    t = np.triu(a)
+    op_t = {0: t, 1: t.T, 2: np.conj(t.T), "C": np.conj(t.T)}[trans]
+    np.testing.assert_allclose(sla.solve_triangular(t, b, trans=trans), np.linalg.solve(op_t, b), atol=1e-12)
+    np.testing.assert_allclose(sla.lu_solve(sla.lu_factor(a), b, trans=trans), np.linalg.solve(op, b), atol=1e-12)
+    check_grads(lambda a, b: sla.lu_solve(sla.lu_factor(a), b, trans=trans), (a, b), order=1)
+    check_grads(lambda t, b: sla.solve_triangular(t, b, trans=trans), (t, b), order=1)
