@@ -98,12 +98,19 @@ def triangular_solve(a, b, *, left_side=False, lower=False, transpose_a=False, c
     """JAX's ``lax.linalg.triangular_solve``: ``x`` with ``op(a) @ x = b`` (``left_side``) or
     ``x @ op(a) = b``, ``op(a)`` = ``a``, or ``aᵀ`` with ``transpose_a``, reading only the
     ``lower`` (else upper) triangle of ``a`` (ones on its diagonal with ``unit_diagonal``).
-    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``.
+    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``, or a
+    vector ``(..., n)`` (one column or row).
     ``conjugate_a`` solves with ``conj(a)`` (``aᴴ`` with ``transpose_a``; nothing changes for
     a real ``a``), differentiable through ``conj``. The right-side solve is the transpose of
     the left-side one: :func:`triangular_solve_left`."""
     if conjugate_a and is_complex(a):
         a = ew.conj(a)
+    nd = len(core.shape_of(b))
+    if nd == len(core.shape_of(a)) - 1:  # a vector b (..., n), as JAX: a column (left) or a row
+        axis = nd if left_side else nd - 1
+        x = triangular_solve(a, expand_dims(b, (axis,)), left_side=left_side, lower=lower, transpose_a=transpose_a,
+                             unit_diagonal=unit_diagonal)
+        return squeeze(x, (axis,))
     if left_side:
         return triangular_solve_left(a, b, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
     # x op(a) = b  <=>  op(a)ᵀ xᵀ = bᵀ

@@ -401,7 +401,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
         raise ShapeError(f"pinv: the array must have at least 2 dims, got shape {shape(a)}")
     if rcond is not None:
         if rtol is not None:
-            raise ValueError("pinv: only one of rtol and rcond may be specified")
+            raise ValueError("pinv: only one of rtol and rcond may be specified.")  # (JAX's words)
         rtol = rcond
     return _pinv(a, rtol, bool(hermitian))
 
@@ -462,7 +462,8 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     s = lax_linalg.svd(a, compute_uv=False)
     rtol = _default_rtol(a) if rcond is None or rcond < 0 else rcond
     x = matmul(pinv(a, rtol=rtol), b)
-    rank = sum(astype(ew.gt(ew.stop_gradient(s), ew.mul(ew.stop_gradient(max(s)), rtol)), np.int32))
+    rank = sum(astype(ew.gt(ew.stop_gradient(s), ew.mul(ew.stop_gradient(_max_or_zero(s, (0,), False)), rtol)),
+                      np.int32))
     resid = sum(_abs_squared(ew.sub(matmul(a, x), b)), 0)
     if numpy_resid and not (int(rank) == n and m > n):
         resid = np.zeros((0,), dtype=core.dtype_of(a))
@@ -519,6 +520,14 @@ def _abs(x):
     return ew.abs(x)
 
 
+def _max_or_zero(x, axes, keepdims):
+    """``max`` over ``axes``, 0 where they hold no entries (a norm of nothing is 0, as
+    JAX's; NumPy's max raises there)."""
+    if builtins.any(shape(x)[a] == 0 for a in axes):
+        return sum(ew.mul(x, 0), axes, keepdims)
+    return max(x, axes, keepdims)
+
+
 def _real_dtype(x):
     return np.empty(0, core.dtype_of(x)).real.dtype
 
@@ -571,7 +580,7 @@ def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
     if not _is_number(ord):
         raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
     if ord == np.inf:
-        return max(_abs(x), axes, keepdims)
+        return _max_or_zero(_abs(x), axes, keepdims)
     if ord == -np.inf:
         return min(_abs(x), axes, keepdims)
     if ord == 0:
@@ -592,14 +601,14 @@ def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
         if isinstance(ord, str):
             out = sum(s, -1)
         else:
-            out = max(s, -1) if ord == 2 else min(s, -1)
+            out = _max_or_zero(s, (ndim(s) - 1,), False) if ord == 2 else min(s, -1)
         return lax_shape.expand_dims(out, tuple(sorted(axes))) if keepdims else out
     if not _is_number(ord) or ord not in (1, -1, np.inf, -np.inf):
         raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf)")
     # 1: the largest column sum of |x|; inf: the largest row sum
     summed, over = (rows, cols) if ord in (1, -1) else (cols, rows)
     sums = sum(_abs(x), summed, keepdims=True)
-    out = max(sums, over, keepdims=True) if ord > 0 else min(sums, over, keepdims=True)
+    out = _max_or_zero(sums, (over,), True) if ord > 0 else min(sums, over, keepdims=True)
     return out if keepdims else squeeze(out, axes)
 
 

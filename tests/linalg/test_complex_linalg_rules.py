@@ -364,3 +364,35 @@ def test_scipy_solves_with_trans(trans):
     np.testing.assert_allclose(sla.lu_solve(sla.lu_factor(a), b, trans=trans), np.linalg.solve(op, b), atol=1e-12)
     check_grads(lambda a, b: sla.lu_solve(sla.lu_factor(a), b, trans=trans), (a, b), order=1)
     check_grads(lambda t, b: sla.solve_triangular(t, b, trans=trans), (t, b), order=1)
+
+
+@pytest.mark.parametrize("left_side", [True, False])
+def test_triangular_solve_of_a_vector(left_side):
+    """b (..., n) is one column (left side) or one row, as JAX's."""
+    a, b = np.tril(_complex(94, 2, 4, 4)) + 3 * np.eye(4), _complex(95, 2, 4)
+
+    def f(a, b):
+        return lax.linalg.triangular_solve(a, b, left_side=left_side, lower=True, transpose_a=True, conjugate_a=True)
+
+    x = f(a, b)
+    op = np.conj(np.swapaxes(a, -1, -2))
+    got = np.einsum("bij,bj->bi", op, x) if left_side else np.einsum("bj,bji->bi", x, op)
+    np.testing.assert_allclose(got, b, atol=1e-12)
+    check_grads(f, (a, b), order=1)
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (2, 0), (0, 0)])
+@pytest.mark.parametrize("ord_", [1, 2, np.inf, "fro", "nuc"])
+def test_norms_of_empty_matrices_are_zero(shape, ord_):
+    """JAX's: a norm of no entries is 0 (NumPy's max raises for some)."""
+    assert float(la.matrix_norm(np.zeros(shape, np.complex64), ord=ord_)) == 0
+    if shape[0] == 0:
+        assert float(la.vector_norm(np.zeros(0, np.complex64), ord=ord_ if ord_ in (1, 2, np.inf) else 2)) == 0
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((0, 3), (0,)), ((3, 0), (3,)), ((3, 1), (3, 0))])
+def test_lstsq_of_empty_systems_matches_numpy(a_shape, b_shape):
+    a, b = _complex(96, *a_shape), _complex(97, *b_shape)
+    for got, want in zip(la.lstsq(a, b, numpy_resid=True), np.linalg.lstsq(a, b)):
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(got, want)
