@@ -20,7 +20,7 @@ from cuvmap.lax.linalg_common import (
     _col, _mH, _mm, _mT, _row, adjoint_to_jax, batch_front, check_matrix, conj, diagonal, eye_like, herm,
     imag_diagonal, is_complex, tril, triu, zero_safe_mul,
 )
-from cuvmap.lax.linalg_solve import triangular_solve_left
+from cuvmap.lax.linalg_solve import solve, triangular_solve_left
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, squeeze
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
@@ -257,9 +257,13 @@ vjp.defvjp(eigh_p, _eigh_vjp, reads=("out",))
 # B̄ = tril(M − Mᴴ, −1) + i·im(diag(M)) − M, X̄ = Q̄ + Q B̄ and Ā = X̄ R⁻ᴴ) through
 # adjoint_to_jax. A wide matrix (m < n, JAX's rule too) splits as A = [A₁ A₂] = Q [R₁ R₂]
 # with A₁ square: dQ and dR₁ are those of A₁ = Q R₁, and dR₂ = dQᴴ A₂ + Qᴴ dA₂. The full
-# decomposition of a tall matrix (whose extra columns of Q are any orthonormal completion)
-# raises. Each column of Q and row of R is defined up to a common sign (complex: phase):
-# LAPACK's choice is differentiable where R's diagonal has no zero.
+# decomposition of a tall matrix (p = m − n more columns of Q) differentiates LAPACK's
+# Householder completion as JAX does (arXiv:2409.13374, eqs. 32-33): with
+# Z = Q_pn (Q_nn − I)⁻¹ (Q_mn = [Q_nn; Q_pn], the first n columns of Q, and Q_mp the rest),
+#   dQ_mp = dQ_mn Zᴴ − (Q_mn + Q_mp Z) (dQ_pn − Z dQ_nn)ᴴ,   dR = [dR_nn; 0];
+# its adjoint adds Q̄_mp Z − [−Zᴴ Y; Y] to Q̄_mn, Y = Q̄_mpᴴ (Q_mn + Q_mp Z). Each column of
+# Q and row of R is defined up to a common sign (complex: phase): LAPACK's choice is
+# differentiable where R's diagonal has no zero.
 
 qr_p = Primitive("qr", owns_output=True, capturable=False)
 
@@ -315,15 +319,6 @@ def _qr_batch(axis_size, vals, dims, *, full_matrices):
     return qr_p.bind(x, full_matrices=full_matrices), 0
 
 
-def _qr_check(shape, full_matrices, what):
-    m, n = shape[-2:]
-    if full_matrices and m > n:
-        raise ShapeError(
-            f"qr: the {what} of the full_matrices=True QR decomposition of a {m}×{n} matrix is not implemented: "
-            "its last columns of q are any orthonormal completion; use full_matrices=False "
-            "(NOTE [qr's derivatives])")
-
-
 def _thin_qr_jvp(q, r, t):
     """``(dq, dr)`` of ``x = q r`` with ``r`` square (NOTE [qr's derivatives])."""
     x_ = _mT(triangular_solve_left(r, _mT(t), lower=False, transpose_a=True))  # dA R⁻¹
@@ -348,11 +343,34 @@ def _last_cols(a, start, stop):
     return slice_in_dim(a, start, stop, nd - 1)
 
 
+def _rows(a, start, stop):
+    nd = len(core.shape_of(a))
+    return slice_in_dim(a, start, stop, nd - 2)
+
+
+def _completion(q, n):
+    """``(q_mn, z, c)`` for the Householder completion of a tall full QR (NOTE [qr's
+    derivatives]): ``z = Q_pn (Q_nn − I)⁻¹`` and ``c = Q_mn + Q_mp z``."""
+    m = core.shape_of(q)[-1]
+    q_mn, q_mp = _last_cols(q, 0, n), _last_cols(q, n, m)
+    q_nn, q_pn = _rows(q_mn, 0, n), _rows(q_mn, n, m)
+    z = _mH(solve(_mH(ew.sub(q_nn, eye_like(q_nn))), _mH(q_pn)))
+    return q_mn, z, ew.add(q_mn, _mm(q_mp, z))
+
+
 def _qr_jvp(t, out, x, *, full_matrices):
     shape = core.shape_of(x)
-    _qr_check(shape, full_matrices, "derivative")
     m, n, p = _qr_sizes(shape, full_matrices)
     q, r = _qr_unpack(out, shape, m, n, p)
+    if m > n and full_matrices:
+        if n == 0:  # (q is the identity: no derivative)
+            return ew.mul(out, 0)
+        q_mn, z, c = _completion(q, n)
+        dq_mn, dr_nn = _thin_qr_jvp(q_mn, _rows(r, 0, n), t)
+        d_low = ew.sub(_rows(dq_mn, n, m), _mm(z, _rows(dq_mn, 0, n)))  # dQ_pn − z dQ_nn
+        dq_mp = ew.sub(_mm(dq_mn, _mH(z)), _mm(c, _mH(d_low)))
+        nd = len(shape)
+        return _qr_pack(concatenate([dq_mn, dq_mp], nd - 1), concatenate([dr_nn, ew.mul(_rows(r, n, m), 0)], nd - 2))
     if m >= n:
         return _qr_pack(*_thin_qr_jvp(q, r, t))
     dq, dr1 = _thin_qr_jvp(q, _last_cols(r, 0, m), _last_cols(t, 0, m))
@@ -362,10 +380,18 @@ def _qr_jvp(t, out, x, *, full_matrices):
 
 def _qr_adjoint(ct, out, x, *, full_matrices):
     shape = core.shape_of(x)
-    _qr_check(shape, full_matrices, "gradient")
     m, n, p = _qr_sizes(shape, full_matrices)
     q, r = _qr_unpack(out, shape, m, n, p)
     ct_q, ct_r = _qr_unpack(ct, shape, m, n, p)
+    if m > n and full_matrices:
+        if n == 0:
+            return ew.mul(x, 0)
+        q_mn, z, c = _completion(q, n)
+        ct_mn, ct_mp = _last_cols(ct_q, 0, n), _last_cols(ct_q, n, m)
+        y = _mm(_mH(ct_mp), c)  # the adjoint of dQ_mp's second term, on dQ_pn − z dQ_nn
+        back = concatenate([ew.neg(_mm(_mH(z), y)), y], len(shape) - 2)
+        ct_mn = ew.sub(ew.add(ct_mn, _mm(ct_mp, z)), back)
+        return _thin_qr_adjoint(q_mn, _rows(r, 0, n), ct_mn, _rows(ct_r, 0, n))
     if m >= n:
         return _thin_qr_adjoint(q, r, ct_q, ct_r)
     ct_r2 = _last_cols(ct_r, m, n)

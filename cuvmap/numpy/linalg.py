@@ -344,8 +344,9 @@ def qr(a, mode="reduced"):
     """``numpy.linalg.qr`` (JAX's ``jnp.linalg.qr``): ``QRResult(Q, R)``, ``a = Q R``, for
     each real or complex matrix of a stack ``(..., m, n)``. ``mode``: ``'reduced'`` (``Q`` ``(m, k)``,
     ``R`` ``(k, n)``, ``k = min(m, n)``), ``'complete'`` (``Q`` ``(m, m)``) or ``'r'``
-    (``R`` alone). Derivatives (NOTE [qr's derivatives]): JAX's, for every shape but the
-    ``'complete'`` form of a tall matrix (``m > n``), which raises."""
+    (``R`` alone). Derivatives (NOTE [qr's derivatives]): JAX's, for every shape and mode
+    (the ``'complete'`` form of a tall matrix differentiates LAPACK's Householder
+    completion, as JAX)."""
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"qr: the array must have at least 2 dims, got shape {shape(a)}")

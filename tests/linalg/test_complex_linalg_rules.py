@@ -22,7 +22,6 @@ import pytest
 import cuvmap as cv
 from cuvmap import lax
 from cuvmap import numpy as cnp
-from cuvmap.core import ShapeError
 from cuvmap.lax import linalg_solve
 from cuvmap.scipy import linalg as sla
 from cuvmap.test_util import check_batching, check_grads, wirtinger_derivatives
@@ -126,6 +125,8 @@ CASES = [
     Case("qr_r", lambda a: la.qr(a).R, lambda a: np.linalg.qr(a).R, lambda: _complex(14, 4, 3), 2),
     Case("qr_q", lambda a: la.qr(a).Q, lambda a: np.linalg.qr(a).Q, lambda: _complex(15, 4, 3)),
     Case("qr_wide", lambda a: la.qr(a), lambda a: tuple(np.linalg.qr(a)), lambda: _complex(16, 3, 5)),
+    Case("qr_complete_tall", lambda a: la.qr(a, mode="complete"), lambda a: tuple(np.linalg.qr(a, mode="complete")),
+         lambda: _complex(24, 4, 2), 2),
     Case("qr_product_stacked", _qr_product, lambda a: a, lambda: _complex(17, 2, 3, 3)),
     Case("cholesky", la.cholesky, np.linalg.cholesky, lambda: _hermitian_pd(18, 3), 2),
     Case("cholesky_upper", lambda a: la.cholesky(a, upper=True),
@@ -181,6 +182,7 @@ def _transpose_identity(f, a, seed=0):
     ("eigh_symmetrized", lax.eigh, lambda: _complex(36, 3, 3)),
     ("qr_tall", lambda a: lax.qr(a, full_matrices=False), lambda: _complex(37, 5, 3)),
     ("qr_wide_full", lambda a: lax.qr(a, full_matrices=True), lambda: _complex(38, 3, 5)),
+    ("qr_tall_full", lambda a: lax.qr(a, full_matrices=True), lambda: _complex(43, 5, 2)),
     ("cholesky", lax.cholesky, lambda: _hermitian_pd(39, 4)),
     ("cholesky_lower_triangle", lambda a: lax.cholesky(a, symmetrize_input=False), lambda: _hermitian_pd(40, 3)),
     ("slogdet", linalg_solve.slogdet, lambda: _complex(41, 3, 3)),
@@ -317,11 +319,6 @@ def test_zero_vector_cotangents_at_repeated_values(dtype):
     np.testing.assert_allclose(cv.grad(g)(eye), np.eye(3), atol=1e-12)
     h = lambda x: cnp.sum(_svd_reduced(x)[1])  # noqa: E731
     np.testing.assert_allclose(cv.grad(h)(np.eye(4, 2, dtype=dtype)), np.eye(4, 2), atol=1e-12)
-
-
-def test_full_qr_of_a_tall_matrix_still_raises():
-    with pytest.raises(ShapeError, match="full_matrices=True QR decomposition of a 3×2"):
-        cv.jvp(lambda a: lax.qr(a, full_matrices=True), (_complex(70, 3, 2),), (_complex(71, 3, 2),))
 
 
 @pytest.mark.parametrize("left_side,transpose_a", [(True, True), (True, False), (False, True), (False, False)])
