@@ -46,8 +46,9 @@ from cuvmap.transforms import batching, complex_rules, jvp, vjp
 # triangle where asked to read only that one). With Φ(X) = tril(X) − diag(X)/2 (JAX's
 # cholesky_jvp_rule):
 #   dL = L Φ(L⁻¹ dS L⁻ᵀ),   dS = (dA + dAᵀ)/2,
-# and the VJP is its transpose: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹). A matrix that is not positive
-# definite has no factor: the impl gives NaN there (as JAX), never an exception.
+# and the VJP is its transpose: Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), sym(X) = (X + Xᵀ)/2 (complex
+# matrices: ᴴ for ᵀ, NOTE [complex decompositions]). A matrix that is not positive definite
+# has no factor: the impl gives NaN there (as JAX), never an exception.
 
 cholesky_p = Primitive("cholesky", owns_output=True, capturable=False)
 

@@ -92,10 +92,6 @@ def _square_stack(x, name):
     return x
 
 
-def _mT(x):
-    return swapaxes(x, -1, -2)
-
-
 # ---------------------------------------------------------------------------------------
 # NumPy 2's array-API names in numpy.linalg (the products of cuvmap.numpy, on the last axes)
 # ---------------------------------------------------------------------------------------
