@@ -489,12 +489,13 @@ def _signature(args, kwargs):
     return (treedef,) + tuple(core.get_aval(x) if core.is_value(x) else repr(x) for x in leaves)
 
 
-def _differentiated_args(f, args, kwargs, argnums, where, holomorphic, transform):
+def _differentiated_args(f, args, kwargs, argnums, where, holomorphic, transform, allow_int=False):
     """For the jacobians: ``(single, argnums, dyn, f_dyn)`` with ``dyn`` the arguments to
-    differentiate (checked to be floating point, and complex or not as ``transform``
-    and ``holomorphic`` need) and ``f_dyn(*dyn)`` calling ``f``."""
+    differentiate (checked to be floating point, or integer or boolean with ``allow_int``,
+    and complex or not as ``transform`` and ``holomorphic`` need) and ``f_dyn(*dyn)``
+    calling ``f``."""
     single, nums = api_util.normalize_argnums(f, argnums, len(args))
-    api_util.check_float_inputs(f, args, nums, where.split("(", 1)[0])
+    api_util.check_float_inputs(f, args, nums, where.split("(", 1)[0], allow_int=allow_int)
     complex_checks.check_inputs(f, args, nums, holomorphic, transform)
     dyn = tuple(args[i] for i in nums)
     return single, nums, dyn, api_util.dyn_function(f, args, kwargs, nums)
@@ -555,7 +556,7 @@ def _jacfwd(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
     return jac
 
 
-def jacrev(f, argnums=0, has_aux=False, holomorphic=False, chunk_size=None, memory_budget=None):
+def jacrev(f, argnums=0, has_aux=False, holomorphic=False, allow_int=False, chunk_size=None, memory_budget=None):
     """The Jacobian of ``f`` by reverse mode (``vmap`` of the VJP over the output basis).
 
     Same output structure as :func:`jacfwd`: for each output leaf, a pytree like the
@@ -564,20 +565,24 @@ def jacrev(f, argnums=0, has_aux=False, holomorphic=False, chunk_size=None, memo
     do (the budget covers the pullbacks and the Jacobian, not the forward pass's
     residuals, which exist before the map starts). Outputs must be real unless
     ``holomorphic=True``, which needs complex inputs and outputs and gives ``f'(z)``
-    (JAX's rules: :mod:`cuvmap.holomorphic`).
+    (JAX's rules: :mod:`cuvmap.holomorphic`). ``allow_int`` (JAX's): integer and boolean
+    inputs are accepted, and their blocks of the Jacobian are ``float0`` zeros of shape
+    ``out.shape + in.shape``, as :func:`grad`'s ``allow_int`` gives.
     """
     api_util.check_callable(f, "jacrev")
     return _jacrev(f, argnums, has_aux, f"jacrev({api_util.fun_name(f)})", chunk_size=chunk_size,
-                   memory_budget=memory_budget, holomorphic=holomorphic)
+                   memory_budget=memory_budget, holomorphic=holomorphic, allow_int=allow_int)
 
 
-def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None, holomorphic=False):
+def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budget=None, holomorphic=False,
+            allow_int=False):
     """:func:`jacrev` whose errors and traces are named ``where``."""
     spec, chunked = _jacobian_chunks(where, chunk_size, memory_budget, 0)
 
     @api_util.with_context(where, f, name)
     def jac(*args, **kwargs):
-        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where, holomorphic, "jacrev")
+        single, nums, dyn, f_dyn = _differentiated_args(f, args, kwargs, argnums, where, holomorphic, "jacrev",
+                                                        allow_int)
         out, vjp_fun, aux = _vjp(
             f_dyn, dyn, has_aux, where, lambda path: api_util.describe_arg(f, (0, nums[path[0]]) + tuple(path[1:]))
         )
@@ -596,7 +601,10 @@ def _jacrev(f, argnums, has_aux, where, name=None, chunk_size=None, memory_budge
         for o, n in zip(out_leaves, sizes):
             out_shape = core.shape_of(o)
             per_input = []
-            for c in ct_leaves:
+            for c, x in zip(ct_leaves, tree.leaves(dyn)):
+                if not core.is_float(x):  # (allow_int: a float0 zero block, as grad's)
+                    per_input.append(float0_zeros(out_shape + tuple(core.shape_of(x))))
+                    continue
                 # (no copy of the Jacobian where a leaf is all of it and keeps its shape: the
                 # memory budget counts one copy)
                 whole = n == core.shape_of(c)[0]

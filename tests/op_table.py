@@ -1492,10 +1492,13 @@ def _rows_linalg_solvers():
                  lambda x: _packed_qr(cnp, *lax_decomp.qr(separated(x), full_matrices=True)),
                  lambda x: _packed_qr(np, *np.linalg.qr(separated(x), mode="complete")), [A(3, 3)],
                  tol32=(5e-5, 5e-6)),
-        # full matrices of a tall matrix and a wide one: values and vmap (no derivative, as JAX)
+        # full matrices of a tall matrix: the Householder completion's derivative (JAX's)
         prim_row("qr_tall_full", lax_decomp.qr_p, {"full_matrices": True},
                  lambda x: _packed_qr(cnp, *lax_decomp.qr(x, full_matrices=True)),
-                 lambda x: _packed_qr(np, *np.linalg.qr(x, mode="complete")), [A(3, 2)], diff_argnums=()),
+                 lambda x: _packed_qr(np, *np.linalg.qr(x, mode="complete")), [A(3, 2)], tol32=(5e-5, 5e-6)),
+        prim_row("qr_wide", lax_decomp.qr_p, {"full_matrices": False},
+                 lambda x: _packed_qr(cnp, *lax_decomp.qr(x, full_matrices=False)),
+                 lambda x: _packed_qr(np, *np.linalg.qr(x)), [A(2, 4)], tol32=(5e-5, 5e-6)),
     ]
 
 

@@ -360,6 +360,18 @@ vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 
 # of U (or rows of Vh) are any orthonormal completion, with no derivative at all: the
 # rules raise, and ask for ``full_matrices=False``.
 
+# NOTE [svd of complex matrices]
+# A complex A = U S Vᴴ (s real) follows JAX's svd_jvp_rule: the rules above with ᴴ for ᵀ,
+# ds = re(diag(dS)) with dS = Uᴴ dA V, and one more term in dU, the phase term
+# U·diag(i·im(dS_ii)/s_i) (0 where s_i = 0): u_i and v_i are defined up to a common phase
+# e^{iθ}, and JAX's gauge puts the whole phase change of the pair into u_i. The VJP is the
+# transpose under ⟨u, v⟩ = re Σ u·v (NOTE [complex convention]): conj of the textbook
+# adjoint (the formula of NOTE [svd's derivatives] with ᴴ for ᵀ and the term
+# U·diag(i·im((UᴴŪ)_ii)/s_i)·Vᴴ) applied to the conjugated cotangents. The packed output
+# holds s as complex numbers with no imaginary part (the wrapper takes their real part).
+# Functions invariant under the phases (s, U S Vᴴ, |u_iᴴ A v_i|, u_i u_iᴴ) are what finite
+# differences see.
+
 svd_p = Primitive("svd", capturable=False)  # cuSOLVER: CuPy refuses it inside a stream capture
 
 
@@ -367,7 +379,9 @@ def svd(x, full_matrices=True, compute_uv=True):
     """The singular value decomposition ``x = u @ diag(s) @ vh`` of each matrix of a stack.
 
     Args:
-      x: a float32 or float64 array ``(..., m, n)``.
+      x: a float32, float64, complex64 or complex128 array ``(..., m, n)`` (complex:
+        ``x = u @ diag(s) @ vh`` with unitary ``u``, ``vh`` and real ``s``, NOTE [svd of
+        complex matrices]).
       full_matrices: square ``u`` ``(..., m, m)`` and ``vh`` ``(..., n, n)``, or, with
         ``False``, the reduced ``(..., m, k)`` and ``(..., k, n)``, ``k = min(m, n)``.
       compute_uv: return ``(u, s, vh)``, or the singular values alone.
@@ -379,12 +393,11 @@ def svd(x, full_matrices=True, compute_uv=True):
 
     Example: ``s = svd(a, compute_uv=False)``; ``s[..., 0]`` is the spectral norm.
     """
-    if core.dtype_of(x).kind == "c":  # (eager calls skip the shape rule)
-        raise ShapeError(f"svd: complex inputs ({core.dtype_of(x)}) are not supported (no complex derivative rule)")
     if not compute_uv:
         return svd_p.bind(x, full_matrices=False, compute_uv=False)
     packed = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=True)
-    return _svd_unpack(packed, core.shape_of(x), bool(full_matrices))
+    u, s, vh = _svd_unpack(packed, core.shape_of(x), bool(full_matrices))
+    return u, (ew.real(s) if _is_complex(s) else s), vh
 
 
 def _svd_sizes(shape, full_matrices):
@@ -415,14 +428,19 @@ def _svd_pack(u, s, vh):
 # ---------------------------------------------------------------------------------------
 
 
+_SVD_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
 def _svd_shape_rule(x, *, full_matrices, compute_uv):
     if x.ndim < 2:
         raise ShapeError(f"the operand must be a matrix or a stack of them (at least 2 dims), got shape {x.shape}")
-    if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ShapeError(f"the operand must be float32 or float64, got {x.dtype}")
+    if x.dtype not in _SVD_DTYPES:
+        raise ShapeError(f"the operand must be float32, float64, complex64 or complex128, got {x.dtype}")
     m, n, k, p, q = _svd_sizes(x.shape, full_matrices)
     lead = tuple(x.shape[:-2])
-    return ShapedArray(lead + ((m * p + k + q * n) if compute_uv else k,), x.dtype)
+    if not compute_uv:  # (the singular values are real)
+        return ShapedArray(lead + (k,), np.empty(0, x.dtype).real.dtype)
+    return ShapedArray(lead + (m * p + k + q * n,), x.dtype)
 
 
 def _svd_impl(x, *, full_matrices, compute_uv):
@@ -433,7 +451,7 @@ def _svd_impl(x, *, full_matrices, compute_uv):
     u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
     lead = x.shape[:-2]
     m, n, k, p, q = _svd_sizes(x.shape, full_matrices)
-    return xp.concatenate([u.reshape(lead + (m * p,)), s, vh.reshape(lead + (q * n,))], axis=-1)
+    return xp.concatenate([u.reshape(lead + (m * p,)), s.astype(x.dtype), vh.reshape(lead + (q * n,))], axis=-1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -475,6 +493,40 @@ def _col(s):
     return expand_dims(s, (len(core.shape_of(s)),))
 
 
+def _is_complex(x):
+    return core.dtype_of(x).kind == "c"
+
+
+def _conj(x):
+    """``conj(x)``; a real ``x`` as it is."""
+    return ew.conj(x) if _is_complex(x) else x
+
+
+def _mH(a):
+    """``aᴴ``: the conjugate transpose (``aᵀ`` for a real ``a``)."""
+    return _conj(_mT(a))
+
+
+def _phase_term(ds_mat, s):
+    """``diag(i·im(dS_ii)/s_i)`` (0 where ``s_i = 0``, and for a real ``dS``): NOTE [svd of
+    complex matrices]."""
+    if not _is_complex(ds_mat):
+        return None
+    eye = backend.xp_of(s).eye(core.shape_of(s)[-1], dtype=core.dtype_of(s))
+    diag = ew.mul(ds_mat, eye)
+    im_diag = ew.mul(ew.sub(diag, ew.conj(diag)), 0.5)
+    zero = ew.eq(s, 0)
+    s_inv = ew.select(zero, ew.mul(s, 0), ew.div(1, ew.select(zero, ew.add(ew.mul(s, 0), 1), s)))
+    return ew.mul(im_diag, _row(s_inv))
+
+
+def _zero_safe_mul(f, x):
+    """``f ∘ x`` with 0 wherever ``x`` is 0, also where ``f`` is infinite: the stand-in for
+    JAX's symbolic zeros (a zero cotangent of U or Vh contributes nothing to the VJP, even
+    at repeated or zero singular values)."""
+    return ew.select(ew.eq(x, 0), ew.mul(x, 0), ew.mul(f, x))
+
+
 def _svd_f(s):
     """``F_ij = 1 / (s_j² − s_i²)`` off the diagonal, 0 on it."""
     k = core.shape_of(s)[-1]
@@ -495,62 +547,79 @@ def _check_full(x_shape, full_matrices, what):
 
 
 def _svd_tangents(u, s, vh, t):
-    """``(du, ds, dvh)`` of the reduced SVD along the tangent ``t`` of ``x``."""
+    """``(du, ds, dvh)`` of the reduced SVD along the tangent ``t`` of ``x`` (``s`` real;
+    NOTE [svd's derivatives], NOTE [svd of complex matrices])."""
     m, k = core.shape_of(u)[-2:]
     n = core.shape_of(vh)[-1]
-    v = _mT(vh)
+    v = _mH(vh)
     tv = _mm(t, v)
-    ds_mat = _mm(_mT(u), tv)  # Uᵀ dA V
-    ds = reduce_sum(ew.mul(u, tv), (len(core.shape_of(u)) - 2,))
+    ds_mat = _mm(_mH(u), tv)  # Uᴴ dA V
+    ds = reduce_sum(ew.mul(_conj(u), tv), (len(core.shape_of(u)) - 2,))
+    ds = ew.real(ds) if _is_complex(ds) else ds
     f = _svd_f(s)
     dss = ew.mul(ds_mat, _row(s))
     sds = ew.mul(_col(s), ds_mat)
-    du = _mm(u, ew.mul(f, ew.add(dss, _mT(dss))))
-    dv = _mm(v, ew.mul(f, ew.add(sds, _mT(sds))))
+    inner_u = ew.mul(f, ew.add(dss, _mH(dss)))
+    phase = _phase_term(ds_mat, s)
+    if phase is not None:
+        inner_u = ew.add(inner_u, phase)
+    du = _mm(u, inner_u)
+    dv = _mm(v, ew.mul(f, ew.add(sds, _mH(sds))))
     if m > k:
         du = ew.add(du, ew.div(ew.sub(tv, _mm(u, ds_mat)), _row(s)))
     if n > k:
-        tu = _mm(_mT(t), u)
-        dv = ew.add(dv, ew.div(ew.sub(tu, _mm(v, _mT(ds_mat))), _row(s)))
-    return du, ds, _mT(dv)
+        tu = _mm(_mH(t), u)
+        dv = ew.add(dv, ew.div(ew.sub(tu, _mm(v, _mH(ds_mat))), _row(s)))
+    return du, ds, _mH(dv)
 
 
 def _svd_jvp(t, out, x, *, full_matrices, compute_uv):
     shape = core.shape_of(x)
     if not compute_uv:
         u, _, vh = svd(x, full_matrices=False, compute_uv=True)
-        return reduce_sum(ew.mul(u, _mm(t, _mT(vh))), (len(shape) - 2,))
+        ds = reduce_sum(ew.mul(_conj(u), _mm(t, _mH(vh))), (len(shape) - 2,))
+        return ew.real(ds) if _is_complex(ds) else ds
     _check_full(shape, full_matrices, "derivative")
     u, s, vh = _svd_unpack(out, shape, full_matrices)
+    s = ew.real(s) if _is_complex(s) else s
     du, ds, dvh = _svd_tangents(u, s, vh, t)
-    return _svd_pack(du, ds, dvh)
+    return _svd_pack(du, ew.convert_element_type(ds, core.dtype_of(du)) if _is_complex(du) else ds, dvh)
 
 
 def _svd_vjp(ct, out, x, *, full_matrices, compute_uv):
+    """The transpose of :func:`_svd_jvp`: conj of the adjoint under the Hermitian pairing,
+    applied to the conjugated cotangents (NOTE [svd of complex matrices])."""
     shape = core.shape_of(x)
     if not compute_uv:
         u, _, vh = svd(x, full_matrices=False, compute_uv=True)
-        return _mm(ew.mul(u, _row(ct)), vh)
+        return _conj(_mm(ew.mul(u, _row(ct)), vh))
     _check_full(shape, full_matrices, "gradient")
     u, s, vh = _svd_unpack(out, shape, full_matrices)
-    ct_u, ct_s, ct_vh = _svd_unpack(ct, shape, full_matrices)
+    ct_u, ct_s, ct_vh = _svd_unpack(_conj(ct), shape, full_matrices)
+    if _is_complex(s):
+        s, ct_s = ew.real(s), ew.real(ct_s)
     m, n = shape[-2:]
     k = min(m, n)
-    v, ct_v = _mT(vh), _mT(ct_vh)
+    v, ct_v = _mH(vh), _mH(ct_vh)
     f = _svd_f(s)
     eye = backend.xp_of(s).eye(k, dtype=core.dtype_of(s))
-    ut_ctu = _mm(_mT(u), ct_u)
-    vt_ctv = _mm(_mT(v), ct_v)
+    ut_ctu = _mm(_mH(u), ct_u)
+    vt_ctv = _mm(_mH(v), ct_v)
     middle = ew.add(ew.mul(_row(ct_s), eye),
-                    ew.add(ew.mul(ew.mul(f, ew.sub(ut_ctu, _mT(ut_ctu))), _row(s)),
-                           ew.mul(_col(s), ew.mul(f, ew.sub(vt_ctv, _mT(vt_ctv))))))
+                    ew.add(ew.mul(_zero_safe_mul(f, ew.sub(ut_ctu, _mH(ut_ctu))), _row(s)),
+                           ew.mul(_col(s), _zero_safe_mul(f, ew.sub(vt_ctv, _mH(vt_ctv))))))
+    phase = _phase_term(ut_ctu, s)
+    if phase is not None:
+        middle = ew.add(middle, phase)
     ct_x = _mm(_mm(u, middle), vh)
+    zero = ew.eq(s, 0)  # (1/s without NumPy's warning: inf where s = 0)
+    s_inv = _row(ew.select(zero, ew.add(ew.mul(s, 0), np.inf), ew.div(1, ew.select(zero, ew.add(ew.mul(s, 0), 1), s))))
     if m > k:
-        ct_x = ew.add(ct_x, _mm(ew.div(ew.sub(ct_u, _mm(u, ut_ctu)), _row(s)), vh))
+        ct_x = ew.add(ct_x, _mm(_zero_safe_mul(s_inv, ew.sub(ct_u, _mm(u, ut_ctu))), vh))
     if n > k:
-        ct_vt = _mT(ct_v)
-        ct_x = ew.add(ct_x, _mm(ew.div(u, _row(s)), ew.sub(ct_vt, _mm(_mT(vt_ctv), vh))))
-    return ct_x
+        ct_vt = _mH(ct_v)
+        ct_x = ew.add(ct_x, _mm(u, _zero_safe_mul(_mT(s_inv), ew.sub(ct_vt, _mm(_mH(vt_ctv), vh)))))
+    return _conj(ct_x)
 
 
 # ---------------------------------------------------------------------------------------
@@ -566,6 +635,7 @@ vjp.defvjp(svd_p, _svd_vjp, reads=(0, "out"))
 
 # bilinear: its transposes are products without a conjugate (NOTE [complex convention])
 complex_rules.defcomplex(dot_general_p)
+complex_rules.defcomplex(svd_p)  # NOTE [svd of complex matrices]
 
 # JAX's lax.linalg names, here as in jax.lax.linalg: ``cuvmap.lax.linalg.cholesky`` and the
 # others are looked up on first use (a documented cycle: linalg_solve.py and

@@ -15,6 +15,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax.elementwise import complex_numbers
 from cuvmap.lax.linalg import _col, _mm, _mT, _row  # noqa: F401 - re-exported for the linalg files
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.transforms.batching import bdim_at_front
@@ -32,19 +33,7 @@ def check_matrix(name, x, square=False, dtypes=INEXACT):
         raise ShapeError(f"{name}: the operand must be square matrices, got shape {x.shape}")
     if x.dtype not in dtypes:
         kinds = "float32 or float64" if dtypes == REAL else "float32, float64, complex64 or complex128"
-        extra = (" (complex inputs are not supported by this function: no complex derivative rule)"
-                 if x.dtype.kind == "c" else "")
-        raise ShapeError(f"{name}: the operand must be {kinds}, got {x.dtype}{extra}")
-
-
-def refuse_complex(name, x):
-    """Raises a ShapeError naming ``name`` and the dtype when ``x`` is complex: the
-    function has no complex derivative rule (eager calls skip shape rules, so the wrappers
-    ask this themselves)."""
-    dtype = core.dtype_of(x)
-    if dtype.kind == "c":
-        raise ShapeError(f"{name}: complex inputs ({dtype}) are not supported (no complex derivative rule: "
-                         "NOTE [complex derivatives follow JAX] in cuvmap/numpy/linalg.py)")
+        raise ShapeError(f"{name}: the operand must be {kinds}, got {x.dtype}")
 
 
 def batch_front(axis_size, vals, dims):
@@ -95,3 +84,50 @@ def scalar_times(c, x):
 def sym(x):
     """``(x + xᵀ) / 2``."""
     return ew.mul(ew.add(x, _mT(x)), 0.5)
+
+
+def is_complex(x):
+    return core.dtype_of(x).kind == "c"
+
+
+def conj(x):
+    """``conj(x)`` of a complex ``x``; a real ``x`` as it is (``lax.conj`` would make it
+    complex)."""
+    return complex_numbers.conj(x) if is_complex(x) else x
+
+
+def _mH(x):
+    """The conjugate transpose ``xᴴ`` of each matrix (``xᵀ`` for a real ``x``)."""
+    return conj(_mT(x))
+
+
+def herm(x):
+    """``(x + xᴴ)/2``: the Hermitian part (the symmetric part of a real ``x``)."""
+    return ew.mul(ew.add(x, _mH(x)), 0.5)
+
+
+def imag_diagonal(x):
+    """``i·im(x_ii)`` on the diagonal, 0 off it (0 for a real ``x``): the phase term of the
+    complex rules of qr."""
+    if not is_complex(x):
+        return ew.mul(x, 0)
+    d = ew.mul(x, eye_like(x))
+    return ew.mul(ew.sub(d, complex_numbers.conj(d)), 0.5)  # (d − conj d)/2 = i·im(d)
+
+
+def adjoint_to_jax(adjoint):
+    """JAX's VJP rule from ``adjoint``, the adjoint of a JVP rule under the Hermitian
+    pairing ``re Σ conj(u)·v`` (the textbook form, with ᴴ where the real rule has ᵀ): the
+    rule ``ct ↦ conj(adjoint(conj(ct)))`` is the transpose under ``re Σ u·v``, NOTE [complex
+    convention] (for real values the two maps are the same)."""
+    def rule(ct, *args, **params):
+        return conj(adjoint(conj(ct), *args, **params))
+    rule.__name__ = rule.__qualname__ = adjoint.__name__.replace("adjoint", "vjp")
+    return rule
+
+
+def zero_safe_mul(f, x):
+    """``f ∘ x`` with 0 wherever ``x`` is 0, also where ``f`` is infinite: the VJP rules'
+    stand-in for JAX's symbolic zeros (a zero cotangent of the eigenvectors or singular
+    vectors contributes nothing, even where an eigenvalue repeats)."""
+    return ew.select(ew.eq(x, 0), ew.mul(x, 0), ew.mul(f, x))

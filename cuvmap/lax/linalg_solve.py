@@ -2,10 +2,11 @@
 ``triangular_solve``, ``lu`` (with ``lu_pivots_to_permutation``), ``det`` (with
 ``adjugate``, its derivative) and ``slogdet``. Shared helpers: ``linalg_common.py``.
 
-Real and complex dtypes are accepted by all but ``slogdet`` (real only). These functions
-are holomorphic, so their JVPs are complex-linear in the tangent and their VJPs are the
-plain transposes (no conjugation: JAX's convention, NOTE [complex derivatives follow
-JAX], stated once for the linear-algebra family in ``cuvmap/numpy/linalg.py``).
+Real and complex dtypes are accepted by all. These functions are holomorphic (but for
+``slogdet``'s two parts, NOTE [slogdet of complex matrices]), so their JVPs are
+complex-linear in the tangent and their VJPs are the plain transposes (no conjugation:
+JAX's convention, NOTE [complex derivatives follow JAX], stated once for the
+linear-algebra family in ``cuvmap/numpy/linalg.py``).
 """
 import numpy as np
 
@@ -14,7 +15,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import (
-    REAL, _mm, _mT, batch_front, refuse_complex, check_matrix, eye_like, scalar_times, trace, tril, triu,
+    _mm, _mT, batch_front, check_matrix, eye_like, is_complex, scalar_times, trace, tril, triu,
 )
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_to, concatenate, expand_dims, squeeze
@@ -97,13 +98,19 @@ def triangular_solve(a, b, *, left_side=False, lower=False, transpose_a=False, c
     """JAX's ``lax.linalg.triangular_solve``: ``x`` with ``op(a) @ x = b`` (``left_side``) or
     ``x @ op(a) = b``, ``op(a)`` = ``a``, or ``aᵀ`` with ``transpose_a``, reading only the
     ``lower`` (else upper) triangle of ``a`` (ones on its diagonal with ``unit_diagonal``).
-    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``.
-    ``conjugate_a`` is accepted for real ``a`` (where it changes nothing); complex ``a`` with
-    it raises. The right-side solve is the transpose of the left-side one:
-    :func:`triangular_solve_left`."""
-    if conjugate_a and core.dtype_of(a).kind == "c":
-        raise ShapeError(f"triangular_solve: conjugate_a=True of a complex matrix ({core.dtype_of(a)}) is not "
-                         "supported")
+    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``, or a
+    vector ``(..., n)`` (one column or row).
+    ``conjugate_a`` solves with ``conj(a)`` (``aᴴ`` with ``transpose_a``; nothing changes for
+    a real ``a``), differentiable through ``conj``. The right-side solve is the transpose of
+    the left-side one: :func:`triangular_solve_left`."""
+    if conjugate_a and is_complex(a):
+        a = ew.conj(a)
+    nd = len(core.shape_of(b))
+    if nd == len(core.shape_of(a)) - 1:  # a vector b (..., n), as JAX: a column (left) or a row
+        axis = nd if left_side else nd - 1
+        x = triangular_solve(a, expand_dims(b, (axis,)), left_side=left_side, lower=lower, transpose_a=transpose_a,
+                             unit_diagonal=unit_diagonal)
+        return squeeze(x, (axis,))
     if left_side:
         return triangular_solve_left(a, b, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
     # x op(a) = b  <=>  op(a)ᵀ xᵀ = bᵀ
@@ -521,29 +528,41 @@ vjp.defvjp(adjugate_p, _adjugate_vjp)
 # slogdet: (sign, log|det|), packed along a last axis of 2
 # =======================================================================================
 
+# NOTE [slogdet of complex matrices]
+# ``slogdet_p`` packs (sign, log|det|) along a last axis of 2, in the operand's dtype. With
+# τ = tr(A⁻¹ dA) = d log det(A) (JAX's _slogdet_jvp):
+#   d logabsdet = re(τ),   d sign = i·im(τ)·sign
+# (sign = det/|det| is e^{iθ} with dθ = im(τ); for a real matrix τ is real and the sign
+# is constant). The VJP is the transpose under ⟨u, v⟩ = re Σ u·v: for cotangents
+# (c_sign, c_log), ȳ = re(c_log) + i·im(c_sign·sign) and Ā = ȳ·A⁻ᵀ.
+
 slogdet_p = Primitive("slogdet", owns_output=True, capturable=False)
 
 
 def slogdet(a):
-    """``(sign, logabsdet)`` of each real square matrix of a stack: ``det(a) = sign ·
-    exp(logabsdet)`` without overflow. Derivative of ``logabsdet``: ``tr(a⁻¹ da)``; the sign
-    has none. Complex matrices raise (no complex rule)."""
-    refuse_complex("slogdet", a)
+    """``(sign, logabsdet)`` of each square matrix of a stack: ``det(a) = sign ·
+    exp(logabsdet)`` without overflow; ``logabsdet`` real, ``sign`` ±1 (real ``a``) or a
+    complex number of modulus 1. Derivatives (JAX's): ``d logabsdet = re tr(a⁻¹ da)``;
+    a real sign has none, a complex one ``i·im(tr(a⁻¹ da))·sign`` (NOTE [slogdet of
+    complex matrices])."""
     out = slogdet_p.bind(a)
     axis = len(core.shape_of(out)) - 1
-    return (ew.stop_gradient(squeeze(slice_in_dim(out, 0, 1, axis), (axis,))),
-            squeeze(slice_in_dim(out, 1, 2, axis), (axis,)))
+    sign = squeeze(slice_in_dim(out, 0, 1, axis), (axis,))
+    logabsdet = squeeze(slice_in_dim(out, 1, 2, axis), (axis,))
+    if is_complex(out):
+        return sign, ew.real(logabsdet)
+    return ew.stop_gradient(sign), logabsdet
 
 
 def _slogdet_shape_rule(a):
-    check_matrix("slogdet", a, square=True, dtypes=REAL)
+    check_matrix("slogdet", a, square=True)
     return ShapedArray(a.shape[:-2] + (2,), a.dtype)
 
 
 def _slogdet_impl(a):
     xp = backend.xp_of(a)
     sign, logabsdet = xp.linalg.slogdet(a)
-    return xp.stack([sign, logabsdet], axis=-1).astype(a.dtype)
+    return xp.stack([sign, logabsdet.astype(a.dtype)], axis=-1).astype(a.dtype)
 
 
 def _slogdet_batch(axis_size, vals, dims):
@@ -552,17 +571,25 @@ def _slogdet_batch(axis_size, vals, dims):
 
 
 def _slogdet_jvp(t, out, a):
-    n = core.shape_of(a)[-1]
-    d = trace(solve(a, t))
-    nd = len(core.shape_of(d))
-    d = expand_dims(d, (nd,))
-    return concatenate([ew.mul(d, 0), d], nd)
+    tau = trace(solve(a, t))
+    nd = len(core.shape_of(tau))
+    if is_complex(tau):
+        sign = squeeze(slice_in_dim(out, 0, 1, nd), (nd,))
+        re_tau = ew.convert_element_type(ew.real(tau), core.dtype_of(tau))
+        d_sign, d_log = ew.mul(ew.sub(tau, re_tau), sign), re_tau
+    else:
+        d_sign, d_log = ew.mul(tau, 0), tau
+    return concatenate([expand_dims(d_sign, (nd,)), expand_dims(d_log, (nd,))], nd)
 
 
 def _slogdet_vjp(ct, out, a):
     n = core.shape_of(a)[-1]
     axis = len(core.shape_of(ct)) - 1
     c = squeeze(slice_in_dim(ct, 1, 2, axis), (axis,))
+    if is_complex(ct):
+        c_sign = ew.mul(squeeze(slice_in_dim(ct, 0, 1, axis), (axis,)), squeeze(slice_in_dim(out, 0, 1, axis), (axis,)))
+        # ȳ = re(c_log) + i·im(c_sign·sign)
+        c = ew.complex(ew.real(c), ew.imag(c_sign))
     eye = broadcast_to(eye_like(a, n), core.shape_of(a))
     return scalar_times(c, solve(_mT(a), eye))
 
@@ -571,7 +598,7 @@ slogdet_p.impl = _slogdet_impl
 slogdet_p.shape_rule = _slogdet_shape_rule
 batching.primitive_batchers[slogdet_p] = _slogdet_batch
 jvp.defjvp(slogdet_p, _slogdet_jvp)
-vjp.defvjp(slogdet_p, _slogdet_vjp, reads=(0,))
+vjp.defvjp(slogdet_p, _slogdet_vjp, reads=(0, "out"))
 
 __all__ = [
     "adjugate", "adjugate_p", "det", "det_p", "lu", "lu_p", "lu_pivots_to_permutation", "lu_pivots_to_permutation_p",
@@ -583,3 +610,4 @@ __all__ = [
 # complex matrices: holomorphic in the matrix, transposes without a conjugate
 complex_rules.defcomplex(solve_p, triangular_solve_p, lu_p, lu_index_real_p, lu_pivots_to_permutation_p, det_p,
                          adjugate_p)
+complex_rules.defcomplex(slogdet_p)  # NOTE [slogdet of complex matrices]

@@ -7,7 +7,10 @@ permutes its operand, so its derivatives follow the permutation ``perm = argsort
 the JVP gathers the tangent with it (``t[perm]`` along the axis) and the VJP puts the
 cotangent back where each element came from, a gather with the inverse permutation
 ``argsort(perm)`` (a scatter-add would do the same more slowly: ``numpy.add.at``). At ties
-the derivative follows the stable order, as JAX's does.
+the derivative follows the stable order, as JAX's does. Complex numbers sort
+lexicographically, by real part then imaginary part (NumPy's and JAX's order); the
+derivatives are the same permutations, which need no conjugate (NOTE [complex
+convention]).
 """
 import builtins
 
@@ -18,7 +21,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import iota, normalize_slice, slice_p, take
 from cuvmap.lax.shape import reshape, transpose
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
 
 def _check_axis(x, axis):
@@ -155,6 +158,7 @@ def _sort_vjp(ct, out, x, *, axis):
 
 jvp.defjvp(sort_p, _sort_jvp)
 vjp.defvjp(sort_p, _sort_vjp, reads=(0,))
+complex_rules.defcomplex(sort_p)  # a permutation: its transpose has no conjugate
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,14 +9,15 @@ each stack of matrices goes to one batched vendor call (``numpy.linalg`` on the 
     from cuvmap.numpy import linalg      # or cuvmap.numpy.linalg, cnp.linalg
     linalg.norm(x, ord="nuc")
 
-Complex inputs (NOTE [complex derivatives follow JAX]): ``det``, ``solve``, ``inv``,
-``matrix_power``, ``multi_dot``, ``tensorsolve``, ``tensorinv`` and the vector norms and
-``'fro'``, 1, -1, ``inf`` and ``-inf`` matrix norms take them; ``slogdet``, ``cholesky``,
-``eigh``, ``qr``, ``svd``, ``pinv``, ``lstsq`` and the singular-value norms raise a
-ShapeError naming the function and the dtype.
+Complex inputs (NOTE [complex derivatives follow JAX]): every function takes them, with
+JAX's derivative rules (the decompositions: NOTE [svd of complex matrices] in
+``cuvmap/lax/linalg.py``, NOTE [complex decompositions] in
+``cuvmap/lax/linalg_decompositions.py``, NOTE [slogdet of complex matrices] in
+``cuvmap/lax/linalg_solve.py``).
 """
 import builtins
 import collections
+import functools
 import math
 
 import numpy as np
@@ -26,6 +27,7 @@ from cuvmap.core import ShapeError
 from cuvmap.lax.elementwise import complex_numbers as complex_parts  # real, conj
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import linalg as lax_linalg
+from cuvmap.lax import linalg_common as lax_common
 from cuvmap.lax import linalg_decompositions as lax_decomp
 from cuvmap.lax import linalg_solve as lax_solve
 from cuvmap.lax import shape as lax_shape
@@ -37,6 +39,7 @@ from cuvmap.numpy import _products, _reductions, _shapes
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import _keep, max, min, sum
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, squeeze, swapaxes
+from cuvmap.transforms.custom_derivatives import custom_jvp
 
 
 __all__ = [
@@ -59,9 +62,10 @@ SlogdetResult = collections.namedtuple("SlogdetResult", ["sign", "logabsdet"])
 # conjugate. So ``grad`` of a real-valued f is ∂f/∂x − i ∂f/∂y (JAX's convention; PyTorch's
 # is its conjugate): for ‖z‖₂, conj(z)/‖z‖. The norms of complex arrays use
 # |z|² = real(z · conj(z)) (``cuvmap/lax/elementwise/complex_numbers.py``) and never return a complex
-# number. The decompositions whose rules hold for real matrices only (slogdet, cholesky,
-# eigh, qr, svd) refuse complex operands with a ShapeError naming the function and dtype,
-# rather than give a number no one checked.
+# number. The decompositions (slogdet, cholesky, eigh, qr, svd, and pinv, lstsq and the
+# singular-value norms through them) are not holomorphic: their rules are JAX's real-linear
+# ones (with ᴴ where the real rules have ᵀ, and JAX's phase terms), and their VJPs the
+# transposes under the same pairing.
 
 
 def _as_inexact(x):
@@ -86,10 +90,6 @@ def _square_stack(x, name):
     if len(s) < 2 or s[-1] != s[-2]:
         raise ShapeError(f"{name}: the array must be a square matrix or a stack of them (..., n, n), got shape {s}")
     return x
-
-
-def _mT(x):
-    return swapaxes(x, -1, -2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,8 +156,8 @@ def det(a):
 
 def slogdet(a):
     """``numpy.linalg.slogdet``: ``SlogdetResult(sign, logabsdet)`` with ``det(a) = sign ·
-    exp(logabsdet)``, computed without overflow. ``d logabsdet = tr(a⁻¹ da)``; the sign has
-    no derivative. Real matrices (a complex one raises)."""
+    exp(logabsdet)``, computed without overflow. ``d logabsdet = re tr(a⁻¹ da)``; a real
+    sign has no derivative, a complex one ``i·im(tr(a⁻¹ da))·sign`` (JAX's rule)."""
     return SlogdetResult(*lax_solve.slogdet(_square_stack(a, "slogdet")))
 
 
@@ -293,28 +293,29 @@ def multi_dot(arrays, *, precision=None):
 
 def cholesky(a, *, upper=False, symmetrize_input=True):
     """``numpy.linalg.cholesky`` (JAX's ``jnp.linalg.cholesky``): ``L`` lower triangular with
-    ``a = L Lᵀ`` (``upper=True``: ``U = Lᵀ``, ``a = Uᵀ U``), for each real symmetric positive
-    definite matrix of a stack. ``symmetrize_input`` (JAX's default) factors
-    ``(a + aᵀ)/2``; else only the lower triangle is read (NumPy's behaviour). NaN where a
+    ``a = L Lᴴ`` (``upper=True``: ``U = Lᴴ``, ``a = Uᴴ U``), for each real symmetric or
+    complex Hermitian positive definite matrix of a stack. ``symmetrize_input`` (JAX's
+    default) factors ``(a + aᴴ)/2``; else only the lower triangle is read (NumPy's behaviour). NaN where a
     matrix is not positive definite, as in JAX (NumPy raises). Derivatives: NOTE
     [cholesky's derivatives] in ``cuvmap/lax/linalg_decompositions.py``."""
     a = _square_stack(a, "cholesky")
     if not symmetrize_input:
         a = _from_lower(a)
     factor = lax_decomp.cholesky(a)
-    return _mT(factor) if upper else factor
+    return lax_common._mH(factor) if upper else factor
 
 
 def _from_lower(a):
-    """The symmetric matrix with ``a``'s lower triangle."""
-    return ew.add(tril(a), _mT(tril(a, -1)))
+    """The Hermitian (real: symmetric) matrix with ``a``'s lower triangle."""
+    return ew.add(tril(a), lax_common._mH(tril(a, -1)))
 
 
 def eigh(a, UPLO=None, symmetrize_input=True):  # noqa: N803 - NumPy's name
     """``numpy.linalg.eigh`` (JAX's ``jnp.linalg.eigh``): ``EighResult(eigenvalues,
-    eigenvectors)``, ascending eigenvalues and the orthonormal eigenvectors (columns) of each
-    real symmetric matrix of a stack. ``symmetrize_input`` (JAX's default) decomposes
-    ``(a + aᵀ)/2``; else only the ``UPLO`` (``'L'``, the default, or ``'U'``) triangle is read.
+    eigenvectors)``, ascending (real) eigenvalues and the orthonormal eigenvectors (columns)
+    of each real symmetric or complex Hermitian matrix of a stack. ``symmetrize_input``
+    (JAX's default) decomposes ``(a + aᴴ)/2``; else only the ``UPLO`` (``'L'``, the default,
+    or ``'U'``) triangle is read. Complex: NOTE [complex decompositions].
 
     Derivatives (NOTE [eigh's derivatives] in ``cuvmap/lax/linalg_decompositions.py``):
     ``dw_i = v_iᵀ da v_i``; ``dv = V (F ∘ Vᵀ da V)`` with ``F_ij = 1/(w_j − w_i)``, which is
@@ -337,10 +338,11 @@ def eigvalsh(a, UPLO="L", *, symmetrize_input=True):  # noqa: N803 - NumPy's nam
 
 def qr(a, mode="reduced"):
     """``numpy.linalg.qr`` (JAX's ``jnp.linalg.qr``): ``QRResult(Q, R)``, ``a = Q R``, for
-    each real matrix of a stack ``(..., m, n)``. ``mode``: ``'reduced'`` (``Q`` ``(m, k)``,
+    each real or complex matrix of a stack ``(..., m, n)``. ``mode``: ``'reduced'`` (``Q`` ``(m, k)``,
     ``R`` ``(k, n)``, ``k = min(m, n)``), ``'complete'`` (``Q`` ``(m, m)``) or ``'r'``
-    (``R`` alone). Derivatives (NOTE [qr's derivatives]) need ``m >= n`` and the reduced
-    form (or a square matrix), as in JAX; other cases raise."""
+    (``R`` alone). Derivatives (NOTE [qr's derivatives]): JAX's, for every shape and mode
+    (the ``'complete'`` form of a tall matrix differentiates LAPACK's Householder
+    completion, as JAX)."""
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"qr: the array must have at least 2 dims, got shape {shape(a)}")
@@ -359,7 +361,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     NOTE [svd's derivatives] in ``cuvmap/lax/linalg.py``: those of the singular values are
     defined where they are distinct; those of ``U`` and ``Vh`` are undefined for repeated
     singular values (they come out inf or NaN) and raise for ``full_matrices=True`` of a
-    non-square matrix (use ``full_matrices=False``). Real matrices (complex ones raise).
+    non-square matrix (use ``full_matrices=False``). Complex matrices: NOTE [svd of
+    complex matrices] (``S`` real).
     """
     a = _as_inexact(a)
     if ndim(a) < 2:
@@ -381,22 +384,63 @@ def _default_rtol(a):
 
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     """``numpy.linalg.pinv`` (JAX's ``jnp.linalg.pinv``): the Moore-Penrose pseudo-inverse
-    ``V diag(1/s) Uᵀ`` of each matrix, singular values at most ``rtol · max(s)`` dropped
-    (``rtol`` default ``eps · max(m, n)``; ``rcond`` is NumPy's older name).
-    ``hermitian`` is accepted (the general SVD is used). The derivative goes through the
-    SVD: defined where the kept singular values are distinct (NOTE [svd's derivatives])."""
+    ``V diag(1/s) Uᴴ`` of each real or complex matrix, singular values at most
+    ``rtol · max(s)`` dropped (``rtol`` default ``10 · max(m, n) · eps``, JAX's; ``rcond``
+    is NumPy's older name: only one of the two may be given). ``hermitian=True``
+    decomposes ``(a + aᴴ)/2``, as JAX.
+
+    Derivative (JAX's ``_pinv_jvp``, a custom JVP; Golub and Pereyra 1973): with
+    ``P = pinv(a)``, ``dP = −P da P + P Pᴴ daᴴ (I − a P) + (I − P a) daᴴ Pᴴ P``, which
+    holds where the rank is locally constant, repeated singular values included (the
+    derivative through the SVD would be NaN there: NOTE [svd's derivatives])."""
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"pinv: the array must have at least 2 dims, got shape {shape(a)}")
-    if rtol is None:
+    if rcond is not None:
+        if rtol is not None:
+            raise ValueError("pinv: only one of rtol and rcond may be specified.")  # (JAX's words)
         rtol = rcond
-    u, s, vh = lax_linalg.svd(a, full_matrices=False)
+    return _pinv(a, rtol, bool(hermitian))
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(1, 2))
+def _pinv(a, rtol, hermitian):
+    m, n = shape(a)[-2:]
+    if m == 0 or n == 0:  # (an empty (..., n, m) result, on a's device)
+        return ew.mul(lax_common._mH(a), 0)
+    if hermitian:
+        a = lax_common.herm(a)
     if rtol is None:
-        rtol = _default_rtol(a)
-    cutoff = ew.mul(ew.stop_gradient(max(s, -1, keepdims=True)), rtol)
+        rtol = 10.0 * builtins.max(m, n) * float(np.finfo(core.dtype_of(a)).eps)
+    u, s, vh = lax_linalg.svd(a, full_matrices=False)
+    rtol = asarray(rtol)
+    cutoff = ew.mul(ew.stop_gradient(max(s, -1, keepdims=True)), lax_shape.expand_dims(rtol, (ndim(rtol),)))
     keep = ew.gt(s, cutoff)
     s_inv = where(keep, ew.div(1, where(keep, s, 1)), 0)
-    return matmul(ew.mul(_mT(vh), lax_shape.expand_dims(s_inv, (ndim(s_inv) - 1,))), _mT(u))
+    s_inv = astype(s_inv, core.dtype_of(a)) if _is_complex(a) else s_inv
+    return matmul(ew.mul(lax_common._mH(vh), lax_shape.expand_dims(s_inv, (ndim(s_inv) - 1,))), lax_common._mH(u))
+
+
+@_pinv.defjvp
+def _pinv_jvp(rtol, hermitian, primals, tangents):
+    """JAX's ``_pinv_jvp`` (the formula in :func:`pinv`'s docstring)."""
+    (a,), (a_dot,) = primals, tangents
+    p = _pinv(a, rtol, hermitian)
+    if hermitian:
+        a, a_dot = lax_common.herm(a), lax_common.herm(a_dot)
+    m, n = shape(a)[-2:]
+    mH = lax_common._mH
+    if m >= n:  # (the products in the order of the smaller intermediates)
+        s = matmul(matmul(p, mH(p)), mH(a_dot))
+        t = matmul(matmul(mH(a_dot), mH(p)), p)
+        p_dot = ew.add(ew.sub(ew.add(ew.sub(s, matmul(matmul(s, a), p)), t), matmul(matmul(p, a), t)),
+                       ew.neg(matmul(matmul(p, a_dot), p)))
+    else:
+        s = matmul(p, matmul(mH(p), mH(a_dot)))
+        t = matmul(mH(a_dot), matmul(mH(p), p))
+        p_dot = ew.add(ew.sub(ew.add(ew.sub(s, matmul(s, matmul(a, p))), t), matmul(p, matmul(a, t))),
+                       ew.neg(matmul(p, matmul(a_dot, p))))
+    return p, p_dot
 
 
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
@@ -415,7 +459,8 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     s = lax_linalg.svd(a, compute_uv=False)
     rtol = _default_rtol(a) if rcond is None or rcond < 0 else rcond
     x = matmul(pinv(a, rtol=rtol), b)
-    rank = sum(astype(ew.gt(ew.stop_gradient(s), ew.mul(ew.stop_gradient(max(s)), rtol)), np.int32))
+    rank = sum(astype(ew.gt(ew.stop_gradient(s), ew.mul(ew.stop_gradient(_max_or_zero(s, (0,), False)), rtol)),
+                      np.int32))
     resid = sum(_abs_squared(ew.sub(matmul(a, x), b)), 0)
     if numpy_resid and not (int(rank) == n and m > n):
         resid = np.zeros((0,), dtype=core.dtype_of(a))
@@ -472,14 +517,16 @@ def _abs(x):
     return ew.abs(x)
 
 
+def _max_or_zero(x, axes, keepdims):
+    """``max`` over ``axes``, 0 where they hold no entries (a norm of nothing is 0, as
+    JAX's; NumPy's max raises there)."""
+    if builtins.any(shape(x)[a] == 0 for a in axes):
+        return sum(ew.mul(x, 0), axes, keepdims)
+    return max(x, axes, keepdims)
+
+
 def _real_dtype(x):
     return np.empty(0, core.dtype_of(x)).real.dtype
-
-
-def _no_complex(x, what):
-    if _is_complex(x):
-        raise ShapeError(f"norm: {what} of a complex array ({core.dtype_of(x)}) is not supported "
-                         "(it needs the SVD of a complex matrix)")
 
 
 def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
@@ -530,7 +577,7 @@ def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
     if not _is_number(ord):
         raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
     if ord == np.inf:
-        return max(_abs(x), axes, keepdims)
+        return _max_or_zero(_abs(x), axes, keepdims)
     if ord == -np.inf:
         return min(_abs(x), axes, keepdims)
     if ord == 0:
@@ -546,20 +593,19 @@ def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
         return ew.sqrt(sum(_abs_squared(x), axes, keepdims))
     if (isinstance(ord, str) and ord == "nuc") or (_is_number(ord) and ord in (2, -2)):
         # the singular values of the matrices in the (rows, cols) dims
-        _no_complex(x, f"ord={ord!r}")
         rest = tuple(i for i in range(ndim(x)) if i not in axes)
         s = lax_linalg.svd(lax_shape.transpose(x, rest + (rows, cols)), compute_uv=False)
         if isinstance(ord, str):
             out = sum(s, -1)
         else:
-            out = max(s, -1) if ord == 2 else min(s, -1)
+            out = _max_or_zero(s, (ndim(s) - 1,), False) if ord == 2 else min(s, -1)
         return lax_shape.expand_dims(out, tuple(sorted(axes))) if keepdims else out
     if not _is_number(ord) or ord not in (1, -1, np.inf, -np.inf):
         raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf)")
     # 1: the largest column sum of |x|; inf: the largest row sum
     summed, over = (rows, cols) if ord in (1, -1) else (cols, rows)
     sums = sum(_abs(x), summed, keepdims=True)
-    out = max(sums, over, keepdims=True) if ord > 0 else min(sums, over, keepdims=True)
+    out = _max_or_zero(sums, (over,), True) if ord > 0 else min(sums, over, keepdims=True)
     return out if keepdims else squeeze(out, axes)
 
 

@@ -19,7 +19,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import linalg_decompositions as lax_decomp
 from cuvmap.lax import linalg_solve as lax_solve
 from cuvmap.lax import shape as lax_shape
-from cuvmap.lax.linalg_common import tril, triu
+from cuvmap.lax.linalg_common import _mH, tril, triu
 from cuvmap.numpy import linalg as np_linalg
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._elementwise import astype, where
@@ -70,11 +70,14 @@ def _transpose_flag(trans, a, name):
         return False
     if trans in (1, "T"):
         return True
-    if trans in (2, "C"):
-        if core.dtype_of(a).kind == "c":
-            raise ShapeError(f"{name}: trans='C' of a complex matrix ({core.dtype_of(a)}) is not supported")
+    if trans in (2, "C"):  # (the callers conjugate a complex matrix: _conjugated_for)
         return True
     raise ValueError(f"{name}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
+
+
+def _conjugated_for(trans, a):
+    """``conj(a)`` where ``trans`` is 2/``'C'`` and ``a`` complex (``op(a) = aᴴ``), else ``a``."""
+    return complex_parts.conj(a) if trans in (2, "C") and core.dtype_of(a).kind == "c" else a
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None,
@@ -82,12 +85,13 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     """``scipy.linalg.solve_triangular`` (JAX's ``jax.scipy.linalg.solve_triangular``):
     ``x`` with ``op(a) x = b``, reading only the ``lower`` (else upper) triangle of ``a``
     (its diagonal taken as ones with ``unit_diagonal``); ``trans`` 0/``'N'``: ``op(a) = a``,
-    1/``'T'`` and (for real ``a``) 2/``'C'``: ``aᵀ``. ``b`` ``(..., n)`` or ``(..., n, k)``;
+    1/``'T'``: ``aᵀ``, 2/``'C'``: ``aᴴ``. ``b`` ``(..., n)`` or ``(..., n, k)``;
     leading dims broadcast. ``overwrite_b``, ``debug`` and ``check_finite`` are accepted and
     ignored (as in JAX). Derivatives: ``dx = op(a)⁻¹ (db − op(da) x)`` with ``da`` masked to
     the triangle read."""
     a = _square(a, "solve_triangular")
     transpose_a = _transpose_flag(trans, a, "solve_triangular")
+    a = _conjugated_for(trans, a)
     a, b, vector = _rhs(a, b, "solve_triangular")
     x = lax_solve.triangular_solve_left(a, b, lower=bool(lower), transpose_a=transpose_a,
                                    unit_diagonal=bool(unit_diagonal))
@@ -96,13 +100,13 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
 
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     """``scipy.linalg.cho_factor``: ``(c, lower)`` with ``c`` the Cholesky factor of the
-    symmetric matrix whose ``lower`` (else upper) triangle is ``a``'s: ``a = c cᵀ`` for
-    ``lower``, ``a = cᵀ c`` otherwise; the other triangle of ``c`` is zero (as in JAX;
-    SciPy leaves whatever was there). NaN where ``a`` is not positive definite."""
+    symmetric (complex: Hermitian) matrix whose ``lower`` (else upper) triangle is ``a``'s:
+    ``a = c cᴴ`` for ``lower``, ``a = cᴴ c`` otherwise; the other triangle of ``c`` is zero
+    (as in JAX; SciPy leaves whatever was there). NaN where ``a`` is not positive definite."""
     a = _square(a, "cho_factor")
-    full = ew.add(tril(a), _mT(tril(a, -1))) if lower else ew.add(triu(a), _mT(triu(a, 1)))
+    full = ew.add(tril(a), _mH(tril(a, -1))) if lower else ew.add(triu(a), _mH(triu(a, 1)))
     factor = lax_decomp.cholesky(full)
-    return (factor if lower else _mT(factor)), bool(lower)
+    return (factor if lower else _mH(factor)), bool(lower)
 
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
@@ -111,11 +115,12 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, lower = c_and_lower
     c = _square(c, "cho_solve")
     c, b, vector = _rhs(c, b, "cho_solve")
-    if lower:
+    c_conj = complex_parts.conj(c) if core.dtype_of(c).kind == "c" else c  # (solves with cᴴ: conj(c)ᵀ)
+    if lower:  # L Lᴴ x = b
         y = lax_solve.triangular_solve_left(c, b, lower=True)
-        x = lax_solve.triangular_solve_left(c, y, lower=True, transpose_a=True)
-    else:
-        y = lax_solve.triangular_solve_left(c, b, lower=False, transpose_a=True)
+        x = lax_solve.triangular_solve_left(c_conj, y, lower=True, transpose_a=True)
+    else:  # Uᴴ U x = b
+        y = lax_solve.triangular_solve_left(c_conj, b, lower=False, transpose_a=True)
         x = lax_solve.triangular_solve_left(c, y, lower=False)
     return _unvector(x, vector)
 
@@ -142,6 +147,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     lu_, piv = lu_and_piv
     lu_ = _square(lu_, "lu_solve")
     transpose_a = _transpose_flag(trans, lu_, "lu_solve")
+    lu_ = _conjugated_for(trans, lu_)  # (Uᴴ Lᴴ P x = b: the 'T' solves of conj(L U))
     n = shape(lu_)[-1]
     perm = lax_solve.lu_pivots_to_permutation(piv, n)
     lu_, b, vector = _rhs(lu_, b, "lu_solve")

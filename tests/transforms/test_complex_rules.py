@@ -381,10 +381,10 @@ def test_jacfwd_needs_real_inputs_unless_holomorphic():
 
 def test_a_primitive_without_complex_rules_raises_naming_it_and_the_dtype():
     z = _points("plane", seed=11)
-    with pytest.raises(MissingRuleError, match="sort has no JVP rule for complex numbers.*complex128"):
-        cv.jvp(cnp.sort, (z,), (z,))
-    with pytest.raises(MissingRuleError, match="sort has no VJP rule for complex numbers.*complex128"):
-        cv.grad(lambda z: cnp.sum(cnp.abs(cnp.sort(z))))(z)
+    with pytest.raises(MissingRuleError, match="tan has no JVP rule for complex numbers.*complex128"):
+        cv.jvp(cnp.tan, (z,), (z,))
+    with pytest.raises(MissingRuleError, match="tan has no VJP rule for complex numbers.*complex128"):
+        cv.grad(lambda z: cnp.sum(cnp.abs(cnp.tan(z))))(z)
     with pytest.raises(MissingRuleError, match="atan2 has no VJP rule for complex numbers.*complex64"):
         complex_rules.check(lax.elementwise.atan2_p, np.zeros(2, np.complex64), [], "VJP")
 
@@ -459,3 +459,17 @@ def test_tracer_attributes():
     assert cv.vmap(lambda z: z.real)(z).dtype == np.float64
     with pytest.raises(TypeError, match="real_if_close"):
         cv.jit(cnp.real_if_close)(z)
+
+
+def test_sort_of_complex_numbers_is_lexicographic_with_permutation_derivatives():
+    """Real part first, then imaginary part (NumPy's and JAX's order), ties included; the
+    JVP and VJP are the sorting permutation (no conjugate), against finite differences."""
+    z = np.array([1.0 + 2.0j, -0.5 + 1.0j, 1.0 - 1.0j, 0.3 + 0.0j, -0.5 - 2.0j])
+    np.testing.assert_array_equal(cnp.sort(z), np.sort(z))
+    np.testing.assert_array_equal(cv.jit(cnp.sort)(z), np.sort(z))
+    w = z + np.array([0.0, 0.1, 0.2, 0.0, -0.2])  # (distinct real parts: differentiable)
+    check_grads(cnp.sort, (w,), order=2)
+    check_grads(lambda w: lax.sort(w, 0), (np.stack([w, w[::-1]], 1),))
+    t = np.arange(5) * (1 - 1j)
+    np.testing.assert_array_equal(cv.jvp(cnp.sort, (z,), (t,))[1], t[np.argsort(z, kind="stable")])
+    np.testing.assert_array_equal(cv.vmap(cnp.sort)(np.stack([z, np.conj(z)])), np.sort(np.stack([z, np.conj(z)]), -1))
