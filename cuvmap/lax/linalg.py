@@ -574,7 +574,7 @@ complex_rules.defcomplex(dot_general_p)
 _LAX_LINALG_NAMES = {"cholesky": "linalg_decompositions", "eigh": "linalg_decompositions",
                      "qr": "linalg_decompositions", "lu": "linalg_solve",
                      "lu_pivots_to_permutation": "linalg_solve", "triangular_solve": "linalg_solve"}
-_LAX_LINALG_NAMES.update({"eig": "linalg_eig", "tridiagonal_solve": "linalg_tridiagonal"})  # issue 32
+_LAX_LINALG_NAMES.update({"eig": "linalg_eig", "tridiagonal_solve": "linalg_tridiagonal", "schur": "linalg_schur"})  # issue 32
 
 
 def __getattr__(name):

@@ -27,9 +27,13 @@ from cuvmap.numpy._indexing import take_along_axis
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import argsort, max, sum
 from cuvmap.numpy._shapes import broadcast_to, squeeze, swapaxes
+from cuvmap.scipy.linalg_matrix_functions import (  # noqa: F401  (issue 32: the Schur-based functions)
+    expm_frechet, funm, rsf2csf, schur, solve_sylvester, sqrtm,
+)
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
-           "solve_triangular"]
+           "solve_triangular",
+           "expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
 
 
 def _mT(x):
