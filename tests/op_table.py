@@ -1499,6 +1499,79 @@ def _rows_linalg_solvers():
     ]
 
 
+# ---------------------------------------------------------------------------------------
+# General eigenproblems, the Schur decomposition, tridiagonal solves (issue 32:
+# cuvmap/lax/linalg_eig.py, linalg_schur.py, linalg_tridiagonal.py). eig's results are
+# complex: the rows give their real and imaginary parts, the eigenvectors as v·v (free of
+# geev's sign choice for real eigenvectors, as JAX's tests); the reference runs the same
+# LAPACK call in double precision (the order of the eigenvalues is geev's). schur has no
+# derivative: its row checks the reconstruction Z T Zᴴ = x and Z Zᴴ = I.
+# ---------------------------------------------------------------------------------------
+from cuvmap.lax import linalg_eig as lax_eig  # noqa: E402 - this block's own imports
+from cuvmap.lax import linalg_schur as lax_schur  # noqa: E402
+from cuvmap.lax import linalg_tridiagonal as lax_tridiagonal  # noqa: E402
+
+
+def _eig_summary(m, w, *vs):
+    parts = [m.real(w)[..., None, :], m.imag(w)[..., None, :]]
+    for v in vs:
+        parts += [m.real(v * v), m.imag(v * v)]
+    return m.concatenate(parts, axis=-2)
+
+
+def _ref_eig(x, left, right):
+    w, vr = np.linalg.eig(x.astype(np.float64))
+    vs = []
+    if left:
+        vl = np.conj(np.swapaxes(np.linalg.inv(vr), -1, -2))
+        vl = vl / np.linalg.norm(vl, axis=-2, keepdims=True)
+        top = np.take_along_axis(vl, np.argmax(np.abs(vl), axis=-2)[..., None, :], -2)
+        vs.append(vl * np.conj(top) / np.abs(top))
+    if right:
+        vs.append(vr)
+    return _eig_summary(np, w, *vs).astype(x.dtype)
+
+
+def _eig_row(name, left, right, shape):
+    params = {"compute_left_eigenvectors": left, "compute_right_eigenvectors": right,
+              "enable_eigvec_derivs": left or right}
+    return prim_row(name, lax_eig.eig_p, params, lambda x: _eig_summary(cnp, *lax_eig.eig(x, **params)),
+                    lambda x: _ref_eig(x, left, right), [A(*shape)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10),
+                    grad_tol=1e-4)
+
+
+def _schur_reconstruction(x):
+    t, z = lax_schur.schur(x)
+    zt = cnp.swapaxes(z, -1, -2)
+    return cnp.concatenate([z @ t @ zt, z @ zt], axis=-1)
+
+
+def _tridiagonal_matrix(dl, d, du):
+    m = d.shape[-1]
+    out = np.zeros(d.shape + (m,), dtype=d.dtype)
+    i = np.arange(m)
+    out[..., i, i] = d
+    out[..., i[1:], i[:-1]] = dl[..., 1:]
+    out[..., i[:-1], i[1:]] = du[..., :-1]
+    return out
+
+
+def _rows_linalg_eig():
+    dominant = lambda d: d + 4.0  # noqa: E731 - a well-conditioned system for the derivative checks
+    return [
+        _eig_row("eig_values", False, False, (2, 3, 3)),
+        _eig_row("eig_right", False, True, (3, 3)),
+        _eig_row("eig_left_right", True, True, (2, 3, 3)),
+        prim_row("schur", lax_schur.schur_p, {"compute_schur_vectors": True}, _schur_reconstruction,
+                 lambda x: np.concatenate([x, np.broadcast_to(np.eye(x.shape[-1], dtype=x.dtype), x.shape)], -1),
+                 [A(2, 4, 4)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+        prim_row("tridiagonal_solve", lax_tridiagonal.tridiagonal_solve_p, {"perturb_singular": False},
+                 lambda dl, d, du, b: lax_tridiagonal.tridiagonal_solve(dl, dominant(d), du, b),
+                 lambda dl, d, du, b: np.linalg.solve(_tridiagonal_matrix(dl, dominant(d), du), b),
+                 [A(2, 4), A(2, 4), A(2, 4), A(2, 4, 3)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10)),
+    ]
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows() + _rows_cumulative_sorting()
@@ -1506,6 +1579,7 @@ PRIMITIVE_ROWS = (
     + _rows_slicing()
     + _rows_jax_elementwise()
     + _rows_linalg_solvers()
+    + _rows_linalg_eig()
 )
 
 

@@ -108,12 +108,20 @@ def _largest_component_real(xp, v):
 
 def _geev(xp, a):
     """``(w, vr)`` of a stack of complex128 or float64 matrices, complex128."""
-    if xp is not np and not hasattr(xp.linalg, "eig"):
-        raise NotImplementedError(
-            "eig: the installed CuPy has no cupy.linalg.eig, so eig does not run on the GPU here; move the "
-            "operand to the CPU (numpy) or install CuPy >= 14")
     w, vr = xp.linalg.eig(a)
     return w.astype(np.complex128, copy=False), vr.astype(np.complex128, copy=False)
+
+
+def on_host_without_geev(impl):
+    """``impl`` run on the host for a CuPy operand where the installed CuPy has no
+    ``cupy.linalg.eig`` (older than 14): as JAX's default GPU ``eig``, which calls LAPACK
+    on the host; the result goes back to the device."""
+    def run(x, **params):
+        xp = backend.xp_of(x)
+        if xp is np or hasattr(xp.linalg, "eig"):
+            return impl(x, **params)
+        return xp.asarray(impl(xp.asnumpy(x), **params))
+    return run
 
 
 def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors, enable_eigvec_derivs):
@@ -157,11 +165,14 @@ def _refuse_eigvec_derivs(left, right, enable):
 
 def _right_vectors(out, x, params):
     """``(w, vl, vr)`` of ``x``: from ``out``, binding the decomposition again with the
-    right eigenvectors where ``out`` lacks them (as JAX's rule does)."""
+    right eigenvectors where ``out`` lacks them (as JAX's rule does). That bind enables
+    their derivatives: the eigenvalues' derivatives read them only through
+    ``diag(V⁻¹ dA V)``, which no rescaling of V's columns changes, so their higher
+    derivatives hold whatever the gauge (JAX's rule raises there instead)."""
     n = core.shape_of(x)[-1]
     left, right = params["compute_left_eigenvectors"], params["compute_right_eigenvectors"]
     if not right:
-        out = eig_p.bind(x, **dict(params, compute_right_eigenvectors=True))
+        out = eig_p.bind(x, **dict(params, compute_right_eigenvectors=True, enable_eigvec_derivs=True))
     return _eig_parts(out, n, left, True)
 
 
@@ -241,7 +252,7 @@ def _eig_vjp(ct, out, x, **params):
     return a_ct
 
 
-eig_p.impl = _eig_impl
+eig_p.impl = on_host_without_geev(_eig_impl)
 eig_p.shape_rule = _eig_shape_rule
 batching.primitive_batchers[eig_p] = _eig_batch
 jvp.defjvp(eig_p, _eig_jvp)

@@ -11,6 +11,7 @@ from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import INEXACT, batch_front, check_matrix
+from cuvmap.lax.linalg_eig import on_host_without_geev
 from cuvmap.transforms import batching, jvp, vjp
 
 
@@ -76,10 +77,6 @@ def schur_arrays(xp, a):
     """``(T, Z)`` of a stack of float64 or complex128 matrices (every matrix finite), and
     the relative size of the discarded part below the (block) triangle."""
     n = a.shape[-1]
-    if xp is not np and not hasattr(xp.linalg, "eig"):
-        raise NotImplementedError(
-            "schur: the installed CuPy has no cupy.linalg.eig, so schur does not run on the GPU here (JAX's schur "
-            "is CPU-only too); move the operand to the CPU (numpy)")
     w, v = xp.linalg.eig(a)
     triangle = xp.asarray(np.triu(np.ones((n, n), dtype=bool)))
     if a.dtype.kind == "c":
@@ -124,7 +121,7 @@ def _schur_no_derivative(*args, **params):
         "matrix that does not go through the Schur decomposition (eig's eigenvalues, expm, ...)")
 
 
-schur_p.impl = _schur_impl
+schur_p.impl = on_host_without_geev(_schur_impl)  # (JAX's schur is CPU-only)
 schur_p.shape_rule = _schur_shape_rule
 batching.primitive_batchers[schur_p] = _schur_batch
 jvp.defjvp(schur_p, _schur_no_derivative)

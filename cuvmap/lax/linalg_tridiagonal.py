@@ -108,7 +108,7 @@ def _tridiagonal_solve_impl(dl, d, du, b, *, perturb_singular):
         sw = swap[..., None]
         x[..., i, :] = xp.where(sw, xn, xi)
         x[..., i + 1, :] = xp.where(sw, xi - f_swap[..., None] * xn, xn - f_keep[..., None] * xi)
-    singular = xp.any(diag == 0, axis=-1)
+    singular = (diag == 0).any(axis=-1)
     if perturb_singular:
         scale = xp.maximum(xp.max(xp.abs(diag), axis=-1),
                            xp.maximum(_abs_max(xp, sup), _abs_max(xp, sup2)))

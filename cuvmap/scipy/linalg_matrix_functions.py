@@ -188,12 +188,15 @@ def _parlett(f, t):
 def funm(A, func, disp=True):  # noqa: N803 - SciPy's name
     """``scipy.linalg.funm`` (JAX's ``jax.scipy.linalg.funm``): ``f(A)`` for the scalar
     function ``func`` (applied to an array of eigenvalues) by the Schur–Parlett method:
-    ``A = Z T Zᴴ`` (complex Schur form), ``f(T)`` by Parlett's recurrence, ``Z f(T) Zᴴ``;
+    ``A = Z T Zᴴ`` (complex Schur form; of a real ``A``, its real Schur form through
+    :func:`rsf2csf`, as JAX), ``f(T)`` by Parlett's recurrence, ``Z f(T) Zᴴ``;
     complex, as JAX's. Needs distinct eigenvalues (where two coincide the result is
     inaccurate, as SciPy's). ``disp=False`` returns ``(F, err)`` with SciPy's error
     estimate ``min(1, max(eps, eps / min_gap · ‖triu(T, 1)‖₁))``."""
     a = _square(A, "funm", "A")
-    t, z = lax_schur(_complex(a))
+    # real Schur form, then complex (as JAX and SciPy): a real eigenvalue keeps a zero
+    # imaginary part, so ``func``'s branch cut sees the sign SciPy's does
+    t, z = rsf2csf(*lax_schur(a)) if core.dtype_of(a).kind != "c" else lax_schur(a)
     f = _diag_embed(astype(func(diagonal(t, 0, -2, -1)), core.dtype_of(t)))
     f, min_gap = _parlett(f, t)
     f = matmul(matmul(z, f), _adjoint(z))
