@@ -12,7 +12,7 @@ from cuvmap.core import Primitive, ShapedArray
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import INEXACT, batch_front, check_matrix
 from cuvmap.lax.linalg_eig import on_host_without_geev
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
 
 # =======================================================================================
@@ -126,3 +126,5 @@ schur_p.shape_rule = _schur_shape_rule
 batching.primitive_batchers[schur_p] = _schur_batch
 jvp.defjvp(schur_p, _schur_no_derivative)
 vjp.defvjp(schur_p, _schur_no_derivative)
+# its rules raise for every dtype, naming schur: registered so that complex operands get that message too
+complex_rules.defcomplex(schur_p)
