@@ -1,5 +1,5 @@
 """``scipy.linalg``'s Schur-based functions as ``jax.scipy.linalg`` has them: ``schur``,
-``rsf2csf``, ``sqrtm``, ``funm``, ``solve_sylvester``, and ``expm_frechet``. Each takes
+``rsf2csf``, ``sqrtm``, ``funm`` and ``solve_sylvester``. Each takes
 stacks of matrices and is a composite of :mod:`cuvmap.numpy` functions over
 :func:`cuvmap.lax.linalg_schur.schur` (loops over the matrix size only, each step a
 whole-stack operation), so it vmaps and jits; those that go through ``schur`` have no
@@ -19,7 +19,7 @@ from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import any, min
 from cuvmap.numpy._shapes import broadcast_to, concatenate, diagonal, swapaxes
 
-__all__ = ["expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
+__all__ = ["funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
 
 
 def _inexact(x, name):
@@ -274,30 +274,3 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
     wa, wb = np_linalg.eigvals(a), np_linalg.eigvals(b)
     singular = any(abs(wa[..., :, None] + wb[..., None, :]) < tol, axis=(-2, -1))
     return where(singular[..., None, None], np.nan, x)
-
-
-# ---------------------------------------------------------------------------------------
-# expm_frechet
-# ---------------------------------------------------------------------------------------
-
-
-def expm_frechet(A, E, *, method=None, compute_expm=True):  # noqa: N803 - SciPy's names
-    """``scipy.linalg.expm_frechet`` (JAX's ``jax.scipy.linalg.expm_frechet``): the
-    Fréchet derivative ``L(A, E) = d/dt expm(A + t E)`` at ``t = 0``, from the block
-    identity ``expm([[A, E], [0, A]]) = [[expm(A), L(A, E)], [0, expm(A)]]``; returns
-    ``(expm(A), L)``, or ``L`` alone with ``compute_expm=False``. Differentiable (through
-    :func:`cuvmap.scipy.linalg.expm`). ``method`` is accepted for SciPy's signature."""
-    from cuvmap.scipy.linalg import expm  # (a documented cycle: cuvmap.scipy.linalg imports this module's names)
-    if method not in (None, "SPS", "blockEnlarge"):
-        raise ValueError(f"expm_frechet: unknown method {method!r} (SciPy's are 'SPS' and 'blockEnlarge')")
-    a, e = _square(A, "expm_frechet", "A"), _square(E, "expm_frechet", "E")
-    if core.shape_of(a) != core.shape_of(e):
-        raise ShapeError(f"expm_frechet: A {core.shape_of(a)} and E {core.shape_of(e)} must have one shape")
-    dtype = np.result_type(core.dtype_of(a), core.dtype_of(e))
-    a, e = astype(a, dtype), astype(e, dtype)
-    n = core.shape_of(a)[-1]
-    zero = a * 0
-    big = concatenate([concatenate([a, e], axis=-1), concatenate([zero, a], axis=-1)], axis=-2)
-    out = expm(big)
-    frechet = out[..., :n, n:]
-    return (out[..., :n, :n], frechet) if compute_expm else frechet
