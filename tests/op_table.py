@@ -1505,9 +1505,12 @@ def _rows_linalg_solvers():
 # complex: the rows give their real and imaginary parts, the eigenvectors as v·v (free of
 # geev's sign choice for real eigenvectors, as JAX's tests); the reference runs the same
 # LAPACK call in double precision (the order of the eigenvalues is geev's). schur has no
-# derivative: its row checks the reconstruction Z T Zᴴ = x and Z Zᴴ = I.
+# derivative: its row checks the reconstruction Z T Zᴴ = x and Z Zᴴ = I; hessenberg's
+# Q H Qᴴ = x and Q Qᴴ = I; tridiagonal's the eigenvalues of T against those of the
+# symmetric matrix of the triangle read (no derivatives, as JAX).
 # ---------------------------------------------------------------------------------------
 from cuvmap.lax import linalg_eig as lax_eig  # noqa: E402 - this block's own imports
+from cuvmap.lax import linalg_householder as lax_householder  # noqa: E402
 from cuvmap.lax import linalg_schur as lax_schur  # noqa: E402
 from cuvmap.lax import linalg_tridiagonal as lax_tridiagonal  # noqa: E402
 
@@ -1556,6 +1559,30 @@ def _tridiagonal_matrix(dl, d, du):
     return out
 
 
+def _hessenberg_reconstruction(x):
+    h, q = cv_scipy.linalg.hessenberg(x, calc_q=True)
+    qt = cnp.swapaxes(q, -1, -2)
+    return cnp.concatenate([q @ h @ qt, q @ qt], axis=-1)
+
+
+def _tridiagonal_eigenvalues(x, lower):
+    """The eigenvalues of the tridiagonal T (from d and e) and its diagonals: the
+    reduction keeps the eigenvalues of the symmetric matrix of the triangle read."""
+    _, d, e, _ = lax_householder.tridiagonal(x, lower=lower)
+    n = d.shape[-1]
+    xp = backend.xp_of(d)
+    eye = lambda k: xp.eye(n, k=k, dtype=d.dtype)  # noqa: E731 - on d's device
+    off = cnp.concatenate([e, e[..., :1] * 0], axis=-1)
+    t = d[..., :, None] * eye(0) + off[..., None, :] * eye(-1) + off[..., :, None] * eye(1)
+    return cnp.linalg.eigvalsh(t)
+
+
+def _ref_symmetric_eigenvalues(x, lower):
+    tri = np.tril(x) if lower else np.triu(x)
+    strict = np.tril(x, -1) if lower else np.triu(x, 1)
+    return np.linalg.eigvalsh((tri + np.swapaxes(strict, -1, -2)).astype(np.float64)).astype(x.dtype)
+
+
 def _rows_linalg_eig():
     dominant = lambda d: d + 4.0  # noqa: E731 - a well-conditioned system for the derivative checks
     return [
@@ -1569,6 +1596,15 @@ def _rows_linalg_eig():
                  lambda dl, d, du, b: lax_tridiagonal.tridiagonal_solve(dl, dominant(d), du, b),
                  lambda dl, d, du, b: np.linalg.solve(_tridiagonal_matrix(dl, dominant(d), du), b),
                  [A(2, 4), A(2, 4), A(2, 4), A(2, 4, 3)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10)),
+        prim_row("hessenberg", lax_householder.hessenberg_p, {}, _hessenberg_reconstruction,
+                 lambda x: np.concatenate([x, np.broadcast_to(np.eye(x.shape[-1], dtype=x.dtype), x.shape)], -1),
+                 [A(2, 5, 5)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+        prim_row("tridiagonal_lower", lax_householder.tridiagonal_p, {"lower": True},
+                 lambda x: _tridiagonal_eigenvalues(x, True), lambda x: _ref_symmetric_eigenvalues(x, True),
+                 [A(2, 5, 5)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+        prim_row("tridiagonal_upper", lax_householder.tridiagonal_p, {"lower": False},
+                 lambda x: _tridiagonal_eigenvalues(x, False), lambda x: _ref_symmetric_eigenvalues(x, False),
+                 [A(4, 4)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
     ]
 
 

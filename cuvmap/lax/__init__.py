@@ -61,6 +61,7 @@ from cuvmap.lax.linalg_solve import lu, lu_pivots_to_permutation, triangular_sol
 from cuvmap.lax.linalg_eig import eig  # noqa: F401  (issue 32: JAX's lax.linalg names, also in cuvmap.lax.linalg)
 from cuvmap.lax.linalg_schur import schur  # noqa: F401
 from cuvmap.lax.linalg_tridiagonal import tridiagonal_solve  # noqa: F401
+from cuvmap.lax.linalg_householder import hessenberg, householder_product, tridiagonal  # noqa: F401
 
 
 def all_primitives():

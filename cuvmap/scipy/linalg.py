@@ -30,10 +30,11 @@ from cuvmap.numpy._shapes import broadcast_to, squeeze, swapaxes
 from cuvmap.scipy.linalg_matrix_functions import (  # noqa: F401  (issue 32: the Schur-based functions)
     funm, rsf2csf, schur, solve_sylvester, sqrtm,
 )
+from cuvmap.scipy.linalg_reductions import hessenberg, qr_multiply  # noqa: F401  (issue 32)
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
            "solve_triangular",
-           "expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
+           "expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm", "hessenberg", "qr_multiply"]
 
 
 def _mT(x):
