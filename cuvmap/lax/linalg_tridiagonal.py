@@ -160,27 +160,11 @@ def _col(v):
 
 
 def _tridiagonal_product(dl, d, du, x):
-    """``A x`` for the tridiagonal ``A`` of ``(dl, d, du)`` (``dl[0]``, ``du[m-1]`` unused)."""
+    """``A x`` for the tridiagonal ``A`` of ``(dl, d, du)`` (``dl[0]``, ``du[m-1]`` unused:
+    the shifts bring zeros there)."""
     lower = ew.mul(_col(dl), _shift_down(x))
     upper = ew.mul(_col(du), _shift_up(x))
-    lower = ew.mul(lower, _not_first_row(x))
-    upper = ew.mul(upper, _not_last_row(x))
     return ew.add(ew.add(ew.mul(_col(d), x), lower), upper)
-
-
-def _row_mask(x, row):
-    m = core.shape_of(x)[-2]
-    mask = np.ones((m, 1), dtype=bool)
-    mask[row] = False
-    return backend.xp_of(x).asarray(mask)
-
-
-def _not_first_row(x):
-    return ew.convert_element_type(_row_mask(x, 0), core.dtype_of(x))
-
-
-def _not_last_row(x):
-    return ew.convert_element_type(_row_mask(x, -1), core.dtype_of(x))
 
 
 def _tridiagonal_solve_jvp_dl(t, out, dl, d, du, b, *, perturb_singular):
@@ -232,12 +216,12 @@ def _tridiagonal_solve_vjp_d(ct, out, dl, d, du, b, *, perturb_singular):
 
 def _tridiagonal_solve_vjp_dl(ct, out, dl, d, du, b, *, perturb_singular):
     g = _cotangent_rhs(ct, dl, d, du, perturb_singular)
-    return ew.neg(_sum_rhs(ew.mul(ew.mul(g, _shift_down(out)), _not_first_row(out))))
+    return ew.neg(_sum_rhs(ew.mul(g, _shift_down(out))))
 
 
 def _tridiagonal_solve_vjp_du(ct, out, dl, d, du, b, *, perturb_singular):
     g = _cotangent_rhs(ct, dl, d, du, perturb_singular)
-    return ew.neg(_sum_rhs(ew.mul(ew.mul(g, _shift_up(out)), _not_last_row(out))))
+    return ew.neg(_sum_rhs(ew.mul(g, _shift_up(out))))
 
 
 tridiagonal_solve_p.impl = _tridiagonal_solve_impl
