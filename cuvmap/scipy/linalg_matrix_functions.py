@@ -7,12 +7,12 @@ derivative, as in JAX (``schur`` raises, naming itself).
 """
 import numpy as np
 
-from cuvmap import core
+from cuvmap import backend, core
 from cuvmap.core import ShapeError
 from cuvmap.lax.linalg_schur import schur as lax_schur
 from cuvmap.lax.linalg_solve import triangular_solve_left
 from cuvmap.numpy import linalg as np_linalg
-from cuvmap.numpy._creation import asarray, eye
+from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementary import isinf
 from cuvmap.numpy._elementwise import abs, astype, maximum, minimum, sqrt, where
 from cuvmap.numpy._products import matmul
@@ -49,14 +49,19 @@ def _lead(*xs):
     return tuple(np.broadcast_shapes(*(core.shape_of(x)[:-2] for x in xs)))
 
 
-def _offset_mask(n, k):
+def _on(like, array):
+    """A NumPy constant on the device of ``like`` (an array or a tracer)."""
+    return backend.xp_of(like).asarray(array)
+
+
+def _offset_mask(like, n, k):
     """The constant mask of the ``k``-th superdiagonal of an ``n × n`` matrix."""
-    return np.eye(n, k=k, dtype=bool)
+    return _on(like, np.eye(n, k=k, dtype=bool))
 
 
 def _diag_embed(d):
     n = core.shape_of(d)[-1]
-    return d[..., :, None] * eye(n, dtype=core.dtype_of(d))
+    return d[..., :, None] * _on(d, np.eye(n, dtype=core.dtype_of(d)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -82,9 +87,11 @@ def schur(a, output="real"):
 def _rotation(n, m, g00, g01, g10, g11, dtype):
     """The identity ``n × n`` with the block ``[[g00, g01], [g10, g11]]`` at rows and
     columns ``m-1, m`` (entries of shape ``(...)``)."""
-    out = eye(n, dtype=dtype) * (1 - (_at(n, m - 1, m - 1) | _at(n, m, m)))
+    rest = np.eye(n, dtype=dtype)
+    rest[m - 1:m + 1, m - 1:m + 1] = 0
+    out = _on(g00, rest)
     for (i, j), g in zip(((m - 1, m - 1), (m - 1, m), (m, m - 1), (m, m)), (g00, g01, g10, g11)):
-        out = out + g[..., None, None] * _at(n, i, j)
+        out = out + g[..., None, None] * _on(g, _at(n, i, j).astype(dtype))
     return out
 
 
@@ -112,8 +119,8 @@ def rsf2csf(T, Z, check_finite=True):  # noqa: N803 - SciPy's names
     t = broadcast_to(astype(t, dtype), lead + (n, n))
     z = broadcast_to(astype(z, dtype), lead + (n, n))
     eps = np.finfo(dtype).eps
-    cols_from = np.arange(n)[None, :]
-    rows_to = np.arange(n)[:, None]
+    cols_from = _on(t, np.arange(n)[None, :])
+    rows_to = _on(t, np.arange(n)[:, None])
     for m in range(n - 1, 0, -1):
         block = t[..., m - 1:m + 1, m - 1:m + 1]
         mu = np_linalg.eigvals(block)[..., 0] - t[..., m, m]
@@ -126,7 +133,7 @@ def rsf2csf(T, Z, check_finite=True):  # noqa: N803 - SciPy's names
         t = where(cols_from >= m - 1, matmul(g, t), t)
         t = where(rows_to < m + 1, matmul(t, _adjoint(g)), t)
         z = matmul(z, _adjoint(g))
-        t = where(_at(n, m, m - 1), 0, t)
+        t = where(_on(t, _at(n, m, m - 1)), 0, t)
     return t, z
 
 
@@ -146,7 +153,7 @@ def _sqrtm_triu(t):
     u = _diag_embed(d)
     denominator = d[..., :, None] + d[..., None, :]
     for k in range(1, n):
-        mask = _offset_mask(n, k)
+        mask = _offset_mask(t, n, k)
         numerator = t - matmul(u, u)
         value = where(numerator == 0, 0, numerator / where(mask & (numerator != 0), denominator, 1))
         u = u + where(mask, value, 0)
@@ -177,7 +184,7 @@ def _parlett(f, t):
     gap = d[..., None, :] - d[..., :, None]  # T[j, j] − T[i, i]
     min_gap = abs(t[..., 0, 0])
     for k in range(1, n):
-        mask = _offset_mask(n, k)
+        mask = _offset_mask(t, n, k)
         s = matmul(t, f) - matmul(f, t)
         safe = where(mask & (gap != 0), gap, 1)
         f = f + where(mask, s / safe, 0)
@@ -204,14 +211,10 @@ def funm(A, func, disp=True):  # noqa: N803 - SciPy's name
         return f
     eps = np.finfo(core.dtype_of(f)).eps
     min_gap = where(min_gap == 0, eps, min_gap)
-    strict = where(_offset_mask_upper(core.shape_of(t)[-1]), t, 0)
+    strict = where(_on(t, np.triu(np.ones(core.shape_of(t)[-2:], dtype=bool), 1)), t, 0)
     norm1 = np_linalg.norm(strict, 1, axis=(-2, -1))
     err = where(any(isinf(f), axis=(-2, -1)), np.inf, minimum(1, maximum(eps, eps / min_gap * norm1)))
     return f, err
-
-
-def _offset_mask_upper(n):
-    return np.triu(np.ones((n, n), dtype=bool), 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,7 +227,7 @@ def _sylvester_triangular(r, lower, f):
     triangular ``(..., n, n)``: column ``j`` (last first) solves
     ``(R + L[j, j] I) y_j = f_j − Σ_{k>j} L[k, j] y_k``, an upper triangular solve."""
     m, n = core.shape_of(f)[-2:]
-    identity = eye(m, dtype=core.dtype_of(f))
+    identity = _on(f, np.eye(m, dtype=core.dtype_of(f)))
     solved = None  # the columns j+1, ..., n-1 found so far
     for j in range(n - 1, -1, -1):
         rhs = f[..., :, j:j + 1]

@@ -3,7 +3,7 @@
 ``qr_multiply`` (over ``cuvmap.numpy.linalg.qr``). Stacks of matrices, vmap and jit."""
 import numpy as np
 
-from cuvmap import core
+from cuvmap import backend, core
 from cuvmap.core import ShapeError
 from cuvmap.lax.linalg_householder import hessenberg as lax_hessenberg, householder_product
 from cuvmap.numpy import linalg as np_linalg
@@ -40,9 +40,10 @@ def hessenberg(a, *, calc_q=False, overwrite_a=False, check_finite=True):
     q = householder_product(packed[..., 1:, :-1], taus)
     dtype = core.dtype_of(a)
     lead = s[:-2]
-    corner = broadcast_to(np.ones((1, 1), dtype=dtype), lead + (1, 1))
-    top = concatenate([corner, broadcast_to(np.zeros((1, n - 1), dtype=dtype), lead + (1, n - 1))], axis=-1)
-    bottom = concatenate([broadcast_to(np.zeros((n - 1, 1), dtype=dtype), lead + (n - 1, 1)), q], axis=-1)
+    xp = backend.xp_of(q)
+    corner = broadcast_to(xp.ones((1, 1), dtype=dtype), lead + (1, 1))
+    top = concatenate([corner, broadcast_to(xp.zeros((1, n - 1), dtype=dtype), lead + (1, n - 1))], axis=-1)
+    bottom = concatenate([broadcast_to(xp.zeros((n - 1, 1), dtype=dtype), lead + (n - 1, 1)), q], axis=-1)
     return h, concatenate([top, bottom], axis=-2)
 
 

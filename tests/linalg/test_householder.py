@@ -156,3 +156,26 @@ def test_qr_multiply_multiplies_by_the_reduced_q(shape, mode):
         sla.qr_multiply(a, c, mode=mode, pivoting=True)
     with pytest.raises(ValueError, match="mode must be"):
         sla.qr_multiply(a, c, mode="up")
+
+
+def test_reductions_keep_their_results_on_the_operands_device(backend):
+    """On the GPU (the strict CuPy stand-in without one) every result stays on the device
+    and equals the CPU's."""
+    from cuvmap import backend as cv_backend
+    rng = np.random.default_rng(6)
+    a, taus, c = rng.standard_normal((2, 5, 5)), rng.standard_normal((2, 3)), rng.standard_normal((2, 2, 5))
+    put = (lambda x: cv.device_put(x, "gpu")) if backend == "gpu" else (lambda x: x)
+    cases = [
+        (lambda m: sla.hessenberg(m(a), calc_q=True)),
+        (lambda m: lax_linalg.householder_product(m(a), m(taus))),
+        (lambda m: lax_linalg.tridiagonal(m(a), lower=False)),
+        (lambda m: sla.qr_multiply(m(a), m(c))),
+    ]
+    for case in cases:
+        got, want = case(put), case(lambda x: x)
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, w in zip(got, want):
+            if backend == "gpu":
+                assert cv_backend.is_cupy_array(g)
+                g = cv.device_put(g, "cpu")
+            np.testing.assert_allclose(g, w, atol=1e-12)

@@ -188,3 +188,34 @@ def test_expm_frechet_is_the_directional_derivative_of_expm():
     fd = (sla.expm(a + h * e) - sla.expm(a - h * e)) / (2 * h)
     np.testing.assert_allclose(frechet, fd, atol=1e-7)
     np.testing.assert_allclose(sla.expm_frechet(a, e, compute_expm=False), frechet)
+
+
+def test_every_function_keeps_its_results_on_the_operands_device(backend):
+    """On the GPU (the strict CuPy stand-in without one) the constants meet the operands on
+    their device and the results stay there; the values equal the CPU's."""
+    from cuvmap import backend as cv_backend
+    rng = np.random.default_rng(12)
+    a, b, c = rng.standard_normal((2, 4, 4)), rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 4, 3))
+    put = (lambda x: cv.device_put(x, "gpu")) if backend == "gpu" else (lambda x: x)
+    t, z = sla.schur(a)
+    calls = {
+        "schur": lambda: sla.schur(put(a)),
+        "rsf2csf": lambda: sla.rsf2csf(put(t), put(z)),
+        "sqrtm": lambda: sla.sqrtm(put(a)),
+        "funm": lambda: sla.funm(put(a), cnp.exp),
+        "solve_sylvester": lambda: sla.solve_sylvester(put(a), put(b), put(c)),
+        "solve_sylvester_eigen": lambda: sla.solve_sylvester(put(a), put(b), put(c), method="eigen"),
+        "expm_frechet": lambda: sla.expm_frechet(put(a), put(a)),
+    }
+    for name, call in calls.items():
+        got = call()
+        got = got if isinstance(got, tuple) else (got,)
+        if backend == "gpu":
+            assert all(cv_backend.is_cupy_array(g) for g in got), name
+        want = {"schur": lambda: sla.schur(a), "rsf2csf": lambda: sla.rsf2csf(t, z), "sqrtm": lambda: sla.sqrtm(a),
+                "funm": lambda: sla.funm(a, cnp.exp), "solve_sylvester": lambda: sla.solve_sylvester(a, b, c),
+                "solve_sylvester_eigen": lambda: sla.solve_sylvester(a, b, c, method="eigen"),
+                "expm_frechet": lambda: sla.expm_frechet(a, a)}[name]()
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(cv.device_put(g, "cpu") if backend == "gpu" else g, w, atol=1e-10)
