@@ -68,7 +68,8 @@ def eig(x, *, compute_left_eigenvectors=True, compute_right_eigenvectors=True, e
     Derivatives: NOTE [eig's derivatives] (those of the eigenvectors need
     ``enable_eigvec_derivs=True``, as in JAX). ``implementation`` and ``use_magma``
     are accepted for JAX's signature; the CPU runs LAPACK through NumPy, the GPU
-    ``cupy.linalg.eig`` where the installed CuPy has it."""
+    ``cupy.linalg.eig`` where the installed CuPy has it, else LAPACK on the host (as
+    JAX's default GPU implementation does)."""
     left, right = bool(compute_left_eigenvectors), bool(compute_right_eigenvectors)
     packed = eig_p.bind(x, compute_left_eigenvectors=left, compute_right_eigenvectors=right,
                         enable_eigvec_derivs=bool(enable_eigvec_derivs))
@@ -114,8 +115,8 @@ def _geev(xp, a):
 
 def on_host_without_geev(impl):
     """``impl`` run on the host for a CuPy operand where the installed CuPy has no
-    ``cupy.linalg.eig`` (older than 14): as JAX's default GPU ``eig``, which calls LAPACK
-    on the host; the result goes back to the device."""
+    ``cupy.linalg.eig``: as JAX's default GPU ``eig``, which calls LAPACK on the host;
+    the result goes back to the device."""
     def run(x, **params):
         xp = backend.xp_of(x)
         if xp is np or hasattr(xp.linalg, "eig"):
