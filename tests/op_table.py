@@ -1501,9 +1501,10 @@ def _rows_linalg_solvers():
 
 # ---------------------------------------------------------------------------------------
 # General eigenproblems, the Schur decomposition, tridiagonal solves (issue 32:
-# cuvmap/lax/linalg_eig.py, linalg_schur.py, linalg_tridiagonal.py). eig's results are
-# complex: the rows give their real and imaginary parts, the eigenvectors as v·v (free of
-# geev's sign choice for real eigenvectors, as JAX's tests); the reference runs the same
+# cuvmap/lax/linalg_eig.py, linalg_schur.py, linalg_tridiagonal.py, linalg_householder.py;
+# each row's result has its primitive's packed layout). eig's results are complex: the
+# rows give re(z) + im(z)/2, the eigenvectors as v·v (free of geev's sign choice for real
+# eigenvectors, as JAX's tests); the reference runs the same
 # LAPACK call in double precision (the order of the eigenvalues is geev's). schur has no
 # derivative: its row checks the reconstruction Z T Zᴴ = x and Z Zᴴ = I; hessenberg's
 # Q H Qᴴ = x and Q Qᴴ = I; tridiagonal's the eigenvalues of T against those of the
@@ -1516,10 +1517,9 @@ from cuvmap.lax import linalg_tridiagonal as lax_tridiagonal  # noqa: E402
 
 
 def _eig_summary(m, w, *vs):
-    parts = [m.real(w)[..., None, :], m.imag(w)[..., None, :]]
-    for v in vs:
-        parts += [m.real(v * v), m.imag(v * v)]
-    return m.concatenate(parts, axis=-2)
+    """Real numbers in the packed output's layout: re(z) + im(z)/2 of each of w and v·v."""
+    packed = m.concatenate([w[..., :, None]] + [v * v for v in vs], axis=-1)
+    return m.real(packed) + 0.5 * m.imag(packed)
 
 
 def _ref_eig(x, left, right):
@@ -1560,9 +1560,9 @@ def _tridiagonal_matrix(dl, d, du):
 
 
 def _hessenberg_reconstruction(x):
+    """Q H Qᵀ and the squared norms of Q's rows, in the packed output's layout."""
     h, q = cv_scipy.linalg.hessenberg(x, calc_q=True)
-    qt = cnp.swapaxes(q, -1, -2)
-    return cnp.concatenate([q @ h @ qt, q @ qt], axis=-1)
+    return cnp.concatenate([q @ h @ cnp.swapaxes(q, -1, -2), cnp.sum(q * q, axis=-1)[..., None, :]], axis=-2)
 
 
 def _tridiagonal_eigenvalues(x, lower):
@@ -1574,13 +1574,16 @@ def _tridiagonal_eigenvalues(x, lower):
     eye = lambda k: xp.eye(n, k=k, dtype=d.dtype)  # noqa: E731 - on d's device
     off = cnp.concatenate([e, e[..., :1] * 0], axis=-1)
     t = d[..., :, None] * eye(0) + off[..., None, :] * eye(-1) + off[..., :, None] * eye(1)
-    return cnp.linalg.eigvalsh(t)
+    w = cnp.linalg.eigvalsh(t)
+    return cnp.broadcast_to(w[..., None, :], w.shape[:-1] + (n + 3, n))  # the packed output's layout
 
 
 def _ref_symmetric_eigenvalues(x, lower):
     tri = np.tril(x) if lower else np.triu(x)
     strict = np.tril(x, -1) if lower else np.triu(x, 1)
-    return np.linalg.eigvalsh((tri + np.swapaxes(strict, -1, -2)).astype(np.float64)).astype(x.dtype)
+    w = np.linalg.eigvalsh((tri + np.swapaxes(strict, -1, -2)).astype(np.float64)).astype(x.dtype)
+    n = x.shape[-1]
+    return np.broadcast_to(w[..., None, :], w.shape[:-1] + (n + 3, n))
 
 
 def _rows_linalg_eig():
@@ -1597,7 +1600,7 @@ def _rows_linalg_eig():
                  lambda dl, d, du, b: np.linalg.solve(_tridiagonal_matrix(dl, dominant(d), du), b),
                  [A(2, 4), A(2, 4), A(2, 4), A(2, 4, 3)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10)),
         prim_row("hessenberg", lax_householder.hessenberg_p, {}, _hessenberg_reconstruction,
-                 lambda x: np.concatenate([x, np.broadcast_to(np.eye(x.shape[-1], dtype=x.dtype), x.shape)], -1),
+                 lambda x: np.concatenate([x, np.ones(x.shape[:-2] + (1, x.shape[-1]), dtype=x.dtype)], -2),
                  [A(2, 5, 5)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
         prim_row("tridiagonal_lower", lax_householder.tridiagonal_p, {"lower": True},
                  lambda x: _tridiagonal_eigenvalues(x, True), lambda x: _ref_symmetric_eigenvalues(x, True),
