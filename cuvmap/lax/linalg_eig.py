@@ -70,6 +70,7 @@ def eig(x, *, compute_left_eigenvectors=True, compute_right_eigenvectors=True, e
     are accepted for JAX's signature; the CPU runs LAPACK through NumPy, the GPU
     ``cupy.linalg.eig`` where the installed CuPy has it, else LAPACK on the host (as
     JAX's default GPU implementation does)."""
+    check_matrix("eig", core.get_aval(x), square=True, dtypes=INEXACT)  # (eager calls skip shape rules)
     left, right = bool(compute_left_eigenvectors), bool(compute_right_eigenvectors)
     packed = eig_p.bind(x, compute_left_eigenvectors=left, compute_right_eigenvectors=right,
                         enable_eigvec_derivs=bool(enable_eigvec_derivs))

@@ -93,6 +93,7 @@ def hessenberg(a):
     ``taus`` ``(..., n-1)`` holds their factors (``Q`` =
     ``householder_product(a'[..., 1:, :-1], taus)`` bordered by 1). NOTE [Householder
     reflectors as LAPACK writes them]. No derivative (as JAX)."""
+    check_matrix("hessenberg", core.get_aval(a), square=True, dtypes=INEXACT)  # (eager calls skip shape rules)
     n = core.shape_of(a)[-1]
     packed = hessenberg_p.bind(a)
     axis = len(core.shape_of(packed)) - 2
@@ -160,6 +161,7 @@ def tridiagonal(a, *, lower=True):
     ``e`` ``(..., n-1)`` its off-diagonal (both real), ``taus`` ``(..., n-1)`` the
     reflectors' factors, ``a'`` the packed reflectors (the other triangle as given).
     NOTE [Householder reflectors as LAPACK writes them]. No derivative (as JAX)."""
+    _tridiagonal_shape_rule(core.get_aval(a), lower=lower)  # (eager calls skip shape rules)
     n = core.shape_of(a)[-1]
     packed = tridiagonal_p.bind(a, lower=bool(lower))
     axis = len(core.shape_of(packed)) - 2

@@ -50,6 +50,7 @@ def schur(x, *, compute_schur_vectors=True, sort_eig_vals=False, select_callable
     ``sort_eig_vals`` and ``select_callable`` are unused, and there is no derivative."""
     if sort_eig_vals or select_callable is not None:
         raise NotImplementedError("schur: sort_eig_vals and select_callable are not supported (JAX ignores them)")
+    check_matrix("schur", core.get_aval(x), square=True, dtypes=INEXACT)  # (eager calls skip shape rules)
     packed = schur_p.bind(x, compute_schur_vectors=bool(compute_schur_vectors))
     if not compute_schur_vectors:
         return packed

@@ -8,6 +8,7 @@ import pytest
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
+from cuvmap.core import ShapeError
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.test_util import check_grads
 
@@ -142,3 +143,11 @@ def test_bad_operands_name_eig():
         cnp.linalg.eig(np.ones((2, 3)))
     with pytest.raises(Exception, match="eigvals"):
         cnp.linalg.eigvals(np.ones(3))
+
+
+@pytest.mark.parametrize("name", ["eig", "schur", "hessenberg", "tridiagonal"])
+def test_lax_decompositions_refuse_bad_operands_naming_themselves(name):
+    f = getattr(lax_linalg, name)
+    for x, what in [(np.ones((2, 3)), "square"), (np.ones(3), "at least 2 dims"), (np.ones((2, 2), np.int32), "int32")]:
+        with pytest.raises(ShapeError, match=f"{name}: .*{what}"):
+            f(x)
