@@ -1502,6 +1502,118 @@ def _rows_linalg_solvers():
     ]
 
 
+# ---------------------------------------------------------------------------------------
+# General eigenproblems, the Schur decomposition, tridiagonal solves (issue 32:
+# cuvmap/lax/linalg_eig.py, linalg_schur.py, linalg_tridiagonal.py, linalg_householder.py;
+# each row's result has its primitive's packed layout). eig's results are complex: the
+# rows give re(z) + im(z)/2, the eigenvectors as v·v (free of geev's sign choice for real
+# eigenvectors, as JAX's tests); the reference runs the same
+# LAPACK call in double precision (the order of the eigenvalues is geev's). schur has no
+# derivative: its row checks the reconstruction Z T Zᴴ = x and Z Zᴴ = I; hessenberg's
+# Q H Qᴴ = x and Q Qᴴ = I; tridiagonal's the eigenvalues of T against those of the
+# symmetric matrix of the triangle read (no derivatives, as JAX).
+# ---------------------------------------------------------------------------------------
+from cuvmap.lax import linalg_eig as lax_eig  # noqa: E402 - this block's own imports
+from cuvmap.lax import linalg_householder as lax_householder  # noqa: E402
+from cuvmap.lax import linalg_schur as lax_schur  # noqa: E402
+from cuvmap.lax import linalg_tridiagonal as lax_tridiagonal  # noqa: E402
+
+
+def _eig_summary(m, w, *vs):
+    """Real numbers in the packed output's layout: re(z) + im(z)/2 of each of w and v·v."""
+    packed = m.concatenate([w[..., :, None]] + [v * v for v in vs], axis=-1)
+    return m.real(packed) + 0.5 * m.imag(packed)
+
+
+def _ref_eig(x, left, right):
+    w, vr = np.linalg.eig(x.astype(np.float64))
+    vs = []
+    if left:
+        vl = np.conj(np.swapaxes(np.linalg.inv(vr), -1, -2))
+        vl = vl / np.linalg.norm(vl, axis=-2, keepdims=True)
+        top = np.take_along_axis(vl, np.argmax(np.abs(vl), axis=-2)[..., None, :], -2)
+        vs.append(vl * np.conj(top) / np.abs(top))
+    if right:
+        vs.append(vr)
+    return _eig_summary(np, w, *vs).astype(x.dtype)
+
+
+def _eig_row(name, left, right, shape):
+    params = {"compute_left_eigenvectors": left, "compute_right_eigenvectors": right,
+              "enable_eigvec_derivs": left or right}
+    return prim_row(name, lax_eig.eig_p, params, lambda x: _eig_summary(cnp, *lax_eig.eig(x, **params)),
+                    lambda x: _ref_eig(x, left, right), [A(*shape)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10),
+                    grad_tol=1e-4)
+
+
+def _schur_reconstruction(x):
+    t, z = lax_schur.schur(x)
+    zt = cnp.swapaxes(z, -1, -2)
+    return cnp.concatenate([z @ t @ zt, z @ zt], axis=-1)
+
+
+def _tridiagonal_matrix(dl, d, du):
+    m = d.shape[-1]
+    out = np.zeros(d.shape + (m,), dtype=d.dtype)
+    i = np.arange(m)
+    out[..., i, i] = d
+    out[..., i[1:], i[:-1]] = dl[..., 1:]
+    out[..., i[:-1], i[1:]] = du[..., :-1]
+    return out
+
+
+def _hessenberg_reconstruction(x):
+    """Q H Qᵀ and the squared norms of Q's rows, in the packed output's layout."""
+    h, q = cv_scipy.linalg.hessenberg(x, calc_q=True)
+    return cnp.concatenate([q @ h @ cnp.swapaxes(q, -1, -2), cnp.sum(q * q, axis=-1)[..., None, :]], axis=-2)
+
+
+def _tridiagonal_eigenvalues(x, lower):
+    """The eigenvalues of the tridiagonal T (from d and e) and its diagonals: the
+    reduction keeps the eigenvalues of the symmetric matrix of the triangle read."""
+    _, d, e, _ = lax_householder.tridiagonal(x, lower=lower)
+    n = d.shape[-1]
+    xp = backend.xp_of(d)
+    eye = lambda k: xp.eye(n, k=k, dtype=d.dtype)  # noqa: E731 - on d's device
+    off = cnp.concatenate([e, e[..., :1] * 0], axis=-1)
+    t = d[..., :, None] * eye(0) + off[..., None, :] * eye(-1) + off[..., :, None] * eye(1)
+    w = cnp.linalg.eigvalsh(t)
+    return cnp.broadcast_to(w[..., None, :], w.shape[:-1] + (n + 3, n))  # the packed output's layout
+
+
+def _ref_symmetric_eigenvalues(x, lower):
+    tri = np.tril(x) if lower else np.triu(x)
+    strict = np.tril(x, -1) if lower else np.triu(x, 1)
+    w = np.linalg.eigvalsh((tri + np.swapaxes(strict, -1, -2)).astype(np.float64)).astype(x.dtype)
+    n = x.shape[-1]
+    return np.broadcast_to(w[..., None, :], w.shape[:-1] + (n + 3, n))
+
+
+def _rows_linalg_eig():
+    dominant = lambda d: d + 4.0  # noqa: E731 - a well-conditioned system for the derivative checks
+    return [
+        _eig_row("eig_values", False, False, (2, 3, 3)),
+        _eig_row("eig_right", False, True, (3, 3)),
+        _eig_row("eig_left_right", True, True, (2, 3, 3)),
+        prim_row("schur", lax_schur.schur_p, {"compute_schur_vectors": True}, _schur_reconstruction,
+                 lambda x: np.concatenate([x, np.broadcast_to(np.eye(x.shape[-1], dtype=x.dtype), x.shape)], -1),
+                 [A(2, 4, 4)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+        prim_row("tridiagonal_solve", lax_tridiagonal.tridiagonal_solve_p, {"perturb_singular": False},
+                 lambda dl, d, du, b: lax_tridiagonal.tridiagonal_solve(dl, dominant(d), du, b),
+                 lambda dl, d, du, b: np.linalg.solve(_tridiagonal_matrix(dl, dominant(d), du), b),
+                 [A(2, 4), A(2, 4), A(2, 4), A(2, 4, 3)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10)),
+        prim_row("hessenberg", lax_householder.hessenberg_p, {}, _hessenberg_reconstruction,
+                 lambda x: np.concatenate([x, np.ones(x.shape[:-2] + (1, x.shape[-1]), dtype=x.dtype)], -2),
+                 [A(2, 5, 5)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+        prim_row("tridiagonal_lower", lax_householder.tridiagonal_p, {"lower": True},
+                 lambda x: _tridiagonal_eigenvalues(x, True), lambda x: _ref_symmetric_eigenvalues(x, True),
+                 [A(2, 5, 5)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+        prim_row("tridiagonal_upper", lax_householder.tridiagonal_p, {"lower": False},
+                 lambda x: _tridiagonal_eigenvalues(x, False), lambda x: _ref_symmetric_eigenvalues(x, False),
+                 [A(4, 4)], tol32=(1e-4, 1e-5), tol64=(1e-10, 1e-10), diff_argnums=()),
+    ]
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows() + _rows_cumulative_sorting()
@@ -1509,6 +1621,7 @@ PRIMITIVE_ROWS = (
     + _rows_slicing()
     + _rows_jax_elementwise()
     + _rows_linalg_solvers()
+    + _rows_linalg_eig()
 )
 
 

@@ -58,6 +58,10 @@ from cuvmap.lax.windowed import (  # noqa: F401
 from cuvmap.lax.elementwise.complex_numbers import complex, conj, imag, real  # noqa: F401, A004
 from cuvmap.lax.linalg_decompositions import cholesky, eigh, qr  # noqa: F401
 from cuvmap.lax.linalg_solve import lu, lu_pivots_to_permutation, triangular_solve  # noqa: F401
+from cuvmap.lax.linalg_eig import eig  # noqa: F401  (issue 32: JAX's lax.linalg names, also in cuvmap.lax.linalg)
+from cuvmap.lax.linalg_schur import schur  # noqa: F401
+from cuvmap.lax.linalg_tridiagonal import tridiagonal_solve  # noqa: F401
+from cuvmap.lax.linalg_householder import hessenberg, householder_product, tridiagonal  # noqa: F401
 
 
 def all_primitives():

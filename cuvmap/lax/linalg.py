@@ -644,6 +644,10 @@ complex_rules.defcomplex(svd_p)  # NOTE [svd of complex matrices]
 _LAX_LINALG_NAMES = {"cholesky": "linalg_decompositions", "eigh": "linalg_decompositions",
                      "qr": "linalg_decompositions", "lu": "linalg_solve",
                      "lu_pivots_to_permutation": "linalg_solve", "triangular_solve": "linalg_solve"}
+_LAX_LINALG_NAMES.update({  # issue 32
+    "eig": "linalg_eig", "tridiagonal_solve": "linalg_tridiagonal", "schur": "linalg_schur",
+    "hessenberg": "linalg_householder", "householder_product": "linalg_householder",
+    "tridiagonal": "linalg_householder"})
 
 
 def __getattr__(name):

@@ -40,6 +40,7 @@ from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import _keep, max, min, sum
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, squeeze, swapaxes
 from cuvmap.transforms.custom_derivatives import custom_jvp
+from cuvmap.numpy._linalg_eig import EigResult, eig, eigvals  # noqa: F401  (issue 32: general eigenproblems)
 
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "lstsq", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve",
     "svd", "svdvals", "tensorinv", "tensorsolve", "vector_norm",
     "cross", "diagonal", "matmul", "matrix_transpose", "outer", "tensordot", "trace", "vecdot",
+    "EigResult", "eig", "eigvals",
 ]
 
 SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])

@@ -27,9 +27,14 @@ from cuvmap.numpy._indexing import take_along_axis
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import argsort, max, sum
 from cuvmap.numpy._shapes import broadcast_to, squeeze, swapaxes
+from cuvmap.scipy.linalg_matrix_functions import (  # noqa: F401  (issue 32: the Schur-based functions)
+    funm, rsf2csf, schur, solve_sylvester, sqrtm,
+)
+from cuvmap.scipy.linalg_reductions import hessenberg, qr_multiply  # noqa: F401  (issue 32)
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
-           "solve_triangular"]
+           "solve_triangular",
+           "expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm", "hessenberg", "qr_multiply"]
 
 
 def _mT(x):
@@ -235,6 +240,27 @@ def expm(A, *, upper_triangular=False, max_squarings=16):  # noqa: N803 - SciPy'
     for step in range(_squarings_needed(a, max_squarings)):
         r = where(ew.lt(step, s_mat), matmul(r, r), r)
     return r
+
+
+def expm_frechet(A, E, *, method=None, compute_expm=True):  # noqa: N803 - SciPy's names
+    """``scipy.linalg.expm_frechet`` (JAX's ``jax.scipy.linalg.expm_frechet``): the
+    Fréchet derivative ``L(A, E) = d/dt expm(A + t E)`` at ``t = 0``, from the block
+    identity ``expm([[A, E], [0, A]]) = [[expm(A), L(A, E)], [0, expm(A)]]``; returns
+    ``(expm(A), L)``, or ``L`` alone with ``compute_expm=False``. Differentiable (through
+    :func:`cuvmap.scipy.linalg.expm`). ``method`` is accepted for SciPy's signature."""
+    if method not in (None, "SPS", "blockEnlarge"):
+        raise ValueError(f"expm_frechet: unknown method {method!r} (SciPy's are 'SPS' and 'blockEnlarge')")
+    a, e = _square(A, "expm_frechet"), _square(E, "expm_frechet")
+    if shape(a) != shape(e):
+        raise ShapeError(f"expm_frechet: A {shape(a)} and E {shape(e)} must have one shape")
+    dtype = np.result_type(core.dtype_of(a), core.dtype_of(e))
+    a, e = astype(a, dtype), astype(e, dtype)
+    n = shape(a)[-1]
+    upper = lax_shape.concatenate([a, e], ndim(a) - 1)
+    lower = lax_shape.concatenate([ew.mul(a, 0), a], ndim(a) - 1)
+    out = expm(lax_shape.concatenate([upper, lower], ndim(a) - 2))
+    frechet = out[..., :n, n:]
+    return (out[..., :n, :n], frechet) if compute_expm else frechet
 
 
 def inv(a, overwrite_a=False, check_finite=True):
