@@ -154,11 +154,22 @@ def det(a):
     return lax_solve.det(_square_stack(a, "det"))
 
 
-def slogdet(a):
-    """``numpy.linalg.slogdet``: ``SlogdetResult(sign, logabsdet)`` with ``det(a) = sign ·
-    exp(logabsdet)``, computed without overflow. ``d logabsdet = tr(a⁻¹ da)``; the sign has
-    no derivative. Real matrices (a complex one raises)."""
-    return SlogdetResult(*lax_solve.slogdet(_square_stack(a, "slogdet")))
+def slogdet(a, *, method=None):
+    """``numpy.linalg.slogdet`` (JAX's ``jnp.linalg.slogdet``): ``SlogdetResult(sign,
+    logabsdet)`` with ``det(a) = sign · exp(logabsdet)``, computed without overflow.
+    ``d logabsdet = tr(a⁻¹ da)``; the sign has no derivative. ``method`` (JAX's): ``None``
+    or ``'lu'`` (the pivoted LU: ``Σ log|U_ii|``) or ``'qr'`` (``a = Q R``: ``Σ log|R_ii|``,
+    the sign ``det(Q) · Π sign(R_ii)``); the same values up to rounding. Real matrices (a
+    complex one raises)."""
+    a = _square_stack(a, "slogdet")
+    if method is None or method == "lu":
+        return SlogdetResult(*lax_solve.slogdet(a))
+    if method != "qr":
+        raise ValueError(f"slogdet: Unknown slogdet method {method!r}. Supported methods are 'lu' (None) and 'qr'.")
+    q, r = lax_decomp.qr(a, full_matrices=False)
+    diag_r = diagonal(r)
+    sign = ew.mul(ew.sign(lax_solve.det(ew.stop_gradient(q))), _reductions.prod(ew.sign(ew.stop_gradient(diag_r)), -1))
+    return SlogdetResult(sign, sum(ew.log(ew.abs(diag_r)), -1))
 
 
 def solve(a, b):
@@ -350,7 +361,7 @@ def qr(a, mode="reduced"):
     return r if mode == "r" else QRResult(q, r)
 
 
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """``numpy.linalg.svd``: ``a = U @ diag(S) @ Vh`` for each matrix of a stack ``(..., m, n)``.
 
     Returns ``SVDResult(U, S, Vh)`` (a named tuple, as NumPy 2's) or, with
@@ -360,13 +371,15 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     defined where they are distinct; those of ``U`` and ``Vh`` are undefined for repeated
     singular values (they come out inf or NaN) and raise for ``full_matrices=True`` of a
     non-square matrix (use ``full_matrices=False``). Real matrices (complex ones raise).
+    ``subset_by_index`` (JAX's ``(start, end)``): the triplets ``start..end − 1`` only
+    (:func:`cuvmap.lax.linalg.svd`).
     """
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"svd: the array must have at least 2 dims (a stack of matrices), got shape {shape(a)}")
     if not compute_uv:
-        return lax_linalg.svd(a, compute_uv=False)
-    return SVDResult(*lax_linalg.svd(a, full_matrices=full_matrices))
+        return lax_linalg.svd(a, full_matrices=False, compute_uv=False, subset_by_index=subset_by_index)
+    return SVDResult(*lax_linalg.svd(a, full_matrices=full_matrices, subset_by_index=subset_by_index))
 
 
 def svdvals(x):
@@ -388,8 +401,12 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"pinv: the array must have at least 2 dims, got shape {shape(a)}")
-    if rtol is None:
+    if rcond is not None:
+        if rtol is not None:
+            raise ValueError("pinv: only one of rtol and rcond may be specified.")
         rtol = rcond
+    if 0 in shape(a)[-2:]:  # no singular values: the pseudo-inverse of an empty map is empty
+        return ew.mul(_mT(a), 0)
     u, s, vh = lax_linalg.svd(a, full_matrices=False)
     if rtol is None:
         rtol = _default_rtol(a)
@@ -424,20 +441,27 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     return x, resid, rank, s
 
 
-def matrix_rank(M, rtol=None, *, tol=None):  # noqa: N803 - NumPy's name
-    """``numpy.linalg.matrix_rank``: the number of singular values above ``tol`` (default
-    ``rtol · max(s)``, ``rtol`` default ``eps · max(m, n)``) per matrix; a vector's rank is 1
-    unless it is zero. An integer result, with no derivative."""
+def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):  # noqa: N803 - NumPy's name
+    """``numpy.linalg.matrix_rank`` (JAX's ``jnp.linalg.matrix_rank``): the number of
+    singular values above ``rtol · max(s)`` (``rtol`` default ``eps · max(m, n)``) per
+    matrix; a vector's rank is 1 unless it is zero. ``tol`` is JAX's alias of ``rtol``
+    (relative, as JAX's; NumPy's ``tol`` is an absolute threshold); giving both raises.
+    ``hermitian`` is accepted (the singular values are computed as for any matrix; for a
+    Hermitian one they are its eigenvalues' absolute values). An integer result, with no
+    derivative."""
+    if tol is not None:
+        if rtol is not None:
+            raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
+        rtol, tol = tol, None
     M = _as_inexact(M)
     if ndim(M) < 2:
         return astype(ew.ne(max(ew.abs(M) if ndim(M) else ew.abs(M)), 0), np.int32)
+    if 0 in shape(M)[-2:]:  # no singular values
+        return backend.xp_of(M).zeros(shape(M)[:-2], dtype=np.int32)
     s = ew.stop_gradient(lax_linalg.svd(M, compute_uv=False))
-    if tol is None:
-        rtol = _default_rtol(M) if rtol is None else rtol
-        threshold = ew.mul(max(s, -1, keepdims=True), rtol)
-    else:
-        threshold = tol
-    return sum(astype(ew.gt(s, threshold), np.int32), -1)
+    rtol = _default_rtol(M) if rtol is None else rtol
+    rtol = lax_shape.expand_dims(rtol, (ndim(rtol),)) if ndim(rtol) else rtol  # one per matrix of the stack
+    return sum(astype(ew.gt(s, ew.mul(max(s, -1, keepdims=True), rtol)), np.int32), -1)
 
 
 def cond(x, p=None):

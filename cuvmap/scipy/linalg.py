@@ -27,9 +27,19 @@ from cuvmap.numpy._indexing import take_along_axis
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import argsort, max, sum
 from cuvmap.numpy._shapes import broadcast_to, squeeze, swapaxes
+# the special matrices and SciPy's spellings of qr, svd and polar (their own modules)
+from cuvmap.scipy.linalg_factorizations import polar, qr, svd
+from cuvmap.scipy.linalg_special_matrices import (
+    block_diag, circulant, companion, convolution_matrix, dft, fiedler, fiedler_companion, hadamard, hankel, helmert,
+    hilbert, invhilbert, invpascal, leslie, pascal, toeplitz)
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
            "solve_triangular"]
+
+# the special matrices, qr, svd and polar (cuvmap/scipy/linalg_special_matrices.py, linalg_factorizations.py)
+__all__ += ["block_diag", "circulant", "companion", "convolution_matrix", "dft", "fiedler", "fiedler_companion",
+            "hadamard", "hankel", "helmert", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "polar", "qr",
+            "svd", "toeplitz"]
 
 
 def _mT(x):
