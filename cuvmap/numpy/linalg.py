@@ -350,13 +350,13 @@ def qr(a, mode="reduced"):
     """``numpy.linalg.qr`` (JAX's ``jnp.linalg.qr``): ``QRResult(Q, R)``, ``a = Q R``, for
     each real matrix of a stack ``(..., m, n)``. ``mode``: ``'reduced'`` (``Q`` ``(m, k)``,
     ``R`` ``(k, n)``, ``k = min(m, n)``), ``'complete'`` (``Q`` ``(m, m)``) or ``'r'``
-    (``R`` alone). Derivatives (NOTE [qr's derivatives]) need ``m >= n`` and the reduced
+    (``R`` alone; ``'full'`` is NumPy's older name of ``'reduced'``). Derivatives (NOTE [qr's derivatives]) need ``m >= n`` and the reduced
     form (or a square matrix), as in JAX; other cases raise."""
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"qr: the array must have at least 2 dims, got shape {shape(a)}")
-    if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    if mode not in ("reduced", "complete", "r", "full"):  # 'full': NumPy's deprecated name of 'reduced'
+        raise ValueError(f"qr: mode must be 'reduced', 'complete', 'r' or 'full', got {mode!r}")
     q, r = lax_decomp.qr(a, full_matrices=mode == "complete")
     return r if mode == "r" else QRResult(q, r)
 

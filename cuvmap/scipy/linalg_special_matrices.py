@@ -46,11 +46,16 @@ def _as_vector_stack(x):
     return cnp.atleast_1d(x) if cnp.ndim(x) == 0 else x
 
 
-def _common_stack(xs):
+def _common_stack(xs, name):
     """The operands broadcast to common leading dims (each keeps its last dim) and cast to
     their common dtype: JAX's ``jnp.vectorize`` over signatures ``(n),(m)->...``."""
     dtype = cnp.result_type(*xs)
-    lead = ew.broadcast_shapes(*(cnp.shape(x)[:-1] for x in xs))
+    try:
+        lead = ew.broadcast_shapes(*(cnp.shape(x)[:-1] for x in xs))
+    except ShapeError:
+        shapes = " and ".join(str(cnp.shape(x)) for x in xs)
+        raise ShapeError(f"{name}: the leading dims of {shapes} do not broadcast (each operand is a stack of "
+                         "vectors along its last dim)") from None
     return [cnp.broadcast_to(x if core.dtype_of(x) == dtype else cnp.astype(x, dtype), lead + cnp.shape(x)[-1:])
             for x in xs], lead, dtype
 
@@ -81,7 +86,7 @@ def toeplitz(c, r=None):
     ``r``: differentiable and batchable (NOTE [a structured matrix is one gather])."""
     c = _as_vector_stack(c)
     r = cnp.conj(c) if r is None else _as_vector_stack(r)
-    (c, r), lead, dtype = _common_stack([c, r])
+    (c, r), lead, dtype = _common_stack([c, r], "toeplitz")
     n, m = cnp.shape(c)[-1], cnp.shape(r)[-1]
     if n == 0 or m == 0:
         return _empty(lead, n, m, dtype)
@@ -101,7 +106,7 @@ def hankel(c, r=None):
         raise ValueError("hankel: c must be at least 1-dimensional, got a scalar.")
     if cnp.ndim(r) == 0:
         raise ValueError("hankel: r must be at least 1-dimensional, got a scalar.")
-    (c, r), lead, dtype = _common_stack([c, r])
+    (c, r), lead, dtype = _common_stack([c, r], "hankel")
     n, m = cnp.shape(c)[-1], cnp.shape(r)[-1]
     if n == 0 or m == 0:
         return _empty(lead, n, m, dtype)
@@ -133,7 +138,7 @@ def leslie(f, s):
     if cnp.shape(s)[-1] != n - 1:
         raise ValueError("leslie: Incorrect lengths for f and s. The length of s along the last axis must be one "
                          f"less than the length of f; got f shape {cnp.shape(f)} and s shape {cnp.shape(s)}.")
-    (f, s), _, _ = _common_stack([f, s])
+    (f, s), _, _ = _common_stack([f, s], "leslie")
     v = cnp.concatenate([f, s], axis=-1)  # f at 0..n-1, s at n..2n-2
     i, j = _grid(n, n)
     first_row = i == 0
