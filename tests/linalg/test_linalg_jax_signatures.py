@@ -1,0 +1,111 @@
+"""The JAX arguments of cuvmap.numpy.linalg and cuvmap.lax.linalg functions beyond NumPy's:
+``svd(..., algorithm=, subset_by_index=)``, ``slogdet(..., method=)``,
+``matrix_rank(..., hermitian=, tol=)``, ``pinv(..., rcond=)``, ``qr(mode='full')``.
+Values against NumPy, derivatives against finite differences (float64)."""
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.lax as lax
+import cuvmap.numpy as cnp
+from cuvmap.core import ShapeError
+from cuvmap.test_util import check_batching, check_grads
+
+la = cnp.linalg
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+@pytest.mark.parametrize("algorithm", [None, *lax.linalg.SvdAlgorithm, "QR", "divide_and_conquer"])
+def test_svd_algorithm_is_checked_and_gives_the_svd(algorithm):
+    a = _rng(1).standard_normal((2, 5, 3))
+    u, s, vh = lax.linalg.svd(a, full_matrices=False, algorithm=algorithm)
+    np.testing.assert_allclose((u * s[..., None, :]) @ vh, a, atol=1e-13)
+    np.testing.assert_allclose(lax.linalg.svd(a, compute_uv=False, algorithm=algorithm), np.linalg.svd(a)[1],
+                               rtol=1e-13)
+
+
+def test_svd_refuses_an_unknown_algorithm():
+    with pytest.raises(TypeError, match="svd: algorithm must be None or one of SvdAlgorithm.DEFAULT"):
+        lax.linalg.svd(np.eye(3), algorithm="lanczos")
+
+
+@pytest.mark.parametrize("subset", [(0, 3), (1, 3), (0, 1), (2, 2)])
+def test_svd_subset_by_index_slices_the_triplets(subset):
+    a = _rng(2).standard_normal((4, 3))
+    start, end = subset
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    got_s = la.svd(a, compute_uv=False, subset_by_index=subset)
+    np.testing.assert_allclose(got_s, s[start:end], rtol=1e-13)
+    gu, gs, gvh = la.svd(a, full_matrices=False, subset_by_index=subset)
+    np.testing.assert_allclose(gs, s[start:end], rtol=1e-13)
+    # each triplet is defined up to a common sign: compare u_i v_iᵀ
+    np.testing.assert_allclose(np.einsum("ik,kj->kij", gu, gvh), np.einsum("ik,kj->kij", u, vh)[start:end],
+                               atol=1e-13)
+    check_grads(lambda x: la.svd(x, compute_uv=False, subset_by_index=subset), (a,), order=1)
+    check_batching(lambda x: la.svd(x, compute_uv=False, subset_by_index=subset), (_rng(3).standard_normal((3, 4, 3)),))
+
+
+def test_svd_subset_by_index_refusals():
+    a = np.ones((4, 3))
+    with pytest.raises(ValueError, match="full_matrices and subset_by_index cannot both be set"):
+        la.svd(a, subset_by_index=(0, 2))
+    with pytest.raises(ShapeError, match=r"svd: subset_by_index \(1, 4\) is out of range"):
+        la.svd(a, full_matrices=False, subset_by_index=(1, 4))
+    assert la.svd(a, subset_by_index=(0, 3)).U.shape == (4, 4)  # the whole range is no subset
+
+
+@pytest.mark.parametrize("method", [None, "lu", "qr"])
+@pytest.mark.parametrize("shape", [(0, 0), (1, 1), (3, 3), (2, 4, 4)])
+def test_slogdet_methods_agree_with_numpy(method, shape):
+    a = _rng(4).standard_normal(shape)
+    sign, logabsdet = la.slogdet(a, method=method)
+    want_sign, want_log = np.linalg.slogdet(a)
+    np.testing.assert_array_equal(sign, want_sign)
+    np.testing.assert_allclose(logabsdet, want_log, rtol=1e-12, atol=1e-13)
+
+
+def test_slogdet_qr_derivatives_vmap_jit_and_refusal():
+    a = _rng(5).standard_normal((3, 4, 4))
+    check_grads(lambda x: la.slogdet(x, method="qr").logabsdet, (a,), order=2)
+    check_batching(lambda x: la.slogdet(x, method="qr"), (a,))
+    np.testing.assert_allclose(cv.jit(lambda x: la.slogdet(x, method="qr"))(a)[1], np.linalg.slogdet(a)[1],
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="Unknown slogdet method 'cholesky'"):
+        la.slogdet(a, method="cholesky")
+
+
+def test_matrix_rank_tol_is_jaxs_alias_of_rtol_and_hermitian_is_accepted():
+    rng = _rng(6)
+    low = rng.standard_normal((6, 2)) @ rng.standard_normal((2, 6))  # rank 2
+    sym = low + low.T  # rank at most 4
+    assert int(la.matrix_rank(low)) == 2
+    assert int(la.matrix_rank(sym, hermitian=True)) == np.linalg.matrix_rank(sym, hermitian=True)
+    s = np.linalg.svd(low, compute_uv=False)
+    rtol = 0.5 * s[1] / s[0]  # keeps two values relative to the largest
+    assert int(la.matrix_rank(low, rtol=rtol)) == int(la.matrix_rank(low, tol=rtol)) == 2
+    assert int(la.matrix_rank(low, tol=1.5 * s[1] / s[0])) == 1
+    np.testing.assert_array_equal(la.matrix_rank(np.stack([low, np.eye(6)]), rtol=np.array([1e-8, 0.5])), [2, 6])
+    np.testing.assert_array_equal(la.matrix_rank(np.zeros((2, 0, 3))), [0, 0])
+    with pytest.raises(ValueError, match="matrix_rank: only one of tol or rtol may be specified."):
+        la.matrix_rank(low, rtol=1e-2, tol=1e-2)
+
+
+def test_pinv_rcond_and_rtol_and_empty_matrices():
+    x = np.ones((3, 3))
+    np.testing.assert_array_equal(la.pinv(x, rcond=1e-2), la.pinv(x, rtol=1e-2))
+    with pytest.raises(ValueError, match="pinv: only one of rtol and rcond may be specified."):
+        la.pinv(x, rcond=1e-2, rtol=1e-2)
+    for shape in [(3, 0, 2), (0, 4), (2, 0)]:
+        got = la.pinv(np.zeros(shape))
+        assert got.shape == np.linalg.pinv(np.zeros(shape)).shape
+
+
+def test_numpy_qr_full_is_reduced():
+    a = _rng(7).standard_normal((5, 3))
+    q, r = la.qr(a, mode="full")
+    want_q, want_r = np.linalg.qr(a, mode="reduced")
+    np.testing.assert_allclose(q, want_q, atol=1e-13)
+    np.testing.assert_allclose(r, want_r, atol=1e-13)
