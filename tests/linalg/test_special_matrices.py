@@ -319,8 +319,54 @@ def test_scipy_qr_modes(shape):
     np.testing.assert_allclose(r_only, r, atol=1e-13)  # SciPy's 'r' is the full (m, n) R
     with pytest.raises(ValueError, match="Unsupported QR decomposition mode"):
         sla.qr(a, mode="raw")
-    with pytest.raises(NotImplementedError, match="pivoting"):
-        sla.qr(a, pivoting=True)
+
+
+def _geqp3_pivots(a):
+    """LAPACK's geqp3 pivots, by its definition: Householder steps on a copy, each first
+    swapping in the column whose part below the diagonal is longest."""
+    r = np.array(a, dtype=float)
+    m, n = r.shape
+    perm = np.arange(n)
+    for k in range(min(m, n)):
+        j = k + int(np.argmax(np.linalg.norm(r[k:, k:], axis=0)))
+        r[:, [k, j]], perm[[k, j]] = r[:, [j, k]], perm[[j, k]]
+        v = r[k:, k].copy()
+        v[0] += np.copysign(np.linalg.norm(v), v[0])
+        if np.linalg.norm(v) > 0:
+            r[k:, :] -= np.outer(2 * v / (v @ v), v @ r[k:, :])
+    return perm
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (3, 5), (6, 2)])
+@pytest.mark.parametrize("mode", ["full", "economic", "r"])
+def test_scipy_qr_with_pivoting_is_geqp3s(shape, mode):
+    rng = _rng(11)
+    a = rng.standard_normal(shape)
+    *factors, perm = sla.qr(a, mode=mode, pivoting=True)
+    np.testing.assert_array_equal(perm, _geqp3_pivots(a))
+    assert np.asarray(perm).dtype == np.int32
+    r = factors[-1]
+    assert np.all(np.diff(np.abs(np.diagonal(r))) <= 1e-12)  # |R_kk| non-increasing
+    if mode != "r":
+        np.testing.assert_allclose(factors[0] @ r, a[:, perm], atol=1e-13)
+    stack = rng.standard_normal((3,) + shape)
+    got = cv.vmap(lambda x: sla.qr(x, mode=mode, pivoting=True))(stack)
+    jitted = cv.jit(lambda x: sla.qr(x, mode=mode, pivoting=True))(stack)
+    for i in range(3):
+        for g, j, w in zip(got, jitted, sla.qr(stack[i], mode=mode, pivoting=True)):
+            np.testing.assert_allclose(g[i], w, atol=1e-13)
+            np.testing.assert_allclose(j[i], w, atol=1e-13)
+
+
+def test_scipy_qr_with_pivoting_differentiates_through_the_qr():
+    a = _rng(12).standard_normal((5, 3))
+
+    def identity(x):  # (Q R)[:, argsort(P)] is x itself
+        q, r, p = sla.qr(x, mode="economic", pivoting=True)
+        return cnp.take(cnp.matmul(q, r), cnp.argsort(p), axis=1)
+
+    check_grads(identity, (a,), order=1)
+    check_grads(lambda x: sla.qr(x, mode="economic", pivoting=True)[1], (a,), order=1)
 
 
 def test_scipy_qr_and_svd_derivatives_vmap_jit():
