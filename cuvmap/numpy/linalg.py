@@ -240,8 +240,9 @@ def tensorinv(a, ind=2):
 
 def matrix_power(a, n):
     """``numpy.linalg.matrix_power``: ``a`` to the integer power ``n`` by repeated squaring
-    (``n = 0``: the identity; ``n < 0``: powers of :func:`inv`)."""
-    a = _square_stack(a, "matrix_power") if not (hasattr(a, "dtype") and core.dtype_of(a).kind in "iu") else a
+    (``n = 0``: the identity; ``n < 0``: powers of :func:`inv`). Integer and boolean
+    matrices keep their dtype (a boolean product is the or of ands), as NumPy's."""
+    a = _square_stack(a, "matrix_power") if not (hasattr(a, "dtype") and core.dtype_of(a).kind in "iub") else a
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"matrix_power: the exponent must be an integer, got {n!r}")
     n = int(n)
@@ -432,7 +433,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     s = lax_linalg.svd(a, compute_uv=False)
     rtol = _default_rtol(a) if rcond is None or rcond < 0 else rcond
     x = matmul(pinv(a, rtol=rtol), b)
-    rank = sum(astype(ew.gt(ew.stop_gradient(s), ew.mul(ew.stop_gradient(max(s)), rtol)), np.int32))
+    rank = sum(astype(ew.gt(ew.stop_gradient(s), ew.mul(_largest(ew.stop_gradient(s), (0,), False), rtol)), np.int32))
     resid = sum(_abs_squared(ew.sub(matmul(a, x), b)), 0)
     if numpy_resid and not (int(rank) == n and m > n):
         resid = np.zeros((0,), dtype=core.dtype_of(a))
@@ -552,9 +553,9 @@ def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
     if ord is None or (_is_number(ord) and ord == 2):
         return ew.sqrt(sum(_abs_squared(x), axes, keepdims))
     if not _is_number(ord):
-        raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
+        raise ShapeError(f"norm: Invalid order {ord!r} for vector norm. (None, inf, -inf, 0 or a number)")
     if ord == np.inf:
-        return max(_abs(x), axes, keepdims)
+        return _largest(_abs(x), axes, keepdims)
     if ord == -np.inf:
         return min(_abs(x), axes, keepdims)
     if ord == 0:
@@ -576,15 +577,22 @@ def _matrix_norm(x, ord, axes, keepdims):  # noqa: A002
         if isinstance(ord, str):
             out = sum(s, -1)
         else:
-            out = max(s, -1) if ord == 2 else min(s, -1)
+            out = _largest(s, (ndim(s) - 1,), False) if ord == 2 else min(s, -1)
         return lax_shape.expand_dims(out, tuple(sorted(axes))) if keepdims else out
     if not _is_number(ord) or ord not in (1, -1, np.inf, -np.inf):
         raise ShapeError(f"norm: invalid ord {ord!r} for a matrix norm (None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf)")
     # 1: the largest column sum of |x|; inf: the largest row sum
     summed, over = (rows, cols) if ord in (1, -1) else (cols, rows)
     sums = sum(_abs(x), summed, keepdims=True)
-    out = max(sums, over, keepdims=True) if ord > 0 else min(sums, over, keepdims=True)
+    out = _largest(sums, (over,), True) if ord > 0 else min(sums, over, keepdims=True)
     return out if keepdims else squeeze(out, axes)
+
+
+def _largest(x, axes, keepdims):
+    """``max`` over ``axes`` of nonnegative values, 0 for an empty reduction (the norm of an
+    empty vector or matrix, as JAX's and NumPy's)."""
+    empty = builtins.any(shape(x)[a] == 0 for a in axes)
+    return max(x, axes, keepdims=keepdims, initial=0 if empty else None)
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - NumPy's name

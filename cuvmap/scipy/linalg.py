@@ -56,10 +56,11 @@ def _square(a, name):
 
 def _rhs(a, b, name):
     """``b`` as a stack of matrices matching ``a`` (leading dims broadcast), and whether it
-    was a (stack of) vector(s): ``b`` ``(..., n)`` when it has one dim fewer than ``a``."""
+    was a (stack of) vector(s): ``b`` ``(n,)``, or ``(..., n)`` with one dim fewer than ``a``
+    (JAX's rule: ``b`` ``(n, k)`` beside ``a`` ``(batch, n, n)`` is one matrix when ``k ≠ n``)."""
     b = np_linalg._as_inexact(b)
     n = shape(a)[-1]
-    vector = ndim(b) == ndim(a) - 1 or ndim(b) == 1
+    vector = ndim(b) == 1 or (ndim(b) == ndim(a) - 1 and shape(b)[-1] == n)
     if vector:
         b = lax_shape.expand_dims(b, (ndim(b),))
     if ndim(b) < 2 or shape(b)[-2] != n:

@@ -109,3 +109,61 @@ def test_numpy_qr_full_is_reduced():
     want_q, want_r = np.linalg.qr(a, mode="reduced")
     np.testing.assert_allclose(q, want_q, atol=1e-13)
     np.testing.assert_allclose(r, want_r, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (2, 0), (0, 0)])
+@pytest.mark.parametrize("ord_", [1, 2, np.inf, "fro", "nuc"])
+def test_norms_of_empty_matrices_are_zero(shape, ord_):
+    assert float(la.matrix_norm(np.zeros(shape), ord=ord_)) == 0.0
+    assert float(la.norm(np.zeros(shape), ord_)) == 0.0
+
+
+@pytest.mark.parametrize("ord_", [1, 2, np.inf])
+def test_norms_of_empty_vectors_are_zero(ord_):
+    assert float(la.vector_norm(np.zeros(0), ord=ord_)) == 0.0
+
+
+def test_max_and_min_of_empty_slices_are_initial():
+    np.testing.assert_array_equal(cnp.max(np.zeros((2, 0)), 1, keepdims=True, initial=0.5), [[0.5], [0.5]])
+    np.testing.assert_array_equal(cnp.min(np.zeros((0, 0, 3)), (0, 1), initial=5.0), [5.0, 5.0, 5.0])
+    np.testing.assert_array_equal(cv.vmap(lambda x: cnp.max(x, initial=-1.0))(np.zeros((3, 0))), [-1.0] * 3)
+    np.testing.assert_array_equal(cv.jit(lambda x: cnp.max(x, 1, initial=-1.0))(np.zeros((3, 0))), [-1.0] * 3)
+    with pytest.raises(ValueError, match="zero-size array"):
+        cnp.max(np.zeros((2, 0)), 1)
+
+
+def test_lstsq_of_empty_matrices():
+    for a_shape, b_shape in [((0, 3), (0,)), ((3, 0), (3,)), ((4, 0), (4, 2))]:
+        x, _, rank, s = la.lstsq(np.zeros(a_shape), np.zeros(b_shape))
+        want = np.linalg.lstsq(np.zeros(a_shape), np.zeros(b_shape), rcond=None)
+        np.testing.assert_array_equal(x, want[0])
+        assert int(rank) == 0 and np.shape(s) == (0,)
+
+
+def test_matrix_power_of_booleans_stays_boolean():
+    m = np.array([[True, True], [False, True]])
+    for n in (0, 1, 2, 3):
+        got = la.matrix_power(m, n)
+        np.testing.assert_array_equal(got, np.linalg.matrix_power(m, n))
+        assert np.asarray(got).dtype == np.bool_
+
+
+def test_triangular_and_cholesky_solves_take_one_matrix_b_beside_a_stack():
+    from cuvmap.scipy import linalg as sla
+
+    rng = _rng(8)
+    a = np.triu(rng.standard_normal((3, 4, 4))) + 4 * np.eye(4)
+    b = rng.standard_normal((4, 2))  # one (n, k) matrix, not a stack of 4-vectors
+    x = sla.solve_triangular(a, b)
+    assert x.shape == (3, 4, 2)
+    np.testing.assert_allclose(a @ x, np.broadcast_to(b, (3, 4, 2)), atol=1e-12)
+    x = sla.cho_solve((a, False), b)
+    np.testing.assert_allclose(np.swapaxes(a, -1, -2) @ a @ x, np.broadcast_to(b, (3, 4, 2)), atol=1e-12)
+    v = rng.standard_normal((3, 4))  # a stack of vectors: one dim fewer than a, last dim n
+    x = sla.solve_triangular(a, v)
+    np.testing.assert_allclose(np.einsum("bij,bj->bi", a, x), v, atol=1e-12)
+
+
+def test_vector_norm_refusal_has_jaxs_message():
+    with pytest.raises(ValueError, match="Invalid order 'inf' for vector norm."):
+        la.norm(np.array([1.0, 2.0, 3.0]), ord="inf")
