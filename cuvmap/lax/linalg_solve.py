@@ -97,13 +97,20 @@ def triangular_solve(a, b, *, left_side=False, lower=False, transpose_a=False, c
     """JAX's ``lax.linalg.triangular_solve``: ``x`` with ``op(a) @ x = b`` (``left_side``) or
     ``x @ op(a) = b``, ``op(a)`` = ``a``, or ``aᵀ`` with ``transpose_a``, reading only the
     ``lower`` (else upper) triangle of ``a`` (ones on its diagonal with ``unit_diagonal``).
-    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``.
+    ``a`` ``(..., n, n)``; ``b`` ``(..., n, k)`` (left side) or ``(..., k, n)``, or a vector
+    ``(..., n)`` (one dim fewer than ``a``; the result is one too).
     ``conjugate_a`` is accepted for real ``a`` (where it changes nothing); complex ``a`` with
     it raises. The right-side solve is the transpose of the left-side one:
     :func:`triangular_solve_left`."""
     if conjugate_a and core.dtype_of(a).kind == "c":
         raise ShapeError(f"triangular_solve: conjugate_a=True of a complex matrix ({core.dtype_of(a)}) is not "
                          "supported")
+    vector_axis = len(core.shape_of(b))
+    if vector_axis == len(core.shape_of(a)) - 1:  # b (..., n), as JAX: one column (left side) or one row
+        b = expand_dims(b, (vector_axis if left_side else vector_axis - 1,))
+        x = triangular_solve(a, b, left_side=left_side, lower=lower, transpose_a=transpose_a,
+                             conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
+        return squeeze(x, (vector_axis if left_side else vector_axis - 1,))
     if left_side:
         return triangular_solve_left(a, b, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
     # x op(a) = b  <=>  op(a)ᵀ xᵀ = bᵀ
@@ -327,8 +334,8 @@ def _lu_factors(out, n):
 def _pad_index_columns(x):
     """A tangent of the factor, with zero tangents for the two index columns."""
     nd = len(core.shape_of(x))
-    zeros = ew.mul(slice_in_dim(x, 0, 2, nd - 1), 0)
-    return concatenate([x, zeros], nd - 1)
+    zero_column = ew.mul(slice_in_dim(x, 0, 1, nd - 1), 0)  # (a 1×1 matrix has one column to copy)
+    return concatenate([x, zero_column, zero_column], nd - 1)
 
 
 def _lu_jvp(t, out, a):

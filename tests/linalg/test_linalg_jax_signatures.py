@@ -167,3 +167,29 @@ def test_triangular_and_cholesky_solves_take_one_matrix_b_beside_a_stack():
 def test_vector_norm_refusal_has_jaxs_message():
     with pytest.raises(ValueError, match="Invalid order 'inf' for vector norm."):
         la.norm(np.array([1.0, 2.0, 3.0]), ord="inf")
+
+
+def test_lu_of_a_one_by_one_matrix_has_derivatives():
+    from cuvmap.scipy import linalg as sla
+
+    a = np.array([[1.7]])
+    check_grads(sla.lu, (a,), order=2)
+    check_grads(lambda x: sla.lu_factor(x)[0], (a,), order=2)
+
+
+@pytest.mark.parametrize("left_side", [True, False])
+@pytest.mark.parametrize("transpose_a", [True, False])
+def test_lax_triangular_solve_takes_a_vector_b(left_side, transpose_a):
+    rng = _rng(9)
+    a = np.tril(rng.standard_normal((4, 4))) + 5 * np.eye(4)
+    b = rng.standard_normal(4)
+
+    def f(a, b):
+        return lax.linalg.triangular_solve(a, b, left_side=left_side, lower=True, transpose_a=transpose_a)
+
+    x = f(a, b)
+    op = a.T if transpose_a else a
+    assert x.shape == (4,)
+    np.testing.assert_allclose(op @ x if left_side else x @ op, b, atol=1e-12)
+    check_grads(f, (a, b), order=1)
+    check_batching(f, (np.stack([a, 2 * a, a + np.eye(4)]), rng.standard_normal((3, 4))))
