@@ -10,7 +10,7 @@ stacks ``(..., m, n)`` and have those functions' derivatives and batching rules.
 """
 import numpy as np
 
-from cuvmap import core
+from cuvmap import backend, core
 from cuvmap import numpy as cnp
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
@@ -51,7 +51,7 @@ def _column_pivots(a):
     a = ew.stop_gradient(a)
     m, n = cnp.shape(a)[-2:]
     lead = cnp.shape(a)[:-2]
-    positions = np.arange(n)
+    positions = backend.xp_of(a).arange(n)  # on a's device (NumPy or CuPy)
     perm = cnp.broadcast_to(positions, lead + (n,))
     residual = a
     for k in range(min(m, n)):

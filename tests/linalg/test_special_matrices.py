@@ -410,3 +410,20 @@ def test_polar_derivatives_vmap_jit():
         sla.polar(a, side="up")
     with pytest.raises(ValueError, match="method"):
         sla.polar(a, method="newton")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cv.backend.gpu_available(), reason="needs CuPy and a CUDA device")
+def test_structured_matrices_of_device_arrays_stay_on_the_device():
+    for name, fn, args in _structured_rows():
+        device_args = tuple(cv.device_put(x, "gpu") for x in args)
+        got = fn(*device_args)
+        assert cv.backend.is_cupy_array(got), name
+        np.testing.assert_allclose(cv.device_put(got, "cpu"), fn(*args), rtol=1e-12, atol=1e-14, err_msg=name)
+        if name in ("toeplitz", "circulant", "convolution_matrix"):
+            g = cv.grad(lambda *xs: cnp.sum(cnp.abs(fn(*xs)) ** 2))(*device_args)
+            want = cv.grad(lambda *xs: cnp.sum(cnp.abs(fn(*xs)) ** 2))(*args)
+            np.testing.assert_allclose(cv.device_put(g, "cpu"), want, rtol=1e-12, err_msg=name)
+    a = cv.device_put(_rng(13).standard_normal((4, 3)), "gpu")
+    *_, perm = sla.qr(a, mode="economic", pivoting=True)
+    np.testing.assert_array_equal(cv.device_put(perm, "cpu"), _geqp3_pivots(cv.device_put(a, "cpu")))
