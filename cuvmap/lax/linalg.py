@@ -29,6 +29,8 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
+from cuvmap.lax import linalg_svd_options as svd_options
+from cuvmap.lax.linalg_svd_options import SvdAlgorithm  # noqa: F401 - jax.lax.linalg.SvdAlgorithm
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, transpose
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
@@ -375,7 +377,7 @@ vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 
 svd_p = Primitive("svd", capturable=False)  # cuSOLVER: CuPy refuses it inside a stream capture
 
 
-def svd(x, full_matrices=True, compute_uv=True):
+def svd(x, full_matrices=True, compute_uv=True, *, subset_by_index=None, algorithm=None):
     """The singular value decomposition ``x = u @ diag(s) @ vh`` of each matrix of a stack.
 
     Args:
@@ -385,6 +387,11 @@ def svd(x, full_matrices=True, compute_uv=True):
       full_matrices: square ``u`` ``(..., m, m)`` and ``vh`` ``(..., n, n)``, or, with
         ``False``, the reduced ``(..., m, k)`` and ``(..., k, n)``, ``k = min(m, n)``.
       compute_uv: return ``(u, s, vh)``, or the singular values alone.
+      subset_by_index: JAX's ``(start, end)``: only the singular values ``s[start:end]``
+        (descending order) and their vectors; needs ``full_matrices=False`` unless it is
+        the whole range. Sliced from the whole decomposition.
+      algorithm: JAX's :class:`SvdAlgorithm` (or ``None``): checked, then computed by
+        cuvmap's one driver (NOTE [one SVD driver] in ``cuvmap/lax/linalg_svd_options.py``).
     Returns:
       ``(u, s, vh)`` (``s``: ``(..., k)``, descending, nonnegative), or ``s``.
 
@@ -393,6 +400,16 @@ def svd(x, full_matrices=True, compute_uv=True):
 
     Example: ``s = svd(a, compute_uv=False)``; ``s[..., 0]`` is the spectral norm.
     """
+    svd_options.check_algorithm(algorithm)
+    subset = svd_options.check_subset(subset_by_index, core.shape_of(x), bool(full_matrices) and bool(compute_uv))
+    if subset is not None:  # the triplets start..end-1, sliced from the reduced decomposition
+        start, end = subset
+        last = len(core.shape_of(x)) - 1
+        if not compute_uv:
+            return slice_in_dim(svd(x, compute_uv=False), start, end, last - 1)
+        u, s, vh = svd(x, full_matrices=False)
+        return (slice_in_dim(u, start, end, last), slice_in_dim(s, start, end, last - 1),
+                slice_in_dim(vh, start, end, last - 1))
     if not compute_uv:
         return svd_p.bind(x, full_matrices=False, compute_uv=False)
     packed = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=True)

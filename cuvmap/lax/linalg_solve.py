@@ -334,8 +334,8 @@ def _lu_factors(out, n):
 def _pad_index_columns(x):
     """A tangent of the factor, with zero tangents for the two index columns."""
     nd = len(core.shape_of(x))
-    zeros = ew.mul(slice_in_dim(x, 0, 2, nd - 1), 0)
-    return concatenate([x, zeros], nd - 1)
+    zero_column = ew.mul(slice_in_dim(x, 0, 1, nd - 1), 0)  # (a 1×1 matrix has one column to copy)
+    return concatenate([x, zero_column, zero_column], nd - 1)
 
 
 def _lu_jvp(t, out, a):

@@ -15,7 +15,7 @@ from cuvmap.lax import sorting as lax_sorting
 from cuvmap.numpy._common import _axes, _axis, ndim, shape
 from cuvmap.numpy._elementwise import astype, square, stop_gradient, where
 from cuvmap.numpy._creation import asarray
-from cuvmap.numpy._shapes import diagonal, flip, ravel
+from cuvmap.numpy._shapes import broadcast_to, diagonal, flip, ravel
 
 
 def _keep(out, x, axes, keepdims):
@@ -165,6 +165,9 @@ def _extremum(name, reduce, fill, combine):
             x = _masked(x, where, initial)
         if initial is None and _any_empty(x, axes):
             raise ValueError(f"{name}: zero-size array to reduction operation {name} which has no identity")
+        if _any_empty(x, axes):  # every slice is empty: the result is initial
+            out_shape = tuple(1 if a in axes else n for a, n in enumerate(shape(x)) if keepdims or a not in axes)
+            return broadcast_to(astype(asarray(initial), core.dtype_of(x)), out_shape)
         result = _keep(reduce(x, axes), x, axes, keepdims)
         return result if initial is None else combine(result, initial)
     fn.__name__ = name

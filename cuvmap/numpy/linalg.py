@@ -156,11 +156,22 @@ def det(a):
     return lax_solve.det(_square_stack(a, "det"))
 
 
-def slogdet(a):
-    """``numpy.linalg.slogdet``: ``SlogdetResult(sign, logabsdet)`` with ``det(a) = sign ·
-    exp(logabsdet)``, computed without overflow. ``d logabsdet = re tr(a⁻¹ da)``; a real
-    sign has no derivative, a complex one ``i·im(tr(a⁻¹ da))·sign`` (JAX's rule)."""
-    return SlogdetResult(*lax_solve.slogdet(_square_stack(a, "slogdet")))
+def slogdet(a, *, method=None):
+    """``numpy.linalg.slogdet`` (JAX's ``jnp.linalg.slogdet``): ``SlogdetResult(sign,
+    logabsdet)`` with ``det(a) = sign · exp(logabsdet)``, computed without overflow.
+    ``d logabsdet = re tr(a⁻¹ da)``; a real sign has no derivative, a complex one
+    ``i·im(tr(a⁻¹ da))·sign`` (JAX's rule). ``method`` (JAX's): ``None``
+    or ``'lu'`` (the pivoted LU: ``Σ log|U_ii|``) or ``'qr'`` (``a = Q R``: ``Σ log|R_ii|``,
+    the sign ``det(Q) · Π sign(R_ii)``); the same values up to rounding."""
+    a = _square_stack(a, "slogdet")
+    if method is None or method == "lu":
+        return SlogdetResult(*lax_solve.slogdet(a))
+    if method != "qr":
+        raise ValueError(f"slogdet: Unknown slogdet method {method!r}. Supported methods are 'lu' (None) and 'qr'.")
+    q, r = lax_decomp.qr(a, full_matrices=False)
+    diag_r = diagonal(r)
+    sign = ew.mul(ew.sign(lax_solve.det(ew.stop_gradient(q))), _reductions.prod(ew.sign(ew.stop_gradient(diag_r)), -1))
+    return SlogdetResult(sign, sum(ew.log(ew.abs(diag_r)), -1))
 
 
 def solve(a, b):
@@ -231,8 +242,9 @@ def tensorinv(a, ind=2):
 
 def matrix_power(a, n):
     """``numpy.linalg.matrix_power``: ``a`` to the integer power ``n`` by repeated squaring
-    (``n = 0``: the identity; ``n < 0``: powers of :func:`inv`)."""
-    a = _square_stack(a, "matrix_power") if not (hasattr(a, "dtype") and core.dtype_of(a).kind in "iu") else a
+    (``n = 0``: the identity; ``n < 0``: powers of :func:`inv`). Integer and boolean
+    matrices keep their dtype (a boolean product is the or of ands), as NumPy's."""
+    a = _square_stack(a, "matrix_power") if not (hasattr(a, "dtype") and core.dtype_of(a).kind in "iub") else a
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"matrix_power: the exponent must be an integer, got {n!r}")
     n = int(n)
@@ -348,13 +360,13 @@ def qr(a, mode="reduced"):
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"qr: the array must have at least 2 dims, got shape {shape(a)}")
-    if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    if mode not in ("reduced", "complete", "r", "full"):  # 'full': NumPy's deprecated name of 'reduced'
+        raise ValueError(f"qr: mode must be 'reduced', 'complete', 'r' or 'full', got {mode!r}")
     q, r = lax_decomp.qr(a, full_matrices=mode == "complete")
     return r if mode == "r" else QRResult(q, r)
 
 
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """``numpy.linalg.svd``: ``a = U @ diag(S) @ Vh`` for each matrix of a stack ``(..., m, n)``.
 
     Returns ``SVDResult(U, S, Vh)`` (a named tuple, as NumPy 2's) or, with
@@ -365,13 +377,15 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     singular values (they come out inf or NaN) and raise for ``full_matrices=True`` of a
     non-square matrix (use ``full_matrices=False``). Complex matrices: NOTE [svd of
     complex matrices] (``S`` real).
+    ``subset_by_index`` (JAX's ``(start, end)``): the triplets ``start..end − 1`` only
+    (:func:`cuvmap.lax.linalg.svd`).
     """
     a = _as_inexact(a)
     if ndim(a) < 2:
         raise ShapeError(f"svd: the array must have at least 2 dims (a stack of matrices), got shape {shape(a)}")
     if not compute_uv:
-        return lax_linalg.svd(a, compute_uv=False)
-    return SVDResult(*lax_linalg.svd(a, full_matrices=full_matrices))
+        return lax_linalg.svd(a, full_matrices=False, compute_uv=False, subset_by_index=subset_by_index)
+    return SVDResult(*lax_linalg.svd(a, full_matrices=full_matrices, subset_by_index=subset_by_index))
 
 
 def svdvals(x):
@@ -471,20 +485,27 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     return x, resid, rank, s
 
 
-def matrix_rank(M, rtol=None, *, tol=None):  # noqa: N803 - NumPy's name
-    """``numpy.linalg.matrix_rank``: the number of singular values above ``tol`` (default
-    ``rtol · max(s)``, ``rtol`` default ``eps · max(m, n)``) per matrix; a vector's rank is 1
-    unless it is zero. An integer result, with no derivative."""
+def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):  # noqa: N803 - NumPy's name
+    """``numpy.linalg.matrix_rank`` (JAX's ``jnp.linalg.matrix_rank``): the number of
+    singular values above ``rtol · max(s)`` (``rtol`` default ``eps · max(m, n)``) per
+    matrix; a vector's rank is 1 unless it is zero. ``tol`` is JAX's alias of ``rtol``
+    (relative, as JAX's; NumPy's ``tol`` is an absolute threshold); giving both raises.
+    ``hermitian`` is accepted (the singular values are computed as for any matrix; for a
+    Hermitian one they are its eigenvalues' absolute values). An integer result, with no
+    derivative."""
+    if tol is not None:
+        if rtol is not None:
+            raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
+        rtol, tol = tol, None
     M = _as_inexact(M)
     if ndim(M) < 2:
         return astype(ew.ne(max(ew.abs(M) if ndim(M) else ew.abs(M)), 0), np.int32)
+    if 0 in shape(M)[-2:]:  # no singular values
+        return backend.xp_of(M).zeros(shape(M)[:-2], dtype=np.int32)
     s = ew.stop_gradient(lax_linalg.svd(M, compute_uv=False))
-    if tol is None:
-        rtol = _default_rtol(M) if rtol is None else rtol
-        threshold = ew.mul(max(s, -1, keepdims=True), rtol)
-    else:
-        threshold = tol
-    return sum(astype(ew.gt(s, threshold), np.int32), -1)
+    rtol = _default_rtol(M) if rtol is None else rtol
+    rtol = lax_shape.expand_dims(rtol, (ndim(rtol),)) if ndim(rtol) else rtol  # one per matrix of the stack
+    return sum(astype(ew.gt(s, ew.mul(max(s, -1, keepdims=True), rtol)), np.int32), -1)
 
 
 def cond(x, p=None):
@@ -577,7 +598,7 @@ def _vector_norm(x, ord, axes, keepdims):  # noqa: A002
     if ord is None or (_is_number(ord) and ord == 2):
         return ew.sqrt(sum(_abs_squared(x), axes, keepdims))
     if not _is_number(ord):
-        raise ShapeError(f"norm: invalid ord {ord!r} for a vector norm (None, inf, -inf, 0 or a number)")
+        raise ShapeError(f"norm: Invalid order {ord!r} for vector norm. (None, inf, -inf, 0 or a number)")
     if ord == np.inf:
         return _max_or_zero(_abs(x), axes, keepdims)
     if ord == -np.inf:

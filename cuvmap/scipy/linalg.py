@@ -31,10 +31,20 @@ from cuvmap.scipy.linalg_matrix_functions import (  # noqa: F401  (issue 32: the
     funm, rsf2csf, schur, solve_sylvester, sqrtm,
 )
 from cuvmap.scipy.linalg_reductions import hessenberg, qr_multiply  # noqa: F401  (issue 32)
+# the special matrices and SciPy's spellings of qr, svd and polar (their own modules)
+from cuvmap.scipy.linalg_factorizations import polar, qr, svd
+from cuvmap.scipy.linalg_special_matrices import (
+    block_diag, circulant, companion, convolution_matrix, dft, fiedler, fiedler_companion, hadamard, hankel, helmert,
+    hilbert, invhilbert, invpascal, leslie, pascal, toeplitz)
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
            "solve_triangular",
            "expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm", "hessenberg", "qr_multiply"]
+
+# the special matrices, qr, svd and polar (cuvmap/scipy/linalg_special_matrices.py, linalg_factorizations.py)
+__all__ += ["block_diag", "circulant", "companion", "convolution_matrix", "dft", "fiedler", "fiedler_companion",
+            "hadamard", "hankel", "helmert", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "polar", "qr",
+            "svd", "toeplitz"]
 
 
 def _mT(x):
@@ -51,10 +61,11 @@ def _square(a, name):
 
 def _rhs(a, b, name):
     """``b`` as a stack of matrices matching ``a`` (leading dims broadcast), and whether it
-    was a (stack of) vector(s): ``b`` ``(..., n)`` when it has one dim fewer than ``a``."""
+    was a (stack of) vector(s): ``b`` ``(n,)``, or ``(..., n)`` with one dim fewer than ``a``
+    (JAX's rule: ``b`` ``(n, k)`` beside ``a`` ``(batch, n, n)`` is one matrix when ``k ≠ n``)."""
     b = np_linalg._as_inexact(b)
     n = shape(a)[-1]
-    vector = ndim(b) == ndim(a) - 1 or ndim(b) == 1
+    vector = ndim(b) == 1 or (ndim(b) == ndim(a) - 1 and shape(b)[-1] == n)
     if vector:
         b = lax_shape.expand_dims(b, (ndim(b),))
     if ndim(b) < 2 or shape(b)[-2] != n:

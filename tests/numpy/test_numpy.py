@@ -329,11 +329,11 @@ def test_norm_errors_and_namespace():
 
     assert la is linalg is cnp.linalg
     assert not hasattr(cnp, "norm") and not hasattr(cnp, "svd")
-    with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
+    with pytest.raises(ShapeError, match="Invalid order 'fro' for vector norm"):
         la.norm(np.ones(3), "fro")
     with pytest.raises(ShapeError, match="invalid ord 3 for a matrix norm"):
         la.norm(np.ones((2, 2)), 3)
-    with pytest.raises(ShapeError, match="invalid ord 'fro' for a vector norm"):
+    with pytest.raises(ShapeError, match="Invalid order 'fro' for vector norm"):
         la.norm(np.ones(3), "fro")
     with pytest.raises(ShapeError, match="norm: ord=1 needs axis for an array of shape"):
         la.norm(np.ones((2, 2, 2)), 1)
