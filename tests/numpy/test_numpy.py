@@ -267,6 +267,7 @@ def test_diag_diagonal_tril_cross_errors():
 
 
 LINALG_NAMES = [
+    "EigResult",
     "EighResult",
     "QRResult",
     "SVDResult",
@@ -276,7 +277,9 @@ LINALG_NAMES = [
     "cross",
     "det",
     "diagonal",
+    "eig",
     "eigh",
+    "eigvals",
     "eigvalsh",
     "inv",
     "lstsq",
