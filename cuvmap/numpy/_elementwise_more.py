@@ -73,7 +73,7 @@ def fmod(x1, x2, /):
     if dtype == np.bool_:
         raise TypeError("fmod: boolean operands are not supported")
     if dtype.kind in "iu":
-        x2 = where(ew.eq(x2, 0), astype(1, dtype), x2)
+        x2 = where(ew.eq(x2, 0), 1, x2)
         r = ew.remainder(x1, x2)  # exact for integers, with the sign of x2: give it x1's
         if dtype.kind == "u":
             return r
@@ -88,7 +88,7 @@ def fmod(x1, x2, /):
 
 def _sign_of_bit(x):
     """``−1.0`` where the sign bit of ``x`` is set, else ``1.0`` (no derivative)."""
-    return where(signbit(x), -1.0, 1.0)
+    return astype(where(signbit(x), -1.0, 1.0), core.dtype_of(x))
 
 
 def divmod(x1, x2, /):  # noqa: A001 - NumPy's name
@@ -137,8 +137,8 @@ def _integer_pair(name, x1, x2):
 def _euclid_step(pair):
     a, b = pair
     nonzero = ew.ne(b, 0)
-    safe_b = where(nonzero, b, astype(1, core.dtype_of(b)))
-    return where(nonzero, b, a), where(nonzero, ew.remainder(a, safe_b), astype(0, core.dtype_of(b)))
+    safe_b = where(nonzero, b, 1)  # Python ints: weakly typed, b's dtype
+    return where(nonzero, b, a), where(nonzero, ew.remainder(a, safe_b), 0)
 
 
 def gcd(x1, x2):
@@ -156,7 +156,7 @@ def lcm(x1, x2):
     a, b = _integer_pair("lcm", x1, x2)
     d = gcd(a, b)
     zero = ew.eq(d, 0)
-    return where(zero, astype(0, core.dtype_of(d)), ew.mul(a, ew.floor_divide(b, where(zero, astype(1, core.dtype_of(d)), d))))
+    return where(zero, 0, ew.mul(a, ew.floor_divide(b, where(zero, 1, d))))
 
 
 def is_weakly_typed(x):

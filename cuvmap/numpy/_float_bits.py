@@ -110,7 +110,7 @@ def modf(x, /, out=None):
     negative = signbit(x)
     # −(whole − x) rather than x − whole below zero: an exact integer gives −0.0 as NumPy
     frac = where(negative, ew.neg(ew.sub(whole, x)), ew.sub(x, whole))
-    frac = where(ew.eq(ew.abs(x), np.inf), where(negative, -0.0, 0.0), frac)
+    frac = where(ew.eq(ew.abs(x), np.inf), astype(where(negative, -0.0, 0.0), core.dtype_of(x)), frac)
     return frac, whole
 
 
@@ -133,13 +133,13 @@ def _pow2(k, dtype):
     info = np.finfo(dtype)
     int_dtype = _SIGNED_OF_WIDTH[dtype.itemsize]
     biased = astype(ew.add(k, int(info.maxexp) - 1), int_dtype)
-    return lax_bitwise.bitcast_convert_type(lax_bitwise.shift_left(biased, int_dtype.type(info.nmant)), dtype)
+    return lax_bitwise.bitcast_convert_type(lax_bitwise.shift_left(biased, int(info.nmant)), dtype)
 
 
 def _scale_by_pow2(x, k):
     """``x · 2^k`` for an int32 ``k`` (NOTE [frexp and ldexp by exact powers of two])."""
     dtype = core.dtype_of(x)
-    a = lax_bitwise.shift_right_arithmetic(k, np.int32(1))  # ⌊k/2⌋
+    a = lax_bitwise.shift_right_arithmetic(k, 1)  # ⌊k/2⌋
     return ew.mul(ew.mul(x, _pow2(a, dtype)), _pow2(ew.sub(k, a), dtype))
 
 
@@ -153,11 +153,11 @@ def _exponent(x):
     normal = where(subnormal, ew.mul(x, float(2.0 ** info.nmant)), x)
     int_dtype = _SIGNED_OF_WIDTH[dtype.itemsize]
     bits = lax_bitwise.bitcast_convert_type(normal, int_dtype)
-    field = lax_bitwise.shift_right_arithmetic(bits, int_dtype.type(info.nmant))
-    biased = astype(lax_bitwise.bitwise_and(field, int_dtype.type((1 << info.nexp) - 1)), np.int32)
-    e = ew.sub(ew.sub(biased, np.int32(info.maxexp - 2)), where(subnormal, np.int32(info.nmant), np.int32(0)))
+    field = lax_bitwise.shift_right_arithmetic(bits, int(info.nmant))
+    biased = astype(lax_bitwise.bitwise_and(field, (1 << info.nexp) - 1), np.int32)
+    e = ew.sub(ew.sub(biased, int(info.maxexp) - 2), astype(where(subnormal, int(info.nmant), 0), np.int32))
     special = logical_or(logical_not(ew.is_finite(x)), ew.eq(x, 0))
-    return where(special, np.int32(0), e)
+    return where(special, 0, e)
 
 
 def frexp(x, /):
@@ -198,7 +198,7 @@ def ldexp(x1, x2, /):
             x2 = ew.min(ew.max(x2, max(-span, int(bounds.min))), min(span, int(bounds.max)))
     e = _exponent(x1)
     k = ew.add(e, astype(x2, np.int32))
-    k = ew.min(ew.max(k, np.int32(low)), np.int32(high))
+    k = ew.min(ew.max(k, low), high)
     m = _scale_by_pow2(x1, ew.neg(e))
     return _scale_by_pow2(m, k)
 
