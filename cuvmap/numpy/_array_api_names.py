@@ -3,7 +3,6 @@
 ``matrix_transpose``, ``copy``, the products ``vecdot``, ``matvec``, ``vecmat``, and
 ``float0`` (``jax.dtypes.float0``, the dtype of integer inputs' cotangents). Composites
 of :mod:`cuvmap.lax` primitives."""
-import numpy as np
 
 from cuvmap import core
 from cuvmap.core import ShapeError
@@ -13,9 +12,10 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy import linalg
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import array, asarray
-from cuvmap.numpy._elementwise import astype, power
+from cuvmap.numpy._dtypes import result_type
+from cuvmap.numpy._elementwise import power
 from cuvmap.numpy._indexing import getitem
-from cuvmap.numpy._products import matmul
+from cuvmap.numpy._products import _preferred_operands, _preferred_result, matmul
 from cuvmap.numpy._shapes import concatenate, expand_dims, swapaxes
 
 asin = ew.asin
@@ -64,15 +64,11 @@ def copy(a, order=None):
     return array(a, copy=True)
 
 
-def _with_preferred(out, preferred_element_type):
-    return out if preferred_element_type is None else astype(out, preferred_element_type)
-
-
 def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
     """``jnp.vecdot``: ``Σ conj(x1)·x2`` along ``axis`` (counted in each operand's own
-    dims), the other dims broadcast. ``precision`` is accepted and changes nothing;
-    ``preferred_element_type`` sets the result's dtype (the operands are converted to it
-    first when it is a float type)."""
+    dims), the other dims broadcast. ``precision`` and ``preferred_element_type`` as JAX's
+    (NOTE [precision and preferred_element_type of the products] in
+    ``cuvmap/numpy/_products.py``)."""
     x1, x2 = asarray(x1), asarray(x2)
     for x in (x1, x2):
         if not -ndim(x) <= axis < ndim(x):
@@ -80,9 +76,10 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
                              f"{shape(x2)}")
     if shape(x1)[axis] != shape(x2)[axis]:
         raise ShapeError(f"vecdot: the contracted dims differ: shapes {shape(x1)} and {shape(x2)} with axis={axis}")
-    if preferred_element_type is not None and np.dtype(preferred_element_type).kind in "fc":
-        x1, x2 = astype(x1, preferred_element_type), astype(x2, preferred_element_type)
-    return _with_preferred(linalg.vecdot(x1, x2, axis=axis), preferred_element_type)
+    x1, x2 = _preferred_operands(x1, x2, precision, preferred_element_type, "vecdot")
+    # the operands' dtype, as JAX and NumPy (an integer sum would give int64)
+    dtype = result_type(x1, x2) if preferred_element_type is None else preferred_element_type
+    return _preferred_result(linalg.vecdot(x1, x2, axis=axis), dtype)
 
 
 def matvec(x1, x2, /):

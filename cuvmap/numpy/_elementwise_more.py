@@ -118,9 +118,12 @@ def heaviside(x1, x2, /):
 
 
 def bitwise_count(x, /):
-    """``jnp.bitwise_count``: the number of 1 bits of ``|x|`` (uint8), as NumPy's."""
+    """``jnp.bitwise_count``: the number of 1 bits of ``|x|`` (uint8), as NumPy's (a boolean
+    counts as 0 or 1)."""
     x = _operand(x)
     dtype = core.dtype_of(x)
+    if dtype == np.bool_:
+        return astype(x, np.uint8)
     if dtype.kind not in "iu":
         raise TypeError(f"bitwise_count: operand must be an integer, got dtype {dtype}")
     return astype(ew.population_count(ew.abs(x)), np.uint8)

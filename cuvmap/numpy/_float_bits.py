@@ -12,7 +12,7 @@ from cuvmap.lax import bitwise as lax_bitwise
 from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._dtypes import result_type
-from cuvmap.numpy._elementwise import astype, logical_not, logical_or, where
+from cuvmap.numpy._elementwise import astype, logical_and, logical_not, logical_or, where
 
 _SIGNED_OF_WIDTH = {2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 
@@ -123,8 +123,10 @@ def modf(x, /, out=None):
 # finite), so each scaling multiplies by 2^a then 2^b with a = ⌊k/2⌋, b = k − a, each a
 # normal float: the first product stays normal and exact, the second rounds once, so the
 # result is NumPy's correctly rounded one, subnormal and overflowing results included
-# (k is clipped to the range where the answer is not already 0 or ∞). Its derivative in
-# x is 2^n (the mantissa's 2^(−e) times 2^(e + n)); n, an integer, has none.
+# (k is clipped to the range where the answer is not already 0 or ∞). Where 2^n itself is
+# a normal float, ldexp is the one product x · 2^n (rounded once too), whose derivative
+# 2^n is computed without the mantissa's factor 2^(−e), which overflows for a subnormal
+# x; n, an integer, has no derivative.
 
 
 def _pow2(k, dtype):
@@ -196,11 +198,14 @@ def ldexp(x1, x2, /):
         if x2_dtype.kind != "b":
             bounds = np.iinfo(x2_dtype)
             x2 = ew.min(ew.max(x2, max(-span, int(bounds.min))), min(span, int(bounds.max)))
+    n = astype(x2, np.int32)
+    # 2^n a normal float: one product, rounded once, with derivative 2^n
+    direct = logical_and(ew.ge(n, int(info.minexp)), ew.le(n, int(info.maxexp) - 1))
+    single = ew.mul(x1, _pow2(ew.min(ew.max(n, int(info.minexp)), int(info.maxexp) - 1), dtype))
+    # otherwise through the mantissa (NOTE [frexp and ldexp by exact powers of two])
     e = _exponent(x1)
-    k = ew.add(e, astype(x2, np.int32))
-    k = ew.min(ew.max(k, low), high)
-    m = _scale_by_pow2(x1, ew.neg(e))
-    return _scale_by_pow2(m, k)
+    k = ew.min(ew.max(ew.add(e, n), low), high)
+    return where(direct, single, _scale_by_pow2(_scale_by_pow2(x1, ew.neg(e)), k))
 
 
 def nextafter(x1, x2, /):

@@ -13,6 +13,7 @@ from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy._common import _axis, ndim, shape
 from cuvmap.numpy._creation import asarray
+from cuvmap.numpy._dtypes import result_type
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._indexing import getitem
 from cuvmap.numpy._reductions import sum
@@ -36,16 +37,18 @@ def _batched_input_hint(ka, kb):
 # NOTE [precision and preferred_element_type of the products]
 # JAX's products take ``precision`` (a lax.Precision or a pair) and ``preferred_element_type``
 # keywords. ``precision`` is checked and changes nothing (NumPy and CuPy compute float32 in
-# float32). ``preferred_element_type`` is the dtype of the result: when it is a float or
-# complex type the operands are converted to it first (so float16 operands accumulate in
-# float32), otherwise the result is converted (int8 operands with int32 give an int32
-# result). ``_preferred_operands`` and ``_preferred_result`` apply it around each product.
+# float32). ``preferred_element_type`` is the dtype of the result and of the accumulation:
+# when it is a float or complex type, or the operands cast to it safely, the operands are
+# converted to it first (float16 operands accumulate in float32, int8 ones in int32, as in
+# JAX); otherwise (a narrower type) the result is converted. ``_preferred_operands`` and ``_preferred_result`` apply it around each product.
 
 
 def _preferred_operands(a, b, precision, preferred_element_type, name):
     lax_jax_shapes._check_precision(precision, name)
-    if preferred_element_type is not None and np.dtype(preferred_element_type).kind in "fc":
-        return astype(a, preferred_element_type), astype(b, preferred_element_type)
+    if preferred_element_type is not None:
+        preferred = np.dtype(preferred_element_type)
+        if preferred.kind in "fc" or np.can_cast(result_type(a, b), preferred, "safe"):
+            return astype(a, preferred), astype(b, preferred)
     return a, b
 
 
@@ -113,7 +116,8 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
     a, b = _preferred_operands(asarray(a), asarray(b), precision, preferred_element_type, "vdot")
     if core.dtype_of(a).kind == "c":
         a = ew.conj(a)
-    return _preferred_result(sum(ew.mul(ravel(a), ravel(b))), preferred_element_type)
+    products = ew.mul(ravel(a), ravel(b))
+    return _preferred_result(sum(products, dtype=core.dtype_of(products)), preferred_element_type)
 
 
 def inner(a, b, *, precision=None, preferred_element_type=None):
@@ -345,8 +349,10 @@ def einsum(subscripts, *operands, optimize=True, precision=None, preferred_eleme
         raise ShapeError("einsum: needs at least one operand")
     lax_jax_shapes._check_precision(precision, "einsum")
     operands = tuple(asarray(x) for x in operands)
-    if preferred_element_type is not None and np.dtype(preferred_element_type).kind in "fc":
-        operands = tuple(astype(x, preferred_element_type) for x in operands)
+    if preferred_element_type is not None:  # NOTE [precision and preferred_element_type of the products]
+        preferred = np.dtype(preferred_element_type)
+        if preferred.kind in "fc" or np.can_cast(result_type(*operands), preferred, "safe"):
+            operands = tuple(astype(x, preferred) for x in operands)
     if len({core.dtype_of(x) for x in operands}) > 1:
         common = np.result_type(*(core.dtype_of(x) for x in operands))
         operands = tuple(astype(x, common) for x in operands)
