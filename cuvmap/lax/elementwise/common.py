@@ -18,6 +18,9 @@ def _dtype_operand(aval):
 
 
 def broadcast_shapes(*shapes):
+    """The shape that ``shapes`` broadcast to under NumPy's rules (dims aligned at the end, a
+    1 stretches); a :class:`~cuvmap.core.ShapeError` (a ValueError) when they do not.
+    JAX: ``jax.lax.broadcast_shapes``."""
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
