@@ -23,11 +23,9 @@ def _promote_numeric(name, *args):
 
 
 def positive(x, /):
-    """``jnp.positive``: ``+x``, the operand itself (booleans are refused, as by NumPy)."""
-    x = _operand(x)
-    if core.dtype_of(x) == np.bool_:
-        raise TypeError("positive: boolean operands are not supported (NumPy's ufunc has no bool loop)")
-    return x
+    """``jnp.positive``: ``+x``, the operand itself (a boolean too, as JAX's; NumPy's ufunc
+    refuses booleans)."""
+    return _operand(x)
 
 
 def hypot(x1, x2, /):

@@ -126,7 +126,8 @@ def modf(x, /, out=None):
 # (k is clipped to the range where the answer is not already 0 or ∞). Where 2^n itself is
 # a normal float, ldexp is the one product x · 2^n (rounded once too), whose derivative
 # 2^n is computed without the mantissa's factor 2^(−e), which overflows for a subnormal
-# x; n, an integer, has no derivative.
+# x (so does a subnormal x with n below the normal range, whose result is 0); n, an
+# integer, has no derivative.
 
 
 def _pow2(k, dtype):
@@ -205,7 +206,13 @@ def ldexp(x1, x2, /):
     # otherwise through the mantissa (NOTE [frexp and ldexp by exact powers of two])
     e = _exponent(x1)
     k = ew.min(ew.max(ew.add(e, n), low), high)
-    return where(direct, single, _scale_by_pow2(_scale_by_pow2(x1, ew.neg(e)), k))
+    through_mantissa = _scale_by_pow2(_scale_by_pow2(x1, ew.neg(e)), k)
+    # a subnormal x1 scaled below 2^minexp is 0 (the same signed zero); computed directly, so
+    # that its tangent does not pass through the mantissa's 2^(−e), which overflows there
+    minexp = int(info.minexp)
+    underflow = logical_and(ew.lt(ew.abs(x1), float(info.smallest_normal)), ew.lt(n, minexp))
+    zero = ew.mul(ew.mul(x1, _pow2(minexp, dtype)), _pow2(ew.min(ew.max(ew.sub(n, minexp), minexp), -1), dtype))
+    return where(direct, single, where(underflow, zero, through_mantissa))
 
 
 def nextafter(x1, x2, /):
