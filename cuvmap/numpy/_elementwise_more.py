@@ -28,21 +28,33 @@ def positive(x, /):
     return _operand(x)
 
 
+# NOTE [hypot scaled by a constant]
+# JAX computes hypot as M·√(1 + (m/M)²) with M = max(|x1|, |x2|), m = min(...): right value
+# and first derivative, but max and min have kinks where |x1| = |x2|, so the composite's
+# second derivative is wrong there (hypot itself is smooth away from the origin). Here the
+# scale s = max(|x1|, |x2|) is held constant (stop_gradient) and hypot = s·√((x1/s)² +
+# (x2/s)²): no square overflows (both ratios are at most 1), and every derivative is
+# hypot's own, ties included. At the origin (s = 0) the result is the constant 0, whose
+# derivative is 0 as JAX's; ratios are computed on a divisor kept away from 0 so no NaN
+# reaches where.
+
+
 def hypot(x1, x2, /):
-    """``jnp.hypot``: ``√(x1² + x2²)``, computed as ``M·√(1 + (m/M)²)`` with ``M = max(|x1|,
-    |x2|)``, ``m = min(...)`` so that no square overflows; ``inf`` where either is infinite
-    (even beside NaN), 0 where both are 0. Derivative ``x1/hypot`` in ``x1`` (0 at the
-    origin, as JAX). Real operands only (a complex one raises ValueError, as in JAX)."""
+    """``jnp.hypot``: ``√(x1² + x2²)``, computed as ``s·√((x1/s)² + (x2/s)²)`` with ``s =
+    max(|x1|, |x2|)`` held constant, so no square overflows and the derivatives of every
+    order are hypot's (NOTE [hypot scaled by a constant]); ``inf`` where either is infinite
+    (even beside NaN). Derivative ``x1/hypot`` in ``x1`` (0 at the origin, as JAX). Real
+    operands only (a complex one raises ValueError, as in JAX)."""
     x1, x2 = _promote_inexact("hypot", x1, x2)
     if core.dtype_of(x1).kind == "c":
         raise ValueError("jnp.hypot is not well defined for complex-valued inputs: take abs(x) first")
-    a1, a2 = ew.abs(x1), ew.abs(x2)
-    infinite = logical_or(ew.eq(a1, np.inf), ew.eq(a2, np.inf))
-    big, small = ew.max(a1, a2), ew.min(a1, a2)
-    zero = ew.eq(big, 0)
-    safe_big = where(zero, 1.0, big)  # the ratio's divisor, kept away from 0 (no NaN for where to mask)
-    ratio = ew.div(small, safe_big)
-    out = where(zero, big, ew.mul(big, ew.sqrt(ew.add(1.0, ew.mul(ratio, ratio)))))
+    infinite = logical_or(ew.eq(ew.abs(x1), np.inf), ew.eq(ew.abs(x2), np.inf))
+    scale = ew.stop_gradient(ew.max(ew.abs(x1), ew.abs(x2)))
+    zero = ew.eq(scale, 0)
+    safe_scale = where(logical_or(zero, ew.eq(scale, np.inf)), 1.0, scale)
+    r1 = where(zero, 1.0, ew.div(x1, safe_scale))
+    r2 = ew.div(x2, safe_scale)
+    out = where(zero, 0.0, ew.mul(safe_scale, ew.sqrt(ew.add(ew.mul(r1, r1), ew.mul(r2, r2)))))
     return where(infinite, np.inf, out)
 
 

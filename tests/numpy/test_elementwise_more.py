@@ -99,6 +99,9 @@ def test_hypot_does_not_overflow_and_is_infinite_beside_nan():
     np.testing.assert_allclose(cnp.hypot(x, y), np.hypot(x, y), rtol=1e-15)
     np.testing.assert_allclose(cv.grad(lambda x, y: cnp.hypot(x, y), argnums=(0, 1))(3.0, -4.0), (0.6, -0.8))
     assert cv.grad(cnp.hypot)(0.0, 0.0) == 0.0  # at the origin: 0, as JAX
+    # |x1| = |x2|: hypot is smooth there, and so are its derivatives (NOTE [hypot scaled by a constant])
+    check_grads(cnp.hypot, (np.array([2.0, -1.0, 3.0]), np.array([2.0, 1.0, -3.0])), order=3)
+    np.testing.assert_allclose(cv.hessian(lambda x: cnp.hypot(x, 2.0))(2.0), 4 / np.hypot(2.0, 2.0) ** 3)
     with pytest.raises(ValueError, match="complex"):
         cnp.hypot(np.ones(2, np.complex64), 1.0)
 
