@@ -93,5 +93,5 @@ from cuvmap.numpy._elementwise_more import (  # noqa: F401, E402
 )
 from cuvmap.numpy._array_api_names import (  # noqa: F401, E402
     asin, acos, atan, atan2, asinh, acosh, atanh, pow, concat, permute_dims, matrix_transpose, copy, vecdot, matvec,
-    vecmat, float0,
+    vecmat, float0, broadcast_shapes,
 )

@@ -102,3 +102,10 @@ def vecmat(x1, x2, /):
     if core.dtype_of(x1).kind == "c":
         x1 = ew.conj(x1)
     return getitem(matmul(expand_dims(x1, -2), x2), (Ellipsis, 0, slice(None)))
+
+
+def broadcast_shapes(*shapes):
+    """``jnp.broadcast_shapes``: the shape that ``shapes`` broadcast to (an int is a 1-d
+    shape), as Python ints; a :class:`~cuvmap.core.ShapeError` (a ValueError) when they do
+    not broadcast. The same as :func:`cuvmap.lax.broadcast_shapes`."""
+    return ew.broadcast_shapes(*shapes)

@@ -202,6 +202,12 @@ def test_array_api_names():
     with pytest.raises(ShapeError, match="vecdot"):
         cnp.vecdot(np.ones(3), np.ones(4))
     assert cnp.float0 is cv.float0 and cnp.pow is cnp.power
+    assert cnp.broadcast_shapes((6, 7), (5, 6, 1), 7, np.array([5, 1, 7])) == (5, 6, 7)
+    assert cnp.broadcast_shapes([1], [0, 1]) == (0, 1) and cnp.broadcast_shapes() == ()
+    with pytest.raises(ValueError, match="do not broadcast"):
+        cnp.broadcast_shapes((3, 4), (0,))
+    with pytest.raises(TypeError, match="non-negative"):
+        cv.lax.broadcast_shapes((-1,))
 
 
 def test_products_preferred_element_type_sets_the_result_dtype():
