@@ -2256,6 +2256,17 @@ def _ref_expm_eig(a):
 COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=True) + _rows_parallel()
                   + _rows_control_flow() + _rows_complex()
                   + _rows_slicing_composite() + _rows_jax_numpy() + _rows_linalg_functions())
+
+
+def _rows_elementwise_more():
+    """The rows of the jax.numpy elementwise and array-API names (tests/elementwise_more_rows.py).
+    Imported here, not at the top: that file builds its rows from this module's Row and Arg
+    (a documented cycle)."""
+    import elementwise_more_rows
+    return elementwise_more_rows.rows()
+
+
+COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_elementwise_more()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

@@ -73,3 +73,7 @@ def all_primitives():
         importlib.import_module(module.name)
     package = __name__ + "."
     return [p for p in core.registered_primitives() if p.module is not None and p.module.startswith(package)]
+
+
+# issue 32 (JAX code runs unchanged): jax.lax.broadcast_shapes
+from cuvmap.lax.elementwise.common import broadcast_shapes  # noqa: F401, E402

@@ -65,12 +65,14 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     """General tensor contraction: ``dimension_numbers = ((lhs_contract, rhs_contract),
     (lhs_batch, rhs_batch))``; the result's dims are batch, lhs free, rhs free.
     ``precision`` (:class:`Precision`) is accepted and changes nothing; with
-    ``preferred_element_type`` the operands are converted to it first (a float type) or the
-    result is (an integer one). JAX: ``jax.lax.dot_general``."""
+    ``preferred_element_type`` the operands are converted to it first when they cast to it
+    safely or it is a float type (so int8 operands accumulate in int32, as in JAX), else the
+    result is converted. JAX: ``jax.lax.dot_general``."""
     _check_precision(precision, "dot_general")
     if preferred_element_type is not None:
         preferred = np.dtype(preferred_element_type)
-        if preferred.kind in "fc":
+        operands = np.result_type(core.dtype_of(lhs), core.dtype_of(rhs))
+        if preferred.kind in "fc" or np.can_cast(operands, preferred, "safe"):
             lhs, rhs = convert_element_type(lhs, preferred), convert_element_type(rhs, preferred)
             return linalg.dot_general(lhs, rhs, dimension_numbers)
         return convert_element_type(linalg.dot_general(lhs, rhs, dimension_numbers), preferred)

@@ -84,3 +84,14 @@ from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the sca
 from cuvmap import dtypes as _dtypes  # noqa: E402
 if _dtypes.has_bfloat16():
     bfloat16 = _dtypes.bfloat16
+# issue 32 (JAX code runs unchanged): more elementwise functions, the array-API names
+from cuvmap.numpy._float_bits import (  # noqa: F401, E402
+    signbit, copysign, fabs, trunc, rint, modf, frexp, ldexp, nextafter, nan_to_num,
+)
+from cuvmap.numpy._elementwise_more import (  # noqa: F401, E402
+    positive, hypot, fmax, fmin, fmod, divmod, float_power, heaviside, bitwise_count, gcd, lcm, is_weakly_typed,
+)
+from cuvmap.numpy._array_api_names import (  # noqa: F401, E402
+    asin, acos, atan, atan2, asinh, acosh, atanh, pow, concat, permute_dims, matrix_transpose, copy, vecdot, matvec,
+    vecmat, float0, broadcast_shapes,
+)

@@ -24,8 +24,21 @@ def ndim(x):
     return len(core.shape_of(x))
 
 
-def size(x):
-    return int(np.prod(core.shape_of(x), dtype=np.int64))
+def size(a, axis=None):
+    """``jnp.size``: the number of elements of ``a``, or of its dims ``axis`` (an int or a
+    tuple; negatives count from the end; a repeated dim raises ValueError)."""
+    dims = core.shape_of(a)
+    if axis is None:
+        return int(np.prod(dims, dtype=np.int64))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    n = len(dims)
+    for i in axes:
+        if not -n <= i < n:
+            raise ShapeError(f"size: axis {i} is out of range for an array of shape {tuple(dims)}")
+    canonical = [int(i) % n for i in axes]
+    if len(set(canonical)) != len(canonical):
+        raise ValueError(f"size: repeated axis in {axis!r} for an array of shape {tuple(dims)}")
+    return int(np.prod([dims[i] for i in canonical], dtype=np.int64))
 
 
 def _axes(x, axis, name=None):

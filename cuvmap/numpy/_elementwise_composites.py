@@ -64,13 +64,25 @@ def _shift(x1, x2):
     return where(isfinite(m), m, 0.0)
 
 
+def _principal(z):
+    """A complex logarithm ``z`` on the principal branch: its imaginary part brought into
+    (−π, π] as ``atan2(sin(y), cos(y))`` (derivative 1: the function stays holomorphic).
+    The shift ``m`` of a complex logaddexp carries its own imaginary part, which the log of
+    the sum does not reduce; NumPy's ``log(exp(x1) + exp(x2))`` is principal. Real values
+    pass through."""
+    if core.dtype_of(z).kind != "c":
+        return z
+    y = ew.imag(z)
+    return ew.complex(ew.real(z), ew.atan2(ew.sin(y), ew.cos(y)))
+
+
 def logaddexp(x1, x2):
     """``jnp.logaddexp``: ``log(exp(x1) + exp(x2))``, computed stably as
     ``m + log(exp(x1 − m) + exp(x2 − m))`` with ``m = max(x1, x2)`` held constant (NOTE
     [logaddexp as a shifted log-sum]). Its derivative in ``x1`` is ``exp(x1 − out)``."""
     x1, x2 = _inexact(x1), _inexact(x2)
     m = _shift(x1, x2)
-    return ew.add(m, ew.log(ew.add(ew.exp(ew.sub(x1, m)), ew.exp(ew.sub(x2, m)))))
+    return _principal(ew.add(m, ew.log(ew.add(ew.exp(ew.sub(x1, m)), ew.exp(ew.sub(x2, m))))))
 
 
 def logaddexp2(x1, x2):
@@ -81,7 +93,7 @@ def logaddexp2(x1, x2):
     m = _shift(x1, x2)
     ln2 = math.log(2.0)
     total = ew.add(ew.exp(ew.mul(ew.sub(x1, m), ln2)), ew.exp(ew.mul(ew.sub(x2, m), ln2)))
-    return ew.add(m, ew.div(ew.log(total), ln2))
+    return ew.div(_principal(ew.add(ew.mul(m, ln2), ew.log(total))), ln2)
 
 
 # NOTE [sinc near zero]

@@ -8,10 +8,12 @@ import numpy as np
 from cuvmap import core, lax
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax import jax_shapes as lax_jax_shapes
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy._common import _axis, ndim, shape
 from cuvmap.numpy._creation import asarray
+from cuvmap.numpy._dtypes import result_type
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._indexing import getitem
 from cuvmap.numpy._reductions import sum
@@ -32,9 +34,37 @@ def _batched_input_hint(ka, kb):
     return ""
 
 
-def matmul(a, b):
-    """NumPy's ``matmul``: 1-d operands are vectors, leading dims broadcast as batches."""
-    a, b = asarray(a), asarray(b)
+# NOTE [precision and preferred_element_type of the products]
+# JAX's products take ``precision`` (a lax.Precision or a pair) and ``preferred_element_type``
+# keywords. ``precision`` is checked and changes nothing (NumPy and CuPy compute float32 in
+# float32). ``preferred_element_type`` is the dtype of the result and of the accumulation:
+# when it is a float or complex type, or the operands cast to it safely, the operands are
+# converted to it first (float16 operands accumulate in float32, int8 ones in int32, as in
+# JAX); otherwise (a narrower type) the result is converted. ``_preferred_operands`` and ``_preferred_result`` apply it around each product.
+
+
+def _preferred_operands(a, b, precision, preferred_element_type, name):
+    lax_jax_shapes._check_precision(precision, name)
+    if preferred_element_type is not None:
+        preferred = np.dtype(preferred_element_type)
+        if preferred.kind in "fc" or np.can_cast(result_type(a, b), preferred, "safe"):
+            return astype(a, preferred), astype(b, preferred)
+    return a, b
+
+
+def _preferred_result(out, preferred_element_type):
+    return out if preferred_element_type is None else astype(out, preferred_element_type)
+
+
+def matmul(a, b, *, precision=None, preferred_element_type=None):
+    """NumPy's ``matmul``: 1-d operands are vectors, leading dims broadcast as batches.
+    ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision and
+    preferred_element_type of the products])."""
+    a, b = _preferred_operands(asarray(a), asarray(b), precision, preferred_element_type, "matmul")
+    return _preferred_result(_matmul(a, b), preferred_element_type)
+
+
+def _matmul(a, b):
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
         raise ShapeError(f"matmul: operands must have at least one dim, got {shape(a)} and {shape(b)}")
@@ -61,13 +91,16 @@ def matmul(a, b):
     return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (bd, bd)))
 
 
-def dot(a, b):
-    """NumPy's ``dot``: sum over the last dim of ``a`` and the second-to-last of ``b``."""
-    a, b = _pair(a, b)
+def dot(a, b, *, precision=None, preferred_element_type=None):
+    """NumPy's ``dot``: sum over the last dim of ``a`` and the second-to-last of ``b``.
+    ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision and
+    preferred_element_type of the products])."""
+    a, b = _preferred_operands(*_pair(a, b), precision, preferred_element_type, "dot")
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
-        return ew.mul(a, b)
-    return lax.dot_general(a, b, (((na - 1,), (builtins.max(nb - 2, 0),)), ((), ())))
+        return _preferred_result(ew.mul(a, b), preferred_element_type)
+    out = lax.dot_general(a, b, (((na - 1,), (builtins.max(nb - 2, 0),)), ((), ())))
+    return _preferred_result(out, preferred_element_type)
 
 
 def _pair(a, b):
@@ -76,21 +109,26 @@ def _pair(a, b):
             b if isinstance(b, (int, float, complex)) else asarray(b))
 
 
-def vdot(a, b):
+def vdot(a, b, *, precision=None, preferred_element_type=None):
     """``Σ conj(a)·b`` over the flattened operands (``numpy.vdot``: a complex ``a`` is
-    conjugated)."""
-    a, b = asarray(a), asarray(b)
+    conjugated). ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision
+    and preferred_element_type of the products])."""
+    a, b = _preferred_operands(asarray(a), asarray(b), precision, preferred_element_type, "vdot")
     if core.dtype_of(a).kind == "c":
         a = ew.conj(a)
-    return sum(ew.mul(ravel(a), ravel(b)))
+    products = ew.mul(ravel(a), ravel(b))
+    return _preferred_result(sum(products, dtype=core.dtype_of(products)), preferred_element_type)
 
 
-def inner(a, b):
-    """``jnp.inner``: the sum over the last dims of ``a`` and ``b`` (a product when either is a scalar)."""
-    a, b = _pair(a, b)
+def inner(a, b, *, precision=None, preferred_element_type=None):
+    """``jnp.inner``: the sum over the last dims of ``a`` and ``b`` (a product when either is
+    a scalar). ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision and
+    preferred_element_type of the products])."""
+    a, b = _preferred_operands(*_pair(a, b), precision, preferred_element_type, "inner")
     if ndim(a) == 0 or ndim(b) == 0:
-        return ew.mul(a, b)
-    return lax.dot_general(a, b, (((ndim(a) - 1,), (ndim(b) - 1,)), ((), ())))
+        return _preferred_result(ew.mul(a, b), preferred_element_type)
+    out = lax.dot_general(a, b, (((ndim(a) - 1,), (ndim(b) - 1,)), ((), ())))
+    return _preferred_result(out, preferred_element_type)
 
 
 def outer(a, b):
@@ -99,10 +137,16 @@ def outer(a, b):
     return lax.dot_general(ravel(a), ravel(b), (((), ()), ((), ())))
 
 
-def tensordot(a, b, axes=2):
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     """``jnp.tensordot``: the sum of products over the last ``axes`` dims of ``a`` and the
-    first of ``b`` (an int), or over the dims listed in ``axes = (axes_a, axes_b)``."""
-    a, b = _pair(a, b)
+    first of ``b`` (an int), or over the dims listed in ``axes = (axes_a, axes_b)``.
+    ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision and
+    preferred_element_type of the products])."""
+    a, b = _preferred_operands(*_pair(a, b), precision, preferred_element_type, "tensordot")
+    return _preferred_result(_tensordot(a, b, axes), preferred_element_type)
+
+
+def _tensordot(a, b, axes):
     if (ndim(a) == 0 or ndim(b) == 0) and axes in (0, ((), ()), ([], [])):
         return ew.mul(a, b)
     a, b = asarray(a), asarray(b)
@@ -303,7 +347,12 @@ def einsum(subscripts, *operands, optimize=True, precision=None, preferred_eleme
         subscripts, operands = _einsum_from_sublists((subscripts,) + operands)
     if not operands:
         raise ShapeError("einsum: needs at least one operand")
+    lax_jax_shapes._check_precision(precision, "einsum")
     operands = tuple(asarray(x) for x in operands)
+    if preferred_element_type is not None:  # NOTE [precision and preferred_element_type of the products]
+        preferred = np.dtype(preferred_element_type)
+        if preferred.kind in "fc" or np.can_cast(result_type(*operands), preferred, "safe"):
+            operands = tuple(astype(x, preferred) for x in operands)
     if len({core.dtype_of(x) for x in operands}) > 1:
         common = np.result_type(*(core.dtype_of(x) for x in operands))
         operands = tuple(astype(x, common) for x in operands)

@@ -18,12 +18,26 @@ def _dtype_operand(aval):
 
 
 def broadcast_shapes(*shapes):
+    """The shape that ``shapes`` broadcast to under NumPy's rules (dims aligned at the end, a
+    1 stretches); a :class:`~cuvmap.core.ShapeError` (a ValueError) when they do not.
+    JAX: ``jax.lax.broadcast_shapes``; a shape that is not a sequence of non-negative ints
+    raises TypeError, as there."""
     try:
         return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
+    except (TypeError, ValueError):
+        _check_shapes(shapes)
         raise ShapeError(
             "shapes " + ", ".join(str(tuple(s)) for s in shapes) + " do not broadcast"
         ) from None
+
+
+def _check_shapes(shapes):
+    """JAX's TypeErrors for what is not a shape (met only after NumPy refused the shapes)."""
+    for shape in shapes:
+        if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+            raise TypeError(f"broadcast_shapes: Shapes must be 1D sequences of integers, got {shape!r}")
+        if any(isinstance(d, (int, np.integer)) and d < 0 for d in shape):
+            raise TypeError(f"broadcast_shapes: Only non-negative indices are allowed in a shape, got {tuple(shape)}")
 
 
 # NOTE [weak types of mixed operands]
