@@ -59,7 +59,7 @@ from cuvmap.lax.elementwise.complex_numbers import complex, conj, imag, real  # 
 from cuvmap.lax.linalg_decompositions import cholesky, eigh, qr  # noqa: F401
 from cuvmap.lax.linalg_solve import lu, lu_pivots_to_permutation, triangular_solve  # noqa: F401
 
-from cuvmap.lax.jax_split import split, tile  # noqa: F401  (issue 32, npmanip: JAX's lax.split and lax.tile)
+from cuvmap.lax.jax_shape_extras import broadcast_shapes, split, tile  # noqa: F401  (issue 32, npmanip)
 
 def all_primitives():
     """Every primitive that cuvmap's families define, in the order they were made: every

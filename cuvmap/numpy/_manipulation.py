@@ -53,7 +53,8 @@ def rot90(m, k=1, axes=(0, 1)):
     ``k`` counts modulo 4 and may be negative."""
     m = asarray(m)
     if ndim(m) < 2:
-        raise ShapeError(f"rot90: the array must have at least 2 dims, got shape {shape(m)}")
+        raise ShapeError(f"rot90 requires its first argument to have ndim at least two, but got first argument of "
+                         f"shape {shape(m)}, which has ndim {ndim(m)}")
     if len(axes) != 2:
         raise ValueError(f"rot90: axes must be two axes, got {axes!r}")
     ax1, ax2 = _axis(m, axes[0], "rot90"), _axis(m, axes[1], "rot90")
@@ -260,7 +261,7 @@ def trim_zeros(filt, trim="fb", axis=None):
                                   "be concrete (not traced)")
     filt = asarray(filt)
     if ndim(filt) == 0:
-        raise ShapeError("trim_zeros: filt must have at least 1 dim, got a 0-d array")
+        return filt  # no axis to trim (NumPy 2.2's answer)
     axes = range(ndim(filt)) if axis is None else [_axis(filt, a, "trim_zeros") for a in np.atleast_1d(axis)]
     trim = trim.lower()
     front, back = "f" in trim, "b" in trim

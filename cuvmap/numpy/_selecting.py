@@ -83,7 +83,8 @@ def choose(a, choices, out=None, mode="raise"):
                                       "use mode='wrap' or mode='clip' under a transform")
         host = a.get() if backend.is_cupy_array(a) else np.asarray(a)
         if ((host < 0) | (host >= n)).any():
-            raise ValueError(f"choose: invalid entry in the choice array a (entries must be in [0, {n}))")
+            raise ValueError(f"invalid entry in choice array (choose: the entries of a must be in [0, {n}), as "
+                             "mode='raise' requires)")
     elif mode == "wrap":
         a = ew.remainder(a, n)
     elif mode == "clip":

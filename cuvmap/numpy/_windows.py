@@ -6,7 +6,7 @@
 ``M <= 1`` gives ``ones(M)``, as in NumPy."""
 import numpy as np
 
-from cuvmap import config
+from cuvmap import config, core
 from cuvmap.core import ConcretizationError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -18,11 +18,11 @@ def _count(M, name):  # noqa: N803 - NumPy's name
     return max(int(M), 0)
 
 
-def _positions(M, name):  # noqa: N803 - NumPy's name
-    """``(n, ones)``: ``n = 0, ..., M - 1`` in the default float dtype, or the window of
-    ones for ``M <= 1`` (``n`` is then ``None``)."""
+def _positions(M, name, dtype=None):  # noqa: N803 - NumPy's name
+    """``(n, ones)``: ``n = 0, ..., M - 1`` in ``dtype`` (the default float dtype), or the
+    window of ones for ``M <= 1`` (``n`` is then ``None``)."""
     m = _count(M, name)
-    dtype = config.default_float
+    dtype = config.default_float if dtype is None else dtype
     if m <= 1:
         return None, np.ones(m, dtype)
     return ew.convert_element_type(lax_indexing.iota(m), dtype), None
@@ -70,11 +70,13 @@ def kaiser(M, beta):  # noqa: N803 - NumPy's name
     """``jnp.kaiser``: ``w[n] = I₀(β √(1 − ((n − α) / α)²)) / I₀(β)`` with ``α = (M − 1) / 2``
     and ``I₀`` the modified Bessel function of order 0 (``e^{|x|}`` times
     ``lax.bessel_i0e``). Differentiable in ``beta``."""
-    n, ones = _positions(M, "kaiser")
+    beta = beta if isinstance(beta, Tracer) or hasattr(beta, "dtype") else np.asarray(beta, config.default_float)
+    # the positions in beta's precision where it is the wider (float64 beta, float32 default)
+    dtype = np.result_type(config.default_float, core.dtype_of(beta))
+    n, ones = _positions(M, "kaiser", dtype if dtype.kind == "f" else None)
     if n is None:
         return ones
     alpha = 0.5 * (M - 1)
     ratio = ew.div(ew.sub(n, alpha), alpha)
     radius = ew.sqrt(ew.max(ew.sub(1, ew.mul(ratio, ratio)), 0))
-    beta = beta if isinstance(beta, Tracer) or hasattr(beta, "dtype") else np.asarray(beta, config.default_float)
     return ew.div(_i0(ew.mul(beta, radius)), _i0(beta))

@@ -1,11 +1,20 @@
-"""JAX's ``lax.split`` and ``lax.tile``: composites of ``slice`` and of
-``broadcast_in_dim`` with ``reshape``, so they differentiate, batch and stage as those do
-(JAX makes ``split`` a primitive of its own; its rules here are those of the slices)."""
+"""JAX's ``lax.split``, ``lax.tile`` and ``lax.broadcast_shapes``: ``split`` and ``tile``
+are composites of ``slice`` and of ``broadcast_in_dim`` with ``reshape``, so they
+differentiate, batch and stage as those do (JAX makes ``split`` a primitive of its own;
+its rules here are those of the slices)."""
 import numpy as np
 
 from cuvmap import core
 from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import indexing, shape
+from cuvmap.lax.elementwise import common as elementwise_common
+
+
+def broadcast_shapes(*shapes):
+    """``jax.lax.broadcast_shapes``: the shape that arrays of the tuples ``shapes``
+    broadcast to, NumPy's rule (a :class:`ShapeError`, a ``ValueError``, when they do not
+    broadcast)."""
+    return tuple(int(d) for d in elementwise_common.broadcast_shapes(*(tuple(s) for s in shapes)))
 
 
 def split(operand, sizes, axis=0):
