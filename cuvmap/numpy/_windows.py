@@ -18,14 +18,15 @@ def _count(M, name):  # noqa: N803 - NumPy's name
     return max(int(M), 0)
 
 
-def _positions(M, name, dtype=None):  # noqa: N803 - NumPy's name
-    """``(n, ones)``: ``n = 0, ..., M - 1`` in ``dtype`` (the default float dtype), or the
-    window of ones for ``M <= 1`` (``n`` is then ``None``)."""
+def _positions(M, name, dtype=None, like=None):  # noqa: N803 - NumPy's name
+    """``(n, ones)``: ``n = 0, ..., M - 1`` in ``dtype`` (the default float dtype) on the
+    device of ``like`` (the host without one), or the window of ones for ``M <= 1`` (``n``
+    is then ``None``)."""
     m = _count(M, name)
     dtype = config.default_float if dtype is None else dtype
     if m <= 1:
         return None, np.ones(m, dtype)
-    return ew.convert_element_type(lax_indexing.iota(m), dtype), None
+    return ew.convert_element_type(lax_indexing.iota(m, like=like), dtype), None
 
 
 def bartlett(M):  # noqa: N803 - NumPy's name
@@ -73,7 +74,7 @@ def kaiser(M, beta):  # noqa: N803 - NumPy's name
     beta = beta if isinstance(beta, Tracer) or hasattr(beta, "dtype") else np.asarray(beta, config.default_float)
     # the positions in beta's precision where it is the wider (float64 beta, float32 default)
     dtype = np.result_type(config.default_float, core.dtype_of(beta))
-    n, ones = _positions(M, "kaiser", dtype if dtype.kind == "f" else None)
+    n, ones = _positions(M, "kaiser", dtype if dtype.kind == "f" else None, like=beta)
     if n is None:
         return ones
     alpha = 0.5 * (M - 1)
