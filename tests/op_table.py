@@ -2267,6 +2267,15 @@ def _rows_elementwise_more():
 
 
 COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_elementwise_more()
+# issue 32 (npmanip): the jax.numpy manipulation, selection, placing and window names
+def _rows_numpy_manipulation():
+    """The rows of tests/numpy_manipulation_rows.py. Imported here, not at the top: that
+    file builds its rows from this module's Row and Arg (a documented cycle)."""
+    import numpy_manipulation_rows
+    return numpy_manipulation_rows.rows()
+
+
+COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_numpy_manipulation()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

@@ -63,6 +63,7 @@ from cuvmap.lax.linalg_schur import schur  # noqa: F401
 from cuvmap.lax.linalg_tridiagonal import tridiagonal_solve  # noqa: F401
 from cuvmap.lax.linalg_householder import hessenberg, householder_product, tridiagonal  # noqa: F401
 
+from cuvmap.lax.jax_shape_extras import broadcast_shapes, split, tile  # noqa: F401  (issue 32, npmanip)
 
 def all_primitives():
     """Every primitive that cuvmap's families define, in the order they were made: every

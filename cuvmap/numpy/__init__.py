@@ -75,6 +75,14 @@ from cuvmap.numpy._index_helpers import (  # noqa: F401
     indices, unravel_index, ravel_multi_index, count_nonzero, isscalar,
 )
 from cuvmap.numpy._creation import empty, empty_like, identity  # noqa: F401
+# issue 32 (npmanip): array manipulation, indexing and window functions
+from cuvmap.numpy._manipulation import (  # noqa: F401
+    rot90, rollaxis, apply_over_axes, block, broadcast_shapes, unstack, vsplit, hsplit, dsplit, diagflat, resize, ix_,
+    trim_zeros, insert, s_, index_exp,
+)
+from cuvmap.numpy._selecting import select, choose, piecewise, partition, argpartition  # noqa: F401
+from cuvmap.numpy._placing import place, put, fill_diagonal, mask_indices, packbits, unpackbits  # noqa: F401
+from cuvmap.numpy._windows import bartlett, blackman, hamming, hanning, kaiser  # noqa: F401
 from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
