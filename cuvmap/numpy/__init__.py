@@ -75,6 +75,14 @@ from cuvmap.numpy._index_helpers import (  # noqa: F401
     indices, unravel_index, ravel_multi_index, count_nonzero, isscalar,
 )
 from cuvmap.numpy._creation import empty, empty_like, identity  # noqa: F401
+from cuvmap.numpy._polynomial_arithmetic import (  # noqa: F401  (issue 32: polynomials, calculus, statistics)
+    polyadd, polysub, polymul, polydiv, polyder, polyint, poly, polyfit, vander,
+)
+from cuvmap.numpy._calculus import trapezoid, gradient, unwrap  # noqa: F401
+from cuvmap.numpy._covariance import cov, corrcoef  # noqa: F401
+from cuvmap.numpy._counting import bincount  # noqa: F401
+from cuvmap.numpy._sort_keys import lexsort, sort_complex  # noqa: F401
+from cuvmap.numpy._nan_cumulative import nancumsum, nancumprod  # noqa: F401
 from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
