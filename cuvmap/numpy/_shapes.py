@@ -168,9 +168,6 @@ def _static_ints(value, name, what):
     return arr.astype(np.int64)
 
 
-_PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
-
-
 def _pad_indices(n, lo, hi, mode):
     """The source index of each position of an axis of size ``n`` padded by ``(lo, hi)``:
     NumPy's ``edge``, ``wrap``, ``reflect`` (mirror without the edge) and ``symmetric``
@@ -189,14 +186,25 @@ def _pad_indices(n, lo, hi, mode):
     return np.where(m < n, m, 2 * n - 1 - m)
 
 
-def pad(x, pad_width, mode="constant", constant_values=0, reflect_type="even"):
-    """``numpy.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
-    ``mode`` is ``'constant'`` (with the scalar ``constant_values``), ``'edge'``,
-    ``'wrap'``, ``'reflect'`` or ``'symmetric'``. The non-constant modes gather each padded
-    axis once with a fixed index vector, so their derivative sums the cotangents of the
-    copies into the elements they copy."""
+def pad(x, pad_width, mode="constant", **kwargs):
+    """``jnp.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
+    ``mode`` is one of NumPy's: ``'constant'`` (``constant_values``: a scalar, a pair or
+    one pair per dim), ``'edge'``, ``'wrap'``, ``'reflect'`` and ``'symmetric'``
+    (``reflect_type`` ``'even'`` or ``'odd'``), ``'linear_ramp'`` (``end_values``),
+    ``'maximum'``, ``'minimum'``, ``'mean'``, ``'median'`` (``stat_length``) and
+    ``'empty'`` (zeros, as JAX); another keyword for a mode raises ValueError, as JAX. The
+    even gathered modes gather each padded axis once with a fixed index vector, so their
+    derivative sums the cotangents of the copies into the elements they copy; the others
+    are built from slices, reductions and concatenations (cuvmap/numpy/_pad_modes.py).
+    A callable ``mode`` is not supported."""
+    from cuvmap.numpy import _pad_modes  # a cycle: _pad_modes builds on this module's concatenate and flip
     n = ndim(x)
-    widths = _static_ints(pad_width, "pad", "pad_width")
+    if _holds_tracer(pad_width):
+        raise TypeError("pad: pad_width must be static (ints), not a traced value")
+    widths = np.asarray(pad_width)
+    if widths.size and widths.dtype.kind not in "iu":
+        raise TypeError(f"pad: `pad_width` must be of integral type, got {pad_width!r}")
+    widths = widths.astype(np.int64)
     try:
         pw = np.broadcast_to(widths, (n, 2))
     except ValueError:
@@ -204,16 +212,28 @@ def pad(x, pad_width, mode="constant", constant_values=0, reflect_type="even"):
                          f"for an array of shape {shape(x)}") from None
     if (pw < 0).any():
         raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
-    if mode not in _PAD_MODES:
-        raise NotImplementedError(f"pad: mode {mode!r} is not supported; use one of {', '.join(_PAD_MODES)}")
+    if callable(mode):
+        raise NotImplementedError("pad: a callable mode is not supported (it needs vmap, above cuvmap.numpy)")
+    if not isinstance(mode, str) or mode not in _pad_modes.ALLOWED_KWARGS:
+        raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
+    unsupported = set(kwargs) - set(_pad_modes.ALLOWED_KWARGS[mode])
+    if unsupported:
+        raise ValueError(f"pad: unsupported keyword arguments for mode '{mode}': {sorted(unsupported)}")
+    if n == 0:
+        return x
     if mode == "constant":
-        if _holds_tracer(constant_values):
-            raise TypeError("pad: constant_values must be a static scalar, not a traced value")
-        if np.ndim(constant_values):
-            raise NotImplementedError("pad: constant_values must be one scalar (per-side values are not supported)")
-        return lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pw), constant_values)
-    if reflect_type != "even":
-        raise NotImplementedError(f"pad: reflect_type {reflect_type!r} is not supported, only 'even'")
+        return _pad_modes.pad_constant(x, pw, kwargs.get("constant_values", 0))
+    if mode == "linear_ramp":
+        return _pad_modes.pad_linear_ramp(x, pw, kwargs.get("end_values", 0))
+    if mode in ("maximum", "minimum", "mean", "median"):
+        return _pad_modes.pad_statistic(x, pw, mode, kwargs.get("stat_length"))
+    if mode == "empty":
+        return _pad_modes.pad_empty(x, pw)
+    reflect_type = kwargs.get("reflect_type", "even")
+    if reflect_type not in ("even", "odd"):
+        raise ValueError(f"pad: reflect_type must be 'even' or 'odd', got {reflect_type!r}")
+    if reflect_type == "odd":
+        return _pad_modes.pad_reflect_odd(x, pw, mode)
     xp = backend.xp_of(x)
     for axis, (lo, hi) in enumerate(pw):
         if lo == 0 and hi == 0:
