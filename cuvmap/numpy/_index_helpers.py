@@ -116,7 +116,8 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
                 raise core.ConcretizationError("ravel_multi_index: mode='raise' needs concrete indices; use mode='clip' or 'wrap'")
             host = i.get() if hasattr(i, "get") else np.asarray(i)
             if host.size and (host.min() < 0 or host.max() >= d):
-                raise ValueError(f"ravel_multi_index: invalid entry in coordinates array for a dim of size {d}")
+                raise ValueError(f"invalid entry in coordinates array (ravel_multi_index: an index outside "
+                                 f"[0, {d}) for a dim of size {d})")
     elif mode == "wrap":  # in int64: a narrow index dtype may not hold the dims
         index = [ew.remainder(astype(i, np.int64), d) for i, d in zip(index, dims)]
     elif mode == "clip":
@@ -133,7 +134,8 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
     if out_dtype.kind not in "iu":
         raise ValueError(f"ravel_multi_index: dtype must be an integer dtype, got {out_dtype}")
     if largest > np.iinfo(out_dtype).max:
-        raise ValueError(f"ravel_multi_index: dtype {out_dtype} cannot hold the flat indices of an array of shape {dims}")
+        raise ValueError(f"ravel_multi_index: dtype {out_dtype} cannot hold the flat indices of an array "
+                         f"of shape {dims}")
     order_dims = range(len(dims)) if order == "C" else reversed(range(len(dims)))
     strides = {}
     stride = 1

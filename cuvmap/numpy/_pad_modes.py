@@ -1,32 +1,94 @@
-"""The padding modes of ``jnp.pad`` beyond the gathered ones of ``cuvmap/numpy/_shapes.py``
-(``edge``, ``wrap``, ``reflect``/``symmetric`` with ``reflect_type='even'``): per-side
-``constant_values``, ``linear_ramp`` (``end_values``), the statistics ``maximum``,
-``minimum``, ``mean`` and ``median`` (``stat_length``), ``empty`` and ``reflect_type='odd'``.
+"""``jnp.pad`` and its modes: the gathered ones (``edge``, ``wrap``, ``reflect``/``symmetric``
+with ``reflect_type='even'``: one ``take`` per axis of the index vectors of
+``cuvmap/numpy/_shapes.py``), per-side ``constant_values``, ``linear_ramp``
+(``end_values``), the statistics ``maximum``, ``minimum``, ``mean`` and ``median``
+(``stat_length``), ``empty`` and ``reflect_type='odd'``.
 
 Each pads one axis at a time with slices, reductions and concatenations (no primitive of
 its own), so it differentiates, batches and stages under ``jit``; widths, lengths and end
 values are static, as in JAX."""
 import numpy as np
 
-from cuvmap import core
-from cuvmap.core import Tracer
+from cuvmap import backend, core
+from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import shape as lax_shape
-from cuvmap.numpy._common import ndim, shape
+from cuvmap.numpy._common import _holds_tracer, ndim, shape
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._reductions import max, mean, min
+from cuvmap.numpy._shapes import _pad_indices as pad_indices
 from cuvmap.numpy._shapes import broadcast_to, concatenate, flip
 from cuvmap.numpy._statistics import median
 
 # the keyword arguments each mode takes (JAX's table: any other raises ValueError)
-ALLOWED_KWARGS = {
+_ALLOWED_KWARGS = {
     "empty": (), "edge": (), "wrap": (),
     "constant": ("constant_values",),
     "linear_ramp": ("end_values",),
     "maximum": ("stat_length",), "mean": ("stat_length",), "median": ("stat_length",), "minimum": ("stat_length",),
     "reflect": ("reflect_type",), "symmetric": ("reflect_type",),
 }
+
+
+def pad(x, pad_width, mode="constant", **kwargs):
+    """``jnp.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
+    ``mode`` is one of NumPy's: ``'constant'`` (``constant_values``: a scalar, a pair or
+    one pair per dim), ``'edge'``, ``'wrap'``, ``'reflect'`` and ``'symmetric'``
+    (``reflect_type`` ``'even'`` or ``'odd'``), ``'linear_ramp'`` (``end_values``),
+    ``'maximum'``, ``'minimum'``, ``'mean'``, ``'median'`` (``stat_length``) and
+    ``'empty'`` (zeros, as JAX); another keyword for a mode raises ValueError, as JAX. The
+    even gathered modes gather each padded axis once with a fixed index vector, so their
+    derivative sums the cotangents of the copies into the elements they copy; the others
+    are built from slices, reductions and concatenations (cuvmap/numpy/py).
+    A callable ``mode`` is not supported."""
+    n = ndim(x)
+    if _holds_tracer(pad_width):
+        raise TypeError("pad: pad_width must be static (ints), not a traced value")
+    widths = np.asarray(pad_width)
+    if widths.size and widths.dtype.kind not in "iu":
+        raise TypeError(f"pad: `pad_width` must be of integral type, got {pad_width!r}")
+    widths = widths.astype(np.int64)
+    try:
+        pw = np.broadcast_to(widths, (n, 2))
+    except ValueError:
+        raise ShapeError(f"pad: pad_width {pad_width!r} must be an int, a (low, high) pair or {n} pairs "
+                         f"for an array of shape {shape(x)}") from None
+    if (pw < 0).any():
+        raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
+    if callable(mode):
+        raise NotImplementedError("pad: a callable mode is not supported (it needs vmap, above cuvmap.numpy)")
+    if not isinstance(mode, str) or mode not in _ALLOWED_KWARGS:
+        raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
+    unsupported = set(kwargs) - set(_ALLOWED_KWARGS[mode])
+    if unsupported:
+        raise ValueError(f"pad: unsupported keyword arguments for mode '{mode}': {sorted(unsupported)}")
+    if n == 0:
+        return x
+    if mode == "constant":
+        return pad_constant(x, pw, kwargs.get("constant_values", 0))
+    if mode == "linear_ramp":
+        return pad_linear_ramp(x, pw, kwargs.get("end_values", 0))
+    if mode in ("maximum", "minimum", "mean", "median"):
+        return pad_statistic(x, pw, mode, kwargs.get("stat_length"))
+    if mode == "empty":
+        return pad_empty(x, pw)
+    reflect_type = kwargs.get("reflect_type", "even")
+    if reflect_type not in ("even", "odd"):
+        raise ValueError(f"pad: reflect_type must be 'even' or 'odd', got {reflect_type!r}")
+    if reflect_type == "odd":
+        return pad_reflect_odd(x, pw, mode)
+    xp = backend.xp_of(x)
+    for axis, (lo, hi) in enumerate(pw):
+        if lo == 0 and hi == 0:
+            continue
+        size = shape(x)[axis]
+        if size == 0:
+            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(x)} with mode {mode!r} "
+                             "(only 'constant' can pad an empty axis)")
+        idx = xp.asarray(pad_indices(size, int(lo), int(hi), mode))
+        x = lax_indexing.take(x, idx, axis)
+    return x
 
 
 def static_pairs(value, nd, name, what):

@@ -1,7 +1,7 @@
 """Functions of shapes and layouts: ``reshape``, ``transpose``, ``moveaxis``,
-``broadcast_to``, ``concatenate``, ``stack``, ``split``, ``pad`` (every NumPy mode but
-``linear_ramp`` and the statistics ones), ``flip``, ``roll``, ``tril``, ``triu``,
-``diag``, ``diagonal``."""
+``broadcast_to``, ``concatenate``, ``stack``, ``split``, ``flip``, ``roll``, ``tril``,
+``triu``, ``diag``, ``diagonal``, and the index vectors of ``pad``'s gathered modes
+(``pad`` itself: ``cuvmap/numpy/_pad_modes.py``)."""
 import builtins
 
 import numpy as np
@@ -184,67 +184,6 @@ def _pad_indices(n, lo, hi, mode):
         return np.where(m < n, m, 2 * n - 2 - m)
     m = i % (2 * n)  # symmetric
     return np.where(m < n, m, 2 * n - 1 - m)
-
-
-def pad(x, pad_width, mode="constant", **kwargs):
-    """``jnp.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
-    ``mode`` is one of NumPy's: ``'constant'`` (``constant_values``: a scalar, a pair or
-    one pair per dim), ``'edge'``, ``'wrap'``, ``'reflect'`` and ``'symmetric'``
-    (``reflect_type`` ``'even'`` or ``'odd'``), ``'linear_ramp'`` (``end_values``),
-    ``'maximum'``, ``'minimum'``, ``'mean'``, ``'median'`` (``stat_length``) and
-    ``'empty'`` (zeros, as JAX); another keyword for a mode raises ValueError, as JAX. The
-    even gathered modes gather each padded axis once with a fixed index vector, so their
-    derivative sums the cotangents of the copies into the elements they copy; the others
-    are built from slices, reductions and concatenations (cuvmap/numpy/_pad_modes.py).
-    A callable ``mode`` is not supported."""
-    from cuvmap.numpy import _pad_modes  # a cycle: _pad_modes builds on this module's concatenate and flip
-    n = ndim(x)
-    if _holds_tracer(pad_width):
-        raise TypeError("pad: pad_width must be static (ints), not a traced value")
-    widths = np.asarray(pad_width)
-    if widths.size and widths.dtype.kind not in "iu":
-        raise TypeError(f"pad: `pad_width` must be of integral type, got {pad_width!r}")
-    widths = widths.astype(np.int64)
-    try:
-        pw = np.broadcast_to(widths, (n, 2))
-    except ValueError:
-        raise ShapeError(f"pad: pad_width {pad_width!r} must be an int, a (low, high) pair or {n} pairs "
-                         f"for an array of shape {shape(x)}") from None
-    if (pw < 0).any():
-        raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
-    if callable(mode):
-        raise NotImplementedError("pad: a callable mode is not supported (it needs vmap, above cuvmap.numpy)")
-    if not isinstance(mode, str) or mode not in _pad_modes.ALLOWED_KWARGS:
-        raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
-    unsupported = set(kwargs) - set(_pad_modes.ALLOWED_KWARGS[mode])
-    if unsupported:
-        raise ValueError(f"pad: unsupported keyword arguments for mode '{mode}': {sorted(unsupported)}")
-    if n == 0:
-        return x
-    if mode == "constant":
-        return _pad_modes.pad_constant(x, pw, kwargs.get("constant_values", 0))
-    if mode == "linear_ramp":
-        return _pad_modes.pad_linear_ramp(x, pw, kwargs.get("end_values", 0))
-    if mode in ("maximum", "minimum", "mean", "median"):
-        return _pad_modes.pad_statistic(x, pw, mode, kwargs.get("stat_length"))
-    if mode == "empty":
-        return _pad_modes.pad_empty(x, pw)
-    reflect_type = kwargs.get("reflect_type", "even")
-    if reflect_type not in ("even", "odd"):
-        raise ValueError(f"pad: reflect_type must be 'even' or 'odd', got {reflect_type!r}")
-    if reflect_type == "odd":
-        return _pad_modes.pad_reflect_odd(x, pw, mode)
-    xp = backend.xp_of(x)
-    for axis, (lo, hi) in enumerate(pw):
-        if lo == 0 and hi == 0:
-            continue
-        size = shape(x)[axis]
-        if size == 0:
-            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(x)} with mode {mode!r} "
-                             "(only 'constant' can pad an empty axis)")
-        idx = xp.asarray(_pad_indices(size, int(lo), int(hi), mode))
-        x = lax_indexing.take(x, idx, axis)
-    return x
 
 
 def flip(x, axis=None):
