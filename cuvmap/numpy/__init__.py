@@ -5,7 +5,7 @@ of its own, so it is transformable by construction. Arrays stay plain ``numpy.nd
 or ``cupy.ndarray``. The package's modules, by topic: ``_creation`` (asarray, zeros,
 ...), ``_elementwise`` (arithmetic, comparisons, where, clip, bitwise and logical
 functions), ``_reductions`` (sum, mean, var, max, prod, cumsum, sort, ...), ``_shapes``
-(reshape, transpose, concatenate, pad, flip, tril, diagonal, ...), ``_indexing`` (take,
+(reshape, transpose, concatenate, flip, tril, diagonal, ...), ``_indexing`` (take,
 take_along_axis, ``x[index]``), ``_products`` (matmul, dot, tensordot, einsum, ...) and
 :mod:`cuvmap.numpy.linalg` (norm, vector_norm, matrix_norm, svd, svdvals); their public
 names are this package's. Importing it gives tracers their operators and methods
@@ -35,7 +35,7 @@ from cuvmap.numpy._reductions import (  # noqa: F401
 )
 from cuvmap.numpy._shapes import (  # noqa: F401
     reshape, ravel, transpose, swapaxes, moveaxis, expand_dims, squeeze, broadcast_to, broadcast_arrays,
-    atleast_1d, concatenate, stack, pad, flip, fliplr, flipud, roll, split, array_split, tril, triu,
+    atleast_1d, concatenate, stack, flip, fliplr, flipud, roll, split, array_split, tril, triu,
     diagonal, diag,
 )
 from cuvmap.numpy._indexing import (  # noqa: F401
@@ -83,6 +83,15 @@ from cuvmap.numpy._manipulation import (  # noqa: F401
 from cuvmap.numpy._selecting import select, choose, piecewise, partition, argpartition  # noqa: F401
 from cuvmap.numpy._placing import place, put, fill_diagonal, mask_indices, packbits, unpackbits  # noqa: F401
 from cuvmap.numpy._windows import bartlett, blackman, hamming, hanning, kaiser  # noqa: F401
+from cuvmap.numpy._polynomial_arithmetic import (  # noqa: F401  (issue 32: polynomials, calculus, statistics)
+    polyadd, polysub, polymul, polydiv, polyder, polyint, poly, polyfit, vander,
+)
+from cuvmap.numpy._calculus import trapezoid, gradient, unwrap  # noqa: F401
+from cuvmap.numpy._covariance import cov, corrcoef  # noqa: F401
+from cuvmap.numpy._counting import bincount  # noqa: F401
+from cuvmap.numpy._sort_keys import lexsort, sort_complex  # noqa: F401
+from cuvmap.numpy._nan_cumulative import nancumsum, nancumprod  # noqa: F401
+from cuvmap.numpy._pad_modes import pad  # noqa: F401  (pad moved from _shapes: its modes build on _shapes)
 from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401

@@ -94,17 +94,19 @@ def unravel_index(indices, shape):  # noqa: A002 - jax.numpy's name
     return tuple(out)
 
 
-def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
+def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):
     """``jnp.ravel_multi_index``: the flat index ``Σ_k i_k · stride_k`` of the indices
     ``multi_index`` (one array per dim) into an array of shape ``dims``; ``mode`` is
-    ``'raise'`` (concrete indices only), ``'wrap'`` or ``'clip'``; ``order='F'`` for
-    column-major strides."""
+    ``'raise'`` (concrete indices only), ``'wrap'``, ``'clip'`` or ``'ignore'`` (the
+    caller promises in-bounds indices: no check, as JAX); ``order='F'`` for
+    column-major strides. The result is int64, or the integer ``dtype`` (which must
+    hold ``prod(dims) − 1``)."""
     dims = tuple(int(d) for d in dims)
     if len(multi_index) != len(dims):
         raise ValueError(f"ravel_multi_index: {len(multi_index)} index arrays for {len(dims)} dims")
     if order not in ("C", "F"):
         raise ValueError(f"ravel_multi_index: order must be 'C' or 'F', got {order!r}")
-    index = [asarray(i) for i in multi_index]
+    index = multi_index_arrays = [asarray(i) for i in multi_index]
     for i in index:
         if core.dtype_of(i).kind not in "iu":
             raise TypeError(f"ravel_multi_index: indices must be integers, got {core.dtype_of(i)}")
@@ -114,13 +116,26 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
                 raise core.ConcretizationError("ravel_multi_index: mode='raise' needs concrete indices; use mode='clip' or 'wrap'")
             host = i.get() if hasattr(i, "get") else np.asarray(i)
             if host.size and (host.min() < 0 or host.max() >= d):
-                raise ValueError(f"ravel_multi_index: invalid entry in coordinates array for a dim of size {d}")
-    elif mode == "wrap":
-        index = [ew.remainder(i, d) for i, d in zip(index, dims)]
+                raise ValueError(f"invalid entry in coordinates array (ravel_multi_index: an index outside "
+                                 f"[0, {d}) for a dim of size {d})")
+    elif mode == "wrap":  # in int64: a narrow index dtype may not hold the dims
+        index = [ew.remainder(astype(i, np.int64), d) for i, d in zip(index, dims)]
     elif mode == "clip":
-        index = [ew.min(ew.max(i, 0), d - 1) for i, d in zip(index, dims)]
+        index = [ew.min(ew.max(astype(i, np.int64), 0), d - 1) for i, d in zip(index, dims)]
+    elif mode != "ignore":
+        raise ValueError(f"ravel_multi_index: mode must be 'raise', 'wrap', 'clip' or 'ignore', got {mode!r}")
+    largest = int(np.prod(dims, dtype=np.int64)) - 1
+    if dtype is None:  # the indices' dtype (as JAX), or int64 where that cannot hold the flat indices
+        out_dtype = np.result_type(*[core.dtype_of(i) for i in multi_index_arrays]) if index else np.dtype(np.int64)
+        if largest > np.iinfo(out_dtype).max:
+            out_dtype = np.dtype(np.int64)
     else:
-        raise ValueError(f"ravel_multi_index: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
+        out_dtype = np.dtype(dtype)
+    if out_dtype.kind not in "iu":
+        raise ValueError(f"ravel_multi_index: dtype must be an integer dtype, got {out_dtype}")
+    if largest > np.iinfo(out_dtype).max:
+        raise ValueError(f"ravel_multi_index: dtype {out_dtype} cannot hold the flat indices of an array "
+                         f"of shape {dims}")
     order_dims = range(len(dims)) if order == "C" else reversed(range(len(dims)))
     strides = {}
     stride = 1
@@ -129,9 +144,9 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
         stride *= dims[k]
     out = 0
     for k, i in enumerate(index):
-        term = astype(ew.mul(i, strides[k]), np.int64)
+        term = ew.mul(astype(i, out_dtype), strides[k])
         out = term if isinstance(out, int) else ew.add(out, term)
-    return out
+    return asarray(np.zeros((), out_dtype)) if isinstance(out, int) else out
 
 
 def count_nonzero(a, axis=None, keepdims=False):

@@ -5,26 +5,67 @@ import builtins
 
 import numpy as np
 
-from cuvmap import backend
+from cuvmap import backend, core
 from cuvmap.core import ShapeError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import shape as lax_shape
+from cuvmap.numpy import _gather_modes
 from cuvmap.numpy._common import _axis, shape
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, ravel, reshape
 
 
-def take(x, indices, axis=None):
+def take(x, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
+         fill_value=None):
+    """``jnp.take``: ``out[..., j..., ...] = x[..., indices[j...], ...]`` along ``axis``
+    (``None``: of the flattened ``x``). Out-of-bounds indices follow ``mode`` (NOTE
+    [gather modes] in cuvmap/numpy/_gather_modes.py): by default they raise IndexError
+    (JAX fills them: pass ``mode='fill'`` or a ``fill_value``); ``'fill'``, ``'clip'``
+    and ``'wrap'`` as JAX. ``unique_indices`` and ``indices_are_sorted`` are hints,
+    accepted for JAX's signature."""
+    if out is not None:
+        raise NotImplementedError("take: out= is not supported (arrays are immutable)")
+    mode = _gather_modes.resolve_mode("take", mode, fill_value, _gather_modes.TAKE_MODES)
     if axis is None:
-        return lax_indexing.take(ravel(x), indices, 0)
-    return lax_indexing.take(x, indices, _axis(x, axis, "take"))
+        x, axis = ravel(x), 0
+    else:
+        axis = _axis(x, axis, "take")
+    if not isinstance(indices, Tracer) and not hasattr(indices, "dtype"):
+        indices = np.asarray(indices)
+    if core.dtype_of(indices).kind not in "iu":
+        return lax_indexing.take(x, indices, axis)  # whose shape rule refuses them, naming the transform
+    n = shape(x)[axis]
+    out_shape = shape(x)[:axis] + shape(indices) + shape(x)[axis + 1:]
+    if n == 0:
+        if builtins.all(shape(indices)):
+            raise IndexError(f"take: cannot do a non-empty jnp.take() from the empty axis {axis} of shape {shape(x)}")
+        return reshape(x, out_shape)  # both empty
+    if mode == "raise":
+        return lax_indexing.take(x, indices, axis)
+    safe, valid = _gather_modes.in_bounds_indices(indices, n, mode, "take", axis, wrap_negative=(mode == "fill"))
+    gathered = lax_indexing.take(x, safe, axis)
+    if valid is not None:
+        valid = lax_shape.reshape(valid, (1,) * axis + shape(indices) + (1,) * (len(shape(x)) - axis - 1))
+    return _gather_modes.fill_out_of_bounds(gathered, valid, mode, fill_value, "take")
 
 
-def take_along_axis(x, indices, axis):
+def take_along_axis(x, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=None):
     """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
     semantics; ``indices`` broadcasts against ``x`` on the other dims; ``axis=None``
-    flattens ``x`` first, for 1-d ``indices``). Implemented as one ``take`` on the
-    flattened array with offset indices."""
+    flattens ``x`` first, for 1-d ``indices``). Out-of-bounds indices follow ``mode``
+    (NOTE [gather modes] in cuvmap/numpy/_gather_modes.py): by default they raise
+    IndexError (JAX fills them: pass ``mode='fill'`` or a ``fill_value``); ``'fill'``,
+    ``'clip'``, ``'promise_in_bounds'`` and ``'one_hot'`` as JAX; negative indices count
+    from the end unless ``wrap_negative_indices=False`` (default: except for
+    ``'promise_in_bounds'``, as JAX). Implemented as one ``take`` on the flattened array
+    with offset indices."""
+    mode = _gather_modes.resolve_mode("take_along_axis", mode, fill_value, _gather_modes.TAKE_ALONG_AXIS_MODES)
+    if wrap_negative_indices is None:
+        wrap_negative_indices = mode != "promise_in_bounds"
+    if not isinstance(indices, Tracer) and not hasattr(indices, "dtype"):
+        indices = np.asarray(indices)
+    if core.dtype_of(indices).kind not in "iu":
+        raise TypeError(f"take_along_axis indices must be of integer type, got {core.dtype_of(indices)}")
     if axis is None:
         if len(shape(indices)) != 1:
             raise ShapeError(f"take_along_axis: with axis=None the indices must be 1-d, got shape {shape(indices)}")
@@ -54,10 +95,13 @@ def take_along_axis(x, indices, axis):
     k = idx_target[axis]
     flat_x = reshape(x_last, (rows * n,))
     idx2 = reshape(idx_last, (rows, k))
-    idx2 = lax_indexing.check_index_bounds(idx2, n, "take_along_axis", axis)
-    idx2 = ew.select(ew.lt(idx2, 0), ew.add(idx2, n), idx2)
+    if n == 0:  # nothing to read: zeros (as JAX), padded onto the empty axis
+        return lax_shape.pad(x, tuple((0, k if i == axis else 0) for i in range(len(x_target))), 0)
+    idx2, valid = _gather_modes.in_bounds_indices(idx2, n, mode, "take_along_axis", axis,
+                                                  wrap_negative=wrap_negative_indices)
     offsets = reshape(ew.mul(lax_indexing.iota(rows, np.int64, like=indices), n), (rows, 1))
     flat = lax_indexing.take(flat_x, ew.add(idx2, offsets), 0)
+    flat = _gather_modes.fill_out_of_bounds(flat, valid, mode, fill_value, "take_along_axis")
     out = reshape(flat, shape(idx_last))
     return moveaxis(out, -1, axis)
 

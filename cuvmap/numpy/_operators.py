@@ -129,8 +129,8 @@ def _tracer_round(self, decimals=0, out=None):
     return round(self, decimals)
 
 
-def _tracer_argsort(self, axis=-1, kind=None, order=None):
-    return argsort(self, axis, kind=kind, order=order)
+def _tracer_argsort(self, axis=-1, kind=None, order=None, *, stable=True, descending=False):
+    return argsort(self, axis, kind=kind, order=order, stable=stable, descending=descending)
 
 
 def _tracer_trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):

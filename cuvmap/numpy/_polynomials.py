@@ -1,5 +1,7 @@
 """Polynomials and 1-D signals, as ``jax.numpy`` names them: ``polyval``, ``convolve``,
-``correlate`` and ``kron``. Convolutions gather the sliding windows of the (padded)
+``correlate``, ``kron`` and the coefficient arithmetic of issue 32 (``polyadd``,
+``polysub``, ``polymul``, ``polydiv``, ``polyder``, ``polyint``, ``poly``, ``polyfit``,
+``vander``; in :mod:`cuvmap.numpy._polynomial_arithmetic`). Convolutions gather the sliding windows of the (padded)
 signal with one static ``take`` and contract them with the kernel in one
 ``dot_general``, so they differentiate and batch as those do and accept integers too."""
 import builtins

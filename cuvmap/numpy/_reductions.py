@@ -320,18 +320,22 @@ def sort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
     return flip(out, axis) if descending else out
 
 
-def argsort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
-    """The int64 indices that sort ``x`` along ``axis`` (``None``: flattened). Stable, also
-    with ``descending=True``: equal elements keep their order, as in JAX."""
+def argsort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
+    """The indices that sort ``x`` along ``axis`` (``None``: flattened), int64 or the
+    integer ``dtype``. Stable, also with ``descending=True``: equal elements keep their
+    order, as in JAX."""
     _check_sort_args("argsort", kind, order)
+    if dtype is not None and np.dtype(dtype).kind not in "iu":
+        raise ValueError(f"argsort: dtype must be an integer dtype, got {np.dtype(dtype)}")
     x, axis = _flattened(x, axis, "argsort")
     if not descending:
-        return lax_sorting.argsort(x, axis)
-    # sorting the reversed array ascending and reversing the result keeps ties in their
-    # original order; indices into the reversed array i are n − 1 − i in x
-    n = shape(x)[axis]
-    idx = lax_sorting.argsort(flip(x, axis), axis)
-    return flip(ew.sub(n - 1, idx), axis)
+        idx = lax_sorting.argsort(x, axis)
+    else:
+        # sorting the reversed array ascending and reversing the result keeps ties in their
+        # original order; indices into the reversed array i are n − 1 − i in x
+        n = shape(x)[axis]
+        idx = flip(ew.sub(n - 1, lax_sorting.argsort(flip(x, axis), axis)), axis)
+    return idx if dtype is None else astype(idx, dtype)
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None):

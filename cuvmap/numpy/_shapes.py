@@ -1,7 +1,7 @@
 """Functions of shapes and layouts: ``reshape``, ``transpose``, ``moveaxis``,
-``broadcast_to``, ``concatenate``, ``stack``, ``split``, ``pad`` (every NumPy mode but
-``linear_ramp`` and the statistics ones), ``flip``, ``roll``, ``tril``, ``triu``,
-``diag``, ``diagonal``."""
+``broadcast_to``, ``concatenate``, ``stack``, ``split``, ``flip``, ``roll``, ``tril``,
+``triu``, ``diag``, ``diagonal``, and the index vectors of ``pad``'s gathered modes
+(``pad`` itself: ``cuvmap/numpy/_pad_modes.py``)."""
 import builtins
 
 import numpy as np
@@ -168,9 +168,6 @@ def _static_ints(value, name, what):
     return arr.astype(np.int64)
 
 
-_PAD_MODES = ("constant", "edge", "wrap", "reflect", "symmetric")
-
-
 def _pad_indices(n, lo, hi, mode):
     """The source index of each position of an axis of size ``n`` padded by ``(lo, hi)``:
     NumPy's ``edge``, ``wrap``, ``reflect`` (mirror without the edge) and ``symmetric``
@@ -187,44 +184,6 @@ def _pad_indices(n, lo, hi, mode):
         return np.where(m < n, m, 2 * n - 2 - m)
     m = i % (2 * n)  # symmetric
     return np.where(m < n, m, 2 * n - 1 - m)
-
-
-def pad(x, pad_width, mode="constant", constant_values=0, reflect_type="even"):
-    """``numpy.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
-    ``mode`` is ``'constant'`` (with the scalar ``constant_values``), ``'edge'``,
-    ``'wrap'``, ``'reflect'`` or ``'symmetric'``. The non-constant modes gather each padded
-    axis once with a fixed index vector, so their derivative sums the cotangents of the
-    copies into the elements they copy."""
-    n = ndim(x)
-    widths = _static_ints(pad_width, "pad", "pad_width")
-    try:
-        pw = np.broadcast_to(widths, (n, 2))
-    except ValueError:
-        raise ShapeError(f"pad: pad_width {pad_width!r} must be an int, a (low, high) pair or {n} pairs "
-                         f"for an array of shape {shape(x)}") from None
-    if (pw < 0).any():
-        raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
-    if mode not in _PAD_MODES:
-        raise NotImplementedError(f"pad: mode {mode!r} is not supported; use one of {', '.join(_PAD_MODES)}")
-    if mode == "constant":
-        if _holds_tracer(constant_values):
-            raise TypeError("pad: constant_values must be a static scalar, not a traced value")
-        if np.ndim(constant_values):
-            raise NotImplementedError("pad: constant_values must be one scalar (per-side values are not supported)")
-        return lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pw), constant_values)
-    if reflect_type != "even":
-        raise NotImplementedError(f"pad: reflect_type {reflect_type!r} is not supported, only 'even'")
-    xp = backend.xp_of(x)
-    for axis, (lo, hi) in enumerate(pw):
-        if lo == 0 and hi == 0:
-            continue
-        size = shape(x)[axis]
-        if size == 0:
-            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(x)} with mode {mode!r} "
-                             "(only 'constant' can pad an empty axis)")
-        idx = xp.asarray(_pad_indices(size, int(lo), int(hi), mode))
-        x = lax_indexing.take(x, idx, axis)
-    return x
 
 
 def flip(x, axis=None):

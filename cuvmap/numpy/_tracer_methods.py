@@ -53,7 +53,8 @@ _TRACER_METHODS = {
     "searchsorted": lambda self, v, side="left", sorter=None, *, method="scan": searchsorted(
         self, v, side, sorter, method=method),
     "sort": _sort,
-    "take": lambda self, indices, axis=None: take(self, indices, axis),
+    "take": lambda self, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
+    fill_value=None: take(self, indices, axis, out, mode, unique_indices, indices_are_sorted, fill_value),
     "compress": lambda self, condition, axis=None, *, size=None, fill_value=0: compress(
         condition, self, axis, size=size, fill_value=fill_value),
     "ptp": _ptp,

@@ -221,8 +221,8 @@ def test_pad_errors():
     with pytest.raises(ShapeError, match="pad: cannot extend the empty axis 0"):
         cnp.pad(np.ones((0, 2)), 1, "edge")
     np.testing.assert_array_equal(cnp.pad(np.ones((0, 2)), 1), np.zeros((2, 4)))
-    with pytest.raises(NotImplementedError, match="mode 'maximum' is not supported"):
-        cnp.pad(np.ones(3), 1, "maximum")
+    with pytest.raises(NotImplementedError, match="Unimplemented padding mode 'foo' for np.pad"):
+        cnp.pad(np.ones(3), 1, "foo")
     with pytest.raises(ShapeError, match="negative entries"):
         cnp.pad(np.ones(3), -1)
     with pytest.raises(ShapeError, match=re.escape("pad: pad_width ((1, 2), (3, 4), (5, 6)) must be")):
