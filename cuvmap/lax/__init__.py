@@ -58,6 +58,7 @@ from cuvmap.lax.windowed import (  # noqa: F401
 from cuvmap.lax.elementwise.complex_numbers import complex, conj, imag, real  # noqa: F401, A004
 from cuvmap.lax.linalg_decompositions import cholesky, eigh, qr  # noqa: F401
 from cuvmap.lax.linalg_solve import lu, lu_pivots_to_permutation, triangular_solve  # noqa: F401
+from cuvmap.lax.fourier import FftType, fft  # noqa: F401  (issues 32, 33: JAX's lax.fft)
 
 
 def all_primitives():
