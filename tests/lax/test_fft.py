@@ -279,3 +279,12 @@ def test_fft_gradient_and_vmap_on_the_gpu(backend):
             assert cv_backend.is_cupy_array(got)
             got = got.get()
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_fft_is_holomorphic():
+    """FFT and IFFT are complex-linear: their holomorphic Jacobians are the DFT matrices."""
+    z = _complex(_rng("holo"), (5,))
+    for typ, matrix in [("fft", _dft_matrix(5, -1)), ("ifft", _dft_matrix(5, +1) / 5)]:
+        f = lambda v: lax.fft(v, typ, (5,))  # noqa: E731
+        np.testing.assert_allclose(cv.jacfwd(f, holomorphic=True)(z), matrix, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(cv.jacrev(f, holomorphic=True)(z), matrix, rtol=1e-12, atol=1e-12)
