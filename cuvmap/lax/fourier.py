@@ -218,7 +218,7 @@ def _hermitian_weighted(x, n, factor):
     parts = [slice_in_dim(x, 0, 1, axis)]
     if stop > 1:
         parts.append(ew.mul(slice_in_dim(x, 1, stop, axis), factor))
-    if stop < m:
+    if max(stop, 1) < m:
         parts.append(slice_in_dim(x, stop, m, axis))
     return concatenate(parts, axis)
 
@@ -231,7 +231,8 @@ def _fft_transpose(ct, x, *, fft_type, fft_lengths):
     if fft_type == FftType.IRFFT:
         spectrum = fft_p.bind(ct, fft_type=FftType.RFFT, fft_lengths=fft_lengths)
         weighted = _hermitian_weighted(spectrum, fft_lengths[-1], 2.0)
-        return complex_numbers.conj(ew.mul(weighted, 1.0 / n_total))
+        # a transform of length 0 is the zero map, and so is its transpose
+        return complex_numbers.conj(ew.mul(weighted, 1.0 / n_total if n_total else 0.0))
     return fft_p.bind(ct, fft_type=fft_type, fft_lengths=fft_lengths)
 
 

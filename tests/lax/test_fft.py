@@ -134,6 +134,11 @@ def test_fft_zero_lengths_and_empty_batches():
     assert lax.fft(np.zeros((3, 0)), "rfft", (0,)).shape == (3, 1)  # a sum over nothing: 0
     assert not lax.fft(np.zeros((3, 0)), "rfft", (0,)).any()
     assert lax.fft(np.zeros((3, 1), np.complex128), "irfft", (0,)).shape == (3, 0)
+    # the zero maps' transposes are zero maps
+    (x_bar,) = cv.vjp(lambda v: lax.fft(v, "rfft", (0,)), np.zeros((3, 0)))[1](np.ones((3, 1), np.complex128))
+    assert x_bar.shape == (3, 0)
+    (z_bar,) = cv.vjp(lambda v: lax.fft(v, "irfft", (0,)), np.ones((3, 1), np.complex128))[1](np.ones((3, 0)))
+    assert z_bar.shape == (3, 1) and not z_bar.any()
 
 
 def test_fft_errors_name_the_function_and_shapes():
@@ -184,7 +189,8 @@ def test_fft_nested_vmap_and_vmap_of_grad():
 # ---------------------------------------------------------------------------------------
 
 DERIVATIVE_CASES = [(t, lead, lengths) for t in FftType
-                    for lead, lengths in [((2,), (5,)), ((), (6,)), ((), (4, 3)), ((2,), (3, 2)), ((), (2, 1, 4))]]
+                    for lead, lengths in [((2,), (5,)), ((), (6,)), ((), (4, 3)), ((2,), (3, 2)), ((), (2, 1, 4)),
+                                          ((2,), (1,)), ((2,), (2,)), ((), (3, 1))]]
 
 
 @pytest.mark.parametrize("fft_type,lead,lengths", DERIVATIVE_CASES,
