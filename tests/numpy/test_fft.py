@@ -272,3 +272,16 @@ def test_on_the_gpu(name, kw, backend):
         assert cv_backend.is_cupy_array(g)
         g = g.get()
     np.testing.assert_allclose(g, cv.grad(loss)(x), rtol=1e-3, atol=1e-4)
+
+
+def test_gradient_of_a_few_bins_picked_by_tuples():
+    """autograd's test_rfftn_subset: ``rfftn(x)[(0, 1, 0), (3, 3, 2)]``, tuples inside the
+    index being integer arrays as in NumPy."""
+    x = _real((4, 4, 4), "subset")
+    f = lambda v: cfft.rfftn(v)[(0, 1, 0), (3, 3, 2)]  # noqa: E731
+    _close(f(x), np.fft.rfftn(x)[(0, 1, 0), (3, 3, 2)])
+    check_grads(f, (x,), order=1)
+    y = np.fft.rfftn(x)
+    g = lambda v: cfft.irfftn(v)[(0, 1, 0), (3, 3, 2)]  # noqa: E731
+    _close(g(y), np.fft.irfftn(y)[(0, 1, 0), (3, 3, 2)])
+    check_grads(g, (y,), order=1)
