@@ -81,7 +81,7 @@ def _normalized_axes(name, x, axes):
             raise ShapeError(f"jax.numpy.fft.{name}: axis {a} is out of range for an array of shape {shape(x)}")
         out.append(a % n)
     if len(set(out)) != len(out):
-        raise ValueError(f"jax.numpy.fft.{name} does not support repeated axes, got axes {tuple(axes)}")
+        raise ValueError(f"jax.numpy.fft.{name} does not support repeated axes. Got axes {axes}.")
     return out
 
 
@@ -136,14 +136,14 @@ def _fft_core(name, fft_type, a, s, axes, norm, inverse):
 
 def _one_axis(name, axis):
     if isinstance(axis, (list, tuple)):
-        raise ValueError(f"jax.numpy.fft.{name} does not support multiple axes; use jax.numpy.fft.{name}n "
-                         f"(got axis={axis!r})")
+        raise ValueError(f"jax.numpy.fft.{name} does not support multiple axes. Please use jax.numpy.fft.{name}n. "
+                         f"Got axis = {axis!r}.")
     return [axis]
 
 
 def _two_axes(name, axes):
     if len(axes) != 2:
-        raise ValueError(f"jax.numpy.fft.{name} only supports 2 axes, got axes={tuple(axes)!r}")
+        raise ValueError(f"jax.numpy.fft.{name} only supports 2 axes. Got axes = {axes!r}.")
     return axes
 
 

@@ -118,6 +118,16 @@ def test_frequencies_of_a_traced_spacing():
                                rtol=1e-12)
 
 
+def test_frequencies_under_vmap_and_on_the_gpu(backend):
+    ds = cv.device_put(np.array([0.5, 1.0, 2.0]), backend)
+    got = cv.vmap(lambda d: cfft.fftfreq(5, d))(ds)
+    got32 = cv.vmap(lambda d: cfft.rfftfreq(6, d, dtype=np.float32))(ds)
+    if backend == "gpu":
+        assert cv_backend.is_cupy_array(got) and cv_backend.is_cupy_array(got32)
+    _close(got, np.stack([np.fft.fftfreq(5, d) for d in (0.5, 1.0, 2.0)]))
+    _close(got32, np.stack([np.fft.rfftfreq(6, d) for d in (0.5, 1.0, 2.0)]).astype(np.float32), rtol=1e-6)
+
+
 @pytest.mark.parametrize("axes", [None, 0, 1, -1, (0, 2), (2, 0, 1)])
 @pytest.mark.parametrize("shape", [(4, 5, 6), (1, 3, 2)])
 def test_shifts_match_numpy(axes, shape):
@@ -125,6 +135,16 @@ def test_shifts_match_numpy(axes, shape):
     _close(cfft.fftshift(x, axes), np.fft.fftshift(x, axes))
     _close(cfft.ifftshift(x, axes), np.fft.ifftshift(x, axes))
     _close(cfft.ifftshift(cfft.fftshift(x, axes), axes), x)
+
+
+def test_no_axes_and_non_symmetric_outer_axes():
+    x = _real((2, 3), "noaxes")
+    _close(cfft.fftn(x, axes=()), x.astype(np.complex128))
+    _close(cfft.rfftn(x, axes=[], norm="ortho"), x)
+    # JAX's issue 29325: irfftn with s cropping and padding, Hermitian symmetry along the last axis only
+    a = np.array([[1.0 + 0.0j, 2.0 + 0.0j], [3.0 + 0.0j, 4.0 + 0.0j]])
+    _close(cfft.irfftn(a, s=(5, 1), axes=(0, 1)), np.fft.irfftn(a, s=(5, 1), axes=(0, 1)))
+    _close(cfft.irfftn(a * (1 + 2j)), np.fft.irfftn(a * (1 + 2j)))
 
 
 def test_empty_axes_give_empty_results_as_jax():
@@ -138,12 +158,14 @@ def test_errors():
         cfft.fft(x, norm="unitary")
     with pytest.raises(ValueError, match="must be positive"):
         cfft.fft(x, n=0)
-    with pytest.raises(ValueError, match="does not support repeated axes"):
+    with pytest.raises(ValueError, match=r"jax.numpy.fft.fftn does not support repeated axes. Got axes \(0, 0\)"):
         cfft.fftn(x, axes=(0, 0))
     with pytest.raises(ValueError, match="have different lengths"):
         cfft.fftn(x, s=(2, 3), axes=(0,))
-    with pytest.raises(ValueError, match="does not support multiple axes"):
+    with pytest.raises(ValueError, match=r"fft does not support multiple axes. Please use jax.numpy.fft.fftn. Got axis = \(0, 1\)"):
         cfft.fft(x, axis=(0, 1))
+    with pytest.raises(ValueError, match="irfft does not support multiple axes"):
+        cfft.irfft(x, axis=[1, 1])
     with pytest.raises(ValueError, match="only supports 2 axes"):
         cfft.fft2(np.ones((2, 3, 4)), axes=(0, 1, 2))
     with pytest.raises(ShapeError, match=r"rfft.*axis 2 is out of range.*\(3, 4\)"):
