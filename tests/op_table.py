@@ -2145,7 +2145,7 @@ COMPOSITE_ROWS = (_rows_composite() + _rows_bitwise() + _pooling_rows(composite=
 
 def _rows_fft():
     """lax.fft (issue 33) through real functions of its transforms (its complex operands:
-    tests/lax/test_fft.py): a circular self-convolution (RFFT then IRFFT), a power
+    tests/lax/test_fourier.py): a circular self-convolution (RFFT then IRFFT), a power
     spectrum of complex(x, y) (FFT), and numpy.fft's ortho inverse with cropping and padding
     (IFFT)."""
     return [
