@@ -46,6 +46,7 @@ from cuvmap.lax import prng as lax_prng
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import sorting as lax_sorting
+from cuvmap.lax import fourier as lax_fourier  # issue 33
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -2276,6 +2277,24 @@ def _rows_numpy_manipulation():
 
 
 COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_numpy_manipulation()
+def _rows_fft():
+    """lax.fft (issue 33) through real functions of its transforms (its complex operands:
+    tests/lax/test_fourier.py): a circular self-convolution (RFFT then IRFFT), a power
+    spectrum of complex(x, y) (FFT), and numpy.fft's ortho inverse with cropping and padding
+    (IFFT)."""
+    return [
+        Row("fft_circular_self_convolution", lambda x: lax.fft(lax.integer_pow(lax.fft(x, "rfft", (3, 4)), 2), "irfft",
+                                                              (3, 4)),
+            lambda x: np.fft.irfftn(np.fft.rfftn(x, axes=(1, 2)) ** 2, s=(3, 4), axes=(1, 2)), [A(2, 3, 4)],
+            tol32=(1e-4, 1e-5), covers=(lax_fourier.fft_p,)),
+        Row("fft_power_spectrum", lambda x, y: cnp.abs(cnp.fft.fft(lax.complex(x, y), axis=0)),
+            lambda x, y: np.abs(np.fft.fft(x + 1j * y, axis=0)), [A(4, 3), A(4, 3)], tol32=(1e-4, 1e-5)),
+        Row("fft_ortho_inverse_resized", lambda x: cnp.real(cnp.fft.ifftn(x, s=(3, 5), axes=(1, 0), norm="ortho")),
+            lambda x: np.real(np.fft.ifftn(x, s=(3, 5), axes=(1, 0), norm="ortho")), [A(4, 3)], tol32=(1e-4, 1e-5)),
+    ]
+
+
+COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_fft()  # issue 33
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

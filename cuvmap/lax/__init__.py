@@ -62,6 +62,7 @@ from cuvmap.lax.linalg_eig import eig  # noqa: F401  (issue 32: JAX's lax.linalg
 from cuvmap.lax.linalg_schur import schur  # noqa: F401
 from cuvmap.lax.linalg_tridiagonal import tridiagonal_solve  # noqa: F401
 from cuvmap.lax.linalg_householder import hessenberg, householder_product, tridiagonal  # noqa: F401
+from cuvmap.lax.fourier import FftType, fft  # noqa: F401  (issues 32, 33: JAX's lax.fft)
 
 from cuvmap.lax.jax_shape_extras import broadcast_shapes, split, tile  # noqa: F401  (issue 32, npmanip)
 

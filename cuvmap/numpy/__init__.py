@@ -95,6 +95,7 @@ from cuvmap.numpy._pad_modes import pad  # noqa: F401  (pad moved from _shapes: 
 from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
+from cuvmap.numpy import fft  # noqa: F401  (issue 33: jax.numpy.fft, a module)
 from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the scatters of cuvmap.lax.slicing)
 # bfloat16 (issue 33): ml_dtypes' type when the optional package is installed (NOTE [bfloat16
 # needs ml_dtypes] in cuvmap/dtypes.py: the transforms refuse it by name)

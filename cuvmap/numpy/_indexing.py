@@ -123,7 +123,8 @@ def getitem(x, index):
         index = (index,)
     x_shape = shape(x)
     n = len(x_shape)
-    index = [np.asarray(i) if isinstance(i, list) else i for i in index]
+    # a list or a tuple inside the index is an integer array (x[(0, 1), (2, 2)] is x[[0, 1], [2, 2]], as NumPy)
+    index = [np.asarray(i) if isinstance(i, (list, tuple)) else i for i in index]
     for i in index:
         dt = getattr(i, "dtype", None)
         if (dt is not None and np.dtype(dt) == np.bool_) or isinstance(i, bool):

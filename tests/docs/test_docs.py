@@ -301,6 +301,7 @@ PUBLIC_MODULES = [
     "cuvmap.custom_derivatives", "cuvmap.dtypes",
     "cuvmap.scipy.special", "cuvmap.scipy.stats.norm",
     "cuvmap.scipy.linalg",
+    "cuvmap.numpy.fft",
 ]
 
 

@@ -49,7 +49,10 @@ def test_it_is_the_cupy_cuvmap_sees_and_it_has_no_cudnn_or_nccl():
     with pytest.raises(ImportError):
         importlib.import_module("cupy.cuda.nccl")
     with pytest.raises(AttributeError, match="stand-in"):
-        cupy.fft  # noqa: B018 - not a surface cuvmap calls
+        cupy.testing  # noqa: B018 - not a surface cuvmap calls (cupy.fft is, since lax.fft)
+    # cuFFT's n-d complex-to-real plan is refused: lax.fft decomposes it (tests/strict_cupy/cupy/fft.py)
+    with pytest.raises(NotImplementedError, match="Hermitian symmetry along every axis"):
+        cupy.fft.irfftn(cupy.zeros((2, 3), cupy.complex128), axes=(0, 1))
 
 
 # ---------------------------------------------------------------------------------------

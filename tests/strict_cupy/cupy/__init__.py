@@ -73,6 +73,7 @@ globals().update(_functions.FUNCTIONS)
 ufunc = _functions.ufunc
 
 from cupy import cuda, lib, linalg, random  # noqa: E402
+from cupy import fft  # noqa: E402  (cuvmap's lax.fft: cuFFT through cupy.fft)
 from cupy.cuda import Device, Stream  # noqa: E402,F401
 
 
