@@ -9,6 +9,7 @@ argument handling; the machinery is in :mod:`cuvmap.transforms`.
 import collections
 import contextlib
 import functools
+import inspect
 import threading
 import warnings
 
@@ -274,6 +275,20 @@ def _donated_names(f, static_names, donate_argnames, compiler_options, where):
                          f"{', '.join(both)} appear in both")
     if compiler_options is not None and not isinstance(compiler_options, dict):
         raise TypeError(f"{where}: compiler_options must be a dict, got {type(compiler_options).__name__}")
+    if not names:
+        return set()
+    try:
+        signature = inspect.signature(f)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: Getting the signature of function {f!r} failed. Pass donate_argnums instead of "
+                         "donate_argnames.") from None
+    kinds = {name: p.kind for name, p in signature.parameters.items()}
+    var_keyword = any(k == inspect.Parameter.VAR_KEYWORD for k in kinds.values())
+    for n in names:
+        kind = kinds.get(n)
+        if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL) or (kind is None and not var_keyword):
+            raise ValueError(f"{where}: donate_argnames names {n!r}, which is not a parameter that can be passed by "
+                             f"keyword (the signature is {signature})")
     params = api_util.param_names(f)
     return {params.index(n) for n in names if n in params}
 
@@ -329,7 +344,9 @@ class Traced:
         self.out_info = _out_info(jaxpr, out_tree)
         self._lower = lower
 
-    def lower(self):
+    def lower(self, *, lowering_platforms=None):
+        """The :class:`Lowered` program (``lowering_platforms``, JAX's choice of XLA targets,
+        is accepted: cuvmap's program is the same for every platform)."""
         return self._lower()
 
 
@@ -351,7 +368,11 @@ class Lowered:
         accepted: cuvmap has one program text)."""
         return str(self.program)
 
-    def compile(self):
+    def compile(self, compiler_options=None):
+        """The :class:`Compiled` function (``compiler_options``, XLA's flags as a dict, are
+        accepted and change nothing)."""
+        if compiler_options is not None and not isinstance(compiler_options, dict):
+            raise TypeError(f"{self._where}: compiler_options must be a dict, got {type(compiler_options).__name__}")
         return Compiled(self)
 
 

@@ -63,9 +63,13 @@ def _check_program(jaxpr, consts, dependent_in, where):
         value = x.val if isinstance(x, Literal) else values.get(x)
         return value is not None and not isinstance(value, core.Tracer) and not np.any(np.asarray(value) != 0)
 
+    live = {x for x in jaxpr.outvars if not isinstance(x, Literal)}
+    for eqn in reversed(jaxpr.eqns):  # only the equations the outputs need (x > 0 unused is no harm)
+        if any(o in live for o in eqn.outs):
+            live.update(x for x in eqn.inputs if not isinstance(x, Literal))
     for eqn in jaxpr.eqns:
         flags = [dep(x) for x in eqn.inputs]
-        if not any(flags):
+        if not any(flags) or not any(o in live for o in eqn.outs):
             continue
         name = eqn.primitive.name
         if name in _COLLECTIVES:
@@ -142,14 +146,18 @@ def linear_transpose(fun, *primals, reduce_axes=()):
         raise NotImplementedError(f"{where}: reduce_axes is not supported (JAX deprecated it)")
 
     def zeros(leaf):
-        aval = core.get_aval(leaf) if not isinstance(leaf, core.ShapeDtypeStruct) else leaf
-        if not np.issubdtype(aval.dtype, np.inexact):
-            raise TypeError(f"{where}: the arguments must be floating or complex arrays, got {aval.dtype}: "
-                            "linear_transpose transposes linear maps between real or complex vector spaces")
-        return np.zeros(aval.shape, aval.dtype)
+        shape, dtype = (leaf.shape, leaf.dtype) if hasattr(leaf, "shape") and hasattr(leaf, "dtype") \
+            else (np.shape(leaf), core.dtype_of(leaf))
+        if not np.issubdtype(dtype, np.inexact):
+            raise TypeError(f"{where}: linear_transpose only supports float or complex arguments (JAX also "
+                            f"transposes integer -> integer functions; cuvmap does not), got {np.dtype(dtype)}")
+        return np.zeros(shape, dtype)
 
-    points = tree.map(zeros, primals, is_leaf=lambda x: isinstance(x, core.ShapeDtypeStruct))
-    closed = make_jaxpr(fun)(*points)
+    points = tree.map(zeros, primals, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+    closed, out_shapes = make_jaxpr(fun, return_shape=True)(*points)
+    for aval in closed.out_avals:
+        if not np.issubdtype(aval.dtype, np.inexact):
+            raise TypeError(f"{where}: linear_transpose only supports float or complex outputs, got {aval.dtype}")
     flags = [False] * len(closed.jaxpr.constvars) + [True] * len(closed.jaxpr.invars)
     out_dependent = _check_program(closed.jaxpr, closed.consts, flags, where)
     if not all(out_dependent):  # a constant output must be zero (else the function is affine)
@@ -158,9 +166,26 @@ def linear_transpose(fun, *primals, reduce_axes=()):
             raise TypeError(f"{where}: the function is not linear in its arguments: an output does not depend on "
                             "them and is not zero (an affine function)")
     _, vjp_fun = api.vjp(fun, *points)
+    out_leaves, out_tree = tree.flatten(out_shapes)
 
     def transposed(out_cotangent):
+        ct_leaves, ct_tree = tree.flatten(out_cotangent)
+        if ct_tree != out_tree:
+            raise TypeError(f"{where}: cotangent tree does not match function output, expected {out_tree} but got "
+                            f"{ct_tree}")
+        for ct, out in zip(ct_leaves, out_leaves):
+            if np.shape(ct) != tuple(out.shape) or not _same_kind(ct, out.dtype):
+                raise TypeError(f"{where}: cotangent type does not match function output, expected "
+                                f"{np.dtype(out.dtype)}{list(out.shape)} but got {core.dtype_of(ct)}{list(np.shape(ct))}")
         return vjp_fun(out_cotangent)
 
     return transposed
 
+
+
+def _same_kind(ct, dtype):
+    """A cotangent's dtype matches the output's: the same dtype, or for a Python number the
+    same kind (a float for a real output, a complex for a complex one)."""
+    if isinstance(ct, (bool, int, float, complex)):
+        return (isinstance(ct, complex)) == np.issubdtype(dtype, np.complexfloating)
+    return core.dtype_of(ct) == np.dtype(dtype)
