@@ -32,7 +32,7 @@ DIRECTIONS = ("host_to_device", "device_to_device", "device_to_host")
 # ``device_to_device`` is accepted and guards nothing. A jitted program's NumPy constants
 # are part of the program (put on its GPU once, when it is planned), not a transfer.
 
-_logger = logging.getLogger("cuvmap.transfer_guard")
+_logger = logging.getLogger("cuvmap.transfer_guards")
 _state = threading.local()
 
 
