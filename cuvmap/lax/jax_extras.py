@@ -1,12 +1,14 @@
 """JAX's ``lax`` names that compose cuvmap's primitives: ``full_like``, ``empty``,
-``broadcast_shapes``, ``axis_size``, and ``div`` and ``rem`` with JAX's integer
-semantics (the quotient rounded toward zero, the remainder with the dividend's sign).
+``broadcast_shapes``, ``axis_size``, ``div`` and ``rem`` with JAX's integer semantics (the
+quotient rounded toward zero, the remainder with the dividend's sign), and ``iota`` with
+JAX's argument order.
 """
 import numpy as np
 
 from cuvmap import core
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax import indexing
 from cuvmap.lax.bitwise import bitwise_and
 from cuvmap.lax.shape import broadcast_in_dim
 
@@ -104,3 +106,15 @@ def rem(x, y):
     derivatives are 1 for ``x`` and ``−trunc(x / y)`` for ``y``, away from the jumps."""
     r = ew.remainder(x, y)
     return ew.select(_rounds_differently(x, r), ew.sub(r, y), r)
+
+
+def iota(dtype, size=None, *, sharding=None, like=None):
+    """``[0, 1, ..., size - 1]`` of ``dtype`` (JAX's ``jax.lax.iota(dtype, size)``), a
+    constant to every transform, on the device of ``like`` (cuvmap's keyword; default the
+    CPU). cuvmap's earlier order ``iota(size, dtype=int64)`` is accepted too: an int
+    first is the size (no dtype is an int)."""
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        dtype, size = (np.int64 if size is None else size), dtype
+    if size is None:
+        raise TypeError("iota: give the dtype and the size, iota(dtype, size)")
+    return indexing.iota(size, dtype, like=like)

@@ -333,3 +333,17 @@ def test_register_dataclass_errors():
 
     with pytest.raises(ValueError, match="missing"):
         tree.register_dataclass(Partial, data_fields=["a"], meta_fields=[])
+
+
+def test_custom_derivatives_of_a_functools_partial():
+    def fun(x, y, a):
+        return x + y * a
+
+    wrapped = functools.partial(fun, a=0.1)
+    f = cv.custom_jvp(wrapped)
+    f.defjvp(lambda primals, tangents: cv.jvp(wrapped, primals, tangents))
+    assert f.__name__ == "fun"
+    np.testing.assert_allclose(cv.grad(lambda args: f(*args))((1.0, 2.0)), (1.0, 0.1))
+    g = cv.custom_vjp(wrapped)
+    g.defvjp(lambda x, y: (wrapped(x, y), None), lambda _, ct: (ct, 0.1 * ct))
+    np.testing.assert_allclose(cv.grad(g, argnums=(0, 1))(1.0, 2.0), (1.0, 0.1))

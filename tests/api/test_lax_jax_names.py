@@ -152,3 +152,12 @@ def test_float_div_and_rem():
     gx, gy = cv.grad(lambda a, b: cnp.sum(lax.rem(a, b)), argnums=(0, 1))(xs, ys)
     np.testing.assert_array_equal(gx, np.ones(3))
     np.testing.assert_allclose(gy, -np.trunc(xs / ys))
+
+
+def test_iota_takes_jax_order_and_cuvmaps():
+    x = lax.iota(np.int32, 3)
+    assert x.dtype == np.int32 and type(x.shape[0]) is int
+    np.testing.assert_array_equal(x, [0, 1, 2])
+    np.testing.assert_array_equal(lax.iota(4, np.float32), np.arange(4, dtype=np.float32))
+    assert lax.iota(5).dtype == np.int64
+    np.testing.assert_array_equal(cv.jit(lambda v: v + lax.iota(np.float64, 3))(np.ones(3)), [1.0, 2.0, 3.0])
