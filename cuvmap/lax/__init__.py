@@ -72,7 +72,9 @@ from cuvmap.lax.jax_primitives import (  # noqa: F401
     while_p, xor_p,
 )
 from cuvmap.lax.barriers import optimization_barrier, optimization_barrier_p  # noqa: F401
-from cuvmap.lax.jax_extras import axis_size, broadcast_shapes, div, empty, full_like, iota, rem  # noqa: F401
+from cuvmap.lax.jax_extras import (  # noqa: F401
+    axis_size, broadcast_shapes, div, empty, full_like, iota, rem, stack, unstack,
+)
 
 
 def all_primitives():

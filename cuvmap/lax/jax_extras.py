@@ -1,7 +1,7 @@
 """JAX's ``lax`` names that compose cuvmap's primitives: ``full_like``, ``empty``,
 ``broadcast_shapes``, ``axis_size``, ``div`` and ``rem`` with JAX's integer semantics (the
-quotient rounded toward zero, the remainder with the dividend's sign), and ``iota`` with
-JAX's argument order.
+quotient rounded toward zero, the remainder with the dividend's sign), ``stack`` and
+``unstack``, and ``iota`` with JAX's argument order.
 """
 import numpy as np
 
@@ -10,7 +10,8 @@ from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing
 from cuvmap.lax.bitwise import bitwise_and
-from cuvmap.lax.shape import broadcast_in_dim
+from cuvmap.lax.shape import broadcast_in_dim, concatenate, expand_dims
+from cuvmap.lax.slicing import index_in_dim
 
 
 def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
@@ -118,3 +119,26 @@ def iota(dtype, size=None, *, sharding=None, like=None):
     if size is None:
         raise TypeError("iota: give the dtype and the size, iota(dtype, size)")
     return indexing.iota(size, dtype, like=like)
+
+
+def stack(arrays, axis=0):
+    """The arrays (of one shape) along a new axis ``axis`` (JAX's ``jax.lax.stack``):
+    ``stack(xs, axis)[..., k, ...] = xs[k]``."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("stack: needs at least one array")
+    rank = np.ndim(arrays[0]) + 1
+    if not -rank <= axis < rank:
+        raise core.ShapeError(f"stack: axis {axis} is out of range for arrays of rank {rank - 1}")
+    axis = axis % rank
+    return concatenate([expand_dims(x, (axis,)) for x in arrays], axis)
+
+
+def unstack(x, axis=0):
+    """The slices of ``x`` along ``axis``, as a list (JAX's ``jax.lax.unstack``):
+    ``unstack(x, axis)[k] = x[..., k, ...]``, the inverse of :func:`stack`."""
+    rank = np.ndim(x)
+    if not -rank <= axis < rank:
+        raise core.ShapeError(f"unstack: axis {axis} is out of range for an operand of rank {rank}")
+    axis = axis % rank
+    return [index_in_dim(x, k, axis, keepdims=False) for k in range(core.shape_of(x)[axis])]

@@ -161,3 +161,17 @@ def test_iota_takes_jax_order_and_cuvmaps():
     np.testing.assert_array_equal(lax.iota(4, np.float32), np.arange(4, dtype=np.float32))
     assert lax.iota(5).dtype == np.int64
     np.testing.assert_array_equal(cv.jit(lambda v: v + lax.iota(np.float64, 3))(np.ones(3)), [1.0, 2.0, 3.0])
+
+
+def test_stack_and_unstack_are_inverses():
+    xs = [np.arange(6.0).reshape(2, 3) + k for k in range(4)]
+    for axis in (0, 1, 2, -1):
+        s = lax.stack(xs, axis)
+        np.testing.assert_array_equal(s, np.stack(xs, axis))
+        for a, b in zip(lax.unstack(s, axis), xs):
+            np.testing.assert_array_equal(a, b)
+    out = cv.vmap(lambda x, y: lax.stack([x, y], axis=0), in_axes=(1, 0))(np.ones((3, 5)), np.zeros((5, 3)))
+    assert out.shape == (5, 2, 3)
+    check_grads(lambda x: lax.stack(lax.unstack(x, 1)[::-1], 0) * np.arange(6.0).reshape(3, 2), (np.ones((2, 3)),))
+    with pytest.raises(cv.ShapeError, match="out of range"):
+        lax.stack(xs, 3)
