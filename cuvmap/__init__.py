@@ -34,4 +34,12 @@ from cuvmap.jax_settings import (  # noqa: F401
     numpy_rank_promotion,
 )
 
+# issue 32 (apisurf): jax.Array, ensure_compile_time_eval, transfer guards, named_call, device_get
+from cuvmap.api_extras import Array, device_get, ensure_compile_time_eval, named_call, pmap  # noqa: F401
+from cuvmap.linear_maps import linear_transpose  # noqa: F401
+from cuvmap.transfer_guards import (  # noqa: F401
+    TransferGuardError, transfer_guard, transfer_guard_device_to_device, transfer_guard_device_to_host,
+    transfer_guard_host_to_device,
+)
+
 __version__ = "0.1.0"

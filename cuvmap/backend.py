@@ -6,7 +6,7 @@ the GPU is asked for, so importing cuvmap never requires it.
 """
 import numpy as np
 
-from cuvmap import tree
+from cuvmap import transfer_guards, tree
 
 _cupy = None
 _cupy_probed = False
@@ -105,8 +105,11 @@ def device_put(x, device="cpu"):
             )
         if device == "cpu":
             if is_cupy_array(leaf):
+                transfer_guards.check("device_to_host", True, f"device_put of an array of shape {leaf.shape}")
                 return leaf.get()
             return np.asarray(leaf)
+        if not is_cupy_array(leaf):
+            transfer_guards.check("host_to_device", True, f"device_put of an array of shape {np.shape(leaf)}")
         return xp.asarray(leaf)
 
     return tree.map_preserving(put, x)
@@ -129,6 +132,9 @@ def host_operands_on_device(operands):
     device = next((x.device.id for x in operands if is_cupy_array(x)), None)
     if device is None or not any(type(x) is np.ndarray for x in operands):
         return None
+    for x in operands:
+        if type(x) is np.ndarray:  # NOTE [transfer guard levels] in cuvmap/transfer_guards.py
+            transfer_guards.check("host_to_device", False, f"a NumPy operand of shape {x.shape} meets CuPy arrays")
     cp = xp_for("gpu")
     with cp.cuda.Device(device):
         return [cp.asarray(x) if type(x) is np.ndarray else x for x in operands]
@@ -142,6 +148,8 @@ def arguments_on_device(leaves, indices, device):
     with cp.cuda.Device(int(device.split(":")[1])):
         for i in indices:
             if type(leaves[i]) is np.ndarray:
+                transfer_guards.check("host_to_device", False,
+                                     f"a NumPy argument of shape {leaves[i].shape} of a jitted GPU program")
                 leaves[i] = cp.asarray(leaves[i])
     return leaves
 

@@ -8,12 +8,15 @@ argument handling; the machinery is in :mod:`cuvmap.transforms`.
 """
 import collections
 import contextlib
+import functools
+import inspect
 import threading
 import warnings
 
 import numpy as np
 
-from cuvmap import api_util, backend, config, core, tree
+from cuvmap import api_util, config, core, tree
+from cuvmap import backend as backends  # (jit's parameter backend= is JAX's keyword)
 from cuvmap.core import Tracer
 from cuvmap.transforms import executor, ir, staging
 from cuvmap.transforms.call import axis_names_in
@@ -50,7 +53,7 @@ class _Staged:
         self.named = bool(axis_names_in({"program": program}))
 
 
-def make_jaxpr(f, static_argnums=(), static_argnames=()):
+def make_jaxpr(f, static_argnums=(), static_argnames=(), axis_env=None, return_shape=False):
     """The program ``jit`` would stage for ``f``: ``make_jaxpr(f)(*args)`` returns a
     :class:`~cuvmap.transforms.ir.ClosedJaxpr`, which prints in a text form close to
     JAX's, e.g. for ``make_jaxpr(cv.grad(lambda x: cnp.sin(x) * 2.0))(1.0)``::
@@ -61,7 +64,11 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
             ...
           in (e,) }
 
-    (``~`` marks a weakly typed value: a Python scalar argument.)
+    (``~`` marks a weakly typed value: a Python scalar argument.) ``axis_env``: a list of
+    ``(name, size)`` pairs, named axes bound while ``f`` is staged, so that its collectives
+    (``lax.psum(x, "i")``) are staged as equations (JAX's); ``return_shape=True``: returns
+    ``(jaxpr, shapes)``, the results' shapes and dtypes as a pytree of
+    :class:`~cuvmap.core.ShapeDtypeStruct` (JAX's).
     """
     api_util.check_callable(f, "make_jaxpr")
     where = f"make_jaxpr({api_util.fun_name(f)})"
@@ -70,8 +77,11 @@ def make_jaxpr(f, static_argnums=(), static_argnames=()):
     @api_util.with_context(where, f)
     def make(*args, **kwargs):
         _, leaves, paths, avals, rebuild = staging.stage_arguments(f, where, args, kwargs, static_nums, static_names)
-        closed, _ = staging.trace_program(f, where, leaves, paths, avals, rebuild, True)
-        return closed
+        with contextlib.ExitStack() as axes:
+            for name, size in axis_env or ():
+                axes.enter_context(core.extend_axis_env(core.AxisFrame(name, int(size))))
+            closed, out_tree = staging.trace_program(f, where, leaves, paths, avals, rebuild, True)
+        return (closed, _out_info(closed, out_tree)) if return_shape else closed
 
     return make
 
@@ -95,7 +105,8 @@ def eval_shape(f, *args, **kwargs):
     return tree.unflatten(out_tree, outs)
 
 
-def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
+def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=(), *, donate_argnames=(), keep_unused=False,
+        device=None, backend=None, inline=False, compiler_options=None):  # noqa: A002 - JAX's keyword backend=
     """Stages ``f`` into a program on its first call and runs that program afterwards.
 
     The first call with given argument structure, shapes, dtypes, weak types (Python
@@ -113,6 +124,14 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         hashable, and each new value traces again.
       donate_argnums: positional arguments whose buffers the program may overwrite (the
         caller must not use them afterwards).
+      donate_argnames: the same, by parameter name (JAX's; a name may not be static too).
+      device, backend: the device to run on (``"cpu"``, ``"gpu"`` or one of
+        :func:`cuvmap.devices`; ``backend`` names a platform): array arguments elsewhere
+        are put there first (an explicit transfer). None: where the operands are.
+      keep_unused, inline, compiler_options: JAX's options for XLA (keeping unused
+        arguments, inlining into an enclosing ``jit``, XLA compiler flags as a dict),
+        accepted with JAX's signature; they change no value and cuvmap's program is the
+        same with or without them.
     Returns:
       the jitted function; ``.trace_count`` says how many times it has traced,
       ``.kept_pools()`` what its plans keep between calls and ``.kept_programs()`` how
@@ -125,12 +144,24 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     ``cuvmap.numpy.where``). Arrays the function closes over are captured as constants of
     the program when it is traced. Used as ``@jit`` or ``@jit(static_argnums=...)``.
     """
+    options = dict(donate_argnames=donate_argnames, keep_unused=keep_unused, device=device, backend=backend,
+                   inline=inline, compiler_options=compiler_options)
     if f is None:
-        return lambda g: jit(g, static_argnums, static_argnames, donate_argnums)
+        return lambda g: jit(g, static_argnums, static_argnames, donate_argnums, **options)
     api_util.check_callable(f, "jit")
     where = f"jit({api_util.fun_name(f)})"
     static_nums, static_names, donated_nums = api_util.normalize_static(
         f, static_argnums, static_argnames, donate_argnums, where)
+    donated_nums |= _donated_names(f, static_names, donate_argnames, compiler_options, where)
+    put_on = _jit_device(device, backend, where)
+    if put_on is not None:
+        f_on_device = f
+
+        def f(*args, **kwargs):  # the arguments put on the device first, staged or not
+            args, kwargs = _arrays_on(put_on, (args, kwargs))
+            return f_on_device(*args, **kwargs)
+
+        f = functools.wraps(f_on_device)(f)
     programs = _Programs()  # NOTE [what a jitted function keeps]
     cache, fast = programs.by_key, programs.fast  # (reads without the lock: NOTE [jit's fast path])
     flights = _SingleFlight()  # NOTE [one trace per signature]
@@ -149,7 +180,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
                 if programs.last is not entry:
                     programs.used(entry)
                 if entry.host_args:
-                    leaves = backend.arguments_on_device(leaves, entry.host_args, entry.device)
+                    leaves = backends.arguments_on_device(leaves, entry.host_args, entry.device)
                 outs = executor.execute(executor.plan_for(entry.plans, entry.program, entry.donated), leaves)
                 if pools.last is not entry:
                     pools.used(entry)
@@ -163,7 +194,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
         if eager:
             _check_concrete(leaves, paths, f, where)
             if entry.host_args:
-                leaves = backend.arguments_on_device(leaves, entry.host_args, entry.device)
+                leaves = backends.arguments_on_device(leaves, entry.host_args, entry.device)
             outs = executor.execute(executor.plan_for(entry.plans, program, entry.donated), leaves)
             if pools.last is not entry:
                 pools.used(entry)
@@ -232,6 +263,61 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=()):
     return jitted
 
 
+def _donated_names(f, static_names, donate_argnames, compiler_options, where):
+    """The positions of the parameters named in ``donate_argnames`` (JAX's errors for a
+    name that is static too or not a parameter); checks ``compiler_options`` is a dict."""
+    names = (donate_argnames,) if isinstance(donate_argnames, str) else tuple(donate_argnames)
+    if any(not isinstance(n, str) for n in names):
+        raise TypeError(f"{where}: donate_argnames must be a str or a tuple of str, got {donate_argnames!r}")
+    both = sorted(set(names) & set(static_names))
+    if both:
+        raise ValueError(f"{where}: static_argnames and donate_argnames cannot intersect. Argument names "
+                         f"{', '.join(both)} appear in both")
+    if compiler_options is not None and not isinstance(compiler_options, dict):
+        raise TypeError(f"{where}: compiler_options must be a dict, got {type(compiler_options).__name__}")
+    if not names:
+        return set()
+    try:
+        signature = inspect.signature(f)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: Getting the signature of function {f!r} failed. Pass donate_argnums instead of "
+                         "donate_argnames.") from None
+    kinds = {name: p.kind for name, p in signature.parameters.items()}
+    var_keyword = any(k == inspect.Parameter.VAR_KEYWORD for k in kinds.values())
+    for n in names:
+        kind = kinds.get(n)
+        if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL) or (kind is None and not var_keyword):
+            raise ValueError(f"{where}: donate_argnames names {n!r}, which is not a parameter that can be passed by "
+                             f"keyword (the signature is {signature})")
+    params = api_util.param_names(f)
+    return {params.index(n) for n in names if n in params}
+
+
+def _jit_device(device, backend, where):
+    """``"cpu"``, ``"gpu"`` or None from jit's ``device`` and ``backend``."""
+    if device is not None and backend is not None:
+        raise ValueError(f"{where}: can't specify both a device and a backend for jit")
+    chosen = device if device is not None else backend
+    if chosen is None:
+        return None
+    platform = getattr(chosen, "platform", chosen)
+    platform = {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
+    if platform not in ("cpu", "gpu"):
+        raise ValueError(f"{where}: unknown device or backend {chosen!r}; use 'cpu', 'gpu' or one of cuvmap.devices()")
+    return platform
+
+
+def _arrays_on(platform, args):
+    """The NumPy and CuPy array leaves of ``args`` put on ``platform`` (other leaves, such
+    as static strings and Python numbers, as they are)."""
+    def put(leaf):
+        if isinstance(leaf, np.ndarray) or backends.is_cupy_array(leaf):
+            return backends.device_put(leaf, platform)
+        return leaf
+
+    return tree.map_preserving(put, args)
+
+
 def _check_concrete(leaves, paths, f, where):
     """A jitted function runs on arrays: a :class:`~cuvmap.core.ShapeDtypeStruct` argument
     (shapes only) is for its ``.lower``/``.trace``/``.eval_shape`` and :func:`eval_shape`."""
@@ -258,7 +344,9 @@ class Traced:
         self.out_info = _out_info(jaxpr, out_tree)
         self._lower = lower
 
-    def lower(self):
+    def lower(self, *, lowering_platforms=None):
+        """The :class:`Lowered` program (``lowering_platforms``, JAX's choice of XLA targets,
+        is accepted: cuvmap's program is the same for every platform)."""
         return self._lower()
 
 
@@ -280,7 +368,11 @@ class Lowered:
         accepted: cuvmap has one program text)."""
         return str(self.program)
 
-    def compile(self):
+    def compile(self, compiler_options=None):
+        """The :class:`Compiled` function (``compiler_options``, XLA's flags as a dict, are
+        accepted and change nothing)."""
+        if compiler_options is not None and not isinstance(compiler_options, dict):
+            raise TypeError(f"{self._where}: compiler_options must be a dict, got {type(compiler_options).__name__}")
         return Compiled(self)
 
 

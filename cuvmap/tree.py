@@ -13,6 +13,7 @@ formats one (``['w1'][0]``). JAX's ``ravel_pytree`` is
 :func:`cuvmap.flatten_util.ravel_pytree` (it needs primitives, which this module is below).
 """
 import builtins
+import dataclasses
 import functools
 import threading
 
@@ -190,6 +191,55 @@ def register_pytree_node(cls, flatten_fn, unflatten_fn, *, mapped=None, hint=Non
         _HINTS[cls] = hint
     optree.register_pytree_node(cls, flatten_fn, unflatten_fn, namespace=NAMESPACE)
     return cls
+
+
+def register_pytree_node_class(cls):
+    """Registers ``cls`` by its own methods (JAX's ``jax.tree_util.register_pytree_node_class``):
+    ``obj.tree_flatten() -> (children, aux_data)`` and the classmethod
+    ``cls.tree_unflatten(aux_data, children) -> obj``. Returns ``cls``, so it decorates::
+
+        @register_pytree_node_class
+        class Special:
+            def __init__(self, x, y): self.x, self.y = x, y
+            def tree_flatten(self): return (self.x, self.y), None
+            @classmethod
+            def tree_unflatten(cls, aux, children): return cls(*children)
+    """
+    return register_pytree_node(cls, lambda obj: obj.tree_flatten(), cls.tree_unflatten)
+
+
+def register_dataclass(nodetype, data_fields=None, meta_fields=None, drop_fields=()):
+    """Registers a dataclass (JAX's ``jax.tree_util.register_dataclass``): the values of
+    ``data_fields`` are its children (traced, mapped), those of ``meta_fields`` its static
+    aux data (hashable: part of jit's cache key); ``drop_fields`` are neither (they must
+    have defaults). Without ``data_fields`` and ``meta_fields``, a dataclass's fields are
+    split by their metadata: ``dataclasses.field(metadata=dict(static=True))`` is a meta
+    field, the others data fields. Rebuilt with ``nodetype(**fields)``. Returns
+    ``nodetype``, so it decorates."""
+    if data_fields is None and meta_fields is None:
+        if not dataclasses.is_dataclass(nodetype):
+            raise TypeError(f"register_dataclass: {nodetype.__name__} is not a dataclass; give data_fields and "
+                            "meta_fields")
+        fields = [f for f in dataclasses.fields(nodetype) if f.init and f.name not in drop_fields]
+        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
+        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+    elif data_fields is None or meta_fields is None:
+        raise TypeError("register_dataclass: give both data_fields and meta_fields, or neither (for a dataclass)")
+    data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
+    if dataclasses.is_dataclass(nodetype):
+        init = {f.name for f in dataclasses.fields(nodetype) if f.init}
+        missing = init - set(data_fields) - set(meta_fields) - set(drop_fields)
+        if missing:
+            raise ValueError(f"register_dataclass: data_fields, meta_fields and drop_fields of {nodetype.__name__} "
+                             f"must name every init field; missing: {sorted(missing)}")
+
+    def flatten(obj):
+        return [getattr(obj, n) for n in data_fields], tuple(getattr(obj, n) for n in meta_fields)
+
+    def unflatten(meta, children):
+        return nodetype(**dict(zip(data_fields, children)), **dict(zip(meta_fields, meta)))
+
+    return register_pytree_node(nodetype, flatten, unflatten)
 
 
 def keystr(path):

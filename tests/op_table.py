@@ -47,6 +47,7 @@ from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import sorting as lax_sorting
 from cuvmap.lax import fourier as lax_fourier  # issue 33
+from cuvmap.lax import barriers as lax_barriers  # issue 32 (apisurf)
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -284,7 +285,7 @@ def _rows_elementwise():
         prim_row("mul_pyint", p.mul_p, {}, lax.mul, lambda x, s: x * s, [A(3, 4), S(3)], dtypes=NUMERIC + (I32,)),
         prim_row("sub", p.sub_p, {}, lax.sub, lambda x, y: x - y, [A(3, 4), A(4)], dtypes=NUMERIC),
         prim_row("sub_pyscalar_left", p.sub_p, {}, lax.sub, lambda s, x: s - x, [S(1.5), A(3, 4)], dtypes=NUMERIC),
-        prim_row("div_pyscalar_left", p.div_p, {}, lax.div, lambda s, x: s / x,
+        prim_row("div_pyscalar_left", p.div_p, {}, p.div, lambda s, x: s / x,
                  [S(1.0), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
         prim_row("pow_pyscalar_base", p.pow_p, {}, lax.pow, lambda s, y: s ** y, [S(2.0), A(3, 4)]),
         prim_row("max_pyscalar", p.max_p, {}, lax.max, np.maximum, [A(3, 4, domain="grid_half"), S(0.0)],
@@ -297,7 +298,7 @@ def _rows_elementwise():
         prim_row("mul", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(3, 4), A(3, 4)], dtypes=NUMERIC),
         prim_row("mul_bcast", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(3, 1), A(1, 4)]),
         prim_row("mul_scalar_operand", p.mul_p, {}, lax.mul, lambda x, y: x * y, [A(), A(3, 4)]),
-        prim_row("div", p.div_p, {}, lax.div, lambda x, y: x / y,
+        prim_row("div", p.div_p, {}, p.div, lambda x, y: x / y,
                  [A(3, 4), A(3, 4, domain="nonzero")], dtypes=NUMERIC),
         prim_row("floor_divide", p.floor_divide_p, {}, lax.floor_divide, lambda x, y: x // y,
                  [A(3, 4, domain="grid_half"), A(3, 4, domain="divisor")], dtypes=NUMERIC + (I32,)),
@@ -1615,6 +1616,14 @@ def _rows_linalg_eig():
     ]
 
 
+def _rows_api_surface():
+    """issue 32 (apisurf): optimization_barrier, the identity behind a barrier equation."""
+    return [
+        prim_row("optimization_barrier", lax_barriers.optimization_barrier_p, {},
+                 lax.optimization_barrier, lambda x: x, [A(3, 4)], dtypes=NUMERIC),
+    ]
+
+
 PRIMITIVE_ROWS = (
     _rows_elementwise() + _rows_indexing() + _rows_linalg() + _rows_reduction() + _rows_shape() + _conv_rows()
     + _pooling_rows() + _rows_cumulative_sorting()
@@ -1623,6 +1632,7 @@ PRIMITIVE_ROWS = (
     + _rows_jax_elementwise()
     + _rows_linalg_solvers()
     + _rows_linalg_eig()
+    + _rows_api_surface()
 )
 
 

@@ -158,6 +158,12 @@ class Primitive:
     def __repr__(self):
         return f"{self.name}_p"
 
+    def def_impl(self, impl):
+        """Sets ``impl`` (JAX's ``Primitive.def_impl``) and returns it. Eager ``bind``
+        calls it; a staged program calls the impl it was planned with."""
+        self.impl = impl
+        return impl
+
     def check(self, *operands, **params):
         """Runs the shape rule on the operands' avals: impls whose kernels would fail deep
         inside NumPy call it first, so bad input fails with the rule's message."""

@@ -63,6 +63,23 @@ from cuvmap.lax.linalg_schur import schur  # noqa: F401
 from cuvmap.lax.linalg_tridiagonal import tridiagonal_solve  # noqa: F401
 from cuvmap.lax.linalg_householder import hessenberg, householder_product, tridiagonal  # noqa: F401
 from cuvmap.lax.fourier import FftType, fft  # noqa: F401  (issues 32, 33: JAX's lax.fft)
+# issue 32 (apisurf): JAX's primitive names (<name>_p), optimization_barrier, and lax names composed of
+# primitives; div (JAX's: integers rounded toward zero) replaces elementwise's true division as lax.div
+from cuvmap.lax.jax_primitives import (  # noqa: F401
+    abs_p, acos_p, acosh_p, add_p, and_p, asin_p, asinh_p, atan2_p, atan_p, atanh_p, bessel_i0e_p, bessel_i1e_p,
+    bitcast_convert_type_p, broadcast_in_dim_p, cbrt_p, ceil_p, clamp_p, complex_p, concatenate_p, cond_p, conj_p,
+    convert_element_type_p, cos_p, cosh_p, cumprod_p, cumsum_p, digamma_p, dot_general_p, eq_p, erf_inv_p, erf_p,
+    erfc_p, exp2_p, exp_p, expm1_p, floor_p, ge_p, gt_p, igamma_grad_a_p, igamma_p, igammac_p, imag_p,
+    integer_pow_p, is_finite_p, le_p, lgamma_p, log1p_p, log_p, logistic_p, lt_p, max_p, min_p, mul_p, ne_p, neg_p,
+    nextafter_p, not_p, or_p, polygamma_p, population_count_p, pow_p, real_p, reduce_max_p, reduce_min_p,
+    reduce_precision_p, reduce_sum_p, reshape_p, rsqrt_p, scan_p, select_n_p, shift_left_p, shift_right_arithmetic_p,
+    shift_right_logical_p, sign_p, sin_p, sinh_p, sqrt_p, square_p, squeeze_p, sub_p, tan_p, tanh_p, transpose_p,
+    while_p, xor_p,
+)
+from cuvmap.lax.barriers import optimization_barrier, optimization_barrier_p  # noqa: F401
+from cuvmap.lax.jax_extras import (  # noqa: F401
+    axis_size, broadcast_shapes, div, empty, full_like, iota, rem, stack, unstack,
+)
 
 from cuvmap.lax.jax_shape_extras import broadcast_shapes, split, tile  # noqa: F401  (issue 32, npmanip)
 

@@ -19,7 +19,8 @@ values:
 - ``axis_index("i")_m = m`` (int32).
 
 Each takes one axis name or a tuple of names (the product axis, the first name major;
-``ppermute`` and ``all_to_all`` take one). Under ``vmap`` the transform that binds the
+``ppermute`` takes one; ``all_to_all`` over several is composed of one exchange per
+name: NOTE [all_to_all over several names]). Under ``vmap`` the transform that binds the
 name processes the collective even when the operand is not one of its values (``psum``
 of an unbatched ``x`` is ``n · x``): the batching rules reduce, stack or gather along the
 batch dim, so a collective costs one batched primitive. Across processes the eval impl
@@ -43,6 +44,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing
 from cuvmap.lax import reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax.all_to_all_names import all_to_all_over_names
 from cuvmap.lax.collective_operands import map_operands
 from cuvmap.lax.process_axes import (CollectivePrimitive, ProcessAxis, across_processes, axis_size,  # noqa: F401
                                      communicator_of, resolve_names)
@@ -508,7 +510,10 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
 
         vmap(lambda x: all_to_all(x, "i", 0, 0), axis_name="i")(xs)   # xs.swapaxes(0, 1)
     """
-    (name,) = resolve_names(axis_name, "all_to_all", single=True)
+    names = resolve_names(axis_name, "all_to_all")
+    if len(names) > 1:  # NOTE [all_to_all over several names]
+        return all_to_all_over_names(all_to_all, x, names, split_axis, concat_axis, tiled)
+    (name,) = names
     n = axis_size(name)
 
     def one(leaf):

@@ -429,6 +429,8 @@ def _init_custom(obj, fun, nondiff_argnums, kind, nondiff_argnames=()):
                                 f"a positional parameter of the function ({', '.join(positional)})")
         nums = tuple(sorted(set(nums) | {positional.index(name) for name in names}))
     functools.update_wrapper(obj, fun)
+    if "__name__" not in vars(obj):  # a functools.partial has no __name__: the function it wraps names it
+        obj.__name__ = api_util.fun_name(fun)
     obj.fun = fun
     obj.nondiff_argnums = nums
     obj.kind = kind
@@ -439,8 +441,8 @@ def _resolve_args(obj, args, kwargs):
     the rules take positional tuples."""
     sig = obj.__dict__.get("_signature", False)
     if sig is False:
-        try:
-            sig = inspect.signature(obj.fun)
+        try:  # a functools.partial's signature is opaque, as in JAX: its keywords stay its own
+            sig = None if isinstance(obj.fun, functools.partial) else inspect.signature(obj.fun)
         except (TypeError, ValueError):
             sig = None
         obj._signature = sig

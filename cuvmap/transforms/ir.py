@@ -103,6 +103,16 @@ class JaxprEqn:
         self.params = params
         self.name_stack = name_stack
 
+    @property
+    def invars(self):
+        """JAX's name of ``inputs``: the variables and :class:`Literal` s it reads."""
+        return self.inputs
+
+    @property
+    def outvars(self):
+        """JAX's name of ``outs``: the variables it defines."""
+        return self.outs
+
 
 class Jaxpr:
     __slots__ = ("constvars", "invars", "eqns", "outvars")
@@ -114,6 +124,11 @@ class Jaxpr:
         self.outvars = list(outvars)
 
     def __str__(self):
+        return pp_jaxpr(self)
+
+    def pretty_print(self, *, use_color=False, **options):
+        """The text form (JAX's ``Jaxpr.pretty_print``; ``use_color`` and JAX's other
+        printing options are accepted and change nothing: the text is never colored)."""
         return pp_jaxpr(self)
 
 
@@ -137,6 +152,33 @@ class ClosedJaxpr:
     @property
     def out_avals(self):
         return [v.aval for v in self.jaxpr.outvars]
+
+    # JAX's ClosedJaxpr reads these through to its jaxpr
+    @property
+    def eqns(self):
+        return self.jaxpr.eqns
+
+    @property
+    def constvars(self):
+        return self.jaxpr.constvars
+
+    @property
+    def invars(self):
+        return self.jaxpr.invars
+
+    @property
+    def outvars(self):
+        return self.jaxpr.outvars
+
+    @property
+    def literals(self):
+        """JAX's name of ``consts``: the values of the constvars."""
+        return self.consts
+
+    def pretty_print(self, *, use_color=False, **options):
+        """The text form (JAX's ``ClosedJaxpr.pretty_print``; ``use_color`` and JAX's other
+        printing options are accepted and change nothing)."""
+        return pp_jaxpr(self.jaxpr)
 
     def __str__(self):
         return pp_jaxpr(self.jaxpr)
