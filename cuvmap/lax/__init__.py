@@ -81,7 +81,7 @@ from cuvmap.lax.jax_extras import (  # noqa: F401
     axis_size, broadcast_shapes, div, empty, full_like, iota, rem, stack, unstack,
 )
 
-from cuvmap.lax.jax_shape_extras import broadcast_shapes, split, tile  # noqa: F401  (issue 32, npmanip)
+from cuvmap.lax.jax_shape_extras import split, tile  # noqa: F401  (issue 32, npmanip)
 
 def all_primitives():
     """Every primitive that cuvmap's families define, in the order they were made: every
@@ -94,5 +94,3 @@ def all_primitives():
     return [p for p in core.registered_primitives() if p.module is not None and p.module.startswith(package)]
 
 
-# issue 32 (JAX code runs unchanged): jax.lax.broadcast_shapes
-from cuvmap.lax.elementwise.common import broadcast_shapes  # noqa: F401, E402

@@ -52,21 +52,17 @@ def _canonical_shape(shape, where):
 def broadcast_shapes(*shapes):
     """The shape NumPy's broadcasting gives operands of ``shapes`` (JAX's
     ``jax.lax.broadcast_shapes``): shapes are aligned at their last dims, and each dim of
-    the result is the one dim that is not 1 (or 1). Python ints; a TypeError for a negative
-    or non-integer dim, a ValueError for shapes that do not broadcast."""
+    the result is the one dim that is not 1 (or 1). Python ints; JAX's TypeError for a
+    negative or non-integer dim, a :class:`~cuvmap.core.ShapeError` (a ValueError) naming
+    the shapes when they do not broadcast. The broadcasting itself is the elementwise shape
+    rule's (``cuvmap.lax.elementwise.common.broadcast_shapes``)."""
     shapes = [_canonical_shape(s, "broadcast_shapes") for s in shapes]
-    if not shapes:
-        return ()
-    rank = max(len(s) for s in shapes)
-    padded = [(1,) * (rank - len(s)) + s for s in shapes]
-    out = []
-    for i, dims in enumerate(zip(*padded)):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            raise ValueError(f"broadcast_shapes: Incompatible shapes for broadcasting: {tuple(shapes)} "
-                             f"(dim {i} of the aligned shapes has sizes {sorted(sizes)})")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
+    try:
+        return ew.broadcast_shapes(*shapes)
+    except core.ShapeError as e:
+        raise core.ShapeError(f"broadcast_shapes: Incompatible shapes for broadcasting: {e}") from None
+
+
 
 
 def axis_size(axis_name):

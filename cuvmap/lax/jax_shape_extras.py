@@ -1,4 +1,4 @@
-"""JAX's ``lax.split``, ``lax.tile`` and ``lax.broadcast_shapes``: ``split`` and ``tile``
+"""JAX's ``lax.split`` and ``lax.tile``: ``split`` and ``tile``
 are composites of ``slice`` and of ``broadcast_in_dim`` with ``reshape``, so they
 differentiate, batch and stage as those do (JAX makes ``split`` a primitive of its own;
 its rules here are those of the slices)."""
@@ -10,11 +10,6 @@ from cuvmap.lax import indexing, shape
 from cuvmap.lax.elementwise import common as elementwise_common
 
 
-def broadcast_shapes(*shapes):
-    """``jax.lax.broadcast_shapes``: the shape that arrays of the tuples ``shapes``
-    broadcast to, NumPy's rule (a :class:`ShapeError`, a ``ValueError``, when they do not
-    broadcast)."""
-    return tuple(int(d) for d in elementwise_common.broadcast_shapes(*(tuple(s) for s in shapes)))
 
 
 def split(operand, sizes, axis=0):

@@ -77,7 +77,7 @@ from cuvmap.numpy._index_helpers import (  # noqa: F401
 from cuvmap.numpy._creation import empty, empty_like, identity  # noqa: F401
 # issue 32 (npmanip): array manipulation, indexing and window functions
 from cuvmap.numpy._manipulation import (  # noqa: F401
-    rot90, rollaxis, apply_over_axes, block, broadcast_shapes, unstack, vsplit, hsplit, dsplit, diagflat, resize, ix_,
+    rot90, rollaxis, apply_over_axes, block, unstack, vsplit, hsplit, dsplit, diagflat, resize, ix_,
     trim_zeros, insert, s_, index_exp,
 )
 from cuvmap.numpy._selecting import select, choose, piecewise, partition, argpartition  # noqa: F401

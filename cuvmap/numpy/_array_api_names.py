@@ -1,14 +1,18 @@
 """The array-API names of ``jax.numpy``: the aliases ``asin``, ``acos``, ``atan``,
 ``atan2``, ``asinh``, ``acosh``, ``atanh``, ``pow``, ``concat``, and ``permute_dims``,
 ``matrix_transpose``, ``copy``, the products ``vecdot``, ``matvec``, ``vecmat``, and
-``float0`` (``jax.dtypes.float0``, the dtype of integer inputs' cotangents). Composites
+``float0`` (``jax.dtypes.float0``, the dtype of integer inputs' cotangents) and
+``broadcast_shapes``. Composites
 of :mod:`cuvmap.lax` primitives."""
+
+import numpy as np
 
 from cuvmap import core
 from cuvmap.core import ShapeError
 from cuvmap.dtypes import float0  # noqa: F401 - re-exported (jax.dtypes.float0)
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax.jax_extras import broadcast_shapes as _lax_broadcast_shapes
 from cuvmap.numpy import linalg
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import array, asarray
@@ -107,5 +111,5 @@ def vecmat(x1, x2, /):
 def broadcast_shapes(*shapes):
     """``jnp.broadcast_shapes``: the shape that ``shapes`` broadcast to (an int is a 1-d
     shape), as Python ints; a :class:`~cuvmap.core.ShapeError` (a ValueError) when they do
-    not broadcast. The same as :func:`cuvmap.lax.broadcast_shapes`."""
-    return ew.broadcast_shapes(*shapes)
+    not broadcast. :func:`cuvmap.lax.broadcast_shapes` with an int read as a 1-d shape."""
+    return _lax_broadcast_shapes(*(s if np.iterable(s) else (s,) for s in shapes))

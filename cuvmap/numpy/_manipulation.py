@@ -1,5 +1,5 @@
 """Rearranging arrays, as ``jax.numpy`` names them: ``rot90``, ``rollaxis``,
-``apply_over_axes``, ``block``, ``broadcast_shapes``, ``diagflat``, ``resize``,
+``apply_over_axes``, ``block``, ``diagflat``, ``resize``,
 ``unstack``, ``vsplit``, ``hsplit``, ``dsplit``, ``ix_``, ``trim_zeros``, ``insert`` and
 the index tricks ``s_`` and ``index_exp``. Each result is a composite of ``transpose``,
 ``slice``, ``reshape``, ``broadcast_in_dim``, ``concatenate``, ``select`` and ``take``
@@ -139,16 +139,6 @@ def block(arrays):
     return _block(arrays)[0]
 
 
-def broadcast_shapes(*shapes):
-    """``jnp.broadcast_shapes``: the shape that arrays of ``shapes`` broadcast to (an int
-    is a 1-d shape); a ``ValueError`` names the shapes that do not broadcast."""
-    if not shapes:
-        return ()
-    shapes = [(int(s),) if np.ndim(s) == 0 else tuple(int(d) for d in s) for s in shapes]
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ValueError(f"broadcast_shapes: incompatible shapes for broadcasting: {tuple(shapes)}") from None
 
 
 def unstack(x, /, *, axis=0):

@@ -46,7 +46,7 @@ def test_broadcast_shapes():
     assert cnp.broadcast_shapes((2, 1), (3,), ()) == np.broadcast_shapes((2, 1), (3,), ()) == (2, 3)
     assert cnp.broadcast_shapes(3, (1,)) == (3,) and cnp.broadcast_shapes() == ()
     assert lax.broadcast_shapes((1, 4), (3, 1)) == (3, 4)
-    with pytest.raises(ValueError, match="incompatible shapes"):
+    with pytest.raises(ValueError, match="Incompatible shapes"):
         cnp.broadcast_shapes((3, 4), (0,))
     with pytest.raises(ValueError, match=r"\(3, 4\), \(0,\) do not broadcast"):
         lax.broadcast_shapes((3, 4), (0,))
