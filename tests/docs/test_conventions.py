@@ -3,6 +3,7 @@
 measures them rather than logs of timings, functorch's file is named by its name; and the
 shape of cuvmap/: its import graph (no cycle but the transforms <-> lax rule helpers', the
 floors kept), function-local imports that say why, no module over 700 lines."""
+import functools
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 
 
+@functools.cache
 def _sources():
     try:
         out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -104,6 +106,7 @@ RULE_HELPERS = {"cuvmap.transforms.batching", "cuvmap.transforms.jvp", "cuvmap.t
                 "cuvmap.transforms.custom_batching_rules"}
 
 
+@functools.cache
 def _cuvmap_modules():
     """``{dotted name: path}`` of every module of cuvmap/ (a package by its ``__init__.py``)."""
     base = os.path.join(ROOT, "cuvmap")
@@ -119,6 +122,7 @@ def _cuvmap_modules():
     return modules
 
 
+@functools.cache
 def _import_graph():
     """``{module: [(imported module, line, local)]}`` over cuvmap/'s modules: every
     ``import``/``from ... import`` statement that names a module of cuvmap (``from P

@@ -138,6 +138,7 @@ def test_ensemble_in_float64_matches_one_by_one_to_rounding(capsys):
     assert "max |vmapped - one by one| in float64: first step's gradients" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_resnet_per_example_dropout_grads_equal_a_loop(capsys):
     acc, worst = load("resnet_per_example").main(["--device", "cpu", "--steps", "3", "--batch", "4", "--width", "4",
                                                   "--progress", "off"])

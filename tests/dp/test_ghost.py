@@ -241,8 +241,13 @@ def _assert_matches(got, want, rtol=RTOL, atol_scale=1e-12):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol_scale * scale)
 
 
-@pytest.mark.parametrize("method", ["ghost", "per_example", "auto"])
-@pytest.mark.parametrize("name", list(NETWORKS))
+# -m "not slow": the ghost path on every network, the per-example and auto paths on the
+# first; the full suite every network on every path.
+@pytest.mark.parametrize("name,method", [
+    pytest.param(name, method, id=f"{name}-{method}",
+                 marks=() if method == "ghost" or name == next(iter(NETWORKS)) else (pytest.mark.slow,))
+    for name in NETWORKS for method in ("ghost", "per_example", "auto")
+])
 def test_matches_the_vmap_grad_path(name, method):
     rng = np.random.default_rng(sum(map(ord, name)))
     params, loss, make_batch = NETWORKS[name](rng)

@@ -11,6 +11,7 @@ The impl and batching tests run on the im2col kernels (float64 and float32) and 
 oneDNN's (float32; oneDNN has no float64): see the ``cpu_kernels`` and ``batch_kernels``
 fixtures. tests/cpu/test_onednn.py has the binding's own tests.
 """
+import functools
 import importlib
 import itertools
 import warnings
@@ -88,24 +89,32 @@ def _assert_close_to_reference(got, want, dtype):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
 
 
+@functools.cache
+def _forward_case(i):
+    """CONFIGS[i]'s operands and its naive loops' outputs (with and without the bias),
+    computed once for the six kernel settings."""
+    x, w, b, params = make_operands(CONFIGS[i], np.random.default_rng(0))
+    return x, w, b, params, reference_conv(x, w, b, params), reference_conv(x, w, None, params)
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
 def test_conv_impl_matches_naive_loops(cfg, cpu_kernels):
+    x, w, b, params, want, want_no_bias = _forward_case(CONFIGS.index(cfg))
     for dtype in _kernel_dtypes(cpu_kernels):
-        rng = np.random.default_rng(0)
-        x, w, b, params = make_operands(cfg, rng)
         xd, wd, bd = (a.astype(dtype) for a in (x, w, b))
-        _assert_close_to_reference(lax.conv(xd, wd, bd, **params), reference_conv(x, w, b, params), dtype)
-        _assert_close_to_reference(lax.conv(xd, wd, **params), reference_conv(x, w, None, params), dtype)
+        _assert_close_to_reference(lax.conv(xd, wd, bd, **params), want, dtype)
+        _assert_close_to_reference(lax.conv(xd, wd, **params), want_no_bias, dtype)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
-def test_backward_impls_match_naive_loops(cfg, cpu_kernels):
-    """Both backward primitives against loops: for a regular conv the weight gradient is
-    ``naive_backward_weight`` and the input gradient is the naive transposed conv; for a
-    transposed conv the input gradient is the naive regular conv and the weight gradient is
-    ``naive_backward_weight`` with the roles of input and grad_output swapped."""
+@functools.cache
+def _backward_case(i):
+    """CONFIGS[i]'s operands, a cotangent and the naive loops' input and weight gradients:
+    for a regular conv the weight gradient is ``naive_backward_weight`` and the input
+    gradient is the naive transposed conv; for a transposed conv the input gradient is the
+    naive regular conv and the weight gradient is ``naive_backward_weight`` with the roles
+    of input and grad_output swapped. Computed once for the six kernel settings."""
     rng = np.random.default_rng(1)
-    x, w, _, params = make_operands(cfg, rng)
+    x, w, _, params = make_operands(CONFIGS[i], rng)
     out = reference_conv(x, w, None, params)
     g = rng.standard_normal(out.shape)
     p = params
@@ -119,6 +128,13 @@ def test_backward_impls_match_naive_loops(cfg, cpu_kernels):
                    for s, k, st, pp, d in zip(x.shape[2:], w.shape[2:], p["stride"], p["padding"], p["dilation"]))
         want_gx = naive_conv_transpose(g, w, p["stride"], p["padding"], p["dilation"], op, p["groups"])
         want_gw = naive_backward_weight(g, x, w.shape, p["stride"], p["padding"], p["dilation"], p["groups"])
+    return x, w, g, params, want_gx, want_gw
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
+def test_backward_impls_match_naive_loops(cfg, cpu_kernels):
+    """Both backward primitives against loops (``_backward_case``)."""
+    x, w, g, params, want_gx, want_gw = _backward_case(CONFIGS.index(cfg))
     for dtype in _kernel_dtypes(cpu_kernels):
         gd, wd, xd = (a.astype(dtype) for a in (g, w, x))
         _assert_close_to_reference(lax.conv_backward_input(gd, wd, x.shape, **params), want_gx, dtype)
@@ -167,6 +183,15 @@ def batch_kernels(request, monkeypatch):
     return np.float64, dict(atol=1e-10, rtol=1e-10)
 
 
+# -m "not slow": every configuration at batch size 3, the empty batch and batch size 1 on
+# the first; the full suite every configuration at every size.
+SIZED_BATCH_CASES = [
+    pytest.param(cfg, size, id=f"{cfg_id}-{size}",
+                 marks=() if size == 3 or cfg is BATCH_CONFIGS[0] else (pytest.mark.slow,))
+    for cfg, cfg_id in zip(BATCH_CONFIGS, BATCH_IDS) for size in (0, 1, 3)
+]
+
+
 # Case of functorch's file -> the in_axes combinations of the tests below that exercise it:
 #   conv: lhs only (x, None), rhs only groups==1 / groups>1 regular and transposed (None, w),
 #         both (x, w), bias batched or beside a batched weight (3rd axis not None / w batched)
@@ -176,8 +201,7 @@ def batch_kernels(request, monkeypatch):
 #   conv_backward_weight: grad_output and input (per-example gradients), grad_output only,
 #         input only, each with groups 1 and 2, regular and transposed
 #   all three batched (model ensembling): test_model_ensembling_all_three_batched
-@pytest.mark.parametrize("size", [0, 1, 3])
-@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+@pytest.mark.parametrize("cfg,size", SIZED_BATCH_CASES)
 def test_conv_batching_all_cases(cfg, size, batch_kernels):
     rng = np.random.default_rng(3)
     x, w, b, params = make_operands(cfg, rng, batch_kernels[0])
@@ -198,8 +222,7 @@ def test_conv_batching_all_cases(cfg, size, batch_kernels):
         check_batching(lambda x, w: lax.conv(x, w, **params), args, in_axes=(ax_x, ax_w), **batch_kernels[1])
 
 
-@pytest.mark.parametrize("size", [0, 1, 3])
-@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+@pytest.mark.parametrize("cfg,size", SIZED_BATCH_CASES)
 def test_conv_backward_input_batching_all_cases(cfg, size, batch_kernels):
     rng = np.random.default_rng(4)
     x, w, _, params = make_operands(cfg, rng, batch_kernels[0])
@@ -215,8 +238,7 @@ def test_conv_backward_input_batching_all_cases(cfg, size, batch_kernels):
         check_batching(f, args, in_axes=(ax_g, ax_w), **batch_kernels[1])
 
 
-@pytest.mark.parametrize("size", [0, 1, 3])
-@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+@pytest.mark.parametrize("cfg,size", SIZED_BATCH_CASES)
 def test_conv_backward_weight_batching_all_cases(cfg, size, batch_kernels):
     rng = np.random.default_rng(5)
     x, w, _, params = make_operands(cfg, rng, batch_kernels[0])

@@ -45,7 +45,8 @@ def _assert_quasi_triangular(t, real):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (4, 4), (3, 15, 15), (100, 100)])
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (4, 4), (3, 15, 15),
+                                   pytest.param((100, 100), marks=pytest.mark.slow)])
 def test_schur_reconstructs_with_a_unitary_z_and_a_triangular_t(shape, dtype):
     a = _matrix(np.random.default_rng(0), shape, dtype)
     t, z = lax_linalg.schur(a)
