@@ -1152,6 +1152,7 @@ def _rows_bits():
 from cuvmap.lax import slicing_gather as lax_gather  # noqa: E402 - this block's own imports
 from cuvmap.lax import slicing_scatter as lax_scatter  # noqa: E402
 from slicing_references import gather_reference, scatter_reference  # noqa: E402
+from linalg_references import tridiagonal_matrix as _tridiagonal_matrix  # noqa: E402
 
 _GDN = lax.GatherDimensionNumbers
 _SDN = lax.ScatterDimensionNumbers
@@ -1552,16 +1553,6 @@ def _schur_reconstruction(x):
     t, z = lax_schur.schur(x)
     zt = cnp.swapaxes(z, -1, -2)
     return cnp.concatenate([z @ t @ zt, z @ zt], axis=-1)
-
-
-def _tridiagonal_matrix(dl, d, du):
-    m = d.shape[-1]
-    out = np.zeros(d.shape + (m,), dtype=d.dtype)
-    i = np.arange(m)
-    out[..., i, i] = d
-    out[..., i[1:], i[:-1]] = dl[..., 1:]
-    out[..., i[:-1], i[1:]] = du[..., :-1]
-    return out
 
 
 def _hessenberg_reconstruction(x):

@@ -12,19 +12,13 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.numpy._common import _axis, ndim, shape
 from cuvmap.numpy._creation import asarray
+from cuvmap.numpy._creation import promote_inexact as _inexact
 from cuvmap.numpy._elementwise import astype, logical_and, where
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import concatenate, moveaxis, reshape
 from cuvmap.numpy._stacking import diff
 
 
-def _inexact(*xs):
-    """The operands in their promoted dtype, integers and booleans as float64."""
-    xs = [asarray(x) for x in xs]
-    dtype = np.result_type(*[core.dtype_of(x) for x in xs])
-    if dtype.kind not in "fc":
-        dtype = np.dtype(np.float64)
-    return [astype(x, dtype) for x in xs]
 
 
 def _slice(x, start, stop, axis):

@@ -9,18 +9,13 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._complex import conj, imag, real
 from cuvmap.numpy._creation import asarray, full
+from cuvmap.numpy._creation import promote_inexact as _inexact
 from cuvmap.numpy._elementwise import astype, clip
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import concatenate, diagonal, reshape, squeeze, transpose
 
 
-def _inexact(*xs):
-    xs = [asarray(x) for x in xs]
-    dtype = np.result_type(*[core.dtype_of(x) for x in xs])
-    if dtype.kind not in "fc":
-        dtype = np.dtype(np.float64)
-    return [astype(x, dtype) for x in xs]
 
 
 def _check_dtype(name, dtype):

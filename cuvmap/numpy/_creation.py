@@ -182,3 +182,14 @@ def diagonal_band(N, M, k, dtype, ew_eq):  # noqa: N803 - jax.numpy's names
 def identity(n, dtype=None, like=None):
     """``jnp.identity``: the ``n × n`` identity matrix."""
     return eye(n, dtype=dtype, like=like)
+
+
+def promote_inexact(*xs):
+    """The operands as arrays in their promoted dtype, integers and booleans as float64
+    (JAX's ``promote_dtypes_inexact`` with 64-bit types): what the composites that compute
+    in floating point (calculus, covariances, polynomials) take their operands as."""
+    xs = [asarray(x) for x in xs]
+    dtype = np.result_type(*[core.dtype_of(x) for x in xs])
+    if dtype.kind not in "fc":
+        dtype = np.dtype(np.float64)
+    return [astype(x, dtype) for x in xs]

@@ -21,6 +21,7 @@ from cuvmap.numpy import linalg
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._complex import conj
 from cuvmap.numpy._creation import asarray, ones, zeros
+from cuvmap.numpy._creation import promote_inexact as _inexact
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._polynomials import convolve
 from cuvmap.numpy._products import matmul
@@ -28,14 +29,6 @@ from cuvmap.numpy._reductions import cumprod, sum
 from cuvmap.numpy._shapes import broadcast_to, concatenate, flip, reshape
 
 
-def _inexact(*xs):
-    """The operands in their promoted dtype, integers and booleans as float64 (JAX's
-    ``promote_dtypes_inexact`` with 64-bit types)."""
-    xs = [asarray(x) for x in xs]
-    dtype = np.result_type(*[core.dtype_of(x) for x in xs])
-    if dtype.kind not in "fc":
-        dtype = np.dtype(np.float64)
-    return [astype(x, dtype) for x in xs]
 
 
 def _promoted(*xs):

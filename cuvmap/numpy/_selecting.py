@@ -144,6 +144,19 @@ def _kth(a, kth, axis, name):
             raise ShapeError(f"{name}: kth={k} is out of bounds for axis {axis} of size {n} (shape {shape(a)})")
 
 
+def _partition_operand(a, kth, axis, name):
+    """``a`` as an array and ``axis`` normalised, after JAX's refusals: no complex arrays,
+    at least 1 dim, ``kth`` an index into the axis."""
+    a = _operand(a)
+    if core.dtype_of(a).kind == "c":
+        raise NotImplementedError(f"{name}: complex arrays are not supported (as in JAX)")
+    if ndim(a) == 0:
+        raise ShapeError(f"{name}: the array must have at least 1 dim, got a 0-d array")
+    axis = _axis(a, axis, name)
+    _kth(a, kth, axis, name)
+    return a, axis
+
+
 def partition(a, kth, axis=-1):
     """``jnp.partition``: a copy of ``a`` in which, along ``axis``, the entry at ``kth``
     (an int, or NumPy's sequence of ints; negatives count from the end) is the one a sort
@@ -151,13 +164,7 @@ def partition(a, kth, axis=-1):
     sorts the whole axis (a valid partition for every ``kth``; NaNs last, as in NumPy);
     the order within each side is unspecified in NumPy and JAX alike. Differentiable as
     ``sort``."""
-    a = _operand(a)
-    if core.dtype_of(a).kind == "c":
-        raise NotImplementedError("partition: complex arrays are not supported (as in JAX)")
-    if ndim(a) == 0:
-        raise ShapeError("partition: the array must have at least 1 dim, got a 0-d array")
-    axis = _axis(a, axis, "partition")
-    _kth(a, kth, axis, "partition")
+    a, axis = _partition_operand(a, kth, axis, "partition")
     return sort(a, axis)
 
 
@@ -166,12 +173,6 @@ def argpartition(a, kth, axis=-1):
     (``take_along_axis(a, argpartition(a, kth, axis), axis)`` is a partition at ``kth``);
     cuvmap returns the stable ``argsort`` along ``axis``, a valid answer for every
     ``kth``."""
-    a = _operand(a)
-    if core.dtype_of(a).kind == "c":
-        raise NotImplementedError("argpartition: complex arrays are not supported (as in JAX)")
-    if ndim(a) == 0:
-        raise ShapeError("argpartition: the array must have at least 1 dim, got a 0-d array")
-    axis = _axis(a, axis, "argpartition")
-    _kth(a, kth, axis, "argpartition")
+    a, axis = _partition_operand(a, kth, axis, "argpartition")
     return argsort(a, axis)
 

@@ -12,18 +12,9 @@ from cuvmap.core import ShapeError
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.test_util import check_grads
 
-DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-
-
-def _matrix(rng, shape, dtype):
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
-
-
-def _adjoint(x):
-    return np.conj(np.swapaxes(x, -1, -2))
+from linalg_references import LINALG_DTYPES as DTYPES
+from linalg_references import adjoint as _adjoint
+from linalg_references import random_matrix as _matrix
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

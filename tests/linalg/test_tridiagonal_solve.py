@@ -10,18 +10,9 @@ import cuvmap as cv
 from cuvmap.core import ShapeError
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.test_util import check_grads
+from linalg_references import tridiagonal_matrix as _dense
 
 solve = lax_linalg.tridiagonal_solve
-
-
-def _dense(dl, d, du):
-    m = d.shape[-1]
-    out = np.zeros(d.shape + (m,), dtype=d.dtype)
-    i = np.arange(m)
-    out[..., i, i] = d
-    out[..., i[1:], i[:-1]] = dl[..., 1:]
-    out[..., i[:-1], i[1:]] = du[..., :-1]
-    return out
 
 
 def _operands(rng, shape, dtype, k):
