@@ -27,7 +27,7 @@ from cuvmap.dtypes import float0  # noqa: F401
 from cuvmap.transforms.checkpoint_name import checkpoint_name  # noqa: F401
 from cuvmap.transforms.custom_gradient import closure_convert, custom_gradient  # noqa: F401
 # JAX's refusals, configuration context managers and device queries (branch loops)
-from cuvmap.api_util import AuxOutputError, OutputTypeError  # noqa: F401
+from cuvmap.api_util import AuxOutputError, GradOutputError, OutputTypeError  # noqa: F401
 from cuvmap.jax_settings import (  # noqa: F401
     Device, checking_leaks, debug_infs, debug_nans, default_backend, default_matmul_precision, device_count,
     devices, disable_jit, enable_checks, enable_x64, local_device_count, local_devices, numpy_dtype_promotion,

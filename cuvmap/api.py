@@ -338,12 +338,12 @@ def _value_and_grad(f, argnums, has_aux, transform, holomorphic=False, allow_int
             else:
                 shapes = ", ".join(api_util.shape_str(o) for o in out_leaves)
                 got = f"a {type(out).__name__} of {len(out_leaves)} array(s)" + (f" of shapes {shapes}" if shapes else "")
-            raise TransformError(
+            raise api_util.GradOutputError(
                 f"{api_util.fun_name(f)} must return a scalar (shape ()), got {got}; use vjp or jacrev for "
                 "non-scalar outputs" + (", or has_aux=True to return auxiliary data" if not has_aux else "")
             )
         if not core.is_float(out_leaves[0]):
-            raise TransformError(
+            raise api_util.GradOutputError(
                 f"{api_util.fun_name(f)} returned a value of dtype {core.dtype_of(out_leaves[0])}; grad needs a "
                 "floating-point output"
             )

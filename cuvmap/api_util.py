@@ -35,6 +35,12 @@ class AuxOutputError(TransformError, TypeError):
     ``TypeError``, as JAX's (and a :class:`TransformError`)."""
 
 
+class GradOutputError(TransformError, TypeError):
+    """``grad``'s function returned something other than one real or complex scalar (an
+    array, a tuple, ``None``, an integer): a ``TypeError``, as JAX's "Gradient only defined
+    for scalar-output functions" (and a :class:`TransformError`)."""
+
+
 def is_output_leaf(x):
     """Whether ``x`` may be a leaf of a transformed function's result: a tracer, a Python
     number, or an array (NumPy, CuPy) of booleans or numbers."""

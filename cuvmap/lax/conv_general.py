@@ -340,6 +340,8 @@ def _conv_transpose_padding(k, s, padding):
     elif padding == "VALID":
         total = k + s - 2 + max(k - s, 0)
         low = k - 1
+    elif isinstance(padding, (tuple, list)) and len(padding) == 2:  # a forward conv's (low, high)
+        return k - int(padding[0]) - 1, k - int(padding[1]) - 1
     else:
         raise ShapeError(f"conv_transpose: padding {padding!r} must be 'SAME', 'VALID' or (low, high) pairs")
     return low, total - low
@@ -354,14 +356,16 @@ _TRANSPOSE_DEFAULT_SPECS = {
 
 
 def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None, transpose_kernel=False,
-                   precision=None, preferred_element_type=None):
+                   precision=None, preferred_element_type=None, use_consistent_padding=False):
     """JAX's ``lax.conv_transpose``: the transposed convolution (the gradient of a conv
     with ``strides`` in its input), as :func:`conv_general_dilated` with ``lhs_dilation =
     strides`` and unit window strides. ``padding`` is ``"SAME"``, ``"VALID"`` or pairs;
     ``"SAME"`` gives ``in · stride`` outputs. ``dimension_numbers`` defaults to ``NC``,
     ``NHC``/``HIO``, ``NHWC``/``HWIO``, ``NHWDC``/``HWDIO`` by rank; ``transpose_kernel``
     flips the kernel's spatial dims and swaps its ``I`` and ``O`` (the exact adjoint of
-    ``conv_general_dilated`` with that kernel)."""
+    ``conv_general_dilated`` with that kernel). With ``use_consistent_padding=True``
+    (JAX's, torch's convention) pairs are the forward conv's padding too, each becoming
+    ``(k_eff − 1 − low, k_eff − 1 − high)``; by default pairs pad the transposed conv."""
     lhs_shape, rhs_shape = core.shape_of(lhs), core.shape_of(rhs)
     ndims = len(lhs_shape)
     if len(rhs_shape) != ndims or ndims < 2:
@@ -375,9 +379,12 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
     strides = _spatial(strides, nd, "strides")
     rhs_dil = _spatial(rhs_dilation, nd, "rhs_dilation")
     kernel = [rhs_shape[i] for i in dn.rhs_spec[2:]]
-    if isinstance(padding, str):
+    if isinstance(padding, str) or use_consistent_padding:
         effective = [_dilate_dim(k, d) for k, d in zip(kernel, rhs_dil)]
-        padding = [_conv_transpose_padding(k, s, padding) for k, s in zip(effective, strides)]
+        per_dim = [padding] * nd if isinstance(padding, str) else [tuple(p) for p in padding]
+        if len(per_dim) != nd:
+            raise ShapeError(f"conv_transpose: padding {padding!r} needs {nd} (low, high) pairs")
+        padding = [_conv_transpose_padding(k, s, p) for k, s, p in zip(effective, strides, per_dim)]
     if transpose_kernel:
         rhs = _flip(rhs, dn.rhs_spec[2:])
         perm = list(range(ndims))

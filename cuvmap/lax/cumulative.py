@@ -59,15 +59,15 @@ def _bind(primitive, x, axis, reverse):
     return primitive.bind(x, axis=int(axis) % ndim, reverse=bool(reverse))
 
 
-def cumsum(x, axis=0, reverse=False):
+def cumsum(operand, axis=0, reverse=False):
     """JAX's ``lax.cumsum``: running sums along ``axis`` (from the end when ``reverse``)."""
-    return _bind(cumsum_p, x, axis, reverse)
+    return _bind(cumsum_p, operand, axis, reverse)
 
 
-def cumprod(x, axis=0, reverse=False):
+def cumprod(operand, axis=0, reverse=False):
     """JAX's ``lax.cumprod``: running products along ``axis`` (from the end when
-    ``reverse``); its derivatives are exact where ``x`` has zeros."""
-    return _bind(cumprod_p, x, axis, reverse)
+    ``reverse``); its derivatives are exact where ``operand`` has zeros."""
+    return _bind(cumprod_p, operand, axis, reverse)
 
 
 # NOTE [cumulative extrema as associative scans]
@@ -87,16 +87,16 @@ def _checked_axis(name, x, axis):
     return int(axis) % ndim
 
 
-def cummax(x, axis=0, reverse=False):
-    """JAX's ``lax.cummax``: ``out[i] = max_{j ≤ i} x[j]`` along ``axis`` (``j ≥ i`` when
+def cummax(operand, axis=0, reverse=False):
+    """JAX's ``lax.cummax``: ``out[i] = max_{j ≤ i} operand[j]`` along ``axis`` (``j ≥ i`` when
     ``reverse``); NaNs propagate."""
-    return associative_scan(ew.max, x, reverse=reverse, axis=_checked_axis("cummax", x, axis))
+    return associative_scan(ew.max, operand, reverse=reverse, axis=_checked_axis("cummax", operand, axis))
 
 
-def cummin(x, axis=0, reverse=False):
-    """JAX's ``lax.cummin``: ``out[i] = min_{j ≤ i} x[j]`` along ``axis`` (``j ≥ i`` when
+def cummin(operand, axis=0, reverse=False):
+    """JAX's ``lax.cummin``: ``out[i] = min_{j ≤ i} operand[j]`` along ``axis`` (``j ≥ i`` when
     ``reverse``); NaNs propagate."""
-    return associative_scan(ew.min, x, reverse=reverse, axis=_checked_axis("cummin", x, axis))
+    return associative_scan(ew.min, operand, reverse=reverse, axis=_checked_axis("cummin", operand, axis))
 
 
 def logaddexp(a, b):
@@ -107,12 +107,12 @@ def logaddexp(a, b):
     return ew.add(m, ew.log1p(ew.exp(d)))
 
 
-def cumlogsumexp(x, axis=0, reverse=False):
-    """JAX's ``lax.cumlogsumexp``: ``out[i] = log Σ_{j ≤ i} exp(x[j])`` along ``axis``
+def cumlogsumexp(operand, axis=0, reverse=False):
+    """JAX's ``lax.cumlogsumexp``: ``out[i] = log Σ_{j ≤ i} exp(operand[j])`` along ``axis``
     (``j ≥ i`` when ``reverse``), computed stably; its derivative is the running softmax."""
-    if not np.issubdtype(core.dtype_of(x), np.inexact):
-        raise ShapeError(f"cumlogsumexp: needs a floating operand, got {core.dtype_of(x)}")
-    return associative_scan(logaddexp, x, reverse=reverse, axis=_checked_axis("cumlogsumexp", x, axis))
+    if not np.issubdtype(core.dtype_of(operand), np.inexact):
+        raise ShapeError(f"cumlogsumexp: needs a floating operand, got {core.dtype_of(operand)}")
+    return associative_scan(logaddexp, operand, reverse=reverse, axis=_checked_axis("cumlogsumexp", operand, axis))
 
 
 def _cumulative_batcher(primitive):

@@ -79,14 +79,17 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     return linalg.dot_general(lhs, rhs, dimension_numbers)
 
 
-def dot(lhs, rhs, precision=None, preferred_element_type=None):
+def dot(lhs, rhs, precision=None, preferred_element_type=None, *, dimension_numbers=None):
     """The vector/matrix product of ranks 1 or 2: vector · vector (a scalar), matrix ·
-    vector, matrix · matrix, contracting ``lhs``'s last dim with ``rhs``'s first.
-    JAX: ``jax.lax.dot``."""
+    vector, matrix · matrix, contracting ``lhs``'s last dim with ``rhs``'s first; with
+    ``dimension_numbers`` (``((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))``) it
+    is :func:`dot_general`. JAX: ``jax.lax.dot``."""
+    if dimension_numbers is not None:
+        return dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type)
     nl, nr = len(core.shape_of(lhs)), len(core.shape_of(rhs))
     if nl not in (1, 2) or nr not in (1, 2):
         raise ShapeError(f"lax.dot: operands must have rank 1 or 2, got shapes {core.shape_of(lhs)} and "
-                         f"{core.shape_of(rhs)}; use lax.dot_general for others")
+                         f"{core.shape_of(rhs)}; pass dimension_numbers= or use lax.dot_general for others")
     return dot_general(lhs, rhs, (((nl - 1,), (0,)), ((), ())), precision, preferred_element_type)
 
 

@@ -165,17 +165,17 @@ def _arg_index(primitive, x, axis, index_dtype):
     return out
 
 
-def argmax(x, axis, index_dtype=np.int64):
+def argmax(operand, axis, index_dtype=np.int64):
     """JAX's ``lax.argmax``: the index of the first maximum along ``axis`` (NaN counts as
     the largest), as ``index_dtype`` (JAX requires it; cuvmap's default is int64); no
     derivative."""
-    return _arg_index(argmax_p, x, axis, index_dtype)
+    return _arg_index(argmax_p, operand, axis, index_dtype)
 
 
-def argmin(x, axis, index_dtype=np.int64):
+def argmin(operand, axis, index_dtype=np.int64):
     """JAX's ``lax.argmin``: the index of the first minimum along ``axis`` (NaN counts as
     the smallest), as ``index_dtype``; no derivative."""
-    return _arg_index(argmin_p, x, axis, index_dtype)
+    return _arg_index(argmin_p, operand, axis, index_dtype)
 
 
 def _arg_batcher(primitive):

@@ -80,12 +80,12 @@ transpose_p = Primitive("transpose", impl=lambda x, *, permutation: core.as_arra
                         shape_rule=_transpose_shape_rule, layout=_view_strided)
 
 
-def transpose(x, permutation):
+def transpose(operand, permutation):
     """Permutes the axes: output axis ``i`` is input axis ``permutation[i]``."""
     permutation = tuple(int(p) for p in permutation)
     if permutation == tuple(range(len(permutation))):
-        return x
-    return transpose_p.bind(x, permutation=permutation)
+        return operand
+    return transpose_p.bind(operand, permutation=permutation)
 
 
 def _transpose_batch(axis_size, vals, dims, *, permutation):
@@ -126,14 +126,14 @@ broadcast_in_dim_p = Primitive("broadcast_in_dim", impl=_broadcast_in_dim_impl, 
                                layout=_view_strided)
 
 
-def broadcast_in_dim(x, shape, broadcast_dimensions):
-    """Broadcasts ``x`` to ``shape``; dim ``i`` of ``x`` becomes dim
+def broadcast_in_dim(operand, shape, broadcast_dimensions):
+    """Broadcasts ``operand`` to ``shape``; dim ``i`` of ``operand`` becomes dim
     ``broadcast_dimensions[i]`` of the output (size 1 or equal)."""
     shape = tuple(int(s) for s in shape)
     broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
-    if core.shape_of(x) == shape:
-        return x
-    return broadcast_in_dim_p.bind(x, shape=shape, broadcast_dimensions=broadcast_dimensions)
+    if core.shape_of(operand) == shape:
+        return operand
+    return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)
 
 
 def broadcast_to(x, shape):
@@ -203,14 +203,14 @@ squeeze_p = Primitive("squeeze", impl=lambda x, *, dimensions: core.as_array(x).
                       shape_rule=_squeeze_shape_rule, layout=_view_keeps_layout)
 
 
-def squeeze(x, dimensions):
+def squeeze(array, dimensions):
     """Removes the size-1 dims ``dimensions`` (negative ones count from the end).
     JAX: ``jax.lax.squeeze``."""
-    ndim = len(core.shape_of(x))
+    ndim = len(core.shape_of(array))
     dimensions = tuple(sorted(int(d) % ndim if ndim else int(d) for d in dimensions))
     if not dimensions:
-        return x
-    return squeeze_p.bind(x, dimensions=dimensions)
+        return array
+    return squeeze_p.bind(array, dimensions=dimensions)
 
 
 def _squeeze_batch(axis_size, vals, dims, *, dimensions):
@@ -245,14 +245,14 @@ expand_dims_p = Primitive(
 )
 
 
-def expand_dims(x, dimensions):
+def expand_dims(array, dimensions):
     """Inserts size-1 dims at the output positions ``dimensions`` (negative ones count from
     the end of the output). JAX: ``jax.lax.expand_dims``."""
-    out_ndim = len(core.shape_of(x)) + len(dimensions)
+    out_ndim = len(core.shape_of(array)) + len(dimensions)
     dimensions = tuple(sorted(int(d) % out_ndim for d in dimensions))
     if not dimensions:
-        return x
-    return expand_dims_p.bind(x, dimensions=dimensions)
+        return array
+    return expand_dims_p.bind(array, dimensions=dimensions)
 
 
 def _expand_dims_batch(axis_size, vals, dims, *, dimensions):
@@ -297,12 +297,12 @@ def _concatenate_impl(*xs, dimension):
 concatenate_p = Primitive("concatenate", impl=_concatenate_impl, shape_rule=_concatenate_shape_rule)
 
 
-def concatenate(xs, dimension):
+def concatenate(operands, dimension):
     """Joins arrays of equal shape except along ``dimension``."""
-    xs = tuple(xs)
-    if len(xs) == 1:
-        return xs[0]
-    return concatenate_p.bind(*xs, dimension=int(dimension))
+    operands = tuple(operands)
+    if len(operands) == 1:
+        return operands[0]
+    return concatenate_p.bind(*operands, dimension=int(dimension))
 
 
 def _concatenate_batch(axis_size, vals, dims, *, dimension):

@@ -84,7 +84,7 @@ from cuvmap.numpy._selecting import select, choose, piecewise, partition, argpar
 from cuvmap.numpy._placing import place, put, fill_diagonal, mask_indices, packbits, unpackbits  # noqa: F401
 from cuvmap.numpy._windows import bartlett, blackman, hamming, hanning, kaiser  # noqa: F401
 from cuvmap.numpy._polynomial_arithmetic import (  # noqa: F401  (issue 32: polynomials, calculus, statistics)
-    polyadd, polysub, polymul, polydiv, polyder, polyint, poly, polyfit, vander,
+    polyadd, polysub, polymul, polydiv, polyder, polyint, poly, polyfit, vander, roots,
 )
 from cuvmap.numpy._calculus import trapezoid, gradient, unwrap  # noqa: F401
 from cuvmap.numpy._covariance import cov, corrcoef  # noqa: F401
@@ -96,7 +96,7 @@ from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.
 from cuvmap.numpy import _operators, linalg  # noqa: F401  (_operators: the tracers' operators and methods)
 from cuvmap.numpy.linalg import SVDResult  # noqa: F401
 from cuvmap.numpy import fft  # noqa: F401  (issue 33: jax.numpy.fft, a module)
-from cuvmap.numpy import _at  # noqa: F401, E402  (x.at[...] on tracers: the scatters of cuvmap.lax.slicing)
+from cuvmap.numpy._at import at  # noqa: F401, E402  (x.at[...] on tracers, cnp.at(x)[...] on any array: scatters)
 # bfloat16 (issue 33): ml_dtypes' type when the optional package is installed (NOTE [bfloat16
 # needs ml_dtypes] in cuvmap/dtypes.py: the transforms refuse it by name)
 from cuvmap import dtypes as _dtypes  # noqa: E402

@@ -1,5 +1,5 @@
-"""``x.at[index]`` on traced values: JAX's functional index updates
-(``x.at[index].set(v)``, ``.add``, ``.subtract``, ``.multiply``/``.mul``, ``.divide``,
+"""``x.at[index]`` on traced values, and ``cuvmap.numpy.at(x)[index]`` on any array: JAX's
+functional index updates (``x.at[index].set(v)``, ``.add``, ``.subtract``, ``.multiply``/``.mul``, ``.divide``,
 ``.power``, ``.min``, ``.max``, ``.apply``, ``.get``), each one of the scatters of
 :mod:`cuvmap.lax.slicing_scatter`
 (NOTE [index updates as scatters of flat positions]).
@@ -142,3 +142,16 @@ def _update(scatter, x, index, values, indices_are_sorted, unique_indices, mode)
 
 
 Tracer.at = property(_IndexUpdateHelper)
+
+
+def at(x):
+    """``x.at`` for any array: ``cnp.at(x)[index].set(v)`` is JAX's ``x.at[index].set(v)``
+    (also ``get``, ``add``, ``subtract``, ``multiply``/``mul``, ``divide``, ``power``,
+    ``min``, ``max``, ``apply``), for the concrete NumPy and CuPy arrays that have no
+    ``.at`` of their own as for traced values (which have ``x.at`` too). A cuvmap
+    extension: JAX spells it ``x.at`` only. Each update returns a new array; ``x`` is
+    unchanged (NOTE [index updates as scatters of flat positions])."""
+    if not isinstance(x, Tracer) and not hasattr(x, "shape"):
+        from cuvmap.numpy._creation import asarray
+        x = asarray(x)
+    return _IndexUpdateHelper(x)

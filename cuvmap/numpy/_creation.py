@@ -34,35 +34,61 @@ def _stacked(x, like):
     return backend.xp_of(like).asarray(x)
 
 
-def asarray(x, dtype=None, order=None, *, copy=None, device=None):
+# NOTE [weak arrays from Python numbers]
+# As JAX's ``jnp.asarray(2.0)`` and ``jnp.array(2.0)`` (``weak_type = dtype is None and
+# is_weakly_typed(object)``), a Python int, float or complex given without a dtype becomes a
+# weakly typed 0-d array: a core.WeakArray (NOTE [eager weak arrays] in
+# cuvmap/core/weak.py), whose aval is weak under every transform, so that
+# ``cnp.asarray(2.0) * float32_array`` is float32 eagerly, under jit and in eval_shape.
+# A bool, a NumPy scalar or a list gives a strong array, as in JAX.
+_WEAK_SCALARS = (int, float, complex)
+
+
+def _weak_scalar(a, dtype):
+    """``a`` as a weakly typed 0-d array when it is a Python number and no dtype is asked
+    (NOTE [weak arrays from Python numbers]); otherwise None."""
+    if dtype is None and type(a) in _WEAK_SCALARS:
+        return np.asarray(a).view(core.WeakArray)
+    return None
+
+
+def asarray(a, dtype=None, order=None, *, copy=None, device=None):
     """Tracers pass through; nested lists and tuples that hold tracers or CuPy arrays are
     stacked into one (as ``jnp.asarray([t.sum(), t.mean()])``), on the device of the
-    first of them; anything else becomes a NumPy array (or stays a CuPy one). No copy is
-    made when none is needed."""
-    if isinstance(x, Tracer):
-        return x if dtype is None else astype(x, dtype)
-    like = _first_device_value(x) if isinstance(x, (list, tuple)) else None
+    first of them; a Python int, float or complex without ``dtype`` becomes a weakly typed
+    0-d array (NOTE [weak arrays from Python numbers]); anything else becomes a NumPy
+    array (or stays a CuPy one). No copy is made when none is needed."""
+    weak = _weak_scalar(a, dtype)
+    if weak is not None:
+        return weak
+    if isinstance(a, Tracer):
+        return a if dtype is None else astype(a, dtype)
+    like = _first_device_value(a) if isinstance(a, (list, tuple)) else None
     if like is not None:
-        out = _stacked(x, like)
+        out = _stacked(a, like)
         return out if dtype is None else astype(out, dtype)
-    if backend.is_cupy_array(x):
-        return x if dtype is None else x.astype(dtype)
-    return np.asarray(x, dtype=dtype)
+    if backend.is_cupy_array(a):
+        return a if dtype is None else a.astype(dtype)
+    return np.asarray(a, dtype=dtype)
 
 
-def array(x, dtype=None, copy=True, order="K", ndmin=0, *, device=None):
+def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  # noqa: A002 - jax.numpy's name
     """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``); the
-    result has at least ``ndmin`` dims (leading 1s added)."""
-    if isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _first_device_value(x) is not None):
-        out = asarray(x, dtype)
-    elif backend.is_cupy_array(x):
-        out = x.astype(x.dtype if dtype is None else dtype, copy=True)
+    result has at least ``ndmin`` dims (leading 1s added); a Python number without
+    ``dtype`` is weakly typed (NOTE [weak arrays from Python numbers])."""
+    weak = _weak_scalar(object, dtype) if not ndmin else None
+    if weak is not None:
+        return weak
+    if isinstance(object, Tracer) or (isinstance(object, (list, tuple)) and _first_device_value(object) is not None):
+        out = asarray(object, dtype)
+    elif backend.is_cupy_array(object):
+        out = object.astype(object.dtype if dtype is None else dtype, copy=True)
     else:
-        if isinstance(x, np.ma.MaskedArray):
+        if isinstance(object, np.ma.MaskedArray):
             raise ValueError("array: numpy masked arrays are not supported")
-        out = np.array(x, dtype=dtype)
-        if out.dtype == object:
-            raise TypeError(f"array: cannot make an array of Python objects from {type(x).__name__}")
+        out = np.array(object, dtype=dtype)
+        if out.dtype == np.dtype("O"):
+            raise TypeError(f"array: cannot make an array of Python objects from {type(object).__name__}")
     s = core.shape_of(out)
     if len(s) < ndmin:
         out = reshape(out, (1,) * (ndmin - len(s)) + tuple(s))

@@ -49,10 +49,10 @@ def take(x, indices, axis=None, out=None, mode=None, unique_indices=False, indic
     return _gather_modes.fill_out_of_bounds(gathered, valid, mode, fill_value, "take")
 
 
-def take_along_axis(x, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=None):
-    """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
-    semantics; ``indices`` broadcasts against ``x`` on the other dims; ``axis=None``
-    flattens ``x`` first, for 1-d ``indices``). Out-of-bounds indices follow ``mode``
+def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=None):
+    """``out[..., j, ...] = arr[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy's
+    semantics; ``indices`` broadcasts against ``arr`` on the other dims; ``axis=None``
+    flattens ``arr`` first, for 1-d ``indices``). Out-of-bounds indices follow ``mode``
     (NOTE [gather modes] in cuvmap/numpy/_gather_modes.py): by default they raise
     IndexError (JAX fills them: pass ``mode='fill'`` or a ``fill_value``); ``'fill'``,
     ``'clip'``, ``'promise_in_bounds'`` and ``'one_hot'`` as JAX; negative indices count
@@ -69,9 +69,9 @@ def take_along_axis(x, indices, axis=-1, mode=None, fill_value=None, *, wrap_neg
     if axis is None:
         if len(shape(indices)) != 1:
             raise ShapeError(f"take_along_axis: with axis=None the indices must be 1-d, got shape {shape(indices)}")
-        x, axis = ravel(x), 0
-    axis = _axis(x, axis, "take_along_axis")
-    x_shape = shape(x)
+        arr, axis = ravel(arr), 0
+    axis = _axis(arr, axis, "take_along_axis")
+    x_shape = shape(arr)
     idx_shape = shape(indices)
     if len(idx_shape) != len(x_shape):
         raise ShapeError(f"take_along_axis: indices of shape {idx_shape} must have the rank of {x_shape}")
@@ -86,9 +86,9 @@ def take_along_axis(x, indices, axis=-1, mode=None, fill_value=None, *, wrap_neg
     )
     x_target = tuple(x_shape[axis] if i == axis else other[i] for i in range(len(x_shape)))
     idx_target = tuple(idx_shape[axis] if i == axis else other[i] for i in range(len(x_shape)))
-    x = broadcast_to(x, x_target)
+    arr = broadcast_to(arr, x_target)
     indices = broadcast_to(lax_indexing.as_index_dtype(indices), idx_target)
-    x_last = moveaxis(x, axis, -1)
+    x_last = moveaxis(arr, axis, -1)
     idx_last = moveaxis(indices, axis, -1)
     n = x_target[axis]
     rows = int(np.prod(shape(x_last)[:-1], dtype=np.int64))
@@ -96,7 +96,7 @@ def take_along_axis(x, indices, axis=-1, mode=None, fill_value=None, *, wrap_neg
     flat_x = reshape(x_last, (rows * n,))
     idx2 = reshape(idx_last, (rows, k))
     if n == 0:  # nothing to read: zeros (as JAX), padded onto the empty axis
-        return lax_shape.pad(x, tuple((0, k if i == axis else 0) for i in range(len(x_target))), 0)
+        return lax_shape.pad(arr, tuple((0, k if i == axis else 0) for i in range(len(x_target))), 0)
     idx2, valid = _gather_modes.in_bounds_indices(idx2, n, mode, "take_along_axis", axis,
                                                   wrap_negative=wrap_negative_indices)
     offsets = reshape(ew.mul(lax_indexing.iota(rows, np.int64, like=indices), n), (rows, 1))

@@ -1,5 +1,6 @@
 """Polynomial coefficient arithmetic, as ``jax.numpy`` names it: ``polyadd``, ``polysub``,
-``polymul``, ``polydiv``, ``polyder``, ``polyint``, ``poly``, ``polyfit`` and ``vander``.
+``polymul``, ``polydiv``, ``polyder``, ``polyint``, ``poly``, ``polyfit``, ``vander`` and
+``roots``.
 
 Coefficients come highest degree first (NumPy's ``poly1d`` order). Every function is a
 composite of pads, slices, products and :func:`cuvmap.numpy.convolve`, with the static
@@ -181,14 +182,14 @@ def polyint(p, m=1, k=None):
 def poly(seq_of_zeros):
     """``jnp.poly``: the monic polynomial with the given roots, ``Π_k (x − z_k)``, as
     coefficients: the convolution of the factors ``[1, −z_k]``, in a floating dtype (a
-    scalar counts as one root; no roots gives ``1``). A square matrix's characteristic
-    polynomial needs its eigenvalues (``eig``), which cuvmap lacks: it raises."""
+    scalar counts as one root; no roots gives ``1``). Of a non-empty square matrix, the
+    characteristic polynomial: the roots are its eigenvalues (``linalg.eigvals``, complex,
+    as in JAX)."""
     (z,) = _inexact(seq_of_zeros)
     if ndim(z) == 0:
         z = reshape(z, (1,))
     if ndim(z) == 2 and shape(z)[0] == shape(z)[1] and shape(z)[0] != 0:
-        raise NotImplementedError("poly: the characteristic polynomial of a square matrix needs its eigenvalues "
-                                  "(linalg.eigvals), which cuvmap does not have yet; pass the roots")
+        z = linalg.eigvals(z)
     if ndim(z) != 1:
         raise ShapeError(f"poly: the roots must be 1-D or a non-empty square matrix, got shape {shape(z)}")
     dtype = core.dtype_of(z)
@@ -272,3 +273,62 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     fac = reshape(fac, (1, 1, builtins.max(1, int(np.prod(shape(fac), dtype=np.int64)))))
     return c, ew.mul(reshape(base, (order, order, 1)), fac)
 
+
+
+def roots(p, *, strip_zeros=True):
+    """``jnp.roots``: the roots of the polynomial with coefficients ``p`` (1-D, highest
+    degree first), the eigenvalues of its companion matrix ``C`` (first row ``−p[1:]/p[0]``,
+    ones below the diagonal), complex, in LAPACK's order; differentiable where the roots
+    are simple. With ``strip_zeros=True`` leading zeros of ``p`` are dropped first, which
+    needs a concrete ``p`` (as JAX); ``strip_zeros=False`` works on traced values: the ``k``
+    leading zeros are moved to the end, the zero roots this adds sorted last and the last
+    ``k`` roots set to NaN (JAX's convention)."""
+    (p,) = _inexact(p)
+    if ndim(p) == 0:
+        p = reshape(p, (1,))
+    if ndim(p) != 1:
+        raise ShapeError(f"roots: the coefficients must be 1-D, got shape {shape(p)}")
+    n = shape(p)[0]
+    complex_dtype = np.result_type(core.dtype_of(p), np.complex64)
+    if n < 2:
+        return zeros((0,), dtype=complex_dtype, like=p)
+    if strip_zeros:
+        host = _known_value(p)
+        nonzero = np.flatnonzero(host != 0)
+        first = int(nonzero[0]) if nonzero.size else n
+        return _companion_roots(lax_indexing.slice_in_dim(p, first, n, 0), complex_dtype)
+    is_zero = ew.eq(p, 0)
+    leading = sum(cumprod(astype(is_zero, np.int64)))                 # the number of leading zeros
+    p = ew.select(ew.eq(leading, n), ew.add(ew.mul(p, 0.0), 1.0), p)  # all zero: no LAPACK NaNs
+    rolled = lax_indexing.take(p, ew.remainder(ew.add(lax_indexing.iota(n, like=p), leading), n), 0)
+    r = _companion_roots(rolled, complex_dtype)
+    from cuvmap.lax import sorting as lax_sorting
+    _, r = lax_sorting.sort((astype(ew.eq(r, 0), np.int64), r), 0, num_keys=1)
+    keep = ew.lt(lax_indexing.iota(n - 1, like=p), ew.sub(n - 1, leading))
+    return ew.select(keep, r, ew.add(ew.mul(r, 0.0), complex(np.nan, np.nan)))
+
+
+def _known_value(p):
+    """``p``'s values on the host: of a concrete array, or of the primal a derivative
+    tracer carries (known under eager ``grad``, as in JAX); otherwise a ConcretizationError."""
+    from cuvmap.core.tracers import PrimalTracer
+    value = p
+    while isinstance(value, PrimalTracer):
+        value = value._concrete_value()
+    if isinstance(value, Tracer):
+        raise core.ConcretizationError(
+            "roots: strip_zeros=True needs concrete coefficients (it drops the leading zeros); under jit or "
+            "vmap pass strip_zeros=False (leading zeros then give NaN roots)")
+    return value.get() if hasattr(value, "get") else np.asarray(value)
+
+
+def _companion_roots(p, complex_dtype):
+    """The eigenvalues of the companion matrix of the 1-D ``p`` (``p[0] ≠ 0``)."""
+    m = shape(p)[0] - 1
+    if m < 1:
+        return zeros((0,), dtype=complex_dtype, like=p)
+    first_row = reshape(ew.neg(ew.div(lax_indexing.slice_in_dim(p, 1, m + 1, 0), lax_indexing.slice_in_dim(p, 0, 1, 0))),
+                        (1, m))
+    below = backend.device_put(np.eye(m - 1, m, dtype=core.dtype_of(p)), backend.backend_name(p))
+    companion = concatenate((first_row, below), 0) if m > 1 else first_row
+    return astype(linalg.eigvals(companion), complex_dtype)

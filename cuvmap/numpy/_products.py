@@ -131,8 +131,10 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
     return _preferred_result(out, preferred_element_type)
 
 
-def outer(a, b):
-    """``jnp.outer``: ``out[i, j] = a[i]·b[j]`` of the flattened operands."""
+def outer(a, b, out=None):
+    """``jnp.outer``: ``out[i, j] = a[i]·b[j]`` of the flattened operands (``out`` refused)."""
+    if out is not None:
+        raise NotImplementedError("outer: out= is not supported (arrays are immutable)")
     a, b = asarray(a), asarray(b)
     return lax.dot_general(ravel(a), ravel(b), (((), ()), ((), ())))
 
@@ -330,7 +332,7 @@ def _einsum_from_sublists(args):
     return subscripts, operands
 
 
-def einsum(subscripts, *operands, optimize=True, precision=None, preferred_element_type=None, out=None):
+def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_element_type=None, out=None):
     """``numpy.einsum`` with any number of operands: explicit (``'ij,jk->ik'``) or implicit
     output, ``...`` (broadcast as NumPy does), labels repeated within an operand
     (diagonals: ``'ii->i'``, traces) and size-1 broadcasting. The operands are contracted

@@ -106,19 +106,19 @@ def _count(x, axes, keepdims, where_):
     return sum(astype(mask, core.dtype_of(x)), axes, keepdims=keepdims)
 
 
-def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     """``jnp.mean``: the sum over ``axis`` divided by the number of entries (those inside
     the mask ``where``); integers are averaged in float64, or in ``dtype``; float16 is
     accumulated in float32 (NOTE [half precision accumulates in float32])."""
     _no_out("mean", out)
-    x = asarray(x)
-    axes = _axes(x, axis, "mean")
+    a = asarray(a)
+    axes = _axes(a, axis, "mean")
     if dtype is not None:
-        x = astype(x, dtype)
-    elif not core.is_float(x):
-        x = astype(x, np.float64)
-    x, half = _upcast_half(x)
-    return _round_back(ew.div(sum(x, axes, keepdims=keepdims, where=where), _count(x, axes, keepdims, where)), half)
+        a = astype(a, dtype)
+    elif not core.is_float(a):
+        a = astype(a, np.float64)
+    a, half = _upcast_half(a)
+    return _round_back(ew.div(sum(a, axes, keepdims=keepdims, where=where), _count(a, axes, keepdims, where)), half)
 
 
 def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
@@ -338,6 +338,7 @@ def argsort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False,
     return idx if dtype is None else astype(idx, dtype)
 
 
-def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
-    """The sum of :func:`diagonal` ``offset``."""
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """The sum of :func:`diagonal` ``offset``. JAX: ``jax.numpy.trace`` (``out`` refused)."""
+    _no_out("trace", out)
     return sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)

@@ -9,6 +9,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import sorting as lax_sorting
@@ -87,24 +88,26 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     return ew.div(nansum(a, axis, keepdims=keepdims), _count(a, axis, keepdims))
 
 
-def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
     """``jnp.nanvar``: the variance over ``axis`` of the entries that are not NaN,
-    ``Σ (a − mean)² / (count − ddof)`` over those entries."""
+    ``Σ (a − mean)² / (count − ddof)`` over those entries; ``mean`` (with the reduced dims
+    kept, as JAX and NumPy take it) replaces the computed ``nanmean``."""
     _unsupported("nanvar", out=out, where=where)
     a = _float(a)
     if dtype is not None:
         a = astype(a, dtype)
     # NaN entries are zeroed before squaring: a NaN there would turn the zero cotangent
     # that nansum sends back into 0 · NaN = NaN in the derivative of the square
-    centered = ew.select(isnan(a), 0.0, ew.sub(a, nanmean(a, axis, keepdims=True)))
+    center = nanmean(a, axis, keepdims=True) if mean is None else asarray(mean)
+    centered = ew.select(isnan(a), 0.0, ew.sub(a, center))
     squares = ew.mul(centered, centered)
     return ew.div(nansum(squares, axis, keepdims=keepdims), ew.sub(_count(a, axis, keepdims), ddof))
 
 
-def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
     """``jnp.nanstd``: ``sqrt(nanvar(a))``, with a zero derivative where the variance is
     zero (as :func:`cuvmap.numpy.std`)."""
-    v = nanvar(a, axis, dtype, out, ddof, keepdims, where)
+    v = nanvar(a, axis, dtype, out, ddof, keepdims, where, mean)
     positive = ew.gt(v, 0)
     return ew.select(positive, ew.sqrt(ew.select(positive, v, 1)), ew.select(isnan(v), v, ew.mul(v, 0)))
 
@@ -146,23 +149,27 @@ def _unsupported(name, **kw):
             raise NotImplementedError(f"{name}: {key}= is not supported")
 
 
-_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+_METHODS = ("linear", "lower", "higher", "midpoint", "nearest", "inverted_cdf")
 
 
 def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
-             interpolation=None):
+             weights=None, interpolation=None):
     """``jnp.quantile``: the ``q``-th quantiles (``0 ≤ q ≤ 1``, a scalar or an array,
     static or traced) of ``a`` over ``axis`` (an int, a tuple or ``None``: all). With the
     ``n`` entries sorted, quantile ``q`` sits at position ``p = q·(n − 1)``; ``method``
     picks ``linear`` interpolation between ``⌊p⌋`` and ``⌈p⌉`` (NumPy's default),
-    ``lower``, ``higher``, ``midpoint`` or ``nearest`` (halves to even). A slice holding a
-    NaN gives NaN. The result has ``q``'s shape followed by the reduced shape. The
+    ``lower``, ``higher``, ``midpoint`` or ``nearest`` (halves to even), or, with
+    ``inverted_cdf``, the first sorted entry whose cumulative share of ``weights`` (default
+    1 each; ``a``'s shape or the reduced dims' shape) reaches ``q``; ``weights`` need
+    ``method='inverted_cdf'``, as in JAX and NumPy. A slice holding a NaN gives NaN. The result has ``q``'s shape followed by the reduced shape. The
     derivative goes to the one or two entries interpolated."""
     _unsupported("quantile", out=out)
     if interpolation is not None:
         method = interpolation
     if method not in _METHODS:
         raise ValueError(f"quantile: method must be one of {_METHODS}, got {method!r}")
+    if weights is not None and method != "inverted_cdf":
+        raise NotImplementedError(f"quantile: method {method!r} does not take weights; only 'inverted_cdf' does")
     a = _float(a)
     q = astype(asarray(q), core.dtype_of(a))  # the result has a's dtype, as in JAX
     if not isinstance(q, Tracer) and hasattr(q, "dtype"):
@@ -175,10 +182,50 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     s = shape(a)
     n = int(np.prod([s[i] for i in axes], dtype=np.int64))
     x = reshape(transpose(a, kept + axes), tuple(s[i] for i in kept) + (n,))
-    x = lax_sorting.sort(x, ndim(x) - 1)
-    has_nan = ew.ne(sum(astype(isnan(x), np.int64), -1), 0)
     q_shape = shape(q)
     flat_q = ravel(q)
+    if method == "inverted_cdf":
+        result = _inverted_cdf(x, a, weights, axes, kept, flat_q)
+    else:
+        result = _interpolated(x, flat_q, n, method)
+    has_nan = ew.ne(sum(astype(isnan(x), np.int64), -1), 0)
+    result = ew.select(reshape(has_nan, shape(has_nan) + (1,)), np.nan, result)
+    result = moveaxis(result, -1, 0)
+    result = reshape(result, q_shape + tuple(s[i] for i in kept))
+    if keepdims:
+        result = reshape(result, q_shape + tuple(1 if i in axes else s[i] for i in range(len(s))))
+    return result
+
+
+def _inverted_cdf(x, a, weights, axes, kept, flat_q):
+    """The entries of ``x`` (``kept + (n,)``) at the first sorted position whose share of
+    the cumulative weights reaches each ``q``: ``kept + (len(q),)``."""
+    s, n = shape(a), shape(x)[-1]
+    if weights is None:
+        w = ew.add(ew.mul(x, 0.0), 1.0)
+    else:
+        w = astype(asarray(weights), core.dtype_of(a))
+        if shape(w) != s:
+            if shape(w) != tuple(s[i] for i in axes):
+                raise ValueError(f"quantile: weights of shape {shape(w)} must have a's shape {s} or the reduced "
+                                 f"dims' {tuple(s[i] for i in axes)}")
+            w = reshape(w, tuple(s[i] if i in axes else 1 for i in range(len(s))))
+        w = reshape(transpose(ew.add(w, ew.mul(a, 0.0)), kept + axes), shape(x))
+    x, w = lax_sorting.sort((x, w), ndim(x) - 1, num_keys=1)
+    cumulative = lax_cumulative.cumsum(w, ndim(w) - 1)
+    cdf = ew.div(cumulative, sum(w, -1, keepdims=True))
+    flat_q = reshape(flat_q, (shape(flat_q)[0], 1))
+    below = ew.lt(reshape(cdf, shape(cdf)[:-1] + (1, n)), flat_q)      # kept + (len(q), n)
+    position = ew.min(sum(astype(below, np.int64), -1), n - 1)             # kept + (len(q),)
+    chosen = ew.eq(reshape(position, shape(position) + (1,)), np.arange(n))
+    values = reshape(x, shape(x)[:-1] + (1, n))
+    return sum(ew.select(chosen, ew.add(values, ew.mul(chosen, 0.0)), 0.0), -1)
+
+
+def _interpolated(x, flat_q, n, method):
+    """Quantiles ``flat_q`` of the rows of ``x`` interpolated between sorted entries:
+    ``kept + (len(q),)``."""
+    x = lax_sorting.sort(x, ndim(x) - 1)
     position = ew.mul(flat_q, n - 1)
     low = ew.floor(position)
     high = ew.ceil(position)
@@ -197,21 +244,16 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     high_i = ew.min(ew.max(astype(high, np.int64), 0), n - 1)
     lo = lax_indexing.take(x, low_i, ndim(x) - 1)   # kept + (len(flat_q),)
     hi = lax_indexing.take(x, high_i, ndim(x) - 1)
-    result = ew.add(lo, ew.mul(ew.sub(hi, lo), fraction))
-    result = ew.select(reshape(has_nan, shape(has_nan) + (1,)), np.nan, result)
-    result = moveaxis(result, -1, 0)
-    result = reshape(result, q_shape + tuple(s[i] for i in kept))
-    if keepdims:
-        result = reshape(result, q_shape + tuple(1 if i in axes else s[i] for i in range(len(s))))
-    return result
+    return ew.add(lo, ew.mul(ew.sub(hi, lo), fraction))
 
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
-               interpolation=None):
+               weights=None, interpolation=None):
     """``jnp.percentile``: :func:`quantile` at ``q / 100``."""
     q = asarray(q)
     q = ew.div(q if core.is_float(q) else astype(q, np.float64), 100)
-    return quantile(a, q, axis, out, overwrite_input, method, keepdims, interpolation=interpolation)
+    return quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
+                    interpolation=interpolation)
 
 
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):

@@ -26,13 +26,18 @@ _SQRT_HALF = math.sqrt(0.5)
 # logsumexp, softmax
 # ---------------------------------------------------------------------------------------
 
-def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
     """``log(Σ b · exp(a))`` over ``axis``, computed stably (shifted by the maximum).
 
     With ``b`` (broadcast against ``a``; negative weights allowed) the sum may be negative:
     ``return_sign=True`` returns ``(log|Σ b·exp(a)|, sign)``; without it a negative sum gives
-    NaN, as JAX. JAX: ``jax.scipy.special.logsumexp``."""
+    NaN, as JAX. ``where`` (a boolean mask broadcast against ``a``) sums only the entries
+    where it is true (an empty sum gives ``-inf``). JAX: ``jax.scipy.special.logsumexp``."""
     a = promote_inexact(a)
+    if where is not None:
+        mask = cnp.asarray(where)
+        b = cnp.where(mask, 1.0 if b is None else b, 0.0)
+        a = cnp.where(mask, a, -np.inf)
     if b is None and not return_sign:
         return cnp.logsumexp(a, axis=axis, keepdims=keepdims)
     if b is None:
@@ -62,15 +67,17 @@ def _reduced_axes(ndim, axis):
     return tuple(a % ndim for a in axes)
 
 
-def log_softmax(x, axis=-1):
-    """``x − logsumexp(x, axis, keepdims=True)``. JAX: ``jax.scipy.special.log_softmax``
-    (``jax.nn.log_softmax``)."""
+def log_softmax(x, axis=None):
+    """``x − logsumexp(x, axis, keepdims=True)``; ``axis=None`` (JAX's default here)
+    normalizes over all entries. JAX: ``jax.scipy.special.log_softmax`` (``jax.nn.log_softmax``
+    defaults to ``axis=-1``)."""
     x = promote_inexact(x)
     return x - cnp.logsumexp(x, axis=axis, keepdims=True)
 
 
-def softmax(x, axis=-1):
-    """``exp(x) / Σ exp(x)`` along ``axis``. JAX: ``jax.scipy.special.softmax``."""
+def softmax(x, axis=None):
+    """``exp(x) / Σ exp(x)`` along ``axis`` (``None``, JAX's default here: over all
+    entries). JAX: ``jax.scipy.special.softmax``."""
     return cnp.exp(log_softmax(x, axis))
 
 
@@ -231,10 +238,20 @@ def ndtr(x):
 _LOG_NDTR_ASYMPTOTIC_TERMS = 10
 
 
-@custom_jvp
-def log_ndtr(x):
+def log_ndtr(x, series_order=3):
     """``log Φ(x)``, accurate for every ``x`` (NOTE [log_ndtr in three pieces]).
+    ``series_order`` (an int in ``[0, 30]``) is JAX's number of terms of the asymptotic
+    series below −20; it is checked, and cuvmap always sums ten (accurate below 1e-17).
     JAX: ``jax.scipy.special.log_ndtr``."""
+    if not isinstance(series_order, (int, np.integer)) or isinstance(series_order, bool):
+        raise TypeError(f"log_ndtr: series_order must be a Python int, got {series_order!r}")
+    if not 0 <= series_order <= 30:
+        raise ValueError(f"log_ndtr: series_order must be in [0, 30], got {series_order}")
+    return _log_ndtr(x)
+
+
+@custom_jvp
+def _log_ndtr(x):
     x = promote_inexact(x)
     upper = cnp.where(x > -1, x, 0.0)
     middle = cnp.where((x <= -1) & (x >= -20), x, -1.0)
@@ -251,11 +268,11 @@ def log_ndtr(x):
     return cnp.where(x > -1, upper_value, cnp.where(x >= -20, middle_value, lower_value))
 
 
-@log_ndtr.defjvp
+@_log_ndtr.defjvp
 def _log_ndtr_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
     x = promote_inexact(x)
-    out = log_ndtr(x)
+    out = _log_ndtr(x)
     return out, x_dot * cnp.exp(-0.5 * x * x - 0.5 * _LOG_2PI - out)
 
 
@@ -305,8 +322,8 @@ def expit(x):
     return lax.logistic(promote_inexact(x))
 
 
-def logit(p):
-    """The inverse of :func:`expit`: ``log(p / (1 − p)) = log p − log1p(−p)``. JAX:
+def logit(x):
+    """The inverse of :func:`expit`: ``log(x / (1 − x)) = log x − log1p(−x)``. JAX:
     ``jax.scipy.special.logit``."""
-    p = promote_inexact(p)
-    return cnp.log(p) - cnp.log1p(-p)
+    x = promote_inexact(x)
+    return cnp.log(x) - cnp.log1p(-x)

@@ -207,11 +207,6 @@ def test_polymul_and_polydiv_trim_leading_zeros_need_values():
         cv.jit(lambda a: cnp.polymul(a, a, trim_leading_zeros=True))(np.ones(3))
 
 
-def test_poly_of_a_matrix_needs_eigenvalues():
-    with pytest.raises(NotImplementedError, match="poly: the characteristic polynomial of a square matrix"):
-        cnp.poly(np.eye(3))
-
-
 def test_bincount_without_length_reads_the_values():
     np.testing.assert_array_equal(cnp.bincount(LABELS, minlength=10),
                                   np.bincount(np.clip(LABELS, 0, None), minlength=10))

@@ -37,7 +37,7 @@ exp2_p = _nary("exp2", np.exp2, _float_unary_shape_rule, fused=_c_float("exp2({0
 # Public wrappers
 # ---------------------------------------------------------------------------------------
 
-def tan(x):
+def tan(x, *, accuracy=None):
     """``tan(x) = sin(x) / cos(x)``. JAX: ``jax.lax.tan``."""
     return tan_p.bind(x)
 
@@ -63,7 +63,7 @@ def atanh(x):
     return atanh_p.bind(x)
 
 
-def cbrt(x):
+def cbrt(x, *, accuracy=None):
     """The real cube root ``∛x`` (negative for negative ``x``). JAX: ``jax.lax.cbrt``."""
     return cbrt_p.bind(x)
 
@@ -73,7 +73,7 @@ def square(x):
     return square_p.bind(x)
 
 
-def exp2(x):
+def exp2(x, *, accuracy=None):
     """``2ˣ``. JAX: ``jax.lax.exp2``."""
     return exp2_p.bind(x)
 

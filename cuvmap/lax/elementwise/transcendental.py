@@ -237,47 +237,47 @@ def pow(x, y):  # noqa: A001 - lax vocabulary
     return pow_p.bind(x, y)
 
 
-def exp(x):
+def exp(x, *, accuracy=None):
     return exp_p.bind(x)
 
 
-def log(x):
+def log(x, *, accuracy=None):
     return log_p.bind(x)
 
 
-def log1p(x):
+def log1p(x, *, accuracy=None):
     """``log(1 + x)``, accurate for small ``x``."""
     return log1p_p.bind(x)
 
 
-def expm1(x):
+def expm1(x, *, accuracy=None):
     """``exp(x) - 1``, accurate for small ``x``."""
     return expm1_p.bind(x)
 
 
-def sqrt(x):
+def sqrt(x, *, accuracy=None):
     return sqrt_p.bind(x)
 
 
-def rsqrt(x):
+def rsqrt(x, *, accuracy=None):
     """``1 / sqrt(x)``."""
     return rsqrt_p.bind(x)
 
 
-def tanh(x):
+def tanh(x, *, accuracy=None):
     return tanh_p.bind(x)
 
 
-def logistic(x):
+def logistic(x, *, accuracy=None):
     """The sigmoid ``1 / (1 + exp(-x))``."""
     return logistic_p.bind(x)
 
 
-def sin(x):
+def sin(x, *, accuracy=None):
     return sin_p.bind(x)
 
 
-def cos(x):
+def cos(x, *, accuracy=None):
     return cos_p.bind(x)
 
 
