@@ -12,6 +12,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import slicing
+from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._indexing import getitem
 
 _FLAT = slicing.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
@@ -152,6 +153,5 @@ def at(x):
     extension: JAX spells it ``x.at`` only. Each update returns a new array; ``x`` is
     unchanged (NOTE [index updates as scatters of flat positions])."""
     if not isinstance(x, Tracer) and not hasattr(x, "shape"):
-        from cuvmap.numpy._creation import asarray
         x = asarray(x)
     return _IndexUpdateHelper(x)

@@ -14,10 +14,11 @@ import operator
 import numpy as np
 
 from cuvmap import backend, core
-from cuvmap.core import ShapeError, Tracer
+from cuvmap.core import PrimalTracer, ShapeError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 from cuvmap.numpy import linalg
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._complex import conj
@@ -302,7 +303,6 @@ def roots(p, *, strip_zeros=True):
     p = ew.select(ew.eq(leading, n), ew.add(ew.mul(p, 0.0), 1.0), p)  # all zero: no LAPACK NaNs
     rolled = lax_indexing.take(p, ew.remainder(ew.add(lax_indexing.iota(n, like=p), leading), n), 0)
     r = _companion_roots(rolled, complex_dtype)
-    from cuvmap.lax import sorting as lax_sorting
     _, r = lax_sorting.sort((astype(ew.eq(r, 0), np.int64), r), 0, num_keys=1)
     keep = ew.lt(lax_indexing.iota(n - 1, like=p), ew.sub(n - 1, leading))
     return ew.select(keep, r, ew.add(ew.mul(r, 0.0), complex(np.nan, np.nan)))
@@ -311,7 +311,6 @@ def roots(p, *, strip_zeros=True):
 def _known_value(p):
     """``p``'s values on the host: of a concrete array, or of the primal a derivative
     tracer carries (known under eager ``grad``, as in JAX); otherwise a ConcretizationError."""
-    from cuvmap.core.tracers import PrimalTracer
     value = p
     while isinstance(value, PrimalTracer):
         value = value._concrete_value()
