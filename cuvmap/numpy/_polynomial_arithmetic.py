@@ -326,8 +326,8 @@ def _companion_roots(p, complex_dtype):
     m = shape(p)[0] - 1
     if m < 1:
         return zeros((0,), dtype=complex_dtype, like=p)
-    first_row = reshape(ew.neg(ew.div(lax_indexing.slice_in_dim(p, 1, m + 1, 0), lax_indexing.slice_in_dim(p, 0, 1, 0))),
-                        (1, m))
+    lead = lax_indexing.slice_in_dim(p, 0, 1, 0)
+    first_row = reshape(ew.neg(ew.div(lax_indexing.slice_in_dim(p, 1, m + 1, 0), lead)), (1, m))
     below = backend.device_put(np.eye(m - 1, m, dtype=core.dtype_of(p)), backend.backend_name(p))
     companion = concatenate((first_row, below), 0) if m > 1 else first_row
     return astype(linalg.eigvals(companion), complex_dtype)
