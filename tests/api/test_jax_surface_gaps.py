@@ -294,3 +294,14 @@ def test_jax_parameters(f, params):
         if p == "index_dtype":
             continue   # JAX requires it; cuvmap defaults it to int64 (docs/jax.md)
         assert sig[p].default == default, (p, sig[p].default, default)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cv.backend.gpu_available(), reason="needs CuPy and a CUDA device")
+@pytest.mark.parametrize("name, f, ref, args, diff", ROWS, ids=IDS)
+def test_device_arrays_stay_on_the_device(name, f, ref, args, diff):
+    device_args = tuple(cv.device_put(x, "gpu") for x in args)
+    got, want = f(*device_args), f(*args)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert cv.backend.is_cupy_array(g), name
+        _assert_close(cv.device_put(g, "cpu"), w)
