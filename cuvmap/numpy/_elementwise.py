@@ -73,9 +73,11 @@ def where(condition, x, y):
     return ew.select(condition, x, y)
 
 
-def round(x, decimals=0):  # noqa: A001
+def round(x, decimals=0, out=None):  # noqa: A001
     """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are.
-    Piecewise constant: its derivative is zero."""
+    Piecewise constant: its derivative is zero. ``out`` is refused (arrays are immutable)."""
+    if out is not None:
+        raise NotImplementedError("round: out= is not supported (arrays are immutable)")
     return ew.round_decimals(x, decimals)
 
 
@@ -102,7 +104,9 @@ def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumP
     return x
 
 
-def astype(x, dtype):
+def astype(x, dtype, *, copy=False, device=None):
+    """``x`` cast to ``dtype`` (JAX's ``jnp.astype``; ``copy`` and ``device`` are accepted:
+    values are immutable, and the result stays where ``x`` is)."""
     dtype = np.dtype(dtype)
     if core.dtype_of(x) == dtype and not isinstance(x, (int, float, bool)):
         return x

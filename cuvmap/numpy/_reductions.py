@@ -121,9 +121,13 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     return _round_back(ew.div(sum(a, axes, keepdims=keepdims, where=where), _count(a, axes, keepdims, where)), half)
 
 
-def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
+_mean = mean   # var and std take a parameter named mean (JAX's)
+
+
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None, mean=None):
     """``jnp.var``: ``Σ (x − mean)² / (N − ddof)`` over ``axis`` (``correction`` is the
-    array API's name for ``ddof``); entries outside the mask ``where`` are left out."""
+    array API's name for ``ddof``); entries outside the mask ``where`` are left out;
+    ``mean`` (with the reduced dims kept, as NumPy takes it) replaces the computed mean."""
     _no_out("var", out)
     if correction is not None:
         ddof = correction
@@ -134,7 +138,8 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     elif not core.is_float(x):
         x = astype(x, np.float64)
     x, half = _upcast_half(x)   # NOTE [half precision accumulates in float32]
-    centered = ew.sub(x, mean(x, axes, keepdims=True, where=where))
+    center = _mean(x, axes, keepdims=True, where=where) if mean is None else astype(asarray(mean), core.dtype_of(x))
+    centered = ew.sub(x, center)
     if core.dtype_of(centered).kind == "c":  # |x − mean|², real (numpy.var of complex numbers)
         squared = ew.real(ew.mul(ew.conj(centered), centered))
     else:
@@ -144,11 +149,11 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     return _round_back(ew.div(sum(squared, axes, keepdims=keepdims, where=where), dof), half)
 
 
-def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
+def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None, mean=None):
     """``jnp.std``: ``sqrt(var(x))``. Where the variance is zero (a constant slice) the
     derivative is 0 (a subgradient), not the NaN of sqrt's ``1/(2·0)`` times a zero
     derivative, as autograd's ``std``."""
-    v = var(x, axis, dtype, out, ddof, keepdims, where=where, correction=correction)
+    v = var(x, axis, dtype, out, ddof, keepdims, where=where, correction=correction, mean=mean)
     positive = ew.gt(v, 0)
     return ew.select(positive, ew.sqrt(ew.select(positive, v, 1)), ew.mul(v, 0))
 

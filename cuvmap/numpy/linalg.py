@@ -127,14 +127,20 @@ def cross(x1, x2, /, *, axis=-1):
     return _products.cross(x1, x2, axis=axis)
 
 
-def tensordot(x1, x2, /, *, axes=2):
+def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
     """``numpy.linalg.tensordot``: :func:`cuvmap.numpy.tensordot`."""
-    return _products.tensordot(x1, x2, axes)
+    return _products.tensordot(x1, x2, axes, precision=precision, preferred_element_type=preferred_element_type)
 
 
-def vecdot(x1, x2, /, *, axis=-1):
+def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
     """``numpy.linalg.vecdot``: ``Σ conj(x1) · x2`` along ``axis`` of each operand (NumPy's
-    gufunc: ``axis`` counts in each operand's own dims, before the others broadcast)."""
+    gufunc: ``axis`` counts in each operand's own dims, before the others broadcast);
+    ``precision`` is checked and changes nothing, ``preferred_element_type`` is the
+    result's dtype."""
+    if precision is not None or preferred_element_type is not None:
+        out = vecdot(x1, x2, axis=axis)
+        _products.lax_jax_shapes._check_precision(precision, "vecdot")
+        return out if preferred_element_type is None else astype(out, preferred_element_type)
     x1, x2 = asarray(x1), asarray(x2)
     x1 = complex_parts.conj(x1) if _is_complex(x1) else x1
     x1 = moveaxis(x1, _axis(x1, axis, "vecdot"), -1)

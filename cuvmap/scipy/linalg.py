@@ -38,7 +38,7 @@ from cuvmap.scipy.linalg_special_matrices import (
     hilbert, invhilbert, invpascal, leslie, pascal, toeplitz)
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
-           "solve_triangular",
+           "solve_triangular", "cholesky", "eigh",
            "expm_frechet", "funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm", "hessenberg", "qr_multiply"]
 
 # the special matrices, qr, svd and polar (cuvmap/scipy/linalg_special_matrices.py, linalg_factorizations.py)
@@ -123,6 +123,30 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     full = ew.add(tril(a), _mH(tril(a, -1))) if lower else ew.add(triu(a), _mH(triu(a, 1)))
     factor = lax_decomp.cholesky(full)
     return (factor if lower else _mH(factor)), bool(lower)
+
+
+def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
+    """``jax.scipy.linalg.cholesky``: the Cholesky factor of the symmetric (complex:
+    Hermitian) matrix whose ``lower`` (else upper) triangle is ``a``'s: lower ``L`` with
+    ``a = L Lᴴ``, or, by default, upper ``U`` with ``a = Uᴴ U`` (SciPy's default; the other
+    triangle is zero). NaN where the matrix is not positive definite."""
+    return cho_factor(a, lower)[0]
+
+
+def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite_b=False, turbo=True,
+         eigvals=None, type=1, check_finite=True):  # noqa: A002 - SciPy's name
+    """``jax.scipy.linalg.eigh``: ``(w, v)`` with ``a v = v diag(w)``, ``w`` ascending, of the
+    symmetric (complex: Hermitian) matrix whose ``lower`` (else upper) triangle is ``a``'s
+    (the other triangle is not read, and gets no derivative); ``w`` only with
+    ``eigvals_only``. The generalized problem (``b``), ``eigvals`` subsets and ``type`` other
+    than 1 raise ``NotImplementedError``, as in JAX."""
+    if b is not None or eigvals is not None or type != 1:
+        raise NotImplementedError("eigh: only the standard eigenproblem is supported (b=None, eigvals=None, type=1),"
+                                  " as in JAX")
+    a = _square(a, "eigh")
+    full = ew.add(tril(a), _mH(tril(a, -1))) if lower else ew.add(triu(a), _mH(triu(a, 1)))
+    w, v = np_linalg.eigh(full, symmetrize_input=False)
+    return w if eigvals_only else (w, v)
 
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):

@@ -2,7 +2,9 @@
 ``xlogy``, ``xlog1py``, ``gammaln``, ``digamma``, ``erf``, ``erfc``, ``erfinv``, ``ndtr``,
 ``ndtri``, ``log_ndtr``, ``expit``, ``logit``, ``softmax``, ``log_softmax``,
 ``gammainc``/``gammaincc`` (JAX's names of ``lax.igamma``/``lax.igammac``), ``gamma``,
-``gammasgn``, ``rgamma``, ``beta``, ``betaln``, ``multigammaln`` and ``polygamma``.
+``gammasgn``, ``rgamma``, ``beta``, ``betaln``, ``multigammaln``, ``polygamma``, the
+entropies ``entr``, ``rel_entr``, ``kl_div`` and the Bessel functions ``i0``, ``i0e``,
+``i1``, ``i1e``.
 
 They are compositions of :mod:`cuvmap.lax` primitives (the special functions themselves are
 primitives there), so every transform applies; where the composition's own derivative would
@@ -327,3 +329,60 @@ def logit(x):
     ``jax.scipy.special.logit``."""
     x = promote_inexact(x)
     return cnp.log(x) - cnp.log1p(-x)
+
+
+# ---------------------------------------------------------------------------------------
+# Entropies and the modified Bessel functions of orders 0 and 1
+# ---------------------------------------------------------------------------------------
+
+def entr(x):
+    """The elementwise entropy ``−x log x`` for ``x > 0``, ``0`` at ``0``, ``−inf`` below.
+    JAX: ``jax.scipy.special.entr``."""
+    x = promote_inexact(x)
+    positive = x > 0
+    safe = cnp.where(positive, x, 1.0)
+    return cnp.where(positive, -safe * cnp.log(safe), cnp.where(x == 0, 0.0, -np.inf))
+
+
+def rel_entr(p, q):
+    """The relative entropy ``p log(p/q)`` for ``p, q > 0``; ``0`` where ``p = 0`` and
+    ``q ≥ 0``; ``inf`` otherwise. JAX: ``jax.scipy.special.rel_entr``."""
+    p, q = promote_inexact(p, q)
+    both = (p > 0) & (q > 0)
+    sp, sq = cnp.where(both, p, 1.0), cnp.where(both, q, 1.0)
+    return cnp.where(both, sp * cnp.log(sp / sq), cnp.where((p == 0) & (q >= 0), 0.0, np.inf))
+
+
+def kl_div(p, q):
+    """The Kullback-Leibler term ``p log(p/q) − p + q`` for ``p, q > 0``; ``q`` where
+    ``p = 0`` and ``q ≥ 0``; ``inf`` otherwise. JAX: ``jax.scipy.special.kl_div``."""
+    p, q = promote_inexact(p, q)
+    both = (p > 0) & (q > 0)
+    sp, sq = cnp.where(both, p, 1.0), cnp.where(both, q, 1.0)
+    return cnp.where(both, sp * cnp.log(sp / sq) - sp + sq, cnp.where((p == 0) & (q >= 0), q, np.inf))
+
+
+def i0e(x):
+    """The exponentially scaled modified Bessel function ``e^{−|x|} I₀(x)``
+    (:func:`cuvmap.lax.bessel_i0e`). JAX: ``jax.scipy.special.i0e``."""
+    return lax.bessel_i0e(promote_inexact(x))
+
+
+def i1e(x):
+    """The exponentially scaled modified Bessel function ``e^{−|x|} I₁(x)``
+    (:func:`cuvmap.lax.bessel_i1e`). JAX: ``jax.scipy.special.i1e``."""
+    return lax.bessel_i1e(promote_inexact(x))
+
+
+def i0(x):
+    """The modified Bessel function ``I₀(x) = e^{|x|} · i0e(x)``. JAX:
+    ``jax.scipy.special.i0``."""
+    x = promote_inexact(x)
+    return cnp.exp(cnp.abs(x)) * lax.bessel_i0e(x)
+
+
+def i1(x):
+    """The modified Bessel function ``I₁(x) = e^{|x|} · i1e(x)``. JAX:
+    ``jax.scipy.special.i1``."""
+    x = promote_inexact(x)
+    return cnp.exp(cnp.abs(x)) * lax.bessel_i1e(x)
