@@ -82,6 +82,9 @@ from cuvmap.lax.jax_extras import (  # noqa: F401
 )
 
 from cuvmap.lax.jax_shape_extras import split, tile  # noqa: F401  (issue 32, npmanip)
+from cuvmap.lax.jax_reduce_names import (  # noqa: F401  (issue 32: the audit)
+    broadcasted_iota, collapse, full, reduce_and, reduce_or, reduce_prod, reduce_xor,
+)
 
 def all_primitives():
     """Every primitive that cuvmap's families define, in the order they were made: every

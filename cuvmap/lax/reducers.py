@@ -99,7 +99,7 @@ def monoid_identity(name, dtype):
     if name == "mul":
         return np.ones((), dtype)[()]
     if name == "and":
-        return np.array(-1 if dtype != np.bool_ else True, dtype)[()]
+        return np.invert(np.zeros((), dtype))[()]   # every bit set (unsigned: the maximum; bool: True)
     if dtype == np.bool_:
         return np.bool_(name == "min")
     if np.issubdtype(dtype, np.inexact):

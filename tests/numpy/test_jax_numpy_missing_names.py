@@ -3,7 +3,8 @@
 ``isposinf``, ``isneginf``, ``nanquantile``, ``nanpercentile``, ``nanmedian``,
 ``vectorize``, ``apply_along_axis``; ``scipy.linalg.cholesky`` and ``eigh``;
 ``scipy.special.entr``, ``rel_entr``, ``kl_div``, ``i0``, ``i0e``, ``i1``, ``i1e``;
-``var``/``std`` ``mean=``.
+``var``/``std`` ``mean=``; ``lax.reduce_prod``, ``reduce_and``, ``reduce_or``,
+``reduce_xor``, ``full``, ``broadcasted_iota``, ``collapse``.
 
 Every row is checked against NumPy or a closed form, under ``jit``, under ``vmap`` over
 each argument against a loop, and, where differentiable, with ``check_grads`` in both
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import cuvmap as cv
+import cuvmap.lax as lax
 import cuvmap.numpy as cnp
 import cuvmap.scipy.linalg as sla
 import cuvmap.scipy.special as special
@@ -30,6 +32,8 @@ NAN_MASK = np.array([[False, True, False, False], [False, False, False, False], 
 M3 = RNG.normal(size=(3, 3))
 SPD = M3 @ M3.T + 3 * np.eye(3)
 Q3 = np.array([0.0, 0.3, 1.0])
+INTS = RNG.integers(0, 256, size=(3, 4)).astype(np.uint8)
+BOOLS = RNG.random((3, 4)) < 0.6
 
 
 def _nans(x):
@@ -113,6 +117,14 @@ ROWS = [
      (A34, A34.mean(1, keepdims=True) + 0.2), (0, 1)),
     ("std mean", lambda a, m: cnp.std(a, axis=0, mean=m), lambda a, m: np.std(a, axis=0, mean=m),
      (A34, A34.mean(0, keepdims=True)), (0, 1)),
+    ("lax.reduce_prod", lambda a: lax.reduce_prod(a, (1,)), lambda a: np.prod(a, 1), (A34,), (0,)),
+    ("lax.reduce_and uint8", lambda a: lax.reduce_and(a, (0,)), lambda a: np.bitwise_and.reduce(a, 0), (INTS,), ()),
+    ("lax.reduce_or bool", lambda a: lax.reduce_or(a, (1,)), lambda a: np.any(a, 1), (BOOLS,), ()),
+    ("lax.reduce_xor", lambda a: lax.reduce_xor(a, (0, 1)), lambda a: np.bitwise_xor.reduce(a.ravel()), (INTS,), ()),
+    ("lax.full traced fill", lambda x: lax.full((2, 3), x[1]), lambda x: np.full((2, 3), x[1]), (V5,), (0,)),
+    ("lax.broadcasted_iota", lambda a: a * lax.broadcasted_iota(np.float64, (3, 4), 1),
+     lambda a: a * np.arange(4.0), (A34,), (0,)),
+    ("lax.collapse", lambda a: lax.collapse(a, 0), lambda a: a.reshape(-1), (A34,), (0,)),
 ]
 IDS = [r[0] for r in ROWS]
 
