@@ -176,3 +176,12 @@ def is_weakly_typed(x):
     """``jax.dtypes.is_weakly_typed``: whether ``x`` is weakly typed (a Python scalar, or a
     value computed from Python scalars that a typed operand's dtype overrides)."""
     return bool(core.get_aval(x).weak_type)
+
+
+def i0(x):
+    """``jnp.i0``: the modified Bessel function of the first kind of order 0,
+    ``I₀(x) = e^{|x|} · bessel_i0e(x)`` (real ``x``; integers become float64). Its
+    derivative is ``I₁(x)``."""
+    (x,) = _promote_inexact("i0", x)
+    _require_real("i0", x)
+    return ew.mul(ew.exp(ew.abs(x)), ew.bessel_i0e(x))

@@ -222,6 +222,15 @@ def nextafter(x1, x2, /):
     return ew.nextafter(x1, x2)
 
 
+def spacing(x, /):
+    """``jnp.spacing``: the distance from ``x`` to the next float away from zero (negative
+    for negative ``x``, positive at ``±0``, as NumPy's; NaN at ``±inf``). Piecewise
+    constant: no derivative."""
+    (x,) = _promote_inexact("spacing", x)
+    toward = where(ew.lt(x, 0), astype(-np.inf, core.dtype_of(x)), astype(np.inf, core.dtype_of(x)))
+    return ew.sub(ew.nextafter(x, toward), x)
+
+
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """``jnp.nan_to_num``: ``x`` with NaN replaced by ``nan``, ``+∞`` by ``posinf`` and ``−∞``
     by ``neginf`` (the dtype's largest and most negative finite values by default);

@@ -3,7 +3,9 @@
 ``isposinf``, ``isneginf``, ``nanquantile``, ``nanpercentile``, ``nanmedian``,
 ``vectorize``, ``apply_along_axis``; ``scipy.linalg.cholesky`` and ``eigh``;
 ``scipy.special.entr``, ``rel_entr``, ``kl_div``, ``i0``, ``i0e``, ``i1``, ``i1e``;
-``var``/``std`` ``mean=``; ``lax.reduce_prod``, ``reduce_and``, ``reduce_or``,
+``var``/``std`` ``mean=``; ``union1d``, ``intersect1d``, ``setdiff1d``, ``setxor1d``,
+``unique_values``, ``unique_counts``, ``unique_inverse``, ``unique_all`` (with ``size=``:
+under ``jit`` and ``vmap``), ``spacing``, ``i0``; ``lax.reduce_prod``, ``reduce_and``, ``reduce_or``,
 ``reduce_xor``, ``full``, ``broadcasted_iota``, ``collapse``.
 
 Every row is checked against NumPy or a closed form, under ``jit``, under ``vmap`` over
@@ -34,6 +36,13 @@ SPD = M3 @ M3.T + 3 * np.eye(3)
 Q3 = np.array([0.0, 0.3, 1.0])
 INTS = RNG.integers(0, 256, size=(3, 4)).astype(np.uint8)
 BOOLS = RNG.random((3, 4)) < 0.6
+SET1 = np.array([5, 1, 3, 3, 7, 1])
+SET2 = np.array([3, 8, 1, 1, 9, 0])
+SPECIAL_FLOATS = np.array([0.0, -0.0, 1.0, -1.0, 1e300, -3.5, 5e-324, np.finfo(float).max])
+
+
+def _padded(values, size, fill):
+    return np.concatenate([values, np.full(size - len(values), fill, values.dtype)])
 
 
 def _nans(x):
@@ -125,6 +134,25 @@ ROWS = [
     ("lax.broadcasted_iota", lambda a: a * lax.broadcasted_iota(np.float64, (3, 4), 1),
      lambda a: a * np.arange(4.0), (A34,), (0,)),
     ("lax.collapse", lambda a: lax.collapse(a, 0), lambda a: a.reshape(-1), (A34,), (0,)),
+    ("union1d size", lambda a, b: cnp.union1d(a, b, size=9), lambda a, b: _padded(np.union1d(a, b), 9, 0),
+     (SET1, SET2), ()),
+    ("intersect1d size fill", lambda a, b: cnp.intersect1d(a, b, size=4, fill_value=-1),
+     lambda a, b: _padded(np.intersect1d(a, b), 4, -1), (SET1, SET2), ()),
+    ("intersect1d return_indices size", lambda a, b: cnp.intersect1d(a, b, return_indices=True, size=2),
+     lambda a, b: np.intersect1d(a, b, return_indices=True), (SET1, SET2), ()),
+    ("setdiff1d size", lambda a, b: cnp.setdiff1d(a, b, size=4), lambda a, b: _padded(np.setdiff1d(a, b), 4, 0),
+     (SET1, SET2), ()),
+    ("setxor1d size fill", lambda a, b: cnp.setxor1d(a, b, size=7, fill_value=99),
+     lambda a, b: _padded(np.setxor1d(a, b), 7, 99), (SET1, SET2), ()),
+    ("unique_all size", lambda x: tuple(cnp.unique_all(x, size=4)), lambda x: tuple(np.unique_all(x)),
+     (SET1,), ()),
+    ("unique_counts size", lambda x: tuple(cnp.unique_counts(x, size=4)), lambda x: tuple(np.unique_counts(x)),
+     (SET1,), ()),
+    ("unique_inverse size", lambda x: tuple(cnp.unique_inverse(x.reshape(2, 3), size=4)),
+     lambda x: tuple(np.unique_inverse(x.reshape(2, 3))), (SET1,), ()),
+    ("unique_values size", lambda x: cnp.unique_values(x, size=4), np.unique, (SET1,), ()),   # sorted, as JAX
+    ("spacing", cnp.spacing, np.spacing, (SPECIAL_FLOATS,), ()),
+    ("i0", cnp.i0, np.i0, (V5 * 2,), (0,)),
 ]
 IDS = [r[0] for r in ROWS]
 
@@ -203,6 +231,13 @@ def test_refusals():
     with pytest.raises(ValueError, match="signature"):
         cnp.vectorize(lambda a: a, signature="(n)->")
     assert not cnp.array_equal(A34, A34[:2]) and not cnp.array_equiv(A34, A34[:, :2])
+
+
+@pytest.mark.parametrize("name", ["union1d", "intersect1d", "setdiff1d", "setxor1d"])
+def test_set_operations_without_size(name):
+    np.testing.assert_array_equal(getattr(cnp, name)(SET1, SET2), getattr(np, name)(SET1, SET2))
+    with pytest.raises(cv.errors.ConcretizationError):
+        cv.jit(getattr(cnp, name))(SET1, SET2)
 
 
 def test_index_grids_are_numpys():
