@@ -20,8 +20,8 @@ newaxis = None
 shape = core.shape_of
 
 
-def ndim(x):
-    return len(core.shape_of(x))
+def ndim(a):
+    return len(core.shape_of(a))
 
 
 def size(a, axis=None):

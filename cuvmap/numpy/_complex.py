@@ -25,20 +25,20 @@ def isrealobj(x):
     return not iscomplexobj(x)
 
 
-def real(x):
-    """The real part ``re(z)`` of each element (``jax.numpy.real``); a real ``x`` is
+def real(val):
+    """The real part ``re(z)`` of each element (``jax.numpy.real``); a real ``val`` is
     returned as it is. Derivative: ``re(ż)``; the cotangent of a complex ``z`` is
     ``complex(ct, 0)``."""
-    return ew.real(x) if iscomplexobj(x) else x
+    return ew.real(val) if iscomplexobj(val) else val
 
 
-def imag(x):
-    """The imaginary part ``im(z)`` of each element (``jax.numpy.imag``); zeros of ``x``'s
-    dtype for a real ``x``. Derivative: ``im(ż)``; the cotangent of a complex ``z`` is
+def imag(val):
+    """The imaginary part ``im(z)`` of each element (``jax.numpy.imag``); zeros of ``val``'s
+    dtype for a real ``val``. Derivative: ``im(ż)``; the cotangent of a complex ``z`` is
     ``complex(0, −ct)`` (NOTE [complex convention])."""
-    if iscomplexobj(x):
-        return ew.imag(x)
-    return zeros_like(x)
+    if iscomplexobj(val):
+        return ew.imag(val)
+    return zeros_like(val)
 
 
 def conjugate(x):

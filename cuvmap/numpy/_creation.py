@@ -106,25 +106,25 @@ def zeros_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.n
     return core.full_like_concrete(_operand(x), 0, shape=_like_shape(shape), dtype=dtype)
 
 
-def ones_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
-    """Ones with ``x``'s (logical) shape (or ``shape``), dtype and backend: a constant."""
-    return core.full_like_concrete(_operand(x), 1, shape=_like_shape(shape), dtype=dtype)
+def ones_like(a, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """Ones with ``a``'s (logical) shape (or ``shape``), dtype and backend: a constant."""
+    return core.full_like_concrete(_operand(a), 1, shape=_like_shape(shape), dtype=dtype)
 
 
-def empty_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+def empty_like(prototype, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
     """``jnp.empty_like``: as JAX, zeros (arrays are never uninitialized)."""
-    return zeros_like(x, dtype, shape)
+    return zeros_like(prototype, dtype, shape)
 
 
-def full_like(x, fill_value, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
-    """Constant unless ``fill_value`` is traced: then the fill value broadcast to ``x``'s
+def full_like(prototype, fill_value, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """Constant unless ``fill_value`` is traced: then the fill value broadcast to ``prototype``'s
     shape (or ``shape``), so derivatives flow to it (as ``jnp.full_like``)."""
-    x = _operand(x)
+    prototype = _operand(prototype)
     target = _like_shape(shape)
     if isinstance(fill_value, Tracer):
-        return full(core.get_aval(x).shape if target is None else target, fill_value,
-                    dtype=core.get_aval(x).dtype if dtype is None else dtype)
-    return core.full_like_concrete(x, fill_value, shape=target, dtype=dtype)
+        return full(core.get_aval(prototype).shape if target is None else target, fill_value,
+                    dtype=core.get_aval(prototype).dtype if dtype is None else dtype)
+    return core.full_like_concrete(prototype, fill_value, shape=target, dtype=dtype)
 
 
 def _operand(x):

@@ -49,11 +49,11 @@ greater_equal = ew.ge
 stop_gradient = ew.stop_gradient
 
 
-def power(x, y):
-    """``x ** y``; a Python int exponent uses ``integer_pow`` (exact, differentiable at 0)."""
-    if isinstance(y, (int, np.integer)) and not isinstance(y, bool):
-        return ew.integer_pow(x, int(y))
-    return ew.pow(x, y)
+def power(x1, x2):
+    """``x1 ** x2``; a Python int exponent uses ``integer_pow`` (exact, differentiable at 0)."""
+    if isinstance(x2, (int, np.integer)) and not isinstance(x2, bool):
+        return ew.integer_pow(x1, int(x2))
+    return ew.pow(x1, x2)
 
 
 def square(x):
@@ -73,22 +73,22 @@ def where(condition, x, y):
     return ew.select(condition, x, y)
 
 
-def round(x, decimals=0, out=None):  # noqa: A001
+def round(a, decimals=0, out=None):  # noqa: A001
     """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are.
     Piecewise constant: its derivative is zero. ``out`` is refused (arrays are immutable)."""
     if out is not None:
         raise NotImplementedError("round: out= is not supported (arrays are immutable)")
-    return ew.round_decimals(x, decimals)
+    return ew.round_decimals(a, decimals)
 
 
 around = round
 
 
-def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumPy's names
-    """``minimum(maximum(x, a_min), a_max)``, broadcasting all three; the bounds may be
+def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumPy's names
+    """``minimum(maximum(a, a_min), a_max)``, broadcasting all three; the bounds may be
     arrays or traced values (NumPy 2's keywords ``min``/``max`` work too). As in JAX the
-    derivative flows to ``x`` inside the bounds and to the bound that clips outside,
-    shared evenly where ``x`` equals a bound; ``a_min > a_max`` gives ``a_max``."""
+    derivative flows to ``a`` inside the bounds and to the bound that clips outside,
+    shared evenly where ``a`` equals a bound; ``a_min > a_max`` gives ``a_max``."""
     if min is not None:
         if a_min is not None:
             raise TypeError("clip: give min or a_min, not both")
@@ -98,19 +98,19 @@ def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumP
             raise TypeError("clip: give max or a_max, not both")
         a_max = max
     if a_min is not None:
-        x = ew.max(x, a_min)
+        a = ew.max(a, a_min)
     if a_max is not None:
-        x = ew.min(x, a_max)
-    return x
+        a = ew.min(a, a_max)
+    return a
 
 
-def astype(x, dtype, *, copy=False, device=None):
-    """``x`` cast to ``dtype`` (JAX's ``jnp.astype``; ``copy`` and ``device`` are accepted:
-    values are immutable, and the result stays where ``x`` is)."""
+def astype(a, dtype, *, copy=False, device=None):
+    """``a`` cast to ``dtype`` (JAX's ``jnp.astype``; ``copy`` and ``device`` are accepted:
+    values are immutable, and the result stays where ``a`` is)."""
     dtype = np.dtype(dtype)
-    if core.dtype_of(x) == dtype and not isinstance(x, (int, float, bool)):
-        return x
-    return ew.convert_element_type(x, dtype)
+    if core.dtype_of(a) == dtype and not isinstance(a, (int, float, bool)):
+        return a
+    return ew.convert_element_type(a, dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def astype(x, dtype, *, copy=False, device=None):
 # operand raises TypeError, as in NumPy and JAX), NumPy's promotion with weakly typed
 # Python ints (``uint8_tracer & 0xF0`` stays uint8), ``>>`` arithmetic on signed integers
 # and logical on unsigned ones, and shifts by the bit width or more give 0 (or -1 for a
-# negative signed ``x >> k``), as NumPy's do. Their results are integers or booleans and
+# negative signed ``a >> k``), as NumPy's do. Their results are integers or booleans and
 # carry no derivative (the primitives are ``differentiable=False``): a float function
 # that computes an integer mask or index with them on the side differentiates as usual.
 

@@ -215,11 +215,11 @@ def ldexp(x1, x2, /):
     return where(direct, single, where(underflow, zero, through_mantissa))
 
 
-def nextafter(x1, x2, /):
-    """``jnp.nextafter``: the float after ``x1`` in the direction of ``x2`` (integers
+def nextafter(x, y, /):
+    """``jnp.nextafter``: the float after ``x`` in the direction of ``y`` (integers
     become float64). Piecewise constant: no derivative, as in JAX."""
-    x1, x2 = _promote_inexact("nextafter", x1, x2)
-    return ew.nextafter(x1, x2)
+    x, y = _promote_inexact("nextafter", x, y)
+    return ew.nextafter(x, y)
 
 
 def spacing(x, /):

@@ -15,10 +15,10 @@ from cuvmap.numpy._common import _axis, shape
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, ravel, reshape
 
 
-def take(x, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
+def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
          fill_value=None):
-    """``jnp.take``: ``out[..., j..., ...] = x[..., indices[j...], ...]`` along ``axis``
-    (``None``: of the flattened ``x``). Out-of-bounds indices follow ``mode`` (NOTE
+    """``jnp.take``: ``out[..., j..., ...] = a[..., indices[j...], ...]`` along ``axis``
+    (``None``: of the flattened ``a``). Out-of-bounds indices follow ``mode`` (NOTE
     [gather modes] in cuvmap/numpy/_gather_modes.py): by default they raise IndexError
     (JAX fills them: pass ``mode='fill'`` or a ``fill_value``); ``'fill'``, ``'clip'``
     and ``'wrap'`` as JAX. ``unique_indices`` and ``indices_are_sorted`` are hints,
@@ -27,25 +27,25 @@ def take(x, indices, axis=None, out=None, mode=None, unique_indices=False, indic
         raise NotImplementedError("take: out= is not supported (arrays are immutable)")
     mode = _gather_modes.resolve_mode("take", mode, fill_value, _gather_modes.TAKE_MODES)
     if axis is None:
-        x, axis = ravel(x), 0
+        a, axis = ravel(a), 0
     else:
-        axis = _axis(x, axis, "take")
+        axis = _axis(a, axis, "take")
     if not isinstance(indices, Tracer) and not hasattr(indices, "dtype"):
         indices = np.asarray(indices)
     if core.dtype_of(indices).kind not in "iu":
-        return lax_indexing.take(x, indices, axis)  # whose shape rule refuses them, naming the transform
-    n = shape(x)[axis]
-    out_shape = shape(x)[:axis] + shape(indices) + shape(x)[axis + 1:]
+        return lax_indexing.take(a, indices, axis)  # whose shape rule refuses them, naming the transform
+    n = shape(a)[axis]
+    out_shape = shape(a)[:axis] + shape(indices) + shape(a)[axis + 1:]
     if n == 0:
         if builtins.all(shape(indices)):
-            raise IndexError(f"take: cannot do a non-empty jnp.take() from the empty axis {axis} of shape {shape(x)}")
-        return reshape(x, out_shape)  # both empty
+            raise IndexError(f"take: cannot do a non-empty jnp.take() from the empty axis {axis} of shape {shape(a)}")
+        return reshape(a, out_shape)  # both empty
     if mode == "raise":
-        return lax_indexing.take(x, indices, axis)
+        return lax_indexing.take(a, indices, axis)
     safe, valid = _gather_modes.in_bounds_indices(indices, n, mode, "take", axis, wrap_negative=(mode == "fill"))
-    gathered = lax_indexing.take(x, safe, axis)
+    gathered = lax_indexing.take(a, safe, axis)
     if valid is not None:
-        valid = lax_shape.reshape(valid, (1,) * axis + shape(indices) + (1,) * (len(shape(x)) - axis - 1))
+        valid = lax_shape.reshape(valid, (1,) * axis + shape(indices) + (1,) * (len(shape(a)) - axis - 1))
     return _gather_modes.fill_out_of_bounds(gathered, valid, mode, fill_value, "take")
 
 

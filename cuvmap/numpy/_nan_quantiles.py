@@ -20,12 +20,14 @@ from cuvmap.numpy._shapes import moveaxis, ravel, reshape, transpose
 from cuvmap.numpy._statistics import _METHODS, _float, _unsupported
 
 
-def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False):
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+                weights=None):
     """``jnp.nanquantile``: :func:`cuvmap.numpy.quantile` of the entries of ``a`` that are
     not NaN over ``axis`` (``method`` ``linear``, ``lower``, ``higher``, ``midpoint`` or
     ``nearest``); NaN where a slice holds no number. The result has ``q``'s shape followed
-    by the reduced shape."""
-    _unsupported("nanquantile", out=out)
+    by the reduced shape. ``weights`` (JAX's, with ``method='inverted_cdf'``) is refused
+    (``NotImplementedError``): :func:`cuvmap.numpy.quantile` takes them, without NaNs."""
+    _unsupported("nanquantile", out=out, weights=weights)
     if method not in _METHODS or method == "inverted_cdf":
         raise ValueError(f"nanquantile: method must be one of {_METHODS[:-1]}, got {method!r}")
     a = _float(a)
@@ -70,11 +72,12 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
     return result
 
 
-def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False):
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+                  weights=None):
     """``jnp.nanpercentile``: :func:`nanquantile` at ``q / 100``."""
     q = asarray(q)
     q = ew.div(q if core.is_float(q) else astype(q, np.float64), 100)
-    return nanquantile(a, q, axis, out, overwrite_input, method, keepdims)
+    return nanquantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights)
 
 
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):

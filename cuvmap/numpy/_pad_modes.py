@@ -31,7 +31,7 @@ _ALLOWED_KWARGS = {
 }
 
 
-def pad(x, pad_width, mode="constant", **kwargs):
+def pad(array, pad_width, mode="constant", **kwargs):
     """``jnp.pad``: ``pad_width`` is an int, a ``(low, high)`` pair or one pair per dim;
     ``mode`` is one of NumPy's: ``'constant'`` (``constant_values``: a scalar, a pair or
     one pair per dim), ``'edge'``, ``'wrap'``, ``'reflect'`` and ``'symmetric'``
@@ -42,7 +42,7 @@ def pad(x, pad_width, mode="constant", **kwargs):
     derivative sums the cotangents of the copies into the elements they copy; the others
     are built from slices, reductions and concatenations (cuvmap/numpy/py).
     A callable ``mode`` is not supported."""
-    n = ndim(x)
+    n = ndim(array)
     if _holds_tracer(pad_width):
         raise TypeError("pad: pad_width must be static (ints), not a traced value")
     widths = np.asarray(pad_width)
@@ -53,7 +53,7 @@ def pad(x, pad_width, mode="constant", **kwargs):
         pw = np.broadcast_to(widths, (n, 2))
     except ValueError:
         raise ShapeError(f"pad: pad_width {pad_width!r} must be an int, a (low, high) pair or {n} pairs "
-                         f"for an array of shape {shape(x)}") from None
+                         f"for an array of shape {shape(array)}") from None
     if (pw < 0).any():
         raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
     if callable(mode):
@@ -64,31 +64,31 @@ def pad(x, pad_width, mode="constant", **kwargs):
     if unsupported:
         raise ValueError(f"pad: unsupported keyword arguments for mode '{mode}': {sorted(unsupported)}")
     if n == 0:
-        return x
+        return array
     if mode == "constant":
-        return pad_constant(x, pw, kwargs.get("constant_values", 0))
+        return pad_constant(array, pw, kwargs.get("constant_values", 0))
     if mode == "linear_ramp":
-        return pad_linear_ramp(x, pw, kwargs.get("end_values", 0))
+        return pad_linear_ramp(array, pw, kwargs.get("end_values", 0))
     if mode in ("maximum", "minimum", "mean", "median"):
-        return pad_statistic(x, pw, mode, kwargs.get("stat_length"))
+        return pad_statistic(array, pw, mode, kwargs.get("stat_length"))
     if mode == "empty":
-        return pad_empty(x, pw)
+        return pad_empty(array, pw)
     reflect_type = kwargs.get("reflect_type", "even")
     if reflect_type not in ("even", "odd"):
         raise ValueError(f"pad: reflect_type must be 'even' or 'odd', got {reflect_type!r}")
     if reflect_type == "odd":
-        return pad_reflect_odd(x, pw, mode)
-    xp = backend.xp_of(x)
+        return pad_reflect_odd(array, pw, mode)
+    xp = backend.xp_of(array)
     for axis, (lo, hi) in enumerate(pw):
         if lo == 0 and hi == 0:
             continue
-        size = shape(x)[axis]
+        size = shape(array)[axis]
         if size == 0:
-            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(x)} with mode {mode!r} "
+            raise ShapeError(f"pad: cannot extend the empty axis {axis} of shape {shape(array)} with mode {mode!r} "
                              "(only 'constant' can pad an empty axis)")
         idx = xp.asarray(pad_indices(size, int(lo), int(hi), mode))
-        x = lax_indexing.take(x, idx, axis)
-    return x
+        array = lax_indexing.take(array, idx, axis)
+    return array
 
 
 def static_pairs(value, nd, name, what):

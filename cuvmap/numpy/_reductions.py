@@ -65,17 +65,17 @@ def _masked(x, where_, fill):
     return x if where_ is None else where(where_, x, fill)
 
 
-def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,  # noqa: A001
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,  # noqa: A001
         promote_integers=True):
     """``jnp.sum``: the sum over ``axis`` (an int, a tuple or ``None``: all), accumulated in
     NumPy's dtype (:func:`_accumulate_in`) or ``dtype``; ``initial`` is added, and entries
     outside the mask ``where`` count as 0."""
     dtype, keepdims = _legacy_keepdims(dtype, keepdims)
     _no_out("sum", out)
-    x = asarray(x)
-    axes = _axes(x, axis, "sum")
-    x = _masked(_accumulate_in(x, dtype), where, 0)
-    total = _keep(lax_reduction.reduce_sum(x, axes), x, axes, keepdims)
+    a = asarray(a)
+    axes = _axes(a, axis, "sum")
+    a = _masked(_accumulate_in(a, dtype), where, 0)
+    total = _keep(lax_reduction.reduce_sum(a, axes), a, axes, keepdims)
     return total if initial is None else ew.add(total, initial)
 
 
@@ -124,36 +124,36 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
 _mean = mean   # var and std take a parameter named mean (JAX's)
 
 
-def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None, mean=None):
-    """``jnp.var``: ``Σ (x − mean)² / (N − ddof)`` over ``axis`` (``correction`` is the
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None, mean=None):
+    """``jnp.var``: ``Σ (a − mean)² / (N − ddof)`` over ``axis`` (``correction`` is the
     array API's name for ``ddof``); entries outside the mask ``where`` are left out;
     ``mean`` (with the reduced dims kept, as NumPy takes it) replaces the computed mean."""
     _no_out("var", out)
     if correction is not None:
         ddof = correction
-    x = asarray(x)
-    axes = _axes(x, axis, "var")
+    a = asarray(a)
+    axes = _axes(a, axis, "var")
     if dtype is not None:
-        x = astype(x, dtype)
-    elif not core.is_float(x):
-        x = astype(x, np.float64)
-    x, half = _upcast_half(x)   # NOTE [half precision accumulates in float32]
-    center = _mean(x, axes, keepdims=True, where=where) if mean is None else astype(asarray(mean), core.dtype_of(x))
-    centered = ew.sub(x, center)
-    if core.dtype_of(centered).kind == "c":  # |x − mean|², real (numpy.var of complex numbers)
+        a = astype(a, dtype)
+    elif not core.is_float(a):
+        a = astype(a, np.float64)
+    a, half = _upcast_half(a)   # NOTE [half precision accumulates in float32]
+    center = _mean(a, axes, keepdims=True, where=where) if mean is None else astype(asarray(mean), core.dtype_of(a))
+    centered = ew.sub(a, center)
+    if core.dtype_of(centered).kind == "c":  # |a − mean|², real (numpy.var of complex numbers)
         squared = ew.real(ew.mul(ew.conj(centered), centered))
     else:
         squared = square(centered)
-    count = _count(x, axes, keepdims, where)
+    count = _count(a, axes, keepdims, where)
     dof = count - ddof if isinstance(count, int) else ew.sub(count, ddof)
     return _round_back(ew.div(sum(squared, axes, keepdims=keepdims, where=where), dof), half)
 
 
-def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None, mean=None):
-    """``jnp.std``: ``sqrt(var(x))``. Where the variance is zero (a constant slice) the
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None, mean=None):
+    """``jnp.std``: ``sqrt(var(a))``. Where the variance is zero (a constant slice) the
     derivative is 0 (a subgradient), not the NaN of sqrt's ``1/(2·0)`` times a zero
     derivative, as autograd's ``std``."""
-    v = var(x, axis, dtype, out, ddof, keepdims, where=where, correction=correction, mean=mean)
+    v = var(a, axis, dtype, out, ddof, keepdims, where=where, correction=correction, mean=mean)
     positive = ew.gt(v, 0)
     return ew.select(positive, ew.sqrt(ew.select(positive, v, 1)), ew.mul(v, 0))
 
@@ -271,41 +271,41 @@ def any(x, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
     return _keep(out, x, axes, keepdims)
 
 
-def all(x, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
+def all(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
     """``jnp.all``: whether every element over ``axis`` (inside the mask ``where``) is
     nonzero (NaN counts as nonzero); a boolean."""
     _no_out("all", out)
-    x = _masked(asarray(x), where, 1)
-    axes = _axes(x, axis, "all")
-    out = ew.eq(lax_reduction.reduce_sum(ew.eq(x, 0), axes), 0)
-    return _keep(out, x, axes, keepdims)
+    a = _masked(asarray(a), where, 1)
+    axes = _axes(a, axis, "all")
+    out = ew.eq(lax_reduction.reduce_sum(ew.eq(a, 0), axes), 0)
+    return _keep(out, a, axes, keepdims)
 
 
-def _flattened(x, axis, name):
-    """``(x, axis)``, flattened to one dim for ``axis=None`` as NumPy's cumulative functions do."""
-    x = asarray(x)
+def _flattened(a, axis, name):
+    """``(a, axis)``, flattened to one dim for ``axis=None`` as NumPy's cumulative functions do."""
+    a = asarray(a)
     if axis is None:
-        return ravel(x), 0
-    return x, _axis(x, axis, name)
+        return ravel(a), 0
+    return a, _axis(a, axis, name)
 
 
-def cumsum(x, axis=None, dtype=None, out=None):
+def cumsum(a, axis=None, dtype=None, out=None):
     """Running sums along ``axis`` (``None``: of the flattened array), in NumPy's dtype
     (:func:`_accumulate_in`)."""
     _no_out("cumsum", out)
-    x, axis = _flattened(x, axis, "cumsum")
-    x = _accumulate_in(x, dtype)
-    return lax_cumulative.cumsum(x, axis)
+    a, axis = _flattened(a, axis, "cumsum")
+    a = _accumulate_in(a, dtype)
+    return lax_cumulative.cumsum(a, axis)
 
 
-def cumprod(x, axis=None, dtype=None, out=None):
+def cumprod(a, axis=None, dtype=None, out=None):
     """Running products along ``axis`` (``None``: of the flattened array); the derivative is
-    exact where ``x`` has zeros (NOTE [cumprod's derivatives without division]); in
+    exact where ``a`` has zeros (NOTE [cumprod's derivatives without division]); in
     NumPy's dtype (:func:`_accumulate_in`)."""
     _no_out("cumprod", out)
-    x, axis = _flattened(x, axis, "cumprod")
-    x = _accumulate_in(x, dtype)
-    return lax_cumulative.cumprod(x, axis)
+    a, axis = _flattened(a, axis, "cumprod")
+    a = _accumulate_in(a, dtype)
+    return lax_cumulative.cumprod(a, axis)
 
 
 def _check_sort_args(name, kind, order):
@@ -315,31 +315,31 @@ def _check_sort_args(name, kind, order):
         raise ValueError(f"{name}: unknown kind {kind!r}")
 
 
-def sort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False):
-    """``x`` sorted along ``axis`` (``None``: flattened), NaNs last. Always stable (``kind``
+def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+    """``a`` sorted along ``axis`` (``None``: flattened), NaNs last. Always stable (``kind``
     and ``stable`` are accepted for compatibility); ``descending`` reverses the order. The
     derivative follows the sorting permutation (see ``cuvmap/lax/sorting.py``)."""
     _check_sort_args("sort", kind, order)
-    x, axis = _flattened(x, axis, "sort")
-    out = lax_sorting.sort(x, axis)
+    a, axis = _flattened(a, axis, "sort")
+    out = lax_sorting.sort(a, axis)
     return flip(out, axis) if descending else out
 
 
-def argsort(x, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
-    """The indices that sort ``x`` along ``axis`` (``None``: flattened), int64 or the
+def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
+    """The indices that sort ``a`` along ``axis`` (``None``: flattened), int64 or the
     integer ``dtype``. Stable, also with ``descending=True``: equal elements keep their
     order, as in JAX."""
     _check_sort_args("argsort", kind, order)
     if dtype is not None and np.dtype(dtype).kind not in "iu":
         raise ValueError(f"argsort: dtype must be an integer dtype, got {np.dtype(dtype)}")
-    x, axis = _flattened(x, axis, "argsort")
+    a, axis = _flattened(a, axis, "argsort")
     if not descending:
-        idx = lax_sorting.argsort(x, axis)
+        idx = lax_sorting.argsort(a, axis)
     else:
         # sorting the reversed array ascending and reversing the result keeps ties in their
-        # original order; indices into the reversed array i are n − 1 − i in x
-        n = shape(x)[axis]
-        idx = flip(ew.sub(n - 1, lax_sorting.argsort(flip(x, axis), axis)), axis)
+        # original order; indices into the reversed array i are n − 1 − i in a
+        n = shape(a)[axis]
+        idx = flip(ew.sub(n - 1, lax_sorting.argsort(flip(a, axis), axis)), axis)
     return idx if dtype is None else astype(idx, dtype)
 
 

@@ -14,8 +14,8 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy._common import _axes, _axis, _holds_tracer, ndim, shape, size
 
 
-def reshape(x, shape=None, order="C", *, newshape=None, copy=None):  # noqa: A002 - jax.numpy's name
-    """``jnp.reshape``: ``x`` with the same entries in a new ``shape`` (an int or a tuple;
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):  # noqa: A002 - jax.numpy's name
+    """``jnp.reshape``: ``a`` with the same entries in a new ``shape`` (an int or a tuple;
     one entry may be -1), read and written in row-major (``order='C'``) or column-major
     (``'F'``: the reverse of the dims' order) order. ``newshape`` is NumPy's older name."""
     if newshape is not None:
@@ -28,23 +28,23 @@ def reshape(x, shape=None, order="C", *, newshape=None, copy=None):  # noqa: A00
         raise ValueError(f"reshape: order must be 'C', 'F' or 'A', got {order!r}")
     newshape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     if order == "F":
-        reversed_x = transpose(x)
+        reversed_x = transpose(a)
         out = reshape(reversed_x, newshape[::-1])
         return transpose(out)
-    total = size(x)
+    total = size(a)
     if newshape.count(-1) > 1:
         raise ShapeError(f"reshape: more than one -1 in {newshape}")
     if -1 in newshape:
         known = int(np.prod([s for s in newshape if s != -1], dtype=np.int64))
         if known == 0 or total % known:
-            raise ShapeError(f"reshape: cannot reshape {core.shape_of(x)} ({total} elements) to {newshape}")
+            raise ShapeError(f"reshape: cannot reshape {core.shape_of(a)} ({total} elements) to {newshape}")
         newshape = tuple(total // known if s == -1 else s for s in newshape)
-    return lax_shape.reshape(x, newshape)
+    return lax_shape.reshape(a, newshape)
 
 
-def ravel(x, order="C"):
-    """``jnp.ravel``: the entries of ``x`` as one dim, in row-major order (``'F'``: column-major)."""
-    return reshape(x, (-1,), order)
+def ravel(a, order="C"):
+    """``jnp.ravel``: the entries of ``a`` as one dim, in row-major order (``'F'``: column-major)."""
+    return reshape(a, (-1,), order)
 
 
 def transpose(x, axes=None):
@@ -62,14 +62,14 @@ def swapaxes(x, axis1, axis2):
     return lax_shape.transpose(x, tuple(perm))
 
 
-def moveaxis(x, source, destination):
-    n = ndim(x)
+def moveaxis(a, source, destination):
+    n = ndim(a)
     src = [int(s) % n for s in np.atleast_1d(source)]
     dst = [int(d) % n for d in np.atleast_1d(destination)]
     order = [i for i in range(n) if i not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
-    return lax_shape.transpose(x, tuple(order))
+    return lax_shape.transpose(a, tuple(order))
 
 
 def expand_dims(x, axis):
@@ -136,26 +136,26 @@ def _join_operands(xs, dtype, name):
     return [x if core.dtype_of(x) == target else ew.convert_element_type(x, target) for x in xs]
 
 
-def concatenate(xs, axis=0, dtype=None):
+def concatenate(arrays, axis=0, dtype=None):
     """``jnp.concatenate``: the arrays joined along ``axis`` (flattened first for
     ``axis=None``), in their promoted dtype or ``dtype``."""
-    xs = _join_operands(xs, dtype, "concatenate")
+    arrays = _join_operands(arrays, dtype, "concatenate")
     if axis is None:
-        xs = [ravel(x) for x in xs]
+        arrays = [ravel(x) for x in arrays]
         axis = 0
-    return lax_shape.concatenate(xs, _axis(xs[0], axis, "concatenate"))
+    return lax_shape.concatenate(arrays, _axis(arrays[0], axis, "concatenate"))
 
 
-def stack(xs, axis=0, out=None, dtype=None):
+def stack(arrays, axis=0, out=None, dtype=None):
     """``jnp.stack``: the arrays (of one shape) joined along a new dim ``axis``."""
     if out is not None:
         raise NotImplementedError("stack: out= is not supported")
-    xs = _join_operands(xs, dtype, "stack")
-    n = ndim(xs[0]) + 1
+    arrays = _join_operands(arrays, dtype, "stack")
+    n = ndim(arrays[0]) + 1
     if not -n <= int(axis) < n:
         raise ShapeError(f"stack: axis {axis} is out of range for {n} dims")
     axis = int(axis) % n
-    return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in xs], axis)
+    return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in arrays], axis)
 
 
 def _static_ints(value, name, what):
@@ -186,28 +186,28 @@ def _pad_indices(n, lo, hi, mode):
     return np.where(m < n, m, 2 * n - 1 - m)
 
 
-def flip(x, axis=None):
-    """``x`` reversed along ``axis`` (an int, a tuple, or ``None`` for every axis)."""
-    axes = _axes(x, axis, "flip")
+def flip(m, axis=None):
+    """``m`` reversed along ``axis`` (an int, a tuple, or ``None`` for every axis)."""
+    axes = _axes(m, axis, "flip")
     if not axes:
-        return x
-    s = shape(x)
+        return m
+    s = shape(m)
     slices = [(0, n, 1) for n in s]
     for a in axes:
         slices[a] = lax_indexing.normalize_slice(builtins.slice(None, None, -1), s[a])
-    return lax_indexing.slice(x, slices)
+    return lax_indexing.slice(m, slices)
 
 
-def fliplr(x):
-    if ndim(x) < 2:
-        raise ShapeError(f"fliplr: the array must have at least 2 dims, got shape {shape(x)}")
-    return flip(x, 1)
+def fliplr(m):
+    if ndim(m) < 2:
+        raise ShapeError(f"fliplr: the array must have at least 2 dims, got shape {shape(m)}")
+    return flip(m, 1)
 
 
-def flipud(x):
-    if ndim(x) < 1:
+def flipud(m):
+    if ndim(m) < 1:
         raise ShapeError("flipud: the array must have at least 1 dim, got a 0-d array")
-    return flip(x, 0)
+    return flip(m, 0)
 
 
 def roll(x, shift, axis=None):
@@ -285,17 +285,17 @@ def _split(name, x, indices_or_sections, axis, equal):
     return [lax_indexing.slice_in_dim(x, lo, hi, axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def split(x, indices_or_sections, axis=0):
+def split(ary, indices_or_sections, axis=0):
     """``numpy.split``: a list of pieces along ``axis``; an int ``k`` asks for ``k`` equal
     pieces (an error when the size is not a multiple of ``k``), a sequence of indices
     gives the split points (as slice bounds: negative ones count from the end)."""
-    return _split("split", x, indices_or_sections, axis, equal=True)
+    return _split("split", ary, indices_or_sections, axis, equal=True)
 
 
-def array_split(x, indices_or_sections, axis=0):
+def array_split(ary, indices_or_sections, axis=0):
     """``numpy.array_split``: as :func:`split`, but ``k`` pieces need not be equal (the first
     ``n % k`` are one longer)."""
-    return _split("array_split", x, indices_or_sections, axis, equal=False)
+    return _split("array_split", ary, indices_or_sections, axis, equal=False)
 
 
 def _zero_of(x):
