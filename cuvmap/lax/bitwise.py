@@ -165,27 +165,27 @@ def bitwise_not(x):
     return bitwise_not_p.bind(x)
 
 
-def shift_left(x, s):
-    """``x << s`` in ``x``'s dtype; 0 where ``s`` is at least the bit width."""
-    return shift_left_p.bind(x, s)
+def shift_left(x, y):
+    """``x << y`` in ``x``'s dtype; 0 where ``y`` is at least the bit width."""
+    return shift_left_p.bind(x, y)
 
 
-def shift_right_logical(x, s):
-    """``x >> s`` filling with zeros (also for signed ``x``); 0 where ``s`` is at least the
+def shift_right_logical(x, y):
+    """``x >> y`` filling with zeros (also for signed ``x``); 0 where ``y`` is at least the
     bit width."""
-    return shift_right_logical_p.bind(x, s)
+    return shift_right_logical_p.bind(x, y)
 
 
-def shift_right_arithmetic(x, s):
-    """``x >> s`` filling with copies of the sign (top) bit, as NumPy's ``>>`` on signed
-    integers; every bit is the sign bit where ``s`` is at least the bit width."""
-    return shift_right_arithmetic_p.bind(x, s)
+def shift_right_arithmetic(x, y):
+    """``x >> y`` filling with copies of the sign (top) bit, as NumPy's ``>>`` on signed
+    integers; every bit is the sign bit where ``y`` is at least the bit width."""
+    return shift_right_arithmetic_p.bind(x, y)
 
 
-def bitcast_convert_type(x, new_dtype):
-    """The bits of ``x`` read as ``new_dtype``, a dtype of the same size
+def bitcast_convert_type(operand, new_dtype):
+    """The bits of ``operand`` read as ``new_dtype``, a dtype of the same size
     (``uint32 -> float32``, ``float64 -> uint64``, ...)."""
-    return bitcast_convert_type_p.bind(x, new_dtype=np.dtype(new_dtype))
+    return bitcast_convert_type_p.bind(operand, new_dtype=np.dtype(new_dtype))
 
 
 # ---------------------------------------------------------------------------------------

@@ -117,17 +117,17 @@ def iota(dtype, size=None, *, sharding=None, like=None):
     return indexing.iota(size, dtype, like=like)
 
 
-def stack(arrays, axis=0):
-    """The arrays (of one shape) along a new axis ``axis`` (JAX's ``jax.lax.stack``):
+def stack(operands, axis=0):
+    """The operands (of one shape) along a new axis ``axis`` (JAX's ``jax.lax.stack``):
     ``stack(xs, axis)[..., k, ...] = xs[k]``."""
-    arrays = list(arrays)
-    if not arrays:
+    operands = list(operands)
+    if not operands:
         raise ValueError("stack: needs at least one array")
-    rank = np.ndim(arrays[0]) + 1
+    rank = np.ndim(operands[0]) + 1
     if not -rank <= axis < rank:
-        raise core.ShapeError(f"stack: axis {axis} is out of range for arrays of rank {rank - 1}")
+        raise core.ShapeError(f"stack: axis {axis} is out of range for operands of rank {rank - 1}")
     axis = axis % rank
-    return concatenate([expand_dims(x, (axis,)) for x in arrays], axis)
+    return concatenate([expand_dims(x, (axis,)) for x in operands], axis)
 
 
 def unstack(x, axis=0):

@@ -6,7 +6,8 @@ import numpy as np
 
 from cuvmap import core
 from cuvmap.core import ShapeError, Tracer
-from cuvmap.lax import bitwise, indexing, shape
+from cuvmap.lax import bitwise, indexing
+from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.reducers import reduce
 
@@ -53,27 +54,27 @@ def reduce_xor(operand, axes):
     return reduce(operand, _identity(operand, 0), bitwise.bitwise_xor, _axes("reduce_xor", operand, axes))
 
 
-def full(shape_, fill_value, dtype=None, *, sharding=None):
+def full(shape, fill_value, dtype=None, *, sharding=None):
     """``jax.lax.full``: an array of ``shape`` filled with ``fill_value`` (a scalar, traced
     or not), in ``dtype`` (default: the fill value's)."""
-    dims = (int(shape_),) if isinstance(shape_, (int, np.integer)) else tuple(int(d) for d in shape_)
+    dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
     if isinstance(fill_value, Tracer) or hasattr(fill_value, "shape"):
         if core.shape_of(fill_value) != ():
             raise ShapeError(f"full: fill_value must be a scalar, got shape {core.shape_of(fill_value)}")
         value = fill_value if dtype is None else ew.convert_element_type(fill_value, np.dtype(dtype))
     else:
         value = np.asarray(fill_value, dtype=dtype)
-    return shape.broadcast_in_dim(value, dims, ())
+    return lax_shape.broadcast_in_dim(value, dims, ())
 
 
-def broadcasted_iota(dtype, shape_, dimension, *, sharding=None):
+def broadcasted_iota(dtype, shape, dimension, *, sharding=None):
     """``jax.lax.broadcasted_iota``: ``out[i_0, ..., i_n] = i_dimension`` in ``dtype``, of
     ``shape`` (a constant)."""
-    dims = tuple(int(d) for d in shape_)
+    dims = tuple(int(d) for d in shape)
     if not 0 <= int(dimension) < len(dims):
         raise ShapeError(f"broadcasted_iota: dimension {dimension} is out of range for shape {dims}")
     line = indexing.iota(dims[int(dimension)], np.dtype(dtype))
-    return shape.broadcast_in_dim(line, dims, (int(dimension),))
+    return lax_shape.broadcast_in_dim(line, dims, (int(dimension),))
 
 
 def collapse(operand, start_dimension, stop_dimension=None):
@@ -86,4 +87,4 @@ def collapse(operand, start_dimension, stop_dimension=None):
     if not 0 <= start <= stop <= rank:
         raise ShapeError(f"collapse: dims {start_dimension}:{stop_dimension} do not fit shape {s}")
     merged = int(np.prod(s[start:stop], dtype=np.int64))
-    return shape.reshape(operand, tuple(s[:start]) + (merged,) + tuple(s[stop:]))
+    return lax_shape.reshape(operand, tuple(s[:start]) + (merged,) + tuple(s[stop:]))

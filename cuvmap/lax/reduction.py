@@ -61,12 +61,12 @@ def _normalize_axes(x, axes):
     return tuple(sorted(int(a) % ndim if ndim else int(a) for a in axes))
 
 
-def reduce_sum(x, axes=None):
+def reduce_sum(operand, axes=None):
     """Sum over ``axes`` (a tuple of non-negative ints; ``None`` sums everything)."""
-    axes = _normalize_axes(x, axes)
+    axes = _normalize_axes(operand, axes)
     if not axes:
-        return x
-    return reduce_sum_p.bind(x, axes=axes)
+        return operand
+    return reduce_sum_p.bind(operand, axes=axes)
 
 
 def _reduce_sum_transpose(ct, x, *, axes):
@@ -91,20 +91,20 @@ reduce_min_p.impl = lambda x, *, axes: core.as_array(x).min(axis=axes)
 reduce_min_p.shape_rule = _reduce_shape_rule
 
 
-def reduce_max(x, axes=None):
+def reduce_max(operand, axes=None):
     """Maximum over ``axes``; the derivative is shared evenly between tied maxima."""
-    axes = _normalize_axes(x, axes)
+    axes = _normalize_axes(operand, axes)
     if not axes:
-        return x
-    return reduce_max_p.bind(x, axes=axes)
+        return operand
+    return reduce_max_p.bind(operand, axes=axes)
 
 
-def reduce_min(x, axes=None):
+def reduce_min(operand, axes=None):
     """Minimum over ``axes``; the derivative is shared evenly between tied minima."""
-    axes = _normalize_axes(x, axes)
+    axes = _normalize_axes(operand, axes)
     if not axes:
-        return x
-    return reduce_min_p.bind(x, axes=axes)
+        return operand
+    return reduce_min_p.bind(operand, axes=axes)
 
 
 def _extremum_weights(out, x, axes):

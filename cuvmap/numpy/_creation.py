@@ -101,9 +101,9 @@ def _like_shape(shape):
     return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
 
 
-def zeros_like(x, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
-    """Zeros with ``x``'s (logical) shape (or ``shape``), dtype and backend: a constant, not a tracer."""
-    return core.full_like_concrete(_operand(x), 0, shape=_like_shape(shape), dtype=dtype)
+def zeros_like(a, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """Zeros with ``a``'s (logical) shape (or ``shape``), dtype and backend: a constant, not a tracer."""
+    return core.full_like_concrete(_operand(a), 0, shape=_like_shape(shape), dtype=dtype)
 
 
 def ones_like(a, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
@@ -116,15 +116,15 @@ def empty_like(prototype, dtype=None, shape=None, *, device=None):  # noqa: A002
     return zeros_like(prototype, dtype, shape)
 
 
-def full_like(prototype, fill_value, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
-    """Constant unless ``fill_value`` is traced: then the fill value broadcast to ``prototype``'s
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    """Constant unless ``fill_value`` is traced: then the fill value broadcast to ``a``'s
     shape (or ``shape``), so derivatives flow to it (as ``jnp.full_like``)."""
-    prototype = _operand(prototype)
+    a = _operand(a)
     target = _like_shape(shape)
     if isinstance(fill_value, Tracer):
-        return full(core.get_aval(prototype).shape if target is None else target, fill_value,
-                    dtype=core.get_aval(prototype).dtype if dtype is None else dtype)
-    return core.full_like_concrete(prototype, fill_value, shape=target, dtype=dtype)
+        return full(core.get_aval(a).shape if target is None else target, fill_value,
+                    dtype=core.get_aval(a).dtype if dtype is None else dtype)
+    return core.full_like_concrete(a, fill_value, shape=target, dtype=dtype)
 
 
 def _operand(x):

@@ -104,13 +104,13 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumP
     return a
 
 
-def astype(a, dtype, *, copy=False, device=None):
-    """``a`` cast to ``dtype`` (JAX's ``jnp.astype``; ``copy`` and ``device`` are accepted:
-    values are immutable, and the result stays where ``a`` is)."""
+def astype(x, dtype, *, copy=False, device=None):
+    """``x`` cast to ``dtype`` (JAX's ``jnp.astype``; ``copy`` and ``device`` are accepted:
+    values are immutable, and the result stays where ``x`` is)."""
     dtype = np.dtype(dtype)
-    if core.dtype_of(a) == dtype and not isinstance(a, (int, float, bool)):
-        return a
-    return ew.convert_element_type(a, dtype)
+    if core.dtype_of(x) == dtype and not isinstance(x, (int, float, bool)):
+        return x
+    return ew.convert_element_type(x, dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def astype(a, dtype, *, copy=False, device=None):
 # operand raises TypeError, as in NumPy and JAX), NumPy's promotion with weakly typed
 # Python ints (``uint8_tracer & 0xF0`` stays uint8), ``>>`` arithmetic on signed integers
 # and logical on unsigned ones, and shifts by the bit width or more give 0 (or -1 for a
-# negative signed ``a >> k``), as NumPy's do. Their results are integers or booleans and
+# negative signed ``x >> k``), as NumPy's do. Their results are integers or booleans and
 # carry no derivative (the primitives are ``differentiable=False``): a float function
 # that computes an integer mask or index with them on the side differentiates as usual.
 

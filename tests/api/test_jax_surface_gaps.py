@@ -22,6 +22,7 @@ import pytest
 import cuvmap as cv
 import cuvmap.lax as lax
 import cuvmap.numpy as cnp
+import cuvmap.scipy.linalg as sla
 import cuvmap.scipy.special as special
 from cuvmap.core import ConcretizationError
 from cuvmap.test_util import check_grads
@@ -280,6 +281,39 @@ SIGNATURES = [
     (special.logit, [("x", E)]),
     (special.softmax, [("x", E), ("axis", None)]),
     (special.log_softmax, [("x", E), ("axis", None)]),
+    (lax.convert_element_type, [("operand", E), ("new_dtype", E)]),
+    (lax.bitcast_convert_type, [("operand", E), ("new_dtype", E)]),
+    (lax.reduce_sum, [("operand", E), ("axes", None)]),
+    (lax.reduce_max, [("operand", E), ("axes", None)]),
+    (lax.shift_left, [("x", E), ("y", E)]),
+    (lax.stack, [("operands", E), ("axis", 0)]),
+    (lax.full, [("shape", E), ("fill_value", E), ("dtype", None), ("sharding", None)]),
+    (lax.broadcasted_iota, [("dtype", E), ("shape", E), ("dimension", E), ("sharding", None)]),
+    (lax.collapse, [("operand", E), ("start_dimension", E), ("stop_dimension", None)]),
+    (lax.reduce_prod, [("operand", E), ("axes", E)]),
+    (cnp.sum, [("a", E), ("axis", None), ("dtype", None), ("out", None), ("keepdims", False), ("initial", None),
+               ("where", None)]),
+    (cnp.var, [("a", E), ("axis", None), ("dtype", None), ("out", None), ("ddof", 0), ("keepdims", False),
+               ("where", None), ("correction", None), ("mean", None)]),
+    (cnp.reshape, [("a", E)]),
+    (cnp.zeros_like, [("a", E), ("dtype", None), ("shape", None), ("device", None)]),
+    (cnp.full_like, [("a", E), ("fill_value", E), ("dtype", None), ("shape", None), ("device", None)]),
+    (cnp.empty_like, [("prototype", E), ("dtype", None), ("shape", None), ("device", None)]),
+    (cnp.concatenate, [("arrays", E), ("axis", 0)]),
+    (cnp.stack, [("arrays", E), ("axis", 0)]),
+    (cnp.flip, [("m", E), ("axis", None)]),
+    (cnp.power, [("x1", E), ("x2", E)]),
+    (cnp.split, [("ary", E), ("indices_or_sections", E), ("axis", 0)]),
+    (cnp.pad, [("array", E), ("pad_width", E), ("mode", "constant")]),
+    (cnp.astype, [("x", E), ("dtype", E), ("copy", False), ("device", None)]),
+    (cnp.average, [("a", E), ("axis", None), ("weights", None), ("returned", False), ("keepdims", False)]),
+    (cnp.isin, [("element", E), ("test_elements", E), ("assume_unique", False), ("invert", False),
+                ("method", "auto")]),
+    (cnp.vectorize, [("pyfunc", E), ("excluded", frozenset()), ("signature", None)]),
+    (cnp.intersect1d, [("ar1", E), ("ar2", E), ("assume_unique", False), ("return_indices", False), ("size", None),
+                       ("fill_value", None)]),
+    (sla.eigh, [("a", E), ("b", None), ("lower", True), ("eigvals_only", False), ("overwrite_a", False),
+                ("overwrite_b", False), ("turbo", True), ("eigvals", None), ("type", 1), ("check_finite", True)]),
 ] + [(getattr(lax, n), [("x", E), ("accuracy", None)])
      for n in ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan", "sqrt", "rsqrt",
                "cbrt")]

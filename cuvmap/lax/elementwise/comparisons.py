@@ -184,9 +184,9 @@ def select(pred, on_true, on_false):
     return select_p.bind(pred, on_true, on_false)
 
 
-def convert_element_type(x, new_dtype):
-    """``x.astype(new_dtype)``; differentiable between floating dtypes."""
-    return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype))
+def convert_element_type(operand, new_dtype):
+    """``operand.astype(new_dtype)``; differentiable between floating dtypes."""
+    return convert_element_type_p.bind(operand, new_dtype=np.dtype(new_dtype))
 
 
 def stop_gradient(x):
