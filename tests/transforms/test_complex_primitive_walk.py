@@ -13,7 +13,9 @@ turns its differentiable operands complex (``x + 0.3i·y``) and records what hap
   rules (``complex_rules.defcomplex``), and the JVP equals central finite differences along
   a complex direction (a real step ε: the real-linear derivative), the VJP is its transpose
   under ``⟨u, v⟩ = re Σ u·v`` (so ``grad`` of a real function is ``∂/∂x − i ∂/∂y``), and
-  ``jit`` and ``vmap`` of the JVP agree with the eager JVP and a loop.
+  ``jit`` and ``vmap`` of the JVP agree with the eager JVP and a loop; where the row has
+  one complex operand and result and its JVP is complex-linear (holomorphic: about 200
+  rows), ``jacfwd``/``jacrev``/``grad`` with ``holomorphic=True`` give the same Jacobian.
 
 Then every primitive is accounted for: covered by a computed row, refused by one, without
 a derivative, or in :data:`ACCOUNTED` with its reason. The closed forms and the holomorphic
@@ -201,6 +203,8 @@ def test_a_rule_or_a_clear_refusal(row):
         rhs = sum(np.real(np.sum(np.asarray(c) * u)) for c, u in zip(ct_in, t))
         np.testing.assert_allclose(lhs, rhs, rtol=1e-7 if not low else 1e-4, atol=1e-7 if not low else 1e-4,
                                    err_msg=f"{row.name}: vjp is not the transpose of jvp")
+    # a complex-linear JVP (a holomorphic function): jacfwd, jacrev and grad with holomorphic=True
+    _holomorphic_jacobians(row, f, diff, t, t_out, rng, low)
     # jit and vmap of the JVP agree with the eager JVP (and a loop)
     n = len(diff)
     jitted = cv.jit(lambda *a: cv.jvp(f, a[:n], a[n:])[1])(*diff, *t)
@@ -217,6 +221,35 @@ def test_a_rule_or_a_clear_refusal(row):
         for got, w in zip(_leaves(batched), _leaves(want)):
             np.testing.assert_allclose(got[k], w, rtol=1e-9 if not low else 1e-4, atol=1e-9 if not low else 1e-4,
                                        err_msg=f"{row.name}: vmap")
+
+
+def _holomorphic_jacobians(row, f, diff, t, t_out, rng, low):
+    """Where the row has one complex operand and one complex result and its JVP is
+    complex-linear (jvp(i·t) = i·jvp(t): holomorphic), ``jacfwd``/``jacrev(holomorphic=True)``
+    contract with ``t`` to the JVP and ``grad(Σ f·w, holomorphic=True)`` is ``w·J``."""
+    outs = _leaves(t_out)
+    if len(diff) != 1 or len(outs) != 1 or outs[0].dtype.kind != "c" or outs[0].size * np.size(diff[0]) > 4096:
+        return
+    (z,), (u,), (jvp_u,) = diff, t, outs
+    i_jvp = _leaves(cv.jvp(f, (z,), (1j * u,))[1])[0]
+    if not np.allclose(i_jvp, 1j * jvp_u, rtol=1e-9, atol=1e-9):
+        return
+    tol = 1e-4 if low else 1e-9
+    axes = np.ndim(z)
+    for jac in (cv.jacfwd, cv.jacrev) if "rev" in row.modes else (cv.jacfwd,):
+        j = np.asarray(jac(f, holomorphic=True)(z))
+        np.testing.assert_allclose(np.tensordot(j, u, axes=axes), jvp_u, rtol=tol, atol=tol,
+                                   err_msg=f"{row.name}: {jac.__name__}(holomorphic=True)")
+    if "rev" not in row.modes:
+        return
+    w = _directions(rng, (jvp_u,))[0]
+    g = cv.grad(lambda z: cv.numpy.sum(f(z) * w), holomorphic=True)(z)
+    np.testing.assert_allclose(g, np.tensordot(w, j, axes=w.ndim), rtol=tol, atol=tol,
+                               err_msg=f"{row.name}: grad(holomorphic=True)")
+    HOLOMORPHIC_ROWS.add(row.name)
+
+
+HOLOMORPHIC_ROWS = set()
 
 
 def _complex_uses(f, diff):
