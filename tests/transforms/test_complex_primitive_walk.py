@@ -367,3 +367,21 @@ def test_cond_with_a_batched_predicate_on_complex_values():
     want = np.where(z.real > 0, 2 * np.conj(w) * (1 + z) * np.exp(z), 2 * w * 2 * z)
     np.testing.assert_allclose(g, want, rtol=1e-10)
     np.testing.assert_allclose(cv.jit(cv.grad(lambda z: cv.numpy.sum(cv.numpy.abs(f(z)) ** 2)))(z), want, rtol=1e-10)
+
+
+def _listed(marker):
+    """The primitive names docs/complex.md lists after ``<!-- complex-primitives: marker -->``."""
+    import re
+    text = (Path(__file__).resolve().parents[2] / "docs" / "complex.md").read_text()
+    block = text.split(f"<!-- complex-primitives: {marker} -->", 1)[1].strip().split("\n\n", 1)[0]
+    return set(re.findall(r"`([a-z0-9_]+)`", block))
+
+
+def test_the_docs_list_every_primitive_as_the_code_has_it():
+    """docs/complex.md's two lists are the registry and the differentiable primitives
+    outside it (control flow aside): the page says which functions support complex inputs."""
+    rules = {p.name for p in REGISTRY}
+    refused = {p.name for p in lax.all_primitives()
+               if p.differentiable and p.name not in rules and not isinstance(p, CallPrimitive)}
+    assert _listed("rules") == rules, "docs/complex.md: update the list of primitives with complex rules"
+    assert _listed("refused") == refused, "docs/complex.md: update the list of primitives without complex rules"
