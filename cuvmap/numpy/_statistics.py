@@ -89,7 +89,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
     """``jnp.nanvar``: the variance over ``axis`` of the entries that are not NaN,
-    ``Σ (a − mean)² / (count − ddof)`` over those entries."""
+    ``Σ |a − mean|² / (count − ddof)`` over those entries (real for complex ``a``)."""
     _unsupported("nanvar", out=out, where=where)
     a = _float(a)
     if dtype is not None:
@@ -97,8 +97,13 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
     # NaN entries are zeroed before squaring: a NaN there would turn the zero cotangent
     # that nansum sends back into 0 · NaN = NaN in the derivative of the square
     centered = ew.select(isnan(a), 0.0, ew.sub(a, nanmean(a, axis, keepdims=True)))
-    squares = ew.mul(centered, centered)
-    return ew.div(nansum(squares, axis, keepdims=keepdims), ew.sub(_count(a, axis, keepdims), ddof))
+    count = _count(a, axis, keepdims)
+    if core.dtype_of(centered).kind == "c":  # |a − mean|², real (numpy.nanvar of complex numbers)
+        squares = ew.real(ew.mul(ew.conj(centered), centered))
+        count = ew.real(count)
+    else:
+        squares = ew.mul(centered, centered)
+    return ew.div(nansum(squares, axis, keepdims=keepdims), ew.sub(count, ddof))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):

@@ -75,6 +75,14 @@ NO_FINITE_DIFFERENCES = {
                  "eigh", "eigh_upper_unsymmetrized")},
 }
 
+# rows whose NumPy reference means something else on complex operands, and why
+OTHER_VALUES = {
+    **{n: "the operand is not Hermitian: cuvmap symmetrizes with (a + aᴴ)/2 as JAX, NumPy reads one triangle "
+          "(Hermitian operands agree: tests/linalg/test_complex_linalg_rules.py)"
+       for n in ("cholesky", "eigh", "linalg_cholesky_upper", "linalg_eigh", "linalg_eigvalsh", "scipy_cho_solve")},
+    "pmean_batch_norm": "the row's cuvmap side squares x − mean, its NumPy side takes var (|x − mean|²)",
+}
+
 # primitives accounted for without a row that computes or refuses here, with the reason
 ACCOUNTED = {
     "psum": "collective: complex rules (defcomplex); tests/lax/test_collectives.py runs them on complex values",
@@ -221,6 +229,26 @@ def test_a_rule_or_a_clear_refusal(row):
         for got, w in zip(_leaves(batched), _leaves(want)):
             np.testing.assert_allclose(got[k], w, rtol=1e-9 if not low else 1e-4, atol=1e-9 if not low else 1e-4,
                                        err_msg=f"{row.name}: vmap")
+
+
+@pytest.mark.parametrize("row", CASES)
+def test_values_match_numpy_on_complex_operands(row):
+    """Where the row's NumPy reference computes on the complex operands (without a warning:
+    no dropped imaginary part), cuvmap's value is NumPy's, eagerly and under jit: a silently
+    wrong complex value (geomspace, nanvar and nanstd were) is caught here."""
+    if outcome(row.name)[0] != "computed" or row.name in OTHER_VALUES:
+        return
+    args, _ = _complexify(row, row.make_args(F64), 0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            want = row.ref(*args)
+    except Exception:  # noqa: BLE001 - a reference that does not take complex numbers
+        return
+    f, diff = closed_over_nondiff(row, args)
+    for got in (f(*diff), cv.jit(f)(*diff)):
+        for g, w in zip(_leaves(got), _leaves(want)):
+            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9, err_msg=f"{row.name}: value")
 
 
 def _holomorphic_jacobians(row, f, diff, t, t_out, rng, low):

@@ -297,6 +297,14 @@ def test_vdot_var_std_of_complex_numbers_match_numpy():
         np.testing.assert_allclose(got, getattr(np, f)(z), rtol=1e-13)
         assert np.asarray(got).dtype == np.float64
     np.testing.assert_allclose(cv.grad(cnp.var)(z), 2 * np.conj(z - z.mean()) / z.size, rtol=1e-12)
+    # the NaN-ignoring ones too (nanstd of complex numbers was 0, nanvar complex)
+    zn = np.where(np.arange(z.size) == 2, np.nan, z)
+    for f in ("nanvar", "nanstd"):
+        got = getattr(cnp, f)(zn)
+        np.testing.assert_allclose(got, getattr(np, f)(zn), rtol=1e-13)
+        assert np.asarray(got).dtype == np.float64
+    np.testing.assert_allclose(cv.grad(cnp.nanvar)(zn), np.nan_to_num(2 * np.conj(zn - np.nanmean(zn)) / (z.size - 1)),
+                               rtol=1e-12)
     check_grads(cnp.vdot, (z, w), order=2, atol=1e-6, rtol=1e-6, eps=EPS)
 
 
@@ -487,3 +495,12 @@ def test_sort_of_complex_numbers_is_lexicographic_with_permutation_derivatives()
     t = np.arange(5) * (1 - 1j)
     np.testing.assert_array_equal(cv.jvp(cnp.sort, (z,), (t,))[1], t[np.argsort(z, kind="stable")])
     np.testing.assert_array_equal(cv.vmap(cnp.sort)(np.stack([z, np.conj(z)])), np.sort(np.stack([z, np.conj(z)]), -1))
+
+
+def test_geomspace_of_complex_end_points_is_numpys_spiral():
+    for a, b in [(1.2 + 0.3j, 0.7 - 0.2j), (-1 + 1j, 3 - 2j), (np.array([1j, -2.0]), np.array([-1j, 5 + 5j]))]:
+        want = np.geomspace(np.asarray(a), np.asarray(b), 5)
+        np.testing.assert_allclose(cnp.geomspace(a, b, 5), want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(cv.jit(lambda a, b: cnp.geomspace(a, b, 5))(a, b), want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(cnp.geomspace(a, b, 4, endpoint=False), np.geomspace(np.asarray(a), np.asarray(b), 4,
+                                                                                       endpoint=False), rtol=1e-12)
