@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import cuvmap as cv
+from cuvmap import backend as cv_backend
 from cuvmap import lax
 from cuvmap.core import MissingRuleError, ShapeError
 from cuvmap.transforms import complex_rules
@@ -413,3 +414,32 @@ def test_the_docs_list_every_primitive_as_the_code_has_it():
                if p.differentiable and p.name not in rules and not isinstance(p, CallPrimitive)}
     assert _listed("rules") == rules, "docs/complex.md: update the list of primitives with complex rules"
     assert _listed("refused") == refused, "docs/complex.md: update the list of primitives without complex rules"
+
+
+def _on_gpu(values):
+    return tuple(cv.device_put(v, "gpu") for v in values)
+
+
+GPU_CASES = [pytest.param(r, id=r.name, marks=[pytest.mark.gpu, *(() if r.name in _FAST else (pytest.mark.slow,))])
+             for r in WALKED]
+
+
+@pytest.mark.parametrize("row", GPU_CASES)
+def test_jvp_on_the_gpu_matches_the_cpu(row):
+    """The complex JVP of every row that computes, eagerly and jitted on the GPU (CuPy; the
+    strict stand-in without one: its kernels as C, complex arithmetic included), equals
+    the CPU's."""
+    if outcome(row.name)[0] != "computed" or not cv_backend.gpu_available():
+        pytest.skip("refused on the CPU, or no GPU")
+    args, rng = _complexify(row, row.make_args(F64), 0)
+    args_gpu = tuple(cv.device_put(a, "gpu") if isinstance(a, np.ndarray) else a for a in args)
+    f, diff = closed_over_nondiff(row, args)
+    f_gpu, diff_gpu = closed_over_nondiff(row, args_gpu)
+    t = _directions(rng, diff)
+    want = _leaves(cv.jvp(f, diff, t)[1])
+    n = len(diff)
+    for got in (cv.jvp(f_gpu, diff_gpu, _on_gpu(t))[1],
+                cv.jit(lambda *a: cv.jvp(f_gpu, a[:n], a[n:])[1])(*diff_gpu, *_on_gpu(t))):
+        for g, w in zip(cv.tree.leaves(got), want):
+            g = g.get() if hasattr(g, "get") else np.asarray(g)
+            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9, err_msg=f"{row.name}: gpu")

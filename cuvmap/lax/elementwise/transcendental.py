@@ -375,12 +375,19 @@ def _and(p, q):
     return select(p, q, False)
 
 
-vjp.defderivative(
-    pow_p,
-    _pow_derivative_base,
-    lambda g, out, x, y: mul(g, mul(log(_replace_zero(x)), out)),
-    reads=(0, 1, "out"),
-)
+def _pow_derivative_exponent(g, out, x, y):
+    """``g·log(x)·x^y`` (``log`` of 1 where ``x = 0``: JAX's 0). A Python-number base keeps
+    its log a Python number (weak), so that it meets a GPU ``out`` as the base did (a
+    NumPy 0-d array there is a host array CuPy refuses)."""
+    if type(x) in (bool, int, float, complex):
+        with np.errstate(invalid="ignore", divide="ignore"):  # a negative real base: NaN, as log's
+            lx = np.log(np.asarray(x if x != 0 else 1, dtype=np.result_type(x, 1.0))).item()
+    else:
+        lx = log(_replace_zero(x))
+    return mul(g, mul(lx, out))
+
+
+vjp.defderivative(pow_p, _pow_derivative_base, _pow_derivative_exponent, reads=(0, 1, "out"))
 
 
 vjp.defderivative(exp_p, lambda g, out, x: mul(g, out), reads=("out",))
