@@ -23,6 +23,7 @@ Jacobians of the elementwise functions are in test_complex_rules.py (the table o
 [complex convention]); the decompositions in tests/linalg/test_complex_linalg_rules.py.
 """
 import functools
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -33,6 +34,7 @@ import pytest
 import cuvmap as cv
 from cuvmap import backend as cv_backend
 from cuvmap import lax
+from cuvmap import numpy as cnp
 from cuvmap.core import MissingRuleError, ShapeError
 from cuvmap.transforms import complex_rules
 from cuvmap.transforms.call import CallPrimitive
@@ -48,12 +50,7 @@ PRIMITIVES = {p.name: p for p in lax.all_primitives()}
 CUSTOM_CALLS = {"custom_jvp_call", "custom_vjp_call"}
 EPS = 1e-6
 
-# rows whose function cannot be walked this way, and why
-SKIPPED_ROWS = {}
-
-WALKED = [r for r in ALL_ROWS
-          if F64 in r.dtypes and r.differentiable and r.diff_argnums and "fwd" in r.modes
-          and r.name not in SKIPPED_ROWS]
+WALKED = [r for r in ALL_ROWS if F64 in r.dtypes and r.differentiable and r.diff_argnums and "fwd" in r.modes]
 
 # -m "not slow": the first row of each primitive (composite rows: every tenth); the full
 # suite walks every row
@@ -85,14 +82,14 @@ OTHER_VALUES = {
 }
 
 # primitives accounted for without a row that computes or refuses here, with the reason
+_UNDER_VMAP = ("under vmap (the op-table rows) it is a reduction or a reshape, checked on complex values here; "
+               "across processes tests/lax/test_collectives.py runs it on complex64/complex128")
 ACCOUNTED = {
-    "psum": "collective: complex rules (defcomplex); tests/lax/test_collectives.py runs them on complex values",
-    "all_gather": "collective: complex rules (defcomplex); tests/lax/test_collectives.py",
-    "psum_scatter": "collective: complex rules (defcomplex); tests/lax/test_collectives.py",
-    "ppermute": "collective: complex rules (defcomplex); tests/lax/test_collectives.py",
-    "all_to_all": "collective: complex rules (defcomplex); tests/lax/test_collectives.py",
-    "pmax": "collective without complex rules: jvp refuses (complex_rules.check), as for any primitive outside the registry",
-    "pmin": "collective without complex rules: jvp refuses (complex_rules.check)",
+    "psum": _UNDER_VMAP, "all_gather": _UNDER_VMAP, "psum_scatter": _UNDER_VMAP, "ppermute": _UNDER_VMAP,
+    "all_to_all": _UNDER_VMAP,
+    "pmax": "under vmap reduce_max (lexicographic, checked here); across processes complex values are refused "
+            "('complex values have no maximum', tests/lax/test_collectives.py)",
+    "pmin": "as pmax",
     # no derivative for any dtype (JAX's have none either): test_no_derivative_for_any_dtype
     "schur": "no derivative rule for any dtype", "hessenberg": "no derivative rule for any dtype",
     "tridiagonal": "no derivative rule for any dtype", "pure_callback": "no derivative rule for any dtype",
@@ -123,25 +120,24 @@ def _leaves(tree):
     return [np.asarray(x) for x in cv.tree.leaves(tree)]
 
 
+def _equations(jaxpr):
+    """``(eqn, is_call)`` for every equation of ``jaxpr`` and of the programs in its
+    equations' parameters (cond's branches, scan's body, ...), a call equation first."""
+    for eqn in jaxpr.eqns:
+        values = [w for v in eqn.params.values() for w in (v if isinstance(v, (tuple, list)) else (v,))]
+        inner = [j for j in (getattr(v, "jaxpr", v) for v in values) if hasattr(j, "eqns")]
+        yield eqn, bool(inner) or isinstance(eqn.primitive, CallPrimitive) or eqn.primitive.name in CUSTOM_CALLS
+        for j in inner:
+            yield from _equations(j)
+
+
 def _names(row, f, diff):
     """The primitives the row's function binds on these operands (its staged program's)."""
     try:
         closed = cv.make_jaxpr(f)(*diff)
     except Exception:  # noqa: BLE001 - a function that cannot be staged: its row prim only
         return {row.prim.name} if row.prim is not None else set()
-    names = set()
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            names.add(eqn.primitive.name)
-            for v in eqn.params.values():
-                inner = getattr(v, "jaxpr", None)
-                if inner is not None and hasattr(inner, "eqns"):
-                    walk(inner)
-                elif hasattr(v, "eqns"):
-                    walk(v)
-    walk(closed.jaxpr)
-    return names
+    return {eqn.primitive.name for eqn, _ in _equations(closed.jaxpr)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -272,36 +268,23 @@ def _holomorphic_jacobians(row, f, diff, t, t_out, rng, low):
     if "rev" not in row.modes:
         return
     w = _directions(rng, (jvp_u,))[0]
-    g = cv.grad(lambda z: cv.numpy.sum(f(z) * w), holomorphic=True)(z)
+    g = cv.grad(lambda z: cnp.sum(f(z) * w), holomorphic=True)(z)
     np.testing.assert_allclose(g, np.tensordot(w, j, axes=w.ndim), rtol=tol, atol=tol,
                                err_msg=f"{row.name}: grad(holomorphic=True)")
-    HOLOMORPHIC_ROWS.add(row.name)
-
-
-HOLOMORPHIC_ROWS = set()
 
 
 def _complex_uses(f, diff):
     """The differentiable primitives that meet a complex value in ``f``'s program (a call
     primitive, scan or cond, is its body's equations; comparisons and other primitives
     without derivatives are not uses)."""
-    closed = cv.make_jaxpr(f)(*diff)
     found = set()
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            values = [w for v in eqn.params.values() for w in (v if isinstance(v, (tuple, list)) else (v,))]
-            inner = [j for j in (getattr(v, "jaxpr", v) for v in values) if hasattr(j, "eqns")]
-            for j in inner:
-                walk(j)
-            prim = PRIMITIVES.get(eqn.primitive.name)
-            if inner or isinstance(eqn.primitive, CallPrimitive) or eqn.primitive.name in CUSTOM_CALLS \
-                    or (prim is not None and not prim.differentiable):
-                continue
-            avals = [getattr(v, "aval", None) for v in list(eqn.invars) + list(eqn.outvars)]
-            if any(a is not None and np.dtype(a.dtype).kind == "c" for a in avals):
-                found.add(eqn.primitive.name)
-    walk(closed.jaxpr)
+    for eqn, is_call in _equations(cv.make_jaxpr(f)(*diff).jaxpr):
+        prim = PRIMITIVES.get(eqn.primitive.name)
+        if is_call or (prim is not None and not prim.differentiable):
+            continue
+        avals = [getattr(v, "aval", None) for v in list(eqn.invars) + list(eqn.outvars)]
+        if any(a is not None and np.dtype(a.dtype).kind == "c" for a in avals):
+            found.add(eqn.primitive.name)
     return found
 
 
@@ -333,7 +316,7 @@ def test_every_primitive_has_a_complex_rule_or_refuses():
     (lambda z, w: lax.rem(z, w), "remainder"),
     (lambda z, w: lax.atan2(z, w), "atan2"),
     (lambda z, w: lax.cbrt(z), "cbrt"),
-    (lambda z, w: cv.numpy.floor_divide(z, w), "floor_divide"),
+    (lambda z, w: cnp.floor_divide(z, w), "floor_divide"),
 ], ids=["remainder", "atan2", "cbrt", "floor_divide"])
 def test_real_only_functions_refuse_complex_operands_by_name(fun, name):
     z = np.array([1.0 + 2.0j, -0.5 + 0.1j])
@@ -348,7 +331,7 @@ def test_logistic_of_complex_numbers_is_holomorphic():
     want = 1 / (1 + np.exp(-z))
     np.testing.assert_allclose(lax.logistic(z), want, rtol=1e-13)
     np.testing.assert_allclose(cv.jit(lax.logistic)(z), want, rtol=1e-13)
-    np.testing.assert_allclose(cv.grad(lambda z: cv.numpy.sum(lax.logistic(z)), holomorphic=True)(z),
+    np.testing.assert_allclose(cv.grad(lambda z: cnp.sum(lax.logistic(z)), holomorphic=True)(z),
                                want * (1 - want), rtol=1e-12)
     np.testing.assert_allclose(lax.logistic(np.array([-800.0, 0.0, 800.0])), [0.0, 0.5, 1.0])
 
@@ -356,7 +339,7 @@ def test_logistic_of_complex_numbers_is_holomorphic():
 def test_acosh_of_complex_numbers_has_the_principal_branchs_derivative():
     """1/(√(z − 1)·√(z + 1)), not 1/√(z² − 1) (which differs in sign where re z < 0)."""
     z = np.array([-2.0 + 0.5j, -0.5 - 1.5j, 1.5 + 0.2j, 0.1 + 3.0j])
-    got = cv.grad(lambda z: cv.numpy.sum(cv.numpy.arccosh(z)), holomorphic=True)(z)
+    got = cv.grad(lambda z: cnp.sum(cnp.arccosh(z)), holomorphic=True)(z)
     fd = (np.arccosh(z + 1e-7) - np.arccosh(z - 1e-7)) / 2e-7
     np.testing.assert_allclose(got, fd, rtol=1e-6)
     np.testing.assert_allclose(got, 1 / (np.sqrt(z - 1) * np.sqrt(z + 1)), rtol=1e-12)
@@ -384,23 +367,24 @@ def test_cond_with_a_batched_predicate_on_complex_values():
     t = np.array([1.0 - 0.5j, 0.2 + 0.9j, -0.4 + 0.1j])
 
     def f(z):
-        return cv.vmap(lambda z: lax.cond(z.real > 0, lambda z: z * cv.numpy.exp(z), lambda z: cv.numpy.conj(z) ** 2, z))(z)
+        branch = lambda z: lax.cond(z.real > 0, lambda z: z * cnp.exp(z), lambda z: cnp.conj(z) ** 2, z)  # noqa: E731
+        return cv.vmap(branch)(z)
 
     assert "quiet_cond" in str(cv.make_jaxpr(f)(z))
     fd = (f(z + 1e-6 * t) - f(z - 1e-6 * t)) / 2e-6
     np.testing.assert_allclose(cv.jvp(f, (z,), (t,))[1], fd, rtol=1e-6)
     np.testing.assert_allclose(cv.jit(lambda z, t: cv.jvp(f, (z,), (t,))[1])(z, t), fd, rtol=1e-6)
-    g = cv.grad(lambda z: cv.numpy.sum(cv.numpy.abs(f(z)) ** 2))(z)
+    g = cv.grad(lambda z: cnp.sum(cnp.abs(f(z)) ** 2))(z)
     w = np.where(z.real > 0, z * np.exp(z), np.conj(z) ** 2)
-    # ∂/∂x − i ∂/∂y of |w|²: 2·conj(w)·w'(z) for a holomorphic w; for w = conj(z)², |w|² = |z|⁴ and 4|z|²·conj(z)
+    # ∂/∂x − i ∂/∂y of |w|²: 2·conj(w)·w'(z) for a holomorphic w; for w = conj(z)²,
+    # |w|² = |z|⁴, whose gradient is 4|z|²·conj(z) = 2·w·2z
     want = np.where(z.real > 0, 2 * np.conj(w) * (1 + z) * np.exp(z), 2 * w * 2 * z)
     np.testing.assert_allclose(g, want, rtol=1e-10)
-    np.testing.assert_allclose(cv.jit(cv.grad(lambda z: cv.numpy.sum(cv.numpy.abs(f(z)) ** 2)))(z), want, rtol=1e-10)
+    np.testing.assert_allclose(cv.jit(cv.grad(lambda z: cnp.sum(cnp.abs(f(z)) ** 2)))(z), want, rtol=1e-10)
 
 
 def _listed(marker):
     """The primitive names docs/complex.md lists after ``<!-- complex-primitives: marker -->``."""
-    import re
     text = (Path(__file__).resolve().parents[2] / "docs" / "complex.md").read_text()
     block = text.split(f"<!-- complex-primitives: {marker} -->", 1)[1].strip().split("\n\n", 1)[0]
     return set(re.findall(r"`([a-z0-9_]+)`", block))
