@@ -48,7 +48,8 @@ class WeakArray(np.ndarray):
             kwargs["out"] = tuple(_plain(o) for o in out)
         if method != "__call__" or out is not None or "dtype" in kwargs or "signature" in kwargs:
             return getattr(ufunc, method)(*plain, **kwargs)
-        strong = [np.result_type(x) for x in inputs if type(x) is not WeakArray and type(x) not in _PY_SCALAR_DTYPES]
+        strong = [x.dtype if isinstance(x, (np.ndarray, np.generic)) else np.asarray(x).dtype  # (a list: NumPy's)
+                  for x in inputs if type(x) is not WeakArray and type(x) not in _PY_SCALAR_DTYPES]
         if strong:
             for i, x in enumerate(inputs):
                 if type(x) is WeakArray:

@@ -76,6 +76,9 @@ def test_a_value_from_an_integer_array_and_a_python_number_is_weak():
     assert (weak * np.ones(3, np.complex64)).dtype == np.complex64
     assert type(weak > f) is np.ndarray and (weak > f).dtype == np.bool_
     assert type(np.sum(weak)) is not cv.core.WeakArray
+    assert (weak * [1.0, 2.0, 3.0]).dtype == np.float64  # a list is NumPy's strong float64
+    with pytest.raises(cv.errors.ConcretizationError):  # a NumPy ufunc of a traced value, as before
+        cv.jit(lambda f: np.multiply(weak, f))(f)
     # as JAX: the expression of the issue, staged and eager through cuvmap's functions
     assert cv.eval_shape(lambda a, f: (cnp.add(a, 1.5)) * f, a, f) == cv.ShapeDtypeStruct((3,), np.float32)
     # the weak array as an input: of jit, vmap and grad
