@@ -47,6 +47,8 @@ def _real_only(name):
 
 floor_divide_p = _nary("floor_divide", np.floor_divide, _real_only("floor_divide"), differentiable=False)
 remainder_p = _nary("remainder", np.remainder, _real_only("remainder"))
+
+
 def _abs_shape_rule(x):
     """``|x|`` keeps a real dtype; a complex one gives its real dtype (complex128 -> float64)."""
     dtype = np.finfo(x.dtype).dtype if x.dtype.kind == "c" else x.dtype

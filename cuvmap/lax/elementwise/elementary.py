@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from cuvmap.lax.elementwise.arithmetic import add, div, integer_pow, mul, neg, sub
 from cuvmap import core
 from cuvmap.core import ShapedArray
+from cuvmap.lax.elementwise.arithmetic import add, div, integer_pow, mul, neg, sub
 from cuvmap.lax.elementwise.common import _c_float, _float_dtype, _float_unary_shape_rule, _nary, _same_shape_rule
 from cuvmap.lax.elementwise.transcendental import rsqrt, sqrt
 from cuvmap.transforms import batching, complex_rules, vjp
@@ -33,6 +33,8 @@ asin_p = _nary("asin", np.arcsin, _float_unary_shape_rule, fused=_c_float("asin(
 acos_p = _nary("acos", np.arccos, _float_unary_shape_rule, fused=_c_float("acos({0})"))
 acosh_p = _nary("acosh", np.arccosh, _float_unary_shape_rule, fused=_c_float("acosh({0})"))
 atanh_p = _nary("atanh", np.arctanh, _float_unary_shape_rule, fused=_c_float("atanh({0})"))
+
+
 def _cbrt_shape_rule(x, **params):
     if np.dtype(x.dtype).kind == "c":
         raise TypeError(f"lax.cbrt: complex operands are not supported, got {np.dtype(x.dtype)} (JAX's cbrt is real)")
