@@ -309,6 +309,7 @@ def grad(f, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce
         value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 
+    grad_f.__wrapped__ = f  # (functools.wraps pointed it at vg)
     return grad_f
 
 
@@ -629,8 +630,10 @@ def hessian(f, argnums=0, has_aux=False, holomorphic=False, chunk_size=None, mem
     api_util.check_callable(f, "hessian")
     where = f"hessian({api_util.fun_name(f)})"
     inner = _jacrev(f, argnums, has_aux, where, name=api_util.fun_name(f), holomorphic=holomorphic)
-    return _jacfwd(inner, argnums, has_aux, where, chunk_size=chunk_size, memory_budget=memory_budget,
+    hess = _jacfwd(inner, argnums, has_aux, where, chunk_size=chunk_size, memory_budget=memory_budget,
                    holomorphic=holomorphic)
+    hess.__wrapped__ = f  # (the outer wrapper's was the inner jacrev)
+    return hess
 
 
 def stop_gradient(x):

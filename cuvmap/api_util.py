@@ -24,6 +24,12 @@ class TransformError(CuvmapError, ValueError):
     """Bad arguments to a transform (axes, argnums, shapes of inputs or cotangents)."""
 
 
+class InputTypeError(TransformError, TypeError):
+    """A differentiated input that is not a floating-point (or complex) value: a
+    ``TypeError``, as JAX's "grad requires real- or complex-valued inputs" (and a
+    :class:`TransformError`)."""
+
+
 class OutputTypeError(TransformError, TypeError):
     """A transformed function returned something that is not an array or a number (a
     string, an arbitrary object, an array of strings): a ``TypeError``, as JAX's "is not a
@@ -349,13 +355,13 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
         paths, leaves, _ = tree.flatten_with_path(args[i])
         for path, x in zip(paths, leaves):
             if not core.is_value(x):
-                raise TransformError(
+                raise InputTypeError(
                     f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
                     f"{transform} differentiates arrays, scalars or pytrees of them"
                 )
             dtypes.check_supported(x, describe_arg(f, (0, i) + tuple(path)), transform)
             if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
-                raise TransformError(
+                raise InputTypeError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
                     "differentiates with respect to floating-point inputs only (cast it, leave it out of argnums, "
                     "or pass allow_int=True for a float0 zero gradient)"

@@ -20,8 +20,12 @@ float0 = np.dtype([("float0", np.void, 0)])
 # not compute with it yet: NumPy's promotions with ml_dtypes' types are not JAX's
 # (bfloat16 with int32 has no common dtype, ``bfloat16_array * 2.5`` is float32 where JAX
 # keeps bfloat16), and the generated kernels have no bfloat16. So an input of bfloat16
-# (or of ml_dtypes' other types: float8, int4, ...) to a transform is refused by name
-# (:func:`check_supported`), never computed with other promotions; cast it to float32.
+# (or of ml_dtypes' other types: float8, int4, ...) to a transform or to an eager
+# primitive, a constant a staged function closes over, and a cast to one of them
+# (``convert_element_type``, ``astype`` of a tracer: a derivative through it would be a
+# silent zero) are refused by name (:func:`check_supported`), never computed with other
+# promotions; cast to float32. Making arrays of them (``cnp.zeros(3, cnp.bfloat16)``,
+# NumPy's own ``astype``) is NumPy's and works.
 try:  # optional dependency (the bfloat16 extra)
     import ml_dtypes as _ml_dtypes
 except ImportError:  # pragma: no cover - depends on the environment

@@ -20,10 +20,16 @@ from cuvmap.errors import ShapeError
 # aval is weak (``core.get_aval``). When a WeakArray meets an operand whose dtype should
 # win, ``bind`` first casts it to the result's dtype, as staging casts a weak variable
 # (the same test: does the operand, made strong, change the result's dtype?), so eager
-# and staged results agree in dtype and value. NumPy's own operations on a WeakArray
-# return plain arrays (``__array_wrap__``): only cuvmap's primitives know the rule. Python
-# numbers stay Python numbers; a result computed only from them is unchanged (NumPy's
-# 0-d array, as before). Only NumPy arrays (host values) are made weak.
+# and staged results agree in dtype and value. NumPy's own ufuncs (``weak * f32_array``,
+# the operators) apply the same rule through ``__array_ufunc__``: a WeakArray meeting a
+# strong operand takes the dtype the strong operands give with a Python number of the
+# weak one's kind (NEP 50's result_type, JAX's lattice for these), and the result is
+# plain; among weak operands and Python numbers only, the result stays weak (``weak * 2``,
+# as JAX's). Comparisons give plain booleans; reductions and other ufunc methods plain
+# arrays. A NumPy array the user made (``np.arange(3, dtype=np.int32) + 1.5``) is strong:
+# only what cuvmap computes can be weak. Python numbers stay Python numbers; a result
+# computed only from them is unchanged (NumPy's 0-d array, as before). Only NumPy arrays
+# (host values) are made weak.
 class WeakArray(np.ndarray):
     """A NumPy array that is weakly typed (JAX's ``weak_type=True``): a cuvmap primitive
     that meets it with a strong operand gives the strong operand's dtype
@@ -35,8 +41,33 @@ class WeakArray(np.ndarray):
             return result[()]
         return result
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [_plain(x) for x in inputs]
+        out = kwargs.get("out")
+        if out is not None:
+            kwargs["out"] = tuple(_plain(o) for o in out)
+        if method != "__call__" or out is not None or "dtype" in kwargs or "signature" in kwargs:
+            return getattr(ufunc, method)(*plain, **kwargs)
+        strong = [x.dtype if isinstance(x, (np.ndarray, np.generic)) else np.asarray(x).dtype  # (a list: NumPy's)
+                  for x in inputs if type(x) is not WeakArray and type(x) not in _PY_SCALAR_DTYPES]
+        if strong:
+            for i, x in enumerate(inputs):
+                if type(x) is WeakArray:
+                    target = np.result_type(*strong, _PY_NUMBER_OF_KIND.get(x.dtype.kind, 0.0))
+                    if target != x.dtype:
+                        plain[i] = plain[i].astype(target)
+            return ufunc(*plain, **kwargs)
+        result = ufunc(*plain, **kwargs)
+        if isinstance(result, np.ndarray) and result.dtype.kind in "iufc":
+            return result.view(WeakArray)
+        return result
+
     def __repr__(self):
         return np.ndarray.__repr__(self.view(np.ndarray))[:-1] + ", weak_type=True)"
+
+
+# a Python number of each kind: what a weak operand stands for in NEP 50's result_type
+_PY_NUMBER_OF_KIND = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
 
 
 def may_be_weak(args):

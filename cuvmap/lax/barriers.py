@@ -11,7 +11,7 @@ on each side apart as JAX's does. Values are never changed.
 """
 from cuvmap import core, tree
 from cuvmap.core import Primitive, ShapedArray
-from cuvmap.transforms import batching, vjp
+from cuvmap.transforms import batching, complex_rules, vjp
 
 # ---------------------------------------------------------------------------------------
 # optimization_barrier
@@ -47,3 +47,4 @@ optimization_barrier_p.impl = _optimization_barrier_impl
 # batching: elementwise; JVP: the barrier of the tangent; transpose: the barrier of the cotangent
 batching.defunary(optimization_barrier_p)
 vjp.deflinear(optimization_barrier_p, lambda ct, x: optimization_barrier_p.bind(ct))
+complex_rules.defcomplex(optimization_barrier_p)  # the identity: linear, no conjugate

@@ -31,7 +31,7 @@ from cuvmap.lax.slicing_gather import (
     frame_index_arrays, gather_dnums_of_scatter, gather_p, one_window, scatter_dnums_of_gather, transpose_mode,
     window_operand_dims, zeros_of,
 )
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, not_mapped
 
 
@@ -511,3 +511,8 @@ def _extremal_rules(primitive):
 
 _extremal_rules(scatter_min_p)
 _extremal_rules(scatter_max_p)
+
+# gather, scatter_add (its transpose) and scatter are linear in the operand and the updates
+# (selections with real 0/1 weights): their rules serve complex values unchanged, no conjugate
+# (NOTE [complex convention]); scatter_mul, scatter_min and scatter_max have no complex rules.
+complex_rules.defcomplex(gather_p, scatter_add_p, scatter_p)

@@ -85,15 +85,21 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
 def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     """``jnp.geomspace``: ``num`` values in geometric progression from ``start`` to
     ``stop`` (each a constant multiple of the one before): ``sign · 10**linspace(
-    log10|start|, log10|stop|)`` with the end points exactly ``start`` and ``stop``.
-    ``start`` and ``stop`` must be nonzero and of one sign."""
+    log10|start|, log10(stop / sign))`` with the end points exactly ``start`` and ``stop``
+    (NumPy's rotation: ``sign = start / |start|``, so complex end points give the
+    logarithmic spiral between them). Real ``start`` and ``stop`` must be nonzero and of
+    one sign."""
     computed, out_dtype = _range_dtype(start, stop, dtype)
     start, stop = _float_operand(start, computed), _float_operand(stop, computed)
     num = _static_count(num, "geomspace")
     bshape = ew.broadcast_shapes(shape(start), shape(stop))
     start, stop = broadcast_to(start, bshape), broadcast_to(stop, bshape)
     sign = ew.sign(start)
-    out = linspace(ew.log10(ew.abs(start)), ew.log10(ew.abs(stop)), num, endpoint, dtype=computed, axis=0)
+    if np.dtype(computed).kind == "c":  # rotated so that start is |start| (NumPy's): a principal-branch log
+        low, high = ew.log10(ew.div(start, sign)), ew.log10(ew.div(stop, sign))
+    else:
+        low, high = ew.log10(ew.abs(start)), ew.log10(ew.abs(stop))
+    out = linspace(low, high, num, endpoint, dtype=computed, axis=0)
     out = ew.mul(lax_shape.expand_dims(sign, (0,)), ew.pow(astype(asarray(10.0), computed), out))
     if num > 0:
         pieces = [lax_shape.expand_dims(start, (0,))]

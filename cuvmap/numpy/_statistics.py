@@ -90,8 +90,9 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
     """``jnp.nanvar``: the variance over ``axis`` of the entries that are not NaN,
-    ``Σ (a − mean)² / (count − ddof)`` over those entries; ``mean`` (with the reduced dims
-    kept, as JAX and NumPy take it) replaces the computed ``nanmean``."""
+    ``Σ |a − mean|² / (count − ddof)`` over those entries (real for complex ``a``);
+    ``mean`` (with the reduced dims kept, as JAX and NumPy take it) replaces the computed
+    ``nanmean``."""
     _unsupported("nanvar", out=out, where=where)
     a = _float(a)
     if dtype is not None:
@@ -100,8 +101,13 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
     # that nansum sends back into 0 · NaN = NaN in the derivative of the square
     center = nanmean(a, axis, keepdims=True) if mean is None else asarray(mean)
     centered = ew.select(isnan(a), 0.0, ew.sub(a, center))
-    squares = ew.mul(centered, centered)
-    return ew.div(nansum(squares, axis, keepdims=keepdims), ew.sub(_count(a, axis, keepdims), ddof))
+    count = _count(a, axis, keepdims)
+    if core.dtype_of(centered).kind == "c":  # |a − mean|², real (numpy.nanvar of complex numbers)
+        squares = ew.real(ew.mul(ew.conj(centered), centered))
+        count = ew.real(count)
+    else:
+        squares = ew.mul(centered, centered)
+    return ew.div(nansum(squares, axis, keepdims=keepdims), ew.sub(count, ddof))
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):

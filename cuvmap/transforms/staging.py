@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from cuvmap import api_util, backend, core, tree
+from cuvmap import api_util, backend, core, dtypes, tree
 from cuvmap.core import ConcretizationError, Trace, Tracer
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
@@ -134,6 +134,9 @@ class JaxprBuilder:
         key = id(x)
         v = self.const_ids.get(key)
         if v is None:
+            # a captured constant of one of ml_dtypes' dtypes: refused by name, as an input
+            # is (NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py)
+            dtypes.check_supported(x, "a constant the function closes over", "staging")
             v = Var(core.get_aval(x))
             self.const_ids[key] = v
             self.constvars.append(v)

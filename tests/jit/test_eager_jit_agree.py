@@ -64,8 +64,23 @@ def test_a_value_from_an_integer_array_and_a_python_number_is_weak():
     # the strong kinds stay strong: a weak float meeting float32 or a weak int meeting int32
     assert cv.eval_shape(lambda f: cnp.add(f, 1.5), f) == cv.ShapeDtypeStruct((3,), np.float32)
     assert cv.eval_shape(lambda a: cnp.add(a, 2), a) == cv.ShapeDtypeStruct((3,), np.int32)
-    # NumPy's own operations on a weak array give plain arrays (only cuvmap knows the rule)
-    assert type(weak * 2) is np.ndarray
+    # NumPy's operators on a weak array follow the same rule (NOTE [eager weak arrays]):
+    # a strong operand decides (a plain result), weak with Python numbers stays weak
+    for out in (weak * f, f * weak, weak + f, np.multiply(weak, f), cnp.add(a, 1.5) * f):
+        assert type(out) is np.ndarray and out.dtype == np.float32
+    np.testing.assert_allclose(weak * f, want, rtol=1e-7)
+    assert type(weak * 2) is cv.core.WeakArray and (weak * 2).dtype == np.float64
+    assert (weak * 2 * f).dtype == np.float32 and np.sin(weak).dtype == np.float64
+    assert (weak * np.ones(3, np.float16)).dtype == np.float16
+    assert (weak * np.ones(3, np.int8)).dtype == np.float64      # a weak float over a strong int: the float
+    assert (weak * np.ones(3, np.complex64)).dtype == np.complex64
+    assert type(weak > f) is np.ndarray and (weak > f).dtype == np.bool_
+    assert type(np.sum(weak)) is not cv.core.WeakArray
+    assert (weak * [1.0, 2.0, 3.0]).dtype == np.float64  # a list is NumPy's strong float64
+    with pytest.raises(cv.errors.ConcretizationError):  # a NumPy ufunc of a traced value, as before
+        cv.jit(lambda f: np.multiply(weak, f))(f)
+    # as JAX: the expression of the issue, staged and eager through cuvmap's functions
+    assert cv.eval_shape(lambda a, f: (cnp.add(a, 1.5)) * f, a, f) == cv.ShapeDtypeStruct((3,), np.float32)
     # the weak array as an input: of jit, vmap and grad
     assert cv.jit(lambda w, f: w * f)(weak, f).dtype == np.float32
     assert cv.vmap(lambda w, f: w * f)(weak, f).dtype == np.float32

@@ -27,7 +27,7 @@ EPS = 1e-5
 def _points(domain, shape=(6,), seed=0):
     """``plane``: both parts standard normal; ``right``: re in [0.3, 2], |im| ≤ 1.5 (away
     from the branch cuts of log, sqrt, pow, log1p, atan and asinh); ``nonzero``: |z| in
-    [0.5, 2] (away from the kinks of abs, sign and angle)."""
+    [0.5, 2] (away from the kinks of abs, sign and angle); ``disk`` and ``upper``: below."""
     rng = np.random.default_rng(seed)
     if domain == "plane":
         return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
@@ -35,6 +35,10 @@ def _points(domain, shape=(6,), seed=0):
         return rng.uniform(0.3, 2.0, shape) + 1j * rng.uniform(-1.5, 1.5, shape)
     if domain == "nonzero":
         return rng.uniform(0.5, 2.0, shape) * np.exp(1j * rng.uniform(-3.0, 3.0, shape))
+    if domain == "disk":  # |z| < 0.9: inside the branch points ±1 of asin, acos, atanh; tan's poles ±π/2 away
+        return rng.uniform(0.0, 0.9, shape) * np.exp(1j * rng.uniform(-3.0, 3.0, shape))
+    if domain == "upper":  # im z in [0.3, 1.5]: off acosh's cut (−∞, 1], re z < 0 included
+        return rng.uniform(-2.0, 2.0, shape) + 1j * rng.uniform(0.3, 1.5, shape)
     raise ValueError(domain)
 
 
@@ -91,6 +95,15 @@ CASES = [
     Case("cosh", cnp.cosh, np.cosh, derivative=np.sinh),
     Case("arctan", cnp.arctan, np.arctan, "right", derivative=lambda z: 1 / (1 + z ** 2)),
     Case("arcsinh", cnp.arcsinh, np.arcsinh, "right", derivative=lambda z: 1 / np.sqrt(1 + z ** 2)),
+    Case("tan", cnp.tan, np.tan, "disk", derivative=lambda z: 1 / np.cos(z) ** 2),
+    Case("arcsin", cnp.arcsin, np.arcsin, "disk", derivative=lambda z: 1 / np.sqrt(1 - z ** 2)),
+    Case("arccos", cnp.arccos, np.arccos, "disk", derivative=lambda z: -1 / np.sqrt(1 - z ** 2)),
+    Case("arctanh", cnp.arctanh, np.arctanh, "disk", derivative=lambda z: 1 / (1 - z ** 2)),
+    Case("arccosh", cnp.arccosh, np.arccosh, "upper", derivative=lambda z: 1 / (np.sqrt(z - 1) * np.sqrt(z + 1))),
+    Case("lax_square", lax.square, np.square, derivative=lambda z: 2 * z),
+    Case("exp2", cnp.exp2, np.exp2, derivative=lambda z: np.log(2) * np.exp2(z)),
+    Case("logistic", lax.logistic, lambda z: 1 / (1 + np.exp(-z)), "disk",
+         derivative=lambda z: np.exp(-z) / (1 + np.exp(-z)) ** 2),
     # not holomorphic: the real-linear forms of NOTE [complex convention]
     Case("abs", cnp.abs, np.abs, "nonzero", False,
          derivative=lambda z: (np.conj(z) / (2 * abs(z)), z / (2 * abs(z)))),
@@ -284,6 +297,14 @@ def test_vdot_var_std_of_complex_numbers_match_numpy():
         np.testing.assert_allclose(got, getattr(np, f)(z), rtol=1e-13)
         assert np.asarray(got).dtype == np.float64
     np.testing.assert_allclose(cv.grad(cnp.var)(z), 2 * np.conj(z - z.mean()) / z.size, rtol=1e-12)
+    # the NaN-ignoring ones too (nanstd of complex numbers was 0, nanvar complex)
+    zn = np.where(np.arange(z.size) == 2, np.nan, z)
+    for f in ("nanvar", "nanstd"):
+        got = getattr(cnp, f)(zn)
+        np.testing.assert_allclose(got, getattr(np, f)(zn), rtol=1e-13)
+        assert np.asarray(got).dtype == np.float64
+    np.testing.assert_allclose(cv.grad(cnp.nanvar)(zn), np.nan_to_num(2 * np.conj(zn - np.nanmean(zn)) / (z.size - 1)),
+                               rtol=1e-12)
     check_grads(cnp.vdot, (z, w), order=2, atol=1e-6, rtol=1e-6, eps=EPS)
 
 
@@ -381,10 +402,11 @@ def test_jacfwd_needs_real_inputs_unless_holomorphic():
 
 def test_a_primitive_without_complex_rules_raises_naming_it_and_the_dtype():
     z = _points("plane", seed=11)
-    with pytest.raises(MissingRuleError, match="tan has no JVP rule for complex numbers.*complex128"):
-        cv.jvp(cnp.tan, (z,), (z,))
-    with pytest.raises(MissingRuleError, match="tan has no VJP rule for complex numbers.*complex128"):
-        cv.grad(lambda z: cnp.sum(cnp.abs(cnp.tan(z))))(z)
+    clamped = lambda z: lax.clamp(-1.0 + 0j, z, 1.0 + 0j)  # noqa: E731 - computes, has no complex rule
+    with pytest.raises(MissingRuleError, match="clamp has no JVP rule for complex numbers.*complex128"):
+        cv.jvp(clamped, (z,), (z,))
+    with pytest.raises(MissingRuleError, match="clamp has no VJP rule for complex numbers.*complex128"):
+        cv.grad(lambda z: cnp.sum(cnp.abs(clamped(z))))(z)
     with pytest.raises(MissingRuleError, match="atan2 has no VJP rule for complex numbers.*complex64"):
         complex_rules.check(lax.elementwise.atan2_p, np.zeros(2, np.complex64), [], "VJP")
 
@@ -473,3 +495,12 @@ def test_sort_of_complex_numbers_is_lexicographic_with_permutation_derivatives()
     t = np.arange(5) * (1 - 1j)
     np.testing.assert_array_equal(cv.jvp(cnp.sort, (z,), (t,))[1], t[np.argsort(z, kind="stable")])
     np.testing.assert_array_equal(cv.vmap(cnp.sort)(np.stack([z, np.conj(z)])), np.sort(np.stack([z, np.conj(z)]), -1))
+
+
+def test_geomspace_of_complex_end_points_is_numpys_spiral():
+    for a, b in [(1.2 + 0.3j, 0.7 - 0.2j), (-1 + 1j, 3 - 2j), (np.array([1j, -2.0]), np.array([-1j, 5 + 5j]))]:
+        want = np.geomspace(np.asarray(a), np.asarray(b), 5)
+        np.testing.assert_allclose(cnp.geomspace(a, b, 5), want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(cv.jit(lambda a, b: cnp.geomspace(a, b, 5))(a, b), want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(cnp.geomspace(a, b, 4, endpoint=False), np.geomspace(np.asarray(a), np.asarray(b), 4,
+                                                                                       endpoint=False), rtol=1e-12)

@@ -478,3 +478,26 @@ def test_an_ml_dtypes_kind_of_dtype_is_refused_without_ml_dtypes():
         cnp.sin(np.zeros(3, np.dtype("V2")))
     # float0 (a structured void dtype) is not refused: it is the gradient of an integer
     assert cv.dtypes.unsupported_dtype(np.zeros(2, cv.float0)) is None
+
+
+def test_casts_to_and_constants_of_ml_dtypes_kinds_are_refused_by_name():
+    """A cast to bfloat16 inside a differentiated function gave a silent zero derivative
+    and a captured bfloat16 constant crashed staging: both raise naming the dtype (V2
+    stands in for bfloat16 where ml_dtypes is not installed)."""
+    kinds = [np.dtype("V2")]
+    try:
+        import ml_dtypes
+        kinds.append(np.dtype(ml_dtypes.bfloat16))
+    except ImportError:
+        pass
+    x = np.ones(3, np.float32)
+    for dtype in kinds:
+        name = dtype.name
+        for call in (lambda: cv.grad(lambda x: cnp.sum(lax.convert_element_type(x, dtype).astype(np.float32)))(x),
+                     lambda: cv.jit(lambda x: lax.convert_element_type(x, dtype))(x),
+                     lambda: lax.convert_element_type(x, dtype)):
+            with pytest.raises(TypeError, match=f"convert_element_type: a cast to {name}, which cuvmap"):
+                call()
+        const = np.zeros(3, dtype)
+        with pytest.raises(TypeError, match=f"closes over has dtype {name}, which cuvmap's transforms do not support"):
+            cv.jit(lambda x: x * const)(x)

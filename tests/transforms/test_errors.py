@@ -178,6 +178,8 @@ def test_differentiating_with_respect_to_an_integer_input(transform):
 def test_grad_with_respect_to_a_python_int():
     with raises(cuvmap.TransformError, re.escape("grad(<lambda>): argument 0 (x) has dtype int64")):
         grad(lambda x: x * 2.0)(3)
+    with pytest.raises(TypeError, match="has dtype int64"):  # JAX's exception type too
+        grad(lambda x: x * 2.0)(3)
 
 
 def test_argnums_out_of_range_or_of_the_wrong_type():
@@ -542,3 +544,17 @@ def test_indexing_a_concrete_array_with_a_tracer_names_the_indexing(name, transf
 def test_the_suggested_take_indexes_with_a_tracer():
     out = cuvmap.vmap(lambda i: cnp.take(CONCRETE_TABLE, i, axis=0))(np.array([1, 3]))
     np.testing.assert_array_equal(out, CONCRETE_TABLE[[1, 3]])
+
+
+@pytest.mark.parametrize("transform", [grad, value_and_grad, jacfwd, jacrev, hessian, cuvmap.jit, cuvmap.vmap,
+                                       cuvmap.checkpoint], ids=lambda t: t.__name__)
+def test_transformed_functions_keep_the_docstring_and_wrapped(transform):
+    """JAX's functools.wraps: ``__doc__`` and ``__wrapped__`` are the function's (the name is
+    ``transform(f)``: docs/jax.md)."""
+    def square_sum(x):
+        """Σ x²."""
+        return cnp.sum(x * x)
+
+    wrapped = transform(square_sum)
+    assert wrapped.__doc__ == "Σ x²." and wrapped.__wrapped__ is square_sum
+    assert "square_sum" in wrapped.__name__

@@ -11,7 +11,9 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import ShapedArray, ShapeError
-from cuvmap.lax.elementwise.common import _c_float, _div_shape_rule, _float64_pow, _nary, _same_shape_rule
+from cuvmap.lax.elementwise.common import (
+    _c_float, _div_shape_rule, _float64_pow, _nary, _naryop_shape_rule, _same_shape_rule,
+)
 from cuvmap.lax.elementwise.comparisons import _where_nonzero, eq, gt, lt, select
 from cuvmap.transforms import batching, vjp
 from cuvmap.transforms.fusion import CExpression
@@ -32,8 +34,21 @@ min_p = _nary("min", np.minimum, fused=CExpression("(({0} != {0} || {1} != {1}) 
 
 # Python's // and %: the quotient rounds toward −∞ and the remainder takes the divisor's
 # sign, so x == y · floor_divide(x, y) + remainder(x, y) (numpy.floor_divide, numpy.remainder)
-floor_divide_p = _nary("floor_divide", np.floor_divide, differentiable=False)
-remainder_p = _nary("remainder", np.remainder)
+def _real_only(name):
+    """The shape rule of a binary op that JAX defines for real operands only: a complex
+    operand raises naming the op and the dtype (NumPy's ufunc error names neither)."""
+    def rule(*avals, **params):
+        for a in avals:
+            if np.dtype(a.dtype).kind == "c":
+                raise TypeError(f"lax.{name}: complex operands are not supported, got {np.dtype(a.dtype)} (as in JAX)")
+        return _naryop_shape_rule(*avals, **params)
+    return rule
+
+
+floor_divide_p = _nary("floor_divide", np.floor_divide, _real_only("floor_divide"), differentiable=False)
+remainder_p = _nary("remainder", np.remainder, _real_only("remainder"))
+
+
 def _abs_shape_rule(x):
     """``|x|`` keeps a real dtype; a complex one gives its real dtype (complex128 -> float64)."""
     dtype = np.finfo(x.dtype).dtype if x.dtype.kind == "c" else x.dtype

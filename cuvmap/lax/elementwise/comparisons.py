@@ -185,8 +185,16 @@ def select(pred, on_true, on_false):
 
 
 def convert_element_type(operand, new_dtype):
-    """``operand.astype(new_dtype)``; differentiable between floating dtypes."""
-    return convert_element_type_p.bind(operand, new_dtype=np.dtype(new_dtype))
+    """``operand.astype(new_dtype)``; differentiable between floating dtypes. A cast to one of
+    ml_dtypes' dtypes (bfloat16, float8, ...) raises naming it: cuvmap does not compute
+    with them (NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py), and a derivative
+    through such a cast would otherwise be a silent zero."""
+    new_dtype = np.dtype(new_dtype)
+    if new_dtype.kind == "V" and new_dtype.fields is None:
+        raise TypeError(f"convert_element_type: a cast to {new_dtype.name}, which cuvmap's operations and "
+                        f"transforms do not support yet (NumPy has no {new_dtype.name}; ml_dtypes provides the type, "
+                        "but not JAX's promotion rules for it); compute in float32")
+    return convert_element_type_p.bind(operand, new_dtype=new_dtype)
 
 
 def stop_gradient(x):

@@ -194,7 +194,7 @@ complex_rules.defcomplex(
     transcendental.expm1_p, transcendental.sqrt_p, transcendental.rsqrt_p, transcendental.tanh_p,
     transcendental.sin_p, transcendental.cos_p, transcendental.log2_p,
     transcendental.log10_p, transcendental.atan_p, transcendental.sinh_p, transcendental.cosh_p,
-    transcendental.asinh_p,
+    transcendental.asinh_p, transcendental.logistic_p,
     comparisons.select_p, comparisons.convert_element_type_p, comparisons.stop_gradient_p,
     real_p, imag_p, conj_p, complex_p,
 )

@@ -13,7 +13,7 @@ from cuvmap.core import ShapedArray, ShapeError
 from cuvmap.lax.bitwise import bitwise_and, bitwise_or
 from cuvmap.lax.elementwise.common import _nary, _naryop_shape_rule, broadcast_shapes
 from cuvmap.lax.elementwise.comparisons import _where_nonzero, eq, gt, lt
-from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.transforms import batching, complex_rules, jvp, vjp
 
 
 # ---------------------------------------------------------------------------------------
@@ -123,3 +123,4 @@ def _select_n_jvp(i, t, out, which, *cases):
 vjp.primitive_vjps[select_n_p] = _select_n_vjp
 vjp.declare_reads(select_n_p, (0,))
 jvp.primitive_jvps[select_n_p] = _select_n_jvp
+complex_rules.defcomplex(select_n_p)  # a selection with real weights: no conjugate (NOTE [complex convention])

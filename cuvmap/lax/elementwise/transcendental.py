@@ -38,7 +38,15 @@ tanh_p = _nary("tanh", np.tanh, _float_unary_shape_rule, fused=_c_float("tanh({0
 
 
 # logistic(x) = 1 / (1 + exp(-x)) = exp(-softplus(-x)): no overflow for large |x|.
-logistic_p = _nary("logistic", lambda x: np.exp(-np.logaddexp(0, -x)), _float_unary_shape_rule)
+# A complex z (no logaddexp in NumPy) takes 1 / (1 + exp(-z)), holomorphic as in JAX.
+def _logistic_impl(x):
+    if getattr(x, "dtype", None) is not None and x.dtype.kind == "c":
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            return 1 / (1 + np.exp(-x))
+    return np.exp(-np.logaddexp(0, -x))
+
+
+logistic_p = _nary("logistic", _logistic_impl, _float_unary_shape_rule)
 sin_p = _nary("sin", np.sin, _float_unary_shape_rule, fused=_c_float("sin({0})"))
 cos_p = _nary("cos", np.cos, _float_unary_shape_rule, fused=_c_float("cos({0})"))
 log2_p = _nary("log2", np.log2, _float_unary_shape_rule, fused=_c_float("log2({0})"))
@@ -50,7 +58,15 @@ asinh_p = _nary("asinh", np.arcsinh, _float_unary_shape_rule, fused=_c_float("as
 
 
 # atan2(y, x) has true division's dtypes: integer and boolean operands give float64
-atan2_p = _nary("atan2", np.arctan2, _div_shape_rule, fused=_c_float("atan2({0}, {1})"))
+def _atan2_shape_rule(x, y, **params):
+    for a in (x, y):
+        if np.dtype(a.dtype).kind == "c":
+            raise TypeError(f"lax.atan2: complex operands are not supported, got {np.dtype(a.dtype)} (as in JAX; "
+                            "the angle of a complex number is angle(z))")
+    return _div_shape_rule(x, y, **params)
+
+
+atan2_p = _nary("atan2", np.arctan2, _atan2_shape_rule, fused=_c_float("atan2({0}, {1})"))
 
 
 # NOTE [erf without SciPy]
@@ -359,12 +375,19 @@ def _and(p, q):
     return select(p, q, False)
 
 
-vjp.defderivative(
-    pow_p,
-    _pow_derivative_base,
-    lambda g, out, x, y: mul(g, mul(log(_replace_zero(x)), out)),
-    reads=(0, 1, "out"),
-)
+def _pow_derivative_exponent(g, out, x, y):
+    """``g·log(x)·x^y`` (``log`` of 1 where ``x = 0``: JAX's 0). A Python-number base keeps
+    its log a Python number (weak), so that it meets a GPU ``out`` as the base did (a
+    NumPy 0-d array there is a host array CuPy refuses)."""
+    if type(x) in (bool, int, float, complex):
+        with np.errstate(invalid="ignore", divide="ignore"):  # a negative real base: NaN, as log's
+            lx = np.log(np.asarray(x if x != 0 else 1, dtype=np.result_type(x, 1.0))).item()
+    else:
+        lx = log(_replace_zero(x))
+    return mul(g, mul(lx, out))
+
+
+vjp.defderivative(pow_p, _pow_derivative_base, _pow_derivative_exponent, reads=(0, 1, "out"))
 
 
 vjp.defderivative(exp_p, lambda g, out, x: mul(g, out), reads=("out",))
