@@ -130,14 +130,14 @@ def host_operands_on_device(operands):
     """``operands`` with each NumPy array put on the device of the CuPy arrays among them,
     or None when they do not mix the two (NOTE [host arrays meet device arrays])."""
     device = next((x.device.id for x in operands if is_cupy_array(x)), None)
-    if device is None or not any(type(x) is np.ndarray for x in operands):
+    if device is None or not any(isinstance(x, np.ndarray) for x in operands):  # (weak arrays too)
         return None
     for x in operands:
-        if type(x) is np.ndarray:  # NOTE [transfer guard levels] in cuvmap/transfer_guards.py
+        if isinstance(x, np.ndarray):  # NOTE [transfer guard levels] in cuvmap/transfer_guards.py
             transfer_guards.check("host_to_device", False, f"a NumPy operand of shape {x.shape} meets CuPy arrays")
     cp = xp_for("gpu")
     with cp.cuda.Device(device):
-        return [cp.asarray(x) if type(x) is np.ndarray else x for x in operands]
+        return [cp.asarray(x) if isinstance(x, np.ndarray) else x for x in operands]
 
 
 def arguments_on_device(leaves, indices, device):
@@ -147,7 +147,7 @@ def arguments_on_device(leaves, indices, device):
     leaves = list(leaves)
     with cp.cuda.Device(int(device.split(":")[1])):
         for i in indices:
-            if type(leaves[i]) is np.ndarray:
+            if isinstance(leaves[i], np.ndarray):
                 transfer_guards.check("host_to_device", False,
                                      f"a NumPy argument of shape {leaves[i].shape} of a jitted GPU program")
                 leaves[i] = cp.asarray(leaves[i])

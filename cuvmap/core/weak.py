@@ -42,6 +42,8 @@ class WeakArray(np.ndarray):
         return result
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if any(hasattr(x, "__array_ufunc__") and not isinstance(x, (np.ndarray, np.generic)) for x in inputs):
+            return NotImplemented  # a device array (CuPy's): its own __array_ufunc__ decides
         plain = [_plain(x) for x in inputs]
         out = kwargs.get("out")
         if out is not None:
