@@ -187,7 +187,7 @@ def _vjp(f, primals, has_aux, where, describe):
                 raise TransformError(
                     f"{describe(path)} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
                 )
-            dtypes.check_supported(x, describe(path), where)
+            dtypes.check_supported(x, lambda: describe(path), where)
             if core.is_float(x):
                 node = tape.new_input()
                 inputs.append(VJPTracer(main, x, node))

@@ -261,7 +261,7 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
                 f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
                 "pass an array or give it in_axes None"
             )
-        dtypes.check_supported(leaf, describe_arg(f, path), "vmap")
+        dtypes.check_supported(leaf, lambda: describe_arg(f, path), "vmap")
         shape = tuple(leaf.shape)
         if not -len(shape) <= axis < len(shape):
             raise TransformError(
@@ -347,7 +347,7 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
                     f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
                     f"{transform} differentiates arrays, scalars or pytrees of them"
                 )
-            dtypes.check_supported(x, describe_arg(f, (0, i) + tuple(path)), transform)
+            dtypes.check_supported(x, lambda: describe_arg(f, (0, i) + tuple(path)), transform)
             if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
                 raise TransformError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
@@ -396,7 +396,7 @@ def static_key(f, where, statics):
 def leaf_aval(f, path, leaf, where):
     if isinstance(leaf, Tracer):
         return leaf.aval
-    dtypes.check_supported(leaf, describe_arg(f, path), where)
+    dtypes.check_supported(leaf, lambda: describe_arg(f, path), where)
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
