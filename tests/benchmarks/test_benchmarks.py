@@ -277,6 +277,25 @@ def test_dispatch_suite(capsys, tmp_path):
 
 
 @pytest.mark.slow
+def test_eager_suite(capsys, tmp_path):
+    """The eager split at tiny batches: per batch and transform a row whose kernels and
+    dispatch add up to the split calls' time, the primitives that ran, the GEMM rows."""
+    path = tmp_path / "eager.json"
+    assert cli_main(["eager", "--batch", "2", "--split-calls", "2", "--repeats", "1", "--max-repeats", "1",
+                     "--progress", "off", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(path.read_text())
+    assert [(r["batch"], r["transform"]) for r in res["rows"]] == [(2, "vmap(grad)"), (2, "batched grad")]
+    for r in res["rows"]:
+        assert r["binds"] > r["kernel_calls"] > 0 and r["kernels_ms"] > 0 and r["dispatch_ms"] > 0
+        assert r["eager_ms"] > 0 and r["jit_ms"] > 0 and len(r["comparison"]) > 0
+    prims = {(p["transform"], p["primitive"]) for p in res["primitives"]}
+    assert ("vmap(grad)", "conv") in prims or ("vmap(grad)", "conv_backward_weight") in prims, prims
+    assert len(res["gemm"]) == 3 and all(g["ms"] > 0 for g in res["gemm"])
+    assert "dispatch µs per bind" in out and "oneDNN's convolutions:" in out
+
+
+@pytest.mark.slow
 def test_control_flow_suite(capsys, tmp_path):
     path = tmp_path / "cf.json"
     assert cli_main(["control_flow", "--length", "6", "--hidden", "4", "--batch", "2", "--repeats", "2",
