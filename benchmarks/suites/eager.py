@@ -21,7 +21,7 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
 
 The settings table says which OpenMP runtime oneDNN runs on and how its convolutions use
 threads (``--torch-first``: torch's libgomp, NOTE [oneDNN beside another OpenMP user] in
-cuvmap/cpu/openmp.py). NOTE [where the eager time goes] in cuvmap/transforms/batching.py
+cuvmap/cpu/openmp.py). NOTE [where the eager time goes] in cuvmap/api_util.py
 reads the figures.
 """
 import collections
@@ -167,7 +167,14 @@ def run(args, settings):
     print()
     print(markdown_table(["batch", "how", "ms"], [(g["batch"], g["how"], g["ms"]) for g in gemm]))
     print()
-    threading = f"oneDNN's convolutions: {openmp.mode()} mode; {openmp.settings_description()}"
-    print(f"- {threading}")
+    notes = [f"oneDNN's convolutions: {openmp.mode()} mode; {openmp.settings_description()}",
+             "the dispatch is the same at every batch (a fixed number of binds, each a Python rule): the share of "
+             "an eager call it takes falls as the batch grows; jit(...) pays none of it",
+             "torch imported first (--torch-first): torch's libgomp keeps its own wait policy, spinning after each "
+             "torch call; where torch and cuvmap alternate in one process, OMP_WAIT_POLICY=PASSIVE in the "
+             "environment (or cuvmap's oneDNN loaded before torch) keeps torch's idle threads off the cores "
+             "(NOTE [where the eager time goes] in cuvmap/api_util.py)"]
+    for note in notes:
+        print(f"- {note}")
     return dict(config=dict(batch=list(args.batch), split_calls=args.split_calls), rows=rows, primitives=prims,
-                gemm=gemm, notes=[threading])
+                gemm=gemm, notes=notes)
