@@ -111,6 +111,9 @@ def test_scopes_report_the_time_per_layer(suite, extra, label, capsys, tmp_path)
     assert all(r["steps"] >= 1 and r["ms"] >= 0 for r in table["rows"])
     assert sum(r["share"] for r in table["rows"]) == pytest.approx(1.0)
     assert f"## Time per named scope: {label}" in out
+    layers = {r["scope"]: r for r in table["layers"]}  # the backward folded into each layer's row
+    assert {"conv1", "conv2", "dense"} <= set(layers) and not any("transpose" in k for k in layers)
+    assert layers["conv2"]["backward_ms"] > 0 and layers["conv2"]["forward_ms"] > 0
 
 
 @pytest.mark.slow
