@@ -338,46 +338,46 @@ def dyn_function(f, args, kwargs, argnums):
 
 # NOTE [where the eager time goes]
 # Issue 36's profile of the benchmark CNN (conv 1→16 k5, conv 16→32 k5, dense 12800→10,
-# float32) on the project's 2-core machine; ``python -m benchmarks eager`` measures it
-# again (docs/performance/eager.md), and wraps Primitive.bind to split each eager call
-# into the kernels (binds that reach an impl) and the dispatch around them:
+# float32) at batch 8, 32 and 128. ``python -m benchmarks eager`` measures it (the figures
+# are on docs/performance/eager.md): it times eager against ``jit`` and wraps
+# Primitive.bind to split each eager call into the kernels (binds that reach an impl) and
+# the dispatch around them. What it showed:
 #
 # - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 181
 #   primitives per call, 99 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
-#   conv_backward_input, dot_general ×3, select ×8, reduce_sum ×6, reshapes); batched grad
-#   binds 87, 62 reaching a kernel. The dispatch (the vmap and vjp rules, tracers, the
-#   tape, argument checks) costs about 15-20 µs per bind: about 3 ms of vmap(grad) and
-#   1.5-2.5 ms of batched grad per call, whatever the batch: a third of eager vmap(grad)
-#   at batch 8, a sixth at 32, a few percent at 128. That is the gap between eager and
-#   ``jit`` at small batches (jit's planned program pays none of it, and reuses buffers).
+#   conv_backward_input, dot_general ×3, select ×8, reduce_sum ×6, reshapes: 38 of the
+#   181 binds); batched grad binds 87, 62 reaching a kernel. The dispatch (the vmap and
+#   vjp rules, tracers, the tape, argument checks) is a few tens of microseconds per bind,
+#   the same at every batch: the largest share of an eager call at batch 8 (the gap
+#   between eager and jit's program, which pays none of it and reuses its buffers), a
+#   small one at 128.
 # - The argument checks of vmap and grad built each leaf's description (``argument 0
 #   (params)['w1']``, an inspect.signature each) for the messages of errors they did not
-#   raise: ~20 per vmap(grad) call, 0.3-0.5 ms of thread time at batch 8. They are built
-#   only for the error now (dtypes.check_supported takes a function).
+#   raise, about 20 per vmap(grad) call; they are built only for the error now
+#   (dtypes.check_supported takes a function).
 # - The kernels: oneDNN's convolutions are most of the kernel time at every batch. The
 #   per-example gradient of the dense layer is an outer product writing B × 12800 × 10
-#   floats (16 MiB at batch 32): its time is the memory's (1-2 ms at 32), as in torch.func;
-#   splitting it over two threads gained nothing on the shared machine. The skinny dense
-#   GEMM of the forward pass (B×12800 by 12800×10) takes about 0.1 ms at batch 8, on one
-#   thread or two, in either layout: not a lever. relu and its VJP (select) are
-#   memory-bound passes.
+#   floats, bound by the memory as in torch.func; splitting it over two threads gained
+#   nothing on the shared machine. The skinny dense GEMM of the forward pass (B×12800 by
+#   12800×10) is a small fraction at every batch, in either layout: not a lever (the
+#   suite's last table). relu and its VJP (select) are memory-bound passes.
 # - Threads with torch imported first: cuvmap's "threads" mode (NOTE [oneDNN beside
 #   another OpenMP user] in cuvmap/cpu/openmp.py) ran as fast as the "openmp" mode in one
-#   process where torch made no calls (vmap(grad) at 32, interleaved: 19.4 against
-#   19.2-20.1 ms). What the per_example suite shows with torch first is torch's own
-#   OpenMP team: its libgomp, loaded with the default wait policy, spins after each torch
-#   call on one of the two cores while the next case runs, and on a loaded machine it
-#   collapses torch itself (torch.func vmap(grad) at 32: 0.6-1.2 s with the default
-#   policy, 42 ms with OMP_WAIT_POLICY=PASSIVE, same process; cuvmap's rows 46 and 38-41
-#   ms). libgomp has no call that changes the policy of a loaded runtime (the spin count
-#   is not exported) and omp_pause_resource_all would tear down torch's team, so cuvmap
-#   leaves it: where torch and cuvmap alternate in one process, OMP_WAIT_POLICY=PASSIVE
-#   (or cuvmap's oneDNN loaded before torch, which then shares cuvmap's passive libgomp)
-#   is the remedy, and docs/performance says so.
+#   process where torch made no calls (the two modes interleaved in one process). What
+#   the per_example suite shows with ``--torch-first`` is torch's own OpenMP team: its
+#   libgomp, loaded with the default wait policy, spins after each torch call on one of
+#   the two cores while the next case runs, and on a loaded machine it collapses torch
+#   itself (torch.func's vmap(grad) tens of times slower with the default policy than
+#   with OMP_WAIT_POLICY=PASSIVE, in the same process layout, while cuvmap's rows moved
+#   by a fifth). libgomp has no call that changes the policy of a loaded runtime (the
+#   spin count is not exported) and omp_pause_resource_all would tear down torch's team,
+#   so cuvmap leaves it: where torch and cuvmap alternate in one process,
+#   OMP_WAIT_POLICY=PASSIVE (or cuvmap's oneDNN loaded before torch, which then shares
+#   cuvmap's passive libgomp) is the remedy; the eager page says so.
 # - What would close the rest: fewer binds per eager call (rules that bind fewer
-#   primitives: reshape is 38 of the 181) or a cached per-signature plan for eager
-#   transforms, which needs a way to know that a trace repeats without tracing it
-#   (Python side effects and values read from globals run on every eager call).
+#   primitives) or a cached per-signature plan for eager transforms, which needs a way to
+#   know that a trace repeats without tracing it (Python side effects and values read
+#   from globals run on every eager call).
 
 
 def check_float_inputs(f, args, argnums, transform, allow_int=False):

@@ -145,7 +145,7 @@ def run(args, settings):
             n = args.split_calls
             kernels = sum(seconds.values()) / n
             dispatch = total / n - kernels
-            rows.append(dict(batch=batch, transform=name, eager_ms=float(np.median(eager)) * 1e3,
+            rows.append(dict(batch=batch, transform=name, framework="cuvmap", eager_ms=float(np.median(eager)) * 1e3,
                              jit_ms=float(np.median(jit)) * 1e3, eager_over_jit=float(np.median(eager) / np.median(jit)),
                              comparison=comparison.as_dict(), binds=binds // n,
                              kernel_calls=sum(counts.values()) // n, kernels_ms=kernels * 1e3,
