@@ -21,8 +21,11 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
 
 The settings table says which OpenMP runtime oneDNN runs on and how its convolutions use
 threads (``--torch-first``: torch's libgomp, NOTE [oneDNN beside another OpenMP user] in
-cuvmap/cpu/openmp.py). NOTE [where the eager time goes] in cuvmap/api_util.py
-reads the figures.
+cuvmap/cpu/openmp.py). ``--both-orders`` runs the suite again in a child process with
+``--torch-first`` (when torch is installed) and adds its rows, each row naming its import
+order: torch not imported, or imported first (torch itself makes no call here: the
+rows show what its libgomp does to cuvmap's own calls). NOTE [where the eager time goes]
+in cuvmap/api_util.py reads the figures.
 """
 import collections
 import time
@@ -43,7 +46,8 @@ DEFAULTS = dict(repeats=7, warmup=2)
 
 DOC_TABLES = [
     DocTable("Eager against jit, and the eager call split into kernels and dispatch", "rows", [
-        ("batch", "batch", "r"), ("transform", "transform", "l"), ("eager ms", "eager_ms", "r"),
+        ("torch", "order", "l"), ("batch", "batch", "r"), ("transform", "transform", "l"),
+        ("eager ms", "eager_ms", "r"),
         ("jit ms", "jit_ms", "r"), ("eager / jit", "eager_over_jit", "r"),
         ("95% CI", lambda row, run: ratios.interval_text(row.get("comparison")), "l"),
         ("binds per call", "binds", "r"), ("kernel calls", "kernel_calls", "r"), ("kernels ms", "kernels_ms", "r"),
@@ -51,18 +55,22 @@ DOC_TABLES = [
         note="Kernels and dispatch from the split calls (Primitive.bind wrapped and timed), eager and jit from the "
              "interleaved rounds: the split's sum is a little above the eager median (the wrapper's cost)."),
     DocTable("The eager kernels per primitive (the five largest of each call)", "primitives", [
-        ("batch", "batch", "r"), ("transform", "transform", "l"), ("primitive", "primitive", "l"),
+        ("torch", "order", "l"), ("batch", "batch", "r"), ("transform", "transform", "l"),
+        ("primitive", "primitive", "l"),
         ("calls", "calls", "r"), ("ms per call of the transform", "ms", "r"), ("share of the kernels", "share", "r")]),
     DocTable("The skinny dense GEMM (forward: B×12800 by 12800×10, float32)", "gemm", [
-        ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")]),
+        ("torch", "order", "l"), ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")]),
 ]
 
 
 def add_arguments(parser):
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 32, 128], help="batch sizes")
-    parser.add_argument("--split-calls", type=int, default=10, help="eager calls of the split into kernels and dispatch")
+    parser.add_argument("--split-calls", type=int, default=10,
+                        help="eager calls of the split into kernels and dispatch")
     parser.add_argument("--torch-first", action="store_true",
                         help="import torch before NumPy and cuvmap (done by the CLI): oneDNN gets torch's libgomp")
+    parser.add_argument("--both-orders", action="store_true",
+                        help="also run the suite with --torch-first in a child process and add its rows")
 
 
 def _split(fn, calls):
@@ -94,7 +102,7 @@ def _split(fn, calls):
     return binds[0], counts, seconds, total
 
 
-def _gemm_rows(batch, repeats):
+def _gemm_rows(batch, repeats, order):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, 12800)).astype(np.float32)
     w = rng.standard_normal((12800, 10)).astype(np.float32)
@@ -111,8 +119,44 @@ def _gemm_rows(batch, repeats):
     policy = runner.Policy(repeats=max(repeats, 15), warmup=2)
     runner.warm_up(cases, policy.warmup)
     times, _ = runner.timed_rounds(cases, policy)
-    return [dict(batch=batch, how=c.label, key=c.key, ms=float(np.median(times[c.key])) * 1e3,
+    return [dict(order=order, batch=batch, how=c.label, key=c.key, ms=float(np.median(times[c.key])) * 1e3,
                  times_ms=[t * 1e3 for t in times[c.key]]) for c in cases]
+
+
+def _order(args):
+    return "imported first" if args.torch_first else "not imported"
+
+
+def _torch_first_child(args):
+    """The suite's figures with ``--torch-first``, from a child process (``--both-orders``);
+    None, with a note, where torch is not installed or the child fails."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    if importlib.util.find_spec("torch") is None:
+        return None, "--both-orders: torch is not installed; the run has the rows without torch only"
+    argv, skip = [], False
+    for a in args.argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--json", "--plot"):
+            skip = True
+            continue
+        if a not in ("--both-orders", "--save-to-docs", "--torch-first"):
+            argv.append(a)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "eager-torch-first.json")
+        cmd = [sys.executable, "-m", "benchmarks"] + argv + ["--torch-first", "--no-plot", "--json", path]
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0 or not os.path.exists(path):
+            return None, f"--both-orders: the --torch-first child failed ({done.returncode}): {done.stdout[-500:]}"
+        with open(path) as fh:
+            return json.load(fh), None
 
 
 def run(args, settings):
@@ -137,7 +181,7 @@ def run(args, settings):
                       runner.Case(f"{name} jit", f"{name}, jit", (lambda f: lambda: f(params, xs, ys))(jitted),
                                   timer_for(np))]
         runner.warm_up(cases, policy.warmup)
-        times, notes = runner.timed_rounds(cases, policy)
+        times, timing_notes = runner.timed_rounds(cases, policy)
         for name, f in fns.items():
             eager, jit = times[f"{name} eager"], times[f"{name} jit"]
             comparison = ratios.compare_rows(dict(times_ms=eager), dict(times_ms=jit))
@@ -145,35 +189,46 @@ def run(args, settings):
             n = args.split_calls
             kernels = sum(seconds.values()) / n
             dispatch = total / n - kernels
-            rows.append(dict(batch=batch, transform=name, framework="cuvmap", eager_ms=float(np.median(eager)) * 1e3,
-                             jit_ms=float(np.median(jit)) * 1e3, eager_over_jit=float(np.median(eager) / np.median(jit)),
+            rows.append(dict(order=_order(args), batch=batch, transform=name, framework="cuvmap",
+                             eager_ms=float(np.median(eager)) * 1e3, jit_ms=float(np.median(jit)) * 1e3,
+                             eager_over_jit=float(np.median(eager) / np.median(jit)),
                              comparison=comparison.as_dict(), binds=binds // n,
                              kernel_calls=sum(counts.values()) // n, kernels_ms=kernels * 1e3,
                              dispatch_ms=dispatch * 1e3, dispatch_us_per_bind=dispatch / max(1, binds / n) * 1e6,
-                             notes=notes[f"{name} eager"]))
+                             notes=timing_notes[f"{name} eager"]))
             for prim, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:5]:
-                prims.append(dict(batch=batch, transform=name, primitive=prim, calls=counts[prim] // n,
-                                  ms=s / n * 1e3, share=f"{s / n / kernels:.0%}" if kernels else "–"))
-        gemm += _gemm_rows(batch, policy.repeats)
-    print(markdown_table(["batch", "transform", "eager ms", "jit ms", "eager / jit", "95% CI", "binds per call",
-                          "kernel calls", "kernels ms", "dispatch ms", "dispatch µs per bind"],
-                         [(r["batch"], r["transform"], r["eager_ms"], r["jit_ms"], r["eager_over_jit"],
+                prims.append(dict(order=_order(args), batch=batch, transform=name, primitive=prim,
+                                  calls=counts[prim] // n, ms=s / n * 1e3,
+                                  share=f"{s / n / kernels:.0%}" if kernels else "–"))
+        gemm += _gemm_rows(batch, policy.repeats, _order(args))
+    notes = [f"torch {_order(args)}: oneDNN's convolutions: {openmp.mode()} mode; {openmp.settings_description()}"]
+    if args.both_orders and not args.torch_first:
+        child, why = _torch_first_child(args)
+        if child is not None:
+            rows += child["rows"]
+            prims += child["primitives"]
+            gemm += child["gemm"]
+            notes.append(child["notes"][0])
+        else:
+            notes.append(why)
+    print(markdown_table(["torch", "batch", "transform", "eager ms", "jit ms", "eager / jit", "95% CI",
+                          "binds per call", "kernel calls", "kernels ms", "dispatch ms", "dispatch µs per bind"],
+                         [(r["order"], r["batch"], r["transform"], r["eager_ms"], r["jit_ms"], r["eager_over_jit"],
                            ratios.interval_text(r["comparison"]), r["binds"], r["kernel_calls"], r["kernels_ms"],
                            r["dispatch_ms"], r["dispatch_us_per_bind"]) for r in rows]))
     print()
-    print(markdown_table(["batch", "transform", "primitive", "calls", "ms", "share of the kernels"],
-                         [(p["batch"], p["transform"], p["primitive"], p["calls"], p["ms"], p["share"])
+    print(markdown_table(["torch", "batch", "transform", "primitive", "calls", "ms", "share of the kernels"],
+                         [(p["order"], p["batch"], p["transform"], p["primitive"], p["calls"], p["ms"], p["share"])
                           for p in prims]))
     print()
-    print(markdown_table(["batch", "how", "ms"], [(g["batch"], g["how"], g["ms"]) for g in gemm]))
+    print(markdown_table(["torch", "batch", "how", "ms"], [(g["order"], g["batch"], g["how"], g["ms"]) for g in gemm]))
     print()
-    notes = [f"oneDNN's convolutions: {openmp.mode()} mode; {openmp.settings_description()}",
-             "the dispatch is the same at every batch (a fixed number of binds, each a Python rule): the share of "
-             "an eager call it takes falls as the batch grows; jit(...) pays none of it",
-             "torch imported first (--torch-first): torch's libgomp keeps its own wait policy, spinning after each "
-             "torch call; where torch and cuvmap alternate in one process, OMP_WAIT_POLICY=PASSIVE in the "
-             "environment (or cuvmap's oneDNN loaded before torch) keeps torch's idle threads off the cores "
-             "(NOTE [where the eager time goes] in cuvmap/api_util.py)"]
+    notes += ["the dispatch is the same at every batch (a fixed number of binds, each a Python rule): the share "
+              "of an eager call it takes falls as the batch grows; jit(...) pays none of it",
+              "torch imported first (--torch-first): torch's libgomp keeps its own wait policy, spinning after "
+              "each torch call; where torch and cuvmap alternate in one process, OMP_WAIT_POLICY=PASSIVE in the "
+              "environment (or cuvmap's oneDNN loaded before torch) keeps torch's idle threads off the cores "
+              "(NOTE [where the eager time goes] in cuvmap/api_util.py)"]
     for note in notes:
         print(f"- {note}")
     return dict(config=dict(batch=list(args.batch), split_calls=args.split_calls), rows=rows, primitives=prims,

@@ -280,15 +280,24 @@ def test_dispatch_suite(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_eager_suite(capsys, tmp_path):
+@pytest.mark.parametrize("no_torch", [False, True])
+def test_eager_suite(capsys, tmp_path, monkeypatch, no_torch):
     """The eager split at tiny batches: per batch and transform a row whose kernels and
-    dispatch add up to the split calls' time, the primitives that ran, the GEMM rows."""
+    dispatch add up to the split calls' time, the primitives that ran, the GEMM rows;
+    ``--both-orders`` without torch says so and keeps the rows it has."""
+    if no_torch:
+        import importlib.util
+
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     path = tmp_path / "eager.json"
     assert cli_main(["eager", "--batch", "2", "--split-calls", "2", "--repeats", "1", "--max-repeats", "1",
-                     "--progress", "off", "--json", str(path)]) == 0
+                     "--progress", "off", "--json", str(path)] + (["--both-orders"] if no_torch else [])) == 0
     out = capsys.readouterr().out
     res = json.loads(path.read_text())
-    assert [(r["batch"], r["transform"]) for r in res["rows"]] == [(2, "vmap(grad)"), (2, "batched grad")]
+    assert [(r["order"], r["batch"], r["transform"]) for r in res["rows"]] == [
+        ("not imported", 2, "vmap(grad)"), ("not imported", 2, "batched grad")]
+    assert ("--both-orders: torch is not installed" in out) == no_torch
     for r in res["rows"]:
         assert r["binds"] > r["kernel_calls"] > 0 and r["kernels_ms"] > 0 and r["dispatch_ms"] > 0
         assert r["eager_ms"] > 0 and r["jit_ms"] > 0 and len(r["comparison"]) > 0
