@@ -359,8 +359,12 @@ def dyn_function(f, args, kwargs, argnums):
 #   per-example gradient of the dense layer is an outer product writing B × 12800 × 10
 #   floats, bound by the memory as in torch.func; splitting it over two threads gained
 #   nothing on the shared machine. The skinny dense GEMM of the forward pass (B×12800 by
-#   12800×10) is a small fraction at every batch, in either layout: not a lever (the
-#   suite's last table). relu and its VJP (select) are memory-bound passes.
+#   12800×10) is a small fraction of the call at every batch, in either layout: not a
+#   lever (the suite's last table). Plain NumPy on OpenBLAS's two threads sometimes takes
+#   a scheduler's time slice for it while another process holds a core (the half of the
+#   split behind it waits); cuvmap's dot_general asks for one thread then (NOTE [threads
+#   under a busy machine] in cuvmap/cpu/threads.py), and the suite's cuvmap row shows it.
+#   relu and its VJP (select) are memory-bound passes.
 # - Threads with torch imported first: cuvmap's "threads" mode (NOTE [oneDNN beside
 #   another OpenMP user] in cuvmap/cpu/openmp.py) ran as fast as the "openmp" mode in one
 #   process where torch made no calls (the two modes interleaved in one process). What

@@ -15,9 +15,10 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
   impl) is timed, giving the binds per call, the kernels' time per primitive and the rest,
   the dispatch (the transforms' rules, tracers, the tape, argument checks), per bind. The
   wrapper itself costs about a microsecond per bind, counted in the dispatch;
-- the skinny dense GEMM of the forward pass (B×12800 by 12800×10, float32) as
-  ``numpy.matmul`` runs it on OpenBLAS's threads and limited to one, and in the transposed
-  layout (10×12800 by 12800×B).
+- the skinny dense GEMM of the forward pass (B×12800 by 12800×10, float32) as cuvmap's
+  eager ``dot_general`` runs it (OpenBLAS, with the thread count NOTE [threads under a busy
+  machine] in cuvmap/cpu/threads.py asks for), and as plain ``numpy.matmul`` runs it on
+  OpenBLAS's threads, limited to one, and in the transposed layout (10×12800 by 12800×B).
 
 The settings table says which OpenMP runtime oneDNN runs on and how its convolutions use
 threads (``--torch-first``: torch's libgomp, NOTE [oneDNN beside another OpenMP user] in
@@ -112,7 +113,11 @@ def _gemm_rows(batch, repeats, order):
         with cpu_threads.limited(1):
             return x @ w
 
-    cases = [runner.Case("x @ w", "numpy.matmul(x, w), OpenBLAS's threads", lambda: x @ w, timer_for(np)),
+    import cuvmap.numpy as cnp
+
+    cases = [runner.Case("cnp.matmul", "cuvmap: cnp.matmul(x, w) (dot_general, eager: its thread rule)",
+                         lambda: cnp.matmul(x, w), timer_for(np)),
+             runner.Case("x @ w", "numpy.matmul(x, w), OpenBLAS's threads", lambda: x @ w, timer_for(np)),
              runner.Case("x @ w, 1 thread", "numpy.matmul(x, w), one thread", one_thread, timer_for(np)),
              runner.Case("w.T @ x.T", "numpy.matmul(w.T, x.T) on contiguous transposes", lambda: wt @ xt,
                          timer_for(np))]
