@@ -20,6 +20,9 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
   machine] in cuvmap/cpu/threads.py asks for), and as plain ``numpy.matmul`` runs it on
   OpenBLAS's threads, limited to one, and in the transposed layout (10×12800 by 12800×B).
 
+The JSON keeps every round's time (``eager`` and ``jit`` of each row, the GEMM rows), so
+``python -m benchmarks compare BASE.json HEAD.json`` judges two runs case by case.
+
 The settings table says which OpenMP runtime oneDNN runs on and how its convolutions use
 threads (``--torch-first``: torch's libgomp, NOTE [oneDNN beside another OpenMP user] in
 cuvmap/cpu/openmp.py). ``--both-orders`` runs the suite again in a child process with
@@ -124,8 +127,8 @@ def _gemm_rows(batch, repeats, order):
     policy = runner.Policy(repeats=max(repeats, 15), warmup=2)
     runner.warm_up(cases, policy.warmup)
     times, _ = runner.timed_rounds(cases, policy)
-    return [dict(order=order, batch=batch, how=c.label, key=c.key, ms=float(np.median(times[c.key])) * 1e3,
-                 times_ms=[t * 1e3 for t in times[c.key]]) for c in cases]
+    return [dict(order=order, batch=batch, how=c.label, key=f"{c.key}, torch {order}",
+                 ms=float(np.median(times[c.key])) * 1e3, times_ms=[t * 1e3 for t in times[c.key]]) for c in cases]
 
 
 def _order(args):
@@ -195,6 +198,8 @@ def run(args, settings):
             kernels = sum(seconds.values()) / n
             dispatch = total / n - kernels
             rows.append(dict(order=_order(args), batch=batch, transform=name, framework="cuvmap",
+                             key=f"{name}, torch {_order(args)}",
+                             eager=dict(times_ms=[t * 1e3 for t in eager]), jit=dict(times_ms=[t * 1e3 for t in jit]),
                              eager_ms=float(np.median(eager)) * 1e3, jit_ms=float(np.median(jit)) * 1e3,
                              eager_over_jit=float(np.median(eager) / np.median(jit)),
                              comparison=comparison.as_dict(), binds=binds // n,
