@@ -105,12 +105,20 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
     if chunked is None and chunk_size == memory_budget_mod.AUTO:
         chunked = memory_budget_mod.ChunkedMap(where, vmap_combine(out_axes))
 
+    flat_axes = {}  # the leaves' in_axes per argument structure (in_axes is fixed here)
+
     @api_util.with_context(where, f, name)
     def vmapped(*args, **kwargs):
         api_util.check_axes_spec(in_axes, "in_axes")
         api_util.check_axes_spec(out_axes, "out_axes")
         paths, leaves, treedef = tree.flatten_with_path((args, kwargs))
-        axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
+        axes = flat_axes.get(treedef)
+        if axes is None:
+            axes = api_util.flat_in_axes(f, in_axes, args, kwargs)
+            if len(flat_axes) >= 16:
+                flat_axes.clear()
+            flat_axes[treedef] = axes
+        axes = list(axes)
         axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
         if chunked is not None:
             return _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra)
@@ -187,7 +195,7 @@ def _vjp(f, primals, has_aux, where, describe):
                 raise TransformError(
                     f"{describe(path)} is a {type(x).__name__}; inputs must be arrays, scalars or pytrees of them"
                 )
-            dtypes.check_supported(x, describe(path), where)
+            dtypes.check_supported(x, lambda: describe(path), where)
             if core.is_float(x):
                 node = tape.new_input()
                 inputs.append(VJPTracer(main, x, node))

@@ -273,7 +273,7 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
                 f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
                 "pass an array or give it in_axes None"
             )
-        dtypes.check_supported(leaf, describe_arg(f, path), "vmap")
+        dtypes.check_supported(leaf, lambda: describe_arg(f, path), "vmap")
         shape = tuple(leaf.shape)
         if not -len(shape) <= axis < len(shape):
             raise TransformError(
@@ -348,6 +348,54 @@ def dyn_function(f, args, kwargs, argnums):
     return f_dyn
 
 
+# NOTE [where the eager time goes]
+# Issue 36's profile of the benchmark CNN (conv 1→16 k5, conv 16→32 k5, dense 12800→10,
+# float32) at batch 8, 32 and 128. ``python -m benchmarks eager`` measures it (the figures
+# are on docs/performance/eager.md): it times eager against ``jit`` and wraps
+# Primitive.bind to split each eager call into the kernels (binds that reach an impl) and
+# the dispatch around them. What it showed:
+#
+# - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 181
+#   primitives per call, 99 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
+#   conv_backward_input, dot_general ×3, select ×8, reduce_sum ×6, reshapes: 38 of the
+#   181 binds); batched grad binds 87, 62 reaching a kernel. The dispatch (the vmap and
+#   vjp rules, tracers, the tape, argument checks) is a few tens of microseconds per bind,
+#   the same at every batch: the largest share of an eager call at batch 8 (the gap
+#   between eager and jit's program, which pays none of it and reuses its buffers), a
+#   small one at 128.
+# - The argument checks of vmap and grad built each leaf's description (``argument 0
+#   (params)['w1']``, an inspect.signature each) for the messages of errors they did not
+#   raise, about 20 per vmap(grad) call; they are built only for the error now
+#   (dtypes.check_supported takes a function).
+# - The kernels: oneDNN's convolutions are most of the kernel time at every batch. The
+#   per-example gradient of the dense layer is an outer product writing B × 12800 × 10
+#   floats, bound by the memory as in torch.func; splitting it over two threads gained
+#   nothing on the shared machine. The skinny dense GEMM of the forward pass (B×12800 by
+#   12800×10) is a small fraction of the call at every batch, in either layout: not a
+#   lever (the suite's last table). Plain NumPy on OpenBLAS's two threads sometimes takes
+#   a scheduler's time slice for it while another process holds a core (the half of the
+#   split behind it waits); cuvmap's dot_general asks for one thread then (NOTE [threads
+#   under a busy machine] in cuvmap/cpu/threads.py), and the suite's cuvmap row shows it.
+#   relu and its VJP (select) are memory-bound passes.
+# - Threads with torch imported first: cuvmap's "threads" mode (NOTE [oneDNN beside
+#   another OpenMP user] in cuvmap/cpu/openmp.py) ran as fast as the "openmp" mode in one
+#   process where torch made no calls (the two modes interleaved in one process). What
+#   the per_example suite shows with ``--torch-first`` is torch's own OpenMP team: its
+#   libgomp, loaded with the default wait policy, spins after each torch call on one of
+#   the two cores while the next case runs, and on a loaded machine it collapses torch
+#   itself (torch.func's vmap(grad) tens of times slower with the default policy than
+#   with OMP_WAIT_POLICY=PASSIVE, in the same process layout, while cuvmap's rows moved
+#   by a fifth). libgomp has no call that changes the policy of a loaded runtime (the
+#   spin count is not exported) and omp_pause_resource_all would tear down torch's team,
+#   so cuvmap leaves it: where torch and cuvmap alternate in one process,
+#   OMP_WAIT_POLICY=PASSIVE (or cuvmap's oneDNN loaded before torch, which then shares
+#   cuvmap's passive libgomp) is the remedy; the eager page says so.
+# - What would close the rest: fewer binds per eager call (rules that bind fewer
+#   primitives) or a cached per-signature plan for eager transforms, which needs a way to
+#   know that a trace repeats without tracing it (Python side effects and values read
+#   from globals run on every eager call).
+
+
 def check_float_inputs(f, args, argnums, transform, allow_int=False):
     """Raises for a differentiated leaf that is not a floating-point value (integer and
     boolean ones pass with ``allow_int``: their gradient is a ``float0`` zero)."""
@@ -359,7 +407,7 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
                     f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
                     f"{transform} differentiates arrays, scalars or pytrees of them"
                 )
-            dtypes.check_supported(x, describe_arg(f, (0, i) + tuple(path)), transform)
+            dtypes.check_supported(x, lambda: describe_arg(f, (0, i) + tuple(path)), transform)
             if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
                 raise InputTypeError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
@@ -408,7 +456,7 @@ def static_key(f, where, statics):
 def leaf_aval(f, path, leaf, where):
     if isinstance(leaf, Tracer):
         return leaf.aval
-    dtypes.check_supported(leaf, describe_arg(f, path), where)
+    dtypes.check_supported(leaf, lambda: describe_arg(f, path), where)
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):

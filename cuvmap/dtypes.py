@@ -62,9 +62,11 @@ def unsupported_dtype(x):
 
 def check_supported(x, what, where):
     """Raises ``TypeError`` naming the dtype for a value of one of ml_dtypes' dtypes
-    (NOTE [bfloat16 needs ml_dtypes]): ``what`` names the value, ``where`` the transform."""
+    (NOTE [bfloat16 needs ml_dtypes]): ``what`` names the value (a string, or a function
+    returning it: the name is built only for the error), ``where`` the transform."""
     name = unsupported_dtype(x)
     if name is not None:
+        what = what() if callable(what) else what
         raise TypeError(
             f"{where}: {what} has dtype {name}, which cuvmap's transforms do not support yet (NumPy has no "
             f"{name}; ml_dtypes provides the type, but not JAX's promotion rules for it); cast it to float32 "

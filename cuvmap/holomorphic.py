@@ -32,6 +32,9 @@ def check_inputs(f, args, argnums, holomorphic, transform):
         for path, x in zip(paths, leaves):
             if not core.is_value(x):
                 continue  # check_float_inputs names it
+            if not ((holomorphic and not _is_complex(x)) or (transform == "jacfwd" and not holomorphic
+                                                              and _is_complex(x))):
+                continue  # (nothing to raise: the name below is built for the errors only)
             what = describe_arg(f, (0, i) + tuple(path))
             dtype = core.dtype_of(x)
             if holomorphic and not _is_complex(x):

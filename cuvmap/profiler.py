@@ -9,7 +9,8 @@
     print(times)                    # a table: scope, steps, median ms per call, share
     times.seconds["conv1"]          # the median time per call of the steps staged in conv1
     times.seconds["transpose(conv1)"]   # ... and of its backward pass
-    print(times.table(depth=1))     # nested scopes summed into their outermost one
+    print(times.table(depth=1))     # a row per outermost scope, its backward folded in
+    times.by_scope(depth=1)["conv1"]    # (forward seconds, backward seconds) of conv1
 
 NOTE [time per scope]
 The function is staged and optimized as ``jit`` stages it (the same program), planned
@@ -25,6 +26,18 @@ call beside the sum of the steps: the difference is what the clock reads cost. O
 the clock synchronizes the device before it reads the time, so a step's time is that of
 its kernels and the launches no longer overlap the host: the sum of the steps is then
 larger than the jitted call, and the shares are what each scope's kernels cost.
+
+NOTE [a scope's backward folds into its row]
+A backward step's name stack ends in one name, ``transpose(outer/inner)`` (NOTE [named
+scopes] in :mod:`cuvmap.core`), so cutting stacks at a depth would leave
+``transpose(outer/inner)`` whole beside ``outer``. ``by_scope(depth)`` and
+``table(depth)`` read each stack as a path of plain names (a ``transpose(...)`` name opens
+into its names, nested ones too) and a direction, cut the path at ``depth`` and sum the
+forward and the backward steps of a path into one row with both columns: at depth 1 the
+row ``outer`` holds ``outer/inner``, ``outer/other``, ``transpose(outer/inner)`` and
+``transpose(outer/other)``, and a backward pass started inside a scope
+(``("outer", "transpose(inner)")``) counts for ``outer/inner``. ``seconds`` keeps each
+stack as it is (``seconds["transpose(conv1)"]``).
 """
 import statistics
 import time
@@ -57,10 +70,10 @@ class ScopeTimes:
         self.rounds = len(per_round)
         self.call = statistics.median(call_times)
         self.total = statistics.median(sum(r) for r in per_round)
-        self.seconds, self.steps = self._aggregate(None)
+        self.seconds, self.steps = self._aggregate()
 
-    def _aggregate(self, depth):
-        keys = [_key(stack if depth is None else stack[:depth]) for stack in self._scopes]
+    def _aggregate(self):
+        keys = [_key(stack) for stack in self._scopes]
         order = list(dict.fromkeys(keys))
         steps = {k: keys.count(k) for k in order}
         sums = [{k: 0.0 for k in order} for _ in self._per_round]
@@ -70,17 +83,50 @@ class ScopeTimes:
         seconds = {k: statistics.median(s[k] for s in sums) for k in order}
         return seconds, steps
 
+    def by_scope(self, depth=None):
+        """``{scope: (forward seconds, backward seconds)}``, medians per call over the
+        rounds: each scope's backward (``transpose(scope)``) folded into its row, and with
+        ``depth`` nested scopes summed into their first ``depth`` names (NOTE [a scope's
+        backward folds into its row])."""
+        return self._fold(depth)[0]
+
+    def _fold(self, depth):
+        keyed = [_fold_key(stack, depth) for stack in self._scopes]
+        order = list(dict.fromkeys(k for k, _ in keyed))
+        steps = {k: 0 for k in order}
+        for k, _ in keyed:
+            steps[k] += 1
+        fwd = [{k: 0.0 for k in order} for _ in self._per_round]
+        bwd = [{k: 0.0 for k in order} for _ in self._per_round]
+        for r, times in enumerate(self._per_round):
+            for (k, backward), t in zip(keyed, times):
+                (bwd if backward else fwd)[r][k] += t
+        med = statistics.median
+        return {k: (med(f[k] for f in fwd), med(b[k] for b in bwd)) for k in order}, steps
+
     def table(self, depth=None):
-        """A markdown table of the scopes (``depth``: nested scopes summed into their
-        first ``depth`` names), with the untimed call and the sum of the steps."""
-        seconds, steps = (self.seconds, self.steps) if depth is None else self._aggregate(depth)
-        total = sum(seconds.values()) or 1.0
-        lines = [f"{self.where}: median time per call of each named scope over {self.rounds} rounds",
-                 "", "| scope | steps | ms | share |", "|---|---:|---:|---:|"]
-        lines += [f"| {k} | {steps[k]} | {seconds[k] * 1e3:.3g} | {seconds[k] / total:.1%} |" for k in seconds]
-        lines += [f"| (sum of the steps) | {sum(steps.values())} | {self.total * 1e3:.3g} | |",
-                  f"| (the untimed call) | | {self.call * 1e3:.3g} | |"]
-        return "\n".join(lines)
+        """A markdown table of the scopes with the untimed call and the sum of the steps.
+        Without ``depth`` a row per name stack as staged (``transpose(<scope>)``: a
+        scope's backward); with ``depth`` a row per scope cut to its first ``depth`` names,
+        its backward folded in, forward and backward columns beside the sum (NOTE [a
+        scope's backward folds into its row])."""
+        head = f"{self.where}: median time per call of each named scope over {self.rounds} rounds"
+        skip = "" if depth is None else " | |"  # the forward and backward columns
+        tail = [f"| (sum of the steps) | {len(self._scopes)}{skip} | {self.total * 1e3:.3g} | |",
+                f"| (the untimed call) |{skip} | {self.call * 1e3:.3g} | |"]
+        if depth is None:
+            seconds, steps = self.seconds, self.steps
+            total = sum(seconds.values()) or 1.0
+            lines = [head, "", "| scope | steps | ms | share |", "|---|---:|---:|---:|"]
+            lines += [f"| {k} | {steps[k]} | {seconds[k] * 1e3:.3g} | {seconds[k] / total:.1%} |" for k in seconds]
+            return "\n".join(lines + tail)
+        folded, steps = self._fold(depth)
+        total = sum(f + b for f, b in folded.values()) or 1.0
+        lines = [head + f", depth {depth}, backward folded in", "",
+                 "| scope | steps | forward ms | backward ms | ms | share |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {k} | {steps[k]} | {f * 1e3:.3g} | {b * 1e3:.3g} | {(f + b) * 1e3:.3g} | {(f + b) / total:.1%} |"
+                  for k, (f, b) in folded.items()]
+        return "\n".join(lines + tail)
 
     def __str__(self):
         return self.table()
@@ -91,6 +137,38 @@ class ScopeTimes:
 
 def _key(stack):
     return "/".join(stack) if stack else NO_SCOPE
+
+
+def _split_path(text):
+    """``"a/transpose(b/c)/d"`` -> ``["a", "transpose(b/c)", "d"]`` (slashes outside
+    parentheses)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "/" and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+def _plain_path(names):
+    """A name stack as ``(plain names, backward)``: each ``transpose(<path>)`` name opened
+    into its path's names (NOTE [a scope's backward folds into its row])."""
+    path, backward = [], False
+    for name in names:
+        if name.startswith("transpose(") and name.endswith(")"):
+            inner, _ = _plain_path(_split_path(name[len("transpose("):-1]))
+            path += inner
+            backward = True
+        else:
+            path.append(name)
+    return path, backward
+
+
+def _fold_key(stack, depth):
+    path, backward = _plain_path(stack)
+    return _key(path if depth is None else path[:depth]), backward
 
 
 def time_by_scope(f, *args, rounds=10, warmup=2, static_argnums=(), static_argnames=(), **kwargs):

@@ -21,4 +21,10 @@ def time_per_scope(label, fn, args, rounds=10, policy=None):
                          [(r["scope"], r["steps"], r["ms"], f"{r['share']:.1%}") for r in rows], "lrrr"))
     print(f"\nthe steps take {times.total * 1e3:.3g} ms together, the untimed call {times.call * 1e3:.3g} ms "
           "(the difference: the clock reads around every step)")
-    return dict(label=label, rows=rows, total_ms=times.total * 1e3, call_ms=times.call * 1e3)
+    # per layer, each scope's backward folded into its row (NOTE [a scope's backward folds into its row])
+    layers = [dict(scope=k, forward_ms=f * 1e3, backward_ms=b * 1e3) for k, (f, b) in times.by_scope(1).items()]
+    print("\nper layer (depth 1, the backward folded in):\n")
+    print(markdown_table(["scope", "forward ms", "backward ms", "ms"],
+                         [(r["scope"], r["forward_ms"], r["backward_ms"], r["forward_ms"] + r["backward_ms"])
+                          for r in layers], "lrrr"))
+    return dict(label=label, rows=rows, layers=layers, total_ms=times.total * 1e3, call_ms=times.call * 1e3)

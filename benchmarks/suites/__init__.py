@@ -10,6 +10,7 @@ SUITES = {
     "per_example": "benchmarks.suites.per_example",
     "conv": "benchmarks.suites.conv",
     "dispatch": "benchmarks.suites.dispatch",
+    "eager": "benchmarks.suites.eager",
     "distributed": "benchmarks.suites.distributed",
     "control_flow": "benchmarks.suites.control_flow",
     "dp": "benchmarks.suites.dp",

@@ -40,6 +40,16 @@ def nested(w, x):
     return cnp.sum(h)
 
 
+def nested_both_ways(w, x):
+    """Both inner scopes with forward steps a gradient keeps and backward steps."""
+    with cv.named_scope("outer"):
+        with cv.named_scope("inner"):
+            h = cnp.tanh(x @ w)
+        with cv.named_scope("other"):
+            h = cnp.sin(h) * h
+    return cnp.sum(h)
+
+
 def scopes_in_text(f, *args):
     """{scope: number of equations} from the optimized program's text."""
     text = cv.jit(f).lower(*args).as_text()
@@ -78,6 +88,48 @@ def test_depth_sums_nested_scopes_into_the_outer_one():
     steps = int(row.split("|")[2])
     assert steps == times.steps["outer/inner"] + times.steps["outer/other"]
     assert "| outer/inner |" in str(times) and "(the untimed call)" in str(times)
+
+
+@pytest.mark.parametrize("stack, depth, want", [
+    ((), 1, ("(no scope)", False)),
+    (("outer", "inner"), 1, ("outer", False)),
+    (("transpose(outer/inner)",), 1, ("outer", True)),
+    (("transpose(outer/inner)",), 2, ("outer/inner", True)),
+    (("transpose(outer/inner)",), None, ("outer/inner", True)),
+    (("outer", "transpose(inner)"), 1, ("outer", True)),  # a backward pass started inside outer
+    (("outer", "transpose(inner/deep)"), 2, ("outer/inner", True)),
+    (("transpose(outer/transpose(inner))",), 2, ("outer/inner", True)),  # a second-order pass
+    (("transpose(f(x)/y)",), 1, ("f(x)", True)),  # parentheses in a name
+])
+def test_a_backward_stack_folds_into_the_path_of_its_scope(stack, depth, want):
+    assert cv.profiler._fold_key(stack, depth) == want
+
+
+@pytest.mark.parametrize("depth, rows", [
+    (1, {"outer": ("outer/inner", "outer/other")}),
+    (2, {"outer/inner": ("outer/inner",), "outer/other": ("outer/other",)}),
+    (None, {"outer/inner": ("outer/inner",), "outer/other": ("outer/other",)}),
+])
+def test_each_scope_row_holds_its_backward_at_every_depth(depth, rows):
+    """grad(nested_both_ways): the forward steps of outer/inner and outer/other and their
+    backward, transpose(outer/inner) and transpose(outer/other), fold into the scope's row."""
+    times = cv.profiler.time_by_scope(cv.grad(nested_both_ways), W[:8, :8], X[:4, :8], rounds=3)
+    assert {"outer/inner", "outer/other", "transpose(outer/inner)", "transpose(outer/other)"} <= set(times.steps)
+    folded = times.by_scope(depth)
+    assert not any("transpose" in k for k in folded), folded
+    for row, stacks in rows.items():
+        fwd, bwd = folded[row]
+        assert fwd > 0 and bwd > 0, (row, folded)
+    _, steps = times._fold(depth)
+    for row, stacks in rows.items():
+        assert steps[row] == sum(times.steps.get(s, 0) + times.steps.get(f"transpose({s})", 0) for s in stacks)
+    if depth is not None:
+        table = times.table(depth=depth)
+        assert "| scope | steps | forward ms | backward ms | ms | share |" in table
+        for row in rows:
+            line = next(line for line in table.splitlines() if line.startswith(f"| {row} |"))
+            assert int(line.split("|")[2]) == steps[row]
+        assert "transpose(" not in table
 
 
 def test_a_loop_counts_as_one_step_of_its_scope():

@@ -89,6 +89,19 @@ def test_in_axes_not_a_prefix_of_the_arguments():
         vmap(f, in_axes=([0, 0],))((X43, X43))
 
 
+def test_one_vmap_over_argument_structures_met_in_turn():
+    """The leaves' in_axes are kept per argument structure: each structure gets its own, a
+    structure in_axes does not fit raises on every call, and the first one still maps."""
+    g = vmap(lambda d: d["a"] * 2.0 + d.get("b", 0.0), in_axes=({"a": 0, "b": None},))
+    h = vmap(lambda d: d["a"] * 2.0, in_axes=({"a": 1},))
+    for _ in range(2):
+        np.testing.assert_allclose(g({"a": X43, "b": np.ones(3)}), X43 * 2.0 + 1.0)
+        np.testing.assert_allclose(h({"a": X43}), X43.T * 2.0)
+        with raises(cuvmap.TransformError, r".*is not a pytree prefix of the arguments"):
+            g({"a": X43})
+        np.testing.assert_allclose(h({"a": X43.T}), X43 * 2.0)
+
+
 def test_in_axes_tuple_of_the_wrong_length():
     with raises(cuvmap.TransformError, re.escape(
         "vmap(loss, in_axes=(None, 0)): in_axes has 2 entries but loss was called with 3 positional arguments"

@@ -8,6 +8,7 @@ before the call, against the budget.
 """
 import gc
 import tracemalloc
+import types
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import cuvmap.numpy as cnp
 from cuvmap import dp, lax, memory_budget, nn
 from cuvmap import backend as cv_backend
 from cuvmap.api_util import TransformError
+from cuvmap.lax.control_flow.chunked import ChunkedMap
 from cuvmap.transforms import executor, ir
 
 from benchmarks import models
@@ -105,6 +107,44 @@ def test_vmap_small_budget_chunks_and_plans_within_it():
     assert 1 < plan.chunk < 37
     assert plan.planned_peak <= memory_budget.MARGIN * (plan.budget - plan.results)
     _close(g(W, X), _loop(f, (None, 0), (W, X)))
+
+
+# chunk (the budget's largest), size, the planned peak of each chunk size, room -> the choice
+DIVISOR_ABOVE_ROWS = [
+    (15, 512, {16: 90}, 100, 16),      # 16 divides 512 and fits: taken
+    (15, 512, {16: 101}, 100, 15),     # 16 over the room: kept
+    (13, 512, {16: 10}, 100, 13),      # 16 is more than 1/8 above 13
+    (16, 512, {}, 100, 16),            # already a divisor
+    (29, 64, {32: 90}, 100, 32),
+    (30, 60, {60: 10}, 100, 30),       # the divisor above is the whole batch: not here (whole_fits decides)
+    (1, 7, {7: 1}, 100, 1),            # a prime batch
+]
+
+
+@pytest.mark.parametrize("chunk, size, peaks, room, want", DIVISOR_ABOVE_ROWS)
+def test_a_divisor_just_above_the_chunk_is_taken_when_it_fits(chunk, size, peaks, room, want):
+    program = lambda b: types.SimpleNamespace(peak=peaks[b])  # noqa: E731
+    assert ChunkedMap._divisor_above(chunk, size, program, room) == want
+
+
+def test_the_divisor_above_against_the_margin_alone(monkeypatch):
+    """Budgets swept over a 64-example MLP: the choice is the margin's chunk or the divisor
+    of 64 just above it (at most 1/8 above), and its planned peak stays within UP_MARGIN of
+    what the results leave (NOTE [choosing a chunk]); some budget takes the divisor."""
+    from cuvmap.lax.control_flow import chunked
+    x = RNG.standard_normal((64, 6))
+    took = []
+    for nbytes in range(5000, 11500, 250):
+        after = cv.vmap(_mlp, in_axes=(None, 0), memory_budget=nbytes).memory_plan(W, x)
+        with monkeypatch.context() as m:
+            m.setattr(chunked, "UP_STEP", 1.0)
+            before = cv.vmap(_mlp, in_axes=(None, 0), memory_budget=nbytes).memory_plan(W, x)
+        assert after.planned_peak <= chunked.UP_MARGIN * (after.budget - after.results), (nbytes, after)
+        if after.chunk != before.chunk:
+            assert 64 % after.chunk == 0 and before.chunk < after.chunk <= 9 / 8 * before.chunk, (nbytes, before, after)
+            took.append((before.chunk, after.chunk))
+    assert took, "no budget took the divisor above"
+    _close(cv.vmap(_mlp, in_axes=(None, 0), memory_budget=10500)(W, x), _loop(_mlp, (None, 0), (W, x)))
 
 
 def test_vmap_budget_under_transforms():
@@ -360,7 +400,10 @@ def test_a_quarter_of_the_unchunked_peak(name, kind, make, stacked):
         out, peak = _peak(g, *args)  # the first call: the choice (staging, planning) and the chunks
     assert unchunked > budget  # the unchunked call would not fit
     assert peak <= 1.1 * budget, f"{name}: peak {peak} over the budget {budget} (+10%)"
-    assert g.memory_plan(*args).chunk < 512
+    chunk = g.memory_plan(*args).chunk
+    assert chunk < 512
+    if stacked:  # the budget's chunk is 15 by the margin alone; 16 divides 512 and fits (NOTE [choosing a chunk])
+        assert 512 % chunk == 0, chunk
     for a, b in zip(cv.tree.leaves(out), cv.tree.leaves(ref)):  # (float32; one pass over large arrays)
         a, b = np.asarray(a), np.asarray(b)
         assert np.abs(a - b).max() <= 1e-5 * (np.abs(b).max() + 1.0)
