@@ -101,7 +101,7 @@ def test_rsf2csf_gives_a_triangular_form_of_the_same_matrix():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (2, 15, 15), (50, 50)])
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (2, 15, 15), pytest.param((50, 50), marks=pytest.mark.slow)])
 def test_sqrtm_squares_back(shape, dtype):
     a = _matrix(np.random.default_rng(5), shape, dtype)
     x = sla.sqrtm(a)
