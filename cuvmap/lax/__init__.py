@@ -85,6 +85,10 @@ from cuvmap.lax.jax_shape_extras import split, tile  # noqa: F401  (issue 32, np
 from cuvmap.lax.jax_reduce_names import (  # noqa: F401  (issue 32: the audit)
     broadcasted_iota, collapse, full, reduce_and, reduce_or, reduce_prod, reduce_xor,
 )
+from cuvmap.lax.jax_arith_names import (  # noqa: F401, E402  (issue 32: mul's out_dtype replaces elementwise's mul)
+    batch_matmul, broadcast_to_rank, mul, mulhi, reciprocal,
+)
+
 
 def all_primitives():
     """Every primitive that cuvmap's families define, in the order they were made: every

@@ -664,7 +664,7 @@ _LAX_LINALG_NAMES = {"cholesky": "linalg_decompositions", "eigh": "linalg_decomp
 _LAX_LINALG_NAMES.update({  # issue 32
     "eig": "linalg_eig", "tridiagonal_solve": "linalg_tridiagonal", "schur": "linalg_schur",
     "hessenberg": "linalg_householder", "householder_product": "linalg_householder",
-    "tridiagonal": "linalg_householder"})
+    "tridiagonal": "linalg_householder", "symmetric_product": "linalg_symmetric_product"})
 
 
 def __getattr__(name):

@@ -89,7 +89,7 @@ from cuvmap.numpy._polynomial_arithmetic import (  # noqa: F401  (issue 32: poly
 from cuvmap.numpy._calculus import trapezoid, gradient, unwrap  # noqa: F401
 from cuvmap.numpy._covariance import cov, corrcoef  # noqa: F401
 from cuvmap.numpy._counting import bincount  # noqa: F401
-from cuvmap.numpy._sort_keys import lexsort, sort_complex  # noqa: F401
+from cuvmap.numpy._sort_keys import lexsort, sort_complex, top_k  # noqa: F401
 from cuvmap.numpy._nan_cumulative import nancumsum, nancumprod  # noqa: F401
 from cuvmap.numpy._pad_modes import pad  # noqa: F401  (pad moved from _shapes: its modes build on _shapes)
 from cuvmap.numpy import _tracer_methods  # noqa: F401  (the tracers' other jax.Array methods)
@@ -125,3 +125,7 @@ from cuvmap.numpy._set_operations import (  # noqa: F401, E402
 )
 from cuvmap.numpy._float_bits import spacing  # noqa: F401, E402
 from cuvmap.numpy._elementwise_more import i0  # noqa: F401, E402
+from cuvmap.numpy._jax_aliases import (  # noqa: F401, E402  (issue 32: NumPy's objects under jax.numpy's names)
+    ComplexWarning, array_repr, array_str, cdouble, complex_, csingle, double, get_printoptions, iterable, load,
+    object_, printoptions, save, savez, set_printoptions, single,
+)

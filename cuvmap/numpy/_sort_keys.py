@@ -1,11 +1,14 @@
 """Sorting by several keys, as ``jax.numpy`` names it: ``lexsort`` (the permutation that
 sorts by a sequence of keys, the last one primary) and ``sort_complex`` (by real part,
-then imaginary part). Both are the stable sorts of :mod:`cuvmap.lax.sorting`."""
+then imaginary part), and ``top_k`` (the k largest or smallest entries and their
+indices). All are the stable sorts of :mod:`cuvmap.lax.sorting`."""
 import numpy as np
 
 from cuvmap import core
 from cuvmap.core import ShapeError
 from cuvmap.lax import sorting as lax_sorting
+from cuvmap.lax.bitwise import bitwise_not
+from cuvmap.lax.elementwise import neg
 from cuvmap.numpy._common import _axis, ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
@@ -45,3 +48,28 @@ def sort_complex(a):
     if ndim(a) == 0:
         return a
     return lax_sorting.sort(a, -1)
+
+
+def top_k(a, k, /, *, axis=-1, mode="largest", sorted=True):  # noqa: A002 - JAX's name
+    """``jnp.top_k``: the ``k`` largest (``mode="largest"``) or smallest
+    (``mode="smallest"``) entries of ``a`` along ``axis`` and their int32 indices, in
+    order (largest first, or smallest first), ties by ascending index. ``sorted=False``
+    allows any order; cuvmap's are always sorted. The smallest entries are the largest of
+    an order-reversing map: ``−a`` for floats, ``~a`` for integers and booleans (exact,
+    no overflow), mapped back. Derivatives flow through the values' gather
+    (:func:`cuvmap.lax.top_k`), none through the indices."""
+    del sorted  # always sorted
+    a = asarray(a)
+    dt = np.dtype(core.dtype_of(a))
+    if dt.kind == "c":
+        raise ValueError("top_k is not compatible with complex inputs.")
+    if mode not in ("largest", "smallest"):
+        raise ValueError(f"mode must be 'largest' or 'smallest', got {mode!r}")
+    if ndim(a) == 0:
+        raise ShapeError("top_k: a must have at least one dim, got a scalar")
+    axis = _axis(a, axis, "top_k")
+    if mode == "largest":
+        return lax_sorting.top_k(a, k, axis=axis)
+    flip = bitwise_not if dt.kind in "biu" else neg
+    values, indices = lax_sorting.top_k(flip(a), k, axis=axis)
+    return flip(values), indices
