@@ -74,10 +74,15 @@ def where(condition, x, y):
 
 
 def round(a, decimals=0, out=None):  # noqa: A001
-    """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are.
-    Piecewise constant: its derivative is zero. ``out`` is refused (arrays are immutable)."""
+    """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are, a
+    complex number rounds its real and imaginary parts. Where ``|a|·10^decimals`` is beyond
+    the dtype's precision ``a`` is returned, not NumPy's NaN (as JAX since its issue
+    31689). Piecewise constant: its derivative is zero. ``out`` is refused (arrays are
+    immutable)."""
     if out is not None:
         raise NotImplementedError("round: out= is not supported (arrays are immutable)")
+    if core.dtype_of(a).kind == "c":
+        return ew.complex(ew.round_decimals(ew.real(a), decimals), ew.round_decimals(ew.imag(a), decimals))
     return ew.round_decimals(a, decimals)
 
 

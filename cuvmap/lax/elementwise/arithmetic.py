@@ -79,11 +79,31 @@ def _round_impl(x, *, decimals, rounding_method=RoundingMethod.TO_NEAREST_EVEN):
     x = core.as_array(x)
     xp = backend.xp_of(x)
     if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
-        return xp.round(x, decimals)
+        if decimals == 0 or x.dtype.kind not in "fc":
+            return xp.round(x, decimals)
+        if x.dtype.kind == "c":
+            return (_round_decimals_real(xp, x.real, decimals)
+                    + 1j * _round_decimals_real(xp, x.imag, decimals)).astype(x.dtype, copy=False)
+        return _round_decimals_real(xp, x, decimals)
     # away from zero, decimals = 0 (the only case the wrapper binds): the truncation, one
     # step further from zero where the dropped fraction is at least a half (exact: no x + 0.5)
     truncated = xp.trunc(x)
     return xp.where(xp.abs(x - truncated) >= 0.5, truncated + xp.sign(x), truncated).astype(x.dtype, copy=False)
+
+
+def _round_decimals_real(xp, x, decimals):
+    """NumPy's ``round(x, decimals)`` (scale by ``10^decimals``, round half to even, scale
+    back) without its NaNs for large ``|decimals|`` (JAX's issue 31689): where the scaled
+    value is at least ``2^(nmant+1)`` (or overflows), ``x`` has no digit that far right and
+    is its own rounding; where ``10^decimals`` underflows, every finite ``x`` rounds to a
+    zero of its sign."""
+    finfo = np.finfo(x.dtype)
+    if decimals < -np.log10(finfo.max):
+        return x * 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = xp.round(x, decimals) if decimals < np.log10(finfo.max) else x
+        exact = xp.abs(x) * np.float64(10.0) ** min(decimals, 400) >= 2.0 ** (finfo.nmant + 1)
+    return xp.where(exact, x, out).astype(x.dtype, copy=False)
 
 
 floor_p = _nary("floor", np.floor, _rounding_shape_rule, differentiable=False, fused=_c_float("floor({0})"))

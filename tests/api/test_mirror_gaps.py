@@ -1,0 +1,261 @@
+"""JAX names the mirror run of JAX's tests found missing (issue 32): ``lax.mul(out_dtype=)``,
+``lax.mulhi``, ``lax.reciprocal``, ``lax.broadcast_to_rank``, ``lax.batch_matmul``,
+``lax.linalg.symmetric_product``, ``jnp.top_k`` and ``jax.numpy``'s NumPy aliases
+(``complex_``, ``cdouble``, ``csingle``, ``double``, ``single``, ``object_``, ``save``,
+``savez``, ``load``, printing, ``iterable``, ``ComplexWarning``).
+
+Values against NumPy, Python's exact integers or closed forms; under ``jit`` and ``vmap``
+over each argument against a loop; where differentiable, ``check_grads`` in both modes
+(float64)."""
+import io
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import lax
+from cuvmap.lax import linalg as lax_linalg
+from cuvmap.test_util import check_grads
+
+RNG = np.random.default_rng(3232)
+
+
+def _vmap_each_argument(f, args):
+    """``vmap`` over each argument in turn (a batch of 3 copies, perturbed) against a loop."""
+    for i in range(len(args)):
+        batch = np.stack([args[i] + (j if args[i].dtype.kind in "iu" else 0.1 * j) for j in range(3)]).astype(
+            args[i].dtype)
+        in_axes = tuple(0 if k == i else None for k in range(len(args)))
+        got = cv.vmap(f, in_axes=in_axes)(*[batch if k == i else a for k, a in enumerate(args)])
+        want = [f(*[batch[j] if k == i else a for k, a in enumerate(args)]) for j in range(3)]
+        for g, w in zip(cv.tree.leaves(got), zip(*[cv.tree.leaves(x) for x in want])):
+            np.testing.assert_allclose(g, np.stack(w), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# lax: mul(out_dtype=), reciprocal, broadcast_to_rank, batch_matmul, symmetric_product
+# ---------------------------------------------------------------------------------------
+
+X23 = RNG.normal(size=(2, 3))
+Y23 = RNG.normal(size=(2, 3))
+POS23 = RNG.uniform(0.5, 2.0, size=(2, 3))
+B234 = RNG.normal(size=(2, 3, 4))
+B245 = RNG.normal(size=(2, 4, 5))
+A53 = RNG.normal(size=(5, 3))
+C55 = RNG.normal(size=(5, 5))
+C55 = C55 + C55.T
+
+
+def _symmetrized(m):
+    return np.tril(m) + np.swapaxes(np.tril(m, -1), -1, -2)
+
+
+LAX_ROWS = [
+    # (name, function, args, reference, differentiable)
+    ("mul out_dtype", lambda x, y: lax.mul(x, y, out_dtype=np.float64), (X23, Y23), X23 * Y23, True),
+    ("mul", lax.mul, (X23, Y23), X23 * Y23, True),
+    ("reciprocal", lax.reciprocal, (POS23,), 1 / POS23, True),
+    ("broadcast_to_rank", lambda x: lax.broadcast_to_rank(x, 4), (X23,), X23[None, None], True),
+    ("broadcast_to_rank same", lambda x: lax.broadcast_to_rank(x, 2), (X23,), X23, True),
+    ("batch_matmul", lax.batch_matmul, (B234, B245), B234 @ B245, True),
+    ("symmetric_product", lambda a, c: lax_linalg.symmetric_product(a, c, alpha=2.0, beta=-0.5), (A53, C55),
+     2 * A53 @ A53.T - 0.5 * C55, True),
+    ("symmetric_product symmetrize", lambda a, c: lax_linalg.symmetric_product(a, c, beta=1.0, symmetrize_output=True),
+     (A53, np.triu(C55)), _symmetrized(A53 @ A53.T + np.triu(C55)), True),
+    ("symmetric_product batched", lambda a, c: lax_linalg.symmetric_product(a, c, beta=1.0),
+     (np.stack([A53, 2 * A53]), np.stack([C55, C55])), np.stack([A53 @ A53.T, 4 * A53 @ A53.T]) + C55, True),
+]
+
+
+@pytest.mark.parametrize("name, f, args, want, differentiable", LAX_ROWS, ids=[r[0] for r in LAX_ROWS])
+def test_lax_names(name, f, args, want, differentiable):
+    np.testing.assert_allclose(f(*args), want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(cv.jit(f)(*args), want, rtol=1e-13, atol=1e-13)
+    _vmap_each_argument(f, args)
+    if differentiable:
+        check_grads(f, args, order=2, modes=("fwd", "rev"))
+
+
+def test_mul_out_dtype_casts_mixed_operands_and_returns_cotangents_in_their_dtypes():
+    x, y = np.float32(2.0), np.float64(3.0)
+    out = lax.mul(x, y, out_dtype=np.float64)
+    assert out.dtype == np.float64 and out == 6.0
+    gx, gy = cv.grad(lambda a, b: lax.mul(a, b, out_dtype=np.float64), argnums=(0, 1))(x, y)
+    assert (gx.dtype, gy.dtype) == (np.float32, np.float64) and (gx, gy) == (3.0, 2.0)
+    assert lax.mul(np.int8(100), np.int8(3), out_dtype=np.int32) == 300  # no int8 wrap-around
+
+
+def test_batch_matmul_and_symmetric_product_errors_name_the_shapes():
+    with pytest.raises(ValueError, match="at least 2D"):
+        lax.batch_matmul(np.ones(3), np.ones((3, 3)))
+    with pytest.raises(ValueError, match="same ndim"):
+        lax.batch_matmul(np.ones((2, 3, 3)), np.ones((3, 3)))
+    with pytest.raises(ValueError, match=r"symmetric_product.*\(5, 3\) and \(4, 4\)"):
+        lax_linalg.symmetric_product(A53, np.ones((4, 4)))
+    with pytest.raises(ValueError, match="broadcast_to_rank"):
+        lax.broadcast_to_rank(X23, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# mulhi: against Python's exact integers, every integer dtype, with the extremes
+# ---------------------------------------------------------------------------------------
+
+INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def _mulhi_reference(x, y, dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    mask = (1 << bits) - 1
+    return np.array([((int(a) * int(b)) >> bits) & mask for a, b in zip(x.ravel(), y.ravel())],
+                    dtype=object).astype(np.uint64).view(np.int64 if np.dtype(dtype).kind == "i" else np.uint64) \
+        .astype(dtype).reshape(x.shape) if bits == 64 else \
+        np.array([(int(a) * int(b)) >> bits for a, b in zip(x.ravel(), y.ravel())]).astype(dtype).reshape(x.shape)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=[np.dtype(d).name for d in INT_DTYPES])
+def test_mulhi_is_the_high_half_of_the_exact_product(dtype):
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max, size=(4, 6), dtype=dtype, endpoint=True)
+    y = RNG.integers(info.min, info.max, size=(4, 6), dtype=dtype, endpoint=True)
+    x[0, :4] = [info.min, info.max, info.min, 0]
+    y[0, :4] = [info.min, info.max, info.max, info.max]
+    want = _mulhi_reference(x, y, dtype)
+    for f in (lax.mulhi, cv.jit(lax.mulhi)):
+        got = f(x, y)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(cv.vmap(lax.mulhi, in_axes=(0, None))(x, y[0]), _mulhi_reference(
+        x, np.broadcast_to(y[0], x.shape), dtype))
+    np.testing.assert_array_equal(cv.vmap(lax.mulhi, in_axes=(None, 1), out_axes=1)(x[:, 0], y), _mulhi_reference(
+        np.broadcast_to(x[:, :1], y.shape), y, dtype))
+
+
+def test_mulhi_refuses_floats():
+    with pytest.raises(TypeError, match="mulhi: x must have an integer dtype"):
+        lax.mulhi(np.float32(1.0), np.int32(2))
+
+
+# ---------------------------------------------------------------------------------------
+# jnp.top_k
+# ---------------------------------------------------------------------------------------
+
+
+def _top_k_reference(x, k, axis, mode):
+    key = -x.astype(np.float64) if mode == "largest" else x.astype(np.float64)
+    idx = np.take(np.argsort(key, axis=axis, kind="stable"), np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis), idx
+
+
+TOP_K_ROWS = [
+    # (shape, axis, k, mode, dtype)
+    ((20,), 0, 3, "largest", np.float64),
+    ((20,), -1, 20, "smallest", np.float64),
+    ((5, 8), 0, 1, "smallest", np.int32),
+    ((5, 8), -1, 0, "largest", np.int32),
+    ((3, 4, 5), 1, 3, "smallest", np.uint32),
+    ((3, 4, 5), 2, 5, "largest", np.uint32),
+    ((6, 5), 1, 2, "smallest", np.bool_),
+    ((6, 5), 0, 6, "largest", np.bool_),
+]
+
+
+@pytest.mark.parametrize("shape, axis, k, mode, dtype", TOP_K_ROWS)
+def test_top_k_values_and_indices(shape, axis, k, mode, dtype):
+    x = RNG.integers(0, 4, size=shape).astype(dtype)  # many ties: ascending indices break them
+    want_v, want_i = _top_k_reference(x, k, axis, mode)
+    f = lambda a: cnp.top_k(a, k, axis=axis, mode=mode, sorted=True)  # noqa: E731
+    for g in (f, cv.jit(f)):
+        v, i = g(x)
+        assert v.dtype == x.dtype and i.dtype == np.int32
+        np.testing.assert_array_equal(v, want_v)
+        np.testing.assert_array_equal(i, want_i)
+    bv, bi = cv.vmap(f)(np.stack([x, x[::-1] if x.ndim == 1 else x]))
+    np.testing.assert_array_equal(bv[0], want_v)
+    np.testing.assert_array_equal(bi[0], want_i)
+
+
+@pytest.mark.parametrize("mode", ["largest", "smallest"])
+def test_top_k_derivative_flows_through_the_values(mode):
+    x = RNG.normal(size=(4, 6))
+    f = lambda a: cnp.top_k(a, 3, axis=1, mode=mode)[0]  # noqa: E731
+    check_grads(f, (x,), order=2, modes=("fwd", "rev"))
+    g = cv.grad(lambda a: f(a).sum())(x)
+    _, idx = _top_k_reference(x, 3, 1, mode)
+    want = np.zeros_like(x)
+    np.put_along_axis(want, idx, 1.0, axis=1)
+    np.testing.assert_array_equal(g, want)
+
+
+def test_top_k_errors():
+    with pytest.raises(ValueError, match="complex"):
+        cnp.top_k(np.ones(3, np.complex128), 1)
+    with pytest.raises(ValueError, match="mode must be 'largest' or 'smallest'"):
+        cnp.top_k(np.ones(3), 1, mode="middle")
+
+
+# ---------------------------------------------------------------------------------------
+# jax.numpy's NumPy aliases
+# ---------------------------------------------------------------------------------------
+
+ALIAS_ROWS = [
+    ("complex_", np.complex128), ("cdouble", np.complex128), ("csingle", np.complex64), ("double", np.float64),
+    ("single", np.float32), ("object_", np.object_),
+]
+
+
+@pytest.mark.parametrize("name, want", ALIAS_ROWS, ids=[r[0] for r in ALIAS_ROWS])
+def test_dtype_aliases(name, want):
+    assert getattr(cnp, name) is want
+    assert cnp.zeros(2, getattr(cnp, name)).dtype == np.dtype(want)
+
+
+def test_save_load_and_printing():
+    x = RNG.normal(size=(3, 2))
+    with io.BytesIO() as f:
+        cnp.save(f, x)
+        f.seek(0)
+        np.testing.assert_array_equal(cnp.load(f), x)
+    with io.BytesIO() as f:
+        cnp.savez(f, a=x)
+        f.seek(0)
+        np.testing.assert_array_equal(cnp.load(f)["a"], x)
+    assert cnp.array_repr(np.arange(3)) == "array([0, 1, 2])"
+    assert cnp.array_str(np.arange(3)) == "[0 1 2]"
+    with cnp.printoptions(precision=2):
+        assert cnp.get_printoptions()["precision"] == 2
+    assert cnp.iterable([1]) and not cnp.iterable(1.0)
+    assert issubclass(cnp.ComplexWarning, Warning)
+
+
+# ---------------------------------------------------------------------------------------
+# round(x, decimals) with decimals beyond the dtype's precision: x, not NumPy's NaN
+# ---------------------------------------------------------------------------------------
+
+ROUND_ROWS = [
+    # (dtype, decimals, want as a function of x): exact closed forms
+    (np.float32, 100, lambda x: x), (np.float32, 1000, lambda x: x), (np.float64, 400, lambda x: x),
+    (np.float64, 1000, lambda x: x), (np.float16, 10, lambda x: x),
+    (np.float64, -400, lambda x: x * 0), (np.float32, -50, lambda x: x * 0),
+    (np.complex64, 1000, lambda x: x), (np.complex128, -400, lambda x: x * 0),
+    (np.float64, 2, lambda x: np.round(x, 2)), (np.complex128, 1, lambda x: np.round(x, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype, decimals, want", ROUND_ROWS, ids=[f"{np.dtype(r[0]).name}-{r[1]}" for r in ROUND_ROWS])
+def test_round_with_large_decimals_is_exact(dtype, decimals, want):
+    x = np.array([7.354473, -4.153887, 0.131803, 1e4, 0.0, -2.5], dtype)
+    if np.dtype(dtype).kind == "c":
+        x = x * (1 - 0.5j)
+    f = lambda v: cnp.round(v, decimals)  # noqa: E731
+    for g in (f, cv.jit(f), cv.vmap(f)):
+        got = g(x)
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, want(x))
+
+
+def test_round_keeps_x_where_the_scaled_value_is_integral_already():
+    x = np.array([1e300, 1.234e10, 3.141592653589793])
+    np.testing.assert_array_equal(cnp.round(x, 300)[:2], x[:2])  # |x|·10³⁰⁰ overflows: x, not inf or NaN
+    assert cnp.round(x, 300)[2] == x[2]
+    assert float(cv.grad(lambda v: cnp.round(v, 1000))(1.25)) == 0.0  # piecewise constant
