@@ -239,7 +239,8 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
 def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     """``jnp.compress``: the slices of ``a`` along ``axis`` (flattened for ``None``) where
     the 1-D ``condition`` is true (a shorter ``condition`` counts as false beyond its
-    end). A traced ``condition`` needs ``size``; missing slices are ``fill_value``."""
+    end). A traced ``condition`` needs ``size``; missing slices are ``fill_value``, cast
+    to ``a``'s dtype as in JAX (a Python 1 does not make a bool array int64)."""
     if out is not None:
         raise NotImplementedError("compress: out= is not supported")
     a, condition = asarray(a), asarray(condition)
@@ -263,7 +264,7 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     positions, valid = _first_true(ew.ne(condition, 0), int(size))
     picked = lax_indexing.take(a, positions, axis)
     valid = reshape(valid, tuple(int(size) if d == axis else 1 for d in range(ndim(a))))
-    return _where3(valid, picked, fill_value)
+    return _where3(valid, picked, astype(asarray(fill_value), core.dtype_of(a)))
 
 
 def extract(condition, arr, *, size=None, fill_value=0):

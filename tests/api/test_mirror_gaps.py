@@ -259,3 +259,36 @@ def test_round_keeps_x_where_the_scaled_value_is_integral_already():
     np.testing.assert_array_equal(cnp.round(x, 300)[:2], x[:2])  # |x|·10³⁰⁰ overflows: x, not inf or NaN
     assert cnp.round(x, 300)[2] == x[2]
     assert float(cv.grad(lambda v: cnp.round(v, 1000))(1.25)) == 0.0  # piecewise constant
+
+
+# ---------------------------------------------------------------------------------------
+# compress / extract with size=: fill_value takes a's dtype (JAX's), a bool array stays bool
+# ---------------------------------------------------------------------------------------
+
+FILL_ROWS = [
+    # (a, fill_value): the result's dtype is a's
+    (np.array([[True, False, True], [False, True, True]]), 1),
+    (np.array([[1, 2, 3], [4, 5, 6]], np.int8), 1),
+    (np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32), 7.5),
+]
+
+
+@pytest.mark.parametrize("a, fill_value", FILL_ROWS, ids=["bool", "int8", "float32"])
+def test_compress_and_extract_fill_value_takes_the_array_dtype(a, fill_value):
+    cond = np.array([True, False, True])
+    want = np.full_like(a, fill_value)
+    picked = np.compress(cond, a, axis=1)
+    want[:, :picked.shape[1]] = picked
+    f = lambda c, x: cnp.compress(c, x, axis=1, size=3, fill_value=fill_value)  # noqa: E731
+    for g in (f, cv.jit(f)):
+        got = g(cond, a)
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(got, want)
+    flat = cnp.extract(np.array([1, 0, 1, 1, 0, 0], bool), a.ravel(), size=6, fill_value=fill_value)
+    assert flat.dtype == a.dtype
+    np.testing.assert_array_equal(flat, np.concatenate([a.ravel()[[0, 2, 3]], np.full(3, fill_value, a.dtype)]))
+
+
+def test_compress_fill_value_derivative():
+    f = lambda fv: cnp.compress(np.array([True, False, True]), np.arange(3.0), size=3, fill_value=fv)  # noqa: E731
+    check_grads(f, (2.0,), order=1, modes=("fwd", "rev"))
