@@ -129,3 +129,4 @@ from cuvmap.numpy._jax_aliases import (  # noqa: F401, E402  (issue 32: NumPy's 
     ComplexWarning, array_repr, array_str, cdouble, complex_, csingle, double, get_printoptions, iterable, load,
     object_, printoptions, save, savez, set_printoptions, single,
 )
+from cuvmap.numpy import _bit_views  # noqa: F401, E402  (issue 32: the tracers' view(dtype) and byteswap())

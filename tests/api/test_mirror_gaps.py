@@ -292,3 +292,54 @@ def test_compress_and_extract_fill_value_takes_the_array_dtype(a, fill_value):
 def test_compress_fill_value_derivative():
     f = lambda fv: cnp.compress(np.array([True, False, True]), np.arange(3.0), size=3, fill_value=fv)  # noqa: E731
     check_grads(f, (2.0,), order=1, modes=("fwd", "rev"))
+
+
+# ---------------------------------------------------------------------------------------
+# tracers' view(dtype) and byteswap(): bit-exact against NumPy's (little-endian)
+# ---------------------------------------------------------------------------------------
+
+VIEW_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+               np.uint32, np.uint64, np.bool_, np.complex64, np.complex128]
+VIEW_ROWS = [(shape, src, dst) for shape in [(2, 32), ()] for src in VIEW_DTYPES for dst in VIEW_DTYPES
+             if shape or np.dtype(src).itemsize == np.dtype(dst).itemsize]
+
+
+def _bytes(v):
+    return np.asarray(v).reshape(-1).view(np.uint8)
+
+
+def _random_bits(shape, dtype):
+    if np.dtype(dtype) == np.bool_:
+        return RNG.random(shape) < 0.5
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return RNG.integers(0, 256, size=nbytes, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("shape, src, dst", VIEW_ROWS,
+                         ids=[f"{len(r[0])}d-{np.dtype(r[1]).name}-{np.dtype(r[2]).name}" for r in VIEW_ROWS])
+def test_tracer_view_is_numpys_view(shape, src, dst):
+    x = _random_bits(shape, src)
+    want = x.view(dst)
+    if np.dtype(dst) == np.bool_ and np.dtype(src) != np.bool_:
+        want = (_bytes(x) != 0).reshape(want.shape)  # a byte read as bool is != 0 (JAX's rule)
+    got = cv.jit(lambda v: v.view(dst))(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(_bytes(got), _bytes(want))
+    batched = cv.vmap(lambda v: v.view(dst))(np.stack([x, x]))
+    np.testing.assert_array_equal(_bytes(batched[1]), _bytes(want))
+
+
+@pytest.mark.parametrize("dtype", [d for d in VIEW_DTYPES if d is not np.bool_], ids=lambda d: np.dtype(d).name)
+def test_tracer_byteswap_is_numpys(dtype):
+    x = _random_bits((3, 4), dtype)
+    got = cv.jit(lambda v: v.byteswap())(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(_bytes(got), _bytes(x.byteswap()))
+
+
+def test_tracer_view_errors():
+    with pytest.raises(ValueError, match="0d array"):
+        cv.jit(lambda v: v.view(np.float32))(np.float64(1.0))
+    with pytest.raises(ValueError, match="divisor"):
+        cv.jit(lambda v: v.view(np.float64))(np.ones(3, np.float32))
+    assert cv.jit(lambda v: v.view())(np.ones(3)).dtype == np.float64
