@@ -77,8 +77,9 @@ def convolve(a, v, mode="full", *, precision=None, preferred_element_type=None):
     """``jnp.convolve``: the discrete linear convolution of the 1-D ``a`` and ``v``,
     ``out[k] = Σ_j a[j] · v[k − j]``, in a floating dtype (integers promote, as in JAX); ``mode`` keeps all ``n + m − 1`` outputs
     (``'full'``), the middle ``max(n, m)`` (``'same'``) or those where the two overlap
-    fully (``'valid'``)."""
-    a, v = _operands(a, v, inexact=True)
+    fully (``'valid'``). With ``preferred_element_type`` the operands keep their common
+    dtype (integers stay exact) and the result has that dtype, as in JAX."""
+    a, v = _operands(a, v, inexact=preferred_element_type is None)
     _check_1d("convolve", a, v)
     if shape(v)[0] > shape(a)[0]:
         a, v = v, a
@@ -89,16 +90,18 @@ def convolve(a, v, mode="full", *, precision=None, preferred_element_type=None):
 def correlate(a, v, mode="valid", *, precision=None, preferred_element_type=None):
     """``jnp.correlate``: the cross-correlation of the 1-D ``a`` and ``v``,
     ``out[k] = Σ_n a[n + k] · v[n]`` over the overlap (``mode`` as in :func:`convolve`;
-    NumPy's default ``'valid'``)."""
-    a, v = _operands(a, v, inexact=True)
+    NumPy's default ``'valid'``); ``preferred_element_type`` as in :func:`convolve`."""
+    a, v = _operands(a, v, inexact=preferred_element_type is None)
     _check_1d("correlate", a, v)
     if np.dtype(core.dtype_of(v)).kind == "c":
         # NumPy conjugates v; without a conj here a complex v would give a wrong number
         raise NotImplementedError("correlate: complex operands are not supported (NumPy's correlate conjugates v)")
     if shape(v)[0] > shape(a)[0]:
         # correlate(a, v) is correlate(v, a) reversed
-        return flip(_full_correlation(v, a, mode, "correlate"), 0)
-    return _full_correlation(a, v, mode, "correlate")
+        out = flip(_full_correlation(v, a, mode, "correlate"), 0)
+    else:
+        out = _full_correlation(a, v, mode, "correlate")
+    return out if preferred_element_type is None else astype(out, preferred_element_type)
 
 
 def kron(a, b):

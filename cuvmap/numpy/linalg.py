@@ -145,7 +145,8 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
     x1 = complex_parts.conj(x1) if _is_complex(x1) else x1
     x1 = moveaxis(x1, _axis(x1, axis, "vecdot"), -1)
     x2 = moveaxis(x2, _axis(x2, axis, "vecdot"), -1)
-    return sum(ew.mul(x1, x2), -1)
+    product = ew.mul(x1, x2)
+    return sum(product, -1, dtype=core.dtype_of(product))  # int8 stays int8 (NumPy's, JAX's), not sum's int64
 
 
 # ---------------------------------------------------------------------------------------

@@ -343,3 +343,33 @@ def test_tracer_view_errors():
     with pytest.raises(ValueError, match="divisor"):
         cv.jit(lambda v: v.view(np.float64))(np.ones(3, np.float32))
     assert cv.jit(lambda v: v.view())(np.ones(3)).dtype == np.float64
+
+
+# ---------------------------------------------------------------------------------------
+# dtypes: convolve/correlate preferred_element_type (exact integers), linalg.vecdot of int8
+# ---------------------------------------------------------------------------------------
+
+CONV_ROWS = [(op, mode, pt) for op in ("convolve", "correlate") for mode in ("full", "same", "valid")
+             for pt in (None, np.int16, np.int32, np.float32)]
+
+
+@pytest.mark.parametrize("op, mode, preferred", CONV_ROWS)
+def test_convolutions_preferred_element_type(op, mode, preferred):
+    x, y = np.array([3, -1, 4, 1, -5], np.int16), np.array([2, 7, -1], np.int16)
+    want = getattr(np, op)(x, y, mode=mode).astype(np.float64 if preferred is None else preferred)
+    f = lambda a, v: getattr(cnp, op)(a, v, mode=mode, preferred_element_type=preferred)  # noqa: E731
+    for g in (f, cv.jit(f)):
+        got = g(x, y)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.float32, np.complex64],
+                         ids=lambda d: np.dtype(d).name)
+def test_linalg_vecdot_keeps_the_operand_dtype(dtype):
+    a = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
+    want = np.linalg.vecdot(a, a[::-1])
+    for g in (cnp.linalg.vecdot, cnp.vecdot, cv.jit(cnp.linalg.vecdot)):
+        got = g(a, a[::-1])
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
