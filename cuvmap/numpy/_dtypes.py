@@ -83,8 +83,18 @@ def result_type(*arrays_and_dtypes):
     return np.result_type(*(_dtype_or_value(x) for x in arrays_and_dtypes))
 
 
+_WEAK_BUILTINS = {int: 0, float: 0.0, complex: 0j}
+
+
 def promote_types(type1, type2):
-    """``jnp.promote_types``: the smallest dtype both ``type1`` and ``type2`` cast to safely."""
+    """``jnp.promote_types``: the smallest dtype both ``type1`` and ``type2`` cast to safely.
+    As in JAX, the built-in types ``int``, ``float`` and ``complex`` are weak: they keep
+    the other type's width (``promote_types(float32, complex)`` is complex64, NumPy's
+    complex128); two built-ins give the 64-bit type."""
+    weak = [_WEAK_BUILTINS.get(t) if isinstance(t, type) else None for t in (type1, type2)]
+    if any(w is not None for w in weak):
+        operands = [w if w is not None else np.dtype(_dtype_or_value(t)) for w, t in zip(weak, (type1, type2))]
+        return np.result_type(*operands)
     return np.promote_types(_dtype_or_value(type1), _dtype_or_value(type2))
 
 

@@ -368,7 +368,9 @@ class custom_vjp:  # noqa: N801 - JAX's name
     gets a :class:`~cuvmap.custom_derivatives.SymbolicZero` for each output cotangent
     that is zero and may return one (or ``None``) for a zero input cotangent (NOTE
     [symbolic zeros in custom rules]). ``optimize_remat=True`` is accepted (JAX's
-    optimization of ``fwd`` under ``checkpoint``): the values are the same without it.
+    optimization of ``fwd`` under ``checkpoint``) and changes nothing: the primal output
+    under reverse mode is ``fwd``'s, with or without it (JAX's with it is ``f``'s; they
+    differ only when ``fwd``'s primal output disagrees with ``f``).
     """
 
     def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):

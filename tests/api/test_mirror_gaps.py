@@ -373,3 +373,25 @@ def test_linalg_vecdot_keeps_the_operand_dtype(dtype):
         got = g(a, a[::-1])
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# promote_types: Python's int, float, complex are weak (JAX's rule), not NumPy's 64-bit types
+# ---------------------------------------------------------------------------------------
+
+PROMOTE_ROWS = [
+    (complex, np.float32, np.complex64), (np.float32, complex, np.complex64), ("uint8", int, np.uint8),
+    ("float16", float, np.float16), (np.int8, complex, np.complex128), (int, float, np.float64),
+    (float, complex, np.complex128), (int, int, np.int64), (np.float32, np.float64, np.float64),
+    (np.int32, "float32", np.float64), (bool, int, np.int64),
+]
+
+
+@pytest.mark.parametrize("a, b, want", PROMOTE_ROWS)
+def test_promote_types_treats_builtin_types_as_weak(a, b, want):
+    assert cnp.promote_types(a, b) == np.dtype(want)
+
+
+def test_fftn_of_float32_is_complex64_as_promote_types_says():
+    x = RNG.normal(size=(3, 4)).astype(np.float32)
+    assert cnp.fft.fftn(x).dtype == cnp.promote_types(complex, x.dtype) == np.complex64
