@@ -159,7 +159,8 @@ def is_axis(x):
 
 def check_callable(f, transform):
     if not callable(f):
-        raise TypeError(f"{transform}({f!r}): the function to transform must be callable, got an object of type {type(f).__name__}")
+        raise TypeError(f"{transform}({f!r}): the function to transform must be callable (Expected a callable value), "
+                        f"got an object of type {type(f).__name__}")
 
 
 def prefix_error(spec_name, spec, what, err, describe):
@@ -447,8 +448,8 @@ def static_key(f, where, statics):
         except TypeError:
             raise TransformError(
                 f"static {what} is a {type(value).__name__} ({value!r}), which is not "
-                "hashable: jit caches its programs by the static values; pass a tuple (or another "
-                "hashable value), or make it a traced argument"
+                "hashable (Non-hashable static arguments are not supported): jit caches its programs by the "
+                "static values; pass a tuple (or another hashable value), or make it a traced argument"
             ) from None
     return tuple((what, type(value), value) for what, value in statics)
 

@@ -289,7 +289,8 @@ class Tracer(_ShapeProperties):
         raise self._concretization_error("complex()")
 
     def __index__(self):
-        raise self._concretization_error("the use as a Python index (range(), list[...])")
+        raise self._concretization_error("The __index__() method was called on traced array: the use as a Python "
+                                         "index (range(), list[...])")
 
 
 _SUBSCRIPT_OPS = {"BINARY_SUBSCR": "read", "STORE_SUBSCR": "write", "DELETE_SUBSCR": "write"}

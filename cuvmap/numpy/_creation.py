@@ -138,16 +138,27 @@ def _creation_module(like):
 
 
 def zeros(shape, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    _check_forgot_shape_tuple("zeros", shape, dtype)
     return _creation_module(like).zeros(_shape_arg(shape), dtype=dtype)
 
 
 def ones(shape, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
+    _check_forgot_shape_tuple("ones", shape, dtype)
     return _creation_module(like).ones(_shape_arg(shape), dtype=dtype)
 
 
 def empty(shape, dtype=None, like=None, *, device=None):  # noqa: A002 - jax.numpy's name
     """``jnp.empty``: as JAX, zeros (arrays are never uninitialized)."""
+    _check_forgot_shape_tuple("empty", shape, dtype)
     return zeros(shape, dtype, like)
+
+
+def _check_forgot_shape_tuple(name, shape, dtype):
+    """``zeros(2, 3)`` meant ``zeros((2, 3))``: JAX's TypeError with its hint."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool) and isinstance(shape, int):
+        raise TypeError(f"Cannot interpret '{dtype}' as a data type.\n\nDid you accidentally write "
+                        f"`jax.numpy.{name}({shape}, {dtype})` when you meant `jax.numpy.{name}(({shape}, {dtype}))`, "
+                        "i.e. with a single tuple argument for the shape?")
 
 
 def _shape_arg(shape):
@@ -182,7 +193,8 @@ def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, star
         if isinstance(a, Tracer):
             raise core.ConcretizationError("arange: start, stop and step must be static, got a traced value")
         if isinstance(a, complex) or np.iscomplexobj(a):
-            raise ValueError("arange: complex arguments are not supported")
+            raise ValueError("arange: complex arguments are not supported (as in JAX: Passing complex "
+                             "start/stop/step to jnp.arange is no longer supported)")
     return _creation_module(like).arange(*args, dtype=dtype)
 
 

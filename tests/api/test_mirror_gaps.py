@@ -395,3 +395,33 @@ def test_promote_types_treats_builtin_types_as_weak(a, b, want):
 def test_fftn_of_float32_is_complex64_as_promote_types_says():
     x = RNG.normal(size=(3, 4)).astype(np.float32)
     assert cnp.fft.fftn(x).dtype == cnp.promote_types(complex, x.dtype) == np.complex64
+
+
+# ---------------------------------------------------------------------------------------
+# errors carry JAX's key phrase next to cuvmap's explanation
+# ---------------------------------------------------------------------------------------
+
+def _raise_hashable():
+    cv.jit(lambda x, s: x, static_argnums=1)(1.0, np.array([1]))
+
+
+WORDING_ROWS = [
+    # (call, exception type, JAX's phrase, cuvmap's phrase)
+    (lambda: cv.jit(lambda x: list(range(3))[x])(np.int64(1)), cv.errors.ConcretizationError,
+     r"The __index__\(\) method was called on traced array", r"the use as a Python index \(range\(\), list\[...\]\)"),
+    (lambda: cv.jit(3), TypeError, "Expected a callable value", "the function to transform must be callable"),
+    (_raise_hashable, ValueError, "Non-hashable static arguments are not supported", "static argument 1 is a ndarray"),
+    (lambda: cnp.zeros(2, 3), TypeError, r"Did you accidentally write `jax\.numpy\.zeros\(2, 3\)` when you meant "
+     r"`jax\.numpy\.zeros\(\(2, 3\)\)`", "Cannot interpret '3' as a data type"),
+    (lambda: cnp.ones(2, 3), TypeError, r"`jax\.numpy\.ones\(\(2, 3\)\)`", "single tuple argument"),
+    (lambda: cnp.empty(2, 3), TypeError, r"`jax\.numpy\.empty\(\(2, 3\)\)`", "single tuple argument"),
+    (lambda: cnp.arange(1j), ValueError, "Passing complex start/stop/step to jnp.arange is no longer supported",
+     "arange: complex arguments are not supported"),
+]
+
+
+@pytest.mark.parametrize("call, exc, jax_phrase, cuvmap_phrase", WORDING_ROWS, ids=range(len(WORDING_ROWS)))
+def test_errors_carry_jaxs_phrase(call, exc, jax_phrase, cuvmap_phrase):
+    with pytest.raises(exc, match=jax_phrase) as info:
+        call()
+    assert __import__("re").search(cuvmap_phrase, str(info.value))

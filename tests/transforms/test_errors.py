@@ -364,7 +364,7 @@ def test_shape_error_in_an_op_names_the_op_and_logical_shapes():
         (lambda x: x if x.sum() > 0 else -x, r"the truth value \(Python if, while, and, or, not\)"),
         (lambda x: x * float(x[0]), r"float\(\)"),
         (lambda x: x * int(x[0]), r"int\(\)"),
-        (lambda x: x[: x.shape[0]] * list(range(3))[x.astype(np.int64)[0]], r"the use as a Python index \(range\(\), list\[...\]\)"),
+        (lambda x: x[: x.shape[0]] * list(range(3))[x.astype(np.int64)[0]], r"The __index__\(\) method was called on traced array: the use as a Python index \(range\(\), list\[...\]\)"),
     ],
     ids=["if", "float", "int", "index"],
 )
