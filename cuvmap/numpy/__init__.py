@@ -130,3 +130,4 @@ from cuvmap.numpy._jax_aliases import (  # noqa: F401, E402  (issue 32: NumPy's 
     object_, printoptions, save, savez, set_printoptions, single,
 )
 from cuvmap.numpy import _bit_views  # noqa: F401, E402  (issue 32: the tracers' view(dtype) and byteswap())
+from cuvmap.numpy._histograms import histogram_bin_edges, histogram2d, histogramdd  # noqa: F401, E402  (issue 32)

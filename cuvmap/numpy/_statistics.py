@@ -276,31 +276,9 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
     outside are not counted. ``density`` divides by the total and the bin widths. The
     counts have no derivative (forward only); each entry is compared with every edge."""
     a = ravel(_float(a))
-    if isinstance(bins, (int, np.integer)):
-        if range is None:
-            lo, hi = min(a), max(a)
-        else:
-            lo, hi = range
-            if not isinstance(lo, Tracer) and not isinstance(hi, Tracer) and lo > hi:
-                raise ValueError(f"histogram: range must be increasing, got {range}")
-        lo, hi = asarray(lo), asarray(hi)
-        # NumPy widens an empty range to (lo − 0.5, hi + 0.5)
-        same = ew.eq(lo, hi)
-        lo = ew.select(same, ew.sub(lo, 0.5), lo)
-        hi = ew.select(same, ew.add(hi, 0.5), hi)
-        edges = linspace(astype(lo, core.dtype_of(a)), astype(hi, core.dtype_of(a)), int(bins) + 1)
-    else:
-        if isinstance(bins, str):
-            raise NotImplementedError(f"histogram: bins={bins!r} (a rule for the number of bins) is not supported")
-        edges = _float(bins)
+    edges = _bin_edges(a, bins, range, "histogram")
+    in_bin = _in_bins(a, edges)
     n_bins = shape(edges)[0] - 1
-    a_col = reshape(a, (-1, 1))
-    lower = reshape(lax_indexing.slice_in_dim(edges, 0, n_bins, 0), (1, n_bins))
-    upper = reshape(lax_indexing.slice_in_dim(edges, 1, n_bins + 1, 0), (1, n_bins))
-    bin_index = reshape(lax_indexing.iota(n_bins, like=a), (1, n_bins))
-    above_lower = ew.ge(a_col, lower)
-    below_upper = ew.select(ew.eq(bin_index, n_bins - 1), ew.le(a_col, upper), ew.lt(a_col, upper))
-    in_bin = ew.select(above_lower, below_upper, False)
     if weights is None:
         hist = lax_reduction.reduce_sum(astype(in_bin, np.int64), (0,))
     else:
@@ -311,3 +289,37 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
         hist = astype(hist, core.dtype_of(edges))
         hist = ew.div(hist, ew.mul(sum(hist), widths))
     return hist, edges
+
+
+def _bin_edges(a, bins, range, where):  # noqa: A002 - NumPy's name
+    """The bin edges of the flat float ``a``: ``bins`` equal bins over ``range`` (default:
+    ``a``'s min to max; an empty range widened to ``(lo − 0.5, hi + 0.5)``, NumPy's rule),
+    or the increasing edges ``bins`` themselves."""
+    if isinstance(bins, (int, np.integer)):
+        if range is None:
+            lo, hi = min(a), max(a)
+        else:
+            lo, hi = range
+            if not isinstance(lo, Tracer) and not isinstance(hi, Tracer) and lo > hi:
+                raise ValueError(f"{where}: range must be increasing, got {range}")
+        lo, hi = asarray(lo), asarray(hi)
+        same = ew.eq(lo, hi)
+        lo = ew.select(same, ew.sub(lo, 0.5), lo)
+        hi = ew.select(same, ew.add(hi, 0.5), hi)
+        return linspace(astype(lo, core.dtype_of(a)), astype(hi, core.dtype_of(a)), int(bins) + 1)
+    if isinstance(bins, str):
+        raise NotImplementedError(f"{where}: bins={bins!r} (a rule for the number of bins) is not supported")
+    return _float(bins)
+
+
+def _in_bins(a, edges):
+    """``(len(a), n_bins)`` booleans: entry ``i`` of the flat ``a`` lies in bin ``j``,
+    ``[e_j, e_{j+1})``, the last bin closed; each entry is compared with every edge."""
+    n_bins = shape(edges)[0] - 1
+    a_col = reshape(a, (-1, 1))
+    lower = reshape(lax_indexing.slice_in_dim(edges, 0, n_bins, 0), (1, n_bins))
+    upper = reshape(lax_indexing.slice_in_dim(edges, 1, n_bins + 1, 0), (1, n_bins))
+    bin_index = reshape(lax_indexing.iota(n_bins, like=a), (1, n_bins))
+    above_lower = ew.ge(a_col, lower)
+    below_upper = ew.select(ew.eq(bin_index, n_bins - 1), ew.le(a_col, upper), ew.lt(a_col, upper))
+    return ew.select(above_lower, below_upper, False)

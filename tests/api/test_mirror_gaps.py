@@ -425,3 +425,56 @@ def test_errors_carry_jaxs_phrase(call, exc, jax_phrase, cuvmap_phrase):
     with pytest.raises(exc, match=jax_phrase) as info:
         call()
     assert __import__("re").search(cuvmap_phrase, str(info.value))
+
+
+# ---------------------------------------------------------------------------------------
+# histogram_bin_edges, histogram2d, histogramdd against NumPy's
+# ---------------------------------------------------------------------------------------
+
+HX, HY, HW = RNG.normal(size=50), RNG.normal(size=50), RNG.uniform(size=50)
+HS = RNG.normal(size=(40, 3))
+HIST2D_ROWS = [
+    {}, {"bins": 4}, {"bins": [3, 5]}, {"bins": np.linspace(-2, 2, 6)}, {"bins": [np.linspace(-2, 2, 4), 3]},
+    {"range": [(-1, 1), (-2, 2)]}, {"weights": HW}, {"density": True}, {"bins": 3, "weights": HW, "density": True},
+]
+
+
+@pytest.mark.parametrize("kwargs", HIST2D_ROWS, ids=range(len(HIST2D_ROWS)))
+def test_histogram2d(kwargs):
+    want = np.histogram2d(HX, HY, **kwargs)
+    for g in (cnp.histogram2d, cv.jit(lambda x, y: cnp.histogram2d(x, y, **kwargs))):
+        got = g(HX, HY, **kwargs) if g is cnp.histogram2d else g(HX, HY)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-13)
+        unweighted_counts = "weights" not in kwargs and not kwargs.get("density")
+        assert got[0].dtype == (np.int64 if unweighted_counts else np.float64)
+
+
+HISTDD_ROWS = [{"bins": 3}, {"bins": (2, 3, 4)}, {"weights": HS[:, 0] ** 2, "density": True},
+               {"range": [(-1, 1), None, (0, 2)]}]
+
+
+@pytest.mark.parametrize("kwargs", HISTDD_ROWS, ids=range(len(HISTDD_ROWS)))
+def test_histogramdd(kwargs):
+    hist, edges = cnp.histogramdd(HS, **kwargs)
+    want_hist, want_edges = np.histogramdd(HS, **kwargs)
+    np.testing.assert_allclose(hist, want_hist, rtol=1e-13)
+    for a, b in zip(edges, want_edges):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+def test_histogram_bin_edges_and_transforms():
+    np.testing.assert_allclose(cnp.histogram_bin_edges(HX, 7), np.histogram_bin_edges(HX, 7), rtol=1e-13)
+    np.testing.assert_allclose(cnp.histogram_bin_edges(HX, 5, range=(-1, 2)),
+                               np.histogram_bin_edges(HX, 5, range=(-1, 2)), rtol=1e-13)
+    np.testing.assert_array_equal(cnp.histogram_bin_edges(HX, [0.0, 1.0, 3.0]), [0.0, 1.0, 3.0])
+    f = lambda s: cnp.histogramdd(s, bins=3, range=[(-2, 2)] * 3)[0]  # noqa: E731
+    batched = cv.vmap(f)(np.stack([HS, 2 * HS]))
+    np.testing.assert_array_equal(batched[1], np.histogramdd(2 * HS, bins=3, range=[(-2, 2)] * 3)[0])
+    # weighted sums are linear in the weights: their derivative is the membership
+    g = lambda w: cnp.histogram2d(HX, HY, bins=3, weights=w)[0]  # noqa: E731
+    check_grads(g, (HW,), order=1, modes=("fwd", "rev"))
+    with pytest.raises(ValueError, match="one weight for each sample"):
+        cnp.histogramdd(HS, weights=np.ones(3))
+    with pytest.raises(ValueError, match="range must be a sequence of 3 pairs"):
+        cnp.histogramdd(HS, range=[(0, 1)])
