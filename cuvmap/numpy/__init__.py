@@ -131,3 +131,6 @@ from cuvmap.numpy._jax_aliases import (  # noqa: F401, E402  (issue 32: NumPy's 
 )
 from cuvmap.numpy import _bit_views  # noqa: F401, E402  (issue 32: the tracers' view(dtype) and byteswap())
 from cuvmap.numpy._histograms import histogram_bin_edges, histogram2d, histogramdd  # noqa: F401, E402  (issue 32)
+from cuvmap.numpy._from_constructors import (  # noqa: F401, E402  (issue 32)
+    einsum_path, from_dlpack, frombuffer, fromfile, fromfunction, fromiter, fromstring,
+)

@@ -478,3 +478,54 @@ def test_histogram_bin_edges_and_transforms():
         cnp.histogramdd(HS, weights=np.ones(3))
     with pytest.raises(ValueError, match="range must be a sequence of 3 pairs"):
         cnp.histogramdd(HS, range=[(0, 1)])
+
+
+# ---------------------------------------------------------------------------------------
+# fromfunction, frombuffer, fromstring, from_dlpack, fromfile/fromiter (refused), einsum_path
+# ---------------------------------------------------------------------------------------
+
+FROMFUNCTION_ROWS = [
+    # (function, shape, dtype, reference by NumPy's fromfunction, or by a loop over indices)
+    (lambda i, j: i + 2 * j, (2, 3), float, np.fromfunction(lambda i, j: i + 2 * j, (2, 3))),
+    (lambda i, j: i * j, (3, 4), np.int32, np.fromfunction(lambda i, j: i * j, (3, 4), dtype=np.int32)),
+    (lambda i: cnp.sin(i), (5,), float, np.sin(np.arange(5.0))),
+    # JAX's rule: scalars under vmap, so a non-broadcasting function works too
+    (lambda i, j: cnp.sum(cnp.arange(3.0) * i) + j, (2, 2), float,
+     np.array([[np.sum(np.arange(3.0) * i) + j for j in range(2)] for i in range(2)])),
+]
+
+
+@pytest.mark.parametrize("function, shape, dtype, want", FROMFUNCTION_ROWS, ids=range(len(FROMFUNCTION_ROWS)))
+def test_fromfunction(function, shape, dtype, want):
+    got = cnp.fromfunction(function, shape, dtype=dtype)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+def test_frombuffer_fromstring_from_dlpack_and_the_refused_ones():
+    buf = np.arange(4, dtype=np.float32).tobytes()
+    got = cnp.frombuffer(buf, dtype=np.float32, count=2, offset=4)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [1.0, 2.0])
+    np.testing.assert_array_equal(cnp.fromstring("1, 2, 3", dtype=np.int64, sep=","), [1, 2, 3])
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(cnp.from_dlpack(x), x)
+    for name in ("fromfile", "fromiter"):
+        with pytest.raises(NotImplementedError, match=f"jnp.{name}\\(\\) is not implemented because it may be non-pure"):
+            getattr(cnp, name)(range(3), int)
+
+
+EINSUM_PATH_ROWS = ["ij,jk,kl->il", "ij,jk->ik", "ii->i", "abc,cd,bd->a"]
+
+
+@pytest.mark.parametrize("subscripts", EINSUM_PATH_ROWS)
+def test_einsum_path_is_numpys_from_shapes_and_works_on_tracers(subscripts):
+    sizes = {"i": 3, "j": 4, "k": 5, "l": 2, "a": 2, "b": 3, "c": 4, "d": 5}
+    operands = [RNG.normal(size=tuple(sizes[c] if s != "ii" else 3 for c in s))
+                for s in subscripts.split("->")[0].split(",")]
+    want = np.einsum_path(subscripts, *operands, optimize="optimal")
+    assert cnp.einsum_path(subscripts, *operands) == want
+    seen = []
+    cv.jit(lambda *ops: seen.append(cnp.einsum_path(subscripts, *ops)[0]) or ops[0])(*operands)
+    assert seen == [want[0]]
+    assert cnp.einsum_path(subscripts, *operands, optimize="greedy")[0][0] == "einsum_path"
