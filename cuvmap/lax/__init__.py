@@ -86,7 +86,7 @@ from cuvmap.lax.jax_reduce_names import (  # noqa: F401  (issue 32: the audit)
     broadcasted_iota, collapse, full, reduce_and, reduce_or, reduce_prod, reduce_xor,
 )
 from cuvmap.lax.jax_arith_names import (  # noqa: F401, E402  (issue 32: mul's out_dtype replaces elementwise's mul)
-    batch_matmul, broadcast_to_rank, mul, mulhi, reciprocal,
+    batch_matmul, broadcast_to_rank, clz, mul, mulhi, reciprocal, scatter_sub,
 )
 
 

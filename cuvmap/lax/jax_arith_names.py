@@ -7,8 +7,11 @@ import numpy as np
 
 from cuvmap import core
 from cuvmap.lax import elementwise as ew
-from cuvmap.lax.bitwise import bitcast_convert_type, bitwise_and, shift_right_arithmetic, shift_right_logical
+from cuvmap.lax.bitwise import (
+    bitcast_convert_type, bitwise_and, bitwise_or, shift_right_arithmetic, shift_right_logical,
+)
 from cuvmap.lax.jax_shapes import broadcast, dot_general
+from cuvmap.lax.slicing_scatter import scatter_add
 
 
 def mul(x, y, *, out_dtype=None):
@@ -111,3 +114,31 @@ def batch_matmul(lhs, rhs, precision=None):
         raise ValueError(f"Arguments to batch_matmul must have same ndim, got {len(ls)}, {len(rs)}")
     batch = tuple(range(len(ls) - 2))
     return dot_general(lhs, rhs, (((len(ls) - 1,), (len(rs) - 2,)), (batch, batch)), precision=precision)
+
+
+def clz(x):
+    """Count leading zeros (JAX's ``jax.lax.clz``): for N-bit integers, the number of zero
+    bits above the highest set bit of the two's-complement pattern (N for 0, 0 for a
+    negative value), in ``x``'s dtype: every bit below the highest set one is set by
+    or-ing in shifted copies (by 1, 2, 4, ..., N/2), and ``N − population_count`` of that
+    is the answer. Integers only: no derivative."""
+    dtype = np.dtype(core.dtype_of(x))
+    if dtype.kind not in "iu":
+        raise TypeError(f"clz: x must have an integer dtype, got {dtype}")
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    u = _bitcast(x, unsigned)
+    bits, shift = 8 * dtype.itemsize, 1
+    while shift < bits:
+        u = bitwise_or(u, shift_right_logical(u, unsigned.type(shift)))
+        shift *= 2
+    return ew.sub(dtype.type(bits), ew.convert_element_type(ew.population_count(u), dtype))
+
+
+def scatter_sub(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
+                unique_indices=False, mode=None):
+    """``jax.lax.scatter_sub``: ``out = operand``, then ``out[start + W] −= updates[G, W]``
+    for every update (repeated targets accumulate): :func:`cuvmap.lax.scatter_add` of
+    ``−updates``, so its rules are scatter_add's and neg's (unsigned integers wrap, as in
+    JAX)."""
+    return scatter_add(operand, scatter_indices, ew.neg(updates), dimension_numbers,
+                       indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode)

@@ -131,6 +131,34 @@ def test_mulhi_is_the_high_half_of_the_exact_product(dtype):
         np.broadcast_to(x[:, :1], y.shape), y, dtype))
 
 
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=[np.dtype(d).name for d in INT_DTYPES])
+def test_clz_counts_the_leading_zero_bits(dtype):
+    info, bits = np.iinfo(dtype), np.dtype(dtype).itemsize * 8
+    x = RNG.integers(info.min, info.max, size=(3, 10), dtype=dtype, endpoint=True)
+    x[0, :4] = [0, 1, info.max, info.min]
+    want = np.array([bits - int(v).bit_length() if v >= 0 else 0 for v in x.ravel().astype(object)]).astype(
+        dtype).reshape(x.shape)
+    for f in (lax.clz, cv.jit(lax.clz), cv.vmap(lax.clz)):
+        got = f(x)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(TypeError, match="clz: x must have an integer dtype"):
+        lax.clz(np.float32(1.0))
+
+
+def test_scatter_sub_subtracts_repeated_targets_and_is_linear():
+    dn = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                     scatter_dims_to_operand_dims=(0,))
+    operand, idx, updates = RNG.normal(size=5), np.array([[1], [3], [1]]), RNG.normal(size=3)
+    want = operand.copy()
+    np.subtract.at(want, idx[:, 0], updates)
+    f = lambda o, u: lax.scatter_sub(o, idx, u, dn)  # noqa: E731
+    np.testing.assert_allclose(f(operand, updates), want, rtol=1e-15)
+    np.testing.assert_allclose(cv.jit(f)(operand, updates), want, rtol=1e-15)
+    _vmap_each_argument(f, (operand, updates))
+    check_grads(f, (operand, updates), order=2, modes=("fwd", "rev"))
+
+
 def test_mulhi_refuses_floats():
     with pytest.raises(TypeError, match="mulhi: x must have an integer dtype"):
         lax.mulhi(np.float32(1.0), np.int32(2))
