@@ -272,14 +272,17 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
         if not (isinstance(leaf, Tracer) or hasattr(leaf, "shape")):
             raise TransformError(
                 f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
-                "pass an array or give it in_axes None"
+                f"pass an array or give it in_axes None (JAX: vmap was requested to map its argument along axis {axis}, "
+                f"which implies that its rank should be at least {axis + 1 if axis >= 0 else -axis}, but is only 0)"
             )
         dtypes.check_supported(leaf, lambda: describe_arg(f, path), "vmap")
         shape = tuple(leaf.shape)
         if not -len(shape) <= axis < len(shape):
             raise TransformError(
                 f"in_axes {axis} is out of range for {describe_arg(f, path)} of shape {shape} "
-                f"(rank {len(shape)})"
+                f"(rank {len(shape)}); vmap was requested to map its argument along axis {axis}, which implies "
+                f"that its rank should be at least {axis + 1 if axis >= 0 else -axis}, but is only {len(shape)} "
+                f"(its shape is {shape})"
             )
         axis = axis % len(shape)
         normalized.append(axis)
@@ -300,7 +303,9 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
             tail = "; the mapped arguments are " + ", ".join(
                 f"{describe_arg(f, p)} (shape {s}, axis {a})" for p, s, a in mapped
             )
-        raise TransformError(f"{head}; mapped arguments must all have the same size along their mapped axes{tail}")
+        sizes_seen = sorted({s[a] for _, s, a in mapped} | ({axis_size} if axis_size is not None else set()))
+        raise TransformError(f"{head}; mapped arguments must all have the same size along their mapped axes{tail} "
+                             f"(JAX: vmap got inconsistent sizes for array axes to be mapped: {sizes_seen})")
     if not mapped:
         if axis_size is None:
             raise TransformError(

@@ -39,8 +39,8 @@ def check_inputs(f, args, argnums, holomorphic, transform):
             dtype = core.dtype_of(x)
             if holomorphic and not _is_complex(x):
                 raise ComplexDtypeError(
-                    f"{transform} with holomorphic=True requires inputs with complex dtype, but {what} has dtype "
-                    f"{dtype}")
+                    f"{transform} with holomorphic=True requires inputs with complex dtype, but got {dtype}: {what} "
+                    f"has dtype {dtype}")
             if transform == "jacfwd" and not holomorphic and _is_complex(x):
                 raise ComplexDtypeError(
                     f"jacfwd requires real-valued inputs (input dtype that is a sub-dtype of np.floating), but {what} "

@@ -256,7 +256,8 @@ def irfftn(a, s=None, axes=None, norm=None):
 
 def _static_length(name, n):
     if isinstance(n, (list, tuple)):
-        raise ValueError(f"jax.numpy.fft.{name}: n takes one int, got {n!r}")
+        raise ValueError(f"jax.numpy.fft.{name}: n takes one int, got {n!r} (The n argument of "
+                         f"jax.numpy.fft.{name} only takes an int. Got n = {list(n)}.)")
     return operator.index(n)
 
 

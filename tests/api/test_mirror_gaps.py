@@ -443,6 +443,17 @@ WORDING_ROWS = [
      r"`jax\.numpy\.zeros\(\(2, 3\)\)`", "Cannot interpret '3' as a data type"),
     (lambda: cnp.ones(2, 3), TypeError, r"`jax\.numpy\.ones\(\(2, 3\)\)`", "single tuple argument"),
     (lambda: cnp.empty(2, 3), TypeError, r"`jax\.numpy\.empty\(\(2, 3\)\)`", "single tuple argument"),
+    (lambda: cv.vmap(lambda a, b: a + b)(np.ones(2), np.ones(3)), ValueError,
+     "vmap got inconsistent sizes for array axes to be mapped:", r"argument 1 \(b\) has size 3 along axis 0"),
+    (lambda: cv.vmap(lambda a: a)(1.0), ValueError, "vmap was requested to map its argument along axis 0",
+     "is a float, which has no axis 0 to map over"),
+    (lambda: cv.vmap(cnp.sum, in_axes=-4)(np.ones((3, 4, 5))), ValueError,
+     r"vmap was requested to map its argument along axis -4, which implies that its rank should be at least 4, "
+     r"but is only 3 \(its shape is \(3, 4, 5\)\)", "in_axes -4 is out of range"),
+    (lambda: cv.grad(lambda x: x, holomorphic=True)(1.0), TypeError,
+     "grad with holomorphic=True requires inputs with complex dtype, but got float", r"argument 0 \(x\) has dtype"),
+    (lambda: cnp.fft.fftfreq([0, 1, 2]), ValueError,
+     r"The n argument of jax.numpy.fft.fftfreq only takes an int. Got n = \[0, 1, 2\].", "n takes one int"),
     (lambda: cnp.arange(1j), ValueError, "Passing complex start/stop/step to jnp.arange is no longer supported",
      "arange: complex arguments are not supported"),
 ]
