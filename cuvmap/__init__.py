@@ -36,7 +36,10 @@ from cuvmap.jax_settings import (  # noqa: F401
 
 # issue 32 (apisurf): jax.Array, ensure_compile_time_eval, transfer guards, named_call, device_get
 from cuvmap.api_extras import Array, device_get, ensure_compile_time_eval, named_call, pmap  # noqa: F401
+from cuvmap.api_extras import print_environment_info  # noqa: F401
 from cuvmap.linear_maps import linear_transpose  # noqa: F401
+from cuvmap.jit_api import clear_caches  # noqa: F401, E402  (issue 32: the mirror's gaps)
+from cuvmap.api import jacrev as jacobian  # noqa: F401, E402  (JAX's alias of jacrev)
 from cuvmap.transfer_guards import (  # noqa: F401
     TransferGuardError, transfer_guard, transfer_guard_device_to_device, transfer_guard_device_to_host,
     transfer_guard_host_to_device,

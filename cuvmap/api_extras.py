@@ -2,7 +2,6 @@
 ``Array`` (the type of arrays and traced values), ``ensure_compile_time_eval``,
 ``named_call``, ``device_get`` and ``pmap`` (on one device).
 """
-import abc
 import contextlib
 import functools
 
@@ -13,38 +12,7 @@ from cuvmap.jit_api import jit
 from cuvmap.scope import named_scope
 
 
-# NOTE [cuvmap.Array is a virtual base class]
-# JAX's values are all ``jax.Array``: the arrays its functions return and the tracers a
-# transform passes to a function. cuvmap's concrete arrays are NumPy's and CuPy's own
-# (``cnp.sin(x)`` returns a ``numpy.ndarray`` or a ``cupy.ndarray``) and its traced values
-# are :class:`~cuvmap.core.Tracer`; ``cuvmap.Array`` is an abstract class whose
-# ``isinstance`` holds for the three, so ``isinstance(x, cuvmap.Array)`` and annotations
-# ``x: cuvmap.Array`` read as in JAX. Two differences follow from cuvmap returning NumPy
-# arrays: ``issubclass(np.ndarray, cuvmap.Array)`` is True (False in JAX), and a NumPy
-# array the user made is an ``Array`` too (JAX's are only after ``jnp.asarray``). NumPy
-# scalars (``np.float32(1)``) and Python numbers are not, as in JAX.
-class _ArrayMeta(abc.ABCMeta):
-    def __instancecheck__(cls, x):
-        return isinstance(x, (np.ndarray, core.Tracer)) or backend.is_cupy_array(x)
-
-    def __subclasscheck__(cls, sub):
-        if not isinstance(sub, type):
-            raise TypeError("issubclass() arg 1 must be a class")
-        return (issubclass(sub, (np.ndarray, core.Tracer)) or sub.__module__.startswith("cupy")
-                and sub.__name__ == "ndarray")
-
-
-class Array(metaclass=_ArrayMeta):
-    """The type of cuvmap's arrays and traced values (JAX's ``jax.Array``):
-    ``isinstance(x, cuvmap.Array)`` holds for a ``numpy.ndarray``, a ``cupy.ndarray`` and
-    a tracer (what a transformed function receives), and not for Python numbers or NumPy
-    scalars. An abstract class: it makes no arrays (``cuvmap.numpy.asarray`` does); use it
-    in ``isinstance`` checks and annotations (NOTE [cuvmap.Array is a virtual base
-    class])."""
-
-    def __new__(cls, *args, **kwargs):
-        raise TypeError("cuvmap.Array is an abstract type (for isinstance and annotations); "
-                        "make arrays with cuvmap.numpy.asarray or cuvmap.numpy.array")
+from cuvmap.array_type import Array  # noqa: E402, F401  (defined below the API layer: cuvmap.numpy names it ndarray)
 
 
 @contextlib.contextmanager
@@ -166,3 +134,25 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         return g(*dynamic, **kwargs)
 
     return pmapped
+
+
+def print_environment_info(return_string=False):
+    """Prints (or, with ``return_string=True``, returns) the versions cuvmap runs on: cuvmap,
+    NumPy, CuPy and the GPU it sees (when installed), Python and the platform (JAX's
+    ``jax.print_environment_info``)."""
+    import platform
+    import sys
+
+    cuvmap_version = sys.modules["cuvmap"].__version__  # (the package imports this module: no import back)
+
+    lines = [f"cuvmap:    {cuvmap_version}", f"numpy:     {np.__version__}"]
+    cupy = backend.cupy_module()
+    if cupy is not None:
+        lines.append(f"cupy:      {cupy.__version__} ({cupy.cuda.runtime.getDeviceCount()} GPU(s))")
+    else:
+        lines.append("cupy:      not available (the CPU backend only)")
+    lines += [f"python:    {sys.version}", f"platform:  {platform.uname()}"]
+    text = "\n".join(lines)
+    if return_string:
+        return text
+    print(text)

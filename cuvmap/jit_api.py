@@ -12,6 +12,7 @@ import functools
 import inspect
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -103,6 +104,17 @@ def eval_shape(f, *args, **kwargs):
     outs = [core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, device=a.device or None)
             for a in closed.out_avals]
     return tree.unflatten(out_tree, outs)
+
+
+_LIVE_JITTED = weakref.WeakSet()  # every jitted function alive, for clear_caches
+
+
+def clear_caches():
+    """Drops the programs and buffer pools every live jitted function keeps (JAX's
+    ``jax.clear_caches``): the next call of each traces again. Each jitted function's own
+    ``f.clear_cache()`` does this for one."""
+    for jitted in list(_LIVE_JITTED):
+        jitted.clear_cache()
 
 
 def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=(), *, donate_argnames=(), keep_unused=False,
@@ -260,6 +272,7 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=(), *, don
     jitted.eval_shape = jitted_eval_shape
     jitted._signature_key = lambda *args, **kwargs: staging.stage_arguments(
         f, where, args, kwargs, static_nums, static_names)[0]
+    _LIVE_JITTED.add(jitted)
     return jitted
 
 

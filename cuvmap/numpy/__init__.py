@@ -134,3 +134,5 @@ from cuvmap.numpy._histograms import histogram_bin_edges, histogram2d, histogram
 from cuvmap.numpy._from_constructors import (  # noqa: F401, E402  (issue 32)
     einsum_path, from_dlpack, frombuffer, fromfile, fromfunction, fromiter, fromstring,
 )
+
+from cuvmap.array_type import Array as ndarray  # noqa: F401, E402  (jax.numpy.ndarray is jax.Array)

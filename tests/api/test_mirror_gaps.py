@@ -568,3 +568,27 @@ def test_einsum_path_is_numpys_from_shapes_and_works_on_tracers(subscripts):
     cv.jit(lambda *ops: seen.append(cnp.einsum_path(subscripts, *ops)[0]) or ops[0])(*operands)
     assert seen == [want[0]]
     assert cnp.einsum_path(subscripts, *operands, optimize="greedy")[0][0] == "einsum_path"
+
+
+# ---------------------------------------------------------------------------------------
+# clear_caches, jacobian, print_environment_info, jnp.ndarray
+# ---------------------------------------------------------------------------------------
+
+
+def test_clear_caches_makes_every_jitted_function_trace_again():
+    f, g = cv.jit(lambda x: x * 2), cv.jit(lambda x: x + 1)
+    f(1.0), g(1.0), f(2.0)
+    assert (f.trace_count, g.trace_count) == (1, 1)
+    cv.clear_caches()
+    assert (f(3.0), g(3.0)) == (6.0, 4.0)
+    assert (f.trace_count, g.trace_count) == (2, 2)
+
+
+def test_jacobian_is_jacrev_and_ndarray_is_array():
+    x = RNG.normal(size=3)
+    np.testing.assert_allclose(cv.jacobian(lambda v: cnp.sin(v) * v[0])(x), cv.jacrev(lambda v: cnp.sin(v) * v[0])(x))
+    assert cv.jacobian is cv.jacrev
+    assert cnp.ndarray is cv.Array and isinstance(x, cnp.ndarray)
+    assert cv.jit(lambda v: isinstance(v, cnp.ndarray))(x)
+    text = cv.print_environment_info(return_string=True)
+    assert "cuvmap:" in text and f"numpy:     {np.__version__}" in text
