@@ -68,8 +68,21 @@ def _axpy(a, xs, ys):
     return tree.map(lambda x, y: y + a * x, xs, ys)
 
 
+# JAX's default_gradient_tolerance: what finite differences at eps = 1e-4 resolve per dtype
+GRADIENT_TOLERANCE = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 2e-3, np.dtype(np.float64): 1e-5,
+                      np.dtype(np.complex64): 1e-3, np.dtype(np.complex128): 1e-5}
+
+
+def _gradient_tolerance(args):
+    """The loosest of GRADIENT_TOLERANCE over the inexact leaves of ``args`` (float64's for
+    none), as JAX's ``check_grads`` picks its default tolerances."""
+    dtypes = [np.dtype(getattr(x, "dtype", np.float64)) for x in tree.leaves(args)]
+    return max([GRADIENT_TOLERANCE.get(d, 1e-5) for d in dtypes if d.kind in "fc"], default=1e-5)
+
+
 def _assert_close(actual, expected, atol, rtol, what):
-    if not np.allclose(actual, expected, atol=atol, rtol=rtol):
+    # NaN agrees with NaN (JAX's check_grads too): both say f is undefined there
+    if not np.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True):
         raise AssertionError(f"{what}: got {actual!r}, expected {expected!r} (atol={atol}, rtol={rtol})")
 
 
@@ -121,7 +134,7 @@ def check_vjp(f, args, atol=1e-6, rtol=1e-6, eps=EPS, rng=None):
     _assert_close(lhs, rhs, atol, rtol, "vjp vs finite differences (inner products)")
 
 
-def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, eps=EPS, seed=0):
+def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, eps=None, seed=0):
     """Checks ``f``'s derivatives to ``order`` against finite differences.
 
     Complex inputs take complex directions and complex outputs complex cotangents, so the
@@ -136,11 +149,20 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, ep
       order: 1 checks first derivatives; 2 also checks the derivatives of the JVP and VJP
         functions themselves (second derivatives), and so on.
       modes: ``"fwd"`` checks ``jvp``, ``"rev"`` checks ``vjp``.
+      atol, rtol: tolerances; ``None`` (JAX's default) takes the loosest of the
+        arguments' dtypes in :data:`GRADIENT_TOLERANCE` (JAX's: 1e-5 for float64 and
+        complex128, 2e-3 for float32, 1e-3 for complex64, 1e-2 for float16). A NaN
+        agrees with a NaN in the same place, as in JAX.
+      eps: the finite-difference step (``None``: :data:`EPS`, 1e-4).
     Raises:
       AssertionError naming the mode and order on a mismatch.
     """
     rng = np.random.default_rng(seed)
     args = tuple(args)
+    tol = _gradient_tolerance(args)
+    atol = tol if atol is None else atol
+    rtol = tol if rtol is None else rtol
+    eps = EPS if eps is None else eps
 
     def check(f, args, order_left, level):
         if "fwd" in modes:

@@ -592,3 +592,33 @@ def test_jacobian_is_jacrev_and_ndarray_is_array():
     assert cv.jit(lambda v: isinstance(v, cnp.ndarray))(x)
     text = cv.print_environment_info(return_string=True)
     assert "cuvmap:" in text and f"numpy:     {np.__version__}" in text
+
+
+# ---------------------------------------------------------------------------------------
+# check_grads: JAX's per-dtype default tolerances, NaN agreeing with NaN
+# ---------------------------------------------------------------------------------------
+
+CHECK_GRADS_ROWS = [
+    # (function, args): float32 finite differences resolve ~1e-4 only: JAX's 2e-3 default passes
+    (lambda v: lax.sort(v, dimension=0), (np.array([3.0, 1.0, 4.0, 0.0, 2.0], np.float32),)),
+    (lambda v: cnp.sin(v) * v, (RNG.normal(size=(2, 3)).astype(np.float32),)),
+    # outside arcsin's domain the derivative and the differences are both NaN: they agree
+    (cnp.arcsin, (np.array([0.3, -1.5, 0.9]),)),
+]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # arcsin outside [-1, 1]
+@pytest.mark.parametrize("f, args", CHECK_GRADS_ROWS, ids=["sort-f32", "sin-f32", "arcsin-nan"])
+def test_check_grads_default_tolerances_follow_the_dtype(f, args):
+    check_grads(f, args, order=2, modes=("fwd", "rev"), eps=1e-2 if args[0].dtype == np.float32 else None)
+
+
+def test_check_grads_still_catches_a_wrong_derivative():
+    wrong = cv.custom_jvp(lambda x: cnp.sin(x))
+    wrong.defjvp(lambda p, t: (cnp.sin(p[0]), 1.001 * cnp.cos(p[0]) * t[0]))  # 0.1 % off
+    with pytest.raises(AssertionError, match="order 1 forward mode"):
+        check_grads(wrong, (np.array([0.3, 1.2]),), order=1, modes=("fwd",))
+    nan_derivative = cv.custom_jvp(lambda x: x)
+    nan_derivative.defjvp(lambda p, t: (p[0], t[0] * np.nan))  # NaN where f is smooth
+    with pytest.raises(AssertionError):
+        check_grads(nan_derivative, (np.array([0.3]),), order=1, modes=("fwd",))
