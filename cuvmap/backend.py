@@ -82,16 +82,22 @@ def _import_cupy():
     return cupy
 
 
-def device_put(x, device="cpu"):
+def device_put(x, device="cpu", *, src=None, donate=False, may_alias=None):
     """Moves every array leaf of the pytree ``x`` to ``device`` (``'cpu'`` or ``'gpu'``).
 
     ``device`` may also be one of :func:`cuvmap.devices`' devices (its platform), or None
-    (the CPU), as JAX's ``device_put`` takes them.
+    (the CPU), as JAX's ``device_put`` takes them. JAX's keywords: an array already on
+    ``device`` is returned as it is unless ``may_alias=False`` or ``donate=True``, which
+    give a copy (``may_alias`` and ``donate`` both True is JAX's ValueError); ``src`` is
+    accepted and unused (an array knows its device).
 
     Example::
 
         xs_gpu = cuvmap.device_put(xs, "gpu")
     """
+    if may_alias and donate:
+        raise ValueError("may_alias and donate cannot be True at the same time.")
+    copy = may_alias is False or bool(donate)
     device = "cpu" if device is None else getattr(device, "platform", device)
     xp = xp_for(device)
 
@@ -107,10 +113,11 @@ def device_put(x, device="cpu"):
             if is_cupy_array(leaf):
                 transfer_guards.check("device_to_host", True, f"device_put of an array of shape {leaf.shape}")
                 return leaf.get()
-            return np.asarray(leaf)
+            return np.array(leaf, copy=True) if copy else np.asarray(leaf)
         if not is_cupy_array(leaf):
             transfer_guards.check("host_to_device", True, f"device_put of an array of shape {np.shape(leaf)}")
-        return xp.asarray(leaf)
+            return xp.asarray(leaf)
+        return leaf.copy() if copy else leaf
 
     return tree.map_preserving(put, x)
 

@@ -622,3 +622,29 @@ def test_check_grads_still_catches_a_wrong_derivative():
     nan_derivative.defjvp(lambda p, t: (p[0], t[0] * np.nan))  # NaN where f is smooth
     with pytest.raises(AssertionError):
         check_grads(nan_derivative, (np.array([0.3]),), order=1, modes=("fwd",))
+
+
+# ---------------------------------------------------------------------------------------
+# device_put's may_alias / donate / src (JAX's keywords)
+# ---------------------------------------------------------------------------------------
+
+DEVICE_PUT_ROWS = [
+    # (keywords, same object returned)
+    ({}, True), ({"may_alias": True, "donate": False}, True), ({"may_alias": None}, True),
+    ({"may_alias": False}, False), ({"donate": True}, False), ({"may_alias": False, "src": "cpu"}, False),
+]
+
+
+@pytest.mark.parametrize("kwargs, aliased", DEVICE_PUT_ROWS, ids=range(len(DEVICE_PUT_ROWS)))
+def test_device_put_may_alias_and_donate(kwargs, aliased):
+    x = np.arange(8.0)
+    out = cv.device_put(x, cv.devices()[0], **kwargs)
+    assert (out is x) == aliased
+    np.testing.assert_array_equal(out, x)
+    if not aliased:
+        assert not np.shares_memory(out, x)
+
+
+def test_device_put_refuses_may_alias_with_donate():
+    with pytest.raises(ValueError, match="may_alias and donate cannot be True at the same time."):
+        cv.device_put(np.ones(2), may_alias=True, donate=True)
