@@ -74,10 +74,12 @@ def where(condition, x, y):
 
 
 def round(a, decimals=0, out=None):  # noqa: A001
-    """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are.
-    Piecewise constant: its derivative is zero. ``out`` is refused (arrays are immutable)."""
+    """Rounds to ``decimals`` decimal places, halves to even; integers stay as they are,
+    a complex number's parts are rounded each. Piecewise constant: its derivative is zero. ``out`` is refused (arrays are immutable)."""
     if out is not None:
         raise NotImplementedError("round: out= is not supported (arrays are immutable)")
+    if core.dtype_of(a).kind == "c":  # each part rounded, as NumPy does (eagerly and staged alike)
+        return ew.complex(ew.round_decimals(ew.real(a), decimals), ew.round_decimals(ew.imag(a), decimals))
     return ew.round_decimals(a, decimals)
 
 

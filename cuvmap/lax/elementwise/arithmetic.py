@@ -79,7 +79,15 @@ def _round_impl(x, *, decimals, rounding_method=RoundingMethod.TO_NEAREST_EVEN):
     x = core.as_array(x)
     xp = backend.xp_of(x)
     if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
-        return xp.round(x, decimals)
+        if decimals <= 0:
+            return xp.round(x, decimals)
+        # NumPy scales by 10**decimals, which overflows for large decimals (NaN where the
+        # scaled value is inf); such an x has no digit past the place asked for, so it is
+        # its own rounding (JAX's answer, and x's exact value); an infinite or NaN x is
+        # itself too
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = xp.round(x, decimals)
+        return xp.where(xp.isfinite(out), out, x)
     # away from zero, decimals = 0 (the only case the wrapper binds): the truncation, one
     # step further from zero where the dropped fraction is at least a half (exact: no x + 0.5)
     truncated = xp.trunc(x)
