@@ -68,18 +68,6 @@ def _axpy(a, xs, ys):
     return tree.map(lambda x, y: y + a * x, xs, ys)
 
 
-# JAX's default_gradient_tolerance: what finite differences at eps = 1e-4 resolve per dtype
-GRADIENT_TOLERANCE = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 2e-3, np.dtype(np.float64): 1e-5,
-                      np.dtype(np.complex64): 1e-3, np.dtype(np.complex128): 1e-5}
-
-
-def _gradient_tolerance(args):
-    """The loosest of GRADIENT_TOLERANCE over the inexact leaves of ``args`` (float64's for
-    none), as JAX's ``check_grads`` picks its default tolerances."""
-    dtypes = [np.dtype(getattr(x, "dtype", np.float64)) for x in tree.leaves(args)]
-    return max([GRADIENT_TOLERANCE.get(d, 1e-5) for d in dtypes if d.kind in "fc"], default=1e-5)
-
-
 def _assert_close(actual, expected, atol, rtol, what):
     # NaN agrees with NaN (JAX's check_grads too): both say f is undefined there
     if not np.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True):
@@ -134,7 +122,27 @@ def check_vjp(f, args, atol=1e-6, rtol=1e-6, eps=EPS, rng=None):
     _assert_close(lhs, rhs, atol, rtol, "vjp vs finite differences (inner products)")
 
 
-def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, eps=None, seed=0):
+# JAX's default_gradient_tolerance (jax._src.public_test_util): what check_grads takes for
+# a dtype when atol/rtol is None or a dict that does not name it
+GRADIENT_TOLERANCE = {
+    np.dtype(np.float16): 1e-2, np.dtype(np.float32): 2e-3, np.dtype(np.float64): 1e-5,
+    np.dtype(np.complex64): 1e-3, np.dtype(np.complex128): 1e-5,
+}
+
+
+def _tolerance(tol, dtypes):
+    """A scalar tolerance from JAX's forms: a number as it is; ``None`` or a dict
+    ``{dtype: tol}`` (merged over :data:`GRADIENT_TOLERANCE`) gives the largest tolerance
+    of the inexact ``dtypes`` checked (JAX's ``tolerance(dtype, tol)``)."""
+    if tol is not None and not isinstance(tol, dict):
+        return tol
+    table = dict(GRADIENT_TOLERANCE)
+    table.update({np.dtype(k): v for k, v in (tol or {}).items()})
+    found = [table[d] for d in dtypes if d in table]
+    return max(found) if found else GRADIENT_TOLERANCE[np.dtype(np.float64)]
+
+
+def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, eps=EPS, seed=0):
     """Checks ``f``'s derivatives to ``order`` against finite differences.
 
     Complex inputs take complex directions and complex outputs complex cotangents, so the
@@ -149,19 +157,19 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, ep
       order: 1 checks first derivatives; 2 also checks the derivatives of the JVP and VJP
         functions themselves (second derivatives), and so on.
       modes: ``"fwd"`` checks ``jvp``, ``"rev"`` checks ``vjp``.
-      atol, rtol: tolerances; ``None`` (JAX's default) takes the loosest of the
-        arguments' dtypes in :data:`GRADIENT_TOLERANCE` (JAX's: 1e-5 for float64 and
-        complex128, 2e-3 for float32, 1e-3 for complex64, 1e-2 for float16). A NaN
-        agrees with a NaN in the same place, as in JAX.
-      eps: the finite-difference step (``None``: :data:`EPS`, 1e-4).
+      atol, rtol: a number, or JAX's forms: ``None`` (JAX's per-dtype gradient
+        tolerances, :data:`GRADIENT_TOLERANCE`) or a dict ``{dtype: tol}`` over them; the
+        largest tolerance of the arguments' and outputs' dtypes applies. A NaN agrees
+        with a NaN in the same place (both say ``f`` is undefined there), as in JAX.
+      eps: the finite-difference step (``None``: :data:`EPS`).
     Raises:
       AssertionError naming the mode and order on a mismatch.
     """
     rng = np.random.default_rng(seed)
     args = tuple(args)
-    tol = _gradient_tolerance(args)
-    atol = tol if atol is None else atol
-    rtol = tol if rtol is None else rtol
+    if atol is None or rtol is None or isinstance(atol, dict) or isinstance(rtol, dict):
+        dtypes = {np.dtype(_to_numpy(x).dtype) for x in tree.leaves((args, f(*args)))}
+        atol, rtol = _tolerance(atol, dtypes), _tolerance(rtol, dtypes)
     eps = EPS if eps is None else eps
 
     def check(f, args, order_left, level):

@@ -81,7 +81,7 @@ def round(a, decimals=0, out=None):  # noqa: A001
     immutable)."""
     if out is not None:
         raise NotImplementedError("round: out= is not supported (arrays are immutable)")
-    if core.dtype_of(a).kind == "c":
+    if core.dtype_of(a).kind == "c":  # each part rounded, as NumPy does (eagerly and staged alike)
         return ew.complex(ew.round_decimals(ew.real(a), decimals), ew.round_decimals(ew.imag(a), decimals))
     return ew.round_decimals(a, decimals)
 

@@ -595,7 +595,7 @@ def test_jacobian_is_jacrev_and_ndarray_is_array():
 
 
 # ---------------------------------------------------------------------------------------
-# check_grads: JAX's per-dtype default tolerances, NaN agreeing with NaN
+# check_grads: JAX's per-dtype tolerances (atol=rtol=None), NaN agreeing with NaN
 # ---------------------------------------------------------------------------------------
 
 CHECK_GRADS_ROWS = [
@@ -609,8 +609,9 @@ CHECK_GRADS_ROWS = [
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # arcsin outside [-1, 1]
 @pytest.mark.parametrize("f, args", CHECK_GRADS_ROWS, ids=["sort-f32", "sin-f32", "arcsin-nan"])
-def test_check_grads_default_tolerances_follow_the_dtype(f, args):
-    check_grads(f, args, order=2, modes=("fwd", "rev"), eps=1e-2 if args[0].dtype == np.float32 else None)
+def test_check_grads_none_tolerances_follow_the_dtype(f, args):
+    check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
+                eps=1e-2 if args[0].dtype == np.float32 else None)
 
 
 def test_check_grads_still_catches_a_wrong_derivative():
