@@ -142,7 +142,7 @@ def _tolerance(tol, dtypes):
     return max(found) if found else GRADIENT_TOLERANCE[np.dtype(np.float64)]
 
 
-def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, eps=EPS, seed=0):
+def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, eps=None, seed=0):
     """Checks ``f``'s derivatives to ``order`` against finite differences.
 
     Complex inputs take complex directions and complex outputs complex cotangents, so the
@@ -157,8 +157,9 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5, ep
       order: 1 checks first derivatives; 2 also checks the derivatives of the JVP and VJP
         functions themselves (second derivatives), and so on.
       modes: ``"fwd"`` checks ``jvp``, ``"rev"`` checks ``vjp``.
-      atol, rtol: a number, or JAX's forms: ``None`` (JAX's per-dtype gradient
-        tolerances, :data:`GRADIENT_TOLERANCE`) or a dict ``{dtype: tol}`` over them; the
+      atol, rtol: a number, or JAX's forms: ``None``, the default (JAX's per-dtype
+        gradient tolerances, :data:`GRADIENT_TOLERANCE`: 1e-5 in float64, 2e-3 in
+        float32, as ``jax.test_util.check_grads``) or a dict ``{dtype: tol}`` over them; the
         largest tolerance of the arguments' and outputs' dtypes applies. A NaN agrees
         with a NaN in the same place (both say ``f`` is undefined there), as in JAX.
       eps: the finite-difference step (``None``: :data:`EPS`).
