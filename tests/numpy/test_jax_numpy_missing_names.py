@@ -21,7 +21,8 @@ import cuvmap.lax as lax
 import cuvmap.numpy as cnp
 import cuvmap.scipy.linalg as sla
 import cuvmap.scipy.special as special
-from cuvmap.test_util import check_grads
+from name_rows import assert_results_close, assert_vmap_over_argument_is_a_loop, check_row_grads
+
 
 RNG = np.random.default_rng(320)
 A34 = RNG.normal(size=(3, 4))
@@ -158,14 +159,7 @@ IDS = [r[0] for r in ROWS]
 
 
 def _assert_close(got, want):
-    if isinstance(want, (tuple, list)):
-        assert isinstance(got, (tuple, list)) and len(got) == len(want)
-        for g, w in zip(got, want):
-            _assert_close(g, w)
-        return
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-10, equal_nan=True)
+    assert_results_close(got, want, rtol=1e-09, atol=1e-10)
 
 
 @pytest.mark.parametrize("name, f, ref, args, diff", ROWS, ids=IDS)
@@ -194,16 +188,7 @@ def test_under_vmap_over_each_argument(row, k):
     else:
         batch = np.stack([x, x * 1.5 - 0.1, x[::-1]])
 
-    def at(b):
-        return f(*args[:k], b, *args[k + 1:])
-
-    got = cv.vmap(at)(batch)
-    want = [at(b) for b in batch]
-    if isinstance(want[0], (tuple, list)):
-        for i in range(len(want[0])):
-            _assert_close(got[i], np.stack([w[i] for w in want]))
-    else:
-        _assert_close(got, np.stack(want))
+    assert_vmap_over_argument_is_a_loop(f, args, k, batch, rtol=1e-09, atol=1e-10)
 
 
 GRAD_ROWS = [r for r in ROWS if r[4]]
@@ -211,14 +196,7 @@ GRAD_ROWS = [r for r in ROWS if r[4]]
 
 @pytest.mark.parametrize("name, f, ref, args, diff", GRAD_ROWS, ids=[r[0] for r in GRAD_ROWS])
 def test_derivatives_both_modes(name, f, ref, args, diff):
-    def of_diff(*xs):
-        full = list(args)
-        for i, x in zip(diff, xs):
-            full[i] = x
-        return f(*full)
-
-    check_grads(of_diff, tuple(np.asarray(args[i], np.float64) for i in diff), order=1, modes=("fwd", "rev"),
-                atol=1e-5, rtol=1e-5)
+    check_row_grads(f, args, diff, tol=1e-05)
 
 
 def test_refusals():
