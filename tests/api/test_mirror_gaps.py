@@ -17,6 +17,7 @@ import cuvmap.numpy as cnp
 from cuvmap import lax
 from cuvmap.lax import linalg as lax_linalg
 from cuvmap.test_util import check_grads
+from sampling import sampled
 
 RNG = np.random.default_rng(3232)
 
@@ -343,8 +344,9 @@ def _random_bits(shape, dtype):
     return RNG.integers(0, 256, size=nbytes, dtype=np.uint8).view(dtype).reshape(shape)
 
 
-@pytest.mark.parametrize("shape, src, dst", VIEW_ROWS,
-                         ids=[f"{len(r[0])}d-{np.dtype(r[1]).name}-{np.dtype(r[2]).name}" for r in VIEW_ROWS])
+# -m "not slow": a quarter of the dtype pairs and shapes
+@pytest.mark.parametrize("shape, src, dst", sampled(
+    VIEW_ROWS, 4, ids=[f"{len(r[0])}d-{np.dtype(r[1]).name}-{np.dtype(r[2]).name}" for r in VIEW_ROWS]))
 def test_tracer_view_is_numpys_view(shape, src, dst):
     x = _random_bits(shape, src)
     want = x.view(dst)

@@ -261,21 +261,24 @@ def test_the_transforms_import_lax_only_in_their_rule_helpers():
 
 def test_function_local_imports_say_why():
     """A function-local import into cuvmap is for optional code or a documented cycle, and
-    its comment says which (tools/count_local_imports.py lists them with their reasons)."""
+    its comment says which (tools/count_local_imports.py lists them with their reasons; this
+    test reads the import graph's function-local edges and the tool's reading of a reason)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("count_local_imports",
                                                   os.path.join(ROOT, "tools", "count_local_imports.py"))
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    import pathlib
-
+    modules = _cuvmap_modules()
     silent = []
-    for path in sorted(pathlib.Path(ROOT, "cuvmap").rglob("*.py")):
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for lineno, into_cuvmap, module in tool.local_imports(path):
-            if into_cuvmap and not tool._reason(lines, lineno):
-                silent.append(f"{path.relative_to(ROOT)}:{lineno}: {module}")
+    for module, edges in _import_graph().items():
+        local = sorted({(line, target) for target, line, is_local in edges if is_local})
+        if not local:
+            continue
+        with open(modules[module], encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+        silent += [f"{os.path.relpath(modules[module], ROOT)}:{line}: {target}"
+                   for line, target in local if not tool._reason(lines, line)]
     assert not silent, "function-local imports without a comment saying why:\n" + "\n".join(silent)
 
 

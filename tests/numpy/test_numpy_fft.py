@@ -15,6 +15,7 @@ from cuvmap import backend as cv_backend
 from cuvmap.core import ShapeError
 from cuvmap.numpy import fft as cfft
 from cuvmap.test_util import check_batching, check_grads
+from sampling import product, sampled
 
 NORMS = [None, "backward", "ortho", "forward"]
 
@@ -54,10 +55,8 @@ def _close(got, want, rtol=1e-12, atol=1e-12):
 # Values
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ONE_AXIS)
-@pytest.mark.parametrize("norm", NORMS)
-@pytest.mark.parametrize("n", [None, 1, 4, 5, 9])
-@pytest.mark.parametrize("axis", [-1, 0, 1])
+# -m "not slow": a quarter of the combinations (each transform, norm, length and axis among them)
+@pytest.mark.parametrize("name,norm,n,axis", sampled(product(ONE_AXIS, NORMS, [None, 1, 4, 5, 9], [-1, 0, 1]), 4))
 def test_one_axis_transforms_match_numpy(name, norm, n, axis):
     x = _operand(name, (5, 6, 3), name)
     _close(getattr(cfft, name)(x, n=n, axis=axis, norm=norm), getattr(np.fft, name)(x, n=n, axis=axis, norm=norm))
