@@ -153,12 +153,26 @@ SHAPE_CASES = [pytest.param(r, d, id=f"{r.name}-{d.name}", marks=_first_dtype_fa
 # slow" takes the nested sample's rows only.)
 GPU_VMAP_SAMPLE = 3
 DEFAULT_VMAP_SAMPLE = 1
+# Batch sizes: -m "not slow" maps each row's sampled combination at size 3 (the nested
+# sample's rows at 3, 1 and 0 as well); the full suite every combination at 3, 1 and 0.
+ALL_SIZES, FIRST_SIZE, OTHER_SIZES = (3, 1, 0), (3,), (1, 0)
+
+
+def _cpu_vmap_cases(r, c, chosen):
+    if c in chosen and r.name not in NESTED_SAMPLE:
+        return [pytest.param(r, c, "cpu", FIRST_SIZE, id=f"cpu-{r.name}-{axes_id(c)}"),
+                pytest.param(r, c, "cpu", OTHER_SIZES, id=f"cpu-{r.name}-{axes_id(c)}-sizes10",
+                             marks=pytest.mark.slow)]
+    return [pytest.param(r, c, "cpu", ALL_SIZES, id=f"cpu-{r.name}-{axes_id(c)}", marks=_slow_unless(chosen, c))]
+
+
 VMAP_CASES = [
-    pytest.param(r, c, "cpu", id=f"cpu-{r.name}-{axes_id(c)}", marks=_slow_unless(chosen, c))
+    case
     for r in ALL_ROWS if r.args for combos in [in_axes_combos(r)]
     for chosen in [_sample(combos, DEFAULT_VMAP_SAMPLE, r.seed("cpu"))] for c in combos
+    for case in _cpu_vmap_cases(r, c, chosen)
 ] + [
-    pytest.param(r, c, "gpu", id=f"gpu-{r.name}-{axes_id(c)}",
+    pytest.param(r, c, "gpu", ALL_SIZES, id=f"gpu-{r.name}-{axes_id(c)}",
                  marks=[pytest.mark.gpu, *(_slow_unless(combos[:1], c) or _sampled_unless_nested(r))])
     for r in ALL_ROWS if r.args for combos in [_sample(in_axes_combos(r), GPU_VMAP_SAMPLE, r.seed("gpu"))]
     for c in combos
@@ -333,11 +347,11 @@ def test_shape_rule_matches_impl(row, dtype):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("row,in_axes,backend", VMAP_CASES)
-def test_vmap_matches_loop(row, in_axes, backend):
+@pytest.mark.parametrize("row,in_axes,backend,sizes", VMAP_CASES)
+def test_vmap_matches_loop(row, in_axes, backend, sizes):
     if backend == "gpu" and not cv_backend.gpu_available():
         pytest.skip("no CUDA device (or CuPy) available")
-    for size in (3, 1, 0):
+    for size in sizes:
         shapes = [batched_shape(a.shape, ax, size) for a, ax in zip(row.args, in_axes)]
         args = row.make_args(row.vmap_dtype, shapes, seed=size)
         check_batching(row.fun, put(args, backend), in_axes=in_axes, atol=1e-10, rtol=1e-10)
