@@ -17,6 +17,7 @@ from cuvmap.numpy._elementwise import astype, logical_and, where
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import concatenate, moveaxis, reshape
 from cuvmap.numpy._stacking import diff
+from cuvmap.core.bfloat16 import kind_of
 
 
 
@@ -117,7 +118,7 @@ def unwrap(p, discont=None, axis=-1, period=2 * np.pi):
     in the promoted dtype of ``p`` and ``period`` (integers stay integers, as NumPy)."""
     p, period_ = (asarray(p), asarray(period))
     dtype = np.result_type(core.dtype_of(p), core.dtype_of(period_))
-    if dtype.kind == "c":
+    if kind_of(dtype) == "c":
         raise TypeError("unwrap: complex inputs are not supported (as in JAX)")
     if dtype == np.bool_:
         dtype = np.dtype(np.int64)
@@ -125,7 +126,7 @@ def unwrap(p, discont=None, axis=-1, period=2 * np.pi):
     axis = _axis(p, axis, "unwrap")
     if shape(p)[axis] == 0:
         return p
-    integer = dtype.kind in "iu"
+    integer = kind_of(dtype) in "iu"
     interval = ew.floor_divide(period_, 2) if integer else ew.div(period_, 2)
     discont = interval if discont is None else discont
     dd = diff(p, axis=axis)

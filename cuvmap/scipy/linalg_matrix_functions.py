@@ -18,6 +18,7 @@ from cuvmap.numpy._elementwise import abs, astype, maximum, minimum, sqrt, where
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import any, min
 from cuvmap.numpy._shapes import broadcast_to, concatenate, diagonal, swapaxes
+from cuvmap.core.bfloat16 import kind_of
 
 __all__ = ["funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
 
@@ -37,7 +38,7 @@ def _square(a, name, arg="a"):
 
 def _complex(x):
     dtype = core.dtype_of(x)
-    return x if dtype.kind == "c" else astype(x, np.result_type(dtype, np.complex64))
+    return x if kind_of(dtype) == "c" else astype(x, np.result_type(dtype, np.complex64))
 
 
 def _adjoint(x):
@@ -203,7 +204,7 @@ def funm(A, func, disp=True):  # noqa: N803 - SciPy's name
     a = _square(A, "funm", "A")
     # real Schur form, then complex (as JAX and SciPy): a real eigenvalue keeps a zero
     # imaginary part, so ``func``'s branch cut sees the sign SciPy's does
-    t, z = rsf2csf(*lax_schur(a)) if core.dtype_of(a).kind != "c" else lax_schur(a)
+    t, z = rsf2csf(*lax_schur(a)) if kind_of(core.dtype_of(a)) != "c" else lax_schur(a)
     f = _diag_embed(astype(func(diagonal(t, 0, -2, -1)), core.dtype_of(t)))
     f, min_gap = _parlett(f, t)
     f = matmul(matmul(z, f), _adjoint(z))
@@ -272,7 +273,7 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
         f = np_linalg.solve(pa, matmul(_complex(c), pb))
         x = matmul(f / (wa[..., :, None] + wb[..., None, :]), np_linalg.inv(pb))
         x = matmul(pa, x)
-    if np.dtype(dtype).kind != "c":
+    if kind_of(np.dtype(dtype)) != "c":
         x = x.real
     wa, wb = np_linalg.eigvals(a), np_linalg.eigvals(b)
     singular = any(abs(wa[..., :, None] + wb[..., None, :]) < tol, axis=(-2, -1))

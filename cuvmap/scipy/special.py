@@ -19,6 +19,7 @@ from cuvmap import lax
 from cuvmap import numpy as cnp
 from cuvmap.scipy._util import promote_inexact
 from cuvmap.transforms.custom_derivatives import custom_jvp
+from cuvmap.core.bfloat16 import kind_of
 
 _LOG_2PI = math.log(2 * math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -185,7 +186,7 @@ def polygamma(n, x):
     """``ψ⁽ⁿ⁾(x)``, the n-th derivative of :func:`digamma`, for a concrete non-negative
     integer ``n`` (JAX also takes an array of orders). JAX: ``jax.scipy.special.polygamma``."""
     order = np.asarray(n)
-    if order.ndim != 0 or order.dtype.kind not in "iuf" or order != int(order) or order < 0:
+    if order.ndim != 0 or kind_of(order.dtype) not in "iuf" or order != int(order) or order < 0:
         raise ValueError(f"scipy.special.polygamma: n must be one concrete non-negative integer, got {n!r}")
     return lax.polygamma(int(order), promote_inexact(x))
 

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from cuvmap import core
+from cuvmap.core import bfloat16
 
 
 class Var:
@@ -419,7 +420,7 @@ def fold_constants(closed):
             if out_size <= max(in_size, _FOLD_MAX_GROWTH_ELEMENTS):
                 try:
                     # the impl, not bind: an outer jit may be tracing, and would stage it
-                    value = eqn.primitive.impl(*vals, **eqn.params)
+                    value = bfloat16.eqn_impl(eqn)(*vals, **eqn.params)
                     if isinstance(value, np.generic):
                         value = np.asarray(value)
                 except Exception:
