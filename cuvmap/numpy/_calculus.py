@@ -6,7 +6,7 @@ it differentiates, batches and stages under ``jit`` like those."""
 import numpy as np
 
 from cuvmap import core
-from cuvmap.core import ShapeError
+from cuvmap.core import ShapeError, bfloat16
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -116,8 +116,11 @@ def unwrap(p, discont=None, axis=-1, period=2 * np.pi):
     ``discont`` (default ``period / 2``) replaced by its representative in
     ``[−period/2, period/2)`` (the running sum of the corrections added from there on),
     in the promoted dtype of ``p`` and ``period`` (integers stay integers, as NumPy)."""
-    p, period_ = (asarray(p), asarray(period))
-    dtype = np.result_type(core.dtype_of(p), core.dtype_of(period_))
+    p = asarray(p)
+    # a Python period is weakly typed (JAX's): it takes p's dtype
+    weak = type(period) in (int, float) and not isinstance(period, bool)
+    period_ = period if weak else asarray(period)
+    dtype = bfloat16.result_type(core.dtype_of(p), period if weak else core.dtype_of(period_))
     if kind_of(dtype) == "c":
         raise TypeError("unwrap: complex inputs are not supported (as in JAX)")
     if dtype == np.bool_:
