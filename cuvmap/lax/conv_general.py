@@ -28,7 +28,8 @@ import numpy as np
 from cuvmap import core
 from cuvmap.core import ShapeError
 from cuvmap.lax import convolution
-from cuvmap.lax.elementwise import convert_element_type
+from cuvmap.lax.elementwise import add, convert_element_type, imag, real, sub
+from cuvmap.lax.elementwise import complex as make_complex
 from cuvmap.lax.indexing import normalize_slice, slice_p
 from cuvmap.lax.jax_shapes import Precision  # noqa: F401 - the one Precision, re-exported with the conv names
 from cuvmap.lax.shape import expand_dims, pad_p, reshape, squeeze, transpose
@@ -311,8 +312,6 @@ def _is_complex(x):
 def _complex_conv(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
                   feature_group_count, batch_group_count, preferred_element_type):
     """conv_general_dilated of complex operands (NOTE [complex convolutions from real ones])."""
-    from cuvmap.lax.elementwise import add, complex as make_complex, imag, real, sub
-
     def conv(x, w):
         return conv_general_dilated(x, w, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
                                     feature_group_count, batch_group_count)
