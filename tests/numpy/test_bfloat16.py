@@ -241,3 +241,17 @@ def test_every_row_has_bfloat16_cotangents(row):
         if g.dtype == BF16 and np.all(np.isfinite(g32)) and row.name not in BEYOND_BFLOAT16:
             scale = max(1.0, float(np.max(np.abs(g32), initial=0)))
             np.testing.assert_allclose(g.astype(F32), g32, rtol=1e-1, atol=1e-1 * scale, err_msg=row.name)
+
+
+def test_bfloat16_stays_on_the_host():
+    """CuPy has no bfloat16: moving a bfloat16 array to the GPU, or meeting CuPy arrays
+    with one, raises naming bfloat16 (here under the strict CuPy stand-in)."""
+    import conftest
+    if not conftest.STRICT_CUPY:
+        pytest.skip("needs the strict CuPy stand-in (a real GPU runs tools/gpu_checks.sh)")
+    import cupy
+    x = np.ones(3, BF16)
+    with pytest.raises(TypeError, match="device_put: an array of shape \\(3,\\) has dtype bfloat16, which CuPy"):
+        cv.device_put(x, "gpu")
+    with pytest.raises(TypeError, match="has dtype bfloat16, which CuPy does not support"):
+        cnp.add(x, cupy.ones(3, np.float32))
