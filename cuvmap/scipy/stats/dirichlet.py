@@ -32,3 +32,28 @@ def logpdf(x, alpha):
 def pdf(x, alpha):
     """``exp(logpdf(x, alpha))``. JAX: ``jax.scipy.stats.dirichlet.pdf``."""
     return cnp.exp(logpdf(x, alpha))
+
+
+def rvs(alpha, size=None, random_state=None):
+    """Draws from the Dirichlet distribution on the host, as SciPy: shape ``size + (K,)``
+    (``(1, K)`` for ``size=None``, SciPy's default of one draw), from NumPy's
+    ``Generator.dirichlet``/``RandomState.dirichlet``; ``random_state``: ``None`` (NumPy's
+    global ``RandomState``, as SciPy), an int seed, a ``numpy.random.Generator`` or
+    ``RandomState``. A concrete ``alpha`` only (sampling is not a transform; under
+    :func:`~cuvmap.jit` or :func:`~cuvmap.vmap` draw with ``cuvmap.random``'s keys).
+    SciPy/autograd: ``scipy.stats.dirichlet.rvs`` (JAX's ``dirichlet`` has none)."""
+    try:
+        a = np.asarray(alpha, dtype=np.float64)
+    except Exception as e:  # a tracer: its value is not known here
+        raise TypeError(f"dirichlet.rvs: alpha must be a concrete array (sampling happens on the host), got "
+                        f"{type(alpha).__name__}") from e
+    if a.ndim != 1:
+        raise ValueError(f"dirichlet.rvs: alpha must be one-dimensional, got shape {a.shape}")
+    if random_state is None:
+        gen = np.random.mtrand._rand
+    elif isinstance(random_state, (int, np.integer)):
+        gen = np.random.RandomState(int(random_state))
+    else:
+        gen = random_state
+    shape = 1 if size is None else size
+    return gen.dirichlet(a, size=shape)
