@@ -39,14 +39,15 @@ _SMALL_X = 1e-3
 _HANKEL_SWITCH = 25.0
 _HANKEL_TERMS = 50
 _RESCALE = 1e250
+_FACTORIALS = np.array([float(math.factorial(k)) for k in range(171)])
 
 
 def _series_j(m, x, terms=4):
     """J_m(x) for small x by its power series (m a non-negative integer array)."""
     half = x / 2
     with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
-        lead = np.exp(m * np.log(half) - lgamma(m + 1.0))
-    lead = np.where(m == 0, 1.0, lead)
+        # (x/2)^m / m! with the factorials exact (past 170, (x/2)^m with x < 10⁻³ is 0 anyway)
+        lead = np.power(half, m) / _FACTORIALS[np.minimum(m, 170).astype(np.int64)]
     term = np.ones_like(x)
     total = np.ones_like(x)
     for k in range(1, terms):
@@ -294,6 +295,7 @@ def _betainc_fraction(a, b, x):
     d = np.where(np.abs(d) < _TINY, _TINY, d)
     d = 1 / d
     h = d.copy()
+    done = np.zeros(x.shape, bool)
     for m in range(1, _BETAINC_STEPS):
         m2 = 2 * m
         aa = m * (b - m) * x / ((qam + m2) * (a + m2))
@@ -310,8 +312,9 @@ def _betainc_fraction(a, b, x):
         c = np.where(np.abs(c) < _TINY, _TINY, c)
         d = 1 / d
         delta = d * c
-        h = h * delta
-        if not np.any(np.abs(delta - 1) > 1e-16):
+        h = np.where(done, h, h * delta)  # a converged element stops (no rounding accumulates)
+        done = done | (np.abs(delta - 1) < 4e-16)
+        if done.all():
             break
     return h
 
