@@ -1,5 +1,7 @@
 """What the distributions of :mod:`cuvmap.scipy.stats` share: the standardized variable of a
 location-scale family and the support masks."""
+import math
+
 from cuvmap import numpy as cnp
 from cuvmap.scipy._util import promote_inexact
 
@@ -11,5 +13,6 @@ def standardize(x, loc, scale):
 
 
 def log_scale(scale):
-    """``log(scale)``, the density's Jacobian term."""
-    return cnp.log(scale)
+    """``log(scale)``, the density's Jacobian term; a Python float stays a Python float
+    (weakly typed: a float32 ``x`` keeps its dtype)."""
+    return math.log(scale) if isinstance(scale, float) else cnp.log(scale)

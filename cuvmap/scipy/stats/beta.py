@@ -11,7 +11,7 @@ import numpy as np
 from cuvmap import numpy as cnp
 from cuvmap.scipy import special
 from cuvmap.scipy._util import promote_inexact
-from cuvmap.scipy.stats._common import standardize
+from cuvmap.scipy.stats._common import log_scale, standardize
 
 
 def logpdf(x, a, b, loc=0, scale=1):
@@ -20,7 +20,7 @@ def logpdf(x, a, b, loc=0, scale=1):
     a, b = promote_inexact(a, b)
     inside = (y > 0) & (y < 1)
     safe = cnp.where(inside, y, 0.5)
-    value = special.xlogy(a - 1, safe) + special.xlog1py(b - 1, -safe) - special.betaln(a, b) - cnp.log(scale)
+    value = special.xlogy(a - 1, safe) + special.xlog1py(b - 1, -safe) - special.betaln(a, b) - log_scale(scale)
     return cnp.where(inside, value, -np.inf)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from cuvmap import numpy as cnp
 from cuvmap.scipy import special
 from cuvmap.scipy._util import promote_inexact
-from cuvmap.scipy.stats._common import standardize
+from cuvmap.scipy.stats._common import log_scale, standardize
 
 
 def logpdf(x, df, loc=0, scale=1):
@@ -23,8 +23,8 @@ def logpdf(x, df, loc=0, scale=1):
     k = 0.5 * df
     inside = y > 0
     safe = cnp.where(inside, y, 1.0)
-    value = special.xlogy(k - 1, safe) - 0.5 * safe - k * math.log(2) - special.gammaln(k) - cnp.log(scale)
-    at_zero = cnp.where(k < 1, np.inf, cnp.where(k == 1, -math.log(2) - cnp.log(scale), -np.inf))
+    value = special.xlogy(k - 1, safe) - 0.5 * safe - k * math.log(2) - special.gammaln(k) - log_scale(scale)
+    at_zero = cnp.where(k < 1, np.inf, cnp.where(k == 1, -math.log(2) - log_scale(scale), -np.inf))
     return cnp.where(inside, value, cnp.where(y == 0, at_zero, -np.inf))
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from cuvmap import numpy as cnp
 from cuvmap.scipy import special
 from cuvmap.scipy._util import promote_inexact
-from cuvmap.scipy.stats._common import standardize
+from cuvmap.scipy.stats._common import log_scale, standardize
 
 
 def logpdf(x, a, loc=0, scale=1):
@@ -19,8 +19,8 @@ def logpdf(x, a, loc=0, scale=1):
     a = promote_inexact(a)
     inside = y > 0
     safe = cnp.where(inside, y, 1.0)
-    value = special.xlogy(a - 1, safe) - safe - special.gammaln(a) - cnp.log(scale)
-    at_zero = cnp.where(a < 1, np.inf, cnp.where(a == 1, -cnp.log(scale), -np.inf))
+    value = special.xlogy(a - 1, safe) - safe - special.gammaln(a) - log_scale(scale)
+    at_zero = cnp.where(a < 1, np.inf, cnp.where(a == 1, -log_scale(scale), -np.inf))
     return cnp.where(inside, value, cnp.where(y == 0, at_zero, -np.inf))
 
 

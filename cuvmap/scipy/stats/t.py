@@ -2,7 +2,8 @@
 ``scale``, as ``jax.scipy.stats.t`` (``logpdf``, ``pdf``) with SciPy's/autograd's ``cdf``,
 ``logcdf``, ``sf`` and ``logsf`` besides. With ``z = (x − loc)/scale``:
 ``logpdf = lgamma((df+1)/2) − lgamma(df/2) − ½ log(df π) − log(scale) − (df+1)/2 · log1p(z²/df)``;
-``cdf = 1 − ½ I_{df/(df+z²)}(df/2, ½)`` for ``z ≥ 0`` (``½ I`` below), ``I`` the regularized
+``cdf = 1 − ½ I_{df/(df+z²)}(df/2, ½)`` for ``z ≥ 0`` (``½ I`` below; where ``z² < df``,
+``½ + sign(z) · ½ I_{z²/(df+z²)}(½, df/2)``), ``I`` the regularized
 incomplete beta function (:func:`cuvmap.scipy.special.betainc`). The densities are
 differentiable in every argument; ``cdf``/``logcdf``/``sf``/``logsf`` in ``x`` and ``loc``
 (and ``scale``), not in ``df`` (whose derivative raises, as ``betainc``'s in ``a``).
@@ -13,7 +14,7 @@ from cuvmap import numpy as cnp
 from cuvmap.errors import MissingRuleError
 from cuvmap.scipy import special
 from cuvmap.scipy._util import promote_inexact
-from cuvmap.scipy.stats._common import standardize
+from cuvmap.scipy.stats._common import log_scale, standardize
 from cuvmap.transforms.custom_derivatives import custom_jvp
 from cuvmap.transforms.symbolic_zeros import is_zero
 
@@ -24,7 +25,7 @@ def logpdf(x, df, loc=0, scale=1):
     z, scale = standardize(x, loc, scale)
     df = promote_inexact(df)
     half = 0.5 * (df + 1)
-    norm = special.gammaln(half) - special.gammaln(0.5 * df) - 0.5 * cnp.log(df * math.pi) - cnp.log(scale)
+    norm = special.gammaln(half) - special.gammaln(0.5 * df) - 0.5 * cnp.log(df * math.pi) - log_scale(scale)
     return norm - half * cnp.log1p(z * z / df)
 
 
@@ -35,9 +36,16 @@ def pdf(x, df, loc=0, scale=1):
 
 @custom_jvp
 def _cdf_standard(z, df):
-    """P(T ≤ z) for the standard t: ½ I_{df/(df+z²)}(df/2, ½) reflected for z > 0."""
-    tail = 0.5 * special.betainc(0.5 * df, 0.5, df / (df + z * z))
-    return cnp.where(z > 0, 1 - tail, tail)
+    """P(T ≤ z) for the standard t: ½ I_{df/(df+z²)}(df/2, ½) reflected for z > 0; where
+    z² < df, ½ + sign(z) · ½ I_{z²/(df+z²)}(½, df/2) (the same value, without the rounding of
+    df/(df+z²) near 1, which float32 would feel)."""
+    z2 = z * z
+    near = z2 < df
+    w_near = cnp.where(near, z2 / (df + z2), 0.5)
+    w_far = cnp.where(near, 0.5, df / (df + z2))
+    tail = 0.5 * special.betainc(0.5 * df, 0.5, w_far)
+    central = 0.5 * special.betainc(0.5, 0.5 * df, w_near)
+    return cnp.where(near, 0.5 + cnp.sign(z) * central, cnp.where(z > 0, 1 - tail, tail))
 
 
 @_cdf_standard.defjvp
