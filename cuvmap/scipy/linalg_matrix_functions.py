@@ -2,9 +2,12 @@
 ``rsf2csf``, ``sqrtm``, ``funm`` and ``solve_sylvester``. Each takes
 stacks of matrices and is a composite of :mod:`cuvmap.numpy` functions over
 :func:`cuvmap.lax.linalg_schur.schur` (loops over the matrix size only, each step a
-whole-stack operation), so it vmaps and jits; those that go through ``schur`` have no
-derivative, as in JAX (``schur`` raises, naming itself).
+whole-stack operation), so it vmaps and jits; ``schur`` has no derivative, as in JAX, but
+``sqrtm`` and ``solve_sylvester`` carry autograd's rules (NOTE [sqrtm and solve_sylvester
+differentiated by Sylvester equations]).
 """
+import functools
+
 import numpy as np
 
 from cuvmap import backend, core
@@ -18,6 +21,7 @@ from cuvmap.numpy._elementwise import abs, astype, maximum, minimum, sqrt, where
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import any, min
 from cuvmap.numpy._shapes import broadcast_to, concatenate, diagonal, swapaxes
+from cuvmap.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
 
@@ -164,13 +168,33 @@ def sqrtm(A, blocksize=1):  # noqa: N803 - SciPy's name
     """``scipy.linalg.sqrtm`` (JAX's ``jax.scipy.linalg.sqrtm``): the principal square
     root ``X`` (``X² = A``) of each square matrix of a stack, by the complex Schur method
     (``A = Z T Zᴴ``, ``X = Z √T Zᴴ``, ``√T`` by Björck and Hammarling's recurrence);
-    complex, as JAX's. No derivative (it goes through ``schur``, as JAX's).
-    ``blocksize > 1`` raises (JAX's too)."""
+    complex, as JAX's. Differentiable by autograd's rule, ``dX = solve_sylvester(X, X, dA)``
+    (NOTE [sqrtm and solve_sylvester differentiated by Sylvester equations]; JAX's has no
+    derivative). ``blocksize > 1`` raises (JAX's too)."""
     if blocksize > 1:
         raise NotImplementedError("sqrtm: blocksize > 1 (the blocked algorithm) is not implemented (as in JAX)")
-    a = _square(A, "sqrtm", "A")
+    return _sqrtm(_square(A, "sqrtm", "A"))
+
+
+# NOTE [sqrtm and solve_sylvester differentiated by Sylvester equations]
+# schur has no derivative rule (neither has JAX's), so the two functions that go through it
+# carry their own (autograd's): X = sqrtm(A) satisfies X X = A, so X dX + dX X = dA and
+# dX = solve_sylvester(X, X, dA); X = solve_sylvester(A, B, C) satisfies A X + X B = C, so
+# A dX + dX B = dC − dA X − X dB. Both tangents are again solve_sylvester, which has this rule,
+# so every order of derivative exists; reverse mode transposes the tangent's solve (linear
+# in its right-hand side). They exist where the equations have unique solutions: no two
+# eigenvalues of X (of A and −B) adding to 0.
+@custom_jvp
+def _sqrtm(a):
     t, z = lax_schur(_complex(a))
     return matmul(matmul(z, _sqrtm_triu(t)), _adjoint(z))
+
+
+@_sqrtm.defjvp
+def _sqrtm_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    x = _sqrtm(a)
+    return x, solve_sylvester(x, x, da)
 
 
 def _parlett(f, t):
@@ -246,7 +270,9 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
     back substitution over the columns, ``X = U Y Vᴴ``; ``method='eigen'``:
     ``A = P diag(a) P⁻¹``, ``B = Q diag(b) Q⁻¹``, ``X = P ((P⁻¹ C Q) / (a_i + b_j)) Q⁻¹``.
     Real for real ``C``. NaN where some ``|a_i + b_j| < tol`` (no unique solution, as
-    JAX). The Schur method has no derivative (as JAX)."""
+    JAX). Differentiable in ``A``, ``B`` and ``C`` by ``A dX + dX B = dC − dA X − X dB``
+    (autograd's rule; NOTE [sqrtm and solve_sylvester differentiated by Sylvester
+    equations]; JAX's Schur method has none)."""
     if method not in ("schur", "eigen"):
         raise ValueError(f'solve_sylvester: unrecognized method {method!r}; the two valid methods are "schur" '
                          'and "eigen"')
@@ -261,6 +287,12 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
     a = broadcast_to(astype(a, dtype), lead + (m, m))
     b = broadcast_to(astype(b, dtype), lead + (n, n))
     c = broadcast_to(astype(c, dtype), lead + (m, n))
+    return _sylvester(a, b, c, method, tol)
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(3, 4))
+def _sylvester(a, b, c, method, tol):
+    dtype = core.dtype_of(c)
     if method == "schur":
         r, u = lax_schur(_complex(a))
         s, v = lax_schur(_complex(_adjoint(b)))
@@ -277,3 +309,10 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
     wa, wb = np_linalg.eigvals(a), np_linalg.eigvals(b)
     singular = any(abs(wa[..., :, None] + wb[..., None, :]) < tol, axis=(-2, -1))
     return where(singular[..., None, None], np.nan, x)
+
+
+@_sylvester.defjvp
+def _sylvester_jvp(method, tol, primals, tangents):
+    (a, b, c), (da, db, dc) = primals, tangents
+    x = _sylvester(a, b, c, method, tol)
+    return x, _sylvester(a, b, dc - matmul(da, x) - matmul(x, db), method, tol)
