@@ -1,9 +1,7 @@
 """The derivative rules of cuvmap.scipy.linalg.sqrtm and solve_sylvester (autograd's; JAX's
 have none): dX = solve_sylvester(X, X, dA) and A dX + dX B = dC − dA X − X dB, checked against
-finite differences (first order in both modes, second order forward-over-forward and
-reverse-over-forward) on rows of real, complex and stacked matrices, and against the
-defining identities; forward-over-reverse (which would differentiate schur) is refused by
-name."""
+finite differences (first and second order, every composition of modes) on rows of real,
+complex and stacked matrices, and against the defining identities."""
 import numpy as np
 import pytest
 
@@ -67,7 +65,12 @@ def test_solve_sylvester_derivatives(name, a, b, c):
     np.testing.assert_allclose(g, cv.grad(lambda c: cnp.sum(cnp.real(sla.solve_sylvester(a, b, c))))(c), rtol=1e-13)
 
 
-def test_forward_over_reverse_refused_by_name():
-    f = lambda a: cnp.sum(cnp.real(sla.sqrtm(a)))  # noqa: E731
-    with pytest.raises(NotImplementedError, match="schur has no derivative rule"):
-        cv.jacfwd(cv.grad(f))(SPD)
+@pytest.mark.parametrize("name,f,a", SQRTM_ROWS[:3], ids=[r[0] for r in SQRTM_ROWS[:3]])
+def test_sqrtm_second_order_in_every_mode(name, f, a):
+    check_grads(f, (a,), order=2, modes=("fwd", "rev"))
+
+
+def test_sylvester_second_order_in_every_mode():
+    _, a, b, c = SYLVESTER_ROWS[0]
+    check_grads(sla.solve_sylvester, (a, b, c), order=2, modes=("fwd", "rev"))
+    check_grads(lambda c: sla.solve_sylvester(a, b, c, method="eigen"), (c,), order=1, modes=("fwd", "rev"))
