@@ -33,6 +33,7 @@ from cuvmap.scipy.linalg_matrix_functions import (  # noqa: F401  (issue 32: the
 from cuvmap.scipy.linalg_reductions import hessenberg, qr_multiply  # noqa: F401  (issue 32)
 # the special matrices and SciPy's spellings of qr, svd and polar (their own modules)
 from cuvmap.scipy.linalg_factorizations import polar, qr, svd
+from cuvmap.scipy.linalg_banded import solve_banded  # noqa: F401  (SciPy's/autograd's name)
 from cuvmap.scipy.linalg_special_matrices import (
     block_diag, circulant, companion, convolution_matrix, dft, fiedler, fiedler_companion, hadamard, hankel, helmert,
     hilbert, invhilbert, invpascal, leslie, pascal, toeplitz)
@@ -46,6 +47,7 @@ __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "
 __all__ += ["block_diag", "circulant", "companion", "convolution_matrix", "dft", "fiedler", "fiedler_companion",
             "hadamard", "hankel", "helmert", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "polar", "qr",
             "svd", "toeplitz"]
+__all__ += ["solve_banded"]  # SciPy's/autograd's (cuvmap/scipy/linalg_banded.py)
 
 
 def _mT(x):
