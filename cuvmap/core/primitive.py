@@ -35,6 +35,14 @@ from cuvmap.errors import ConcretizationError, CrossThreadTracerError, EscapedTr
 # ``__module__``, so a family's helper that defines its primitives counts as that family.
 _registry = weakref.WeakValueDictionary()
 _registry_keys = itertools.count()
+# how many times an impl was replaced (Primitive.def_impl): part of the key of the
+# executor's plans, which call the impls they were made with
+_impl_epoch = 0
+
+
+def impl_epoch():
+    """A number that changes whenever a primitive's impl is replaced (``def_impl``)."""
+    return _impl_epoch
 
 
 def _defining_module(primitive):
@@ -160,8 +168,11 @@ class Primitive:
 
     def def_impl(self, impl):
         """Sets ``impl`` (JAX's ``Primitive.def_impl``) and returns it. Eager ``bind``
-        calls it; a staged program calls the impl it was planned with."""
+        calls it, and so do staged programs planned after it (a plan is made again once an
+        impl changes: :func:`impl_epoch`)."""
         self.impl = impl
+        global _impl_epoch
+        _impl_epoch += 1
         return impl
 
     def check(self, *operands, **params):

@@ -38,6 +38,7 @@ rules carry the region through every transform:
   evaluation).
 """
 from cuvmap import api_util, config, core, tree
+from cuvmap.core import primitive
 from cuvmap.api_util import TransformError
 from cuvmap.transforms import executor, ir, staging
 from cuvmap.transforms.checkpoint_name import checkpoint_name, name_p  # noqa: F401  (jax.ad_checkpoint's names)
@@ -164,7 +165,7 @@ class RematCallPrimitive(ProgramCall):
     what = "a checkpointed function"
 
     def run(self, *args, program, policy, prevent_cse):
-        key = (_REGION_PLAN, config.jit_gpu_fusion)
+        key = (_REGION_PLAN, config.jit_gpu_fusion, primitive.impl_epoch())
         p = program.plans.get(key)
         if p is None:
             p = program.plans.setdefault(key, executor.plan(program, graphs=False))

@@ -6,6 +6,7 @@ the plans that programs keep (:func:`plan_for`, :func:`nested_plan`), running th
 import numpy as np
 
 from cuvmap import backend, config
+from cuvmap.core import primitive
 from cuvmap.cuda import graphs as cuda_graphs, kernels
 from cuvmap.transforms import fusion, ir
 from cuvmap.transforms.executor import codegen, host_memory, peak_memory
@@ -206,7 +207,7 @@ def plan_for(plans, closed, donated=(), graphs=None):
     """The plan of ``closed`` for the current jit settings, made once and kept in the dict
     ``plans`` (a program keeps one plan per combination of ``jit_gpu_fusion`` and
     ``jit_cuda_graphs``); ``graphs=False`` plans without CUDA graphs whatever the setting."""
-    key = (config.jit_gpu_fusion, config.jit_cuda_graphs if graphs is None else graphs)
+    key = (config.jit_gpu_fusion, config.jit_cuda_graphs if graphs is None else graphs, primitive.impl_epoch())
     p = plans.get(key)
     if p is None:
         p = plans.setdefault(key, plan(closed, donated, graphs=key[1]))
