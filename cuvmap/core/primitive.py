@@ -18,6 +18,7 @@ import numpy as np
 
 from cuvmap import backend
 from cuvmap.core.avals import dtype_of, shape_of
+from cuvmap.core.rule_cache import RuleCache, signature
 from cuvmap.core.tracers import Tracer, _state, get_aval
 from cuvmap.core.weak import bind_weak, may_be_weak
 from cuvmap.errors import ConcretizationError, CrossThreadTracerError, EscapedTracerError, MissingRuleError, ShapeError
@@ -53,6 +54,8 @@ def registered_primitives():
 # The facts of a primitive (the docstring of Primitive) and their defaults, the safe
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
+_checked = RuleCache()   # Primitive.check's results
+
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
           "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None}
 
@@ -60,7 +63,10 @@ _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host
 class Primitive:
     """A named operation. ``impl(*arrays, **params)`` evaluates it on concrete arrays;
     ``shape_rule(*avals, **params) -> ShapedArray`` states its output aval and raises
-    :class:`ShapeError` for bad operands. Transform rules live in the transform modules.
+    :class:`ShapeError` for bad operands; it is a pure function of the avals and params
+    (it reads no value, setting or state: eager binds cache its results per signature,
+    NOTE [eager shape rules are cached per signature] in cuvmap/core/rule_cache.py).
+    Transform rules live in the transform modules.
 
     ``differentiable=False`` marks primitives whose outputs carry no derivative
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
@@ -166,8 +172,16 @@ class Primitive:
 
     def check(self, *operands, **params):
         """Runs the shape rule on the operands' avals: impls whose kernels would fail deep
-        inside NumPy call it first, so bad input fails with the rule's message."""
-        return self.shape_rule(*(get_aval(x) for x in operands), **params)
+        inside NumPy call it first, so bad input fails with the rule's message. Returns
+        the output's aval, cached per signature (NOTE [eager shape rules are cached per
+        signature] in cuvmap/core/rule_cache.py)."""
+        sig = signature(operands, params)
+        if sig is not None:
+            hit = _checked.get(self, sig)
+            if hit is not None:
+                return hit
+        out = self.shape_rule(*(get_aval(x) for x in operands), **params)
+        return out if sig is None else _checked.put(self, sig, out)
 
     def bind(self, *args, **params):
         top = find_top_main(self, args, params)

@@ -11,6 +11,7 @@ that says it is weak (NOTE [eager weak arrays]).
 import numpy as np
 
 from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapedArray
+from cuvmap.core.rule_cache import RuleCache, signature
 from cuvmap.errors import ShapeError
 
 
@@ -99,16 +100,45 @@ def may_be_weak(args):
 def bind_weak(primitive, args, params):
     """The eager bind of ``primitive`` on ``args`` with weak types applied (NOTE [eager
     weak arrays]): WeakArray operands cast where a strong operand decides the dtype, the
-    result a WeakArray where the shape rule says weak."""
+    result a WeakArray where the shape rule says weak. The decision is the shape rule's,
+    cached per signature (NOTE [eager shape rules are cached per signature] in
+    cuvmap/core/rule_cache.py)."""
     if primitive.shape_rule is None or primitive.multiple_results:
         return primitive.impl(*[_plain(a) for a in args], **params)
+    sig = signature(args, params)
+    plan = None if sig is None else _plans.get(primitive, sig)
+    if plan is None:
+        plan = _weak_plan(primitive, args, params)
+        if sig is not None:
+            _plans.put(primitive, sig, plan)
+    weak_out, out_dtype, casts = plan
+    if casts:
+        args = list(args)
+        for i, cast in casts:
+            plain = args[i].view(np.ndarray)
+            args[i] = plain if cast is None else plain.astype(cast)
+    result = primitive.impl(*args, **params)
+    if isinstance(result, np.generic):
+        result = np.asarray(result)
+    if weak_out and type(result) is np.ndarray and result.dtype == out_dtype:
+        return result.view(WeakArray)
+    return result
+
+
+_plans = RuleCache()
+
+
+def _weak_plan(primitive, args, params):
+    """``(weak result, result dtype, casts)`` of ``bind_weak``: ``casts`` holds ``(i,
+    dtype)`` for each WeakArray operand ``i``, the dtype it is cast to first (None: its
+    own)."""
     avals = [_aval(a) for a in args]
     out = primitive.shape_rule(*avals, **params)
-    args = list(args)
+    casts = []
     for i, a in enumerate(args):
         if type(a) is not WeakArray:
             continue
-        plain = a.view(np.ndarray)
+        cast = None
         if not out.weak_type:
             strong = ShapedArray(a.shape, a.dtype)
             try:
@@ -116,14 +146,9 @@ def bind_weak(primitive, args, params):
             except ShapeError:
                 as_strong = out.dtype
             if as_strong != out.dtype:
-                plain = plain.astype(out.dtype)
-        args[i] = plain
-    result = primitive.impl(*args, **params)
-    if isinstance(result, np.generic):
-        result = np.asarray(result)
-    if out.weak_type and type(result) is np.ndarray and result.dtype == out.dtype:
-        return result.view(WeakArray)
-    return result
+                cast = out.dtype
+        casts.append((i, cast))
+    return out.weak_type, out.dtype, tuple(casts)
 
 
 def _plain(a):
