@@ -266,6 +266,13 @@ def fold_bdim_into(x, bdim, dst):
     dim), the batch index varying slowest: ``(..., B, n, ...) -> (..., B*n, ...)``."""
     from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
+    s = tuple(x.shape)
+    if all(s[i] == 1 for i in range(min(bdim, dst), max(bdim, dst) + 1) if i != bdim):
+        # the batch dim crosses size-1 dims only (a per-example operand of one image,
+        # ``(B, 1, C, H, W)``): moving it keeps the elements' order, so one reshape does
+        # both steps, one bind instead of a transpose and a reshape
+        rest = s[:bdim] + s[bdim + 1:]
+        return lax_shape.reshape(x, rest[:dst] + (s[bdim] * rest[dst],) + rest[dst + 1:])
     x = move_bdim(x, bdim, dst)
     s = tuple(x.shape)
     return lax_shape.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
