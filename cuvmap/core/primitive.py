@@ -184,7 +184,16 @@ class Primitive:
         return out if sig is None else _checked.put(self, sig, out)
 
     def bind(self, *args, **params):
-        top = find_top_main(self, args, params)
+        # find_top_main's answer for the eval interpreter (no tracer, no staging, no named
+        # axis) without calling it: most eager binds are there
+        top = None
+        if _state.staging_main is not None or self.axis_mains is not None:
+            top = find_top_main(self, args, params)
+        else:
+            for x in args:
+                if isinstance(x, Tracer):
+                    top = find_top_main(self, args, params)
+                    break
         try:
             if top is None:
                 if may_be_weak(args):  # NOTE [eager weak arrays] in cuvmap/core/weak.py

@@ -53,7 +53,10 @@ def _typed(v):
     """``v`` with its type, and the types of the items of tuples (within tuples)."""
     t = type(v)
     if t is tuple:
-        return t, tuple([_typed(x) for x in v])
+        types = tuple(map(type, v))
+        if tuple in types:
+            return t, tuple([_typed(x) for x in v])
+        return t, v, types
     return t, v
 
 

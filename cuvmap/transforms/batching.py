@@ -267,11 +267,12 @@ def fold_bdim_into(x, bdim, dst):
     from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     s = tuple(x.shape)
-    if all(s[i] == 1 for i in range(min(bdim, dst), max(bdim, dst) + 1) if i != bdim):
-        # the batch dim crosses size-1 dims only (a per-example operand of one image,
-        # ``(B, 1, C, H, W)``): moving it keeps the elements' order, so one reshape does
-        # both steps, one bind instead of a transpose and a reshape
-        rest = s[:bdim] + s[bdim + 1:]
+    rest = s[:bdim] + s[bdim + 1:]
+    crossed = rest[min(bdim, dst):max(bdim, dst)]  # the dims the batch dim moves across
+    if crossed.count(1) == len(crossed):
+        # only size-1 dims (a per-example operand of one image, ``(B, 1, C, H, W)``):
+        # moving the batch dim keeps the elements' order, so one reshape does both steps,
+        # one bind instead of a transpose and a reshape
         return lax_shape.reshape(x, rest[:dst] + (s[bdim] * rest[dst],) + rest[dst + 1:])
     x = move_bdim(x, bdim, dst)
     s = tuple(x.shape)

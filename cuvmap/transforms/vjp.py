@@ -191,10 +191,15 @@ def backward_pass(tape, output_cts):
     calls = tape.calls
     names = tape.names
     base = core.name_stack()
+    transposed = {}  # the names recorded -> the stack of their backward rules
     try:
         for k in range(len(entries) - 1, -1, -1):
             if names:  # each entry's rules under its names, transposed (NOTE [named scopes] in core/tracers.py)
-                core.set_name_stack(_transposed_names(base, names.get(k)))
+                recorded = names.get(k)
+                stack = transposed.get(recorded)
+                if stack is None:
+                    stack = transposed[recorded] = _transposed_names(base, recorded)
+                core.set_name_stack(stack)
             node = n_in + k
             if calls and k in calls:
                 _backward_call(entries[k], cts, node, calls[k])
