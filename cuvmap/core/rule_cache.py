@@ -7,8 +7,8 @@ it on every call with the same avals: the weak-type decision of ``bind_weak`` (t
 once, and once more per weak operand: NOTE [eager weak arrays] in cuvmap/core/weak.py) and
 the check that the convolution and pooling impls make before their kernels
 (``Primitive.check``). Eager ``vmap(grad)`` of the benchmark CNN ran 14 such rules per call
-(each selects of relu with its Python ``0``, each convolution), 10 to 20 µs each. Both now
-look the result up by the operands' *signature*: per operand, its type and, for a host
+(relu's selects with their Python ``0``, each convolution), several times a bind's own
+dispatch each (``python -m benchmarks eager`` counts the calls). Both now look the result up by the operands' *signature*: per operand, its type and, for a host
 array (a ``numpy.ndarray``, a WeakArray), its shape and dtype, and the params with each
 value's type, those in tuples too (``axis=1``, ``axis=True`` and ``axis=1.0`` are
 different keys, though Python finds them equal). That is exactly what the
