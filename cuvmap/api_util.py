@@ -367,10 +367,11 @@ def dyn_function(f, args, kwargs, argnums):
 #   binds 87, 62 reaching a kernel. Each forward op of vmap(grad) is three binds (grad's
 #   trace binds it under vmap, vmap's rule binds it for the kernel), which is where the 82
 #   binds without a kernel come from. The dispatch (the vmap and vjp rules, tracers, the
-#   tape, argument checks) costs about as much per bind at every batch: the largest share of an eager call at batch 8 (the gap between eager and jit's program,
-#   which pays none of it and reuses its buffers), a small one at 128. The suite also
-#   counts the function calls of one eager call (cProfile's count), which the machine's
-#   load barely changes: the measure to compare dispatch changes by.
+#   tape, argument checks) costs about as much per bind at every batch: the largest share
+#   of an eager call at batch 8 (the gap between eager and jit's program, which pays none
+#   of it and reuses its buffers), a small one at 128. The suite also counts the function
+#   calls of one eager call (cProfile's count), which the machine's load barely changes:
+#   the measure to compare dispatch changes by.
 # - Cut so far (eager vmap(grad) at batch 8 from 7420 function calls per call to 6421,
 #   batched grad from about 4860 to 4149, the oneDNN kernels; 181 binds to 177; the
 #   numbers the same): the eager shape rules are cached per signature (NOTE [eager shape

@@ -6,19 +6,20 @@ no setting and no state (Primitive's docstring says so). An eager bind that need
 it on every call with the same avals: the weak-type decision of ``bind_weak`` (the rule
 once, and once more per weak operand: NOTE [eager weak arrays] in cuvmap/core/weak.py) and
 the check that the convolution and pooling impls make before their kernels
-(``Primitive.check``). Eager ``vmap(grad)`` of the benchmark CNN ran 14 such rules per call
-(relu's selects with their Python ``0``, each convolution), several times a bind's own
-dispatch each (``python -m benchmarks eager`` counts the calls). Both now look the result up by the operands' *signature*: per operand, its type and, for a host
-array (a ``numpy.ndarray``, a WeakArray), its shape and dtype, and the params with each
-value's type, those in tuples too (``axis=1``, ``axis=True`` and ``axis=1.0`` are
-different keys, though Python finds them equal). That is exactly what the
-rule sees: a host array's aval is its shape, dtype, weak type (its type says) and the
-device ``"cpu"``; a Python scalar's is its type's. Anything else (a CuPy array, whose
-aval names its device; a NumPy scalar; unhashable params) has no signature, and the rule
-runs as before. A rule that raises caches nothing, so a bad operand raises its
-ShapeError on every call. The tables are bounded (cleared past :data:`LIMIT` entries) and
-shared by threads (dict reads and writes are atomic; two threads that miss at once both
-run the pure rule and store the same result).
+(``Primitive.check``). Eager ``vmap(grad)`` of the benchmark CNN ran 14 such rules per
+call (relu's selects with their Python ``0``, each convolution), several times a bind's
+own dispatch each (``python -m benchmarks eager`` counts the calls). Both now look the
+result up by the operands' *signature*: per operand, its type and, for a host array (a
+``numpy.ndarray``, a WeakArray), its shape and dtype, and the params with each value's
+type, those in tuples too (``axis=1``, ``axis=True`` and ``axis=1.0`` are different keys,
+though Python finds them equal). That is exactly what the rule sees: a host array's aval
+is its shape, dtype, weak type (its type says) and the device ``"cpu"``; a Python scalar's
+is its type's. Anything else (a CuPy array, whose aval names its device; a NumPy scalar;
+unhashable params) has no signature, and the rule runs as before. A rule that raises
+caches nothing, so a bad operand raises its ShapeError on every call. The tables are
+bounded (cleared past :data:`LIMIT` entries) and shared by threads (dict reads and writes
+are atomic; two threads that miss at once both run the pure rule and store the same
+result).
 """
 import numpy as np
 

@@ -50,7 +50,7 @@ reshape_p = Primitive("reshape", impl=lambda x, *, new_sizes: core.as_array(x).r
 def reshape(x, new_sizes):
     """``x.reshape(new_sizes)``; ``new_sizes`` is a tuple of non-negative ints (no -1)."""
     new_sizes = tuple(map(int, new_sizes))
-    if core.shape_of(x) == new_sizes:
+    if getattr(x, "shape", ()) == new_sizes:  # core.shape_of, inlined: the rules reshape often
         return x
     return reshape_p.bind(x, new_sizes=new_sizes)
 

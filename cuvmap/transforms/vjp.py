@@ -181,7 +181,7 @@ def backward_pass(tape, output_cts):
     Returns:
       the cotangent of each input node (``None`` where no path reached it).
     """
-    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.elementwise as elementwise  # a rule helper's primitives: lax imports this module
 
     n_in = tape.num_inputs
     cts = [None] * (n_in + len(tape.entries))
@@ -242,7 +242,7 @@ def _transposed_names(base, recorded):
 # index to the number of outputs. Every output node is later than each input node, so
 # when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
 def _backward_call(entry, cts, node, num_outs):
-    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.elementwise as elementwise  # a rule helper's primitives: lax imports this module
 
     group = cts[node:node + num_outs]
     if all(c is None for c in group):
@@ -262,7 +262,7 @@ def match_operand(ct, primal):
     and casts it to the operand's dtype."""
     if has_aval_of(ct, primal):
         return ct
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     return match_aval(ct, primal, lax_shape.unbroadcast)
 
