@@ -201,6 +201,8 @@ class Primitive:
                 out = self.impl(*args, **params)
                 # NumPy ufuncs return scalars for 0-d operands; results are always arrays
                 return np.asarray(out) if isinstance(out, np.generic) else out
+            if self._plain_bind_with_trace:  # bind_with_trace's own body, without its call
+                return top.trace.process_primitive(self, args, params)
             return self.bind_with_trace(top.trace, args, params)
         except _PASS_THROUGH:
             raise
@@ -215,6 +217,14 @@ class Primitive:
     def bind_with_trace(self, trace, args, params):
         """Hands the primitive to ``trace`` (the transform ``bind`` chose)."""
         return trace.process_primitive(self, args, params)
+
+    # whether the class keeps Primitive's bind_with_trace (``bind`` then runs its body
+    # itself); a subclass that overrides it (call primitives) is seen here when defined
+    _plain_bind_with_trace = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._plain_bind_with_trace = cls.bind_with_trace is Primitive.bind_with_trace
 
     def bind_error(self, args, params, err, top):
         """The error ``bind`` raises when applying the primitive failed (NOTE [errors keep

@@ -126,10 +126,10 @@ def _vendor_for(device, dtype):
     """``(name, module)``: the vendor kernels of ``device`` for ``dtype``, the module None
     when they cannot run it (library missing, dtype unsupported)."""
     if device == "gpu":
-        from cuvmap.cuda import cudnn  # a vendor binding: imported at its device's first convolution
+        import cuvmap.cuda.cudnn as cudnn  # a vendor binding: imported at its device's first convolution
 
         return "cudnn", (cudnn if cudnn.available() else None)
-    from cuvmap.cpu import onednn  # a vendor binding: imported at its device's first convolution
+    import cuvmap.cpu.onednn as onednn  # a vendor binding: imported at its device's first convolution
 
     return "onednn", (onednn if onednn.supports(dtype) and onednn.available() else None)
 
