@@ -62,7 +62,9 @@ def _typed(v):
 
 
 class RuleCache:
-    """A table ``(primitive, signature) -> result``, bounded by :data:`LIMIT`."""
+    """A table ``(shape rule, signature) -> result``, bounded by :data:`LIMIT`: keyed by
+    the primitive's shape rule itself, so a rule replaced after some binds
+    (``prim.shape_rule = ...``) is never answered by its predecessor's results."""
 
     __slots__ = ("table",)
 
@@ -70,13 +72,13 @@ class RuleCache:
         self.table = {}
 
     def get(self, primitive, sig):
-        return self.table.get((primitive, sig))
+        return self.table.get((primitive.shape_rule, sig))
 
     def put(self, primitive, sig, value):
         table = self.table
         if len(table) >= LIMIT:
             table.clear()
-        table[(primitive, sig)] = value
+        table[(primitive.shape_rule, sig)] = value
         return value
 
     def clear(self):
