@@ -372,25 +372,30 @@ def dyn_function(f, args, kwargs, argnums):
 #   of it and reuses its buffers), a small one at 128. The suite also counts the function
 #   calls of one eager call (cProfile's count), which the machine's load barely changes:
 #   the measure to compare dispatch changes by.
-# - Cut so far (eager vmap(grad) at batch 8 from 7420 function calls per call to 6421,
-#   batched grad from about 4860 to 4149, the oneDNN kernels; 181 binds to 177; the
-#   numbers the same): the eager shape rules are cached per signature (NOTE [eager shape
-#   rules are cached per signature] in cuvmap/core/rule_cache.py): bind_weak ran relu's
-#   select with its Python 0 through the shape rule twice per bind (for the loss's small
-#   selects, several times the kernel's own time), and the convolutions' impls checked
-#   their operands by the rule; the eval interpreter's binds skip find_top_main's call; transpose's and
-#   dot_general's VJP rules order their axes in Python, not with numpy.argsort on tuples
-#   (a NumPy call each); fold_bdim_into moves a batch
-#   dim across size-1 dims with its one reshape (the per-example convolutions' weight
-#   gradients bound a transpose and a reshape per operand); the backward pass transposes
-#   each recorded name stack once, not per tape entry.
-# - What is left of the dispatch: the binds themselves (about 40 function calls each: the
-#   traces, the rules, the tracers), optree's flattening of the arguments (about 15
-#   flattens per vmap(grad) call, each as costly as a few binds: vmap's and grad's
-#   argument checks and _vjp flatten the same arguments again), the Python around each convolution kernel
-#   (strategy lookup, thread limits, oneDNN's layouts: 150-260 calls per convolution)
-#   and the take batch rules, which normalize negative indices again (lt, add, select)
-#   that take_along_axis has normalized already (6 binds per call).
+# - Cut so far (issue 36; the numbers the same): eager vmap(grad) at batch 8 from 7420
+#   function calls per call to 5871, batched grad from 4824-4894 to 3791 (the oneDNN
+#   kernels, CUVMAP_CONV_STRATEGY=onednn; the same at batch 32), and 181 binds to 177. The
+#   eager shape rules are cached per signature (NOTE [eager shape rules are cached per
+#   signature] in cuvmap/core/rule_cache.py): bind_weak ran relu's select with its Python
+#   0 through the shape rule twice per bind (for the loss's small selects, several times
+#   the kernel's own time), and the convolutions' impls checked their operands by the
+#   rule. ``bind`` runs the eval interpreter without calling find_top_main and a trace's
+#   process_primitive without bind_with_trace's call; the rule helpers import the lax
+#   family modules without importlib's fromlist path (a Python call per import);
+#   transpose's and dot_general's VJP rules order their axes in Python, not with
+#   numpy.argsort on tuples; fold_bdim_into moves a batch dim across size-1 dims with its
+#   one reshape (the per-example convolutions' weight gradients bound a transpose and a
+#   reshape per operand); the backward pass transposes each recorded name stack once, not
+#   per tape entry; the Python around each convolution kernel lost its generators.
+# - What is left of the dispatch: the binds themselves (a few tens of function calls each:
+#   the traces, the rules, the tracers; three binds per forward op under vmap(grad)),
+#   optree's flattening of the arguments (about 15 flattens per vmap(grad) call, each as
+#   costly as a few binds: vmap's and grad's argument checks and _vjp flatten the same
+#   arguments again), cuvmap.numpy's wrappers (cross_entropy's take_along_axis), the
+#   Python around each convolution kernel (strategy lookup, thread limits, oneDNN's
+#   layouts and plans: about 150 calls per convolution, more when a new plan is made) and
+#   the take batch rules, which normalize negative indices again (lt, add, select) that
+#   take_along_axis has normalized already (6 binds per call).
 # - The argument checks of vmap and grad built each leaf's description (``argument 0
 #   (params)['w1']``, an inspect.signature each) for the messages of errors they did not
 #   raise, about 20 per vmap(grad) call; they are built only for the error now
