@@ -361,9 +361,9 @@ def dyn_function(f, args, kwargs, argnums):
 # Primitive.bind to split each eager call into the kernels (binds that reach an impl) and
 # the dispatch around them. What it showed:
 #
-# - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 177
-#   primitives per call, 95 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
-#   conv_backward_input, dot_general ×3, select ×8, reduce_sum ×6, reshapes); batched grad
+# - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 173
+#   primitives per call, 91 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
+#   conv_backward_input, dot_general ×3, select ×6, reduce_sum ×6, reshape ×26); batched grad
 #   binds 87, 62 reaching a kernel. Each forward op of vmap(grad) is three binds (grad's
 #   trace binds it under vmap, vmap's rule binds it for the kernel), which is where the 82
 #   binds without a kernel come from. The dispatch (the vmap and vjp rules, tracers, the
@@ -373,8 +373,8 @@ def dyn_function(f, args, kwargs, argnums):
 #   calls of one eager call (cProfile's count), which the machine's load barely changes:
 #   the measure to compare dispatch changes by.
 # - Cut so far (issue 36; the numbers the same): eager vmap(grad) at batch 8 from 7420
-#   function calls per call to 5871, batched grad from 4824-4894 to 3791 (the oneDNN
-#   kernels, CUVMAP_CONV_STRATEGY=onednn; the same at batch 32), and 181 binds to 177. The
+#   function calls per call to 5825, batched grad from 4824-4894 to 3791 (the oneDNN
+#   kernels, CUVMAP_CONV_STRATEGY=onednn; the same at batch 32), and 181 binds to 173. The
 #   eager shape rules are cached per signature (NOTE [eager shape rules are cached per
 #   signature] in cuvmap/core/rule_cache.py): bind_weak ran relu's select with its Python
 #   0 through the shape rule twice per bind (for the loss's small selects, several times
@@ -386,7 +386,9 @@ def dyn_function(f, args, kwargs, argnums):
 #   numpy.argsort on tuples; fold_bdim_into moves a batch dim across size-1 dims with its
 #   one reshape (the per-example convolutions' weight gradients bound a transpose and a
 #   reshape per operand); the backward pass transposes each recorded name stack once, not
-#   per tape entry; the Python around each convolution kernel lost its generators.
+#   per tape entry; the Python around each convolution kernel lost its generators; take's
+#   batch rules normalize the checked indices with one remainder (floor modulo) where lt,
+#   add and select were three binds.
 # - What is left of the dispatch: the binds themselves (a few tens of function calls each:
 #   the traces, the rules, the tracers; three binds per forward op under vmap(grad)),
 #   optree's flattening of the arguments (about 15 flattens per vmap(grad) call, each as
@@ -394,8 +396,8 @@ def dyn_function(f, args, kwargs, argnums):
 #   arguments again), cuvmap.numpy's wrappers (cross_entropy's take_along_axis), the
 #   Python around each convolution kernel (strategy lookup, thread limits, oneDNN's
 #   layouts and plans: about 150 calls per convolution, more when a new plan is made) and
-#   the take batch rules, which normalize negative indices again (lt, add, select) that
-#   take_along_axis has normalized already (6 binds per call).
+#   the take batch rules, which check and normalize indices that take_along_axis has
+#   checked and normalized already (a bounds check and a remainder, twice per call).
 # - The argument checks of vmap and grad built each leaf's description (``argument 0
 #   (params)['w1']``, an inspect.signature each) for the messages of errors they did not
 #   raise, about 20 per vmap(grad) call; they are built only for the error now
