@@ -54,10 +54,10 @@ def registered_primitives():
 # The facts of a primitive (the docstring of Primitive) and their defaults, the safe
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
-_checked = RuleCache()   # Primitive.check's results
-
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
           "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None}
+
+_checked = RuleCache()   # Primitive.check's results (NOTE [eager shape rules are cached per signature])
 
 
 class Primitive:
