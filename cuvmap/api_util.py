@@ -363,23 +363,25 @@ def dyn_function(f, args, kwargs, argnums):
 #
 # - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 173
 #   primitives per call, 91 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
-#   conv_backward_input, dot_general ×3, select ×6, reduce_sum ×6, reshape ×26); batched grad
-#   binds 87, 62 reaching a kernel. Each forward op of vmap(grad) is three binds (grad's
-#   trace binds it under vmap, vmap's rule binds it for the kernel), which is where the 82
-#   binds without a kernel come from. The dispatch (the vmap and vjp rules, tracers, the
-#   tape, argument checks) costs about as much per bind at every batch: the largest share
-#   of an eager call at batch 8 (the gap between eager and jit's program, which pays none
-#   of it and reuses its buffers), a small one at 128. The suite also counts the function
-#   calls of one eager call (cProfile's count), which the machine's load barely changes:
-#   the measure to compare dispatch changes by.
-# - Cut so far (issue 36; the numbers the same): eager vmap(grad) at batch 8 from 7420
-#   function calls per call to 5825, batched grad from 4824-4894 to 3791 (the oneDNN
-#   kernels, CUVMAP_CONV_STRATEGY=onednn; the same at batch 32), and 181 binds to 173. The
-#   eager shape rules are cached per signature (NOTE [eager shape rules are cached per
-#   signature] in cuvmap/core/rule_cache.py): bind_weak ran relu's select with its Python
-#   0 through the shape rule twice per bind (for the loss's small selects, several times
-#   the kernel's own time), and the convolutions' impls checked their operands by the
-#   rule. ``bind`` runs the eval interpreter without calling find_top_main and a trace's
+#   conv_backward_input, dot_general ×3, select ×6, reduce_sum ×6, reshape ×26); batched
+#   grad binds 87, 62 reaching a kernel. Each forward op of vmap(grad) is three binds
+#   (grad's trace binds it under vmap, vmap's rule binds it for the kernel), which is
+#   where the 82 binds without a kernel come from. The dispatch (the vmap and vjp rules,
+#   tracers, the tape, argument checks) costs about as much per bind at every batch: the
+#   largest share of an eager call at batch 8 (the gap between eager and jit's program,
+#   which pays none of it and reuses its buffers), a small one at 128. The suite also
+#   counts the function calls of an eager call (cProfile's count), which the machine's
+#   load moves only through the thread rule's branches (CUVMAP_CPU_THREADS=fixed pins
+#   them): the measure to compare dispatch changes by.
+# - Cut so far (issue 36; the numbers the same): eager vmap(grad) from 7364 function calls
+#   per call to 5769, batched grad from 4777 to 3744 (batch 8 and 32 alike; the oneDNN
+#   kernels and the thread rule pinned: CUVMAP_CONV_STRATEGY=onednn
+#   CUVMAP_CPU_THREADS=fixed), and 181 binds to 173. The eager shape rules are cached per
+#   signature (NOTE [eager shape rules are cached per signature] in
+#   cuvmap/core/rule_cache.py): bind_weak ran relu's select with its Python 0 through the
+#   shape rule twice per bind (for the loss's small selects, several times the kernel's
+#   own time), and the convolutions' impls checked their operands by the rule. ``bind``
+#   runs the eval interpreter without calling find_top_main and a trace's
 #   process_primitive without bind_with_trace's call; the rule helpers import the lax
 #   family modules without importlib's fromlist path (a Python call per import);
 #   transpose's and dot_general's VJP rules order their axes in Python, not with

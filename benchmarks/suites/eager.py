@@ -15,8 +15,9 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
   impl) is timed, giving the binds per call, the kernels' time per primitive and the rest,
   the dispatch (the transforms' rules, tracers, the tape, argument checks), per bind. The
   wrapper itself costs about a microsecond per bind, counted in the dispatch; and the
-  function calls of one eager call as cProfile counts them (Python and C functions), a
-  measure of the dispatch that the machine's load barely changes;
+  function calls of an eager call as cProfile counts them (Python and C functions, the
+  fewest of three calls), a measure of the dispatch that the machine's load moves only
+  through the thread rule's branches;
 - the skinny dense GEMM of the forward pass (B×12800 by 12800×10, float32) as cuvmap's
   eager ``dot_general`` runs it (OpenBLAS, with the thread count NOTE [threads under a busy
   machine] in cuvmap/cpu/threads.py asks for), and as plain ``numpy.matmul`` runs it on
@@ -61,9 +62,9 @@ DOC_TABLES = [
         ("Python calls per call", "python_calls", "r")],
         note="Kernels and dispatch from the split calls (Primitive.bind wrapped and timed), eager and jit from the "
              "interleaved rounds: the split's sum is a little above the eager median (the wrapper's cost). Python "
-             "calls: cProfile's count of the function calls (C functions included) of one eager call, the size of "
-             "the dispatch and of the kernels' Python wrappers, which the machine's load barely changes (a few calls "
-             "where the thread rule limits a kernel's threads)."),
+             "calls: cProfile's count of the function calls (C functions included) of an eager call, the fewest of "
+             "three: the size of the dispatch and of the kernels' Python wrappers, which the machine's load moves "
+             "only through the thread rule's branches (a few hundred calls; CUVMAP_CPU_THREADS=fixed pins them)."),
     DocTable("The eager kernels per primitive (the five largest of each call)", "primitives", [
         ("torch", "order", "l"), ("batch", "batch", "r"), ("transform", "transform", "l"),
         ("primitive", "primitive", "l"),
@@ -112,20 +113,24 @@ def _split(fn, calls):
     return binds[0], counts, seconds, total
 
 
-def _python_calls(fn):
-    """The function calls of one call of ``fn``, as cProfile counts them (Python and C
-    functions, each call once): a measure of the dispatch that the machine's load barely
-    changes (NOTE [where the eager time goes] in cuvmap/api_util.py)."""
+def _python_calls(fn, calls=3):
+    """The function calls of a call of ``fn``, as cProfile counts them (Python and C
+    functions, each call once), the fewest of ``calls`` calls: a measure of the dispatch
+    that the machine's load moves only through the thread rule's branches (NOTE [where
+    the eager time goes] in cuvmap/api_util.py)."""
     import cProfile
     import pstats
 
-    profile = cProfile.Profile()
-    profile.enable()
-    try:
-        fn()
-    finally:
-        profile.disable()
-    return sum(stat[1] for stat in pstats.Stats(profile).stats.values())
+    counts = []
+    for _ in range(calls):
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            fn()
+        finally:
+            profile.disable()
+        counts.append(sum(stat[1] for stat in pstats.Stats(profile).stats.values()))
+    return min(counts)
 
 
 def _gemm_rows(batch, repeats, order):
