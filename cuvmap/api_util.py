@@ -362,14 +362,45 @@ def dyn_function(f, args, kwargs, argnums):
 # Primitive.bind to split each eager call into the kernels (binds that reach an impl) and
 # the dispatch around them. What it showed:
 #
-# - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 181
-#   primitives per call, 99 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
-#   conv_backward_input, dot_general ×3, select ×8, reduce_sum ×6, reshapes: 38 of the
-#   181 binds); batched grad binds 87, 62 reaching a kernel. The dispatch (the vmap and
-#   vjp rules, tracers, the tape, argument checks) is a few tens of microseconds per bind,
-#   the same at every batch: the largest share of an eager call at batch 8 (the gap
-#   between eager and jit's program, which pays none of it and reuses its buffers), a
-#   small one at 128.
+# - Binds per call are fixed by the program, not the batch: eager vmap(grad) binds 173
+#   primitives per call, 91 of them reaching a kernel (conv ×2, conv_backward_weight ×2,
+#   conv_backward_input, dot_general ×3, select ×6, reduce_sum ×6, reshape ×26); batched
+#   grad binds 87, 62 reaching a kernel. Each forward op of vmap(grad) is three binds
+#   (grad's trace binds it under vmap, vmap's rule binds it for the kernel), which is
+#   where the 82 binds without a kernel come from. The dispatch (the vmap and vjp rules,
+#   tracers, the tape, argument checks) costs about as much per bind at every batch: the
+#   largest share of an eager call at batch 8 (the gap between eager and jit's program,
+#   which pays none of it and reuses its buffers), a small one at 128. The suite also
+#   counts the function calls of an eager call (cProfile's count), which the machine's
+#   load moves only through the thread rule's branches (CUVMAP_CPU_THREADS=fixed pins
+#   them): the measure to compare dispatch changes by.
+# - Cut so far (issue 36; the numbers the same): eager vmap(grad) from 7364 function calls
+#   per call to 5769, batched grad from 4777 to 3744 (batch 8 and 32 alike; the oneDNN
+#   kernels and the thread rule pinned: CUVMAP_CONV_STRATEGY=onednn
+#   CUVMAP_CPU_THREADS=fixed), and 181 binds to 173. The eager shape rules are cached per
+#   signature (NOTE [eager shape rules are cached per signature] in
+#   cuvmap/core/rule_cache.py): bind_weak ran relu's select with its Python 0 through the
+#   shape rule twice per bind (for the loss's small selects, several times the kernel's
+#   own time), and the convolutions' impls checked their operands by the rule. ``bind``
+#   runs the eval interpreter without calling find_top_main and a trace's
+#   process_primitive without bind_with_trace's call; the rule helpers import the lax
+#   family modules without importlib's fromlist path (a Python call per import);
+#   transpose's and dot_general's VJP rules order their axes in Python, not with
+#   numpy.argsort on tuples; fold_bdim_into moves a batch dim across size-1 dims with its
+#   one reshape (the per-example convolutions' weight gradients bound a transpose and a
+#   reshape per operand); the backward pass transposes each recorded name stack once, not
+#   per tape entry; the Python around each convolution kernel lost its generators; take's
+#   batch rules normalize the checked indices with one remainder (floor modulo) where lt,
+#   add and select were three binds.
+# - What is left of the dispatch: the binds themselves (a few tens of function calls each:
+#   the traces, the rules, the tracers; three binds per forward op under vmap(grad)),
+#   optree's flattening of the arguments (about 15 flattens per vmap(grad) call, each as
+#   costly as a few binds: vmap's and grad's argument checks and _vjp flatten the same
+#   arguments again), cuvmap.numpy's wrappers (cross_entropy's take_along_axis), the
+#   Python around each convolution kernel (strategy lookup, thread limits, oneDNN's
+#   layouts and plans: about 150 calls per convolution, more when a new plan is made) and
+#   the take batch rules, which check and normalize indices that take_along_axis has
+#   checked and normalized already (a bounds check and a remainder, twice per call).
 # - The argument checks of vmap and grad built each leaf's description (``argument 0
 #   (params)['w1']``, an inspect.signature each) for the messages of errors they did not
 #   raise, about 20 per vmap(grad) call; they are built only for the error now
@@ -398,9 +429,10 @@ def dyn_function(f, args, kwargs, argnums):
 #   OMP_WAIT_POLICY=PASSIVE (or cuvmap's oneDNN loaded before torch, which then shares
 #   cuvmap's passive libgomp) is the remedy; the eager page says so.
 # - What would close the rest: fewer binds per eager call (rules that bind fewer
-#   primitives) or a cached per-signature plan for eager transforms, which needs a way to
-#   know that a trace repeats without tracing it (Python side effects and values read
-#   from globals run on every eager call).
+#   primitives; the layering of three binds per forward op under vmap(grad) stays) or a
+#   cached per-signature plan for eager transforms, which needs a way to know that a
+#   trace repeats without tracing it (Python side effects and values read from globals
+#   run on every eager call).
 
 
 def check_float_inputs(f, args, argnums, transform, allow_int=False):

@@ -33,7 +33,7 @@ def spatial_tuple(value, nd, name, op):
     raises :class:`ShapeError` naming ``op`` and ``name`` when the length is wrong."""
     if isinstance(value, (int, np.integer)):
         return (int(value),) * nd
-    value = tuple(int(i) for i in value)
+    value = tuple(map(int, value))
     if len(value) != nd:
         raise ShapeError(f"{op}: {name} {value} must have one entry per spatial dim ({nd})")
     return value

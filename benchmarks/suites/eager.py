@@ -14,7 +14,10 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
   wrapped so that each bind that reaches a kernel (no transform above it: the primitive's
   impl) is timed, giving the binds per call, the kernels' time per primitive and the rest,
   the dispatch (the transforms' rules, tracers, the tape, argument checks), per bind. The
-  wrapper itself costs about a microsecond per bind, counted in the dispatch;
+  wrapper itself costs about a microsecond per bind, counted in the dispatch; and the
+  function calls of an eager call as cProfile counts them (Python and C functions, the
+  fewest of three calls), a measure of the dispatch that the machine's load moves only
+  through the thread rule's branches;
 - the skinny dense GEMM of the forward pass (B×12800 by 12800×10, float32) as cuvmap's
   eager ``dot_general`` runs it (OpenBLAS, with the thread count NOTE [threads under a busy
   machine] in cuvmap/cpu/threads.py asks for), and as plain ``numpy.matmul`` runs it on
@@ -55,9 +58,13 @@ DOC_TABLES = [
         ("jit ms", "jit_ms", "r"), ("eager / jit", "eager_over_jit", "r"),
         ("95% CI", lambda row, run: ratios.interval_text(row.get("comparison")), "l"),
         ("binds per call", "binds", "r"), ("kernel calls", "kernel_calls", "r"), ("kernels ms", "kernels_ms", "r"),
-        ("dispatch ms", "dispatch_ms", "r"), ("dispatch µs per bind", "dispatch_us_per_bind", "r")],
+        ("dispatch ms", "dispatch_ms", "r"), ("dispatch µs per bind", "dispatch_us_per_bind", "r"),
+        ("Python calls per call", "python_calls", "r")],
         note="Kernels and dispatch from the split calls (Primitive.bind wrapped and timed), eager and jit from the "
-             "interleaved rounds: the split's sum is a little above the eager median (the wrapper's cost)."),
+             "interleaved rounds: the split's sum is a little above the eager median (the wrapper's cost). Python "
+             "calls: cProfile's count of the function calls (C functions included) of an eager call, the fewest of "
+             "three: the size of the dispatch and of the kernels' Python wrappers, which the machine's load moves "
+             "only through the thread rule's branches (a few hundred calls; CUVMAP_CPU_THREADS=fixed pins them)."),
     DocTable("The eager kernels per primitive (the five largest of each call)", "primitives", [
         ("torch", "order", "l"), ("batch", "batch", "r"), ("transform", "transform", "l"),
         ("primitive", "primitive", "l"),
@@ -104,6 +111,26 @@ def _split(fn, calls):
     finally:
         core_primitive.Primitive.bind = bind
     return binds[0], counts, seconds, total
+
+
+def _python_calls(fn, calls=3):
+    """The function calls of a call of ``fn``, as cProfile counts them (Python and C
+    functions, each call once), the fewest of ``calls`` calls: a measure of the dispatch
+    that the machine's load moves only through the thread rule's branches (NOTE [where
+    the eager time goes] in cuvmap/api_util.py)."""
+    import cProfile
+    import pstats
+
+    counts = []
+    for _ in range(calls):
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            fn()
+        finally:
+            profile.disable()
+        counts.append(sum(stat[1] for stat in pstats.Stats(profile).stats.values()))
+    return min(counts)
 
 
 def _gemm_rows(batch, repeats, order):
@@ -194,6 +221,7 @@ def run(args, settings):
             eager, jit = times[f"{name} eager"], times[f"{name} jit"]
             comparison = ratios.compare_rows(dict(times_ms=eager), dict(times_ms=jit))
             binds, counts, seconds, total = _split(lambda: f(params, xs, ys), args.split_calls)
+            python_calls = _python_calls(lambda: f(params, xs, ys))
             n = args.split_calls
             kernels = sum(seconds.values()) / n
             dispatch = total / n - kernels
@@ -205,6 +233,7 @@ def run(args, settings):
                              comparison=comparison.as_dict(), binds=binds // n,
                              kernel_calls=sum(counts.values()) // n, kernels_ms=kernels * 1e3,
                              dispatch_ms=dispatch * 1e3, dispatch_us_per_bind=dispatch / max(1, binds / n) * 1e6,
+                             python_calls=python_calls,
                              notes=timing_notes[f"{name} eager"]))
             for prim, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:5]:
                 prims.append(dict(order=_order(args), batch=batch, transform=name, primitive=prim,
@@ -222,10 +251,11 @@ def run(args, settings):
         else:
             notes.append(why)
     print(markdown_table(["torch", "batch", "transform", "eager ms", "jit ms", "eager / jit", "95% CI",
-                          "binds per call", "kernel calls", "kernels ms", "dispatch ms", "dispatch µs per bind"],
+                          "binds per call", "kernel calls", "kernels ms", "dispatch ms", "dispatch µs per bind",
+                          "Python calls per call"],
                          [(r["order"], r["batch"], r["transform"], r["eager_ms"], r["jit_ms"], r["eager_over_jit"],
                            ratios.interval_text(r["comparison"]), r["binds"], r["kernel_calls"], r["kernels_ms"],
-                           r["dispatch_ms"], r["dispatch_us_per_bind"]) for r in rows]))
+                           r["dispatch_ms"], r["dispatch_us_per_bind"], r.get("python_calls")) for r in rows]))
     print()
     print(markdown_table(["torch", "batch", "transform", "primitive", "calls", "ms", "share of the kernels"],
                          [(p["order"], p["batch"], p["transform"], p["primitive"], p["calls"], p["ms"], p["share"])

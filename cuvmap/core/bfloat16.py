@@ -126,7 +126,9 @@ def impl_for(primitive, out_avals):
     else its impl in float32."""
     if primitive.name in _NATIVE:
         return primitive.impl
-    return float32_impl(primitive.impl, out_avals, multiple_results=primitive.multiple_results)
+    # the impl is read at each call: a later def_impl is seen, as by plain binds
+    return float32_impl(lambda *args, **params: primitive.impl(*args, **params), out_avals,
+                        multiple_results=primitive.multiple_results)
 
 
 def eqn_impl(eqn):

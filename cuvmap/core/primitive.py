@@ -18,6 +18,7 @@ import numpy as np
 
 from cuvmap import backend
 from cuvmap.core.avals import dtype_of, shape_of
+from cuvmap.core.rule_cache import RuleCache, signature
 from cuvmap.core.tracers import Tracer, _state, get_aval
 from cuvmap.core.weak import bind_weak, may_be_weak
 from cuvmap.errors import ConcretizationError, CrossThreadTracerError, EscapedTracerError, MissingRuleError, ShapeError
@@ -64,11 +65,16 @@ def registered_primitives():
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
           "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None}
 
+_checked = RuleCache()   # Primitive.check's results (NOTE [eager shape rules are cached per signature])
+
 
 class Primitive:
     """A named operation. ``impl(*arrays, **params)`` evaluates it on concrete arrays;
     ``shape_rule(*avals, **params) -> ShapedArray`` states its output aval and raises
-    :class:`ShapeError` for bad operands. Transform rules live in the transform modules.
+    :class:`ShapeError` for bad operands; it is a pure function of the avals and params
+    (it reads no value, setting or state: eager binds cache its results per signature,
+    NOTE [eager shape rules are cached per signature] in cuvmap/core/rule_cache.py).
+    Transform rules live in the transform modules.
 
     ``differentiable=False`` marks primitives whose outputs carry no derivative
     (comparisons, argmax, stop_gradient): transforms of derivatives pass them through.
@@ -177,11 +183,28 @@ class Primitive:
 
     def check(self, *operands, **params):
         """Runs the shape rule on the operands' avals: impls whose kernels would fail deep
-        inside NumPy call it first, so bad input fails with the rule's message."""
-        return self.shape_rule(*(get_aval(x) for x in operands), **params)
+        inside NumPy call it first, so bad input fails with the rule's message. Returns
+        the output's aval, cached per signature (NOTE [eager shape rules are cached per
+        signature] in cuvmap/core/rule_cache.py)."""
+        sig = signature(operands, params)
+        if sig is not None:
+            hit = _checked.get(self, sig)
+            if hit is not None:
+                return hit
+        out = self.shape_rule(*(get_aval(x) for x in operands), **params)
+        return out if sig is None else _checked.put(self, sig, out)
 
     def bind(self, *args, **params):
-        top = find_top_main(self, args, params)
+        # find_top_main's answer for the eval interpreter (no tracer, no staging, no named
+        # axis) without calling it: most eager binds are there
+        top = None
+        if _state.staging_main is not None or self.axis_mains is not None:
+            top = find_top_main(self, args, params)
+        else:
+            for x in args:
+                if isinstance(x, Tracer):
+                    top = find_top_main(self, args, params)
+                    break
         try:
             if top is None:
                 if may_be_weak(args):  # NOTE [eager weak arrays] in cuvmap/core/weak.py
@@ -189,6 +212,8 @@ class Primitive:
                 out = self.impl(*args, **params)
                 # NumPy ufuncs return scalars for 0-d operands; results are always arrays
                 return np.asarray(out) if isinstance(out, np.generic) else out
+            if self._plain_bind_with_trace:  # bind_with_trace's own body, without its call
+                return top.trace.process_primitive(self, args, params)
             return self.bind_with_trace(top.trace, args, params)
         except _PASS_THROUGH:
             raise
@@ -203,6 +228,14 @@ class Primitive:
     def bind_with_trace(self, trace, args, params):
         """Hands the primitive to ``trace`` (the transform ``bind`` chose)."""
         return trace.process_primitive(self, args, params)
+
+    # whether the class keeps Primitive's bind_with_trace (``bind`` then runs its body
+    # itself); a subclass that overrides it (call primitives) is seen here when defined
+    _plain_bind_with_trace = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._plain_bind_with_trace = cls.bind_with_trace is Primitive.bind_with_trace
 
     def bind_error(self, args, params, err, top):
         """The error ``bind`` raises when applying the primitive failed (NOTE [errors keep

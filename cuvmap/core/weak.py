@@ -12,6 +12,7 @@ import numpy as np
 
 from cuvmap.core import bfloat16 as _bfloat16
 from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapedArray
+from cuvmap.core.rule_cache import RuleCache, signature
 from cuvmap.errors import ShapeError
 
 
@@ -102,21 +103,52 @@ def may_be_weak(args):
 def bind_weak(primitive, args, params):
     """The eager bind of ``primitive`` on ``args`` with weak types applied (NOTE [eager
     weak arrays]): WeakArray operands cast where a strong operand decides the dtype, the
-    result a WeakArray where the shape rule says weak."""
+    result a WeakArray where the shape rule says weak. The decision is the shape rule's,
+    cached per signature (NOTE [eager shape rules are cached per signature] in
+    cuvmap/core/rule_cache.py)."""
     if primitive.shape_rule is None:
         return primitive.impl(*[_plain(a) for a in args], **params)
-    avals = [_aval(a) for a in args]
     if primitive.multiple_results:
         impl = primitive.impl
+        avals = [_aval(a) for a in args]
         if _bfloat16.involves_bfloat16(avals):
             impl = _bfloat16.impl_for(primitive, primitive.shape_rule(*avals, **params))
         return impl(*[_plain(a) for a in args], **params)
+    sig = signature(args, params)
+    plan = None if sig is None else _plans.get(primitive, sig)
+    if plan is None:
+        plan = _weak_plan(primitive, args, params)
+        if sig is not None:
+            _plans.put(primitive, sig, plan)
+    weak_out, out_dtype, casts, impl = plan
+    if casts:
+        args = list(args)
+        for i, cast in casts:
+            plain = args[i].view(np.ndarray)
+            args[i] = plain if cast is None else plain.astype(cast)
+    result = (primitive.impl if impl is None else impl)(*args, **params)
+    if isinstance(result, np.generic):
+        result = np.asarray(result)
+    if weak_out and type(result) is np.ndarray and result.dtype == out_dtype:
+        return result.view(WeakArray)
+    return result
+
+
+_plans = RuleCache()
+
+
+def _weak_plan(primitive, args, params):
+    """``(weak result, result dtype, casts, impl)`` of ``bind_weak``: ``casts`` holds ``(i,
+    dtype)`` for each WeakArray operand ``i``, the dtype it is cast to first (None: its
+    own); ``impl`` the impl in float32 where bfloat16 is involved (NOTE [bfloat16 computes
+    in float32]), else None (the primitive's own, read at each call)."""
+    avals = [_aval(a) for a in args]
     out = primitive.shape_rule(*avals, **params)
-    args = list(args)
+    casts = []
     for i, a in enumerate(args):
         if type(a) is not WeakArray:
             continue
-        plain = a.view(np.ndarray)
+        cast = None
         if not out.weak_type:
             strong = ShapedArray(a.shape, a.dtype)
             try:
@@ -124,17 +156,12 @@ def bind_weak(primitive, args, params):
             except ShapeError:
                 as_strong = out.dtype
             if as_strong != out.dtype:
-                plain = plain.astype(out.dtype)
-        args[i] = plain
-    impl = primitive.impl
+                cast = out.dtype
+        casts.append((i, cast))
+    impl = None
     if _bfloat16.involves_bfloat16(avals) or _bfloat16.is_bfloat16(out.dtype):
         impl = _bfloat16.impl_for(primitive, (out,))
-    result = impl(*args, **params)
-    if isinstance(result, np.generic):
-        result = np.asarray(result)
-    if out.weak_type and type(result) is np.ndarray and result.dtype == out.dtype:
-        return result.view(WeakArray)
-    return result
+    return out.weak_type, out.dtype, tuple(casts), impl
 
 
 def _plain(a):

@@ -290,10 +290,10 @@ def _layout(a):
     """``(shape, element strides)`` of an array oneDNN can read in place: strides of
     size-1 dims normalised (they address nothing, and keeping them would make a new plan
     for every parent array)."""
-    shape = tuple(int(s) for s in a.shape)
+    shape = tuple(map(int, a.shape))
     item = a.itemsize
     contiguous = _contiguous_strides(shape)
-    strides = tuple(c if s == 1 else st // item for s, st, c in zip(shape, a.strides, contiguous))
+    strides = tuple([c if s == 1 else st // item for s, st, c in zip(shape, a.strides, contiguous)])
     return shape, strides
 
 

@@ -126,10 +126,10 @@ def _vendor_for(device, dtype):
     """``(name, module)``: the vendor kernels of ``device`` for ``dtype``, the module None
     when they cannot run it (library missing, dtype unsupported)."""
     if device == "gpu":
-        from cuvmap.cuda import cudnn  # a vendor binding: imported at its device's first convolution
+        import cuvmap.cuda.cudnn as cudnn  # a vendor binding: imported at its device's first convolution
 
         return "cudnn", (cudnn if cudnn.available() else None)
-    from cuvmap.cpu import onednn  # a vendor binding: imported at its device's first convolution
+    import cuvmap.cpu.onednn as onednn  # a vendor binding: imported at its device's first convolution
 
     return "onednn", (onednn if onednn.supports(dtype) and onednn.available() else None)
 
@@ -237,11 +237,11 @@ def run_kernel(op, *args, bias=None):
     of ``conv_gemm``'s) on the operands' device, on the kernels the strategy picks (NOTE
     [conv strategy]; empty operands and another GPU's: NOTE [choosing conv kernels]);
     ``bias`` (forward only) is added to the result."""
-    device = "gpu" if any(backend.is_cupy_array(a) for a in args[:2]) else "cpu"
+    device = "gpu" if backend.is_cupy_array(args[0]) or backend.is_cupy_array(args[1]) else "cpu"
     if device == "gpu":
         named = list(zip(_OPERAND_NAMES[op], args[:2])) + ([("bias", bias)] if bias is not None else [])
         backend.check_current_device(f"conv {op}", named)
-    if any(s == 0 for s in tuple(args[0].shape) + tuple(args[1].shape)):
+    if 0 in tuple(args[0].shape) or 0 in tuple(args[1].shape):
         return _empty_result(op, args, backend.xp_of(args[0]))
     if device == "gpu":
         return _pick_and_run(op, device, args, bias)

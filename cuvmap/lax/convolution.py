@@ -128,7 +128,7 @@ def conv(lhs, rhs, bias=None, *, stride=1, padding=0, dilation=1, transposed=Fal
 def conv_backward_input(grad_output, rhs, input_shape, *, stride, padding, dilation, transposed, output_padding, groups):
     """``∂⟨conv(x, rhs), grad_output⟩/∂x`` for ``x`` of shape ``input_shape``."""
     return conv_backward_input_p.bind(
-        grad_output, rhs, input_shape=tuple(int(s) for s in input_shape), stride=stride, padding=padding,
+        grad_output, rhs, input_shape=tuple(map(int, input_shape)), stride=stride, padding=padding,
         dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups,
     )
 
@@ -136,7 +136,7 @@ def conv_backward_input(grad_output, rhs, input_shape, *, stride, padding, dilat
 def conv_backward_weight(grad_output, lhs, weight_shape, *, stride, padding, dilation, transposed, output_padding, groups):
     """``∂⟨conv(lhs, w), grad_output⟩/∂w`` for ``w`` of shape ``weight_shape``."""
     return conv_backward_weight_p.bind(
-        grad_output, lhs, weight_shape=tuple(int(s) for s in weight_shape), stride=stride, padding=padding,
+        grad_output, lhs, weight_shape=tuple(map(int, weight_shape)), stride=stride, padding=padding,
         dilation=dilation, transposed=transposed, output_padding=output_padding, groups=groups,
     )
 

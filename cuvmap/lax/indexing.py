@@ -264,7 +264,10 @@ def as_index_dtype(idx):
 
 
 def _normalize_indices(idx, n):
-    return ew.select(ew.lt(idx, 0), ew.add(idx, n), idx)
+    """Indices in ``[-n, n)`` (checked) as ``[0, n)``: ``idx + n`` for the negative ones,
+    which is ``idx mod n`` (the floor modulo, ``numpy.remainder``): one primitive where
+    ``select(idx < 0, idx + n, idx)`` bound three."""
+    return ew.remainder(idx, n)
 
 
 def _offset_indices(idx, size, n):

@@ -32,7 +32,7 @@ from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax import linalg_svd_options as svd_options
 from cuvmap.lax.linalg_svd_options import SvdAlgorithm  # noqa: F401 - jax.lax.linalg.SvdAlgorithm
 from cuvmap.lax.reduction import reduce_sum
-from cuvmap.lax.shape import concatenate, expand_dims, reshape, transpose
+from cuvmap.lax.shape import argsort_ints, concatenate, expand_dims, reshape, transpose
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
 from cuvmap.core.bfloat16 import kind_of
@@ -237,7 +237,7 @@ def dot_general(x, y, dimension_numbers):
     Example: ``dot_general(a, b, (((1,), (0,)), ((), ())))`` is ``a @ b`` for matrices.
     """
     (xc, yc), (xb, yb) = dimension_numbers
-    dn = ((tuple(int(i) for i in xc), tuple(int(i) for i in yc)), (tuple(int(i) for i in xb), tuple(int(i) for i in yb)))
+    dn = ((tuple(map(int, xc)), tuple(map(int, yc))), (tuple(map(int, xb)), tuple(map(int, yb))))
     return dot_general_p.bind(x, y, dimension_numbers=dn)
 
 
@@ -295,9 +295,9 @@ def _transpose_lhs(ct, x_ndim, y, dimension_numbers, swap_ans=False):
     else:
         ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
     dims = ((ans_y, tuple(y_kept)), (ans_batch, tuple(yb)))
-    xc_sorted_by_y = tuple(np.take(np.asarray(xc, dtype=int), np.argsort(yc))) if xc else ()
-    out_axes = np.argsort(tuple(xb) + tuple(x_kept) + tuple(int(i) for i in xc_sorted_by_y))
-    return transpose(dot_general(ct, y, dims), tuple(int(i) for i in out_axes))
+    xc_sorted_by_y = tuple(xc[i] for i in argsort_ints(yc))
+    out_axes = argsort_ints(tuple(xb) + tuple(x_kept) + xc_sorted_by_y)
+    return transpose(dot_general(ct, y, dims), out_axes)
 
 
 def _dot_general_vjp_lhs(ct, out, x, y, *, dimension_numbers):
@@ -317,8 +317,8 @@ def _dot_general_vjp_rhs(ct, out, x, y, *, dimension_numbers):
     # the product's dims: the batch dims (y's yb), x's contracted dims in x's order (y's
     # paired yc), then the cotangent's y dims (y's free dims)
     yc_by_x = tuple(yc[xc.index(d)] for d in sorted(xc))
-    out_axes = np.argsort(tuple(yb) + yc_by_x + tuple(y_kept))
-    return transpose(dot_general(x, ct, dims), tuple(int(i) for i in out_axes))
+    out_axes = argsort_ints(tuple(yb) + yc_by_x + tuple(y_kept))
+    return transpose(dot_general(x, ct, dims), out_axes)
 
 
 jvp.defjvp(

@@ -49,8 +49,8 @@ reshape_p = Primitive("reshape", impl=lambda x, *, new_sizes: core.as_array(x).r
 
 def reshape(x, new_sizes):
     """``x.reshape(new_sizes)``; ``new_sizes`` is a tuple of non-negative ints (no -1)."""
-    new_sizes = tuple(int(s) for s in new_sizes)
-    if core.shape_of(x) == new_sizes:
+    new_sizes = tuple(map(int, new_sizes))
+    if getattr(x, "shape", ()) == new_sizes:  # core.shape_of, inlined: the rules reshape often
         return x
     return reshape_p.bind(x, new_sizes=new_sizes)
 
@@ -70,6 +70,12 @@ vjp.deflinear(reshape_p, lambda ct, x, *, new_sizes: reshape(ct, x.shape))
 # ---------------------------------------------------------------------------------------
 
 
+def argsort_ints(values):
+    """``numpy.argsort`` of a few distinct ints (a permutation's inverse, the order of a
+    rule's axes), as a tuple of Python ints worked out in Python: no NumPy call per bind."""
+    return tuple(sorted(range(len(values)), key=values.__getitem__))
+
+
 def _transpose_shape_rule(x, *, permutation):
     if sorted(permutation) != list(range(x.ndim)):
         raise ShapeError(f"permutation {permutation} is not a permutation of the {x.ndim} axes of {x.shape}")
@@ -82,7 +88,7 @@ transpose_p = Primitive("transpose", impl=lambda x, *, permutation: core.as_arra
 
 def transpose(operand, permutation):
     """Permutes the axes: output axis ``i`` is input axis ``permutation[i]``."""
-    permutation = tuple(int(p) for p in permutation)
+    permutation = tuple(map(int, permutation))
     if permutation == tuple(range(len(permutation))):
         return operand
     return transpose_p.bind(operand, permutation=permutation)
@@ -95,7 +101,7 @@ def _transpose_batch(axis_size, vals, dims, *, permutation):
 
 
 batching.primitive_batchers[transpose_p] = _transpose_batch
-vjp.deflinear(transpose_p, lambda ct, x, *, permutation: transpose(ct, tuple(int(i) for i in np.argsort(permutation))))
+vjp.deflinear(transpose_p, lambda ct, x, *, permutation: transpose(ct, argsort_ints(permutation)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -129,8 +135,8 @@ broadcast_in_dim_p = Primitive("broadcast_in_dim", impl=_broadcast_in_dim_impl, 
 def broadcast_in_dim(operand, shape, broadcast_dimensions):
     """Broadcasts ``operand`` to ``shape``; dim ``i`` of ``operand`` becomes dim
     ``broadcast_dimensions[i]`` of the output (size 1 or equal)."""
-    shape = tuple(int(s) for s in shape)
-    broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
+    shape = tuple(map(int, shape))
+    broadcast_dimensions = tuple(map(int, broadcast_dimensions))
     if core.shape_of(operand) == shape:
         return operand
     return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)

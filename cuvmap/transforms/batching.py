@@ -142,7 +142,7 @@ def vmap_flat(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
     results with their batch dim moved to ``out_axes`` (a pytree prefix of the outputs;
     None: the same for every example). :func:`cuvmap.vmap` checks its arguments and calls
     it; ``lax.map`` in chunks calls it on each chunk."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitive (the broadcast): lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitive (the broadcast): lax imports this module
 
     device = next((backend.backend_name(x) for x, a in zip(leaves, axes) if a is not None), "cpu")
     with new_batch_main(AxisData(size, axis_name, device), where) as main:
@@ -229,7 +229,7 @@ def batch_jaxpr(closed, axis, dims, in_avals, instantiate=None):
 
 def move_bdim(x, bdim, dst=0):
     """Moves the batch dim of ``x`` from ``bdim`` to ``dst`` (a physical axis)."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     if bdim == dst:
         return x
@@ -241,7 +241,7 @@ def move_bdim(x, bdim, dst=0):
 
 def bdim_at_front(x, bdim, size):
     """``x`` with its batch dim at axis 0, broadcasting an unbatched ``x`` to ``size``."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     if bdim is not_mapped:
         s = core.shape_of(x)
@@ -253,7 +253,7 @@ def pad_to_logical_rank(x, logical_rank, rank):
     """For ``x`` with its batch dim at 0 and logical rank ``logical_rank``: inserts size-1
     dims after the batch dim so that NumPy broadcasting against rank-``rank`` operands
     aligns the logical dims (functorch's ``maybe_pad_to_logical_rank``)."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     if logical_rank >= rank:
         return x
@@ -264,8 +264,16 @@ def pad_to_logical_rank(x, logical_rank, rank):
 def fold_bdim_into(x, bdim, dst):
     """Merges the batch dim of ``x`` into physical axis ``dst`` (of ``x`` without the batch
     dim), the batch index varying slowest: ``(..., B, n, ...) -> (..., B*n, ...)``."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
+    s = tuple(x.shape)
+    rest = s[:bdim] + s[bdim + 1:]
+    crossed = rest[min(bdim, dst):max(bdim, dst)]  # the dims the batch dim moves across
+    if crossed.count(1) == len(crossed):
+        # only size-1 dims (a per-example operand of one image, ``(B, 1, C, H, W)``):
+        # moving the batch dim keeps the elements' order, so one reshape does both steps,
+        # one bind instead of a transpose and a reshape
+        return lax_shape.reshape(x, rest[:dst] + (s[bdim] * rest[dst],) + rest[dst + 1:])
     x = move_bdim(x, bdim, dst)
     s = tuple(x.shape)
     return lax_shape.reshape(x, s[:dst] + (s[dst] * s[dst + 1],) + s[dst + 2:])
@@ -275,7 +283,7 @@ def split_bdim_out_of(x, axis, size, rest):
     """Inverse of :func:`fold_bdim_into`: splits axis ``axis`` of size ``size*rest`` into
     ``(size, rest)``; the batch dim is then at ``axis``. The caller gives ``rest`` (the
     logical size of that dim): an empty batch could not reveal it."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     s = tuple(x.shape)
     return lax_shape.reshape(x, s[:axis] + (size, rest) + s[axis + 1:])

@@ -125,7 +125,7 @@ def _with_tangent(main, x):
 def zeros_like(x):
     """Zeros with ``x``'s (logical) shape and dtype, as a primitive's result (under
     staging, a broadcast equation rather than a constant array)."""
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     return lax_shape.broadcast_in_dim(core.full_like_concrete(x, 0, shape=()), core.shape_of(x), ())
 
@@ -145,7 +145,7 @@ def split_nonzero(main, values):
 
 
 def _add(a, b):
-    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.elementwise as elementwise  # a rule helper's primitives: lax imports this module
 
     return elementwise.add(a, b)
 
@@ -154,7 +154,7 @@ def has_aval_of(x, like):
     """Whether ``x`` has the shape and dtype of ``like`` (any real float dtype, for a
     weakly typed Python float ``like``): the common case, which :func:`match_aval` returns
     as is."""
-    if core.shape_of(x) != core.shape_of(like):
+    if getattr(x, "shape", ()) != getattr(like, "shape", ()):  # core.shape_of, inlined: every cotangent
         return False
     if type(like) is float:
         return kind_of(core.dtype_of(x)) == "f"
@@ -168,7 +168,7 @@ def match_aval(x, like, fit_shape):
     one for a complex ``x``. A complex ``x`` cast to a real dtype keeps its real part: the
     transpose of the real-to-complex cast (NOTE [complex convention] in
     cuvmap/transforms/complex_rules.py)."""
-    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.elementwise as elementwise  # a rule helper's primitives: lax imports this module
 
     shape = core.shape_of(like)
     if core.shape_of(x) != shape:
@@ -186,7 +186,7 @@ def _match_aval(t, out):
     """Broadcasts a tangent to the output's shape and casts it to the output's dtype."""
     if has_aval_of(t, out):
         return t
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     return match_aval(t, out, lax_shape.broadcast_to)
 

@@ -182,7 +182,7 @@ def backward_pass(tape, output_cts):
     Returns:
       the cotangent of each input node (``None`` where no path reached it).
     """
-    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.elementwise as elementwise  # a rule helper's primitives: lax imports this module
 
     n_in = tape.num_inputs
     cts = [None] * (n_in + len(tape.entries))
@@ -192,10 +192,15 @@ def backward_pass(tape, output_cts):
     calls = tape.calls
     names = tape.names
     base = core.name_stack()
+    transposed = {}  # the names recorded -> the stack of their backward rules
     try:
         for k in range(len(entries) - 1, -1, -1):
             if names:  # each entry's rules under its names, transposed (NOTE [named scopes] in core/tracers.py)
-                core.set_name_stack(_transposed_names(base, names.get(k)))
+                recorded = names.get(k)
+                stack = transposed.get(recorded)
+                if stack is None:
+                    stack = transposed[recorded] = _transposed_names(base, recorded)
+                core.set_name_stack(stack)
             node = n_in + k
             if calls and k in calls:
                 _backward_call(entries[k], cts, node, calls[k])
@@ -238,7 +243,7 @@ def _transposed_names(base, recorded):
 # index to the number of outputs. Every output node is later than each input node, so
 # when the reverse walk reaches the first entry, all of the outputs' cotangents are in.
 def _backward_call(entry, cts, node, num_outs):
-    from cuvmap.lax import elementwise  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.elementwise as elementwise  # a rule helper's primitives: lax imports this module
 
     group = cts[node:node + num_outs]
     if all(c is None for c in group):
@@ -258,7 +263,7 @@ def match_operand(ct, primal):
     and casts it to the operand's dtype."""
     if has_aval_of(ct, primal):
         return ct
-    from cuvmap.lax import shape as lax_shape  # a rule helper's primitives: lax imports this module
+    import cuvmap.lax.shape as lax_shape  # a rule helper's primitives: lax imports this module
 
     return match_aval(ct, primal, lax_shape.unbroadcast)
 
