@@ -120,13 +120,14 @@ def bind_weak(primitive, args, params):
         plan = _weak_plan(primitive, args, params)
         if sig is not None:
             _plans.put(primitive, sig, plan)
-    weak_out, out_dtype, casts, impl = plan
+    weak_out, out_dtype, casts, bfloat16_out = plan
     if casts:
         args = list(args)
         for i, cast in casts:
             plain = args[i].view(np.ndarray)
             args[i] = plain if cast is None else plain.astype(cast)
-    result = (primitive.impl if impl is None else impl)(*args, **params)
+    impl = primitive.impl if bfloat16_out is None else _bfloat16.impl_for(primitive, (bfloat16_out,))
+    result = impl(*args, **params)
     if isinstance(result, np.generic):
         result = np.asarray(result)
     if weak_out and type(result) is np.ndarray and result.dtype == out_dtype:
@@ -138,10 +139,11 @@ _plans = RuleCache()
 
 
 def _weak_plan(primitive, args, params):
-    """``(weak result, result dtype, casts, impl)`` of ``bind_weak``: ``casts`` holds ``(i,
-    dtype)`` for each WeakArray operand ``i``, the dtype it is cast to first (None: its
-    own); ``impl`` the impl in float32 where bfloat16 is involved (NOTE [bfloat16 computes
-    in float32]), else None (the primitive's own, read at each call)."""
+    """``(weak result, result dtype, casts, bfloat16 result)`` of ``bind_weak``: ``casts``
+    holds ``(i, dtype)`` for each WeakArray operand ``i``, the dtype it is cast to first
+    (None: its own); the last is the result's aval where bfloat16 is involved (the impl
+    then computes in float32: NOTE [bfloat16 computes in float32]), else None. It depends
+    on the shape rule and the signature only (primitives share rules and so plans)."""
     avals = [_aval(a) for a in args]
     out = primitive.shape_rule(*avals, **params)
     casts = []
@@ -158,10 +160,8 @@ def _weak_plan(primitive, args, params):
             if as_strong != out.dtype:
                 cast = out.dtype
         casts.append((i, cast))
-    impl = None
-    if _bfloat16.involves_bfloat16(avals) or _bfloat16.is_bfloat16(out.dtype):
-        impl = _bfloat16.impl_for(primitive, (out,))
-    return out.weak_type, out.dtype, tuple(casts), impl
+    bfloat16_out = out if _bfloat16.involves_bfloat16(avals) or _bfloat16.is_bfloat16(out.dtype) else None
+    return out.weak_type, out.dtype, tuple(casts), bfloat16_out
 
 
 def _plain(a):
