@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from cuvmap import backend
-from cuvmap.core.avals import dtype_of, shape_of
+from cuvmap.core.avals import ShapedArray, dtype_of, shape_of
 from cuvmap.core.rule_cache import RuleCache, signature
 from cuvmap.core.tracers import Tracer, _state, get_aval
 from cuvmap.core.weak import bind_weak, may_be_weak
@@ -135,8 +135,19 @@ class Primitive:
     to ``process_call`` instead. ``multiple_results``: ``bind`` and the impl return a list.
     """
 
-    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", *_FACTS, "__weakref__")
-    multiple_results = False
+    __slots__ = ("name", "impl", "shape_rule", "differentiable", "module", "_multiple_results", *_FACTS,
+                 "__weakref__")
+
+    @property
+    def multiple_results(self):
+        """Whether ``bind`` and the impl return a list (JAX's attribute, settable on an
+        instance: ``p.multiple_results = True``; call primitives' classes state it)."""
+        return self._multiple_results
+
+    @multiple_results.setter
+    def multiple_results(self, value):
+        self._multiple_results = bool(value)
+
     # a primitive that names axes (a collective) returns the transforms mapping them from
     # ``axis_mains(params)``; ``bind`` lets them process it (NOTE [named axes])
     axis_mains = None
@@ -155,6 +166,7 @@ class Primitive:
         self.impl = impl
         self.shape_rule = shape_rule
         self.differentiable = differentiable
+        self._multiple_results = False
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful,
                      workspace=workspace, impl_for=impl_for, layout=layout)
@@ -180,6 +192,31 @@ class Primitive:
         global _impl_epoch
         _impl_epoch += 1
         return impl
+
+    def def_abstract_eval(self, abstract_eval):
+        """Sets the shape rule from JAX's form (``Primitive.def_abstract_eval``):
+        ``abstract_eval(*avals, **params)`` takes the operands' avals (:class:`ShapedArray`:
+        ``shape``, ``dtype``, ``weak_type``) and returns the result's aval (a ShapedArray, a
+        :class:`ShapeDtypeStruct` or anything with ``shape`` and ``dtype``), a sequence of
+        them for a primitive with ``multiple_results``. Returns ``abstract_eval``. A
+        primitive made this way stages under ``jit`` and runs eagerly through its impl;
+        ``vmap`` and the derivatives need their rules registered as for any primitive."""
+
+        def shape_rule(*avals, **params):
+            out = abstract_eval(*avals, **params)
+            if self.multiple_results:
+                return [_as_shaped_array(o, self.name) for o in out]
+            return _as_shaped_array(out, self.name)
+
+        self.shape_rule = shape_rule
+        return abstract_eval
+
+    def def_effectful_abstract_eval(self, effectful_abstract_eval):
+        """JAX's form returning ``(avals, effects)``: the effects are accepted and unused
+        (cuvmap has no effect system; a primitive whose impl has side effects is marked
+        ``effectful`` instead). Returns ``effectful_abstract_eval``."""
+        self.def_abstract_eval(lambda *avals, **params: effectful_abstract_eval(*avals, **params)[0])
+        return effectful_abstract_eval
 
     def check(self, *operands, **params):
         """Runs the shape rule on the operands' avals: impls whose kernels would fail deep
@@ -391,3 +428,13 @@ def full_like_concrete(x, value, shape=None, dtype=None):
     and dtype unless given. Not a primitive: the result is a constant to every transform."""
     xp = backend.xp_of(x)
     return xp.full(shape_of(x) if shape is None else shape, value, dtype=dtype_of(x) if dtype is None else dtype)
+
+
+def _as_shaped_array(aval, name):
+    """A ShapedArray for what a JAX-style abstract eval returned (``def_abstract_eval``)."""
+    if isinstance(aval, ShapedArray):
+        return aval
+    if hasattr(aval, "shape") and hasattr(aval, "dtype"):
+        return ShapedArray(tuple(aval.shape), np.dtype(aval.dtype), weak_type=bool(getattr(aval, "weak_type", False)))
+    raise TypeError(f"{name}: its abstract eval returned {type(aval).__name__}, not an aval (a ShapedArray or "
+                    "ShapeDtypeStruct with a shape and a dtype)")

@@ -207,6 +207,8 @@ class StagingTrace(Trace):
         inputs = [self.to_input(builder, x) for x in args]
         avals = [v.aval for v in inputs]
         out = primitive.shape_rule(*avals, **params)
+        if primitive.multiple_results:  # a primitive made with JAX's API (Primitive.def_abstract_eval)
+            return self.stage_equation(primitive, args, params, out)
         if not out.weak_type and any(type(v) is Var and v.aval.weak_type for v in inputs):
             inputs, avals = _cast_weak_operands(self.main, builder, primitive, inputs, avals, params, out.dtype)
         out_aval = core.ShapedArray(out.shape, out.dtype, out.weak_type, _out_device(avals))
