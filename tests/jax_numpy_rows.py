@@ -80,8 +80,25 @@ def _r_c(lib, a, b):
 
 def _search(lib, a, v):
     s = lib.sort(a)
-    return lib.stack([lib.searchsorted(s, v), lib.searchsorted(s, v, side="right"), lib.digitize(v, s),
-                      lib.digitize(v, s, right=True), lib.digitize(v, s[::-1])])
+    out = lib.stack([lib.searchsorted(s, v), lib.searchsorted(s, v, side="right"), lib.digitize(v, s),
+                     lib.digitize(v, s, right=True), lib.digitize(v, s[::-1])])
+    return out if lib is not np else out.astype(np.int32)  # JAX's index dtype: int32
+
+
+SEARCH_METHODS = ("scan", "scan_unrolled", "sort", "compare_all")
+
+
+def _search_methods(lib, a, v):
+    """Every ``method`` of ``searchsorted`` (NumPy has one) on queries with ties, NaNs and
+    ``-0.0``, ``a`` given through ``sorter``, and ``digitize`` with empty bins."""
+    a = lib.where(a > 0.5, lib.nan, lib.where(lib.abs(a) < 0.2, -0.0, a))
+    v = lib.concatenate([lib.ravel(v), a[:3], lib.asarray([lib.nan, 0.0, -0.0], a.dtype)])
+    order = lib.argsort(a)
+    if lib is np:
+        one = [np.searchsorted(a, v, side=side, sorter=order) for side in ("left", "right")]
+        return np.concatenate(one * len(SEARCH_METHODS) + [np.digitize(v, a[:0])]).astype(np.int32)
+    return lib.concatenate([lib.searchsorted(a, v, side=side, sorter=order, method=m)
+                            for m in SEARCH_METHODS for side in ("left", "right")] + [lib.digitize(v, a[:0])])
 
 
 def _nonzero_sized(x):
@@ -226,6 +243,8 @@ def rows():
         # searching, selecting
         Row("searchsorted_digitize", lambda a, v: _search(cnp, a, v), lambda a, v: _search(np, a, v),
             [A(6, domain="distinct"), A(2, 3, domain="distinct")], differentiable=False),
+        Row("searchsorted_methods", lambda a, v: _search_methods(cnp, a, v), lambda a, v: _search_methods(np, a, v),
+            [A(7), A(2, 3)], differentiable=False),
         Row("interp", lambda x, xp, fp: cnp.interp(x, cnp.sort(xp), fp) + cnp.interp(x, cnp.sort(xp), fp, left=-5.0, right=5.0),
             lambda x, xp, fp: (np.interp(x, np.sort(xp), fp) + np.interp(x, np.sort(xp), fp, left=-5.0, right=5.0)).astype(x.dtype),
             [A(7, domain="distinct"), A(5, domain="distinct"), A(5)]),
