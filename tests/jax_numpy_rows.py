@@ -101,6 +101,23 @@ def _search_methods(lib, a, v):
                             for m in SEARCH_METHODS for side in ("left", "right")] + [lib.digitize(v, a[:0])])
 
 
+def _complex_parts(lib, ar, ai, vr, vi):
+    """``correlate`` (which conjugates ``v``) and ``convolve`` of complex operands, each
+    length order and mode, as real and imaginary parts."""
+    a, v = ar + 1j * ai, vr + 1j * vi
+    outs = [f(x, y, mode) for f in (lib.correlate, lib.convolve) for x, y in ((a, v), (v, a), (a, vr))
+            for mode in ("full", "same", "valid")]
+    out = lib.concatenate(outs)
+    return lib.concatenate([lib.real(out), lib.imag(out)]).astype(ar.dtype)
+
+
+def _interp_complex(lib, x, xp, fr, fi):
+    """``interp`` with complex ``fp`` (x and xp stay real), with and without ``period``."""
+    xp = lib.sort(xp)
+    out = lib.concatenate([lib.interp(x, xp, fr + 1j * fi), lib.interp(x, xp, fr + 1j * fi, period=1.7)])
+    return lib.concatenate([lib.real(out), lib.imag(out)]).astype(x.dtype)
+
+
 def _nonzero_sized(x):
     m = x > 0
     rows, cols = cnp.nonzero(m, size=7, fill_value=-1)
@@ -173,6 +190,10 @@ def rows():
             [A(4), I((4,), 3)]),
         Row("tile", lambda x: cnp.ravel(cnp.tile(x, (2, 1, 2))) + cnp.ravel(cnp.tile(x, 4))[:1],
             lambda x: np.ravel(np.tile(x, (2, 1, 2))) + np.ravel(np.tile(x, 4))[:1], [A(2, 3)], dtypes=NUMERIC),
+        Row("delete_traced_unique_indices", lambda x, p: cnp.delete(x, cnp.argsort(p)[:2] - 2, axis=1, assume_unique_indices=True),
+            lambda x, p: np.delete(x, np.argsort(p)[:2] - 2, axis=1), [A(3, 4), A(4, domain="distinct")]),
+        Row("interp_complex_fp", lambda x, xp, fr, fi: _interp_complex(cnp, x, xp, fr, fi),
+            lambda x, xp, fr, fi: _interp_complex(np, x, xp, fr, fi), [A(7, domain="distinct"), A(5, domain="distinct"), A(5), A(5)]),
         Row("delete", lambda x: cnp.ravel(cnp.delete(x, [0, -1], axis=1)) * 2 + cnp.delete(x, slice(1, None))[0],
             lambda x: np.ravel(np.delete(x, [0, -1], axis=1)) * 2 + np.delete(x, slice(1, None))[0], [A(3, 4)],
             dtypes=NUMERIC),
@@ -194,6 +215,8 @@ def rows():
                                                              cnp.correlate(v, a, "same")]),
             lambda a, v: np.concatenate([np.correlate(a, v), np.correlate(a, v, "full"), np.correlate(v, a, "same")]),
             [A(6), A(4)]),
+        Row("correlate_convolve_complex", lambda ar, ai, vr, vi: _complex_parts(cnp, ar, ai, vr, vi),
+            lambda ar, ai, vr, vi: _complex_parts(np, ar, ai, vr, vi), [A(5), A(5), A(3), A(3)]),
         Row("polyval", cnp.polyval, np.polyval, [A(4), A(2, 3)]),
         Row("einsum_sublists", lambda a, b: cnp.einsum(a, [0, 1], b, [1, 2], [2, 0]),
             lambda a, b: np.einsum(a, [0, 1], b, [1, 2], [2, 0]), [A(2, 3), A(3, 4)]),

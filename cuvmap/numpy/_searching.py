@@ -54,12 +54,16 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     Differentiable in ``x``, ``xp`` and ``fp``."""
     x, xp, fp = asarray(x), asarray(xp), asarray(fp)
     if ndim(xp) != 1 or ndim(fp) != 1 or shape(xp) != shape(fp):
-        raise ShapeError(f"interp: xp and fp must be 1-D of one length, got shapes {shape(xp)} and {shape(fp)}")
-    dtype = np.result_type(core.dtype_of(x), core.dtype_of(xp), core.dtype_of(fp), np.float16)
-    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, dtype)
+        # JAX's wording (its tests match it literally)
+        raise ShapeError("xp and fp must be one-dimensional arrays of equal size")
+    # x and xp share a real inexact dtype; fp may be complex (JAX's promotions)
+    dtype = np.result_type(core.dtype_of(x), core.dtype_of(xp), np.float16)
+    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, np.result_type(core.dtype_of(fp), np.float16))
     for name, v in (("left", left), ("right", right)):
         if isinstance(v, str) and v != "extrapolate":
-            raise ValueError(f"interp: {name} must be a number or 'extrapolate', got {v!r}")
+            raise ValueError(f"the only valid string value of `{name}` is 'extrapolate', but got: {v!r}")
+    if dtype.kind == "c":
+        raise ValueError("jnp.interp: complex x values not supported.")
     if period is not None:
         left = right = None
         period = ew.abs(astype(asarray(period), dtype))

@@ -15,9 +15,11 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 from cuvmap.numpy._common import _axis, ndim, shape, size
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
+from cuvmap.numpy._elementwise import where as _where3
 from cuvmap.numpy._ranges import linspace
 from cuvmap.numpy._shapes import broadcast_to, concatenate, moveaxis, ravel, reshape
 
@@ -179,14 +181,21 @@ def tile(A, reps):
 def delete(arr, obj, axis=None, *, assume_unique_indices=False):
     """``jnp.delete``: ``arr`` without the entries ``obj`` (an int, a slice or a sequence of
     ints, negative ones counted from the end) along ``axis`` (flattened for ``None``).
-    ``obj`` must be static; what stays is gathered with one ``take``."""
+    What stays is gathered with one ``take``. ``obj`` must be static, unless it is integer
+    and ``assume_unique_indices=True`` (JAX's promise that no index repeats, so that the
+    result's length is ``len(arr) − obj.size``): then it may be traced (indices out of range
+    are clipped to the ends; repeated ones give a wrong result, as in JAX)."""
     arr = asarray(arr)
     if axis is None:
         arr, axis = ravel(arr), 0
     axis = _axis(arr, axis, "delete")
     n = shape(arr)[axis]
     if isinstance(obj, Tracer):
-        raise ConcretizationError("delete: the indices obj must be static (a traced obj would give a data-dependent shape)")
+        if assume_unique_indices and core.dtype_of(obj).kind in "iu":
+            return _delete_unique(arr, obj, axis, n)
+        raise ConcretizationError(
+            "delete: the indices obj must be static (a traced obj would give a data-dependent shape); "
+            "pass assume_unique_indices=True for traced integer indices that do not repeat")
     keep = np.ones(n, dtype=bool)
     if isinstance(obj, builtins.slice):
         keep[obj] = False
@@ -204,6 +213,19 @@ def delete(arr, obj, axis=None, *, assume_unique_indices=False):
                 raise IndexError(f"delete: index out of bounds for axis {axis} with size {n}: {index.tolist()}")
             keep[index] = False
     return lax_indexing.take(arr, backend.xp_of(arr).asarray(np.flatnonzero(keep)), axis)
+
+
+def _delete_unique(arr, obj, axis, n):
+    """``delete`` of traced, unique integer indices: with the sorted indices ``d_j``, kept
+    position ``i`` of the result is ``i + #{j : d_j − j ≤ i}`` (each deleted entry at or
+    before it shifts it one place on)."""
+    d = ravel(astype(obj, np.int64))
+    d = ew.clamp(0, _where3(ew.lt(d, 0), ew.add(d, n), d), n)
+    m = shape(d)[0]
+    d = ew.sub(lax_sorting.sort(d, 0), lax_indexing.iota(m, like=d))
+    i = lax_indexing.iota(n - m, like=arr)
+    shift = lax_reduction.reduce_sum(astype(ew.ge(reshape(i, (1, n - m)), reshape(d, (m, 1))), np.int64), (0,))
+    return lax_indexing.take(arr, ew.add(i, shift), axis)
 
 
 def diff(a, n=1, axis=-1, prepend=None, append=None):
