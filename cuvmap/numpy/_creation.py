@@ -180,6 +180,13 @@ def full(shape, fill_value, dtype=None, like=None, *, device=None):  # noqa: A00
     return _creation_module(like).full(shape, fill_value, dtype=dtype)
 
 
+def _arange_argument_names(start, stop, step, n):
+    """The names NumPy gives ``arange``'s ``n`` arguments (one alone is ``stop``)."""
+    if n == 1 and start is None and step is None:
+        return ("stop",)
+    return ("start", "stop", "step")[:n]
+
+
 def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, start=None):
     """``jnp.arange(start, stop=None, step=None, dtype=None)``: evenly spaced values in
     ``[start, stop)`` (a constant; the arguments must be static)."""
@@ -189,9 +196,11 @@ def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, star
         args = args + (stop,)
     if step is not None:
         args = args + (step,)
-    for a in args:
+    names = _arange_argument_names(start, stop, step, len(args))
+    for name, a in zip(names, args):
         if isinstance(a, Tracer):
-            raise core.ConcretizationError("arange: start, stop and step must be static, got a traced value")
+            raise core.ConcretizationError(f"arange: start, stop and step must be static, got a traced value. "
+                                           f"It arose in the jnp.arange argument '{name}'")
         if isinstance(a, complex) or np.iscomplexobj(a):
             raise ValueError("arange: complex arguments are not supported (as in JAX: Passing complex "
                              "start/stop/step to jnp.arange is no longer supported)")

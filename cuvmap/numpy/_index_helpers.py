@@ -113,7 +113,9 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
     if mode == "raise":
         for i, d in zip(index, dims):
             if isinstance(i, Tracer):
-                raise core.ConcretizationError("ravel_multi_index: mode='raise' needs concrete indices; use mode='clip' or 'wrap'")
+                raise core.ConcretizationError(
+                    "ravel_multi_index: mode='raise' needs concrete indices. The error occurred because "
+                    "ravel_multi_index was jit-compiled with mode='raise'. Use mode='wrap' or mode='clip' instead.")
             host = i.get() if hasattr(i, "get") else np.asarray(i)
             if host.size and (host.min() < 0 or host.max() >= d):
                 raise ValueError(f"invalid entry in coordinates array (ravel_multi_index: an index outside "

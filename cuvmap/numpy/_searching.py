@@ -110,7 +110,8 @@ def _require_size(name, size, x):
         raise ConcretizationError(
             f"{name}: the length of the result depends on the values of a traced array of shape "
             f"{shape(x)}; pass size= (a static length; the result is cut or padded with fill_value), "
-            f"as in jax.numpy.{name}"
+            f"as in jax.numpy.{name}. The size argument of jnp.{'compress' if name == 'extract' else name} "
+            "must be specified under a transform"
         )
 
 

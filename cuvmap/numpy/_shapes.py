@@ -328,7 +328,7 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
         raise ShapeError(f"diagonal: the array must have at least 2 dims, got shape {s}")
     a1, a2 = _axis(a, axis1, "diagonal"), _axis(a, axis2, "diagonal")
     if a1 == a2:
-        raise ShapeError(f"diagonal: axis1 and axis2 must be different dims, both are {a1} (shape {s})")
+        raise ShapeError(f"diagonal: axis1 and axis2 can not be same: both are dim {a1} (shape {s})")
     rest = tuple(i for i in range(len(s)) if i not in (a1, a2))
     lead = tuple(s[i] for i in rest)
     r, c = s[a1], s[a2]

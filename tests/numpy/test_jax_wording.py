@@ -1,0 +1,110 @@
+"""JAX's error texts where JAX's own tests match them (issue 32, the mirror's d_wording
+rows), and the dtype helpers of ``jax.dtypes``: each refusal raises the exception class
+JAX raises, with cuvmap's prefix naming the function and JAX's sentence in it.
+
+References are NumPy and closed forms; the rows are data."""
+import re
+
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import dtypes, lax
+from cuvmap.errors import ConcretizationError
+
+ERROR_ROWS = [
+    # (name, call, exception, pattern)
+    ("choose raise under jit", lambda: cv.jit(lambda a: cnp.choose(a, [np.ones(3), np.zeros(3)], mode="raise"))(
+        np.array([0, 1, 0])), ConcretizationError,
+     "jnp.choose was jit-compiled with mode='raise'. Use mode='wrap' or mode='clip' instead."),
+    ("ravel_multi_index raise under jit", lambda: cv.jit(lambda i: cnp.ravel_multi_index((i, i), (3, 3)))(
+        np.array([0, 1])), ConcretizationError,
+     "ravel_multi_index was jit-compiled with mode='raise'. Use mode='wrap' or mode='clip' instead."),
+    ("arange names stop", lambda: cv.jit(cnp.arange)(3), ConcretizationError, "jnp.arange argument 'stop'"),
+    ("arange names start", lambda: cv.jit(lambda s: cnp.arange(s, 3))(0), ConcretizationError,
+     "jnp.arange argument 'start'"),
+    ("arange names step", lambda: cv.jit(lambda s: cnp.arange(0, 3, s))(1), ConcretizationError,
+     "jnp.arange argument 'step'"),
+    ("broadcast_to fewer dims", lambda: cnp.broadcast_to(np.zeros((3, 4, 5)), (4, 5)), ValueError,
+     r"broadcast_to: Cannot broadcast to shape with fewer dimensions: arr_shape=\(3, 4, 5\) shape=\(4, 5\)"),
+    ("broadcast_to incompatible", lambda: cnp.broadcast_to(np.ones((2, 3)), (1, 3)), ValueError,
+     r"Incompatible shapes for broadcasting: \(2, 3\) and requested shape \(1, 3\)"),
+    ("compress size under jit", lambda: cv.jit(cnp.compress)(np.arange(4) > 1, np.arange(4.0)), ConcretizationError,
+     "The size argument of jnp.compress must be specified"),
+    ("extract size under jit", lambda: cv.jit(cnp.extract)(np.arange(4) > 1, np.arange(4.0)), ConcretizationError,
+     "The size argument of jnp.compress must be specified"),
+    ("interp shapes", lambda: cnp.interp(0.0, np.arange(2.0), np.arange(3.0)), ValueError,
+     "^xp and fp must be one-dimensional arrays of equal size$"),
+    ("interp left", lambda: cnp.interp(0.0, np.arange(3.0), np.arange(3.0), left="interpolate"), ValueError,
+     "the only valid string value of `left` is 'extrapolate', but got: 'interpolate'"),
+    ("interp complex x", lambda: cnp.interp(1j, 1j * np.arange(3.0), np.arange(3.0)), ValueError,
+     re.escape("jnp.interp: complex x values not supported.")),
+    ("mgrid traced start", lambda: cv.jit(lambda a, b: cnp.mgrid[a:b])(0, 2), ConcretizationError,
+     "slice start of jnp.mgrid"),
+    ("ogrid traced stop", lambda: cv.jit(lambda b: cnp.ogrid[0:b])(2), ConcretizationError, "slice stop of jnp.ogrid"),
+    ("trace same axes", lambda: cnp.trace(np.ones((2, 3, 2)), axis1=1, axis2=-2), ValueError,
+     "axis1 and axis2 can not be same"),
+    ("top_k negative k", lambda: cnp.top_k(np.arange(10), -1), ValueError, "k argument to top_k must be nonnegative"),
+    ("top_k large k", lambda: cnp.top_k(np.arange(10), 15), ValueError,
+     "k argument to top_k must be no larger than size"),
+    ("top_k axis", lambda: cnp.top_k(np.arange(10), 2, axis=5), ValueError, "axis 5 is out of bounds"),
+    ("fftfreq d", lambda: cnp.fft.fftfreq(4, d=[0, 1, 2]), ValueError,
+     re.escape("The d argument of jax.numpy.fft.fftfreq only takes a single value. Got d = [0, 1, 2].")),
+    ("lax.fft too few dims", lambda: lax.fft(np.ones((14, 15), np.complex128), "fft", (4, 5, 6)), ValueError,
+     r"FFT input shape \(14, 15\) must have at least as many input dimensions as fft_lengths \(4, 5, 6\)"),
+    ("lax.fft minor dims", lambda: lax.fft(np.ones((14, 15), np.complex128), "fft", (17,)), ValueError,
+     r"FFT input shape \(14, 15\) minor dimensions must be equal to fft_lengths \(17,\)"),
+    ("lax.fft irfft minor dims", lambda: lax.fft(np.ones((2, 14, 15), np.complex128), "irfft", (13, 15)), ValueError,
+     r"IRFFT input shape \(2, 14, 15\) minor dimensions must be equal to all except the last fft_length, "
+     r"got fft_lengths=\(13, 15\)"),
+    ("delete traced repeated-or-not indices", lambda: cv.jit(lambda i: cnp.delete(np.arange(4.0), i))(np.array([1])),
+     ConcretizationError, "assume_unique_indices=True"),
+]
+
+
+@pytest.mark.parametrize("name, call, exc, pattern", ERROR_ROWS, ids=[r[0] for r in ERROR_ROWS])
+def test_jax_error_texts(name, call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+@pytest.mark.parametrize("name, call, want", [
+    ("mgrid", lambda: cnp.mgrid[1:5:3, :5], np.mgrid[1:5:3, :5]),
+    ("mgrid complex step", lambda: cnp.mgrid[-1:1:5j], np.mgrid[-1:1:5j]),
+    ("ogrid", lambda: np.stack(np.broadcast_arrays(*cnp.ogrid[0:5, 1:3])),
+     np.stack(np.broadcast_arrays(*np.ogrid[0:5, 1:3]))),
+    ("mgrid under jit", lambda: cv.jit(lambda: cnp.mgrid[:4])(), np.arange(4)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_grids_are_numpys(name, call, want):
+    np.testing.assert_array_equal(call(), want)
+
+
+DTYPE_ROWS = [
+    # (dtype, itemsize_bits, scalar_type_of)
+    (np.bool_, 8, bool), (np.int8, 8, int), (np.uint16, 16, int), (np.int32, 32, int), (np.int64, 64, int),
+    (np.float16, 16, float), (np.float32, 32, float), (np.float64, 64, float), (np.complex64, 64, complex),
+    (np.complex128, 128, complex),
+]
+
+
+@pytest.mark.parametrize("dtype, bits, scalar", DTYPE_ROWS, ids=[np.dtype(r[0]).name for r in DTYPE_ROWS])
+def test_jax_dtypes_helpers(dtype, bits, scalar):
+    assert dtypes.itemsize_bits(dtype) == bits == 8 * np.dtype(dtype).itemsize
+    assert dtypes.scalar_type_of(np.zeros(2, dtype)) is scalar
+    assert dtypes.scalar_type_of(np.dtype(dtype)) is scalar
+    assert dtypes.canonicalize_dtype(dtype) == np.dtype(dtype)
+    # under jit, on a tracer: from the dtype, never the value
+    got = cv.jit(lambda x: cnp.full(2, dtypes.itemsize_bits(x.dtype) + 0 * (dtypes.scalar_type_of(x) is scalar)))(
+        np.ones(2, dtype))
+    assert got.tolist() == [bits, bits]
+
+
+def test_jax_dtypes_helpers_refuse():
+    with pytest.raises(ValueError, match="itemsize_bits: dtype cannot be None"):
+        dtypes.itemsize_bits(None)
+    with pytest.raises(ValueError, match="itemsize_bits: expected"):
+        dtypes.itemsize_bits(np.dtype("U3"))
+    with pytest.raises(TypeError, match="scalar_type_of"):
+        dtypes.scalar_type_of(np.array(["a"]))
+    assert dtypes.scalar_type_of(2.0) is float and dtypes.scalar_type_of(True) is bool
