@@ -118,6 +118,22 @@ def _interp_complex(lib, x, xp, fr, fi):
     return lib.concatenate([lib.real(out), lib.imag(out)]).astype(x.dtype)
 
 
+def _pad_with_sums(vector, pad_width, axis, kwargs):
+    """A callable ``pad`` mode, JAX's protocol (returns the vector): both pads take the
+    interior's sum times ``scale``."""
+    lo, hi = pad_width
+    n = vector.shape[0]
+    total = vector[lo:n - hi].sum() * kwargs.get("scale", 1.0)
+    return vector.at[:lo].set(total).at[n - hi:].set(total)
+
+
+def _pad_with_sums_ref(vector, pad_width, axis, kwargs):
+    """NumPy's protocol for the same mode: writes into ``vector``."""
+    lo, hi = pad_width
+    n = vector.shape[0]
+    vector[:lo] = vector[n - hi:] = vector[lo:n - hi].sum() * kwargs.get("scale", 1.0)
+
+
 def _nonzero_sized(x):
     m = x > 0
     rows, cols = cnp.nonzero(m, size=7, fill_value=-1)
@@ -194,6 +210,8 @@ def rows():
             lambda x, p: np.delete(x, np.argsort(p)[:2] - 2, axis=1), [A(3, 4), A(4, domain="distinct")]),
         Row("interp_complex_fp", lambda x, xp, fr, fi: _interp_complex(cnp, x, xp, fr, fi),
             lambda x, xp, fr, fi: _interp_complex(np, x, xp, fr, fi), [A(7, domain="distinct"), A(5, domain="distinct"), A(5), A(5)]),
+        Row("pad_callable_mode", lambda x: cnp.pad(x, ((1, 2), (0, 1)), _pad_with_sums, scale=0.5),
+            lambda x: np.pad(x, ((1, 2), (0, 1)), _pad_with_sums_ref, scale=0.5), [A(3, 4)]),
         Row("delete", lambda x: cnp.ravel(cnp.delete(x, [0, -1], axis=1)) * 2 + cnp.delete(x, slice(1, None))[0],
             lambda x: np.ravel(np.delete(x, [0, -1], axis=1)) * 2 + np.delete(x, slice(1, None))[0], [A(3, 4)],
             dtypes=NUMERIC),
