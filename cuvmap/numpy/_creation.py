@@ -161,13 +161,23 @@ def _check_forgot_shape_tuple(name, shape, dtype):
                         "i.e. with a single tuple argument for the shape?")
 
 
+_SHAPE_TEXT = "Shapes must be 1D sequences of concrete values of integer type"  # JAX's (its tests match it)
+
+
 def _shape_arg(shape):
-    """A static shape: an int or a sequence of ints, none negative."""
+    """A static shape: an int or a sequence of ints, none negative (else TypeError, as
+    JAX's; NumPy raises ValueError for a negative dim and TypeError for a float)."""
     if isinstance(shape, Tracer) or (isinstance(shape, (list, tuple)) and builtins.any(isinstance(s, Tracer) for s in shape)):
-        raise core.ConcretizationError("a shape must be static (ints), got a traced value")
-    out = (int(shape),) if isinstance(shape, (int, np.integer)) or np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        raise core.ConcretizationError(
+            f"a shape must be static (ints), got a traced value. {_SHAPE_TEXT}.\n"
+            "If using `jit`, try using `static_argnums` or applying `jit` to smaller subfunctions.")
+    parts = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+    if not builtins.all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_))
+                        or (isinstance(s, np.ndarray) and s.ndim == 0 and s.dtype.kind in "iu") for s in parts):
+        raise TypeError(f"{_SHAPE_TEXT}, got {shape!r}")
+    out = tuple(int(s) for s in parts)
     if builtins.any(s < 0 for s in out):
-        raise ValueError(f"negative dimensions are not allowed: {out}")
+        raise TypeError(f"{_SHAPE_TEXT}, got {shape!r}: negative dimensions are not allowed")
     return out
 
 

@@ -123,10 +123,17 @@ def pad_function(x, pad_width, func, kwargs):
     along each axis in turn, as :func:`apply_along_axis` (JAX's ``_pad_func``)."""
     from cuvmap.numpy._vectorize import apply_along_axis  # vmap: cuvmap.api imports cuvmap.numpy
 
+    def returning(vector, widths, axis, kw):
+        out = func(vector, widths, axis, kw)
+        if out is None:
+            raise TypeError("pad: the callable mode returned None; JAX's protocol returns the padded vector "
+                            "(NumPy's writes into it, which a traced vector cannot take: use vector.at[...].set)")
+        return out
+
     x = lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pad_width), 0)
     for axis in range(ndim(x)):
         lo, hi = pad_width[axis]
-        x = apply_along_axis(func, axis, x, (int(lo), int(hi)), axis, kwargs)
+        x = apply_along_axis(returning, axis, x, (int(lo), int(hi)), axis, kwargs)
     return x
 
 

@@ -152,15 +152,27 @@ def _tensordot(a, b, axes):
     if (ndim(a) == 0 or ndim(b) == 0) and axes in (0, ((), ()), ([], [])):
         return ew.mul(a, b)
     a, b = asarray(a), asarray(b)
+    # JAX's checks and texts (TypeError, as JAX's), before the contraction's own
     if isinstance(axes, (int, np.integer)):
+        if axes > builtins.min(ndim(a), ndim(b)):
+            raise TypeError(f"tensordot: Number of tensordot axes (axes {axes}) exceeds input ranks "
+                            f"({shape(a)} and {shape(b)})")
         ca = tuple(range(ndim(a) - axes, ndim(a)))
         cb = tuple(range(axes))
-    else:
+    elif isinstance(axes, (list, tuple)) and len(axes) == 2:
         ca, cb = axes
+        if not all(isinstance(c, (int, np.integer, list, tuple)) for c in (ca, cb)):
+            raise TypeError(f"tensordot: tensordot requires both axes lists to be either ints, tuples or lists, "
+                            f"got {ca!r} and {cb!r}")
         ca = (ca,) if isinstance(ca, (int, np.integer)) else tuple(ca)
         cb = (cb,) if isinstance(cb, (int, np.integer)) else tuple(cb)
+        if len(ca) != len(cb):
+            raise TypeError(f"tensordot: tensordot requires axes lists to have equal length, got {ca} and {cb}")
         ca = tuple(int(i) % ndim(a) for i in ca)
         cb = tuple(int(i) % ndim(b) for i in cb)
+    else:
+        raise TypeError(f"tensordot: tensordot axes argument must be an int, a pair of ints, or a pair of lists, "
+                        f"got {axes!r}")
     return lax.dot_general(a, b, ((ca, cb), ((), ())))
 
 

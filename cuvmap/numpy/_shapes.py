@@ -252,6 +252,8 @@ def _roll_traced(x, shift, axis):
         shifts = [lax_shape.reshape(s, ()) for s in shifts]
     if len(shifts) == 1 and len(axes_) > 1:
         shifts = shifts * len(axes_)
+    if len(axes_) == 1 and len(shifts) > 1:  # broadcast against one axis: the shifts add up (NumPy's)
+        axes_ = np.repeat(axes_, len(shifts))
     if len(shifts) != len(axes_):
         raise ShapeError(f"roll: shift and axis {axis!r} must have the same length")
     for sh, ax in zip(shifts, axes_.tolist()):

@@ -120,7 +120,7 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
     Traced counts need ``total_repeat_length``, the static length of the result; with it
     the result is cut to that length, or padded by repeating the last element."""
     a = asarray(a)
-    if axis is None:
+    if axis is None or (ndim(a) == 0 and axis in (0, -1)):  # a 0-d array repeats as 1-d (NumPy's)
         a, axis = ravel(a), 0
     axis = _axis(a, axis, "repeat")
     n = shape(a)[axis]

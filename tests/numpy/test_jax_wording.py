@@ -58,6 +58,20 @@ ERROR_ROWS = [
     ("lax.fft irfft minor dims", lambda: lax.fft(np.ones((2, 14, 15), np.complex128), "irfft", (13, 15)), ValueError,
      r"IRFFT input shape \(2, 14, 15\) minor dimensions must be equal to all except the last fft_length, "
      r"got fft_lengths=\(13, 15\)"),
+    ("zeros float shape", lambda: cnp.zeros(1.5), TypeError, "Shapes must be 1D sequences of concrete values of integer type"),
+    ("ones negative dim", lambda: cnp.ones((-1, 1)), TypeError, "negative dimensions are not allowed"),
+    ("zeros traced shape", lambda: cv.jit(cnp.zeros)(2), TypeError,
+     r"Shapes must be 1D sequences of concrete values of integer type.*\nIf using `jit`, try using `static_argnums`"),
+    ("tensordot axes exceed ranks", lambda: cnp.tensordot(np.ones((3, 2, 2)), np.ones(2), axes=2), TypeError,
+     "Number of tensordot axes.*exceeds input ranks"),
+    ("tensordot unequal axes", lambda: cnp.tensordot(np.ones((3, 2, 2)), np.ones(2), axes=([0], [0, 1])), TypeError,
+     "tensordot requires axes lists to have equal length"),
+    ("tensordot bad axes lists", lambda: cnp.tensordot(np.ones((3, 2)), np.ones(2), axes=("bad", "axes")), TypeError,
+     "tensordot requires both axes lists to be either ints, tuples or lists"),
+    ("tensordot bad axes", lambda: cnp.tensordot(np.ones((3, 2)), np.ones(2), axes="badaxes"), TypeError,
+     "tensordot axes argument must be an int, a pair of ints, or a pair of lists"),
+    ("pad callable returning None", lambda: cnp.pad(np.ones(3), 1, lambda *a: None), TypeError,
+     "callable mode returned None"),
     ("delete traced repeated-or-not indices", lambda: cv.jit(lambda i: cnp.delete(np.arange(4.0), i))(np.array([1])),
      ConcretizationError, "assume_unique_indices=True"),
 ]
@@ -108,3 +122,30 @@ def test_jax_dtypes_helpers_refuse():
     with pytest.raises(TypeError, match="scalar_type_of"):
         dtypes.scalar_type_of(np.array(["a"]))
     assert dtypes.scalar_type_of(2.0) is float and dtypes.scalar_type_of(True) is bool
+
+
+X34 = np.arange(12.0).reshape(3, 4)
+SHIFTS = np.array([1, 2, 3, -1, 0, 5])
+
+EDGE_ROWS = [
+    # (name, cuvmap's, NumPy's): shapes, dtypes and values must agree
+    ("repeat of a 0-d array along axis 0", lambda: cnp.repeat(np.array(3), 2, axis=0), np.repeat(np.array(3), 2, axis=0)),
+    ("roll flattened by a traced shift vector", lambda: cv.jit(lambda x, s: cnp.roll(x, s))(X34, SHIFTS),
+     np.roll(X34, SHIFTS)),
+    ("roll one axis by a traced shift vector", lambda: cv.jit(lambda x, s: cnp.roll(x, s, axis=1))(X34, SHIFTS[:2]),
+     np.roll(X34, SHIFTS[:2], axis=1)),
+    ("linspace retstep one sample", lambda: cnp.linspace(np.zeros((2, 2)), np.ones((2, 2)), 1, retstep=True)[1],
+     np.linspace(np.zeros((2, 2)), np.ones((2, 2)), 1, retstep=True)[1]),
+    ("linspace retstep no sample", lambda: cnp.linspace(np.zeros(2), np.ones(2), 0, retstep=True)[1],
+     np.linspace(np.zeros(2), np.ones(2), 0, retstep=True)[1]),
+    ("linspace retstep one sample no endpoint",
+     lambda: cnp.linspace(np.zeros(2), np.ones(2), 1, endpoint=False, retstep=True)[1],
+     np.linspace(np.zeros(2), np.ones(2), 1, endpoint=False, retstep=True)[1]),
+]
+
+
+@pytest.mark.parametrize("name, got, want", EDGE_ROWS, ids=[r[0] for r in EDGE_ROWS])
+def test_numpy_edge_cases(name, got, want):
+    out = np.asarray(got())
+    assert out.shape == np.shape(want) and out.dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(out, want)
