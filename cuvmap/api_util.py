@@ -471,6 +471,10 @@ def leaf_aval(f, path, leaf, where):
             "pass arrays, Python numbers or pytrees of them, or mark it static with "
             "static_argnums/static_argnames"
         )
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise TransformError(
+            f"{describe_arg(f, path)} is a NumPy masked array: numpy masked arrays are not supported (the mask "
+            "would be dropped); pass numpy.ma.getdata(x) and the mask as arrays")
     if isinstance(leaf, np.generic):
         leaf = np.asarray(leaf)
     return core.get_aval(leaf)

@@ -72,6 +72,22 @@ def asarray(a, dtype=None, order=None, *, copy=None, device=None):
     return np.asarray(a, dtype=dtype)
 
 
+def _holds_none(x):
+    return x is None or (isinstance(x, (list, tuple)) and builtins.any(_holds_none(e) for e in x))
+
+
+def _huge_int(x):
+    """A Python int in ``x`` (nested lists and tuples) outside int64 and uint64, or None."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x if not -2**63 <= x < 2**64 else None
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            h = _huge_int(e)
+            if h is not None:
+                return h
+    return None
+
+
 def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  # noqa: A002 - jax.numpy's name
     """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``); the
     result has at least ``ndmin`` dims (leading 1s added); a Python number without
@@ -85,9 +101,14 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  #
         out = object.astype(object.dtype if dtype is None else dtype, copy=True)
     else:
         if isinstance(object, np.ma.MaskedArray):
-            raise ValueError("array: numpy masked arrays are not supported")
+            object = np.ma.getdata(object)  # noqa: A001 - as numpy.array and JAX: the mask is dropped
         out = np.array(object, dtype=dtype)
         if out.dtype == np.dtype("O"):
+            if isinstance(object, (list, tuple)) and _holds_none(object):
+                raise ValueError(f"array: None is not a valid value for jnp.array (in a {type(object).__name__})")
+            huge = _huge_int(object)
+            if huge is not None:
+                raise OverflowError(f"array: Python int too large to convert to int64 or uint64: {huge}")
             raise TypeError(f"array: cannot make an array of Python objects from {type(object).__name__}")
     s = core.shape_of(out)
     if len(s) < ndmin:

@@ -236,6 +236,9 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
     if n < 0:
         raise ValueError(f"diff: order n must be non-negative, got {n}")
     axis = _axis(a, axis, "diff")
+    if n == 0:
+        return a  # NumPy's and JAX's: prepend and append are not joined
+
     parts = [p for p in ([_piece(prepend, a, axis), a, _piece(append, a, axis)]) if p is not None]
     if len(parts) > 1:
         parts = _arrays(parts, "diff")
