@@ -24,6 +24,11 @@ class TransformError(CuvmapError, ValueError):
     """Bad arguments to a transform (axes, argnums, shapes of inputs or cotangents)."""
 
 
+class ArgumentTypeError(TransformError, TypeError):
+    """An argument of a type a transform cannot trace (a string, an arbitrary object): a
+    ``TypeError``, as JAX's "is not a valid JAX type" (and a :class:`TransformError`)."""
+
+
 class InputTypeError(TransformError, TypeError):
     """A differentiated input that is not a floating-point (or complex) value: a
     ``TypeError``, as JAX's "grad requires real- or complex-valued inputs" (and a
@@ -466,7 +471,7 @@ def leaf_aval(f, path, leaf, where):
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-        raise TransformError(
+        raise ArgumentTypeError(
             f"{describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
             "pass arrays, Python numbers or pytrees of them, or mark it static with "
             "static_argnums/static_argnames"

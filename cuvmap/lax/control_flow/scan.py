@@ -12,6 +12,7 @@ next.
 import numpy as np
 
 from cuvmap import api_util, core, tree
+from cuvmap.core import ConcretizationError, Tracer
 from cuvmap.lax import elementwise, shape as lax_shape
 from cuvmap.lax.control_flow.common import (
     SCAN_STAGER, Body, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry,
@@ -509,6 +510,9 @@ def _scan_length(where, x_paths, x_leaves, length):
                                     "scan over)")
         sizes.append((path, shape[0]))
     if length is not None:
+        if isinstance(length, Tracer):
+            raise ConcretizationError(f"{where}: The `length` argument to `scan` expects a concrete `int` value; "
+                                      f"got a traced value {length!r} (make it static)")
         if not api_util.is_int(length) or length < 0:
             raise ControlFlowError(f"{where}: length must be a non-negative int, got {length!r}")
         length = int(length)
@@ -528,6 +532,9 @@ def _scan_length(where, x_paths, x_leaves, length):
 def _scan_unroll(where, unroll, length):
     """JAX's ``unroll``: ``True`` is every step (``max(length, 1)``), ``False`` one, an int
     ``k >= 0`` kept as it is (``0`` unrolls every step, as JAX's)."""
+    if isinstance(unroll, Tracer):
+        raise ConcretizationError(f"{where}: The `unroll` argument to `scan` expects a concrete `int` or `bool` "
+                                  f"value; got a traced value {unroll!r} (make it static)")
     if isinstance(unroll, (bool, np.bool_)):
         return max(length, 1) if unroll else 1
     if not api_util.is_int(unroll) or unroll < 0:
