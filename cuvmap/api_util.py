@@ -325,7 +325,8 @@ def normalize_out_axis(axis, ndim, path, logical_shape):
     if not -ndim <= axis < ndim:
         raise TransformError(
             f"out_axes {axis} is out of range for {describe_out(path)} of "
-            f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis)"
+            f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis): axis {axis} is out of bounds "
+            f"for array of dimension {ndim}"
         )
     return axis % ndim
 

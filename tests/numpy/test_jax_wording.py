@@ -98,6 +98,8 @@ ERROR_ROWS = [
     ("jit of a str argument", lambda: cv.jit(lambda p: p)("abc"), TypeError, "is a str, which jit cannot trace"),
     ("platform_dependent without a branch", lambda: lax.platform_dependent(3.0, tpu=lambda x: x + 2.0),
      NotImplementedError, "translation rule .* not found for platform"),
+    ("vmap out_axes out of bounds", lambda: cv.vmap(lambda y: y, in_axes=0, out_axes=-4)(np.ones((3, 4, 5))),
+     ValueError, "axis -4 is out of bounds"),
     ("delete traced repeated-or-not indices", lambda: cv.jit(lambda i: cnp.delete(np.arange(4.0), i))(np.array([1])),
      ConcretizationError, "assume_unique_indices=True"),
 ]
