@@ -116,7 +116,9 @@ def unwrap(p, discont=None, axis=-1, period=2 * np.pi):
     ``[−period/2, period/2)`` (the running sum of the corrections added from there on),
     in the promoted dtype of ``p`` and ``period`` (integers stay integers, as NumPy)."""
     p, period_ = (asarray(p), asarray(period))
-    dtype = np.result_type(core.dtype_of(p), core.dtype_of(period_))
+    # a Python number is weak (NEP 50, as JAX): a float16 p stays float16, an int8 p with an int period int8
+    weak = type(period) in (int, float)
+    dtype = np.result_type(core.dtype_of(p), period if weak else core.dtype_of(period_))
     if dtype.kind == "c":
         raise TypeError("unwrap: complex inputs are not supported (as in JAX)")
     if dtype == np.bool_:

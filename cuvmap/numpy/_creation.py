@@ -92,6 +92,9 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  #
     """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``); the
     result has at least ``ndmin`` dims (leading 1s added); a Python number without
     ``dtype`` is weakly typed (NOTE [weak arrays from Python numbers])."""
+    if dtype is not None and (np.dtype(dtype).fields is not None or np.dtype(dtype).kind == "O"):
+        raise TypeError(f"array: JAX only supports number, bool, and string dtypes, got dtype {np.dtype(dtype)} "
+                        "(a structured or object dtype)")
     weak = _weak_scalar(object, dtype) if not ndmin else None
     if weak is not None:
         return weak

@@ -17,6 +17,9 @@ from cuvmap.numpy._reductions import sum
 def tri(N, M=None, k=0, dtype=None):  # noqa: N803 - jax.numpy's names
     """``jnp.tri``: the ``N × M`` array with ones at and below diagonal ``k`` (``j ≤ i + k``;
     ``k`` may be traced)."""
+    if isinstance(N, Tracer) or isinstance(M, Tracer):
+        raise core.ConcretizationError("tri: N and M set the shape and must be static; Shapes must be 1D sequences "
+                                       "of concrete values of integer type")
     if isinstance(k, Tracer):
         return diagonal_band(N, M, k, dtype, ew_eq=False)
     return np.tri(int(N), None if M is None else int(M), int(k), dtype=dtype or np.float64)

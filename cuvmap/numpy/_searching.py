@@ -56,15 +56,17 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if ndim(xp) != 1 or ndim(fp) != 1 or shape(xp) != shape(fp):
         # JAX's wording (its tests match it literally)
         raise ShapeError("xp and fp must be one-dimensional arrays of equal size")
-    # x and xp share a real inexact dtype; fp may be complex (JAX's promotions)
+    # x and xp share a real inexact dtype; fp may be complex, in that precision or fp's (NumPy's numbers)
     dtype = np.result_type(core.dtype_of(x), core.dtype_of(xp), np.float16)
-    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, np.result_type(core.dtype_of(fp), np.float16))
+    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, np.result_type(core.dtype_of(fp), dtype))
     for name, v in (("left", left), ("right", right)):
         if isinstance(v, str) and v != "extrapolate":
             raise ValueError(f"the only valid string value of `{name}` is 'extrapolate', but got: {v!r}")
     if dtype.kind == "c":
         raise ValueError("jnp.interp: complex x values not supported.")
     if period is not None:
+        if ndim(period) != 0:
+            raise ValueError(f"interp: period must be a scalar; got {period}")
         left = right = None
         period = ew.abs(astype(asarray(period), dtype))
         x = ew.remainder(x, period)

@@ -161,7 +161,8 @@ def stack(arrays, axis=0, out=None, dtype=None):
 def _static_ints(value, name, what):
     """``value`` as a NumPy int array; traced values and non-integers raise TypeError."""
     if _holds_tracer(value):
-        raise TypeError(f"{name}: {what} must be static (ints), not a traced value")
+        raise TypeError(f"{name}: {what} must be static (ints), not a traced value (Abstract tracer value "
+                        "encountered where concrete value is expected.)")
     arr = np.asarray(value)
     if arr.size and arr.dtype.kind not in "iu":
         raise TypeError(f"{name}: {what} must be integers, got {value!r}")
