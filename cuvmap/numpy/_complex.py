@@ -16,8 +16,13 @@ complex128 = np.complex128
 
 
 def iscomplexobj(x):
-    """Whether ``x`` has a complex dtype (``numpy.iscomplexobj``: the dtype, not the values)."""
-    return core.dtype_of(x).kind == "c"
+    """Whether ``x`` has a complex dtype (``numpy.iscomplexobj``: the dtype, not the values);
+    ``x`` may be an array, a tracer, a scalar, a (nested) list or None (False)."""
+    if x is None:
+        return False
+    if hasattr(x, "dtype") or type(x) in (bool, int, float, complex):
+        return core.dtype_of(x).kind == "c"
+    return np.asarray(x).dtype.kind == "c"
 
 
 def isrealobj(x):
