@@ -2,6 +2,7 @@
 ``tensordot``, ``cross`` and ``einsum`` (any number of operands, ``...`` and repeated
 subscripts, contracted pairwise in a greedy order), all on ``dot_general``."""
 import builtins
+import warnings
 
 import numpy as np
 
@@ -188,6 +189,9 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     if na not in (2, 3) or nb not in (2, 3):
         raise ShapeError(f"cross: the vectors must have 2 or 3 components, got {na} and {nb} "
                          f"(shapes {shape(a)} and {shape(b)} with the vector axis last)")
+    if na == 2 or nb == 2:  # deprecated by NumPy 2 and by JAX (to be removed in JAX 0.12)
+        warnings.warn("cross: Support for 2-dimensional vectors in jnp.cross is deprecated (as in NumPy 2); use "
+                      "arrays of 3-dimensional vectors instead", DeprecationWarning, stacklevel=2)
     ac = [getitem(a, (Ellipsis, i)) for i in range(na)]
     bc = [getitem(b, (Ellipsis, i)) for i in range(nb)]
 

@@ -263,7 +263,8 @@ def test_diag_diagonal_tril_cross_errors():
     for k in (-4, -1, 0, 2, 5):
         np.testing.assert_array_equal(cnp.diag(np.arange(3.0), k), np.diag(np.arange(3.0), k))
         np.testing.assert_array_equal(cnp.diagonal(np.ones((3, 4)), k), np.diagonal(np.ones((3, 4)), k))
-    np.testing.assert_array_equal(cnp.cross(np.array([1.0, 2.0]), np.array([3.0, 4.0])), -2.0)
+    with pytest.warns(DeprecationWarning, match="Support for 2-dimensional vectors in jnp.cross is deprecated"):
+        np.testing.assert_array_equal(cnp.cross(np.array([1.0, 2.0]), np.array([3.0, 4.0])), -2.0)
 
 
 LINALG_NAMES = [
