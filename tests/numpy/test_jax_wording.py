@@ -94,6 +94,8 @@ ERROR_ROWS = [
      re.escape("cond_fun must return a boolean scalar, but got pytree PyTreeSpec((*, *)).")),
     ("while_loop cond returns a float", lambda: lax.while_loop(lambda c: np.float32(1.0), lambda c: c, np.float32(0.0)),
      TypeError, re.escape("cond_fun must return a boolean scalar, but got output type(s) [ShapedArray(float32[])].")),
+    ("scan body output not a pair", lambda: lax.scan(lambda c, x: np.float32(0.0), 0, np.arange(5.0)), TypeError,
+     re.escape("scan body output must be a pair, got float32[].")),
     ("associative_scan fn", lambda: lax.associative_scan(42, 0), TypeError, "lax.associative_scan.*callable"),
     ("jit of a str argument", lambda: cv.jit(lambda p: p)("abc"), TypeError, "is a str, which jit cannot trace"),
     ("platform_dependent without a branch", lambda: lax.platform_dependent(3.0, tpu=lambda x: x + 2.0),

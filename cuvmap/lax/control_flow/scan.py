@@ -551,7 +551,10 @@ def _stage_scan_body(f, where, carry_tree, carry_avals, x_tree, x_avals, origins
     def flat(*leaves):
         out = f(tree.unflatten(carry_tree, list(leaves[:num_carry])), tree.unflatten(x_tree, list(leaves[num_carry:])))
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise ControlFlowError(f"{where}: f must return a pair (carry, y), got {tree.describe(out)}")
+            got = (f"{core.dtype_of(out)}[{','.join(map(str, core.shape_of(out)))}]" if hasattr(out, "dtype")
+                   else tree.describe(out))
+            raise ControlFlowError(f"{where}: scan body output must be a pair, got {got}. (f must return a pair "
+                                   "(carry, y))")
         c_paths, c_leaves, c_tree = flatten_values("the carry it returns ", out[0], where)
         if c_tree != carry_tree:
             raise ControlFlowError(f"{where}: f returned a carry of structure {c_tree}, but the initial carry "
