@@ -22,6 +22,8 @@ def iscomplexobj(x):
         return False
     if hasattr(x, "dtype") or type(x) in (bool, int, float, complex):
         return core.dtype_of(x).kind == "c"
+    if isinstance(x, (list, tuple)):  # promotion makes the whole complex when one entry is (tracers too)
+        return any(iscomplexobj(e) for e in x)
     return np.asarray(x).dtype.kind == "c"
 
 

@@ -158,6 +158,16 @@ def stack(arrays, axis=0, out=None, dtype=None):
     return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in arrays], axis)
 
 
+def _known(value):
+    """``value`` with each derivative tracer replaced by the primal it carries (known under
+    eager ``grad``/``jvp``, as JAX's concrete tracers), in lists and tuples too."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_known(v) for v in value)
+    while isinstance(value, core.PrimalTracer):
+        value = value._concrete_value()
+    return value
+
+
 def _static_ints(value, name, what):
     """``value`` as a NumPy int array; traced values and non-integers raise TypeError."""
     if _holds_tracer(value):
@@ -271,7 +281,10 @@ def _roll_traced(x, shift, axis):
 def _split(name, x, indices_or_sections, axis, equal):
     axis = _axis(x, axis, name)
     n = shape(x)[axis]
-    spec = _static_ints(indices_or_sections, name, "indices_or_sections")
+    spec = _known(indices_or_sections)
+    if not _holds_tracer(spec) and np.ndim(spec) == 0 and float(spec) == int(spec):
+        spec = int(spec)  # a whole number of sections given as a float (JAX converts it to int64)
+    spec = _static_ints(spec, name, "indices_or_sections")
     if spec.ndim == 0:
         k = int(spec)
         if k <= 0:
