@@ -297,7 +297,11 @@ class _AxisConcatenator:
                 if item in ("r", "c"):
                     matrix = item
                     continue
-                parts = [int(p) for p in item.split(",")]
+                try:
+                    parts = [int(p) for p in item.split(",")]
+                except ValueError:
+                    raise ValueError(f"{self.name}: could not understand directive {item!r} (expected 'axis', "
+                                     "'axis,ndmin', 'axis,ndmin,trans1d', 'r' or 'c')") from None
                 axis = parts[0]
                 if len(parts) > 1:
                     ndmin = parts[1]
@@ -305,7 +309,7 @@ class _AxisConcatenator:
                     trans1d = parts[2]
                 continue
             if isinstance(item, builtins.slice):
-                items.append(_slice_range(item))
+                items.append(_slice_range(item, self.name))
                 continue
             items.append(item)  # Python scalars stay weakly typed for _arrays
         items = _arrays(items, self.name)
@@ -319,7 +323,11 @@ class _AxisConcatenator:
         return 0
 
 
-def _slice_range(s):
+def _slice_range(s, name):
+    for part in ("start", "stop", "step"):
+        if isinstance(getattr(s, part), Tracer):
+            raise ConcretizationError(f"{name}: a traced value was given as the slice {part} of jnp.{name}; a "
+                                      "slice's bounds and step set the result's length and must be concrete (static)")
     start = 0 if s.start is None else s.start
     step = 1 if s.step is None else s.step
     if isinstance(step, complex):

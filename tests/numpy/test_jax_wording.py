@@ -116,6 +116,9 @@ ERROR_ROWS = [
      "Abstract tracer value encountered where concrete value is expected"),
     ("interp period not a scalar", lambda: cnp.interp(0.5, np.arange(3.0), np.arange(3.0), period=np.ones(2)),
      ValueError, "period must be a scalar; got"),
+    ("r_ bad directive", lambda: cnp.r_["asdfgh", [1, 2, 3]], ValueError, "could not understand directive"),
+    ("c_ traced slice start", lambda: cv.jit(lambda a, b: cnp.c_[a:b])(0, 2), ConcretizationError,
+     "slice start of jnp.c_"),
     ("delete traced repeated-or-not indices", lambda: cv.jit(lambda i: cnp.delete(np.arange(4.0), i))(np.array([1])),
      ConcretizationError, "assume_unique_indices=True"),
 ]
