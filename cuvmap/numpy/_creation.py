@@ -2,6 +2,7 @@
 ``arange``, ``eye`` and the ``*_like`` functions. Values made from nothing are constants
 to every transform (``zeros_like`` of a tracer is a concrete array)."""
 import builtins
+import warnings
 
 import numpy as np
 
@@ -88,10 +89,25 @@ def _huge_int(x):
     return None
 
 
-def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  # noqa: A002 - jax.numpy's name
-    """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``); the
-    result has at least ``ndmin`` dims (leading 1s added); a Python number without
-    ``dtype`` is weakly typed (NOTE [weak arrays from Python numbers])."""
+def array(object, dtype=None, *args, copy=True, order="K", ndmin=0, device=None):  # noqa: A002 - jax.numpy's name
+    """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``) unless
+    ``copy=False`` and no conversion is needed; the result has at least ``ndmin`` dims
+    (leading 1s added); a Python number without ``dtype`` is weakly typed (NOTE [weak
+    arrays from Python numbers]). ``copy``, ``order`` and ``ndmin`` given positionally
+    work with a DeprecationWarning, as in JAX (keywords are the way)."""
+    if args:
+        if len(args) > 3:
+            raise TypeError(f"array() takes at most 5 positional arguments but {len(args) + 2} were given")
+        for i, name in enumerate(("copy", "order", "ndmin")):
+            if i < len(args) and (copy, order, ndmin)[i] != (True, "K", 0)[i]:
+                raise TypeError(f"array() got multiple values for argument '{name}'")
+        copy, order, ndmin = (list(args) + [copy, order, ndmin][len(args):])[:3]
+        warnings.warn("array: Passing the copy, order, and ndmin arguments to jnp.array positionally is deprecated. "
+                      "Use keyword arguments instead.", DeprecationWarning, stacklevel=2)
+    if not copy and not ndmin and (dtype is None or np.dtype(dtype) == getattr(object, "dtype", None)) and (
+            isinstance(object, (np.ndarray, Tracer)) or backend.is_cupy_array(object)) and \
+            not isinstance(object, np.ma.MaskedArray):
+        return object  # copy=False: no conversion needed, so no copy (values are immutable)
     if dtype is not None and (np.dtype(dtype).fields is not None or np.dtype(dtype).kind == "O"):
         raise TypeError(f"array: JAX only supports number, bool, and string dtypes, got dtype {np.dtype(dtype)} "
                         "(a structured or object dtype)")

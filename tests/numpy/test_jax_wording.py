@@ -119,6 +119,10 @@ ERROR_ROWS = [
     ("r_ bad directive", lambda: cnp.r_["asdfgh", [1, 2, 3]], ValueError, "could not understand directive"),
     ("c_ traced slice start", lambda: cv.jit(lambda a, b: cnp.c_[a:b])(0, 2), ConcretizationError,
      "slice start of jnp.c_"),
+    ("array copy twice", lambda: cnp.array(np.arange(3), None, True, copy=False), TypeError,
+     "array\\(\\) got multiple values for argument 'copy'"),
+    ("array six positional arguments", lambda: cnp.array(np.arange(3), None, True, "K", 0, "extra"), TypeError,
+     "array\\(\\) takes at most 5 positional arguments"),
     ("delete traced repeated-or-not indices", lambda: cv.jit(lambda i: cnp.delete(np.arange(4.0), i))(np.array([1])),
      ConcretizationError, "assume_unique_indices=True"),
 ]
@@ -214,3 +218,13 @@ def test_numpy_edge_cases(name, got, want):
     out = np.asarray(got())
     assert out.shape == np.shape(want) and out.dtype == np.asarray(want).dtype
     np.testing.assert_array_equal(out, want)
+
+
+def test_array_positional_copy_is_deprecated_and_copy_false_keeps_the_array():
+    x = np.arange(3)
+    with pytest.warns(DeprecationWarning, match="Passing the copy, order, and ndmin arguments to jnp.array"):
+        assert cnp.array(x, None, False) is x
+    with pytest.warns(DeprecationWarning, match="positionally is deprecated"):
+        assert cnp.array(x, None, True) is not x
+    assert cnp.array(x, copy=False) is x and cnp.array(x) is not x
+    assert cnp.array(x, np.float64, copy=False).dtype == np.float64  # a conversion still happens
