@@ -35,6 +35,7 @@ from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, transpose
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _free_dims(ndim, contract, batch):
@@ -53,7 +54,7 @@ def _dot_general_shape_rule(x, y, *, dimension_numbers):
             raise ShapeError(
                 f"dim {i} of {x.shape} (size {x.shape[i]}) does not match dim {j} of {y.shape} (size {y.shape[j]})"
             )
-    if x.dtype.kind == "b" or y.dtype.kind == "b":
+    if kind_of(x.dtype) == "b" or kind_of(y.dtype) == "b":
         raise ShapeError("boolean operands")
     shape = (
         tuple(x.shape[i] for i in xb)
@@ -511,7 +512,7 @@ def _col(s):
 
 
 def _is_complex(x):
-    return core.dtype_of(x).kind == "c"
+    return kind_of(core.dtype_of(x)) == "c"
 
 
 def _conj(x):

@@ -10,6 +10,7 @@ from cuvmap import backend, core
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.transforms.jvp import zeros_like
+from cuvmap.core.bfloat16 import kind_of
 
 complex64 = np.complex64
 complex128 = np.complex128
@@ -21,7 +22,7 @@ def iscomplexobj(x):
     if x is None:
         return False
     if hasattr(x, "dtype") or type(x) in (bool, int, float, complex):
-        return core.dtype_of(x).kind == "c"
+        return kind_of(core.dtype_of(x)) == "c"
     if isinstance(x, (list, tuple)):  # promotion makes the whole complex when one entry is (tracers too)
         return any(iscomplexobj(e) for e in x)
     return np.asarray(x).dtype.kind == "c"

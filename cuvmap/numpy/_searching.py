@@ -13,7 +13,7 @@ import builtins
 import numpy as np
 
 from cuvmap import backend, core
-from cuvmap.core import ConcretizationError, ShapeError, Tracer
+from cuvmap.core import ConcretizationError, ShapeError, Tracer, bfloat16
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
@@ -57,12 +57,14 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         # JAX's wording (its tests match it literally)
         raise ShapeError("xp and fp must be one-dimensional arrays of equal size")
     # x and xp share a real inexact dtype; fp may be complex, in that precision or fp's (NumPy's numbers)
-    dtype = np.result_type(core.dtype_of(x), core.dtype_of(xp), np.float16)
-    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, np.result_type(core.dtype_of(fp), dtype))
+    dtype = bfloat16.result_type(core.dtype_of(x), core.dtype_of(xp))
+    if bfloat16.kind_of(dtype) not in "fc":
+        dtype = np.result_type(dtype, np.float16)
+    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, bfloat16.result_type(core.dtype_of(fp), dtype))
     for name, v in (("left", left), ("right", right)):
         if isinstance(v, str) and v != "extrapolate":
             raise ValueError(f"the only valid string value of `{name}` is 'extrapolate', but got: {v!r}")
-    if dtype.kind == "c":
+    if bfloat16.kind_of(dtype) == "c":
         raise ValueError("jnp.interp: complex x values not supported.")
     if period is not None:
         if ndim(period) != 0:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from cuvmap import core
-from cuvmap.core import ShapeError
+from cuvmap.core import ShapeError, bfloat16
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
@@ -112,7 +112,7 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
         raise ShapeError(f"searchsorted: a must be 1-D, got shape {shape(a)}")
     if sorter is not None:
         a = lax_indexing.take(a, asarray(sorter), 0)
-    common = np.result_type(core.dtype_of(a), core.dtype_of(v))
+    common = bfloat16.result_type(core.dtype_of(a), core.dtype_of(v))
     a, v = astype(a, common), astype(v, common)
     n = shape(a)[0]
     dtype = index_dtype_for_dim(n)

@@ -24,6 +24,7 @@ from cuvmap import api_util, backend, core, dtypes, tree
 from cuvmap.core import ConcretizationError, Trace, Tracer
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,7 +198,7 @@ class StagingTrace(Trace):
     def to_input(self, builder, x):
         if self.main.owns(x):
             return x.var
-        if type(x) in core._PY_SCALAR_DTYPES or (type(x) is np.ndarray and x.shape == () and x.dtype.kind in "biuf"):
+        if type(x) in core._PY_SCALAR_DTYPES or (type(x) is np.ndarray and x.shape == () and kind_of(x.dtype) in "biuf"):
             return Literal(x)
         return builder.const_var(x)
 
