@@ -112,8 +112,9 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumP
         a_max = max
     for v in (a, a_min, a_max):
         if _is_complex(v):
-            raise ValueError("clip: Complex values have no ordering and cannot be clipped (as in JAX); clip the "
-                             "real and imaginary parts, or the magnitude")
+            got = np.dtype(v.dtype).name if hasattr(v, "dtype") else "complex"
+            raise ValueError(f"clip: Complex values have no ordering and cannot be clipped (as in JAX), got dtype "
+                             f"{got}; clip the real and imaginary parts, or the magnitude")
     if a_min is not None:
         a = ew.max(a, a_min)
     if a_max is not None:
