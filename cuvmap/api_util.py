@@ -25,6 +25,11 @@ class TransformError(CuvmapError, ValueError):
     """Bad arguments to a transform (axes, argnums, shapes of inputs or cotangents)."""
 
 
+class ArgumentTypeError(TransformError, TypeError):
+    """An argument of a type a transform cannot trace (a string, an arbitrary object): a
+    ``TypeError``, as JAX's "is not a valid JAX type" (and a :class:`TransformError`)."""
+
+
 class InputTypeError(TransformError, TypeError):
     """A differentiated input that is not a floating-point (or complex) value: a
     ``TypeError``, as JAX's "grad requires real- or complex-valued inputs" (and a
@@ -321,7 +326,8 @@ def normalize_out_axis(axis, ndim, path, logical_shape):
     if not -ndim <= axis < ndim:
         raise TransformError(
             f"out_axes {axis} is out of range for {describe_out(path)} of "
-            f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis)"
+            f"shape {tuple(logical_shape)} (rank {ndim - 1} plus the mapped axis): axis {axis} is out of bounds "
+            f"for array of dimension {ndim}"
         )
     return axis % ndim
 
@@ -499,11 +505,15 @@ def leaf_aval(f, path, leaf, where):
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-        raise TransformError(
+        raise ArgumentTypeError(
             f"{describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
             "pass arrays, Python numbers or pytrees of them, or mark it static with "
             "static_argnums/static_argnames"
         )
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise TransformError(
+            f"{describe_arg(f, path)} is a NumPy masked array: numpy masked arrays are not supported (the mask "
+            "would be dropped); pass numpy.ma.getdata(x) and the mask as arrays")
     if isinstance(leaf, np.generic):
         leaf = np.asarray(leaf)
     return core.get_aval(leaf)

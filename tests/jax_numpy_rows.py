@@ -80,8 +80,58 @@ def _r_c(lib, a, b):
 
 def _search(lib, a, v):
     s = lib.sort(a)
-    return lib.stack([lib.searchsorted(s, v), lib.searchsorted(s, v, side="right"), lib.digitize(v, s),
-                      lib.digitize(v, s, right=True), lib.digitize(v, s[::-1])])
+    out = lib.stack([lib.searchsorted(s, v), lib.searchsorted(s, v, side="right"), lib.digitize(v, s),
+                     lib.digitize(v, s, right=True), lib.digitize(v, s[::-1])])
+    return out if lib is not np else out.astype(np.int32)  # JAX's index dtype: int32
+
+
+SEARCH_METHODS = ("scan", "scan_unrolled", "sort", "compare_all")
+
+
+def _search_methods(lib, a, v):
+    """Every ``method`` of ``searchsorted`` (NumPy has one) on queries with ties, NaNs and
+    ``-0.0``, ``a`` given through ``sorter``, and ``digitize`` with empty bins."""
+    a = lib.where(a > 0.5, lib.nan, lib.where(lib.abs(a) < 0.2, -0.0, a))
+    v = lib.concatenate([lib.ravel(v), a[:3], lib.asarray([lib.nan, 0.0, -0.0], a.dtype)])
+    order = lib.argsort(a)
+    if lib is np:
+        one = [np.searchsorted(a, v, side=side, sorter=order) for side in ("left", "right")]
+        return np.concatenate(one * len(SEARCH_METHODS) + [np.digitize(v, a[:0])]).astype(np.int32)
+    return lib.concatenate([lib.searchsorted(a, v, side=side, sorter=order, method=m)
+                            for m in SEARCH_METHODS for side in ("left", "right")] + [lib.digitize(v, a[:0])])
+
+
+def _complex_parts(lib, ar, ai, vr, vi):
+    """``correlate`` (which conjugates ``v``) and ``convolve`` of complex operands, each
+    length order and mode, as real and imaginary parts."""
+    a, v = ar + 1j * ai, vr + 1j * vi
+    outs = [f(x, y, mode) for f in (lib.correlate, lib.convolve) for x, y in ((a, v), (v, a), (a, vr))
+            for mode in ("full", "same", "valid")]
+    out = lib.concatenate(outs)
+    return lib.concatenate([lib.real(out), lib.imag(out)]).astype(ar.dtype)
+
+
+def _interp_complex(lib, x, xp, fr, fi):
+    """``interp`` with complex ``fp`` (x and xp stay real), with and without ``period``."""
+    xp = lib.sort(xp)
+    out = lib.concatenate([lib.interp(x, xp, fr + 1j * fi), lib.interp(x, xp, fr + 1j * fi, period=1.7)])
+    return lib.concatenate([lib.real(out), lib.imag(out)]).astype(x.dtype)
+
+
+def _pad_with_sums(vector, pad_width, axis, kwargs):
+    """A callable ``pad`` mode, JAX's protocol (returns the vector): both pads take the
+    interior's sum times ``scale``."""
+    lo, hi = pad_width
+    n = vector.shape[0]
+    total = vector[lo:n - hi].sum() * kwargs.get("scale", 1.0)
+    return vector.at[:lo].set(total).at[n - hi:].set(total)
+
+
+def _pad_with_sums_ref(vector, pad_width, axis, kwargs):
+    """NumPy's protocol for the same mode: writes into ``vector``."""
+    lo, hi = pad_width
+    n = vector.shape[0]
+    vector[:lo] = vector[n - hi:] = vector[lo:n - hi].sum() * kwargs.get("scale", 1.0)
 
 
 def _nonzero_sized(x):
@@ -156,6 +206,12 @@ def rows():
             [A(4), I((4,), 3)]),
         Row("tile", lambda x: cnp.ravel(cnp.tile(x, (2, 1, 2))) + cnp.ravel(cnp.tile(x, 4))[:1],
             lambda x: np.ravel(np.tile(x, (2, 1, 2))) + np.ravel(np.tile(x, 4))[:1], [A(2, 3)], dtypes=NUMERIC),
+        Row("delete_traced_unique_indices", lambda x, p: cnp.delete(x, cnp.argsort(p)[:2] - 2, axis=1, assume_unique_indices=True),
+            lambda x, p: np.delete(x, np.argsort(p)[:2] - 2, axis=1), [A(3, 4), A(4, domain="distinct")]),
+        Row("interp_complex_fp", lambda x, xp, fr, fi: _interp_complex(cnp, x, xp, fr, fi),
+            lambda x, xp, fr, fi: _interp_complex(np, x, xp, fr, fi), [A(7, domain="distinct"), A(5, domain="distinct"), A(5), A(5)]),
+        Row("pad_callable_mode", lambda x: cnp.pad(x, ((1, 2), (0, 1)), _pad_with_sums, scale=0.5),
+            lambda x: np.pad(x, ((1, 2), (0, 1)), _pad_with_sums_ref, scale=0.5), [A(3, 4)]),
         Row("delete", lambda x: cnp.ravel(cnp.delete(x, [0, -1], axis=1)) * 2 + cnp.delete(x, slice(1, None))[0],
             lambda x: np.ravel(np.delete(x, [0, -1], axis=1)) * 2 + np.delete(x, slice(1, None))[0], [A(3, 4)],
             dtypes=NUMERIC),
@@ -177,6 +233,8 @@ def rows():
                                                              cnp.correlate(v, a, "same")]),
             lambda a, v: np.concatenate([np.correlate(a, v), np.correlate(a, v, "full"), np.correlate(v, a, "same")]),
             [A(6), A(4)]),
+        Row("correlate_convolve_complex", lambda ar, ai, vr, vi: _complex_parts(cnp, ar, ai, vr, vi),
+            lambda ar, ai, vr, vi: _complex_parts(np, ar, ai, vr, vi), [A(5), A(5), A(3), A(3)]),
         Row("polyval", cnp.polyval, np.polyval, [A(4), A(2, 3)]),
         Row("einsum_sublists", lambda a, b: cnp.einsum(a, [0, 1], b, [1, 2], [2, 0]),
             lambda a, b: np.einsum(a, [0, 1], b, [1, 2], [2, 0]), [A(2, 3), A(3, 4)]),
@@ -226,6 +284,8 @@ def rows():
         # searching, selecting
         Row("searchsorted_digitize", lambda a, v: _search(cnp, a, v), lambda a, v: _search(np, a, v),
             [A(6, domain="distinct"), A(2, 3, domain="distinct")], differentiable=False),
+        Row("searchsorted_methods", lambda a, v: _search_methods(cnp, a, v), lambda a, v: _search_methods(np, a, v),
+            [A(7), A(2, 3)], differentiable=False),
         Row("interp", lambda x, xp, fp: cnp.interp(x, cnp.sort(xp), fp) + cnp.interp(x, cnp.sort(xp), fp, left=-5.0, right=5.0),
             lambda x, xp, fp: (np.interp(x, np.sort(xp), fp) + np.interp(x, np.sort(xp), fp, left=-5.0, right=5.0)).astype(x.dtype),
             [A(7, domain="distinct"), A(5, domain="distinct"), A(5)]),

@@ -120,31 +120,37 @@ def fft(x, fft_type, fft_lengths):
 # ---------------------------------------------------------------------------------------
 
 def _fft_shape_rule(x, *, fft_type, fft_lengths):
+    # the shape checks come first and use JAX's wording (its tests match it)
     k = len(fft_lengths)
-    if k == 0 or k > x.ndim:
-        raise ShapeError(f"lax.fft: {fft_type.name} of an operand of shape {x.shape} needs 1 to {x.ndim} "
-                         f"fft_lengths, got {fft_lengths}")
+    name = fft_type.name
+    if k == 0:
+        raise ShapeError(f"lax.fft: {name} needs 1 to {x.ndim} fft_lengths, got {fft_lengths}")
+    if k > x.ndim:
+        raise ShapeError(f"lax.fft: {name} input shape {x.shape} must have at least as many input dimensions as "
+                         f"fft_lengths {fft_lengths} (it takes 1 to {x.ndim} fft_lengths)")
     if any(n < 0 for n in fft_lengths):
         raise ShapeError(f"lax.fft: fft_lengths {fft_lengths} must not be negative")
     lead, tail = x.shape[:-k], tuple(x.shape[-k:])
+    if fft_type == FftType.IRFFT:
+        if tail[:-1] != fft_lengths[:-1] or tail[-1] != fft_lengths[-1] // 2 + 1:
+            raise ShapeError(f"lax.fft: IRFFT input shape {x.shape} minor dimensions must be equal to all except the "
+                             f"last fft_length, got fft_lengths={fft_lengths} (the last dim must be "
+                             f"{fft_lengths[-1] // 2 + 1}, fft_lengths[-1] // 2 + 1)")
+    elif tail != fft_lengths:
+        raise ShapeError(f"lax.fft: {name} input shape {x.shape} minor dimensions must be equal to fft_lengths "
+                         f"{fft_lengths}")
     if fft_type == FftType.RFFT:
         if x.dtype not in (np.float32, np.float64):
-            raise ShapeError(f"lax.fft: RFFT takes a float32 or float64 operand, got {x.dtype}")
-        expected = fft_lengths
+            raise ShapeError(f"lax.fft: RFFT input must be float32 or float64, got {x.dtype}")
         shape, dtype = lead + fft_lengths[:-1] + (fft_lengths[-1] // 2 + 1,), _complex_dtype(x.dtype)
     elif fft_type == FftType.IRFFT:
         if kind_of(x.dtype) != "c":
             raise ShapeError(f"lax.fft: IRFFT takes a complex64 or complex128 operand, got {x.dtype}")
-        expected = fft_lengths[:-1] + (fft_lengths[-1] // 2 + 1,)
         shape, dtype = lead + fft_lengths, _real_dtype(x.dtype)
     else:
         if kind_of(x.dtype) != "c":
-            raise ShapeError(f"lax.fft: {fft_type.name} takes a complex64 or complex128 operand, got {x.dtype}")
-        expected = fft_lengths
+            raise ShapeError(f"lax.fft: {name} takes a complex64 or complex128 operand, got {x.dtype}")
         shape, dtype = x.shape, x.dtype
-    if tail != expected:
-        raise ShapeError(f"lax.fft: {fft_type.name} with fft_lengths {fft_lengths} needs an operand whose last "
-                         f"{k} dims are {expected}, got shape {x.shape}")
     return ShapedArray(tuple(shape), np.dtype(dtype), x.weak_type)
 
 

@@ -231,14 +231,20 @@ def reshape(operand, new_sizes, dimensions=None):
 # platform_dependent
 # ---------------------------------------------------------------------------------------
 
-def platform_dependent(*args, default=None, cpu=None, cuda=None, rocm=None, tpu=None):
+def platform_dependent(*args, default=None, **per_platform):
     """Calls the branch for the platform the operands live on: ``cuda(*args)`` when any
     operand is a CuPy array (or a value traced from one) and ``cuda`` is given, else
-    ``cpu(*args)`` on the CPU, else ``default(*args)``; ``rocm`` and ``tpu`` are accepted and
-    never chosen (cuvmap runs on neither). JAX: ``jax.lax.platform_dependent``."""
+    ``cpu(*args)`` on the CPU, else ``default(*args)``. Branches for other platforms
+    (``rocm``, ``tpu``, any name, as JAX's ``**per_platform``) are accepted and never
+    chosen (cuvmap runs on neither). JAX: ``jax.lax.platform_dependent``."""
+    for name, f in per_platform.items():
+        if not callable(f):
+            raise TypeError(f"lax.platform_dependent: the branch {name}= must be callable, got {f!r}")
     on_gpu = any(backend.backend_name(leaf) == "gpu" for leaf in tree.leaves(args))
-    branch = (cuda if on_gpu else cpu) or default
+    platform = "cuda" if on_gpu else "cpu"
+    branch = per_platform.get(platform) or default
     if branch is None:
-        raise ValueError(f"lax.platform_dependent: no branch for the platform {'cuda' if on_gpu else 'cpu'} and no "
-                         "default")
+        # NotImplementedError with JAX's text (lowering finds no rule for the platform)
+        raise NotImplementedError(f"lax.platform_dependent: no branch for the platform {platform} and no default "
+                                  f"(translation rule for platform_dependent not found for platform {platform})")
     return branch(*args)

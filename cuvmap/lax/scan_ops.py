@@ -53,6 +53,8 @@ def associative_scan(fn, elems, reverse=False, axis=0):
     scan of the pytree ``elems`` under the associative ``fn`` (module docstring); returns a
     pytree like ``elems``. ``reverse`` scans from the end (``out[i]`` combines
     ``x_i, ..., x_{n−1}``)."""
+    if not callable(fn):
+        raise TypeError(f"lax.associative_scan: fn argument should be callable, got {fn!r}")
     leaves, treedef = tree.flatten(elems)
     if not leaves:
         raise ShapeError("associative_scan: elems has no arrays")

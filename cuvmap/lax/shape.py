@@ -149,7 +149,9 @@ def broadcast_to(x, shape):
     if s == shape:
         return x
     if len(s) > len(shape):
-        raise ShapeError(f"broadcast_to: cannot broadcast {s} to {shape}")
+        raise ShapeError(f"broadcast_to: Cannot broadcast to shape with fewer dimensions: arr_shape={s} shape={shape}")
+    if any(a not in (1, b) for a, b in zip(s, shape[len(shape) - len(s):])):
+        raise ShapeError(f"broadcast_to: Incompatible shapes for broadcasting: {s} and requested shape {shape}")
     return broadcast_in_dim(x, shape, tuple(range(len(shape) - len(s), len(shape))))
 
 

@@ -119,7 +119,7 @@ from cuvmap.numpy._averages import (  # noqa: F401, E402
 )
 from cuvmap.numpy._nan_quantiles import nanquantile, nanpercentile, nanmedian  # noqa: F401, E402
 from cuvmap.numpy._vectorize import vectorize, apply_along_axis  # noqa: F401, E402
-from numpy import mgrid, ogrid  # noqa: F401, E402  (NumPy's index tricks: their arrays are cuvmap's arrays)
+from cuvmap.numpy._grids import mgrid, ogrid  # noqa: F401, E402  (NumPy's index tricks, traced bounds refused)
 from cuvmap.numpy._set_operations import (  # noqa: F401, E402
     union1d, intersect1d, setdiff1d, setxor1d, unique_values, unique_counts, unique_inverse, unique_all,
 )

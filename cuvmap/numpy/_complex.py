@@ -17,8 +17,15 @@ complex128 = np.complex128
 
 
 def iscomplexobj(x):
-    """Whether ``x`` has a complex dtype (``numpy.iscomplexobj``: the dtype, not the values)."""
-    return kind_of(core.dtype_of(x)) == "c"
+    """Whether ``x`` has a complex dtype (``numpy.iscomplexobj``: the dtype, not the values);
+    ``x`` may be an array, a tracer, a scalar, a (nested) list or None (False)."""
+    if x is None:
+        return False
+    if hasattr(x, "dtype") or type(x) in (bool, int, float, complex):
+        return kind_of(core.dtype_of(x)) == "c"
+    if isinstance(x, (list, tuple)):  # promotion makes the whole complex when one entry is (tracers too)
+        return any(iscomplexobj(e) for e in x)
+    return np.asarray(x).dtype.kind == "c"
 
 
 def isrealobj(x):

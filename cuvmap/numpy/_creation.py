@@ -2,6 +2,7 @@
 ``arange``, ``eye`` and the ``*_like`` functions. Values made from nothing are constants
 to every transform (``zeros_like`` of a tracer is a concrete array)."""
 import builtins
+import warnings
 
 import numpy as np
 
@@ -73,10 +74,44 @@ def asarray(a, dtype=None, order=None, *, copy=None, device=None):
     return np.asarray(a, dtype=dtype)
 
 
-def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  # noqa: A002 - jax.numpy's name
-    """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``); the
-    result has at least ``ndmin`` dims (leading 1s added); a Python number without
-    ``dtype`` is weakly typed (NOTE [weak arrays from Python numbers])."""
+def _holds_none(x):
+    return x is None or (isinstance(x, (list, tuple)) and builtins.any(_holds_none(e) for e in x))
+
+
+def _huge_int(x):
+    """A Python int in ``x`` (nested lists and tuples) outside int64 and uint64, or None."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x if not -2**63 <= x < 2**64 else None
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            h = _huge_int(e)
+            if h is not None:
+                return h
+    return None
+
+
+def array(object, dtype=None, *args, copy=True, order="K", ndmin=0, device=None):  # noqa: A002 - jax.numpy's name
+    """Like :func:`asarray`, but a concrete array is copied (as ``numpy.array``) unless
+    ``copy=False`` and no conversion is needed; the result has at least ``ndmin`` dims
+    (leading 1s added); a Python number without ``dtype`` is weakly typed (NOTE [weak
+    arrays from Python numbers]). ``copy``, ``order`` and ``ndmin`` given positionally
+    work with a DeprecationWarning, as in JAX (keywords are the way)."""
+    if args:
+        if len(args) > 3:
+            raise TypeError(f"array() takes at most 5 positional arguments but {len(args) + 2} were given")
+        for i, name in enumerate(("copy", "order", "ndmin")):
+            if i < len(args) and (copy, order, ndmin)[i] != (True, "K", 0)[i]:
+                raise TypeError(f"array() got multiple values for argument '{name}'")
+        copy, order, ndmin = (list(args) + [copy, order, ndmin][len(args):])[:3]
+        warnings.warn("array: Passing the copy, order, and ndmin arguments to jnp.array positionally is deprecated. "
+                      "Use keyword arguments instead.", DeprecationWarning, stacklevel=2)
+    if not copy and not ndmin and (dtype is None or np.dtype(dtype) == getattr(object, "dtype", None)) and (
+            isinstance(object, (np.ndarray, Tracer)) or backend.is_cupy_array(object)) and \
+            not isinstance(object, np.ma.MaskedArray):
+        return object  # copy=False: no conversion needed, so no copy (values are immutable)
+    if dtype is not None and (np.dtype(dtype).fields is not None or np.dtype(dtype).kind == "O"):
+        raise TypeError(f"array: JAX only supports number, bool, and string dtypes, got dtype {np.dtype(dtype)} "
+                        "(a structured or object dtype)")
     weak = _weak_scalar(object, dtype) if not ndmin else None
     if weak is not None:
         return weak
@@ -86,9 +121,14 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0, *, device=None):  #
         out = object.astype(object.dtype if dtype is None else dtype, copy=True)
     else:
         if isinstance(object, np.ma.MaskedArray):
-            raise ValueError("array: numpy masked arrays are not supported")
+            object = np.ma.getdata(object)  # noqa: A001 - as numpy.array and JAX: the mask is dropped
         out = np.array(object, dtype=dtype)
         if out.dtype == np.dtype("O"):
+            if isinstance(object, (list, tuple)) and _holds_none(object):
+                raise ValueError(f"array: None is not a valid value for jnp.array (in a {type(object).__name__})")
+            huge = _huge_int(object)
+            if huge is not None:
+                raise OverflowError(f"array: Python int too large to convert to int64 or uint64: {huge}")
             raise TypeError(f"array: cannot make an array of Python objects from {type(object).__name__}")
     s = core.shape_of(out)
     if len(s) < ndmin:
@@ -162,13 +202,23 @@ def _check_forgot_shape_tuple(name, shape, dtype):
                         "i.e. with a single tuple argument for the shape?")
 
 
+_SHAPE_TEXT = "Shapes must be 1D sequences of concrete values of integer type"  # JAX's (its tests match it)
+
+
 def _shape_arg(shape):
-    """A static shape: an int or a sequence of ints, none negative."""
+    """A static shape: an int or a sequence of ints, none negative (else TypeError, as
+    JAX's; NumPy raises ValueError for a negative dim and TypeError for a float)."""
     if isinstance(shape, Tracer) or (isinstance(shape, (list, tuple)) and builtins.any(isinstance(s, Tracer) for s in shape)):
-        raise core.ConcretizationError("a shape must be static (ints), got a traced value")
-    out = (int(shape),) if isinstance(shape, (int, np.integer)) or np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        raise core.ConcretizationError(
+            f"a shape must be static (ints), got a traced value. {_SHAPE_TEXT}.\n"
+            "If using `jit`, try using `static_argnums` or applying `jit` to smaller subfunctions.")
+    parts = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+    if not builtins.all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_))
+                        or (isinstance(s, np.ndarray) and s.ndim == 0 and s.dtype.kind in "iu") for s in parts):
+        raise TypeError(f"{_SHAPE_TEXT}, got {shape!r}")
+    out = tuple(int(s) for s in parts)
     if builtins.any(s < 0 for s in out):
-        raise ValueError(f"negative dimensions are not allowed: {out}")
+        raise TypeError(f"{_SHAPE_TEXT}, got {shape!r}: negative dimensions are not allowed")
     return out
 
 
@@ -181,6 +231,13 @@ def full(shape, fill_value, dtype=None, like=None, *, device=None):  # noqa: A00
     return _creation_module(like).full(shape, fill_value, dtype=dtype)
 
 
+def _arange_argument_names(start, stop, step, n):
+    """The names NumPy gives ``arange``'s ``n`` arguments (one alone is ``stop``)."""
+    if n == 1 and start is None and step is None:
+        return ("stop",)
+    return ("start", "stop", "step")[:n]
+
+
 def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, start=None):
     """``jnp.arange(start, stop=None, step=None, dtype=None)``: evenly spaced values in
     ``[start, stop)`` (a constant; the arguments must be static)."""
@@ -190,9 +247,11 @@ def arange(*args, dtype=None, like=None, device=None, step=None, stop=None, star
         args = args + (stop,)
     if step is not None:
         args = args + (step,)
-    for a in args:
+    names = _arange_argument_names(start, stop, step, len(args))
+    for name, a in zip(names, args):
         if isinstance(a, Tracer):
-            raise core.ConcretizationError("arange: start, stop and step must be static, got a traced value")
+            raise core.ConcretizationError(f"arange: start, stop and step must be static, got a traced value. "
+                                           f"It arose in the jnp.arange argument '{name}'")
         if isinstance(a, complex) or np.iscomplexobj(a):
             raise ValueError("arange: complex arguments are not supported (as in JAX: Passing complex "
                              "start/stop/step to jnp.arange is no longer supported)")

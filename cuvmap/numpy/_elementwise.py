@@ -90,6 +90,13 @@ def round(a, decimals=0, out=None):  # noqa: A001
 around = round
 
 
+def _is_complex(v):
+    """Whether ``v`` (an array, a tracer, a scalar or a nested list) holds complex numbers."""
+    if hasattr(v, "dtype"):
+        return np.dtype(v.dtype).kind == "c"
+    return isinstance(v, complex) or (isinstance(v, (list, tuple)) and any(_is_complex(e) for e in v))
+
+
 def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumPy's names
     """``minimum(maximum(a, a_min), a_max)``, broadcasting all three; the bounds may be
     arrays or traced values (NumPy 2's keywords ``min``/``max`` work too). As in JAX the
@@ -103,6 +110,11 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - NumP
         if a_max is not None:
             raise TypeError("clip: give max or a_max, not both")
         a_max = max
+    for v in (a, a_min, a_max):
+        if _is_complex(v):
+            got = np.dtype(v.dtype).name if hasattr(v, "dtype") else "complex"
+            raise ValueError(f"clip: Complex values have no ordering and cannot be clipped (as in JAX), got dtype "
+                             f"{got}; clip the real and imaginary parts, or the magnitude")
     if a_min is not None:
         a = ew.max(a, a_min)
     if a_max is not None:

@@ -18,6 +18,9 @@ from cuvmap.core.bfloat16 import kind_of
 def tri(N, M=None, k=0, dtype=None):  # noqa: N803 - jax.numpy's names
     """``jnp.tri``: the ``N × M`` array with ones at and below diagonal ``k`` (``j ≤ i + k``;
     ``k`` may be traced)."""
+    if isinstance(N, Tracer) or isinstance(M, Tracer):
+        raise core.ConcretizationError("tri: N and M set the shape and must be static; Shapes must be 1D sequences "
+                                       "of concrete values of integer type")
     if isinstance(k, Tracer):
         return diagonal_band(N, M, k, dtype, ew_eq=False)
     return np.tri(int(N), None if M is None else int(M), int(k), dtype=dtype or np.float64)
@@ -114,7 +117,9 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
     if mode == "raise":
         for i, d in zip(index, dims):
             if isinstance(i, Tracer):
-                raise core.ConcretizationError("ravel_multi_index: mode='raise' needs concrete indices; use mode='clip' or 'wrap'")
+                raise core.ConcretizationError(
+                    "ravel_multi_index: mode='raise' needs concrete indices. The error occurred because "
+                    "ravel_multi_index was jit-compiled with mode='raise'. Use mode='wrap' or mode='clip' instead.")
             host = i.get() if hasattr(i, "get") else np.asarray(i)
             if host.size and (host.min() < 0 or host.max() >= d):
                 raise ValueError(f"invalid entry in coordinates array (ravel_multi_index: an index outside "

@@ -42,7 +42,10 @@ def pad(array, pad_width, mode="constant", **kwargs):
     even gathered modes gather each padded axis once with a fixed index vector, so their
     derivative sums the cotangents of the copies into the elements they copy; the others
     are built from slices, reductions and concatenations (cuvmap/numpy/py).
-    A callable ``mode`` is not supported."""
+    A callable ``mode`` is JAX's protocol: ``mode(vector, (low, high), axis, kwargs)``
+    returns the padded 1-D ``vector`` (NumPy's writes into it and returns None; a
+    traced vector cannot be written, so JAX's and cuvmap's return it); it runs on every
+    1-D slice of the zero-padded array along each axis in turn (by ``vmap``)."""
     n = ndim(array)
     if _holds_tracer(pad_width):
         raise TypeError("pad: pad_width must be static (ints), not a traced value")
@@ -58,7 +61,7 @@ def pad(array, pad_width, mode="constant", **kwargs):
     if (pw < 0).any():
         raise ShapeError(f"pad: pad_width {pad_width!r} has negative entries")
     if callable(mode):
-        raise NotImplementedError("pad: a callable mode is not supported (it needs vmap, above cuvmap.numpy)")
+        return pad_function(array, pw, mode, kwargs)
     if not isinstance(mode, str) or mode not in _ALLOWED_KWARGS:
         raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
     unsupported = set(kwargs) - set(_ALLOWED_KWARGS[mode])
@@ -114,6 +117,25 @@ def _axis_slice(x, start, stop, axis):
 
 def _widths(nd, axis, lo, hi):
     return tuple((int(lo), int(hi)) if i == axis else (0, 0) for i in range(nd))
+
+
+def pad_function(x, pad_width, func, kwargs):
+    """``pad`` with a callable mode: the array padded with zeros, then ``func`` applied
+    along each axis in turn, as :func:`apply_along_axis` (JAX's ``_pad_func``)."""
+    from cuvmap.numpy._vectorize import apply_along_axis  # vmap: cuvmap.api imports cuvmap.numpy
+
+    def returning(vector, widths, axis, kw):
+        out = func(vector, widths, axis, kw)
+        if out is None:
+            raise TypeError("pad: the callable mode returned None; JAX's protocol returns the padded vector "
+                            "(NumPy's writes into it, which a traced vector cannot take: use vector.at[...].set)")
+        return out
+
+    x = lax_shape.pad(x, tuple((int(lo), int(hi)) for lo, hi in pad_width), 0)
+    for axis in range(ndim(x)):
+        lo, hi = pad_width[axis]
+        x = apply_along_axis(returning, axis, x, (int(lo), int(hi)), axis, kwargs)
+    return x
 
 
 def pad_constant(x, pad_width, constant_values):

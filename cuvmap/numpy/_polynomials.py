@@ -90,13 +90,12 @@ def convolve(a, v, mode="full", *, precision=None, preferred_element_type=None):
 
 def correlate(a, v, mode="valid", *, precision=None, preferred_element_type=None):
     """``jnp.correlate``: the cross-correlation of the 1-D ``a`` and ``v``,
-    ``out[k] = Σ_n a[n + k] · v[n]`` over the overlap (``mode`` as in :func:`convolve`;
+    ``out[k] = Σ_n a[n + k] · conj(v[n])`` over the overlap (``mode`` as in :func:`convolve`;
     NumPy's default ``'valid'``); ``preferred_element_type`` as in :func:`convolve`."""
     a, v = _operands(a, v, inexact=preferred_element_type is None)
     _check_1d("correlate", a, v)
     if np.dtype(core.dtype_of(v)).kind == "c":
-        # NumPy conjugates v; without a conj here a complex v would give a wrong number
-        raise NotImplementedError("correlate: complex operands are not supported (NumPy's correlate conjugates v)")
+        v = ew.conj(v)  # NumPy's and JAX's correlate conjugate v; what follows is bilinear
     if shape(v)[0] > shape(a)[0]:
         # correlate(a, v) is correlate(v, a) reversed
         out = flip(_full_correlation(v, a, mode, "correlate"), 0)

@@ -2,6 +2,7 @@
 ``tensordot``, ``cross`` and ``einsum`` (any number of operands, ``...`` and repeated
 subscripts, contracted pairwise in a greedy order), all on ``dot_general``."""
 import builtins
+import warnings
 
 import numpy as np
 
@@ -153,15 +154,27 @@ def _tensordot(a, b, axes):
     if (ndim(a) == 0 or ndim(b) == 0) and axes in (0, ((), ()), ([], [])):
         return ew.mul(a, b)
     a, b = asarray(a), asarray(b)
+    # JAX's checks and texts (TypeError, as JAX's), before the contraction's own
     if isinstance(axes, (int, np.integer)):
+        if axes > builtins.min(ndim(a), ndim(b)):
+            raise TypeError(f"tensordot: Number of tensordot axes (axes {axes}) exceeds input ranks "
+                            f"({shape(a)} and {shape(b)})")
         ca = tuple(range(ndim(a) - axes, ndim(a)))
         cb = tuple(range(axes))
-    else:
+    elif isinstance(axes, (list, tuple)) and len(axes) == 2:
         ca, cb = axes
+        if not all(isinstance(c, (int, np.integer, list, tuple)) for c in (ca, cb)):
+            raise TypeError(f"tensordot: tensordot requires both axes lists to be either ints, tuples or lists, "
+                            f"got {ca!r} and {cb!r}")
         ca = (ca,) if isinstance(ca, (int, np.integer)) else tuple(ca)
         cb = (cb,) if isinstance(cb, (int, np.integer)) else tuple(cb)
+        if len(ca) != len(cb):
+            raise TypeError(f"tensordot: tensordot requires axes lists to have equal length, got {ca} and {cb}")
         ca = tuple(int(i) % ndim(a) for i in ca)
         cb = tuple(int(i) % ndim(b) for i in cb)
+    else:
+        raise TypeError(f"tensordot: tensordot axes argument must be an int, a pair of ints, or a pair of lists, "
+                        f"got {axes!r}")
     return lax.dot_general(a, b, ((ca, cb), ((), ())))
 
 
@@ -177,6 +190,9 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     if na not in (2, 3) or nb not in (2, 3):
         raise ShapeError(f"cross: the vectors must have 2 or 3 components, got {na} and {nb} "
                          f"(shapes {shape(a)} and {shape(b)} with the vector axis last)")
+    if na == 2 or nb == 2:  # deprecated by NumPy 2 and by JAX (to be removed in JAX 0.12)
+        warnings.warn("cross: Support for 2-dimensional vectors in jnp.cross is deprecated (as in NumPy 2); use "
+                      "arrays of 3-dimensional vectors instead", DeprecationWarning, stacklevel=2)
     ac = [getitem(a, (Ellipsis, i)) for i in range(na)]
     bc = [getitem(b, (Ellipsis, i)) for i in range(nb)]
 

@@ -58,7 +58,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     start, stop = broadcast_to(start, bshape), broadcast_to(stop, bshape)
     div = num - 1 if endpoint else num
     delta = ew.sub(stop, start)
-    step = ew.div(delta, div) if div > 0 else ew.mul(delta, np.nan)
+    # without a spacing (one sample with the endpoint, or none) the step is a scalar NaN (NumPy's, JAX's)
+    step = ew.div(delta, div) if div > 0 else core.full_like_concrete(delta, np.nan, shape=(), dtype=computed)
     count = num - 1 if endpoint and num > 1 else num
     k = reshape(astype(lax_indexing.iota(count, like=start), computed), (count,) + (1,) * len(bshape))
     spacing = step if div > 0 else ew.mul(delta, 0)  # one sample: start itself

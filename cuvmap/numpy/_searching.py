@@ -22,9 +22,10 @@ from cuvmap.lax import sorting as lax_sorting
 from cuvmap.numpy._common import _axis, ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype, logical_and, logical_not, logical_or
-from cuvmap.numpy._elementwise import where as _where3
 from cuvmap.numpy._elementwise_composites import isnan
+from cuvmap.numpy._elementwise import where as _where3
 from cuvmap.numpy._indexing import take_along_axis
+from cuvmap.numpy._searchsorted import digitize, searchsorted  # noqa: F401 - cuvmap.numpy's names
 from cuvmap.numpy._shapes import broadcast_to, concatenate, flip, moveaxis, ravel, reshape
 from cuvmap.lax.cumulative import cumsum as _cumsum
 
@@ -43,61 +44,6 @@ def _count_true(mask, axis):
 # ---------------------------------------------------------------------------------------
 
 
-def _before(a, v, side):
-    """Whether each sorted entry ``a`` goes before the query ``v`` (``a < v`` for
-    ``side='left'``, ``a ≤ v`` for ``'right'``), in NumPy's order where NaNs sort last."""
-    if side == "left":
-        out = ew.lt(a, v)
-        if core.is_float(a) or core.is_float(v):
-            out = logical_or(out, logical_and(isnan(v), logical_not(isnan(a))))
-        return out
-    out = ew.le(a, v)
-    if core.is_float(a) or core.is_float(v):
-        out = logical_or(out, isnan(v))
-    return out
-
-
-def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
-    """``jnp.searchsorted``: for each query in ``v``, the index at which inserting it keeps
-    the 1-D sorted ``a`` sorted: the number of entries of ``a`` less than it
-    (``side='left'``) or less than or equal to it (``'right'``); NaNs sort last. Every
-    query is compared with every entry at once (JAX's ``method='compare_all'``, whatever
-    ``method`` says; an int64 result with ``v``'s shape, no derivative)."""
-    if side not in ("left", "right"):
-        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-    if method not in ("scan", "scan_unrolled", "sort", "compare_all"):
-        raise ValueError(f"searchsorted: unknown method {method!r}")
-    a, v = asarray(a), asarray(v)
-    if ndim(a) != 1:
-        raise ShapeError(f"searchsorted: a must be 1-D, got shape {shape(a)}")
-    if sorter is not None:
-        a = lax_indexing.take(a, asarray(sorter), 0)
-    dtype = np.result_type(core.dtype_of(a), core.dtype_of(v))
-    a, v = astype(a, dtype), astype(v, dtype)
-    vs = shape(v)
-    before = _before(reshape(a, (1,) * len(vs) + shape(a)), reshape(v, vs + (1,)), side)
-    return _count_true(before, len(vs))
-
-
-def digitize(x, bins, right=False, *, method=None):
-    """``jnp.digitize``: the index of the bin of ``bins`` (1-D, increasing or decreasing)
-    each ``x`` falls in: for increasing bins ``i`` with ``bins[i-1] ≤ x < bins[i]``
-    (``bins[i-1] < x ≤ bins[i]`` with ``right``), 0 below and ``len(bins)`` above."""
-    x, bins = asarray(x), asarray(bins)
-    if ndim(bins) != 1:
-        raise ShapeError(f"digitize: bins must be 1-D, got shape {shape(bins)}")
-    n = shape(bins)[0]
-    if n == 0:
-        return astype(ew.mul(x, 0), np.int64) if not core.is_float(x) else astype(ew.ne(x, x), np.int64)
-    side = "left" if right else "right"
-    increasing = searchsorted(bins, x, side)
-    decreasing = ew.sub(n, searchsorted(flip(bins, 0), x, side))
-    first = lax_indexing.slice_in_dim(bins, 0, 1, 0)
-    last = lax_indexing.slice_in_dim(bins, n - 1, n, 0)
-    up = reshape(ew.ge(last, first), ())
-    return _where3(up, increasing, decreasing)
-
-
 def interp(x, xp, fp, left=None, right=None, period=None):
     """``jnp.interp``: the piecewise-linear interpolant through the points ``(xp, fp)``
     (``xp`` increasing) at ``x``: ``fp[i-1] + (x − xp[i-1])·(fp[i] − fp[i-1]) /
@@ -108,15 +54,21 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     Differentiable in ``x``, ``xp`` and ``fp``."""
     x, xp, fp = asarray(x), asarray(xp), asarray(fp)
     if ndim(xp) != 1 or ndim(fp) != 1 or shape(xp) != shape(fp):
-        raise ShapeError(f"interp: xp and fp must be 1-D of one length, got shapes {shape(xp)} and {shape(fp)}")
-    dtype = bfloat16.result_type(core.dtype_of(x), core.dtype_of(xp), core.dtype_of(fp))
+        # JAX's wording (its tests match it literally)
+        raise ShapeError("xp and fp must be one-dimensional arrays of equal size")
+    # x and xp share a real inexact dtype; fp may be complex, in that precision or fp's (NumPy's numbers)
+    dtype = bfloat16.result_type(core.dtype_of(x), core.dtype_of(xp))
     if bfloat16.kind_of(dtype) not in "fc":
         dtype = np.result_type(dtype, np.float16)
-    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, dtype)
+    x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, bfloat16.result_type(core.dtype_of(fp), dtype))
     for name, v in (("left", left), ("right", right)):
         if isinstance(v, str) and v != "extrapolate":
-            raise ValueError(f"interp: {name} must be a number or 'extrapolate', got {v!r}")
+            raise ValueError(f"the only valid string value of `{name}` is 'extrapolate', but got: {v!r}")
+    if bfloat16.kind_of(dtype) == "c":
+        raise ValueError("jnp.interp: complex x values not supported.")
     if period is not None:
+        if ndim(period) != 0:
+            raise ValueError(f"interp: period must be a scalar; got {period}")
         left = right = None
         period = ew.abs(astype(asarray(period), dtype))
         x = ew.remainder(x, period)
@@ -162,7 +114,8 @@ def _require_size(name, size, x):
         raise ConcretizationError(
             f"{name}: the length of the result depends on the values of a traced array of shape "
             f"{shape(x)}; pass size= (a static length; the result is cut or padded with fill_value), "
-            f"as in jax.numpy.{name}"
+            f"as in jax.numpy.{name}. The size argument of jnp.{'compress' if name == 'extract' else name} "
+            "must be specified under a transform"
         )
 
 

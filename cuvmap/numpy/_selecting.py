@@ -80,8 +80,9 @@ def choose(a, choices, out=None, mode="raise"):
         raise ValueError("choose: choices must be non-empty")
     if mode == "raise":
         if isinstance(a, Tracer):
-            raise ConcretizationError("choose: mode='raise' checks the values of a, which must be concrete; "
-                                      "use mode='wrap' or mode='clip' under a transform")
+            raise ConcretizationError("choose: mode='raise' checks the values of a, which must be concrete. "
+                                      "The error occurred because jnp.choose was jit-compiled with mode='raise'. "
+                                      "Use mode='wrap' or mode='clip' instead.")
         host = a.get() if backend.is_cupy_array(a) else np.asarray(a)
         if ((host < 0) | (host >= n)).any():
             raise ValueError(f"invalid entry in choice array (choose: the entries of a must be in [0, {n}), as "

@@ -159,10 +159,21 @@ def stack(arrays, axis=0, out=None, dtype=None):
     return lax_shape.concatenate([lax_shape.expand_dims(x, (axis,)) for x in arrays], axis)
 
 
+def _known(value):
+    """``value`` with each derivative tracer replaced by the primal it carries (known under
+    eager ``grad``/``jvp``, as JAX's concrete tracers), in lists and tuples too."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_known(v) for v in value)
+    while isinstance(value, core.PrimalTracer):
+        value = value._concrete_value()
+    return value
+
+
 def _static_ints(value, name, what):
     """``value`` as a NumPy int array; traced values and non-integers raise TypeError."""
     if _holds_tracer(value):
-        raise TypeError(f"{name}: {what} must be static (ints), not a traced value")
+        raise TypeError(f"{name}: {what} must be static (ints), not a traced value (Abstract tracer value "
+                        "encountered where concrete value is expected.)")
     arr = np.asarray(value)
     if arr.size and kind_of(arr.dtype) not in "iu":
         raise TypeError(f"{name}: {what} must be integers, got {value!r}")
@@ -253,6 +264,8 @@ def _roll_traced(x, shift, axis):
         shifts = [lax_shape.reshape(s, ()) for s in shifts]
     if len(shifts) == 1 and len(axes_) > 1:
         shifts = shifts * len(axes_)
+    if len(axes_) == 1 and len(shifts) > 1:  # broadcast against one axis: the shifts add up (NumPy's)
+        axes_ = np.repeat(axes_, len(shifts))
     if len(shifts) != len(axes_):
         raise ShapeError(f"roll: shift and axis {axis!r} must have the same length")
     for sh, ax in zip(shifts, axes_.tolist()):
@@ -269,7 +282,10 @@ def _roll_traced(x, shift, axis):
 def _split(name, x, indices_or_sections, axis, equal):
     axis = _axis(x, axis, name)
     n = shape(x)[axis]
-    spec = _static_ints(indices_or_sections, name, "indices_or_sections")
+    spec = _known(indices_or_sections)
+    if not _holds_tracer(spec) and np.ndim(spec) == 0 and float(spec) == int(spec):
+        spec = int(spec)  # a whole number of sections given as a float (JAX converts it to int64)
+    spec = _static_ints(spec, name, "indices_or_sections")
     if spec.ndim == 0:
         k = int(spec)
         if k <= 0:
@@ -329,7 +345,7 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
         raise ShapeError(f"diagonal: the array must have at least 2 dims, got shape {s}")
     a1, a2 = _axis(a, axis1, "diagonal"), _axis(a, axis2, "diagonal")
     if a1 == a2:
-        raise ShapeError(f"diagonal: axis1 and axis2 must be different dims, both are {a1} (shape {s})")
+        raise ShapeError(f"diagonal: axis1 and axis2 can not be same: both are dim {a1} (shape {s})")
     rest = tuple(i for i in range(len(s)) if i not in (a1, a2))
     lead = tuple(s[i] for i in rest)
     r, c = s[a1], s[a2]

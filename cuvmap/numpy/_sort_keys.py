@@ -68,7 +68,15 @@ def top_k(a, k, /, *, axis=-1, mode="largest", sorted=True):  # noqa: A002 - JAX
         raise ValueError(f"mode must be 'largest' or 'smallest', got {mode!r}")
     if ndim(a) == 0:
         raise ShapeError("top_k: a must have at least one dim, got a scalar")
+    if not -ndim(a) <= int(axis) < ndim(a):  # NumPy's AxisError wording, as JAX's
+        raise ShapeError(f"top_k: axis {axis} is out of bounds for array of dimension {ndim(a)}")
     axis = _axis(a, axis, "top_k")
+    n = shape(a)[axis]
+    if int(k) < 0:
+        raise ValueError(f"top_k: k argument to top_k must be nonnegative, got {k}")
+    if int(k) > n:
+        raise ValueError(f"top_k: k argument to top_k must be no larger than size {n} of axis {axis} "
+                         f"(shape {shape(a)}), got {k}")
     if mode == "largest":
         return lax_sorting.top_k(a, k, axis=axis)
     flip = bitwise_not if kind_of(dt) in "biu" else neg

@@ -15,9 +15,11 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
+from cuvmap.lax import sorting as lax_sorting
 from cuvmap.numpy._common import _axis, ndim, shape, size
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
+from cuvmap.numpy._elementwise import where as _where3
 from cuvmap.numpy._ranges import linspace
 from cuvmap.numpy._shapes import broadcast_to, concatenate, moveaxis, ravel, reshape
 from cuvmap.core.bfloat16 import kind_of
@@ -119,7 +121,7 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
     Traced counts need ``total_repeat_length``, the static length of the result; with it
     the result is cut to that length, or padded by repeating the last element."""
     a = asarray(a)
-    if axis is None:
+    if axis is None or (ndim(a) == 0 and axis in (0, -1)):  # a 0-d array repeats as 1-d (NumPy's)
         a, axis = ravel(a), 0
     axis = _axis(a, axis, "repeat")
     n = shape(a)[axis]
@@ -180,14 +182,21 @@ def tile(A, reps):
 def delete(arr, obj, axis=None, *, assume_unique_indices=False):
     """``jnp.delete``: ``arr`` without the entries ``obj`` (an int, a slice or a sequence of
     ints, negative ones counted from the end) along ``axis`` (flattened for ``None``).
-    ``obj`` must be static; what stays is gathered with one ``take``."""
+    What stays is gathered with one ``take``. ``obj`` must be static, unless it is integer
+    and ``assume_unique_indices=True`` (JAX's promise that no index repeats, so that the
+    result's length is ``len(arr) − obj.size``): then it may be traced (indices out of range
+    are clipped to the ends; repeated ones give a wrong result, as in JAX)."""
     arr = asarray(arr)
     if axis is None:
         arr, axis = ravel(arr), 0
     axis = _axis(arr, axis, "delete")
     n = shape(arr)[axis]
     if isinstance(obj, Tracer):
-        raise ConcretizationError("delete: the indices obj must be static (a traced obj would give a data-dependent shape)")
+        if assume_unique_indices and core.dtype_of(obj).kind in "iu":
+            return _delete_unique(arr, obj, axis, n)
+        raise ConcretizationError(
+            "delete: the indices obj must be static (a traced obj would give a data-dependent shape); "
+            "pass assume_unique_indices=True for traced integer indices that do not repeat")
     keep = np.ones(n, dtype=bool)
     if isinstance(obj, builtins.slice):
         keep[obj] = False
@@ -207,6 +216,19 @@ def delete(arr, obj, axis=None, *, assume_unique_indices=False):
     return lax_indexing.take(arr, backend.xp_of(arr).asarray(np.flatnonzero(keep)), axis)
 
 
+def _delete_unique(arr, obj, axis, n):
+    """``delete`` of traced, unique integer indices: with the sorted indices ``d_j``, kept
+    position ``i`` of the result is ``i + #{j : d_j − j ≤ i}`` (each deleted entry at or
+    before it shifts it one place on)."""
+    d = ravel(astype(obj, np.int64))
+    d = ew.clamp(0, _where3(ew.lt(d, 0), ew.add(d, n), d), n)
+    m = shape(d)[0]
+    d = ew.sub(lax_sorting.sort(d, 0), lax_indexing.iota(m, like=d))
+    i = lax_indexing.iota(n - m, like=arr)
+    shift = lax_reduction.reduce_sum(astype(ew.ge(reshape(i, (1, n - m)), reshape(d, (m, 1))), np.int64), (0,))
+    return lax_indexing.take(arr, ew.add(i, shift), axis)
+
+
 def diff(a, n=1, axis=-1, prepend=None, append=None):
     """``jnp.diff``: the ``n``-th forward difference along ``axis``,
     ``out[i] = a[i+1] − a[i]`` applied ``n`` times, after joining ``prepend`` and
@@ -215,6 +237,9 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
     if n < 0:
         raise ValueError(f"diff: order n must be non-negative, got {n}")
     axis = _axis(a, axis, "diff")
+    if n == 0:
+        return a  # NumPy's and JAX's: prepend and append are not joined
+
     parts = [p for p in ([_piece(prepend, a, axis), a, _piece(append, a, axis)]) if p is not None]
     if len(parts) > 1:
         parts = _arrays(parts, "diff")
@@ -273,7 +298,11 @@ class _AxisConcatenator:
                 if item in ("r", "c"):
                     matrix = item
                     continue
-                parts = [int(p) for p in item.split(",")]
+                try:
+                    parts = [int(p) for p in item.split(",")]
+                except ValueError:
+                    raise ValueError(f"{self.name}: could not understand directive {item!r} (expected 'axis', "
+                                     "'axis,ndmin', 'axis,ndmin,trans1d', 'r' or 'c')") from None
                 axis = parts[0]
                 if len(parts) > 1:
                     ndmin = parts[1]
@@ -281,7 +310,7 @@ class _AxisConcatenator:
                     trans1d = parts[2]
                 continue
             if isinstance(item, builtins.slice):
-                items.append(_slice_range(item))
+                items.append(_slice_range(item, self.name))
                 continue
             items.append(item)  # Python scalars stay weakly typed for _arrays
         items = _arrays(items, self.name)
@@ -295,7 +324,11 @@ class _AxisConcatenator:
         return 0
 
 
-def _slice_range(s):
+def _slice_range(s, name):
+    for part in ("start", "stop", "step"):
+        if isinstance(getattr(s, part), Tracer):
+            raise ConcretizationError(f"{name}: a traced value was given as the slice {part} of jnp.{name}; a "
+                                      "slice's bounds and step set the result's length and must be concrete (static)")
     start = 0 if s.start is None else s.start
     step = 1 if s.step is None else s.step
     if isinstance(step, complex):

@@ -26,7 +26,7 @@ def _item(self, *args):
 
 
 def _tolist(self):
-    raise self._concretization_error("tolist()")
+    raise self._concretization_error("The tolist() method was called on traced array: tolist()")
 
 
 def _sort(self, axis=-1, *, kind=None, order=None, stable=True, descending=False):

@@ -267,7 +267,7 @@ def _frequencies(name, count, n, d, dtype, wrap):
     ``n``), in ``dtype`` (float64 by default): on the host for a static ``d``, else on
     ``d``'s device and differentiable in ``d``."""
     if isinstance(d, (list, tuple)):
-        raise ValueError(f"jax.numpy.fft.{name}: d takes one value, got {d!r}")
+        raise ValueError(f"The d argument of jax.numpy.fft.{name} only takes a single value. Got d = {list(d)}.")
     dtype = np.dtype(np.float64 if dtype is None else dtype)
     compute = dtype if kind_of(dtype) in "fc" else np.dtype(np.float64)
     if isinstance(d, Tracer) or backend.is_cupy_array(d):

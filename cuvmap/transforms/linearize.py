@@ -95,7 +95,23 @@ def linearize_flat(fun, primals, where, tangent_origins=None):
             else:  # a tangent that does not depend on the input tangents
                 outvars.append(builder.const_var(t))
         extra = tree.map_preserving(lambda a: a.primal if jvp_main.owns(a) else a, extra)
+        staged_primals = [pe_main.owns(p) for p in out_primals]
+        staged_vars = [p.var for p, s in zip(out_primals, staged_primals) if s]
     program = ir.optimize(ClosedJaxpr(Jaxpr(builder.constvars, tangent_vars, builder.eqns, outvars), builder.consts))
+    if staged_vars:
+        # NOTE [primal outputs staged by partial evaluation]
+        # An equation with several results is split as a whole: a checkpointed region
+        # holding a loop or a cond (whose JVP carries primals and tangents in one
+        # equation) comes out of partial evaluation with its primal outputs staged too. A
+        # primal output never depends on the tangents' values, so it is the staged part
+        # run now with zero tangents (the region's primal computation once more, as a
+        # checkpoint recomputes anyway); the linear map itself is unchanged.
+        probe = ir.optimize(ClosedJaxpr(Jaxpr(builder.constvars, tangent_vars, builder.eqns, staged_vars),
+                                        builder.consts))
+        zeros = [core.full_like_concrete(p, 0, dtype=v.aval.dtype)
+                 for p, v in zip([p for p in primals if core.is_float(p)], tangent_vars)]
+        values = iter(call(probe, zeros))
+        out_primals = [next(values) if s else p for p, s in zip(out_primals, staged_primals)]
     return out_primals, program, out_nonzero, extra
 
 

@@ -429,7 +429,7 @@ def test_control_flow_inside_a_cond_branch_and_a_scan_inside_a_scan():
     (lambda: lax.scan(lambda c, x: (c, x), 0.0, (np.ones(3), np.ones(4))), r"xs\[1\] has 4 entries .* xs\[0\] has 3"),
     (lambda: lax.scan(lambda c, x: (c, x), 0.0, None), r"xs is None .* length must be given"),
     (lambda: lax.scan(lambda c, x: (c, x), 0.0, np.ones(3), length=4), r"xs has 3 entries .* but length 4"),
-    (lambda: lax.while_loop(lambda c: c, lambda c: c + 1.0, 0.0), r"cond_fun must return a boolean scalar, got float64\[\]"),
+    (lambda: lax.while_loop(lambda c: c, lambda c: c + 1.0, 0.0), r"cond_fun must return a boolean scalar, but got output type\(s\) \[ShapedArray\(float64\[\]\)\]\."),
     (lambda: lax.while_loop(lambda c: c < 3, lambda c: (c, c), 0), r"body_fun returned structure"),
     (lambda: lax.scan(lambda c, x: (c, x), "a", np.ones(3)), r"init is a str"),
     (lambda: lax.switch(1.5, [lambda x: x], 1.0), r"Index type must be an integer, got float64\[\]"),

@@ -148,5 +148,9 @@ def test_platform_dependent_picks_the_cpu_branch():
     np.testing.assert_array_equal(out, X + 1)
     np.testing.assert_array_equal(lax.platform_dependent(X, default=lambda x: x * 2, cuda=lambda x: x), X * 2)
     assert cv.grad(lambda x: lax.platform_dependent(x, cpu=lambda y: (y * y).sum()))(X).shape == X.shape
-    with pytest.raises(ValueError, match="no branch"):
+    with pytest.raises(NotImplementedError, match=r"no branch .*translation rule .* not found for platform cpu"):
         lax.platform_dependent(X, cuda=lambda x: x)
+    # any platform name is a branch (JAX's **per_platform), never chosen unless it is cuvmap's
+    np.testing.assert_array_equal(lax.platform_dependent(X, default=lambda x: x * 3, other=lambda x: x), X * 3)
+    with pytest.raises(TypeError, match="the branch tpu= must be callable"):
+        lax.platform_dependent(X, default=lambda x: x, tpu=3)

@@ -203,7 +203,8 @@ def test_cond_call_forms_jax_accepts():
 
 
 @pytest.mark.parametrize("bad, match", [(None, "cond predicate is None"),
-                                        ("yes", "Pred type must be either boolean or number, got 'yes'"),
+                                        ("yes", "Pred must be a scalar, got yes of type <class 'str'>"),
+                                        ((1.0, 1.0), r"Pred must be a scalar, got \(1.0, 1.0\) of type <class 'tuple'>"),
                                         (np.ones(2), r"pred must be a scalar \(a boolean or a number\), got float64\[2\]"),
                                         (1j, r"Pred type must be either boolean or number, got complex128\[\]")])
 def test_cond_refuses_what_jax_refuses(bad, match):

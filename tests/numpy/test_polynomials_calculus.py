@@ -223,8 +223,8 @@ def test_pad_keywords_are_checked_per_mode():
         cnp.pad(np.ones(3), 1, "edge", end_values=0)
     with pytest.raises(ValueError, match="stat_length"):
         cnp.pad(np.ones(3), 1, "mean", stat_length=0)
-    with pytest.raises(NotImplementedError, match="callable mode"):
-        cnp.pad(np.ones(3), 1, lambda *a: None)
+    with pytest.raises(TypeError, match="callable mode returned None; JAX's protocol returns the padded vector"):
+        cnp.pad(np.ones(3), 1, lambda *a: None)  # NumPy's protocol (writes in place)
     np.testing.assert_array_equal(cnp.pad(np.arange(5), 2, "mean"), np.pad(np.arange(5), 2, "mean"))
     np.testing.assert_array_equal(cnp.pad(np.arange(5), (3, 2), "linear_ramp", end_values=(9, -4)),
                                   np.pad(np.arange(5), (3, 2), "linear_ramp", end_values=(9, -4)))

@@ -10,7 +10,7 @@ import pytest
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
-from cuvmap import tree
+from cuvmap import lax, tree
 from cuvmap.lax import elementwise
 from cuvmap.test_util import numerical_jvp
 
@@ -57,6 +57,16 @@ CASES = {
     "jitted inside": (lambda x: cv.jit(lambda y: cnp.sin(y) ** 2)(x) + x, (np.linspace(0, 2, 5),)),
     "Python control flow on the primal": (_branchy, (np.linspace(0.5, 1, 3),)),
     "matmul chain": (lambda a, b: (a @ b) @ (a @ b).T, (_rng(7).standard_normal((3, 4)), _rng(8).standard_normal((4, 2)))),
+    # a loop or cond in a checkpoint: its primal outputs leave partial evaluation staged
+    # (NOTE [primal outputs staged by partial evaluation]) and must come back as values
+    "checkpointed while_loop": (cv.checkpoint(lambda x: lax.while_loop(lambda c: c[0, 2] <= 8, lambda c: c * c, x)),
+                                (np.arange(9.0).reshape(3, 3),)),
+    "checkpointed fori_loop": (cv.checkpoint(lambda x: lax.fori_loop(0, 3, lambda i, c: cnp.sin(c) * x, x)),
+                               (np.linspace(0.2, 1.4, 4),)),
+    "checkpointed scan": (cv.checkpoint(lambda x: lax.scan(lambda c, w: (cnp.tanh(c * w), c * w), x, x)),
+                          (np.linspace(-0.8, 0.9, 3),)),
+    "checkpointed cond": (cv.checkpoint(lambda x: lax.cond(cnp.sum(x) > 0, lambda v: cnp.exp(v) * v, cnp.sin, x)),
+                          (np.linspace(-0.3, 0.9, 4),)),
 }
 
 

@@ -211,6 +211,8 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     where = f"cond({api_util.fun_name(true_fun)}, {api_util.fun_name(false_fun)})"
     if pred is None:
         raise ControlFlowError(f"{where}: the cond predicate is None; pred must be a boolean or numeric scalar")
+    if isinstance(pred, (str, list, tuple)):  # JAX's text (its tests match it)
+        raise ControlFlowError(f"{where}: Pred must be a scalar, got {pred} of type {type(pred)}")
     pred_aval = aval_of(pred) if is_value(pred) else None
     if pred_aval is None or kind_of(pred_aval.dtype) not in "biuf":
         got = describe(pred_aval) if pred_aval is not None else repr(pred)
@@ -228,17 +230,23 @@ def switch(index, branches, *operands, operand=_NO_OPERAND):
     last, as ``clamp(0, index, len(branches) - 1)``; see :func:`cond`. ``operand=`` gives
     one operand by keyword (JAX's older spelling)."""
     branches = tuple(branches)
-    if not branches or not all(callable(b) for b in branches):
+    if not branches:
+        raise ValueError("switch: Empty branch sequence (lax.switch needs at least one branch)")
+    if not all(callable(b) for b in branches):
         raise ControlFlowError(f"switch: branches must be a non-empty sequence of functions, got {branches!r} "
                                "(lax.switch: branches argument should be a sequence of callables)")
     operands = _keyword_operand("switch", operands, operand)
     where = f"switch({', '.join(api_util.fun_name(b) for b in branches)})"
+    # JAX's texts (its tests match them): the shape first, then the dtype
+    if isinstance(index, (list, tuple)):
+        raise ControlFlowError(f"{where}: Branch index must be scalar, got {index} of shape {np.shape(index)}.")
     index_aval = aval_of(index) if is_value(index) else None
+    if index_aval is not None and index_aval.shape != ():
+        raise ControlFlowError(f"{where}: Branch index must be scalar, got {describe(index_aval)} of shape "
+                               f"{index_aval.shape}.")
     if index_aval is None or kind_of(index_aval.dtype) not in "iub":
-        got = describe(index_aval) if index_aval is not None else repr(index)
-        raise ControlFlowError(f"{where}: Index type must be an integer, got {got}")
-    if index_aval.shape != ():
-        raise ControlFlowError(f"{where}: Branch index must be scalar, got {describe(index_aval)}")
+        got = describe(index_aval) if index_aval is not None else str(index)
+        raise ControlFlowError(f"{where}: Index type must be an integer, got {got}.")
     index = elementwise.convert_element_type(index, np.int32)
     index = elementwise.max(elementwise.min(index, np.int32(len(branches) - 1)), np.int32(0))
     return _switch(index, branches, operands, where)

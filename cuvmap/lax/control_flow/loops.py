@@ -241,9 +241,11 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
         leaves = as_carry(leaves, avals)
     cond = stage_body(cond_fun, in_tree, avals, where, WHILE_STAGER, origins, splat=False)
     pred = cond.out_avals
-    if len(pred) != 1 or pred[0].shape != () or pred[0].dtype != np.bool_:
-        got = ", ".join(describe(a) for a in pred) or "nothing"
-        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, got {got}")
+    if len(pred) != 1 or cond.out_tree != tree.structure(True):  # JAX's texts (its tests match them)
+        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, but got pytree {cond.out_tree}.")
+    if pred[0].shape != () or pred[0].dtype != np.bool_:
+        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, but got output type(s) "
+                               f"[ShapedArray({pred[0]})].")
     # a value the body returns unchanged is a constant of the loop (NOTE [forwarded operands])
     ncc, nbc, n = len(cond.consts), len(body.consts), len(leaves)
     fwd = forwarded_inputs([body.program])
@@ -315,7 +317,8 @@ def _predicate(pred, where):
     """``cond_fun``'s result, checked to be a boolean scalar."""
     aval = aval_of(pred)
     if aval.shape != () or aval.dtype != np.bool_:
-        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, got {describe(aval)}")
+        raise ControlFlowError(f"{where}: cond_fun must return a boolean scalar, but got output type(s) "
+                               f"[ShapedArray({aval})].")
     return pred
 
 

@@ -12,6 +12,7 @@ next.
 import numpy as np
 
 from cuvmap import api_util, core, tree
+from cuvmap.core import ConcretizationError, Tracer
 from cuvmap.lax import elementwise, shape as lax_shape
 from cuvmap.lax.control_flow.common import (
     SCAN_STAGER, Body, ControlFlowError, ControlFlowPrimitive, as_carry, aval_of, cast_numbers, check_carry,
@@ -510,6 +511,9 @@ def _scan_length(where, x_paths, x_leaves, length):
                                     "scan over)")
         sizes.append((path, shape[0]))
     if length is not None:
+        if isinstance(length, Tracer):
+            raise ConcretizationError(f"{where}: The `length` argument to `scan` expects a concrete `int` value; "
+                                      f"got a traced value {length!r} (make it static)")
         if not api_util.is_int(length) or length < 0:
             raise ControlFlowError(f"{where}: length must be a non-negative int, got {length!r}")
         length = int(length)
@@ -529,6 +533,9 @@ def _scan_length(where, x_paths, x_leaves, length):
 def _scan_unroll(where, unroll, length):
     """JAX's ``unroll``: ``True`` is every step (``max(length, 1)``), ``False`` one, an int
     ``k >= 0`` kept as it is (``0`` unrolls every step, as JAX's)."""
+    if isinstance(unroll, Tracer):
+        raise ConcretizationError(f"{where}: The `unroll` argument to `scan` expects a concrete `int` or `bool` "
+                                  f"value; got a traced value {unroll!r} (make it static)")
     if isinstance(unroll, (bool, np.bool_)):
         return max(length, 1) if unroll else 1
     if not api_util.is_int(unroll) or unroll < 0:
@@ -545,7 +552,10 @@ def _stage_scan_body(f, where, carry_tree, carry_avals, x_tree, x_avals, origins
     def flat(*leaves):
         out = f(tree.unflatten(carry_tree, list(leaves[:num_carry])), tree.unflatten(x_tree, list(leaves[num_carry:])))
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise ControlFlowError(f"{where}: f must return a pair (carry, y), got {tree.describe(out)}")
+            got = (f"{core.dtype_of(out)}[{','.join(map(str, core.shape_of(out)))}]" if hasattr(out, "dtype")
+                   else tree.describe(out))
+            raise ControlFlowError(f"{where}: scan body output must be a pair, got {got}. (f must return a pair "
+                                   "(carry, y))")
         c_paths, c_leaves, c_tree = flatten_values("the carry it returns ", out[0], where)
         if c_tree != carry_tree:
             raise ControlFlowError(f"{where}: f returned a carry of structure {c_tree}, but the initial carry "
