@@ -25,7 +25,8 @@ from cuvmap.jit_api import eval_shape
 from cuvmap.transforms import ir, staging
 from cuvmap.transforms.batching import bdim_at_front, move_bdim, not_mapped
 from cuvmap.transforms.call import avals_of
-from cuvmap.transforms.custom_derivatives import _resolve_args, forward_def
+from cuvmap.transforms.custom_call_site import resolve_args
+from cuvmap.transforms.custom_derivatives import forward_def
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer, jvp_jaxpr, split_nonzero, zeros_like
 from cuvmap.transforms.program_call import ProgramCall
 
@@ -269,7 +270,7 @@ class custom_vmap:  # noqa: N801 - JAX's name
         return forward_def(self, name)
 
     def __call__(self, *args, **kwargs):
-        args = tuple(_resolve_args(self, args, kwargs))
+        args = tuple(resolve_args(self, args, kwargs))
         if not core.trace_stack():
             return self.fun(*args)  # no transform active: the body, as it is
         name = api_util.fun_name(self.fun)

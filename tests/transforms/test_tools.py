@@ -782,6 +782,8 @@ def _print_x(x):
 
 
 _INNER = cv.jit(_print_x)
+_CUSTOM = cv.custom_jvp(_print_x)
+_CUSTOM.defjvp(lambda p, t: (_CUSTOM(p[0]), 2.0 * t[0]))
 
 
 # name: (a jitted function of x whose printing part's result nobody reads, expected lines)
@@ -790,7 +792,7 @@ EFFECTS = {
     "a cond": (lambda x: (lax.cond(x > 0, _print_x, lambda x: x, x), x + 1.0)[1], ["x=1.0"]),
     "a scan": (lambda x: (lax.scan(lambda c, _: (_print_x(c), None), x, None, length=2), x + 1.0)[1],
                ["x=1.0", "x=2.0"]),
-    "a custom_jvp function": (lambda x: (cv.custom_jvp(_print_x)(x), x + 1.0)[1], ["x=1.0"]),
+    "a custom_jvp function": (lambda x: (_CUSTOM(x), x + 1.0)[1], ["x=1.0"]),
     "a checkpointed region": (lambda x: (cv.checkpoint(_print_x)(x), x + 1.0)[1], ["x=1.0"]),
     "in order with another": (lambda x: (cv.debug.print("first"), _INNER(x), cv.debug.print("last"), x)[-1],
                               ["first", "x=1.0", "last"]),
