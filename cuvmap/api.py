@@ -76,6 +76,13 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
     if axis_name is not None:
         spec += (", " if spec else "") + f"axis_name={axis_name!r}"
     where = f"vmap({fname}{', ' + spec if spec else ''})"
+    try:  # JAX checks the specs when vmap is applied, not when the function is called
+        api_util.check_in_axes_form(in_axes)
+        api_util.check_axes_spec(in_axes, "vmap in_axes")
+        api_util.check_axes_spec(out_axes, "vmap out_axes")
+    except TransformError as err:
+        err.where = where
+        raise
     if axis_size is not None and (not api_util.is_int(axis_size) or axis_size < 0):
         raise TransformError(f"{where}: axis_size must be a non-negative int, got {axis_size!r}")
     chunk_size = memory_budget_mod.check_chunk_spec(chunk_size, memory_budget, where)
@@ -92,7 +99,12 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
                 f"{where}: chunk_size={chunk_size} cannot be combined with axis_name: the collectives over "
                 f"{axis_name!r} need every example of the axis at once, and a chunked vmap maps "
                 f"{chunk_size} at a time; drop chunk_size (or axis_name)")
-    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name, memory_budget=memory_budget)
+    vmapped = _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name,
+                    memory_budget=memory_budget)
+    vmapped.__doc__ = (f"Vectorized version of {fname}. Takes similar arguments as {fname} but with additional array "
+                       f"axes over which {fname} is mapped." +
+                       (f"\n\nOriginal documentation:\n\n{f.__doc__}" if getattr(f, "__doc__", None) else ""))
+    return vmapped
 
 
 def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None, memory_budget=None,
@@ -119,7 +131,7 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
                 flat_axes.clear()
             flat_axes[treedef] = axes
         axes = list(axes)
-        axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
+        axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size, (args, kwargs))
         if chunked is not None:
             return _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra)
         if chunk_size is None or size <= chunk_size:

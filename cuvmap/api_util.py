@@ -8,6 +8,7 @@ function, e.g. ``vmap(loss, in_axes=(None, 0, 0)): argument 2 (ys) has size 10 a
 pytree path. The transforms (:mod:`cuvmap.api`, :mod:`cuvmap.jit_api`,
 :mod:`cuvmap.transforms`) import these; none of them is part of the public API.
 """
+import collections
 import functools
 import inspect
 
@@ -164,11 +165,19 @@ def check_callable(f, transform):
 
 
 def prefix_error(spec_name, spec, what, err, describe):
-    """The TransformError for an ``in_axes``/``out_axes`` that is not a prefix of ``what``."""
+    """The TransformError for an ``in_axes``/``out_axes`` that is not a prefix of ``what``
+    (JAX's "vmap in_axes specification must be a tree prefix of the corresponding value")."""
     return TransformError(
-        f"{spec_name} {spec!r} is not a pytree prefix of the {what}: at {describe(err.path)}, "
-        f"{spec_name} has {err.reason}"
+        f"vmap {spec_name} specification must be a tree prefix of the corresponding value; {spec_name} {spec!r} "
+        f"is not a pytree prefix of the {what}. Mismatch details: at {describe(err.path)}, {spec_name} has "
+        f"{err.reason}"
     )
+
+
+def aval_str(x):
+    """JAX's short form of a value's (or an aval's) type: ``float32[4,3]``."""
+    aval = x if isinstance(x, core.ShapedArray) else core.get_aval(x)
+    return f"{aval.dtype.name}[{','.join(str(d) for d in aval.shape)}]"
 
 
 def describe_out(path):
@@ -185,9 +194,11 @@ def aux_result(x):
 
 
 def check_axes_spec(spec, what):
+    """``in_axes`` / ``out_axes`` leaves are ints or None: else JAX's ``TypeError``."""
     for leaf in tree.leaves(spec, is_leaf=lambda x: x is None):
         if not is_axis(leaf):
-            raise TransformError(f"{what} must be ints or None (or a pytree of them), got {leaf!r}")
+            raise InputTypeError(f"{what} must be an int, None, or (nested) container with those types as leaves, "
+                                 f"but got {spec!r} (its leaf {_short_repr(leaf)} is neither)")
 
 
 def is_int(x):
@@ -242,27 +253,42 @@ def unaliased(results, inputs):
 # ---------------------------------------------------------------------------------------
 
 
+IN_AXES_FORM = ("vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional "
+                "arguments passed to the function, but got ")
+
+
+def check_in_axes_form(in_axes):
+    """JAX's check of ``vmap``'s ``in_axes`` (a list counts as a tuple, as in JAX)."""
+    if not (is_axis(in_axes) or isinstance(in_axes, tuple)):
+        raise InputTypeError(f"{IN_AXES_FORM}{in_axes!r}.")
+
+
 def flat_in_axes(f, in_axes, args, kwargs):
     if isinstance(in_axes, tuple):
         if len(in_axes) != len(args):
-            raise TransformError(
-                f"in_axes has {len(in_axes)} entries but {fun_name(f)} was called with "
-                f"{len(args)} positional arguments; give one entry per positional argument"
-            )
+            msg = f"{IN_AXES_FORM}len(in_axes)={len(in_axes)}, len(args)={len(args)}."
+            if kwargs:
+                msg += (f" Note that the function was called with keyword arguments {list(kwargs)}, which the "
+                        "entries of a tuple in_axes never correspond to: keyword arguments are always mapped along "
+                        "their leading axis (axis 0). If that is the intended mapping, make in_axes correspond to "
+                        "the positional arguments only; otherwise pass the arguments positionally, or bind "
+                        "unmapped keyword arguments with functools.partial before applying vmap.")
+            raise TransformError(f"{msg} ({fun_name(f)} was called with {len(args)} positional argument(s); give "
+                                 "in_axes one entry per positional argument)")
         prefix = (in_axes, {k: 0 for k in kwargs})
     elif is_axis(in_axes):
         prefix = (tuple(in_axes for _ in args), {k: 0 for k in kwargs})
     else:
-        raise TransformError(
-            f"in_axes must be an int, None or a tuple with one entry per positional argument, got {in_axes!r}"
-        )
+        raise InputTypeError(f"{IN_AXES_FORM}{in_axes!r}.")
     try:
         return tree.broadcast_prefix(prefix, (args, kwargs), is_axis)
     except tree.PrefixError as err:
         raise prefix_error("in_axes", in_axes, "arguments", err, lambda path: describe_arg(f, path)) from None
 
 
-def check_mapped_sizes(f, paths, leaves, axes, axis_size):
+def check_mapped_sizes(f, paths, leaves, axes, axis_size, args_kwargs=None):
+    """The leaves' axes normalized and the mapped size; ``args_kwargs``: vmap's arguments
+    (its errors then lead with JAX's wording and name them)."""
     normalized = []
     mapped = []
     for path, leaf, axis in zip(paths, leaves, axes):
@@ -273,7 +299,8 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
             raise TransformError(
                 f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
                 f"pass an array or give it in_axes None (JAX: vmap was requested to map its argument along axis {axis}, "
-                f"which implies that its rank should be at least {axis + 1 if axis >= 0 else -axis}, but is only 0)"
+                f"which implies that its rank should be at least {axis + 1 if axis >= 0 else -axis}, but is only 0 "
+                "(its shape is ()))"
             )
         dtypes.check_supported(leaf, lambda: describe_arg(f, path), "vmap")
         shape = tuple(leaf.shape)
@@ -288,32 +315,61 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
         normalized.append(axis)
         mapped.append((path, shape, axis))
     sizes = {shape[axis] for _, shape, axis in mapped}
-    ref_size = axis_size if axis_size is not None else (mapped[0][1][mapped[0][2]] if mapped else None)
-    bad = next(((p, s, a) for p, s, a in mapped if s[a] != ref_size), None)
-    if bad is not None:
-        path, shape, axis = bad
-        head = f"{describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape}), but "
-        if axis_size is not None:
-            head += f"axis_size is {axis_size}"
-        else:
-            r_path, r_shape, r_axis = mapped[0]
-            head += f"{describe_arg(f, r_path)} has size {r_shape[r_axis]} along axis {r_axis} (shape {r_shape})"
-        tail = ""
-        if len(mapped) > 2:
-            tail = "; the mapped arguments are " + ", ".join(
-                f"{describe_arg(f, p)} (shape {s}, axis {a})" for p, s, a in mapped
-            )
-        sizes_seen = sorted({s[a] for _, s, a in mapped} | ({axis_size} if axis_size is not None else set()))
-        raise TransformError(f"{head}; mapped arguments must all have the same size along their mapped axes{tail} "
-                             f"(JAX: vmap got inconsistent sizes for array axes to be mapped: {sizes_seen})")
+    if len(sizes | ({axis_size} if axis_size is not None else set())) > 1:
+        raise TransformError(inconsistent_sizes_message(f, mapped, leaves, paths, axes, axis_size,
+                                                        args_kwargs is not None))
     if not mapped:
         if axis_size is None:
+            if not leaves and args_kwargs is not None:
+                raise TransformError(
+                    "vmap wrapped function must be passed at least one argument containing an array or axis_size "
+                    f"must be specified, got empty *args={args_kwargs[0]} and **kwargs={args_kwargs[1]}")
             raise TransformError(
                 "nothing is mapped (every in_axes entry is None or the arguments have no leaves) "
-                "and no axis_size was given"
+                "and no axis_size was given (vmap must have at least one non-None value in in_axes or axis_size "
+                "must be specified)"
             )
         return normalized, int(axis_size)
     return normalized, sizes.pop()
+
+
+def inconsistent_sizes_message(f, mapped, leaves, paths, axes, axis_size, jax_first):
+    """JAX's message for mapped axes of different sizes (each size with how many axes have
+    it and one of them: ``axis 0 of argument x of type float32[10,4]``, the most common
+    first) and cuvmap's (the first argument whose size differs); ``jax_first`` for
+    ``vmap``'s own errors."""
+    by_path = {path: leaf for path, leaf in zip(paths, leaves)}
+    names = param_names(f)
+
+    def name(path):
+        if path[0] == 1:
+            return f"kwargs{tree.keystr(path[1:])}"
+        i = path[1]
+        return f"argument {names[i]}{tree.keystr(path[2:])}" if i < len(names) else f"args{tree.keystr(path[1:])}"
+
+    counts = collections.Counter(shape[axis] for _, shape, axis in mapped)
+    first = {}
+    for path, shape, axis in mapped:
+        first.setdefault(shape[axis], (path, axis))
+    lines = ["vmap got inconsistent sizes for array axes to be mapped:"]
+    if axis_size is not None:
+        lines.append(f"  * the `axis_size` argument was {axis_size};")
+    for k, (size, count) in enumerate(counts.most_common()):
+        path, axis = first[size]
+        example = f"axis {axis} of {name(path)} of type {aval_str(by_path[path])}"
+        if count == 1:
+            lines.append(f"  * one axis had size {size}: {example};")
+        else:
+            lines.append(f"  * {'most' if k == 0 else 'some'} axes ({count} of them) had size {size}, e.g. {example};")
+    ref_path, ref_shape, ref_axis = mapped[0]
+    path, shape, axis = next((m for m in mapped if m[1][m[2]] != (axis_size if axis_size is not None else
+                                                                   ref_shape[ref_axis])), mapped[0])
+    ref = (f"axis_size is {axis_size}" if axis_size is not None else
+           f"{describe_arg(f, ref_path)} has size {ref_shape[ref_axis]} along axis {ref_axis} (shape {ref_shape})")
+    ours = (f"{describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape}), but {ref}; mapped "
+            "arguments must all have the same size along their mapped axes")
+    jaxs = "\n".join(lines)[:-1]
+    return f"{jaxs}\n{ours}" if jax_first else f"{ours}\n({jaxs})"
 
 
 def normalize_out_axis(axis, ndim, path, logical_shape):

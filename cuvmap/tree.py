@@ -277,7 +277,8 @@ def broadcast_prefix(prefix, tree, is_prefix_leaf):
             p_level is None or t_level is None or type(p) is not type(t)
             or tuple(p_level.entries) != tuple(t_level.entries)
         ):
-            raise PrefixError(path, f"{describe(p)}, which is not a prefix of {describe(t)}")
+            kind = "different types" if type(p) is not type(t) else "different keys or lengths"
+            raise PrefixError(path, f"{describe(p)}, which is not a prefix of {describe(t)} ({kind})")
         for entry, p_child, t_child in zip(p_level.entries, p_level.children, t_level.children):
             walk(p_child, t_child, path + (entry,))
 
