@@ -216,6 +216,18 @@ class RematCallPrimitive(ProgramCall):
 checkpoint_p = RematCallPrimitive("checkpoint")
 
 
+def _any_prevent_cse(prevent_cse, args):
+    """JAX's per-argument ``prevent_cse`` (a pytree prefix of the positional arguments with
+    bool leaves) as the region's one flag: the region stays one equation when any argument
+    asks for it (CSE prevention changes what the optimizer may merge, never a value)."""
+    try:
+        flags = tree.broadcast_prefix(prevent_cse, tuple(args), lambda b: isinstance(b, bool))
+    except tree.PrefixError as err:
+        raise TransformError(f"prevent_cse {prevent_cse!r} must be a bool or a pytree prefix of the positional "
+                             f"arguments with bool leaves: {err}") from None
+    return any(flags)
+
+
 # ---------------------------------------------------------------------------------------
 # The user's function
 # ---------------------------------------------------------------------------------------
@@ -243,7 +255,9 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
         with the forward computation. ``False`` inlines its equations into the enclosing
         staged program, where common-subexpression elimination may merge them (which, in
         ``jit(grad(...))``, gives the memory back for less computation); outside ``jit``
-        it changes nothing.
+        it changes nothing. As in JAX it may also be a tuple: a pytree prefix of the
+        positional arguments with bool leaves; the region is then kept whole when any
+        of them is ``True``.
       policy: which residuals to keep after all: ``None`` (keep only the inputs) or a
         function ``policy(prim, *avals, **params) -> bool`` such as those of
         :data:`checkpoint_policies` (``everything_saveable``, ``nothing_saveable``,
@@ -269,8 +283,11 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
         return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
     api_util.check_callable(fun, "checkpoint")
     where = f"checkpoint({api_util.fun_name(fun)})"
-    if not isinstance(prevent_cse, bool):
-        raise TransformError(f"{where}: prevent_cse must be True or False, got {prevent_cse!r}")
+    if isinstance(prevent_cse, list):
+        prevent_cse = tuple(prevent_cse)
+    if not isinstance(prevent_cse, (bool, tuple)):
+        raise api_util.InputTypeError(f"{where}: prevent_cse must be a bool or tuple of bools (a pytree prefix of "
+                                      f"the positional arguments), got type(prevent_cse)={type(prevent_cse)}")
     if policy is not None and not callable(policy):
         raise TransformError(
             f"{where}: policy must be None or a function policy(prim, *avals, **params) -> bool "
@@ -294,7 +311,8 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
             # program takes them as operands, so that those transforms see them (and its
             # plan, run later, never holds a tracer)
             program, consts = ir.hoist_consts(program)
-        outs = checkpoint_p.bind(*consts, *leaves, program=program, policy=policy, prevent_cse=prevent_cse)
+        cse = prevent_cse if isinstance(prevent_cse, bool) else _any_prevent_cse(prevent_cse, args)
+        outs = checkpoint_p.bind(*consts, *leaves, program=program, policy=policy, prevent_cse=cse)
         results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(out_tree, results)
 

@@ -1,0 +1,59 @@
+"""Arguments JAX accepts and computes with, which cuvmap accepts too (issue 32 item 7:
+compute where JAX computes). Each row is checked against its closed form."""
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+from cuvmap import lax
+
+X5 = np.arange(5.0)
+W = np.arange(9.0).reshape(3, 3) / 10.0
+V = np.arange(1.0, 4.0)
+
+
+def _layer_loss(prevent_cse):
+    layer = cv.checkpoint(lambda d: cnp.tanh(d["x"] @ d["W"]), prevent_cse=prevent_cse)
+    return lambda w, x: cnp.sum(layer({"W": w, "x": x}) ** 2)
+
+
+def _layer_grad_reference(w, x):
+    y = np.tanh(x @ w)
+    g = 2 * y * (1 - y ** 2)
+    return np.outer(x, g), w @ g
+
+
+def _kwonly_default():
+    @cv.custom_vjp
+    def f(x, *, scale=3.0):
+        return scale * x
+
+    f.defvjp(lambda x: (f(x), None), lambda _, g: (3.0 * g,))
+    return f
+
+
+# name: (thunk, expected)
+ACCEPTS = {
+    "lax.map(batch_size=0) is a vmap": (lambda: lax.map(lambda x: x ** 2, X5, batch_size=0), X5 ** 2),
+    "lax.map(batch_size=0) under jit": (lambda: cv.jit(lambda xs: lax.map(cnp.sin, xs, batch_size=0))(X5),
+                                        np.sin(X5)),
+    "checkpoint(prevent_cse=) a tuple of bools": (
+        lambda: cv.jit(cv.grad(lambda w, x: cnp.sum(cv.checkpoint(lambda w, x: cnp.tanh(x @ w),
+                                                                  prevent_cse=(False, False))(w, x) ** 2),
+                               argnums=(0, 1)))(W, V),
+        _layer_grad_reference(W, V)),
+    "checkpoint(prevent_cse=) a pytree prefix": (
+        lambda: cv.jit(cv.grad(_layer_loss(({"W": False, "x": True},)), argnums=(0, 1)))(W, V),
+        _layer_grad_reference(W, V)),
+    "checkpoint(prevent_cse=) a list": (
+        lambda: cv.grad(_layer_loss([True]), argnums=(0, 1))(W, V), _layer_grad_reference(W, V)),
+    "custom_vjp keyword-only argument left at its default": (lambda: cv.grad(_kwonly_default())(2.0), 3.0),
+}
+
+
+@pytest.mark.parametrize("name", ACCEPTS)
+def test_accepts(name):
+    thunk, expected = ACCEPTS[name]
+    out = thunk()
+    for o, e in zip(out, expected) if isinstance(expected, tuple) else [(out, expected)]:
+        np.testing.assert_allclose(o, e, rtol=1e-12, atol=1e-12)
