@@ -464,17 +464,20 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
     for i in argnums:
         paths, leaves, _ = tree.flatten_with_path(args[i])
         for path, x in zip(paths, leaves):
-            if not core.is_value(x):
+            if not core.is_value(x) or getattr(x, "dtype", None) == object:
                 raise InputTypeError(
-                    f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
-                    f"{transform} differentiates arrays, scalars or pytrees of them"
+                    f"{describe_arg(f, (0, i) + tuple(path))} {_short_repr(x)} of type {type(x)}"
+                    f"{' with dtype object' if core.is_value(x) else ''} is not a valid JAX type; {transform} "
+                    "differentiates arrays, scalars or pytrees of them"
                 )
             dtypes.check_supported(x, lambda: describe_arg(f, (0, i) + tuple(path)), transform)
             if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
                 raise InputTypeError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
                     "differentiates with respect to floating-point inputs only (cast it, leave it out of argnums, "
-                    "or pass allow_int=True for a float0 zero gradient)"
+                    f"or pass allow_int=True for a float0 zero gradient): {transform} requires real- or "
+                    "complex-valued inputs (input dtype that is a sub-dtype of np.inexact), but got "
+                    f"{core.dtype_of(x)}."
                 )
 
 # ---------------------------------------------------------------------------------------
@@ -521,11 +524,19 @@ def leaf_aval(f, path, leaf, where):
     dtypes.check_supported(leaf, lambda: describe_arg(f, path), where)
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
-    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-        raise TransformError(
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise TransformError(f"{describe_arg(f, path)} is a masked array: numpy masked arrays are not supported as "
+                             "direct inputs to JAX functions (as in JAX); use arr.filled() to convert the value to a "
+                             "standard numpy array")
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype") or isinstance(leaf, type):
+        names = param_names(f)
+        at = (f"{names[path[1]] if path[1] < len(names) else f'args[{path[1]}]'}{tree.keystr(path[2:])}"
+              if len(path) > 1 and path[0] == 0 else tree.keystr(path[1:]))
+        raise InputTypeError(
             f"{describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
             "pass arrays, Python numbers or pytrees of them, or mark it static with "
-            "static_argnums/static_argnames"
+            f"static_argnums/static_argnames (Error interpreting argument to {fun_name(f)} as an abstract array. "
+            f"The problematic value is of type {type(leaf)} and was passed to the function at path {at}.)"
         )
     if isinstance(leaf, np.generic):
         leaf = np.asarray(leaf)

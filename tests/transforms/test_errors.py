@@ -289,9 +289,16 @@ def test_jvp_with_mismatched_tangents():
 def test_vjp_with_a_cotangent_of_the_wrong_shape():
     _, pullback = vjp(cnp.sin, X43)
     with raises(cuvmap.TransformError, re.escape(
-        "vjp(sin): cotangent leaf 0 has shape (3,), but the output leaf has shape (4, 3)"
+        "vjp(sin): cotangent leaf 0 has type float64[3], but the output leaf has type float64[4,3] (unexpected JAX "
+        "type (e.g. shape/dtype) for argument to VJP function)"
     )):
         pullback(np.ones(3))
+    _, pullback = vjp(cnp.sin, X43.astype(np.float32))
+    with raises(cuvmap.TransformError, re.escape("vjp(sin): cotangent leaf 0 has type float16[4,3], but the output "
+                                                 "leaf has type float32[4,3]")):
+        pullback(np.ones((4, 3), np.float16))
+    with pytest.raises(TypeError, match=r"applied to sin was called with 2 arguments"):
+        pullback(np.ones((4, 3), np.float32), np.ones((4, 3), np.float32))
     _, pullback = vjp(lambda x: (x, x.sum()), X43)
     with raises(cuvmap.TransformError, r"vjp\(<lambda>\): the cotangent has structure .*, but the output has structure"):
         pullback(np.ones((4, 3)))

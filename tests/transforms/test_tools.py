@@ -492,7 +492,8 @@ def _bad_rule(out):
 
 # name: (run, message fragment)
 CUSTOM_VMAP_ERRORS = {
-    "vmap without a rule": (lambda: cv.vmap(_no_rule)(XS), r"_no_rule: vmap needs a rule: define one with"),
+    "vmap without a rule": (lambda: cv.vmap(_no_rule)(XS),
+                            r"No batching rule defined for custom_vmap function _no_rule using def_vmap"),
     "grad": (lambda: cv.grad(lambda x: cnp.sum(sin_mul(x, Y)))(X),
              r"grad/vjp of custom_vmap function sin_mul: custom_vmap functions have no reverse mode.*custom_vjp"),
     "vmap(grad)": (lambda: cv.vmap(cv.grad(lambda x, y: cnp.sum(sin_mul(x, y))))(XS, YS), "no reverse mode"),
@@ -508,7 +509,8 @@ CUSTOM_VMAP_ERRORS = {
                                               r"returned f64\[3\] as output, which it marks batched, so it "
                                               r"must be f64\[2,3\]"),
     "a rule of another structure": (lambda: cv.vmap(_bad_rule(lambda x: ((x, x), True)))(XS),
-                                    "returned an output of structure"),
+                                    r"structure of output returned by custom vmap rule \(<lambda>\) does not "
+                                    "match that of original custom-vmapped function"),
     "out_batched that is no pytree of bools": (lambda: cv.vmap(_bad_rule(lambda x: (x, [True, False])))(XS),
                                                "out_batched must be a pytree of bools"),
 }
