@@ -115,6 +115,17 @@ def describe_arg(f, path):
     return tree.keystr(path)
 
 
+def arg_path_name(f, path):
+    """JAX's name of the leaf at ``path`` of ``(args, kwargs)``: ``x['w']`` by the parameter's
+    name, ``args[3]`` past the named ones, ``kwargs['y']`` for a keyword argument."""
+    if path and path[0] == 1:
+        return f"kwargs{tree.keystr(path[1:])}"
+    names = param_names(f) if f is not None else []
+    if len(path) > 1 and path[1] < len(names):
+        return f"{names[path[1]]}{tree.keystr(path[2:])}"
+    return f"args{tree.keystr(path[1:])}"
+
+
 def split_aux(f, out, has_aux):
     """``(output, aux)`` of ``f``'s result ``out``: the pair ``f`` returns with
     ``has_aux=True`` (checked), else ``(out, None)``."""
@@ -339,13 +350,9 @@ def inconsistent_sizes_message(f, mapped, leaves, paths, axes, axis_size, jax_fi
     first) and cuvmap's (the first argument whose size differs); ``jax_first`` for
     ``vmap``'s own errors."""
     by_path = {path: leaf for path, leaf in zip(paths, leaves)}
-    names = param_names(f)
-
     def name(path):
-        if path[0] == 1:
-            return f"kwargs{tree.keystr(path[1:])}"
-        i = path[1]
-        return f"argument {names[i]}{tree.keystr(path[2:])}" if i < len(names) else f"args{tree.keystr(path[1:])}"
+        at = arg_path_name(f, path)
+        return at if at.startswith(("kwargs", "args")) else f"argument {at}"
 
     counts = collections.Counter(shape[axis] for _, shape, axis in mapped)
     first = {}
@@ -529,9 +536,7 @@ def leaf_aval(f, path, leaf, where):
                              "direct inputs to JAX functions (as in JAX); use arr.filled() to convert the value to a "
                              "standard numpy array")
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype") or isinstance(leaf, type):
-        names = param_names(f)
-        at = (f"{names[path[1]] if path[1] < len(names) else f'args[{path[1]}]'}{tree.keystr(path[2:])}"
-              if len(path) > 1 and path[0] == 0 else tree.keystr(path[1:]))
+        at = arg_path_name(f, path)
         raise InputTypeError(
             f"{describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
             "pass arrays, Python numbers or pytrees of them, or mark it static with "

@@ -1,0 +1,99 @@
+"""JAX's refusals of misused transforms (issue 32 item 7): each row is a misuse, the
+exception classes JAX raises there (cuvmap's error subclasses them) and the key phrase of
+JAX's message, which cuvmap's message carries next to its own context (the transform, the
+function, the argument, the types)."""
+import numpy as np
+import pytest
+
+import cuvmap as cv
+import cuvmap.numpy as cnp
+
+X = np.ones((2, 5), np.float32)
+Y = np.ones((5, 3), np.float32)
+
+
+def f(x):
+    return x * 2.0
+
+
+def foo(x):
+    return (x, x)
+
+
+def _pullback(fun, *primals):
+    return cv.vjp(fun, *primals)[1]
+
+
+def _linearized(fun, *primals):
+    return cv.linearize(fun, *primals)[1]
+
+
+def _compiled(*args):
+    return cv.jit(lambda x: cnp.sqrt(x ** 2) + 1.0).lower(*args).compile()
+
+
+# name: (thunk, exception classes, a phrase of the message (literal))
+REFUSALS = {
+    "grad of a string": (lambda: cv.grad(f)("foo"), (TypeError, cv.TransformError),
+                         "argument 0 (x) 'foo' of type <class 'str'> is not a valid JAX type"),
+    "grad of an object array": (lambda: cv.grad(f)(np.array([1, 2], dtype=object)), (TypeError,),
+                                "with dtype object is not a valid JAX type"),
+    "grad of an int": (lambda: cv.grad(lambda x: x ** 2)(3), (TypeError,),
+                       "grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of np.inexact), "
+                       "but got int64."),
+    "jacfwd of a complex": (lambda: cv.jacfwd(lambda x: x ** 2)(3.0 + 1j), (TypeError,),
+                            "jacfwd requires real-valued inputs (input dtype that is a sub-dtype of np.floating), "
+                            "but got complex128"),
+    "jvp with primals not a tuple": (lambda: cv.jvp(lambda x, y: x + y, 0.0, (1.0,)), (TypeError,),
+                                     "primal and tangent arguments to jax.jvp must be tuples or lists; found float "
+                                     "and tuple."),
+    "jvp with tangents of another structure": (lambda: cv.jvp(lambda x, y: x * y, (np.float32(2),), ()), (TypeError,),
+                                               "primal and tangent arguments to jax.jvp must have the same tree "
+                                               "structure"),
+    "jvp with a tuple and a list": (lambda: cv.jvp(f, (np.float32(2),), [np.float32(2)]), (TypeError,),
+                                    "must have the same tree structure"),
+    "jvp with a tangent of another dtype": (lambda: cv.jvp(f, (np.float16(2),), (np.float32(4),)), (TypeError,),
+                                            "primal and tangent arguments to jax.jvp do not match"),
+    "jvp with a tangent of another shape": (lambda: cv.jvp(f, (np.ones(3),), (np.ones(4),)), (ValueError,),
+                                            "jvp called with different primal and tangent shapes"),
+    "vjp function given two cotangents": (lambda: _pullback(foo, 1.0)(1.0, 1.0), (TypeError,),
+                                          "The function returned by `jax.vjp` applied to foo was called with 2 "
+                                          "arguments"),
+    "vjp cotangent of another structure": (lambda: _pullback(lambda x, y: x * y, np.float32(3), np.float32(4))(
+        (np.float32(7), np.float32(100))), (ValueError,), "unexpected tree structure"),
+    "vjp cotangent of another dtype": (lambda: _pullback(lambda x, y: x * y, np.float32(3), np.float32(4))(
+        np.float16(42)), (ValueError,), "cotangent leaf 0 has type float16[], but the output leaf has type float32[] "
+                                        "(unexpected JAX type (e.g. shape/dtype) for argument to VJP function)"),
+    "vjp cotangent of another shape": (lambda: _pullback(cnp.matmul, X, Y)(np.ones((2, 4), np.float32)), (ValueError,),
+                                       "unexpected JAX type"),
+    "linearized function given a tangent of another shape": (
+        lambda: _linearized(cnp.sum, np.array([1.0, 2.0, 3.0]))(np.ones((3, 2))), (ValueError,),
+        "linearized function called on tangent values inconsistent with the original primal values"),
+    "linearized function given an int tangent of a float": (
+        lambda: _linearized(f, 1.0)(1), (ValueError,), "tangent values inconsistent"),
+    "jit of a string": (lambda: cv.jit(f)("foo"), (TypeError, cv.TransformError),
+                        "Error interpreting argument to f as an abstract array. The problematic value is of type "
+                        "<class 'str'> and was passed to the function at path x."),
+    "jit of a masked array": (lambda: cv.jit(f)(np.ma.array([1, 2, 3], mask=[True, False, True])), (ValueError,),
+                              "numpy masked arrays are not supported"),
+    "compiled with another pytree": (lambda: _compiled(1.0)([1.0]), (TypeError,),
+                                     "Function compiled with input pytree does not match the input pytree it was "
+                                     "called with"),
+    "compiled with another dtype": (lambda: _compiled(np.float32(1))(np.int32(1)), (TypeError,),
+                                    "Argument types differ from the types for which this computation was compiled. "
+                                    "The mismatches are:\nArgument 'x' compiled with float32[] and called with "
+                                    "int32[]"),
+    "compiled under vmap": (lambda: cv.vmap(_compiled(1.0))(np.ones(3)), (TypeError,),
+                            "Cannot apply JAX transformations to a function lowered and compiled for a particular "
+                            "signature. Detected argument of Tracer type"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSALS)
+def test_refusals(name):
+    thunk, classes, phrase = REFUSALS[name]
+    with pytest.raises(classes[0]) as info:
+        thunk()
+    for cls in classes:
+        assert isinstance(info.value, cls), (name, type(info.value).__mro__)
+    assert phrase in str(info.value), str(info.value)
