@@ -66,9 +66,21 @@ def check_outputs(f, out_leaves, out, role="transformed function"):
             path = tree.flatten_with_path(out)[0][k]
             what = type(leaf).__name__ if not hasattr(leaf, "dtype") else f"an array of dtype {leaf.dtype}"
             raise OutputTypeError(
-                f"Output from {role} {fun_name(f)}: {describe_out(path)} is {what} ({_short_repr(leaf)}), which "
-                "is not a valid JAX type: a transformed function returns arrays, Python numbers or pytrees of "
-                "them (None and empty containers are pytrees with no leaves)")
+                f"Output from {role} {fun_name(f)}: {describe_out(path)} is {what} ({_short_repr(leaf)}): function "
+                f"{fun_sourceinfo(f)} returned a value of type {type(leaf)} at output component "
+                f"{tree.keystr(path) or '[]'}, which is not a valid JAX type: a transformed function returns arrays, "
+                "Python numbers or pytrees of them (None and empty containers are pytrees with no leaves)")
+
+
+def fun_sourceinfo(f):
+    """``f at file.py:12`` (JAX's ``fun_sourceinfo``), or just the name when the function
+    has no Python source."""
+    g = f
+    while isinstance(g, functools.partial):
+        g = g.func
+    g = inspect.unwrap(g) if callable(g) else g
+    code = getattr(g, "__code__", None)
+    return f"{fun_name(f)} at {code.co_filename}:{code.co_firstlineno}" if code is not None else fun_name(f)
 
 
 def _short_repr(x):

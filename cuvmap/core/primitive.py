@@ -246,7 +246,8 @@ def _escaped_message(primitive, tracer):
         f"a traced value (shape {tracer.shape}) escaped this transform and was used by "
         f"{primitive.name} after the transform returned: it was stored outside the function in global "
         "state (a global, a closure cell, a list). Return values from the transformed function instead "
-        "(JAX's UnexpectedTracerError: Encountered an unexpected tracer)."
+        "(JAX's UnexpectedTracerError: Encountered an unexpected tracer: an intermediate value with type "
+        f"{tracer.dtype}[{','.join(str(d) for d in tracer.shape)}] escaped the scope of its transformation)."
     )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from cuvmap import api_util, backend, core, dtypes, tree
 from cuvmap.core import ConcretizationError, Trace, Tracer
+from cuvmap.errors import jax_concretization_phrase
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
@@ -64,8 +65,10 @@ class StagedTracer(Tracer):
         origin = _origin_of(self.var)
         depends = f" that depends on {origin}" if origin else ""
         stager = self._main.global_data.stager
+        aval_text = f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
         return ConcretizationError(
-            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: {stager.why}; {stager.hint}",
+            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: {stager.why}; {stager.hint} "
+            f"({jax_concretization_phrase(what, aval_text)})",
             where=self._main.name,
         )
 

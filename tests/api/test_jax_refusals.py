@@ -86,7 +86,31 @@ REFUSALS = {
     "compiled under vmap": (lambda: cv.vmap(_compiled(1.0))(np.ones(3)), (TypeError,),
                             "Cannot apply JAX transformations to a function lowered and compiled for a particular "
                             "signature. Detected argument of Tracer type"),
+    "float() under jit": (lambda: cv.jit(float)(1.0), (TypeError, cv.ConcretizationError),
+                          "Abstract tracer value encountered where concrete value is expected: float() of traced "
+                          "array with shape float64[]. The problem arose with the `float` function. If trying to "
+                          "convert the data type of a value, try using `x.astype(float)`"),
+    "int() under jit": (lambda: cv.jit(int)(0), (TypeError,), "try using `x.astype(int)`"),
+    "item() under jit": (lambda: cv.jit(lambda x: x.item())(np.array(1.0)), (TypeError,), "Abstract tracer value"),
+    "if on a traced bool": (lambda: cv.jit(lambda x: x if x > 0 else -x)(1), (TypeError,),
+                            "Attempted boolean conversion of traced array with shape bool[]."),
+    "np.exp of a traced value": (lambda: cv.grad(lambda x: np.exp(x).sum())(np.zeros(3)), (TypeError,),
+                                 "The numpy.ndarray conversion method __array__() was called on traced array with "
+                                 "shape float64[3]"),
+    "a jit output that is a class": (lambda: cv.jit(lambda x: (x, cv.custom_jvp))(1.0), (TypeError,),
+                                     "returned a value of type <class 'type'> at output component [1], which is "
+                                     "not a valid JAX type"),
 }
+
+
+def _escape():
+    saved = []
+    cv.jit(lambda x: saved.append(x) or x)(np.ones((4, 3), np.int32))
+    return saved[0] + 1
+
+
+REFUSALS["an escaped tracer"] = (_escape, (cv.EscapedTracerError,),
+                                 "an intermediate value with type int32[4,3] escaped the scope of its transformation")
 
 
 @pytest.mark.parametrize("name", REFUSALS)
