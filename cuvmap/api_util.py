@@ -182,6 +182,12 @@ def is_axis(x):
 
 
 def check_callable(f, transform):
+    if isinstance(f, staticmethod):
+        raise TypeError(f"{transform}({fun_name(f.__func__)}): staticmethod arguments are not supported, got {f!r} "
+                        f"(apply {transform} below @staticmethod)")
+    if inspect.isgeneratorfunction(f):
+        raise TypeError(f"{transform}({fun_name(f)}): Expected a function, got a generator function: a transformed "
+                        "function returns its results instead of yielding them")
     if not callable(f):
         raise TypeError(f"{transform}({f!r}): the function to transform must be callable (Expected a callable value), "
                         f"got an object of type {type(f).__name__}")
@@ -502,6 +508,43 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
 # ---------------------------------------------------------------------------------------
 # Staging: static arguments, avals, tracing a function into a program
 # ---------------------------------------------------------------------------------------
+
+
+def validate_jit_argnums(f, argnums, what, where):
+    """JAX's check of ``static_argnums`` / ``donate_argnums`` against ``f``'s signature:
+    without ``*args``, each must index a positional parameter (a ``ValueError``)."""
+    argnums = (argnums,) if is_int(argnums) else tuple(argnums)
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    bad = [i for i in argnums if is_int(i) and not -n <= i < n]
+    if bad:
+        raise TransformError(f"{where}: Jitted function has {what}={argnums}, but only accepts {n} positional "
+                             f"arguments ({bad[0]} is out of range)")
+
+
+def validate_jit_argnames(f, argnames, what, where):
+    """JAX's check of ``static_argnames`` against ``f``'s signature: never a positional-only
+    or ``*args`` parameter, and a parameter of ``f`` unless it takes ``**kwargs``."""
+    argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    try:
+        params = inspect.signature(f).parameters
+    except (TypeError, ValueError):
+        return
+    positional_only = {n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)}
+    if positional_only & set(argnames):
+        raise TransformError(f"{where}: Jitted function has invalid argnames {sorted(positional_only & set(argnames))} "
+                             f"in {what}. These are positional-only")
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = [n for n in argnames if n not in params]
+    if unknown:
+        raise TransformError(f"{where}: Jitted function has invalid argnames {unknown} in {what}. Function does not "
+                             f"take these args (its parameters are {', '.join(params)})")
 
 
 def normalize_static(f, static_argnums, static_argnames, donate_argnums, where):

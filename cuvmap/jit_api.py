@@ -164,6 +164,9 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=(), *, don
     where = f"jit({api_util.fun_name(f)})"
     static_nums, static_names, donated_nums = api_util.normalize_static(
         f, static_argnums, static_argnames, donate_argnums, where)
+    api_util.validate_jit_argnums(f, static_argnums, "static_argnums", where)
+    api_util.validate_jit_argnums(f, donate_argnums, "donate_argnums", where)
+    api_util.validate_jit_argnames(f, static_argnames, "static_argnames", where)
     donated_nums |= _donated_names(f, static_names, donate_argnames, compiler_options, where)
     put_on = _jit_device(device, backend, where)
     if put_on is not None:

@@ -103,6 +103,36 @@ REFUSALS = {
 }
 
 
+def f3(a, b, c):
+    return a
+
+
+def h(a, /, b, c, *args, **kwargs):
+    return a
+
+
+def gen(x):
+    yield x
+
+
+REFUSALS.update({
+    "jit static_argnums out of range": (lambda: cv.jit(f3, static_argnums=(0, 1, 3)), (ValueError,),
+                                        "Jitted function has static_argnums=(0, 1, 3), but only accepts 3 "
+                                        "positional arguments"),
+    "jit donate_argnums out of range": (lambda: cv.jit(f3, donate_argnums=-4), (ValueError,),
+                                        "but only accepts 3 positional arguments"),
+    "jit static_argnames not a parameter": (lambda: cv.jit(f3, static_argnames=("b", "not_defined")), (ValueError,),
+                                            "Jitted function has invalid argnames ['not_defined'] in static_argnames"),
+    "jit static_argnames positional-only": (lambda: cv.jit(h, static_argnames=("a", "c")), (ValueError,),
+                                            "These are positional-only"),
+    "jit static_argnames of *args": (lambda: cv.jit(h, static_argnames="args"), (ValueError,),
+                                     "These are positional-only"),
+    "jit of a generator function": (lambda: cv.jit(gen), (TypeError,), "Expected a function, got a generator function"),
+    "jit of a staticmethod": (lambda: cv.jit(staticmethod(f)), (TypeError,),
+                              "staticmethod arguments are not supported"),
+})
+
+
 def _escape():
     saved = []
     cv.jit(lambda x: saved.append(x) or x)(np.ones((4, 3), np.int32))
