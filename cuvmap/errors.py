@@ -20,6 +20,11 @@ class ShapeError(CuvmapError, ValueError):
     """An operation was applied to operands of incompatible shapes, dtypes or parameters."""
 
 
+class ShapeTypeError(ShapeError, TypeError):
+    """A shape rule that JAX enforces with a ``TypeError`` (``dot_general``'s contracting
+    dimensions): a :class:`ShapeError` that ``except TypeError`` catches too."""
+
+
 class MissingRuleError(CuvmapError, NotImplementedError):
     """A primitive has no rule for the transform that reached it."""
 

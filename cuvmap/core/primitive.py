@@ -280,11 +280,13 @@ def _op_error(primitive, args, params, err, top):
     except Exception:
         avals = None
     reason = None
+    kind = type(err) if isinstance(err, ShapeError) else ShapeError
     if avals is not None and primitive.shape_rule is not None:
         try:
             primitive.shape_rule(*avals, **params)
         except ShapeError as shape_err:
             reason = shape_err.message
+            kind = type(shape_err)  # (a ShapeTypeError stays one: JAX's TypeError)
         except Exception:
             reason = None
     operands = ", ".join(repr(a) for a in avals) if avals is not None else "?"
@@ -299,7 +301,7 @@ def _op_error(primitive, args, params, err, top):
     prefix = f"{primitive.name}("
     if reason.startswith(prefix) and "): " in reason:
         reason = reason.split("): ", 1)[1]
-    new = ShapeError(f"{call}: {reason}")
+    new = kind(f"{call}: {reason}")
     new.__cause__ = err if not isinstance(err, ShapeError) else err.__cause__
     new.__suppress_context__ = True
     return new

@@ -1,5 +1,5 @@
-"""Arguments JAX accepts and computes with, which cuvmap accepts too (issue 32 item 7:
-compute where JAX computes). Each row is checked against its closed form."""
+"""Arguments and compositions JAX accepts and computes with, which cuvmap computes too
+(issue 32 item 7: compute where JAX computes). Each row is checked against its closed form."""
 import numpy as np
 import pytest
 
@@ -32,8 +32,27 @@ def _kwonly_default():
     return f
 
 
+def _sin_twice_cos():
+    @cv.custom_vjp
+    def f(x):
+        assert cnp.ndim(x) == 0
+        return cnp.sin(x)
+
+    f.defvjp(lambda x: (f(x), cnp.cos(x)), lambda cos_x, g: (2 * cos_x * g,))
+    return f
+
+
+XX = np.arange(6.0).reshape(2, 3)
+
 # name: (thunk, expected)
 ACCEPTS = {
+    "grad of vmap of vmap of a custom_vjp function": (
+        lambda: cv.grad(lambda x: cv.vmap(cv.vmap(_sin_twice_cos()))(x).sum())(XX), 2 * np.cos(XX)),
+    "jit of grad of vmap of vmap of a custom_vjp function": (
+        lambda: cv.jit(cv.grad(lambda x: cv.vmap(cv.vmap(_sin_twice_cos()))(x).sum()))(XX), 2 * np.cos(XX)),
+    "vmap of grad of vmap of vmap of a custom_vjp function": (
+        lambda: cv.vmap(cv.grad(lambda x: cv.vmap(cv.vmap(_sin_twice_cos()))(x).sum()))(XX[None]),
+        2 * np.cos(XX)[None]),
     "lax.map(batch_size=0) is a vmap": (lambda: lax.map(lambda x: x ** 2, X5, batch_size=0), X5 ** 2),
     "lax.map(batch_size=0) under jit": (lambda: cv.jit(lambda xs: lax.map(cnp.sin, xs, batch_size=0))(X5),
                                         np.sin(X5)),
