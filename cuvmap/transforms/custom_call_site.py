@@ -39,6 +39,11 @@ class NondiffTracerError(CustomDerivativeError, EscapedTracerError):
     ``UnexpectedTracerError``: nondiff arguments of a custom_vjp function are static)."""
 
 
+class ClosedOverTracerError(CustomDerivativeError, EscapedTracerError):
+    """A custom_jvp / custom_vjp function closes over a traced value of a transform that
+    differentiates it (JAX's ``UnexpectedTracerError``)."""
+
+
 def aval_str(x):
     """JAX's short form of a value's (or an aval's) type: ``float32[4,3]``."""
     aval = x if isinstance(x, core.ShapedArray) else core.get_aval(x)

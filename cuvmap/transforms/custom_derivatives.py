@@ -35,11 +35,13 @@ import functools
 import inspect
 
 from cuvmap import api_util, core, tree
-from cuvmap.core import Tracer
+from cuvmap.core import PrimalTracer, Tracer
 from cuvmap.transforms import ir
 from cuvmap.transforms.call import CallPrimitive, avals_of
 from cuvmap.transforms.custom_batching_rules import batch_bwd, batch_fun, batch_fwd, batch_jvp
-from cuvmap.transforms.custom_call_site import CallSite, CustomDerivativeError, MissingCustomRuleError, resolve_args
+from cuvmap.transforms.custom_call_site import (
+    CallSite, ClosedOverTracerError, CustomDerivativeError, MissingCustomRuleError, resolve_args,
+)
 from cuvmap.transforms.program_call import call
 from cuvmap.transforms.staging import trace_to_jaxpr
 from cuvmap.transforms.symbolic_zeros import is_zero
@@ -66,7 +68,21 @@ class CustomCallPrimitive(CallPrimitive):
     rule_batchers = {}  # param name -> its batched version's maker (set below)
 
     def run(self, *args, fun, **rules):
-        return list(fun(*args))
+        outs = list(fun(*args))
+        # NOTE [a custom function closing over a derivative's value]
+        # Evaluated with no transform owning its operands, a custom function whose result is
+        # a derivative transform's traced value (jvp's, grad's) got it from a closure: its
+        # rule never sees that value, so the derivative through it would be the body's, not
+        # the rule's. JAX refuses it (UnexpectedTracerError); so does cuvmap. (A closed-over
+        # vmap value is fine: batching the body is exact, as in JAX.)
+        leaked = next((o for o in outs if isinstance(o, PrimalTracer)), None)
+        if leaked is not None:
+            raise ClosedOverTracerError(
+                f"{self.name}: the function {fun.__name__} closes over a traced value (shape {leaked.shape}) of "
+                f"{leaked._main.name}, which its custom rule cannot see: custom_jvp and custom_vjp functions can't "
+                "close over Tracers of the transforms that differentiate them (JAX's UnexpectedTracerError); pass "
+                "the value as an argument")
+        return outs
 
     def batch(self, axis, vals, dims, params):
         name = f"vmap({params['fun'].__name__})"

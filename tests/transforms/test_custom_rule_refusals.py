@@ -185,6 +185,21 @@ def sin_rule(axis_size, in_batched, xs):
     return cnp.sin(xs), in_batched[0]
 
 
+def _closes_over(x):
+    @cv.custom_jvp
+    def g(y):
+        return x + y
+
+    g.defjvp(lambda p, t: (g(p[0]), 2 * p[0]))
+    return g(1.0)
+
+
+def _nondiff_hides(x):
+    g = cv.custom_jvp(lambda h, y: h(y), nondiff_argnums=(0,))
+    g.defjvp(lambda h, p, t: (g(h, p[0]), 2.0 * t[0]))
+    return g(lambda y: x + y, x)
+
+
 X3 = np.arange(1.0, 4.0)
 JVP_PAIR = "Custom JVP rule foo_jvp_tangent_only for function f must produce a pair (list or tuple of length two) " \
            "representing primal and tangent outputs, but got 1.0"
@@ -262,6 +277,12 @@ REFUSALS = {
     "a traced value among a custom_vjp's nondiff_argnums": (
         lambda: cv.jit(lambda x, y: _nondiff_vjp()(x, y))(2.0, 3.0), (EscapedTracerError, TypeError),
         "custom_vjp function <lambda>: argument 0 (x) is in nondiff_argnums but is a traced value"),
+    "a custom_jvp body closing over jvp's value": (lambda: cv.jvp(_closes_over, (3.0,), (1.0,)),
+                                                   (EscapedTracerError, TypeError), "can't close over Tracers"),
+    "a custom_jvp body closing over grad's value": (lambda: cv.grad(_closes_over)(3.0), (EscapedTracerError,),
+                                                    "custom_jvp_call: the function g closes over a traced value"),
+    "a nondiff function closing over jvp's value": (lambda: cv.jvp(_nondiff_hides, (2.0,), (1.0,)),
+                                                    (EscapedTracerError,), "can't close over Tracers"),
     "custom_vmap called without a rule": (lambda: _sin_vmap()(0.5), (AttributeError, TypeError),
                                           "No batching rule defined for custom_vmap function f using def_vmap."),
     "custom_vmap rule's out_batched does not match its output": (

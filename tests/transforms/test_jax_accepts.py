@@ -44,8 +44,18 @@ def _sin_twice_cos():
 
 XX = np.arange(6.0).reshape(2, 3)
 
+def _closes_over_a_vmap_value(x):
+    @cv.custom_jvp
+    def g(y):
+        return x * y
+
+    g.defjvp(lambda p, t: (g(p[0]), x * t[0]))
+    return g(2.0)
+
+
 # name: (thunk, expected)
 ACCEPTS = {
+    "a custom_jvp body closing over vmap's value": (lambda: cv.vmap(_closes_over_a_vmap_value)(X5), 2.0 * X5),
     "grad of vmap of vmap of a custom_vjp function": (
         lambda: cv.grad(lambda x: cv.vmap(cv.vmap(_sin_twice_cos()))(x).sum())(XX), 2 * np.cos(XX)),
     "jit of grad of vmap of vmap of a custom_vjp function": (
