@@ -416,9 +416,11 @@ def normalize_argnums(f, argnums, nargs):
     out = []
     for a in nums:
         if not -nargs <= a < nargs:
-            raise TransformError(
+            raise InputTypeError(
                 f"argnums {argnums!r} is out of range: {fun_name(f)} was called with {nargs} positional argument"
-                + ("s" if nargs != 1 else "")
+                + ("s" if nargs != 1 else "") + f" (differentiating with respect to argnums={argnums!r} requires at "
+                f"least {max(n + 1 if n >= 0 else -n for n in nums)} positional arguments to be passed by the caller, "
+                f"but got only {nargs} positional arguments.)"
             )
         out.append(int(a) % nargs)
     return single, tuple(out)

@@ -133,6 +133,28 @@ REFUSALS.update({
 })
 
 
+REFUSALS.update({
+    "ShapeDtypeStruct without a dtype": (lambda: cv.ShapeDtypeStruct((), None), (ValueError,), "dtype must be specified"),
+    "ShapeDtypeStruct with a None dim": (lambda: cv.ShapeDtypeStruct((None, 2), np.int32), (ValueError,),
+                                         "`shape` (None, 2) cannot have None"),
+    "len of a scalar ShapeDtypeStruct": (lambda: len(cv.ShapeDtypeStruct((), np.float32)), (TypeError,),
+                                         "len() of unsized object"),
+    "grad without the argument it differentiates": (lambda: cv.grad(lambda x, y: x + y)(y=1.0), (TypeError,),
+                                                     "differentiating with respect to argnums=0 requires at least 1 "
+                                                     "positional arguments to be passed by the caller, but got only 0 "
+                                                     "positional arguments."),
+    "dot of mismatched vectors": (lambda: cv.grad(lambda x, y: cnp.dot(x, y))(np.zeros(3), np.zeros(4)),
+                                  (TypeError, cv.ShapeError),
+                                  "dot_general requires contracting dimensions to have the same shape, got (3,) and "
+                                  "(4,)."),
+})
+
+
+def test_shape_dtype_struct_len():
+    s = cv.ShapeDtypeStruct((4, 2, 3), np.float32)
+    assert len(s) == 4 and s and cv.ShapeDtypeStruct((0,), np.float32)
+
+
 def _escape():
     saved = []
     cv.jit(lambda x: saved.append(x) or x)(np.ones((4, 3), np.int32))
