@@ -568,17 +568,28 @@ def normalize_static(f, static_argnums, static_argnames, donate_argnums, where):
     return nums, argnames, set(donate_argnums)
 
 
-def static_key(f, where, statics):
-    """The static values as a hashable key; a clear error for unhashable ones."""
+def static_key(f, where, statics, unhashable_ok=False):
+    """The static values as a hashable key; a clear error for unhashable ones (``None``
+    with ``unhashable_ok``: checkpoint closes over them, as JAX's does, and keeps no
+    program for such a call)."""
     for what, value in statics:
         try:
             hash(value)
         except TypeError:
+            if unhashable_ok:
+                return None
             raise TransformError(
                 f"static {what} is a {type(value).__name__} ({value!r}), which is not "
                 "hashable (Non-hashable static arguments are not supported): jit caches its programs by the "
                 "static values; pass a tuple (or another hashable value), or make it a traced argument"
             ) from None
+        try:
+            value == value  # noqa: B015 - the cache compares keys: a value that cannot be compared is refused here
+        except Exception as err:
+            raise TransformError(
+                f"static {what} of type {type(value).__name__} raised {type(err).__name__} when compared with ==: "
+                f"static arguments should be comparable using __eq__ (jit compares them to find its program)"
+            ) from err
     return tuple((what, type(value), value) for what, value in statics)
 
 

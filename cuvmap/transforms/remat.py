@@ -233,7 +233,7 @@ def _any_prevent_cse(prevent_cse, args):
 # ---------------------------------------------------------------------------------------
 
 
-def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
+def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=(), static_argnames=()):
     """Makes ``fun`` rematerialized under reverse mode: the backward pass recomputes
     ``fun``'s intermediates from its inputs instead of keeping them from the forward pass.
 
@@ -263,8 +263,10 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
         :data:`checkpoint_policies` (``everything_saveable``, ``nothing_saveable``,
         ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, and by name
         ``save_only_these_names("h")`` with :func:`checkpoint_name`).
-      static_argnums: positional arguments passed to ``fun`` as they are (not traced);
-        they must be hashable.
+      static_argnums: positional arguments passed to ``fun`` as they are (not traced).
+        As in JAX, an unhashable one (a dict) is closed over: the call is traced anew,
+        its program not kept.
+      static_argnames: the same for arguments passed by keyword (``jax.checkpoint``'s).
     Returns:
       the checkpointed function.
 
@@ -280,7 +282,8 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
             return cnp.sum(x ** 2)
     """
     if fun is None:
-        return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
+        return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums,
+                                    static_argnames=static_argnames)
     api_util.check_callable(fun, "checkpoint")
     where = f"checkpoint({api_util.fun_name(fun)})"
     if isinstance(prevent_cse, list):
@@ -292,17 +295,18 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
         raise TransformError(
             f"{where}: policy must be None or a function policy(prim, *avals, **params) -> bool "
             f"(see checkpoint_policies), got {policy!r}")
-    static_nums, static_names, _ = api_util.normalize_static(fun, static_argnums, (), (), where)
+    static_nums, static_names, _ = api_util.normalize_static(fun, static_argnums, static_argnames, (), where)
     cache = {}
 
     @api_util.with_context(where, fun)
     def checkpointed(*args, **kwargs):
-        key, leaves, paths, avals, rebuild = staging.stage_arguments(fun, where, args, kwargs, static_nums, static_names)
-        entry = cache.get(key)
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(fun, where, args, kwargs, static_nums, static_names,
+                                                                     unhashable_ok=True)
+        entry = cache.get(key) if key is not None else None
         if entry is None:
             closed, out_tree = staging.trace_program(fun, where, leaves, paths, avals, rebuild)
             entry = (ir.optimize(closed), out_tree)
-            if not any(isinstance(c, core.Tracer) for c in entry[0].consts):
+            if key is not None and not any(isinstance(c, core.Tracer) for c in entry[0].consts):
                 cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
         program, out_tree = entry
         consts = program.consts

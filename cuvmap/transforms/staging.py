@@ -267,9 +267,10 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER, pyt
 # ---------------------------------------------------------------------------------------
 
 
-def stage_arguments(f, where, args, kwargs, static_nums, static_names):
+def stage_arguments(f, where, args, kwargs, static_nums, static_names, unhashable_ok=False):
     """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
-    avals, rebuild)``: the cache key, the traced leaves with their paths (in the user's
+    avals, rebuild)``: the cache key (``None`` for unhashable statics with
+    ``unhashable_ok``), the traced leaves with their paths (in the user's
     numbering of positional arguments) and avals, and ``rebuild(traced_leaves)``, which
     gives ``f``'s arguments back."""
     # as in JAX, a static position beyond the positional arguments given is ignored (the
@@ -277,7 +278,7 @@ def stage_arguments(f, where, args, kwargs, static_nums, static_names):
     nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
     statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
     statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
-    key_static = api_util.static_key(f, where, statics)
+    key_static = api_util.static_key(f, where, statics, unhashable_ok)
     dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
     dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
     paths, leaves, treedef = tree.flatten_with_path((dyn_args, dyn_kwargs))
@@ -294,7 +295,7 @@ def stage_arguments(f, where, args, kwargs, static_nums, static_names):
         full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
         return full, full_kwargs
 
-    key = (treedef, tuple(avals), key_static, axis_env_key())
+    key = None if key_static is None else (treedef, tuple(avals), key_static, axis_env_key())
     return key, leaves, user_paths, avals, rebuild
 
 

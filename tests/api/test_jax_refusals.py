@@ -150,6 +150,19 @@ REFUSALS.update({
 })
 
 
+class _Incomparable:
+    def __hash__(self):
+        return 1
+
+    def __eq__(self, other):
+        raise NotImplementedError("no comparison")
+
+
+REFUSALS["a static argument that cannot be compared"] = (
+    lambda: cv.jit(lambda x, y: x + 3, static_argnums=1)(1, _Incomparable()), (ValueError,),
+    "static arguments should be comparable using __eq__")
+
+
 def test_shape_dtype_struct_len():
     s = cv.ShapeDtypeStruct((4, 2, 3), np.float32)
     assert len(s) == 4 and s and cv.ShapeDtypeStruct((0,), np.float32)

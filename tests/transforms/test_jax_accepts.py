@@ -53,8 +53,16 @@ def _closes_over_a_vmap_value(x):
     return g(2.0)
 
 
+def _scaled(static):
+    f = cv.checkpoint(lambda x, cfg: x * cfg["scale"], **static)
+    return lambda x: cnp.sum(f(x, cfg={"scale": 3.0}) if "static_argnames" in static else f(x, {"scale": 3.0}))
+
+
 # name: (thunk, expected)
 ACCEPTS = {
+    "checkpoint with an unhashable static argument (closed over)": (
+        lambda: cv.grad(_scaled(dict(static_argnums=1)))(X5), np.full(5, 3.0)),
+    "checkpoint with static_argnames": (lambda: cv.grad(_scaled(dict(static_argnames="cfg")))(X5), np.full(5, 3.0)),
     "a custom_jvp body closing over vmap's value": (lambda: cv.vmap(_closes_over_a_vmap_value)(X5), 2.0 * X5),
     "grad of vmap of vmap of a custom_vjp function": (
         lambda: cv.grad(lambda x: cv.vmap(cv.vmap(_sin_twice_cos()))(x).sum())(XX), 2 * np.cos(XX)),
