@@ -92,7 +92,8 @@ def _flatten_up_to(treedef, other, trees):
                     which = "the first tree" if k == 0 else f"tree {k + 1}"
                     raise ValueError(f"tree.map: {which} holds a {cls.__name__} where the others hold another "
                                      f"structure: {hint} ({err})") from None
-        raise
+        raise ValueError(f"tree.map: pytree structure error: the trees after the first must have its structure "
+                         f"{treedef} (or one that it is a prefix of): {err}") from None
 
 
 def flatten_with_path(tree, is_leaf=None):

@@ -163,6 +163,11 @@ REFUSALS["a static argument that cannot be compared"] = (
     "static arguments should be comparable using __eq__")
 
 
+REFUSALS["tree.map over trees of different structures"] = (
+    lambda: cv.tree.map(lambda x, y: (x, y), {"a": 1, "c": [1, 2]}, {"a": 1, "c": None}, is_leaf=lambda x: x is None),
+    (ValueError,), "pytree structure error")
+
+
 def test_shape_dtype_struct_len():
     s = cv.ShapeDtypeStruct((4, 2, 3), np.float32)
     assert len(s) == 4 and s and cv.ShapeDtypeStruct((0,), np.float32)
