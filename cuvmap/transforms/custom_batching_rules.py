@@ -105,6 +105,7 @@ def batch_fwd(fwd, axis, dims, name):
         return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
 
     batched.__name__ = f"vmap({fwd.__name__})"
+    batched.optimize_remat = getattr(fwd, "optimize_remat", False)
     return batched
 
 

@@ -332,6 +332,7 @@ class CallSite:
             return out_leaves, residuals
 
         fwd.__name__ = f"{self.name}_fwd"
+        fwd.optimize_remat = self.cfun.optimize_remat  # (reverse mode then takes f's outputs: JAX's)
         return fwd
 
     def flat_bwd(self):

@@ -217,8 +217,14 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
     def vjp(self, primals, needs_ct, params):
         """``fwd`` runs now, at the level below (its outputs and residuals are values
         there); the backward rule is ``bwd`` on the residuals and the outputs' cotangents
-        (zeros for those that get none)."""
-        out_primals, residuals = params["fwd"](*primals, perturbed=tuple(needs_ct))
+        (zeros for those that get none). With ``optimize_remat`` (JAX's), the outputs are
+        ``f``'s and ``fwd`` runs in the backward pass for its residuals."""
+        fwd = params["fwd"]
+        remat = getattr(fwd, "optimize_remat", False)
+        if remat:
+            out_primals, residuals = list(params["fun"](*primals)), None
+        else:
+            out_primals, residuals = fwd(*primals, perturbed=tuple(needs_ct))
         with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
         out_avals = avals_of(out_primals)
         avals = avals_of(primals)
@@ -229,7 +235,7 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
             full = [None] * len(out_avals)  # None: a zero cotangent (flat_bwd makes it zeros or symbolic)
             for j, c in zip(with_ct, cts):
                 full[j] = c
-            in_cts = bwd(residuals, full)
+            in_cts = bwd(fwd(*primals, perturbed=tuple(needs_ct))[1] if remat else residuals, full)
             return [None if in_cts[i] is None else match_operand(in_cts[i], avals[i]) for i in differentiated]
 
         return list(out_primals), with_ct, backward
@@ -380,10 +386,10 @@ class custom_vjp:  # noqa: N801 - JAX's name
     :class:`~cuvmap.custom_derivatives.CustomVJPPrimal` ``(value, perturbed)``, ``bwd``
     gets a :class:`~cuvmap.custom_derivatives.SymbolicZero` for each output cotangent
     that is zero and may return one (or ``None``) for a zero input cotangent (NOTE
-    [symbolic zeros in custom rules]). ``optimize_remat=True`` is accepted (JAX's
-    optimization of ``fwd`` under ``checkpoint``) and changes nothing: the primal output
-    under reverse mode is ``fwd``'s, with or without it (JAX's with it is ``f``'s; they
-    differ only when ``fwd``'s primal output disagrees with ``f``).
+    [symbolic zeros in custom rules]). ``optimize_remat=True`` (JAX's): reverse mode
+    runs ``f`` for the outputs and ``fwd`` again in the backward pass for the residuals,
+    which the tape then does not keep; the primal output is ``f``'s, as in JAX (without
+    it, ``fwd``'s: they differ only when ``fwd``'s primal output disagrees with ``f``).
     """
 
     def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):

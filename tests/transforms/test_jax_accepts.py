@@ -58,8 +58,24 @@ def _scaled(static):
     return lambda x: cnp.sum(f(x, cfg={"scale": 3.0}) if "static_argnames" in static else f(x, {"scale": 3.0}))
 
 
+def _tan_with_sin_fwd(optimize_remat):
+    @cv.custom_vjp
+    def f(x):
+        return cnp.tan(x)
+
+    f.defvjp(lambda x: (cnp.sin(x), (x,)), lambda res, g: (cnp.cos(res[0]) * g,), optimize_remat=optimize_remat)
+    return lambda x: cv.checkpoint(f)(x) ** 2
+
+
 # name: (thunk, expected)
 ACCEPTS = {
+    "custom_vjp(optimize_remat=True): the value is f's": (
+        lambda: cv.value_and_grad(_tan_with_sin_fwd(True))(3.2), (np.tan(3.2) ** 2, 2 * np.tan(3.2) * np.cos(3.2))),
+    "custom_vjp(optimize_remat=True) under vmap and jit": (
+        lambda: cv.jit(cv.vmap(cv.grad(_tan_with_sin_fwd(True))))(np.array([0.5, 3.2])),
+        2 * np.tan([0.5, 3.2]) * np.cos([0.5, 3.2])),
+    "custom_vjp without optimize_remat: the value is fwd's": (
+        lambda: cv.value_and_grad(_tan_with_sin_fwd(False))(3.2), (np.sin(3.2) ** 2, 2 * np.sin(3.2) * np.cos(3.2))),
     "checkpoint with an unhashable static argument (closed over)": (
         lambda: cv.grad(_scaled(dict(static_argnums=1)))(X5), np.full(5, 3.0)),
     "checkpoint with static_argnames": (lambda: cv.grad(_scaled(dict(static_argnames="cfg")))(X5), np.full(5, 3.0)),
