@@ -16,6 +16,7 @@ import numpy as np
 
 from cuvmap import backend, core, dtypes, tree
 from cuvmap.core import CuvmapError, Tracer
+from cuvmap.core.bfloat16 import kind_of
 # ---------------------------------------------------------------------------------------
 # Errors and names: functions, arguments by pytree path, error prefixes
 # ---------------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ def is_output_leaf(x):
     if not core.is_value(x):
         return False
     dtype = getattr(x, "dtype", None)
-    return dtype is None or np.dtype(dtype).kind in "biufcV"
+    return dtype is None or kind_of(np.dtype(dtype)) in "biufcV"
 
 
 def check_outputs(f, out_leaves, out, role="transformed function"):
@@ -498,7 +499,7 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
                     "differentiates arrays, scalars or pytrees of them"
                 )
             dtypes.check_supported(x, lambda: describe_arg(f, (0, i) + tuple(path)), transform)
-            if not core.is_float(x) and not (allow_int and core.dtype_of(x).kind in "biu"):
+            if not core.is_float(x) and not (allow_int and kind_of(core.dtype_of(x)) in "biu"):
                 raise InputTypeError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
                     "differentiates with respect to floating-point inputs only (cast it, leave it out of argnums, "

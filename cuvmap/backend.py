@@ -6,7 +6,7 @@ the GPU is asked for, so importing cuvmap never requires it.
 """
 import numpy as np
 
-from cuvmap import transfer_guards, tree
+from cuvmap import dtypes, transfer_guards, tree
 
 _cupy = None
 _cupy_probed = False
@@ -116,6 +116,7 @@ def device_put(x, device="cpu", *, src=None, donate=False, may_alias=None):
             return np.array(leaf, copy=True) if copy else np.asarray(leaf)
         if not is_cupy_array(leaf):
             transfer_guards.check("host_to_device", True, f"device_put of an array of shape {np.shape(leaf)}")
+            _refuse_bfloat16_on_device(leaf, "device_put")
             return xp.asarray(leaf)
         return leaf.copy() if copy else leaf
 
@@ -143,8 +144,19 @@ def host_operands_on_device(operands):
         if isinstance(x, np.ndarray):  # NOTE [transfer guard levels] in cuvmap/transfer_guards.py
             transfer_guards.check("host_to_device", False, f"a NumPy operand of shape {x.shape} meets CuPy arrays")
     cp = xp_for("gpu")
+    for x in operands:
+        _refuse_bfloat16_on_device(x, "a NumPy operand meeting CuPy arrays")
     with cp.cuda.Device(device):
         return [cp.asarray(x) if isinstance(x, np.ndarray) else x for x in operands]
+
+
+def _refuse_bfloat16_on_device(x, what):
+    """bfloat16 stays on the host: CuPy has no bfloat16 (NOTE [bfloat16 computes in
+    float32] in cuvmap/core/bfloat16.py)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and dtypes.has_bfloat16() and dtype == dtypes.bfloat16:
+        raise TypeError(f"{what}: an array of shape {tuple(np.shape(x))} has dtype bfloat16, which CuPy does not "
+                        "support; cuvmap computes bfloat16 on the CPU only (cast it to float32 for the GPU)")
 
 
 def arguments_on_device(leaves, indices, device):

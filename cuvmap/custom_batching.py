@@ -29,6 +29,7 @@ from cuvmap.transforms.custom_call_site import resolve_args
 from cuvmap.transforms.custom_derivatives import forward_def
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer, jvp_jaxpr, split_nonzero, zeros_like
 from cuvmap.transforms.program_call import ProgramCall
+from cuvmap.core.bfloat16 import kind_of
 
 __all__ = ["CustomVmapError", "custom_vmap", "sequential_vmap"]
 
@@ -96,7 +97,7 @@ class CustomVmapCallPrimitive(ProgramCall):
                 "pass that value as an argument of the function")
         program = params["program"]
         nonzero = [t is not None for t in tangents]
-        floats = [a.dtype.kind in "fc" for a in program.out_avals]
+        floats = [kind_of(a.dtype) in "fc" for a in program.out_avals]
         jvp_program, out_nonzero = jvp_jaxpr(program, nonzero, avals_of(primals), instantiate=floats)
         outs = self.bind(*primals, *[t for t in tangents if t is not None], program=jvp_program,
                          rule=_JVPRule(rule, tuple(nonzero), len(floats)), num_consts=num_consts)

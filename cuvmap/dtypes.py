@@ -16,15 +16,14 @@ float0 = np.dtype([("float0", np.void, 0)])
 # bfloat16 is not a NumPy dtype: JAX takes it from ml_dtypes, which registers it (and its
 # casts and ufunc loops) with NumPy. cuvmap names ml_dtypes' type when ml_dtypes is
 # installed (``pip install cuvmap[bfloat16]``): ``cuvmap.dtypes.bfloat16`` and
-# ``cuvmap.numpy.bfloat16``, so that arrays of it can be made and cast. The transforms do
-# not compute with it yet: NumPy's promotions with ml_dtypes' types are not JAX's
-# (bfloat16 with int32 has no common dtype, ``bfloat16_array * 2.5`` is float32 where JAX
-# keeps bfloat16), and the generated kernels have no bfloat16. So an input of bfloat16
-# (or of ml_dtypes' other types: float8, int4, ...) to a transform or to an eager
+# ``cuvmap.numpy.bfloat16``. cuvmap computes with it on the CPU as JAX does, with JAX's
+# promotions, each primitive in float32 rounded to bfloat16 (NOTE [bfloat16 computes in
+# float32] in cuvmap/core/bfloat16.py). ml_dtypes' other types (float8_*, int4, ...) have
+# no such rules in cuvmap: an input of one of them to a transform or to an eager
 # primitive, a constant a staged function closes over, and a cast to one of them
 # (``convert_element_type``, ``astype`` of a tracer: a derivative through it would be a
-# silent zero) are refused by name (:func:`check_supported`), never computed with other
-# promotions; cast to float32. Making arrays of them (``cnp.zeros(3, cnp.bfloat16)``,
+# silent zero) are refused by name (:func:`check_supported`), never computed with NumPy's
+# promotions; cast to float32. Making arrays of them (``cnp.zeros(3, cnp.float8_e4m3fn)``,
 # NumPy's own ``astype``) is NumPy's and works.
 try:  # optional dependency (the bfloat16 extra)
     import ml_dtypes as _ml_dtypes
@@ -46,8 +45,9 @@ def zeros_float0(shape):
 
 
 def unsupported_dtype(x):
-    """The name of ``x``'s dtype when it is one of ml_dtypes' (bfloat16, float8_*, int4,
-    ...: a NumPy dtype of kind ``"V"`` without fields), else None."""
+    """The name of ``x``'s dtype when it is one of ml_dtypes' that cuvmap does not compute
+    with (float8_*, int4, ...: a NumPy dtype of kind ``"V"`` without fields, bfloat16
+    aside), else None."""
     dtype = getattr(x, "dtype", None)
     if dtype is None or type(x) in (bool, int, float, complex):
         return None
@@ -55,7 +55,7 @@ def unsupported_dtype(x):
         dtype = np.dtype(dtype)
     except TypeError:
         return None
-    if dtype.kind == "V" and dtype.fields is None:
+    if dtype.kind == "V" and dtype.fields is None and not (_ml_dtypes is not None and dtype == bfloat16):
         return dtype.name
     return None
 

@@ -15,6 +15,7 @@ from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import shape as lax_shape
+from cuvmap.core.bfloat16 import kind_of
 
 
 def ravel_pytree(pytree):
@@ -91,7 +92,7 @@ def ravel_pytree(pytree):
 def _result_type(dtypes):
     """The dtype of the flat vector: JAX's promotion for the kinds that occur in
     parameter trees (floating and complex dtypes win over integers and booleans)."""
-    inexact = [d for d in dtypes if d.kind in "fc"]
+    inexact = [d for d in dtypes if kind_of(d) in "fc"]
     return np.result_type(*(inexact or dtypes))
 
 

@@ -14,6 +14,7 @@ directly, or through its real and imaginary parts.
 """
 from cuvmap import core, tree
 from cuvmap.api_util import TransformError, describe_arg
+from cuvmap.core.bfloat16 import kind_of
 
 
 class ComplexDtypeError(TransformError, TypeError):
@@ -21,7 +22,7 @@ class ComplexDtypeError(TransformError, TypeError):
 
 
 def _is_complex(x):
-    return core.dtype_of(x).kind == "c"
+    return kind_of(core.dtype_of(x)) == "c"
 
 
 def check_inputs(f, args, argnums, holomorphic, transform):

@@ -54,6 +54,7 @@ from cuvmap.lax import reduction as lax_reduction
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import sorting as lax_sorting
 from cuvmap.lax.prng import threefry2x32  # noqa: F401  (re-exported)
+from cuvmap.core.bfloat16 import kind_of
 
 U32 = np.dtype(np.uint32)
 _UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: U32, 64: np.dtype(np.uint64)}
@@ -84,7 +85,7 @@ def key(seed):
         s %= 2 ** 64
         return np.array([s >> 32, s & 0xFFFFFFFF], dtype=U32)
     dtype = core.dtype_of(seed)
-    if dtype.kind not in "iu" or core.shape_of(seed) != ():
+    if kind_of(dtype) not in "iu" or core.shape_of(seed) != ():
         raise TypeError(f"random.key: the seed must be a 0-d integer, got {dtype}{list(core.shape_of(seed))}")
     hi = ew.convert_element_type(bitwise.shift_right_logical(seed, 32), U32)
     lo = ew.convert_element_type(seed, U32)
@@ -150,7 +151,7 @@ def fold_in(key, data):
     if isinstance(data, (int, np.integer)) and not isinstance(data, (bool, np.bool_)):
         count = backend.xp_of(k).asarray([0, int(data) % 2 ** 32], dtype=U32)
     else:
-        if core.dtype_of(data).kind not in "iu" or core.shape_of(data) != ():
+        if kind_of(core.dtype_of(data)) not in "iu" or core.shape_of(data) != ():
             raise TypeError(f"random.fold_in: data must be a 0-d integer, got "
                             f"{core.dtype_of(data)}{list(core.shape_of(data))}")
         lo = lax_shape.reshape(ew.convert_element_type(data, U32), (1,))
@@ -194,7 +195,7 @@ def bits(key, shape=(), dtype=np.uint32):
 
 def _float_dtype(dtype, what):
     dtype = config.default_float if dtype is None else np.dtype(dtype)
-    if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
+    if kind_of(dtype) != "f" or dtype.itemsize not in (2, 4, 8):
         raise ValueError(f"random.{what}: dtype must be float16, float32 or float64, got {dtype}")
     return dtype
 
@@ -316,7 +317,7 @@ def _bound_array(value, dtype, k):
 def _as_float(value, what, name):
     if isinstance(value, (list, tuple)):
         value = np.asarray(value, dtype=config.default_float)
-    if not isinstance(value, (int, float)) and core.dtype_of(value).kind not in "biuf":
+    if not isinstance(value, (int, float)) and kind_of(core.dtype_of(value)) not in "biuf":
         raise TypeError(f"random.{what}: {name} must be real numbers, got {core.dtype_of(value)}")
     return value
 
@@ -351,7 +352,7 @@ def bernoulli(key, p=0.5, shape=None):
         dtype = config.default_float
     else:
         dtype = core.dtype_of(p)
-        if dtype.kind != "f":
+        if kind_of(dtype) != "f":
             dtype = config.default_float
         _bound(p, dtype, shape, "bernoulli", "p")
     return ew.lt(uniform(k, shape, dtype), p)
@@ -371,7 +372,7 @@ def randint(key, shape, minval, maxval, dtype=np.int64):
     """
     k = _check_key(key, "randint")
     dtype = np.dtype(dtype)
-    if dtype.kind not in "iu":
+    if kind_of(dtype) not in "iu":
         raise ValueError(f"random.randint: dtype must be an integer dtype, got {dtype}")
     shape = _shape(shape, "randint")
     nbits = dtype.itemsize * 8
@@ -405,7 +406,7 @@ def _int_bound(value, dtype, shape, name):
     if isinstance(value, (int, np.integer)):
         info = np.iinfo(dtype)
         return dtype.type(min(max(int(value), info.min), info.max))
-    if core.dtype_of(value).kind not in "iu":
+    if kind_of(core.dtype_of(value)) not in "iu":
         raise ValueError(f"random.randint: {name} must be an integer or an integer array, got {core.dtype_of(value)}")
     _bound(value, dtype, shape, "randint", name)
     return ew.convert_element_type(value, dtype)
@@ -437,9 +438,9 @@ def _float_operand(x, what, name):
     if isinstance(x, (list, tuple, int, float)) and not isinstance(x, bool):
         return np.asarray(x, dtype=config.default_float)
     dtype = core.dtype_of(x)
-    if dtype.kind == "f":
+    if kind_of(dtype) == "f":
         return x
-    if dtype.kind not in "biu":
+    if kind_of(dtype) not in "biu":
         raise TypeError(f"random.{what}: {name} must be real numbers, got {dtype}")
     return ew.convert_element_type(x, config.default_float)
 
@@ -506,7 +507,7 @@ def _static_size(x, what):
     if isinstance(x, core.Tracer):
         raise TypeError(f"random.{what}: a 0-d traced value cannot give the size of the population: its value "
                         "is not known to Python; pass a Python int (the size is static)")
-    if core.dtype_of(x).kind not in "iu":
+    if kind_of(core.dtype_of(x)) not in "iu":
         raise TypeError(f"random.{what}: a 0-d argument must be an integer (a size), got {core.dtype_of(x)}")
     return int(x)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from cuvmap import api, backend, tree
 from cuvmap.transforms import batching, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 EPS = 1e-4
 
@@ -36,7 +37,7 @@ def _to_numpy(x):
 def _wide(x):
     """``x`` as a NumPy array in float64, or complex128 for a complex ``x``."""
     x = _to_numpy(x)
-    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    return x.astype(np.complex128 if kind_of(x.dtype) == "c" else np.float64)
 
 
 def _inner(xs, ys):
@@ -52,10 +53,10 @@ def _inner(xs, ys):
 def _random_like(rng, xs):
     def one(x):
         arr = _to_numpy(x)
-        if arr.dtype.kind == "c":  # a complex direction: both parts random
+        if kind_of(arr.dtype) == "c":  # a complex direction: both parts random
             r = (rng.standard_normal(arr.shape) + 1j * rng.standard_normal(arr.shape)).astype(arr.dtype)
         else:
-            r = rng.standard_normal(arr.shape).astype(arr.dtype if arr.dtype.kind == "f" else np.float64)
+            r = rng.standard_normal(arr.shape).astype(arr.dtype if kind_of(arr.dtype) == "f" else np.float64)
         if backend.is_cupy_array(backend.concrete(x)):
             return backend.cupy_module().asarray(r)
         return r

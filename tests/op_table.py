@@ -2296,6 +2296,15 @@ def _rows_fft():
 
 
 COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_fft()  # issue 33
+# issue 32 (scipy32): betainc, the Bessel functions of integer and real order, the Sylvester solve
+def _rows_special_more():
+    """The rows of tests/special_more_rows.py. Imported here, not at the top: that file builds
+    its rows from this module's Row and Arg (a documented cycle)."""
+    import special_more_rows
+    return special_more_rows.rows()
+
+
+PRIMITIVE_ROWS = PRIMITIVE_ROWS + _rows_special_more()
 ALL_ROWS = PRIMITIVE_ROWS + COMPOSITE_ROWS
 
 # rows for the (costlier) nested-transform tests: vmap of vmap, vmap of grad, grad of vmap

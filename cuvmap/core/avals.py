@@ -3,6 +3,7 @@ shape structs that stand for arrays that are not there, and what shape rules sha
 """
 import numpy as np
 
+from cuvmap.core import bfloat16 as _bfloat16
 from cuvmap.errors import ShapeError
 
 
@@ -125,7 +126,8 @@ def is_float(x):
         return True
     if t is int or t is bool:
         return False
-    return x.dtype.kind in "fc"
+    kind = x.dtype.kind
+    return kind in "fc" or (kind == "V" and _bfloat16.is_bfloat16(x.dtype))
 
 
 def common_float_dtype(*avals):
@@ -135,6 +137,6 @@ def common_float_dtype(*avals):
     if len(dtypes) != 1:
         raise ShapeError("operands must share one dtype, got " + ", ".join(str(a.dtype) for a in avals))
     dtype = dtypes.pop()
-    if dtype.kind != "f":
+    if _bfloat16.kind_of(dtype) != "f":
         raise ShapeError(f"operands must be floating point, got {dtype}")
     return dtype

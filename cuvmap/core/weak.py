@@ -10,6 +10,7 @@ that says it is weak (NOTE [eager weak arrays]).
 """
 import numpy as np
 
+from cuvmap.core import bfloat16 as _bfloat16
 from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapedArray
 from cuvmap.errors import ShapeError
 
@@ -55,7 +56,7 @@ class WeakArray(np.ndarray):
         if strong:
             for i, x in enumerate(inputs):
                 if type(x) is WeakArray:
-                    target = np.result_type(*strong, _PY_NUMBER_OF_KIND.get(x.dtype.kind, 0.0))
+                    target = _bfloat16.result_type(*strong, _PY_NUMBER_OF_KIND.get(_bfloat16.kind_of(x.dtype), 0.0))
                     if target != x.dtype:
                         plain[i] = plain[i].astype(target)
             return ufunc(*plain, **kwargs)
@@ -84,12 +85,14 @@ def may_be_weak(args):
             return True
         if t in _PY_SCALAR_DTYPES:
             scalar = True
-        elif t is np.ndarray:
+        elif t is np.ndarray or (isinstance(a, np.generic) and a.dtype.kind == "V"):
             kind = a.dtype.kind
             if kind in "biu":
                 array = True
             elif kind == "V" and a.dtype.fields is None:
-                # ml_dtypes' bfloat16, float8, int4: NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py
+                if _bfloat16.is_bfloat16(a.dtype):
+                    return True  # NOTE [bfloat16 computes in float32] in cuvmap/core/bfloat16.py
+                # ml_dtypes' float8, int4: NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py
                 raise TypeError(f"an operand has dtype {a.dtype.name}, which cuvmap does not support yet (NumPy "
                                 f"has no {a.dtype.name}; ml_dtypes provides the type, but not JAX's promotion "
                                 "rules for it); cast it to float32 first (x.astype(numpy.float32))")
@@ -100,9 +103,14 @@ def bind_weak(primitive, args, params):
     """The eager bind of ``primitive`` on ``args`` with weak types applied (NOTE [eager
     weak arrays]): WeakArray operands cast where a strong operand decides the dtype, the
     result a WeakArray where the shape rule says weak."""
-    if primitive.shape_rule is None or primitive.multiple_results:
+    if primitive.shape_rule is None:
         return primitive.impl(*[_plain(a) for a in args], **params)
     avals = [_aval(a) for a in args]
+    if primitive.multiple_results:
+        impl = primitive.impl
+        if _bfloat16.involves_bfloat16(avals):
+            impl = _bfloat16.impl_for(primitive, primitive.shape_rule(*avals, **params))
+        return impl(*[_plain(a) for a in args], **params)
     out = primitive.shape_rule(*avals, **params)
     args = list(args)
     for i, a in enumerate(args):
@@ -118,7 +126,10 @@ def bind_weak(primitive, args, params):
             if as_strong != out.dtype:
                 plain = plain.astype(out.dtype)
         args[i] = plain
-    result = primitive.impl(*args, **params)
+    impl = primitive.impl
+    if _bfloat16.involves_bfloat16(avals) or _bfloat16.is_bfloat16(out.dtype):
+        impl = _bfloat16.impl_for(primitive, (out,))
+    result = impl(*args, **params)
     if isinstance(result, np.generic):
         result = np.asarray(result)
     if out.weak_type and type(result) is np.ndarray and result.dtype == out.dtype:

@@ -16,6 +16,7 @@ import numpy as np
 from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed.engine import LocalEngine
 from cuvmap.distributed.watchdog import describe
+from cuvmap.core.bfloat16 import kind_of
 
 _PERMUTE_TAG = 7711
 
@@ -47,7 +48,7 @@ class MPIEngine:
             if op == "sum":
                 raise TypeError(f"{describe(what)}: MPI cannot sum booleans (psum converts them to int64 first)")
             return self.MPI.LOR if op == "max" else self.MPI.LAND
-        if dtype.kind == "c" and op != "sum":
+        if kind_of(dtype) == "c" and op != "sum":
             raise TypeError(f"{describe(what)}: complex values have no {op}imum")
         return self._ops[op]
 

@@ -19,6 +19,7 @@ import numpy as np
 from cuvmap.distributed import engine as engine_mod
 from cuvmap.distributed.engine import DistributedError, LocalEngine
 from cuvmap.distributed.watchdog import describe
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _nccl():
@@ -67,7 +68,7 @@ class NCCLEngine:
         dtype = x.dtype
         if dtype == np.bool_:
             return flat.view(np.uint8), self.nccl.NCCL_UINT8
-        if dtype.kind == "c":
+        if kind_of(dtype) == "c":
             if op not in (None, "sum"):
                 raise TypeError(f"{describe(what)}: complex values have no {op}imum")
             real = np.dtype(f"float{dtype.itemsize * 4}")

@@ -22,6 +22,7 @@ import numpy as np
 from cuvmap import backend, core, lax, tree
 from cuvmap import numpy as cnp
 from cuvmap.lax import indexing
+from cuvmap.core.bfloat16 import kind_of
 
 
 #: The neighbouring relations a clipped sum's sensitivity is stated for, with the factor of
@@ -216,7 +217,7 @@ def check_max_norm(max_norm, where, error=ValueError, hint=""):
     naming ``where`` (and ``hint``, what to do instead)."""
     shape = tuple(getattr(max_norm, "shape", ()))
     dtype = getattr(max_norm, "dtype", None)
-    if (isinstance(max_norm, bool) or shape != () or (dtype is not None and np.dtype(dtype).kind not in "fiu")
+    if (isinstance(max_norm, bool) or shape != () or (dtype is not None and kind_of(np.dtype(dtype)) not in "fiu")
             or (dtype is None and not isinstance(max_norm, numbers.Real))):
         got = f"an array of shape {shape}" if shape else f"{max_norm!r} of type {type(max_norm).__name__}"
         raise error(f"{where}: max_norm must be a positive number (the clipping bound C), got {got}{hint}")
@@ -443,7 +444,7 @@ def check_users(users, size, where):
     if shape != (size,):
         raise ValueError(f"{where}: users has shape {shape}, but the batch has {size} examples (one user id per "
                          f"example, shape ({size},))")
-    if core.dtype_of(users).kind not in "iu":
+    if kind_of(core.dtype_of(users)) not in "iu":
         raise ValueError(f"{where}: users must be integer user slots, got dtype {core.dtype_of(users)}")
     if not size:
         return users

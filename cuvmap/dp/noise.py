@@ -18,6 +18,7 @@ import numpy as np
 from cuvmap import backend, core, lax, tree
 from cuvmap import numpy as cnp
 from cuvmap.dp.clipping import ClippedGradient, check_max_norm, check_relation, clipped_sum
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _rng_is_cupy(rng):
@@ -58,7 +59,7 @@ def _normal_like(tree_, rng, what):
 
     def draw(leaf):
         dtype = core.dtype_of(leaf)
-        if dtype.kind not in "fc":
+        if kind_of(dtype) not in "fc":
             raise ValueError(f"{what}: a leaf has dtype {dtype}; noise needs floating-point leaves")
         return _standard_normal(_generator_for(leaf, rng, fresh, what), tuple(core.shape_of(leaf)), dtype)
 

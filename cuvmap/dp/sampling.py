@@ -9,6 +9,7 @@ user-level clipping a user, all of whose examples come in together. Fixed-size b
 do not cover (opacus#80, tensorflow/privacy#19).
 """
 import numpy as np
+from cuvmap.core.bfloat16 import kind_of
 
 
 def poisson_sample(num_examples, sample_rate, rng):
@@ -59,7 +60,7 @@ def sample_users(user_of_example, sample_rate, rng):
     """
     _check_rate(sample_rate, "sample_users")
     ids = np.asarray(user_of_example)
-    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+    if ids.ndim != 1 or kind_of(ids.dtype) not in "iu":
         raise ValueError(f"sample_users: user_of_example must be a 1-d integer array, got {ids.dtype} of shape "
                          f"{ids.shape}")
     users, inverse = np.unique(ids, return_inverse=True)

@@ -77,6 +77,9 @@ from cuvmap.lax.jax_primitives import (  # noqa: F401
     while_p, xor_p,
 )
 from cuvmap.lax.barriers import optimization_barrier, optimization_barrier_p  # noqa: F401
+from cuvmap.lax.elementwise.special_more import (  # noqa: F401  (issue 32: JAX's lax.betainc)
+    betainc, regularized_incomplete_beta_p,
+)
 from cuvmap.lax.jax_extras import (  # noqa: F401
     axis_size, broadcast_shapes, div, empty, full_like, iota, rem, stack, unstack,
 )

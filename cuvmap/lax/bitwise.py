@@ -29,6 +29,8 @@ from cuvmap import core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.elementwise.common import _naryop_shape_rule
 from cuvmap.transforms import batching
+from cuvmap.core import bfloat16
+from cuvmap.core.bfloat16 import kind_of
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -41,7 +43,7 @@ _INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
 def _check_kinds(avals, kinds, what):
     for a in avals:
-        if a.dtype.kind not in kinds:
+        if kind_of(a.dtype) not in kinds:
             raise ShapeError(f"operands must be {what}, got " + ", ".join(str(a.dtype) for a in avals))
 
 
@@ -63,7 +65,7 @@ def _bitcast_shape_rule(x, *, new_dtype):
     if x.dtype.itemsize != new_dtype.itemsize:
         raise ShapeError(f"bitcast from {x.dtype} to {new_dtype} needs dtypes of one size "
                          f"({x.dtype.itemsize} and {new_dtype.itemsize} bytes)")
-    if x.dtype.kind not in "biuf" or new_dtype.kind not in "biuf":
+    if kind_of(x.dtype) not in "biuf" or kind_of(new_dtype) not in "biuf":
         raise ShapeError(f"bitcast between {x.dtype} and {new_dtype}: only booleans, integers and floats")
     return ShapedArray(x.shape, new_dtype)
 
@@ -94,7 +96,7 @@ def _shift_impl(shift):
 
 
 def _shift_right_logical(x, s):
-    if x.dtype.kind == "u":
+    if kind_of(x.dtype) == "u":
         return np.right_shift(x, s)
     u = _UINT[x.dtype.itemsize]
     return np.right_shift(x.view(u), s.astype(u, copy=False)).view(x.dtype)
@@ -110,7 +112,7 @@ def _shift_right_arithmetic_impl(x, s):
     else:
         s = core.as_array(s)
         s = np.where((s >= 0) & (s < width), s, width - 1).astype(x.dtype, copy=False)
-    if x.dtype.kind == "i":
+    if kind_of(x.dtype) == "i":
         return np.right_shift(x, s)
     signed = _INT[x.dtype.itemsize]
     return np.right_shift(x.view(signed), s.astype(signed, copy=False)).view(x.dtype)
@@ -195,3 +197,7 @@ def bitcast_convert_type(operand, new_dtype):
 batching.defbroadcasting(bitwise_and_p, bitwise_or_p, bitwise_xor_p, shift_left_p, shift_right_logical_p,
                          shift_right_arithmetic_p)
 batching.defunary(bitwise_not_p, bitcast_convert_type_p)
+
+# a bitcast reads its operand's bits: bfloat16 ones as they are (NOTE [bfloat16 computes in
+# float32] in cuvmap/core/bfloat16.py)
+bfloat16.computes_natively(bitcast_convert_type_p)

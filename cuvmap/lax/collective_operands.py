@@ -19,6 +19,7 @@ reducing its leaves, with ``apply(subtree)`` the collective on any part of it, a
 what it returns in the result. (The class lives above lax; lax only calls the method.)
 """
 from cuvmap import core, tree
+from cuvmap.core import bfloat16
 
 
 def _is_collective_value(x):
@@ -27,7 +28,8 @@ def _is_collective_value(x):
     if isinstance(x, core.Tracer) or type(x) in core._PY_SCALAR_DTYPES:
         return True
     dtype = getattr(x, "dtype", None)
-    return dtype is not None and hasattr(x, "shape") and getattr(dtype, "kind", None) in _VALUE_KINDS
+    return dtype is not None and hasattr(x, "shape") and (getattr(dtype, "kind", None) in _VALUE_KINDS
+                                                          or bfloat16.is_bfloat16(dtype))
 
 
 _VALUE_KINDS = frozenset("biufc")

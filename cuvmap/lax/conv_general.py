@@ -28,7 +28,8 @@ import numpy as np
 from cuvmap import core
 from cuvmap.core import ShapeError
 from cuvmap.lax import convolution
-from cuvmap.lax.elementwise import convert_element_type
+from cuvmap.lax.elementwise import add, convert_element_type, imag, real, sub
+from cuvmap.lax.elementwise import complex as make_complex
 from cuvmap.lax.indexing import normalize_slice, slice_p
 from cuvmap.lax.jax_shapes import Precision  # noqa: F401 - the one Precision, re-exported with the conv names
 from cuvmap.lax.shape import expand_dims, pad_p, reshape, squeeze, transpose
@@ -235,6 +236,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
       the output in the layout of ``dimension_numbers[2]``.
     """
     del precision
+    if _is_complex(lhs) or _is_complex(rhs):
+        return _complex_conv(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+                             feature_group_count, batch_group_count, preferred_element_type)
     lhs_shape, rhs_shape = core.shape_of(lhs), core.shape_of(rhs)
     dn = conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers)
     nd = len(lhs_shape) - 2
@@ -288,6 +292,42 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     if squeeze_spatial:
         out = squeeze(out, (2,))
     out = transpose(out, tuple(int(i) for i in np.argsort(dn.out_spec)))
+    if preferred_element_type is not None and np.dtype(preferred_element_type) != core.dtype_of(out):
+        out = convert_element_type(out, np.dtype(preferred_element_type))
+    return out
+
+
+def _is_complex(x):
+    return core.dtype_of(x).kind == "c"
+
+
+# NOTE [complex convolutions from real ones]
+# A convolution is bilinear, so with x = a + ib and w = c + id, x ⋆ w = (a⋆c − b⋆d) +
+# i(a⋆d + b⋆c): four real convolutions of the parts, each on the one conv primitive (with
+# every option: layouts, dilations, groups), as XLA computes complex convolutions on CPUs.
+# A real operand contributes only its part (two convolutions). The derivatives follow
+# from the real convolutions' and the complex parts' rules (NOTE [complex convention] in
+# cuvmap/transforms/complex_rules.py): the transpose of x ↦ x ⋆ w is the correlation with
+# w itself, not with its conjugate, as in JAX.
+def _complex_conv(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+                  feature_group_count, batch_group_count, preferred_element_type):
+    """conv_general_dilated of complex operands (NOTE [complex convolutions from real ones])."""
+    def conv(x, w):
+        return conv_general_dilated(x, w, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+                                    feature_group_count, batch_group_count)
+
+    def parts(x):
+        return (real(x), imag(x)) if _is_complex(x) else (x, None)
+
+    (a, b), (c, d) = parts(lhs), parts(rhs)
+    re_part = conv(a, c)
+    im_part = None
+    if b is not None and d is not None:
+        re_part = sub(re_part, conv(b, d))
+    for x, w in ((a, d), (b, c)):
+        if x is not None and w is not None:
+            im_part = conv(x, w) if im_part is None else add(im_part, conv(x, w))
+    out = make_complex(re_part, im_part)
     if preferred_element_type is not None and np.dtype(preferred_element_type) != core.dtype_of(out):
         out = convert_element_type(out, np.dtype(preferred_element_type))
     return out

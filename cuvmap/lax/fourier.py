@@ -28,6 +28,8 @@ from cuvmap.lax.elementwise import complex_numbers
 from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.shape import concatenate
 from cuvmap.transforms import batching, complex_rules, vjp
+from cuvmap.core import bfloat16 as _bfloat16
+from cuvmap.core.bfloat16 import kind_of
 
 
 class FftType(enum.IntEnum):
@@ -69,10 +71,10 @@ def _fft_type(fft_type):
 
 def _complex_dtype(dtype):
     """float32 (and float16) -> complex64; float64, integers and booleans -> complex128."""
-    if dtype.kind == "c":
+    if kind_of(dtype) == "c":
         return dtype
-    if dtype.kind == "f":
-        return np.result_type(dtype, np.complex64)
+    if kind_of(dtype) == "f":
+        return _bfloat16.result_type(dtype, np.dtype(np.complex64))
     return np.dtype(np.complex128)
 
 
@@ -101,9 +103,9 @@ def fft(x, fft_type, fft_lengths):
         raise TypeError(f"lax.fft: fft_lengths must be a sequence of ints, got {fft_lengths!r}") from None
     dtype = core.dtype_of(x)
     if typ == FftType.RFFT:
-        if dtype.kind == "c":
+        if kind_of(dtype) == "c":
             raise ShapeError(f"lax.fft: RFFT takes a real operand, got {dtype} of shape {core.shape_of(x)}")
-        want = np.dtype(np.float32) if dtype in (np.float16, np.float32) else np.dtype(np.float64)
+        want = np.dtype(np.float32) if dtype in (np.float16, np.float32) or _bfloat16.is_bfloat16(dtype) else np.dtype(np.float64)
     else:
         want = _complex_dtype(dtype)
     if dtype != want:
@@ -131,12 +133,12 @@ def _fft_shape_rule(x, *, fft_type, fft_lengths):
         expected = fft_lengths
         shape, dtype = lead + fft_lengths[:-1] + (fft_lengths[-1] // 2 + 1,), _complex_dtype(x.dtype)
     elif fft_type == FftType.IRFFT:
-        if x.dtype.kind != "c":
+        if kind_of(x.dtype) != "c":
             raise ShapeError(f"lax.fft: IRFFT takes a complex64 or complex128 operand, got {x.dtype}")
         expected = fft_lengths[:-1] + (fft_lengths[-1] // 2 + 1,)
         shape, dtype = lead + fft_lengths, _real_dtype(x.dtype)
     else:
-        if x.dtype.kind != "c":
+        if kind_of(x.dtype) != "c":
             raise ShapeError(f"lax.fft: {fft_type.name} takes a complex64 or complex128 operand, got {x.dtype}")
         expected = fft_lengths
         shape, dtype = x.shape, x.dtype

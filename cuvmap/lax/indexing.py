@@ -24,6 +24,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax.shape import broadcast_in_dim, reshape
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ class _ChecksIndices(Primitive):
 
 
 def _check_index_dtype(idx):
-    if idx.dtype.kind not in "iu":
+    if kind_of(idx.dtype) not in "iu":
         raise ShapeError(f"indices must be integers, got {idx.dtype}")
 
 

@@ -12,6 +12,7 @@ from cuvmap.lax.bitwise import (
 )
 from cuvmap.lax.jax_shapes import broadcast, dot_general
 from cuvmap.lax.slicing_scatter import scatter_add
+from cuvmap.core.bfloat16 import kind_of
 
 
 def mul(x, y, *, out_dtype=None):
@@ -28,7 +29,7 @@ def mul(x, y, *, out_dtype=None):
 def _integer_operands(x, y, where):
     dx, dy = core.dtype_of(x), core.dtype_of(y)
     for name, d in (("x", dx), ("y", dy)):
-        if d.kind not in "iu":
+        if kind_of(d) not in "iu":
             raise TypeError(f"{where}: {name} must have an integer dtype, got {d}")
     dtype = np.result_type(dx, dy) if dx != dy else dx
     return ew.convert_element_type(x, dtype), ew.convert_element_type(y, dtype), dtype
@@ -44,14 +45,14 @@ def mulhi(x, y, /):
     x, y, dtype = _integer_operands(x, y, "mulhi")
     bits = dtype.itemsize * 8
     if bits < 64:
-        wide = np.dtype(np.int64) if dtype.kind == "i" else np.dtype(np.uint64)
+        wide = np.dtype(np.int64) if kind_of(dtype) == "i" else np.dtype(np.uint64)
         prod = ew.mul(ew.convert_element_type(x, wide), ew.convert_element_type(y, wide))
         high = _shift_right_floor(prod, bits, wide)
         return ew.convert_element_type(high, dtype)
     u = np.dtype(np.uint64)
     xu, yu = _bitcast(x, u), _bitcast(y, u)
     high = _umulhi64(xu, yu)
-    if dtype.kind == "i":
+    if kind_of(dtype) == "i":
         zero = np.uint64(0)
         high = ew.sub(high, ew.select(ew.lt(x, np.int64(0)), yu, ew.mul(yu, zero)))
         high = ew.sub(high, ew.select(ew.lt(y, np.int64(0)), xu, ew.mul(xu, zero)))
@@ -64,7 +65,7 @@ def _bitcast(x, dtype):
 
 
 def _shift_right_floor(prod, bits, wide):
-    if wide.kind == "i":
+    if kind_of(wide) == "i":
         return shift_right_arithmetic(prod, wide.type(bits))
     return shift_right_logical(prod, wide.type(bits))
 
@@ -123,7 +124,7 @@ def clz(x):
     or-ing in shifted copies (by 1, 2, 4, ..., N/2), and ``N − population_count`` of that
     is the answer. Integers only: no derivative."""
     dtype = np.dtype(core.dtype_of(x))
-    if dtype.kind not in "iu":
+    if kind_of(dtype) not in "iu":
         raise TypeError(f"clz: x must have an integer dtype, got {dtype}")
     unsigned = np.dtype(f"u{dtype.itemsize}")
     u = _bitcast(x, unsigned)

@@ -10,6 +10,7 @@ from cuvmap.lax import bitwise, indexing
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.reducers import reduce
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _axes(name, operand, axes):
@@ -31,7 +32,7 @@ def reduce_prod(operand, axes):
 
 
 def _check_logical(name, operand):
-    if core.dtype_of(operand).kind not in "biu":
+    if kind_of(core.dtype_of(operand)) not in "biu":
         raise TypeError(f"{name}: needs a boolean or integer operand, got {core.dtype_of(operand)}")
 
 

@@ -19,6 +19,7 @@ from cuvmap import backend, core, tree
 from cuvmap.core import ShapeError
 from cuvmap.lax import indexing, linalg, shape
 from cuvmap.lax.elementwise import convert_element_type
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -72,7 +73,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     if preferred_element_type is not None:
         preferred = np.dtype(preferred_element_type)
         operands = np.result_type(core.dtype_of(lhs), core.dtype_of(rhs))
-        if preferred.kind in "fc" or np.can_cast(operands, preferred, "safe"):
+        if kind_of(preferred) in "fc" or np.can_cast(operands, preferred, "safe"):
             lhs, rhs = convert_element_type(lhs, preferred), convert_element_type(rhs, preferred)
             return linalg.dot_general(lhs, rhs, dimension_numbers)
         return convert_element_type(linalg.dot_general(lhs, rhs, dimension_numbers), preferred)

@@ -36,6 +36,7 @@ from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import concatenate, expand_dims, reshape, transpose
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import move_bdim, not_mapped, physical_axis
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _free_dims(ndim, contract, batch):
@@ -58,7 +59,7 @@ def _dot_general_shape_rule(x, y, *, dimension_numbers):
                     f"{y.shape[j]}) (dot_general requires {kind} to have the same shape, got "
                     f"{tuple(x.shape[a] for a, _ in pairs)} and {tuple(y.shape[b] for _, b in pairs)}.)"
                 )
-    if x.dtype.kind == "b" or y.dtype.kind == "b":
+    if kind_of(x.dtype) == "b" or kind_of(y.dtype) == "b":
         raise ShapeError("boolean operands")
     shape = (
         tuple(x.shape[i] for i in xb)
@@ -516,7 +517,7 @@ def _col(s):
 
 
 def _is_complex(x):
-    return core.dtype_of(x).kind == "c"
+    return kind_of(core.dtype_of(x)) == "c"
 
 
 def _conj(x):

@@ -19,6 +19,7 @@ from cuvmap.lax.elementwise import complex_numbers
 from cuvmap.lax.linalg import _col, _mm, _mT, _row  # noqa: F401 - re-exported for the linalg files
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.transforms.batching import bdim_at_front
+from cuvmap.core.bfloat16 import kind_of
 
 REAL = (np.dtype(np.float32), np.dtype(np.float64))
 INEXACT = REAL + (np.dtype(np.complex64), np.dtype(np.complex128))
@@ -87,7 +88,7 @@ def sym(x):
 
 
 def is_complex(x):
-    return core.dtype_of(x).kind == "c"
+    return kind_of(core.dtype_of(x)) == "c"
 
 
 def conj(x):

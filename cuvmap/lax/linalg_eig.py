@@ -17,6 +17,7 @@ from cuvmap.lax.linalg_solve import solve
 from cuvmap.lax.reduction import argmax, reduce_sum
 from cuvmap.lax.shape import concatenate, squeeze
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 
 # =======================================================================================
@@ -133,7 +134,7 @@ def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors, enabl
     cols = 1 + n * compute_left_eigenvectors + n * compute_right_eigenvectors
     if n == 0 or x.size == 0:
         return xp.zeros(x.shape[:-1] + (cols,), dtype=out_dtype)
-    work_dtype = np.complex128 if x.dtype.kind == "c" else np.float64
+    work_dtype = np.complex128 if kind_of(x.dtype) == "c" else np.float64
     finite = xp.all(xp.isfinite(x), axis=(-2, -1))
     a = xp.where(finite[..., None, None], x, 0).astype(work_dtype)
     w, vr = _geev(xp, a)

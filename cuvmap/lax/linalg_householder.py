@@ -16,6 +16,7 @@ from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import INEXACT, _col, _mm, _row, batch_front, check_matrix
 from cuvmap.lax.shape import squeeze
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 # NOTE [Householder reflectors as LAPACK writes them]
 # An elementary reflector H = I − τ v vᴴ with v = (1, x) (larfg) maps (α, x) to (β, 0),
@@ -35,7 +36,7 @@ def _larfg(xp, alpha, x):
     """``(beta, tau, v_tail)`` of the reflectors of a stack: ``alpha`` ``(B,)``, ``x``
     ``(B, k)`` (LAPACK's larfg, NOTE [Householder reflectors as LAPACK writes them])."""
     xnorm = xp.sqrt((xp.abs(x) ** 2).sum(axis=-1)) if x.shape[-1] else xp.zeros(alpha.shape, dtype=xp.abs(alpha).dtype)
-    identity = (xnorm == 0) & (alpha.imag == 0 if alpha.dtype.kind == "c" else True)
+    identity = (xnorm == 0) & (alpha.imag == 0 if kind_of(alpha.dtype) == "c" else True)
     norm = xp.sqrt(xp.abs(alpha) ** 2 + xnorm ** 2)
     beta = xp.where(alpha.real >= 0, -norm, norm)
     safe_beta = xp.where(identity, 1, beta)
@@ -74,7 +75,7 @@ def householder_product(a, taus):
         unit = xp.asarray((rows == i).astype(dtype))
         v = ew.add(ew.select(below, column, ew.mul(column, 0)), unit)
         tau = squeeze(slice_in_dim(taus, i, i + 1, axis - 1), (axis - 1,))
-        vq = _mm(_row(conj(v) if np.dtype(dtype).kind == "c" else v), q)  # vᴴ Q: (..., 1, n)
+        vq = _mm(_row(conj(v) if kind_of(np.dtype(dtype)) == "c" else v), q)  # vᴴ Q: (..., 1, n)
         q = ew.sub(q, ew.mul(_col(_col(tau)), _mm(_col(v), vq)))
     return q
 

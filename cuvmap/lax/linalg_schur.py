@@ -13,6 +13,7 @@ from cuvmap.lax.indexing import slice_in_dim
 from cuvmap.lax.linalg_common import INEXACT, batch_front, check_matrix
 from cuvmap.lax.linalg_eig import on_host_without_geev
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 
 # =======================================================================================
@@ -80,7 +81,7 @@ def schur_arrays(xp, a):
     n = a.shape[-1]
     w, v = xp.linalg.eig(a)
     triangle = xp.asarray(np.triu(np.ones((n, n), dtype=bool)))
-    if a.dtype.kind == "c":
+    if kind_of(a.dtype) == "c":
         basis, keep = v, triangle
     else:
         basis, first = _real_basis(xp, w, v.astype(np.complex128))
@@ -101,7 +102,7 @@ def _schur_impl(x, *, compute_schur_vectors):
     cols = 2 * n if compute_schur_vectors else n
     if n == 0 or x.size == 0:
         return xp.zeros(x.shape[:-1] + (cols,), dtype=x.dtype)
-    work_dtype = np.complex128 if x.dtype.kind == "c" else np.float64
+    work_dtype = np.complex128 if kind_of(x.dtype) == "c" else np.float64
     finite = xp.all(xp.isfinite(x), axis=(-2, -1))
     a = xp.where(finite[..., None, None], x, 0).astype(work_dtype)
     t, z, dropped = schur_arrays(xp, a)

@@ -20,6 +20,7 @@ from cuvmap.lax.linalg_common import (
 from cuvmap.lax.reduction import reduce_sum
 from cuvmap.lax.shape import broadcast_to, concatenate, expand_dims, squeeze
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 
 # =======================================================================================
@@ -260,7 +261,7 @@ def _real_part_index(x):
     """The index columns of a complex LU hold real numbers: their real part (the
     conversion to int32 of a stopped gradient: they carry no derivative)."""
     x = ew.stop_gradient(x)
-    if core.dtype_of(x).kind == "c":
+    if kind_of(core.dtype_of(x)) == "c":
         return lu_index_real_p.bind(x)
     return x
 
@@ -323,7 +324,7 @@ def _lu_factors(out, n):
     axis = len(core.shape_of(out)) - 1
     lu_ = slice_in_dim(out, 0, n, axis)
     perm = ew.stop_gradient(slice_in_dim(out, n + 1, n + 2, axis))  # (..., n, 1)
-    if core.dtype_of(perm).kind == "c":
+    if kind_of(core.dtype_of(perm)) == "c":
         perm = lu_index_real_p.bind(perm)
     cols = backend.xp_of(out).arange(n).astype(core.dtype_of(perm))
     p_mat = ew.convert_element_type(ew.eq(perm, cols), core.dtype_of(out))  # P[i, perm[i]] = 1
@@ -386,7 +387,7 @@ def lu_pivots_to_permutation(pivots, permutation_size):
 
 
 def _pivots_shape_rule(pivots, *, permutation_size):
-    if pivots.ndim < 1 or pivots.dtype.kind not in "iu":
+    if pivots.ndim < 1 or kind_of(pivots.dtype) not in "iu":
         raise ShapeError(f"lu_pivots_to_permutation: pivots must be integers with at least 1 dim, got {pivots}")
     if pivots.shape[-1] > permutation_size:
         raise ShapeError(f"lu_pivots_to_permutation: {pivots.shape[-1]} pivots for a permutation of "

@@ -27,15 +27,16 @@ from cuvmap.lax.slicing_scatter import (  # noqa: F401
     scatter, scatter_add, scatter_add_p, scatter_apply, scatter_max, scatter_max_p, scatter_min, scatter_min_p,
     scatter_mul, scatter_mul_p, scatter_p,
 )
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _as_int64(i):
     if isinstance(i, core.Tracer):
-        if core.dtype_of(i).kind not in "iu":
+        if kind_of(core.dtype_of(i)) not in "iu":
             raise TypeError(f"start indices must be integers, got {core.dtype_of(i)}")
         return ew.convert_element_type(i, np.int64) if core.dtype_of(i) != np.int64 else i
     a = np.asarray(i) if not hasattr(i, "dtype") else i
-    if np.dtype(a.dtype).kind not in "iu":
+    if kind_of(np.dtype(a.dtype)) not in "iu":
         raise TypeError(f"start indices must be integers, got {a.dtype}")
     return a.astype(np.int64)
 

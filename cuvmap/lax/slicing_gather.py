@@ -29,6 +29,7 @@ from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax.shape import broadcast_in_dim
 from cuvmap.transforms import batching, jvp
 from cuvmap.transforms.batching import move_bdim, not_mapped
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,11 +240,11 @@ def default_fill_value(dtype):
     """JAX's fill of an out-of-bounds gather: NaN for inexact dtypes, the most negative
     value for signed integers, the largest for unsigned ones, True for booleans."""
     dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
+    if kind_of(dtype) in "fc":
         return np.nan
-    if dtype.kind == "i":
+    if kind_of(dtype) == "i":
         return int(np.iinfo(dtype).min)
-    if dtype.kind == "u":
+    if kind_of(dtype) == "u":
         return int(np.iinfo(dtype).max)
     if dtype == np.bool_:
         return True
@@ -284,7 +285,7 @@ def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_ind
 def _gather_shape_rule(operand, indices, *, dimension_numbers, slice_sizes, unique_indices, indices_are_sorted,
                        mode, fill_value):
     d = dimension_numbers
-    if indices.dtype.kind not in "iu":
+    if kind_of(indices.dtype) not in "iu":
         raise ShapeError(f"gather: indices must be integers, got {indices.dtype}")
     check_index_structure("gather", operand.shape, indices.shape, d.collapsed_slice_dims, "collapsed_slice_dims",
                           d.start_index_map, d.operand_batching_dims, d.start_indices_batching_dims)

@@ -33,6 +33,7 @@ from cuvmap.lax.slicing_gather import (
 )
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
 from cuvmap.transforms.batching import bdim_at_front, not_mapped
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def window_sizes(operand_shape, updates_shape, dnums):
 def _scatter_shape_rule_for(name):
     def rule(operand, indices, updates, *, dimension_numbers, indices_are_sorted, unique_indices, mode):
         d = dimension_numbers
-        if indices.dtype.kind not in "iu":
+        if kind_of(indices.dtype) not in "iu":
             raise ShapeError(f"{name}: indices must be integers, got {indices.dtype}")
         if updates.dtype != operand.dtype:
             raise ShapeError(f"{name}: updates of dtype {updates.dtype} do not match the operand's {operand.dtype}")

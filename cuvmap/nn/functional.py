@@ -57,6 +57,7 @@ from cuvmap.lax import pooling as lax_pooling
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.convolution import conv as lax_conv_op
 from cuvmap.window import spatial_tuple
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -528,7 +529,7 @@ def _label_kind(logits, labels):
     logits_shape, label_shape = tuple(core.shape_of(logits)), tuple(core.shape_of(labels))
     if not logits_shape:
         raise ShapeError("cross_entropy: logits must have the classes on their last axis, (..., K); got a scalar")
-    kind = core.dtype_of(labels).kind
+    kind = kind_of(core.dtype_of(labels))
     expected = (f"labels must be integer class indices of shape logits.shape[:-1] = {logits_shape[:-1]}, or float "
                 f"class probabilities of the logits' shape {logits_shape}")
     got = f"got {core.dtype_of(labels)} labels of shape {label_shape}"

@@ -21,6 +21,7 @@ from cuvmap.numpy._elementwise import power
 from cuvmap.numpy._indexing import getitem
 from cuvmap.numpy._products import _preferred_operands, _preferred_result, matmul
 from cuvmap.numpy._shapes import concatenate, expand_dims, swapaxes
+from cuvmap.core.bfloat16 import kind_of
 
 asin = ew.asin
 acos = ew.acos
@@ -103,7 +104,7 @@ def vecmat(x1, x2, /):
     if ndim(x1) < 1 or ndim(x2) < 2:
         raise ShapeError(f"vecmat: x1 must have at least 1 dim and x2 at least 2, got shapes {shape(x1)} and "
                          f"{shape(x2)}")
-    if core.dtype_of(x1).kind == "c":
+    if kind_of(core.dtype_of(x1)) == "c":
         x1 = ew.conj(x1)
     return getitem(matmul(expand_dims(x1, -2), x2), (Ellipsis, 0, slice(None)))
 

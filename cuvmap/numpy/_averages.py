@@ -16,6 +16,7 @@ from cuvmap.numpy._elementwise_composites import isnan
 from cuvmap.numpy._pad_modes import pad
 from cuvmap.numpy._reductions import all, any, cumprod, cumsum, max, min, sum
 from cuvmap.numpy._shapes import broadcast_to, ravel, reshape
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _no_out(name, out):
@@ -28,7 +29,7 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     ``weights`` the mean. ``weights`` has ``a``'s shape, or is 1-D along a single ``axis``
     (NumPy's rule). With ``returned`` also ``Σ w`` (broadcast to the average's shape)."""
     a = asarray(a)
-    if not core.is_float(a) and core.dtype_of(a).kind != "c":
+    if not core.is_float(a) and kind_of(core.dtype_of(a)) != "c":
         a = astype(a, np.float64)
     axes = _axes(a, axis, "average")
     if weights is None:
@@ -110,7 +111,7 @@ def array_equal(a1, a2, equal_nan=False):
     if shape(a1) != shape(a2):
         return asarray(False)
     same = ew.eq(a1, a2)
-    if equal_nan and (core.is_float(a1) or core.dtype_of(a1).kind == "c"):
+    if equal_nan and (core.is_float(a1) or kind_of(core.dtype_of(a1)) == "c"):
         same = logical_or(same, logical_and(isnan(a1), isnan(a2)))
     return all(same)
 

@@ -17,6 +17,7 @@ from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.bitwise import bitcast_convert_type, bitwise_and, bitwise_or, shift_left, shift_right_logical
 from cuvmap.numpy._shapes import reshape, stack
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _uint(nbytes):
@@ -42,14 +43,14 @@ def view(x, dtype=None, type=None):  # noqa: A002 - NumPy's name
                          f"bytes of the last axis of the array (shape {shape}, {src} -> {dst})")
     if src == dst:
         return x
-    if src.kind == "b":
+    if kind_of(src) == "b":
         return view(ew.convert_element_type(x, np.uint8), dst)
-    if src.kind == "c":
+    if kind_of(src) == "c":
         part = ew.real(x), ew.imag(x)
         return view(reshape(stack(part, axis=-1), shape[:-1] + (2 * shape[-1],)), dst)
-    if dst.kind == "b":
+    if kind_of(dst) == "b":
         return ew.ne(view(x, np.uint8), np.uint8(0))
-    if dst.kind == "c":
+    if kind_of(dst) == "c":
         half = np.dtype(f"f{dst.itemsize // 2}")
         flat = view(x, half)
         n = core.shape_of(flat)[-1] // 2
@@ -92,7 +93,7 @@ def byteswap(x, inplace=False):
     dt = np.dtype(core.dtype_of(x))
     if dt.itemsize == 1:
         return x
-    if dt.kind == "c":
+    if kind_of(dt) == "c":
         return ew.complex(byteswap(ew.real(x)), byteswap(ew.imag(x)))
     shape = tuple(core.shape_of(x))
     flat = reshape(x, shape + (1,))

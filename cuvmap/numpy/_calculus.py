@@ -6,7 +6,7 @@ it differentiates, batches and stages under ``jit`` like those."""
 import numpy as np
 
 from cuvmap import core
-from cuvmap.core import ShapeError
+from cuvmap.core import ShapeError, bfloat16
 from cuvmap.lax import cumulative as lax_cumulative
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
@@ -17,6 +17,7 @@ from cuvmap.numpy._elementwise import astype, logical_and, where
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import concatenate, moveaxis, reshape
 from cuvmap.numpy._stacking import diff
+from cuvmap.core.bfloat16 import kind_of
 
 
 
@@ -115,9 +116,12 @@ def unwrap(p, discont=None, axis=-1, period=2 * np.pi):
     ``discont`` (default ``period / 2``) replaced by its representative in
     ``[−period/2, period/2)`` (the running sum of the corrections added from there on),
     in the promoted dtype of ``p`` and ``period`` (integers stay integers, as NumPy)."""
-    p, period_ = (asarray(p), asarray(period))
-    dtype = np.result_type(core.dtype_of(p), core.dtype_of(period_))
-    if dtype.kind == "c":
+    p = asarray(p)
+    # a Python period is weakly typed (JAX's): it takes p's dtype
+    weak = type(period) in (int, float) and not isinstance(period, bool)
+    period_ = period if weak else asarray(period)
+    dtype = bfloat16.result_type(core.dtype_of(p), period if weak else core.dtype_of(period_))
+    if kind_of(dtype) == "c":
         raise TypeError("unwrap: complex inputs are not supported (as in JAX)")
     if dtype == np.bool_:
         dtype = np.dtype(np.int64)
@@ -125,7 +129,7 @@ def unwrap(p, discont=None, axis=-1, period=2 * np.pi):
     axis = _axis(p, axis, "unwrap")
     if shape(p)[axis] == 0:
         return p
-    integer = dtype.kind in "iu"
+    integer = kind_of(dtype) in "iu"
     interval = ew.floor_divide(period_, 2) if integer else ew.div(period_, 2)
     discont = interval if discont is None else discont
     dd = diff(p, axis=axis)

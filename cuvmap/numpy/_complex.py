@@ -10,6 +10,7 @@ from cuvmap import backend, core
 from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.transforms.jvp import zeros_like
+from cuvmap.core.bfloat16 import kind_of
 
 complex64 = np.complex64
 complex128 = np.complex128
@@ -17,7 +18,7 @@ complex128 = np.complex128
 
 def iscomplexobj(x):
     """Whether ``x`` has a complex dtype (``numpy.iscomplexobj``: the dtype, not the values)."""
-    return core.dtype_of(x).kind == "c"
+    return kind_of(core.dtype_of(x)) == "c"
 
 
 def isrealobj(x):

@@ -11,6 +11,7 @@ from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import asarray, ones, zeros
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import reshape
+from cuvmap.core.bfloat16 import kind_of
 
 _INTO_BINS = slicing.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
                                              scatter_dims_to_operand_dims=(0,))
@@ -25,7 +26,7 @@ def bincount(x, weights=None, minlength=0, *, length=None):
     x = asarray(x)
     if core.dtype_of(x) == np.bool_:
         x = astype(x, np.int64)
-    if core.dtype_of(x).kind not in "iu":
+    if kind_of(core.dtype_of(x)) not in "iu":
         raise TypeError(f"bincount: x must be integers, got {core.dtype_of(x)}")
     if ndim(x) != 1:
         raise ShapeError(f"bincount: x must be 1-D, got shape {shape(x)}")

@@ -14,12 +14,13 @@ from cuvmap.numpy._elementwise import astype, clip
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import concatenate, diagonal, reshape, squeeze, transpose
+from cuvmap.core.bfloat16 import kind_of
 
 
 
 
 def _check_dtype(name, dtype):
-    if dtype is not None and np.dtype(dtype).kind not in "fc":
+    if dtype is not None and kind_of(np.dtype(dtype)) not in "fc":
         raise ValueError(f"{name}: dtype must be a floating or complex dtype, got {np.dtype(dtype)}")
 
 
@@ -70,7 +71,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     w = None
     if fweights is not None:
         fweights = _weights(fweights, n_obs, "cov", "fweights")
-        if core.dtype_of(fweights).kind not in "iu":
+        if kind_of(core.dtype_of(fweights)) not in "iu":
             raise TypeError(f"cov: fweights must be integers, got {core.dtype_of(fweights)}")
         w = ew.abs(fweights)
     if aweights is not None:

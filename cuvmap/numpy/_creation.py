@@ -10,6 +10,7 @@ from cuvmap.core import Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import broadcast_to, reshape, stack
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _first_device_value(x):
@@ -228,6 +229,6 @@ def promote_inexact(*xs):
     in floating point (calculus, covariances, polynomials) take their operands as."""
     xs = [asarray(x) for x in xs]
     dtype = np.result_type(*[core.dtype_of(x) for x in xs])
-    if dtype.kind not in "fc":
+    if kind_of(dtype) not in "fc":
         dtype = np.dtype(np.float64)
     return [astype(x, dtype) for x in xs]

@@ -8,6 +8,7 @@ import numpy as np
 
 from cuvmap import core
 from cuvmap.lax import elementwise as ew
+from cuvmap.core.bfloat16 import kind_of
 
 tan = ew.tan
 arcsin = ew.asin
@@ -33,7 +34,7 @@ degrees = rad2deg
 
 
 def _is_float(x):
-    return core.dtype_of(x).kind in "fc"
+    return kind_of(core.dtype_of(x)) in "fc"
 
 
 def isfinite(x):

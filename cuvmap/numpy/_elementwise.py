@@ -9,6 +9,7 @@ import numpy as np
 from cuvmap import core, lax
 from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._common import _is_bool
+from cuvmap.core.bfloat16 import kind_of
 
 
 add = ew.add
@@ -81,7 +82,7 @@ def round(a, decimals=0, out=None):  # noqa: A001
     immutable)."""
     if out is not None:
         raise NotImplementedError("round: out= is not supported (arrays are immutable)")
-    if core.dtype_of(a).kind == "c":  # each part rounded, as NumPy does (eagerly and staged alike)
+    if kind_of(core.dtype_of(a)) == "c":  # each part rounded, as NumPy does (eagerly and staged alike)
         return ew.complex(ew.round_decimals(ew.real(a), decimals), ew.round_decimals(ew.imag(a), decimals))
     return ew.round_decimals(a, decimals)
 
@@ -141,7 +142,7 @@ def _dtype_operand(x):
 
 def _check_integer_operands(name, xs, kinds="biu", what="integers or booleans"):
     dtypes = [core.dtype_of(x) for x in xs]
-    if builtins.any(d.kind not in kinds for d in dtypes):
+    if builtins.any(kind_of(d) not in kinds for d in dtypes):
         raise TypeError(f"{name}: operands must be {what}, got " + " and ".join(str(d) for d in dtypes))
 
 
@@ -177,7 +178,7 @@ def _shift_operands(name, x, y):
     dtype = np.result_type(_dtype_operand(x), _dtype_operand(y))
     if dtype == np.bool_:
         dtype = np.dtype(np.int8)
-    if dtype.kind not in "iu":
+    if kind_of(dtype) not in "iu":
         raise TypeError(f"{name}: {core.dtype_of(x)} and {core.dtype_of(y)} have no common integer dtype "
                         f"(NumPy promotes them to {dtype}); cast one of them")
 
@@ -201,7 +202,7 @@ def right_shift(x, y):
     """``x >> y`` (``numpy.right_shift``): arithmetic (the sign bit fills in) for signed
     integers, logical (zeros fill in) for unsigned ones."""
     x, y, dtype = _shift_operands("right_shift", x, y)
-    if dtype.kind == "i":
+    if kind_of(dtype) == "i":
         return lax.shift_right_arithmetic(x, y)
     return lax.shift_right_logical(x, y)
 

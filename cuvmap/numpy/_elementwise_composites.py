@@ -12,6 +12,7 @@ from cuvmap.lax import reduction as lax_reduction
 from cuvmap.numpy._common import ndim
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype, logical_and, logical_or, where
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _inexact(x):
@@ -70,7 +71,7 @@ def _principal(z):
     The shift ``m`` of a complex logaddexp carries its own imaginary part, which the log of
     the sum does not reduce; NumPy's ``log(exp(x1) + exp(x2))`` is principal. Real values
     pass through."""
-    if core.dtype_of(z).kind != "c":
+    if kind_of(core.dtype_of(z)) != "c":
         return z
     y = ew.imag(z)
     return ew.complex(ew.real(z), ew.atan2(ew.sin(y), ew.cos(y)))

@@ -13,6 +13,7 @@ from cuvmap.numpy._elementwise import astype, logical_and, logical_or, where
 from cuvmap.numpy._float_bits import _operand, _promote_inexact, _require_real, signbit
 from cuvmap.numpy._reductions import any as _any
 from cuvmap.numpy._shapes import broadcast_arrays
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _promote_numeric(name, *args):
@@ -46,7 +47,7 @@ def hypot(x1, x2, /):
     (even beside NaN). Derivative ``x1/hypot`` in ``x1`` (0 at the origin, as JAX). Real
     operands only (a complex one raises ValueError, as in JAX)."""
     x1, x2 = _promote_inexact("hypot", x1, x2)
-    if core.dtype_of(x1).kind == "c":
+    if kind_of(core.dtype_of(x1)) == "c":
         raise ValueError("jnp.hypot is not well defined for complex-valued inputs: take abs(x) first")
     infinite = logical_or(ew.eq(ew.abs(x1), np.inf), ew.eq(ew.abs(x2), np.inf))
     scale = ew.stop_gradient(ew.max(ew.abs(x1), ew.abs(x2)))
@@ -82,10 +83,10 @@ def fmod(x1, x2, /):
     _require_real("fmod", x1)
     if dtype == np.bool_:
         raise TypeError("fmod: boolean operands are not supported")
-    if dtype.kind in "iu":
+    if kind_of(dtype) in "iu":
         x2 = where(ew.eq(x2, 0), 1, x2)
         r = ew.remainder(x1, x2)  # exact for integers, with the sign of x2: give it x1's
-        if dtype.kind == "u":
+        if kind_of(dtype) == "u":
             return r
         wrong_sign = logical_and(ew.ne(r, 0), ew.ne(ew.lt(r, 0), ew.lt(x1, 0)))
         return where(wrong_sign, ew.sub(r, x2), r)
@@ -134,7 +135,7 @@ def bitwise_count(x, /):
     dtype = core.dtype_of(x)
     if dtype == np.bool_:
         return astype(x, np.uint8)
-    if dtype.kind not in "iu":
+    if kind_of(dtype) not in "iu":
         raise TypeError(f"bitwise_count: operand must be an integer, got dtype {dtype}")
     return astype(ew.population_count(ew.abs(x)), np.uint8)
 
@@ -142,7 +143,7 @@ def bitwise_count(x, /):
 def _integer_pair(name, x1, x2):
     x1, x2 = _promote_numeric(name, x1, x2)
     dtype = core.dtype_of(x1)
-    if dtype.kind not in "iu":
+    if kind_of(dtype) not in "iu":
         raise ValueError(f"{name}: arguments must be integers, got dtype {dtype}")
     return broadcast_arrays(ew.abs(x1), ew.abs(x2))
 

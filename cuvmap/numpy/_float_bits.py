@@ -13,6 +13,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._dtypes import result_type
 from cuvmap.numpy._elementwise import astype, logical_and, logical_not, logical_or, where
+from cuvmap.core.bfloat16 import kind_of
 
 _SIGNED_OF_WIDTH = {2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 
@@ -27,13 +28,13 @@ def _promote_inexact(name, *args):
     float or complex one: integers and booleans become float64."""
     args = [_operand(a) for a in args]
     dtype = np.dtype(result_type(*args))
-    if dtype.kind not in "fc":
+    if kind_of(dtype) not in "fc":
         dtype = np.dtype(np.float64)
     return [astype(a, dtype) for a in args]
 
 
 def _require_real(name, x):
-    if core.dtype_of(x).kind == "c":
+    if kind_of(core.dtype_of(x)) == "c":
         raise TypeError(f"{name}: complex operands are not supported (got dtype {core.dtype_of(x)}); "
                         "split them with real/imag first")
 
@@ -50,9 +51,9 @@ def signbit(x, /):
     dtype = core.dtype_of(x)
     if dtype == np.bool_:
         return ew.ne(x, x)
-    if dtype.kind in "iu":
+    if kind_of(dtype) in "iu":
         return ew.lt(x, 0)
-    if dtype.kind != "f":
+    if kind_of(dtype) != "f":
         raise TypeError(f"signbit: operand must be real, got dtype {dtype}")
     _require_float_bits("signbit", dtype)
     bits = lax_bitwise.bitcast_convert_type(ew.stop_gradient(x), _SIGNED_OF_WIDTH[dtype.itemsize])
@@ -80,7 +81,7 @@ def trunc(x):
     """``jnp.trunc``: rounds toward zero (``ceil`` below 0, ``floor`` above); integers and
     booleans stay as they are. Piecewise constant: its derivative is zero."""
     x = _operand(x)
-    if core.dtype_of(x).kind in "biu":
+    if kind_of(core.dtype_of(x)) in "biu":
         return x
     return where(ew.lt(x, 0), ew.ceil(x), ew.floor(x))
 
@@ -91,9 +92,9 @@ def rint(x, /):
     zero."""
     x = _operand(x)
     dtype = core.dtype_of(x)
-    if dtype.kind in "biu":
+    if kind_of(dtype) in "biu":
         return astype(x, np.float64)
-    if dtype.kind == "c":
+    if kind_of(dtype) == "c":
         return ew.complex(rint(ew.real(x)), rint(ew.imag(x)))
     return ew.round(x, ew.RoundingMethod.TO_NEAREST_EVEN)
 
@@ -181,7 +182,7 @@ def ldexp(x1, x2, /):
     Derivative ``2^x2`` in ``x1``; none in ``x2``."""
     x1, x2 = _operand(x1), _operand(x2)
     x2_dtype = np.dtype(type(x2)) if isinstance(x2, (bool, int)) else core.dtype_of(x2)
-    if x2_dtype.kind not in "biu" or (not isinstance(x1, (bool, int, float)) and core.dtype_of(x1).kind == "c"):
+    if kind_of(x2_dtype) not in "biu" or (not isinstance(x1, (bool, int, float)) and kind_of(core.dtype_of(x1)) == "c"):
         x1_dtype = np.dtype(type(x1)) if isinstance(x1, (bool, int, float, complex)) else core.dtype_of(x1)
         raise ValueError(f"ldexp: x1 must be real and x2 an integer, got dtypes {x1_dtype} and {x2_dtype}")
     if isinstance(x1, (bool, int, float)):
@@ -196,7 +197,7 @@ def ldexp(x1, x2, /):
         x2 = min(max(int(x2), -span), span)
     else:
         x2 = asarray(x2)
-        if x2_dtype.kind != "b":
+        if kind_of(x2_dtype) != "b":
             bounds = np.iinfo(x2_dtype)
             x2 = ew.min(ew.max(x2, max(-span, int(bounds.min))), min(span, int(bounds.max)))
     n = astype(x2, np.int32)
@@ -239,9 +240,9 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     del copy
     x = asarray(x) if isinstance(x, (list, tuple, bool, int, float, complex)) else x
     dtype = core.dtype_of(x)
-    if dtype.kind not in "fc":
+    if kind_of(dtype) not in "fc":
         return x
-    if dtype.kind == "c":
+    if kind_of(dtype) == "c":
         return ew.complex(nan_to_num(ew.real(x), nan=nan, posinf=posinf, neginf=neginf),
                           nan_to_num(ew.imag(x), nan=nan, posinf=posinf, neginf=neginf))
     info = np.finfo(dtype)

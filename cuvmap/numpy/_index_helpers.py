@@ -12,6 +12,7 @@ from cuvmap.numpy._common import shape
 from cuvmap.numpy._creation import asarray, diagonal_band
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._reductions import sum
+from cuvmap.core.bfloat16 import kind_of
 
 
 def tri(N, M=None, k=0, dtype=None):  # noqa: N803 - jax.numpy's names
@@ -83,7 +84,7 @@ def unravel_index(indices, shape):  # noqa: A002 - jax.numpy's name
     shape = tuple(int(s) for s in ((shape,) if isinstance(shape, (int, np.integer)) else shape))
     total = int(np.prod(shape, dtype=np.int64))
     flat = asarray(indices)
-    if core.dtype_of(flat).kind not in "iu":
+    if kind_of(core.dtype_of(flat)) not in "iu":
         raise TypeError(f"unravel_index: indices must be integers, got {core.dtype_of(flat)}")
     flat = ew.select(ew.lt(flat, 0), ew.add(flat, total), flat)
     flat = ew.min(ew.max(flat, 0), max(total - 1, 0))
@@ -108,7 +109,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
         raise ValueError(f"ravel_multi_index: order must be 'C' or 'F', got {order!r}")
     index = multi_index_arrays = [asarray(i) for i in multi_index]
     for i in index:
-        if core.dtype_of(i).kind not in "iu":
+        if kind_of(core.dtype_of(i)) not in "iu":
             raise TypeError(f"ravel_multi_index: indices must be integers, got {core.dtype_of(i)}")
     if mode == "raise":
         for i, d in zip(index, dims):
@@ -131,7 +132,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
             out_dtype = np.dtype(np.int64)
     else:
         out_dtype = np.dtype(dtype)
-    if out_dtype.kind not in "iu":
+    if kind_of(out_dtype) not in "iu":
         raise ValueError(f"ravel_multi_index: dtype must be an integer dtype, got {out_dtype}")
     if largest > np.iinfo(out_dtype).max:
         raise ValueError(f"ravel_multi_index: dtype {out_dtype} cannot hold the flat indices of an array "

@@ -13,6 +13,7 @@ from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy import _gather_modes
 from cuvmap.numpy._common import _axis, shape
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, ravel, reshape
+from cuvmap.core.bfloat16 import kind_of
 
 
 def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
@@ -32,7 +33,7 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indic
         axis = _axis(a, axis, "take")
     if not isinstance(indices, Tracer) and not hasattr(indices, "dtype"):
         indices = np.asarray(indices)
-    if core.dtype_of(indices).kind not in "iu":
+    if kind_of(core.dtype_of(indices)) not in "iu":
         return lax_indexing.take(a, indices, axis)  # whose shape rule refuses them, naming the transform
     n = shape(a)[axis]
     out_shape = shape(a)[:axis] + shape(indices) + shape(a)[axis + 1:]
@@ -64,7 +65,7 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_n
         wrap_negative_indices = mode != "promise_in_bounds"
     if not isinstance(indices, Tracer) and not hasattr(indices, "dtype"):
         indices = np.asarray(indices)
-    if core.dtype_of(indices).kind not in "iu":
+    if kind_of(core.dtype_of(indices)) not in "iu":
         raise TypeError(f"take_along_axis indices must be of integer type, got {core.dtype_of(indices)}")
     if axis is None:
         if len(shape(indices)) != 1:
@@ -129,7 +130,7 @@ def getitem(x, index):
         dt = getattr(i, "dtype", None)
         if (dt is not None and np.dtype(dt) == np.bool_) or isinstance(i, bool):
             raise IndexError("boolean mask indexing is not supported on traced values (the result shape would depend on the data); use cuvmap.numpy.where")
-        if dt is not None and np.dtype(dt).kind not in "iu":
+        if dt is not None and kind_of(np.dtype(dt)) not in "iu":
             raise IndexError(f"arrays used as indices must be integers, got {np.dtype(dt)}")
         if not (i is None or i is Ellipsis or isinstance(i, builtins.slice) or _is_int_scalar(i) or _is_index_array(i)):
             raise IndexError(f"unsupported index {i!r} of type {type(i).__name__}")

@@ -24,6 +24,7 @@ from cuvmap.numpy._shapes import (
     _split, concatenate, expand_dims, flip, moveaxis, ravel, reshape, transpose,
 )
 from cuvmap.numpy._stacking import tile
+from cuvmap.core.bfloat16 import kind_of
 
 s_ = np.s_
 index_exp = np.index_exp
@@ -279,11 +280,11 @@ def _insert_indices(obj, n):
         idx = obj
     else:
         idx = asarray(obj)
-        if size(idx) == 0 and core.dtype_of(idx).kind not in "iu":
+        if size(idx) == 0 and kind_of(core.dtype_of(idx)) not in "iu":
             idx = astype(idx, np.int64)
     if ndim(idx) > 1:
         raise ShapeError(f"insert: obj must be a slice, a scalar or a 1-d array, got shape {shape(idx)}")
-    if core.dtype_of(idx).kind not in "iu":
+    if kind_of(core.dtype_of(idx)) not in "iu":
         raise TypeError(f"insert: the indices must be integers, got dtype {core.dtype_of(idx)}")
     return idx, ndim(idx) == 0
 

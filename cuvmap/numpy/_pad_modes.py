@@ -20,6 +20,7 @@ from cuvmap.numpy._reductions import max, mean, min
 from cuvmap.numpy._shapes import _pad_indices as pad_indices
 from cuvmap.numpy._shapes import broadcast_to, concatenate, flip
 from cuvmap.numpy._statistics import median
+from cuvmap.core.bfloat16 import kind_of
 
 # the keyword arguments each mode takes (JAX's table: any other raises ValueError)
 _ALLOWED_KWARGS = {
@@ -46,7 +47,7 @@ def pad(array, pad_width, mode="constant", **kwargs):
     if _holds_tracer(pad_width):
         raise TypeError("pad: pad_width must be static (ints), not a traced value")
     widths = np.asarray(pad_width)
-    if widths.size and widths.dtype.kind not in "iu":
+    if widths.size and kind_of(widths.dtype) not in "iu":
         raise TypeError(f"pad: `pad_width` must be of integral type, got {pad_width!r}")
     widths = widths.astype(np.int64)
     try:
@@ -134,12 +135,12 @@ def pad_constant(x, pad_width, constant_values):
 def _ramp(edge, end, width, axis, dtype):
     """``width`` values from ``end`` towards ``edge`` (excluded), NumPy's ``linspace``
     ``end + j · (edge − end) / width``, floored for integer dtypes (as NumPy)."""
-    compute = dtype if np.dtype(dtype).kind in "fc" else np.dtype(np.float64)
+    compute = dtype if kind_of(np.dtype(dtype)) in "fc" else np.dtype(np.float64)
     edge = astype(edge, compute)
     step = ew.div(ew.sub(edge, end), width)
     j = np.arange(width, dtype=compute).reshape(tuple(width if i == axis else 1 for i in range(ndim(edge))))
     ramp = ew.add(ew.mul(step, j), end)
-    if np.dtype(dtype).kind in "iu":
+    if kind_of(np.dtype(dtype)) in "iu":
         ramp = ew.floor(ramp)
     return astype(ramp, dtype)
 
@@ -193,7 +194,7 @@ def pad_statistic(x, pad_width, mode, stat_length):
             len_lo, len_hi = min_int(len_lo, n), min_int(len_hi, n)
             before = stat(_axis_slice(x, 0, len_lo, axis), axis=axis, keepdims=True)
             after = stat(_axis_slice(x, n - len_hi, n, axis), axis=axis, keepdims=True)
-        if np.dtype(dtype).kind in "iub":
+        if kind_of(np.dtype(dtype)) in "iub":
             before, after = ew.round(before, ew.RoundingMethod.TO_NEAREST_EVEN), ew.round(
                 after, ew.RoundingMethod.TO_NEAREST_EVEN)
         before, after = astype(before, dtype), astype(after, dtype)

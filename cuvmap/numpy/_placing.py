@@ -21,6 +21,7 @@ from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._searching import nonzero
 from cuvmap.numpy._shapes import ravel, reshape, swapaxes
 from cuvmap.numpy._stacking import tile
+from cuvmap.core.bfloat16 import kind_of
 
 _FLAT = slicing.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
                                         scatter_dims_to_operand_dims=(0,))
@@ -77,7 +78,7 @@ def put(a, ind, v, mode=None, *, inplace=True):
     ``v``."""
     _refuse_inplace("put", inplace)
     a, ind = _operand(a), _operand(ind)
-    if core.dtype_of(ind).kind not in "iu":
+    if kind_of(core.dtype_of(ind)) not in "iu":
         raise TypeError(f"put: the indices ind must be integers, got dtype {core.dtype_of(ind)}")
     ind = astype(ravel(ind), np.int64)
     v = astype(ravel(_operand(v)), core.dtype_of(a))
@@ -150,7 +151,7 @@ def packbits(a, axis=None, bitorder="big"):
     of 8: byte ``j`` is ``Σ_b (a[8j + b] != 0) · 2^(7 - b)`` for ``bitorder='big'``,
     ``2^b`` for ``'little'``. Integer-valued: no derivative."""
     arr = _operand(a)
-    if core.dtype_of(arr).kind not in "iub":
+    if kind_of(core.dtype_of(arr)) not in "iub":
         raise TypeError(f"packbits: expected an integer or boolean array, got dtype {core.dtype_of(arr)}")
     if bitorder not in ("big", "little"):
         raise ValueError(f"packbits: bitorder must be 'big' or 'little', got {bitorder!r}")

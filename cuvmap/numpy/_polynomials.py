@@ -18,6 +18,7 @@ from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import flip, reshape
+from cuvmap.core.bfloat16 import kind_of
 
 
 def polyval(p, x, *, unroll=16):
@@ -68,7 +69,7 @@ def _operands(a, v, inexact=False):
     float64, as JAX's ``convolve`` and ``correlate`` compute in floats (with 64-bit types)."""
     a, v = asarray(a), asarray(v)
     dtype = np.result_type(core.dtype_of(a), core.dtype_of(v))
-    if inexact and dtype.kind not in "fc":
+    if inexact and kind_of(dtype) not in "fc":
         dtype = np.dtype(np.float64)
     return astype(a, dtype), astype(v, dtype)
 

@@ -18,6 +18,7 @@ from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._indexing import getitem
 from cuvmap.numpy._reductions import sum
 from cuvmap.numpy._shapes import broadcast_arrays, broadcast_to, diagonal, moveaxis, ravel, stack
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _batched_input_hint(ka, kb):
@@ -47,7 +48,7 @@ def _preferred_operands(a, b, precision, preferred_element_type, name):
     lax_jax_shapes._check_precision(precision, name)
     if preferred_element_type is not None:
         preferred = np.dtype(preferred_element_type)
-        if preferred.kind in "fc" or np.can_cast(result_type(a, b), preferred, "safe"):
+        if kind_of(preferred) in "fc" or np.can_cast(result_type(a, b), preferred, "safe"):
             return astype(a, preferred), astype(b, preferred)
     return a, b
 
@@ -114,7 +115,7 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
     conjugated). ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision
     and preferred_element_type of the products])."""
     a, b = _preferred_operands(asarray(a), asarray(b), precision, preferred_element_type, "vdot")
-    if core.dtype_of(a).kind == "c":
+    if kind_of(core.dtype_of(a)) == "c":
         a = ew.conj(a)
     products = ew.mul(ravel(a), ravel(b))
     return _preferred_result(sum(products, dtype=core.dtype_of(products)), preferred_element_type)
@@ -353,7 +354,7 @@ def einsum(subscripts, *operands, optimize="auto", precision=None, preferred_ele
     operands = tuple(asarray(x) for x in operands)
     if preferred_element_type is not None:  # NOTE [precision and preferred_element_type of the products]
         preferred = np.dtype(preferred_element_type)
-        if preferred.kind in "fc" or np.can_cast(result_type(*operands), preferred, "safe"):
+        if kind_of(preferred) in "fc" or np.can_cast(result_type(*operands), preferred, "safe"):
             operands = tuple(astype(x, preferred) for x in operands)
     if len({core.dtype_of(x) for x in operands}) > 1:
         common = np.result_type(*(core.dtype_of(x) for x in operands))

@@ -12,6 +12,7 @@ from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import broadcast_to, concatenate, moveaxis, ravel, reshape
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _static_count(num, name):
@@ -37,7 +38,7 @@ def _range_dtype(start, stop, dtype):
     runs in it (or in float64 for an integer ``dtype``, which floors at the end)."""
     computed = np.result_type(_weak(start), _weak(stop), 0.0)  # a Python float: weakly typed (NEP 50)
     out = computed if dtype is None else np.dtype(dtype)
-    if out.kind == "f":
+    if kind_of(out) == "f":
         computed = out
     return computed, out
 
@@ -65,7 +66,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     if endpoint and num > 1:
         out = concatenate([out, lax_shape.expand_dims(stop, (0,))], 0)
     out = moveaxis(out, 0, axis) if ndim(out) > 1 else out
-    if out_dtype.kind in "iu":
+    if kind_of(out_dtype) in "iu":
         out = ew.floor(out)
     out = astype(out, out_dtype)
     return (out, step) if retstep else out
@@ -77,7 +78,7 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
     computed, out_dtype = _range_dtype(start, stop, dtype)
     exponents = linspace(start, stop, num, endpoint, dtype=computed, axis=axis)
     out = ew.pow(_float_operand(base, computed), exponents)
-    if out_dtype.kind in "iu":
+    if kind_of(out_dtype) in "iu":
         out = ew.floor(out)
     return astype(out, out_dtype)
 
@@ -95,7 +96,7 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     bshape = ew.broadcast_shapes(shape(start), shape(stop))
     start, stop = broadcast_to(start, bshape), broadcast_to(stop, bshape)
     sign = ew.sign(start)
-    if np.dtype(computed).kind == "c":  # rotated so that start is |start| (NumPy's): a principal-branch log
+    if kind_of(np.dtype(computed)) == "c":  # rotated so that start is |start| (NumPy's): a principal-branch log
         low, high = ew.log10(ew.div(start, sign)), ew.log10(ew.div(stop, sign))
     else:
         low, high = ew.log10(ew.abs(start)), ew.log10(ew.abs(stop))
@@ -110,7 +111,7 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
             pieces.append(lax_shape.expand_dims(stop, (0,)))
         out = concatenate(pieces, 0)
     out = moveaxis(out, 0, axis) if ndim(out) > 1 else out
-    if out_dtype.kind in "iu":
+    if kind_of(out_dtype) in "iu":
         out = ew.floor(out)
     return astype(out, out_dtype)
 

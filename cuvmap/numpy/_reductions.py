@@ -16,6 +16,7 @@ from cuvmap.numpy._common import _axes, _axis, ndim, shape
 from cuvmap.numpy._elementwise import astype, square, stop_gradient, where
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._shapes import broadcast_to, diagonal, flip, ravel
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _keep(out, x, axes, keepdims):
@@ -32,9 +33,9 @@ def _accumulate_in(x, dtype):
     if dtype is not None:
         return astype(x, dtype)
     dt = np.dtype(core.dtype_of(x))
-    if dt == np.bool_ or (dt.kind == "i" and dt.itemsize < np.dtype(np.int_).itemsize):
+    if dt == np.bool_ or (kind_of(dt) == "i" and dt.itemsize < np.dtype(np.int_).itemsize):
         return astype(x, np.int_)
-    if dt.kind == "u" and dt.itemsize < np.dtype(np.uint).itemsize:
+    if kind_of(dt) == "u" and dt.itemsize < np.dtype(np.uint).itemsize:
         return astype(x, np.uint)
     return x
 
@@ -140,7 +141,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     a, half = _upcast_half(a)   # NOTE [half precision accumulates in float32]
     center = _mean(a, axes, keepdims=True, where=where) if mean is None else astype(asarray(mean), core.dtype_of(a))
     centered = ew.sub(a, center)
-    if core.dtype_of(centered).kind == "c":  # |a − mean|², real (numpy.var of complex numbers)
+    if kind_of(core.dtype_of(centered)) == "c":  # |a − mean|², real (numpy.var of complex numbers)
         squared = ew.real(ew.mul(ew.conj(centered), centered))
     else:
         squared = square(centered)
@@ -330,7 +331,7 @@ def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False,
     integer ``dtype``. Stable, also with ``descending=True``: equal elements keep their
     order, as in JAX."""
     _check_sort_args("argsort", kind, order)
-    if dtype is not None and np.dtype(dtype).kind not in "iu":
+    if dtype is not None and kind_of(np.dtype(dtype)) not in "iu":
         raise ValueError(f"argsort: dtype must be an integer dtype, got {np.dtype(dtype)}")
     a, axis = _flattened(a, axis, "argsort")
     if not descending:

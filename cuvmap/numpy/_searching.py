@@ -13,7 +13,7 @@ import builtins
 import numpy as np
 
 from cuvmap import backend, core
-from cuvmap.core import ConcretizationError, ShapeError, Tracer
+from cuvmap.core import ConcretizationError, ShapeError, Tracer, bfloat16
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import reduction as lax_reduction
@@ -109,7 +109,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     x, xp, fp = asarray(x), asarray(xp), asarray(fp)
     if ndim(xp) != 1 or ndim(fp) != 1 or shape(xp) != shape(fp):
         raise ShapeError(f"interp: xp and fp must be 1-D of one length, got shapes {shape(xp)} and {shape(fp)}")
-    dtype = np.result_type(core.dtype_of(x), core.dtype_of(xp), core.dtype_of(fp), np.float16)
+    dtype = bfloat16.result_type(core.dtype_of(x), core.dtype_of(xp), core.dtype_of(fp))
+    if bfloat16.kind_of(dtype) not in "fc":
+        dtype = np.result_type(dtype, np.float16)
     x, xp, fp = astype(x, dtype), astype(xp, dtype), astype(fp, dtype)
     for name, v in (("left", left), ("right", right)):
         if isinstance(v, str) and v != "extrapolate":

@@ -14,6 +14,7 @@ from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._reductions import argsort, sort
 from cuvmap.numpy._indexing import take_along_axis
 from cuvmap.numpy._shapes import broadcast_arrays
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _operand(x):
@@ -69,7 +70,7 @@ def choose(a, choices, out=None, mode="raise"):
     if out is not None:
         raise NotImplementedError("choose: out= is not supported (cuvmap arrays are immutable)")
     a = _operand(a)
-    if core.dtype_of(a).kind not in "iu":
+    if kind_of(core.dtype_of(a)) not in "iu":
         raise TypeError(f"choose: a must be an integer array, got dtype {core.dtype_of(a)}")
     if isinstance(choices, Tracer) or hasattr(choices, "shape"):
         choices = [choices[i] for i in range(shape(choices)[0])]
@@ -148,7 +149,7 @@ def _partition_operand(a, kth, axis, name):
     """``a`` as an array and ``axis`` normalised, after JAX's refusals: no complex arrays,
     at least 1 dim, ``kth`` an index into the axis."""
     a = _operand(a)
-    if core.dtype_of(a).kind == "c":
+    if kind_of(core.dtype_of(a)) == "c":
         raise NotImplementedError(f"{name}: complex arrays are not supported (as in JAX)")
     if ndim(a) == 0:
         raise ShapeError(f"{name}: the array must have at least 1 dim, got a 0-d array")

@@ -12,6 +12,7 @@ from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import shape as lax_shape
 from cuvmap.numpy._common import _axes, _axis, _holds_tracer, ndim, shape, size
+from cuvmap.core.bfloat16 import kind_of
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):  # noqa: A002 - jax.numpy's name
@@ -163,7 +164,7 @@ def _static_ints(value, name, what):
     if _holds_tracer(value):
         raise TypeError(f"{name}: {what} must be static (ints), not a traced value")
     arr = np.asarray(value)
-    if arr.size and arr.dtype.kind not in "iu":
+    if arr.size and kind_of(arr.dtype) not in "iu":
         raise TypeError(f"{name}: {what} must be integers, got {value!r}")
     return arr.astype(np.int64)
 

@@ -13,6 +13,7 @@ from cuvmap.numpy._common import _axis, ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._shapes import ravel
+from cuvmap.core.bfloat16 import kind_of
 
 
 def lexsort(keys, axis=-1):
@@ -43,8 +44,8 @@ def sort_complex(a):
     the derivative follows the sorting permutation."""
     a = asarray(a)
     dt = np.dtype(core.dtype_of(a))
-    if dt.kind != "c":
-        a = astype(a, np.complex64 if dt.kind == "f" and dt.itemsize <= 4 else np.complex128)
+    if kind_of(dt) != "c":
+        a = astype(a, np.complex64 if kind_of(dt) == "f" and dt.itemsize <= 4 else np.complex128)
     if ndim(a) == 0:
         return a
     return lax_sorting.sort(a, -1)
@@ -61,7 +62,7 @@ def top_k(a, k, /, *, axis=-1, mode="largest", sorted=True):  # noqa: A002 - JAX
     del sorted  # always sorted
     a = asarray(a)
     dt = np.dtype(core.dtype_of(a))
-    if dt.kind == "c":
+    if kind_of(dt) == "c":
         raise ValueError("top_k is not compatible with complex inputs.")
     if mode not in ("largest", "smallest"):
         raise ValueError(f"mode must be 'largest' or 'smallest', got {mode!r}")
@@ -70,6 +71,6 @@ def top_k(a, k, /, *, axis=-1, mode="largest", sorted=True):  # noqa: A002 - JAX
     axis = _axis(a, axis, "top_k")
     if mode == "largest":
         return lax_sorting.top_k(a, k, axis=axis)
-    flip = bitwise_not if dt.kind in "biu" else neg
+    flip = bitwise_not if kind_of(dt) in "biu" else neg
     values, indices = lax_sorting.top_k(flip(a), k, axis=axis)
     return flip(values), indices

@@ -20,6 +20,7 @@ from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementwise import astype
 from cuvmap.numpy._ranges import linspace
 from cuvmap.numpy._shapes import broadcast_to, concatenate, moveaxis, ravel, reshape
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _arrays(xs, name):
@@ -197,7 +198,7 @@ def delete(arr, obj, axis=None, *, assume_unique_indices=False):
                 raise ShapeError(f"delete: a boolean obj must have shape ({n},), got {index.shape}")
             keep = ~index
         else:
-            if index.size and index.dtype.kind not in "iu":
+            if index.size and kind_of(index.dtype) not in "iu":
                 raise IndexError(f"delete: obj must be integers, got {index.dtype}")
             index = index.astype(np.int64).ravel()
             if index.size and ((index < -n) | (index >= n)).any():

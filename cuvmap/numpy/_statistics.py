@@ -20,6 +20,7 @@ from cuvmap.numpy._elementwise_composites import isnan
 from cuvmap.numpy._ranges import linspace
 from cuvmap.numpy._reductions import argmax, argmin, max, min, prod, sum
 from cuvmap.numpy._shapes import moveaxis, ravel, reshape, transpose
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _float(a):
@@ -102,7 +103,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
     center = nanmean(a, axis, keepdims=True) if mean is None else asarray(mean)
     centered = ew.select(isnan(a), 0.0, ew.sub(a, center))
     count = _count(a, axis, keepdims)
-    if core.dtype_of(centered).kind == "c":  # |a − mean|², real (numpy.nanvar of complex numbers)
+    if kind_of(core.dtype_of(centered)) == "c":  # |a − mean|², real (numpy.nanvar of complex numbers)
         squares = ew.real(ew.mul(ew.conj(centered), centered))
         count = ew.real(count)
     else:

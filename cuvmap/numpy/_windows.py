@@ -10,6 +10,7 @@ from cuvmap import config, core
 from cuvmap.core import ConcretizationError, Tracer
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax import indexing as lax_indexing
+from cuvmap.core.bfloat16 import kind_of
 
 
 def _count(M, name):  # noqa: N803 - NumPy's name
@@ -74,7 +75,7 @@ def kaiser(M, beta):  # noqa: N803 - NumPy's name
     beta = beta if isinstance(beta, Tracer) or hasattr(beta, "dtype") else np.asarray(beta, config.default_float)
     # the positions in beta's precision where it is the wider (float64 beta, float32 default)
     dtype = np.result_type(config.default_float, core.dtype_of(beta))
-    n, ones = _positions(M, "kaiser", dtype if dtype.kind == "f" else None, like=beta)
+    n, ones = _positions(M, "kaiser", dtype if kind_of(dtype) == "f" else None, like=beta)
     if n is None:
         return ones
     alpha = 0.5 * (M - 1)

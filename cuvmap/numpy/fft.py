@@ -40,6 +40,7 @@ from cuvmap.lax.indexing import iota, slice_in_dim
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._shapes import moveaxis, roll
+from cuvmap.core.bfloat16 import kind_of
 
 __all__ = [
     "fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn",
@@ -268,7 +269,7 @@ def _frequencies(name, count, n, d, dtype, wrap):
     if isinstance(d, (list, tuple)):
         raise ValueError(f"jax.numpy.fft.{name}: d takes one value, got {d!r}")
     dtype = np.dtype(np.float64 if dtype is None else dtype)
-    compute = dtype if dtype.kind in "fc" else np.dtype(np.float64)
+    compute = dtype if kind_of(dtype) in "fc" else np.dtype(np.float64)
     if isinstance(d, Tracer) or backend.is_cupy_array(d):
         k = iota(count, np.int64, like=d)
         if wrap:

@@ -41,6 +41,7 @@ from cuvmap.numpy._reductions import _keep, max, min, sum
 from cuvmap.numpy._shapes import broadcast_to, moveaxis, squeeze, swapaxes
 from cuvmap.transforms.custom_derivatives import custom_jvp
 from cuvmap.numpy._linalg_eig import EigResult, eig, eigvals  # noqa: F401  (issue 32: general eigenproblems)
+from cuvmap.core.bfloat16 import kind_of
 
 
 __all__ = [
@@ -79,7 +80,7 @@ def _as_inexact(x):
 
 
 def _is_complex(x):
-    return core.dtype_of(x).kind == "c"
+    return kind_of(core.dtype_of(x)) == "c"
 
 
 def _eye(x, n):
@@ -251,7 +252,7 @@ def matrix_power(a, n):
     """``numpy.linalg.matrix_power``: ``a`` to the integer power ``n`` by repeated squaring
     (``n = 0``: the identity; ``n < 0``: powers of :func:`inv`). Integer and boolean
     matrices keep their dtype (a boolean product is the or of ands), as NumPy's."""
-    a = _square_stack(a, "matrix_power") if not (hasattr(a, "dtype") and core.dtype_of(a).kind in "iub") else a
+    a = _square_stack(a, "matrix_power") if not (hasattr(a, "dtype") and kind_of(core.dtype_of(a)) in "iub") else a
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"matrix_power: the exponent must be an integer, got {n!r}")
     n = int(n)

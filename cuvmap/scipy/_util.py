@@ -3,6 +3,7 @@ import numpy as np
 
 from cuvmap import core
 from cuvmap import numpy as cnp
+from cuvmap.core.bfloat16 import kind_of
 
 
 def promote_inexact(*xs):
@@ -15,5 +16,5 @@ def promote_inexact(*xs):
             continue
         if isinstance(x, (list, tuple)):
             x = cnp.asarray(x)
-        out.append(x if core.dtype_of(x).kind in "fc" else cnp.astype(x, np.float64))
+        out.append(x if kind_of(core.dtype_of(x)) in "fc" else cnp.astype(x, np.float64))
     return out if len(out) > 1 else out[0]

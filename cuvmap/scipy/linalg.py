@@ -33,9 +33,11 @@ from cuvmap.scipy.linalg_matrix_functions import (  # noqa: F401  (issue 32: the
 from cuvmap.scipy.linalg_reductions import hessenberg, qr_multiply  # noqa: F401  (issue 32)
 # the special matrices and SciPy's spellings of qr, svd and polar (their own modules)
 from cuvmap.scipy.linalg_factorizations import polar, qr, svd
+from cuvmap.scipy.linalg_banded import solve_banded  # noqa: F401  (SciPy's/autograd's name)
 from cuvmap.scipy.linalg_special_matrices import (
     block_diag, circulant, companion, convolution_matrix, dft, fiedler, fiedler_companion, hadamard, hankel, helmert,
     hilbert, invhilbert, invpascal, leslie, pascal, toeplitz)
+from cuvmap.core.bfloat16 import kind_of
 
 __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "lu_solve", "solve",
            "solve_triangular", "cholesky", "eigh",
@@ -45,6 +47,7 @@ __all__ = ["cho_factor", "cho_solve", "det", "expm", "inv", "lu", "lu_factor", "
 __all__ += ["block_diag", "circulant", "companion", "convolution_matrix", "dft", "fiedler", "fiedler_companion",
             "hadamard", "hankel", "helmert", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "polar", "qr",
             "svd", "toeplitz"]
+__all__ += ["solve_banded"]  # SciPy's/autograd's (cuvmap/scipy/linalg_banded.py)
 
 
 def _mT(x):
@@ -93,7 +96,7 @@ def _transpose_flag(trans, a, name):
 
 def _conjugated_for(trans, a):
     """``conj(a)`` where ``trans`` is 2/``'C'`` and ``a`` complex (``op(a) = aᴴ``), else ``a``."""
-    return complex_parts.conj(a) if trans in (2, "C") and core.dtype_of(a).kind == "c" else a
+    return complex_parts.conj(a) if trans in (2, "C") and kind_of(core.dtype_of(a)) == "c" else a
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None,
@@ -155,7 +158,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, lower = c_and_lower
     c = _square(c, "cho_solve")
     c, b, vector = _rhs(c, b, "cho_solve")
-    c_conj = complex_parts.conj(c) if core.dtype_of(c).kind == "c" else c  # (solves with cᴴ: conj(c)ᵀ)
+    c_conj = complex_parts.conj(c) if kind_of(core.dtype_of(c)) == "c" else c  # (solves with cᴴ: conj(c)ᵀ)
     if lower:  # L Lᴴ x = b
         y = lax_solve.triangular_solve_left(c, b, lower=True)
         x = lax_solve.triangular_solve_left(c_conj, y, lower=True, transpose_a=True)
@@ -321,10 +324,10 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     if kind != "gen":
         a = _square(a, "solve")
         half = tril(a, -1) if lower else triu(a, 1)
-        mirrored = _mT(complex_parts.conj(half) if kind == "her" and core.dtype_of(a).kind == "c" else half)
+        mirrored = _mT(complex_parts.conj(half) if kind == "her" and kind_of(core.dtype_of(a)) == "c" else half)
         diag = tril(triu(a))
         if kind == "her":
-            diag = complex_parts.real(diag) if core.dtype_of(a).kind == "c" else diag
+            diag = complex_parts.real(diag) if kind_of(core.dtype_of(a)) == "c" else diag
             diag = astype(diag, core.dtype_of(a))
         a = ew.add(ew.add(half, mirrored), diag)
     return np_linalg.solve(a, b)

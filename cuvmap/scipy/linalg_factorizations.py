@@ -16,6 +16,7 @@ from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.elementwise import complex_numbers as complex_parts  # conj
 from cuvmap.scipy._util import promote_inexact
+from cuvmap.core.bfloat16 import kind_of
 
 __all__ = ["polar", "qr", "svd"]
 
@@ -29,7 +30,7 @@ def _matrix_stack(a, name):
 
 def _hermitian_transpose(x):
     x = cnp.swapaxes(x, -1, -2)
-    return complex_parts.conj(x) if core.dtype_of(x).kind == "c" else x
+    return complex_parts.conj(x) if kind_of(core.dtype_of(x)) == "c" else x
 
 
 # NOTE [column pivots as LAPACK's geqp3 chooses them]

@@ -2,15 +2,16 @@
 ``rsf2csf``, ``sqrtm``, ``funm`` and ``solve_sylvester``. Each takes
 stacks of matrices and is a composite of :mod:`cuvmap.numpy` functions over
 :func:`cuvmap.lax.linalg_schur.schur` (loops over the matrix size only, each step a
-whole-stack operation), so it vmaps and jits; those that go through ``schur`` have no
-derivative, as in JAX (``schur`` raises, naming itself).
+whole-stack operation), so it vmaps and jits; ``schur`` has no derivative, as in JAX, but
+``solve_sylvester`` is the Sylvester primitive (NOTE [the Sylvester solve as a primitive])
+and ``sqrtm`` carries autograd's rule (NOTE [sqrtm differentiated by a Sylvester equation]).
 """
 import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import ShapeError
 from cuvmap.lax.linalg_schur import schur as lax_schur
-from cuvmap.lax.linalg_solve import triangular_solve_left
+from cuvmap.lax.linalg_sylvester import sylvester as lax_sylvester
 from cuvmap.numpy import linalg as np_linalg
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._elementary import isinf
@@ -18,6 +19,8 @@ from cuvmap.numpy._elementwise import abs, astype, maximum, minimum, sqrt, where
 from cuvmap.numpy._products import matmul
 from cuvmap.numpy._reductions import any, min
 from cuvmap.numpy._shapes import broadcast_to, concatenate, diagonal, swapaxes
+from cuvmap.core.bfloat16 import kind_of
+from cuvmap.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["funm", "rsf2csf", "schur", "solve_sylvester", "sqrtm"]
 
@@ -37,7 +40,7 @@ def _square(a, name, arg="a"):
 
 def _complex(x):
     dtype = core.dtype_of(x)
-    return x if dtype.kind == "c" else astype(x, np.result_type(dtype, np.complex64))
+    return x if kind_of(dtype) == "c" else astype(x, np.result_type(dtype, np.complex64))
 
 
 def _adjoint(x):
@@ -164,13 +167,31 @@ def sqrtm(A, blocksize=1):  # noqa: N803 - SciPy's name
     """``scipy.linalg.sqrtm`` (JAX's ``jax.scipy.linalg.sqrtm``): the principal square
     root ``X`` (``X² = A``) of each square matrix of a stack, by the complex Schur method
     (``A = Z T Zᴴ``, ``X = Z √T Zᴴ``, ``√T`` by Björck and Hammarling's recurrence);
-    complex, as JAX's. No derivative (it goes through ``schur``, as JAX's).
+    complex, as JAX's. Differentiable by autograd's rule, ``dX = solve_sylvester(X, X, dA)``
+    (NOTE [sqrtm differentiated by a Sylvester equation]; JAX's has no derivative).
     ``blocksize > 1`` raises (JAX's too)."""
     if blocksize > 1:
         raise NotImplementedError("sqrtm: blocksize > 1 (the blocked algorithm) is not implemented (as in JAX)")
-    a = _square(A, "sqrtm", "A")
+    return _sqrtm(_square(A, "sqrtm", "A"))
+
+
+# NOTE [sqrtm differentiated by a Sylvester equation]
+# schur has no derivative rule (neither has JAX's), so sqrtm carries its own (autograd's):
+# X = sqrtm(A) satisfies X X = A, so X dX + dX X = dA and dX = solve_sylvester(X, X, dA), the
+# Sylvester primitive (NOTE [the Sylvester solve as a primitive]), whose rules give every
+# higher order and every composition of modes. It exists where no two eigenvalues of X add
+# to 0: for the principal root, where A has no zero eigenvalue (NaN otherwise).
+@custom_jvp
+def _sqrtm(a):
     t, z = lax_schur(_complex(a))
     return matmul(matmul(z, _sqrtm_triu(t)), _adjoint(z))
+
+
+@_sqrtm.defjvp
+def _sqrtm_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    x = _sqrtm(a)
+    return x, solve_sylvester(x, x, da)
 
 
 def _parlett(f, t):
@@ -203,7 +224,7 @@ def funm(A, func, disp=True):  # noqa: N803 - SciPy's name
     a = _square(A, "funm", "A")
     # real Schur form, then complex (as JAX and SciPy): a real eigenvalue keeps a zero
     # imaginary part, so ``func``'s branch cut sees the sign SciPy's does
-    t, z = rsf2csf(*lax_schur(a)) if core.dtype_of(a).kind != "c" else lax_schur(a)
+    t, z = rsf2csf(*lax_schur(a)) if kind_of(core.dtype_of(a)) != "c" else lax_schur(a)
     f = _diag_embed(astype(func(diagonal(t, 0, -2, -1)), core.dtype_of(t)))
     f, min_gap = _parlett(f, t)
     f = matmul(matmul(z, f), _adjoint(z))
@@ -222,22 +243,6 @@ def funm(A, func, disp=True):  # noqa: N803 - SciPy's name
 # ---------------------------------------------------------------------------------------
 
 
-def _sylvester_triangular(r, lower, f):
-    """``Y`` with ``R Y + Y L = F``, ``R`` upper triangular ``(..., m, m)`` and ``L`` lower
-    triangular ``(..., n, n)``: column ``j`` (last first) solves
-    ``(R + L[j, j] I) y_j = f_j − Σ_{k>j} L[k, j] y_k``, an upper triangular solve."""
-    m, n = core.shape_of(f)[-2:]
-    identity = _on(f, np.eye(m, dtype=core.dtype_of(f)))
-    solved = None  # the columns j+1, ..., n-1 found so far
-    for j in range(n - 1, -1, -1):
-        rhs = f[..., :, j:j + 1]
-        if solved is not None:
-            rhs = rhs - matmul(solved, lower[..., j + 1:, j:j + 1])
-        y = triangular_solve_left(r + lower[..., j, j][..., None, None] * identity, rhs, lower=False)
-        solved = y if solved is None else concatenate([y, solved], axis=-1)
-    return solved
-
-
 def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy's names
     """``scipy.linalg.solve_sylvester`` (JAX's ``jax.scipy.linalg.solve_sylvester``):
     ``X`` with ``A X + X B = C`` for stacks ``A`` ``(..., m, m)``, ``B`` ``(..., n, n)``,
@@ -246,7 +251,10 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
     back substitution over the columns, ``X = U Y Vᴴ``; ``method='eigen'``:
     ``A = P diag(a) P⁻¹``, ``B = Q diag(b) Q⁻¹``, ``X = P ((P⁻¹ C Q) / (a_i + b_j)) Q⁻¹``.
     Real for real ``C``. NaN where some ``|a_i + b_j| < tol`` (no unique solution, as
-    JAX). The Schur method has no derivative (as JAX)."""
+    JAX). Differentiable in ``A``, ``B`` and ``C``, to any order: the Schur method is the
+    primitive :func:`cuvmap.lax.linalg_sylvester.sylvester` with the rule
+    ``A dX + dX B = dC − dA X − X dB`` (autograd's; JAX's Schur method has none), the eigen
+    method a composite over ``eig``."""
     if method not in ("schur", "eigen"):
         raise ValueError(f'solve_sylvester: unrecognized method {method!r}; the two valid methods are "schur" '
                          'and "eigen"')
@@ -262,17 +270,13 @@ def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):  # noqa: N803 - SciPy
     b = broadcast_to(astype(b, dtype), lead + (n, n))
     c = broadcast_to(astype(c, dtype), lead + (m, n))
     if method == "schur":
-        r, u = lax_schur(_complex(a))
-        s, v = lax_schur(_complex(_adjoint(b)))
-        f = matmul(matmul(_adjoint(u), _complex(c)), v)
-        x = matmul(matmul(u, _sylvester_triangular(r, _adjoint(s), f)), _adjoint(v))
-    else:
-        wa, pa = np_linalg.eig(a)
-        wb, pb = np_linalg.eig(b)
-        f = np_linalg.solve(pa, matmul(_complex(c), pb))
-        x = matmul(f / (wa[..., :, None] + wb[..., None, :]), np_linalg.inv(pb))
-        x = matmul(pa, x)
-    if np.dtype(dtype).kind != "c":
+        return lax_sylvester(a, b, c, tol=tol)
+    wa, pa = np_linalg.eig(a)
+    wb, pb = np_linalg.eig(b)
+    f = np_linalg.solve(pa, matmul(_complex(c), pb))
+    x = matmul(f / (wa[..., :, None] + wb[..., None, :]), np_linalg.inv(pb))
+    x = matmul(pa, x)
+    if kind_of(np.dtype(dtype)) != "c":
         x = x.real
     wa, wb = np_linalg.eigvals(a), np_linalg.eigvals(b)
     singular = any(abs(wa[..., :, None] + wb[..., None, :]) < tol, axis=(-2, -1))

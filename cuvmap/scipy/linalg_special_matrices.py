@@ -24,6 +24,7 @@ from cuvmap import numpy as cnp
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.scipy._util import promote_inexact
+from cuvmap.core.bfloat16 import kind_of
 
 __all__ = ["block_diag", "circulant", "companion", "convolution_matrix", "dft", "fiedler", "fiedler_companion",
            "hadamard", "hankel", "helmert", "hilbert", "invhilbert", "invpascal", "leslie", "pascal", "toeplitz"]
@@ -384,7 +385,7 @@ def dft(n, scale=None, *, dtype=None):
         dtype = np.result_type(config.default_float, np.complex64)
     else:
         dtype = np.dtype(dtype)
-        if dtype.kind != "c":
+        if kind_of(dtype) != "c":
             raise ValueError(f"dft: dtype must be a complex floating-point type; got {dtype}.")
     n = _size(n, "dft")
     i, j = _grid(n, n)

@@ -3,8 +3,9 @@
 ``ndtri``, ``log_ndtr``, ``expit``, ``logit``, ``softmax``, ``log_softmax``,
 ``gammainc``/``gammaincc`` (JAX's names of ``lax.igamma``/``lax.igammac``), ``gamma``,
 ``gammasgn``, ``rgamma``, ``beta``, ``betaln``, ``multigammaln``, ``polygamma``, the
-entropies ``entr``, ``rel_entr``, ``kl_div`` and the Bessel functions ``i0``, ``i0e``,
-``i1``, ``i1e``.
+entropies ``entr``, ``rel_entr``, ``kl_div``, the Bessel functions ``i0``, ``i0e``,
+``i1``, ``i1e``, ``erfcinv``, and (from :mod:`cuvmap.scipy.special_bessel`) ``j0``, ``j1``,
+``y0``, ``y1``, ``jn``, ``yn``, ``iv``, ``ive``, ``bessel_jn`` and ``betainc``.
 
 They are compositions of :mod:`cuvmap.lax` primitives (the special functions themselves are
 primitives there), so every transform applies; where the composition's own derivative would
@@ -19,6 +20,7 @@ from cuvmap import lax
 from cuvmap import numpy as cnp
 from cuvmap.scipy._util import promote_inexact
 from cuvmap.transforms.custom_derivatives import custom_jvp
+from cuvmap.core.bfloat16 import kind_of
 
 _LOG_2PI = math.log(2 * math.pi)
 _SQRT_HALF = math.sqrt(0.5)
@@ -185,7 +187,7 @@ def polygamma(n, x):
     """``ψ⁽ⁿ⁾(x)``, the n-th derivative of :func:`digamma`, for a concrete non-negative
     integer ``n`` (JAX also takes an array of orders). JAX: ``jax.scipy.special.polygamma``."""
     order = np.asarray(n)
-    if order.ndim != 0 or order.dtype.kind not in "iuf" or order != int(order) or order < 0:
+    if order.ndim != 0 or kind_of(order.dtype) not in "iuf" or order != int(order) or order < 0:
         raise ValueError(f"scipy.special.polygamma: n must be one concrete non-negative integer, got {n!r}")
     return lax.polygamma(int(order), promote_inexact(x))
 
@@ -217,6 +219,14 @@ def erfinv(x):
     """The inverse of :func:`erf` on ``[−1, 1]`` (:func:`cuvmap.lax.erf_inv`). JAX:
     ``jax.scipy.special.erfinv``."""
     return lax.erf_inv(promote_inexact(x))
+
+
+def erfcinv(y):
+    """The inverse of :func:`erfc` on ``[0, 2]``: ``erfcinv(y) = −ndtri(y/2)/√2`` (accurate
+    for tiny ``y``, where ``erfinv(1 − y)`` would lose every digit);
+    ``erfcinv'(y) = −(√π/2) e^{erfcinv(y)²}``. SciPy: ``scipy.special.erfcinv``."""
+    y = promote_inexact(y)
+    return -ndtri(y / 2) * _SQRT_HALF
 
 
 # ---------------------------------------------------------------------------------------
@@ -386,3 +396,8 @@ def i1(x):
     ``jax.scipy.special.i1``."""
     x = promote_inexact(x)
     return cnp.exp(cnp.abs(x)) * lax.bessel_i1e(x)
+
+
+from cuvmap.scipy.special_bessel import (  # noqa: E402,F401  (a file of their own: this one's size)
+    bessel_jn, betainc, iv, ive, j0, j1, jn, y0, y1, yn,
+)

@@ -6,6 +6,7 @@ rule written for real numbers never gives a silently wrong complex derivative.
 """
 from cuvmap import core
 from cuvmap.core import MissingRuleError
+from cuvmap.core.bfloat16 import kind_of
 
 # NOTE [complex convention]
 # cuvmap follows JAX's convention for complex numbers, in every rule.
@@ -51,7 +52,7 @@ def defcomplex(*primitives):
 
 def _complex_dtype(values):
     for v in values:
-        if v is not None and core.is_float(v) and core.dtype_of(v).kind == "c":
+        if v is not None and core.is_float(v) and kind_of(core.dtype_of(v)) == "c":
             return core.dtype_of(v)
     return None
 

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from cuvmap import core
+from cuvmap.core import bfloat16
 
 
 class Var:
@@ -208,21 +209,39 @@ def _var_names():
             yield "".join(chars)
 
 
-def _pp_param(v):
+def _is_program(v):
+    return isinstance(v, (ClosedJaxpr, Jaxpr)) or (
+        isinstance(v, tuple) and bool(v) and all(isinstance(p, (ClosedJaxpr, Jaxpr)) for p in v))
+
+
+def _pp_param(v, context):
     if isinstance(v, np.dtype):
         return v.name
-    if isinstance(v, ClosedJaxpr):
-        return "{ jaxpr }"
-    if isinstance(v, tuple) and v and all(isinstance(p, ClosedJaxpr) for p in v):  # cond's branches
-        return "(" + ", ".join("{ jaxpr }" for _ in v) + ")"
+    if isinstance(v, (ClosedJaxpr, Jaxpr)):
+        return pp_jaxpr(getattr(v, "jaxpr", v), context)
+    if isinstance(v, tuple) and v and all(isinstance(p, (ClosedJaxpr, Jaxpr)) for p in v):  # cond's branches
+        return "(\n" + "\n".join("  " + _indent(pp_jaxpr(getattr(p, "jaxpr", p), context), "  ") + ","
+                                   for p in v) + "\n)"
     if callable(v) and not isinstance(v, type):  # a checkpoint policy; a custom call's function and rules
         return getattr(v, "__name__", None) or type(v).__name__
     return repr(v)
 
 
-def pp_jaxpr(jaxpr):
-    names = {}
-    gen = _var_names()
+def _indent(text, prefix):
+    """``text`` with every line after the first prefixed (the first follows ``name=``)."""
+    return text.replace("\n", "\n" + prefix)
+
+
+# NOTE [the text form of a program]
+# JAX's: ``{ lambda consts; args. let`` then one equation per line, ``outs = prim[params]
+# ins``, then ``in (outs) }``; avals as ``f32[3,4]`` (``~`` marks a weak type). An equation
+# that holds programs (scan's body, cond's branches, a checkpointed region, a custom rule's
+# call) prints its params one per line and each program in full, indented under it, with
+# variable names continuing from the outer program's, as JAX prints nested jaxprs; a
+# named scope follows an equation as a comment.
+def pp_jaxpr(jaxpr, _context=None):
+    """The text form of ``jaxpr`` (NOTE [the text form of a program])."""
+    names, gen = _context if _context is not None else ({}, _var_names())
 
     def name(v):
         if isinstance(v, Literal):
@@ -238,11 +257,17 @@ def pp_jaxpr(jaxpr):
     args = " ".join(decl(v) for v in jaxpr.invars)
     lines = [f"{{ lambda {consts}; {args}. let"]
     for eqn in jaxpr.eqns:
-        params = " ".join(f"{k}={_pp_param(v)}" for k, v in eqn.params.items())
         ins = " ".join(name(x) for x in eqn.inputs)
-        head = eqn.primitive.name + (f"[{params}]" if params else "")
         outs = " ".join(decl(v) for v in eqn.outs)
         scope = f"  # [{'/'.join(eqn.name_stack)}]" if eqn.name_stack else ""
+        if any(_is_program(v) for v in eqn.params.values()):
+            lines.append(f"    {outs} = {eqn.primitive.name}[")
+            for k, v in eqn.params.items():
+                lines.append("      " + _indent(f"{k}={_pp_param(v, (names, gen))}", "      "))
+            lines.append(f"    ] {ins}".rstrip() + scope)
+            continue
+        params = " ".join(f"{k}={_pp_param(v, (names, gen))}" for k, v in eqn.params.items())
+        head = eqn.primitive.name + (f"[{params}]" if params else "")
         lines.append(f"    {outs} = {head} {ins}".rstrip() + scope)
     outs = ", ".join(name(v) for v in jaxpr.outvars)
     lines.append(f"  in ({outs}{',' if len(jaxpr.outvars) == 1 else ''}) }}")
@@ -419,7 +444,7 @@ def fold_constants(closed):
             if out_size <= max(in_size, _FOLD_MAX_GROWTH_ELEMENTS):
                 try:
                     # the impl, not bind: an outer jit may be tracing, and would stage it
-                    value = eqn.primitive.impl(*vals, **eqn.params)
+                    value = bfloat16.eqn_impl(eqn)(*vals, **eqn.params)
                     if isinstance(value, np.generic):
                         value = np.asarray(value)
                 except Exception:

@@ -15,6 +15,7 @@ import numpy as np
 from cuvmap import core
 from cuvmap.core import MissingRuleError, PrimalTracer, Trace
 from cuvmap.transforms import complex_rules, ir, staging
+from cuvmap.core.bfloat16 import kind_of
 
 primitive_jvps = {}
 
@@ -156,7 +157,7 @@ def has_aval_of(x, like):
     if core.shape_of(x) != core.shape_of(like):
         return False
     if type(like) is float:
-        return core.dtype_of(x).kind == "f"
+        return kind_of(core.dtype_of(x)) == "f"
     return core.dtype_of(x) == core.dtype_of(like)
 
 
@@ -174,7 +175,7 @@ def match_aval(x, like, fit_shape):
         x = fit_shape(x, shape)
     dtype = core.dtype_of(x)
     if type(like) is float:
-        if dtype.kind == "c":
+        if kind_of(dtype) == "c":
             x = elementwise.convert_element_type(x, np.finfo(dtype).dtype)
     elif dtype != core.dtype_of(like):
         x = elementwise.convert_element_type(x, core.dtype_of(like))

@@ -25,6 +25,7 @@ from cuvmap.core import ConcretizationError, Trace, Tracer
 from cuvmap.errors import jax_concretization_phrase
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ class StagingTrace(Trace):
     def to_input(self, builder, x):
         if self.main.owns(x):
             return x.var
-        if type(x) in core._PY_SCALAR_DTYPES or (type(x) is np.ndarray and x.shape == () and x.dtype.kind in "biuf"):
+        if type(x) in core._PY_SCALAR_DTYPES or (type(x) is np.ndarray and x.shape == () and kind_of(x.dtype) in "biuf"):
             return Literal(x)
         return builder.const_var(x)
 

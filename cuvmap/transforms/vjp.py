@@ -24,6 +24,7 @@ from cuvmap.core import MissingRuleError, PrimalTracer, Trace
 from cuvmap.transforms import complex_rules, ir, jvp, staging
 from cuvmap.transforms.jvp import has_aval_of, match_aval
 from cuvmap.transforms.partial_eval import partial_eval_jaxpr
+from cuvmap.core.bfloat16 import kind_of
 
 primitive_vjps = {}
 # NOTE [what the tape keeps]
@@ -326,7 +327,7 @@ def joint_vjp_jaxpr(closed, needs_ct, in_avals):
     flat = ir.consts_as_inputs(closed)
     n = len(in_avals)
     out_avals = closed.out_avals
-    ct_outputs = tuple(a.dtype.kind in "fc" for a in out_avals)
+    ct_outputs = tuple(kind_of(a.dtype) in "fc" for a in out_avals)
 
     def joint(*vals):
         primals, cts = vals[:n], iter(vals[n:])

@@ -35,8 +35,9 @@ def pad_or_crop(x, pairs):
 
 def conv_general_nchw(x, w, strides, pads, lhs_dilation, rhs_dilation, feature_group_count=1, batch_group_count=1):
     """XLA's convolution of ``x`` (``N C S...``) and ``w`` (``O I K...``), by loops."""
-    x = pad_or_crop(dilate(np.asarray(x, np.float64), lhs_dilation), pads)
-    w = np.asarray(w, np.float64)
+    dtype = np.result_type(np.asarray(x).dtype, np.asarray(w).dtype, np.float64)  # complex stays complex
+    x = pad_or_crop(dilate(np.asarray(x, dtype), lhs_dilation), pads)
+    w = np.asarray(w, dtype)
     n_in, c = x.shape[:2]
     o, i_per_group = w.shape[:2]
     kernel = w.shape[2:]
@@ -44,7 +45,7 @@ def conv_general_nchw(x, w, strides, pads, lhs_dilation, rhs_dilation, feature_g
     groups = feature_group_count * batch_group_count
     o_per_group = o // groups
     n_out = n_in // batch_group_count
-    out = np.zeros((n_out, o) + out_sp)
+    out = np.zeros((n_out, o) + out_sp, dtype)
     for n, oc in itertools.product(range(n_out), range(o)):
         g = oc // o_per_group
         if batch_group_count > 1:

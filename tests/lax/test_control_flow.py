@@ -159,13 +159,21 @@ def test_a_jitted_function_with_control_flow_traces_once_per_signature():
 
 
 def test_program_text_shows_one_equation_per_control_flow_call():
+    """Each control-flow call is one equation whose programs print in full under it, their
+    variable names continuing the outer program's (NOTE [the text form of a program])."""
     x = np.ones(3)
     text = str(cv.make_jaxpr(lambda x: lax.scan(lambda c, x: (c + x, c * 2), 0.0 * x[0], x))(x))
-    assert "scan[length=3 num_consts=0 num_carry=1 program={ jaxpr } reverse=False unroll=1]" in text, text
+    assert text.count(" = scan[\n") == 1, text
+    for line in ("      length=3\n", "      num_carry=1\n", "      program={ lambda ; ", "          ",
+                 " = add ", " = mul ", "        in (", "      reverse=False\n", "    ] "):
+        assert line in text, (line, text)
     text = str(cv.make_jaxpr(lambda x: lax.cond(x[0] > 0, cnp.sin, cnp.cos, x))(x))
-    assert "cond[branches=({ jaxpr }, { jaxpr })]" in text, text
+    assert "cond[\n      branches=(\n        { lambda ; " in text and " = cos " in text and " = sin " in text, text
     text = str(cv.make_jaxpr(lambda x: lax.while_loop(lambda c: c[0] < 3.0, lambda c: c + 1.0, x))(x))
-    assert "while[cond_nconsts=0 cond_program={ jaxpr } body_nconsts=0 body_program={ jaxpr }]" in text, text
+    assert "while[\n      cond_nconsts=0\n      cond_program={ lambda ; " in text and " = lt " in text, text
+    assert "      body_program={ lambda ; " in text and " = add " in text, text
+    names = re.findall(r"\b([a-z]+):", text)
+    assert len(names) == len(set(names)), text  # one name per variable across the nested programs
 
 
 def test_dce_drops_dead_outputs_and_the_carries_only_they_need():

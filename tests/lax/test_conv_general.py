@@ -219,3 +219,46 @@ BAD = [
 def test_errors(make, match):
     with pytest.raises(ShapeError, match=match):
         make()
+
+
+# complex operands: four real convolutions of the parts (NOTE [complex convolutions from
+# real ones]); a real operand beside a complex one takes two
+def _complexified(case, rng, which):
+    x, w, _ = _operands(case, rng)
+    if which in ("both", "lhs"):
+        x = x + 1j * rng.standard_normal(x.shape)
+    if which in ("both", "rhs"):
+        w = w + 1j * rng.standard_normal(w.shape)
+    return x, w
+
+
+COMPLEX = ["both", "lhs", "rhs"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("which", COMPLEX)
+def test_complex_value_against_loops(case, which):
+    x, w = _complexified(case, np.random.default_rng(4), which)
+    got = _fun(case)(x, w)
+    assert got.dtype == np.complex128
+    np.testing.assert_allclose(got, _reference(case, x, w), rtol=1e-12, atol=1e-12)
+    got64 = _fun(case)(x.astype(np.complex64 if x.dtype.kind == "c" else np.float32),
+                       w.astype(np.complex64 if w.dtype.kind == "c" else np.float32))
+    assert got64.dtype == np.complex64
+    np.testing.assert_allclose(got64, _reference(case, x, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", CASES[::3], ids=IDS[::3])
+def test_complex_grads_vmap_jit(case):
+    x, w = _complexified(case, np.random.default_rng(5), "both")
+    f = _fun(case)
+    check_grads(f, (x, w), order=2, atol=1e-6, rtol=1e-6)
+    batch = np.random.default_rng(6).standard_normal((3,) + x.shape) * (1 + 0.5j)
+    check_batching(f, (batch, w), in_axes=(0, None), atol=1e-10, rtol=1e-10)
+    np.testing.assert_allclose(cv.jit(f)(x, w), f(x, w), rtol=1e-12, atol=1e-12)
+    # the gradient of a real loss: JAX's convention (∂/∂re − i ∂/∂im), as the real parts' gradients give
+    loss = lambda x, w: cv.numpy.sum(cv.numpy.abs(f(x, w)) ** 2)  # noqa: E731
+    gx = cv.grad(loss)(x, w)
+    parts = lambda a, b: loss(a + 1j * b, w)  # noqa: E731
+    ga, gb = cv.grad(parts, argnums=(0, 1))(x.real, x.imag)
+    np.testing.assert_allclose(gx, ga - 1j * gb, rtol=1e-10, atol=1e-10)

@@ -452,13 +452,15 @@ def test_bfloat16_is_named_only_when_ml_dtypes_is_installed():
         assert cnp.bfloat16 is ml_dtypes.bfloat16 is cv.dtypes.bfloat16
 
 
-def test_bfloat16_inputs_are_refused_by_name():
+def test_float8_inputs_are_refused_by_name():
+    """ml_dtypes' types other than bfloat16 (which computes: tests/numpy/test_bfloat16.py)
+    have no rules in cuvmap: every transform and eager primitive refuses them by name."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    x = np.ones(3, ml_dtypes.bfloat16)
+    x = np.ones(3, ml_dtypes.float8_e4m3fn)
     for call in (lambda: cv.grad(lambda x: cnp.sum(x))(x), lambda: cv.vjp(cnp.sin, x),
                  lambda: cv.jvp(cnp.sin, (x,), (x,)), lambda: cv.vmap(cnp.sin)(x), lambda: cv.jit(cnp.sin)(x),
                  lambda: cnp.sin(x), lambda: cnp.add(x, 1.0)):
-        with pytest.raises(TypeError, match="dtype bfloat16, which cuvmap.* not support yet"):
+        with pytest.raises(TypeError, match="dtype float8_e4m3fn, which cuvmap.* not support yet"):
             call()
     np.testing.assert_array_equal(cnp.sin(x.astype(np.float32)), np.sin(np.ones(3, np.float32)))
 
@@ -481,13 +483,14 @@ def test_an_ml_dtypes_kind_of_dtype_is_refused_without_ml_dtypes():
 
 
 def test_casts_to_and_constants_of_ml_dtypes_kinds_are_refused_by_name():
-    """A cast to bfloat16 inside a differentiated function gave a silent zero derivative
-    and a captured bfloat16 constant crashed staging: both raise naming the dtype (V2
-    stands in for bfloat16 where ml_dtypes is not installed)."""
+    """A cast to one of ml_dtypes' types cuvmap does not compute with (float8, int4) inside
+    a differentiated function gave a silent zero derivative and a captured constant of one
+    crashed staging: both raise naming the dtype (V2 stands in where ml_dtypes is not
+    installed)."""
     kinds = [np.dtype("V2")]
     try:
         import ml_dtypes
-        kinds.append(np.dtype(ml_dtypes.bfloat16))
+        kinds += [np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.int4)]
     except ImportError:
         pass
     x = np.ones(3, np.float32)

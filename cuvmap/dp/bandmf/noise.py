@@ -36,6 +36,7 @@ from cuvmap import backend, core, lax, random, tree
 from cuvmap import numpy as cnp
 from cuvmap.dp.bandmf.strategy import BandedStrategy, inverse_coefficients
 from cuvmap.dp.noise import standard_normal_like
+from cuvmap.core.bfloat16 import kind_of
 
 
 # NOTE [regenerating banded noise]
@@ -71,7 +72,7 @@ def _normal_leaves(templates, key, step, where):
     ``fold_in(fold_in(key, step), i)``."""
     out = []
     for i, (shape, dtype, ref) in enumerate(templates):
-        if dtype.kind != "f":
+        if kind_of(dtype) != "f":
             raise ValueError(f"{where}: a leaf has dtype {dtype}; noise needs floating-point leaves")
         out.append(random.normal(_leaf_key(_on_device_of(key, ref), step, i), shape, dtype))
     return out
@@ -131,7 +132,7 @@ class BandedNoise:
 
         def buffers(leaf):
             dtype = core.dtype_of(leaf)
-            if dtype.kind != "f":
+            if kind_of(dtype) != "f":
                 raise ValueError(f"BandedNoise.init: a leaf has dtype {dtype}; noise needs floating-point leaves")
             return cnp.zeros((self.strategy.bands - 1,) + tuple(core.shape_of(leaf)), dtype, like=leaf)
 
@@ -246,7 +247,7 @@ class BandedNoise:
                 raise ValueError(f"BandedNoise.{what}: step {step} is outside the strategy's {self.strategy.steps} "
                                  "steps")
             return
-        if core.dtype_of(step).kind not in "iu" or tuple(core.shape_of(step)) != ():
+        if kind_of(core.dtype_of(step)) not in "iu" or tuple(core.shape_of(step)) != ():
             raise ValueError(f"BandedNoise.{what}: step must be a 0-d integer, got "
                              f"{core.dtype_of(step)}{list(core.shape_of(step))}")
 

@@ -23,6 +23,7 @@ truncates (:func:`~cuvmap.dp.bandmf.accounting.truncation_probability`).
 import numpy as np
 
 from cuvmap.dp import sampling as poisson_sampling
+from cuvmap.core.bfloat16 import kind_of
 
 
 class CyclicPoissonSampler:
@@ -69,7 +70,7 @@ class CyclicPoissonSampler:
         self._inverse = None
         if user_of_example is not None:
             ids = np.asarray(user_of_example)
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            if ids.ndim != 1 or kind_of(ids.dtype) not in "iu":
                 raise ValueError(f"{where}: user_of_example must be a 1-d integer array, got {ids.dtype} of shape "
                                  f"{ids.shape}")
             users, self._inverse = np.unique(ids, return_inverse=True)

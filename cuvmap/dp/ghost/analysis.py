@@ -10,6 +10,7 @@ from cuvmap.dp.ghost.rules import shift
 from cuvmap.lax import elementwise
 from cuvmap.lax import shape as shape_ops
 from cuvmap.transforms import ir
+from cuvmap.core.bfloat16 import kind_of
 
 # ---------------------------------------------------------------------------------------
 # Views: norm-preserving maps from a parameter to the value a rule reads
@@ -65,7 +66,7 @@ class FloatConversion(View):
 
     @staticmethod
     def applies(eqn):
-        return eqn.inputs[0].aval.dtype.kind == "f" and eqn.outs[0].aval.dtype.kind == "f"
+        return eqn.inputs[0].kind_of(aval.dtype) == "f" and eqn.outs[0].kind_of(aval.dtype) == "f"
 
     @staticmethod
     def pull_back(eqn, ct, lead):

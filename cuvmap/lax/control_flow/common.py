@@ -16,6 +16,7 @@ from cuvmap.transforms import executor, ir, loop_plans, staging
 from cuvmap.transforms.call import CallPrimitive
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.partial_eval import split_by_unknown
+from cuvmap.core.bfloat16 import kind_of
 
 
 class ControlFlowError(CuvmapError, TypeError):
@@ -146,7 +147,7 @@ def scalar_aval(x, kinds, where, requirement):
     """The aval of ``x``, a scalar of one of the dtype ``kinds``; else an error saying
     ``requirement`` and what ``x`` is."""
     aval = aval_of(x) if is_value(x) else None
-    if aval is None or aval.shape != () or aval.dtype.kind not in kinds:
+    if aval is None or aval.shape != () or kind_of(aval.dtype) not in kinds:
         got = describe(aval) if aval is not None else type(x).__name__
         raise ControlFlowError(f"{where}: {requirement}, got {got}")
     return aval

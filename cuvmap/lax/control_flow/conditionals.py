@@ -23,6 +23,7 @@ from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.jvp import jvp_jaxpr
 from cuvmap.transforms.partial_eval import everything_saveable, partial_eval_jaxpr
 from cuvmap.transforms.vjp import vjp_programs
+from cuvmap.core.bfloat16 import kind_of
 
 
 class CondPrimitive(ControlFlowPrimitive):
@@ -211,13 +212,13 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     if pred is None:
         raise ControlFlowError(f"{where}: the cond predicate is None; pred must be a boolean or numeric scalar")
     pred_aval = aval_of(pred) if is_value(pred) else None
-    if pred_aval is None or pred_aval.dtype.kind not in "biuf":
+    if pred_aval is None or kind_of(pred_aval.dtype) not in "biuf":
         got = describe(pred_aval) if pred_aval is not None else repr(pred)
         raise ControlFlowError(f"{where}: Pred type must be either boolean or number, got {got}")
     if pred_aval.shape != ():
         raise ControlFlowError(f"{where}: pred must be a scalar (a boolean or a number), got {describe(pred_aval)}")
     # a number is a predicate as in JAX: nonzero (NaN included) takes true_fun
-    index = elementwise.convert_element_type(pred != 0 if pred_aval.dtype.kind != "b" else pred, np.int32)
+    index = elementwise.convert_element_type(pred != 0 if kind_of(pred_aval.dtype) != "b" else pred, np.int32)
     return _switch(index, (false_fun, true_fun), operands, where, labels=("false_fun", "true_fun"))
 
 
@@ -233,7 +234,7 @@ def switch(index, branches, *operands, operand=_NO_OPERAND):
     operands = _keyword_operand("switch", operands, operand)
     where = f"switch({', '.join(api_util.fun_name(b) for b in branches)})"
     index_aval = aval_of(index) if is_value(index) else None
-    if index_aval is None or index_aval.dtype.kind not in "iub":
+    if index_aval is None or kind_of(index_aval.dtype) not in "iub":
         got = describe(index_aval) if index_aval is not None else repr(index)
         raise ControlFlowError(f"{where}: Index type must be an integer, got {got}")
     if index_aval.shape != ():
@@ -342,7 +343,7 @@ def _select_branches(axis, index, operands, op_dims, branches):
     front_avals = avals_of(front)
     nout = len(branches[0].out_avals)
     programs = [batch_jaxpr(b, axis, front_dims, front_avals, instantiate=[True] * nout)[0] for b in branches]
-    floating = [d is not not_mapped and a.dtype.kind in "fc" for d, a in zip(front_dims, front_avals)]
+    floating = [d is not not_mapped and kind_of(a.dtype) in "fc" for d, a in zip(front_dims, front_avals)]
 
     def select_branch(index, *ops, guarded=floating):
         results = None

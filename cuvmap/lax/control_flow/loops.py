@@ -26,6 +26,7 @@ from cuvmap.transforms.call import avals_of
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.jvp import jvp_jaxpr
 from cuvmap.transforms.remat import checkpoint
+from cuvmap.core.bfloat16 import kind_of
 
 
 class WhileGradError(ControlFlowError, ValueError):
@@ -384,7 +385,7 @@ def _bounds_dtype(where, lower, upper):
     avals = []
     for name, b in (("lower", lower), ("upper", upper)):
         aval = aval_of(b) if is_value(b) else None
-        if aval is None or aval.shape != () or aval.dtype.kind not in "iuf":
+        if aval is None or aval.shape != () or kind_of(aval.dtype) not in "iuf":
             got = describe(aval) if aval is not None else type(b).__name__
             raise ControlFlowError(f"{where}: {name} must be a real scalar (an integer, or a float as JAX "
                                    f"accepts), got {got}")

@@ -24,6 +24,7 @@ from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, Var
 from cuvmap.transforms.jvp import jvp_jaxpr
 from cuvmap.transforms.partial_eval import everything_saveable, partial_eval_jaxpr
 from cuvmap.transforms.vjp import vjp_programs
+from cuvmap.core.bfloat16 import kind_of
 
 
 class ScanPrimitive(ControlFlowPrimitive):
@@ -161,7 +162,7 @@ class ScanPrimitive(ControlFlowPrimitive):
         c_need, init_need, x_need = split3(needs_ct, nc, ncar)
         ny = len(body.out_avals) - ncar
         in_avals = body.in_avals
-        is_float = [a.dtype.kind in "fc" for a in body.out_avals]
+        is_float = [kind_of(a.dtype) in "fc" for a in body.out_avals]
 
         def step(carry_d):
             dep = depends(body, c_need + carry_d + x_need)

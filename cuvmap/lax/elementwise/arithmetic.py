@@ -17,6 +17,7 @@ from cuvmap.lax.elementwise.common import (
 from cuvmap.lax.elementwise.comparisons import _where_nonzero, eq, gt, lt, select
 from cuvmap.transforms import batching, vjp
 from cuvmap.transforms.fusion import CExpression
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -39,7 +40,7 @@ def _real_only(name):
     operand raises naming the op and the dtype (NumPy's ufunc error names neither)."""
     def rule(*avals, **params):
         for a in avals:
-            if np.dtype(a.dtype).kind == "c":
+            if kind_of(np.dtype(a.dtype)) == "c":
                 raise TypeError(f"lax.{name}: complex operands are not supported, got {np.dtype(a.dtype)} (as in JAX)")
         return _naryop_shape_rule(*avals, **params)
     return rule
@@ -51,7 +52,7 @@ remainder_p = _nary("remainder", np.remainder, _real_only("remainder"))
 
 def _abs_shape_rule(x):
     """``|x|`` keeps a real dtype; a complex one gives its real dtype (complex128 -> float64)."""
-    dtype = np.finfo(x.dtype).dtype if x.dtype.kind == "c" else x.dtype
+    dtype = np.finfo(x.dtype).dtype if kind_of(x.dtype) == "c" else x.dtype
     return ShapedArray(x.shape, dtype, weak_type=x.weak_type)
 
 
@@ -63,7 +64,7 @@ sign_p = _nary("sign", np.sign, _same_shape_rule, differentiable=False)
 # defjvp_zero). The wrappers return integer and boolean operands unchanged, as jnp does;
 # the primitives take floating operands only.
 def _rounding_shape_rule(x, **params):
-    if x.dtype.kind != "f":
+    if kind_of(x.dtype) != "f":
         raise ShapeError(f"operand must be floating point, got {x.dtype}")
     return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
 
@@ -79,9 +80,9 @@ def _round_impl(x, *, decimals, rounding_method=RoundingMethod.TO_NEAREST_EVEN):
     x = core.as_array(x)
     xp = backend.xp_of(x)
     if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
-        if decimals == 0 or x.dtype.kind not in "fc":
+        if decimals == 0 or kind_of(x.dtype) not in "fc":
             return xp.round(x, decimals)
-        if x.dtype.kind == "c":
+        if kind_of(x.dtype) == "c":
             return (_round_decimals_real(xp, x.real, decimals)
                     + 1j * _round_decimals_real(xp, x.imag, decimals)).astype(x.dtype, copy=False)
         return _round_decimals_real(xp, x, decimals)
@@ -188,7 +189,7 @@ def min(x, y):  # noqa: A001
 
 
 def _is_integer_or_bool(x):
-    return core.dtype_of(x).kind in "biu"
+    return kind_of(core.dtype_of(x)) in "biu"
 
 
 def floor(x):
@@ -229,7 +230,7 @@ def sign(x):
     ``(ż − s·re(conj(s)·ż)) / |z|`` with ``s = sign(z)`` (NOTE [complex convention] in
     cuvmap/transforms/complex_rules.py; JAX's is zero); 0 at ``z = 0``, where no branch's
     cotangent is NaN (the divisor there is 1)."""
-    if core.dtype_of(x).kind == "c":
+    if kind_of(core.dtype_of(x)) == "c":
         r = abs(x)
         zero = eq(r, 0)
         return select(zero, 0, div(x, select(zero, 1, r)))

@@ -7,13 +7,14 @@ import builtins
 import numpy as np
 
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.core.bfloat16 import kind_of, result_type
 from cuvmap.transforms.fusion import CExpression
 
 
 def _dtype_operand(aval):
     """What ``np.result_type`` needs to apply NEP 50: a Python scalar for weak avals."""
     if aval.weak_type:
-        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[aval.dtype.kind]
+        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[kind_of(aval.dtype)]
     return aval.dtype
 
 
@@ -58,10 +59,10 @@ def _naryop_shape_rule(*avals, **params):
     shape = broadcast_shapes(*(a.shape for a in avals))
     if all(a.weak_type for a in avals):
         # JAX's lattice: a weak float over a weak int, then the widest of that kind
-        top = builtins.max("biufc".index(a.dtype.kind) for a in avals)
-        dtype = np.result_type(*(a.dtype for a in avals if "biufc".index(a.dtype.kind) == top))
+        top = builtins.max("biufc".index(kind_of(a.dtype)) for a in avals)
+        dtype = result_type(*(a.dtype for a in avals if "biufc".index(kind_of(a.dtype)) == top))
         return ShapedArray(shape, dtype, weak_type=True)
-    dtype = np.result_type(*(_dtype_operand(a) for a in avals))
+    dtype = result_type(*(_dtype_operand(a) for a in avals))
     return ShapedArray(shape, dtype, weak_type=_weak_lifts(avals))
 
 
@@ -69,15 +70,15 @@ def _weak_lifts(avals):
     """Whether a weak operand lifts the strong ones' kind and the result stays weak (NOTE
     [weak types of mixed operands])."""
     kinds = "biufc"
-    strong = builtins.max(kinds.index(a.dtype.kind) for a in avals if not a.weak_type)
-    weak = builtins.max((kinds.index(a.dtype.kind) for a in avals if a.weak_type), default=-1)
+    strong = builtins.max(kinds.index(kind_of(a.dtype)) for a in avals if not a.weak_type)
+    weak = builtins.max((kinds.index(kind_of(a.dtype)) for a in avals if a.weak_type), default=-1)
     return weak > strong and kinds[strong] in "biu"
 
 
 def _div_shape_rule(x, y):
     """True division: integer and boolean operands give float64 (NumPy's ``true_divide``)."""
     out = _naryop_shape_rule(x, y)
-    if out.dtype.kind not in "fc":
+    if kind_of(out.dtype) not in "fc":
         out.dtype = np.dtype(np.float64)
     return out
 
@@ -87,7 +88,7 @@ def _float_dtype(dtype):
     smallest float that holds the integers exactly (bool, (u)int8 -> float16, (u)int16 ->
     float32, wider -> float64; a weak Python int -> float64)."""
     dtype = np.dtype(dtype)
-    return dtype if dtype.kind in "fc" else np.promote_types(dtype, np.float16)
+    return dtype if kind_of(dtype) in "fc" else np.promote_types(dtype, np.float16)
 
 
 def _float_unary_shape_rule(x, **params):

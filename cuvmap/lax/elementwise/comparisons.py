@@ -11,11 +11,13 @@ import numpy as np
 
 from cuvmap import core, tree
 from cuvmap.core import ShapedArray, ShapeError
+from cuvmap.core import bfloat16 as _bfloat16
 from cuvmap.lax.elementwise.common import (
     _c_comparison, _comparison_shape_rule, _nary, _naryop_shape_rule, _same_shape_rule, broadcast_shapes,
 )
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.fusion import CExpression
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -55,7 +57,7 @@ def select_impl(pred, on_true, on_false):
     if type(pred) is not np.ndarray or pred.dtype != np.bool_ or pred.ndim == 0:
         return np.where(pred, on_true, on_false)
     dtype = np.result_type(on_true, on_false)
-    if (dtype.kind != "f" or dtype.itemsize not in _SAME_SIZE_INT
+    if (kind_of(dtype) != "f" or dtype.itemsize not in _SAME_SIZE_INT
             or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS):
         return np.where(pred, on_true, on_false)
     int_type = _SAME_SIZE_INT[dtype.itemsize]
@@ -98,7 +100,7 @@ def select_into(pred, on_true, on_false, *, out):
     does not apply (not NumPy floats), and the executor then calls :func:`select_impl`."""
     dtype = out.dtype
     if (type(out) is not np.ndarray or type(pred) is not np.ndarray or pred.dtype != np.bool_
-            or dtype.kind != "f" or dtype.itemsize not in _SAME_SIZE_INT
+            or kind_of(dtype) != "f" or dtype.itemsize not in _SAME_SIZE_INT
             or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS):
         raise TypeError("select_into: the blend needs NumPy float operands")
     int_type = _SAME_SIZE_INT[dtype.itemsize]
@@ -121,14 +123,14 @@ def _select_workspace(in_avals, out_avals, params, strided):
 
 
 select_p = _nary("select", select_impl, _select_shape_rule, impl_into=select_into, workspace=_select_workspace,
-                 impl_into_when=lambda aval, gpu: not gpu and aval.dtype.kind == "f",  # the blend's operands
+                 impl_into_when=lambda aval, gpu: not gpu and kind_of(aval.dtype) == "f",  # the blend's operands
                  fused=CExpression("({0} ? {1} : {2})", bool_operands=(0,)))
 
 
 def _convert_element_type_impl(x, *, new_dtype):
     if isinstance(x, (bool, int, float, complex)):
         x = np.asarray(x)
-    if x.dtype.kind == "c" and np.dtype(new_dtype).kind != "c":
+    if kind_of(x.dtype) == "c" and kind_of(np.dtype(new_dtype)) != "c":
         # the real part, as JAX's cast (NumPy's astype warns that it discards the
         # imaginary part): the transpose of the real-to-complex cast (NOTE [complex
         # convention] in cuvmap/transforms/complex_rules.py)
@@ -185,12 +187,13 @@ def select(pred, on_true, on_false):
 
 
 def convert_element_type(operand, new_dtype):
-    """``operand.astype(new_dtype)``; differentiable between floating dtypes. A cast to one of
-    ml_dtypes' dtypes (bfloat16, float8, ...) raises naming it: cuvmap does not compute
-    with them (NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py), and a derivative
-    through such a cast would otherwise be a silent zero."""
+    """``operand.astype(new_dtype)``; differentiable between floating dtypes (bfloat16
+    among them: NOTE [bfloat16 computes in float32] in cuvmap/core/bfloat16.py). A cast to
+    one of ml_dtypes' other dtypes (float8, int4, ...) raises naming it: cuvmap does not
+    compute with them (NOTE [bfloat16 needs ml_dtypes] in cuvmap/dtypes.py), and a
+    derivative through such a cast would otherwise be a silent zero."""
     new_dtype = np.dtype(new_dtype)
-    if new_dtype.kind == "V" and new_dtype.fields is None:
+    if kind_of(new_dtype) == "V" and new_dtype.fields is None and not _bfloat16.is_bfloat16(new_dtype):
         raise TypeError(f"convert_element_type: a cast to {new_dtype.name}, which cuvmap's operations and "
                         f"transforms do not support yet (NumPy has no {new_dtype.name}; ml_dtypes provides the type, "
                         "but not JAX's promotion rules for it); compute in float32")

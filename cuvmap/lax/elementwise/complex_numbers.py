@@ -16,6 +16,7 @@ from cuvmap.lax.elementwise.arithmetic import abs_p, div, mul, neg, sign
 from cuvmap.lax.elementwise.common import _nary, _naryop_shape_rule
 from cuvmap.lax.elementwise.comparisons import convert_element_type, eq, select
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -34,7 +35,7 @@ def _complex_dtype(dtype):
 
 def _complex_operand_shape_rule(name):
     def rule(x):
-        if x.dtype.kind != "c":
+        if kind_of(x.dtype) != "c":
             raise ShapeError(f"{name}: operand must be complex, got {x.dtype}")
         return ShapedArray(x.shape, _real_dtype(x.dtype), weak_type=x.weak_type)
 
@@ -42,14 +43,14 @@ def _complex_operand_shape_rule(name):
 
 
 def _conj_shape_rule(x):
-    if x.dtype.kind != "c":
+    if kind_of(x.dtype) != "c":
         raise ShapeError(f"conj: operand must be complex, got {x.dtype}")
     return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
 
 
 def _complex_shape_rule(x, y):
     for name, a in (("real part", x), ("imaginary part", y)):
-        if a.dtype.kind != "f":
+        if kind_of(a.dtype) != "f":
             raise ShapeError(f"complex: the {name} must be floating point, got {a.dtype}")
     out = _naryop_shape_rule(x, y)
     return ShapedArray(out.shape, _complex_dtype(out.dtype), weak_type=out.weak_type)
@@ -100,8 +101,8 @@ def conj(x):
     gives ``x`` as a complex number, as in JAX. Its derivative is ``conj(ż)``, and so is
     its transpose."""
     dtype = core.dtype_of(x)
-    if dtype.kind != "c":
-        return convert_element_type(x, _complex_dtype(dtype if dtype.kind == "f" else np.float64))
+    if kind_of(dtype) != "c":
+        return convert_element_type(x, _complex_dtype(dtype if kind_of(dtype) == "f" else np.float64))
     return conj_p.bind(x)
 
 
@@ -115,7 +116,7 @@ def complex(x, y):  # noqa: A001 - lax vocabulary
 def angle(z):
     """The argument of ``z`` in ``(−π, π]``: ``atan2(im(z), re(z))`` (0 or π for a real
     ``z``, as NumPy). Its derivative is ``im(conj(z)·ż) / |z|²``."""
-    if core.dtype_of(z).kind == "c":
+    if kind_of(core.dtype_of(z)) == "c":
         return transcendental.atan2(imag(z), real(z))
     if not core.is_float(z):
         z = convert_element_type(z, np.float64)
@@ -166,14 +167,14 @@ def _nonzero(r):
 
 def _abs_jvp(t, out, x):
     """``sign(x)·ẋ`` for real ``x``; ``re(conj(z)·ż) / |z|`` for complex ``z``."""
-    if core.dtype_of(x).kind != "c":
+    if kind_of(core.dtype_of(x)) != "c":
         return mul(t, sign(x))
     return div(real(mul(conj(x), t)), _nonzero(out))
 
 
 def _abs_vjp(ct, out, x):
     """The transpose: ``ct·sign(x)`` for real ``x``; ``ct·conj(z) / |z|`` for complex ``z``."""
-    if core.dtype_of(x).kind != "c":
+    if kind_of(core.dtype_of(x)) != "c":
         return mul(ct, sign(x))
     return mul(_as_complex(div(ct, _nonzero(out)), core.dtype_of(x)), conj(x))
 

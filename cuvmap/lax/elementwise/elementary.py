@@ -22,6 +22,7 @@ from cuvmap.lax.elementwise.common import _c_float, _float_dtype, _float_unary_s
 from cuvmap.lax.elementwise.transcendental import rsqrt, sqrt
 from cuvmap.transforms import batching, complex_rules, vjp
 from cuvmap.transforms.fusion import CExpression
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -36,7 +37,7 @@ atanh_p = _nary("atanh", np.arctanh, _float_unary_shape_rule, fused=_c_float("at
 
 
 def _cbrt_shape_rule(x, **params):
-    if np.dtype(x.dtype).kind == "c":
+    if kind_of(np.dtype(x.dtype)) == "c":
         raise TypeError(f"lax.cbrt: complex operands are not supported, got {np.dtype(x.dtype)} (JAX's cbrt is real)")
     return ShapedArray(x.shape, _float_dtype(x.dtype), weak_type=x.weak_type)
 
@@ -112,7 +113,7 @@ vjp.defderivative(acos_p, lambda g, out, x: neg(mul(g, rsqrt(_one_minus_square(x
 # (x − 1)(x + 1) rather than x² − 1: no cancellation near 1
 # (complex z: 1/(√(z − 1)·√(z + 1)), the principal branch's derivative also where re z < 0)
 def _acosh_derivative(g, out, x):
-    if core.dtype_of(x).kind == "c":
+    if kind_of(core.dtype_of(x)) == "c":
         return div(g, mul(sqrt(sub(x, 1)), sqrt(add(x, 1))))
     return mul(g, rsqrt(mul(sub(x, 1), add(x, 1))))
 

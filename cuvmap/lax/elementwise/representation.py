@@ -14,6 +14,8 @@ from cuvmap.core import ShapedArray, ShapeError
 from cuvmap.lax.elementwise.common import _nary, _naryop_shape_rule
 from cuvmap.transforms import batching, jvp, vjp
 from cuvmap.transforms.fusion import CExpression
+from cuvmap.core import bfloat16
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -21,7 +23,7 @@ from cuvmap.transforms.fusion import CExpression
 # ---------------------------------------------------------------------------------------
 
 def _is_finite_shape_rule(x):
-    if x.dtype.kind not in "fc":
+    if kind_of(x.dtype) not in "fc":
         raise ShapeError(f"is_finite: operand must be floating point, got {x.dtype}")
     return ShapedArray(x.shape, np.bool_)
 
@@ -32,7 +34,7 @@ is_finite_p = _nary("is_finite", np.isfinite, _is_finite_shape_rule, differentia
 
 def _nextafter_shape_rule(x1, x2):
     out = _naryop_shape_rule(x1, x2)
-    if out.dtype.kind != "f":
+    if kind_of(out.dtype) != "f":
         raise ShapeError(f"nextafter: operands must be floating point, got {x1.dtype} and {x2.dtype}")
     return out
 
@@ -41,7 +43,7 @@ nextafter_p = _nary("nextafter", np.nextafter, _nextafter_shape_rule, differenti
 
 
 def _population_count_shape_rule(x):
-    if x.dtype.kind not in "iu":
+    if kind_of(x.dtype) not in "iu":
         raise ShapeError(f"population_count: operand must be an integer, got {x.dtype}")
     return ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)
 
@@ -126,7 +128,7 @@ reduce_precision_p = _nary("reduce_precision", _reduce_precision_impl, _reduce_p
 def is_finite(x):
     """True where ``x`` is neither infinite nor NaN (``numpy.isfinite``); floating operands
     only. JAX: ``jax.lax.is_finite``."""
-    if core.dtype_of(x).kind not in "fc":
+    if kind_of(core.dtype_of(x)) not in "fc":
         raise ShapeError(f"is_finite: operand must be floating point, got {core.dtype_of(x)}")
     return is_finite_p.bind(x)
 
@@ -165,3 +167,6 @@ batching.defbroadcasting(nextafter_p)
 
 jvp.defjvp(reduce_precision_p, lambda t, out, x, **params: reduce_precision_p.bind(t, **params))
 vjp.defvjp(reduce_precision_p, lambda ct, out, x, **params: reduce_precision_p.bind(ct, **params), reads=())
+
+# the float after x in bfloat16 is not the one in float32 (ml_dtypes' nextafter is exact)
+bfloat16.computes_natively(nextafter_p)

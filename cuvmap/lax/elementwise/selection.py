@@ -14,6 +14,7 @@ from cuvmap.lax.bitwise import bitwise_and, bitwise_or
 from cuvmap.lax.elementwise.common import _nary, _naryop_shape_rule, broadcast_shapes
 from cuvmap.lax.elementwise.comparisons import _where_nonzero, eq, gt, lt
 from cuvmap.transforms import batching, complex_rules, jvp, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -37,7 +38,7 @@ clamp_p = _nary("clamp", _clamp_impl, _clamp_shape_rule)
 def _select_n_shape_rule(which, *cases):
     if not cases:
         raise ShapeError("select_n: needs at least one case")
-    if which.dtype != np.bool_ and which.dtype.kind not in "iu":
+    if which.dtype != np.bool_ and kind_of(which.dtype) not in "iu":
         raise ShapeError(f"select_n: which must be boolean or an integer, got {which.dtype}")
     if which.dtype == np.bool_ and len(cases) > 2:
         raise ShapeError(f"select_n: a boolean which selects between two cases, got {len(cases)}")

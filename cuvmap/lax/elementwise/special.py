@@ -25,6 +25,7 @@ from cuvmap.lax.elementwise.common import _float_dtype, _float_unary_shape_rule,
 from cuvmap.lax.elementwise.comparisons import eq, select
 from cuvmap.lax.elementwise.transcendental import exp, log
 from cuvmap.transforms import batching, vjp
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -35,7 +36,7 @@ def _check_real(name, dtypes):
     """The special functions are real: a complex operand raises (rather than losing its
     imaginary part in the float64 evaluation)."""
     for dtype in dtypes:
-        if np.dtype(dtype).kind == "c":
+        if kind_of(np.dtype(dtype)) == "c":
             raise TypeError(f"lax.{name}: complex operands are not supported, got {np.dtype(dtype)}")
 
 

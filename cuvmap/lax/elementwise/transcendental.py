@@ -18,6 +18,7 @@ from cuvmap.lax.elementwise.common import (
 from cuvmap.lax.elementwise.comparisons import convert_element_type, eq, ne, select
 from cuvmap.transforms import batching, vjp
 from cuvmap.transforms.fusion import CExpression
+from cuvmap.core.bfloat16 import kind_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -40,7 +41,7 @@ tanh_p = _nary("tanh", np.tanh, _float_unary_shape_rule, fused=_c_float("tanh({0
 # logistic(x) = 1 / (1 + exp(-x)) = exp(-softplus(-x)): no overflow for large |x|.
 # A complex z (no logaddexp in NumPy) takes 1 / (1 + exp(-z)), holomorphic as in JAX.
 def _logistic_impl(x):
-    if getattr(x, "dtype", None) is not None and x.dtype.kind == "c":
+    if getattr(x, "dtype", None) is not None and kind_of(x.dtype) == "c":
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             return 1 / (1 + np.exp(-x))
     return np.exp(-np.logaddexp(0, -x))
@@ -60,7 +61,7 @@ asinh_p = _nary("asinh", np.arcsinh, _float_unary_shape_rule, fused=_c_float("as
 # atan2(y, x) has true division's dtypes: integer and boolean operands give float64
 def _atan2_shape_rule(x, y, **params):
     for a in (x, y):
-        if np.dtype(a.dtype).kind == "c":
+        if kind_of(np.dtype(a.dtype)) == "c":
             raise TypeError(f"lax.atan2: complex operands are not supported, got {np.dtype(a.dtype)} (as in JAX; "
                             "the angle of a complex number is angle(z))")
     return _div_shape_rule(x, y, **params)
@@ -124,7 +125,7 @@ def _erf_taylor(x, xp):
 def _real_only(name, dtype):
     """erf and erf_inv take real operands (as JAX's): a complex one raises, where NumPy's
     cast would drop its imaginary part and give a wrong number."""
-    if np.dtype(dtype).kind == "c":
+    if kind_of(np.dtype(dtype)) == "c":
         raise TypeError(f"{name}: operand must be real, got {np.dtype(dtype)} (erf of complex numbers is not supported)")
 
 
@@ -140,9 +141,9 @@ def _erf_impl(x):
     x = core.as_array(x)
     _real_only("erf", x.dtype)
     xp = backend.xp_of(x)
-    if x.dtype.kind == "c":  # (its real evaluation would drop the imaginary part)
+    if kind_of(x.dtype) == "c":  # (its real evaluation would drop the imaginary part)
         raise TypeError(f"lax.erf: complex operands are not supported, got {x.dtype}")
-    if x.dtype.kind != "f":
+    if kind_of(x.dtype) != "f":
         x = x.astype(_float_dtype(x.dtype))
     if xp is not np:
         try:
@@ -230,9 +231,9 @@ def _erf_inv_impl(x):
     x = core.as_array(x)
     _real_only("erf_inv", x.dtype)
     xp = backend.xp_of(x)
-    if x.dtype.kind == "c":  # (its real evaluation would drop the imaginary part)
+    if kind_of(x.dtype) == "c":  # (its real evaluation would drop the imaginary part)
         raise TypeError(f"lax.erf_inv: complex operands are not supported, got {x.dtype}")
-    if x.dtype.kind != "f":
+    if kind_of(x.dtype) != "f":
         x = x.astype(_float_dtype(x.dtype))
     if xp is not np:
         from cupyx.scipy.special import erfinv as cupy_erfinv

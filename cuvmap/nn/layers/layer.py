@@ -10,6 +10,7 @@ import numpy as np
 
 from cuvmap import backend, config, core, tree
 from cuvmap.core import ShapeError
+from cuvmap.core.bfloat16 import kind_of
 
 Layer = collections.namedtuple("Layer", ["init", "apply"])
 Layer.__doc__ = """A layer: ``init(rng, input_shape, dtype=None) -> (output_shape, params)`` and
@@ -85,7 +86,7 @@ def _uniform(rng, shape, bound, dtype):
 
 def _check_dtype(dtype):
     dtype = config.default_float if dtype is None else np.dtype(dtype)
-    if dtype.kind != "f":
+    if kind_of(dtype) != "f":
         raise ValueError(f"parameters must have a floating dtype, got {dtype}")
     return dtype
 
@@ -101,7 +102,7 @@ def _check_input_dtype(x, param, what):
     if x_dtype == p_dtype:
         return
     fix = f"cast the input (x.astype(np.{p_dtype.name}))"
-    if x_dtype.kind == "f":
+    if kind_of(x_dtype) == "f":
         fix += (f", or create the parameters in {x_dtype.name} (init(rng, input_shape, dtype=np.{x_dtype.name}), "
                 f"or cuvmap.config.update('default_float', '{x_dtype.name}') before init)")
     raise ShapeError(f"{what}: the input has dtype {x_dtype} but the parameters have dtype {p_dtype}; {fix}")

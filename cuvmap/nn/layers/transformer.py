@@ -10,6 +10,7 @@ from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.nn.attention import dot_product_attention
 from cuvmap.nn.layers.layer import Layer, _check_dtype, _check_input_dtype, _kaiming_uniform, _rng
+from cuvmap.core.bfloat16 import kind_of
 
 # ---------------------------------------------------------------------------------------
 # Dropout, Embedding, MultiHeadAttention
@@ -46,7 +47,7 @@ def Dropout(rate, mode="train"):
         if rng is None:
             raise ValueError("Dropout in train mode needs a key: apply(params, x, rng=key) with a cuvmap.random "
                              "key (one per example under vmap, from random.split), or mode='eval'")
-        if core.dtype_of(x).kind != "f":
+        if kind_of(core.dtype_of(x)) != "f":
             raise ShapeError(f"Dropout: the input must be floating point, got {core.dtype_of(x)}")
         if rate == 1.0:
             return cnp.zeros_like(x)
@@ -90,7 +91,7 @@ def Embedding(num_embeddings, embedding_dim):
         return tuple(input_shape) + (embedding_dim,), {"weight": weight.astype(dtype, copy=False)}
 
     def apply(params, ids, **kwargs):
-        if core.dtype_of(ids).kind not in "iu":
+        if kind_of(core.dtype_of(ids)) not in "iu":
             raise ShapeError(f"Embedding: ids must be integers, got {core.dtype_of(ids)} (shape "
                              f"{core.shape_of(ids)}); cast them with ids.astype(np.int64)")
         return cnp.take(params["weight"], ids, axis=0)

@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 
+from cuvmap.core import bfloat16
 from cuvmap.transforms import fusion, ir
 
 # step kinds (FUSED: a fused elementwise kernel; MULTI: an equation with several results,
@@ -218,7 +219,7 @@ def place_results(units, slots, groups, gpu, fused_callable):
             else:
                 for o in outs:
                     groups.new(o, [], False)
-            steps.append(Step(MULTI, eqn.primitive.impl, ins, outs, eqn.params))
+            steps.append(Step(MULTI, bfloat16.eqn_impl(eqn), ins, outs, eqn.params))
             continue
         steps.append(_place_result(k, eqn, ins, array_ins, slots, groups, gpu))
     return steps
@@ -230,6 +231,13 @@ def _place_result(k, eqn, ins, array_ins, slots, groups, gpu):
     out = slots.slot_of[var]
     aval = var.aval
     prim = eqn.primitive
+    if bfloat16.eqn_involves_bfloat16(eqn):
+        # computed in float32 (NOTE [bfloat16 computes in float32]): a fresh result, no writer
+        if prim.owns_output or not array_ins:
+            groups.new(out, [], False)
+        else:
+            groups.join(array_ins, (out,))
+        return Step(PLAIN, bfloat16.eqn_impl(eqn), ins, out, eqn.params)
     writes = prim.impl_into is not None
     reusable = (writes and not eqn.params and aval.shape and nbytes(aval) >= MIN_REUSE_BYTES
                 and (prim.impl_into_when is None or prim.impl_into_when(aval, gpu)))
