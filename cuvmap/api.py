@@ -76,6 +76,13 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
     if axis_name is not None:
         spec += (", " if spec else "") + f"axis_name={axis_name!r}"
     where = f"vmap({fname}{', ' + spec if spec else ''})"
+    try:  # JAX checks the specs when vmap is applied, not when the function is called
+        api_util.check_in_axes_form(in_axes)
+        api_util.check_axes_spec(in_axes, "vmap in_axes")
+        api_util.check_axes_spec(out_axes, "vmap out_axes")
+    except TransformError as err:
+        err.where = where
+        raise
     if axis_size is not None and (not api_util.is_int(axis_size) or axis_size < 0):
         raise TransformError(f"{where}: axis_size must be a non-negative int, got {axis_size!r}")
     chunk_size = memory_budget_mod.check_chunk_spec(chunk_size, memory_budget, where)
@@ -92,7 +99,12 @@ def vmap(f, in_axes=0, out_axes=0, axis_size=None, chunk_size=None, axis_name=No
                 f"{where}: chunk_size={chunk_size} cannot be combined with axis_name: the collectives over "
                 f"{axis_name!r} need every example of the axis at once, and a chunked vmap maps "
                 f"{chunk_size} at a time; drop chunk_size (or axis_name)")
-    return _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name, memory_budget=memory_budget)
+    vmapped = _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, axis_name=axis_name,
+                    memory_budget=memory_budget)
+    vmapped.__doc__ = (f"Vectorized version of {fname}. Takes similar arguments as {fname} but with additional array "
+                       f"axes over which {fname} is mapped." +
+                       (f"\n\nOriginal documentation:\n\n{f.__doc__}" if getattr(f, "__doc__", None) else ""))
+    return vmapped
 
 
 def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_name=None, memory_budget=None,
@@ -119,7 +131,7 @@ def _vmap(f, in_axes, out_axes, axis_size, chunk_size, where, name=None, axis_na
                 flat_axes.clear()
             flat_axes[treedef] = axes
         axes = list(axes)
-        axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size)
+        axes, size = api_util.check_mapped_sizes(f, paths, leaves, axes, axis_size, (args, kwargs))
         if chunked is not None:
             return _vmap_budgeted(f, where, chunked, leaves, treedef, axes, size, out_axes, memory_budget, key_extra)
         if chunk_size is None or size <= chunk_size:
@@ -220,17 +232,26 @@ def _vjp(f, primals, has_aux, where, describe):
         aux = tree.map_preserving(lambda a: api_util.aux_result(a.primal if main.owns(a) else a), aux)
     out_value = tree.unflatten(out_tree, api_util.unaliased([api_util.to_array_result(v) for v in out_primals], leaves))
 
-    def vjp_fun(ct):
+    def vjp_fun(ct, *more):
+        if more:
+            raise api_util.InputTypeError(
+                f"The function returned by `jax.vjp` applied to {api_util.fun_name(f)} was called with "
+                f"{1 + len(more)} arguments, but functions returned by `jax.vjp` must be called with a single "
+                "argument corresponding to the single value returned by the function being differentiated (even if "
+                "that returned value is a tuple or other container): call it with one tuple, "
+                "vjp_fun((ct1, ct2)), not vjp_fun(ct1, ct2)")
         ct_leaves, ct_tree = tree.flatten(ct)
         if ct_tree != out_tree:
             raise TransformError(
-                f"the cotangent has structure {ct_tree}, but the output has structure {out_tree}"
+                f"the cotangent has structure {ct_tree}, but the output has structure {out_tree} (unexpected tree "
+                "structure of the argument to the VJP function)"
             )
         seeds = []
         for i, (c, p, node) in enumerate(zip(ct_leaves, out_primals, out_nodes)):
-            if core.shape_of(c) != core.shape_of(p):
+            if core.shape_of(c) != core.shape_of(p) or (node is not None and not _tangent_dtype_ok(p, c)):
                 raise TransformError(
-                    f"cotangent leaf {i} has shape {api_util.shape_str(c)}, but the output leaf has shape {api_util.shape_str(p)}"
+                    f"cotangent leaf {i} has type {api_util.aval_str(c)}, but the output leaf has type "
+                    f"{api_util.aval_str(p)} (unexpected JAX type (e.g. shape/dtype) for argument to VJP function)"
                 )
             if node is not None:
                 seeds.append((node, c))
@@ -405,24 +426,29 @@ def _tangent_dtype_ok(p, t):
 def _jvp(f, primals, tangents, has_aux, where):
     """:func:`jvp` with its trace named ``where`` (jacfwd uses it under its own name)."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise TransformError(
+        raise api_util.InputTypeError(
             "primals and tangents must be tuples (or lists) of arguments, got "
-            f"{type(primals).__name__} and {type(tangents).__name__}"
+            f"{type(primals).__name__} and {type(tangents).__name__} (primal and tangent arguments to jax.jvp must "
+            f"be tuples or lists; found {type(primals).__name__} and {type(tangents).__name__}.)"
         )
     p_paths, p_leaves, p_tree = tree.flatten_with_path(tuple(primals))
     t_leaves, t_tree = tree.flatten(tuple(tangents))
-    if p_tree != t_tree:
-        raise TransformError(f"tangents have structure {t_tree}, but primals have structure {p_tree}")
+    if p_tree != t_tree or type(primals) is not type(tangents):
+        raise api_util.InputTypeError(
+            f"tangents have structure {tree.structure(tangents)}, but primals have structure "
+            f"{tree.structure(primals)} (primal and tangent arguments to jax.jvp must have the same tree structure)")
     for path, p, t in zip(p_paths, p_leaves, t_leaves):
         what = f"tangent {path[0]}{tree.keystr(path[1:])}"
         dtypes.check_supported(p, f"primal {path[0]}{tree.keystr(path[1:])}", where)
-        if core.shape_of(p) != core.shape_of(t):
-            raise TransformError(f"{what} has shape {api_util.shape_str(t)}, but its primal has shape {api_util.shape_str(p)}")
         if core.is_float(p) and not _tangent_dtype_ok(p, t):
-            raise TransformError(
+            raise api_util.InputTypeError(
                 f"{what} has dtype {core.dtype_of(t)}, but its primal has dtype {core.dtype_of(p)}; "
-                "a tangent must have its primal's dtype (as in JAX): cast it with .astype"
+                "a tangent must have its primal's dtype (as in JAX): cast it with .astype (primal and tangent "
+                "arguments to jax.jvp do not match; dtypes must be equal)"
             )
+        if core.shape_of(p) != core.shape_of(t):
+            raise TransformError(f"{what} has shape {api_util.shape_str(t)}, but its primal has shape "
+                                 f"{api_util.shape_str(p)} (jvp called with different primal and tangent shapes)")
     with new_main(JVPTrace, name=where) as main:
         traced = [JVPTracer(main, p, t) if core.is_float(p) else p for p, t in zip(p_leaves, t_leaves)]
         out = f(*tree.unflatten(p_tree, traced))

@@ -8,6 +8,7 @@ function, e.g. ``vmap(loss, in_axes=(None, 0, 0)): argument 2 (ys) has size 10 a
 pytree path. The transforms (:mod:`cuvmap.api`, :mod:`cuvmap.jit_api`,
 :mod:`cuvmap.transforms`) import these; none of them is part of the public API.
 """
+import collections
 import functools
 import inspect
 
@@ -71,9 +72,21 @@ def check_outputs(f, out_leaves, out, role="transformed function"):
             path = tree.flatten_with_path(out)[0][k]
             what = type(leaf).__name__ if not hasattr(leaf, "dtype") else f"an array of dtype {leaf.dtype}"
             raise OutputTypeError(
-                f"Output from {role} {fun_name(f)}: {describe_out(path)} is {what} ({_short_repr(leaf)}), which "
-                "is not a valid JAX type: a transformed function returns arrays, Python numbers or pytrees of "
-                "them (None and empty containers are pytrees with no leaves)")
+                f"Output from {role} {fun_name(f)}: {describe_out(path)} is {what} ({_short_repr(leaf)}): function "
+                f"{fun_sourceinfo(f)} returned a value of type {type(leaf)} at output component "
+                f"{tree.keystr(path) or '[]'}, which is not a valid JAX type: a transformed function returns arrays, "
+                "Python numbers or pytrees of them (None and empty containers are pytrees with no leaves)")
+
+
+def fun_sourceinfo(f):
+    """``f at file.py:12`` (JAX's ``fun_sourceinfo``), or just the name when the function
+    has no Python source."""
+    g = f
+    while isinstance(g, functools.partial):
+        g = g.func
+    g = inspect.unwrap(g) if callable(g) else g
+    code = getattr(g, "__code__", None)
+    return f"{fun_name(f)} at {code.co_filename}:{code.co_firstlineno}" if code is not None else fun_name(f)
 
 
 def _short_repr(x):
@@ -120,6 +133,17 @@ def describe_arg(f, path):
     return tree.keystr(path)
 
 
+def arg_path_name(f, path):
+    """JAX's name of the leaf at ``path`` of ``(args, kwargs)``: ``x['w']`` by the parameter's
+    name, ``args[3]`` past the named ones, ``kwargs['y']`` for a keyword argument."""
+    if path and path[0] == 1:
+        return f"kwargs{tree.keystr(path[1:])}"
+    names = param_names(f) if f is not None else []
+    if len(path) > 1 and path[1] < len(names):
+        return f"{names[path[1]]}{tree.keystr(path[2:])}"
+    return f"args{tree.keystr(path[1:])}"
+
+
 def split_aux(f, out, has_aux):
     """``(output, aux)`` of ``f``'s result ``out``: the pair ``f`` returns with
     ``has_aux=True`` (checked), else ``(out, None)``."""
@@ -164,17 +188,31 @@ def is_axis(x):
 
 
 def check_callable(f, transform):
+    if isinstance(f, staticmethod):
+        raise TypeError(f"{transform}({fun_name(f.__func__)}): staticmethod arguments are not supported, got {f!r} "
+                        f"(apply {transform} below @staticmethod)")
+    if inspect.isgeneratorfunction(f):
+        raise TypeError(f"{transform}({fun_name(f)}): Expected a function, got a generator function: a transformed "
+                        "function returns its results instead of yielding them")
     if not callable(f):
         raise TypeError(f"{transform}({f!r}): the function to transform must be callable (Expected a callable value), "
                         f"got an object of type {type(f).__name__}")
 
 
 def prefix_error(spec_name, spec, what, err, describe):
-    """The TransformError for an ``in_axes``/``out_axes`` that is not a prefix of ``what``."""
+    """The TransformError for an ``in_axes``/``out_axes`` that is not a prefix of ``what``
+    (JAX's "vmap in_axes specification must be a tree prefix of the corresponding value")."""
     return TransformError(
-        f"{spec_name} {spec!r} is not a pytree prefix of the {what}: at {describe(err.path)}, "
-        f"{spec_name} has {err.reason}"
+        f"vmap {spec_name} specification must be a tree prefix of the corresponding value; {spec_name} {spec!r} "
+        f"is not a pytree prefix of the {what}. Mismatch details: at {describe(err.path)}, {spec_name} has "
+        f"{err.reason}"
     )
+
+
+def aval_str(x):
+    """JAX's short form of a value's (or an aval's) type: ``float32[4,3]``."""
+    aval = x if isinstance(x, core.ShapedArray) else core.get_aval(x)
+    return f"{aval.dtype.name}[{','.join(str(d) for d in aval.shape)}]"
 
 
 def describe_out(path):
@@ -191,9 +229,11 @@ def aux_result(x):
 
 
 def check_axes_spec(spec, what):
+    """``in_axes`` / ``out_axes`` leaves are ints or None: else JAX's ``TypeError``."""
     for leaf in tree.leaves(spec, is_leaf=lambda x: x is None):
         if not is_axis(leaf):
-            raise TransformError(f"{what} must be ints or None (or a pytree of them), got {leaf!r}")
+            raise InputTypeError(f"{what} must be an int, None, or (nested) container with those types as leaves, "
+                                 f"but got {spec!r} (its leaf {_short_repr(leaf)} is neither)")
 
 
 def is_int(x):
@@ -248,27 +288,42 @@ def unaliased(results, inputs):
 # ---------------------------------------------------------------------------------------
 
 
+IN_AXES_FORM = ("vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional "
+                "arguments passed to the function, but got ")
+
+
+def check_in_axes_form(in_axes):
+    """JAX's check of ``vmap``'s ``in_axes`` (a list counts as a tuple, as in JAX)."""
+    if not (is_axis(in_axes) or isinstance(in_axes, tuple)):
+        raise InputTypeError(f"{IN_AXES_FORM}{in_axes!r}.")
+
+
 def flat_in_axes(f, in_axes, args, kwargs):
     if isinstance(in_axes, tuple):
         if len(in_axes) != len(args):
-            raise TransformError(
-                f"in_axes has {len(in_axes)} entries but {fun_name(f)} was called with "
-                f"{len(args)} positional arguments; give one entry per positional argument"
-            )
+            msg = f"{IN_AXES_FORM}len(in_axes)={len(in_axes)}, len(args)={len(args)}."
+            if kwargs:
+                msg += (f" Note that the function was called with keyword arguments {list(kwargs)}, which the "
+                        "entries of a tuple in_axes never correspond to: keyword arguments are always mapped along "
+                        "their leading axis (axis 0). If that is the intended mapping, make in_axes correspond to "
+                        "the positional arguments only; otherwise pass the arguments positionally, or bind "
+                        "unmapped keyword arguments with functools.partial before applying vmap.")
+            raise TransformError(f"{msg} ({fun_name(f)} was called with {len(args)} positional argument(s); give "
+                                 "in_axes one entry per positional argument)")
         prefix = (in_axes, {k: 0 for k in kwargs})
     elif is_axis(in_axes):
         prefix = (tuple(in_axes for _ in args), {k: 0 for k in kwargs})
     else:
-        raise TransformError(
-            f"in_axes must be an int, None or a tuple with one entry per positional argument, got {in_axes!r}"
-        )
+        raise InputTypeError(f"{IN_AXES_FORM}{in_axes!r}.")
     try:
         return tree.broadcast_prefix(prefix, (args, kwargs), is_axis)
     except tree.PrefixError as err:
         raise prefix_error("in_axes", in_axes, "arguments", err, lambda path: describe_arg(f, path)) from None
 
 
-def check_mapped_sizes(f, paths, leaves, axes, axis_size):
+def check_mapped_sizes(f, paths, leaves, axes, axis_size, args_kwargs=None):
+    """The leaves' axes normalized and the mapped size; ``args_kwargs``: vmap's arguments
+    (its errors then lead with JAX's wording and name them)."""
     normalized = []
     mapped = []
     for path, leaf, axis in zip(paths, leaves, axes):
@@ -279,7 +334,8 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
             raise TransformError(
                 f"{describe_arg(f, path)} is a {type(leaf).__name__}, which has no axis {axis} to map over; "
                 f"pass an array or give it in_axes None (JAX: vmap was requested to map its argument along axis {axis}, "
-                f"which implies that its rank should be at least {axis + 1 if axis >= 0 else -axis}, but is only 0)"
+                f"which implies that its rank should be at least {axis + 1 if axis >= 0 else -axis}, but is only 0 "
+                "(its shape is ()))"
             )
         dtypes.check_supported(leaf, lambda: describe_arg(f, path), "vmap")
         shape = tuple(leaf.shape)
@@ -294,32 +350,57 @@ def check_mapped_sizes(f, paths, leaves, axes, axis_size):
         normalized.append(axis)
         mapped.append((path, shape, axis))
     sizes = {shape[axis] for _, shape, axis in mapped}
-    ref_size = axis_size if axis_size is not None else (mapped[0][1][mapped[0][2]] if mapped else None)
-    bad = next(((p, s, a) for p, s, a in mapped if s[a] != ref_size), None)
-    if bad is not None:
-        path, shape, axis = bad
-        head = f"{describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape}), but "
-        if axis_size is not None:
-            head += f"axis_size is {axis_size}"
-        else:
-            r_path, r_shape, r_axis = mapped[0]
-            head += f"{describe_arg(f, r_path)} has size {r_shape[r_axis]} along axis {r_axis} (shape {r_shape})"
-        tail = ""
-        if len(mapped) > 2:
-            tail = "; the mapped arguments are " + ", ".join(
-                f"{describe_arg(f, p)} (shape {s}, axis {a})" for p, s, a in mapped
-            )
-        sizes_seen = sorted({s[a] for _, s, a in mapped} | ({axis_size} if axis_size is not None else set()))
-        raise TransformError(f"{head}; mapped arguments must all have the same size along their mapped axes{tail} "
-                             f"(JAX: vmap got inconsistent sizes for array axes to be mapped: {sizes_seen})")
+    if len(sizes | ({axis_size} if axis_size is not None else set())) > 1:
+        raise TransformError(inconsistent_sizes_message(f, mapped, leaves, paths, axes, axis_size,
+                                                        args_kwargs is not None))
     if not mapped:
         if axis_size is None:
+            if not leaves and args_kwargs is not None:
+                raise TransformError(
+                    "vmap wrapped function must be passed at least one argument containing an array or axis_size "
+                    f"must be specified, got empty *args={args_kwargs[0]} and **kwargs={args_kwargs[1]}")
             raise TransformError(
                 "nothing is mapped (every in_axes entry is None or the arguments have no leaves) "
-                "and no axis_size was given"
+                "and no axis_size was given (vmap must have at least one non-None value in in_axes or axis_size "
+                "must be specified)"
             )
         return normalized, int(axis_size)
     return normalized, sizes.pop()
+
+
+def inconsistent_sizes_message(f, mapped, leaves, paths, axes, axis_size, jax_first):
+    """JAX's message for mapped axes of different sizes (each size with how many axes have
+    it and one of them: ``axis 0 of argument x of type float32[10,4]``, the most common
+    first) and cuvmap's (the first argument whose size differs); ``jax_first`` for
+    ``vmap``'s own errors."""
+    by_path = {path: leaf for path, leaf in zip(paths, leaves)}
+    def name(path):
+        at = arg_path_name(f, path)
+        return at if at.startswith(("kwargs", "args")) else f"argument {at}"
+
+    counts = collections.Counter(shape[axis] for _, shape, axis in mapped)
+    first = {}
+    for path, shape, axis in mapped:
+        first.setdefault(shape[axis], (path, axis))
+    lines = ["vmap got inconsistent sizes for array axes to be mapped:"]
+    if axis_size is not None:
+        lines.append(f"  * the `axis_size` argument was {axis_size};")
+    for k, (size, count) in enumerate(counts.most_common()):
+        path, axis = first[size]
+        example = f"axis {axis} of {name(path)} of type {aval_str(by_path[path])}"
+        if count == 1:
+            lines.append(f"  * one axis had size {size}: {example};")
+        else:
+            lines.append(f"  * {'most' if k == 0 else 'some'} axes ({count} of them) had size {size}, e.g. {example};")
+    ref_path, ref_shape, ref_axis = mapped[0]
+    path, shape, axis = next((m for m in mapped if m[1][m[2]] != (axis_size if axis_size is not None else
+                                                                   ref_shape[ref_axis])), mapped[0])
+    ref = (f"axis_size is {axis_size}" if axis_size is not None else
+           f"{describe_arg(f, ref_path)} has size {ref_shape[ref_axis]} along axis {ref_axis} (shape {ref_shape})")
+    ours = (f"{describe_arg(f, path)} has size {shape[axis]} along axis {axis} (shape {shape}), but {ref}; mapped "
+            "arguments must all have the same size along their mapped axes")
+    jaxs = "\n".join(lines)[:-1]
+    return f"{jaxs}\n{ours}" if jax_first else f"{ours}\n({jaxs})"
 
 
 def normalize_out_axis(axis, ndim, path, logical_shape):
@@ -342,9 +423,11 @@ def normalize_argnums(f, argnums, nargs):
     out = []
     for a in nums:
         if not -nargs <= a < nargs:
-            raise TransformError(
+            raise InputTypeError(
                 f"argnums {argnums!r} is out of range: {fun_name(f)} was called with {nargs} positional argument"
-                + ("s" if nargs != 1 else "")
+                + ("s" if nargs != 1 else "") + f" (differentiating with respect to argnums={argnums!r} requires at "
+                f"least {max(n + 1 if n >= 0 else -n for n in nums)} positional arguments to be passed by the caller, "
+                f"but got only {nargs} positional arguments.)"
             )
         out.append(int(a) % nargs)
     return single, tuple(out)
@@ -447,22 +530,62 @@ def check_float_inputs(f, args, argnums, transform, allow_int=False):
     for i in argnums:
         paths, leaves, _ = tree.flatten_with_path(args[i])
         for path, x in zip(paths, leaves):
-            if not core.is_value(x):
+            if not core.is_value(x) or getattr(x, "dtype", None) == object:
                 raise InputTypeError(
-                    f"{describe_arg(f, (0, i) + tuple(path))} is a {type(x).__name__}; "
-                    f"{transform} differentiates arrays, scalars or pytrees of them"
+                    f"{describe_arg(f, (0, i) + tuple(path))} {_short_repr(x)} of type {type(x)}"
+                    f"{' with dtype object' if core.is_value(x) else ''} is not a valid JAX type; {transform} "
+                    "differentiates arrays, scalars or pytrees of them"
                 )
             dtypes.check_supported(x, lambda: describe_arg(f, (0, i) + tuple(path)), transform)
             if not core.is_float(x) and not (allow_int and kind_of(core.dtype_of(x)) in "biu"):
                 raise InputTypeError(
                     f"{describe_arg(f, (0, i) + tuple(path))} has dtype {core.dtype_of(x)}; {transform} "
                     "differentiates with respect to floating-point inputs only (cast it, leave it out of argnums, "
-                    "or pass allow_int=True for a float0 zero gradient)"
+                    f"or pass allow_int=True for a float0 zero gradient): {transform} requires real- or "
+                    "complex-valued inputs (input dtype that is a sub-dtype of np.inexact), but got "
+                    f"{core.dtype_of(x)}."
                 )
 
 # ---------------------------------------------------------------------------------------
 # Staging: static arguments, avals, tracing a function into a program
 # ---------------------------------------------------------------------------------------
+
+
+def validate_jit_argnums(f, argnums, what, where):
+    """JAX's check of ``static_argnums`` / ``donate_argnums`` against ``f``'s signature:
+    without ``*args``, each must index a positional parameter (a ``ValueError``)."""
+    argnums = (argnums,) if is_int(argnums) else tuple(argnums)
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    bad = [i for i in argnums if is_int(i) and not -n <= i < n]
+    if bad:
+        raise TransformError(f"{where}: Jitted function has {what}={argnums}, but only accepts {n} positional "
+                             f"arguments ({bad[0]} is out of range)")
+
+
+def validate_jit_argnames(f, argnames, what, where):
+    """JAX's check of ``static_argnames`` against ``f``'s signature: never a positional-only
+    or ``*args`` parameter, and a parameter of ``f`` unless it takes ``**kwargs``."""
+    argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    try:
+        params = inspect.signature(f).parameters
+    except (TypeError, ValueError):
+        return
+    positional_only = {n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)}
+    if positional_only & set(argnames):
+        raise TransformError(f"{where}: Jitted function has invalid argnames {sorted(positional_only & set(argnames))} "
+                             f"in {what}. These are positional-only")
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = [n for n in argnames if n not in params]
+    if unknown:
+        raise TransformError(f"{where}: Jitted function has invalid argnames {unknown} in {what}. Function does not "
+                             f"take these args (its parameters are {', '.join(params)})")
 
 
 def normalize_static(f, static_argnums, static_argnames, donate_argnums, where):
@@ -484,17 +607,28 @@ def normalize_static(f, static_argnums, static_argnames, donate_argnums, where):
     return nums, argnames, set(donate_argnums)
 
 
-def static_key(f, where, statics):
-    """The static values as a hashable key; a clear error for unhashable ones."""
+def static_key(f, where, statics, unhashable_ok=False):
+    """The static values as a hashable key; a clear error for unhashable ones (``None``
+    with ``unhashable_ok``: checkpoint closes over them, as JAX's does, and keeps no
+    program for such a call)."""
     for what, value in statics:
         try:
             hash(value)
         except TypeError:
+            if unhashable_ok:
+                return None
             raise TransformError(
                 f"static {what} is a {type(value).__name__} ({value!r}), which is not "
                 "hashable (Non-hashable static arguments are not supported): jit caches its programs by the "
                 "static values; pass a tuple (or another hashable value), or make it a traced argument"
             ) from None
+        try:
+            value == value  # noqa: B015 - the cache compares keys: a value that cannot be compared is refused here
+        except Exception as err:
+            raise TransformError(
+                f"static {what} of type {type(value).__name__} raised {type(err).__name__} when compared with ==: "
+                f"static arguments should be comparable using __eq__ (jit compares them to find its program)"
+            ) from err
     return tuple((what, type(value), value) for what, value in statics)
 
 
@@ -504,16 +638,18 @@ def leaf_aval(f, path, leaf, where):
     dtypes.check_supported(leaf, lambda: describe_arg(f, path), where)
     if type(leaf) in core._PY_SCALAR_DTYPES:
         return core.get_aval(leaf)
-    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise TransformError(f"{describe_arg(f, path)} is a masked array: numpy masked arrays are not supported as "
+                             "direct inputs to JAX functions (as in JAX); use arr.filled() to convert the value to a "
+                             "standard numpy array")
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype") or isinstance(leaf, type):
+        at = arg_path_name(f, path)
         raise ArgumentTypeError(
             f"{describe_arg(f, path)} is a {type(leaf).__name__}, which jit cannot trace; "
             "pass arrays, Python numbers or pytrees of them, or mark it static with "
-            "static_argnums/static_argnames"
+            f"static_argnums/static_argnames (Error interpreting argument to {fun_name(f)} as an abstract array. "
+            f"The problematic value is of type {type(leaf)} and was passed to the function at path {at}.)"
         )
-    if isinstance(leaf, np.ma.MaskedArray):
-        raise TransformError(
-            f"{describe_arg(f, path)} is a NumPy masked array: numpy masked arrays are not supported (the mask "
-            "would be dropped); pass numpy.ma.getdata(x) and the mask as arrays")
     if isinstance(leaf, np.generic):
         leaf = np.asarray(leaf)
     return core.get_aval(leaf)

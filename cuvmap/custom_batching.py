@@ -25,7 +25,8 @@ from cuvmap.jit_api import eval_shape
 from cuvmap.transforms import ir, staging
 from cuvmap.transforms.batching import bdim_at_front, move_bdim, not_mapped
 from cuvmap.transforms.call import avals_of
-from cuvmap.transforms.custom_derivatives import _resolve_args, forward_def
+from cuvmap.transforms.custom_call_site import resolve_args
+from cuvmap.transforms.custom_derivatives import forward_def
 from cuvmap.transforms.jvp import JVPTrace, JVPTracer, jvp_jaxpr, split_nonzero, zeros_like
 from cuvmap.transforms.program_call import ProgramCall
 from cuvmap.core.bfloat16 import kind_of
@@ -38,6 +39,15 @@ class CustomVmapError(CuvmapError, TypeError):
     returned the wrong structure or shapes, reverse-mode differentiation (not supported,
     as in JAX: combine with ``custom_vjp``), a batched or differentiated value that the
     function closes over."""
+
+
+class CustomVmapValueError(CustomVmapError, ValueError):
+    """A custom_vmap rule's output does not match its batching spec or the function's
+    output, or reverse mode met a custom_vmap function (JAX raises ``ValueError``)."""
+
+
+class MissingVmapRuleError(CustomVmapError, AttributeError):
+    """A custom_vmap function called before its rule was defined (JAX's ``AttributeError``)."""
 
 
 # NOTE [batching a custom_vmap function]
@@ -109,10 +119,11 @@ custom_vmap_call_p = CustomVmapCallPrimitive("custom_vmap_call")
 
 
 def _no_reverse_mode(name, transform):
-    return CustomVmapError(
-        f"{transform} of custom_vmap function {name}: custom_vmap functions have no reverse mode (as in JAX); "
-        "wrap the function in cv.custom_vjp to give one (@cv.custom_vjp above @custom_vmap), or differentiate "
-        "it in forward mode (jvp, jacfwd)")
+    return CustomVmapValueError(
+        f"{transform} of custom_vmap function {name}: custom_vmap functions have no reverse mode (as in JAX: "
+        "Linearization failed to produce known values for all output primals); wrap the function in "
+        "cv.custom_vjp to give one (@cv.custom_vjp above @custom_vmap), or differentiate it in forward mode "
+        "(jvp, jacfwd)")
 
 
 class _UserRule:
@@ -153,14 +164,19 @@ class _UserRule:
             raise self.error(f"the vmap rule must return a pair (out, out_batched), got {tree.describe(result)}")
         out, out_batched = result
         paths, leaves, out_tree = tree.flatten_with_path(out)
-        if out_tree != self.out_tree:
-            raise self.error(f"the vmap rule returned an output of structure {out_tree}, but the function "
-                             f"returns {self.out_tree}")
         try:
             flags = tree.broadcast_prefix(out_batched, out, lambda b: isinstance(b, bool))
         except ValueError as err:
-            raise self.error(f"the vmap rule's out_batched must be a pytree of bools matching its output "
-                             f"(or a prefix of it): {err}") from None
+            raise CustomVmapValueError(
+                f"custom_vmap function {self.name}: structure of output value and output batching specification "
+                f"returned by custom vmap rule ({self.__name__}) do not match: out_batched must be a pytree of "
+                f"bools matching its output (or a prefix of it): {err}.\nOutput values: {out_tree}\n"
+                f"Batching spec: {tree.structure(out_batched)}") from None
+        if out_tree != self.out_tree:
+            raise CustomVmapValueError(
+                f"custom_vmap function {self.name}: structure of output returned by custom vmap rule "
+                f"({self.__name__}) does not match that of original custom-vmapped function.\nOriginal output: "
+                f"{self.out_tree}\nRule output: {out_tree}")
         for path, leaf, b, aval in zip(paths, leaves, flags, self.out_avals):
             want = ((axis_size,) if b else ()) + aval.shape
             if not core.is_value(leaf) or core.shape_of(leaf) != want or core.dtype_of(leaf) != aval.dtype:
@@ -270,7 +286,10 @@ class custom_vmap:  # noqa: N801 - JAX's name
         return forward_def(self, name)
 
     def __call__(self, *args, **kwargs):
-        args = tuple(_resolve_args(self, args, kwargs))
+        args = tuple(resolve_args(self, args, kwargs))
+        if self.vmap_rule is None:
+            raise MissingVmapRuleError(f"No batching rule defined for custom_vmap function {self.__name__} using "
+                                       "def_vmap.")
         if not core.trace_stack():
             return self.fun(*args)  # no transform active: the body, as it is
         name = api_util.fun_name(self.fun)

@@ -20,6 +20,11 @@ class ShapeError(CuvmapError, ValueError):
     """An operation was applied to operands of incompatible shapes, dtypes or parameters."""
 
 
+class ShapeTypeError(ShapeError, TypeError):
+    """A shape rule that JAX enforces with a ``TypeError`` (``dot_general``'s contracting
+    dimensions): a :class:`ShapeError` that ``except TypeError`` catches too."""
+
+
 class MissingRuleError(CuvmapError, NotImplementedError):
     """A primitive has no rule for the transform that reached it."""
 
@@ -34,3 +39,18 @@ class ConcretizationError(CuvmapError, TypeError):
 
 class CrossThreadTracerError(CuvmapError, RuntimeError):
     """A tracer was used in a thread other than the one whose transform created it."""
+
+
+def jax_concretization_phrase(what, aval_text):
+    """JAX's words for a traced value converted to a Python value (``what``: ``"float()"``,
+    ``"the truth value (...)"``, ...; ``aval_text``: ``float32[3]``), appended to cuvmap's
+    message so that code matching JAX's errors finds them."""
+    if what.startswith("the truth value"):
+        return f"Attempted boolean conversion of traced array with shape {aval_text}."
+    if what.startswith("The __index__"):
+        return ""
+    name = what[:-2] if what.endswith("()") else what
+    tail = (f" The problem arose with the `{name}` function. If trying to convert the data type of a value, try "
+            f"using `x.astype({name})` or `jnp.array(x, {name})` instead.") if name in ("float", "int", "complex") else ""
+    return f"Abstract tracer value encountered where concrete value is expected: {what} of traced array with shape " \
+           f"{aval_text}.{tail}"

@@ -44,8 +44,8 @@ def check_inputs(f, args, argnums, holomorphic, transform):
                     f"has dtype {dtype}")
             if transform == "jacfwd" and not holomorphic and _is_complex(x):
                 raise ComplexDtypeError(
-                    f"jacfwd requires real-valued inputs (input dtype that is a sub-dtype of np.floating), but {what} "
-                    f"has dtype {dtype}. For holomorphic differentiation, pass holomorphic=True. For differentiation "
+                    f"jacfwd requires real-valued inputs (input dtype that is a sub-dtype of np.floating), but got "
+                    f"{dtype}: {what} has dtype {dtype}. For holomorphic differentiation, pass holomorphic=True. For differentiation "
                     "of non-holomorphic functions involving complex inputs or integer inputs, use cuvmap.jvp "
                     "directly, or differentiate the real and imaginary parts as separate real inputs")
 

@@ -164,6 +164,9 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=(), *, don
     where = f"jit({api_util.fun_name(f)})"
     static_nums, static_names, donated_nums = api_util.normalize_static(
         f, static_argnums, static_argnames, donate_argnums, where)
+    api_util.validate_jit_argnums(f, static_argnums, "static_argnums", where)
+    api_util.validate_jit_argnums(f, donate_argnums, "donate_argnums", where)
+    api_util.validate_jit_argnames(f, static_argnames, "static_argnames", where)
     donated_nums |= _donated_names(f, static_names, donate_argnames, compiler_options, where)
     put_on = _jit_device(device, backend, where)
     if put_on is not None:
@@ -270,8 +273,9 @@ def jit(f=None, static_argnums=(), static_argnames=(), donate_argnums=(), *, don
     jitted.trace = trace
     jitted.lower = lower
     jitted.eval_shape = jitted_eval_shape
-    jitted._signature_key = lambda *args, **kwargs: staging.stage_arguments(
-        f, where, args, kwargs, static_nums, static_names)[0]
+    jitted._stage_arguments = lambda *args, **kwargs: staging.stage_arguments(
+        f, where, args, kwargs, static_nums, static_names)
+    jitted._signature_key = lambda *args, **kwargs: jitted._stage_arguments(*args, **kwargs)[0]
     _LIVE_JITTED.add(jitted)
     return jitted
 
@@ -402,10 +406,31 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         lowered = self.lowered
-        if lowered._jitted._signature_key(*args, **kwargs) != lowered._key:
+        key, leaves, paths, avals, _ = lowered._jitted._stage_arguments(*args, **kwargs)
+        if key != lowered._key:
             raise TypeError(f"{lowered._where}: the compiled function was lowered for arguments of avals "
-                            f"{lowered.in_avals}; these arguments differ (structure, shapes, dtypes or statics)")
+                            f"{lowered.in_avals}; these arguments differ (structure, shapes, dtypes or statics): "
+                            f"{_compiled_mismatch(lowered, key, leaves, paths, avals)}")
         return lowered._jitted(*args, **kwargs)
+
+
+def _compiled_mismatch(lowered, key, leaves, paths, avals):
+    """JAX's words for how a compiled function's arguments differ from its signature."""
+    tracer = next((x for x in leaves if isinstance(x, core.Tracer)), None)
+    if tracer is not None:
+        return ("Cannot apply JAX transformations to a function lowered and compiled for a particular signature. "
+                f"Detected argument of Tracer type {type(tracer)}; transform jit(f) itself instead")
+    if key[0] != lowered._key[0]:
+        return ("Function compiled with input pytree does not match the input pytree it was called with: compiled "
+                f"with {lowered._key[0]}, called with {key[0]}")
+    if tuple(avals) != tuple(lowered._key[1]):
+        f = getattr(lowered._jitted, "__wrapped__", None)
+        mismatches = [f"Argument '{api_util.arg_path_name(f, p)}' compiled with {api_util.aval_str(a)} and called "
+                      f"with {api_util.aval_str(b)}"
+                      for p, a, b in zip(paths, lowered._key[1], avals) if a != b]
+        return ("Argument types differ from the types for which this computation was compiled. The mismatches "
+                "are:\n" + "\n".join(mismatches))
+    return "the static arguments differ"
 
 
 # NOTE [one trace per signature]

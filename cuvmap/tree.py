@@ -92,7 +92,8 @@ def _flatten_up_to(treedef, other, trees):
                     which = "the first tree" if k == 0 else f"tree {k + 1}"
                     raise ValueError(f"tree.map: {which} holds a {cls.__name__} where the others hold another "
                                      f"structure: {hint} ({err})") from None
-        raise
+        raise ValueError(f"tree.map: pytree structure error: the trees after the first must have its structure "
+                         f"{treedef} (or one that it is a prefix of): {err}") from None
 
 
 def flatten_with_path(tree, is_leaf=None):
@@ -277,7 +278,8 @@ def broadcast_prefix(prefix, tree, is_prefix_leaf):
             p_level is None or t_level is None or type(p) is not type(t)
             or tuple(p_level.entries) != tuple(t_level.entries)
         ):
-            raise PrefixError(path, f"{describe(p)}, which is not a prefix of {describe(t)}")
+            kind = "different types" if type(p) is not type(t) else "different keys or lengths"
+            raise PrefixError(path, f"{describe(p)}, which is not a prefix of {describe(t)} ({kind})")
         for entry, p_child, t_child in zip(p_level.entries, p_level.children, t_level.children):
             walk(p_child, t_child, path + (entry,))
 

@@ -66,6 +66,11 @@ class ShapeDtypeStruct(_ShapeProperties):
     __slots__ = ("shape", "dtype", "weak_type", "device")
 
     def __init__(self, shape, dtype, *, weak_type=False, device=None):
+        if dtype is None:  # (np.dtype(None) is float64: JAX refuses instead)
+            raise ValueError(f"ShapeDtypeStruct(shape={shape!r}): dtype must be specified")
+        if shape is None or any(d is None for d in shape):
+            raise ValueError(f"ShapeDtypeStruct: `shape` {shape!r} cannot have None (JAX's dimension of unknown "
+                             "size); give every dimension its size")
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.weak_type = bool(weak_type)
@@ -74,6 +79,14 @@ class ShapeDtypeStruct(_ShapeProperties):
     @property
     def aval(self):
         return ShapedArray(self.shape, self.dtype, self.weak_type, self.device)
+
+    def __len__(self):  # as an array's (jax.ShapeDtypeStruct's)
+        if not self.shape:
+            raise TypeError("len() of unsized object (a ShapeDtypeStruct of shape ())")
+        return self.shape[0]
+
+    def __bool__(self):  # a struct stands for an array but is no value: always true, whatever its len
+        return True
 
     def __repr__(self):
         weak = ", weak_type=True" if self.weak_type else ""

@@ -327,7 +327,8 @@ def _escaped_message(primitive, tracer):
         f"a traced value (shape {tracer.shape}) escaped this transform and was used by "
         f"{primitive.name} after the transform returned: it was stored outside the function in global "
         "state (a global, a closure cell, a list). Return values from the transformed function instead "
-        "(JAX's UnexpectedTracerError: Encountered an unexpected tracer)."
+        "(JAX's UnexpectedTracerError: Encountered an unexpected tracer: an intermediate value with type "
+        f"{tracer.dtype}[{','.join(str(d) for d in tracer.shape)}] escaped the scope of its transformation)."
     )
 
 
@@ -360,11 +361,13 @@ def _op_error(primitive, args, params, err, top):
     except Exception:
         avals = None
     reason = None
+    kind = type(err) if isinstance(err, ShapeError) else ShapeError
     if avals is not None and primitive.shape_rule is not None:
         try:
             primitive.shape_rule(*avals, **params)
         except ShapeError as shape_err:
             reason = shape_err.message
+            kind = type(shape_err)  # (a ShapeTypeError stays one: JAX's TypeError)
         except Exception:
             reason = None
     operands = ", ".join(repr(a) for a in avals) if avals is not None else "?"
@@ -379,7 +382,7 @@ def _op_error(primitive, args, params, err, top):
     prefix = f"{primitive.name}("
     if reason.startswith(prefix) and "): " in reason:
         reason = reason.split("): ", 1)[1]
-    new = ShapeError(f"{call}: {reason}")
+    new = kind(f"{call}: {reason}")
     new.__cause__ = err if not isinstance(err, ShapeError) else err.__cause__
     new.__suppress_context__ = True
     return new

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from cuvmap import backend
 from cuvmap.core.avals import _PY_SCALAR_DTYPES, ShapeDtypeStruct, ShapedArray, _ShapeProperties, dtype_of
 from cuvmap.core.weak import WeakArray
-from cuvmap.errors import ConcretizationError, CuvmapError, MissingRuleError
+from cuvmap.errors import ConcretizationError, CuvmapError, MissingRuleError, jax_concretization_phrase
 
 
 
@@ -259,7 +259,8 @@ class Tracer(_ShapeProperties):
         raise ConcretizationError(
             f"a traced value with shape {self.shape} was converted to a NumPy array "
             "(np.asarray, np.array or a NumPy function applied to it); use cuvmap.numpy "
-            "functions on traced values instead",
+            "functions on traced values instead (The numpy.ndarray conversion method __array__() was called on "
+            f"traced array with shape {self.dtype}[{','.join(str(d) for d in self.shape)}])",
             where=self._main.name,
         )
 
@@ -274,7 +275,9 @@ class Tracer(_ShapeProperties):
     # in ``_concretization_error``. (Derivative tracers, which carry their primal, override
     # these: PrimalTracer.)
     def _concretization_error(self, what):
-        return ConcretizationError(f"{what} of a traced value (shape {self.shape})", where=self._main.name)
+        aval_text = f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        return ConcretizationError(f"{what} of a traced value (shape {self.shape}) "
+                                   f"({jax_concretization_phrase(what, aval_text)})", where=self._main.name)
 
     def __bool__(self):
         raise self._concretization_error("the truth value (Python if, while, and, or, not)")

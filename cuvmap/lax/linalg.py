@@ -26,6 +26,7 @@ import numpy as np
 from cuvmap import backend, core
 from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.errors import ShapeTypeError
 from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.indexing import slice_in_dim
@@ -49,11 +50,15 @@ def _dot_general_shape_rule(x, y, *, dimension_numbers):
     for dims, a in ((xc + xb, x), (yc + yb, y)):
         if any(not 0 <= d < a.ndim for d in dims) or len(set(dims)) != len(dims):
             raise ShapeError(f"dimension_numbers {dimension_numbers} out of range or repeated for {x.shape} and {y.shape}")
-    for i, j in list(zip(xc, yc)) + list(zip(xb, yb)):
-        if x.shape[i] != y.shape[j]:
-            raise ShapeError(
-                f"dim {i} of {x.shape} (size {x.shape[i]}) does not match dim {j} of {y.shape} (size {y.shape[j]})"
-            )
+    for kind, pairs in (("contracting dimensions", list(zip(xc, yc))),
+                        ("lhs batch dimensions and rhs batch dimensions", list(zip(xb, yb)))):
+        for i, j in pairs:
+            if x.shape[i] != y.shape[j]:
+                raise ShapeTypeError(
+                    f"dim {i} of {x.shape} (size {x.shape[i]}) does not match dim {j} of {y.shape} (size "
+                    f"{y.shape[j]}) (dot_general requires {kind} to have the same shape, got "
+                    f"{tuple(x.shape[a] for a, _ in pairs)} and {tuple(y.shape[b] for _, b in pairs)}.)"
+                )
     if kind_of(x.dtype) == "b" or kind_of(y.dtype) == "b":
         raise ShapeError("boolean operands")
     shape = (

@@ -164,9 +164,11 @@ def vmap_flat(f, where, leaves, treedef, axes, size, out_axes, axis_name=None):
         batched = main.owns(leaf)
         if batched:
             if oa is None:
+                named = f"; vmap has mapped output (axis_name={axis_name}) but out_axes is None" if axis_name else ""
                 raise api_util.TransformError(
                     f"out_axes is None for {api_util.describe_out(path)} of shape {leaf.shape}, but it "
-                    "depends on the mapped inputs (it is batched); give it an axis"
+                    "depends on the mapped inputs (it is batched); give it an axis (at vmap out_axes"
+                    f"{tree.keystr(path)}, got axis spec None but output was batched on axis {leaf.bdim}{named})"
                 )
             ndim = len(leaf.val.shape)
             value = move_bdim(leaf.val, leaf.bdim, api_util.normalize_out_axis(oa, ndim, path, leaf.shape))

@@ -87,6 +87,12 @@ class _BatchedResiduals:
         self.treedef = treedef
 
 
+# a pytree node, so that the residuals of ``vmap(vmap(fwd))`` (the inner ones inside the
+# outer ones) flatten to arrays whose batch dims the outer vmap unwraps
+tree.register_pytree_node(_BatchedResiduals, lambda r: (list(r.vals), (tuple(r.dims), r.treedef)),
+                          lambda aux, vals: _BatchedResiduals(list(vals), list(aux[0]), aux[1]))
+
+
 def batch_fwd(fwd, axis, dims, name):
     """``vmap`` of a flat ``fwd``: outputs batched at 0, residuals with their batch dims."""
     size = axis.size
@@ -99,6 +105,7 @@ def batch_fwd(fwd, axis, dims, name):
         return [_out_at_front(o, main, size) for o in outs], _BatchedResiduals(res_vals, res_dims, treedef)
 
     batched.__name__ = f"vmap({fwd.__name__})"
+    batched.optimize_remat = getattr(fwd, "optimize_remat", False)
     return batched
 
 

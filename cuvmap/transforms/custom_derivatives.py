@@ -35,22 +35,19 @@ import functools
 import inspect
 
 from cuvmap import api_util, core, tree
-from cuvmap.core import CuvmapError, Tracer
+from cuvmap.core import PrimalTracer, Tracer
 from cuvmap.transforms import ir
 from cuvmap.transforms.call import CallPrimitive, avals_of
 from cuvmap.transforms.custom_batching_rules import batch_bwd, batch_fun, batch_fwd, batch_jvp
+from cuvmap.transforms.custom_call_site import (
+    CallSite, ClosedOverTracerError, CustomDerivativeError, MissingCustomRuleError, resolve_args,
+)
 from cuvmap.transforms.program_call import call
 from cuvmap.transforms.staging import trace_to_jaxpr
-from cuvmap.transforms.symbolic_zeros import CustomVJPPrimal, SymbolicZero, instantiate, is_zero, tangent_aval
+from cuvmap.transforms.symbolic_zeros import is_zero
 # (JAX's jax.custom_derivatives has these two as well)
 from cuvmap.transforms.symbolic_zeros import custom_vjp_primal_tree_values, zero_from_primal  # noqa: F401
 from cuvmap.transforms.vjp import Tape, VJPTrace, VJPTracer, backward_pass, match_operand
-
-
-class CustomDerivativeError(CuvmapError, TypeError):
-    """A custom-derivative function was misused: no rule defined, a rule that returned the
-    wrong structure or shapes, forward mode of a ``custom_vjp`` function, a traced value
-    among its ``nondiff_argnums``."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -71,7 +68,21 @@ class CustomCallPrimitive(CallPrimitive):
     rule_batchers = {}  # param name -> its batched version's maker (set below)
 
     def run(self, *args, fun, **rules):
-        return list(fun(*args))
+        outs = list(fun(*args))
+        # NOTE [a custom function closing over a derivative's value]
+        # Evaluated with no transform owning its operands, a custom function whose result is
+        # a derivative transform's traced value (jvp's, grad's) got it from a closure: its
+        # rule never sees that value, so the derivative through it would be the body's, not
+        # the rule's. JAX refuses it (UnexpectedTracerError); so does cuvmap. (A closed-over
+        # vmap value is fine: batching the body is exact, as in JAX.)
+        leaked = next((o for o in outs if isinstance(o, PrimalTracer)), None)
+        if leaked is not None:
+            raise ClosedOverTracerError(
+                f"{self.name}: the function {fun.__name__} closes over a traced value (shape {leaked.shape}) of "
+                f"{leaked._main.name}, which its custom rule cannot see: custom_jvp and custom_vjp functions can't "
+                "close over Tracers of the transforms that differentiate them (JAX's UnexpectedTracerError); pass "
+                "the value as an argument")
+        return outs
 
     def batch(self, axis, vals, dims, params):
         name = f"vmap({params['fun'].__name__})"
@@ -206,8 +217,14 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
     def vjp(self, primals, needs_ct, params):
         """``fwd`` runs now, at the level below (its outputs and residuals are values
         there); the backward rule is ``bwd`` on the residuals and the outputs' cotangents
-        (zeros for those that get none)."""
-        out_primals, residuals = params["fwd"](*primals, perturbed=tuple(needs_ct))
+        (zeros for those that get none). With ``optimize_remat`` (JAX's), the outputs are
+        ``f``'s and ``fwd`` runs in the backward pass for its residuals."""
+        fwd = params["fwd"]
+        remat = getattr(fwd, "optimize_remat", False)
+        if remat:
+            out_primals, residuals = list(params["fun"](*primals)), None
+        else:
+            out_primals, residuals = fwd(*primals, perturbed=tuple(needs_ct))
         with_ct = [j for j, p in enumerate(out_primals) if core.is_float(p)]
         out_avals = avals_of(out_primals)
         avals = avals_of(primals)
@@ -218,7 +235,7 @@ class CustomVJPCallPrimitive(CustomCallPrimitive):
             full = [None] * len(out_avals)  # None: a zero cotangent (flat_bwd makes it zeros or symbolic)
             for j, c in zip(with_ct, cts):
                 full[j] = c
-            in_cts = bwd(residuals, full)
+            in_cts = bwd(fwd(*primals, perturbed=tuple(needs_ct))[1] if remat else residuals, full)
             return [None if in_cts[i] is None else match_operand(in_cts[i], avals[i]) for i in differentiated]
 
         return list(out_primals), with_ct, backward
@@ -329,7 +346,9 @@ class custom_jvp:  # noqa: N801 - JAX's name
         return forward_def(self, name)
 
     def __call__(self, *args, **kwargs):
-        site = _CallSite(self, "custom_jvp", _resolve_args(self, args, kwargs))
+        if self.jvp is None:
+            raise MissingCustomRuleError(f"No JVP defined for custom_jvp function {self.__name__} using defjvp.")
+        site = CallSite(self, "custom_jvp", resolve_args(self, args, kwargs))
         leaves, site.leaves = site.leaves, None
         outs = custom_jvp_call_p.bind(*leaves, fun=site.flat_fun(), jvp=site.flat_jvp())
         return tree.unflatten(site.out_tree, outs)
@@ -367,10 +386,10 @@ class custom_vjp:  # noqa: N801 - JAX's name
     :class:`~cuvmap.custom_derivatives.CustomVJPPrimal` ``(value, perturbed)``, ``bwd``
     gets a :class:`~cuvmap.custom_derivatives.SymbolicZero` for each output cotangent
     that is zero and may return one (or ``None``) for a zero input cotangent (NOTE
-    [symbolic zeros in custom rules]). ``optimize_remat=True`` is accepted (JAX's
-    optimization of ``fwd`` under ``checkpoint``) and changes nothing: the primal output
-    under reverse mode is ``fwd``'s, with or without it (JAX's with it is ``f``'s; they
-    differ only when ``fwd``'s primal output disagrees with ``f``).
+    [symbolic zeros in custom rules]). ``optimize_remat=True`` (JAX's): reverse mode
+    runs ``f`` for the outputs and ``fwd`` again in the backward pass for the residuals,
+    which the tape then does not keep; the primal output is ``f``'s, as in JAX (without
+    it, ``fwd``'s: they differ only when ``fwd``'s primal output disagrees with ``f``).
     """
 
     def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):
@@ -398,7 +417,9 @@ class custom_vjp:  # noqa: N801 - JAX's name
         return forward_def(self, name)
 
     def __call__(self, *args, **kwargs):
-        site = _CallSite(self, "custom_vjp", _resolve_args(self, args, kwargs))
+        if self.fwd is None or self.bwd is None:
+            raise MissingCustomRuleError(f"No VJP defined for custom_vjp function {self.__name__} using defvjp.")
+        site = CallSite(self, "custom_vjp", resolve_args(self, args, kwargs))
         leaves, site.leaves = site.leaves, None
         outs = custom_vjp_call_p.bind(*leaves, fun=site.flat_fun(), fwd=site.flat_fwd(), bwd=site.flat_bwd())
         return tree.unflatten(site.out_tree, outs)
@@ -436,257 +457,6 @@ def _init_custom(obj, fun, nondiff_argnums, kind, nondiff_argnames=()):
     obj.fun = fun
     obj.nondiff_argnums = nums
     obj.kind = kind
-
-
-def _resolve_args(obj, args, kwargs):
-    """The arguments as positional ones, defaults filled in (JAX's ``resolve_kwargs``):
-    the rules take positional tuples."""
-    sig = obj.__dict__.get("_signature", False)
-    if sig is False:
-        try:  # a functools.partial's signature is opaque, as in JAX: its keywords stay its own
-            sig = None if isinstance(obj.fun, functools.partial) else inspect.signature(obj.fun)
-        except (TypeError, ValueError):
-            sig = None
-        obj._signature = sig
-    if sig is None:
-        if kwargs:
-            raise TypeError(f"{obj.kind} function {obj.__name__}: keyword arguments need a function "
-                            "with a signature; pass them positionally") from None
-        return args
-    try:
-        bound = sig.bind(*args, **kwargs)
-    except TypeError as err:
-        raise TypeError(f"{obj.kind} function {obj.__name__}: {err}") from None
-    bound.apply_defaults()
-    if bound.kwargs:
-        raise TypeError(f"{obj.kind} function {obj.__name__}: keyword-only arguments "
-                        f"({', '.join(bound.kwargs)}) cannot be resolved to positions; the rules take "
-                        "positional arguments")
-    return bound.args
-
-
-_LEAF = object()  # a placeholder leaf: the structure of the arguments without their values
-
-
-class _CallSite:
-    """One call of a custom-derivative function: its arguments split into the nondiff
-    ones and the leaves of the others, and the flat function and rules over those leaves.
-    The output structure is set by whichever of ``f`` and the rules runs first; the others
-    are checked against it."""
-
-    def __init__(self, cfun, kind, args):
-        self.cfun = cfun
-        self.kind = kind
-        self.name = api_util.fun_name(cfun.fun)
-        n = len(args)
-        nums = []
-        for i in cfun.nondiff_argnums:
-            if not -n <= i < n:
-                raise CustomDerivativeError(
-                    f"{kind} function {self.name}: nondiff_argnums {cfun.nondiff_argnums} is out of range for "
-                    f"a call with {n} argument(s)")
-            nums.append(i % n)
-        nums = sorted(set(nums))  # the rules get them in the order of the arguments, as in JAX
-        # traced values among the nondiff arguments (custom_jvp only): their leaves become
-        # extra operands after the others', whose tangents nothing reads (JAX's
-        # stop_gradient of them), so that every transform sees them
-        self.nondiff = [args[i] for i in nums]
-        self.traced_nondiff = {}  # k (index into nondiff) -> treedef of its leaves
-        extra = []
-        for k, i in enumerate(nums):
-            leaves_i, treedef_i = tree.flatten(args[i])
-            leaf = next((x for x in leaves_i if isinstance(x, Tracer)), None)
-            if leaf is None:
-                continue
-            if kind != "custom_jvp":
-                raise CustomDerivativeError(
-                    f"{kind} function {self.name}: {self.describe((i,))} is in nondiff_argnums but "
-                    f"is a traced value (shape {leaf.shape}) of {leaf._main.name}; nondiff arguments "
-                    "of a custom_vjp function are Python values (callables, ints, flags), as in JAX; pass "
-                    "arrays as ordinary arguments (with a zero cotangent if they take no derivative)")
-            self.traced_nondiff[k] = treedef_i
-            self.nondiff[k] = None
-            extra.extend(leaves_i)
-        self.positions = [i for i in range(n) if i not in nums]
-        dyn = tuple(args[i] for i in self.positions)
-        paths, self.leaves, self.in_tree = tree.flatten_with_path(dyn)
-        self.num_dyn = len(self.leaves)
-        self.leaves = self.leaves + extra
-        self.in_paths = [(self.positions[p[0]],) + tuple(p[1:]) for p in paths]
-        for path, leaf in zip(self.in_paths, self.leaves):
-            if not core.is_value(leaf):
-                raise CustomDerivativeError(
-                    f"{kind} function {self.name}: {self.describe(path)} is a {type(leaf).__name__}; "
-                    "arguments are arrays, Python numbers or pytrees of them; give a "
-                    "Python value (a callable, a flag) a position in nondiff_argnums")
-        self.in_shapes = [core.shape_of(x) for x in self.leaves[:self.num_dyn]]
-        # the site lives as long as a tape entry or a staged program that holds its rules:
-        # it keeps the nondiff arguments and the structure, not the values (NOTE [what the
-        # tape keeps]); the caller takes the leaves
-        self.args = tuple(a if i in nums and not isinstance(a, Tracer) else None for i, a in enumerate(args))
-        self.nums = nums
-        self.out_tree = None
-        self.out_shapes = None
-        self.out_avals = None
-        self.out_by = None
-
-    def describe(self, path):
-        """``argument 1 (y)['w']`` for the leaf at ``(position, *subpath)``."""
-        return api_util.describe_arg(self.cfun.fun, (0,) + tuple(path))
-
-    def error(self, message):
-        return CustomDerivativeError(f"{self.kind} function {self.name}: {message}")
-
-    def split(self, leaves):
-        """The operands as ``(dyn leaves, nondiff arguments)``: the traced nondiff
-        arguments rebuilt from their extra operands."""
-        leaves = list(leaves)
-        nondiff = list(self.nondiff)
-        at = self.num_dyn
-        for k, treedef in self.traced_nondiff.items():
-            nondiff[k] = tree.unflatten(treedef, leaves[at:at + treedef.num_leaves])
-            at += treedef.num_leaves
-        return leaves[:self.num_dyn], nondiff
-
-    def full_args(self, leaves):
-        dyn_leaves, nondiff = self.split(leaves)
-        dyn = tree.unflatten(self.in_tree, dyn_leaves)
-        full = list(self.args)
-        for i, x in zip(self.nums, nondiff):
-            full[i] = x
-        for i, x in zip(self.positions, dyn):
-            full[i] = x
-        return full
-
-    def set_out(self, out, by):
-        """Flattens an output of ``f`` or of a rule (``by`` names which) and checks it
-        against the others'."""
-        paths, leaves, out_tree = tree.flatten_with_path(out)
-        for path, leaf in zip(paths, leaves):
-            if not core.is_value(leaf):
-                raise self.error(f"{by} returned a {type(leaf).__name__} as {api_util.describe_out(path)}; "
-                                 "outputs are arrays, Python numbers or pytrees of them")
-        shapes = [core.shape_of(x) for x in leaves]
-        if self.out_tree is None:
-            self.out_tree, self.out_shapes, self.out_by = out_tree, shapes, by
-            self.out_avals = [tangent_aval(x) for x in leaves]
-        elif out_tree != self.out_tree:
-            raise self.error(f"{by} returned an output of structure {out_tree}, but {self.out_by} "
-                             f"returned {self.out_tree}; they must agree")
-        elif shapes != self.out_shapes:
-            j = next(k for k, (a, b) in enumerate(zip(shapes, self.out_shapes)) if a != b)
-            raise self.error(f"{by} returned {api_util.describe_out(paths[j])} of shape {shapes[j]}, "
-                             f"but {self.out_by} returned shape {self.out_shapes[j]}; they must agree")
-        return leaves, paths
-
-    # -- the flat function and rules (the params of the call primitives) ----------------
-
-    def flat_fun(self):
-        def fun(*leaves):
-            out_leaves, _ = self.set_out(self.cfun.fun(*self.full_args(leaves)), f"{self.name}")
-            return out_leaves
-
-        fun.__name__ = self.name
-        return fun
-
-    def _rule(self, attr, define):
-        rule = getattr(self.cfun, attr)
-        if rule is None:
-            raise self.error(f"it is differentiated, but it has no {attr} rule: define one with "
-                             f"{self.name}.{define} before differentiating it")
-        return rule
-
-    def flat_jvp(self):
-        def jvp(primals, tangents):
-            """``(primal_out, tangent_out)`` leaves; ``None`` in ``tangents`` and in the
-            result: a zero tangent (NOTE [symbolic zeros in custom rules])."""
-            rule = self._rule("jvp", "defjvp(rule)")
-            primals, nondiff = self.split(primals)
-            tangents = list(tangents)[:self.num_dyn]  # the traced nondiff arguments take none
-            if self.cfun.symbolic_zeros:
-                tangents = [SymbolicZero(tangent_aval(p)) if t is None else t for p, t in zip(primals, tangents)]
-            else:
-                tangents = [instantiate(t, p) for p, t in zip(primals, tangents)]
-            p_args = tuple(tree.unflatten(self.in_tree, primals))
-            t_args = tuple(tree.unflatten(self.in_tree, tangents))
-            result = rule(*nondiff, p_args, t_args)
-            if not (isinstance(result, (tuple, list)) and len(result) == 2):
-                raise self.error(f"the JVP rule must return a pair (primal_out, tangent_out), got "
-                                 f"{tree.describe(result)}")
-            primal_out, tangent_out = result
-            p_leaves, paths = self.set_out(primal_out, "the JVP rule's primal_out")
-            try:
-                t_leaves = tree.broadcast_prefix(tangent_out, primal_out, lambda x: is_zero(x) or core.is_value(x))
-            except (tree.PrefixError, ValueError, TypeError):
-                raise self.error(f"the JVP rule returned tangent_out of structure {tree.structure(tangent_out)}, "
-                                 f"but primal_out has structure {self.out_tree}; they must agree") from None
-            t_leaves = [None if is_zero(t) else t for t in t_leaves]
-            for path, p, t in zip(paths, p_leaves, t_leaves):
-                if t is None:
-                    continue
-                if not core.is_value(t) or core.shape_of(t) != core.shape_of(p):
-                    got = f"shape {core.shape_of(t)}" if core.is_value(t) else f"a {type(t).__name__}"
-                    raise self.error(f"the JVP rule returned a tangent of {got} for {api_util.describe_out(path)} "
-                                     f"of shape {core.shape_of(p)}; a tangent has its primal's shape")
-            return p_leaves, t_leaves
-
-        jvp.__name__ = f"{self.name}_jvp"
-        return jvp
-
-    def flat_fwd(self):
-        def fwd(*leaves, perturbed=None):
-            """``(out leaves, residuals)``; ``perturbed``: which operands' cotangents the
-            caller wants (all when not given), for ``symbolic_zeros``."""
-            rule = self._rule("fwd", "defvjp(fwd, bwd)")
-            if self.cfun.symbolic_zeros:
-                wanted = [True] * len(leaves) if perturbed is None else perturbed
-                leaves = [CustomVJPPrimal(x, bool(w)) for x, w in zip(leaves, wanted)]
-            result = rule(*self.full_args(leaves))
-            if not (isinstance(result, (tuple, list)) and len(result) == 2):
-                raise self.error(f"fwd must return a pair (output, residuals), got {tree.describe(result)}")
-            out, residuals = result
-            out_leaves, _ = self.set_out(out, "fwd")
-            return out_leaves, residuals
-
-        fwd.__name__ = f"{self.name}_fwd"
-        return fwd
-
-    def flat_bwd(self):
-        def bwd(residuals, ct_leaves):
-            """The input cotangents' leaves (``None``: zero) from the output cotangents'
-            (``None``: zero; NOTE [symbolic zeros in custom rules])."""
-            rule = self._rule("bwd", "defvjp(fwd, bwd)")
-            if self.cfun.symbolic_zeros:
-                ct_leaves = [SymbolicZero(a) if c is None else c for c, a in zip(ct_leaves, self.out_avals)]
-            else:
-                ct_leaves = [core.zeros_like_aval(a) if c is None else c for c, a in zip(ct_leaves, self.out_avals)]
-            ct = tree.unflatten(self.out_tree, list(ct_leaves))
-            cts = rule(*self.nondiff, residuals, ct)
-            names = ", ".join(self.describe((i,)) for i in self.positions)
-            if not isinstance(cts, (tuple, list)):
-                raise self.error(f"bwd must return a tuple with one cotangent per differentiable argument "
-                                 f"({names}), got {tree.describe(cts)}")
-            if len(cts) != len(self.positions):
-                raise self.error(f"bwd returned {len(cts)} cotangent(s), but the function has "
-                                 f"{len(self.positions)} differentiable argument(s) ({names}); return one per "
-                                 "argument not in nondiff_argnums (None for a zero one)")
-            flat = []
-            dyn = tree.unflatten(self.in_tree, [_LEAF] * len(self.in_shapes))
-            for k, (c, arg) in enumerate(zip(cts, dyn)):
-                try:
-                    flat.extend(tree.broadcast_prefix(c, arg, lambda x: is_zero(x) or core.is_value(x) or x is _LEAF))
-                except tree.PrefixError as err:
-                    raise self.error(f"bwd returned a cotangent for {self.describe((self.positions[k],) + err.path)} "
-                                     f"that does not match the argument's structure: {err.reason}") from None
-            flat = [None if is_zero(c) else c for c in flat]
-            for path, c, shape in zip(self.in_paths, flat, self.in_shapes):
-                if c is not None and core.shape_of(c) != shape:
-                    raise self.error(f"bwd returned a cotangent of shape {core.shape_of(c)} for "
-                                     f"{self.describe(path)}, which has shape {shape}")
-            return flat
-
-        bwd.__name__ = f"{self.name}_bwd"
-        return bwd
 
 
 CustomJVPCallPrimitive.rule_batchers = {"fun": batch_fun, "jvp": batch_jvp}

@@ -134,7 +134,7 @@ def closure_convert(fun, *example_args):
         args, given = args_and_consts[:num_args], iter(args_and_consts[num_args:])
         arg_leaves, tree2 = tree.flatten(tuple(args))
         if tree2 != in_tree:
-            raise TypeError(f"closure_convert({name}): the inputs to the closure produced by closure_convert must "
+            raise TypeError(f"closure_convert({name}): The inputs to the closure produced by closure_convert must "
                             f"have the same pytree structure as the example arguments, {in_tree}, followed by "
                             f"{num_consts} const(s); got {tree2}")
         all_consts = [next(given) if h else c for c, h in zip(consts, hoisted)]

@@ -184,6 +184,8 @@ def _linearize(f, primals, has_aux, where):
     zero_like = [None if nz else o for o, nz in zip(out_primals, out_nonzero)]
     num_primals = len(primals)
 
+    _INCONSISTENT = "linearized function called on tangent values inconsistent with the original primal values"
+
     def f_jvp(*tangents):
         if len(tangents) != num_primals:
             raise TransformError(
@@ -199,13 +201,14 @@ def _linearize(f, primals, has_aux, where):
                 raise TransformError(f"the tangent of {what} is a {type(t).__name__}; tangents must be arrays or scalars")
             if core.shape_of(t) != shape:
                 raise TransformError(
-                    f"the tangent of {what} has shape {tuple(core.shape_of(t))}, but its primal has shape {tuple(shape)}")
+                    f"the tangent of {what} has shape {tuple(core.shape_of(t))}, but its primal has shape "
+                    f"{tuple(shape)} ({_INCONSISTENT})")
             if aval is None:
                 continue  # an integer input: no tangent
             if not core.is_float(t) or not (weak or type(t) is float or core.dtype_of(t) == dtype):
                 raise TransformError(
                     f"the tangent of {what} has dtype {core.dtype_of(t)}, but its primal has dtype {dtype}; a "
-                    "tangent must have its primal's dtype (as in JAX): cast it with .astype"
+                    f"tangent must have its primal's dtype (as in JAX): cast it with .astype ({_INCONSISTENT})"
                 )
             if type(t) is not float and core.dtype_of(t) != aval.dtype:
                 from cuvmap.lax import elementwise  # the cast primitive: lax imports the transforms

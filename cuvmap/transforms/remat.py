@@ -217,12 +217,24 @@ class RematCallPrimitive(ProgramCall):
 checkpoint_p = RematCallPrimitive("checkpoint")
 
 
+def _any_prevent_cse(prevent_cse, args):
+    """JAX's per-argument ``prevent_cse`` (a pytree prefix of the positional arguments with
+    bool leaves) as the region's one flag: the region stays one equation when any argument
+    asks for it (CSE prevention changes what the optimizer may merge, never a value)."""
+    try:
+        flags = tree.broadcast_prefix(prevent_cse, tuple(args), lambda b: isinstance(b, bool))
+    except tree.PrefixError as err:
+        raise TransformError(f"prevent_cse {prevent_cse!r} must be a bool or a pytree prefix of the positional "
+                             f"arguments with bool leaves: {err}") from None
+    return any(flags)
+
+
 # ---------------------------------------------------------------------------------------
 # The user's function
 # ---------------------------------------------------------------------------------------
 
 
-def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
+def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=(), static_argnames=()):
     """Makes ``fun`` rematerialized under reverse mode: the backward pass recomputes
     ``fun``'s intermediates from its inputs instead of keeping them from the forward pass.
 
@@ -244,14 +256,18 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
         with the forward computation. ``False`` inlines its equations into the enclosing
         staged program, where common-subexpression elimination may merge them (which, in
         ``jit(grad(...))``, gives the memory back for less computation); outside ``jit``
-        it changes nothing.
+        it changes nothing. As in JAX it may also be a tuple: a pytree prefix of the
+        positional arguments with bool leaves; the region is then kept whole when any
+        of them is ``True``.
       policy: which residuals to keep after all: ``None`` (keep only the inputs) or a
         function ``policy(prim, *avals, **params) -> bool`` such as those of
         :data:`checkpoint_policies` (``everything_saveable``, ``nothing_saveable``,
         ``dots_saveable``, ``dots_with_no_batch_dims_saveable``, and by name
         ``save_only_these_names("h")`` with :func:`checkpoint_name`).
-      static_argnums: positional arguments passed to ``fun`` as they are (not traced);
-        they must be hashable.
+      static_argnums: positional arguments passed to ``fun`` as they are (not traced).
+        As in JAX, an unhashable one (a dict) is closed over: the call is traced anew,
+        its program not kept.
+      static_argnames: the same for arguments passed by keyword (``jax.checkpoint``'s).
     Returns:
       the checkpointed function.
 
@@ -267,26 +283,31 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
             return cnp.sum(x ** 2)
     """
     if fun is None:
-        return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
+        return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums,
+                                    static_argnames=static_argnames)
     api_util.check_callable(fun, "checkpoint")
     where = f"checkpoint({api_util.fun_name(fun)})"
-    if not isinstance(prevent_cse, bool):
-        raise TransformError(f"{where}: prevent_cse must be True or False, got {prevent_cse!r}")
+    if isinstance(prevent_cse, list):
+        prevent_cse = tuple(prevent_cse)
+    if not isinstance(prevent_cse, (bool, tuple)):
+        raise api_util.InputTypeError(f"{where}: prevent_cse must be a bool or tuple of bools (a pytree prefix of "
+                                      f"the positional arguments), got type(prevent_cse)={type(prevent_cse)}")
     if policy is not None and not callable(policy):
         raise TransformError(
             f"{where}: policy must be None or a function policy(prim, *avals, **params) -> bool "
             f"(see checkpoint_policies), got {policy!r}")
-    static_nums, static_names, _ = api_util.normalize_static(fun, static_argnums, (), (), where)
+    static_nums, static_names, _ = api_util.normalize_static(fun, static_argnums, static_argnames, (), where)
     cache = {}
 
     @api_util.with_context(where, fun)
     def checkpointed(*args, **kwargs):
-        key, leaves, paths, avals, rebuild = staging.stage_arguments(fun, where, args, kwargs, static_nums, static_names)
-        entry = cache.get(key)
+        key, leaves, paths, avals, rebuild = staging.stage_arguments(fun, where, args, kwargs, static_nums, static_names,
+                                                                     unhashable_ok=True)
+        entry = cache.get(key) if key is not None else None
         if entry is None:
             closed, out_tree = staging.trace_program(fun, where, leaves, paths, avals, rebuild)
             entry = (ir.optimize(closed), out_tree)
-            if not any(isinstance(c, core.Tracer) for c in entry[0].consts):
+            if key is not None and not any(isinstance(c, core.Tracer) for c in entry[0].consts):
                 cache[key] = entry  # a program holding tracers of this call's transforms is for this call only
         program, out_tree = entry
         consts = program.consts
@@ -295,7 +316,8 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
             # program takes them as operands, so that those transforms see them (and its
             # plan, run later, never holds a tracer)
             program, consts = ir.hoist_consts(program)
-        outs = checkpoint_p.bind(*consts, *leaves, program=program, policy=policy, prevent_cse=prevent_cse)
+        cse = prevent_cse if isinstance(prevent_cse, bool) else _any_prevent_cse(prevent_cse, args)
+        outs = checkpoint_p.bind(*consts, *leaves, program=program, policy=policy, prevent_cse=cse)
         results = api_util.unaliased([api_util.to_array_result(o) for o in outs], leaves)
         return tree.unflatten(out_tree, results)
 

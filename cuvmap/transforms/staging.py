@@ -22,6 +22,7 @@ import numpy as np
 
 from cuvmap import api_util, backend, core, dtypes, tree
 from cuvmap.core import ConcretizationError, Trace, Tracer
+from cuvmap.errors import jax_concretization_phrase
 from cuvmap.transforms import ir
 from cuvmap.transforms.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 from cuvmap.core.bfloat16 import kind_of
@@ -65,8 +66,10 @@ class StagedTracer(Tracer):
         origin = _origin_of(self.var)
         depends = f" that depends on {origin}" if origin else ""
         stager = self._main.global_data.stager
+        aval_text = f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
         return ConcretizationError(
-            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: {stager.why}; {stager.hint}",
+            f"{what} of a traced value (shape {self.shape}, {self.dtype}){depends}: {stager.why}; {stager.hint} "
+            f"({jax_concretization_phrase(what, aval_text)})",
             where=self._main.name,
         )
 
@@ -267,9 +270,10 @@ def trace_to_jaxpr(f, in_avals, name="jit", origins=None, stager=JIT_STAGER, pyt
 # ---------------------------------------------------------------------------------------
 
 
-def stage_arguments(f, where, args, kwargs, static_nums, static_names):
+def stage_arguments(f, where, args, kwargs, static_nums, static_names, unhashable_ok=False):
     """Splits the arguments into static and traced ones. Returns ``(key, leaves, paths,
-    avals, rebuild)``: the cache key, the traced leaves with their paths (in the user's
+    avals, rebuild)``: the cache key (``None`` for unhashable statics with
+    ``unhashable_ok``), the traced leaves with their paths (in the user's
     numbering of positional arguments) and avals, and ``rebuild(traced_leaves)``, which
     gives ``f``'s arguments back."""
     # as in JAX, a static position beyond the positional arguments given is ignored (the
@@ -277,7 +281,7 @@ def stage_arguments(f, where, args, kwargs, static_nums, static_names):
     nums = {i % len(args) for i in static_nums if -len(args) <= i < len(args)}
     statics = [(f"argument {i}", args[i]) for i in sorted(nums)]
     statics += [(f"keyword argument {k}", kwargs[k]) for k in sorted(kwargs) if k in static_names]
-    key_static = api_util.static_key(f, where, statics)
+    key_static = api_util.static_key(f, where, statics, unhashable_ok)
     dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
     dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
     paths, leaves, treedef = tree.flatten_with_path((dyn_args, dyn_kwargs))
@@ -294,7 +298,7 @@ def stage_arguments(f, where, args, kwargs, static_nums, static_names):
         full_kwargs.update({k: v for k, v in kwargs.items() if k in static_names})
         return full, full_kwargs
 
-    key = (treedef, tuple(avals), key_static, axis_env_key())
+    key = None if key_static is None else (treedef, tuple(avals), key_static, axis_env_key())
     return key, leaves, user_paths, avals, rebuild
 
 

@@ -381,8 +381,10 @@ def test_errors():
         def f(x):
             return x
         checkpoint(f, policy="dots")
-    with pytest.raises(cv.TransformError, match="prevent_cse must be True or False"):
+    with pytest.raises(TypeError, match="prevent_cse must be a bool or tuple of bools"):
         checkpoint(lambda x: x, prevent_cse=None)
+    with pytest.raises(cv.TransformError, match=r"prevent_cse \(True, False\) must be a bool or a pytree prefix"):
+        checkpoint(lambda x: x, prevent_cse=(True, False))(1.0)
     with pytest.raises(TypeError, match="checkpoint"):
         checkpoint(3)
 

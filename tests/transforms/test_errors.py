@@ -37,9 +37,11 @@ X43 = np.ones((4, 3))
 
 
 def test_mismatched_mapped_sizes_name_each_argument():
+    """JAX's message: each size, how many axes have it and one of them, the most common first."""
     with raises(cuvmap.TransformError, re.escape(
-        "vmap(loss, in_axes=(None, 0, 0)): argument 2 (ys) has size 10 along axis 0 (shape (10,)), "
-        "but argument 1 (xs) has size 8 along axis 0 (shape (8, 3))"
+        "vmap(loss, in_axes=(None, 0, 0)): vmap got inconsistent sizes for array axes to be mapped:\n"
+        "  * one axis had size 8: axis 0 of argument xs of type float64[8,3];\n"
+        "  * one axis had size 10: axis 0 of argument ys of type float64[10]"
     )):
         vmap(loss, in_axes=(None, 0, 0))(np.ones(3), np.ones((8, 3)), np.ones(10))
 
@@ -47,17 +49,25 @@ def test_mismatched_mapped_sizes_name_each_argument():
 def test_mismatched_sizes_inside_pytrees_and_keywords():
     d = {"a": np.ones((4, 2)), "b": [np.ones((4, 2)), np.ones((2, 5))]}
     with raises(cuvmap.TransformError, re.escape(
-        "vmap(f, in_axes=({'a': 0, 'b': [0, 1]},)): argument 0 (x)['b'][1] has size 5 along axis 1 "
-        "(shape (2, 5)), but argument 0 (x)['a'] has size 4 along axis 0 (shape (4, 2)); "
-        "mapped arguments must all have the same size along their mapped axes; the mapped arguments are "
-        "argument 0 (x)['a'] (shape (4, 2), axis 0), argument 0 (x)['b'][0] (shape (4, 2), axis 0), "
-        "argument 0 (x)['b'][1] (shape (2, 5), axis 1)"
+        "vmap(f, in_axes=({'a': 0, 'b': [0, 1]},)): vmap got inconsistent sizes for array axes to be mapped:\n"
+        "  * most axes (2 of them) had size 4, e.g. axis 0 of argument x['a'] of type float64[4,2];\n"
+        "  * one axis had size 5: axis 1 of argument x['b'][1] of type float64[2,5]"
     )):
         vmap(f, in_axes=({"a": 0, "b": [0, 1]},))(d)
-    with raises(cuvmap.TransformError, r"vmap\(<lambda>\): keyword argument y has size 5 along axis 0"):
+    with raises(cuvmap.TransformError, re.escape("vmap(<lambda>): vmap got inconsistent sizes for array axes to be "
+                                                 "mapped:\n  * one axis had size 4: axis 0 of argument x of type "
+                                                 "float64[4,3];\n  * one axis had size 5: axis 0 of kwargs['y'] of "
+                                                 "type float64[5,3]")):
         vmap(lambda x, y: x)(X43, y=np.ones((5, 3)))
-    with raises(cuvmap.TransformError, r"vmap\(f\): argument 0 \(x\) has size 4 along axis 0 \(shape \(4, 3\)\), but axis_size is 5"):
+    with raises(cuvmap.TransformError, re.escape("vmap(f): vmap got inconsistent sizes for array axes to be mapped:\n"
+                                                 "  * the `axis_size` argument was 5;\n  * one axis had size 4: axis 0 "
+                                                 "of argument x of type float64[4,3]")):
         vmap(f, axis_size=5)(X43)
+    with raises(cuvmap.TransformError, re.escape("vmap(<lambda>): vmap got inconsistent sizes for array axes to be "
+                                                 "mapped:\n  * one axis had size 4: axis 0 of argument x of type "
+                                                 "float64[4,3];\n  * one axis had size 2: axis 0 of args[1] of type "
+                                                 "float64[2]")):
+        vmap(lambda x, *rest: x)(X43, np.ones(2))
 
 
 @pytest.mark.parametrize("axis", [2, -3])
@@ -78,12 +88,13 @@ def test_in_axes_of_a_scalar_argument():
 def test_in_axes_not_a_prefix_of_the_arguments():
     d = {"a": X43, "b": X43}
     with raises(cuvmap.TransformError, re.escape(
-        "vmap(f, in_axes=({'a': 0, 'c': 1},)): in_axes ({'a': 0, 'c': 1},) is not a pytree prefix of the "
-        "arguments: at argument 0 (x), in_axes has a dict with keys ['a', 'c'], which is not a prefix of a "
-        "dict with keys ['a', 'b']"
+        "vmap(f, in_axes=({'a': 0, 'c': 1},)): vmap in_axes specification must be a tree prefix of the "
+        "corresponding value; in_axes ({'a': 0, 'c': 1},) is not a pytree prefix of the arguments. Mismatch "
+        "details: at argument 0 (x), in_axes has a dict with keys ['a', 'c'], which is not a prefix of a "
+        "dict with keys ['a', 'b'] (different keys or lengths)"
     )):
         vmap(f, in_axes=({"a": 0, "c": 1},))(d)
-    with raises(cuvmap.TransformError, r"vmap\(f, in_axes=\(\(0, 0\),\)\): .*at argument 0 \(x\), in_axes has a tuple of length 2, which is not a prefix of an array of shape \(4, 3\)"):
+    with raises(cuvmap.TransformError, r"vmap\(f, in_axes=\(\(0, 0\),\)\): .*at argument 0 \(x\), in_axes has a tuple of length 2, which is not a prefix of an array of shape \(4, 3\) \(different types\)"):
         vmap(f, in_axes=((0, 0),))(X43)
     with raises(cuvmap.TransformError, r"vmap\(f, in_axes=\(\[0, 0\],\)\): .*at argument 0 \(x\), in_axes has a list of length 2, which is not a prefix of a tuple of length 2"):
         vmap(f, in_axes=([0, 0],))((X43, X43))
@@ -104,15 +115,33 @@ def test_one_vmap_over_argument_structures_met_in_turn():
 
 def test_in_axes_tuple_of_the_wrong_length():
     with raises(cuvmap.TransformError, re.escape(
-        "vmap(loss, in_axes=(None, 0)): in_axes has 2 entries but loss was called with 3 positional arguments"
+        "vmap(loss, in_axes=(None, 0)): vmap in_axes must be an int, None, or a tuple of entries corresponding to the "
+        "positional arguments passed to the function, but got len(in_axes)=2, len(args)=3. (loss was called with 3 "
+        "positional argument(s); give in_axes one entry per positional argument)"
     )):
         vmap(loss, in_axes=(None, 0))(np.ones(3), X43, np.ones(4))
 
 
-@pytest.mark.parametrize("in_axes, bad", [(0.5, "0.5"), ("0", "'0'"), ((0, 1.0), "1.0"), ((0, {"a": True}), "True")])
-def test_in_axes_of_the_wrong_type(in_axes, bad):
-    with raises(cuvmap.TransformError, r"vmap\(<lambda>, in_axes=.*\): in_axes must be ints or None \(or a pytree of them\), got " + bad):
-        vmap(lambda x, y: x, in_axes=in_axes)(X43, {"a": X43})
+# in_axes: (the phrase of JAX's TypeError, raised when vmap is applied)
+BAD_IN_AXES = [(0.5, "a tuple of entries corresponding to the positional arguments passed to the function, but got 0.5."),
+               ("0", "but got '0'."), ({"a": 0}, "but got {'a': 0}."),
+               ((0, 1.0), "(nested) container with those types as leaves, but got (0, 1.0) (its leaf 1.0 is neither)"),
+               ((0, {"a": True}), "its leaf True is neither"), (False, "but got False.")]
+
+
+@pytest.mark.parametrize("in_axes, phrase", BAD_IN_AXES)
+def test_in_axes_of_the_wrong_type(in_axes, phrase):
+    with pytest.raises(TypeError) as info:
+        vmap(lambda x, y: x, in_axes=in_axes)
+    assert isinstance(info.value, cuvmap.TransformError)
+    assert str(info.value).startswith("vmap(<lambda>") and "): vmap in_axes must be an int, None, or " \
+        in str(info.value) and phrase in str(info.value), str(info.value)
+
+
+def test_out_axes_of_the_wrong_type():
+    with pytest.raises(TypeError, match=r"vmap out_axes must be an int, None, or \(nested\) container with those "
+                                        r"types as leaves, but got \(array\(\[1\., 2\.\]\),\)"):
+        vmap(f, out_axes=(np.array([1.0, 2.0]),))
 
 
 def test_nothing_mapped_and_no_axis_size():
@@ -121,14 +150,16 @@ def test_nothing_mapped_and_no_axis_size():
         "and no axis_size was given"
     )):
         vmap(f, in_axes=None)(X43)
-    with raises(cuvmap.TransformError, r"vmap\(<lambda>\): nothing is mapped"):
-        vmap(lambda: 1.0)()
+    with raises(cuvmap.TransformError, re.escape(
+            "vmap(<lambda>): vmap wrapped function must be passed at least one argument containing an array or "
+            "axis_size must be specified, got empty *args=({},) and **kwargs={}")):
+        vmap(lambda x: x)({})
 
 
 def test_out_axes_none_for_a_batched_output():
     with raises(cuvmap.TransformError, re.escape(
         "vmap(<lambda>, out_axes=(0, None)): out_axes is None for output [1] of shape (3,), but it depends on the "
-        "mapped inputs (it is batched); give it an axis"
+        "mapped inputs (it is batched); give it an axis (at vmap out_axes[1], got axis spec None but output was batched on axis 0)"
     )):
         vmap(lambda x: (x, x * 2), out_axes=(0, None))(X43)
 
@@ -139,8 +170,10 @@ def test_out_axes_out_of_range_or_not_a_prefix():
     )):
         vmap(f, out_axes=3)(X43)
     with raises(cuvmap.TransformError, re.escape(
-        "vmap(<lambda>, out_axes={'b': 0}): out_axes {'b': 0} is not a pytree prefix of the outputs: at the output, "
-        "out_axes has a dict with keys ['b'], which is not a prefix of a dict with keys ['a']"
+        "vmap(<lambda>, out_axes={'b': 0}): vmap out_axes specification must be a tree prefix of the corresponding "
+        "value; out_axes {'b': 0} is not a pytree prefix of the outputs. Mismatch details: at the output, "
+        "out_axes has a dict with keys ['b'], which is not a prefix of a dict with keys ['a'] (different keys or "
+        "lengths)"
     )):
         vmap(lambda x: {"a": x}, out_axes={"b": 0})(X43)
 
@@ -256,9 +289,16 @@ def test_jvp_with_mismatched_tangents():
 def test_vjp_with_a_cotangent_of_the_wrong_shape():
     _, pullback = vjp(cnp.sin, X43)
     with raises(cuvmap.TransformError, re.escape(
-        "vjp(sin): cotangent leaf 0 has shape (3,), but the output leaf has shape (4, 3)"
+        "vjp(sin): cotangent leaf 0 has type float64[3], but the output leaf has type float64[4,3] (unexpected JAX "
+        "type (e.g. shape/dtype) for argument to VJP function)"
     )):
         pullback(np.ones(3))
+    _, pullback = vjp(cnp.sin, X43.astype(np.float32))
+    with raises(cuvmap.TransformError, re.escape("vjp(sin): cotangent leaf 0 has type float16[4,3], but the output "
+                                                 "leaf has type float32[4,3]")):
+        pullback(np.ones((4, 3), np.float16))
+    with pytest.raises(TypeError, match=r"applied to sin was called with 2 arguments"):
+        pullback(np.ones((4, 3), np.float32), np.ones((4, 3), np.float32))
     _, pullback = vjp(lambda x: (x, x.sum()), X43)
     with raises(cuvmap.TransformError, r"vjp\(<lambda>\): the cotangent has structure .*, but the output has structure"):
         pullback(np.ones((4, 3)))
@@ -569,5 +609,10 @@ def test_transformed_functions_keep_the_docstring_and_wrapped(transform):
         return cnp.sum(x * x)
 
     wrapped = transform(square_sum)
-    assert wrapped.__doc__ == "Σ x²." and wrapped.__wrapped__ is square_sum
+    if transform is cuvmap.vmap:  # JAX's: the original documentation after a line on the vectorization
+        assert wrapped.__doc__.startswith("Vectorized version of square_sum.")
+        assert wrapped.__doc__.endswith("\n\nOriginal documentation:\n\nΣ x².")
+    else:
+        assert wrapped.__doc__ == "Σ x²."
+    assert wrapped.__wrapped__ is square_sum
     assert "square_sum" in wrapped.__name__

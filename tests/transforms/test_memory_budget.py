@@ -288,7 +288,7 @@ def test_map_batch_size(kw):
 
 def test_map_batch_size_errors():
     with pytest.raises(TransformError, match="batch_size must be a positive int or 'auto'|chunk_size must be"):
-        lax.map(lambda x: x, X, batch_size=0)
+        lax.map(lambda x: x, X, batch_size=-1)
     with pytest.raises(Exception, match="leading axis"):
         lax.map(lambda t: t[0], (X, X[:3]), batch_size=4)
 

@@ -492,7 +492,8 @@ def _bad_rule(out):
 
 # name: (run, message fragment)
 CUSTOM_VMAP_ERRORS = {
-    "vmap without a rule": (lambda: cv.vmap(_no_rule)(XS), r"_no_rule: vmap needs a rule: define one with"),
+    "vmap without a rule": (lambda: cv.vmap(_no_rule)(XS),
+                            r"No batching rule defined for custom_vmap function _no_rule using def_vmap"),
     "grad": (lambda: cv.grad(lambda x: cnp.sum(sin_mul(x, Y)))(X),
              r"grad/vjp of custom_vmap function sin_mul: custom_vmap functions have no reverse mode.*custom_vjp"),
     "vmap(grad)": (lambda: cv.vmap(cv.grad(lambda x, y: cnp.sum(sin_mul(x, y))))(XS, YS), "no reverse mode"),
@@ -508,7 +509,8 @@ CUSTOM_VMAP_ERRORS = {
                                               r"returned f64\[3\] as output, which it marks batched, so it "
                                               r"must be f64\[2,3\]"),
     "a rule of another structure": (lambda: cv.vmap(_bad_rule(lambda x: ((x, x), True)))(XS),
-                                    "returned an output of structure"),
+                                    r"structure of output returned by custom vmap rule \(<lambda>\) does not "
+                                    "match that of original custom-vmapped function"),
     "out_batched that is no pytree of bools": (lambda: cv.vmap(_bad_rule(lambda x: (x, [True, False])))(XS),
                                                "out_batched must be a pytree of bools"),
 }
@@ -782,6 +784,8 @@ def _print_x(x):
 
 
 _INNER = cv.jit(_print_x)
+_CUSTOM = cv.custom_jvp(_print_x)
+_CUSTOM.defjvp(lambda p, t: (_CUSTOM(p[0]), 2.0 * t[0]))
 
 
 # name: (a jitted function of x whose printing part's result nobody reads, expected lines)
@@ -790,7 +794,7 @@ EFFECTS = {
     "a cond": (lambda x: (lax.cond(x > 0, _print_x, lambda x: x, x), x + 1.0)[1], ["x=1.0"]),
     "a scan": (lambda x: (lax.scan(lambda c, _: (_print_x(c), None), x, None, length=2), x + 1.0)[1],
                ["x=1.0", "x=2.0"]),
-    "a custom_jvp function": (lambda x: (cv.custom_jvp(_print_x)(x), x + 1.0)[1], ["x=1.0"]),
+    "a custom_jvp function": (lambda x: (_CUSTOM(x), x + 1.0)[1], ["x=1.0"]),
     "a checkpointed region": (lambda x: (cv.checkpoint(_print_x)(x), x + 1.0)[1], ["x=1.0"]),
     "in order with another": (lambda x: (cv.debug.print("first"), _INNER(x), cv.debug.print("last"), x)[-1],
                               ["first", "x=1.0", "last"]),

@@ -421,7 +421,8 @@ def map(f, xs, *, batch_size=None, memory_budget=None):  # noqa: A001 - JAX's na
 
     Without ``batch_size`` it is a :func:`scan`: one example at a time, so memory stays
     that of one call of ``f``. With ``batch_size=k`` (as in JAX) it is ``vmap(f)`` over
-    chunks of ``k`` examples plus one chunk of the remainder; ``batch_size="auto"`` (or a
+    chunks of ``k`` examples plus one chunk of the remainder (``batch_size=0``: one chunk of
+    all, ``vmap(f)(xs)``, as in JAX); ``batch_size="auto"`` (or a
     ``memory_budget``: an int of bytes, or a float fraction of the memory free on ``xs``'s
     device) takes the largest chunk whose staged program plans its peak within the budget
     (:mod:`cuvmap.memory_budget`). Eagerly each chunk runs its staged program; under a
@@ -432,6 +433,9 @@ def map(f, xs, *, batch_size=None, memory_budget=None):  # noqa: A001 - JAX's na
     """
     if not callable(f):
         raise ControlFlowError(f"map: f must be callable, got {f!r}")
+    if api_util.is_int(batch_size) and batch_size == 0:  # JAX: batch_size=0 is one full batch (a vmap)
+        shapes = [np.shape(x) for x in tree.leaves(xs)]
+        batch_size = max(shapes[0][0], 1) if shapes and shapes[0] else batch_size
     if batch_size is None and memory_budget is None:
         def step(carry, x):
             return carry, f(x)
