@@ -4,6 +4,7 @@ rows ``(name, f, reference, args, diff)`` whose results, possibly tuples, are co
 entry by entry; ``vmap`` over one argument against a loop over the batch; derivatives with
 respect to the arguments at ``diff`` in both modes against finite differences."""
 import numpy as np
+import pytest
 
 import cuvmap as cv
 import cuvmap.numpy as cnp
@@ -53,3 +54,15 @@ def check_row_grads(f, args, diff, tol, real_part=False):
 
     check_grads(of_diff, tuple(np.asarray(args[i], np.float64) for i in diff), order=1, modes=("fwd", "rev"),
                 atol=tol, rtol=tol)
+
+
+def assert_refusal(name, thunk, classes, phrase):
+    """A row of a table of JAX's refusals (tests/api/test_jax_refusals.py,
+    tests/transforms/test_custom_rule_refusals.py): ``thunk()`` raises an instance of every
+    class in ``classes`` (cuvmap's error and the exception type JAX's tests catch) whose
+    message holds JAX's ``phrase``."""
+    with pytest.raises(classes[0]) as info:
+        thunk()
+    for cls in classes:
+        assert isinstance(info.value, cls), (name, type(info.value).__mro__)
+    assert phrase in str(info.value), str(info.value)

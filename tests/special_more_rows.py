@@ -7,7 +7,6 @@ reverse, float64, in the operands with derivatives), a loop (``vmap`` over each 
 ``jit``. ``op_table.PRIMITIVE_ROWS`` includes them; the special values, ranges and closed
 forms are checked in ``tests/scipy/test_bessel_betainc.py`` and
 ``tests/scipy/test_sylvester_derivatives.py``."""
-import math
 
 import numpy as np
 
@@ -15,49 +14,7 @@ from cuvmap import backend, core
 from cuvmap.lax.elementwise import special_more
 from cuvmap.lax import linalg_sylvester
 
-
-def _betainc_one(a, b, x):
-    """I_x(a, b) by its hypergeometric series (x ≤ 1/2; above, 1 − I_{1−x}(b, a))."""
-    if x > 0.5:
-        return 1 - _betainc_one(b, a, 1 - x)
-    coefficient, terms = 1.0, []
-    for n in range(200):
-        terms.append(coefficient / (a + n))
-        coefficient *= (n + 1 - b) * x / (n + 1)
-    return math.exp(a * math.log(x) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)) * math.fsum(terms)
-
-
-def _jn_one(n, x):
-    """J_n(x) = (1/2π) ∫₀^{2π} cos(nτ − x sin τ) dτ (the trapezoidal rule, exact to rounding)."""
-    t = np.arange(256) * (2 * math.pi / 256)
-    return math.fsum(np.cos(n * t - x * np.sin(t))) / 256
-
-
-def _yn_one(n, x):
-    """Y_n(x) by its integral representation
-    (1/π) ∫₀^π sin(x sin τ − nτ) dτ − (1/π) ∫₀^∞ (e^{nt} + (−1)ⁿ e^{−nt}) e^{−x sinh t} dt,
-    both by composite Gauss–Legendre."""
-    nodes, weights = np.polynomial.legendre.leggauss(40)
-
-    def quad(f, lo, hi, pieces=16):
-        edges = np.linspace(lo, hi, pieces + 1)
-        return math.fsum(0.5 * (b - a) * float(np.dot(weights, f(0.5 * (b - a) * nodes + 0.5 * (b + a))))
-                         for a, b in zip(edges[:-1], edges[1:]))
-
-    first = quad(lambda t: np.sin(x * np.sin(t) - n * t), 0.0, math.pi)
-    second = quad(lambda t: (np.exp(n * t) + (-1) ** n * np.exp(-n * t)) * np.exp(-x * np.sinh(t)), 0.0,
-                  math.asinh(800.0 / x) + 1)
-    return (first - second) / math.pi
-
-
-def _ive_one(v, x):
-    """e^{−x} I_v(x) by its positive series (x > 0)."""
-    term = math.exp(v * math.log(x / 2) - math.lgamma(v + 1) - x)
-    terms = [term]
-    for k in range(1, 120):
-        term *= (x / 2) ** 2 / (k * (v + k))
-        terms.append(term)
-    return math.fsum(terms)
+from bessel_references import betainc_series_one, ive_one, jn_one, yn_one
 
 
 def _shifted(a, by):
@@ -85,15 +42,15 @@ def rows():
         prim_row("betainc", special_more.regularized_incomplete_beta_p, {},
                  # x in (0.2, 0.8): "positive" operands scaled by 1/2.5
                  lambda a, b, x: special_more.betainc(a, b, x / 2.5),
-                 _math_ref(lambda a, b, x: _betainc_one(a, b, x / 2.5)),
+                 _math_ref(lambda a, b, x: betainc_series_one(a, b, x / 2.5)),
                  [A(3, 4, domain="positive"), A(4, domain="positive"), A(3, 4, domain="positive")],
                  tol64=(1e-12, 1e-14), diff_argnums=(2,)),
-        prim_row("bessel_jn", special_more.bessel_jn_p, {}, special_more.bessel_jn, _math_ref(_jn_one),
+        prim_row("bessel_jn", special_more.bessel_jn_p, {}, special_more.bessel_jn, _math_ref(jn_one),
                  [A(3, 4, domain="ints"), A(3, 4, domain="positive")], tol64=(1e-13, 1e-15), diff_argnums=(1,)),
-        prim_row("bessel_yn", special_more.bessel_yn_p, {}, special_more.bessel_yn, _math_ref(_yn_one),
+        prim_row("bessel_yn", special_more.bessel_yn_p, {}, special_more.bessel_yn, _math_ref(yn_one),
                  [A(3, 4, domain="ints"), A(3, 4, domain="positive")], tol64=(1e-11, 1e-13), diff_argnums=(1,),
                  grad_tol=1e-4),
-        prim_row("bessel_ive", special_more.bessel_ive_p, {}, special_more.bessel_ive, _math_ref(_ive_one),
+        prim_row("bessel_ive", special_more.bessel_ive_p, {}, special_more.bessel_ive, _math_ref(ive_one),
                  [A(3, 4, domain="positive"), A(4, domain="positive")], tol64=(1e-13, 1e-15), diff_argnums=(1,)),
         prim_row("sylvester", linalg_sylvester.sylvester_p, {"tol": 1e-8},
                  lambda a, b, c: linalg_sylvester.sylvester(_shifted(a, 4.0), _shifted(b, 4.0), c), _sylvester_ref,

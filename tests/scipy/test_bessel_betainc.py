@@ -4,7 +4,9 @@ quadrature and against closed forms, derivatives against finite differences in b
 (float64, to second order), vmap against a loop, jit against eager, float32 against float64.
 Rows are data: one per function and argument range."""
 import math
-from dataclasses import dataclass
+import functools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,82 +15,19 @@ import cuvmap as cv
 from cuvmap import lax
 from cuvmap.errors import MissingRuleError
 from cuvmap.scipy import special
-from cuvmap.test_util import check_batching, check_grads
+from cuvmap.test_util import check_grads
 
-_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(40)
+import scipy_rows
 
-
-def _quad(f, lo, hi, pieces=16):
-    """∫_lo^hi f by 40-point Gauss–Legendre on each of ``pieces`` equal parts (f vectorised)."""
-    edges = np.linspace(lo, hi, pieces + 1)
-    total = []
-    for a, b in zip(edges[:-1], edges[1:]):
-        t = 0.5 * (b - a) * _NODES + 0.5 * (b + a)
-        total.append(0.5 * (b - a) * float(np.dot(_WEIGHTS, f(t))))
-    return math.fsum(total)
-
-
-def _jn_one(n, x):
-    """J_n(x) = (1/2π) ∫₀^{2π} cos(nτ − x sin τ) dτ by the trapezoidal rule, exact to rounding
-    for a periodic integrand with enough points (1024 ≫ |x| + |n|)."""
-    t = np.arange(1024) * (2 * math.pi / 1024)
-    return math.fsum(np.cos(n * t - x * np.sin(t))) / 1024
-
-
-def _yn_one(n, x):
-    """Y_n(x) = (1/π) ∫₀^π sin(x sin τ − nτ) dτ − (1/π) ∫₀^∞ (e^{nt} + (−1)ⁿ e^{−nt}) e^{−x sinh t} dt."""
-    first = _quad(lambda t: np.sin(x * np.sin(t) - n * t), 0.0, math.pi)
-    top = math.asinh(800.0 / x) + 1  # e^{−x sinh t} below e^{−800} past it
-    second = _quad(lambda t: (np.exp(n * t) + (-1) ** n * np.exp(-n * t)) * np.exp(-x * np.sinh(t)), 0.0, top)
-    return (first - second) / math.pi
-
-
-def _iv_one(v, x):
-    """I_v(x) = (1/π) ∫₀^π e^{x cos τ} cos(vτ) dτ − (sin vπ / π) ∫₀^∞ e^{−x cosh t − vt} dt (x > 0)."""
-    first = _quad(lambda t: np.exp(x * np.cos(t)) * np.cos(v * t), 0.0, math.pi)
-    top = math.acosh(800.0 / x + 1) + 1
-    second = _quad(lambda t: np.exp(-x * np.cosh(t) - v * t), 0.0, top)
-    return (first - math.sin(v * math.pi) * second) / math.pi
-
-
-def _iv_series_one(v, x):
-    """I_v(x) = Σ_k (x/2)^{v+2k} / (k! Γ(v+k+1)) in Python floats (positive terms), for the
-    high orders whose integral representation cancels."""
-    term = math.exp(v * math.log(x / 2) - math.lgamma(v + 1))
-    terms = [term]
-    for k in range(1, 200):
-        term *= (x / 2) ** 2 / (k * (v + k))
-        terms.append(term)
-    return math.fsum(terms)
-
-
-def _betainc_series_one(a, b, x):
-    """I_x(a, b) = x^a/B(a, b) · Σ_n (1−b)_n xⁿ / (n! (a+n)) (the hypergeometric series,
-    A&S 26.5.23 with 6.6.8), for x ≤ 1/2; above, 1 − I_{1−x}(b, a)."""
-    if x > 0.5:
-        return 1 - _betainc_series_one(b, a, 1 - x)
-    coefficient, terms = 1.0, []
-    for n in range(200):
-        terms.append(coefficient / (a + n))
-        coefficient *= (n + 1 - b) * x / (n + 1)
-    return math.exp(a * math.log(x) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)) * math.fsum(terms)
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bessel_references import betainc_series_one, iv_one, iv_series_one, jn_one, yn_one  # noqa: E402
 
 def _loop(fn):
     return lambda *xs: np.vectorize(fn, otypes=[np.float64])(*xs)
 
 
-@dataclass
-class Row:
-    name: str
-    fun: object
-    ref: object
-    args: tuple  # float64 operands
-    rtol: float = 1e-13
-    atol: float = 1e-14
-    grad: bool = True
-    grad_tol: float = 1e-5
 
+Row = functools.partial(scipy_rows.Row, atol=1e-14)
 
 RNG = np.random.default_rng(3)
 X = RNG.uniform(0.2, 20.0, (3, 4))       # autograd's range for j0, j1, y0, y1
@@ -101,23 +40,23 @@ U = RNG.uniform(0.02, 0.98, (3, 4))
 YC = RNG.uniform(0.05, 1.95, (3, 4))
 
 ROWS = [
-    Row("j0", special.j0, _loop(lambda x: _jn_one(0, x)), (X,)),
-    Row("j1", special.j1, _loop(lambda x: _jn_one(1, x)), (X,)),
-    Row("j0_negative", special.j0, _loop(lambda x: _jn_one(0, x)), (-X,)),
-    Row("y0", special.y0, _loop(lambda x: _yn_one(0, x)), (X,), rtol=1e-11, atol=1e-13),
-    Row("y1", special.y1, _loop(lambda x: _yn_one(1, x)), (X,), rtol=1e-11, atol=1e-13),
-    Row("jn_2", lambda x: special.jn(2, x), _loop(lambda x: _jn_one(2, x)), (X,)),
-    Row("jn_7", lambda x: special.jn(7, x), _loop(lambda x: _jn_one(7, x)), (X * 2,)),
-    Row("jn_minus_3", lambda x: special.jn(-3, x), _loop(lambda x: _jn_one(-3, x)), (X,)),
-    Row("yn_2", lambda x: special.yn(2, x), _loop(lambda x: _yn_one(2, x)), (X,), rtol=1e-11, atol=1e-13),
-    Row("yn_5", lambda x: special.yn(5, x), _loop(lambda x: _yn_one(5, x)), (X + 3,), rtol=1e-11, atol=1e-13),
-    Row("iv", special.iv, _loop(_iv_one), (VF, XI), rtol=1e-12, atol=0),
-    Row("iv_high_order", special.iv, _loop(lambda v, x: _iv_series_one(v, x)), (V, XI), rtol=1e-12, atol=0,
+    Row("j0", special.j0, _loop(lambda x: jn_one(0, x)), (X,)),
+    Row("j1", special.j1, _loop(lambda x: jn_one(1, x)), (X,)),
+    Row("j0_negative", special.j0, _loop(lambda x: jn_one(0, x)), (-X,)),
+    Row("y0", special.y0, _loop(lambda x: yn_one(0, x)), (X,), rtol=1e-11, atol=1e-13),
+    Row("y1", special.y1, _loop(lambda x: yn_one(1, x)), (X,), rtol=1e-11, atol=1e-13),
+    Row("jn_2", lambda x: special.jn(2, x), _loop(lambda x: jn_one(2, x)), (X,)),
+    Row("jn_7", lambda x: special.jn(7, x), _loop(lambda x: jn_one(7, x)), (X * 2,)),
+    Row("jn_minus_3", lambda x: special.jn(-3, x), _loop(lambda x: jn_one(-3, x)), (X,)),
+    Row("yn_2", lambda x: special.yn(2, x), _loop(lambda x: yn_one(2, x)), (X,), rtol=1e-11, atol=1e-13),
+    Row("yn_5", lambda x: special.yn(5, x), _loop(lambda x: yn_one(5, x)), (X + 3,), rtol=1e-11, atol=1e-13),
+    Row("iv", special.iv, _loop(iv_one), (VF, XI), rtol=1e-12, atol=0),
+    Row("iv_high_order", special.iv, _loop(lambda v, x: iv_series_one(v, x)), (V, XI), rtol=1e-12, atol=0,
         grad_tol=1e-4),
-    Row("ive", special.ive, _loop(lambda v, x: _iv_one(v, x) * math.exp(-x)), (VF, XI), rtol=1e-12, atol=0),
-    Row("ive_far", special.ive, _loop(lambda v, x: _iv_one(v, x) * math.exp(-x)), (VF, XI * 8), rtol=1e-12,
+    Row("ive", special.ive, _loop(lambda v, x: iv_one(v, x) * math.exp(-x)), (VF, XI), rtol=1e-12, atol=0),
+    Row("ive_far", special.ive, _loop(lambda v, x: iv_one(v, x) * math.exp(-x)), (VF, XI * 8), rtol=1e-12,
         atol=0),
-    Row("betainc", special.betainc, _loop(lambda a, b, x: _betainc_series_one(a, b, x)), (A, B, U), rtol=1e-12,
+    Row("betainc", special.betainc, _loop(lambda a, b, x: betainc_series_one(a, b, x)), (A, B, U), rtol=1e-12,
         atol=1e-15),
     Row("erfcinv", special.erfcinv, _loop(lambda y: _erfc_root(y)), (YC,), rtol=1e-13),
 ]
@@ -144,8 +83,7 @@ def _in_x(fun, args):
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_values(row):
-    np.testing.assert_allclose(row.fun(*row.args), row.ref(*row.args), rtol=row.rtol, atol=row.atol,
-                               err_msg=row.name)
+    scipy_rows.check_value(row)
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r.grad], ids=lambda r: r.name)
@@ -157,11 +95,7 @@ def test_grads_both_modes(row):
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_vmap_over_each_argument(row):
     batched = tuple(np.stack([a * (1 + 0.01 * k) for k in range(3)]) for a in row.args)
-    check_batching(row.fun, batched, in_axes=0, atol=1e-12, rtol=1e-12)
-    for i in range(len(row.args)):  # one argument mapped, the others whole
-        args = tuple(batched[j] if j == i else row.args[j] for j in range(len(row.args)))
-        axes = tuple(0 if j == i else None for j in range(len(row.args)))
-        check_batching(row.fun, args, in_axes=axes, atol=1e-12, rtol=1e-12)
+    scipy_rows.check_vmap_over_each_argument(row, batched)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)

@@ -2,7 +2,6 @@
 (one element at a time) and closed forms, derivatives against finite differences in both
 modes (float64), vmap against a loop, jit against eager. Rows are data: one per function."""
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -11,6 +10,9 @@ import cuvmap as cv
 from cuvmap.scipy import special
 from cuvmap.scipy.stats import norm
 from cuvmap.test_util import check_batching, check_grads
+
+import scipy_rows
+from scipy_rows import Row
 
 SQRT2 = math.sqrt(2)
 
@@ -70,17 +72,6 @@ def _logsumexp_ref(a, axis=None, b=None):
     return (out if axis is not None else out[0]), (sign if axis is not None else sign[0])
 
 
-@dataclass
-class Row:
-    name: str
-    fun: object
-    ref: object
-    args: tuple  # float64 operands
-    rtol: float = 1e-13
-    atol: float = 1e-15
-    grad: bool = True
-    grad_tol: float = 1e-5
-
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((3, 4)) * 2
@@ -129,8 +120,7 @@ GRAD_ROWS = [r for r in ROWS if r.grad]
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_values(row):
-    np.testing.assert_allclose(row.fun(*row.args), row.ref(*row.args), rtol=row.rtol, atol=row.atol,
-                               err_msg=row.name)
+    scipy_rows.check_value(row)
 
 
 @pytest.mark.parametrize("row", GRAD_ROWS, ids=lambda r: r.name)

@@ -4,7 +4,6 @@ against finite differences in both modes (float64, second order) in the argument
 function is differentiable in, vmap over each argument against a loop, jit against eager,
 float32 against float64. Rows are data: one per function."""
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -13,6 +12,9 @@ import cuvmap as cv
 from cuvmap.errors import MissingRuleError
 from cuvmap.scipy.stats import beta, chi2, dirichlet, gamma, multivariate_normal, poisson, t
 from cuvmap.test_util import check_batching, check_grads
+
+import scipy_rows
+from scipy_rows import Row
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -55,18 +57,6 @@ def _gamma_cdf_integer_one(x, a):
 def _poisson_cdf_one(k, mu):
     return math.fsum(math.exp(j * math.log(mu) - mu - math.lgamma(j + 1)) for j in range(int(k) + 1)) if k >= 0 else 0.0
 
-
-@dataclass
-class Row:
-    name: str
-    fun: object
-    ref: object
-    args: tuple       # float64 operands
-    argnums: tuple    # the arguments differentiated
-    rtol: float = 1e-13
-    atol: float = 1e-15
-    grad_tol: float = 1e-5
-    order: int = 2
 
 
 RNG = np.random.default_rng(7)
@@ -135,8 +125,7 @@ def _in(fun, args, argnums):
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_values(row):
-    np.testing.assert_allclose(row.fun(*row.args), row.ref(*row.args), rtol=row.rtol, atol=row.atol,
-                               err_msg=row.name)
+    scipy_rows.check_value(row)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
@@ -148,11 +137,7 @@ def test_grads_both_modes(row):
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_vmap_over_each_argument(row):
     batched = tuple(np.stack([a * (1 + 0.01 * k) if a is not K else a + k for k in range(3)]) for a in row.args)
-    check_batching(row.fun, batched, in_axes=0, atol=1e-12, rtol=1e-12)
-    for i in range(len(row.args)):
-        args = tuple(batched[j] if j == i else row.args[j] for j in range(len(row.args)))
-        axes = tuple(0 if j == i else None for j in range(len(row.args)))
-        check_batching(row.fun, args, in_axes=axes, atol=1e-12, rtol=1e-12)
+    scipy_rows.check_vmap_over_each_argument(row, batched)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
