@@ -411,9 +411,9 @@ def _set_note(err, note):
 
 
 def _fmt_params(params):
-    if not params:
-        return ""
-    return ", " + ", ".join(f"{k}={v!r}" for k, v in params.items())
+    """``, k=v`` for each param an error names: a dtype by its name, params left at None out."""
+    shown = [f"{k}={v.name if isinstance(v, np.dtype) else repr(v)}" for k, v in params.items() if v is not None]
+    return ", " + ", ".join(shown) if shown else ""
 
 
 def zeros_like_aval(aval):

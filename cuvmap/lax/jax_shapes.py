@@ -36,6 +36,9 @@ class Precision(enum.Enum):
     HIGH = 1
     HIGHEST = 2
 
+    def __repr__(self):
+        return f"Precision.{self.name}"  # (JAX's text form of a product's params)
+
     @classmethod
     def _missing_(cls, value):
         names = {"default": cls.DEFAULT, "bfloat16": cls.DEFAULT, "high": cls.HIGH, "tensorfloat32": cls.HIGH,
@@ -58,6 +61,20 @@ def _check_precision(precision, fn):
                                  f"them, got {precision!r}") from None
 
 
+def canonical_precision(precision, fn):
+    """JAX's canonical form of a product's ``precision``: None, or a pair of
+    :class:`Precision` (one given applies to both operands), the form the equation records."""
+    _check_precision(precision, fn)
+    if precision is None:
+        return None
+    pair = tuple(precision) if isinstance(precision, (tuple, list)) else (precision, precision)
+    if len(pair) != 2:
+        raise ValueError(f"lax.{fn}: precision must be a lax.Precision or a pair of them, got {precision!r}")
+    if all(p is None for p in pair):
+        return None
+    return tuple(Precision.DEFAULT if p is None else p if isinstance(p, Precision) else Precision(p) for p in pair)
+
+
 # ---------------------------------------------------------------------------------------
 # Products
 # ---------------------------------------------------------------------------------------
@@ -69,15 +86,15 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     ``preferred_element_type`` the operands are converted to it first when they cast to it
     safely or it is a float type (so int8 operands accumulate in int32, as in JAX), else the
     result is converted. JAX: ``jax.lax.dot_general``."""
-    _check_precision(precision, "dot_general")
+    precision = canonical_precision(precision, "dot_general")
     if preferred_element_type is not None:
         preferred = np.dtype(preferred_element_type)
         operands = np.result_type(core.dtype_of(lhs), core.dtype_of(rhs))
         if kind_of(preferred) in "fc" or np.can_cast(operands, preferred, "safe"):
             lhs, rhs = convert_element_type(lhs, preferred), convert_element_type(rhs, preferred)
-            return linalg.dot_general(lhs, rhs, dimension_numbers)
-        return convert_element_type(linalg.dot_general(lhs, rhs, dimension_numbers), preferred)
-    return linalg.dot_general(lhs, rhs, dimension_numbers)
+            return linalg.dot_general(lhs, rhs, dimension_numbers, precision, preferred)
+        return convert_element_type(linalg.dot_general(lhs, rhs, dimension_numbers, precision), preferred)
+    return linalg.dot_general(lhs, rhs, dimension_numbers, precision)
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None, *, dimension_numbers=None):

@@ -25,7 +25,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.cpu import threads as cpu_threads
-from cuvmap.core import Primitive, ShapedArray, ShapeError
+from cuvmap.core import Primitive, ShapedArray, ShapeError, bfloat16
 from cuvmap.errors import ShapeTypeError
 from cuvmap.cuda import cublas
 from cuvmap.lax import elementwise as ew
@@ -43,7 +43,7 @@ def _free_dims(ndim, contract, batch):
     return [i for i in range(ndim) if i not in contract and i not in batch]
 
 
-def _dot_general_shape_rule(x, y, *, dimension_numbers):
+def _dot_general_shape_rule(x, y, *, dimension_numbers, precision=None, preferred_element_type=None):
     (xc, yc), (xb, yb) = dimension_numbers
     if len(xc) != len(yc) or len(xb) != len(yb):
         raise ShapeError(f"dimension_numbers {dimension_numbers} pair unequal numbers of dims")
@@ -66,7 +66,8 @@ def _dot_general_shape_rule(x, y, *, dimension_numbers):
         + tuple(x.shape[i] for i in _free_dims(x.ndim, xc, xb))
         + tuple(y.shape[i] for i in _free_dims(y.ndim, yc, yb))
     )
-    return ShapedArray(shape, np.result_type(x.dtype, y.dtype))
+    dtype = preferred_element_type if preferred_element_type is not None else bfloat16.result_type(x.dtype, y.dtype)
+    return ShapedArray(shape, dtype)
 
 
 # NOTE [a product's layout is worked out once]
@@ -178,16 +179,21 @@ def _with_threads(fn, m, n, k):
     return threaded
 
 
-def _dot_general_impl(x, y, *, dimension_numbers):
-    return _dot_layout(x.shape, y.shape, dimension_numbers, backend.is_cupy_array(x))(x, y)
+def _dot_general_impl(x, y, *, dimension_numbers, precision=None, preferred_element_type=None):
+    out = _dot_layout(x.shape, y.shape, dimension_numbers, backend.is_cupy_array(x))(x, y)
+    if preferred_element_type is not None and out.dtype != preferred_element_type:
+        out = out.astype(preferred_element_type)
+    return out
 
 
-def _dot_general_impl_for(x, y, *, dimension_numbers):
+def _dot_general_impl_for(x, y, *, dimension_numbers, precision=None, preferred_element_type=None):
     """The impl for operands of avals ``x`` and ``y`` (the executor's ``impl_for``); None
     while ``impl`` is not the one above (a test counting its calls patched it)."""
     if dot_general_p.impl is not _dot_general_impl:
         return None
     gpu = bool(x.device and x.device.startswith("gpu"))
+    if preferred_element_type is not None and preferred_element_type != bfloat16.result_type(x.dtype, y.dtype):
+        return None  # (a cast after the product: the impl's)
     return _dot_layout(tuple(x.shape), tuple(y.shape), dimension_numbers, gpu)
 
 
@@ -230,12 +236,16 @@ dot_general_p.impl = _dot_general_impl
 dot_general_p.shape_rule = _dot_general_shape_rule
 
 
-def dot_general(x, y, dimension_numbers):
+def dot_general(x, y, dimension_numbers, precision=None, preferred_element_type=None):
     """General tensor contraction (see the module docstring).
 
     Args:
       x, y: arrays.
       dimension_numbers: ``((x_contract, y_contract), (x_batch, y_batch))``, tuples of dims.
+      precision: None or a pair of ``lax.Precision`` (JAX's canonical form: the front end
+        ``lax.dot_general`` makes it), recorded in the equation and unused by the kernels.
+      preferred_element_type: the result's dtype; None: the operands' promoted dtype. The
+        equation records the dtype either way, as JAX's ``jnp`` products do.
     Returns:
       an array of shape ``batch + x_free + y_free``.
 
@@ -243,7 +253,10 @@ def dot_general(x, y, dimension_numbers):
     """
     (xc, yc), (xb, yb) = dimension_numbers
     dn = ((tuple(map(int, xc)), tuple(map(int, yc))), (tuple(map(int, xb)), tuple(map(int, yb))))
-    return dot_general_p.bind(x, y, dimension_numbers=dn)
+    if preferred_element_type is None:
+        preferred_element_type = bfloat16.result_type(core.dtype_of(x), core.dtype_of(y))
+    return dot_general_p.bind(x, y, dimension_numbers=dn, precision=precision,
+                              preferred_element_type=np.dtype(preferred_element_type))
 
 
 # ---------------------------------------------------------------------------------------
@@ -251,7 +264,7 @@ def dot_general(x, y, dimension_numbers):
 # ---------------------------------------------------------------------------------------
 
 
-def _dot_general_batch(axis_size, vals, dims, *, dimension_numbers):
+def _dot_general_batch(axis_size, vals, dims, *, dimension_numbers, precision=None, preferred_element_type=None):
     x, y = vals
     dx, dy = dims
     (xc, yc), (xb, yb) = dimension_numbers
@@ -260,19 +273,19 @@ def _dot_general_batch(axis_size, vals, dims, *, dimension_numbers):
         y = move_bdim(y, dy, 0)
         shift = lambda ds: tuple(d + 1 for d in ds)  # noqa: E731
         dn = ((shift(xc), shift(yc)), ((0,) + shift(xb), (0,) + shift(yb)))
-        return dot_general(x, y, dn), 0
+        return dot_general(x, y, dn, precision, preferred_element_type), 0
     if dx is not not_mapped:
         xc2 = tuple(physical_axis(d, dx) for d in xc)
         xb2 = tuple(physical_axis(d, dx) for d in xb)
         x_free = _free_dims(len(x.shape), xc2, xb2)
         out_dim = len(xb) + x_free.index(dx)
-        return dot_general(x, y, ((xc2, yc), (xb2, yb))), out_dim
+        return dot_general(x, y, ((xc2, yc), (xb2, yb)), precision, preferred_element_type), out_dim
     yc2 = tuple(physical_axis(d, dy) for d in yc)
     yb2 = tuple(physical_axis(d, dy) for d in yb)
     y_free = _free_dims(len(y.shape), yc2, yb2)
     x_ndim = len(core.shape_of(x))
     out_dim = len(xb) + len(_free_dims(x_ndim, xc, xb)) + y_free.index(dy)
-    return dot_general(x, y, ((xc, yc2), (xb, yb2))), out_dim
+    return dot_general(x, y, ((xc, yc2), (xb, yb2)), precision, preferred_element_type), out_dim
 
 
 batching.primitive_batchers[dot_general_p] = _dot_general_batch
@@ -290,7 +303,7 @@ def _ranges_like(*xs):
         start += len(x)
 
 
-def _transpose_lhs(ct, x_ndim, y, dimension_numbers, swap_ans=False):
+def _transpose_lhs(ct, x_ndim, y, dimension_numbers, swap_ans=False, precision=None):
     """Cotangent of ``x`` in ``dot_general(x, y)`` (or of ``y`` with ``swap_ans``)."""
     (xc, yc), (xb, yb) = dimension_numbers
     x_kept = _free_dims(x_ndim, xc, xb)
@@ -302,14 +315,14 @@ def _transpose_lhs(ct, x_ndim, y, dimension_numbers, swap_ans=False):
     dims = ((ans_y, tuple(y_kept)), (ans_batch, tuple(yb)))
     xc_sorted_by_y = tuple(xc[i] for i in argsort_ints(yc))
     out_axes = argsort_ints(tuple(xb) + tuple(x_kept) + xc_sorted_by_y)
-    return transpose(dot_general(ct, y, dims), out_axes)
+    return transpose(dot_general(ct, y, dims, precision), out_axes)
 
 
-def _dot_general_vjp_lhs(ct, out, x, y, *, dimension_numbers):
-    return _transpose_lhs(ct, len(core.shape_of(x)), y, dimension_numbers)
+def _dot_general_vjp_lhs(ct, out, x, y, *, dimension_numbers, precision=None, preferred_element_type=None):
+    return _transpose_lhs(ct, len(core.shape_of(x)), y, dimension_numbers, precision=precision)
 
 
-def _dot_general_vjp_rhs(ct, out, x, y, *, dimension_numbers):
+def _dot_general_vjp_rhs(ct, out, x, y, *, dimension_numbers, precision=None, preferred_element_type=None):
     """Cotangent of ``y``: ``dot_general(x, ct)`` contracting ``x``'s free dims with the
     cotangent's, so that for ``x @ y`` it is ``x.T @ ct`` in ``y``'s layout, with no
     transpose after the product (JAX's rule, which contracts ``ct`` with ``x``, yields
@@ -323,13 +336,15 @@ def _dot_general_vjp_rhs(ct, out, x, y, *, dimension_numbers):
     # paired yc), then the cotangent's y dims (y's free dims)
     yc_by_x = tuple(yc[xc.index(d)] for d in sorted(xc))
     out_axes = argsort_ints(tuple(yb) + yc_by_x + tuple(y_kept))
-    return transpose(dot_general(x, ct, dims), out_axes)
+    return transpose(dot_general(x, ct, dims, precision), out_axes)
 
 
 jvp.defjvp(
     dot_general_p,
-    lambda t, out, x, y, *, dimension_numbers: dot_general(t, y, dimension_numbers),
-    lambda t, out, x, y, *, dimension_numbers: dot_general(x, t, dimension_numbers),
+    lambda t, out, x, y, *, dimension_numbers, precision=None, preferred_element_type=None:
+        dot_general(t, y, dimension_numbers, precision),
+    lambda t, out, x, y, *, dimension_numbers, precision=None, preferred_element_type=None:
+        dot_general(x, t, dimension_numbers, precision),
 )
 vjp.defvjp(dot_general_p, _dot_general_vjp_lhs, _dot_general_vjp_rhs, reads=(0, 1))
 

@@ -38,8 +38,9 @@ def _batched_input_hint(ka, kb):
 
 # NOTE [precision and preferred_element_type of the products]
 # JAX's products take ``precision`` (a lax.Precision or a pair) and ``preferred_element_type``
-# keywords. ``precision`` is checked and changes nothing (NumPy and CuPy compute float32 in
-# float32). ``preferred_element_type`` is the dtype of the result and of the accumulation:
+# keywords. ``precision`` is checked, recorded in the dot_general equation (JAX's canonical
+# pair) and changes nothing (NumPy and CuPy compute float32 in float32); the equation's
+# ``preferred_element_type`` is the result's dtype, as jnp's. ``preferred_element_type`` is the dtype of the result and of the accumulation:
 # when it is a float or complex type, or the operands cast to it safely, the operands are
 # converted to it first (float16 operands accumulate in float32, int8 ones in int32, as in
 # JAX); otherwise (a narrower type) the result is converted. ``_preferred_operands`` and ``_preferred_result`` apply it around each product.
@@ -63,10 +64,10 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision and
     preferred_element_type of the products])."""
     a, b = _preferred_operands(asarray(a), asarray(b), precision, preferred_element_type, "matmul")
-    return _preferred_result(_matmul(a, b), preferred_element_type)
+    return _preferred_result(_matmul(a, b, precision), preferred_element_type)
 
 
-def _matmul(a, b):
+def _matmul(a, b, precision=None):
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
         raise ShapeError(f"matmul: operands must have at least one dim, got {shape(a)} and {shape(b)}")
@@ -77,20 +78,20 @@ def _matmul(a, b):
             + _batched_input_hint(ka, kb)
         )
     if nb == 1:
-        return lax.dot_general(a, b, (((na - 1,), (0,)), ((), ())))
+        return lax.dot_general(a, b, (((na - 1,), (0,)), ((), ())), precision=precision)
     if na == 1:
-        return lax.dot_general(a, b, (((0,), (nb - 2,)), ((), ())))
+        return lax.dot_general(a, b, (((0,), (nb - 2,)), ((), ())), precision=precision)
     if nb == 2:
-        return lax.dot_general(a, b, (((na - 1,), (0,)), ((), ())))
+        return lax.dot_general(a, b, (((na - 1,), (0,)), ((), ())), precision=precision)
     if na == 2:
-        out = lax.dot_general(a, b, (((1,), (nb - 2,)), ((), ())))  # (m, *batch, n)
+        out = lax.dot_general(a, b, (((1,), (nb - 2,)), ((), ())), precision=precision)  # (m, *batch, n)
         return moveaxis(out, 0, -2)
     batch = ew.broadcast_shapes(shape(a)[:-2], shape(b)[:-2])
     a = broadcast_to(a, batch + shape(a)[-2:])
     b = broadcast_to(b, batch + shape(b)[-2:])
     nbatch = len(batch)
     bd = tuple(range(nbatch))
-    return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (bd, bd)))
+    return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (bd, bd)), precision=precision)
 
 
 def dot(a, b, *, precision=None, preferred_element_type=None):
@@ -101,7 +102,7 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
         return _preferred_result(ew.mul(a, b), preferred_element_type)
-    out = lax.dot_general(a, b, (((na - 1,), (builtins.max(nb - 2, 0),)), ((), ())))
+    out = lax.dot_general(a, b, (((na - 1,), (builtins.max(nb - 2, 0),)), ((), ())), precision=precision)
     return _preferred_result(out, preferred_element_type)
 
 
@@ -129,7 +130,7 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
     a, b = _preferred_operands(*_pair(a, b), precision, preferred_element_type, "inner")
     if ndim(a) == 0 or ndim(b) == 0:
         return _preferred_result(ew.mul(a, b), preferred_element_type)
-    out = lax.dot_general(a, b, (((ndim(a) - 1,), (ndim(b) - 1,)), ((), ())))
+    out = lax.dot_general(a, b, (((ndim(a) - 1,), (ndim(b) - 1,)), ((), ())), precision=precision)
     return _preferred_result(out, preferred_element_type)
 
 
@@ -147,10 +148,10 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     ``precision`` and ``preferred_element_type`` as JAX's (NOTE [precision and
     preferred_element_type of the products])."""
     a, b = _preferred_operands(*_pair(a, b), precision, preferred_element_type, "tensordot")
-    return _preferred_result(_tensordot(a, b, axes), preferred_element_type)
+    return _preferred_result(_tensordot(a, b, axes, precision), preferred_element_type)
 
 
-def _tensordot(a, b, axes):
+def _tensordot(a, b, axes, precision=None):
     if (ndim(a) == 0 or ndim(b) == 0) and axes in (0, ((), ()), ([], [])):
         return ew.mul(a, b)
     a, b = asarray(a), asarray(b)
@@ -175,7 +176,7 @@ def _tensordot(a, b, axes):
     else:
         raise TypeError(f"tensordot: tensordot axes argument must be an int, a pair of ints, or a pair of lists, "
                         f"got {axes!r}")
-    return lax.dot_general(a, b, ((ca, cb), ((), ())))
+    return lax.dot_general(a, b, ((ca, cb), ((), ())), precision=precision)
 
 
 def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):

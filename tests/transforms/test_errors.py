@@ -383,7 +383,8 @@ def test_shape_error_in_an_op_names_the_op_and_logical_shapes():
     )):
         vmap(lambda x: x + np.ones(4))(X43)
     with raises(cuvmap.ShapeError, re.escape(
-        "grad(<lambda>): dot_general(float64[3], float64[5, 6], dimension_numbers=(((0,), (0,)), ((), ()))) under "
+        "grad(<lambda>): dot_general(float64[3], float64[5, 6], dimension_numbers=(((0,), (0,)), ((), ())), "
+        "preferred_element_type=float64) under "
         "grad(<lambda>): dim 0 of (3,) (size 3) does not match dim 0 of (5, 6) (size 5)"
     )):
         grad(lambda x: cuvmap.lax.dot_general(x, np.ones((5, 6)), (((0,), (0,)), ((), ()))).sum())(np.ones(3))
