@@ -3,11 +3,23 @@ of the ``jax.numpy`` names of issue 32 item 5: each function of :mod:`cuvmap.num
 against NumPy (value), finite differences (``grad`` forward and reverse, float64),
 a loop (``vmap`` over each operand) and ``jit``. ``op_table.COMPOSITE_ROWS`` includes
 them. References are NumPy's functions, or closed forms where NumPy has none."""
+import warnings
+
 import numpy as np
 
 from cuvmap import numpy as cnp
 
 _NAN_FREE_COLUMN = np.arange(5) > 0  # column 0 never becomes NaN: no all-NaN slice
+
+
+def _quietly(f, *args):
+    """``f(*args)`` with its DeprecationWarning (NumPy 2's for its deprecated aliases) checked
+    and kept out of the log."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = f(*args)
+    assert any(w.category is DeprecationWarning for w in caught), caught
+    return out
 
 
 def _with_nans(lib, x, m):
@@ -196,6 +208,8 @@ def rows():
             lambda a, b: np.concatenate([np.ravel(np.vstack([a, b])), np.ravel(np.hstack([a[0], b[0]])),
                                          np.ravel(np.dstack([b, b])), np.ravel(np.column_stack([a[0], b[1]]))]),
             [A(1, 3), A(2, 3)], dtypes=NUMERIC),
+        Row("row_stack_deprecated_alias", lambda a, b: _quietly(cnp.row_stack, [a, b[0]]),
+            lambda a, b: np.vstack([a, b[0]]), [A(1, 3), A(2, 3)], dtypes=NUMERIC),
         Row("append", lambda a, b: cnp.concatenate([cnp.append(a, b), cnp.ravel(cnp.append(a, b[:1], axis=0))]),
             lambda a, b: np.concatenate([np.append(a, b), np.ravel(np.append(a, b[:1], axis=0))]), [A(1, 3), A(2, 3)], dtypes=NUMERIC),
         Row("repeat", lambda x: cnp.concatenate([cnp.ravel(cnp.repeat(x, 2, axis=1)), cnp.repeat(x, 3),

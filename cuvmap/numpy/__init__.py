@@ -58,7 +58,7 @@ from cuvmap.numpy._elementwise_composites import (  # noqa: F401
 )
 from cuvmap.numpy._ranges import linspace, logspace, geomspace, meshgrid  # noqa: F401
 from cuvmap.numpy._stacking import (  # noqa: F401
-    atleast_2d, atleast_3d, vstack, hstack, dstack, column_stack, append, repeat, tile, delete, diff, ediff1d,
+    atleast_2d, atleast_3d, vstack, row_stack, hstack, dstack, column_stack, append, repeat, tile, delete, diff, ediff1d,
     r_, c_,
 )
 from cuvmap.numpy._statistics import (  # noqa: F401

@@ -6,6 +6,7 @@ and the index tricks ``r_`` and ``c_``. Every result is a composite of ``reshape
 batches as those do. Operands may be lists and Python scalars; mixed dtypes promote as
 NumPy's do."""
 import builtins
+import warnings
 
 import numpy as np
 
@@ -74,6 +75,13 @@ def vstack(tup, dtype=None):
     xs = _arrays(_as_list(tup, "vstack"), "vstack")
     out = concatenate([atleast_2d(x) for x in xs], 0)
     return out if dtype is None else astype(out, dtype)
+
+
+def row_stack(tup, dtype=None):
+    """NumPy's deprecated alias of :func:`vstack` (NumPy 2 warns; so does this, with its
+    text), for code written against NumPy 1."""
+    warnings.warn("`row_stack` alias is deprecated. Use `np.vstack` directly.", DeprecationWarning, stacklevel=2)
+    return vstack(tup, dtype)
 
 
 def hstack(tup, dtype=None):
