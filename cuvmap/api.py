@@ -260,11 +260,20 @@ def _vjp(f, primals, has_aux, where, describe):
         for x, node in zip(leaves, input_nodes):
             ct_x = None if node is None else in_cts[node]
             if ct_x is None:
-                ct_x = core.full_like_concrete(x, 0)
+                ct_x = _zero_tangent(x)
             results.append(api_util.to_array_result(ct_x))
         return tree.unflatten(treedef, api_util.unaliased(results, ct_leaves + leaves))
 
     return out_value, vjp_fun, aux
+
+
+def _zero_tangent(x):
+    """The zero tangent or cotangent of ``x``: zeros of its dtype for a float or complex
+    ``x``, JAX's ``float0`` zeros of its shape for an integer or boolean one (nothing flows
+    through an integer: the tangent space is trivial, as ``grad(allow_int=True)`` says)."""
+    if core.is_float(x):
+        return core.full_like_concrete(x, 0)
+    return float0_zeros(core.shape_of(x))
 
 
 def vjp(f, *primals, has_aux=False):
@@ -277,7 +286,7 @@ def vjp(f, *primals, has_aux=False):
         differentiated.
     Returns:
       ``(out, vjp_fun)`` or ``(out, vjp_fun, aux)``; ``vjp_fun(ct)`` returns a tuple with
-      one cotangent per primal (zeros for integer inputs).
+      one cotangent per primal (``float0`` zeros for integer and boolean inputs, as JAX's).
 
     Example::
 
@@ -459,10 +468,10 @@ def _jvp(f, primals, tangents, has_aux, where):
     for leaf in out_leaves:
         if main.owns(leaf):
             out_p.append(leaf.primal)
-            out_t.append(leaf.tangent if leaf.tangent is not None else core.full_like_concrete(leaf.primal, 0))
+            out_t.append(leaf.tangent if leaf.tangent is not None else _zero_tangent(leaf.primal))
         else:
             out_p.append(leaf)
-            out_t.append(core.full_like_concrete(leaf, 0))
+            out_t.append(_zero_tangent(leaf))
     fresh = api_util.unaliased([api_util.to_array_result(v) for v in out_p + out_t], p_leaves + t_leaves)
     result = (tree.unflatten(out_tree, fresh[:len(out_p)]), tree.unflatten(out_tree, fresh[len(out_p):]))
     if has_aux:

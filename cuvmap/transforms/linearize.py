@@ -22,7 +22,7 @@ jitted function: ``jit(f_jvp)``, ``vmap(f_jvp)`` (a Jacobian, column by column) 
 ``grad`` through it all work, and where the constants are tracers of an outer transform
 (linearize under ``vmap``), that transform processes the call.
 """
-from cuvmap import api_util, core, tree
+from cuvmap import api_util, core, dtypes, tree
 from cuvmap.api_util import TransformError
 from cuvmap.core import new_main
 from cuvmap.transforms import ir
@@ -216,7 +216,9 @@ def _linearize(f, primals, has_aux, where):
                 t = elementwise.convert_element_type(t, aval.dtype)  # a Python float's primal: float64
             args.append(t)
         outs = iter(call(program, args) if program.jaxpr.outvars else ())
-        results = [core.full_like_concrete(z, 0) if z is not None else next(outs) for z in zero_like]
+        # zero tangents: of the output's dtype, JAX's float0 for an integer or boolean output
+        results = [(core.full_like_concrete(z, 0) if core.is_float(z) else dtypes.zeros_float0(core.shape_of(z)))
+                   if z is not None else next(outs) for z in zero_like]
         results = api_util.unaliased([api_util.to_array_result(r) for r in results], t_leaves)
         return tree.unflatten(out_tree, results)
 

@@ -414,7 +414,7 @@ def test_vjp_of_multiple_outputs_and_integer_input():
     out, pullback = vjp(lambda x, n: (x * n, cnp.sin(x)), X3, 3)
     ct_x, ct_n = pullback((np.ones(3), np.full(3, 2.0)))
     np.testing.assert_allclose(ct_x, 3 + 2 * np.cos(X3))
-    np.testing.assert_array_equal(ct_n, 0)
+    assert ct_n.dtype == cuvmap.dtypes.float0 and ct_n.shape == ()  # an integer input: JAX's float0 zero
     # the pullback can be called again with another cotangent
     np.testing.assert_allclose(pullback((np.zeros(3), np.ones(3)))[0], np.cos(X3))
 
