@@ -9,7 +9,7 @@ whose derivative is zero (nothing flows through an integer).
 """
 import numpy as np
 
-from cuvmap.dtypes_helpers import canonicalize_dtype, itemsize_bits, scalar_type_of  # noqa: F401
+from cuvmap.dtypes_helpers import canonicalize_dtype, is_weakly_typed, itemsize_bits, scalar_type_of  # noqa: F401
 
 float0 = np.dtype([("float0", np.void, 0)])
 

@@ -68,3 +68,16 @@ def canonicalize_dtype(dtype, allow_extended_dtype=False):
     ``numpy.dtype(dtype)`` (JAX's answer with 64-bit types enabled; cuvmap never narrows
     int64/float64/complex128)."""
     return np.dtype(dtype)
+
+
+def is_weakly_typed(x):
+    """``jax.dtypes.is_weakly_typed``: whether ``x`` is weakly typed — a Python ``int``,
+    ``float`` or ``complex``, a value cuvmap computed from such numbers eagerly (a
+    ``WeakArray``), or a traced value whose aval is weak (NOTE [eager weak arrays] in
+    cuvmap/core/weak.py)."""
+    if type(x) in (int, float, complex):
+        return True
+    aval = getattr(x, "aval", None)  # a tracer's (cuvmap.dtypes sits below cuvmap.core: no import of it)
+    if aval is not None and not isinstance(x, np.ndarray):
+        return bool(getattr(aval, "weak_type", False))
+    return bool(getattr(x, "weak_type", False))  # WeakArray.weak_type is True; NumPy arrays have none

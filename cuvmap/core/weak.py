@@ -37,6 +37,8 @@ class WeakArray(np.ndarray):
     that meets it with a strong operand gives the strong operand's dtype
     (NOTE [eager weak arrays])."""
 
+    weak_type = True  # (JAX's attribute of an array; cuvmap.dtypes.is_weakly_typed reads it)
+
     def __array_wrap__(self, obj, context=None, return_scalar=False):
         result = obj.view(np.ndarray) if isinstance(obj, np.ndarray) else obj
         if return_scalar and isinstance(result, np.ndarray) and result.ndim == 0:

@@ -105,7 +105,9 @@ def fft(x, fft_type, fft_lengths):
     if typ == FftType.RFFT:
         if kind_of(dtype) == "c":
             raise ShapeError(f"lax.fft: RFFT takes a real operand, got {dtype} of shape {core.shape_of(x)}")
-        want = np.dtype(np.float32) if dtype in (np.float16, np.float32) or _bfloat16.is_bfloat16(dtype) else np.dtype(np.float64)
+        if _bfloat16.is_bfloat16(dtype):  # (jnp.fft.rfft casts it to float32 first, as JAX's)
+            raise ShapeError(f"lax.fft: RFFT input must be float32 or float64, got {dtype.name}")
+        want = np.dtype(np.float32) if dtype in (np.float16, np.float32) else np.dtype(np.float64)
     else:
         want = _complex_dtype(dtype)
     if dtype != want:

@@ -473,7 +473,8 @@ def _svd_shape_rule(x, *, full_matrices, compute_uv):
     if x.ndim < 2:
         raise ShapeError(f"the operand must be a matrix or a stack of them (at least 2 dims), got shape {x.shape}")
     if x.dtype not in _SVD_DTYPES:
-        raise ShapeError(f"the operand must be float32, float64, complex64 or complex128, got {x.dtype}")
+        raise ShapeTypeError(f"svd does not accept dtype {x.dtype.name}: the operand must be float32, float64, "
+                             "complex64 or complex128")
     m, n, k, p, q = _svd_sizes(x.shape, full_matrices)
     lead = tuple(x.shape[:-2])
     if not compute_uv:  # (the singular values are real)

@@ -14,6 +14,7 @@ import numpy as np
 
 from cuvmap import backend, core
 from cuvmap.core import ShapeError
+from cuvmap.errors import ShapeTypeError
 from cuvmap.lax import elementwise as ew
 from cuvmap.lax.elementwise import complex_numbers
 from cuvmap.lax.linalg import _col, _mm, _mT, _row  # noqa: F401 - re-exported for the linalg files
@@ -34,7 +35,8 @@ def check_matrix(name, x, square=False, dtypes=INEXACT):
         raise ShapeError(f"{name}: the operand must be square matrices, got shape {x.shape}")
     if x.dtype not in dtypes:
         kinds = "float32 or float64" if dtypes == REAL else "float32, float64, complex64 or complex128"
-        raise ShapeError(f"{name}: the operand must be {kinds}, got {x.dtype}")
+        # JAX's TypeError and its phrase (LAPACK and cuSOLVER have no float16 or bfloat16)
+        raise ShapeTypeError(f"{name}: {name} does not accept dtype {x.dtype.name}: the operand must be {kinds}")
 
 
 def batch_front(axis_size, vals, dims):

@@ -44,7 +44,10 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):  # noqa: A00
 
 
 def ravel(a, order="C"):
-    """``jnp.ravel``: the entries of ``a`` as one dim, in row-major order (``'F'``: column-major)."""
+    """``jnp.ravel``: the entries of ``a`` as one dim, in row-major order (``'F'``: column-major).
+    A Python number becomes a weakly typed array first, as ``jnp.ravel(1)`` is in JAX."""
+    if type(a) in (int, float, complex):
+        a = np.asarray(a).view(core.WeakArray)  # (cnp.asarray of a Python number: _creation imports this module)
     return reshape(a, (-1,), order)
 
 

@@ -40,6 +40,7 @@ from cuvmap.lax.indexing import iota, slice_in_dim
 from cuvmap.numpy._common import ndim, shape
 from cuvmap.numpy._creation import asarray
 from cuvmap.numpy._shapes import moveaxis, roll
+from cuvmap.core import bfloat16 as _bfloat16
 from cuvmap.core.bfloat16 import kind_of
 
 __all__ = [
@@ -128,6 +129,8 @@ def _fft_core(name, fft_type, a, s, axes, norm, inverse):
         lengths = tuple(dims[ndim(x) - k:-1]) + (max(0, 2 * (dims[-1] - 1)),)
     else:
         lengths = tuple(dims[ndim(x) - k:])
+    if _bfloat16.is_bfloat16(core.dtype_of(x)):
+        x = ew.convert_element_type(x, np.dtype(np.float32))  # (lax.fft's RFFT refuses bfloat16, as JAX's; jnp's functions upcast)
     out = lax_fft(x, fft_type, lengths)
     scale = _norm_scale(name, norm, lengths, inverse)
     if scale != 1.0:

@@ -81,6 +81,14 @@ class BatchTracer(Tracer):
     def dtype(self):
         return self.val.dtype
 
+    @property
+    def aval(self):
+        """The example's aval: weakly typed where the batched value is (a WeakArray, or a
+        weak traced value), as JAX's batching keeps weak types."""
+        val = self.val
+        weak = type(val) is core.WeakArray or (isinstance(val, Tracer) and val.aval.weak_type)
+        return core.ShapedArray(self.shape, self.dtype, weak_type=weak, device=backend.device_of(self))
+
     def _concrete_value(self):
         return self.val
 

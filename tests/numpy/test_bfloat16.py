@@ -255,3 +255,12 @@ def test_bfloat16_stays_on_the_host():
         cv.device_put(x, "gpu")
     with pytest.raises(TypeError, match="has dtype bfloat16, which CuPy does not support"):
         cnp.add(x, cupy.ones(3, np.float32))
+
+
+def test_lax_rfft_refuses_bfloat16_and_jnp_fft_upcasts():
+    x = np.ones((14, 15), BF16)
+    with pytest.raises(ValueError, match="RFFT input must be float32 or float64, got bfloat16"):
+        lax.fft(x, fft_type="rfft", fft_lengths=(5, 6))
+    got = cnp.fft.rfft(x)
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(got, np.fft.rfft(x.astype(np.float32)), rtol=1e-6, atol=1e-5)

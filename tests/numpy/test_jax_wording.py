@@ -228,3 +228,22 @@ def test_array_positional_copy_is_deprecated_and_copy_false_keeps_the_array():
         assert cnp.array(x, None, True) is not x
     assert cnp.array(x, copy=False) is x and cnp.array(x) is not x
     assert cnp.array(x, np.float64, copy=False).dtype == np.float64  # a conversion still happens
+
+
+def test_is_weakly_typed():
+    """``jax.dtypes.is_weakly_typed``: Python numbers, values cuvmap computed from them
+    (``jnp.ravel(1)``), and those values inside vmap and jit, are weak; arrays are not."""
+    weak = cnp.ravel(1)
+    assert dtypes.is_weakly_typed(weak) and dtypes.is_weakly_typed(2.0) and dtypes.is_weakly_typed(cnp.asarray(2.0))
+    assert not dtypes.is_weakly_typed(np.ones(2)) and not dtypes.is_weakly_typed(np.float32(1))
+    seen = []
+    out = cv.vmap(lambda x: seen.append(dtypes.is_weakly_typed(x)) or x)(weak)
+    assert seen == [True] and dtypes.is_weakly_typed(out)
+    assert cv.jit(lambda x: cnp.asarray(dtypes.is_weakly_typed(x)))(1.0)
+    assert not cv.jit(lambda x: cnp.asarray(dtypes.is_weakly_typed(x)))(np.ones(1))
+
+
+def test_stop_gradient_of_a_non_value_is_a_type_error():
+    with pytest.raises(TypeError, match="stop_gradient: Argument .* is not a valid JAX type"):
+        cv.lax.stop_gradient(lambda x: x)
+    np.testing.assert_array_equal(cv.grad(lambda x: cv.lax.stop_gradient({"foo": x})["foo"] + x)(3.0), 1.0)

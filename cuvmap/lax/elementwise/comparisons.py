@@ -202,8 +202,15 @@ def convert_element_type(operand, new_dtype):
 
 def stop_gradient(x):
     """The identity, whose derivative is zero: transforms of derivatives see a constant.
-    ``x`` may be a pytree: every leaf is stopped (``jax.lax.stop_gradient``)."""
-    return tree.map_preserving(stop_gradient_p.bind, x)
+    ``x`` may be a pytree: every leaf is stopped (``jax.lax.stop_gradient``); a leaf that
+    is no value (a function, a string) is JAX's TypeError."""
+    def stop(leaf):
+        if not core.is_value(leaf):
+            raise TypeError(f"stop_gradient: Argument {leaf!r} of type {type(leaf)} is not a valid JAX type "
+                            "(it takes arrays, Python numbers and pytrees of them)")
+        return stop_gradient_p.bind(leaf)
+
+    return tree.map_preserving(stop, x)
 
 
 # ---------------------------------------------------------------------------------------
