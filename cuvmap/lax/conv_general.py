@@ -32,7 +32,7 @@ from cuvmap.lax.elementwise import add, convert_element_type, imag, real, sub
 from cuvmap.lax.elementwise import complex as make_complex
 from cuvmap.lax.indexing import normalize_slice, slice_p
 from cuvmap.lax.jax_shapes import Precision  # noqa: F401 - the one Precision, re-exported with the conv names
-from cuvmap.lax.shape import expand_dims, pad_p, reshape, squeeze, transpose
+from cuvmap.lax.shape import broadcast_in_dim, expand_dims, pad_p, reshape, squeeze, transpose
 
 # NOTE [conv_general_dilated on the conv primitive]
 # XLA's convolution is more general than aten's in four ways, each reduced to the
@@ -281,6 +281,15 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
             f"conv_general_dilated: rhs expects {w_shape[1] * fg} lhs features ({w_shape[1]} per group, "
             f"feature_group_count={fg}), lhs has {x_shape[1]} ({where})"
         )
+    out_spatial = _output_spatial(core.shape_of(x)[2:], w_shape[2:], strides, pairs, lhs_dil, rhs_dil)
+    if nd and out_spatial is not None and min(out_spatial) == 0:
+        # XLA's output size is clamped at 0 (JAX's): an empty result, which reads no input
+        dtype = np.result_type(core.dtype_of(lhs), core.dtype_of(rhs))
+        out = broadcast_in_dim(np.zeros((), dtype), (core.shape_of(x)[0], w_shape[0]) + out_spatial, ())
+        out = transpose(out, tuple(int(i) for i in np.argsort(dn.out_spec)))
+        if preferred_element_type is not None and np.dtype(preferred_element_type) != dtype:
+            out = convert_element_type(out, np.dtype(preferred_element_type))
+        return out
     squeeze_spatial = nd == 0
     if squeeze_spatial:  # a grouped matmul: one spatial position
         x, w = expand_dims(x, (2,)), expand_dims(w, (2,))
@@ -295,6 +304,20 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     if preferred_element_type is not None and np.dtype(preferred_element_type) != core.dtype_of(out):
         out = convert_element_type(out, np.dtype(preferred_element_type))
     return out
+
+
+def _output_spatial(in_sizes, kernel_sizes, strides, pairs, lhs_dilation, rhs_dilation):
+    """The output's spatial sizes, XLA's: ``⌊(padded input − dilated kernel) / stride⌋ + 1``,
+    clamped at 0 (an input smaller than the kernel gives an empty result); None where the
+    padding crops more than the input."""
+    sizes = []
+    for n, k, s, (lo, hi), ld, rd in zip(in_sizes, kernel_sizes, strides, pairs, lhs_dilation, rhs_dilation):
+        padded = ((n - 1) * ld + 1 if n else 0) + lo + hi
+        extent = (k - 1) * rd + 1
+        if padded < 0:
+            return None  # padding that crops more than the input: the pad's own error (JAX's too)
+        sizes.append(max(0, (padded - extent) // s + 1) if padded >= extent else 0)
+    return tuple(sizes)
 
 
 def _is_complex(x):

@@ -262,3 +262,23 @@ def test_complex_grads_vmap_jit(case):
     parts = lambda a, b: loss(a + 1j * b, w)  # noqa: E731
     ga, gb = cv.grad(parts, argnums=(0, 1))(x.real, x.imag)
     np.testing.assert_allclose(gx, ga - 1j * gb, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("xs, ws, strides, padding, want", [
+    ((1, 2, 0, 4), (1, 2, 1, 2), (2, 1), "VALID", (1, 1, 0, 3)),   # an empty spatial input
+    ((1, 2, 3, 4), (3, 2, 5, 2), (1, 1), "VALID", (1, 3, 0, 3)),   # a kernel larger than the input
+    ((2, 2, 3, 4), (3, 2, 5, 2), (1, 1), [(1, 0), (0, 0)], (2, 3, 0, 3)),
+], ids=["empty-input", "kernel-larger", "kernel-larger-padded"])
+def test_an_output_size_below_one_is_an_empty_result(xs, ws, strides, padding, want):
+    """XLA clamps an output size at 0 (JAX's conv_general_dilated): an empty result, and
+    zero gradients of the operands' shapes."""
+    x, w = np.ones(xs), np.ones(ws)
+
+    def f(x, w):
+        return lax.conv_general_dilated(x, w, strides, padding)
+
+    for run in (f, cv.jit(f)):
+        out = run(x, w)
+        assert out.shape == want and out.dtype == np.float64
+    gx, gw = cv.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))(x, w)
+    assert gx.shape == xs and gw.shape == ws and not gx.any() and not gw.any()
