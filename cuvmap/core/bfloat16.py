@@ -61,10 +61,6 @@ def promote_types(a, b):
     return result_type(np.dtype(a), np.dtype(b))
 
 
-def _float32_of(dtype):
-    return np.dtype(np.float32) if is_bfloat16(dtype) else dtype
-
-
 def _upcast(x):
     dtype = getattr(x, "dtype", None)
     if dtype is not None and is_bfloat16(dtype):
@@ -73,11 +69,14 @@ def _upcast(x):
 
 
 def _upcast_param(value):
-    if isinstance(value, np.dtype) or isinstance(value, type):
+    """A dtype param (``new_dtype=``, ``dtype=``, ``preferred_element_type=``) of bfloat16 as
+    float32; any other param as it is."""
+    if isinstance(value, (np.dtype, type)):
         try:
-            return _float32_of(np.dtype(value)) if is_bfloat16(np.dtype(value)) else value
-        except TypeError:
-            return value
+            if is_bfloat16(np.dtype(value)):
+                return np.dtype(np.float32)
+        except TypeError:  # a type that is no dtype
+            pass
     return value
 
 

@@ -327,7 +327,7 @@ def _is_complex(x):
 # NOTE [complex convolutions from real ones]
 # A convolution is bilinear, so with x = a + ib and w = c + id, x ⋆ w = (a⋆c − b⋆d) +
 # i(a⋆d + b⋆c): four real convolutions of the parts, each on the one conv primitive (with
-# every option: layouts, dilations, groups), as XLA computes complex convolutions on CPUs.
+# every option: layouts, dilations, groups), so the batching rules stay the real ones.
 # A real operand contributes only its part (two convolutions). The derivatives follow
 # from the real convolutions' and the complex parts' rules (NOTE [complex convention] in
 # cuvmap/transforms/complex_rules.py): the transpose of x ↦ x ⋆ w is the correlation with

@@ -154,7 +154,7 @@ def _rounded(row):
     f, bf = closed_over_nondiff(row, args)
     as_f32 = [np.asarray(a).astype(F32) if np.asarray(a).dtype == BF16 else a for a in args]
     f32_fun, f32 = closed_over_nondiff(row, as_f32)
-    return f, f32_fun, bf, f32
+    return f, f32_fun, bf, f32, as_f32
 
 
 # rows whose float32 results are not bfloat16 here, and why
@@ -182,10 +182,11 @@ def _one_primitive(f, args):
 
 @pytest.mark.parametrize("row", CASES)
 def test_every_row_computes_or_names_bfloat16(row):
-    f, f32_fun, bf, f32 = _rounded(row)
+    f, f32_fun, bf, f32, operands = _rounded(row)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         reference = _leaves(f32_fun(*f32))
+        independent = _leaves(row.ref(*operands))  # the row's own reference (NumPy's, a closed form)
         try:
             got = _leaves(f(*bf))
         except (TypeError, ValueError, NotImplementedError) as e:  # ShapeError is a ValueError
@@ -195,7 +196,8 @@ def test_every_row_computes_or_names_bfloat16(row):
             return
         staged = _leaves(cv.jit(f)(*bf))
     exact = _one_primitive(f32_fun, f32)
-    for g, s, r in zip(got, staged, reference):
+    assert len(independent) == len(got), row.name
+    for g, s, r, ind in zip(got, staged, reference, independent):
         assert s.dtype == g.dtype, (row.name, s.dtype, g.dtype)
         np.testing.assert_array_equal(s.astype(F32) if s.dtype == BF16 else s,
                                       g.astype(F32) if g.dtype == BF16 else g, err_msg=f"{row.name}: jit")
@@ -211,6 +213,9 @@ def test_every_row_computes_or_names_bfloat16(row):
             np.testing.assert_array_equal(g.astype(F32), r.astype(BF16).astype(F32), err_msg=row.name)
         else:
             np.testing.assert_allclose(g.astype(F32), r, rtol=6e-2, atol=6e-2, err_msg=row.name)
+        # and the row's independent reference on the same (rounded) operands
+        np.testing.assert_allclose(g.astype(np.float64), np.asarray(ind, np.float64), rtol=6e-2, atol=6e-2,
+                                   err_msg=f"{row.name}: against the row's reference")
 
 
 REVERSE = [r for r in WALKED if "rev" in r.modes]
@@ -224,7 +229,7 @@ BEYOND_BFLOAT16 = {
 
 @pytest.mark.parametrize("row", sampled(REVERSE, 4, ids=[r.name for r in REVERSE]))
 def test_every_row_has_bfloat16_cotangents(row):
-    f, f32_fun, bf, f32 = _rounded(row)
+    f, f32_fun, bf, f32, _ = _rounded(row)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
