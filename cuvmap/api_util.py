@@ -504,19 +504,19 @@ def dyn_function(f, args, kwargs, argnums):
 #   split behind it waits); cuvmap's dot_general asks for one thread then (NOTE [threads
 #   under a busy machine] in cuvmap/cpu/threads.py), and the suite's cuvmap row shows it.
 #   relu and its VJP (select) are memory-bound passes.
-# - Threads with torch imported first: cuvmap's "threads" mode (NOTE [oneDNN beside
-#   another OpenMP user] in cuvmap/cpu/openmp.py) ran as fast as the "openmp" mode in one
-#   process where torch made no calls (the two modes interleaved in one process). What
-#   the per_example suite shows with ``--torch-first`` is torch's own OpenMP team: its
-#   libgomp, loaded with the default wait policy, spins after each torch call on one of
-#   the two cores while the next case runs, and on a loaded machine it collapses torch
-#   itself (torch.func's vmap(grad) tens of times slower with the default policy than
-#   with OMP_WAIT_POLICY=PASSIVE, in the same process layout, while cuvmap's rows moved
-#   by a fifth). libgomp has no call that changes the policy of a loaded runtime (the
-#   spin count is not exported) and omp_pause_resource_all would tear down torch's team,
-#   so cuvmap leaves it: where torch and cuvmap alternate in one process,
-#   OMP_WAIT_POLICY=PASSIVE (or cuvmap's oneDNN loaded before torch, which then shares
-#   cuvmap's passive libgomp) is the remedy; the eager page says so.
+# - Threads with torch imported first: torch's libgomp serves oneDNN too, and its idle
+#   workers spin for milliseconds after every parallel region (torch's own and oneDNN's).
+#   The earlier "threads" mode ran cuvmap's convolutions in chunks on cuvmap's own
+#   threads, beside a worker that spun after each torch call, and OpenBLAS's second thread
+#   waited behind it too: eager vmap(grad) at batch 32 took about 1.3x its time with
+#   torch absent. cuvmap now joins the team (NOTE [oneDNN beside another OpenMP user] in
+#   cuvmap/cpu/openmp.py): convolutions on OpenMP's threads, GEMMs on one OpenBLAS thread
+#   while the team still spins, OpenBLAS's pool never shut down (setting its count after a
+#   shutdown starts spinning workers: that doubled the times when first tried). Spinning
+#   itself is not the enemy: without torch, the same rules under libgomp's default spin
+#   (GOMP_SPINCOUNT=300000) ran a few percent faster than PASSIVE; cuvmap still loads its
+#   own libgomp PASSIVE (a torch imported later shares it, and the distributed runs place
+#   several processes on the cores).
 # - What would close the rest: fewer binds per eager call (rules that bind fewer
 #   primitives; the layering of three binds per forward op under vmap(grad) stays) or a
 #   cached per-signature plan for eager transforms, which needs a way to know that a

@@ -59,9 +59,10 @@ imports torch, so that both run on the libgomp cuvmap loaded (with ``OMP_WAIT_PO
 unless the command line sets a policy: NOTE [OpenMP threads beside OpenBLAS] in
 cuvmap/cpu/onednn.py). ``--torch-first`` imports torch before NumPy and cuvmap, as a
 script that starts with ``import torch`` does: oneDNN then gets torch's libgomp with the
-command line's policy, and cuvmap runs its convolutions on its own threads unless the
-command line set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (NOTE [oneDNN beside another
-OpenMP user]; ``CUVMAP_ONEDNN_THREADING=openmp`` keeps OpenMP's team instead).
+command line's policy (by default its idle workers spin after each region), and cuvmap
+joins that team: its convolutions on OpenMP's threads, its GEMMs on one OpenBLAS thread
+while the team still spins (NOTE [oneDNN beside another OpenMP user];
+``CUVMAP_ONEDNN_THREADING=threads`` runs the convolutions on cuvmap's own threads instead).
 
 The figures of ``docs/performance/per_example.md`` and of the README's table come from
 ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks per_example --batch 32 128

@@ -402,7 +402,10 @@ def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation,
     parts = openmp.split_parts()
     chunks = _chunks(n, groups, parts) if parts > 1 else []
     if len(chunks) < 2:
-        _run_serial(op, dtype, _pieces(n, groups), cg, og, arrays, stride, padding, dilation, accumulate)
+        try:
+            _run_serial(op, dtype, _pieces(n, groups), cg, og, arrays, stride, padding, dilation, accumulate)
+        finally:
+            openmp.region_ended()   # (on OpenMP's team: its workers spin now, where they do)
         return
     jobs, partials = [], []
     for i, chunk in enumerate(chunks):

@@ -8,10 +8,15 @@ library; it imports nothing of cuvmap.
 import ctypes
 import os
 import threading
+import time
 from cuvmap import config
 
 _lock = threading.Lock()
-_settings = {"threading": None}   # "openmp" or "threads" (NOTE [oneDNN beside another OpenMP user])
+# "threading": "openmp" or "threads" (NOTE [oneDNN beside another OpenMP user]); "spins":
+# how long OpenMP's idle workers spin after a parallel region, in seconds (0: they sleep
+# at once, PASSIVE; inf: for good, ACTIVE); "region_end": when cuvmap's last OpenMP region
+# ended (time.monotonic)
+_settings = {"threading": None, "spins": 0.0, "region_end": float("-inf")}
 _thread_settings = {}             # what prepare_environment set (for settings_description())
 _omp = {}                         # omp_get_max_threads / omp_set_num_threads of libdnnl's libgomp
 
@@ -51,42 +56,111 @@ def _libgomp_loaded():
 
 def prepare_environment():
     """The environment variables to set while libdnnl loads (NOTE [OpenMP threads beside
-    OpenBLAS]), and the threading mode (NOTE [oneDNN beside another OpenMP user])."""
+    OpenBLAS]), the threading mode and how long the team's idle workers spin (NOTE
+    [oneDNN beside another OpenMP user])."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         _thread_settings["OMP_WAIT_POLICY"] = f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')} (the user's)"
+        _settings["spins"] = spin_seconds(os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT"))
         _default_threading("openmp")
         return {}
     if _libgomp_loaded():
-        _thread_settings["OMP_WAIT_POLICY"] = "(libgomp.so.1 was already loaded: its own setting)"
-        _default_threading("threads")
+        _thread_settings["OMP_WAIT_POLICY"] = ("(libgomp.so.1 was already loaded: its own setting, idle workers "
+                                               "spin after each parallel region)")
+        _settings["spins"] = spin_seconds(None, None)
+        _default_threading("openmp")
         return {}
     _thread_settings["OMP_WAIT_POLICY"] = "PASSIVE (set by cuvmap while libdnnl loaded)"
     _default_threading("openmp")
     return {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
+# libgomp's default spin (GOMP_SPINCOUNT unset: 300,000 polls), measured as about a third
+# of this window in a worker's CPU time after each region on the project's machines; the
+# window is wider, for slower polls (a PAUSE instruction takes 10 to 140 cycles across x86
+# cores)
+DEFAULT_SPIN_SECONDS = 0.03
+
+
+def spin_seconds(policy, spincount):
+    """How long libgomp's idle workers spin after a region, in seconds, under the wait
+    ``policy`` and ``spincount`` it loaded with (None: unset): 0 for PASSIVE or a spin count
+    of 0, inf for ACTIVE or an "infinite" count, else about :data:`DEFAULT_SPIN_SECONDS`
+    scaled by the count."""
+    policy = (policy or "").strip().upper()
+    if spincount is not None and spincount.strip():
+        text = spincount.strip().upper()
+        if text == "INFINITE" or text == "INFINITY":
+            return float("inf")
+        try:
+            count = float(text.rstrip("KMGT")) * {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(text[-1:], 1)
+        except ValueError:
+            count = 300_000.0
+        return 0.0 if count <= 0 else DEFAULT_SPIN_SECONDS * count / 300_000
+    if policy == "PASSIVE":
+        return 0.0
+    if policy == "ACTIVE":
+        return float("inf")
+    return DEFAULT_SPIN_SECONDS
+
+
+def spin_seconds_in_force():
+    """How long the loaded libgomp's idle workers spin after a region (0 before libdnnl
+    loads, or where they sleep at once)."""
+    return _settings["spins"]
+
+
+def region_ended():
+    """Records that one of cuvmap's calls ran a region on OpenMP's team (a convolution in
+    the "openmp" mode): its workers spin for a while now (:func:`team_spinning`)."""
+    if _settings["spins"] > 0:
+        _settings["region_end"] = time.monotonic()
+
+
+def team_spinning():
+    """Whether OpenMP's workers may still be spinning after cuvmap's last region, holding
+    the cores that OpenBLAS's threads would take (NOTE [oneDNN beside another OpenMP
+    user])."""
+    spins = _settings["spins"]
+    return spins > 0 and time.monotonic() - _settings["region_end"] < spins
+
+
 # NOTE [oneDNN beside another OpenMP user]
 # When libgomp.so.1 is already in the process as libdnnl loads — torch imported first
 # brings its own copy under that soname, and the loader hands it to libdnnl — its wait
 # policy was read from the environment when it loaded, before cuvmap could set PASSIVE:
-# by default its threads spin at every barrier and after every parallel region. GNU
-# OpenMP has no call that changes the policy afterwards (omp_set_dynamic and the thread
-# counts do not touch it; GOMP_SPINCOUNT is read once), so cuvmap's own calls stop using
-# OpenMP's thread team instead: in the "threads" mode each convolution is split into
-# contiguous chunks — of the examples N, or of the groups when N = 1 (the per-example
-# weight gradient's groups·B) — one per thread that OpenMP would have used
-# (omp_get_max_threads() of the calling thread: OMP_NUM_THREADS, torch.set_num_threads),
-# and the chunks run at once on cuvmap's own worker threads, each of which has set
-# omp_set_num_threads(1) for itself, so that oneDNN runs them without a parallel region:
-# no OpenMP thread of anyone's spins for cuvmap, and the caller waits on a condition
-# variable. A weight gradient over several chunks of N sums their partial gradients.
-# The other threads' OpenMP settings (torch's included) are never changed. The mode is
-# "threads" only where libgomp was loaded first and the user set neither OMP_WAIT_POLICY
-# nor GOMP_SPINCOUNT (their policy wins: OpenMP runs as they asked); it is "openmp" where
-# cuvmap loaded libgomp itself (PASSIVE). CUVMAP_ONEDNN_THREADING=openmp|threads or
-# set_threading() chooses it. Plans are keyed on the creating thread's OpenMP thread count
-# too, since oneDNN sizes a primitive's work split and scratchpad for the threads it is
-# made with. `python -m benchmarks per_example --torch-first` measures the mode.
+# by default each idle worker spins for GOMP_SPINCOUNT polls (milliseconds) after
+# every parallel region, torch's and oneDNN's alike, and GNU OpenMP has no call that
+# changes the policy afterwards. A spinning worker holds a core: on two cores, whatever
+# else runs multi-threaded then (OpenBLAS's second thread, cuvmap's own workers) waits for
+# time slices. Torch thrives on it, since its next region finds the team awake.
+# So cuvmap joins the team, as oneDNN does inside torch: its convolutions run on the
+# calling thread's OpenMP team (the "openmp" mode; the spinning worker takes the next
+# region at once), and cuvmap keeps OpenBLAS's second thread off the spinning cores:
+# within the spin window after cuvmap's last region (team_spinning(): region_ended()
+# stamps it, spin_seconds() estimates the window from the policy and GOMP_SPINCOUNT with
+# margin, inf under ACTIVE) a GEMM asks OpenBLAS for one thread (threads.gemm_limit), and
+# the unfold kernels' GEMMs always do (threads.beside_team). OpenBLAS's pool is never shut
+# down in this state (threads.quiet_blas_pool): setting its thread count after a shutdown
+# starts a pool whose new workers spin for a tenth of a second; with the pool kept, the
+# count's 2 → 1 → 2 costs two ctypes calls and starts nothing. A GEMM-only program (no
+# convolution, no region) keeps OpenBLAS's threads. On the benchmark CNN with torch's
+# calls interleaved, this took eager vmap(grad) and the batched gradient from well behind
+# torch's to level with them (`python -m benchmarks per_example --torch-first`); the
+# earlier "threads" mode below ran its chunks beside the workers that spun after every
+# torch call.
+# The "threads" mode stays as a choice (CUVMAP_ONEDNN_THREADING=threads or
+# set_threading()): each convolution is split into contiguous chunks — of the examples
+# N, or of the groups when N = 1 (the per-example weight gradient's groups·B) — one per
+# thread that OpenMP would have used (omp_get_max_threads() of the calling thread), run
+# at once on cuvmap's own worker threads, each of which has set omp_set_num_threads(1)
+# for itself, so that oneDNN runs them without a parallel region (a weight gradient over
+# several chunks of N sums their partial gradients). The other threads' OpenMP settings
+# (torch's included) are never changed. Where the user set OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT their policy is the one in force and spin_seconds() reads it the same
+# way; where cuvmap loaded libgomp itself (PASSIVE) nothing spins and none of this
+# applies. Plans are keyed on the creating thread's OpenMP thread count too, since oneDNN
+# sizes a primitive's work split and scratchpad for the threads it is made with.
+# `python -m benchmarks per_example --torch-first` measures it.
 _THREADING = ("openmp", "threads")
 
 

@@ -277,10 +277,22 @@ def target():
 
 def gemm_limit(m, n, k):
     """:func:`target` for an ``m × k`` by ``k × n`` GEMM, None where OpenBLAS runs it on
-    one thread anyway."""
+    one thread anyway; one thread while OpenMP's workers spin after cuvmap's last
+    convolution (NOTE [oneDNN beside another OpenMP user] in cuvmap/cpu/openmp.py)."""
     if m * n * k < MIN_PARALLEL_MNK:
         return None
-    return target()
+    limit = target()
+    if limit is None and openmp.team_spinning():
+        return 1
+    return limit
+
+
+def beside_team():
+    """1 where OpenMP's idle workers spin after a region (libgomp loaded by another
+    library, not PASSIVE), else None: the OpenBLAS threads of a convolution's unfold
+    kernels, which would run beside the team's spinning workers (NOTE [oneDNN beside
+    another OpenMP user] in cuvmap/cpu/openmp.py)."""
+    return 1 if openmp.spin_seconds_in_force() > 0 else None
 
 
 class limited:
@@ -356,8 +368,9 @@ def blas_pool_used():
 def quiet_blas_pool():
     """Before work on OpenMP's threads: shuts OpenBLAS's pool down if a threaded GEMM woke
     it and no other Python thread could be running a GEMM on it (NOTE [two thread pools])."""
-    if not _pool["awake"]:
-        return
+    if not _pool["awake"] or openmp.spin_seconds_in_force() > 0:
+        return   # (beside spinning OpenMP workers the GEMMs ask for one thread instead: setting
+        #          the count would start a shut pool again: NOTE [oneDNN beside another OpenMP user])
     current = threading.current_thread()
     if any(t is not current and not t.name.startswith("cuvmap-") for t in threading.enumerate()):
         return

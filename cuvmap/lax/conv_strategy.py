@@ -247,7 +247,7 @@ def run_kernel(op, *args, bias=None):
         return _pick_and_run(op, device, args, bias)
     # NOTE [threads under a busy machine] and NOTE [two thread pools] in cuvmap/cpu/threads.py
     cpu_threads.quiet_blas_pool()
-    with cpu_threads.limited(cpu_threads.target(), openmp=True):
+    with cpu_threads.limited(cpu_threads.target(), openmp=True), cpu_threads.limited(cpu_threads.beside_team()):
         return _pick_and_run(op, device, args, bias)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import cuvmap as cv
-from cuvmap.cpu import threads
+from cuvmap.cpu import openmp, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/this file
 if ROOT not in sys.path:
@@ -273,6 +273,92 @@ def test_a_convolution_after_a_threaded_gemm_shuts_openblas_pool_down(name, busy
         if helper is not None:
             helper.join()
     assert len(shutdowns) == want
+
+
+# NOTE [oneDNN beside another OpenMP user]: beside an OpenMP team whose idle workers spin
+# (torch's libgomp loaded first), a GEMM within the spin window after cuvmap's last
+# convolution asks OpenBLAS for one thread, OpenBLAS's pool is never shut down, and the
+# unfold kernels' GEMMs run on one thread.
+# name: (how long the team spins, the calls) -> what gemm_limit answered for each GEMM
+_AGE = lambda: openmp._settings.__setitem__("region_end", time.monotonic() - 1.0)  # noqa: E731  a second later
+BESIDE_A_SPINNING_TEAM = {
+    "no convolution yet: OpenBLAS's threads": (0.03, [_GEMM, _GEMM], [None, None]),
+    "a GEMM right after a convolution: one thread": (0.03, [_CONV, _GEMM, _GEMM], [1, 1]),
+    "after the window: OpenBLAS's threads again": (0.03, [_CONV, _GEMM, _AGE, _GEMM], [1, None]),
+    "ACTIVE: one thread for good after a convolution": (float("inf"), [_GEMM, _CONV, _AGE, _GEMM], [None, 1]),
+    "PASSIVE: nothing spins, OpenBLAS's threads": (0.0, [_CONV, _GEMM], [None]),
+    "a small GEMM asks nothing": (0.03, [_CONV, _SMALL_GEMM], []),
+}
+
+
+@pytest.mark.parametrize("name", BESIDE_A_SPINNING_TEAM)
+def test_gemms_beside_a_spinning_openmp_team(name, fresh_state, monkeypatch):
+    from cuvmap.cpu import onednn
+    from cuvmap.lax import conv_strategy
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN not loadable: {onednn.load_error()}")
+    monkeypatch.setattr(conv_strategy, "_strategy", ["onednn"])
+    monkeypatch.setattr(threads, "target", lambda: None)      # a quiet machine, whatever CI's load
+    spins, calls, want = BESIDE_A_SPINNING_TEAM[name]
+    monkeypatch.setitem(openmp._settings, "spins", spins)
+    monkeypatch.setitem(openmp._settings, "region_end", float("-inf"))
+    monkeypatch.setitem(threads._pool, "awake", True)         # a threaded GEMM ran before
+    shutdowns, answers = [], []
+    monkeypatch.setitem(threads._blas, "shutdown", lambda: shutdowns.append(1))
+    real = threads.gemm_limit
+    monkeypatch.setattr(threads, "gemm_limit", lambda m, n, k: answers.append(real(m, n, k)) or answers[-1])
+    before = threads.blas_threads()
+    results = [call() for call in calls]
+    assert answers == want
+    assert len(shutdowns) == (0 if spins > 0 else sum(c is _CONV for c in calls) and 1)
+    assert threads.blas_threads() == before
+    for call, result in zip(calls, results):
+        if call is _GEMM:
+            np.testing.assert_allclose(result, _A @ _B, rtol=1e-12)
+
+
+def test_the_unfold_kernels_run_one_blas_thread_beside_a_spinning_team(fresh_state, monkeypatch):
+    """The unfold kernels' GEMMs would run beside the team's spinning workers: one
+    OpenBLAS thread for them, the result the same."""
+    from cuvmap.lax import conv_strategy
+
+    monkeypatch.setattr(threads, "target", lambda: None)
+    want = _CONV()
+    monkeypatch.setattr(conv_strategy, "_strategy", ["unfold"])
+    seen = []
+    real_gemm = conv_strategy.conv_gemm.forward
+
+    def spy(*args, **kw):
+        seen.append(threads.blas_threads())
+        return real_gemm(*args, **kw)
+
+    monkeypatch.setattr(conv_strategy.conv_gemm, "forward", spy)
+    for spins, threads_inside in [(0.0, threads.blas_threads()), (0.03, 1)]:
+        monkeypatch.setitem(openmp._settings, "spins", spins)
+        seen.clear()
+        np.testing.assert_allclose(_CONV(), want, rtol=1e-5, atol=1e-5)
+        assert seen == [threads_inside], (spins, seen)
+
+
+SPIN_SECONDS = [  # OMP_WAIT_POLICY, GOMP_SPINCOUNT (None: unset) -> seconds the idle workers spin
+    (None, None, openmp.DEFAULT_SPIN_SECONDS),
+    ("PASSIVE", None, 0.0),
+    ("passive", None, 0.0),
+    ("ACTIVE", None, float("inf")),
+    (None, "0", 0.0),
+    (None, "INFINITE", float("inf")),
+    (None, "300000", openmp.DEFAULT_SPIN_SECONDS),
+    (None, "3M", 10 * openmp.DEFAULT_SPIN_SECONDS),
+    (None, "30k", openmp.DEFAULT_SPIN_SECONDS / 10),
+    ("PASSIVE", "30k", openmp.DEFAULT_SPIN_SECONDS / 10),     # the count is what libgomp spins
+    (None, "many", openmp.DEFAULT_SPIN_SECONDS),              # unreadable: libgomp's default
+]
+
+
+@pytest.mark.parametrize("policy,spincount,seconds", SPIN_SECONDS)
+def test_spin_seconds(policy, spincount, seconds):
+    assert openmp.spin_seconds(policy, spincount) == pytest.approx(seconds)
 
 
 def test_the_real_shutdown_keeps_gemms_and_convs_right(fresh_state, monkeypatch):

@@ -173,30 +173,35 @@ import ctypes, json, sys
 if sys.argv[1] == "libgomp-first":
     ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)     # as torch's import does
 from cuvmap.cpu import onednn
-print(json.dumps(dict(available=onednn.available(), mode=onednn.threading_mode(), describe=onednn.describe())))
+from cuvmap.cpu import openmp
+print(json.dumps(dict(available=onednn.available(), mode=onednn.threading_mode(), describe=onednn.describe(),
+                      spins=str(openmp.spin_seconds_in_force()))))
 """
 
 
 @needs_onednn
 # a fresh interpreter each: the first case by default, the others slow
 @pytest.mark.slow
-@pytest.mark.parametrize("order, env, mode", [
-    ("libgomp-first", {}, "threads"),
-    # the user's policy wins
-    pytest.param("libgomp-first", {"OMP_WAIT_POLICY": "ACTIVE"}, "openmp", marks=pytest.mark.slow),
-    pytest.param("libgomp-first", {"GOMP_SPINCOUNT": "1000"}, "openmp", marks=pytest.mark.slow),
-    pytest.param("libgomp-first", {"CUVMAP_ONEDNN_THREADING": "openmp"}, "openmp", marks=pytest.mark.slow),
-    pytest.param("cuvmap-first", {}, "openmp", marks=pytest.mark.slow),
-    pytest.param("cuvmap-first", {"CUVMAP_ONEDNN_THREADING": "threads"}, "threads", marks=pytest.mark.slow),
-], ids=["libgomp-first", "user-policy", "user-spincount", "forced-openmp", "cuvmap-first", "forced-threads"])
-def test_the_threading_mode_follows_who_loaded_openmp(order, env, mode):
+@pytest.mark.parametrize("order, env, mode, spins", [
+    # torch's libgomp first: cuvmap joins its team, whose workers spin (libgomp's default)
+    ("libgomp-first", {}, "openmp", str(openmp.DEFAULT_SPIN_SECONDS)),
+    # the user's policy is the one in force
+    pytest.param("libgomp-first", {"OMP_WAIT_POLICY": "ACTIVE"}, "openmp", "inf", marks=pytest.mark.slow),
+    pytest.param("libgomp-first", {"GOMP_SPINCOUNT": "0"}, "openmp", "0.0", marks=pytest.mark.slow),
+    pytest.param("libgomp-first", {"CUVMAP_ONEDNN_THREADING": "threads"}, "threads",
+                 str(openmp.DEFAULT_SPIN_SECONDS), marks=pytest.mark.slow),
+    # cuvmap loads libgomp itself, PASSIVE: nothing spins
+    pytest.param("cuvmap-first", {}, "openmp", "0.0", marks=pytest.mark.slow),
+    pytest.param("cuvmap-first", {"CUVMAP_ONEDNN_THREADING": "threads"}, "threads", "0.0", marks=pytest.mark.slow),
+], ids=["libgomp-first", "user-policy", "user-spincount", "forced-threads", "cuvmap-first", "cuvmap-first-threads"])
+def test_the_threading_mode_follows_who_loaded_openmp(order, env, mode, spins):
     base = {k: v for k, v in os.environ.items()
             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "CUVMAP_ONEDNN_THREADING")}
     proc = subprocess.run([sys.executable, "-c", _MODE_PROBE, order], env=dict(base, PYTHONPATH=ROOT, **env),
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert info["available"] and info["mode"] == mode, info
+    assert info["available"] and info["mode"] == mode and info["spins"] == spins, info
     assert ("cuvmap's threads" in info["describe"]) == (mode == "threads"), info["describe"]
 
 
