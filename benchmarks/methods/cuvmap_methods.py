@@ -22,7 +22,7 @@ def _on_device(args, *trees):
 def per_example_methods(args, params, xs, ys, batch):
     """(a) a Python loop of ``grad`` over the first ``--loop-examples`` examples (scaled to
     the batch), (b) ``vmap(grad)``, (c) with ``chunk_size``, (d) ``grad`` of the mean loss,
-    (d') ``jit(vmap(grad))``."""
+    (d') ``jit(vmap(grad))`` and ``jit(grad)`` of the mean loss."""
     timer = timer_for(backend.xp_for(args.device))
     p, x, y = _on_device(args, params, xs, ys)
     grad_one = cv.grad(models.cuvmap_per_example_loss)
@@ -35,6 +35,7 @@ def per_example_methods(args, params, xs, ys, batch):
     chunked = cv.vmap(cv.grad(models.cuvmap_per_example_loss), in_axes=(None, 0, 0), chunk_size=args.chunk_size)
     batched = cv.grad(models.cuvmap_batch_loss)
     jitted = cv.jit(per_example)
+    jitted_batched = cv.jit(batched)
     chunk_note = (f"chunk_size {args.chunk_size} ≥ batch: one chunk, the same call as vmap(grad)"
                   if args.chunk_size >= batch else f"{-(-batch // args.chunk_size)} chunks")
     loop_note = f"{n_loop} of {batch} examples timed, scaled ×{batch / n_loop:g}" if n_loop < batch else None
@@ -48,6 +49,8 @@ def per_example_methods(args, params, xs, ys, batch):
                "batched", to_numpy, note="the ordinary batched backward pass: no per-example gradients"),
         Method("jit_vmap", "cuvmap: jit(vmap(grad))", "cuvmap", lambda: jitted(p, x, y), timer, "per_example",
                to_numpy, note="staged: the first call includes the tracing and planning"),
+        Method("jit_batched", "cuvmap: jit(grad of the mean loss)", "cuvmap", lambda: jitted_batched(p, x, y), timer,
+               "batched", to_numpy, note="(d) staged: the batched backward pass as a planned program"),
     ]
 
 

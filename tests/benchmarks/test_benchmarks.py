@@ -60,7 +60,8 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     for key in ("python", "numpy", "BLAS", "device"):
         assert key in res["settings"]
     keys = [(r["batch"], r["key"]) for r in res["rows"]]
-    assert keys == [(b, k) for b in (2, 3) for k in ("loop", "vmap", "chunked", "batched", "jit_vmap")]
+    assert keys == [(b, k) for b in (2, 3) for k in ("loop", "vmap", "chunked", "batched", "jit_vmap",
+                                                            "jit_batched")]
     for r in res["rows"]:
         assert r["diff_vs_cuvmap_vmap"] < 1e-4, r
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
@@ -69,6 +70,8 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     jit3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "jit_vmap")
     assert jit3["method"] == "cuvmap: jit(vmap(grad))" and jit3["examples_off"] == 0 and jit3["examples_compared"] == 3
     assert "first call includes the tracing" in jit3["note"]
+    jit_batched = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "jit_batched")
+    assert jit_batched["method"] == "cuvmap: jit(grad of the mean loss)" and jit_batched["kind"] == "batched"
     assert "| host memory | " in out
     assert "jit(vmap(grad)) " in out and "page faults per call" in out and "| page faults / call |" in out
     loop3 = next(r for r in res["rows"] if r["batch"] == 3 and r["key"] == "loop")
@@ -124,7 +127,7 @@ def test_per_example_interleaved(capsys, tmp_path):
     res, out = _run(capsys, tmp_path, ["per_example", "--batch", "2", "--repeats", "6", "--max-spread", "0",
                                        "--warmup", "1", "--loop-examples", "1", "--gemm-size", "64", "--progress",
                                        "off", "--no-torch", "--no-jax", "--no-plot", "--interleave"])
-    assert [r["key"] for r in res["rows"]] == ["loop", "vmap", "chunked", "batched", "jit_vmap"]
+    assert [r["key"] for r in res["rows"]] == ["loop", "vmap", "chunked", "batched", "jit_vmap", "jit_batched"]
     for r in res["rows"]:
         assert r["repeats"] == 6 and r["timer"] == "perf_counter, interleaved" and r["diff_vs_cuvmap_vmap"] < 1e-4
         assert len(r["times_ms"]) == 6 and r["spread"] is not None and isinstance(r["noisy"], bool)
@@ -150,8 +153,9 @@ def test_per_example_torch(capsys, tmp_path):
     assert "torch.set_num_threads" in res["frameworks"]["torch"]
     ratio = next(r for r in res["ratios"] if r["ratio"] == "vmap(grad) / torch.func vmap(grad)")
     assert ratio["value"] > 0
-    jit_ratio = next(r for r in res["ratios"] if r["ratio"] == "cuvmap jit(vmap(grad)) / torch.func vmap(grad)")
-    assert jit_ratio["value"] > 0
+    for name in ("jit(vmap(grad)) / torch.func vmap(grad)", "jit(grad) batched / torch batched gradient"):
+        jit_ratio = next(r for r in res["ratios"] if r["ratio"] == name)
+        assert jit_ratio["value"] > 0 and jit_ratio["target"] == "≤ 1"
 
 
 @pytest.mark.slow
