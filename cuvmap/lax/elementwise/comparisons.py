@@ -62,9 +62,14 @@ def select_impl(pred, on_true, on_false):
         return np.where(pred, on_true, on_false)
     int_type = _SAME_SIZE_INT[dtype.itemsize]
     if _is_positive_zero(on_false):
-        # relu's select (and its VJP's): a one-byte mask, widened inside the ufunc's loop, so
-        # that the only array of the result's width is the result (NOTE [branch-free select])
-        return np.bitwise_and(_float_bits(on_true, dtype, int_type), np.negative(pred.view(np.int8))).view(dtype)
+        # relu's select (and its VJP's): the mask widened into the result's own buffer, then
+        # the blend in place, so that the only array of the result's width is the result
+        # (NOTE [branch-free select])
+        bits = _float_bits(on_true, dtype, int_type)
+        if bits.shape != pred.shape:
+            return np.bitwise_and(bits, np.negative(pred.view(np.int8))).view(dtype)
+        out = np.negative(pred.view(np.int8), dtype=int_type)
+        return np.bitwise_and(bits, out, out=out).view(dtype)
     shape = np.broadcast_shapes(pred.shape, np.shape(on_true), np.shape(on_false))
     mask = np.negative(pred.view(np.int8), dtype=int_type)  # 0 or -1 (all bits set)
     # the mask's buffer is reused for the last result when it has the full shape: one
@@ -105,10 +110,16 @@ def select_into(pred, on_true, on_false, *, out):
         raise TypeError("select_into: the blend needs NumPy float operands")
     int_type = _SAME_SIZE_INT[dtype.itemsize]
     bits = out.view(int_type)
-    mask = np.negative(pred.view(np.int8))  # 0 or -1; widened to the int type elementwise
     if _is_positive_zero(on_false):
-        np.bitwise_and(_float_bits(on_true, dtype, int_type), mask, out=bits)
+        true_bits = _float_bits(on_true, dtype, int_type)
+        if pred.shape == bits.shape and not np.may_share_memory(true_bits, bits):
+            # the mask widened into ``out`` itself, then the blend in place: no temporary
+            np.negative(pred.view(np.int8), out=bits, casting="unsafe")
+            np.bitwise_and(true_bits, bits, out=bits)
+            return out
+        np.bitwise_and(true_bits, np.negative(pred.view(np.int8)), out=bits)
         return out
+    mask = np.negative(pred.view(np.int8))  # 0 or -1; widened to the int type elementwise
     other = np.bitwise_and(_float_bits(on_false, dtype, int_type), np.invert(mask))  # on_false read first
     np.bitwise_and(_float_bits(on_true, dtype, int_type), mask, out=bits)
     np.bitwise_or(bits, other, out=bits)
