@@ -30,9 +30,12 @@ The settings table says which OpenMP runtime oneDNN runs on and how its convolut
 threads (``--torch-first``: torch's libgomp, NOTE [oneDNN beside another OpenMP user] in
 cuvmap/cpu/openmp.py). ``--both-orders`` runs the suite again in a child process with
 ``--torch-first`` (when torch is installed) and adds its rows, each row naming its import
-order: torch not imported, or imported first (torch itself makes no call here: the
-rows show what its libgomp does to cuvmap's own calls). NOTE [where the eager time goes]
-in cuvmap/api_util.py reads the figures.
+order: torch not imported, or imported first (torch makes no call during cuvmap's rounds:
+the rows show what its libgomp does to cuvmap's own calls). Where torch is installed,
+torch's own profile of the same network closes each order's run (``torch.profiler``: the
+ops with the most self time of torch.func ``vmap(grad)`` and of torch's batched gradient,
+after cuvmap's rounds, so that "not imported" holds for them). NOTE [where the eager time
+goes] in cuvmap/api_util.py reads the figures.
 """
 import collections
 import time
@@ -69,6 +72,15 @@ DOC_TABLES = [
         ("torch", "order", "l"), ("batch", "batch", "r"), ("transform", "transform", "l"),
         ("primitive", "primitive", "l"),
         ("calls", "calls", "r"), ("ms per call of the transform", "ms", "r"), ("share of the kernels", "share", "r")]),
+    DocTable("torch's own profile of the same network (torch.profiler, the same process)", "torch_profile", [
+        ("torch", "order", "l"), ("batch", "batch", "r"), ("transform", "transform", "l"), ("op", "op", "l"),
+        ("calls", "calls", "r"), ("self ms per call of the transform", "ms", "r"), ("share", "share", "r")],
+        note="torch.func vmap(grad) and torch's batched gradient of the same CNN on the same weights and data, after "
+             "cuvmap's rounds, profiled by torch.profiler (CPU activity) over --split-calls calls: each op's self "
+             "time per call (the five largest), and its share of the profiled total (the profiler's own cost "
+             "included). Beside cuvmap's kernels per primitive above: aten::convolution_backward is the weight and "
+             "input gradients of both convolutions, aten::bmm the per-example dense gradient, threshold_backward "
+             "relu's VJP (cuvmap's select)."),
     DocTable("The skinny dense GEMM (forward: B×12800 by 12800×10, float32)", "gemm", [
         ("torch", "order", "l"), ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")]),
 ]
@@ -158,6 +170,44 @@ def _gemm_rows(batch, repeats, order):
                  ms=float(np.median(times[c.key])) * 1e3, times_ms=[t * 1e3 for t in times[c.key]]) for c in cases]
 
 
+def _torch_profile(batches, calls, order):
+    """torch's own profile (torch.profiler) of torch.func ``vmap(grad)`` and of torch's
+    batched gradient of the benchmark CNN at each batch: the five ops with the most self
+    CPU time per call, and their share of the profiled total; [] without torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return []
+    import torch
+    from torch.func import grad, vmap
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.machine import settings as machine_settings
+
+    torch.set_num_threads(machine_settings.blas_threads()[0])
+    params = models.cnn_params()
+    tp = {k: torch.tensor(v) for k, v in params.items()}
+    fns = {"vmap(grad)": vmap(grad(models.torch_per_example_loss), in_dims=(None, 0, 0)),
+           "batched grad": grad(models.torch_batch_loss)}
+    rows = []
+    for batch in batches:
+        xs, ys = models.cnn_data(batch)
+        tx, ty = torch.tensor(xs), torch.tensor(ys)
+        for name, f in fns.items():
+            for _ in range(3):
+                f(tp, tx, ty)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(calls):
+                    f(tp, tx, ty)
+            events = prof.key_averages()
+            total = sum(e.self_cpu_time_total for e in events)
+            for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:5]:
+                rows.append(dict(order=order, batch=batch, transform=f"torch: {name}", op=e.key,
+                                 calls=e.count // calls, ms=e.self_cpu_time_total / calls / 1e3,
+                                 share=f"{e.self_cpu_time_total / total:.0%}" if total else "–"))
+    return rows
+
+
 def _order(args):
     return "imported first" if args.torch_first else "not imported"
 
@@ -240,6 +290,9 @@ def run(args, settings):
                                   calls=counts[prim] // n, ms=s / n * 1e3,
                                   share=f"{s / n / kernels:.0%}" if kernels else "–"))
         gemm += _gemm_rows(batch, policy.repeats, _order(args))
+    # torch's own profile last, so that torch is imported only after cuvmap's rounds in the
+    # "not imported" order
+    torch_profile = _torch_profile(args.batch, args.split_calls, _order(args))
     notes = [f"torch {_order(args)}: oneDNN's convolutions: {openmp.mode()} mode; {openmp.settings_description()}"]
     if args.both_orders and not args.torch_first:
         child, why = _torch_first_child(args)
@@ -247,6 +300,7 @@ def run(args, settings):
             rows += child["rows"]
             prims += child["primitives"]
             gemm += child["gemm"]
+            torch_profile += child.get("torch_profile", [])
             notes.append(child["notes"][0])
         else:
             notes.append(why)
@@ -261,15 +315,20 @@ def run(args, settings):
                          [(p["order"], p["batch"], p["transform"], p["primitive"], p["calls"], p["ms"], p["share"])
                           for p in prims]))
     print()
+    if torch_profile:
+        print(markdown_table(["torch", "batch", "transform", "op", "calls", "self ms", "share"],
+                             [(t["order"], t["batch"], t["transform"], t["op"], t["calls"], t["ms"], t["share"])
+                              for t in torch_profile]))
+        print()
     print(markdown_table(["torch", "batch", "how", "ms"], [(g["order"], g["batch"], g["how"], g["ms"]) for g in gemm]))
     print()
     notes += ["the dispatch is the same at every batch (a fixed number of binds, each a Python rule): the share "
               "of an eager call it takes falls as the batch grows; jit(...) pays none of it",
-              "torch imported first (--torch-first): torch's libgomp keeps its own wait policy, spinning after "
-              "each torch call; where torch and cuvmap alternate in one process, OMP_WAIT_POLICY=PASSIVE in the "
-              "environment (or cuvmap's oneDNN loaded before torch) keeps torch's idle threads off the cores "
-              "(NOTE [where the eager time goes] in cuvmap/api_util.py)"]
+              "torch imported first (--torch-first): torch's libgomp keeps its own wait policy, its idle workers "
+              "spinning after each parallel region; cuvmap joins that team (convolutions on OpenMP's threads, "
+              "GEMMs on one OpenBLAS thread while the team spins: NOTE [oneDNN beside another OpenMP user] in "
+              "cuvmap/cpu/openmp.py)"]
     for note in notes:
         print(f"- {note}")
     return dict(config=dict(batch=list(args.batch), split_calls=args.split_calls), rows=rows, primitives=prims,
-                gemm=gemm, notes=notes)
+                gemm=gemm, torch_profile=torch_profile, notes=notes)

@@ -312,6 +312,16 @@ def test_eager_suite(capsys, tmp_path, monkeypatch, no_torch):
     cases = compare.timed_cases(res)  # what `benchmarks compare` judges: eager, jit and the GEMMs
     assert len(cases) == 2 * 2 + 4, list(cases)
     assert "dispatch µs per bind" in out and "oneDNN's convolutions:" in out
+    # torch's own profile of the same network, where torch is installed
+    import importlib.util
+
+    if no_torch or importlib.util.find_spec("torch") is None:
+        assert res["torch_profile"] == []
+    else:
+        ops = {(t["transform"], t["op"]) for t in res["torch_profile"]}
+        assert {t for t, _ in ops} == {"torch: vmap(grad)", "torch: batched grad"}
+        assert any("convolution" in op for _, op in ops), ops   # the five largest hold the convolutions
+        assert all(t["ms"] >= 0 and t["calls"] >= 0 and t["batch"] == 2 for t in res["torch_profile"])
 
 
 @pytest.mark.slow
