@@ -140,7 +140,8 @@ def _write(args, results, plot):
         print(f"JSON: {json_path}")
     if args.save_to_docs:
         # the committed file: no path of this machine in it
-        path = results_files.docs_json_path(args.suite, args.device)
+        variant = "torch-first" if getattr(args, "torch_first", False) else None
+        path = results_files.docs_json_path(args.suite, args.device, variant=variant)
         results_files.write_json(path, {k: v for k, v in results.items() if k not in ("json_path", "plot_path")})
         print(f"JSON for the docs: {path} (`python -m benchmarks report` makes docs/performance/ and the README's "
               "table from it)")

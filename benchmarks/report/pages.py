@@ -76,7 +76,10 @@ def load_runs(data_dir):
         results["_file"] = os.path.basename(path)
         runs.setdefault(results["suite"], []).append(results)
     order = list(SUITES)
-    return {s: sorted(runs[s], key=lambda r: (r["device"] != "cpu", r["device"]))
+    # per device the suite's main run (SUITE-DEVICE.json) first, then its variants
+    # (SUITE-DEVICE-VARIANT.json: results.docs_json_path)
+    return {s: sorted(runs[s], key=lambda r: (r["device"] != "cpu", r["device"],
+                                              r["_file"] != f"{s}-{r['device']}.json", r["_file"]))
             for s in sorted(runs, key=lambda s: order.index(s) if s in order else len(order))}
 
 
@@ -205,7 +208,9 @@ def suite_page(suite, runs):
     lines = [GENERATED, "", f"# {suite}: {_title(mod)}", ""]
     for run in runs:
         if len(runs) > 1:
-            lines += [f"## On the {run['device'].upper()}", ""]
+            same_device = sum(r["device"] == run["device"] for r in runs) > 1
+            order = (run.get("settings") or {}).get("import order")
+            lines += [f"## On the {run['device'].upper()}" + (f", {order}" if same_device and order else ""), ""]
         lines += run_header(run) + [""]
         lines += suite_tables(run, getattr(mod, "DOC_TABLES", []))
         ratios = ratios_table(run)

@@ -43,10 +43,11 @@ def write_json(path, results):
     return path
 
 
-def docs_json_path(suite, device, data_dir=None):
+def docs_json_path(suite, device, data_dir=None, variant=None):
     """The committed JSON of a suite on a device (in ``data_dir``, by default
-    :data:`DOCS_DATA_DIR`), which ``report`` reads."""
-    return os.path.join(data_dir or DOCS_DATA_DIR, f"{suite}-{device}.json")
+    :data:`DOCS_DATA_DIR`), which ``report`` reads; a ``variant`` of the run (``torch-first``:
+    torch imported before cuvmap) has a file of its own beside the suite's main run."""
+    return os.path.join(data_dir or DOCS_DATA_DIR, f"{suite}-{device}{'-' + variant if variant else ''}.json")
 
 
 def load(path):

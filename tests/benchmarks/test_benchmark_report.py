@@ -149,6 +149,33 @@ def test_report_writes_the_pages_and_the_readme_table(synthetic, capsys):
     assert "3 pages, all as the JSON files give them" in capsys.readouterr().out
 
 
+def test_a_torch_first_run_is_a_second_section_and_the_headline_keeps_the_main_run(synthetic, capsys):
+    """``--torch-first --save-to-docs`` writes SUITE-DEVICE-torch-first.json: its page
+    section follows the main run's, each headed by its import order, and the README's
+    table still comes from the main run."""
+    from benchmarks.report import results
+
+    tmp, data, readme = synthetic
+    main = _run()
+    main["settings"]["import order"] = "cuvmap's oneDNN loaded before torch is imported"
+    (data / "per_example-cpu.json").write_text(json.dumps(main))
+    first = _run(commit="e" * 40)
+    first["settings"]["import order"] = "torch before NumPy and cuvmap (--torch-first)"
+    first["rows"][0] = _row(128, "vmap", "cuvmap", 150.0)     # slower: the headline must not take it
+    variant = results.docs_json_path("per_example", "cpu", str(data), variant="torch-first")
+    assert variant.endswith("per_example-cpu-torch-first.json")
+    with open(variant, "w") as fh:
+        json.dump(first, fh)
+    out = tmp / "out"
+    assert cli_main(["report", "--data", str(data), "--out", str(out), "--readme", str(readme)]) == 0
+    page = (out / "per_example.md").read_text()
+    a = page.index("## On the CPU, cuvmap's oneDNN loaded before torch is imported")
+    b = page.index("## On the CPU, torch before NumPy and cuvmap (--torch-first)")
+    assert a < b and "`eeeeeee`" in page[b:] and "`eeeeeee`" not in page[:b]
+    assert "| per-example gradients, benchmark CNN: `vmap(grad)` / torch.func `vmap(grad)` | 50 | 100 | 0.5 |" \
+        in readme.read_text()
+
+
 def test_report_check_finds_a_stale_page_and_a_quiet_run_has_no_warning(synthetic, capsys):
     tmp, data, readme = synthetic
     out = tmp / "out"
