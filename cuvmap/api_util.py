@@ -517,11 +517,24 @@ def dyn_function(f, args, kwargs, argnums):
 #   (GOMP_SPINCOUNT=300000) ran a few percent faster than PASSIVE; cuvmap still loads its
 #   own libgomp PASSIVE (a torch imported later shares it, and the distributed runs place
 #   several processes on the cores).
+# - Against torch's own profile (the eager suite profiles torch.func vmap(grad) and torch's
+#   batched gradient of the same network with torch.profiler, after cuvmap's rounds, in
+#   the same process): the convolutions dominate both (aten::convolution_backward and
+#   aten::mkldnn_convolution are oneDNN too); torch's per-example dense gradient (aten::bmm)
+#   takes about twice cuvmap's broadcast outer product; torch's relu and its VJP
+#   (clamp_min, threshold_backward) run on its OpenMP team, cuvmap's select on one core in
+#   NumPy. So at small batches the two frameworks' kernels are level, and the eager
+#   difference is the dispatch around them.
 # - What would close the rest: fewer binds per eager call (rules that bind fewer
 #   primitives; the layering of three binds per forward op under vmap(grad) stays) or a
 #   cached per-signature plan for eager transforms, which needs a way to know that a
 #   trace repeats without tracing it (Python side effects and values read from globals
-#   run on every eager call).
+#   run on every eager call). Staging only the user's function each call (its Python
+#   runs every call, so side effects keep their eager count) and replaying a plan cached
+#   by the staged program was measured and not taken: staging the benchmark CNN's forward
+#   and keying its program cost most of what the plan would save, and a function that
+#   needs a concrete value (an eager grad allows it) would run its Python twice on the
+#   fallback.
 
 
 def check_float_inputs(f, args, argnums, transform, allow_int=False):
