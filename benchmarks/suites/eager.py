@@ -81,6 +81,14 @@ DOC_TABLES = [
              "included). Beside cuvmap's kernels per primitive above: aten::convolution_backward is the weight and "
              "input gradients of both convolutions, aten::bmm the per-example dense gradient, threshold_backward "
              "relu's VJP (cuvmap's select)."),
+    DocTable("The kernels chosen per convolution", "conv_kernels", [
+        ("torch", "order", "l"), ("op", "op", "l"), ("N (bucket)", "n", "r"), ("groups", "groups", "r"),
+        ("channels per group", "channels", "l"), ("input", "spatial", "l"), ("chosen", "chosen", "l"),
+        ("oneDNN ms", "onednn_ms", "r"), ("unfold ms", "unfold_ms", "r"), ("oneDNN's implementation", "impl", "l")],
+        note="The conv strategy \"auto\" times oneDNN's primitive and the unfold kernels (im2col + GEMM) once per "
+             "key, at the key's first call, and keeps the faster (NOTE [conv strategy] in cuvmap/lax/conv_strategy.py); "
+             "the implementation is what oneDNN runs for that key's plans (jit:avx512_core is its direct "
+             "convolution; the reorders are its copies of the operands into and out of its blocked layouts)."),
     DocTable("The skinny dense GEMM (forward: B×12800 by 12800×10, float32)", "gemm", [
         ("torch", "order", "l"), ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")]),
 ]
@@ -208,6 +216,32 @@ def _torch_profile(batches, calls, order):
     return rows
 
 
+def _conv_kernels(order):
+    """The kernels the conv strategy chose for each convolution key it measured, with
+    oneDNN's implementation of the plans of that op and shape."""
+    from cuvmap.lax import conv_strategy
+
+    try:
+        from cuvmap.cpu import onednn
+        plans = list(onednn._plans._data.items())
+    except Exception:  # noqa: BLE001 - oneDNN unavailable: no implementation column
+        plans = []
+    rows = []
+    for key, (chosen, times) in sorted(conv_strategy.measured_choices().items(), key=lambda kv: str(kv[0])):
+        op, device, _, n, groups, cg, og, spatial, kernel = key[:9]
+        if device != "cpu":
+            continue
+        k = len(kernel)
+        impls = sorted({plan.describe() for pkey, plan in plans
+                        for shapes in [{name: layout[0] for name, layout in pkey[2]}]
+                        if pkey[0] == op and shapes["w"][-k:] == tuple(kernel) and shapes["x"][2:] == tuple(spatial)
+                        and shapes["w"][-k - 2:-k] == (og, cg) and shapes["x"][0] <= n})
+        rows.append(dict(order=order, op=op, n=n, groups=groups, channels=f"{cg} → {og}",
+                         spatial="×".join(map(str, spatial)), chosen=chosen, onednn_ms=times.get("onednn"),
+                         unfold_ms=times.get("unfold"), impl="; ".join(impls) if chosen == "onednn" else "–"))
+    return rows
+
+
 def _order(args):
     return "imported first" if args.torch_first else "not imported"
 
@@ -293,6 +327,7 @@ def run(args, settings):
     # torch's own profile last, so that torch is imported only after cuvmap's rounds in the
     # "not imported" order
     torch_profile = _torch_profile(args.batch, args.split_calls, _order(args))
+    conv_kernels = _conv_kernels(_order(args))
     notes = [f"torch {_order(args)}: oneDNN's convolutions: {openmp.mode()} mode; {openmp.settings_description()}"]
     if args.both_orders and not args.torch_first:
         child, why = _torch_first_child(args)
@@ -301,6 +336,7 @@ def run(args, settings):
             prims += child["primitives"]
             gemm += child["gemm"]
             torch_profile += child.get("torch_profile", [])
+            conv_kernels += child.get("conv_kernels", [])
             notes.append(child["notes"][0])
         else:
             notes.append(why)
@@ -314,6 +350,11 @@ def run(args, settings):
     print(markdown_table(["torch", "batch", "transform", "primitive", "calls", "ms", "share of the kernels"],
                          [(p["order"], p["batch"], p["transform"], p["primitive"], p["calls"], p["ms"], p["share"])
                           for p in prims]))
+    print()
+    print(markdown_table(["torch", "op", "N", "groups", "channels", "input", "chosen", "oneDNN ms", "unfold ms",
+                          "oneDNN's implementation"],
+                         [(k["order"], k["op"], k["n"], k["groups"], k["channels"], k["spatial"], k["chosen"],
+                           k["onednn_ms"], k["unfold_ms"], k["impl"]) for k in conv_kernels]))
     print()
     if torch_profile:
         print(markdown_table(["torch", "batch", "transform", "op", "calls", "self ms", "share"],
@@ -331,4 +372,4 @@ def run(args, settings):
     for note in notes:
         print(f"- {note}")
     return dict(config=dict(batch=list(args.batch), split_calls=args.split_calls), rows=rows, primitives=prims,
-                gemm=gemm, torch_profile=torch_profile, notes=notes)
+                gemm=gemm, torch_profile=torch_profile, conv_kernels=conv_kernels, notes=notes)

@@ -312,6 +312,11 @@ def test_eager_suite(capsys, tmp_path, monkeypatch, no_torch):
     cases = compare.timed_cases(res)  # what `benchmarks compare` judges: eager, jit and the GEMMs
     assert len(cases) == 2 * 2 + 4, list(cases)
     assert "dispatch µs per bind" in out and "oneDNN's convolutions:" in out
+    # the kernels the conv strategy chose, per convolution key, with oneDNN's implementation
+    kernels = res["conv_kernels"]
+    assert {k["op"] for k in kernels} == {"forward", "backward_input", "backward_weight"}, kernels
+    assert all(k["chosen"] in ("onednn", "unfold") and k["unfold_ms"] > 0 for k in kernels)
+    assert all(k["impl"] != "–" for k in kernels if k["chosen"] == "onednn")
     # torch's own profile of the same network, where torch is installed
     import importlib.util
 
