@@ -204,12 +204,6 @@ COMMAND_CASES = [
 ]
 
 
-def first_case_only(cases):
-    """The cases of a sweep of subprocesses (a fresh interpreter each): the first runs by
-    default, the others are marked slow."""
-    return [case if i == 0 else pytest.param(*case, marks=pytest.mark.slow) for i, case in enumerate(cases)]
-
-
 def option_help(help_text):
     """``{option: its help text}`` from ``--help``'s options section."""
     blocks, current = {}, None
@@ -225,15 +219,27 @@ def option_help(help_text):
     return blocks
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name,sizes,default", first_case_only(COMMAND_CASES), ids=[c[0] for c in COMMAND_CASES])
-def test_help_shows_defaults(name, sizes, default):
-    result = run_example(name, "--help")
-    assert result.returncode == 0, result.stderr
-    blocks = option_help(result.stdout)
-    assert default in result.stdout
+def _main_exits(name, argv, capsys, monkeypatch):
+    """``examples/<name>.py``'s ``main(argv)`` in this process, which must exit (argparse's
+    ``--help`` or its error): ``(exit code, stdout, stderr)``. argparse exits before the
+    example does any work, so no fresh interpreter is needed (one took a second each)."""
+    monkeypatch.setenv("COLUMNS", "100")        # argparse wraps its help at the terminal's width
+    module = load(name)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        module.main(list(argv))
+    out, err = capsys.readouterr()
+    return exited.value.code, out, err
+
+
+@pytest.mark.parametrize("name,sizes,default", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
+def test_help_shows_defaults(name, sizes, default, capsys, monkeypatch):
+    code, out, _ = _main_exits(name, ["--help"], capsys, monkeypatch)
+    assert code == 0
+    blocks = option_help(out)
+    assert default in out
     for option in sizes + ["--device"]:
-        assert "(default: " in blocks[option], f"{option} shows no default in:\n{result.stdout}"
+        assert "(default: " in blocks[option], f"{option} shows no default in:\n{out}"
 
 
 # every size option at 0, and a few other bad values
@@ -245,13 +251,20 @@ BAD_VALUES = [(c[0], option, "0") for c in COMMAND_CASES for option in c[1]] + [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name,option,value", first_case_only(BAD_VALUES))
-def test_bad_sizes_are_argparse_errors(name, option, value):
-    result = run_example(name, option, value)
+@pytest.mark.parametrize("name,option,value", BAD_VALUES)
+def test_bad_sizes_are_argparse_errors(name, option, value, capsys, monkeypatch):
+    code, _, err = _main_exits(name, [option, value], capsys, monkeypatch)
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert f"error: argument {option}:" in err and value in err, err
+
+
+def test_a_bad_size_from_the_command_line_is_argparse_s_error():
+    """The same through a fresh interpreter, as a user types it: exit status 2, the
+    message, no traceback."""
+    result = run_example("dp_sgd_digits", "--batch", "0")
     assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert f"error: argument {option}:" in result.stderr and value in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "error: argument --batch:" in result.stderr, result.stderr
 
 
 @pytest.mark.slow
