@@ -143,7 +143,8 @@ def team_spinning():
 # down in this state (threads.quiet_blas_pool): setting its thread count after a shutdown
 # starts a pool whose new workers spin for a tenth of a second; with the pool kept, the
 # count's 2 → 1 → 2 costs two ctypes calls and starts nothing. A GEMM-only program (no
-# convolution, no region) keeps OpenBLAS's threads. On the benchmark CNN with torch's
+# convolution, no region) keeps OpenBLAS's threads, and so does a process with other
+# Python threads (OpenBLAS's count is process-wide: threads.sole_python_thread). On the benchmark CNN with torch's
 # calls interleaved, this took eager vmap(grad) and the batched gradient from well behind
 # torch's to level with them (`python -m benchmarks per_example --torch-first`); the
 # earlier "threads" mode below ran its chunks beside the workers that spun after every

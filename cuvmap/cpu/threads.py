@@ -282,7 +282,7 @@ def gemm_limit(m, n, k):
     if m * n * k < MIN_PARALLEL_MNK:
         return None
     limit = target()
-    if limit is None and openmp.team_spinning():
+    if limit is None and openmp.team_spinning() and sole_python_thread():
         return 1
     return limit
 
@@ -291,8 +291,19 @@ def beside_team():
     """1 where OpenMP's idle workers spin after a region (libgomp loaded by another
     library, not PASSIVE), else None: the OpenBLAS threads of a convolution's unfold
     kernels, which would run beside the team's spinning workers (NOTE [oneDNN beside
-    another OpenMP user] in cuvmap/cpu/openmp.py)."""
-    return 1 if openmp.spin_seconds_in_force() > 0 else None
+    another OpenMP user] in cuvmap/cpu/openmp.py). None while other Python threads run:
+    OpenBLAS's count is process-wide, and theirs is left alone."""
+    return 1 if openmp.spin_seconds_in_force() > 0 and sole_python_thread() else None
+
+
+def sole_python_thread():
+    """Whether the calling thread is the process's one Python thread (cuvmap's own helper
+    threads, named cuvmap-*, run no GEMMs and do not count): only then does cuvmap change
+    OpenBLAS's process-wide pool beyond the busy-machine rule (NOTE [two thread pools])."""
+    if threading.active_count() == 1:
+        return True
+    current = threading.current_thread()
+    return not any(t is not current and not t.name.startswith("cuvmap-") for t in threading.enumerate())
 
 
 class limited:
@@ -371,8 +382,7 @@ def quiet_blas_pool():
     if not _pool["awake"] or openmp.spin_seconds_in_force() > 0:
         return   # (beside spinning OpenMP workers the GEMMs ask for one thread instead: setting
         #          the count would start a shut pool again: NOTE [oneDNN beside another OpenMP user])
-    current = threading.current_thread()
-    if any(t is not current and not t.name.startswith("cuvmap-") for t in threading.enumerate()):
+    if not sole_python_thread():
         return
     if "shutdown" not in _blas:
         _blas["shutdown"] = find_function(loaded_libraries("openblas"), ("blas_thread_shutdown_",))

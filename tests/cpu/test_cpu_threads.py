@@ -288,6 +288,7 @@ BESIDE_A_SPINNING_TEAM = {
     "ACTIVE: one thread for good after a convolution": (float("inf"), [_GEMM, _CONV, _AGE, _GEMM], [None, 1]),
     "PASSIVE: nothing spins, OpenBLAS's threads": (0.0, [_CONV, _GEMM], [None]),
     "a small GEMM asks nothing": (0.03, [_CONV, _SMALL_GEMM], []),
+    "another Python thread alive: OpenBLAS's count left alone": (0.03, ["thread", _CONV, _GEMM], [None]),
 }
 
 
@@ -301,6 +302,8 @@ def test_gemms_beside_a_spinning_openmp_team(name, fresh_state, monkeypatch):
     monkeypatch.setattr(conv_strategy, "_strategy", ["onednn"])
     monkeypatch.setattr(threads, "target", lambda: None)      # a quiet machine, whatever CI's load
     spins, calls, want = BESIDE_A_SPINNING_TEAM[name]
+    if "thread" not in calls:   # (whatever threads earlier tests left behind)
+        monkeypatch.setattr(threads, "sole_python_thread", lambda: True)
     monkeypatch.setitem(openmp._settings, "spins", spins)
     monkeypatch.setitem(openmp._settings, "region_end", float("-inf"))
     monkeypatch.setitem(threads._pool, "awake", True)         # a threaded GEMM ran before
@@ -309,7 +312,19 @@ def test_gemms_beside_a_spinning_openmp_team(name, fresh_state, monkeypatch):
     real = threads.gemm_limit
     monkeypatch.setattr(threads, "gemm_limit", lambda m, n, k: answers.append(real(m, n, k)) or answers[-1])
     before = threads.blas_threads()
-    results = [call() for call in calls]
+    import threading
+
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, name="a data loader") if "thread" in calls else None
+    if helper is not None:
+        helper.start()
+    try:
+        calls = [c for c in calls if c != "thread"]
+        results = [call() for call in calls]
+    finally:
+        stop.set()
+        if helper is not None:
+            helper.join()
     assert answers == want
     assert len(shutdowns) == (0 if spins > 0 else sum(c is _CONV for c in calls) and 1)
     assert threads.blas_threads() == before
@@ -324,6 +339,7 @@ def test_the_unfold_kernels_run_one_blas_thread_beside_a_spinning_team(fresh_sta
     from cuvmap.lax import conv_strategy
 
     monkeypatch.setattr(threads, "target", lambda: None)
+    monkeypatch.setattr(threads, "sole_python_thread", lambda: True)
     want = _CONV()
     monkeypatch.setattr(conv_strategy, "_strategy", ["unfold"])
     seen = []
