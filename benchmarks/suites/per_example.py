@@ -265,8 +265,10 @@ def run(args, settings):
     run_settings["timing"] = (f"{args.warmup} warm-up call(s) (the first timed alone: 'first call'), then "
                               "median/min/max of interleaved rounds (see 'rounds'); " +
                               ("perf_counter" if args.device == "cpu" else "CUDA events after a device synchronisation"))
-    run_settings["import order"] = ("torch before NumPy and cuvmap (--torch-first)" if args.torch_first else
-                                    "cuvmap's oneDNN loaded before torch is imported")
+    # (in the JSON's settings too: the docs page heads each order's section with it)
+    settings["import order"] = run_settings["import order"] = (
+        "torch before NumPy and cuvmap (--torch-first)" if args.torch_first else
+        "cuvmap's oneDNN loaded before torch is imported")
     run_settings["loop (a)"] = (f"{args.loop_examples} examples (or the batch, if smaller) timed per call, "
                                 f"the time scaled to the batch")
     if args.device == "cpu":
