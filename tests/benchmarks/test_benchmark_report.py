@@ -45,7 +45,9 @@ def test_the_committed_pages_are_what_the_committed_json_gives(tmp_path):
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.json")))
 def test_every_committed_run_says_what_it_ran_on(name):
     run = json.loads((DATA / name).read_text())
-    assert name == f"{run['suite']}-{run['device']}.json"
+    # SUITE-DEVICE.json, or a variant's file: SUITE-DEVICE-torch-first.json from a --torch-first run
+    variant = "-torch-first" if "--torch-first" in run["argv"] else ""
+    assert name == f"{run['suite']}-{run['device']}{variant}.json"
     machine = run["machine"]
     assert machine["cpu"] and machine["cores"] >= 1 and machine["blas"], machine
     assert all(lib["api"] and lib["version"] and lib["threads"] for lib in machine["blas"])
