@@ -144,11 +144,11 @@ def team_spinning():
 # starts a pool whose new workers spin for a tenth of a second; with the pool kept, the
 # count's 2 → 1 → 2 costs two ctypes calls and starts nothing. A GEMM-only program (no
 # convolution, no region) keeps OpenBLAS's threads, and so does a process with other
-# Python threads (OpenBLAS's count is process-wide: threads.sole_python_thread). On the benchmark CNN with torch's
-# calls interleaved, this took eager vmap(grad) and the batched gradient from well behind
-# torch's to level with them (`python -m benchmarks per_example --torch-first`); the
-# earlier "threads" mode below ran its chunks beside the workers that spun after every
-# torch call.
+# Python threads (OpenBLAS's count is process-wide: threads.sole_python_thread). On the
+# benchmark CNN with torch's calls interleaved, this took eager vmap(grad) and the
+# batched gradient from well behind torch's to level with them (`python -m benchmarks
+# per_example --torch-first`); the earlier "threads" mode below ran its chunks beside
+# the workers that spun after every torch call.
 # The "threads" mode stays as a choice (CUVMAP_ONEDNN_THREADING=threads or
 # set_threading()): each convolution is split into contiguous chunks — of the examples
 # N, or of the groups when N = 1 (the per-example weight gradient's groups·B) — one per
