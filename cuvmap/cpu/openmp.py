@@ -142,7 +142,9 @@ def team_spinning():
 # the unfold kernels' GEMMs always do (threads.beside_team). OpenBLAS's pool is never shut
 # down in this state (threads.quiet_blas_pool): setting its thread count after a shutdown
 # starts a pool whose new workers spin for a tenth of a second; with the pool kept, the
-# count's 2 → 1 → 2 costs two ctypes calls and starts nothing. A GEMM-only program (no
+# count's 2 → 1 → 2 costs two ctypes calls and starts nothing. One thread or two give
+# the same bits (OpenBLAS's threads split a GEMM's rows and columns, not its sums), so
+# the window's timing never shows in a result. A GEMM-only program (no
 # convolution, no region) keeps OpenBLAS's threads, and so does a process with other
 # Python threads (OpenBLAS's count is process-wide: threads.sole_python_thread). On the
 # benchmark CNN with torch's calls interleaved, this took eager vmap(grad) and the
