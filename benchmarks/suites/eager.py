@@ -219,22 +219,18 @@ def _torch_profile(batches, calls, order):
 def _conv_kernels(order):
     """The kernels the conv strategy chose for each convolution key it measured, with
     oneDNN's implementation of the plans of that op and shape."""
+    from cuvmap.cpu import onednn
     from cuvmap.lax import conv_strategy
 
-    try:
-        from cuvmap.cpu import onednn
-        plans = list(onednn._plans._data.items())
-    except Exception:  # noqa: BLE001 - oneDNN unavailable: no implementation column
-        plans = []
+    plans = onednn.cached_plans()
     rows = []
     for key, (chosen, times) in sorted(conv_strategy.measured_choices().items(), key=lambda kv: str(kv[0])):
         op, device, _, n, groups, cg, og, spatial, kernel = key[:9]
         if device != "cpu":
             continue
         k = len(kernel)
-        impls = sorted({plan.describe() for pkey, plan in plans
-                        for shapes in [{name: layout[0] for name, layout in pkey[2]}]
-                        if pkey[0] == op and shapes["w"][-k:] == tuple(kernel) and shapes["x"][2:] == tuple(spatial)
+        impls = sorted({description for plan_op, shapes, description in plans
+                        if plan_op == op and shapes["w"][-k:] == tuple(kernel) and shapes["x"][2:] == tuple(spatial)
                         and shapes["w"][-k - 2:-k] == (og, cg) and shapes["x"][0] <= n})
         rows.append(dict(order=order, op=op, n=n, groups=groups, channels=f"{cg} → {og}",
                          spatial="×".join(map(str, spatial)), chosen=chosen, onednn_ms=times.get("onednn"),

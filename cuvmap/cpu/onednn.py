@@ -268,6 +268,13 @@ def _plan(op, dtype, operands, stride, padding, dilation):
     return _plans.put(key, plan)
 
 
+def cached_plans():
+    """``[(op, {operand: shape}, description)]`` of the plans in the cache (the
+    implementation oneDNN chose and the reorders: :meth:`_Plan.describe`), for
+    diagnostics and the benchmarks' tables."""
+    return [(key[0], {name: layout[0] for name, layout in key[2]}, plan.describe()) for key, plan in _plans.items()]
+
+
 def plan_description(op, x, w, y, stride, padding, dilation, groups):
     """What oneDNN runs for one call of ``op`` (for diagnostics and benchmarks)."""
     ops = {"x": _layout(x), "w": _weight_layout(w, groups), "y": _layout(y)}

@@ -258,6 +258,18 @@ def _rss_mib():
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
+@needs_onednn
+def test_cached_plans_name_each_plans_op_shapes_and_implementation():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    onednn.forward(x, w, (1, 1), (0, 0), (1, 1), 1)
+    mine = [(op, shapes, d) for op, shapes, d in onednn.cached_plans()
+            if op == "forward" and shapes["x"] == (2, 3, 9, 9) and shapes["y"] == (2, 5, 7, 7)]
+    assert mine, onednn.cached_plans()
+    assert all(shapes["w"][-2:] == (3, 3) and "reorders of" in d for _, shapes, d in mine), mine
+
+
 @pytest.mark.slow
 @needs_onednn
 def test_the_plan_cache_is_bounded_and_leaks_nothing(monkeypatch):
