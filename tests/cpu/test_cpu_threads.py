@@ -326,7 +326,9 @@ def test_gemms_beside_a_spinning_openmp_team(name, fresh_state, monkeypatch):
         if helper is not None:
             helper.join()
     assert answers == want
-    assert len(shutdowns) == (0 if spins > 0 else sum(c is _CONV for c in calls) and 1)
+    # never a shutdown beside a spinning team; PASSIVE: the convolution after the awake pool
+    # shuts it down, as NOTE [two thread pools] says
+    assert len(shutdowns) == (1 if spins == 0 else 0)
     assert threads.blas_threads() == before
     for call, result in zip(calls, results):
         if call is _GEMM:   # one OpenBLAS thread or two: the same bits (its threads split m and n, not k)
