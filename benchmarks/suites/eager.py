@@ -44,9 +44,11 @@ import numpy as np
 
 import cuvmap as cv
 from cuvmap.core import primitive as core_primitive
-from cuvmap.cpu import threads as cpu_threads
+from cuvmap.cpu import onednn, threads as cpu_threads
+from cuvmap.lax import conv_strategy
 
 from benchmarks import models
+from benchmarks.machine import settings as machine_settings
 from benchmarks.report.tables import DocTable, markdown_table, settings_table
 from benchmarks.rounds import ratios, runner
 from benchmarks.rounds.timers import timer_for
@@ -186,11 +188,10 @@ def _torch_profile(batches, calls, order):
 
     if importlib.util.find_spec("torch") is None:
         return []
+    # torch is optional, and imported only here, after cuvmap's rounds (the "not imported" order)
     import torch
     from torch.func import grad, vmap
     from torch.profiler import ProfilerActivity, profile
-
-    from benchmarks.machine import settings as machine_settings
 
     torch.set_num_threads(machine_settings.blas_threads()[0])
     params = models.cnn_params()
@@ -219,9 +220,6 @@ def _torch_profile(batches, calls, order):
 def _conv_kernels(order):
     """The kernels the conv strategy chose for each convolution key it measured, with
     oneDNN's implementation of the plans of that op and shape."""
-    from cuvmap.cpu import onednn
-    from cuvmap.lax import conv_strategy
-
     plans = onednn.cached_plans()
     rows = []
     for key, (chosen, times) in sorted(conv_strategy.measured_choices().items(), key=lambda kv: str(kv[0])):
