@@ -39,7 +39,7 @@ import numpy as np
 
 from cuvmap.cpu import libdnnl, openmp
 from cuvmap.cpu.libdnnl import (
-    DNNL_ARG_BIAS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_FROM,
+    DNNL_ARG_BIAS, DNNL_ARG_DIFF_BIAS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_FROM,
     DNNL_ARG_SCRATCHPAD, DNNL_ARG_SRC, DNNL_ARG_TO, DNNL_ARG_WEIGHTS, DNNL_CONVOLUTION_DIRECT,
     DNNL_FORWARD_TRAINING, DNNL_QUERY_DIFF_DST_MD, DNNL_QUERY_DIFF_SRC_MD,
     DNNL_QUERY_DIFF_WEIGHTS_MD, DNNL_QUERY_DST_MD, DNNL_QUERY_SRC_MD, DNNL_QUERY_WEIGHTS_MD, ExecArg,
@@ -52,6 +52,7 @@ from cuvmap.lru import LRU
 from cuvmap.window import output_spatial
 
 FORWARD_TAKES_BIAS = True  # forward(..., bias=b) adds the bias inside the primitive
+BACKWARD_IN_ONE_PASS = True  # backward(...) computes the asked gradients from one reorder of g
 _lock = threading.Lock()
 
 
@@ -142,11 +143,13 @@ class _Plan:
             else:
                 pd = ctypes.c_void_p()
                 libdnnl.check(lib.dnnl_convolution_backward_weights_primitive_desc_create(
-                    ctypes.byref(pd), engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], None, anys[2], strides,
-                    dilates, pad_l, pad_r, hint, attr), what)
+                    ctypes.byref(pd), engine, DNNL_CONVOLUTION_DIRECT, anys[0], anys[1], bias_md, anys[2],
+                    strides, dilates, pad_l, pad_r, hint, attr), what)
                 roles = [(DNNL_ARG_SRC, "x", False, DNNL_QUERY_SRC_MD),
                          (DNNL_ARG_DIFF_DST, "y", False, DNNL_QUERY_DIFF_DST_MD),
                          (DNNL_ARG_DIFF_WEIGHTS, "w", True, DNNL_QUERY_DIFF_WEIGHTS_MD)]
+                if bias_md is not None:   # the bias gradient in the same pass over diff_dst
+                    roles.append((DNNL_ARG_DIFF_BIAS, "b", True, None))
             self.conv = libdnnl.Primitive(pd, what)
             pd = ctypes.c_void_p()  # owned by self.conv now
             self.operands = []
@@ -203,6 +206,8 @@ class _Plan:
                 conv_args.append((o.arg, inner))
                 if o.output:
                     after.append((o.reorder, inner, user))
+                    if reordered is not None:   # (the arena no longer holds an input's reorder)
+                        reordered.pop(o.name, None)
                     continue
                 if reordered is not None:
                     source = (a.ctypes.data, a.shape, a.strides)
@@ -400,65 +405,74 @@ def _chunk_pieces(chunk):
 
 
 
-def _run_pieces(op, dtype, n, groups, cg, og, arrays, stride, padding, dilation, accumulate=None):
-    """Runs ``op`` piece by piece. ``arrays``: ``{name: array}`` — each piece takes the
-    examples ``ns`` of x and y, and the channels of its groups (per group ``cg`` for x,
-    ``og`` for y and the weight's first dim). ``accumulate`` names the output summed over
-    example pieces (the weight gradient). In the "threads" mode the pieces are grouped in
-    chunks that run at once on cuvmap's threads (NOTE [oneDNN beside another OpenMP user])."""
+def _run_pieces(passes, dtype, n, groups, cg, og, stride, padding, dilation):
+    """Runs each pass ``(op, arrays, accumulated)`` piece by piece. ``arrays``: ``{name:
+    array}`` — each piece takes the examples ``ns`` of x and y, and the channels of its
+    groups (per group ``cg`` for x, ``og`` for y, the weight's first dim and the bias);
+    ``accumulated`` names the outputs summed over example pieces (the weight and bias
+    gradients). The passes of a piece run one after the other and share the reorder of an
+    input they both read (NOTE [one backward pass over the output gradient]). In the
+    "threads" mode the pieces are grouped in chunks that run at once on cuvmap's threads
+    (NOTE [oneDNN beside another OpenMP user])."""
     parts = openmp.split_parts()
     chunks = _chunks(n, groups, parts) if parts > 1 else []
     if len(chunks) < 2:
         try:
-            _run_serial(op, dtype, _pieces(n, groups), cg, og, arrays, stride, padding, dilation, accumulate)
+            _run_serial(passes, dtype, _pieces(n, groups), cg, og, stride, padding, dilation)
         finally:
             openmp.region_ended()   # (on OpenMP's team: its workers spin now, where they do)
         return
     jobs, partials = [], []
     for i, chunk in enumerate(chunks):
-        chunk_arrays = arrays
-        if accumulate is not None and i > 0 and chunk[0].start > 0:
-            # a later chunk of examples: its own weight gradient, summed below
-            chunk_arrays = dict(arrays)
-            chunk_arrays[accumulate] = np.empty(arrays[accumulate].shape, dtype)
-            partials.append(chunk_arrays[accumulate])
-        jobs.append((_chunk_pieces(chunk), chunk_arrays))
+        chunk_passes = passes
+        if i > 0 and chunk[0].start > 0:
+            # a later chunk of examples: its own weight and bias gradients, summed below
+            chunk_passes = []
+            for op, arrays, accumulated in passes:
+                if accumulated:
+                    arrays = dict(arrays)
+                    for name in accumulated:
+                        partial = np.empty(arrays[name].shape, dtype)
+                        partials.append((arrays[name], partial))
+                        arrays[name] = partial
+                chunk_passes.append((op, arrays, accumulated))
+        jobs.append((_chunk_pieces(chunk), chunk_passes))
     pool = openmp.workers.get(len(jobs))
-    futures = [pool.submit(_run_serial, op, dtype, pieces, cg, og, a, stride, padding, dilation, accumulate)
-               for pieces, a in jobs]
+    futures = [pool.submit(_run_serial, chunk_passes, dtype, pieces, cg, og, stride, padding, dilation)
+               for pieces, chunk_passes in jobs]
     for f in futures:
         f.result()
-    for partial in partials:
-        arrays[accumulate] += partial
+    for target, partial in partials:
+        target += partial
 
 
-def _run_serial(op, dtype, pieces, cg, og, arrays, stride, padding, dilation, accumulate=None):
-    """Runs the ``pieces`` one after the other in this thread (see :func:`_run_pieces`)."""
+def _run_serial(passes, dtype, pieces, cg, og, stride, padding, dilation):
+    """Runs the ``pieces`` one after the other in this thread, each piece's passes in
+    order (see :func:`_run_pieces`)."""
     reordered = {}
     per_group = {"x": cg, "y": og, "w": og, "b": og}
-    partial = None
+    partials = {}
     first_start = pieces[0][0].start if pieces else 0
     for ns, g0, gg in pieces:
-        sliced, layouts = {}, {}
-        for name, a in arrays.items():
-            ch = slice(g0 * per_group[name], (g0 + gg) * per_group[name])
-            if name in ("w", "b"):
-                s = a[ch]
-            else:
-                s = a[ns, ch]
-            sliced[name] = s
-            layouts[name] = _weight_layout(s, gg) if name == "w" else _layout(s)
-        if accumulate is not None and ns.start > first_start:
-            # a later example piece of the weight gradient: its partial sum, then added
-            target = sliced[accumulate]
-            if partial is None or partial.shape != target.shape:
-                partial = np.empty(target.shape, dtype)
-            sliced[accumulate] = partial
-            layouts[accumulate] = (_weight_layout(partial, gg) if accumulate == "w" else _layout(partial))
+        for op, arrays, accumulated in passes:
+            sliced, layouts = {}, {}
+            for name, a in arrays.items():
+                ch = slice(g0 * per_group[name], (g0 + gg) * per_group[name])
+                sliced[name] = a[ch] if name in ("w", "b") else a[ns, ch]
+            sums = []
+            if ns.start > first_start:
+                # a later example piece of an accumulated gradient: its partial sum, then added
+                for name in accumulated:
+                    target = sliced[name]
+                    partial = partials.get((op, name))
+                    if partial is None or partial.shape != target.shape:
+                        partial = partials[op, name] = np.empty(target.shape, dtype)
+                    sliced[name] = partial
+                    sums.append((target, partial))
+            layouts = {name: _weight_layout(s, gg) if name == "w" else _layout(s) for name, s in sliced.items()}
             _plan(op, dtype, layouts, stride, padding, dilation).run(sliced, reordered)
-            target += partial
-            continue
-        _plan(op, dtype, layouts, stride, padding, dilation).run(sliced, reordered)
+            for target, partial in sums:
+                target += partial
 
 
 def forward(x, w, stride, padding, dilation, groups, bias=None):
@@ -475,7 +489,7 @@ def forward(x, w, stride, padding, dilation, groups, bias=None):
     arrays = {"x": x, "w": w, "y": y}
     if bias is not None:
         arrays["b"] = np.ascontiguousarray(bias)
-    _run_pieces("forward", dtype, n, groups, c // groups, o // groups, arrays, stride, padding, dilation)
+    _run_pieces([("forward", arrays, ())], dtype, n, groups, c // groups, o // groups, stride, padding, dilation)
     return y
 
 
@@ -487,7 +501,7 @@ def backward_input(g, w, input_shape, stride, padding, dilation, groups):
     n, c = input_shape[:2]
     o = w.shape[0]
     dx = np.empty(tuple(input_shape), dtype)
-    _run_pieces("backward_input", dtype, n, groups, c // groups, o // groups, {"x": dx, "w": w, "y": g},
+    _run_pieces([("backward_input", {"x": dx, "w": w, "y": g}, ())], dtype, n, groups, c // groups, o // groups,
                 stride, padding, dilation)
     return dx
 
@@ -500,6 +514,52 @@ def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     o = weight_shape[0]
     dw = np.empty(tuple(weight_shape), dtype)
-    _run_pieces("backward_weight", dtype, n, groups, c // groups, o // groups, {"x": x, "w": dw, "y": g},
-                stride, padding, dilation, accumulate="w")
+    _run_pieces([("backward_weight", {"x": x, "w": dw, "y": g}, ("w",))], dtype, n, groups, c // groups,
+                o // groups, stride, padding, dilation)
     return dw
+
+
+# NOTE [one backward pass over the output gradient]
+# The backward pass of ``conv(x, w) + b`` reads the output gradient ``g`` three times: the
+# input gradient (backward-data), the weight gradient (backward-weights) and the bias
+# gradient (a sum over every dim but the channels). Run apart, each reads ``g`` in NumPy's
+# plain layout, and the two oneDNN primitives each reorder it into their blocked layout
+# (``nChw16c``), a pass over ``g`` as long as an elementwise op (0.4 to 0.7 ms at the
+# benchmark CNN's second layer, batch 128), and the bias sum is a pass of its own (0.4 ms).
+# :func:`backward` runs them as one: per piece (NOTE [batch buckets]) backward-data, then
+# backward-weights on the same reorder of ``g`` (the pieces' shared reorders, keyed by the
+# source array and the layout; an output written through an arena drops the entry of its
+# name), with oneDNN's ``diff_bias`` computed by backward-weights in the pass it already
+# makes over ``g`` (what torch's ``convolution_backward`` asks of oneDNN). The bias comes
+# out summed in oneDNN's order, not NumPy's pairwise one: the two agree to float32
+# rounding. A staged program computes its convolutions' gradients this way when it has
+# them side by side (``conv_backward`` in cuvmap/lax/convolution.py, NOTE [equations
+# merged for the plan] in cuvmap/transforms/executor/merges.py).
+
+
+def backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias=False, stride, padding, dilation,
+             groups):
+    """The gradients of ``⟨conv(x, w) + b, g⟩`` that are asked for, from one pass over ``g``
+    (NOTE [one backward pass over the output gradient]): ``(dx, dw, db)``, each None when
+    not asked. ``dx`` (of ``input_shape``) is asked by passing the weight ``w``, ``dw``
+    (of ``weight_shape``) by passing the input ``x``, ``db`` (``(O,)``) by ``bias=True``."""
+    operands = [a for a in (g, x, w) if a is not None]
+    dtype = _dtype_of("backward", *operands)
+    g = _readable(g)
+    n, o = g.shape[:2]
+    c = (input_shape if w is not None else x.shape)[1]
+    passes, dx, dw, db = [], None, None, None
+    if w is not None:
+        dx = np.empty(tuple(input_shape), dtype)
+        passes.append(("backward_input", {"x": dx, "w": np.ascontiguousarray(w), "y": g}, ()))
+    if x is not None or bias:
+        if x is None:
+            raise ValueError("oneDNN backward: the bias gradient comes with the weight gradient (pass x)")
+        dw = np.empty(tuple(weight_shape), dtype)
+        arrays, accumulated = {"x": _readable(x), "w": dw, "y": g}, ("w",)
+        if bias:
+            db = np.empty((o,), dtype)
+            arrays["b"], accumulated = db, ("w", "b")
+        passes.append(("backward_weight", arrays, accumulated))
+    _run_pieces(passes, dtype, n, groups, c // groups, o // groups, stride, padding, dilation)
+    return dx, dw, db

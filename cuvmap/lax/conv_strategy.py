@@ -251,6 +251,93 @@ def run_kernel(op, *args, bias=None):
         return _pick_and_run(op, device, args, bias)
 
 
+# NOTE [the gradients of one output gradient in one call]
+# A staged program that needs the input, weight and bias gradients of one convolution
+# from the same output gradient ``g`` computes them in one call (``conv_backward`` in
+# cuvmap/lax/convolution.py, NOTE [equations merged for the plan] in
+# cuvmap/transforms/executor/merges.py). :func:`run_backward` gives that call to the
+# vendor's one-pass kernel (oneDNN's :func:`cuvmap.cpu.onednn.backward`: one reorder of
+# ``g``, the bias summed by backward-weights, NOTE [one backward pass over the output
+# gradient]) when the strategy runs every asked kernel on the vendor's (the choices of
+# their keys as :func:`run_kernel` makes them: a key not measured yet is measured first,
+# through run_kernel, and the call then goes on as later calls will, so that the first
+# call's result is theirs). Otherwise, and for a vendor without such a kernel (cuDNN), each
+# gradient is run_kernel's and the bias's is ``bias_sum(g)``, exactly the unmerged
+# program's. A vendor error in the one-pass kernel falls back to the same separate calls.
+
+
+def run_backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias=False, bias_sum=None, stride,
+                 padding, dilation, groups):
+    """``(dx, dw, db)``, the gradients of ``conv(x, w) + b`` in its operands from the output
+    gradient ``g``, each None when not asked: ``dx`` (of ``input_shape``) when the weight
+    ``w`` is given, ``dw`` (of ``weight_shape``) when the input ``x`` is given, ``db`` when
+    ``bias`` (``bias_sum(g)`` off the vendor's one-pass kernel). NOTE [the gradients of one
+    output gradient in one call]."""
+    conv = (stride, padding, dilation, groups)
+    calls = ([("backward_input", (g, w, input_shape) + conv)] if w is not None else []) + \
+            ([("backward_weight", (g, x, weight_shape) + conv)] if x is not None else [])
+    outs = {}
+    vendor = _one_pass_vendor(g, x, bias, calls)
+    if vendor is None:
+        unmeasured = [(op, args) for op, args in calls if _needs_measuring(op, args)]
+        for op, args in unmeasured:
+            outs[op] = run_kernel(op, *args)
+        if unmeasured:
+            vendor = _one_pass_vendor(g, x, bias, calls)
+    if vendor is not None:
+        cpu_threads.quiet_blas_pool()
+        try:
+            with cpu_threads.limited(cpu_threads.target(), openmp=True), cpu_threads.limited(cpu_threads.beside_team()):
+                return vendor.backward(g, x=x, w=w, input_shape=input_shape, weight_shape=weight_shape, bias=bias,
+                                       stride=stride, padding=padding, dilation=dilation, groups=groups)
+        except Exception:  # noqa: BLE001 - each kernel then runs (and falls back) on its own
+            outs = {}
+    for op, args in calls:
+        if op not in outs:
+            outs[op] = run_kernel(op, *args)
+    return outs.get("backward_input"), outs.get("backward_weight"), (bias_sum(g) if bias else None)
+
+
+def _one_pass_vendor(g, x, bias, calls):
+    """The vendor module that runs ``calls`` in one pass (NOTE [the gradients of one output
+    gradient in one call]), or None: NumPy operands, none empty, the weight gradient asked
+    with the bias's, a vendor with such a kernel, and every call's key decided for it."""
+    if backend.is_cupy_array(g) or (bias and x is None) or len(calls) + bool(bias) < 2:
+        return None
+    if any(0 in tuple(a.shape) for _, args in calls for a in args[:2]):
+        return None
+    vendors = {_decided_vendor(op, args) for op, args in calls}
+    vendor = vendors.pop() if len(vendors) == 1 else None
+    return vendor if getattr(vendor, "BACKWARD_IN_ONE_PASS", False) else None
+
+
+def _decided_vendor(op, args):
+    """The vendor module when the strategy runs ``op`` on ``args`` (NumPy operands) on the
+    vendor's kernels without measuring first, else None."""
+    strategy = get_strategy()
+    if strategy not in ("auto", "onednn"):
+        return None
+    name, vendor = _vendor_for("cpu", args[0].dtype)
+    if vendor is None:
+        return None
+    key = _strategy_key(op, "cpu", args)
+    if key in _failed:
+        return None
+    if strategy == "auto" and not config.read("deterministic"):
+        choice = _measured.get(key)
+        if choice is None or choice[0] != name:
+            return None
+    return vendor
+
+
+def _needs_measuring(op, args):
+    """Whether "auto" has yet to measure the key of ``op`` on ``args`` (NumPy operands)."""
+    if get_strategy() != "auto" or config.read("deterministic") or _vendor_for("cpu", args[0].dtype)[1] is None:
+        return False
+    key = _strategy_key(op, "cpu", args)
+    return key not in _failed and _measured.get(key) is None
+
+
 def _pick_and_run(op, device, args, bias):
     """:func:`run_kernel` past its checks: the strategy's kernels on ``args``."""
     strategy = get_strategy()

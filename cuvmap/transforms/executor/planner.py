@@ -9,7 +9,7 @@ from cuvmap import backend, config
 from cuvmap.core import primitive
 from cuvmap.cuda import graphs as cuda_graphs, kernels
 from cuvmap.transforms import fusion, ir
-from cuvmap.transforms.executor import codegen, host_memory, peak_memory
+from cuvmap.transforms.executor import codegen, host_memory, merges, peak_memory
 from cuvmap.transforms.executor.buffers import PLAIN, Groups, Slots, place_results, schedule_frees, unit_outputs
 
 class Plan:
@@ -121,7 +121,8 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     gpu = is_gpu_program(closed)
     if fuse is None:
         fuse = gpu and config.jit_gpu_fusion
-    units = fusion.fuse(j.eqns, j.outvars) if fuse else list(j.eqns)
+    eqns = merges.merge(j.eqns)  # NOTE [equations merged for the plan]
+    units = fusion.fuse(eqns, j.outvars) if fuse else list(eqns)
     slots = Slots(closed, units, _constants_on_device(closed, units) if gpu else closed.consts)
     groups = Groups(slots, donated)
     steps = place_results(units, slots, groups, gpu, fused_callable or _cuda_fused_callable)
