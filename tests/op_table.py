@@ -2296,6 +2296,30 @@ def _rows_fft():
 
 
 COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_fft()  # issue 33
+
+
+def _rows_conv_merged():
+    """``conv_backward``, the plan's one step for a convolution's input, weight and bias
+    gradients of one output gradient (NOTE [a convolution's gradients merged for the plan]):
+    its results raveled and joined, against the loops; not differentiable (the plan's only),
+    batched part by part."""
+    from cuvmap.lax import convolution_merged as conv_merged
+
+    params = dict(stride=(1, 2), padding=(1, 0), dilation=(1, 1), transposed=False, output_padding=(0, 0), groups=1)
+    cp = {k: params[k] for k in ("stride", "padding", "dilation", "groups")}
+    xs, ws = (2, 2, 4, 5), (3, 2, 2, 2)
+    gs = (2, 3) + tuple(np.shape(ref_conv(np.zeros(xs), np.zeros(ws), **cp))[2:])
+    merged = dict(params, input_shape=xs, weight_shape=ws, bias=True)
+    return [Row(
+        "conv_backward_merged_2d_bias",
+        lambda g, w, x: cnp.concatenate([cnp.ravel(a) for a in conv_merged.conv_backward_p.bind(g, w, x, **merged)]),
+        lambda g, w, x: np.concatenate([np.ravel(ref_conv_input_adjoint(g, w, xs[2:], **cp)),
+                                        np.ravel(ref_conv_weight_adjoint(g, x, ws[2:], **cp)), g.sum(axis=(0, 2, 3))]),
+        [A(*gs), A(*ws), A(*xs)], covers=(conv_merged.conv_backward_p,), differentiable=False,
+        tol32=(1e-5, 1e-5))]
+
+
+COMPOSITE_ROWS = COMPOSITE_ROWS + _rows_conv_merged()
 # issue 32 (scipy32): betainc, the Bessel functions of integer and real order, the Sylvester solve
 def _rows_special_more():
     """The rows of tests/special_more_rows.py. Imported here, not at the top: that file builds

@@ -524,8 +524,8 @@ def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
 # input gradient (backward-data), the weight gradient (backward-weights) and the bias
 # gradient (a sum over every dim but the channels). Run apart, each reads ``g`` in NumPy's
 # plain layout, and the two oneDNN primitives each reorder it into their blocked layout
-# (``nChw16c``), a pass over ``g`` as long as an elementwise op (0.4 to 0.7 ms at the
-# benchmark CNN's second layer, batch 128), and the bias sum is a pass of its own (0.4 ms).
+# (``nChw16c``), a pass over ``g`` as long as an elementwise op, and the bias sum is a
+# pass of its own (``python -m benchmarks eager`` lists each convolution's reorders).
 # :func:`backward` runs them as one: per piece (NOTE [batch buckets]) backward-data, then
 # backward-weights on the same reorder of ``g`` (the pieces' shared reorders, keyed by the
 # source array and the layout; an output written through an arena drops the entry of its
@@ -533,7 +533,7 @@ def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
 # makes over ``g`` (what torch's ``convolution_backward`` asks of oneDNN). The bias comes
 # out summed in oneDNN's order, not NumPy's pairwise one: the two agree to float32
 # rounding. A staged program computes its convolutions' gradients this way when it has
-# them side by side (``conv_backward`` in cuvmap/lax/convolution.py, NOTE [equations
+# them side by side (``conv_backward`` in cuvmap/lax/convolution_merged.py, NOTE [equations
 # merged for the plan] in cuvmap/transforms/executor/merges.py).
 
 

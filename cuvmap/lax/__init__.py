@@ -18,6 +18,7 @@ from cuvmap.lax.cumulative import cumprod, cumsum  # noqa: F401
 from cuvmap.lax.sorting import argsort, sort  # noqa: F401
 from cuvmap.lax.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004
 from cuvmap.lax.convolution import conv, conv_backward_input, conv_backward_weight  # noqa: F401
+from cuvmap.lax import convolution_merged  # noqa: F401  (conv_backward and its merge rule)
 from cuvmap.lax.indexing import iota, take  # noqa: F401
 from cuvmap.lax.linalg import svd  # noqa: F401
 from cuvmap.lax.pooling import (  # noqa: F401

@@ -254,7 +254,7 @@ def run_kernel(op, *args, bias=None):
 # NOTE [the gradients of one output gradient in one call]
 # A staged program that needs the input, weight and bias gradients of one convolution
 # from the same output gradient ``g`` computes them in one call (``conv_backward`` in
-# cuvmap/lax/convolution.py, NOTE [equations merged for the plan] in
+# cuvmap/lax/convolution_merged.py, NOTE [equations merged for the plan] in
 # cuvmap/transforms/executor/merges.py). :func:`run_backward` gives that call to the
 # vendor's one-pass kernel (oneDNN's :func:`cuvmap.cpu.onednn.backward`: one reorder of
 # ``g``, the bias summed by backward-weights, NOTE [one backward pass over the output

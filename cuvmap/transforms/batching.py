@@ -130,6 +130,8 @@ class BatchTrace(Trace):
             if rule is None:
                 raise MissingRuleError(f"primitive {primitive.name} has no batching rule (needed by vmap)")
             out, out_dim = rule(main.global_data, vals, dims, **params)
+        if primitive.multiple_results:   # (JAX's form: a list of results and a list of their dims)
+            return [o if d is not_mapped else BatchTracer(main, o, d) for o, d in zip(out, out_dim)]
         if out_dim is not_mapped:
             return out
         return BatchTracer(main, out, out_dim)

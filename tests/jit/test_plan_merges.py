@@ -16,7 +16,7 @@ import pytest
 import cuvmap as cv
 from cuvmap import lax
 from cuvmap.cpu import onednn, openmp
-from cuvmap.lax import conv_gemm, conv_strategy, convolution
+from cuvmap.lax import conv_gemm, conv_strategy, convolution, convolution_merged, reduction
 from cuvmap.transforms import executor, ir
 from cuvmap.transforms.executor import merges
 
@@ -62,7 +62,7 @@ def _planned(f, *args):
 
 
 def _merged_steps(plan):
-    return [s for s in plan.steps if s.impl is convolution.conv_backward_p.impl]
+    return [s for s in plan.steps if s.impl is convolution_merged.conv_backward_p.impl]
 
 
 @contextlib.contextmanager
@@ -206,7 +206,7 @@ def test_a_merge_waits_for_its_operands_and_never_passes_a_reader():
                            dict(conv, weight_shape=(3, 3, 1, 1)))
 
     def bias_sum():
-        return ir.JaxprEqn(convolution.reduce_sum_p, [g], [var((3,))], dict(axes=(0, 2, 3)))
+        return ir.JaxprEqn(reduction.reduce_sum_p, [g], [var((3,))], dict(axes=(0, 2, 3)))
 
     from cuvmap.lax.elementwise import neg_p
     late_x = var()
@@ -215,7 +215,7 @@ def test_a_merge_waits_for_its_operands_and_never_passes_a_reader():
     bw = bw_weight(late_x)
     # the sum comes first; the weight gradient's input is defined after it: the merged step goes after that
     out = merges.merge([s, make_x, bw])
-    assert [e.primitive for e in out] == [neg_p, convolution.conv_backward_p]
+    assert [e.primitive for e in out] == [neg_p, convolution_merged.conv_backward_p]
     assert out[1].outs == [bw.outs[0], s.outs[0]]
     # ... unless the sum's result is read in between: no merge
     s2, make_x2, bw2 = bias_sum(), ir.JaxprEqn(neg_p, [x], [late_x], {}), bw_weight(late_x)

@@ -24,7 +24,7 @@ _rules = []
 # group is left alone where no place comes before every reader of its results. A rule
 # keeps the numbers the program states: its primitive computes what the group computes,
 # up to the rounding of a sum taken in another order, and says so where it may differ.
-# Rules: ``conv_backward`` (cuvmap/lax/convolution.py).
+# Rules: ``conv_backward`` (cuvmap/lax/convolution_merged.py).
 
 
 def register(rule):
