@@ -290,7 +290,12 @@ def run_backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias
             with cpu_threads.limited(cpu_threads.target(), openmp=True), cpu_threads.limited(cpu_threads.beside_team()):
                 return vendor.backward(g, x=x, w=w, input_shape=input_shape, weight_shape=weight_shape, bias=bias,
                                        stride=stride, padding=padding, dilation=dilation, groups=groups)
-        except Exception:  # noqa: BLE001 - each kernel then runs (and falls back) on its own
+        except Exception as err:  # noqa: BLE001 - each kernel then runs (and falls back) on its own
+            key = _one_pass_key(calls, bias)
+            if _failed.record(key, f"{type(err).__name__}: {err}"):
+                warnings.warn(f"conv backward on {tuple(g.shape)}: the vendor's one-pass kernel failed "
+                              f"({type(err).__name__}: {err}); each gradient runs on its own kernel instead (NOTE "
+                              f"[the gradients of one output gradient in one call])", VendorKernelWarning, stacklevel=3)
             outs = {}
     for op, args in calls:
         if op not in outs:
@@ -308,7 +313,14 @@ def _one_pass_vendor(g, x, bias, calls):
         return None
     vendors = {_decided_vendor(op, args) for op, args in calls}
     vendor = vendors.pop() if len(vendors) == 1 else None
-    return vendor if getattr(vendor, "BACKWARD_IN_ONE_PASS", False) else None
+    if not getattr(vendor, "BACKWARD_IN_ONE_PASS", False) or _one_pass_key(calls, bias) in _failed:
+        return None
+    return vendor
+
+
+def _one_pass_key(calls, bias):
+    """The key under which a failed one-pass call is remembered: its calls' strategy keys."""
+    return ("backward", bool(bias)) + tuple(_strategy_key(op, "cpu", args) for op, args in calls)
 
 
 def _decided_vendor(op, args):

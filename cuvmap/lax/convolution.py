@@ -568,4 +568,3 @@ vjp.defvjp(
     lambda ct, out, g, lhs, *, weight_shape, **params: conv_backward_input(g, ct, core.shape_of(lhs), **params),
     reads=(0, 1),
 )
-

@@ -114,9 +114,14 @@ def test_a_convolutions_gradients_run_as_one_step(name, xs, ws, params, bias, ar
             y = lax.conv(x.astype(np.float64), w.astype(np.float64), None if b is None else b.astype(np.float64),
                          **params)
             gy = np.cos(np.asarray(y)) * np.asarray(y) + np.sin(np.asarray(y))
+            conv = {k: v for k, v in convolution.conv_params(len(xs) - 2, **params).items()
+                    if k in ("stride", "padding", "dilation", "groups")}
+            if 0 in argnums:   # (im2col in float64: the input gradient's adjoint identity, tests/lax/test_conv.py)
+                want_x = conv_gemm.backward_input(gy, w.astype(np.float64), xs, conv["stride"], conv["padding"],
+                                                  conv["dilation"], conv["groups"])
+                tol = 1e-4 if dtype == np.float32 else 1e-10
+                np.testing.assert_allclose(got[argnums.index(0)], want_x, rtol=tol, atol=tol * np.abs(want_x).max())
             if 1 in argnums:
-                conv = {k: v for k, v in convolution.conv_params(len(xs) - 2, **params).items()
-                        if k in ("stride", "padding", "dilation", "groups")}
                 want_w = naive_backward_weight(gy, x.astype(np.float64), ws, conv["stride"], conv["padding"],
                                                conv["dilation"], conv["groups"])
                 tol = 1e-4 if dtype == np.float32 else 1e-10
@@ -222,3 +227,34 @@ def test_a_merge_waits_for_its_operands_and_never_passes_a_reader():
     reader = ir.JaxprEqn(neg_p, [s2.outs[0]], [var((3,))], {})
     kept = [s2, reader, make_x2, bw2]
     assert merges.merge(kept) is kept
+
+
+@needs_onednn
+def test_a_failing_one_pass_kernel_warns_once_and_each_gradient_runs_on_its_own(monkeypatch):
+    """A vendor error in the one-pass kernel: a VendorKernelWarning once, the gradients from
+    the separate kernels (checked against the float64 loop), and no second try."""
+    monkeypatch.setattr(conv_strategy, "_failed", conv_strategy.MeasuredChoices())
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("diff_bias unsupported here")
+
+    monkeypatch.setattr(onednn, "backward", failing)
+    previous = conv_strategy.set_strategy("onednn")
+    try:
+        x, w, b = _args((4, 3, 9, 8), (6, 3, 3, 3), {}, True, np.float32, seed=4)
+        f = cv.jit(cv.grad(lambda x, w, b: _loss(x, w, b, {}), argnums=(1, 2)))
+        with pytest.warns(conv_strategy.VendorKernelWarning, match="one-pass kernel failed"):
+            dw, db = f(x, w, b)
+        dw2, db2 = f(x, w, b)
+    finally:
+        conv_strategy.set_strategy(previous)
+    assert len(calls) == 1
+    y = np.asarray(lax.conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)))
+    gy = np.cos(y) * y + np.sin(y)
+    want_w = naive_backward_weight(gy, x.astype(np.float64), w.shape, (1, 1), (0, 0), (1, 1), 1)
+    np.testing.assert_allclose(dw, want_w, rtol=1e-4, atol=1e-4 * np.abs(want_w).max())
+    np.testing.assert_allclose(db, gy.sum(axis=(0, 2, 3)), rtol=1e-4, atol=1e-4 * np.abs(gy.sum(axis=(0, 2, 3))).max())
+    np.testing.assert_array_equal(dw, dw2)
+    np.testing.assert_array_equal(db, db2)
