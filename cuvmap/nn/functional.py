@@ -354,9 +354,22 @@ def avg_pool3d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
 # ---------------------------------------------------------------------------------------
 
 
+# NOTE [relu keeps NaN]
+# relu is ``x <= 0 ? 0 : x``, torch's ``relu`` and ``threshold_backward`` exactly: a NaN
+# input gives NaN, as torch's and JAX's relu do. The earlier ``where(x > 0, x, 0)`` gave 0
+# for NaN, and so hid a diverged network: with NaN weights in a layer its relu gave zeros,
+# the next layer its bias, the loss a finite number and that layer zero gradients, and
+# training went on without a sign. ``-0.0`` gives ``+0.0``. The derivative is
+# ``x <= 0 ? 0 : g``: 0 at 0 (torch's and JAX's choice), and a NaN input passes its
+# cotangent on (torch's; JAX's custom_jvp gives 0 there). Both selects take the
+# positive-zero blend of NOTE [branch-free select] in cuvmap/lax/elementwise/comparisons.py.
+
+
 def relu(x):
-    """``max(x, 0)``; its derivative at 0 is 0."""
-    return cnp.where(x > 0, x, 0)
+    """``max(x, 0)``, torch's ``relu`` and JAX's ``jax.nn.relu``: ``x`` where ``x > 0``, 0
+    where ``x <= 0``, NaN where ``x`` is NaN (NOTE [relu keeps NaN]); its derivative is 1
+    where ``x > 0`` and 0 where ``x <= 0`` (0 at 0)."""
+    return cnp.where(x <= 0, 0, x)
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)

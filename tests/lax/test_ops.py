@@ -509,6 +509,12 @@ SELECT_SHAPES = [
     ((8,), (2, 8), 0),
     ((2, 8), (8,), (2, 1)),
     ((2, 8), (1, 8), 0),
+    # a positive zero on the true side: relu's ``x <= 0 ? 0 : x`` and its VJP
+    ((2, 8), 0, (2, 8)),
+    ((2, 8), 0.0, (2, 8)),
+    ((2, 8), -0.0, (2, 8)),
+    ((8,), 0, (2, 8)),
+    ((2, 8), 0, (1, 8)),
 ]
 
 
@@ -522,7 +528,7 @@ def test_branch_free_select_matches_where_bit_for_bit(shapes, dtype):
     def operand(shape):
         return rng.choice(SPECIAL_VALUES, size=shape).astype(dtype)
 
-    on_true = operand(true_shape)
+    on_true = operand(true_shape) if isinstance(true_shape, tuple) else true_shape
     on_false = operand(false_spec) if isinstance(false_spec, tuple) else false_spec
     got = select_impl(pred, on_true, on_false)
     want = np.where(pred, on_true, on_false)
@@ -549,7 +555,8 @@ def test_select_into_a_buffer_matches_where_bit_for_bit(shapes, dtype, into):
     rng = np.random.default_rng(1)
     pred_shape, true_shape, false_spec = shapes
     pred = rng.random(pred_shape) < 0.5
-    on_true = rng.choice(SPECIAL_VALUES, size=true_shape).astype(dtype)
+    on_true = rng.choice(SPECIAL_VALUES, size=true_shape).astype(dtype) if isinstance(true_shape, tuple) \
+        else true_shape
     on_false = rng.choice(SPECIAL_VALUES, size=false_spec).astype(dtype) if isinstance(false_spec, tuple) \
         else false_spec
     want = np.where(pred, on_true, on_false)

@@ -83,6 +83,56 @@ def test_activation_grads():
     np.testing.assert_allclose(cv.vmap(cv.grad(nn.gelu))(x), cdf + x * phi, rtol=1e-13, atol=1e-15)
 
 
+
+# relu on the values whose handling differs between formulas (NOTE [relu keeps NaN]):
+# (input, value, derivative), torch's relu and threshold_backward as the reference
+RELU_SPECIAL_VALUES = [
+    (np.nan, np.nan, 1.0),       # a NaN stays visible; its cotangent passes (torch's)
+    (-0.0, 0.0, 0.0),
+    (0.0, 0.0, 0.0),             # the derivative at 0 is 0
+    (np.inf, np.inf, 1.0),
+    (-np.inf, 0.0, 0.0),
+    (1e-40, 1e-40, 1.0),         # a subnormal is positive
+    (-1e-40, 0.0, 0.0),
+    (2.5, 2.5, 1.0),
+    (-2.5, 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("staged", [False, True], ids=["eager", "jit"])
+def test_relu_special_values_and_derivative(dtype, staged):
+    x = np.array([v for v, _, _ in RELU_SPECIAL_VALUES], dtype)
+    want = np.array([y for _, y, _ in RELU_SPECIAL_VALUES], dtype)
+    g = np.arange(1, len(x) + 1, dtype=dtype)
+    want_grad = g * np.array([d for _, _, d in RELU_SPECIAL_VALUES], dtype)
+    relu = cv.jit(nn.relu) if staged else nn.relu
+    y = np.asarray(relu(x))
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(y, want)
+    assert not np.signbit(y).any()                     # -0.0 and negatives give +0.0
+    y2, pullback = cv.vjp(nn.relu, x)
+    vjp = cv.jit(lambda x, g: cv.vjp(nn.relu, x)[1](g)[0]) if staged else (lambda x, g: pullback(g)[0])
+    np.testing.assert_array_equal(np.asarray(vjp(x, g)), want_grad)
+    np.testing.assert_array_equal(np.asarray(cv.jvp(nn.relu, (x,), (g,))[1]), want_grad)
+
+
+def test_relu_keeps_a_diverged_network_visible():
+    """A NaN weight makes the loss NaN (it used to give a finite loss and zero gradients)."""
+    rng = np.random.default_rng(3)
+    w1, w2 = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    w1[0, 0] = np.nan
+
+    def loss(w1, w2, x):
+        return nn.mse(nn.relu(x @ w1) @ w2, np.zeros((5, 2), np.float32))
+
+    assert np.isnan(loss(w1, w2, x))
+    for f in (cv.grad(loss, argnums=(0, 1)), cv.jit(cv.grad(loss, argnums=(0, 1)))):
+        d1, d2 = f(w1, w2, x)
+        assert np.isnan(np.asarray(d1)).any() and np.isnan(np.asarray(d2)).any()
+
+
 # ---------------------------------------------------------------------------------------
 # Norms
 # ---------------------------------------------------------------------------------------

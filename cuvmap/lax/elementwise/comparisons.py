@@ -40,6 +40,10 @@ ge_p = _nary("ge", np.greater_equal, _comparison_shape_rule, differentiable=Fals
 # select = (bits(on_true) & m) | (bits(on_false) & ~m), exact for every value (inf, NaN
 # and -0.0 included) and several times faster than np.where, most with a zero operand
 # (relu's). tests/lax/test_ops.py checks it bit for bit against np.where.
+# relu is ``select(x <= 0, 0, x)`` (NOTE [relu keeps NaN] in cuvmap/nn/functional.py), so
+# a positive zero on either side takes the short path: the mask is widened into the
+# result's own buffer (``-pred`` keeps ``on_true`` where pred holds, ``pred - 1`` keeps
+# ``on_false`` where it does not), then one AND in place.
 _SAME_SIZE_INT = {2: np.int16, 4: np.int32, 8: np.int64}
 
 
@@ -61,14 +65,15 @@ def select_impl(pred, on_true, on_false):
             or type(on_true) not in _NUMPY_OPERANDS or type(on_false) not in _NUMPY_OPERANDS):
         return np.where(pred, on_true, on_false)
     int_type = _SAME_SIZE_INT[dtype.itemsize]
-    if _is_positive_zero(on_false):
-        # relu's select (and its VJP's): the mask widened into the result's own buffer, then
-        # the blend in place, so that the only array of the result's width is the result
-        # (NOTE [branch-free select])
-        bits = _float_bits(on_true, dtype, int_type)
+    zero_false, zero_true = _is_positive_zero(on_false), _is_positive_zero(on_true)
+    if zero_false or zero_true:
+        # one side a positive zero (relu's select and its VJP's): the mask widened into the
+        # result's own buffer, then the blend in place, so that the only array of the
+        # result's width is the result (NOTE [branch-free select])
+        bits = _float_bits(on_true if zero_false else on_false, dtype, int_type)
         if bits.shape != pred.shape:
-            return np.bitwise_and(bits, np.negative(pred.view(np.int8))).view(dtype)
-        out = np.negative(pred.view(np.int8), dtype=int_type)
+            return np.bitwise_and(bits, _keep_mask(pred, zero_false, np.int8)).view(dtype)
+        out = _keep_mask(pred, zero_false, int_type)
         return np.bitwise_and(bits, out, out=out).view(dtype)
     shape = np.broadcast_shapes(pred.shape, np.shape(on_true), np.shape(on_false))
     mask = np.negative(pred.view(np.int8), dtype=int_type)  # 0 or -1 (all bits set)
@@ -88,6 +93,20 @@ def select_impl(pred, on_true, on_false):
 _NUMPY_OPERANDS = (np.ndarray, int, float, np.float16, np.float32, np.float64)
 
 
+def _keep_mask(pred, keep_true, int_type, out=None):
+    """All bits set where the kept side is taken, none elsewhere: ``-pred`` keeps
+    ``on_true`` (``keep_true``), ``pred - 1`` keeps ``on_false``; ``int_type`` wide, or into
+    ``out``."""
+    flags = pred.view(np.int8)
+    if out is not None:
+        if keep_true:
+            return np.negative(flags, out=out, casting="unsafe")
+        return np.subtract(flags, np.int8(1), out=out, casting="unsafe")
+    if keep_true:
+        return np.negative(flags, dtype=int_type)
+    return np.subtract(flags, np.int8(1), dtype=int_type)
+
+
 def _select_shape_rule(pred, on_true, on_false):
     if pred.dtype != np.bool_:
         raise ShapeError(f"predicate must be boolean, got {pred.dtype}")
@@ -99,7 +118,7 @@ def select_into(pred, on_true, on_false, *, out):
     """``select`` written into ``out``, a buffer of the result's shape and dtype that the
     jit executor owns (NOTE [buffer planning] in cuvmap/transforms/executor/buffers.py): the
     branch-free blend of NOTE [branch-free select] with a one-byte mask, so that relu's
-    select (``on_false`` a positive zero) allocates nothing of the result's size (another
+    select (a positive zero on either side) allocates nothing of the result's size (another
     ``on_false`` needs one temporary). ``out`` may be ``on_true``'s or ``on_false``'s
     buffer (each element is read before it is written). Raises TypeError where the blend
     does not apply (not NumPy floats), and the executor then calls :func:`select_impl`."""
@@ -110,14 +129,15 @@ def select_into(pred, on_true, on_false, *, out):
         raise TypeError("select_into: the blend needs NumPy float operands")
     int_type = _SAME_SIZE_INT[dtype.itemsize]
     bits = out.view(int_type)
-    if _is_positive_zero(on_false):
-        true_bits = _float_bits(on_true, dtype, int_type)
-        if pred.shape == bits.shape and not np.may_share_memory(true_bits, bits):
+    zero_false, zero_true = _is_positive_zero(on_false), _is_positive_zero(on_true)
+    if zero_false or zero_true:
+        kept_bits = _float_bits(on_true if zero_false else on_false, dtype, int_type)
+        if pred.shape == bits.shape and not np.may_share_memory(kept_bits, bits):
             # the mask widened into ``out`` itself, then the blend in place: no temporary
-            np.negative(pred.view(np.int8), out=bits, casting="unsafe")
-            np.bitwise_and(true_bits, bits, out=bits)
+            _keep_mask(pred, zero_false, int_type, out=bits)
+            np.bitwise_and(kept_bits, bits, out=bits)
             return out
-        np.bitwise_and(true_bits, np.negative(pred.view(np.int8)), out=bits)
+        np.bitwise_and(kept_bits, _keep_mask(pred, zero_false, np.int8), out=bits)
         return out
     mask = np.negative(pred.view(np.int8))  # 0 or -1; widened to the int type elementwise
     other = np.bitwise_and(_float_bits(on_false, dtype, int_type), np.invert(mask))  # on_false read first
