@@ -46,6 +46,15 @@ def _libgomp_loaded():
 # slower with PASSIVE (a sleeping worker takes a fraction of a millisecond to wake), but
 # a training step is many operations in a row, and there PASSIVE wins. Matching the
 # thread counts changes nothing here: both pools default to one thread per core.
+# libgomp's own default spin is another matter since cuvmap joins a spinning team (NOTE
+# [oneDNN beside another OpenMP user]: GEMMs on one OpenBLAS thread while the workers
+# spin): with GOMP_SPINCOUNT=300000 set (the count libgomp uses when no policy is set),
+# the benchmark CNN's steps at batch 8 and 32 ran faster than with PASSIVE, eager and
+# jitted, and at batch 128 slower (`GOMP_SPINCOUNT=300000 python -m benchmarks
+# per_example --batch 8 32 128` against the plain command, each in its own process,
+# alternated). PASSIVE stays the default: it does not lose at large batches, and it is the
+# policy that leaves the cores alone where several processes share them (the distributed
+# jobs); a user with small steps on a machine of their own may set GOMP_SPINCOUNT.
 # So cuvmap loads libdnnl (whose libgomp reads its environment once, when it loads) with
 # OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
 # user's subprocesses nor other libraries see the change. It does nothing when the user set
