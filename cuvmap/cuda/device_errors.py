@@ -49,7 +49,7 @@ _codes = {}             # message -> code
 _state = {"ptr": None, "host": None, "fallback": False, "device": {}}
 
 # out = the check's code where the index lies outside [-n, n) (unsigned: outside [0, n))
-_SIGNED = "out = (idx < -n || idx >= n) ? code : 0;"
+_SIGNED = "out = (idx < lo || idx >= n) ? code : 0;"
 _UNSIGNED = "out = (idx >= (unsigned long long)n) ? code : 0;"
 _kernels = {}
 
@@ -106,21 +106,22 @@ def _kernel(cp, dtype):
     k = _kernels.get((cp, unsigned))
     if k is None:
         k = _kernels[(cp, unsigned)] = cp.ElementwiseKernel(
-            "T idx, int64 n, int32 code", "int32 out", _UNSIGNED if unsigned else _SIGNED,
+            "T idx, int64 lo, int64 n, int32 code", "int32 out", _UNSIGNED if unsigned else _SIGNED,
             "cuvmap_index_bounds_u" if unsigned else "cuvmap_index_bounds")
     return k
 
 
-def check_on_device(idx, n, message):
-    """Checks on the device that the CuPy integer array ``idx`` lies in ``[-n, n)``; an
-    index outside makes a later call raise ``IndexError(message ...)`` (NOTE [device-side
-    bounds checks]). Raises first the error an earlier check found, if the host sees one."""
+def check_on_device(idx, n, message, negative=True):
+    """Checks on the device that the CuPy integer array ``idx`` lies in ``[-n, n)`` (in
+    ``[0, n)`` where ``negative`` is False); an index outside makes a later call raise
+    ``IndexError(message ...)`` (NOTE [device-side bounds checks]). Raises first the error
+    an earlier check found, if the host sees one."""
     raise_pending()
     if idx.size == 0:
         return
     cp = backend.cupy_module()
     word = _word(cp)
-    codes = _kernel(cp, idx.dtype)(idx, int(n), code_for(message))
+    codes = _kernel(cp, idx.dtype)(idx, -int(n) if negative else 0, int(n), code_for(message))
     cp.maximum(word, codes.max(), out=word)
 
 

@@ -218,15 +218,16 @@ take_transpose_p.impl = _take_transpose_impl
 take_transpose_p.shape_rule = _take_transpose_shape_rule
 
 
-def _check_index_bounds_impl(idx, *, n, op, where):
+def _check_index_bounds_impl(idx, *, n, op, where, negative=True):
     idx = core.as_array(idx)
     if backend.is_cupy_array(idx) and device_errors.on_device():  # NOTE [device-side bounds checks] in
-        device_errors.check_on_device(idx, n, f"{op}: an index is out of bounds for {where} with size {n}")
-        return idx                                                  # cuvmap/cuda/device_errors.py
+        device_errors.check_on_device(idx, n, f"{op}: an index is out of bounds for {where} with size {n}",
+                                      negative)                     # cuvmap/cuda/device_errors.py
+        return idx
     if idx.size == 0:
         return idx
     lo, hi = int(idx.min()), int(idx.max())
-    if lo < -n or hi >= n:
+    if lo < (-n if negative else 0) or hi >= n:
         bad = hi if hi >= n else lo
         raise IndexError(f"{op}: index {bad} is out of bounds for {where} with size {n}")
     return idx
@@ -246,14 +247,17 @@ batching.primitive_batchers[check_index_bounds_p] = (
     lambda axis_size, vals, dims, **params: (check_index_bounds_p.bind(vals[0], **params), dims[0]))
 
 
-def check_index_bounds(idx, n, op, axis):
-    """``idx``, checked to lie in ``[-n, n)``: the check raises IndexError (when the indices
-    have values) naming ``op`` and ``axis``.
+def check_index_bounds(idx, n, op, axis, negative=True):
+    """``idx``, checked to lie in ``[-n, n)`` (in ``[0, n)`` where ``negative`` is False:
+    class labels, where a negative value is a missing label, never the last class): the
+    check raises IndexError (when the indices have values) naming ``op`` and ``axis``.
 
     Gathers that fold several rows into one axis (batched indices, ``take_along_axis``,
     several index arrays) add ``row · n`` offsets, so an index of ``n`` would silently read
     the next row; the check runs on the indices before the offsets."""
     where = f"axis {axis}" if isinstance(axis, int) else axis
+    if not negative:
+        return check_index_bounds_p.bind(idx, n=int(n), op=op, where=where, negative=False)
     return check_index_bounds_p.bind(idx, n=int(n), op=op, where=where)
 
 

@@ -53,6 +53,7 @@ from cuvmap import core
 from cuvmap import numpy as cnp
 from cuvmap.core import ShapeError
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax import indexing as lax_indexing
 from cuvmap.lax import pooling as lax_pooling
 from cuvmap.lax import shape as lax_shape
 from cuvmap.lax.convolution import conv as lax_conv_op
@@ -580,16 +581,43 @@ def cross_entropy(logits, labels, reduction="mean"):
       a scalar, or the per-example losses ``(...)`` for ``reduction='none'``.
 
     The classes are on the last axis: the same as torch for ``(N, K)`` and unbatched
-    ``(K,)`` logits (torch puts them on axis 1 for ``(N, K, d...)``). The values of integer
-    labels are not checked (they may be tracers).
+    ``(K,)`` logits (torch puts them on axis 1 for ``(N, K, d...)``). Integer labels outside
+    ``[0, K)`` raise IndexError where they have values (eagerly, or when a staged program
+    runs), as torch's do: a label of -1 is a missing label, not the last class (NOTE [class
+    labels are checked]).
     """
     kind = _label_kind(logits, labels)
-    logp = log_softmax(logits, -1)
     if kind == "probabilities":
-        losses = -cnp.sum(logp * labels, axis=-1)
+        losses = -cnp.sum(log_softmax(logits, -1) * labels, axis=-1)
     else:
-        losses = -cnp.take_along_axis(logp, cnp.expand_dims(labels, -1), axis=-1)[..., 0]
+        lse = cnp.logsumexp(logits, axis=-1)
+        losses = -(_logit_of_label(logits, labels) - lse)   # −log_softmax(logits)[label], the same rounding
     return _reduce(losses, reduction, "cross_entropy")
+
+
+# NOTE [class labels are checked]
+# An integer label must lie in [0, K), as torch's cross_entropy requires: a label of -1
+# (a common "no label" marker) raises IndexError naming cross_entropy, where a gather's
+# NumPy-style reading would have taken it silently for the last class. The check is the
+# bounds-check primitive (check_index_bounds with negative=False), so it runs where the
+# labels have values: eagerly, when a staged program runs, under vmap on the whole batch.
+# The label's logit is then picked by a one-hot select and a sum over the classes, exact
+# (the one logit plus zeros; -inf in the other classes, a masked class, gives no NaN),
+# which is six primitives where take_along_axis bound a dozen (index normalisation,
+# offsets, take and their batching): the loss is a noticeable share of an eager
+# vmap(grad) step at small batches.
+
+
+def _logit_of_label(logits, labels):
+    """``logits[..., label]`` for each example, the labels checked to lie in ``[0, K)``
+    (NOTE [class labels are checked])."""
+    k = core.shape_of(logits)[-1]
+    labels = lax_indexing.check_index_bounds(labels, k, "cross_entropy",
+                                             f"the classes (integer labels lie in [0, {k}), as torch's)",
+                                             negative=False)
+    labels = lax_indexing.as_index_dtype(labels)   # (uint8 labels could not count 300 classes)
+    hit = ew.eq(cnp.expand_dims(labels, -1), cnp.arange(k, dtype=np.int64))
+    return cnp.sum(cnp.where(hit, logits, 0), axis=-1)
 
 
 def mse(prediction, target, reduction="mean"):

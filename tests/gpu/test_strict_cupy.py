@@ -568,8 +568,10 @@ def test_the_emulated_cublas_checks_what_cublas_checks():
 GATHERS = [  # (what, a function of a float matrix and integer indices, good indices, bad ones, the message)
     ("take_along_axis", lambda x, i: cv.numpy.take_along_axis(x[:3], i[:, None], 1)[:, 0], [2, 0, 1], [2, 3, 1],
      "take_along_axis: an index is out of bounds for axis 1 with size 3"),
-    ("cross_entropy's labels", lambda x, i: nn.cross_entropy(x[:3], i), [2, 0, 1], [0, -4, 1],
-     "take_along_axis: an index is out of bounds for axis 1 with size 3"),
+    # a label of -1 is out of bounds too (torch's rule; NOTE [class labels are checked])
+    ("cross_entropy's labels", lambda x, i: nn.cross_entropy(x[:3], i), [2, 0, 1], [0, -1, 1],
+     "cross_entropy: an index is out of bounds for the classes (integer labels lie in [0, 3), as torch's) "
+     "with size 3"),
     ("take", lambda x, i: cv.numpy.take(x, i, axis=0), [3, 0, -4], [4, 0, 1],
      "take: an index is out of bounds for the gathered axis with size 4"),
     ("per-example take under vmap", lambda x, i: cv.vmap(lambda r, j: r[j])(x[:3], i), [2, 0, -1], [0, 1, 3],

@@ -913,6 +913,55 @@ def test_cross_entropy_label_errors_speak_of_labels(call, fragments):
         assert fragment in message, f"{fragment!r} not in: {message}"
 
 
+# labels out of [0, K) raise IndexError naming cross_entropy (NOTE [class labels are
+# checked]): -1 is a missing label, never the last class (torch raises too)
+_LOGITS = np.arange(12.0).reshape(4, 3) / 7
+LABEL_BOUNDS_CASES = [
+    ("minus_one", lambda: nn.cross_entropy(_LOGITS, np.array([0, -1, 1, 2])), "index -1"),
+    ("k", lambda: nn.cross_entropy(_LOGITS, np.array([0, 3, 1, 2])), "index 3"),
+    ("minus_k", lambda: nn.cross_entropy(_LOGITS, np.array([0, 1, -3, 2])), "index -3"),
+    ("jit", lambda: cv.jit(nn.cross_entropy)(_LOGITS, np.array([0, 1, -1, 2])), "index -1"),
+    ("grad", lambda: cv.grad(nn.cross_entropy)(_LOGITS, np.array([-1, 1, 1, 2])), "index -1"),
+    ("vmap_grad", lambda: cv.vmap(cv.grad(nn.cross_entropy))(_LOGITS, np.array([0, 1, 1, -1])), "index -1"),
+    ("jit_vmap_grad", lambda: cv.jit(cv.vmap(cv.grad(nn.cross_entropy)))(_LOGITS, np.array([0, 9, 1, 1])),
+     "index 9"),
+]
+
+
+@pytest.mark.parametrize("call,fragment", [c[1:] for c in LABEL_BOUNDS_CASES], ids=[c[0] for c in LABEL_BOUNDS_CASES])
+def test_cross_entropy_labels_outside_the_classes_raise(call, fragment):
+    with pytest.raises(IndexError) as info:
+        call()
+    message = str(info.value)
+    assert "cross_entropy" in message and fragment in message and "[0, 3)" in message, message
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cross_entropy_integer_labels_bit_for_bit_and_edges(dtype):
+    """The picked logit gives −log_softmax(z)[label] with its rounding; a class masked with
+    −inf costs nothing and gets a zero gradient; narrow label dtypes count any K."""
+    rng = np.random.default_rng(56)
+    logits = rng.standard_normal((7, 300)).astype(dtype)
+    labels = rng.integers(0, 300, 7)
+    labels[0], labels[1] = 256, 3          # (as uint8: 0 and 3, which 256 and 259 would alias)
+    logp = np.asarray(nn.log_softmax(logits))
+    want = -logp[np.arange(7), labels]
+    got = np.asarray(nn.cross_entropy(logits, labels, reduction="none"))
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+    for narrow in (np.uint16, np.int16, np.int32):
+        np.testing.assert_array_equal(np.asarray(nn.cross_entropy(logits, labels.astype(narrow), reduction="none")),
+                                      want)
+    small = labels % 256   # uint8 labels beside 300 classes: the classes must not wrap to 0..255
+    np.testing.assert_array_equal(np.asarray(nn.cross_entropy(logits, small.astype(np.uint8), reduction="none")),
+                                  -logp[np.arange(7), small])
+    masked = logits.copy()
+    masked[:, 5] = -np.inf
+    labels[labels == 5] = 6
+    loss, g = cv.value_and_grad(nn.cross_entropy)(masked, labels)
+    assert np.isfinite(loss) and np.isfinite(np.asarray(g)).all() and not np.asarray(g)[:, 5].any()
+
+
 def test_cross_entropy_per_example_under_vmap_matches_closed_form():
     logits = _rand(54, 6, 4)
     labels = np.array([0, 3, 1, 1, 2, 0])
