@@ -622,7 +622,17 @@ def _logit_of_label(logits, labels):
 
 def mse(prediction, target, reduction="mean"):
     """Mean squared error, ``torch.nn.functional.mse_loss``: ``(prediction − target)²``
-    elementwise, reduced by ``reduction`` (``'mean'``, ``'sum'`` or ``'none'``)."""
+    elementwise, reduced by ``reduction`` (``'mean'``, ``'sum'`` or ``'none'``).
+
+    ``prediction`` and ``target`` have one shape (either may be a scalar): shapes that
+    differ raise ShapeError, where torch warns and broadcasts. A ``(N, 1)`` prediction
+    against a ``(N,)`` target would broadcast to ``(N, N)`` and compare every prediction
+    with every target, a wrong loss that trains without an error."""
+    p_shape, t_shape = tuple(core.shape_of(prediction)), tuple(core.shape_of(target))
+    if p_shape != t_shape and p_shape and t_shape:
+        raise ShapeError(f"mse: prediction of shape {p_shape} and target of shape {t_shape} differ; broadcasting "
+                         f"them would compare every prediction with every target (torch warns of it): reshape one "
+                         f"to the other's shape")
     return _reduce(cnp.square(prediction - target), reduction, "mse")
 
 

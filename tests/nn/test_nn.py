@@ -962,6 +962,20 @@ def test_cross_entropy_integer_labels_bit_for_bit_and_edges(dtype):
     assert np.isfinite(loss) and np.isfinite(np.asarray(g)).all() and not np.asarray(g)[:, 5].any()
 
 
+@pytest.mark.parametrize("prediction,target", [((4, 1), (4,)), ((4,), (4, 1)), ((3, 2), (2,)), ((2, 3), (3, 2))],
+                         ids=str)
+def test_mse_shapes_that_differ_raise(prediction, target):
+    """torch warns and broadcasts (a (4, 1) prediction against a (4,) target compares all
+    pairs); cuvmap raises, eagerly and under vmap (logical shapes)."""
+    with pytest.raises(ShapeError, match=re.escape(f"prediction of shape {prediction} and target of shape {target}")):
+        nn.mse(np.zeros(prediction), np.zeros(target))
+    with pytest.raises(ShapeError, match="mse: prediction of shape"):
+        cv.vmap(nn.mse)(np.zeros((5,) + prediction), np.zeros((5,) + target))
+    # a scalar on either side is one value for every element
+    np.testing.assert_allclose(nn.mse(np.full(prediction, 2.0), 1.0), 1.0)
+    np.testing.assert_allclose(nn.mse(3.0, np.full(target, 1.0), "sum"), 4.0 * np.prod(target))
+
+
 def test_cross_entropy_per_example_under_vmap_matches_closed_form():
     logits = _rand(54, 6, 4)
     labels = np.array([0, 3, 1, 1, 2, 0])
