@@ -434,7 +434,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     Args:
       x: ``(..., *normalized_shape)``.
       normalized_shape: an int or a tuple, the trailing shape of ``x`` to normalize over.
-      weight, bias: ``normalized_shape`` arrays or None (no scale / no shift).
+      weight, bias: ``normalized_shape`` arrays (or shapes that broadcast into it) or None
+        (no scale / no shift); any other shape raises ShapeError.
     """
     if isinstance(normalized_shape, (int, np.integer)):
         normalized_shape = (int(normalized_shape),)
@@ -443,12 +444,23 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     k = len(normalized_shape)
     if k == 0 or shape[len(shape) - k:] != normalized_shape:
         raise ShapeError(f"layer_norm: input of shape {shape} does not end with normalized_shape {normalized_shape}")
+    for name, value in (("weight", weight), ("bias", bias)):
+        # normalized_shape, or a shape that broadcasts into it (shared along its leading dims);
+        # a (N, D) weight would have broadcast too, scaling each example by its own row
+        if value is not None and not _broadcasts_into(tuple(core.shape_of(value)), normalized_shape):
+            raise ShapeError(f"layer_norm: {name} of shape {tuple(core.shape_of(value))} must be normalized_shape "
+                             f"{normalized_shape} (or broadcast into it) for an input of shape {shape}")
     y = _normalize(x, tuple(range(len(shape) - k, len(shape))), eps)
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
     return y
+
+
+def _broadcasts_into(shape, target):
+    """Whether an array of ``shape`` broadcasts to exactly ``target``."""
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(shape[::-1], target[::-1]))
 
 
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, spatial_dims=None):

@@ -976,6 +976,21 @@ def test_mse_shapes_that_differ_raise(prediction, target):
     np.testing.assert_allclose(nn.mse(3.0, np.full(target, 1.0), "sum"), 4.0 * np.prod(target))
 
 
+@pytest.mark.parametrize("name,weight,bias", [("weight", (4,), None), ("bias", None, (3,)), ("weight", (2, 5), None),
+                                              ("bias", None, (3, 2, 5))], ids=str)
+def test_layer_norm_weight_and_bias_have_the_normalized_shape(name, weight, bias):
+    """As torch checks: a (2, 5) weight against normalized_shape (5,) would broadcast and
+    scale each example by its own row."""
+    x = np.ones((2, 5))
+    args = [None if s is None else np.ones(s) for s in (weight, bias)]
+    with pytest.raises(ShapeError, match=re.escape(f"layer_norm: {name} of shape") + ".*must be normalized_shape"):
+        nn.layer_norm(x, (5,), *args)
+    # shapes that broadcast into normalized_shape stay (shared along its leading dims)
+    np.testing.assert_allclose(nn.layer_norm(np.arange(12.0).reshape(2, 2, 3), (2, 3), np.full((3,), 2.0), np.ones(1)),
+                               nn.layer_norm(np.arange(12.0).reshape(2, 2, 3), (2, 3), np.full((2, 3), 2.0),
+                                             np.ones((2, 3))))
+
+
 def test_cross_entropy_per_example_under_vmap_matches_closed_form():
     logits = _rand(54, 6, 4)
     labels = np.array([0, 3, 1, 1, 2, 0])
