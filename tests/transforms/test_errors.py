@@ -512,7 +512,9 @@ def test_failures_are_cuvmap_errors_that_start_with_the_transform(program):
 # fold rows into one axis add row offsets; found in review).
 OUT_OF_RANGE_INDICES = [
     ("cross_entropy label", lambda: cuvmap.nn.cross_entropy(np.array([[0.0, 1, 2], [10, -5, 3]]), np.array([3, 0])),
-     r"take_along_axis: index 3 is out of bounds for axis 1 with size 3"),
+     r"cross_entropy: index 3 is out of bounds for the classes \(integer labels lie in \[0, 3\)"),
+    ("cross_entropy label -1", lambda: cuvmap.nn.cross_entropy(np.array([[0.0, 1, 2], [10, -5, 3]]), np.array([0, -1])),
+     r"cross_entropy: index -1 is out of bounds for the classes \(integer labels lie in \[0, 3\)"),
     ("take_along_axis", lambda: cnp.take_along_axis(np.arange(6.0).reshape(2, 3), np.array([[3], [0]]), 1),
      r"take_along_axis: index 3 is out of bounds for axis 1 with size 3"),
     ("several index arrays", lambda: vmap(lambda x: x[np.array([0]), np.array([4])])(np.ones((2, 3, 4))),
