@@ -105,6 +105,8 @@ _SIGNATURES = {  # name: (restype, argtypes)
         ctypes.c_int, [_PP, _P, ctypes.c_int, _P, _P, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _P, _P]),
     # (pd*, src_md, src_engine, dst_md, dst_engine, attr)
     "dnnl_reorder_primitive_desc_create": (ctypes.c_int, [_PP, _P, _P, _P, _P, _P]),
+    # (pd*, engine, src, weights, bias, dst, attr)
+    "dnnl_matmul_primitive_desc_create": (ctypes.c_int, [_PP, _P, _P, _P, _P, _P, _P]),
     "dnnl_primitive_desc_query_md": (_P, [_P, ctypes.c_int, ctypes.c_int]),
     "dnnl_primitive_desc_query": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _P]),
     "dnnl_primitive_desc_destroy": (ctypes.c_int, [_P]),

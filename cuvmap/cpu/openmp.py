@@ -32,6 +32,11 @@ def _libgomp_loaded():
         return False
 
 
+def libgomp_loaded():
+    """Whether ``libgomp.so.1`` is in this process already (another library loaded it)."""
+    return _libgomp_loaded()
+
+
 # NOTE [OpenMP threads beside OpenBLAS]
 # oneDNN runs its convolutions on GNU OpenMP's thread pool; NumPy's GEMMs and element-wise
 # work run on OpenBLAS's pthreads pool and the calling thread, on the same cores. What

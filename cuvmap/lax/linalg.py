@@ -19,11 +19,11 @@ after it).
 """
 import functools
 import math
-import operator
 
 import numpy as np
 
 from cuvmap import backend, core
+from cuvmap.cpu import onednn_matmul
 from cuvmap.cpu import threads as cpu_threads
 from cuvmap.core import Primitive, ShapedArray, ShapeError, bfloat16
 from cuvmap.errors import ShapeTypeError
@@ -85,7 +85,7 @@ def _dot_layout(x_shape, y_shape, dimension_numbers, gpu=False):
     operands of these shapes (NOTE [a product's layout is worked out once]), NumPy arrays
     or with ``gpu`` CuPy ones, whose GEMMs go through :func:`cuvmap.cuda.cublas.matmul`
     (which a CUDA graph can capture: NOTE [cuBLAS in a capture])."""
-    mm = cublas.matmul if gpu else operator.matmul
+    mm = cublas.matmul if gpu else onednn_matmul.product   # (OpenBLAS, or oneDNN on a spinning team)
     (xc, yc), (xb, yb) = dimension_numbers
     x_ndim, y_ndim = len(x_shape), len(y_shape)
     x_free = _free_dims(x_ndim, xc, xb)
@@ -105,13 +105,13 @@ def _dot_layout(x_shape, y_shape, dimension_numbers, gpu=False):
         if x_t and y_t:
             fn = lambda x, y: mm(x.T, y.T)  # noqa: E731
             if not gpu:
-                _prepared(fn, (None, _transposed), lambda x, y: x.T @ y)
+                _prepared(fn, (None, _transposed), lambda x, y: mm(x.T, y))
         elif x_t:
             fn = lambda x, y: mm(x.T, y)  # noqa: E731
         elif y_t:
             fn = lambda x, y: mm(x, y.T)  # noqa: E731
             if not gpu:
-                _prepared(fn, (None, _transposed), operator.matmul)
+                _prepared(fn, (None, _transposed), mm)
         else:
             fn = mm
         return fn if gpu else _with_threads(fn, m, n, k)
