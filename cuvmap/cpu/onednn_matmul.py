@@ -34,7 +34,10 @@ from cuvmap.lru import LRU
 # another library, or OMP_WAIT_POLICY / GOMP_SPINCOUNT set so that it spins). libdnnl is
 # loaded at that moment if the first convolution has not loaded it yet. Every product of
 # the process then takes the same path, eager or planned, first call or later: the
-# window's timing never shows in a result. Where cuvmap loaded GNU OpenMP itself
+# window's timing never shows in a result. The matmul runs on the team's threads as they
+# are: the busy-machine rule (NOTE [threads under a busy machine] in cuvmap/cpu/threads.py)
+# narrows the convolutions and OpenBLAS, not it, so that no load of the machine can change
+# a product's kernel split. Where cuvmap loaded GNU OpenMP itself
 # (PASSIVE: its workers sleep, and waking them for each GEMM costs more than OpenBLAS's
 # own spinning pool) nothing changes. set_team_gemms() overrides the decision (tests).
 _lock = threading.Lock()
