@@ -6,6 +6,7 @@ cuvmap/cpu/onednn.py). This module imports nothing of cuvmap but the CPU binding
 :mod:`cuvmap.lru`.
 """
 import ctypes
+import os
 import threading
 
 import numpy as np
@@ -59,8 +60,6 @@ def _team_spins_once_loaded():
     """Whether OpenMP's team will spin after regions once libdnnl is loaded (or does)."""
     if libdnnl.loaded():
         return openmp.spin_seconds_in_force() > 0
-    import os
-
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return openmp.spin_seconds(os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")) > 0
     return openmp.libgomp_loaded()
@@ -141,7 +140,10 @@ def matmul(a, b):
     """``a @ b`` for 2-d float32 NumPy arrays (any strides that are whole elements), on
     oneDNN's matmul and OpenMP's team; the result is C-contiguous."""
     c = np.empty((a.shape[0], b.shape[1]), np.float32)
-    key = (_layout(a), _layout(b))
+    get_threads = openmp.functions()[0]
+    # oneDNN sizes a primitive's work split for the team it is made with (as the
+    # convolutions' plans are keyed: NOTE [plan cache] in cuvmap/cpu/onednn.py)
+    key = (_layout(a), _layout(b), get_threads() if get_threads is not None else 0)
     plan = _primitives.get(key)
     if plan is None:
         plan = _primitives.put(key, _Matmul(key[0], key[1], _layout(c)))
