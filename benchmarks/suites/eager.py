@@ -86,7 +86,8 @@ DOC_TABLES = [
     DocTable("The kernels chosen per convolution", "conv_kernels", [
         ("torch", "order", "l"), ("op", "op", "l"), ("N (bucket)", "n", "r"), ("groups", "groups", "r"),
         ("channels per group", "channels", "l"), ("input", "spatial", "l"), ("chosen", "chosen", "l"),
-        ("oneDNN ms", "onednn_ms", "r"), ("unfold ms", "unfold_ms", "r"), ("oneDNN's implementation", "impl", "l")],
+        ("oneDNN ms", "onednn_ms", "r"), ("oneDNN channels-last ms", "onednn_cl_ms", "r"), ("unfold ms", "unfold_ms", "r"),
+        ("oneDNN's implementation", "impl", "l")],
         note="The conv strategy \"auto\" times oneDNN's primitive and the unfold kernels (im2col + GEMM) once per "
              "key, at the key's first call, and keeps the faster (NOTE [conv strategy] in cuvmap/lax/conv_strategy.py); "
              "the implementation is what oneDNN runs for that key's plans (jit:avx512_core is its direct "
@@ -218,8 +219,10 @@ def _torch_profile(batches, calls, order):
 
 
 def _conv_kernels(order):
-    """The kernels the conv strategy chose for each convolution key it measured, with
-    oneDNN's implementation of the plans of that op and shape."""
+    """The kernels the conv strategy chose for each convolution key it measured (oneDNN in
+    its blocked or its channels-last layout, or unfold: NOTE [activation layouts] in
+    cuvmap/cpu/onednn.py), with oneDNN's implementation of the chosen layout's plans of that
+    op and shape."""
     plans = onednn.cached_plans()
     rows = []
     for key, (chosen, times) in sorted(conv_strategy.measured_choices().items(), key=lambda kv: str(kv[0])):
@@ -227,12 +230,15 @@ def _conv_kernels(order):
         if device != "cpu":
             continue
         k = len(kernel)
+        channels_last = chosen == "onednn:channels_last"
         impls = sorted({description for plan_op, shapes, description in plans
                         if plan_op == op and shapes["w"][-k:] == tuple(kernel) and shapes["x"][2:] == tuple(spatial)
-                        and shapes["w"][-k - 2:-k] == (og, cg) and shapes["x"][0] <= n})
+                        and shapes["w"][-k - 2:-k] == (og, cg) and shapes["x"][0] <= n
+                        and ("(channels_last)" in description) == channels_last})
         rows.append(dict(order=order, op=op, n=n, groups=groups, channels=f"{cg} → {og}",
                          spatial="×".join(map(str, spatial)), chosen=chosen, onednn_ms=times.get("onednn"),
-                         unfold_ms=times.get("unfold"), impl="; ".join(impls) if chosen == "onednn" else "–"))
+                         onednn_cl_ms=times.get("onednn:channels_last"), unfold_ms=times.get("unfold"),
+                         impl="; ".join(impls) if chosen.startswith("onednn") else "–"))
     return rows
 
 
@@ -345,10 +351,11 @@ def run(args, settings):
                          [(p["order"], p["batch"], p["transform"], p["primitive"], p["calls"], p["ms"], p["share"])
                           for p in prims]))
     print()
-    print(markdown_table(["torch", "op", "N", "groups", "channels", "input", "chosen", "oneDNN ms", "unfold ms",
+    print(markdown_table(["torch", "op", "N", "groups", "channels", "input", "chosen", "oneDNN ms", "channels-last ms",
+                          "unfold ms",
                           "oneDNN's implementation"],
                          [(k["order"], k["op"], k["n"], k["groups"], k["channels"], k["spatial"], k["chosen"],
-                           k["onednn_ms"], k["unfold_ms"], k["impl"]) for k in conv_kernels]))
+                           k["onednn_ms"], k.get("onednn_cl_ms"), k["unfold_ms"], k["impl"]) for k in conv_kernels]))
     print()
     if torch_profile:
         print(markdown_table(["torch", "batch", "transform", "op", "calls", "self ms", "share"],

@@ -53,6 +53,7 @@ from cuvmap.window import output_spatial
 
 FORWARD_TAKES_BIAS = True  # forward(..., bias=b) adds the bias inside the primitive
 BACKWARD_IN_ONE_PASS = True  # backward(...) computes the asked gradients from one reorder of g
+LAYOUTS = ("blocked", "channels_last")   # the activations' layouts a plan may run in (NOTE [activation layouts])
 _lock = threading.Lock()
 
 
@@ -99,14 +100,51 @@ def _padding_r(in_sp, out_sp, kernel, stride, padding, dilation):
                  for i, o, k, s, p, d in zip(in_sp, out_sp, kernel, stride, padding, dilation))
 
 
+# NOTE [activation layouts]
+# oneDNN runs a convolution in the layouts its primitive asks for. With ``any`` for the
+# input and output (the layout "blocked") it picks ``nChw16c`` and its direct kernels
+# (``jit:avx512_core``); with the channels-last layout (``nhwc``; "channels_last", torch's
+# ``channels_last`` tensors) it picks others: brgemm kernels for the forward
+# (``brgconv``), its channels-last direct kernel for backward-weights, backward-data
+# through brgemm's forward. Neither wins every op: on the benchmark CNN's 16→32 layer on a
+# 2-core Ice Lake (interleaved, reorders included), channels-last won the forward and
+# backward-weights and lost backward-data, at batch 8 to 128; on the 1-channel layer the
+# two were level; a grouped backward-weights with one channel per group (the per-example
+# weight gradient of the first layer) ran several times faster channels-last. So the layout
+# is a property of the plan (part of its key): the ``auto`` conv strategy times both for
+# each key and keeps the faster (NOTE [conv strategy] in cuvmap/lax/conv_strategy.py), a
+# forced ``onednn`` strategy and ``config.deterministic`` take "blocked". The user's arrays
+# stay ``N C spatial...``: either layout reorders them in and out (one pass each, the same
+# cost), and the merged backward pass shares its reorder of ``g`` only between two passes
+# of one layout. A channels-last plan that oneDNN could run only on its reference kernels
+# (``ref:any``, seconds per call) is refused with an OnednnError at creation, so that
+# ``auto`` never times it. ``python -m benchmarks eager`` lists, per convolution key, both
+# layouts' times, the choice and oneDNN's implementation.
+
+
+def _activation_md(shape, dtype, layout):
+    """The descriptor the primitive asks for an activation: oneDNN's choice (``any``) for
+    "blocked", the channels-last strides (``N spatial... C``) for "channels_last"."""
+    if layout == "blocked":
+        return libdnnl.any_md(shape, dtype)
+    n, c, spatial = shape[0], shape[1], tuple(shape[2:])
+    inner = int(np.prod(spatial, dtype=np.int64)) if spatial else 1
+    strides, step = [], c
+    for size in reversed(spatial):
+        strides.append(step)
+        step *= size
+    return libdnnl.plain_md(shape, (inner * c, 1) + tuple(reversed(strides)), dtype)
+
+
 class _Plan:
     """A convolution primitive (forward, backward-data or backward-weights) on fixed
     shapes, strides and parameters, with the reorders of its operands. ``operands`` is
     ``{name: (shape, element strides)}`` for ``x``, ``w`` (grouped: ``(G, Og, Cg, K...)``),
-    ``y`` and, for a forward with bias, ``b``."""
+    ``y`` and, for a forward with bias, ``b``; ``layout`` is the activations' (NOTE
+    [activation layouts])."""
 
-    def __init__(self, op, dtype, operands, stride, padding, dilation):
-        self.op = op
+    def __init__(self, op, dtype, operands, stride, padding, dilation, layout="blocked"):
+        self.op, self.layout = op, layout
         lib, engine = libdnnl.lib, libdnnl.engine
         x_shape, w_shape, y_shape = (operands[k][0] for k in ("x", "w", "y"))
         kernel = w_shape[-len(stride):]
@@ -115,7 +153,10 @@ class _Plan:
         pad_l = libdnnl.dims(padding)
         pad_r = libdnnl.dims(_padding_r(x_shape[2:], y_shape[2:], kernel, stride, padding, dilation))
         attr = libdnnl.user_attr()
-        anys = [libdnnl.any_md(operands[k][0], dtype) for k in ("x", "w", "y")]
+        if layout not in LAYOUTS:
+            raise ValueError(f"oneDNN convolution layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+        anys = [_activation_md(operands["x"][0], dtype, layout), libdnnl.any_md(operands["w"][0], dtype),
+                _activation_md(operands["y"][0], dtype, layout)]
         users = {k: libdnnl.plain_md(shape, st, dtype) for k, (shape, st) in operands.items()}
         bias_md = users.get("b")
         hint = pd = ctypes.c_void_p()
@@ -152,6 +193,8 @@ class _Plan:
                     roles.append((DNNL_ARG_DIFF_BIAS, "b", True, None))
             self.conv = libdnnl.Primitive(pd, what)
             pd = ctypes.c_void_p()  # owned by self.conv now
+            if layout != "blocked" and self.conv.impl().startswith("ref"):
+                raise OnednnError(f"{what}: no {layout} kernel but the reference one ({self.conv.impl()})")
             self.operands = []
             for arg, name, output, query in roles:
                 conv_md = users[name] if query is None else lib.dnnl_primitive_desc_query_md(self.conv.pd, query, 0)
@@ -168,7 +211,8 @@ class _Plan:
     def describe(self):
         """The implementation oneDNN chose (e.g. ``jit:avx512_core``) and the reorders."""
         reorders = [o.name for o in self.operands if o.reorder is not None]
-        return f"{self.conv.impl()}, reorders of {', '.join(reorders) or 'none'}"
+        layout = "" if self.layout == "blocked" else f" ({self.layout})"
+        return f"{self.conv.impl()}{layout}, reorders of {', '.join(reorders) or 'none'}"
 
     def run(self, arrays, reordered=None):
         """Runs the plan on ``arrays`` (``{name: ndarray}`` with this plan's shapes and
@@ -256,17 +300,18 @@ def clear_cache():
     _plans.clear()
 
 
-def _plan(op, dtype, operands, stride, padding, dilation):
+def _plan(op, dtype, operands, stride, padding, dilation, layout="blocked"):
     get_threads = openmp.functions()[0]
     threads = get_threads() if get_threads is not None else 0    # oneDNN sizes a primitive for its creating team
-    key = (op, dtype.str, tuple(sorted(operands.items())), tuple(stride), tuple(padding), tuple(dilation), threads)
+    key = (op, dtype.str, tuple(sorted(operands.items())), tuple(stride), tuple(padding), tuple(dilation), threads,
+           layout)
     plan = _plans.get(key)
     if plan is not None:
         return plan
     import time
 
     t0 = time.perf_counter()
-    plan = _Plan(op, dtype, operands, stride, padding, dilation)
+    plan = _Plan(op, dtype, operands, stride, padding, dilation, layout)
     with _lock:
         _stats["created"] += 1
         _stats["create_seconds"] += time.perf_counter() - t0
@@ -280,10 +325,10 @@ def cached_plans():
     return [(key[0], {name: layout[0] for name, layout in key[2]}, plan.describe()) for key, plan in _plans.items()]
 
 
-def plan_description(op, x, w, y, stride, padding, dilation, groups):
+def plan_description(op, x, w, y, stride, padding, dilation, groups, layout="blocked"):
     """What oneDNN runs for one call of ``op`` (for diagnostics and benchmarks)."""
     ops = {"x": _layout(x), "w": _weight_layout(w, groups), "y": _layout(y)}
-    return _plan(op, np.dtype(x.dtype), ops, stride, padding, dilation).describe()
+    return _plan(op, np.dtype(x.dtype), ops, stride, padding, dilation, layout).describe()
 
 
 # ---------------------------------------------------------------------------------------
@@ -406,7 +451,7 @@ def _chunk_pieces(chunk):
 
 
 def _run_pieces(passes, dtype, n, groups, cg, og, stride, padding, dilation):
-    """Runs each pass ``(op, arrays, accumulated)`` piece by piece. ``arrays``: ``{name:
+    """Runs each pass ``(op, arrays, accumulated, layout)`` piece by piece. ``arrays``: ``{name:
     array}`` — each piece takes the examples ``ns`` of x and y, and the channels of its
     groups (per group ``cg`` for x, ``og`` for y, the weight's first dim and the bias);
     ``accumulated`` names the outputs summed over example pieces (the weight and bias
@@ -428,14 +473,14 @@ def _run_pieces(passes, dtype, n, groups, cg, og, stride, padding, dilation):
         if i > 0 and chunk[0].start > 0:
             # a later chunk of examples: its own weight and bias gradients, summed below
             chunk_passes = []
-            for op, arrays, accumulated in passes:
+            for op, arrays, accumulated, layout in passes:
                 if accumulated:
                     arrays = dict(arrays)
                     for name in accumulated:
                         partial = np.empty(arrays[name].shape, dtype)
                         partials.append((arrays[name], partial))
                         arrays[name] = partial
-                chunk_passes.append((op, arrays, accumulated))
+                chunk_passes.append((op, arrays, accumulated, layout))
         jobs.append((_chunk_pieces(chunk), chunk_passes))
     pool = openmp.workers.get(len(jobs))
     futures = [pool.submit(_run_serial, chunk_passes, dtype, pieces, cg, og, stride, padding, dilation)
@@ -454,7 +499,7 @@ def _run_serial(passes, dtype, pieces, cg, og, stride, padding, dilation):
     partials = {}
     first_start = pieces[0][0].start if pieces else 0
     for ns, g0, gg in pieces:
-        for op, arrays, accumulated in passes:
+        for op, arrays, accumulated, layout in passes:
             sliced, layouts = {}, {}
             for name, a in arrays.items():
                 ch = slice(g0 * per_group[name], (g0 + gg) * per_group[name])
@@ -470,13 +515,14 @@ def _run_serial(passes, dtype, pieces, cg, og, stride, padding, dilation):
                     sliced[name] = partial
                     sums.append((target, partial))
             layouts = {name: _weight_layout(s, gg) if name == "w" else _layout(s) for name, s in sliced.items()}
-            _plan(op, dtype, layouts, stride, padding, dilation).run(sliced, reordered)
+            _plan(op, dtype, layouts, stride, padding, dilation, layout).run(sliced, reordered)
             for target, partial in sums:
                 target += partial
 
 
-def forward(x, w, stride, padding, dilation, groups, bias=None):
-    """Regular convolution ``(N, C, S...) ⊛ (O, C/G, K...) [+ bias (O,)] -> (N, O, out...)``."""
+def forward(x, w, stride, padding, dilation, groups, bias=None, layout="blocked"):
+    """Regular convolution ``(N, C, S...) ⊛ (O, C/G, K...) [+ bias (O,)] -> (N, O, out...)``;
+    ``layout``: the activations' inside the primitive (NOTE [activation layouts])."""
     operands = (x, w) if bias is None else (x, w, bias)
     dtype = _dtype_of("forward", *operands)
     x = _readable(x)
@@ -489,11 +535,11 @@ def forward(x, w, stride, padding, dilation, groups, bias=None):
     arrays = {"x": x, "w": w, "y": y}
     if bias is not None:
         arrays["b"] = np.ascontiguousarray(bias)
-    _run_pieces([("forward", arrays, ())], dtype, n, groups, c // groups, o // groups, stride, padding, dilation)
+    _run_pieces([("forward", arrays, (), layout)], dtype, n, groups, c // groups, o // groups, stride, padding, dilation)
     return y
 
 
-def backward_input(g, w, input_shape, stride, padding, dilation, groups):
+def backward_input(g, w, input_shape, stride, padding, dilation, groups, layout="blocked"):
     """``∂⟨conv(x, w), g⟩/∂x`` for ``x`` of ``input_shape`` (oneDNN's backward-data)."""
     dtype = _dtype_of("backward_input", g, w)
     g = _readable(g)
@@ -501,12 +547,12 @@ def backward_input(g, w, input_shape, stride, padding, dilation, groups):
     n, c = input_shape[:2]
     o = w.shape[0]
     dx = np.empty(tuple(input_shape), dtype)
-    _run_pieces([("backward_input", {"x": dx, "w": w, "y": g}, ())], dtype, n, groups, c // groups, o // groups,
+    _run_pieces([("backward_input", {"x": dx, "w": w, "y": g}, (), layout)], dtype, n, groups, c // groups, o // groups,
                 stride, padding, dilation)
     return dx
 
 
-def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
+def backward_weight(g, x, weight_shape, stride, padding, dilation, groups, layout="blocked"):
     """``∂⟨conv(x, w), g⟩/∂w`` for ``w`` of ``weight_shape`` (oneDNN's backward-weights)."""
     dtype = _dtype_of("backward_weight", g, x)
     g = _readable(g)
@@ -514,7 +560,7 @@ def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     o = weight_shape[0]
     dw = np.empty(tuple(weight_shape), dtype)
-    _run_pieces([("backward_weight", {"x": x, "w": dw, "y": g}, ("w",))], dtype, n, groups, c // groups,
+    _run_pieces([("backward_weight", {"x": x, "w": dw, "y": g}, ("w",), layout)], dtype, n, groups, c // groups,
                 o // groups, stride, padding, dilation)
     return dw
 
@@ -538,20 +584,24 @@ def backward_weight(g, x, weight_shape, stride, padding, dilation, groups):
 
 
 def backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias=False, stride, padding, dilation,
-             groups):
+             groups, layouts=None):
     """The gradients of ``⟨conv(x, w) + b, g⟩`` that are asked for, from one pass over ``g``
     (NOTE [one backward pass over the output gradient]): ``(dx, dw, db)``, each None when
     not asked. ``dx`` (of ``input_shape``) is asked by passing the weight ``w``, ``dw``
-    (of ``weight_shape``) by passing the input ``x``, ``db`` (``(O,)``) by ``bias=True``."""
+    (of ``weight_shape``) by passing the input ``x``, ``db`` (``(O,)``) by ``bias=True``.
+    ``layouts``: ``{"backward_input" | "backward_weight": layout}`` (NOTE [activation
+    layouts]; "blocked" where not given); ``g``'s reorder is shared when both are one."""
     operands = [a for a in (g, x, w) if a is not None]
     dtype = _dtype_of("backward", *operands)
+    layouts = layouts or {}
     g = _readable(g)
     n, o = g.shape[:2]
     c = (input_shape if w is not None else x.shape)[1]
     passes, dx, dw, db = [], None, None, None
     if w is not None:
         dx = np.empty(tuple(input_shape), dtype)
-        passes.append(("backward_input", {"x": dx, "w": np.ascontiguousarray(w), "y": g}, ()))
+        passes.append(("backward_input", {"x": dx, "w": np.ascontiguousarray(w), "y": g}, (),
+                       layouts.get("backward_input", "blocked")))
     if x is not None or bias:
         if x is None:
             raise ValueError("oneDNN backward: the bias gradient comes with the weight gradient (pass x)")
@@ -560,6 +610,6 @@ def backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias=Fal
         if bias:
             db = np.empty((o,), dtype)
             arrays["b"], accumulated = db, ("w", "b")
-        passes.append(("backward_weight", arrays, accumulated))
+        passes.append(("backward_weight", arrays, accumulated, layouts.get("backward_weight", "blocked")))
     _run_pieces(passes, dtype, n, groups, c // groups, o // groups, stride, padding, dilation)
     return dx, dw, db

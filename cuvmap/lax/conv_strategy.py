@@ -29,14 +29,18 @@ from cuvmap import config
 #             (NOTEs [column layouts] and [cache blocking] there). The only kernels for
 #             float64 on the CPU.
 #   "onednn": oneDNN's direct convolutions on the CPU (cuvmap/cpu/onednn.py; float32), the
-#             kernels torch uses, in oneDNN's blocked layouts.
+#             kernels torch uses, in oneDNN's blocked layouts (a forced "onednn" runs
+#             these; "auto" also times the channels-last ones, NOTE [activation layouts]
+#             there, as the candidate "onednn:channels_last").
 #   "cudnn":  cuDNN's grouped convolutions on the GPU (cuvmap/cuda/cudnn.py).
 #   "auto":   the default. The first call of each key (NOTE [conv strategy key]) runs the
 #             device's vendor kernels and the unfold ones on its operands and times them —
 #             on the CPU oneDNN against im2col (perf_counter: the faster of two calls after
 #             a warm-up call), on the GPU cuDNN against the CuPy unfold kernels (CUDA
 #             events: cuda.device.time_gpu of two calls after a warm-up call) — records
-#             the faster for the key and returns its result; later calls of the key run
+#             the faster for the key and returns its result (on the CPU oneDNN counts as
+#             two candidates, one per activation layout: NOTE [activation layouts] in
+#             cuvmap/cpu/onednn.py); later calls of the key run
 #             that kernel alone (measured_choices() lists the choices with both times;
 #             two threads meeting a new key time it once: NOTE [measuring once per key]
 #             in cuvmap/measured_choices.py). Where the vendor cannot run the operands
@@ -169,13 +173,24 @@ def _empty_result(op, args, xp):
     return xp.zeros(shape, dtype=args[0].dtype)
 
 
-def _call(module, op, args, bias):
-    """``module.<op>(*args)``, the bias added inside oneDNN's forward or after the others'."""
+def _vendor_candidates(name, vendor):
+    """``{candidate: layout}``: the vendor's kernels as "auto" times them, one candidate per
+    activation layout it offers (oneDNN's: NOTE [activation layouts] in
+    cuvmap/cpu/onednn.py), the default layout named ``name`` (layout None: the vendor's
+    default), the others ``name:layout``."""
+    layouts = getattr(vendor, "LAYOUTS", ())
+    return {name: None, **{f"{name}:{layout}": layout for layout in layouts[1:]}}
+
+
+def _call(module, op, args, bias, layout=None):
+    """``module.<op>(*args)``, the bias added inside oneDNN's forward or after the others';
+    ``layout``: the vendor's activation layout (None: its default)."""
+    layout = {} if layout is None else {"layout": layout}
     if bias is not None and getattr(module, "FORWARD_TAKES_BIAS", False):
-        return module.forward(*args, bias=bias)
+        return module.forward(*args, bias=bias, **layout)
     if module is conv_gemm:
         cpu_threads.blas_pool_used()  # im2col + GEMM: OpenBLAS's threads (NOTE [two thread pools])
-    out = getattr(module, op)(*args)
+    out = getattr(module, op)(*args, **layout)
     return out if bias is None else add_bias(out, bias)
 
 
@@ -185,7 +200,7 @@ def add_bias(out, bias):
     return out
 
 
-def _time_kernel(module, op, args, bias, device):
+def _time_kernel(module, op, args, bias, device, layout=None):
     """``(milliseconds, result)`` of ``module``'s ``op`` after a warm-up call (the first
     call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
     the median of two (their mean) by CUDA events on the GPU."""
@@ -193,13 +208,13 @@ def _time_kernel(module, op, args, bias, device):
         from cuvmap.cuda import device as cuda_device  # a vendor binding: imported at its device's first convolution
 
         result = []
-        ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias)), repeats=2)
+        ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias, layout)), repeats=2)
         return ms, result[-1]
-    out = _call(module, op, args, bias)
+    out = _call(module, op, args, bias, layout)
     best = None
     for _ in range(2):
         t0 = time.perf_counter()
-        out = _call(module, op, args, bias)
+        out = _call(module, op, args, bias, layout)
         elapsed = (time.perf_counter() - t0) * 1e3
         best = elapsed if best is None else min(best, elapsed)
     return best, out
@@ -214,18 +229,22 @@ def _fall_back(key, name, err, op, args):
 
 
 def _measure(key, name, vendor, op, args, bias, device):
-    """Times the vendor's and the unfold kernels on ``args``; returns ``(choice, result)``,
-    the choice ``(the faster, times)`` for ``key`` (recorded by the caller, NOTE [measuring
-    once per key] in cuvmap/measured_choices.py)."""
-    try:
-        vendor_ms, out = _time_kernel(vendor, op, args, bias, device)
-    except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [choosing conv kernels])
-        _fall_back(key, name, err, op, args)
-        return ("unfold", {name: None, "unfold": None}), _call(conv_gemm, op, args, bias)
-    unfold_ms, unfold_out = _time_kernel(conv_gemm, op, args, bias, device)
-    times = {name: vendor_ms, "unfold": unfold_ms}
+    """Times the vendor's candidates (:func:`_vendor_candidates`) and the unfold kernels on
+    ``args``; returns ``(choice, result)``, the choice ``(the fastest, times)`` for ``key``
+    (recorded by the caller, NOTE [measuring once per key] in cuvmap/measured_choices.py).
+    A vendor layout that raises is left out of the times (oneDNN refuses a layout it could
+    run only on its reference kernels); the default one raising falls back to unfold."""
+    times, outs = {}, {}
+    for i, (candidate, layout) in enumerate(_vendor_candidates(name, vendor).items()):
+        try:
+            times[candidate], outs[candidate] = _time_kernel(vendor, op, args, bias, device, layout)
+        except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [choosing conv kernels])
+            if i == 0:
+                _fall_back(key, name, err, op, args)
+                return ("unfold", {name: None, "unfold": None}), _call(conv_gemm, op, args, bias)
+    times["unfold"], outs["unfold"] = _time_kernel(conv_gemm, op, args, bias, device)
     choice = (min(times, key=times.get), times)
-    return choice, (out if choice[0] == name else unfold_out)
+    return choice, outs[choice[0]]
 
 
 _OPERAND_NAMES = {"forward": ("input", "weight"), "backward_input": ("grad_output", "weight"),
@@ -277,19 +296,21 @@ def run_backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias
     calls = ([("backward_input", (g, w, input_shape) + conv)] if w is not None else []) + \
             ([("backward_weight", (g, x, weight_shape) + conv)] if x is not None else [])
     outs = {}
-    vendor = _one_pass_vendor(g, x, bias, calls)
-    if vendor is None:
+    one_pass = _one_pass_vendor(g, x, bias, calls)
+    if one_pass is None:
         unmeasured = [(op, args) for op, args in calls if _needs_measuring(op, args)]
         for op, args in unmeasured:
             outs[op] = run_kernel(op, *args)
         if unmeasured:
-            vendor = _one_pass_vendor(g, x, bias, calls)
-    if vendor is not None:
+            one_pass = _one_pass_vendor(g, x, bias, calls)
+    if one_pass is not None:
+        vendor, layouts = one_pass
+        layouts = {"layouts": layouts} if layouts else {}
         cpu_threads.quiet_blas_pool()
         try:
             with cpu_threads.limited(cpu_threads.target(), openmp=True), cpu_threads.limited(cpu_threads.beside_team()):
                 return vendor.backward(g, x=x, w=w, input_shape=input_shape, weight_shape=weight_shape, bias=bias,
-                                       stride=stride, padding=padding, dilation=dilation, groups=groups)
+                                       stride=stride, padding=padding, dilation=dilation, groups=groups, **layouts)
         except Exception as err:  # noqa: BLE001 - each kernel then runs (and falls back) on its own
             key = _one_pass_key(calls, bias)
             if _failed.record(key, f"{type(err).__name__}: {err}"):
@@ -304,18 +325,21 @@ def run_backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias
 
 
 def _one_pass_vendor(g, x, bias, calls):
-    """The vendor module that runs ``calls`` in one pass (NOTE [the gradients of one output
-    gradient in one call]), or None: NumPy operands, none empty, the weight gradient asked
-    with the bias's, a vendor with such a kernel, and every call's key decided for it."""
+    """``(vendor module, {op: layout})`` when the vendor runs ``calls`` in one pass (NOTE
+    [the gradients of one output gradient in one call]; the layouts each call's key chose,
+    the vendor's default left out), or None: NumPy operands, none empty, the weight gradient
+    asked with the bias's, a vendor with such a kernel, and every call's key decided for it."""
     if backend.is_cupy_array(g) or (bias and x is None) or len(calls) + bool(bias) < 2:
         return None
     if any(0 in tuple(a.shape) for _, args in calls for a in args[:2]):
         return None
-    vendors = {_decided_vendor(op, args) for op, args in calls}
-    vendor = vendors.pop() if len(vendors) == 1 else None
+    decided = {op: _decided_vendor(op, args) for op, args in calls}
+    if None in decided.values() or len({vendor for vendor, _ in decided.values()}) != 1:
+        return None
+    vendor = next(iter(decided.values()))[0]
     if not getattr(vendor, "BACKWARD_IN_ONE_PASS", False) or _one_pass_key(calls, bias) in _failed:
         return None
-    return vendor
+    return vendor, {op: layout for op, (_, layout) in decided.items() if layout is not None}
 
 
 def _one_pass_key(calls, bias):
@@ -324,8 +348,9 @@ def _one_pass_key(calls, bias):
 
 
 def _decided_vendor(op, args):
-    """The vendor module when the strategy runs ``op`` on ``args`` (NumPy operands) on the
-    vendor's kernels without measuring first, else None."""
+    """``(vendor module, layout)`` when the strategy runs ``op`` on ``args`` (NumPy
+    operands) on the vendor's kernels without measuring first (layout None: the vendor's
+    default), else None."""
     strategy = get_strategy()
     if strategy not in ("auto", "onednn"):
         return None
@@ -337,9 +362,11 @@ def _decided_vendor(op, args):
         return None
     if strategy == "auto" and not config.read("deterministic"):
         choice = _measured.get(key)
-        if choice is None or choice[0] != name:
+        candidates = _vendor_candidates(name, vendor)
+        if choice is None or choice[0] not in candidates:
             return None
-    return vendor
+        return vendor, candidates[choice[0]]
+    return vendor, None
 
 
 def _needs_measuring(op, args):
@@ -369,8 +396,11 @@ def _pick_and_run(op, device, args, bias):
                 return out
         if choice[0] == "unfold":
             return _call(conv_gemm, op, args, bias)
+        layout = _vendor_candidates(name, vendor).get(choice[0])
+    else:
+        layout = None
     try:
-        return _call(vendor, op, args, bias)
+        return _call(vendor, op, args, bias, layout)
     except Exception as err:  # noqa: BLE001
         _fall_back(key, name, err, op, args)
         return _call(conv_gemm, op, args, bias)

@@ -525,17 +525,22 @@ def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, g
     with warnings.catch_warnings():
         warnings.simplefilter("error", conv_mod.VendorKernelWarning)
         conv(3)
-        assert sorted(timed) == [("conv_gemm", "forward"), (vendor, "forward")]
+        # one timing per candidate: the vendor's layouts (oneDNN's blocked and channels-last,
+        # NOTE [activation layouts]; cuDNN's one) and unfold
+        candidates = conv_strategy._vendor_candidates(vendor, vendor_module)
+        assert list(candidates)[0] == vendor and len(candidates) == (2 if device == "cpu" else 1)
+        per_key = len(candidates) + 1
+        assert sorted(timed) == [("conv_gemm", "forward")] + [(vendor, "forward")] * len(candidates)
         assert vendor_calls                                          # the vendor's kernel ran
         ((key, (choice, times)),) = conv_mod.measured_choices().items()
         assert key[:2] == ("forward", device) and key[3] == 4        # N = 3 in the bucket of 4
-        assert set(times) == {vendor, "unfold"} and all(t > 0 for t in times.values())
+        assert set(times) == set(candidates) | {"unfold"} and all(t > 0 for t in times.values())
         assert choice == min(times, key=times.get)
         conv(3)
         conv(4)                                                      # the same bucket: reused
-        assert len(timed) == 2 and len(conv_mod.measured_choices()) == 1
+        assert len(timed) == per_key and len(conv_mod.measured_choices()) == 1
         conv(5)                                                      # bucket 8: measured anew
-        assert len(timed) == 4 and len(conv_mod.measured_choices()) == 2
+        assert len(timed) == 2 * per_key and len(conv_mod.measured_choices()) == 2
         # both kernels, forced, against the loops and each other
         monkeypatch.setattr(conv_strategy, "_strategy", [vendor])
         del vendor_calls[:]
@@ -545,7 +550,7 @@ def _check_auto_strategy_measures_and_caches(monkeypatch, device, vendor, put, g
         by_unfold = conv(5)
         assert vendor_calls == [(vendor, "forward")]
     np.testing.assert_allclose(by_vendor, by_unfold, rtol=1e-5, atol=1e-5)
-    assert len(timed) == 4
+    assert len(timed) == 2 * per_key
 
 
 @gpu
@@ -687,13 +692,13 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     timed = []
     inside = threading.Barrier(2)
 
-    def counting_timer(module, op, args, bias, device):
+    def counting_timer(module, op, args, bias, device, layout=None):
         timed.append("onednn" if module is vendor else "unfold")
         try:
             inside.wait(timeout=1.0)      # a second measurement would meet the first here
         except threading.BrokenBarrierError:
             pass
-        out = conv_strategy._call(module, op, args, bias)
+        out = conv_strategy._call(module, op, args, bias, layout)
         return (1.0 if module is vendor else 2.0), out
 
     monkeypatch.setattr(conv_strategy, "_time_kernel", counting_timer)
@@ -735,11 +740,11 @@ def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
     monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
     calls = []
 
-    def timer(module, op, args, bias, device):
+    def timer(module, op, args, bias, device, layout=None):
         calls.append(module is vendor)
         if len(calls) == 2:
             raise MemoryError("stand-in: no memory for the unfold columns")
-        return 1.0, conv_strategy._call(module, op, args, bias)
+        return 1.0, conv_strategy._call(module, op, args, bias, layout)
 
     monkeypatch.setattr(conv_strategy, "_time_kernel", timer)
     x, w, _, params = make_operands(CONFIGS[4], np.random.default_rng(20))
