@@ -81,14 +81,16 @@ IM2COL_VARIANTS = [
 
 def cpu_kernels(im2col_variants=False):
     """The CPU kernels to compare: ``[(label, strategy, conv_gemm settings)]``: im2col as it
-    chooses, its forced variants (``im2col_variants``), and oneDNN's when it loads."""
+    chooses, its forced variants (``im2col_variants``), and oneDNN's when it loads, in its
+    blocked and its channels-last layouts (NOTE [activation layouts] in cuvmap/cpu/onednn.py)."""
     from cuvmap.cpu import onednn
 
     kernels = [("im2col", "unfold", None)]
     if im2col_variants:
         kernels += [(label, "unfold", settings) for label, settings in IM2COL_VARIANTS]
     if onednn.available():
-        kernels.append(("oneDNN", "onednn", None))
+        kernels += [("oneDNN", "onednn", None),   # blocked, and channels-last: NOTE [activation layouts]
+                    ("oneDNN channels-last", "onednn:channels_last", None)]
     return kernels
 
 
@@ -105,6 +107,8 @@ DOC_TABLES = [
         ("layer", "layer", "l"), ("batch", "batch", "r"), ("op", "op", "l"),
         ("im2col ms", _kernel("im2col", "ms"), "r"), ("im2col GFLOP/s", _kernel("im2col", "gflops"), "r"),
         ("oneDNN ms", _kernel("oneDNN", "ms"), "r"), ("oneDNN GFLOP/s", _kernel("oneDNN", "gflops"), "r"),
+        ("channels-last ms", _kernel("oneDNN channels-last", "ms"), "r"),
+        ("channels-last GFLOP/s", _kernel("oneDNN channels-last", "gflops"), "r"),
         ("GPU (auto) ms", _kernel("auto", "ms"), "r"), ("matmul GFLOP/s", "matmul_gflops", "r"),
         ("auto picks", "auto_picks", "l")]),
     DocTable("2. vmap-folded batching cases against a Python loop over examples",

@@ -206,6 +206,12 @@ def test_conv_suite(capsys, tmp_path):
     assert set(res["tables"]) == {"gflops", "vmap_vs_loop", "grouped_vs_unfold"}
     assert len(res["tables"]["gflops"]) == 2 * 2 * 3
     assert "## 1. Convolution GFLOP/s" in out and "## 3." in out
+    from cuvmap.cpu import onednn
+
+    if onednn.available():   # both activation layouts, side by side (NOTE [activation layouts])
+        for label in ("oneDNN", "oneDNN channels-last"):
+            assert all(row[label]["ms"] > 0 for row in res["tables"]["gflops"])
+            assert f" {label} ms |" in out
 
 
 @pytest.mark.slow

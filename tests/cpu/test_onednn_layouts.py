@@ -156,3 +156,47 @@ def test_a_channels_last_plan_on_reference_kernels_is_refused_and_not_timed(monk
     from cuvmap.cpu import libdnnl
 
     monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
+
+
+@needs_onednn
+def test_the_forced_channels_last_strategy_runs_every_op_channels_last(monkeypatch):
+    """``set_strategy("onednn:channels_last")`` (or the environment variable) runs each op on
+    oneDNN's channels-last plans, eagerly and in a jitted gradient (its one-pass backward
+    takes both gradients channels-last), with the loops' results."""
+    import cuvmap as cv
+    from cuvmap import lax, nn
+
+    monkeypatch.setattr(conv_strategy, "_strategy", [None])
+    monkeypatch.setenv("CUVMAP_CONV_STRATEGY", "onednn:channels_last")
+    assert conv_strategy.get_strategy() == "onednn:channels_last"
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
+    seen = []
+    for op in ("forward", "backward_input", "backward_weight", "backward"):
+        real = getattr(onednn, op)
+
+        def spy(*args, _real=real, _op=op, **kwargs):
+            seen.append((_op, kwargs.get("layout", kwargs.get("layouts"))))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(onednn, op, spy)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 3, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    conv = ((1, 1), (1, 1), (1, 1), 1)
+    x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
+    _close(np.asarray(lax.conv(x, w, stride=1, padding=1)), naive_conv(x64, w64, *conv))
+    assert seen == [("forward", "channels_last")]
+
+    def loss(w, b, x):
+        return (nn.conv(x, w, b, padding=1) ** 2).sum() / 2
+
+    y = naive_conv(x64, w64, *conv) + b64.reshape(1, -1, 1, 1)
+    want_w = naive_backward_weight(y, x64, w.shape, *conv)
+    for f in (cv.grad(loss, argnums=(0, 1)), cv.jit(cv.grad(loss, argnums=(0, 1)))):
+        del seen[:]
+        gw, gb = f(w, b, x)
+        _close(np.asarray(gw), want_w)
+        _close(np.asarray(gb), y.sum(axis=(0, 2, 3)))
+        assert seen and all(layout in ("channels_last", {"backward_weight": "channels_last"}) for _, layout in seen), seen
+    assert ("backward", {"backward_weight": "channels_last"}) in seen    # jit: the one-pass backward
