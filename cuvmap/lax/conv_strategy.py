@@ -37,12 +37,13 @@ from cuvmap import config
 #   "auto":   the default. The first call of each key (NOTE [conv strategy key]) runs the
 #             device's vendor kernels and the unfold ones on its operands and times them —
 #             on the CPU oneDNN against im2col (perf_counter: the faster of two calls after
-#             a warm-up call; the close ones twice, NOTE [timing close candidates twice]), on the GPU cuDNN against the CuPy unfold kernels (CUDA
-#             events: cuda.device.time_gpu of two calls after a warm-up call) — records
-#             the faster for the key and returns its result (on the CPU oneDNN counts as
-#             two candidates, one per activation layout: NOTE [activation layouts] in
-#             cuvmap/cpu/onednn.py); later calls of the key run
-#             that kernel alone (measured_choices() lists the choices with both times;
+#             a warm-up call; the close ones twice, NOTE [timing close candidates
+#             twice]), on the GPU cuDNN against the CuPy unfold kernels (CUDA events:
+#             cuda.device.time_gpu of two calls after a warm-up call) — records the
+#             fastest for the key and returns its result (on the CPU oneDNN counts as two
+#             candidates, one per activation layout: NOTE [activation layouts] in
+#             cuvmap/cpu/onednn.py); later calls of the key run that kernel alone
+#             (measured_choices() lists the choices with their times;
 #             two threads meeting a new key time it once: NOTE [measuring once per key]
 #             in cuvmap/measured_choices.py). Where the vendor cannot run the operands
 #             (NOTE [choosing conv kernels]), unfold runs untimed. Under
