@@ -678,6 +678,16 @@ class _StandInKernels:
         self.backward_weight = conv_gemm.backward_weight
 
 
+def _auto_with_a_stand_in_vendor(monkeypatch):
+    """The "auto" strategy with fresh tables and a stand-in vendor named "onednn" (returned)."""
+    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
+    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
+    vendor = _StandInKernels()
+    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    return vendor
+
+
 def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     """NOTE [measuring once per key]: two threads start the same new convolution together
     (a barrier); the stand-in timer counts its calls and holds the first caller until a
@@ -685,11 +695,7 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
     once — one vendor and one unfold timing — and both threads get the reference result."""
     import threading
 
-    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
-    vendor = _StandInKernels()
-    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    vendor = _auto_with_a_stand_in_vendor(monkeypatch)
     timed = []
     inside = threading.Barrier(2)
 
@@ -739,11 +745,7 @@ def test_two_threads_meeting_a_new_key_measure_it_once(monkeypatch):
 def test_close_candidates_are_timed_again_in_reverse_order(monkeypatch, first, second, timed_again, chosen):
     """NOTE [timing close candidates twice]: on the CPU, candidates within CLOSE of the
     fastest are timed a second time, last first, and each keeps its faster time."""
-    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
-    vendor = _StandInKernels()
-    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    vendor = _auto_with_a_stand_in_vendor(monkeypatch)
     calls = []
 
     def timer(module, op, args, bias, device, layout=None):
@@ -764,11 +766,7 @@ def test_close_candidates_are_timed_again_in_reverse_order(monkeypatch, first, s
 def test_a_failed_measurement_lets_the_next_caller_measure(monkeypatch):
     """A measurement that raises (here a MemoryError from the stand-in timer) records no
     choice and leaves no claim behind: the next call measures the key."""
-    monkeypatch.setattr(conv_strategy, "_strategy", ["auto"])
-    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
-    monkeypatch.setattr(conv_strategy, "_failed", MeasuredChoices())
-    vendor = _StandInKernels()
-    monkeypatch.setattr(conv_strategy, "_vendor_for", lambda device, dtype: ("onednn", vendor))
+    vendor = _auto_with_a_stand_in_vendor(monkeypatch)
     calls = []
 
     def timer(module, op, args, bias, device, layout=None):
