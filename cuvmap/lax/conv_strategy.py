@@ -209,17 +209,18 @@ def add_bias(out, bias):
     return out
 
 
-def _time_kernel(module, op, args, bias, device, layout=None):
+def _time_kernel(module, op, args, bias, device, layout=None, warm_up=True):
     """``(milliseconds, result)`` of ``module``'s ``op`` after a warm-up call (the first
-    call makes oneDNN's primitives and cuDNN's plans): the faster of two calls on the CPU,
-    the median of two (their mean) by CUDA events on the GPU."""
+    call makes oneDNN's primitives and cuDNN's plans; ``warm_up=False`` skips it for a
+    kernel timed before): the faster of two calls on the CPU, the median of two (their
+    mean) by CUDA events on the GPU."""
     if device == "gpu":
         from cuvmap.cuda import device as cuda_device  # a vendor binding: imported at its device's first convolution
 
         result = []
         ms = cuda_device.time_gpu(lambda: result.append(_call(module, op, args, bias, layout)), repeats=2)
         return ms, result[-1]
-    out = _call(module, op, args, bias, layout)
+    out = _call(module, op, args, bias, layout) if warm_up else None
     best = None
     for _ in range(2):
         t0 = time.perf_counter()
@@ -261,7 +262,7 @@ def _measure(key, name, vendor, op, args, bias, device):
         close = [c for c, ms in times.items() if ms <= CLOSE * best]
         for candidate in (reversed(close) if len(close) > 1 else ()):
             module, layout = modules[candidate]
-            ms, outs[candidate] = _time_kernel(module, op, args, bias, device, layout)
+            ms, outs[candidate] = _time_kernel(module, op, args, bias, device, layout, warm_up=False)
             times[candidate] = min(times[candidate], ms)
     choice = (min(times, key=times.get), times)
     return choice, outs[choice[0]]
@@ -272,10 +273,11 @@ def _measure(key, name, vendor, op, args, bias, device):
 # host's frequency), and "auto" times its candidates one after the other, so a candidate
 # timed in a slow moment loses to one timed in a fast one. Where two or more candidates
 # are within CLOSE of the fastest after the first pass, they are timed again in reverse
-# order and each keeps its faster time: a drift that favoured the first ones now favours
-# the last ones. Candidates far behind are not timed again (the unfold kernels, two to
-# three times oneDNN's time on the benchmark CNN, usually are). The GPU's CUDA events time
-# the kernels alone and need no second pass.
+# order (two calls each, without the warm-up call the first pass made) and each keeps its
+# faster time: a drift that favoured the first ones now favours the last ones. Candidates
+# far behind are not timed again (the unfold kernels, two to three times oneDNN's time on
+# the benchmark CNN, usually are). The GPU's CUDA events time the kernels alone and need
+# no second pass.
 CLOSE = 1.25
 
 
