@@ -46,7 +46,8 @@ note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
 
 finish() {
     local status=$?
-    trap - EXIT TERM INT
+    trap - EXIT
+    trap '' TERM INT   # (a late TERM must not cut the summary or the archive: see stopped)
     if [ "${#failed[@]}" -gt 0 ]; then
         for f in "${failed[@]}"; do note "!! FAILED: $f"; done
         [ "$status" -eq 0 ] && status=1
@@ -60,7 +61,11 @@ finish() {
 }
 
 stopped() {   # TERM from the script's own timeout (or the caller): stop the step, keep what came
-    trap - TERM INT
+    # Further TERMs are ignored, not reset to the default: timeout signals the script and
+    # then its whole process group, and on a loaded machine the second signal can arrive
+    # while this trap runs, killing the date and tee of the note below (its line lost) or
+    # the script before its archive. Ignored signals stay ignored in the trap's children.
+    trap '' TERM INT
     if [ -n "$current" ]; then
         kill -TERM -- "-$current" 2>/dev/null
         failed+=("$current_name (stopped: the script's time limit of ${GPU_CHECKS_LIMIT:-540}s was reached)")
