@@ -127,13 +127,12 @@ def _activation_md(shape, dtype, layout):
     "blocked", the channels-last strides (``N spatial... C``) for "channels_last"."""
     if layout == "blocked":
         return libdnnl.any_md(shape, dtype)
-    n, c, spatial = shape[0], shape[1], tuple(shape[2:])
-    inner = int(np.prod(spatial, dtype=np.int64)) if spatial else 1
-    strides, step = [], c
-    for size in reversed(spatial):
-        strides.append(step)
-        step *= size
-    return libdnnl.plain_md(shape, (inner * c, 1) + tuple(reversed(strides)), dtype)
+    order = (0,) + tuple(range(2, len(shape))) + (1,)      # N spatial... C, C innermost
+    packed = _contiguous_strides([shape[axis] for axis in order])
+    strides = [0] * len(shape)
+    for axis, stride in zip(order, packed):
+        strides[axis] = stride
+    return libdnnl.plain_md(shape, strides, dtype)
 
 
 class _Plan:

@@ -9,6 +9,7 @@ arrays, or im2col + batched GEMM on either, as the strategy picks. The primitive
 ``cuvmap/lax/convolution.py`` call it from their impls; :func:`set_strategy` and
 :func:`measured_choices` are re-exported there.
 """
+import functools
 import time
 import warnings
 
@@ -182,11 +183,13 @@ def _empty_result(op, args, xp):
     return xp.zeros(shape, dtype=args[0].dtype)
 
 
+@functools.lru_cache(maxsize=16)
 def _vendor_candidates(name, vendor):
     """``{candidate: layout}``: the vendor's kernels as "auto" times them, one candidate per
     activation layout it offers (oneDNN's: NOTE [activation layouts] in
     cuvmap/cpu/onednn.py), the default layout named ``name`` (layout None: the vendor's
-    default), the others ``name:layout``."""
+    default), the others ``name:layout``. Cached: every vendor call of run_kernel looks its
+    layout up here (the dict is shared; callers only read it)."""
     layouts = getattr(vendor, "LAYOUTS", ())
     return {name: None, **{f"{name}:{layout}": layout for layout in layouts[1:]}}
 
@@ -244,8 +247,9 @@ def _measure(key, name, vendor, op, args, bias, device):
     (recorded by the caller, NOTE [measuring once per key] in cuvmap/measured_choices.py).
     A vendor layout that raises is left out of the times (oneDNN refuses a layout it could
     run only on its reference kernels); the default one raising falls back to unfold."""
+    layouts = _vendor_candidates(name, vendor)
     times, outs = {}, {}
-    for i, (candidate, layout) in enumerate(_vendor_candidates(name, vendor).items()):
+    for i, (candidate, layout) in enumerate(layouts.items()):
         try:
             times[candidate], outs[candidate] = _time_kernel(vendor, op, args, bias, device, layout)
         except Exception as err:  # noqa: BLE001 - any vendor failure falls back (NOTE [choosing conv kernels])
@@ -257,11 +261,9 @@ def _measure(key, name, vendor, op, args, bias, device):
         # a second pass, in reverse order, over the candidates close to the fastest (NOTE
         # [timing close candidates twice])
         best = min(times.values())
-        modules = {**{c: (vendor, layout) for c, layout in _vendor_candidates(name, vendor).items()},
-                   "unfold": (conv_gemm, None)}
         close = [c for c, ms in times.items() if ms <= CLOSE * best]
         for candidate in (reversed(close) if len(close) > 1 else ()):
-            module, layout = modules[candidate]
+            module, layout = (conv_gemm, None) if candidate == "unfold" else (vendor, layouts[candidate])
             ms, outs[candidate] = _time_kernel(module, op, args, bias, device, layout, warm_up=False)
             times[candidate] = min(times[candidate], ms)
     choice = (min(times, key=times.get), times)

@@ -300,6 +300,12 @@ def test_eager_suite(capsys, tmp_path, monkeypatch, no_torch):
 
         real = importlib.util.find_spec
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    from cuvmap.lax import conv_strategy
+    from cuvmap.measured_choices import MeasuredChoices
+
+    # the suite's kernel table lists the keys measured in its process: a table of its own here,
+    # not the keys earlier tests measured (whose plans oneDNN's cache may have dropped)
+    monkeypatch.setattr(conv_strategy, "_measured", MeasuredChoices())
     path = tmp_path / "eager.json"
     assert cli_main(["eager", "--batch", "2", "--split-calls", "2", "--repeats", "1", "--max-repeats", "1",
                      "--progress", "off", "--json", str(path)] + (["--both-orders"] if no_torch else [])) == 0
@@ -323,7 +329,9 @@ def test_eager_suite(capsys, tmp_path, monkeypatch, no_torch):
     assert {k["op"] for k in kernels} == {"forward", "backward_input", "backward_weight"}, kernels
     # (oneDNN in either activation layout: NOTE [activation layouts] in cuvmap/cpu/onednn.py)
     assert all(k["chosen"] in ("onednn", "onednn:channels_last", "unfold") and k["unfold_ms"] > 0 for k in kernels)
-    assert all(k["onednn_ms"] > 0 and k["onednn_cl_ms"] > 0 for k in kernels), kernels
+    # (channels-last is left out only where oneDNN refused it: its reference kernels alone)
+    assert all(k["onednn_ms"] > 0 and (k["onednn_cl_ms"] is None or k["onednn_cl_ms"] > 0) for k in kernels)
+    assert any(k["onednn_cl_ms"] for k in kernels), kernels
     assert all(k["impl"] != "–" for k in kernels if k["chosen"].startswith("onednn"))
     assert all(("(channels_last)" in k["impl"]) == (k["chosen"] == "onednn:channels_last")
                for k in kernels if k["chosen"].startswith("onednn"))
