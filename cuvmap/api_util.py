@@ -496,8 +496,9 @@ def dyn_function(f, args, kwargs, argnums):
 #   (dtypes.check_supported takes a function).
 # - The kernels: oneDNN's convolutions are most of the kernel time at every batch. The
 #   per-example gradient of the dense layer is an outer product writing B × 12800 × 10
-#   floats, bound by the memory as in torch.func; splitting it over two threads gained
-#   nothing on the shared machine. The skinny dense GEMM of the forward pass (B×12800 by
+#   floats, bound by the memory as in torch.func: on the EPYC machine two threads gained
+#   nothing, on the Ice Lake one oneDNN's matmul on two halved it from batch 32 (NOTE
+#   [outer products on the team] in cuvmap/cpu/onednn_matmul.py). The skinny dense GEMM of the forward pass (B×12800 by
 #   12800×10) is a small fraction of the call at every batch, in either layout: not a
 #   lever (the suite's last table). Plain NumPy on OpenBLAS's two threads sometimes takes
 #   a scheduler's time slice for it while another process holds a core (the half of the

@@ -18,10 +18,13 @@ The network is the per-example suite's (``benchmarks/models.py``: conv 1→16 k5
   function calls of an eager call as cProfile counts them (Python and C functions, the
   fewest of three calls), a measure of the dispatch that the machine's load moves only
   through the thread rule's branches;
-- the skinny dense GEMM of the forward pass (B×12800 by 12800×10, float32) as cuvmap's
-  eager ``dot_general`` runs it (OpenBLAS, with the thread count NOTE [threads under a busy
-  machine] in cuvmap/cpu/threads.py asks for), and as plain ``numpy.matmul`` runs it on
-  OpenBLAS's threads, limited to one, and in the transposed layout (10×12800 by 12800×B).
+- the dense layer's products: the skinny GEMM of the forward pass (B×12800 by 12800×10,
+  float32) as cuvmap's eager ``dot_general`` runs it (OpenBLAS, with the thread count NOTE
+  [threads under a busy machine] in cuvmap/cpu/threads.py asks for), and as plain
+  ``numpy.matmul`` runs it on OpenBLAS's threads, limited to one, and in the transposed
+  layout (10×12800 by 12800×B); and the per-example weight gradient, B outer products
+  12800 ⊗ 10, as ``dot_general`` runs it (NOTE [outer products on the team] in
+  cuvmap/cpu/onednn_matmul.py) and as NumPy's broadcast multiply writes it.
 
 The JSON keeps every round's time (``eager`` and ``jit`` of each row, the GEMM rows), so
 ``python -m benchmarks compare BASE.json HEAD.json`` judges two runs case by case.
@@ -92,7 +95,8 @@ DOC_TABLES = [
              "key, at the key's first call, and keeps the faster (NOTE [conv strategy] in cuvmap/lax/conv_strategy.py); "
              "the implementation is what oneDNN runs for that key's plans (jit:avx512_core is its direct "
              "convolution; the reorders are its copies of the operands into and out of its blocked layouts)."),
-    DocTable("The skinny dense GEMM (forward: B×12800 by 12800×10, float32)", "gemm", [
+    DocTable("The dense layer's products (forward: B×12800 by 12800×10; per-example gradient: B × 12800 ⊗ 10; "
+             "float32)", "gemm", [
         ("torch", "order", "l"), ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")]),
 ]
 
@@ -161,6 +165,7 @@ def _gemm_rows(batch, repeats, order):
     x = rng.standard_normal((batch, 12800)).astype(np.float32)
     w = rng.standard_normal((12800, 10)).astype(np.float32)
     xt, wt = np.ascontiguousarray(x.T), np.ascontiguousarray(w.T)
+    g = rng.standard_normal((batch, 10)).astype(np.float32)   # the logits' cotangent
 
     def one_thread():
         with cpu_threads.limited(1):
@@ -173,7 +178,11 @@ def _gemm_rows(batch, repeats, order):
              runner.Case("x @ w", "numpy.matmul(x, w), OpenBLAS's threads", lambda: x @ w, timer_for(np)),
              runner.Case("x @ w, 1 thread", "numpy.matmul(x, w), one thread", one_thread, timer_for(np)),
              runner.Case("w.T @ x.T", "numpy.matmul(w.T, x.T) on contiguous transposes", lambda: wt @ xt,
-                         timer_for(np))]
+                         timer_for(np)),
+             runner.Case("x ⊗ g", "cuvmap: per-example x ⊗ g (dot_general, batch dims only)",
+                         lambda: cv.lax.dot_general(x, g, (((), ()), ((0,), (0,)))), timer_for(np)),
+             runner.Case("x ⊗ g, numpy", "numpy: g[:, :, None] * x[:, None, :] (one thread)",
+                         lambda: g[:, :, None] * x[:, None, :], timer_for(np))]
     policy = runner.Policy(repeats=max(repeats, 15), warmup=2)
     runner.warm_up(cases, policy.warmup)
     times, _ = runner.timed_rounds(cases, policy)

@@ -1,7 +1,9 @@
 """float32 GEMMs on oneDNN's matmul, run on OpenMP's team where another library's team
 spins (NOTE [GEMMs on the spinning team]): :func:`team_gemms` decides once per process,
-:func:`matmul` computes ``a @ b`` for 2-d NumPy operands of any strides. The primitives
-are cached per shapes and strides, as the convolutions' plans are (NOTE [plan cache] in
+:func:`matmul` computes ``a @ b`` for 2-d NumPy operands of any strides; and the stacks of
+outer products that per-example gradients of dense layers are, on oneDNN's matmul in every
+process (NOTE [outer products on the team]: :func:`outer`). The primitives are cached per
+shapes and strides, as the convolutions' plans are (NOTE [plan cache] in
 cuvmap/cpu/onednn.py). This module imports nothing of cuvmap but the CPU binding and
 :mod:`cuvmap.lru`.
 """
@@ -12,6 +14,7 @@ import threading
 import numpy as np
 
 from cuvmap.cpu import libdnnl, openmp
+from cuvmap.cpu import threads as cpu_threads
 from cuvmap.cpu.threads import MIN_PARALLEL_MNK
 from cuvmap.cpu.libdnnl import DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD, DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, ExecArg
 from cuvmap.lru import LRU
@@ -171,3 +174,57 @@ def product(a, b):
     if a.shape[0] * a.shape[1] * b.shape[-1] >= MIN_PARALLEL_MNK and usable(a, b) and team_gemms():
         return matmul(a, b)
     return a @ b
+
+
+# NOTE [outer products on the team]
+# The per-example gradient of a dense layer is a stack of outer products,
+# c[i] = a[i] ⊗ b[i] (dot_general with nothing contracted), B·n·m floats written from
+# B·(n + m) read: a pass bound by the memory. NumPy's broadcast multiply writes it on one
+# core, and once the result outgrows the caches (the benchmark CNN's 12800 × 10 per example,
+# from about batch 16) one core's stores are the limit: on the project's Ice Lake machine
+# two OpenMP threads of oneDNN's matmul, the same product as a batched matmul with K = 1
+# ((B, n, 1) @ (B, 1, m)), wrote it in about half NumPy's time at batch 32, with torch
+# imported first or not, and the 62.5 MiB of batch 128 (its pages faulted in afresh each
+# call: NOTE [large results are mapped afresh] in cuvmap/transforms/executor/host_memory.py)
+# about a third faster; below OUTER_MIN_ELEMENTS (a result that stays in the caches) NumPy
+# was as fast or faster. ``python -m benchmarks eager`` times the two side by side (its
+# dense layer's table). Each element is one product with nothing summed, so the bits are
+# NumPy's whatever the threads or the split (tests/cpu/test_onednn_matmul.py checks it bit
+# for bit), and unlike the GEMMs of NOTE [GEMMs on the spinning team] no decision per
+# process is needed: every float32 stack that large takes it where oneDNN loads, under the
+# busy-machine rule as the convolutions are (NOTE [threads under a busy machine] and NOTE
+# [two thread pools] in cuvmap/cpu/threads.py).
+OUTER_MIN_ELEMENTS = 1 << 21
+
+
+def outer_usable(a, b):
+    """Whether :func:`outer` takes ``a`` (B, n) and ``b`` (B, m): float32 NumPy arrays of
+    strides that are positive whole elements, a result of at least OUTER_MIN_ELEMENTS
+    elements, oneDNN loadable."""
+    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == np.float32 and b.dtype == np.float32
+            and a.ndim == 2 and b.ndim == 2 and a.shape[0] == b.shape[0]
+            and a.shape[0] * a.shape[1] * b.shape[1] >= OUTER_MIN_ELEMENTS
+            and all(s > 0 and s % 4 == 0 for s in a.strides + b.strides) and libdnnl.available())
+
+
+def outer(a, b):
+    """``c[i, j, k] = a[i, j] · b[i, k]`` for ``a`` (B, n) and ``b`` (B, m) that
+    :func:`outer_usable` takes: a C-contiguous (B, n, m) float32 result written by oneDNN's
+    matmul on OpenMP's team (NOTE [outer products on the team]), bit for bit NumPy's
+    ``a[:, :, None] * b[:, None, :]``."""
+    (batch, n), m = a.shape, b.shape[1]
+    (a0, a1), (b0, b1) = (s // 4 for s in a.strides), (s // 4 for s in b.strides)
+    c = np.empty((batch, n, m), np.float32)
+    cpu_threads.quiet_blas_pool()
+    with cpu_threads.limited(cpu_threads.target(), openmp=True):
+        get_threads = openmp.functions()[0]
+        key = ("outer", ((batch, n, 1), (a0, a1, 1)), ((batch, 1, m), (b0, m * b1, b1)),
+               get_threads() if get_threads is not None else 0)
+        plan = _primitives.get(key)
+        if plan is None:
+            plan = _primitives.put(key, _Matmul(key[1], key[2], ((batch, n, m), (n * m, m, 1))))
+        try:
+            plan.run(a, b, c)
+        finally:
+            openmp.region_ended()     # (its workers spin now, where they do)
+    return c

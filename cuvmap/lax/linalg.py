@@ -117,18 +117,19 @@ def _dot_layout(x_shape, y_shape, dimension_numbers, gpu=False):
         return fn if gpu else _with_threads(fn, m, n, k)
     if k == 1:
         # an outer product (per-example gradients of a dense layer): a broadcast multiply
-        # writes the output once; a stack of rank-1 GEMMs is several times slower. NumPy's
-        # inner loop runs along the last axis, so the longer of m and n goes last: with
-        # n < m the product is written as (b, n, m) and returned as its transposed view
-        # (12800 × 10 per example: 11 ms against 27 ms at batch 128).
-        if n < m:
-            def outer(x, y):
-                xt, yt = x.transpose(x_perm), y.transpose(y_perm)
-                return (yt.reshape(b, n, 1) * xt.reshape(b, 1, m)).transpose(0, 2, 1).reshape(out_shape)
-        else:
-            def outer(x, y):
-                xt, yt = x.transpose(x_perm), y.transpose(y_perm)
-                return (xt.reshape(b, m, 1) * yt.reshape(b, 1, n)).reshape(out_shape)
+        # writes the output once (a stack of rank-1 GEMMs is several times slower), along
+        # the last axis, so the longer of m and n goes last: with n < m it is written as
+        # (b, n, m) and returned as its transposed view. A large float32 one runs on
+        # oneDNN's matmul, same layout, same bits (NOTE [outer products on the team] in
+        # cuvmap/cpu/onednn_matmul.py).
+        def outer(x, y):
+            xt, yt = x.transpose(x_perm).reshape(b, m), y.transpose(y_perm).reshape(b, n)
+            first, last = (yt, xt) if n < m else (xt, yt)
+            if onednn_matmul.outer_usable(first, last):
+                c = onednn_matmul.outer(first, last)
+            else:
+                c = first[:, :, None] * last[:, None, :]
+            return (c.transpose(0, 2, 1) if n < m else c).reshape(out_shape)
         return outer
     x_mat = (b, m, k) if xb else (m, k)
     y_mat = (b, k, n) if xb else (k, n)

@@ -137,3 +137,84 @@ def test_the_decision_follows_who_loaded_openmp(order, team):
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["team"] is team and info["err"] < 1e-2, info
+
+
+# ---------------------------------------------------------------------------------------
+# Stacks of outer products (NOTE [outer products on the team])
+# ---------------------------------------------------------------------------------------
+
+def _with_omp_threads(n, fn):
+    get, set_ = openmp.functions()
+    if get is None:
+        return fn()
+    before = get()
+    set_(n)
+    try:
+        return fn()
+    finally:
+        set_(before)
+
+
+# (B, n, m): the benchmark CNN's dense gradient at batch 32, odd sizes, one example, and
+# operands that are views (a transposed stack, every other row)
+OUTER_CASES = {
+    "cnn-dense": (lambda r: (r.standard_normal((32, 10)), r.standard_normal((32, 12800)))),
+    "odd": (lambda r: (r.standard_normal((37, 3)), r.standard_normal((37, 20011)))),
+    "one-example": (lambda r: (r.standard_normal((1, 700)), r.standard_normal((1, 3001)))),
+    "transposed": (lambda r: (r.standard_normal((16, 40)).T, r.standard_normal((5000, 40)).T)),
+    "every-other-row": (lambda r: (r.standard_normal((64, 9))[::2], r.standard_normal((64, 8000))[::2])),
+}
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", sorted(OUTER_CASES))
+def test_outer_is_numpys_product_bit_for_bit_on_one_thread_or_two(case):
+    rng = np.random.default_rng(len(case))
+    a, b = (v.astype(np.float32) for v in OUTER_CASES[case](rng))
+    assert onednn_matmul.outer_usable(a, b), (a.shape, b.shape)
+    want = a[:, :, None] * b[:, None, :]
+    for threads in (2, 1):
+        got = _with_omp_threads(threads, lambda: onednn_matmul.outer(a, b))
+        assert got.dtype == np.float32 and got.flags.c_contiguous and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(onednn_matmul.outer(a[1:], b[1:]), want[1:])
+
+
+def test_which_stacks_take_the_outer_product():
+    """float32 results from OUTER_MIN_ELEMENTS elements with positive strides; float64,
+    small results, broadcast (stride-0) operands and unequal batches stay on NumPy."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((32, 10)).astype(np.float32), rng.standard_normal((32, 12800)).astype(np.float32)
+    assert 32 * 10 * 12800 >= onednn_matmul.OUTER_MIN_ELEMENTS
+    assert onednn_matmul.outer_usable(a, b) is onednn.available()
+    assert not onednn_matmul.outer_usable(a.astype(np.float64), b.astype(np.float64))
+    assert not onednn_matmul.outer_usable(a[:2], b[:2, :1000])
+    assert not onednn_matmul.outer_usable(np.broadcast_to(a[:1], a.shape), b)
+    assert not onednn_matmul.outer_usable(a[:16], b)
+
+
+@pytest.mark.parametrize("n_first", [True, False], ids=["n<m", "n>m"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_per_example_dense_gradients_are_exact_outer_products(dtype, n_first, monkeypatch):
+    """vmap(grad) of a loss linear in a dense layer's output, sum(c · (x @ w)), has the
+    per-example weight gradients x ⊗ c exactly (one product per element): oneDNN's outer
+    product for a large float32 stack, NumPy's otherwise (counted), in either order of
+    the dims, and the loop of grad agrees."""
+    calls = []
+    real = onednn_matmul.outer
+    monkeypatch.setattr(onednn_matmul, "outer", lambda a, b: calls.append(a.shape) or real(a, b))
+    rng = np.random.default_rng(7)
+    d_in, d_out = (12800, 10) if n_first else (10, 12800)
+    w = rng.standard_normal((d_in, d_out)).astype(dtype)
+    c = rng.standard_normal(d_out).astype(dtype)
+    xs = rng.standard_normal((24, d_in)).astype(dtype)
+
+    def loss(w, x):
+        return cv.numpy.sum(c * (x @ w))
+
+    per_example = np.asarray(cv.vmap(cv.grad(loss), in_axes=(None, 0))(w, xs))
+    assert per_example.shape == (24, d_in, d_out) and per_example.dtype == dtype
+    np.testing.assert_array_equal(per_example, xs[:, :, None] * c[None, None, :])
+    expected = 1 if dtype == np.float32 and onednn.available() else 0
+    assert len(calls) == expected, calls
+    np.testing.assert_array_equal(np.stack([np.asarray(cv.grad(loss)(w, x)) for x in xs[:3]]), per_example[:3])
