@@ -97,7 +97,13 @@ DOC_TABLES = [
              "convolution; the reorders are its copies of the operands into and out of its blocked layouts)."),
     DocTable("The dense layer's products (forward: B×12800 by 12800×10; per-example gradient: B × 12800 ⊗ 10; "
              "float32)", "gemm", [
-        ("torch", "order", "l"), ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")]),
+        ("torch", "order", "l"), ("batch", "batch", "r"), ("how", "how", "l"), ("ms", "ms", "r")],
+        note="Each case once per round, in rotating order. With torch imported first, cuvmap's products run on "
+             "OpenMP's spinning team (NOTE [GEMMs on the spinning team], NOTE [outer products on the team]), and "
+             "in these rounds they often follow the case of plain numpy.matmul on OpenBLAS's two threads, whose "
+             "idle workers then spin beside the team: cuvmap's rows of that order are several times their time "
+             "alone. In a training step cuvmap's own GEMMs keep OpenBLAS to one thread while the team spins, and "
+             "the per-example suite shows the products' share of a step."),
 ]
 
 
