@@ -64,12 +64,13 @@ class BackgroundLoad:
     unavailable). With ``alternate=True`` the rounds of ``benchmarks/rounds/runner.py`` time each
     case with the loops paused and running (:meth:`record`, :meth:`report`)."""
 
-    def __init__(self, n, alternate=False, settle=SETTLE):
+    def __init__(self, n, alternate=False, settle=None):
         if n < 0:
             raise ValueError(f"--background-load must be 0 or more, not {n}")
         if alternate and n == 0:
             raise ValueError("--alternate-load needs --background-load N with N ≥ 1")
-        self.n, self.alternate, self.settle = int(n), bool(alternate), settle
+        self.n, self.alternate = int(n), bool(alternate)
+        self.settle = SETTLE if settle is None else settle   # (read when made: tests shorten it)
         self.procs = []
         self.running = False
         self.started = None

@@ -57,9 +57,14 @@ def libgomp_loaded():
 # the benchmark CNN's steps at batch 8 and 32 ran faster than with PASSIVE, eager and
 # jitted, and at batch 128 slower (`GOMP_SPINCOUNT=300000 python -m benchmarks
 # per_example --batch 8 32 128` against the plain command, each in its own process,
-# alternated). PASSIVE stays the default: it does not lose at large batches, and it is the
+# alternated). On the 2-core Ice Lake machine of issue 36's later sessions one run of each
+# of those commands gave the opposite (cuvmap's steps slower spinning at batch 8 and 32,
+# faster at 128), while processes that ran only cuvmap's jit(grad) and eager vmap(grad)
+# of that network were faster spinning, both steps, in each of four alternated pairs of
+# processes (two at batch 32, two at 128; by 2 to 21%, most by 14 to 20%): which policy
+# wins depends on the machine and on what else the process runs. PASSIVE stays the default: it is the
 # policy that leaves the cores alone where several processes share them (the distributed
-# jobs); a user with small steps on a machine of their own may set GOMP_SPINCOUNT.
+# jobs); a user with steps on a machine of their own may set GOMP_SPINCOUNT and measure.
 # So cuvmap loads libdnnl (whose libgomp reads its environment once, when it loads) with
 # OMP_WAIT_POLICY=PASSIVE, and restores the environment right after, so that neither the
 # user's subprocesses nor other libraries see the change. It does nothing when the user set

@@ -20,7 +20,7 @@ if ROOT not in sys.path:  # `pytest` run from elsewhere: the benchmarks package 
 
 from benchmarks import models  # noqa: E402
 from benchmarks.cli import main as cli_main  # noqa: E402
-from benchmarks.machine import settings as machine_settings  # noqa: E402
+from benchmarks.machine import background, settings as machine_settings  # noqa: E402
 from benchmarks.machine.load import LoadMonitor  # noqa: E402
 from benchmarks.methods import Method  # noqa: E402
 from benchmarks.report import plots, tables  # noqa: E402
@@ -103,9 +103,11 @@ def test_per_example_cuvmap(capsys, tmp_path, monkeypatch):
     ("dp", ["--batch", "3", "--models", "cnn", "--repeats", "1", "--max-repeats", "1", "--warmup", "1",
             "--progress", "off", "--no-torch"], "cuvmap jit(dp.clipped_grad), cnn at batch 3"),
 ])
-def test_scopes_report_the_time_per_layer(suite, extra, label, capsys, tmp_path):
+def test_scopes_report_the_time_per_layer(suite, extra, label, capsys, tmp_path, monkeypatch):
     """``--scopes``: the benchmark networks' named scopes, forward and transpose(...), each
-    with its steps and time (cuvmap.profiler), the background loops paused meanwhile."""
+    with its steps and time (cuvmap.profiler), the background loops paused meanwhile (each
+    pause and resume settling for a tenth of the suites' second)."""
+    monkeypatch.setattr(background, "SETTLE", 0.1)
     res, out = _run(capsys, tmp_path, [suite] + extra + ["--scopes", "--background-load", "1", "--alternate-load"])
     table = next(t for t in res["scopes"] if t["label"].startswith(label))
     assert table["label"].endswith(", the background loops paused")

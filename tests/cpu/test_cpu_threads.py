@@ -486,7 +486,8 @@ def test_alternate_load_report():
 
 
 @pytest.mark.slow
-def test_alternate_load_pauses_and_resumes(capsys, tmp_path):
+def test_alternate_load_pauses_and_resumes(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(background, "SETTLE", 0.1)   # (the suites settle for a second after each change)
     path = tmp_path / "out.json"
     argv = ["dp", "--models", "mlp", "--batch", "2", "--mlp-widths", "16", "8", "4", "--no-jit", "--no-torch",
             "--repeats", "2", "--warmup", "1", "--max-spread", "0", "--progress", "off", "--background-load", "1",

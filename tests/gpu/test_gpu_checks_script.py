@@ -4,6 +4,7 @@ it ends; it keeps pytest's status, lists every skip, gives each test a time limi
 pytest-timeout is there, and runs the smoke test with the bounds check on the device and
 on the host. Run here on the strict CuPy stand-in (``CUVMAP_STRICT_CUPY=1``), as CI
 checks it without a GPU."""
+import importlib.util
 import os
 import pathlib
 import re
@@ -59,7 +60,10 @@ def _archive(out, part="tests"):
 @pytest.mark.slow
 @pytest.mark.parametrize("failing", [True, False], ids=["a-test-fails", "tests-pass"])
 def test_the_script_keeps_pytests_status_and_lists_skips(tmp_path, failing):
-    proc, out, _ = _run(tmp_path, "tests", extra="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
+    """The passing run is the script without an argument (the first check, ``tests``); where
+    pytest-timeout is not installed its summary says so."""
+    argv = ("tests",) if failing else ()
+    proc, out, _ = _run(tmp_path, *argv, extra="\n@pytest.mark.gpu\ndef test_fails():\n    assert 1 == 2\n"
                         if failing else "")
     text = proc.stdout
     assert "SKIPPED [1] " in text and "the reason this skips" in text
@@ -79,14 +83,14 @@ def test_the_script_keeps_pytests_status_and_lists_skips(tmp_path, failing):
     archived = _archive(out)
     assert archived["summary_tests.txt"] == summary
     assert {"logs/gpu_tests.txt", "logs/preflight.txt"} <= set(archived)
+    assert "start gpu_tests" in proc.stdout
+    if not failing and importlib.util.find_spec("pytest_timeout") is None:
+        assert "!! pytest-timeout is missing: no per-test time limit" in summary
 
 
-@pytest.mark.slow
-def test_no_argument_is_the_first_check_and_an_unknown_part_is_refused(tmp_path):
+def test_an_unknown_part_is_refused():
     proc = subprocess.run(["bash", str(SCRIPT), "everything"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage: bash tools/gpu_checks.sh [tests|bench]" in proc.stderr
-    proc, out, _ = _run(tmp_path)
-    assert (out / "summary_tests.txt").exists() and "start gpu_tests" in proc.stdout
 
 
 @pytest.mark.slow
@@ -113,7 +117,8 @@ def test_the_whole_script_runs_under_timeout_and_its_archive_survives(tmp_path):
 def test_each_test_gets_a_time_limit_where_pytest_timeout_is_there(tmp_path):
     """The script passes --timeout (GPU_CHECKS_TEST_TIMEOUT) when pytest-timeout imports;
     here a plugin in its place records what it was given (this venv has none: the real one
-    travels in .whl/ from tools/gpu_wheels.sh). Without it, the summary says so."""
+    travels in .whl/ from tools/gpu_wheels.sh). Without it the summary says so
+    (test_the_script_keeps_pytests_status_and_lists_skips[tests-pass])."""
     plugin = tmp_path / "plugin"
     (plugin / "pytest_timeout_recorder-0.dist-info").mkdir(parents=True)
     (plugin / "pytest_timeout_recorder-0.dist-info" / "METADATA").write_text(
@@ -128,8 +133,6 @@ def test_each_test_gets_a_time_limit_where_pytest_timeout_is_there(tmp_path):
     proc, out, _ = _run(tmp_path, PYTHONPATH=path, GPU_CHECKS_TEST_TIMEOUT="77")
     assert record.read_text() == "77", proc.stdout
     assert "per-test time limit: 77s (pytest-timeout)" in (out / "summary_tests.txt").read_text()
-    proc, out, _ = _run(tmp_path)
-    assert "!! pytest-timeout is missing: no per-test time limit" in (out / "summary_tests.txt").read_text()
 
 
 @pytest.mark.slow
