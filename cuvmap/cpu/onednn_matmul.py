@@ -186,8 +186,8 @@ def product(a, b):
 # ((B, n, 1) @ (B, 1, m)), wrote it in about half NumPy's time at batch 32, with torch
 # imported first or not, and the 62.5 MiB of batch 128 (its pages faulted in afresh each
 # call: NOTE [large results are mapped afresh] in cuvmap/transforms/executor/host_memory.py)
-# about a third faster; below OUTER_MIN_ELEMENTS (a result that stays in the caches) NumPy
-# was as fast or faster. ``python -m benchmarks eager`` times the two side by side (its
+# a sixth to a third faster; below OUTER_MIN_ELEMENTS (a result that stays in the caches)
+# NumPy was as fast or faster. ``python -m benchmarks eager`` times the two side by side (its
 # dense layer's table). Each element is one product with nothing summed, so the bits are
 # NumPy's whatever the threads or the split (tests/cpu/test_onednn_matmul.py checks it bit
 # for bit), and unlike the GEMMs of NOTE [GEMMs on the spinning team] no decision per
