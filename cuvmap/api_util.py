@@ -498,8 +498,8 @@ def dyn_function(f, args, kwargs, argnums):
 #   per-example gradient of the dense layer is an outer product writing B × 12800 × 10
 #   floats, bound by the memory as in torch.func: on the EPYC machine two threads gained
 #   nothing, on the Ice Lake one oneDNN's matmul on two halved it from batch 32 (NOTE
-#   [outer products on the team] in cuvmap/cpu/onednn_matmul.py). The skinny dense GEMM of the forward pass (B×12800 by
-#   12800×10) is a small fraction of the call at every batch, in either layout: not a
+#   [outer products on the team] in cuvmap/cpu/onednn_matmul.py). The skinny dense GEMM
+#   of the forward pass (B×12800 by 12800×10) is a small fraction of the call at every batch, in either layout: not a
 #   lever (the suite's last table). Plain NumPy on OpenBLAS's two threads sometimes takes
 #   a scheduler's time slice for it while another process holds a core (the half of the
 #   split behind it waits); cuvmap's dot_general asks for one thread then (NOTE [threads
@@ -515,14 +515,15 @@ def dyn_function(f, args, kwargs, argnums):
 #   while the team still spins, OpenBLAS's pool never shut down (setting its count after a
 #   shutdown starts spinning workers: that doubled the times when first tried). Spinning
 #   itself is not the enemy: without torch, the same rules under libgomp's default spin
-#   (GOMP_SPINCOUNT=300000) ran a few percent faster than PASSIVE; cuvmap still loads its
-#   own libgomp PASSIVE (a torch imported later shares it, and the distributed runs place
-#   several processes on the cores).
+#   (GOMP_SPINCOUNT=300000) ran faster than PASSIVE (a few percent on the EPYC, more on the
+#   Ice Lake: NOTE [OpenMP threads beside OpenBLAS] in cuvmap/cpu/openmp.py); cuvmap
+#   still loads its own libgomp PASSIVE (a torch imported later shares it, and the
+#   distributed runs place several processes on the cores).
 # - Against torch's own profile (the eager suite profiles torch.func vmap(grad) and torch's
 #   batched gradient of the same network with torch.profiler, after cuvmap's rounds, in
 #   the same process): the convolutions dominate both (aten::convolution_backward and
 #   aten::mkldnn_convolution are oneDNN too); torch's per-example dense gradient (aten::bmm)
-#   takes about twice cuvmap's broadcast outer product; torch's relu and its VJP
+#   takes about twice cuvmap's outer product; torch's relu and its VJP
 #   (clamp_min, threshold_backward) run on its OpenMP team, cuvmap's select on one core in
 #   NumPy. So at small batches the two frameworks' kernels are level, and the eager
 #   difference is the dispatch around them.
