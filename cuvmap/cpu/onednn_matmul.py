@@ -212,6 +212,8 @@ def outer(a, b):
     :func:`outer_usable` takes: a C-contiguous (B, n, m) float32 result written by oneDNN's
     matmul on OpenMP's team (NOTE [outer products on the team]), bit for bit NumPy's
     ``a[:, :, None] * b[:, None, :]``."""
+    if not libdnnl.available():   # (loads it: outer_usable's check, for a direct call)
+        raise RuntimeError(f"onednn_matmul.outer: oneDNN is not available ({libdnnl.load_error()})")
     (batch, n), m = a.shape, b.shape[1]
     (a0, a1), (b0, b1) = (s // 4 for s in a.strides), (s // 4 for s in b.strides)
     c = np.empty((batch, n, m), np.float32)
