@@ -4,8 +4,8 @@ spins (NOTE [GEMMs on the spinning team]): :func:`team_gemms` decides once per p
 outer products that per-example gradients of dense layers are, on oneDNN's matmul in every
 process (NOTE [outer products on the team]: :func:`outer`). The primitives are cached per
 shapes and strides, as the convolutions' plans are (NOTE [plan cache] in
-cuvmap/cpu/onednn.py). This module imports nothing of cuvmap but the CPU binding and
-:mod:`cuvmap.lru`.
+cuvmap/cpu/onednn.py, whose batch pieces the outer products share). This module imports
+nothing of cuvmap but the CPU binding and :mod:`cuvmap.lru`.
 """
 import ctypes
 import os
@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from cuvmap.cpu import libdnnl, openmp
+from cuvmap.cpu import libdnnl, onednn, openmp
 from cuvmap.cpu import threads as cpu_threads
 from cuvmap.cpu.threads import MIN_PARALLEL_MNK
 from cuvmap.cpu.libdnnl import DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD, DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, ExecArg
@@ -193,7 +193,14 @@ def product(a, b):
 # for bit), and unlike the GEMMs of NOTE [GEMMs on the spinning team] no decision per
 # process is needed: every float32 stack that large takes it where oneDNN loads, under the
 # busy-machine rule as the convolutions are (NOTE [threads under a busy machine] and NOTE
-# [two thread pools] in cuvmap/cpu/threads.py).
+# [two thread pools] in cuvmap/cpu/threads.py). A primitive made for the exact batch costs
+# about a millisecond at its first call, which Poisson batches (a new size nearly every
+# step) would pay every step; running every batch in power-of-two pieces as the
+# convolutions do (NOTE [batch buckets] in cuvmap/cpu/onednn.py) cost a fixed odd batch
+# up to a third more on every call (7 pieces at 127). So a batch size met for the first
+# time runs in pieces, a primitive each writing its slice, and from its second call on in
+# one exact primitive: a fixed batch pays the pieces once, a Poisson batch only for the
+# sizes it never meets again. The bits are the same either way.
 OUTER_MIN_ELEMENTS = 1 << 21
 
 
@@ -220,13 +227,27 @@ def outer(a, b):
     cpu_threads.quiet_blas_pool()
     with cpu_threads.limited(cpu_threads.target(), openmp=True):
         get_threads = openmp.functions()[0]
-        key = ("outer", ((batch, n, 1), (a0, a1, 1)), ((batch, 1, m), (b0, m * b1, b1)),
-               get_threads() if get_threads is not None else 0)
-        plan = _primitives.get(key)
-        if plan is None:
-            plan = _primitives.put(key, _Matmul(key[1], key[2], ((batch, n, m), (n * m, m, 1))))
+        threads = get_threads() if get_threads is not None else 0
+
+        def key_for(size):
+            return "outer", ((size, n, 1), (a0, a1, 1)), ((size, 1, m), (b0, m * b1, b1)), threads
+
+        # a batch size met for the first time runs in power-of-two pieces, from its second
+        # call on in one piece (NOTE [outer products on the team])
+        first_sight = _primitives.get(key_for(batch)) is None and _outer_sizes_seen.get(key_for(batch)) is None
+        if first_sight:
+            _outer_sizes_seen.put(key_for(batch), True)
         try:
-            plan.run(a, b, c)
+            for start, size in (onednn._binary_pieces(batch) if first_sight else [(0, batch)]):
+                key = key_for(size)
+                plan = _primitives.get(key)
+                if plan is None:
+                    plan = _primitives.put(key, _Matmul(key[1], key[2], ((size, n, m), (n * m, m, 1))))
+                end = start + size
+                plan.run(a[start:end], b[start:end], c[start:end])
         finally:
             openmp.region_ended()     # (its workers spin now, where they do)
     return c
+
+
+_outer_sizes_seen = LRU(4 * CACHE_SIZE)   # the outer products' layouts met once (NOTE [outer products on the team])

@@ -180,6 +180,28 @@ def test_outer_is_numpys_product_bit_for_bit_on_one_thread_or_two(case):
     np.testing.assert_array_equal(onednn_matmul.outer(a[1:], b[1:]), want[1:])
 
 
+@needs_onednn
+def test_a_batch_size_met_once_runs_on_power_of_two_primitives():
+    """NOTE [outer products on the team]: each batch size from 1 to 63 met once runs on the
+    primitives of its binary digits (six sizes, made once), each piece writing its slice;
+    a size met again gets its own primitive; the bits are NumPy's every time."""
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((63, 10)).astype(np.float32), rng.standard_normal((63, 40001)).astype(np.float32)
+
+    def sizes():
+        return {key[1][0][0] for key in list(onednn_matmul._primitives._data)
+                if key[0] == "outer" and key[2][0][2] == b.shape[1]}
+
+    for batch in range(1, 64):
+        np.testing.assert_array_equal(onednn_matmul.outer(a[:batch], b[:batch]),
+                                      a[:batch, :, None] * b[:batch, None, :])
+    assert sizes() == {1, 2, 4, 8, 16, 32}
+    for batch in (37, 37):
+        np.testing.assert_array_equal(onednn_matmul.outer(a[:batch], b[:batch]),
+                                      a[:batch, :, None] * b[:batch, None, :])
+    assert sizes() == {1, 2, 4, 8, 16, 32, 37}
+
+
 def test_which_stacks_take_the_outer_product():
     """float32 results from OUTER_MIN_ELEMENTS elements with positive strides; float64,
     small results, broadcast (stride-0) operands and unequal batches stay on NumPy."""
