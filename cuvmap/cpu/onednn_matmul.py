@@ -234,9 +234,10 @@ def outer(a, b):
 
         # a batch size met for the first time runs in power-of-two pieces, from its second
         # call on in one piece (NOTE [outer products on the team])
-        first_sight = _primitives.get(key_for(batch)) is None and _outer_sizes_seen.get(key_for(batch)) is None
+        exact = key_for(batch)
+        first_sight = _primitives.get(exact) is None and _outer_sizes_seen.get(exact) is None
         if first_sight:
-            _outer_sizes_seen.put(key_for(batch), True)
+            _outer_sizes_seen.put(exact, True)
         try:
             for start, size in (onednn._binary_pieces(batch) if first_sight else [(0, batch)]):
                 key = key_for(size)

@@ -92,6 +92,8 @@ _VENDOR_OF_DEVICE = {"cpu": "onednn", "gpu": "cudnn"}
 def _vendor_of_strategy(strategy):
     """The vendor a forced strategy names (``"onednn:channels_last"`` → ``"onednn"``)."""
     return strategy.split(":", 1)[0]
+
+
 _strategy = [None]      # None: not read from CUVMAP_CONV_STRATEGY yet
 _measured = MeasuredChoices("conv")   # key -> (choice, times_ms) ("auto"'s measurements)
 _failed = MeasuredChoices()     # key -> the vendor error that put it on unfold (warned once)
