@@ -63,7 +63,8 @@ def registered_primitives():
 # assumptions. A primitive states its own with the constructor's keywords (None: the
 # default), a class of primitives as class attributes (control flow's host_sync = True).
 _FACTS = {"owns_output": False, "impl_into": None, "impl_into_when": None, "host_sync": False, "capturable": None,
-          "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None}
+          "fused": None, "kind": None, "effectful": False, "workspace": None, "impl_for": None, "layout": None,
+          "channels_last": None}
 
 _checked = RuleCache()   # Primitive.check's results (NOTE [eager shape rules are cached per signature])
 
@@ -125,6 +126,12 @@ class Primitive:
       the operands alone that a plan calls instead of ``impl(*operands, **params)``
       (dot_general works out its layout once: NOTE [a product's layout is worked out
       once] in cuvmap/lax/linalg.py), or None.
+    - ``channels_last(params) -> (reads, writes, impl)`` or None: for an equation with
+      these params, the operands (indices) its impl reads as fast laid out channels-last
+      (``N spatial... C`` memory behind an ``N C spatial...`` shape) as in C order, the
+      results (indices) it can write channels-last, and the impl that does (a
+      convolution's: NOTE [channels-last activations in a plan] in
+      cuvmap/transforms/executor/layouts.py). None (the default): neither.
 
     Every primitive registers itself when it is made (NOTE [a registry that fills
     itself]); ``module`` is the module that made it.
@@ -161,7 +168,7 @@ class Primitive:
 
     def __init__(self, name, differentiable=True, *, impl=None, shape_rule=None, owns_output=None, impl_into=None,
                  impl_into_when=None, host_sync=None, capturable=None, fused=None, kind=None, effectful=None,
-                 workspace=None, impl_for=None, layout=None):
+                 workspace=None, impl_for=None, layout=None, channels_last=None):
         self.name = name
         self.impl = impl
         self.shape_rule = shape_rule
@@ -169,7 +176,7 @@ class Primitive:
         self._multiple_results = False
         given = dict(owns_output=owns_output, impl_into=impl_into, impl_into_when=impl_into_when,
                      host_sync=host_sync, capturable=capturable, fused=fused, kind=kind, effectful=effectful,
-                     workspace=workspace, impl_for=impl_for, layout=layout)
+                     workspace=workspace, impl_for=impl_for, layout=layout, channels_last=channels_last)
         mro = type(self).__mro__
         by_class = {f for c in mro[:mro.index(Primitive)] for f in _FACTS if f in c.__dict__}
         for fact, value in given.items():

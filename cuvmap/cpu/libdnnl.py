@@ -43,6 +43,18 @@ DNNL_QUERY_DIFF_WEIGHTS_MD = 132
 DNNL_QUERY_DST_MD = 133
 DNNL_QUERY_DIFF_DST_MD = 134
 DNNL_QUERY_SCRATCHPAD_MD = 136
+DNNL_QUERY_STRIDES = 14              # a memory descriptor's (outer) strides, in elements
+DNNL_QUERY_NDIMS_S32 = 256
+DNNL_QUERY_DIMS = 257
+DNNL_QUERY_DATA_TYPE = 258
+DNNL_QUERY_SUBMEMORY_OFFSET_S64 = 259
+DNNL_QUERY_PADDED_DIMS = 260
+DNNL_QUERY_PADDED_OFFSETS = 261
+DNNL_QUERY_FORMAT_KIND = 262
+DNNL_QUERY_INNER_NBLKS_S32 = 263
+DNNL_QUERY_INNER_BLKS = 264
+DNNL_QUERY_INNER_IDXS = 265
+DNNL_FORMAT_KIND_BLOCKED = 2         # dnnl_format_kind_t
 DNNL_ARG_SRC = 1                     # DNNL_ARG_* (execution arguments)
 DNNL_ARG_DST = 17
 DNNL_ARG_WEIGHTS = 33
@@ -89,6 +101,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "dnnl_memory_desc_destroy": (ctypes.c_int, [_P]),
     "dnnl_memory_desc_equal": (ctypes.c_int, [_P, _P]),
     "dnnl_memory_desc_get_size": (ctypes.c_size_t, [_P]),
+    "dnnl_memory_desc_query": (ctypes.c_int, [_P, ctypes.c_int, _P]),
     "dnnl_memory_create": (ctypes.c_int, [_PP, _P, _P, _P]),
     "dnnl_memory_destroy": (ctypes.c_int, [_P]),
     "dnnl_primitive_attr_create": (ctypes.c_int, [_PP]),
@@ -307,6 +320,54 @@ def any_md(shape, dtype):
                                                DNNL_FORMAT_TAG_ANY),
           f"dnnl_memory_desc_create_with_tag{tuple(shape)}")
     return md
+
+
+def _query_int(md, what, c_type=ctypes.c_int32):
+    value = c_type(0)
+    check(lib.dnnl_memory_desc_query(md, what, ctypes.byref(value)), "dnnl_memory_desc_query")
+    return value.value
+
+
+def _query_dims(md, what, n):
+    values = ctypes.POINTER(ctypes.c_int64)()
+    check(lib.dnnl_memory_desc_query(md, what, ctypes.byref(values)), "dnnl_memory_desc_query")
+    return tuple(values[i] for i in range(n))
+
+
+def element_strides(md):
+    """``(dims, data type, strides)`` of a memory descriptor whose memory is a plain
+    strided array (every element at ``Σ index · stride``), else None. A blocked layout is
+    one when each blocked dim fits in one block: ``nChw16c`` with 16 channels is ``nhwc``
+    (NOTE [channels-last results] in cuvmap/cpu/onednn.py)."""
+    if _query_int(md, DNNL_QUERY_FORMAT_KIND) != DNNL_FORMAT_KIND_BLOCKED:
+        return None
+    n = _query_int(md, DNNL_QUERY_NDIMS_S32)
+    dims = _query_dims(md, DNNL_QUERY_DIMS, n)
+    if (_query_dims(md, DNNL_QUERY_PADDED_DIMS, n) != dims or any(_query_dims(md, DNNL_QUERY_PADDED_OFFSETS, n))
+            or _query_int(md, DNNL_QUERY_SUBMEMORY_OFFSET_S64, ctypes.c_int64)):
+        return None
+    strides = list(_query_dims(md, DNNL_QUERY_STRIDES, n))
+    blocks = _query_int(md, DNNL_QUERY_INNER_NBLKS_S32)
+    if blocks:
+        sizes, axes = _query_dims(md, DNNL_QUERY_INNER_BLKS, blocks), _query_dims(md, DNNL_QUERY_INNER_IDXS, blocks)
+        if len(set(axes)) != blocks:
+            return None
+        inner = 1
+        for size, axis in reversed(list(zip(sizes, axes))):
+            if dims[axis] != size:      # the dim spans blocks: not a plain stride
+                return None
+            strides[axis] = inner
+            inner *= size
+    return dims, _query_int(md, DNNL_QUERY_DATA_TYPE), tuple(strides)
+
+
+def same_memory(a, b):
+    """Whether two memory descriptors place every element at the same offset (strides of
+    size-1 dims aside): then one's memory is the other's, and no reorder is needed."""
+    a, b = element_strides(a), element_strides(b)
+    if a is None or b is None or a[:2] != b[:2]:
+        return False
+    return all(d == 1 or s == t for d, s, t in zip(a[0], a[2], b[2]))
 
 
 def user_attr():

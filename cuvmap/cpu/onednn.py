@@ -83,8 +83,12 @@ class _Operand:
         self.user_md = user_md
         self.conv_md = conv_md
         self.reorder = None
+        self.exec_md = user_md     # the descriptor the user's array is run under
         self.size = int(libdnnl.lib.dnnl_memory_desc_get_size(conv_md))
         if not libdnnl.lib.dnnl_memory_desc_equal(user_md, conv_md):
+            if libdnnl.same_memory(user_md, conv_md):   # NOTE [channels-last results]
+                self.exec_md = conv_md
+                return
             src, dst = (conv_md, user_md) if output else (user_md, conv_md)
             self.reorder = libdnnl.reorder(src, dst, attr, name)
 
@@ -115,11 +119,54 @@ def _padding_r(in_sp, out_sp, kernel, stride, padding, dilation):
 # each key and keeps the faster (NOTE [conv strategy] in cuvmap/lax/conv_strategy.py), a
 # forced ``onednn`` strategy and ``config.deterministic`` take "blocked". The user's arrays
 # stay ``N C spatial...``: either layout reorders them in and out (one pass each, the same
-# cost), and the merged backward pass shares its reorder of ``g`` only between two passes
-# of one layout. A channels-last plan that oneDNN could run only on its reference kernels
+# cost; a planned program keeps some channels-last and skips those: NOTE [channels-last
+# results]), and the merged backward pass shares its reorder of ``g`` only between two
+# passes of one layout. A channels-last plan that oneDNN could run only on its reference kernels
 # (``ref:any``, seconds per call) is refused with an OnednnError at creation, so that
 # ``auto`` never times it. ``python -m benchmarks eager`` lists, per convolution key, both
 # layouts' times, the choice and oneDNN's implementation.
+
+
+# NOTE [channels-last results]
+# The user's arrays are ``N C spatial...`` in shape, and NumPy's strides may lay them out
+# in any order: an array whose memory is ``N spatial... C`` (a channels-last view) is read
+# in place by a channels-last plan, and by a blocked one whose blocks hold every channel
+# (``nChw16c`` with 16 channels places each element where ``nhwc`` does:
+# libdnnl.same_memory), with no reorder either way. Inside
+# :func:`channels_last_results` the activations this module returns (the forward's
+# output, backward-data's input gradient) are such views, so that the primitive writes
+# them where it computes them instead of reordering them into ``N C spatial...``. A
+# planned program asks for it where the result only flows, through elementwise steps, into
+# other convolutions (NOTE [channels-last activations in a plan] in
+# cuvmap/transforms/executor/layouts.py): on the benchmark CNN the first layer's
+# activations (16 channels) then go from one convolution to the next with none of the
+# five reorders they took at batch 128, forward and backward. The values are the same
+# either way, only the strides differ; outside the request nothing changes.
+_requests = threading.local()
+
+
+class channels_last_results:
+    """A context (per thread) in which :func:`forward`, :func:`backward_input` and
+    :func:`backward` return their activations laid out channels-last (NOTE
+    [channels-last results])."""
+
+    def __enter__(self):
+        self.previous = getattr(_requests, "channels_last", False)
+        _requests.channels_last = True
+        return self
+
+    def __exit__(self, *exc):
+        _requests.channels_last = self.previous
+        return False
+
+
+def _activation_result(shape, dtype):
+    """A new activation of ``shape`` (``N C spatial...``), channels-last inside
+    :class:`channels_last_results` (NOTE [channels-last results])."""
+    if not getattr(_requests, "channels_last", False) or len(shape) < 3:
+        return np.empty(shape, dtype)
+    order = (0,) + tuple(range(2, len(shape))) + (1,)
+    return np.empty([shape[axis] for axis in order], dtype).transpose(np.argsort(order))
 
 
 def _activation_md(shape, dtype, layout):
@@ -241,7 +288,7 @@ class _Plan:
             conv_args, after = [], []
             for o in self.operands:
                 a = arrays[o.name]
-                user = memory(o.user_md, a.ctypes.data)
+                user = memory(o.exec_md, a.ctypes.data)
                 if o.reorder is None:
                     conv_args.append((o.arg, user))
                     continue
@@ -530,7 +577,7 @@ def forward(x, w, stride, padding, dilation, groups, bias=None, layout="blocked"
     o = w.shape[0]
     kernel = tuple(w.shape[2:])
     out_sp = output_spatial(x.shape[2:], kernel, stride, padding, dilation)
-    y = np.empty((n, o) + out_sp, dtype)
+    y = _activation_result((n, o) + out_sp, dtype)
     arrays = {"x": x, "w": w, "y": y}
     if bias is not None:
         arrays["b"] = np.ascontiguousarray(bias)
@@ -545,7 +592,7 @@ def backward_input(g, w, input_shape, stride, padding, dilation, groups, layout=
     w = np.ascontiguousarray(w)
     n, c = input_shape[:2]
     o = w.shape[0]
-    dx = np.empty(tuple(input_shape), dtype)
+    dx = _activation_result(tuple(input_shape), dtype)
     _run_pieces([("backward_input", {"x": dx, "w": w, "y": g}, (), layout)], dtype, n, groups, c // groups, o // groups,
                 stride, padding, dilation)
     return dx
@@ -598,7 +645,7 @@ def backward(g, *, x=None, w=None, input_shape=None, weight_shape=None, bias=Fal
     c = (input_shape if w is not None else x.shape)[1]
     passes, dx, dw, db = [], None, None, None
     if w is not None:
-        dx = np.empty(tuple(input_shape), dtype)
+        dx = _activation_result(tuple(input_shape), dtype)
         passes.append(("backward_input", {"x": dx, "w": np.ascontiguousarray(w), "y": g}, (),
                        layouts.get("backward_input", "blocked")))
     if x is not None or bias:

@@ -289,6 +289,14 @@ _OPERAND_NAMES = {"forward": ("input", "weight"), "backward_input": ("grad_outpu
                   "backward_weight": ("grad_output", "input")}
 
 
+def channels_last_results():
+    """A context in which the CPU vendor's convolutions (oneDNN's) return their
+    activations laid out channels-last (NOTE [channels-last results] in
+    cuvmap/cpu/onednn.py); the other kernels return C order."""
+    from cuvmap.cpu import onednn   # (the CPU vendor, imported where it is first asked for)
+    return onednn.channels_last_results()
+
+
 def run_kernel(op, *args, bias=None):
     """Runs ``op`` (``forward``, ``backward_input`` or ``backward_weight``, the signatures
     of ``conv_gemm``'s) on the operands' device, on the kernels the strategy picks (NOTE

@@ -36,6 +36,7 @@ from cuvmap import backend, core
 from cuvmap.core import Primitive, ShapedArray, ShapeError
 from cuvmap.lax import conv_gemm
 from cuvmap.lax import elementwise as ew
+from cuvmap.lax.conv_strategy import channels_last_results
 from cuvmap.lax.conv_strategy import (  # noqa: F401  (the strategy's public names, re-exported)
     VendorKernelWarning, add_bias, clear_measured_choices, get_strategy, measured_choices, run_kernel, set_strategy,
 )
@@ -315,6 +316,29 @@ def _conv_backward_weight_impl(grad_output, lhs, *, weight_shape, stride, paddin
 conv_p.impl = _conv_impl
 conv_backward_input_p.impl = _conv_backward_input_impl
 conv_backward_weight_p.impl = _conv_backward_weight_impl
+
+
+def channels_last_fact(primitive, reads, writes):
+    """The ``channels_last`` fact of a regular convolution's ``primitive`` (NOTE
+    [channels-last activations in a plan] in cuvmap/transforms/executor/layouts.py):
+    ``reads(params)`` and ``writes(params)`` give the operands it reads and the results it
+    writes in either layout, its impl run inside the vendor's channels-last request (NOTE
+    [channels-last results] in cuvmap/cpu/onednn.py) writes them so; a transposed one
+    states nothing."""
+    def impl(*operands, **params):
+        with channels_last_results():
+            return primitive.impl(*operands, **params)
+
+    def fact(params):
+        return None if params.get("transposed") else (reads(params), writes(params), impl)
+    return fact
+
+
+conv_p.channels_last = channels_last_fact(conv_p, lambda params: (0,), lambda params: (0,))
+conv_backward_input_p.channels_last = channels_last_fact(conv_backward_input_p, lambda params: (0,),
+                                                         lambda params: (0,))
+conv_backward_weight_p.channels_last = channels_last_fact(conv_backward_weight_p, lambda params: (0, 1),
+                                                          lambda params: ())
 
 
 # ---------------------------------------------------------------------------------------

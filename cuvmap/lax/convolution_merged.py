@@ -9,7 +9,7 @@ from cuvmap.core import Primitive, ShapedArray
 from cuvmap.lax.conv_strategy import run_backward
 from cuvmap.lax.convolution import (
     _conv_backward_input_batch, _conv_backward_input_shape_rule, _conv_backward_weight_batch,
-    _conv_backward_weight_shape_rule, _conv_workspace, conv_backward_input_p, conv_backward_weight_p,
+    _conv_backward_weight_shape_rule, _conv_workspace, channels_last_fact, conv_backward_input_p, conv_backward_weight_p,
 )
 from cuvmap.lax.reduction import reduce_sum_p
 from cuvmap.transforms import batching, ir
@@ -96,6 +96,12 @@ conv_backward_p.multiple_results = True
 conv_backward_p.impl = _conv_backward_impl
 conv_backward_p.shape_rule = _conv_backward_shape_rule
 batching.primitive_batchers[conv_backward_p] = _conv_backward_batch
+# reads g and x (the operand after w when the input gradient is asked) in either layout,
+# writes the input gradient (its first result) channels-last when asked
+conv_backward_p.channels_last = channels_last_fact(
+    conv_backward_p,
+    lambda params: (0,) + ((1 + (params["input_shape"] is not None),) if params["weight_shape"] is not None else ()),
+    lambda params: (0,) if params["input_shape"] is not None else ())
 
 
 # NOTE [a convolution's gradients merged for the plan]

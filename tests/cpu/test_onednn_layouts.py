@@ -92,14 +92,17 @@ def test_the_merged_backward_with_passes_in_different_layouts(layouts, threading
 
 
 @needs_onednn
-def test_a_channels_last_array_is_read_in_place_and_the_layout_keys_the_plan(monkeypatch):
+@pytest.mark.parametrize("channels, blocked_reorders_x", [(16, False), (32, True)])
+def test_a_channels_last_array_is_read_in_place_and_the_layout_keys_the_plan(monkeypatch, channels, blocked_reorders_x):
     """An input that is already channels-last (a transposed NHWC array) needs no reorder in
-    a channels-last plan, and needs one in a blocked plan; the two are separate plans."""
+    a channels-last plan; a blocked plan reorders it unless its blocks hold every channel
+    (``nChw16c`` with 16 channels is the same memory: NOTE [channels-last results]); the
+    two are separate plans."""
     monkeypatch.setattr(onednn, "_plans", LRU(onednn.CACHE_SIZE))
     rng = np.random.default_rng(4)
-    nhwc = rng.standard_normal((4, 9, 9, 16)).astype(np.float32)
-    x = nhwc.transpose(0, 3, 1, 2)                      # (4, 16, 9, 9), channels innermost
-    w = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+    nhwc = rng.standard_normal((4, 9, 9, channels)).astype(np.float32)
+    x = nhwc.transpose(0, 3, 1, 2)                      # (4, C, 9, 9), channels innermost
+    w = rng.standard_normal((8, channels, 3, 3)).astype(np.float32)
     conv = ((1, 1), (1, 1), (1, 1), 1)
     want = naive_conv(x.astype(np.float64), w.astype(np.float64), *conv)
     _close(onednn.forward(x, w, *conv, layout="channels_last"), want)
@@ -109,7 +112,7 @@ def test_a_channels_last_array_is_read_in_place_and_the_layout_keys_the_plan(mon
     (cl,) = [d for d in descriptions if "(channels_last)" in d]
     (blocked,) = [d for d in descriptions if "(channels_last)" not in d]
     assert "reorders of" in cl and " x" not in cl.split("reorders of")[1]
-    assert " x" in blocked.split("reorders of")[1]
+    assert (" x" in blocked.split("reorders of")[1]) == blocked_reorders_x
     with pytest.raises(ValueError, match="layout must be one of blocked, channels_last, not 'nchw'"):
         onednn.forward(x, w, *conv, layout="nchw")
 

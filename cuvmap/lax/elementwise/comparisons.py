@@ -101,7 +101,7 @@ def _keep_mask(pred, keep_true, int_type, out=None):
     (``dtype=``)."""
     flags = pred.view(np.int8)
     if out is None:
-        out = np.empty(pred.shape, int_type)
+        out = np.empty_like(flags, dtype=int_type)   # (in pred's layout: a channels-last mask stays so)
     if keep_true:
         return np.negative(flags, out=out, casting="unsafe")
     return np.subtract(flags, np.int8(1), out=out, casting="unsafe")

@@ -193,11 +193,15 @@ class Groups:
         return all(self.last_use.get(m, -1) <= k for m in self.groups[g][0])
 
 
-def place_results(units, slots, groups, gpu, fused_callable):
+def place_results(units, slots, groups, gpu, fused_callable, laid_out=None):
     """The steps, each with the place of its result (NOTE [buffer planning]): written in
     place over a dead operand's buffer, into a pooled buffer, or wherever its impl puts
-    it; each result joins or starts a group as it goes."""
+    it; each result joins or starts a group as it goes. ``laid_out``: the values laid out
+    channels-last and the convolutions that write them (a
+    :class:`~cuvmap.transforms.executor.layouts.ChannelsLast`; NOTE [channels-last
+    activations in a plan])."""
     steps = []
+    writes, values = (laid_out.writes, laid_out.values) if laid_out is not None else ({}, frozenset())
     for k, unit in enumerate(units):
         ins = tuple(slots.unit_ins[k])
         if isinstance(unit, fusion.FusedGroup):
@@ -219,7 +223,14 @@ def place_results(units, slots, groups, gpu, fused_callable):
             else:
                 for o in outs:
                     groups.new(o, [], False)
-            steps.append(Step(MULTI, bfloat16.eqn_impl(eqn), ins, outs, eqn.params))
+            steps.append(Step(MULTI, writes.get(k) or bfloat16.eqn_impl(eqn), ins, outs, eqn.params))
+            continue
+        if k in writes or eqn.outs[0] in values:
+            # a channels-last value (NOTE [channels-last activations in a plan]): a fresh
+            # result in its operands' layout, never pooled (the pool's buffers are C order)
+            groups.new(slots.slot_of[eqn.outs[0]], [], False)
+            steps.append(Step(PLAIN, writes.get(k) or bfloat16.eqn_impl(eqn), ins, slots.slot_of[eqn.outs[0]],
+                              eqn.params))
             continue
         steps.append(_place_result(k, eqn, ins, array_ins, slots, groups, gpu))
     return steps

@@ -9,7 +9,7 @@ from cuvmap import backend, config
 from cuvmap.core import primitive
 from cuvmap.cuda import graphs as cuda_graphs, kernels
 from cuvmap.transforms import fusion, ir
-from cuvmap.transforms.executor import codegen, host_memory, merges, peak_memory
+from cuvmap.transforms.executor import codegen, host_memory, layouts, merges, peak_memory
 from cuvmap.transforms.executor.buffers import PLAIN, Groups, Slots, place_results, schedule_frees, unit_outputs
 
 class Plan:
@@ -125,7 +125,9 @@ def plan(closed, donated=(), fuse=None, fused_callable=None, graphs=None):
     units = fusion.fuse(eqns, j.outvars) if fuse else list(eqns)
     slots = Slots(closed, units, _constants_on_device(closed, units) if gpu else closed.consts)
     groups = Groups(slots, donated)
-    steps = place_results(units, slots, groups, gpu, fused_callable or _cuda_fused_callable)
+    # NOTE [channels-last activations in a plan]
+    laid_out = None if gpu or fuse else layouts.channels_last(eqns, j.outvars)
+    steps = place_results(units, slots, groups, gpu, fused_callable or _cuda_fused_callable, laid_out)
     schedule_frees(steps, slots, groups, gpu)
     array_types = (backend.xp_for("gpu").ndarray,) if gpu else (np.ndarray,)
     if not gpu and host_memory.host_memory_setting() is None:
