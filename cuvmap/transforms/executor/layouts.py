@@ -141,9 +141,9 @@ def _component_writes(members, producer, readers, facts, elementwise, eqns, retu
             written.add(k)
         elif k not in elementwise:
             return set()
-        for k, i in readers.get(v, ()):
-            if k in facts and i in facts[k][0]:
+        for reader, operand in readers.get(v, ()):
+            if reader in facts and operand in facts[reader][0]:
                 read = True
-            elif not (k in elementwise and eqns[k].outs[0].aval.shape == v.aval.shape):
+            elif not (reader in elementwise and eqns[reader].outs[0].aval.shape == v.aval.shape):
                 return set()
     return written if read else set()
